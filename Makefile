@@ -1,0 +1,30 @@
+# The two commands a newcomer needs: `make run` and `make test`. Both set up the venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test check bench clean
+
+setup: $(STAMP)
+
+# Reinstall whenever the pinned dependencies change.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/danube up $(ARGS)
+
+test: setup
+	$(BIN)/pytest $(ARGS)
+
+check: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) danube-data .mypy_cache .ruff_cache

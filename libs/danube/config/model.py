@@ -1,0 +1,184 @@
+"""The typed shape of ``danube.yml``: every section, key, unit and default.
+
+The ``wal_cloud`` section accepts Danube's own keys exactly as its docs give
+them (``wal``, ``uploader``, ``cloud``, ``metadata``); the other top-level
+sections configure the bus and each service of the mesh. Units are in the key
+names (``_ms``, ``_bytes``, ``_mb``); every model forbids unknown keys so a typo
+fails at start instead of being ignored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MiB = 1024 * 1024
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- wal_cloud.wal -------------------------------------------------------------------
+
+
+class FileSyncConfig(_Section):
+    """When the WAL writer flushes: Danube's periodic cadence and the group-commit size."""
+
+    interval_ms: Annotated[int, Field(ge=1, le=3_600_000)] = 5000
+    max_batch_bytes: Annotated[int, Field(ge=4096, le=1024 * MiB)] = 10 * MiB
+
+
+class RotationConfig(_Section):
+    """When a WAL segment is sealed and a new one started (whichever comes first)."""
+
+    max_bytes: Annotated[int, Field(ge=4096)] = 512 * MiB
+    max_hours: Annotated[int, Field(ge=1)] | None = None
+
+
+class WalRetentionConfig(_Section):
+    """How long uploaded WAL segments stay on local disk."""
+
+    time_minutes: Annotated[int, Field(ge=1)] = 2880
+    size_mb: Annotated[int, Field(ge=1)] = 20480
+    check_interval_minutes: Annotated[int, Field(ge=1)] = 5
+
+
+class WalConfig(_Section):
+    """The local write-ahead log of each topic partition."""
+
+    dir: Path = Path("./danube-data/wal")
+    file_name: str = Field(default="wal.log", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    cache_capacity: Annotated[int, Field(ge=0, le=10_000_000)] = 1024
+    file_sync: FileSyncConfig = FileSyncConfig()
+    rotation: RotationConfig = RotationConfig()
+    retention: WalRetentionConfig = WalRetentionConfig()
+
+
+# --- wal_cloud.uploader --------------------------------------------------------------
+
+
+class UploaderConfig(_Section):
+    """How WAL frames move to object storage: cadence and object size cap."""
+
+    enabled: bool = True
+    interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 300
+    root_prefix: str = "/danube-data"
+    max_object_mb: Annotated[int, Field(ge=1, le=5 * 1024 * 1024)] = 1024
+
+
+# --- wal_cloud.cloud: one model per OpenDAL backend, chosen by `backend` --------------
+
+
+class S3Cloud(_Section):
+    backend: Literal["s3"]
+    root: str  # "s3://bucket/prefix" or "bucket/prefix"
+    region: str = "us-east-1"
+    endpoint: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    profile: str | None = None
+    role_arn: str | None = None
+    session_token: str | None = None
+    anonymous: bool = False
+    virtual_host_style: bool = False
+
+
+class GcsCloud(_Section):
+    backend: Literal["gcs"]
+    root: str  # "gcs://bucket/prefix" or "bucket/prefix"
+    project: str | None = None
+    credentials_json: str | None = None
+    credentials_path: str | None = None
+    endpoint: str | None = None
+
+
+class AzblobCloud(_Section):
+    backend: Literal["azblob"]
+    root: str  # "container/prefix"
+    endpoint: str
+    account_name: str | None = None
+    account_key: str | None = None
+
+
+class FsCloud(_Section):
+    backend: Literal["fs"]
+    root: str = "./danube-data/objects"
+
+
+class MemoryCloud(_Section):
+    backend: Literal["memory"]
+    root: str = "danube"
+
+
+CloudConfig = Annotated[
+    S3Cloud | GcsCloud | AzblobCloud | FsCloud | MemoryCloud, Field(discriminator="backend")
+]
+
+
+class MetadataConfig(_Section):
+    """Where the metadata store (etcd) is."""
+
+    etcd_endpoint: str = Field(default="127.0.0.1:2379", pattern=r"^[^\s:/]+:\d{1,5}$")
+    in_memory: bool = False  # accepted for Danube compatibility; the mesh always uses etcd
+    prefix: str = Field(default="/danube", pattern=r"^/[A-Za-z0-9_/-]*[A-Za-z0-9_-]$")
+    request_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0
+
+
+class WalCloudConfig(_Section):
+    """Danube's ``wal_cloud`` section, key for key."""
+
+    wal: WalConfig = WalConfig()
+    uploader: UploaderConfig = UploaderConfig()
+    cloud: CloudConfig = FsCloud(backend="fs")
+    metadata: MetadataConfig = MetadataConfig()
+
+
+# --- the mesh: bus and services --------------------------------------------------------
+
+
+class BusConfig(_Section):
+    """The NATS connection every service opens."""
+
+    servers: list[str] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"], min_length=1)
+    connect_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0
+    request_timeout_s: Annotated[float, Field(gt=0, le=300)] = 5.0
+    reconnect_wait_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    max_reconnect_attempts: Annotated[int, Field(ge=-1)] = -1  # -1: forever
+    drain_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    subject_prefix: str = Field(default="danube", pattern=r"^[A-Za-z0-9_-]+$")
+
+
+class ServiceConfig(_Section):
+    """What every service process has: where it serves health and metrics."""
+
+    host: str = "127.0.0.1"
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0  # 0: pick a free port
+
+
+class DiscoveryConfig(ServiceConfig):
+    port: Annotated[int, Field(ge=1, le=65535)] = 6650
+    auto_create_topics: bool = True
+
+
+class IngestConfig(ServiceConfig):
+    max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 4 * MiB
+    max_batch_messages: Annotated[int, Field(ge=1, le=100_000)] = 10_000
+
+
+class UploaderServiceConfig(ServiceConfig):
+    pass
+
+
+class RetentionServiceConfig(ServiceConfig):
+    pass
+
+
+class CloudReaderConfig(ServiceConfig):
+    chunk_bytes: Annotated[int, Field(ge=4096, le=64 * MiB)] = 1 * MiB
+
+
+class DispatcherConfig(ServiceConfig):
+    pass

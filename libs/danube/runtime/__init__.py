@@ -1,0 +1,25 @@
+"""Running the mesh: server specs for nats-server, etcd and S3, and the process supervisor."""
+
+from danube.runtime.servers import (
+    ProcessSpec,
+    ServerError,
+    ServerProcess,
+    etcd_spec,
+    find_binary,
+    free_port,
+    nats_spec,
+    probe,
+    s3_spec,
+)
+
+__all__ = [
+    "ProcessSpec",
+    "ServerError",
+    "ServerProcess",
+    "etcd_spec",
+    "find_binary",
+    "free_port",
+    "nats_spec",
+    "probe",
+    "s3_spec",
+]

