@@ -1,0 +1,229 @@
+"""Records: the stream message carried as a frame's payload.
+
+Wire layout of format version 1, all integers little-endian (docs/formats.md has the full story)::
+
+    byte  size  field
+    0     1     version          u8   1
+    1     1     flags            u8   bit 0 key present, bit 1 schema_id present,
+                                      bit 2 schema_version present; other bits 0
+    2     8     publish_time_ms  u64  milliseconds since the Unix epoch
+    10    4     schema_id        u32  0 when absent (reserved)
+    14    4     schema_version   u32  0 when absent (reserved)
+    18    2     producer_len     u16  bytes
+    20    2     key_len          u16  bytes; 0 when absent (the flag tells absent from empty)
+    22    2     attribute_count  u16
+    24    4     payload_len      u32  bytes
+    28    ...   producer         UTF-8
+          ...   key              UTF-8
+          ...   attributes       attribute_count x (u16 name_len, name, u16 value_len, value)
+          ...   payload          as is; it ends the record, exactly: trailing bytes are corrupt
+
+Every length is checked against both its limit and the bytes left before anything is read, so a
+garbled record raises :class:`CorruptRecordError` and never reads past its buffer.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from danube.frame.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    UnsupportedRecordVersionError,
+)
+
+RECORD_VERSION = 1
+"""The format version this module writes; it reads this one only (so far)."""
+
+MAX_PRODUCER_NAME_BYTES = 256
+MAX_KEY_BYTES = 4096
+MAX_ATTRIBUTES = 64
+MAX_ATTRIBUTE_NAME_BYTES = 256
+MAX_ATTRIBUTE_VALUE_BYTES = 4096
+# The payload's own bound is the u32 length; the frame limit bounds the whole record anyway.
+_MAX_U32 = 2**32 - 1
+_MAX_U64 = 2**64 - 1
+
+# version, flags, publish_time_ms, schema_id, schema_version, producer_len, key_len,
+# attribute_count, payload_len
+_HEADER = struct.Struct("<BBQIIHHHI")
+RECORD_HEADER_BYTES = _HEADER.size
+_LENGTH = struct.Struct("<H")  # prefix of each attribute name and value
+
+_FLAG_KEY = 1
+_FLAG_SCHEMA_ID = 2
+_FLAG_SCHEMA_VERSION = 4
+_KNOWN_FLAGS = _FLAG_KEY | _FLAG_SCHEMA_ID | _FLAG_SCHEMA_VERSION
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """One stream message. ``key=None`` (no key) differs from ``key=""`` (an empty key)."""
+
+    payload: bytes
+    publish_time_ms: int
+    producer: str
+    key: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    schema_id: int | None = None  # reserved: carried, not interpreted yet
+    schema_version: int | None = None  # reserved: carried, not interpreted yet
+
+
+def _utf8(field_name: str, value: object, limit_bytes: int) -> bytes:
+    if not isinstance(value, str):
+        raise InvalidRecordError(field_name, f"expected str, got {type(value).__name__}")
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRecordError(field_name, "not encodable as UTF-8") from exc
+    if len(raw) > limit_bytes:
+        raise InvalidRecordError(
+            field_name, f"{len(raw)} UTF-8 bytes exceed the limit {limit_bytes}"
+        )
+    return raw
+
+
+def _optional_u32(field_name: str, value: int | None) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or not 0 <= value <= _MAX_U32:
+        raise InvalidRecordError(field_name, f"{value!r} is not a u32 or None")
+    return value
+
+
+def encode_record(record: Record) -> bytes:
+    """Encode ``record`` in the current format version.
+
+    Raises :class:`InvalidRecordError` naming the field that is over its limit, out of range,
+    of a wrong type or not encodable.
+    """
+    time_ms = record.publish_time_ms
+    if not isinstance(time_ms, int) or not 0 <= time_ms <= _MAX_U64:
+        raise InvalidRecordError("publish_time_ms", f"{time_ms!r} is not a u64")
+    producer = _utf8("producer", record.producer, MAX_PRODUCER_NAME_BYTES)
+    key = b"" if record.key is None else _utf8("key", record.key, MAX_KEY_BYTES)
+    schema_id = _optional_u32("schema_id", record.schema_id)
+    schema_version = _optional_u32("schema_version", record.schema_version)
+    if not isinstance(record.payload, bytes | bytearray | memoryview):
+        raise InvalidRecordError("payload", f"expected bytes, got {type(record.payload).__name__}")
+    payload_len = memoryview(record.payload).nbytes
+    if payload_len > _MAX_U32:
+        raise InvalidRecordError("payload", f"{payload_len} bytes exceed the u32 length")
+    if not isinstance(record.attributes, Mapping):
+        kind = type(record.attributes).__name__
+        raise InvalidRecordError("attributes", f"expected a mapping, got {kind}")
+    if len(record.attributes) > MAX_ATTRIBUTES:
+        count = len(record.attributes)
+        raise InvalidRecordError("attributes", f"{count} exceed the limit {MAX_ATTRIBUTES}")
+    flags = (
+        (0 if record.key is None else _FLAG_KEY)
+        | (0 if record.schema_id is None else _FLAG_SCHEMA_ID)
+        | (0 if record.schema_version is None else _FLAG_SCHEMA_VERSION)
+    )
+    parts = [b"", producer, key]  # the header takes the first slot once the counts are known
+    for name, value in record.attributes.items():
+        raw_name = _utf8("attributes", name, MAX_ATTRIBUTE_NAME_BYTES)
+        raw_value = _utf8(f"attributes[{name!r}]", value, MAX_ATTRIBUTE_VALUE_BYTES)
+        parts += (_LENGTH.pack(len(raw_name)), raw_name, _LENGTH.pack(len(raw_value)), raw_value)
+    parts.append(bytes(record.payload))
+    parts[0] = _HEADER.pack(
+        RECORD_VERSION,
+        flags,
+        time_ms,
+        schema_id,
+        schema_version,
+        len(producer),
+        len(key),
+        len(record.attributes),
+        payload_len,
+    )
+    return b"".join(parts)
+
+
+def _text(view: memoryview, pos: int, size: int, what: str) -> str:
+    try:
+        return str(view[pos : pos + size], "utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"{what} is not valid UTF-8") from exc
+
+
+def _check(size: int, limit: int, what: str) -> None:
+    if size > limit:
+        raise CorruptRecordError(f"{what} of {size} exceeds the limit {limit}")
+
+
+def decode_record(buf: bytes | bytearray | memoryview) -> Record:
+    """Decode one record that spans exactly ``buf`` (e.g. a :class:`~danube.frame.Frame` payload).
+
+    The returned payload is a detached ``bytes`` copy. Raises
+    :class:`UnsupportedRecordVersionError` for an unknown version and
+    :class:`CorruptRecordError` for anything else wrong, naming what.
+    """
+    view = memoryview(buf).cast("B")
+    end = len(view)
+    if end == 0:
+        raise CorruptRecordError("empty buffer")
+    if view[0] != RECORD_VERSION:
+        raise UnsupportedRecordVersionError(view[0])
+    if end < RECORD_HEADER_BYTES:
+        raise CorruptRecordError(f"{end} bytes, shorter than the {RECORD_HEADER_BYTES}-byte header")
+    (_, flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len) = (
+        _HEADER.unpack_from(view)
+    )
+    if flags & ~_KNOWN_FLAGS:
+        raise CorruptRecordError(f"unknown flags {flags:#04x}")
+    # An absent field must be all zero, so that one record has exactly one encoding.
+    for flag, value, name in (
+        (_FLAG_KEY, key_len, "key length"),
+        (_FLAG_SCHEMA_ID, schema_id, "schema_id"),
+        (_FLAG_SCHEMA_VERSION, schema_version, "schema_version"),
+    ):
+        if value and not flags & flag:
+            raise CorruptRecordError(f"{name} is {value} but flagged absent")
+    _check(producer_len, MAX_PRODUCER_NAME_BYTES, "producer length")
+    _check(key_len, MAX_KEY_BYTES, "key length")
+    _check(count, MAX_ATTRIBUTES, "attribute count")
+    pos = RECORD_HEADER_BYTES
+    if end - pos < producer_len + key_len:
+        raise CorruptRecordError("truncated in producer or key")
+    producer = _text(view, pos, producer_len, "producer")
+    pos += producer_len
+    key = _text(view, pos, key_len, "key") if flags & _FLAG_KEY else None
+    pos += key_len
+    attributes: dict[str, str] = {}
+    for index in range(count):
+        texts = []
+        for part, limit in (
+            ("name", MAX_ATTRIBUTE_NAME_BYTES),
+            ("value", MAX_ATTRIBUTE_VALUE_BYTES),
+        ):
+            what = f"attribute {index} {part}"
+            if end - pos < _LENGTH.size:
+                raise CorruptRecordError(f"truncated in {what} length")
+            (size,) = _LENGTH.unpack_from(view, pos)
+            _check(size, limit, f"{what} length")
+            pos += _LENGTH.size
+            if end - pos < size:
+                raise CorruptRecordError(f"truncated in {what}")
+            texts.append(_text(view, pos, size, what))
+            pos += size
+        name, value = texts
+        if name in attributes:
+            raise CorruptRecordError(f"duplicate attribute name {name!r}")
+        attributes[name] = value
+    if end - pos != payload_len:
+        problem = "truncated in payload" if end - pos < payload_len else "trailing bytes"
+        raise CorruptRecordError(
+            f"{problem}: {end - pos} bytes left for a {payload_len}-byte payload"
+        )
+    return Record(
+        payload=bytes(view[pos:]),
+        publish_time_ms=time_ms,
+        producer=producer,
+        key=key,
+        attributes=attributes,
+        schema_id=schema_id if flags & _FLAG_SCHEMA_ID else None,
+        schema_version=schema_version if flags & _FLAG_SCHEMA_VERSION else None,
+    )

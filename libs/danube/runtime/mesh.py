@@ -1,0 +1,124 @@
+"""The local mesh `danube up` runs: nats-server, etcd, then one process per service.
+
+Services join the plan when their package exists (``danube.<service>.__main__``);
+each later issue adds its own. Every instance inherits the supervisor's
+environment (so ``DANUBE_CONFIG`` and any ``DANUBE_*`` override reach it) plus a
+few per-instance overrides: its node id and health/metrics port. All local state
+lives under the data directory: etcd's data, one WAL directory per ingest
+instance (two WAL owners must never share one) and, with the fs backend, the
+objects.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from danube.config import DanubeSettings, FsCloud
+from danube.runtime.servers import ProcessSpec, etcd_spec, free_port, nats_spec
+
+# Dependency order: a service starts after everything before it is ready.
+SERVICE_ORDER = ("ingest", "cloud_reader", "uploader", "retention", "dispatcher", "discovery")
+SCALE_MAX = 16
+_SCALE_RE = re.compile(r"^(?P<service>[a-z_]+)=(?P<count>\d+)$")
+
+
+@dataclass(frozen=True)
+class MeshPlan:
+    """What to start, in order, and where the operator finds it."""
+
+    specs: list[ProcessSpec]
+    urls: dict[str, str] = field(default_factory=dict)
+
+
+def available_services() -> list[str]:
+    """The services whose package is installed, in dependency order."""
+    found = []
+    for service in SERVICE_ORDER:
+        try:
+            spec = importlib.util.find_spec(f"danube.{service}.__main__")
+        except ModuleNotFoundError:
+            spec = None
+        if spec is not None:
+            found.append(service)
+    return found
+
+
+def parse_scale(items: list[str]) -> dict[str, int]:
+    """``["ingest=2", "dispatcher=3"]`` → ``{"ingest": 2, "dispatcher": 3}``, validated."""
+    scale: dict[str, int] = {}
+    for item in items:
+        match = _SCALE_RE.match(item.strip())
+        if match is None:
+            raise ValueError(f"--scale expects SERVICE=COUNT, got {item!r}")
+        service, count = match["service"], int(match["count"])
+        if service not in SERVICE_ORDER:
+            raise ValueError(f"--scale: unknown service {service!r}; one of {SERVICE_ORDER}")
+        if not 0 <= count <= SCALE_MAX:
+            raise ValueError(f"--scale {service}: count must be 0..{SCALE_MAX}, got {count}")
+        scale[service] = count
+    return scale
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    parts = urlsplit(address if "//" in address else f"//{address}")
+    if parts.hostname is None or parts.port is None:
+        raise ValueError(f"expected host:port in {address!r}")
+    return parts.hostname, parts.port
+
+
+def plan_mesh(
+    settings: DanubeSettings,
+    *,
+    data_dir: Path,
+    scale: Mapping[str, int] | None = None,
+    services: list[str] | None = None,
+) -> MeshPlan:
+    """The processes of a one-machine mesh for ``settings``, servers first."""
+    nats_host, nats_port = _host_port(settings.bus.servers[0])
+    etcd_host, etcd_port = _host_port(settings.wal_cloud.metadata.etcd_endpoint)
+    specs = [
+        nats_spec(host=nats_host, port=nats_port, monitor_port=free_port(nats_host)),
+        etcd_spec(
+            host=etcd_host,
+            data_dir=data_dir / "etcd",
+            client_port=etcd_port,
+            peer_port=free_port(etcd_host),
+        ),
+    ]
+    urls = {"nats": f"nats://{nats_host}:{nats_port}", "etcd": f"http://{etcd_host}:{etcd_port}"}
+    scale = scale or {}
+    for service in available_services() if services is None else services:
+        for index in range(scale.get(service, 1)):
+            specs.append(_service_spec(settings, service, index, data_dir))
+    if any(spec.name.startswith("discovery") for spec in specs):
+        urls["http"] = f"http://{settings.discovery.host}:{settings.discovery.port}"
+    return MeshPlan(specs, urls)
+
+
+def _service_spec(
+    settings: DanubeSettings, service: str, index: int, data_dir: Path
+) -> ProcessSpec:
+    name = f"{service}-{index}"
+    section = f"DANUBE_{service.upper()}"
+    env = {"DANUBE_NODE_ID": name}
+    if service == "discovery":
+        # The public API's port is fixed; replicas beyond the first get free ports.
+        port = settings.discovery.port if index == 0 else free_port()
+        env[f"{section}__PORT"] = str(port)
+        ready_url = f"http://{settings.discovery.host}:{port}/readyz"
+    else:
+        port = free_port()
+        env[f"{section}__METRICS_PORT"] = str(port)
+        ready_url = f"http://127.0.0.1:{port}/healthz"
+    if service == "ingest":
+        env["DANUBE_WAL_CLOUD__WAL__DIR"] = str(data_dir / "wal" / name)
+    if isinstance(settings.wal_cloud.cloud, FsCloud):
+        env["DANUBE_WAL_CLOUD__CLOUD__ROOT"] = str(data_dir / "objects")
+    argv = [sys.executable, "-m", f"danube.{service}"]
+    return ProcessSpec(name, argv, port, env=env, ready_url=ready_url)
