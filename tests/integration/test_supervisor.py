@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def _until(condition: object, timeout_s: float = 10.0) -> None:
+async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll: the state lives in other processes, so there is no event to await."""
     async with asyncio.timeout(timeout_s):
-        while not condition():  # type: ignore[operator]
+        while not condition():  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
 
@@ -59,8 +61,7 @@ async def test_starts_in_order_restarts_and_stops_everything() -> None:
     )
     lines: list[tuple[str, str]] = []
     policy = RestartPolicy(initial_backoff_s=0.05, max_backoff_s=0.2)
-    supervisor = Supervisor([server, client], sink=lambda n, t: lines.append((n, t)),
-                            policy=policy)
+    supervisor = Supervisor([server, client], sink=lambda n, t: lines.append((n, t)), policy=policy)
     stop = asyncio.Event()
     running = asyncio.create_task(supervisor.run(stop))
     await _until(lambda: supervisor.restarts()["client"] >= 2)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 MiB = 1024 * 1024
 
@@ -73,42 +73,52 @@ class UploaderConfig(_Section):
 
 
 class S3Cloud(_Section):
+    """Amazon S3 or an S3-compatible server (MinIO); credentials fall back to the AWS chain."""
+
     backend: Literal["s3"]
     root: str  # "s3://bucket/prefix" or "bucket/prefix"
     region: str = "us-east-1"
     endpoint: str | None = None
     access_key: str | None = None
-    secret_key: str | None = None
+    secret_key: SecretStr | None = None
     profile: str | None = None
     role_arn: str | None = None
-    session_token: str | None = None
+    session_token: SecretStr | None = None
     anonymous: bool = False
     virtual_host_style: bool = False
 
 
 class GcsCloud(_Section):
+    """Google Cloud Storage; credentials inline (JSON), from a file, or the default chain."""
+
     backend: Literal["gcs"]
     root: str  # "gcs://bucket/prefix" or "bucket/prefix"
     project: str | None = None
-    credentials_json: str | None = None
+    credentials_json: SecretStr | None = None
     credentials_path: str | None = None
     endpoint: str | None = None
 
 
 class AzblobCloud(_Section):
+    """Azure Blob Storage (or Azurite)."""
+
     backend: Literal["azblob"]
     root: str  # "container/prefix"
     endpoint: str
     account_name: str | None = None
-    account_key: str | None = None
+    account_key: SecretStr | None = None
 
 
 class FsCloud(_Section):
+    """A local directory: the default, for one machine and tests."""
+
     backend: Literal["fs"]
     root: str = "./danube-data/objects"
 
 
 class MemoryCloud(_Section):
+    """In-process memory: lost on exit; for tests only."""
+
     backend: Literal["memory"]
     root: str = "danube"
 

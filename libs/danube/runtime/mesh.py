@@ -119,6 +119,8 @@ def _service_spec(
     if service == "ingest":
         env["DANUBE_WAL_CLOUD__WAL__DIR"] = str(data_dir / "wal" / name)
     if isinstance(settings.wal_cloud.cloud, FsCloud):
+        # The backend tag travels with the root: an env override of a union member needs it.
+        env["DANUBE_WAL_CLOUD__CLOUD__BACKEND"] = "fs"
         env["DANUBE_WAL_CLOUD__CLOUD__ROOT"] = str(data_dir / "objects")
     argv = [sys.executable, "-m", f"danube.{service}"]
     return ProcessSpec(name, argv, port, env=env, ready_url=ready_url)

@@ -1,0 +1,45 @@
+"""`danube`: the command that runs, feeds and inspects the mesh."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from danube.cli import up as up_command
+
+app = typer.Typer(
+    name="danube",
+    help="Danube mesh: a pub/sub broker as services over a NATS bus.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Danube mesh: a pub/sub broker as services over a NATS bus."""
+
+
+@app.command()
+def up(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="YAML config file (default: $DANUBE_CONFIG)."),
+    ] = None,
+    data_dir: Annotated[
+        Path, typer.Option("--data-dir", help="Where etcd, the WALs and fs objects live.")
+    ] = Path("danube-data"),
+    scale: Annotated[
+        list[str] | None,
+        typer.Option("--scale", help="SERVICE=COUNT, e.g. --scale ingest=2 (repeatable)."),
+    ] = None,
+) -> None:
+    """Run the whole mesh on this machine until Ctrl-C."""
+    raise typer.Exit(up_command.run(config=config, data_dir=data_dir, scale=scale or []))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

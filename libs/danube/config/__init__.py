@@ -1,0 +1,68 @@
+"""Typed settings for every mesh process: one YAML file plus ``DANUBE_*`` overrides.
+
+Public surface::
+
+    load_settings(path=None, *, environ=None) -> DanubeSettings
+    DanubeSettings                  the whole configuration (frozen)
+    ConfigError, ConfigProblem      what a bad configuration raises
+    WalCloudConfig, BusConfig, ...  the sections (see danube.config.model)
+
+See docs/configuration.md for every key, its unit and default.
+"""
+
+from danube.config.errors import ConfigError, ConfigProblem
+from danube.config.loader import load_settings
+from danube.config.model import (
+    AzblobCloud,
+    BusConfig,
+    CloudConfig,
+    CloudReaderConfig,
+    DiscoveryConfig,
+    DispatcherConfig,
+    FileSyncConfig,
+    FsCloud,
+    GcsCloud,
+    IngestConfig,
+    MemoryCloud,
+    MetadataConfig,
+    RetentionServiceConfig,
+    RotationConfig,
+    S3Cloud,
+    ServiceConfig,
+    UploaderConfig,
+    UploaderServiceConfig,
+    WalCloudConfig,
+    WalConfig,
+    WalRetentionConfig,
+)
+from danube.config.settings import CONFIG_PATH_ENV, ENV_PREFIX, DanubeSettings
+
+__all__ = [
+    "CONFIG_PATH_ENV",
+    "ENV_PREFIX",
+    "AzblobCloud",
+    "BusConfig",
+    "CloudConfig",
+    "CloudReaderConfig",
+    "ConfigError",
+    "ConfigProblem",
+    "DanubeSettings",
+    "DiscoveryConfig",
+    "DispatcherConfig",
+    "FileSyncConfig",
+    "FsCloud",
+    "GcsCloud",
+    "IngestConfig",
+    "MemoryCloud",
+    "MetadataConfig",
+    "RetentionServiceConfig",
+    "RotationConfig",
+    "S3Cloud",
+    "ServiceConfig",
+    "UploaderConfig",
+    "UploaderServiceConfig",
+    "WalCloudConfig",
+    "WalConfig",
+    "WalRetentionConfig",
+    "load_settings",
+]

@@ -1,0 +1,94 @@
+"""`make run` brings up nats-server and etcd under the supervisor; Ctrl-C leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from danube.runtime import free_port, probe
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid``, read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_make_run_starts_servers_and_ctrl_c_stops_them(tmp_path: Path) -> None:
+    nats_port, etcd_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "DANUBE_BUS__SERVERS": f'["nats://127.0.0.1:{nats_port}"]',
+        "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": f"127.0.0.1:{etcd_port}",
+        "COLUMNS": "200",
+    }
+    env.pop("DANUBE_CONFIG", None)
+    log_path = tmp_path / "make-run.log"
+    with log_path.open("wb") as log:
+        # A session of its own, like a terminal's foreground job: Ctrl-C reaches the group.
+        make = subprocess.Popen(
+            ["make", "--no-print-directory", "run", f"ARGS=--data-dir {tmp_path / 'data'}"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while "mesh ready" not in log_path.read_text(errors="replace"):
+            assert make.poll() is None, log_path.read_text(errors="replace")
+            assert time.monotonic() < deadline, log_path.read_text(errors="replace")
+            time.sleep(0.1)
+        assert probe(f"http://127.0.0.1:{etcd_port}/health")
+        with socket.create_connection(("127.0.0.1", nats_port), timeout=2) as s:
+            assert s.recv(4).startswith(b"INFO")  # nats greets every client with INFO
+        output = log_path.read_text(errors="replace")
+        assert "nats-server" in output  # the nats process's own lines, labelled
+        assert "etcd ready" in output
+        assert (tmp_path / "data" / "etcd").is_dir()
+        descendants = _children(make.pid)
+        assert len(descendants) >= 3  # danube up, nats-server, etcd
+
+        os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C does
+        make.wait(timeout=60)
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait()
+    output = log_path.read_text(errors="replace")
+    assert "all processes stopped" in output, output
+    left = [pid for pid in descendants if _alive(pid)]
+    assert left == [], f"processes left behind: {left}\n{output}"
+    assert not probe(f"http://127.0.0.1:{etcd_port}/health")
