@@ -1,0 +1,249 @@
+"""Topic-name validation, subject building, wildcards and parsing of danube.bus.subjects."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from danube.bus import (
+    DispatchOp,
+    InvalidNameError,
+    InvalidSubjectError,
+    Kind,
+    Subjects,
+    TopicName,
+)
+from danube.bus.subjects import MAX_TOPIC_NAME_CHARS
+
+pytestmark = pytest.mark.unit
+
+S = Subjects()
+
+
+def nats_match(pattern: str, subject: str) -> bool:
+    """NATS subject matching: '*' is one token, a final '>' is one or more tokens."""
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+# --- topic names ---------------------------------------------------------------------
+
+
+def test_topic_name_parses_and_prints_back() -> None:
+    name = TopicName.parse("/default/orders_v2-x")
+    assert (name.namespace, name.topic) == ("default", "orders_v2-x")
+    assert str(name) == "/default/orders_v2-x"
+    assert name.partition is None
+    assert name.base == "orders_v2-x"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "/",
+        "default/orders",
+        "/default",
+        "/default/",
+        "//orders",
+        "/a/b/c",
+        "/de.fault/orders",
+        "/default/or.ders",
+        "/default/or ders",
+        "/default/orders*",
+        "/default/>",
+        "/default/ordérs",
+        "/default/orders\n",
+        "/" + "n" * 10 + "/" + "t" * (MAX_TOPIC_NAME_CHARS - 11),  # 256 characters
+    ],
+)
+def test_invalid_topic_names_are_refused(bad: str) -> None:
+    with pytest.raises(InvalidNameError) as info:
+        TopicName.parse(bad)
+    assert info.value.code == "invalid_name"
+    assert info.value.retriable is False
+
+
+def test_longest_topic_name_is_accepted() -> None:
+    name = "/" + "n" * 10 + "/" + "t" * (MAX_TOPIC_NAME_CHARS - 12)
+    assert len(name) == MAX_TOPIC_NAME_CHARS
+    assert str(TopicName.parse(name)) == name
+
+
+def test_direct_construction_is_validated_too() -> None:
+    with pytest.raises(InvalidNameError):
+        TopicName("default", "a.b")
+
+
+def test_partition_names() -> None:
+    topic = TopicName.parse("/default/orders")
+    part = topic.partition_name(3)
+    assert str(part) == "/default/orders-part-3"
+    assert (part.base, part.partition) == ("orders", 3)
+    with pytest.raises(InvalidNameError):
+        part.partition_name(0)  # a partition has no partitions
+    with pytest.raises(InvalidNameError):
+        topic.partition_name(-1)
+
+
+@pytest.mark.parametrize("topic", ["orders-part-03", "orders-part-", "orders-part-x", "-part-1x"])
+def test_names_that_only_look_like_partitions_are_plain_topics(topic: str) -> None:
+    name = TopicName("default", topic)
+    assert name.partition is None
+    assert name.base == topic
+
+
+# --- building subjects ---------------------------------------------------------------
+
+
+def test_subjects_of_a_plain_topic_and_of_a_partition() -> None:
+    assert S.produce("/default/orders") == "danube.produce.default.orders._"
+    assert S.produce("/default/orders-part-3") == "danube.produce.default.orders.3"
+    assert S.live("/default/orders-part-0") == "danube.live.default.orders.0"
+    assert S.wal_fetch("/ns/t") == "danube.wal.fetch.ns.t._"
+    assert S.wal_drop_below("/ns/t") == "danube.wal.drop.ns.t._"
+    assert S.wal_stats("/ns/t-part-12") == "danube.wal.stats.ns.t.12"
+    assert S.cloud_fetch("/ns/t") == "danube.cloud.fetch.ns.t._"
+    assert S.ownership("/ns/t-part-1") == "danube.ctl.owner.ns.t.1"
+    assert S.subscription_ownership("/ns/t", "s1") == "danube.ctl.subowner.ns.t._.s1"
+    assert S.dispatch("/ns/t", "sub-1", DispatchOp.POLL) == "danube.disp.ns.t._.sub-1.poll"
+    assert S.dispatch_all_ops("/ns/t", "sub-1") == "danube.disp.ns.t._.sub-1.*"
+
+
+def test_prefix_comes_from_config_and_is_validated() -> None:
+    assert Subjects("staging").live("/ns/t") == "staging.live.ns.t._"
+    for bad in ["", "a.b", "a*", ">", "a b"]:
+        with pytest.raises(InvalidNameError):
+            Subjects(bad)
+
+
+def test_builders_refuse_bad_names() -> None:
+    with pytest.raises(InvalidNameError):
+        S.produce("/ns/a.b")
+    with pytest.raises(InvalidNameError):
+        S.dispatch("/ns/t", "sub.x", "poll")
+    with pytest.raises(InvalidNameError):
+        S.dispatch("/ns/t", "sub", "*")
+    with pytest.raises(InvalidNameError):
+        S.for_topic(Kind.DISPATCH, "/ns/t")  # needs a subscription and an op
+
+
+# --- wildcards -----------------------------------------------------------------------
+
+
+def test_all_partitions_matches_every_partition_and_nothing_else() -> None:
+    pattern = S.all_partitions(Kind.LIVE, "/ns/orders")
+    assert pattern == "danube.live.ns.orders.*"
+    for i in (0, 1, 17):
+        assert nats_match(pattern, S.live(f"/ns/orders-part-{i}"))
+    assert not nats_match(pattern, S.live("/ns/orders2-part-0"))
+    assert not nats_match(pattern, S.live("/other/orders-part-0"))
+    assert not nats_match(pattern, S.produce("/ns/orders-part-0"))
+
+
+def test_all_partitions_of_a_dispatch_kind_covers_subscription_and_op() -> None:
+    pattern = S.all_partitions(Kind.DISPATCH, "/ns/orders")
+    assert nats_match(pattern, S.dispatch("/ns/orders-part-2", "s", "ack"))
+    assert not nats_match(pattern, S.dispatch("/ns/other-part-2", "s", "ack"))
+
+
+def test_all_partitions_refuses_a_partition() -> None:
+    with pytest.raises(InvalidNameError):
+        S.all_partitions(Kind.LIVE, "/ns/orders-part-1")
+
+
+def test_all_topics_and_all_of_kind() -> None:
+    pattern = S.all_topics(Kind.LIVE, "ns")
+    assert pattern == "danube.live.ns.>"
+    assert nats_match(pattern, S.live("/ns/a"))
+    assert nats_match(pattern, S.live("/ns/b-part-4"))
+    assert not nats_match(pattern, S.live("/ns2/a"))
+    assert not nats_match(pattern, S.wal_fetch("/ns/a"))
+    every_fetch = S.all_of_kind(Kind.CLOUD_FETCH)
+    assert every_fetch == "danube.cloud.fetch.>"
+    assert nats_match(every_fetch, S.cloud_fetch("/x/y-part-9"))
+    assert not nats_match(every_fetch, S.wal_fetch("/x/y"))
+
+
+def test_dispatch_all_ops_matches_each_op_of_one_subscription() -> None:
+    pattern = S.dispatch_all_ops("/ns/t", "s1")
+    for op in DispatchOp:
+        assert nats_match(pattern, S.dispatch("/ns/t", "s1", op))
+    assert not nats_match(pattern, S.dispatch("/ns/t", "s2", "poll"))
+
+
+# --- parsing -------------------------------------------------------------------------
+
+
+def test_parse_takes_each_kind_apart() -> None:
+    for kind in Kind:
+        for topic in ("/ns/orders", "/ns/orders-part-7"):
+            if kind is Kind.DISPATCH:
+                subject = S.dispatch(topic, "sub", "nack")
+            elif kind is Kind.SUBSCRIPTION_OWNERSHIP:
+                subject = S.subscription_ownership(topic, "sub")
+            else:
+                subject = S.for_topic(kind, topic)
+            parsed = S.parse(subject)
+            assert parsed.kind is kind
+            assert str(parsed.name) == topic
+            assert parsed.namespace == "ns"
+            assert parsed.topic == topic.rsplit("/", 1)[1]
+            assert parsed.subscription == (None if kind.extra_tokens == 0 else "sub")
+            assert parsed.op == ("nack" if kind is Kind.DISPATCH else None)
+
+
+@pytest.mark.parametrize(
+    ("subject", "why"),
+    [
+        ("other.live.ns.t._", "prefix"),
+        ("danube", "no kind"),
+        ("danube.nope.ns.t._", "unknown kind"),
+        ("danube.wal.ns.t._", "half a kind"),
+        ("danube.live.ns.t", "too few tokens"),
+        ("danube.live.ns.t._.x", "too many tokens"),
+        ("danube.disp.ns.t._.sub", "dispatch without op"),
+        ("danube.live.ns.*._", "wildcard"),
+        ("danube.live.ns.>", "wildcard"),
+        ("danube.live.ns.t.03", "leading zero"),
+        ("danube.live.ns.t.-1", "negative partition"),
+        ("danube.live.ns.t.x", "bad partition"),
+        ("danube.live.ns.t-part-3._", "a partition written as a plain topic"),
+        ("danube.live..t._", "empty namespace"),
+    ],
+)
+def test_parse_refuses_what_is_not_a_mesh_subject(subject: str, why: str) -> None:
+    with pytest.raises(InvalidSubjectError) as info:
+        S.parse(subject)
+    assert info.value.code == "invalid_subject", why
+    assert info.value.subject == subject
+
+
+segment = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-",
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(
+    namespace=segment,
+    topic=segment,
+    partition=st.none() | st.integers(min_value=0, max_value=100_000),
+    kind=st.sampled_from([k for k in Kind if k.extra_tokens == 0]),
+)
+def test_every_valid_name_round_trips_through_its_subject(
+    namespace: str, topic: str, partition: int | None, kind: Kind
+) -> None:
+    name = TopicName(namespace, topic)
+    if partition is not None and name.partition is None:
+        name = name.partition_name(partition)
+    parsed = S.parse(S.for_topic(kind, name))
+    assert parsed.kind is kind
+    assert parsed.name == name
