@@ -24,7 +24,7 @@ test: setup
 check: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(BIN)/mypy libs tests $(wildcard services/danube/*/)
 
 clean:
 	rm -rf $(VENV) danube-data .mypy_cache .ruff_cache

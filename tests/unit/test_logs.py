@@ -18,7 +18,13 @@ def test_a_record_becomes_one_json_line_with_extras_and_exception() -> None:
         raise ValueError("boom")
     except ValueError:
         record = logger.makeRecord(
-            "danube.test", logging.WARNING, __file__, 1, "moved %s", ("p-1",), None,
+            "danube.test",
+            logging.WARNING,
+            __file__,
+            1,
+            "moved %s",
+            ("p-1",),
+            None,
             extra={"partition": "/default/t-part-0"},
         )
         import sys
