@@ -26,5 +26,9 @@ check: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy libs tests $(wildcard services/danube/*/)
 
+# Micro-benchmarks that print their numbers (`danube bench` joins once the mesh can serve).
+bench: setup
+	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) danube-data .mypy_cache .ruff_cache
