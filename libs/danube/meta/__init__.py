@@ -1,0 +1,62 @@
+"""The metadata layer: etcd under one prefix, typed, with deadlines and one error hierarchy.
+
+- :class:`MetaStore`: get/put/range/delete, JSON models, CAS transactions, leases, watches;
+- :class:`Lease`: keep-alive in an owned task, a ``lost`` event when it can no longer be
+  relied on;
+- :class:`Election`: leader election on ``elections/<name>``;
+- :mod:`danube.meta.keys` and :mod:`danube.meta.records`: the key layout and the values.
+
+docs/metadata.md describes the layout and the transaction patterns.
+"""
+
+from danube.meta.election import Election, Leadership
+from danube.meta.errors import (
+    InvalidNameError,
+    LeaseLostError,
+    MetaDecodeError,
+    MetaError,
+    MetaRequestError,
+    MetaTimeoutError,
+    MetaUnavailableError,
+    WatchCompactedError,
+    WatchError,
+    WatchOverflowError,
+)
+from danube.meta.keys import SERVICE_KINDS, ServiceKind, TopicName
+from danube.meta.kv import VALUE_BYTES_MAX, KeyValue, decode_model, encode_model
+from danube.meta.lease import Lease, LeaseBackend
+from danube.meta.store import MetaStore, RangeResult
+from danube.meta.txn import Compare, OpResponse, Txn, TxnResult
+from danube.meta.watch import Watch, WatchEvent
+
+__all__ = [
+    "SERVICE_KINDS",
+    "VALUE_BYTES_MAX",
+    "Compare",
+    "Election",
+    "InvalidNameError",
+    "KeyValue",
+    "Leadership",
+    "Lease",
+    "LeaseBackend",
+    "LeaseLostError",
+    "MetaDecodeError",
+    "MetaError",
+    "MetaRequestError",
+    "MetaStore",
+    "MetaTimeoutError",
+    "MetaUnavailableError",
+    "OpResponse",
+    "RangeResult",
+    "ServiceKind",
+    "TopicName",
+    "Txn",
+    "TxnResult",
+    "Watch",
+    "WatchCompactedError",
+    "WatchError",
+    "WatchEvent",
+    "WatchOverflowError",
+    "decode_model",
+    "encode_model",
+]

@@ -1,0 +1,39 @@
+"""Cancelling the tasks this package owns, robustly.
+
+On Python 3.11, ``asyncio.wait_for`` (which aetcd uses while it creates a watch) swallows a
+cancellation that arrives just as the awaited future completes; the task then carries on as
+if never cancelled. So a plain ``task.cancel(); await task`` can wait forever. These helpers
+cancel again until the task is really done, within a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_RECANCEL_EVERY_S = 0.05
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None, *, timeout_s: float) -> bool:
+    """Cancel ``task`` and wait until it is done; ``False`` if it outlived ``timeout_s``.
+
+    A task that swallowed the cancellation is cancelled again every 50 ms. Whatever the task
+    raised is retrieved (and dropped) so asyncio does not report it as never retrieved.
+    """
+    if task is None or task is asyncio.current_task():
+        return task is None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not task.done():
+        remaining_s = deadline - loop.time()
+        if remaining_s <= 0:
+            log.error("task %s did not stop within %.1f s of being cancelled", task, timeout_s)
+            return False
+        task.cancel()
+        await asyncio.wait({task}, timeout=min(_RECANCEL_EVERY_S, remaining_s))
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("task %s ended with %r", task.get_name(), task.exception())
+    return True

@@ -1,0 +1,172 @@
+"""Errors of ``danube.meta``: etcd failures, lost leases, broken watches, bad names and values.
+
+::
+
+    DanubeError
+    └── MetaError                    "meta_error": an etcd failure with no better name
+        ├── MetaUnavailableError     "meta_unavailable": etcd unreachable or overloaded  (retriable)
+        ├── MetaTimeoutError         "timeout": no answer within the deadline            (retriable)
+        ├── MetaRequestError         "meta_bad_request": etcd refused the request as invalid
+        │                            ("response_too_large": an answer over gRPC's limit)
+        ├── MetaDecodeError          "corrupt_metadata": key, reason (a stored value is bad)
+        ├── InvalidNameError         "invalid_name": kind, value (a topic/namespace/... name)
+        ├── LeaseLostError           "lease_lost": lease_id (expired, revoked or not found)
+        └── WatchError               "watch_error": resume_revision
+            ├── WatchCompactedError  "revision_compacted": compact_revision
+            └── WatchOverflowError   "watch_overflow": buffer_size  (retriable)
+
+``retriable`` means the same call may succeed later unchanged. A lost lease is never
+retriable: whatever the lease protected (ownership, leadership) is gone and must be won again.
+A broken watch carries ``resume_revision`` so the caller can start a new one where it stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aetcd
+import aetcd.rpc
+
+from danube.errors import DanubeError
+
+
+class MetaError(DanubeError):
+    """Root of the metadata errors; raised as is for an etcd failure with no better name."""
+
+    code = "meta_error"
+
+
+class MetaUnavailableError(MetaError):
+    """etcd could not be reached (connection refused or lost) or is shedding load."""
+
+    code = "meta_unavailable"
+    retriable = True
+
+
+class MetaTimeoutError(MetaError):
+    """A request got no answer within its deadline (``request_timeout_s``)."""
+
+    code = "timeout"
+    retriable = True
+
+
+class MetaRequestError(MetaError):
+    """etcd refused the request itself (too large, too many operations, bad argument)."""
+
+    code = "meta_bad_request"
+
+
+class MetaDecodeError(MetaError):
+    """A stored value could not be decoded into the model the reader expects."""
+
+    code = "corrupt_metadata"
+
+    def __init__(self, *, key: str, reason: str) -> None:
+        super().__init__(f"bad value at {key!r}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class InvalidNameError(MetaError):
+    """A name (namespace, topic, subscription, node id...) breaks the naming rules."""
+
+    code = "invalid_name"
+
+    def __init__(self, *, kind: str, value: str, reason: str) -> None:
+        super().__init__(f"invalid {kind} {value!r}: {reason}")
+        self.kind = kind
+        self.value = value
+
+
+class LeaseLostError(MetaError):
+    """The lease is gone: it expired, was revoked, or its keep-alive failed for a whole TTL."""
+
+    code = "lease_lost"
+
+    def __init__(self, message: str, *, lease_id: int | None) -> None:
+        super().__init__(message)
+        self.lease_id = lease_id
+
+
+class WatchError(MetaError):
+    """A watch ended before it was closed; start a new one at ``resume_revision``."""
+
+    code = "watch_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        resume_revision: int | None,
+        code: str | None = None,
+        retriable: bool | None = None,
+    ) -> None:
+        super().__init__(message, code=code, retriable=retriable)
+        self.resume_revision = resume_revision
+
+
+class WatchCompactedError(WatchError):
+    """The revision the watch needs was compacted away; re-read the state, then watch again."""
+
+    code = "revision_compacted"
+
+    def __init__(self, *, compact_revision: int, resume_revision: int | None) -> None:
+        super().__init__(
+            f"watch revision compacted (oldest available: {compact_revision})",
+            resume_revision=resume_revision,
+        )
+        self.compact_revision = compact_revision
+
+
+class WatchOverflowError(WatchError):
+    """The consumer fell more than ``buffer_size`` events behind; events were not dropped
+    silently: the watch ended, and a new one from ``resume_revision`` misses nothing."""
+
+    code = "watch_overflow"
+    retriable = True
+
+    def __init__(self, *, buffer_size: int, resume_revision: int | None) -> None:
+        super().__init__(
+            f"watch consumer fell {buffer_size} events behind", resume_revision=resume_revision
+        )
+        self.buffer_size = buffer_size
+
+
+def _grpc_error(exc: BaseException) -> Any:
+    """The gRPC error behind ``exc``: itself, or the cause aetcd chained it to."""
+    for candidate in (exc, exc.__cause__):
+        if isinstance(candidate, aetcd.rpc.AioRpcError):
+            return candidate
+    return None
+
+
+def map_error(exc: BaseException, *, op: str, resume_revision: int | None = None) -> MetaError:
+    """Translate what aetcd/gRPC/asyncio raised during ``op`` into a :class:`MetaError`."""
+    if isinstance(exc, MetaError):
+        return exc
+    if isinstance(exc, aetcd.RevisionCompactedError):
+        return WatchCompactedError(
+            compact_revision=int(exc.compacted_revision), resume_revision=resume_revision
+        )
+    if isinstance(exc, TimeoutError | aetcd.WatchTimeoutError | aetcd.ConnectionTimeoutError):
+        return MetaTimeoutError(f"etcd {op}: no answer within the deadline")
+    rpc_error = _grpc_error(exc)
+    if rpc_error is None:
+        if isinstance(exc, aetcd.ConnectionFailedError):
+            return MetaUnavailableError(f"etcd {op}: {exc}")
+        return MetaError(f"etcd {op}: {exc!r}")
+    status = aetcd.rpc.StatusCode
+    code, details = rpc_error.code(), str(rpc_error.details())
+    message = f"etcd {op}: {details}"
+    if code == status.NOT_FOUND and "lease not found" in details:
+        return LeaseLostError(message, lease_id=None)
+    if code == status.RESOURCE_EXHAUSTED and "larger than max" in details:
+        # gRPC's own receive limit: retrying the same request cannot help.
+        return MetaRequestError(message, code="response_too_large")
+    if code in (status.UNAVAILABLE, status.RESOURCE_EXHAUSTED, status.CANCELLED):
+        return MetaUnavailableError(message)
+    if code == status.DEADLINE_EXCEEDED:
+        return MetaTimeoutError(message)
+    if code in (status.INVALID_ARGUMENT, status.FAILED_PRECONDITION, status.OUT_OF_RANGE):
+        return MetaRequestError(message)
+    return MetaError(message)

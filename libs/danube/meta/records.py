@@ -1,0 +1,143 @@
+"""The values stored under the keys of :mod:`danube.meta.keys`: small JSON documents.
+
+Each model is checked when it is written (:meth:`MetaStore.put_model`) and again when it is
+read (:meth:`MetaStore.get_model`). Unknown fields are ignored on read so that an older
+service can read what a newer one wrote during a rolling upgrade; times are Unix
+milliseconds (``_ms``); offsets are u64 message offsets.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from danube.meta.keys import OFFSET_MAX, ServiceKind
+
+Offset = Annotated[int, Field(ge=0, le=OFFSET_MAX)]
+TimeMs = Annotated[int, Field(ge=0)]
+PARTITIONS_MAX = 1024
+# A descriptor's sparse index has an entry per ~64 KiB; this many covers a 2 GiB object
+# while keeping the JSON value well under etcd's 1.5 MiB request limit.
+INDEX_ENTRIES_MAX = 32_768
+
+Dispatch = Literal["reliable", "non_reliable"]
+# "fsync": acknowledge after the group commit's fsync; "async": acknowledge once written,
+# fsync on the WAL's periodic cadence (a crash may lose the last interval).
+Durability = Literal["fsync", "async"]
+SubscriptionType = Literal["exclusive", "shared", "failover", "key_shared"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class RetentionPolicy(_Record):
+    """How long a topic's data stays in object storage (``None``: no limit)."""
+
+    time_minutes: Annotated[int, Field(ge=1)] | None = None
+    size_mb: Annotated[int, Field(ge=1)] | None = None
+
+
+class NamespacePolicy(_Record):
+    """A namespace: its limits and the defaults its new topics take."""
+
+    created_ms: TimeMs
+    max_topics: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
+    retention: RetentionPolicy = RetentionPolicy()
+
+
+class TopicConfig(_Record):
+    """A topic: ``partitions`` 0 means one unpartitioned topic; N means ``-part-0..N-1``."""
+
+    partitions: Annotated[int, Field(ge=0, le=PARTITIONS_MAX)] = 0
+    dispatch: Dispatch = "reliable"
+    durability: Durability = "fsync"
+    retention: RetentionPolicy = RetentionPolicy()
+    created_ms: TimeMs
+
+
+class Owner(_Record):
+    """Who serves a partition or subscription. ``epoch`` rises by one at every reassignment,
+    so a write fenced on the epoch (or on this key's mod revision) fails for a stale owner."""
+
+    node_id: Annotated[str, Field(min_length=1, max_length=128)]
+    epoch: Annotated[int, Field(ge=1)]
+    assigned_ms: TimeMs
+
+
+class OffsetReservation(_Record):
+    """The owner of epoch ``epoch`` may assign offsets below ``end_offset``; a new owner starts
+    at ``end_offset``, so offsets stay unique even if the old owner's WAL tail is lost."""
+
+    node_id: Annotated[str, Field(min_length=1, max_length=128)]
+    epoch: Annotated[int, Field(ge=1)]
+    end_offset: Offset
+
+
+class NodeRecord(_Record):
+    """A live service process, registered under its lease."""
+
+    node_id: Annotated[str, Field(min_length=1, max_length=128)]
+    kind: ServiceKind
+    address: str | None = None  # where it serves health/metrics, "host:port"
+    started_ms: TimeMs
+    version: str = ""
+
+
+class ObjectDescriptor(_Record):
+    """One immutable object in storage: its frames hold offsets ``first..last`` (inclusive).
+
+    ``index`` holds ``(offset, byte_position)`` pairs, one per ~64 KiB, so a reader seeks to
+    the last entry at or below the offset it wants instead of scanning from byte 0.
+    """
+
+    object_key: Annotated[str, Field(min_length=1, max_length=1024)]
+    first_offset: Offset
+    last_offset: Offset
+    size_bytes: Annotated[int, Field(ge=1)]
+    message_count: Annotated[int, Field(ge=1)]
+    created_ms: TimeMs
+    index: Annotated[
+        list[tuple[Offset, Annotated[int, Field(ge=0)]]], Field(max_length=INDEX_ENTRIES_MAX)
+    ]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ObjectDescriptor:
+        if self.last_offset < self.first_offset:
+            raise ValueError("last_offset is below first_offset")
+        if self.message_count > self.last_offset - self.first_offset + 1:
+            raise ValueError("more messages than offsets in first..last")
+        previous: tuple[int, int] | None = None
+        for offset, position in self.index:
+            if not self.first_offset <= offset <= self.last_offset:
+                raise ValueError(f"index offset {offset} outside first..last")
+            if position >= self.size_bytes:
+                raise ValueError(f"index position {position} beyond the object's size")
+            if previous is not None and (offset <= previous[0] or position <= previous[1]):
+                raise ValueError("index entries are not strictly increasing")
+            previous = (offset, position)
+        return self
+
+
+class UploaderCheckpoint(_Record):
+    """Every offset up to ``uploaded_through`` (inclusive) is in object storage; -1: none yet."""
+
+    uploaded_through: Annotated[int, Field(ge=-1, le=OFFSET_MAX)]
+    last_object_key: str | None = None
+    updated_ms: TimeMs
+
+
+class SubscriptionConfig(_Record):
+    """A subscription: its delivery type and where a cursor-less partition starts."""
+
+    type: SubscriptionType
+    initial_position: Literal["latest", "earliest"] = "latest"
+    created_ms: TimeMs
+
+
+class SubscriptionCursor(_Record):
+    """Every offset below ``next_offset`` in this partition is acknowledged."""
+
+    next_offset: Offset
+    updated_ms: TimeMs

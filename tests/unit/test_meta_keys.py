@@ -1,0 +1,306 @@
+"""The etcd key layout, name rules, stored record checks and the transaction builder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from danube.meta import keys
+from danube.meta.errors import InvalidNameError, MetaDecodeError, MetaRequestError
+from danube.meta.keys import TopicName
+from danube.meta.kv import VALUE_BYTES_MAX, KeyValue, decode_model, encode_model
+from danube.meta.records import ObjectDescriptor, Owner, TopicConfig
+from danube.meta.txn import TXN_OPS_MAX, Compare, DeleteOp, GetOp, PutOp, Txn, prefix_range_end
+
+pytestmark = pytest.mark.unit
+
+ORDERS = TopicName("default", "orders")
+
+
+# --- names -------------------------------------------------------------------------------
+
+
+def test_topic_name_parses_and_prints_round_trip() -> None:
+    name = TopicName.parse("/sales-eu/orders_v2")
+    assert (name.namespace, name.topic) == ("sales-eu", "orders_v2")
+    assert str(name) == "/sales-eu/orders_v2"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["orders", "/default", "/default/", "//orders", "/default/orders/x", "default/orders/",
+     "/def ault/orders", "/default/ord.ers", "/default/ordérs", "/a/" + "x" * 253,
+     "/" + "x" * 256 + "/t"],
+)  # fmt: skip
+def test_topic_name_rejects_bad_names(bad: str) -> None:
+    with pytest.raises(InvalidNameError) as info:
+        TopicName.parse(bad)
+    assert info.value.code == "invalid_name"
+    assert not info.value.retriable
+
+
+def test_name_length_limits_are_inclusive() -> None:
+    assert keys.validate_segment("namespace", "x" * 255) == "x" * 255
+    assert len(str(TopicName("a", "x" * 252))) == 255
+    with pytest.raises(InvalidNameError, match="longer than 255"):
+        keys.validate_segment("subscription", "x" * 256)
+    with pytest.raises(InvalidNameError, match="longer than 255"):
+        TopicName("ab", "x" * 252)
+
+
+def test_partitions_of_a_topic() -> None:
+    assert ORDERS.partitions(0) == [ORDERS]
+    parts = ORDERS.partitions(3)
+    assert [str(p) for p in parts] == [
+        "/default/orders-part-0",
+        "/default/orders-part-1",
+        "/default/orders-part-2",
+    ]
+    assert [p.partition for p in parts] == [0, 1, 2]
+    assert all(p.base == "orders" and p.parent == ORDERS for p in parts)
+    assert ORDERS.partition is None
+    assert ORDERS.parent == ORDERS
+
+
+def test_partition_suffix_needs_a_canonical_index() -> None:
+    assert TopicName("ns", "t-part-01").partition is None  # leading zero: a plain topic
+    assert TopicName("ns", "t-part-x").partition is None
+    assert TopicName("ns", "a-part-1-part-2").base == "a-part-1"
+    with pytest.raises(InvalidNameError):
+        ORDERS.partition_name(-1)
+    with pytest.raises(InvalidNameError, match="no partitions of its own"):
+        ORDERS.partition_name(0).partition_name(1)
+
+
+NAMES = ["/default/orders", "/a/b-part-3", "/a/b-part-03", "/x/" + "y" * 252, "/x/" + "y" * 253,
+         "/default", "/a/b/c", "/a/b.c", "/a/", "/ä/b", "/a_b/c-d"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_names_follow_the_same_rules_as_the_bus(name: str) -> None:
+    from danube.bus.errors import InvalidNameError as BusInvalidNameError
+    from danube.bus.subjects import TopicName as BusTopicName
+
+    try:
+        bus = BusTopicName.parse(name)
+    except BusInvalidNameError:
+        with pytest.raises(InvalidNameError):
+            TopicName.parse(name)
+        return
+    meta = TopicName.parse(name)
+    assert (meta.namespace, meta.topic, meta.base, meta.partition) == (
+        bus.namespace, bus.topic, bus.base, bus.partition,
+    )  # fmt: skip
+    assert keys.topic_key(bus) == keys.topic_key(meta)  # keys accept either TopicName
+
+
+# --- the key layout ------------------------------------------------------------------
+
+
+def test_every_key_of_a_partition_and_topic() -> None:
+    p0 = ORDERS.partition_name(0)
+    assert keys.namespace_key("default") == "namespaces/default"
+    assert keys.topic_key(ORDERS) == "topics/default/orders"
+    assert keys.partition_owner_key(p0) == "partitions/default/orders-part-0/owner"
+    assert keys.offset_reservation_key(p0) == "partitions/default/orders-part-0/reservation"
+    assert keys.uploader_assignment_key(p0) == "partitions/default/orders-part-0/uploader"
+    assert keys.uploader_checkpoint_key(p0) == "storage/default/orders-part-0/checkpoint"
+    assert (
+        keys.object_descriptor_key(p0, 42)
+        == "storage/default/orders-part-0/objects/00000000000000000042"
+    )
+    assert keys.subscription_key(ORDERS, "billing") == "subscriptions/default/orders/billing/config"
+    assert (
+        keys.subscription_owner_key(ORDERS, "billing")
+        == "subscriptions/default/orders/billing/owner"
+    )
+    assert (
+        keys.subscription_cursor_key(ORDERS, "billing", p0)
+        == "subscriptions/default/orders/billing/cursors/orders-part-0"
+    )
+    assert keys.node_key("ingest", "ip-10-0-0-1.ec2") == "nodes/ingest/ip-10-0-0-1.ec2"
+    assert keys.election_key(keys.CONTROLLER_ELECTION) == "elections/controller"
+
+
+def test_prefixes_end_with_a_slash_so_siblings_never_match() -> None:
+    orders2 = TopicName("default", "orders2")
+    assert not keys.topic_key(orders2).startswith(keys.partition_prefix(ORDERS))
+    assert not keys.object_descriptor_key(orders2, 0).startswith(
+        keys.object_descriptors_prefix(ORDERS)
+    )
+    assert not keys.subscription_key(ORDERS, "billing2").startswith(
+        keys.subscription_prefix(ORDERS, "billing")
+    )
+    assert keys.topic_key(ORDERS).startswith(keys.topics_prefix("default"))
+    assert keys.topics_prefix() == "topics/"
+    assert keys.nodes_prefix() == "nodes/"
+    assert keys.nodes_prefix("uploader") == "nodes/uploader/"
+
+
+def test_object_descriptor_keys_sort_by_offset() -> None:
+    offsets = [0, 9, 10, 99, 100, 12_345, 2**40, keys.OFFSET_MAX]
+    by_key = sorted(offsets, key=lambda o: keys.object_descriptor_key(ORDERS, o))
+    assert by_key == offsets
+    for offset in offsets:
+        key = keys.object_descriptor_key(ORDERS, offset)
+        assert keys.parse_object_descriptor_key(key) == (ORDERS, offset)
+
+
+@pytest.mark.parametrize("offset", [-1, 2**64])
+def test_offsets_outside_u64_are_refused(offset: int) -> None:
+    with pytest.raises(InvalidNameError):
+        keys.object_descriptor_key(ORDERS, offset)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["storage/default/orders/objects/42", "storage/default/orders/objects/99999999999999999999",
+     "storage/default/orders/objekts/00000000000000000042", "topics/default/orders",
+     "storage/default/orders/objects/0000000000000000004x"],
+)  # fmt: skip
+def test_bad_object_descriptor_keys_are_refused(key: str) -> None:
+    with pytest.raises(InvalidNameError):
+        keys.parse_object_descriptor_key(key)
+
+
+def test_parsers_invert_the_builders() -> None:
+    p3 = ORDERS.partition_name(3)
+    assert keys.parse_topic_key(keys.topic_key(ORDERS)) == ORDERS
+    assert keys.parse_partition_key(keys.partition_owner_key(p3)) == (p3, "owner")
+    assert keys.parse_node_key(keys.node_key("cloud_reader", "n1")) == ("cloud_reader", "n1")
+    cursor = keys.subscription_cursor_key(ORDERS, "s", p3)
+    assert keys.parse_subscription_key(cursor) == (ORDERS, "s", "cursors/orders-part-3")
+    with pytest.raises(InvalidNameError):
+        keys.parse_node_key("nodes/broker/n1")  # not a service kind
+    with pytest.raises(InvalidNameError):
+        keys.parse_topic_key("topics/default")
+
+
+def test_cursor_key_refuses_a_partition_of_another_topic() -> None:
+    other = TopicName("default", "payments").partition_name(0)
+    with pytest.raises(InvalidNameError, match="not a partition of /default/orders"):
+        keys.subscription_cursor_key(ORDERS, "s", other)
+
+
+def test_node_ids_allow_dots_but_names_do_not() -> None:
+    assert keys.validate_node_id("host.example.com") == "host.example.com"
+    with pytest.raises(InvalidNameError):
+        keys.validate_segment("namespace", "a.b")
+    with pytest.raises(InvalidNameError):
+        keys.node_key("ingest", "a/b")
+
+
+# --- stored records --------------------------------------------------------------------
+
+
+def _kv(value: bytes, key: str = "k") -> KeyValue:
+    return KeyValue(key, value, 1, 1, 1, 0)
+
+
+def test_model_round_trip_through_json_bytes() -> None:
+    config = TopicConfig(partitions=3, dispatch="non_reliable", created_ms=1_700_000_000_000)
+    data = encode_model(config)
+    assert data.startswith(b"{")
+    assert b'"partitions":3' in data
+    assert decode_model(_kv(data), TopicConfig) == config
+
+
+def test_unknown_fields_are_ignored_for_rolling_upgrades() -> None:
+    data = b'{"node_id":"n1","epoch":4,"assigned_ms":5,"added_in_v2":true}'
+    assert decode_model(_kv(data), Owner) == Owner(node_id="n1", epoch=4, assigned_ms=5)
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [(b"not json", "value"), (b'{"node_id":"n1","epoch":0,"assigned_ms":1}', "epoch"),
+     (b'{"epoch":1,"assigned_ms":1}', "node_id")],
+)  # fmt: skip
+def test_bad_stored_values_raise_decode_errors_naming_the_key(value: bytes, where: str) -> None:
+    with pytest.raises(MetaDecodeError) as info:
+        decode_model(_kv(value, key="partitions/ns/t/owner"), Owner)
+    assert info.value.key == "partitions/ns/t/owner"
+    assert info.value.code == "corrupt_metadata"
+    assert where in info.value.reason
+
+
+def _descriptor(**changes: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "object_key": "root/topics/ns/t/00000000000000000100-00000000000000000199.dnb",
+        "first_offset": 100,
+        "last_offset": 199,
+        "size_bytes": 200_000,
+        "message_count": 100,
+        "created_ms": 1,
+        "index": [(100, 0), (150, 65_600)],
+    }
+    fields.update(changes)
+    return fields
+
+
+def test_object_descriptor_accepts_a_consistent_index() -> None:
+    descriptor = ObjectDescriptor.model_validate(_descriptor())
+    assert descriptor.index == [(100, 0), (150, 65_600)]
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [({"last_offset": 99}, "below first_offset"), ({"message_count": 101}, "more messages"),
+     ({"index": [(99, 0)]}, "outside first..last"), ({"index": [(100, 200_000)]}, "beyond"),
+     ({"index": [(150, 10), (120, 20)]}, "strictly increasing"),
+     ({"index": [(100, 10), (120, 10)]}, "strictly increasing")],
+)  # fmt: skip
+def test_object_descriptor_rejects_inconsistent_fields(
+    changes: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(ValueError, match=reason):
+        ObjectDescriptor.model_validate(_descriptor(**changes))
+
+
+# --- transactions ----------------------------------------------------------------------
+
+
+class _NoCommit:
+    async def commit(self, txn: Txn) -> Any:
+        raise AssertionError("not sent in unit tests")
+
+
+def test_txn_builder_records_compares_and_both_branches_in_order() -> None:
+    txn = (
+        Txn(_NoCommit())
+        .if_absent("a")
+        .if_mod_revision("b", "==", 7)
+        .if_value("c", "!=", b"x")
+        .then_put("a", b"1")
+        .then_delete("p/", prefix=True)
+        .else_get("a")
+    )
+    assert txn.compares == [
+        Compare("a", "create_revision", "==", 0),
+        Compare("b", "mod_revision", "==", 7),
+        Compare("c", "value", "!=", b"x"),
+    ]
+    assert txn.success == [PutOp("a", b"1"), DeleteOp("p/", prefix=True)]
+    assert txn.failure == [GetOp("a")]
+
+
+def test_txn_refuses_more_ops_than_etcd_accepts() -> None:
+    txn = Txn(_NoCommit())
+    for i in range(TXN_OPS_MAX):
+        txn.then_put(f"k{i}", b"")
+    with pytest.raises(MetaRequestError, match="at most 128"):
+        txn.then_put("one-more", b"")
+
+
+def test_txn_refuses_oversize_values_before_sending() -> None:
+    Txn(_NoCommit()).then_put("k", b"x" * VALUE_BYTES_MAX)
+    with pytest.raises(MetaRequestError, match="over the"):
+        Txn(_NoCommit()).else_put("k", b"x" * (VALUE_BYTES_MAX + 1))
+
+
+@pytest.mark.parametrize(
+    ("prefix", "end"),
+    [(b"/danube/a/", b"/danube/a0"), (b"a\xff", b"b"), (b"a\xff\xff", b"b"), (b"\xff", b"\0")],
+)
+def test_prefix_range_end_covers_exactly_the_prefix(prefix: bytes, end: bytes) -> None:
+    assert prefix_range_end(prefix) == end
