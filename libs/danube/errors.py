@@ -3,6 +3,7 @@
 Each package draws its own hierarchy under :class:`DanubeError`::
 
     DanubeError                  code, message, retriable
+    ├── names.InvalidNameError   a name that breaks the naming rules (one for every package)
     ├── frame.FrameError         corrupt or oversize frames and records
     ├── config.ConfigError       a bad setting, named by its key path
     ├── bus.BusError             request/reply failures, remote errors

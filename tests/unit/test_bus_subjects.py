@@ -1,4 +1,4 @@
-"""Topic-name validation, subject building, wildcards and parsing of danube.bus.subjects."""
+"""Subjects of danube.bus.subjects: building, wildcards, parsing, the prefix and op tokens."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from danube.bus import (
     Subjects,
     TopicName,
 )
-from danube.bus.subjects import MAX_TOPIC_NAME_CHARS
+from danube.bus.subjects import MAX_OP_CHARS
 
 pytestmark = pytest.mark.unit
 
@@ -30,73 +30,6 @@ def nats_match(pattern: str, subject: str) -> bool:
         if i >= len(s) or (token != "*" and token != s[i]):
             return False
     return len(p) == len(s)
-
-
-# --- topic names ---------------------------------------------------------------------
-
-
-def test_topic_name_parses_and_prints_back() -> None:
-    name = TopicName.parse("/default/orders_v2-x")
-    assert (name.namespace, name.topic) == ("default", "orders_v2-x")
-    assert str(name) == "/default/orders_v2-x"
-    assert name.partition is None
-    assert name.base == "orders_v2-x"
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        "",
-        "/",
-        "default/orders",
-        "/default",
-        "/default/",
-        "//orders",
-        "/a/b/c",
-        "/de.fault/orders",
-        "/default/or.ders",
-        "/default/or ders",
-        "/default/orders*",
-        "/default/>",
-        "/default/ordérs",
-        "/default/orders\n",
-        "/" + "n" * 10 + "/" + "t" * (MAX_TOPIC_NAME_CHARS - 11),  # 256 characters
-    ],
-)
-def test_invalid_topic_names_are_refused(bad: str) -> None:
-    with pytest.raises(InvalidNameError) as info:
-        TopicName.parse(bad)
-    assert info.value.code == "invalid_name"
-    assert info.value.retriable is False
-
-
-def test_longest_topic_name_is_accepted() -> None:
-    name = "/" + "n" * 10 + "/" + "t" * (MAX_TOPIC_NAME_CHARS - 12)
-    assert len(name) == MAX_TOPIC_NAME_CHARS
-    assert str(TopicName.parse(name)) == name
-
-
-def test_direct_construction_is_validated_too() -> None:
-    with pytest.raises(InvalidNameError):
-        TopicName("default", "a.b")
-
-
-def test_partition_names() -> None:
-    topic = TopicName.parse("/default/orders")
-    part = topic.partition_name(3)
-    assert str(part) == "/default/orders-part-3"
-    assert (part.base, part.partition) == ("orders", 3)
-    with pytest.raises(InvalidNameError):
-        part.partition_name(0)  # a partition has no partitions
-    with pytest.raises(InvalidNameError):
-        topic.partition_name(-1)
-
-
-@pytest.mark.parametrize("topic", ["orders-part-03", "orders-part-", "orders-part-x", "-part-1x"])
-def test_names_that_only_look_like_partitions_are_plain_topics(topic: str) -> None:
-    name = TopicName("default", topic)
-    assert name.partition is None
-    assert name.base == topic
 
 
 # --- building subjects ---------------------------------------------------------------
@@ -132,6 +65,12 @@ def test_builders_refuse_bad_names() -> None:
         S.dispatch("/ns/t", "sub", "*")
     with pytest.raises(InvalidNameError):
         S.for_topic(Kind.DISPATCH, "/ns/t")  # needs a subscription and an op
+
+
+def test_op_tokens_are_segments_of_at_most_64_characters() -> None:
+    assert S.dispatch("/ns/t", "s", "x" * MAX_OP_CHARS).endswith("." + "x" * MAX_OP_CHARS)
+    with pytest.raises(InvalidNameError, match=f"longer than {MAX_OP_CHARS}"):
+        S.dispatch("/ns/t", "s", "x" * (MAX_OP_CHARS + 1))
 
 
 # --- wildcards -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The etcd key layout, name rules, stored record checks and the transaction builder."""
+"""The etcd key layout (names checked by danube.names), stored record checks, the txn builder."""
 
 from __future__ import annotations
 
@@ -7,92 +7,15 @@ from typing import Any
 import pytest
 
 from danube.meta import keys
-from danube.meta.errors import InvalidNameError, MetaDecodeError, MetaRequestError
-from danube.meta.keys import TopicName
+from danube.meta.errors import MetaDecodeError, MetaRequestError
 from danube.meta.kv import VALUE_BYTES_MAX, KeyValue, decode_model, encode_model
 from danube.meta.records import ObjectDescriptor, Owner, TopicConfig
 from danube.meta.txn import TXN_OPS_MAX, Compare, DeleteOp, GetOp, PutOp, Txn, prefix_range_end
+from danube.names import InvalidNameError, TopicName
 
 pytestmark = pytest.mark.unit
 
 ORDERS = TopicName("default", "orders")
-
-
-# --- names -------------------------------------------------------------------------------
-
-
-def test_topic_name_parses_and_prints_round_trip() -> None:
-    name = TopicName.parse("/sales-eu/orders_v2")
-    assert (name.namespace, name.topic) == ("sales-eu", "orders_v2")
-    assert str(name) == "/sales-eu/orders_v2"
-
-
-@pytest.mark.parametrize(
-    "bad",
-    ["orders", "/default", "/default/", "//orders", "/default/orders/x", "default/orders/",
-     "/def ault/orders", "/default/ord.ers", "/default/ordérs", "/a/" + "x" * 253,
-     "/" + "x" * 256 + "/t"],
-)  # fmt: skip
-def test_topic_name_rejects_bad_names(bad: str) -> None:
-    with pytest.raises(InvalidNameError) as info:
-        TopicName.parse(bad)
-    assert info.value.code == "invalid_name"
-    assert not info.value.retriable
-
-
-def test_name_length_limits_are_inclusive() -> None:
-    assert keys.validate_segment("namespace", "x" * 255) == "x" * 255
-    assert len(str(TopicName("a", "x" * 252))) == 255
-    with pytest.raises(InvalidNameError, match="longer than 255"):
-        keys.validate_segment("subscription", "x" * 256)
-    with pytest.raises(InvalidNameError, match="longer than 255"):
-        TopicName("ab", "x" * 252)
-
-
-def test_partitions_of_a_topic() -> None:
-    assert ORDERS.partitions(0) == [ORDERS]
-    parts = ORDERS.partitions(3)
-    assert [str(p) for p in parts] == [
-        "/default/orders-part-0",
-        "/default/orders-part-1",
-        "/default/orders-part-2",
-    ]
-    assert [p.partition for p in parts] == [0, 1, 2]
-    assert all(p.base == "orders" and p.parent == ORDERS for p in parts)
-    assert ORDERS.partition is None
-    assert ORDERS.parent == ORDERS
-
-
-def test_partition_suffix_needs_a_canonical_index() -> None:
-    assert TopicName("ns", "t-part-01").partition is None  # leading zero: a plain topic
-    assert TopicName("ns", "t-part-x").partition is None
-    assert TopicName("ns", "a-part-1-part-2").base == "a-part-1"
-    with pytest.raises(InvalidNameError):
-        ORDERS.partition_name(-1)
-    with pytest.raises(InvalidNameError, match="no partitions of its own"):
-        ORDERS.partition_name(0).partition_name(1)
-
-
-NAMES = ["/default/orders", "/a/b-part-3", "/a/b-part-03", "/x/" + "y" * 252, "/x/" + "y" * 253,
-         "/default", "/a/b/c", "/a/b.c", "/a/", "/ä/b", "/a_b/c-d"]  # fmt: skip
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_names_follow_the_same_rules_as_the_bus(name: str) -> None:
-    from danube.bus.errors import InvalidNameError as BusInvalidNameError
-    from danube.bus.subjects import TopicName as BusTopicName
-
-    try:
-        bus = BusTopicName.parse(name)
-    except BusInvalidNameError:
-        with pytest.raises(InvalidNameError):
-            TopicName.parse(name)
-        return
-    meta = TopicName.parse(name)
-    assert (meta.namespace, meta.topic, meta.base, meta.partition) == (
-        bus.namespace, bus.topic, bus.base, bus.partition,
-    )  # fmt: skip
-    assert keys.topic_key(bus) == keys.topic_key(meta)  # keys accept either TopicName
 
 
 # --- the key layout ------------------------------------------------------------------
@@ -186,9 +109,17 @@ def test_cursor_key_refuses_a_partition_of_another_topic() -> None:
 def test_node_ids_allow_dots_but_names_do_not() -> None:
     assert keys.validate_node_id("host.example.com") == "host.example.com"
     with pytest.raises(InvalidNameError):
-        keys.validate_segment("namespace", "a.b")
+        keys.namespace_key("a.b")
     with pytest.raises(InvalidNameError):
         keys.node_key("ingest", "a/b")
+
+
+def test_node_ids_have_the_limits_of_a_name() -> None:
+    assert keys.validate_node_id("n" * 255) == "n" * 255
+    with pytest.raises(InvalidNameError, match="longer than 255"):
+        keys.validate_node_id("n" * 256)
+    with pytest.raises(InvalidNameError, match="empty"):
+        keys.validate_node_id("")
 
 
 # --- stored records --------------------------------------------------------------------

@@ -9,7 +9,8 @@
 
 Bodies are raw bytes end to end. Every request carries its absolute deadline; errors raised by a
 remote handler come back as :class:`RemoteError` with the same ``code``. ``docs/bus.md`` lists the
-subjects, headers, error codes and limits.
+subjects, headers, error codes and limits. :class:`TopicName`, :func:`topic_name` and
+:class:`InvalidNameError` are those of :mod:`danube.names`, re-exported for convenience.
 """
 
 from danube.bus.connection import Bus
@@ -17,7 +18,6 @@ from danube.bus.errors import (
     BusError,
     BusTimeoutError,
     DeadlineExceededError,
-    InvalidNameError,
     InvalidSubjectError,
     NoRespondersError,
     NotConnectedError,
@@ -38,13 +38,10 @@ from danube.bus.subjects import (
     Kind,
     ParsedSubject,
     Subjects,
-    TopicName,
-    topic_name,
-    validate_namespace,
     validate_op,
-    validate_subscription,
 )
 from danube.bus.subscription import Subscription
+from danube.names import InvalidNameError, TopicName, topic_name
 
 __all__ = [
     "CLOUD_READER_QUEUE",
@@ -75,7 +72,5 @@ __all__ = [
     "Subscription",
     "TopicName",
     "topic_name",
-    "validate_namespace",
     "validate_op",
-    "validate_subscription",
 ]

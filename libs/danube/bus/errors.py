@@ -1,10 +1,10 @@
-"""Errors of ``danube.bus``: bad names, and request/reply failures on either side.
+"""Errors of ``danube.bus``: bad subjects, and request/reply failures on either side.
 
 ::
 
     DanubeError
+    ├── names.InvalidNameError        "invalid_name": kind, value, reason (topic/namespace/op...)
     └── BusError                      "bus_error": root; raised as is for a misuse of the API
-        ├── InvalidNameError          "invalid_name": name, reason        (topic/namespace/...)
         ├── InvalidSubjectError       "invalid_subject": subject, reason  (parse side)
         ├── PayloadTooLargeError      "payload_too_large": size_bytes, limit_bytes
         ├── NotConnectedError         "not_connected": retriable          (closed, draining, down)
@@ -17,6 +17,11 @@
 error the remote handler raised (``"deadline_exceeded"``, ``"internal"``, or any code of another
 package's hierarchy, such as ``"corrupt_frame"``), so a caller can branch on ``exc.code`` exactly
 as if the handler had run in-process.
+
+A bad topic, namespace, subscription or operation name raises
+:class:`danube.names.InvalidNameError`, the one error of the mesh's naming rules; it is not a
+:class:`BusError` (``danube.bus`` re-exports it). Parsing a subject turns it into an
+:class:`InvalidSubjectError`.
 """
 
 from __future__ import annotations
@@ -28,17 +33,6 @@ class BusError(DanubeError):
     """Root of the bus errors; raised as is for a misuse of the API (a bad argument)."""
 
     code = "bus_error"
-
-
-class InvalidNameError(BusError):
-    """A topic, namespace, subscription or operation name that breaks the naming rules."""
-
-    code = "invalid_name"
-
-    def __init__(self, name: str, reason: str) -> None:
-        super().__init__(f"invalid name {name!r}: {reason}")
-        self.name = name
-        self.reason = reason
 
 
 class InvalidSubjectError(BusError):

@@ -1,8 +1,8 @@
-"""Topic names and the NATS subjects of the mesh, built and parsed with no I/O.
+"""The NATS subjects of the mesh, built and parsed with no I/O.
 
-A topic name is ``/<namespace>/<topic>``; each segment is letters, digits, ``_`` and ``-``, and the
-whole name is at most :data:`MAX_TOPIC_NAME_CHARS` characters. Partition ``N`` of a partitioned
-topic ``/<ns>/<t>`` is the topic ``/<ns>/<t>-part-N`` (``N`` in decimal, no leading zero).
+Topic names and their rules (segments, length limits, the ``-part-N`` suffix of a partition) are
+those of :mod:`danube.names`; this module adds the tokens only subjects have: the subject prefix
+(a segment) and dispatcher operation names (segments of at most :data:`MAX_OP_CHARS`).
 
 Every subject has a fixed number of tokens so it parses without guessing::
 
@@ -22,17 +22,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeAlias
 
-from danube.bus.errors import InvalidNameError, InvalidSubjectError
+from danube.bus.errors import InvalidSubjectError
+from danube.names import InvalidNameError, TopicName, topic_name, validate_segment
 
 DEFAULT_PREFIX = "danube"
 
-MAX_TOPIC_NAME_CHARS = 255
-"""Limit on a whole topic name, ``/<ns>/<topic>`` included; keeps subjects and etcd keys short."""
-
-MAX_NAME_CHARS = 255
-"""Limit on a namespace, subscription or prefix on its own."""
-
 MAX_OP_CHARS = 64
+"""Limit on a dispatcher operation token; the mesh's own are a few characters."""
 
 NO_PARTITION = "_"
 """The partition token of a topic that is not a partition of a partitioned topic."""
@@ -40,9 +36,10 @@ NO_PARTITION = "_"
 CLOUD_READER_QUEUE = "cloud_reader"
 """The queue group every cloud_reader joins, so each fetch goes to one of them."""
 
-_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
-_PARTITION_SUFFIX = re.compile(r"(?P<base>[A-Za-z0-9_-]+)-part-(?P<index>0|[1-9][0-9]*)")
 _PARTITION_TOKEN = re.compile(r"0|[1-9][0-9]*")
+
+TopicLike: TypeAlias = TopicName | str
+"""What the builders accept: a :class:`~danube.names.TopicName` or its string form."""
 
 
 class Kind(StrEnum):
@@ -88,90 +85,9 @@ class DispatchOp(StrEnum):
     DELETE = "delete"
 
 
-def _check_segment(value: str, what: str, limit: int) -> None:
-    if not value:
-        raise InvalidNameError(value, f"{what} is empty")
-    if len(value) > limit:
-        raise InvalidNameError(value, f"{what} is longer than {limit} characters")
-    if not _SEGMENT.fullmatch(value):
-        raise InvalidNameError(value, f"{what} may hold only letters, digits, '_' and '-'")
-
-
-def validate_namespace(namespace: str) -> str:
-    """Return ``namespace`` if it is a valid namespace name, else raise InvalidNameError."""
-    _check_segment(namespace, "namespace", MAX_NAME_CHARS)
-    return namespace
-
-
-def validate_subscription(subscription: str) -> str:
-    """Return ``subscription`` if it is a valid subscription name, else raise InvalidNameError."""
-    _check_segment(subscription, "subscription name", MAX_NAME_CHARS)
-    return subscription
-
-
 def validate_op(op: str) -> str:
     """Return ``op`` if it is a valid dispatcher operation token, else raise InvalidNameError."""
-    _check_segment(op, "operation", MAX_OP_CHARS)
-    return op
-
-
-@dataclass(frozen=True, slots=True)
-class TopicName:
-    """A validated topic name, ``/<namespace>/<topic>``; construction checks every rule."""
-
-    namespace: str
-    topic: str
-
-    def __post_init__(self) -> None:
-        _check_segment(self.namespace, "namespace", MAX_NAME_CHARS)
-        _check_segment(self.topic, "topic", MAX_NAME_CHARS)
-        if len(str(self)) > MAX_TOPIC_NAME_CHARS:
-            raise InvalidNameError(
-                str(self), f"topic name is longer than {MAX_TOPIC_NAME_CHARS} characters"
-            )
-
-    @classmethod
-    def parse(cls, name: str) -> TopicName:
-        """Parse ``/<namespace>/<topic>``; raise InvalidNameError for anything else."""
-        if len(name) > MAX_TOPIC_NAME_CHARS:
-            raise InvalidNameError(
-                name[:64] + "...", f"topic name is longer than {MAX_TOPIC_NAME_CHARS} characters"
-            )
-        parts = name.split("/")
-        if len(parts) != 3 or parts[0] != "":
-            raise InvalidNameError(name, "a topic name is '/<namespace>/<topic>'")
-        return cls(parts[1], parts[2])
-
-    @property
-    def base(self) -> str:
-        """The topic without its ``-part-N`` suffix (the topic itself when not a partition)."""
-        match = _PARTITION_SUFFIX.fullmatch(self.topic)
-        return self.topic if match is None else match["base"]
-
-    @property
-    def partition(self) -> int | None:
-        """``N`` when this is partition ``N`` of a partitioned topic, else ``None``."""
-        match = _PARTITION_SUFFIX.fullmatch(self.topic)
-        return None if match is None else int(match["index"])
-
-    def partition_name(self, index: int) -> TopicName:
-        """The name of partition ``index`` of this (partitioned) topic: ``/<ns>/<t>-part-N``."""
-        if self.partition is not None:
-            raise InvalidNameError(str(self), "a partition has no partitions of its own")
-        if index < 0:
-            raise InvalidNameError(str(self), f"partition index {index} is negative")
-        return TopicName(self.namespace, f"{self.topic}-part-{index}")
-
-    def __str__(self) -> str:
-        return f"/{self.namespace}/{self.topic}"
-
-
-TopicLike: TypeAlias = TopicName | str
-
-
-def topic_name(topic: TopicLike) -> TopicName:
-    """Accept a :class:`TopicName` or its string form; raise InvalidNameError if invalid."""
-    return topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+    return validate_segment("operation", op, max_chars=MAX_OP_CHARS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +114,7 @@ class Subjects:
     """Builds and parses the mesh's subjects under one prefix (``BusConfig.subject_prefix``)."""
 
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
-        _check_segment(prefix, "subject prefix", MAX_NAME_CHARS)
+        validate_segment("subject prefix", prefix)
         self.prefix = prefix
 
     def _topic_tokens(self, topic: TopicLike) -> str:
@@ -210,7 +126,11 @@ class Subjects:
     def for_topic(self, kind: Kind, topic: TopicLike) -> str:
         """The subject of a topic-level ``kind`` (one with no subscription token) for ``topic``."""
         if kind.extra_tokens:
-            raise InvalidNameError(kind.value, "this kind needs a subscription; use its method")
+            raise InvalidNameError(
+                kind="subject kind",
+                value=kind.value,
+                reason="this kind needs a subscription; use its method",
+            )
         return f"{self.prefix}.{kind.value}.{self._topic_tokens(topic)}"
 
     def produce(self, topic: TopicLike) -> str:
@@ -243,13 +163,13 @@ class Subjects:
 
     def subscription_ownership(self, topic: TopicLike, subscription: str) -> str:
         """Announcements that a subscription moved to another dispatcher."""
-        validate_subscription(subscription)
+        validate_segment("subscription", subscription)
         kind = Kind.SUBSCRIPTION_OWNERSHIP.value
         return f"{self.prefix}.{kind}.{self._topic_tokens(topic)}.{subscription}"
 
     def dispatch(self, topic: TopicLike, subscription: str, op: str) -> str:
         """Requests ``op`` on a subscription, served by the dispatcher that owns it."""
-        validate_subscription(subscription)
+        validate_segment("subscription", subscription)
         validate_op(op)
         return (
             f"{self.prefix}.{Kind.DISPATCH.value}.{self._topic_tokens(topic)}.{subscription}.{op}"
@@ -257,20 +177,22 @@ class Subjects:
 
     def dispatch_all_ops(self, topic: TopicLike, subscription: str) -> str:
         """Wildcard over every operation of one subscription (what its owner subscribes to)."""
-        validate_subscription(subscription)
+        validate_segment("subscription", subscription)
         return f"{self.prefix}.{Kind.DISPATCH.value}.{self._topic_tokens(topic)}.{subscription}.*"
 
     def all_partitions(self, kind: Kind, topic: TopicLike) -> str:
         """Wildcard over every partition of ``topic`` (also matches it unpartitioned)."""
         name = topic_name(topic)
         if name.partition is not None:
-            raise InvalidNameError(str(name), "expected a topic, got one of its partitions")
+            raise InvalidNameError(
+                kind="topic", value=str(name), reason="expected a topic, got one of its partitions"
+            )
         tail = ".*" * kind.extra_tokens
         return f"{self.prefix}.{kind.value}.{name.namespace}.{name.topic}.*{tail}"
 
     def all_topics(self, kind: Kind, namespace: str) -> str:
         """Wildcard over every topic and partition of ``namespace``."""
-        validate_namespace(namespace)
+        validate_segment("namespace", namespace)
         return f"{self.prefix}.{kind.value}.{namespace}.>"
 
     def all_of_kind(self, kind: Kind) -> str:
@@ -298,8 +220,12 @@ class Subjects:
             name = TopicName(namespace, topic)
             if partition == NO_PARTITION and name.partition is not None:
                 # "/ns/t-part-3" is always written with its own partition token, never as "_".
-                raise InvalidNameError(topic, "a partition's name in the base token")
-            subscription = validate_subscription(rest[3]) if kind.extra_tokens >= 1 else None
+                raise InvalidNameError(
+                    kind="topic", value=topic, reason="a partition's name in the base token"
+                )
+            subscription = (
+                validate_segment("subscription", rest[3]) if kind.extra_tokens >= 1 else None
+            )
             op = validate_op(rest[4]) if kind.extra_tokens >= 2 else None
         except InvalidNameError as exc:
             raise InvalidSubjectError(subject, exc.reason) from exc

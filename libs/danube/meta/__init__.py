@@ -6,12 +6,14 @@
 - :class:`Election`: leader election on ``elections/<name>``;
 - :mod:`danube.meta.keys` and :mod:`danube.meta.records`: the key layout and the values.
 
+:class:`TopicName` and :class:`InvalidNameError` are those of :mod:`danube.names` (the naming
+rules of the whole mesh), re-exported for convenience.
+
 docs/metadata.md describes the layout and the transaction patterns.
 """
 
 from danube.meta.election import Election, Leadership
 from danube.meta.errors import (
-    InvalidNameError,
     LeaseLostError,
     MetaDecodeError,
     MetaError,
@@ -22,12 +24,13 @@ from danube.meta.errors import (
     WatchError,
     WatchOverflowError,
 )
-from danube.meta.keys import SERVICE_KINDS, ServiceKind, TopicName
+from danube.meta.keys import SERVICE_KINDS, ServiceKind
 from danube.meta.kv import VALUE_BYTES_MAX, KeyValue, decode_model, encode_model
 from danube.meta.lease import Lease, LeaseBackend
 from danube.meta.store import MetaStore, RangeResult
 from danube.meta.txn import Compare, OpResponse, Txn, TxnResult
 from danube.meta.watch import Watch, WatchEvent
+from danube.names import InvalidNameError, TopicName
 
 __all__ = [
     "SERVICE_KINDS",

@@ -1,15 +1,15 @@
-"""Errors of ``danube.meta``: etcd failures, lost leases, broken watches, bad names and values.
+"""Errors of ``danube.meta``: etcd failures, lost leases, broken watches, bad stored values.
 
 ::
 
     DanubeError
+    ├── names.InvalidNameError       "invalid_name": kind, value, reason (a bad name or key)
     └── MetaError                    "meta_error": an etcd failure with no better name
         ├── MetaUnavailableError     "meta_unavailable": etcd unreachable or overloaded  (retriable)
         ├── MetaTimeoutError         "timeout": no answer within the deadline            (retriable)
         ├── MetaRequestError         "meta_bad_request": etcd refused the request as invalid
         │                            ("response_too_large": an answer over gRPC's limit)
         ├── MetaDecodeError          "corrupt_metadata": key, reason (a stored value is bad)
-        ├── InvalidNameError         "invalid_name": kind, value (a topic/namespace/... name)
         ├── LeaseLostError           "lease_lost": lease_id (expired, revoked or not found)
         └── WatchError               "watch_error": resume_revision
             ├── WatchCompactedError  "revision_compacted": compact_revision
@@ -18,6 +18,11 @@
 ``retriable`` means the same call may succeed later unchanged. A lost lease is never
 retriable: whatever the lease protected (ownership, leadership) is gone and must be won again.
 A broken watch carries ``resume_revision`` so the caller can start a new one where it stopped.
+
+A bad name (namespace, topic, subscription, node id...) or a malformed key raises
+:class:`danube.names.InvalidNameError`, the one error of the mesh's naming rules. It comes from
+the pure functions of :mod:`danube.meta.keys` (and so from ``Election(...)``, which builds its
+key), never from a call to etcd, and it is not a :class:`MetaError` (``danube.meta`` re-exports it).
 """
 
 from __future__ import annotations
@@ -65,17 +70,6 @@ class MetaDecodeError(MetaError):
         super().__init__(f"bad value at {key!r}: {reason}")
         self.key = key
         self.reason = reason
-
-
-class InvalidNameError(MetaError):
-    """A name (namespace, topic, subscription, node id...) breaks the naming rules."""
-
-    code = "invalid_name"
-
-    def __init__(self, *, kind: str, value: str, reason: str) -> None:
-        super().__init__(f"invalid {kind} {value!r}: {reason}")
-        self.kind = kind
-        self.value = value
 
 
 class LeaseLostError(MetaError):

@@ -20,24 +20,22 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
 partitioned, ``<topic>-part-<i>`` when it is. Records of one kind sit at one depth and every
 prefix helper ends in ``/``, so a prefix range never catches a sibling (``orders`` vs
 ``orders2``). docs/metadata.md gives the writers, readers and leases of each key.
+
+``<ns>``, ``<topic>``, ``<sub>`` and election names follow the rules of :mod:`danube.names`
+(which also defines :class:`~danube.names.TopicName`); node ids may also hold ``.``. A bad
+name, or a key that is not one of these, raises :class:`~danube.names.InvalidNameError`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from typing import Literal, get_args
 
-from danube.meta.errors import InvalidNameError
+from danube.names import MAX_NAME_CHARS, InvalidNameError, TopicName, validate_segment
 
-# The same limits and rules as danube.bus.subjects, so both accept exactly the same names.
-MAX_NAME_CHARS = 255
-MAX_TOPIC_NAME_CHARS = 255
-# Names users choose: namespaces, topics, subscriptions; also election names and node ids.
-_SEGMENT_RE = re.compile(r"[A-Za-z0-9_-]+")
-# Node ids are often host names, so dots are allowed too.
+# Node ids are often host names, so dots are allowed too (the one departure from the segment
+# rule of danube.names, which names every other key segment here).
 _NODE_ID_RE = re.compile(r"[A-Za-z0-9._-]+")
-_PARTITION_RE = re.compile(r"(?P<base>[A-Za-z0-9_-]+)-part-(?P<index>0|[1-9][0-9]*)")
 # Object descriptors sort by start offset because offsets are zero-padded to the u64 width.
 OFFSET_DIGITS = 20
 OFFSET_MAX = 2**64 - 1
@@ -53,106 +51,26 @@ NODES_PREFIX = "nodes/"
 ELECTIONS_PREFIX = "elections/"
 
 
-def validate_segment(kind: str, value: str) -> str:
-    """Return ``value`` if it is a valid name segment (letters, digits, ``_``, ``-``)."""
-    return _validate(kind, value, _SEGMENT_RE, "letters, digits, '_' and '-'")
-
-
 def validate_node_id(node_id: str) -> str:
-    """Return ``node_id`` if valid: letters, digits, ``.``, ``_``, ``-``."""
-    return _validate("node id", node_id, _NODE_ID_RE, "letters, digits, '.', '_' and '-'")
-
-
-def _validate(kind: str, value: str, pattern: re.Pattern[str], allowed: str) -> str:
-    if not value:
-        raise InvalidNameError(kind=kind, value=value, reason="empty")
-    if len(value) > MAX_NAME_CHARS:
+    """Return ``node_id`` if valid: letters, digits, ``.``, ``_``, ``-``; at most
+    :data:`~danube.names.MAX_NAME_CHARS` characters."""
+    if not node_id:
+        raise InvalidNameError(kind="node id", value=node_id, reason="empty")
+    if len(node_id) > MAX_NAME_CHARS:
         raise InvalidNameError(
-            kind=kind, value=value[:64] + "...", reason=f"longer than {MAX_NAME_CHARS} characters"
+            kind="node id",
+            value=node_id[:64] + "...",
+            reason=f"longer than {MAX_NAME_CHARS} characters",
         )
-    if pattern.fullmatch(value) is None:
-        raise InvalidNameError(kind=kind, value=value, reason=f"only {allowed} are allowed")
-    return value
+    if _NODE_ID_RE.fullmatch(node_id) is None:
+        allowed = "only letters, digits, '.', '_' and '-' are allowed"
+        raise InvalidNameError(kind="node id", value=node_id, reason=allowed)
+    return node_id
 
 
-class TopicLike(Protocol):
-    """Any topic name with a namespace and a topic segment (this module's :class:`TopicName`,
-    or ``danube.bus.TopicName``, which follows the same rules)."""
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def topic(self) -> str: ...
-
-
-def _segments(topic: TopicLike) -> str:
-    """``<ns>/<topic>`` for a key, checked again: any :class:`TopicLike` is accepted."""
-    return (
-        f"{validate_segment('namespace', topic.namespace)}/{validate_segment('topic', topic.topic)}"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class TopicName:
-    """A validated topic name ``/<namespace>/<topic>``; also names one partition of a topic."""
-
-    namespace: str
-    topic: str
-
-    def __post_init__(self) -> None:
-        validate_segment("namespace", self.namespace)
-        validate_segment("topic", self.topic)
-        if len(str(self)) > MAX_TOPIC_NAME_CHARS:
-            raise InvalidNameError(
-                kind="topic name",
-                value=str(self)[:64] + "...",
-                reason=f"longer than {MAX_TOPIC_NAME_CHARS} characters",
-            )
-
-    @classmethod
-    def parse(cls, name: str) -> TopicName:
-        """Parse ``/<ns>/<topic>``; raise :class:`InvalidNameError` on anything else."""
-        parts = name.split("/")
-        if len(parts) != 3 or parts[0] != "":
-            raise InvalidNameError(kind="topic name", value=name, reason="not /<namespace>/<topic>")
-        return cls(parts[1], parts[2])
-
-    def __str__(self) -> str:
-        return f"/{self.namespace}/{self.topic}"
-
-    @property
-    def base(self) -> str:
-        """The topic segment without its ``-part-N`` suffix (itself when not a partition)."""
-        match = _PARTITION_RE.fullmatch(self.topic)
-        return self.topic if match is None else match["base"]
-
-    @property
-    def partition(self) -> int | None:
-        """``N`` when this is partition ``N`` (``<topic>-part-N``) of a topic, else ``None``."""
-        match = _PARTITION_RE.fullmatch(self.topic)
-        return None if match is None else int(match["index"])
-
-    @property
-    def parent(self) -> TopicName:
-        """The partitioned topic this partition belongs to (itself when not a partition)."""
-        return self if self.partition is None else TopicName(self.namespace, self.base)
-
-    def partition_name(self, index: int) -> TopicName:
-        """The name of partition ``index`` of this (partitioned) topic: ``<topic>-part-N``."""
-        if self.partition is not None:
-            raise InvalidNameError(
-                kind="topic", value=str(self), reason="a partition has no partitions of its own"
-            )
-        if index < 0:
-            raise InvalidNameError(kind="partition", value=str(index), reason="negative index")
-        return TopicName(self.namespace, f"{self.topic}-part-{index}")
-
-    def partitions(self, count: int) -> list[TopicName]:
-        """The partitions a topic with ``count`` partitions is served as (itself when 0)."""
-        if count < 0:
-            raise InvalidNameError(kind="partition count", value=str(count), reason="negative")
-        return [self] if count == 0 else [self.partition_name(i) for i in range(count)]
+def _segments(topic: TopicName) -> str:
+    """``<ns>/<topic>`` for a key (a :class:`TopicName` is valid by construction)."""
+    return f"{topic.namespace}/{topic.topic}"
 
 
 # --- namespaces and topics -----------------------------------------------------------
@@ -163,7 +81,7 @@ def namespace_key(namespace: str) -> str:
     return NAMESPACES_PREFIX + validate_segment("namespace", namespace)
 
 
-def topic_key(topic: TopicLike) -> str:
+def topic_key(topic: TopicName) -> str:
     """``topics/<ns>/<topic>``: the topic's config (partitions, dispatch, durability...)."""
     return "topics/" + _segments(topic)
 
@@ -193,22 +111,22 @@ def partitions_prefix(namespace: str | None = None) -> str:
     return f"partitions/{validate_segment('namespace', namespace)}/"
 
 
-def partition_prefix(partition: TopicLike) -> str:
+def partition_prefix(partition: TopicName) -> str:
     """Every record of one partition."""
     return "partitions/" + _segments(partition) + "/"
 
 
-def partition_owner_key(partition: TopicLike) -> str:
+def partition_owner_key(partition: TopicName) -> str:
     """``partitions/<ns>/<p>/owner``: the ingest node that owns the partition, with its epoch."""
     return partition_prefix(partition) + "owner"
 
 
-def offset_reservation_key(partition: TopicLike) -> str:
+def offset_reservation_key(partition: TopicName) -> str:
     """``partitions/<ns>/<p>/reservation``: the offsets the owner may assign, up to an end."""
     return partition_prefix(partition) + "reservation"
 
 
-def uploader_assignment_key(partition: TopicLike) -> str:
+def uploader_assignment_key(partition: TopicName) -> str:
     """``partitions/<ns>/<p>/uploader``: the uploader node that moves the partition's WAL."""
     return partition_prefix(partition) + "uploader"
 
@@ -233,12 +151,12 @@ def format_offset(offset: int) -> str:
     return f"{offset:0{OFFSET_DIGITS}d}"
 
 
-def object_descriptors_prefix(partition: TopicLike) -> str:
+def object_descriptors_prefix(partition: TopicName) -> str:
     """All object descriptors of a partition, sorted by start offset."""
     return "storage/" + _segments(partition) + "/objects/"
 
 
-def object_descriptor_key(partition: TopicLike, start_offset: int) -> str:
+def object_descriptor_key(partition: TopicName, start_offset: int) -> str:
     """``storage/<ns>/<p>/objects/<start:020>``: the object whose first offset is ``start``."""
     return object_descriptors_prefix(partition) + format_offset(start_offset)
 
@@ -262,7 +180,7 @@ def parse_object_descriptor_key(key: str) -> tuple[TopicName, int]:
     return TopicName(parts[1], parts[2]), start
 
 
-def uploader_checkpoint_key(partition: TopicLike) -> str:
+def uploader_checkpoint_key(partition: TopicName) -> str:
     """``storage/<ns>/<p>/checkpoint``: how far the partition's WAL is uploaded."""
     return "storage/" + _segments(partition) + "/checkpoint"
 
@@ -270,39 +188,38 @@ def uploader_checkpoint_key(partition: TopicLike) -> str:
 # --- subscriptions: config, dispatcher assignment, cursors ---------------------------
 
 
-def subscriptions_prefix(topic: TopicLike) -> str:
+def subscriptions_prefix(topic: TopicName) -> str:
     """Every record of every subscription of a topic."""
     return "subscriptions/" + _segments(topic) + "/"
 
 
-def subscription_prefix(topic: TopicLike, subscription: str) -> str:
+def subscription_prefix(topic: TopicName, subscription: str) -> str:
     """Every record of one subscription."""
     return subscriptions_prefix(topic) + validate_segment("subscription", subscription) + "/"
 
 
-def subscription_key(topic: TopicLike, subscription: str) -> str:
+def subscription_key(topic: TopicName, subscription: str) -> str:
     """``subscriptions/<ns>/<t>/<sub>/config``: the subscription's type and start."""
     return subscription_prefix(topic, subscription) + "config"
 
 
-def subscription_owner_key(topic: TopicLike, subscription: str) -> str:
+def subscription_owner_key(topic: TopicName, subscription: str) -> str:
     """``subscriptions/<ns>/<t>/<sub>/owner``: the dispatcher node serving it, with its epoch."""
     return subscription_prefix(topic, subscription) + "owner"
 
 
-def subscription_cursors_prefix(topic: TopicLike, subscription: str) -> str:
+def subscription_cursors_prefix(topic: TopicName, subscription: str) -> str:
     """The cursors of one subscription, one per partition."""
     return subscription_prefix(topic, subscription) + "cursors/"
 
 
-def subscription_cursor_key(topic: TopicLike, subscription: str, partition: TopicLike) -> str:
+def subscription_cursor_key(topic: TopicName, subscription: str, partition: TopicName) -> str:
     """``subscriptions/<ns>/<t>/<sub>/cursors/<p>``: the subscription's position in ``p``."""
-    own = TopicName(partition.namespace, partition.topic)
-    if own.parent != TopicName(topic.namespace, topic.topic):
+    if partition.parent != topic:
         raise InvalidNameError(
-            kind="partition", value=str(own), reason=f"not a partition of /{_segments(topic)}"
+            kind="partition", value=str(partition), reason=f"not a partition of {topic}"
         )
-    return subscription_cursors_prefix(topic, subscription) + own.topic
+    return subscription_cursors_prefix(topic, subscription) + partition.topic
 
 
 def parse_subscription_key(key: str) -> tuple[TopicName, str, str]:
