@@ -9,7 +9,7 @@ import pytest
 from danube.meta import keys
 from danube.meta.errors import MetaDecodeError, MetaRequestError
 from danube.meta.kv import VALUE_BYTES_MAX, KeyValue, decode_model, encode_model
-from danube.meta.records import ObjectDescriptor, Owner, TopicConfig
+from danube.meta.records import Owner, TopicConfig
 from danube.meta.txn import TXN_OPS_MAX, Compare, DeleteOp, GetOp, PutOp, Txn, prefix_range_end
 from danube.names import InvalidNameError, TopicName
 
@@ -153,39 +153,6 @@ def test_bad_stored_values_raise_decode_errors_naming_the_key(value: bytes, wher
     assert info.value.key == "partitions/ns/t/owner"
     assert info.value.code == "corrupt_metadata"
     assert where in info.value.reason
-
-
-def _descriptor(**changes: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "object_key": "root/topics/ns/t/00000000000000000100-00000000000000000199.dnb",
-        "first_offset": 100,
-        "last_offset": 199,
-        "size_bytes": 200_000,
-        "message_count": 100,
-        "created_ms": 1,
-        "index": [(100, 0), (150, 65_600)],
-    }
-    fields.update(changes)
-    return fields
-
-
-def test_object_descriptor_accepts_a_consistent_index() -> None:
-    descriptor = ObjectDescriptor.model_validate(_descriptor())
-    assert descriptor.index == [(100, 0), (150, 65_600)]
-
-
-@pytest.mark.parametrize(
-    ("changes", "reason"),
-    [({"last_offset": 99}, "below first_offset"), ({"message_count": 101}, "more messages"),
-     ({"index": [(99, 0)]}, "outside first..last"), ({"index": [(100, 200_000)]}, "beyond"),
-     ({"index": [(150, 10), (120, 20)]}, "strictly increasing"),
-     ({"index": [(100, 10), (120, 10)]}, "strictly increasing")],
-)  # fmt: skip
-def test_object_descriptor_rejects_inconsistent_fields(
-    changes: dict[str, Any], reason: str
-) -> None:
-    with pytest.raises(ValueError, match=reason):
-        ObjectDescriptor.model_validate(_descriptor(**changes))
 
 
 # --- transactions ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     partitions/<ns>/<partition>/owner                      Owner        (ingest node + epoch)
     partitions/<ns>/<partition>/reservation                OffsetReservation
     partitions/<ns>/<partition>/uploader                   Owner        (uploader node + epoch)
-    storage/<ns>/<partition>/objects/<start:020>           ObjectDescriptor
+    storage/<ns>/<partition>/objects/<start:020>           storage.ObjectDescriptor
     storage/<ns>/<partition>/checkpoint                    UploaderCheckpoint
     subscriptions/<ns>/<topic>/<sub>/config                SubscriptionConfig
     subscriptions/<ns>/<topic>/<sub>/owner                 Owner        (dispatcher node + epoch)

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from danube.meta.keys import OFFSET_MAX, ServiceKind
 
 Offset = Annotated[int, Field(ge=0, le=OFFSET_MAX)]
 TimeMs = Annotated[int, Field(ge=0)]
 PARTITIONS_MAX = 1024
-# A descriptor's sparse index has an entry per ~64 KiB; this many covers a 2 GiB object
-# while keeping the JSON value well under etcd's 1.5 MiB request limit.
-INDEX_ENTRIES_MAX = 32_768
 
 Dispatch = Literal["reliable", "non_reliable"]
 # "fsync": acknowledge after the group commit's fsync; "async": acknowledge once written,
@@ -83,41 +80,6 @@ class NodeRecord(_Record):
     address: str | None = None  # where it serves health/metrics, "host:port"
     started_ms: TimeMs
     version: str = ""
-
-
-class ObjectDescriptor(_Record):
-    """One immutable object in storage: its frames hold offsets ``first..last`` (inclusive).
-
-    ``index`` holds ``(offset, byte_position)`` pairs, one per ~64 KiB, so a reader seeks to
-    the last entry at or below the offset it wants instead of scanning from byte 0.
-    """
-
-    object_key: Annotated[str, Field(min_length=1, max_length=1024)]
-    first_offset: Offset
-    last_offset: Offset
-    size_bytes: Annotated[int, Field(ge=1)]
-    message_count: Annotated[int, Field(ge=1)]
-    created_ms: TimeMs
-    index: Annotated[
-        list[tuple[Offset, Annotated[int, Field(ge=0)]]], Field(max_length=INDEX_ENTRIES_MAX)
-    ]
-
-    @model_validator(mode="after")
-    def _consistent(self) -> ObjectDescriptor:
-        if self.last_offset < self.first_offset:
-            raise ValueError("last_offset is below first_offset")
-        if self.message_count > self.last_offset - self.first_offset + 1:
-            raise ValueError("more messages than offsets in first..last")
-        previous: tuple[int, int] | None = None
-        for offset, position in self.index:
-            if not self.first_offset <= offset <= self.last_offset:
-                raise ValueError(f"index offset {offset} outside first..last")
-            if position >= self.size_bytes:
-                raise ValueError(f"index position {position} beyond the object's size")
-            if previous is not None and (offset <= previous[0] or position <= previous[1]):
-                raise ValueError("index entries are not strictly increasing")
-            previous = (offset, position)
-        return self
 
 
 class UploaderCheckpoint(_Record):
