@@ -166,6 +166,8 @@ class ServiceConfig(_Section):
 
     host: str = "127.0.0.1"
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0  # 0: pick a free port
+    # The node lease: its keys (registration, ownership) vanish this long after a crash.
+    lease_ttl_s: Annotated[int, Field(ge=2, le=300)] = 10
 
 
 class DiscoveryConfig(ServiceConfig):
@@ -174,7 +176,8 @@ class DiscoveryConfig(ServiceConfig):
 
 
 class IngestConfig(ServiceConfig):
-    max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 4 * MiB
+    # A produce request travels in one NATS message (max_payload, 1 MiB by default).
+    max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 512 * 1024
     max_batch_messages: Annotated[int, Field(ge=1, le=100_000)] = 10_000
 
 

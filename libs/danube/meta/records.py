@@ -19,9 +19,9 @@ TimeMs = Annotated[int, Field(ge=0)]
 PARTITIONS_MAX = 1024
 
 Dispatch = Literal["reliable", "non_reliable"]
-# "fsync": acknowledge after the group commit's fsync; "async": acknowledge once written,
+# "fsync": acknowledge after the group commit's fsync; "interval": acknowledge once written,
 # fsync on the WAL's periodic cadence (a crash may lose the last interval).
-Durability = Literal["fsync", "async"]
+Durability = Literal["fsync", "interval"]
 SubscriptionType = Literal["exclusive", "shared", "failover", "key_shared"]
 
 

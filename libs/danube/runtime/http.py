@@ -1,0 +1,81 @@
+"""The health and metrics endpoint every internal service serves.
+
+``GET /healthz`` answers 200 while the process runs; ``GET /readyz`` answers 200 only
+while the service's readiness check passes (its bus and etcd connections are up), else
+503; ``GET /metrics`` is the Prometheus text exposition. The supervisor and container
+healthchecks probe these. Served by uvicorn inside the service's own event loop; the
+service, not uvicorn, owns the process's signals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Generator
+
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+log = logging.getLogger(__name__)
+
+ReadyCheck = Callable[[], bool]
+
+
+def health_app(ready: ReadyCheck, registry: CollectorRegistry = REGISTRY) -> Starlette:
+    """The Starlette app with /healthz, /readyz and /metrics."""
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_: Request) -> Response:
+        ok = ready()
+        return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics),
+        ]
+    )
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        # The service installs its own SIGTERM/SIGINT handling and stops us through stop().
+        yield
+
+
+class HealthServer:
+    """uvicorn serving :func:`health_app` on ``host:port`` until :meth:`stop`."""
+
+    def __init__(self, host: str, port: int, ready: ReadyCheck) -> None:
+        config = uvicorn.Config(
+            health_app(ready),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
+        self._server = _Server(config)
+
+    async def serve(self) -> None:
+        """Serve until :meth:`stop` is called."""
+        await self._server.serve()
+
+    @property
+    def started(self) -> bool:
+        return bool(self._server.started)
+
+    def stop(self) -> None:
+        """Ask the server to finish (it closes its socket and returns from serve())."""
+        self._server.should_exit = True

@@ -1,0 +1,1 @@
+"""The ingest service: owns the WAL of its topic partitions, assigns offsets, serves WAL reads."""

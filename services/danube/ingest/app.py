@@ -1,0 +1,64 @@
+"""Wires one ingest node: bus, etcd, node lease and registration, health, partitions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from danube.bus import Bus
+from danube.config import DanubeSettings
+from danube.ingest.handlers import serve_claims
+from danube.ingest.node import Node
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.records import NodeRecord
+from danube.runtime.http import HealthServer
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """The node lease expired: everything was fenced; a restart claims afresh."""
+
+
+async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
+    """Run the node until ``stop``; raise LeaseLost if its lease is lost first."""
+    config = settings.ingest
+    bus = await Bus.connect(settings.bus, name=node_id)
+    store = await MetaStore.connect(settings.wal_cloud.metadata)
+    lease = await store.grant_lease(config.lease_ttl_s)
+    node = Node(settings, node_id=node_id, bus=bus, store=store, lease=lease)
+    started = asyncio.Event()  # ready only once the partitions owned before are served again
+    health = HealthServer(
+        config.host,
+        config.metrics_port,
+        ready=lambda: started.is_set() and bus.is_connected and lease.alive,
+    )
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(health.serve(), name="health")
+            record = NodeRecord(
+                node_id=node_id,
+                kind="ingest",
+                address=f"{config.host}:{config.metrics_port}",
+                started_ms=int(time.time() * 1000),
+            )
+            await store.put_model(meta_keys.node_key("ingest", node_id), record, lease=lease)
+            await node.resume_owned()
+            claims = await serve_claims(bus, node)
+            started.set()
+            log.info("ingest %s serving %d partitions", node_id, len(node.partitions))
+            lost = asyncio.ensure_future(lease.lost.wait())
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({lost, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            lost.cancel()
+            stopped.cancel()
+            await claims.drain()
+            await node.close(release=lease.alive)
+            health.stop()
+    finally:
+        await store.close()  # revokes the lease: our keys go at once
+        await bus.close()
+    if not stop.is_set():
+        raise LeaseLost(f"ingest {node_id}: node lease lost")

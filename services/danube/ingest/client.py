@@ -1,0 +1,99 @@
+"""How other services talk to ingest over the bus: produce and fetch a partition.
+
+Discovery produces through :meth:`IngestClient.produce`; the uploader and dispatchers
+read through :meth:`IngestClient.fetch`. Until the controller assigns partitions, a
+produce that finds no owner asks the ingest queue group to claim the partition, then
+retries, all within the call's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, TopicName
+from danube.frame import Frame, decode_frames
+from danube.ingest import protocol
+
+_RETRY_BASE_S = 0.02
+_RETRY_CAP_S = 0.5
+
+
+@dataclass(frozen=True)
+class FetchReply:
+    """A fetch answer. ``below_wal_start``: read ``[from, wal_start)`` from the cloud tier."""
+
+    below_wal_start: bool
+    wal_start: int
+    next_offset: int
+    frames: list[Frame]
+
+
+class IngestClient:
+    """Produce to and fetch from the ingest node owning a partition."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def produce(
+        self, partition: TopicName, records: Sequence[bytes], *, timeout_s: float
+    ) -> int:
+        """Append encoded records; return the first offset. Retries retriable failures
+        (no owner yet, owner moving) with jittered backoff until ``timeout_s`` runs out."""
+        body = protocol.encode_produce_request(records)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        attempt = 0
+        while True:
+            remaining_s = deadline - loop.time()
+            try:
+                reply = await self.bus.request(
+                    self.bus.subjects.produce(partition), body, timeout_s=max(remaining_s, 0.001)
+                )
+                first, _ = protocol.decode_produce_reply(reply.body)
+                return first
+            except NoRespondersError:
+                await self._ask_claim(partition, deadline)
+            except RemoteError as exc:
+                if not exc.retriable:
+                    raise
+            attempt += 1
+            delay_s = min(_RETRY_CAP_S, _RETRY_BASE_S * 2**attempt) * random.uniform(0.5, 1)
+            if loop.time() + delay_s >= deadline:
+                raise TimeoutError(f"produce to {partition}: no durable answer in {timeout_s}s")
+            await asyncio.sleep(delay_s)
+
+    async def _ask_claim(self, partition: TopicName, deadline: float) -> None:
+        remaining_s = deadline - asyncio.get_running_loop().time()
+        if remaining_s <= 0:
+            return
+        # No ingest up yet, or another one won: the produce retry finds out.
+        with contextlib.suppress(NoRespondersError, RemoteError, BusTimeoutError):
+            await self.bus.request(
+                self.bus.subjects.ownership(partition), b"", timeout_s=remaining_s
+            )
+
+    async def fetch(
+        self,
+        partition: TopicName,
+        from_offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        max_count: int = 10_000,
+        timeout_s: float = 5.0,
+    ) -> FetchReply:
+        """Durable messages from ``from_offset`` on (CRC-checked), or where the WAL starts."""
+        request = protocol.FetchRequest(from_offset, max_bytes, max_count)
+        reply = await self.bus.request(
+            self.bus.subjects.wal_fetch(partition), request.encode(), timeout_s=timeout_s
+        )
+        status, wal_start, next_offset, body = protocol.decode_fetch_reply_head(reply.body)
+        frames, consumed = decode_frames(body)
+        if consumed != len(body):
+            raise protocol.BadRequestError(f"fetch reply ends in a partial frame ({partition})")
+        return FetchReply(
+            status is protocol.FetchStatus.BELOW_WAL_START, wal_start, next_offset, frames
+        )

@@ -1,0 +1,120 @@
+"""The bus edges of ingest: produce, fetch, drop-below and stats of each owned partition,
+and the claim request any ingest node may answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import orjson
+
+from danube.bus import Bus, Kind, Request, Responder
+from danube.config import DanubeSettings
+from danube.frame import decode_record
+from danube.ingest import metrics, protocol
+from danube.ingest.partition import RECORD_OVERHEAD_BYTES
+from danube.ingest.wal import BelowWalStartError
+
+if TYPE_CHECKING:
+    from danube.ingest.node import Node
+    from danube.ingest.partition import Partition
+
+INGEST_QUEUE = "ingest"
+# Produce requests in flight per partition: each waits for a group commit, so this bounds
+# how many producers one fsync can acknowledge together.
+PRODUCE_CONCURRENCY = 512
+FETCH_CONCURRENCY = 32
+_FETCH_REPLY_MARGIN_BYTES = 4096
+
+
+class PartitionHandlers:
+    """Request handlers of one partition."""
+
+    def __init__(self, partition: Partition, settings: DanubeSettings) -> None:
+        self.partition = partition
+        self.max_record_bytes = settings.ingest.max_message_bytes + RECORD_OVERHEAD_BYTES
+        self.max_records = settings.ingest.max_batch_messages
+
+    async def serve(self, bus: Bus) -> list[Responder]:
+        subjects, name = bus.subjects, self.partition.name
+        self._fetch_limit_bytes = bus.max_payload_bytes - _FETCH_REPLY_MARGIN_BYTES
+        return [
+            await bus.serve(
+                subjects.produce(name), self.produce, max_concurrency=PRODUCE_CONCURRENCY
+            ),
+            await bus.serve(
+                subjects.wal_fetch(name), self.fetch, max_concurrency=FETCH_CONCURRENCY
+            ),
+            await bus.serve(subjects.wal_drop_below(name), self.drop_below, max_concurrency=1),
+            await bus.serve(subjects.wal_stats(name), self.stats, max_concurrency=4),
+        ]
+
+    async def produce(self, request: Request) -> bytes:
+        try:
+            records = protocol.decode_produce_request(
+                request.body, max_record_bytes=self.max_record_bytes, max_count=self.max_records
+            )
+        except protocol.BadRequestError as exc:
+            metrics.PRODUCE_ERRORS.labels(exc.code).inc()
+            raise
+        for index, record in enumerate(records):
+            try:
+                decode_record(record)  # check data before writing it
+            except Exception as exc:
+                metrics.PRODUCE_ERRORS.labels("bad_request").inc()
+                raise protocol.BadRequestError(f"record {index}: {exc}") from exc
+        # The bus cancels a handler at the caller's deadline; an append already handed to
+        # the WAL must still complete (or fail) as a whole, so it is shielded.
+        first = await asyncio.shield(self.partition.produce(records))
+        return protocol.encode_produce_reply(first, len(records))
+
+    async def fetch(self, request: Request) -> bytes:
+        fetch = protocol.FetchRequest.decode(request.body)
+        wal = self.partition.wal
+        try:
+            result = await wal.fetch(
+                fetch.from_offset,
+                max_bytes=min(fetch.max_bytes, self._fetch_limit_bytes),
+                max_count=fetch.max_count,
+            )
+        except BelowWalStartError as exc:
+            return protocol.encode_fetch_reply(
+                protocol.FetchStatus.BELOW_WAL_START, exc.start_offset, wal.durable_next, []
+            )
+        return protocol.encode_fetch_reply(
+            protocol.FetchStatus.OK, wal.start_offset, result.next_offset, result.messages
+        )
+
+    async def drop_below(self, request: Request) -> bytes:
+        removed = await self.partition.wal.drop_below(protocol.decode_offset(request.body))
+        return protocol.encode_drop_reply(removed, self.partition.wal.start_offset)
+
+    async def stats(self, request: Request) -> bytes:
+        partition = self.partition
+        return orjson.dumps(
+            {
+                "partition": str(partition.name),
+                "epoch": partition.claim.epoch,
+                "reserved_end": partition.claim.reserved_end,
+                "fenced": partition.fenced,
+                "wal": partition.wal.stats().as_dict(),
+            }
+        )
+
+
+async def serve_claims(bus: Bus, node: Node) -> Responder:
+    """Answer claim requests for partitions nobody owns yet (one ingest of the queue group
+    takes each). Until the controller assigns partitions, the first produce to an unowned
+    partition gets no responders, and the caller asks here."""
+
+    async def claim(request: Request) -> bytes:
+        name = bus.subjects.parse(request.subject).name
+        partition = await node.ensure_serving(name)
+        return orjson.dumps({"node_id": node.node_id, "epoch": partition.claim.epoch})
+
+    return await bus.serve(
+        bus.subjects.all_of_kind(Kind.OWNERSHIP),
+        claim,
+        queue=INGEST_QUEUE,
+        max_concurrency=16,
+    )

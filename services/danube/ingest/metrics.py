@@ -1,0 +1,24 @@
+"""Prometheus metrics of the ingest service (process-wide, no per-partition labels)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+APPENDED_MESSAGES = Counter("danube_ingest_appended_messages", "Messages made durable")
+APPENDED_BYTES = Counter("danube_ingest_appended_bytes", "Payload bytes made durable")
+PRODUCE_ERRORS = Counter("danube_ingest_produce_errors", "Produce requests refused", ["code"])
+FSYNC_SECONDS = Histogram(
+    "danube_ingest_fsync_seconds",
+    "Latency of one WAL fdatasync",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
+)
+BATCH_MESSAGES = Histogram(
+    "danube_ingest_batch_messages",
+    "Messages per group commit",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
+)
+SEGMENTS = Gauge("danube_ingest_segments", "WAL segment files on disk")
+PARTITIONS = Gauge("danube_ingest_partitions", "Partitions this node owns")
+LIVE_DROPPED = Counter(
+    "danube_ingest_live_dropped_messages", "Live messages not published: the live queue was full"
+)

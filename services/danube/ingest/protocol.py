@@ -1,0 +1,163 @@
+"""Binary bodies of the ingest bus API (docs/bus.md lists the subjects).
+
+All integers little-endian. Payload bytes travel as they are: no base64, no JSON around
+them. Fetch replies and live messages carry danube.frame frames, so every reader checks
+the CRC of every message end to end, and the uploader can write them to objects as is::
+
+    produce request   [u32 count] then count x ([u32 size][record bytes])
+    produce reply     [u64 first_offset][u32 count]     offsets first..first+count-1
+    fetch request     [u64 from_offset][u32 max_bytes][u32 max_count]
+    fetch reply       [u8 status][u64 wal_start][u64 next_offset] then frames
+                      status 0: frames from from_offset on (maybe none yet)
+                      status 1: from_offset is below wal_start: read the cloud tier
+    live message      frames of one durable batch (or a slice of it), in offset order
+    drop request      [u64 below_offset]
+    drop reply        [u32 segments_removed][u64 wal_start]
+
+Control replies (claim, stats) are small JSON documents.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+from danube.errors import DanubeError
+from danube.frame import append_frame
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_PRODUCE_REPLY = struct.Struct("<QI")
+_FETCH_REQUEST = struct.Struct("<QII")
+_FETCH_REPLY_HEAD = struct.Struct("<BQQ")
+_DROP_REPLY = struct.Struct("<IQ")
+
+PRODUCE_COUNT_MAX = 100_000
+
+
+class BadRequestError(DanubeError):
+    """A body that does not follow its layout; nothing was stored."""
+
+    code = "bad_request"
+
+
+class FetchStatus(IntEnum):
+    OK = 0
+    BELOW_WAL_START = 1
+
+
+def encode_produce_request(records: Sequence[bytes]) -> bytes:
+    """Pack encoded records (danube.frame.encode_record output) into one request body."""
+    parts = [_U32.pack(len(records))]
+    for record in records:
+        parts.append(_U32.pack(len(record)))
+        parts.append(record)
+    return b"".join(parts)
+
+
+def decode_produce_request(
+    body: bytes, *, max_record_bytes: int, max_count: int = PRODUCE_COUNT_MAX
+) -> list[bytes]:
+    """The records of a produce request; BadRequestError if the layout or a size is off."""
+    view = memoryview(body)
+    if len(view) < _U32.size:
+        raise BadRequestError("produce request shorter than its count field")
+    (count,) = _U32.unpack_from(view, 0)
+    if not 1 <= count <= max_count:
+        raise BadRequestError(f"produce request count {count} outside 1..{max_count}")
+    records: list[bytes] = []
+    pos = _U32.size
+    for index in range(count):
+        if pos + _U32.size > len(view):
+            raise BadRequestError(f"record {index}: size field past the end of the body")
+        (size,) = _U32.unpack_from(view, pos)
+        pos += _U32.size
+        if size > max_record_bytes:
+            raise BadRequestError(
+                f"record {index}: {size} bytes is over the {max_record_bytes}-byte limit",
+                code="payload_too_large",
+            )
+        if pos + size > len(view):
+            raise BadRequestError(f"record {index}: {size} bytes run past the end of the body")
+        records.append(bytes(view[pos : pos + size]))
+        pos += size
+    if pos != len(view):
+        raise BadRequestError(f"{len(view) - pos} trailing bytes after {count} records")
+    return records
+
+
+def encode_produce_reply(first_offset: int, count: int) -> bytes:
+    return _PRODUCE_REPLY.pack(first_offset, count)
+
+
+def decode_produce_reply(body: bytes) -> tuple[int, int]:
+    """``(first_offset, count)``."""
+    if len(body) != _PRODUCE_REPLY.size:
+        raise BadRequestError(f"produce reply of {len(body)} bytes")
+    first, count = _PRODUCE_REPLY.unpack(body)
+    return int(first), int(count)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    from_offset: int
+    max_bytes: int
+    max_count: int
+
+    def encode(self) -> bytes:
+        return _FETCH_REQUEST.pack(self.from_offset, self.max_bytes, self.max_count)
+
+    @classmethod
+    def decode(cls, body: bytes) -> FetchRequest:
+        if len(body) != _FETCH_REQUEST.size:
+            raise BadRequestError(f"fetch request of {len(body)} bytes")
+        from_offset, max_bytes, max_count = _FETCH_REQUEST.unpack(body)
+        if max_count < 1 or max_bytes < 1:
+            raise BadRequestError("fetch max_bytes and max_count must be at least 1")
+        return cls(int(from_offset), int(max_bytes), int(max_count))
+
+
+def encode_fetch_reply(
+    status: FetchStatus, wal_start: int, next_offset: int, messages: Sequence[tuple[int, bytes]]
+) -> bytes:
+    """The reply head followed by one frame per message."""
+    body = bytearray(_FETCH_REPLY_HEAD.pack(status, wal_start, next_offset))
+    for offset, payload in messages:
+        append_frame(body, offset, payload)
+    return bytes(body)
+
+
+def decode_fetch_reply_head(body: bytes) -> tuple[FetchStatus, int, int, memoryview]:
+    """``(status, wal_start, next_offset, frames)``; decode the frames with danube.frame."""
+    if len(body) < _FETCH_REPLY_HEAD.size:
+        raise BadRequestError(f"fetch reply of {len(body)} bytes")
+    status, wal_start, next_offset = _FETCH_REPLY_HEAD.unpack_from(body, 0)
+    return (
+        FetchStatus(status),
+        int(wal_start),
+        int(next_offset),
+        memoryview(body)[_FETCH_REPLY_HEAD.size :],
+    )
+
+
+def encode_offset(offset: int) -> bytes:
+    return _U64.pack(offset)
+
+
+def decode_offset(body: bytes) -> int:
+    if len(body) != _U64.size:
+        raise BadRequestError(f"expected an 8-byte offset, got {len(body)} bytes")
+    return int(_U64.unpack(body)[0])
+
+
+def encode_drop_reply(segments_removed: int, wal_start: int) -> bytes:
+    return _DROP_REPLY.pack(segments_removed, wal_start)
+
+
+def decode_drop_reply(body: bytes) -> tuple[int, int]:
+    if len(body) != _DROP_REPLY.size:
+        raise BadRequestError(f"drop reply of {len(body)} bytes")
+    removed, start = _DROP_REPLY.unpack(body)
+    return int(removed), int(start)

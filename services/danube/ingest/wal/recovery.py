@@ -1,0 +1,120 @@
+"""Opening a WAL directory: find the segments, cut a torn or corrupt tail, learn the offsets.
+
+Rules (docs/wal.md, "Recovery"):
+
+1. Temp files (``*.tmp``: a checkpoint write cut by a crash) are removed.
+2. Segments wholly below the checkpoint's start offset (a ``drop_below`` cut by a crash after
+   its checkpoint) are removed; the newest segment always stays.
+3. Only the last segment is scanned: every frame's CRC, length and offset order. The file is
+   truncated (and fsynced) just after the last good frame, and the cut is logged. A last segment
+   left with no frame is removed. Earlier segments were fsynced when sealed and are checked
+   when first read.
+4. ``next_offset = max(last frame + 1, checkpoint floor, first offset of the last segment)``;
+   ``start_offset`` is the first segment's first offset (or the checkpoint's start if larger).
+
+Blocking code: the WAL runs :func:`recover` in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from danube.ingest.wal.checkpoint import TEMP_SUFFIX, Checkpoint, CheckpointStore
+from danube.ingest.wal.fileops import FileOps
+from danube.ingest.wal.segment import Segment, parse_segment_name, scan_segment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TailCut:
+    """A cut made at open: which segment, where, how many bytes, and why."""
+
+    segment: str
+    position: int
+    bytes_cut: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """The state of a WAL directory after recovery."""
+
+    segments: list[Segment]
+    next_offset: int
+    start_offset: int
+    checkpoint: Checkpoint | None
+    cut: TailCut | None
+
+
+def recover(
+    ops: FileOps, directory: Path, checkpoints: CheckpointStore, *, max_payload_bytes: int
+) -> Recovered:
+    """Apply the recovery rules to ``directory`` (created if missing) and report its state."""
+    try:
+        names = ops.listdir(directory)
+    except FileNotFoundError:
+        ops.makedirs(directory)
+        ops.fsync_dir(directory.parent)  # the new directory's own entry must survive a crash
+        names = []
+    dirty = False  # the directory changed: fsync it once at the end
+    for name in names:
+        if name.endswith(TEMP_SUFFIX):
+            log.info("removing a leftover WAL temp file", extra={"file": name})
+            ops.remove(directory / name)
+            dirty = True
+    checkpoint = checkpoints.load()
+    found = sorted(
+        (offset, name) for name in names if (offset := parse_segment_name(name)) is not None
+    )
+    if checkpoint is not None:
+        # Finish a drop_below cut short: its checkpoint already moved the start past these.
+        while len(found) > 1 and found[1][0] <= checkpoint.start_offset:
+            log.info("removing a WAL segment below the start", extra={"segment": found[0][1]})
+            ops.remove(directory / found.pop(0)[1])
+            dirty = True
+    segments = [
+        Segment(offset, directory / name, ops.size(directory / name)) for offset, name in found
+    ]
+    cut = None
+    next_offset = 0 if checkpoint is None else checkpoint.next_offset
+    if segments:
+        last = segments[-1]
+        next_offset = max(next_offset, last.first_offset)
+        scan = scan_segment(ops, last.path, last.first_offset, max_payload_bytes=max_payload_bytes)
+        if scan.problem is not None:
+            cut = TailCut(last.name, scan.good_end, scan.file_bytes - scan.good_end, scan.problem)
+            log.warning(
+                "cut the tail of WAL segment %s at byte %d (%d bytes): %s",
+                cut.segment,
+                cut.position,
+                cut.bytes_cut,
+                cut.reason,
+                extra={
+                    "segment": cut.segment,
+                    "position": cut.position,
+                    "bytes_cut": cut.bytes_cut,
+                    "reason": cut.reason,
+                    "torn": scan.torn,
+                },
+            )
+        if scan.frame_count == 0:
+            ops.remove(last.path)  # a segment holds at least one frame
+            segments.pop()
+            dirty = True
+        else:
+            # Truncating to the good end also fdatasyncs what an `interval` WAL left unsynced.
+            ops.truncate(last.path, scan.good_end)
+            last.size_bytes = scan.good_end
+            last.next_offset = scan.next_offset
+            last.index = scan.index
+            last.indexed = True
+            next_offset = max(next_offset, scan.next_offset)
+    if dirty:
+        ops.fsync_dir(directory)
+    start_offset = segments[0].first_offset if segments else next_offset
+    if checkpoint is not None:
+        start_offset = max(start_offset, checkpoint.start_offset)
+    return Recovered(segments, next_offset, min(start_offset, next_offset), checkpoint, cut)

@@ -1,0 +1,187 @@
+"""The thread side of the writer: owns the active segment file, encodes, writes, syncs, rotates.
+
+Every method blocks and is called by the WAL's single writer task through ``asyncio.to_thread``,
+one call at a time, so the file descriptor has exactly one user. Nothing here is published to
+readers: the event loop publishes a batch's results (segment ends, the durable offset) once the
+call returned, so a reader never sees bytes that were not durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from danube.frame import FRAME_HEADER_BYTES, append_frame
+from danube.ingest.wal.checkpoint import CheckpointStore
+from danube.ingest.wal.fileops import FileOps
+from danube.ingest.wal.options import Durability, WalOptions
+from danube.ingest.wal.segment import INDEX_EVERY_BYTES, Segment, SegmentSet, segment_name
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one batch wrote: ``(segment, end position, next offset)`` for each segment touched."""
+
+    touched: list[tuple[Segment, int, int]] = field(default_factory=list)
+
+
+class SegmentWriter:
+    """Writes batches of frames into the active segment, starting new segments as needed."""
+
+    def __init__(
+        self,
+        ops: FileOps,
+        directory: Path,
+        options: WalOptions,
+        segments: SegmentSet,
+        checkpoints: CheckpointStore,
+        clock: Callable[[], float],
+    ) -> None:
+        self._ops = ops
+        self._dir = directory
+        self._options = options
+        self._segments = segments
+        self._checkpoints = checkpoints
+        self._clock = clock
+        self._fsync_each_batch = options.durability is Durability.FSYNC
+        self.active: Segment | None = None  # after an open, the first write starts a segment
+        self._fd: int | None = None
+        self._written = 0  # bytes written to the active segment
+        self._next = 0  # the offset the active segment's next frame must carry
+        self._next_mark = 0  # the position from which the next frame gets an index mark
+        self.created_at = 0.0  # clock() when the active segment was created
+        self.unsynced = False  # bytes written since the last fdatasync
+        self.last_sync_at = clock()
+        # Counters, written by the writer thread only.
+        self.fsyncs = 0
+        self.bytes_written = 0
+        self.rotations = 0
+
+    def age_due(self) -> float | None:
+        """Clock time when the active segment must be sealed for its age (``None``: never)."""
+        max_age_s = self._options.rotation_max_age_s
+        if self.active is None or max_age_s is None:
+            return None
+        return self.created_at + max_age_s
+
+    def write_batch(self, groups: Sequence[tuple[int, Sequence[bytes]]]) -> BatchResult:
+        """Write ``(first offset, payloads)`` groups in order with one write per segment.
+
+        A group that does not follow the active segment's last offset (``advance_to`` made a
+        gap) and a frame that would take the segment past ``rotation_max_bytes`` seal it and
+        start a new one. With ``fsync`` durability, the batch is fdatasync'ed before returning.
+        """
+        result = BatchResult()
+        due = self.age_due()
+        if due is not None and self._clock() >= due:
+            self.seal("age")
+        max_bytes = self._options.rotation_max_bytes
+        limit = self._options.max_frame_payload_bytes
+        buf = bytearray()
+        segment = self.active
+        pos = self._written  # position in the active segment of the next frame
+        next_offset = self._next
+        next_mark = self._next_mark
+        for first, payloads in groups:
+            offset = first
+            for payload in payloads:
+                frame_bytes = FRAME_HEADER_BYTES + len(payload)
+                if (
+                    segment is None
+                    or offset != next_offset
+                    or (pos and pos + frame_bytes > max_bytes)
+                ):
+                    if segment is not None:
+                        self._flush(buf, result, next_offset)
+                        buf = bytearray()
+                        self.seal("gap" if offset != next_offset else "size")
+                    segment = self._start(offset)
+                    pos, next_mark = 0, 0
+                if pos >= next_mark:
+                    segment.index.append((offset, pos))
+                    next_mark = pos + INDEX_EVERY_BYTES
+                append_frame(buf, offset, payload, max_payload_bytes=limit)
+                pos += frame_bytes
+                offset += 1
+                next_offset = offset
+        self._next_mark = next_mark
+        self._flush(buf, result, next_offset)
+        if self._fsync_each_batch and self.unsynced:
+            self.sync()
+        return result
+
+    def _flush(self, buf: bytearray, result: BatchResult, next_offset: int) -> None:
+        """Write ``buf`` at the end of the active segment and note how far it now reaches."""
+        if self._fd is None or self.active is None or not buf:
+            return
+        self._ops.write(self._fd, buf)
+        self._written += len(buf)
+        self._next = next_offset
+        self.bytes_written += len(buf)
+        self.unsynced = True
+        result.touched.append((self.active, self._written, next_offset))
+
+    def _start(self, first_offset: int) -> Segment:
+        """Create the segment file and make its directory entry durable before any frame."""
+        path = self._dir / segment_name(first_offset)
+        self._fd = self._ops.create(path, exclusive=True)
+        self._ops.fsync_dir(self._dir)
+        segment = Segment(first_offset, path, 0, first_offset, indexed=True, sealed=False)
+        self._segments.add(segment)
+        self.active = segment
+        self._written = 0
+        self._next = first_offset
+        self._next_mark = 0
+        self.created_at = self._clock()
+        return segment
+
+    def sync(self) -> None:
+        """fdatasync the active segment if anything was written since the last sync."""
+        if self._fd is not None and self.unsynced:
+            self._ops.fdatasync(self._fd)
+            self.fsyncs += 1
+        self.unsynced = False
+        self.last_sync_at = self._clock()
+
+    def seal(self, reason: str) -> None:
+        """Make the active segment durable, close it and checkpoint; the next write starts anew."""
+        segment = self.active
+        if segment is None or self._fd is None:
+            return
+        self.sync()
+        self._ops.close(self._fd)
+        self._fd = None
+        self.active = None
+        segment.sealed = True
+        self.rotations += 1
+        first = self._segments.first_offset()
+        self._checkpoints.write(
+            start_offset=segment.first_offset if first is None else first, next_offset=self._next
+        )
+        log.debug(
+            "sealed WAL segment",
+            extra={"segment": segment.name, "reason": reason, "size_bytes": self._written},
+        )
+
+    def close(self) -> None:
+        """Final fdatasync and close of the active segment (it stays the newest, unsealed)."""
+        if self._fd is None:
+            return
+        try:
+            self.sync()
+        finally:
+            self._ops.close(self._fd)
+            self._fd = None
+
+    def abandon(self) -> None:
+        """Close the descriptor without syncing: after a failure, nothing more is trusted."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                self._ops.close(fd)
+            except OSError:
+                log.warning("closing a failed WAL segment failed", exc_info=True)

@@ -1,0 +1,181 @@
+"""The ingest node on real NATS and etcd: claim, produce, fetch, live, exact restart,
+one owner at a time, fencing on lease loss, and offsets never reused across owners."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import orjson
+import pytest
+
+from danube.bus import Bus, RemoteError, TopicName
+from danube.config import (
+    BusConfig,
+    DanubeSettings,
+    IngestConfig,
+    MetadataConfig,
+    WalCloudConfig,
+    WalConfig,
+)
+from danube.frame import Record, decode_frames, decode_record, encode_record
+from danube.ingest import app
+from danube.ingest.client import IngestClient
+from danube.ingest.ownership import RESERVATION_BLOCK
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.records import OffsetReservation, Owner
+
+pytestmark = pytest.mark.integration
+
+P = TopicName("default", "orders-part-0")
+
+
+def _settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path) -> DanubeSettings:
+    return DanubeSettings(
+        bus=BusConfig(servers=[nats_url]),
+        wal_cloud=WalCloudConfig(
+            wal=WalConfig(dir=wal_dir),
+            metadata=MetadataConfig(etcd_endpoint=etcd, prefix=prefix),
+        ),
+        ingest=IngestConfig(lease_ttl_s=3),
+    )
+
+
+def _records(*payloads: bytes) -> list[bytes]:
+    return [encode_record(Record(payload=p, publish_time_ms=7, producer="t")) for p in payloads]
+
+
+@asynccontextmanager
+async def running_node(
+    settings: DanubeSettings, node_id: str
+) -> AsyncIterator[tuple[asyncio.Event, asyncio.Task[None]]]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(app.serve(settings, node_id, stop))
+    try:
+        yield stop, task
+    finally:
+        stop.set()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[Bus]:
+    bus = await Bus.connect(BusConfig(servers=[nats_url]), name="test")
+    yield bus
+    await bus.close()
+
+
+@pytest.fixture
+async def store(etcd_endpoint: str, meta_prefix: str) -> AsyncIterator[MetaStore]:
+    store = await MetaStore.connect(MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix))
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def settings_for(
+    nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
+) -> Callable[[str], DanubeSettings]:
+    return lambda node: _settings(nats_url, etcd_endpoint, meta_prefix, tmp_path / node)
+
+
+async def _all(client: IngestClient, partition: TopicName) -> list[tuple[int, bytes]]:
+    reply = await client.fetch(partition, 0, max_count=10_000)
+    return [(f.offset, decode_record(f.payload).payload) for f in reply.frames]
+
+
+async def test_claim_produce_fetch_live_and_stats(
+    bus: Bus, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    client = IngestClient(bus)
+    live = await bus.subscribe(bus.subjects.live(P))
+    async with running_node(settings_for("a"), "node-a"):
+        first = await client.produce(P, _records(b"one", b"two"), timeout_s=10)
+        second = await client.produce(P, _records(b"three"), timeout_s=10)
+        assert (first, second) == (0, 2)
+        assert await _all(client, P) == [(0, b"one"), (1, b"two"), (2, b"three")]
+        from_one = await client.fetch(P, 1, max_count=1)
+        assert [f.offset for f in from_one.frames] == [1]
+        assert from_one.next_offset == 2
+        seen: list[int] = []
+        async with asyncio.timeout(5):
+            while len(seen) < 3:
+                message = await live.next(timeout_s=5)
+                frames, _ = decode_frames(message.body)
+                seen.extend(frame.offset for frame in frames)
+        assert seen == [0, 1, 2]
+        stats = orjson.loads((await bus.request(bus.subjects.wal_stats(P), b"")).body)
+        assert stats["epoch"] == 1
+        assert stats["partition"] == str(P)
+    await live.unsubscribe()
+
+
+async def test_bad_produce_body_is_refused_and_nothing_is_written(
+    bus: Bus, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    client = IngestClient(bus)
+    async with running_node(settings_for("a"), "node-a"):
+        await client.produce(P, _records(b"ok"), timeout_s=10)
+        with pytest.raises(RemoteError) as info:
+            await bus.request(bus.subjects.produce(P), b"\x01\x00\x00\x00\x05\x00\x00\x00ab")
+        assert info.value.code == "bad_request"
+        garbage = b"\x01\x00\x00\x00\x03\x00\x00\x00abc"  # not a record
+        with pytest.raises(RemoteError):
+            await bus.request(bus.subjects.produce(P), garbage)
+        assert await _all(client, P) == [(0, b"ok")]
+
+
+async def test_restart_resumes_exactly_after_the_last_offset(
+    bus: Bus, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    client = IngestClient(bus)
+    settings = settings_for("a")
+    async with running_node(settings, "node-a"):
+        assert await client.produce(P, _records(*[b"x"] * 10), timeout_s=10) == 0
+    async with running_node(settings, "node-a"):
+        assert await client.produce(P, _records(b"y"), timeout_s=10) == 10
+        assert [o for o, _ in await _all(client, P)] == list(range(11))
+
+
+async def test_one_owner_fencing_and_no_offset_reuse_after_takeover(
+    bus: Bus, store: MetaStore, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    client = IngestClient(bus)
+    async with running_node(settings_for("a"), "node-a") as (_, task_a):
+        await client.produce(P, _records(b"a1", b"a2"), timeout_s=10)
+        async with running_node(settings_for("b"), "node-b") as (_, task_b):
+            # B is up, but A owns the partition: claim requests (the queue group picks A or
+            # B) never move it; B answers not_owner.
+            answers = set()
+            for _ in range(10):
+                try:
+                    reply = await bus.request(bus.subjects.ownership(P), b"", timeout_s=5)
+                    answers.add(orjson.loads(reply.body)["node_id"])
+                except RemoteError as exc:
+                    answers.add(exc.code)
+            assert answers <= {"node-a", "not_owner"}
+            owner = await store.get_model(meta_keys.partition_owner_key(P), Owner)
+            assert owner is not None
+            assert (owner.node_id, owner.epoch) == ("node-a", 1)
+            reservation = await store.get_model(
+                meta_keys.offset_reservation_key(P), OffsetReservation
+            )
+            assert reservation is not None
+            assert reservation.end_offset == RESERVATION_BLOCK
+
+            # A loses its lease (as if partitioned away from etcd): it fences and exits.
+            node_a = await store.get(meta_keys.node_key("ingest", "node-a"))
+            assert node_a is not None
+            await store.revoke_lease(node_a.lease_id)
+            with pytest.raises(app.LeaseLost):
+                await asyncio.wait_for(task_a, 10)
+
+            first_b = await client.produce(P, _records(b"b1"), timeout_s=10)
+            assert first_b >= RESERVATION_BLOCK  # past anything A could have handed out
+            owner = await store.get_model(meta_keys.partition_owner_key(P), Owner)
+            assert owner is not None
+            assert (owner.node_id, owner.epoch) == ("node-b", 2)
+            assert not task_b.done()
