@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from danube.bus import Bus, RemoteError, TopicName
+from danube.bus import Bus, NoRespondersError, RemoteError, TopicName
 from danube.config import (
     BusConfig,
     DanubeSettings,
@@ -24,6 +24,7 @@ from danube.frame import Record, decode_frames, decode_record, encode_record
 from danube.ingest import app
 from danube.ingest.client import IngestClient
 from danube.ingest.ownership import RESERVATION_BLOCK
+from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import OffsetReservation, Owner
@@ -179,3 +180,37 @@ async def test_one_owner_fencing_and_no_offset_reuse_after_takeover(
             assert owner is not None
             assert (owner.node_id, owner.epoch) == ("node-b", 2)
             assert not task_b.done()
+
+
+async def test_an_owner_key_moved_elsewhere_fences_the_partition_at_once(
+    bus: Bus, store: MetaStore, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    client = IngestClient(bus)
+    async with running_node(settings_for("a"), "node-a") as (_, task_a):
+        assert await client.produce(P, _records(b"a"), timeout_s=10) == 0
+        # What the controller does when it moves a partition: a new owner, a higher epoch.
+        moved = Owner(node_id="node-x", epoch=2, assigned_ms=1)
+        await store.put_model(meta_keys.partition_owner_key(P), moved)
+        async with asyncio.timeout(5):
+            while True:  # A stops answering the partition's subjects
+                try:
+                    await bus.request(bus.subjects.produce(P), b"", timeout_s=1)
+                except NoRespondersError:
+                    break
+                except RemoteError:
+                    pass
+                await asyncio.sleep(0.05)
+        assert not task_a.done()  # the node itself keeps running
+    assert await _all_from_disk(settings_for("a")) == [(0, b"a")]
+
+
+async def _all_from_disk(settings: DanubeSettings) -> list[tuple[int, bytes]]:
+    wal = await Wal.open(
+        settings.wal_cloud.wal.dir / P.namespace / P.topic,
+        WalOptions.from_config(settings.wal_cloud.wal, Durability.FSYNC),
+    )
+    try:
+        result = await wal.fetch(0, max_bytes=1 << 20, max_count=100)
+        return [(o, decode_record(p).payload) for o, p in result.messages]
+    finally:
+        await wal.close()

@@ -22,6 +22,10 @@ class LeaseLost(Exception):
     """The node lease expired: everything was fenced; a restart claims afresh."""
 
 
+class WalFailed(Exception):
+    """A WAL write or fsync failed: the process exits and recovers the WAL on restart."""
+
+
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
     """Run the node until ``stop``; raise LeaseLost if its lease is lost first."""
     config = settings.ingest
@@ -49,16 +53,19 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             claims = await serve_claims(bus, node)
             started.set()
             log.info("ingest %s serving %d partitions", node_id, len(node.partitions))
-            lost = asyncio.ensure_future(lease.lost.wait())
-            stopped = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({lost, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            lost.cancel()
-            stopped.cancel()
+            watcher = tg.create_task(node.watch_ownership(), name="ownership-watch")
+            waits = [asyncio.ensure_future(e.wait()) for e in (stop, lease.lost, node.failed)]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+            watcher.cancel()
             await claims.drain()
             await node.close(release=lease.alive)
             health.stop()
     finally:
         await store.close()  # revokes the lease: our keys go at once
         await bus.close()
+    if node.failed.is_set():
+        raise WalFailed(f"ingest {node_id}: a WAL failed; restart to recover it from disk")
     if not stop.is_set():
         raise LeaseLost(f"ingest {node_id}: node lease lost")

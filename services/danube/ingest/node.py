@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,9 +14,9 @@ from danube.ingest import epoch_file, metrics, ownership
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES, Partition
 from danube.ingest.wal import Durability, OsFileOps, Wal, WalOptions
-from danube.meta import Lease, MetaStore, TopicName
+from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchError, WatchEvent
 from danube.meta import keys as meta_keys
-from danube.meta.records import TopicConfig
+from danube.meta.records import Owner, TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class Node:
         self._served: dict[TopicName, _Served] = {}
         self._locks: dict[TopicName, asyncio.Lock] = {}
         self._file_ops = TimedFileOps()
+        self._retiring: set[asyncio.Task[None]] = set()
+        self.failed = asyncio.Event()  # a WAL failed: the process must restart
         metrics.SEGMENTS.set_function(lambda: sum(p.wal.stats().segments for p in self.partitions))
         lease.on_lost(lambda _: self.fence_all("node lease lost"))
 
@@ -114,6 +117,7 @@ class Node:
             bus=self.bus,
             node_id=self.node_id,
             lease=self.lease,
+            on_fenced=self._on_fenced,
         )
         handlers = PartitionHandlers(partition, self.settings)
         responders = await handlers.serve(self.bus)
@@ -121,6 +125,20 @@ class Node:
         self._served[name] = _Served(partition, responders, live_task)
         metrics.PARTITIONS.set(len(self._served))
         return partition
+
+    def _on_fenced(self, partition: Partition, fatal: bool) -> None:
+        """Stop answering a fenced partition's subjects, so requests find the real owner."""
+        if fatal:
+            self.failed.set()
+        task = asyncio.get_running_loop().create_task(self._retire(partition))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, partition: Partition) -> None:
+        async with self._locks.setdefault(partition.name, asyncio.Lock()):
+            served = self._served.get(partition.name)
+            if served is not None and served.partition is partition:
+                await self._stop_serving(partition.name)
 
     async def _durability(self, name: TopicName) -> Durability:
         config = await self.store.get_model(meta_keys.topic_key(name.parent), TopicConfig)
@@ -131,7 +149,9 @@ class Node:
         return Durability.INTERVAL
 
     async def _stop_serving(self, name: TopicName) -> None:
-        served = self._served.pop(name)
+        served = self._served.pop(name, None)
+        if served is None:  # already retired
+            return
         for responder in served.responders:
             await responder.drain()
         served.live_task.cancel()
@@ -146,6 +166,40 @@ class Node:
                 await self.ensure_serving(name)
             except Exception:
                 log.exception("could not resume %s", name)
+
+    async def watch_ownership(self) -> None:
+        """Fence a partition the moment its owner key stops naming this node's epoch (the
+        controller moved it, or an operator deleted it): never two writers. Runs until
+        cancelled; a broken watch resumes where it stopped."""
+        revision: int | None = None
+        failures = 0
+        while True:
+            try:
+                async with self.store.watch_prefix(
+                    meta_keys.partitions_prefix(), start_revision=revision
+                ) as events:
+                    async for event in events:
+                        failures = 0
+                        revision = event.mod_revision + 1
+                        self._on_partition_event(event)
+            except WatchError as exc:
+                revision = exc.resume_revision or revision
+            except MetaError as exc:
+                log.warning("ownership watch failed: %s", exc)
+            failures += 1
+            await asyncio.sleep(min(5.0, 0.1 * 2**failures) * random.uniform(0.5, 1.0))
+
+    def _on_partition_event(self, event: WatchEvent) -> None:
+        name, record = meta_keys.parse_partition_key(event.key)
+        served = self._served.get(name)
+        if record != "owner" or served is None or served.partition.fenced:
+            return
+        if event.kind == "delete":
+            served.partition.fence("its owner key was deleted")
+            return
+        owner = Owner.model_validate_json(event.value)
+        if (owner.node_id, owner.epoch) != (self.node_id, served.partition.claim.epoch):
+            served.partition.fence(f"now owned by {owner.node_id} (epoch {owner.epoch})")
 
     def fence_all(self, reason: str) -> None:
         for served in self._served.values():

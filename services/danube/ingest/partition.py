@@ -14,13 +14,13 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from danube.bus import Bus
 from danube.frame import FRAME_HEADER_BYTES, append_frame
 from danube.ingest import metrics
 from danube.ingest.ownership import RESERVATION_BLOCK, Claim, OwnershipError, extend
-from danube.ingest.wal import Wal
+from danube.ingest.wal import Wal, WalFailedError
 from danube.meta import Lease, MetaStore, TopicName
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class Partition:
         bus: Bus,
         node_id: str,
         lease: Lease,
+        on_fenced: Callable[[Partition, bool], None],
     ) -> None:
         self.name = name
         self.wal = wal
@@ -53,6 +54,7 @@ class Partition:
         self._bus = bus
         self._node_id = node_id
         self._lease = lease
+        self._on_fenced = on_fenced
         self._admitted_next = wal.next_offset  # the end of everything handed to the WAL
         self._extension: asyncio.Task[None] | None = None
         self._extended = asyncio.Event()
@@ -66,12 +68,14 @@ class Partition:
     def fenced(self) -> bool:
         return self._fenced is not None
 
-    def fence(self, reason: str) -> None:
-        """Stop acknowledging anything: ownership is gone (lease lost, reservation taken)."""
+    def fence(self, reason: str, *, fatal: bool = False) -> None:
+        """Stop acknowledging anything: ownership is gone (lease lost, reservation taken),
+        or the WAL failed (``fatal``: the node restarts to reopen it from disk)."""
         if self._fenced is None:
             self._fenced = reason
             log.warning("%s fenced: %s", self.name, reason)
             self._extended.set()  # wake producers waiting on the reservation
+            self._on_fenced(self, fatal)
 
     def _check_owner(self) -> None:
         if self._fenced is not None:
@@ -85,7 +89,13 @@ class Partition:
         self._check_owner()
         await self._reserve(len(records))
         self._admitted_next += len(records)
-        first = await self.wal.append(records)
+        try:
+            first = await self.wal.append(records)
+        except WalFailedError as exc:
+            # After a failed write or fsync the file's state is unknown ("fsyncgate"):
+            # never retry on the same descriptor; the node restarts and recovers from disk.
+            self.fence(f"WAL failed: {exc}", fatal=True)
+            raise
         self._check_owner()  # never acknowledge after the lease is gone
         return first
 
