@@ -17,6 +17,7 @@ from danube.config import (
     DanubeSettings,
     IngestConfig,
     MetadataConfig,
+    RotationConfig,
     WalCloudConfig,
     WalConfig,
 )
@@ -214,3 +215,48 @@ async def _all_from_disk(settings: DanubeSettings) -> list[tuple[int, bytes]]:
         return [(o, decode_record(p).payload) for o, p in result.messages]
     finally:
         await wal.close()
+
+
+async def test_a_flipped_bit_in_a_sealed_segment_fails_fetch_naming_segment_and_offset(
+    bus: Bus, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    client = IngestClient(bus)
+    base = settings_for("a")
+    wal_config = base.wal_cloud.wal.model_copy(update={"rotation": RotationConfig(max_bytes=4096)})
+    settings = base.model_copy(
+        update={"wal_cloud": base.wal_cloud.model_copy(update={"wal": wal_config})}
+    )
+    async with running_node(settings, "node-a"):
+        for index in range(40):
+            await client.produce(P, _records(b"%03d" % index + b"x" * 200), timeout_s=10)
+    segments = sorted((settings.wal_cloud.wal.dir / P.namespace / P.topic).glob("*.wal"))
+    assert len(segments) > 2
+    first = segments[0]
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    first.write_bytes(bytes(data))
+    async with running_node(settings, "node-a"):
+        await client.produce(P, _records(b"after"), timeout_s=10)  # the node serves again
+        # Good messages before the damage are served; the first read at the damaged frame
+        # fails: never wrong data.
+        served: list[int] = []
+        with pytest.raises(RemoteError) as info:
+            await _read_until_error(client, served)
+        assert served == list(range(len(served)))
+        assert len(served) < int(segments[1].stem)
+        assert info.value.code == "wal_corrupt"
+        assert f"offset {len(served)}" in info.value.message
+        assert first.name in info.value.message
+        assert "offset" in info.value.message
+        # Segments after the damaged one are still served, exactly.
+        later = int(segments[1].stem)
+        reply = await client.fetch(P, later, max_count=1)
+        assert [f.offset for f in reply.frames] == [later]
+
+
+async def _read_until_error(client: IngestClient, served: list[int]) -> None:
+    offset = 0
+    while True:
+        reply = await client.fetch(P, offset, max_count=1000)
+        served.extend(f.offset for f in reply.frames)
+        offset = reply.next_offset
