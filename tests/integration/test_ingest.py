@@ -4,6 +4,7 @@ one owner at a time, fencing on lease loss, and offsets never reused across owne
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,13 +23,14 @@ from danube.config import (
     WalConfig,
 )
 from danube.frame import Record, decode_frames, decode_record, encode_record
-from danube.ingest import app
+from danube.ingest import app, protocol
 from danube.ingest.client import IngestClient
 from danube.ingest.ownership import RESERVATION_BLOCK
 from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import OffsetReservation, Owner
+from danube.runtime import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +41,10 @@ def _settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path) -> DanubeSet
     return DanubeSettings(
         bus=BusConfig(servers=[nats_url]),
         wal_cloud=WalCloudConfig(
-            wal=WalConfig(dir=wal_dir),
+            wal=WalConfig(dir=wal_dir, rotation=RotationConfig(max_bytes=4096)),
             metadata=MetadataConfig(etcd_endpoint=etcd, prefix=prefix),
         ),
-        ingest=IngestConfig(lease_ttl_s=3),
+        ingest=IngestConfig(lease_ttl_s=3, metrics_port=free_port()),
     )
 
 
@@ -94,7 +96,8 @@ async def test_claim_produce_fetch_live_and_stats(
 ) -> None:
     client = IngestClient(bus)
     live = await bus.subscribe(bus.subjects.live(P))
-    async with running_node(settings_for("a"), "node-a"):
+    settings = settings_for("a")
+    async with running_node(settings, "node-a"):
         first = await client.produce(P, _records(b"one", b"two"), timeout_s=10)
         second = await client.produce(P, _records(b"three"), timeout_s=10)
         assert (first, second) == (0, 2)
@@ -112,6 +115,11 @@ async def test_claim_produce_fetch_live_and_stats(
         stats = orjson.loads((await bus.request(bus.subjects.wal_stats(P), b"")).body)
         assert stats["epoch"] == 1
         assert stats["partition"] == str(P)
+        assert stats["wal"]["next_offset"] == 3
+        port = settings.ingest.metrics_port
+        text = await asyncio.to_thread(_http_get, f"http://127.0.0.1:{port}/metrics")
+        assert "danube_ingest_appended_messages_total 3.0" in text
+        assert "danube_ingest_fsync_seconds_count" in text
     await live.unsubscribe()
 
 
@@ -221,11 +229,7 @@ async def test_a_flipped_bit_in_a_sealed_segment_fails_fetch_naming_segment_and_
     bus: Bus, settings_for: Callable[[str], DanubeSettings]
 ) -> None:
     client = IngestClient(bus)
-    base = settings_for("a")
-    wal_config = base.wal_cloud.wal.model_copy(update={"rotation": RotationConfig(max_bytes=4096)})
-    settings = base.model_copy(
-        update={"wal_cloud": base.wal_cloud.model_copy(update={"wal": wal_config})}
-    )
+    settings = settings_for("a")
     async with running_node(settings, "node-a"):
         for index in range(40):
             await client.produce(P, _records(b"%03d" % index + b"x" * 200), timeout_s=10)
@@ -260,3 +264,27 @@ async def _read_until_error(client: IngestClient, served: list[int]) -> None:
         reply = await client.fetch(P, offset, max_count=1000)
         served.extend(f.offset for f in reply.frames)
         offset = reply.next_offset
+
+
+def _http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+async def test_drop_below_removes_whole_segments_and_fetch_then_says_below_wal_start(
+    bus: Bus, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    client = IngestClient(bus)
+    async with running_node(settings_for("a"), "node-a"):
+        for index in range(40):
+            await client.produce(P, _records(b"%03d" % index + b"y" * 200), timeout_s=10)
+        reply = await bus.request(bus.subjects.wal_drop_below(P), protocol.encode_offset(20))
+        removed, wal_start = protocol.decode_drop_reply(reply.body)
+        assert removed >= 1
+        assert 0 < wal_start <= 20
+        below = await client.fetch(P, 0)
+        assert below.below_wal_start
+        assert below.wal_start == wal_start
+        assert below.frames == []
+        kept = await client.fetch(P, wal_start, max_count=1000)
+        assert [f.offset for f in kept.frames] == list(range(wal_start, 40))
