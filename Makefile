@@ -29,6 +29,8 @@ check: setup
 # Micro-benchmarks that print their numbers (`danube bench` joins once the mesh can serve).
 bench: setup
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
+	$(BIN)/python tests/bench/bench_wal.py
+	$(BIN)/python tests/bench/bench_ingest.py
 
 clean:
 	rm -rf $(VENV) danube-data .mypy_cache .ruff_cache
