@@ -115,7 +115,7 @@ def _service_spec(
     else:
         port = free_port()
         env[f"{section}__METRICS_PORT"] = str(port)
-        ready_url = f"http://127.0.0.1:{port}/healthz"
+        ready_url = f"http://127.0.0.1:{port}/readyz"
     if service == "ingest":
         env["DANUBE_WAL_CLOUD__WAL__DIR"] = str(data_dir / "wal" / name)
     if isinstance(settings.wal_cloud.cloud, FsCloud):
