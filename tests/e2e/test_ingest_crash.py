@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,32 +15,12 @@ from danube.bus import Bus, TopicName
 from danube.config import BusConfig
 from danube.frame import Record, decode_record, encode_record
 from danube.ingest.client import IngestClient
-from danube.runtime import ServerProcess, free_port
-from danube.runtime.servers import ProcessSpec
+from danube.runtime import ProcessSpec, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 ROUNDS = 20
 PARTITION = TopicName("default", "crash-part-0")
-
-
-def ingest_spec(nats_url: str, etcd_endpoint: str, prefix: str, wal_dir: Path) -> ProcessSpec:
-    port = free_port()
-    env = {
-        "DANUBE_NODE_ID": "ingest-crash-0",
-        "DANUBE_BUS__SERVERS": f'["{nats_url}"]',
-        "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": etcd_endpoint,
-        "DANUBE_WAL_CLOUD__METADATA__PREFIX": prefix,
-        "DANUBE_WAL_CLOUD__WAL__DIR": str(wal_dir),
-        "DANUBE_INGEST__METRICS_PORT": str(port),
-    }
-    return ProcessSpec(
-        "ingest",
-        [sys.executable, "-m", "danube.ingest"],
-        port,
-        env=env,
-        ready_url=f"http://127.0.0.1:{port}/readyz",
-    )
 
 
 async def _producer(
@@ -78,9 +58,9 @@ async def _read_all(client: IngestClient) -> list[tuple[int, bytes]]:
 
 
 async def test_sigkill_rounds_lose_nothing_acknowledged(
-    tmp_path: Path, nats_url: str, etcd_endpoint: str, meta_prefix: str
+    tmp_path: Path, nats_url: str, spec_for: Callable[..., ProcessSpec]
 ) -> None:
-    spec = ingest_spec(nats_url, etcd_endpoint, meta_prefix, tmp_path / "wal")
+    spec = spec_for("ingest", "ingest-crash-0")
     bus = await Bus.connect(BusConfig(servers=[nats_url]), name="crash-test")
     client = IngestClient(bus)
     acked: dict[int, bytes] = {}

@@ -1,0 +1,82 @@
+"""Fixtures for whole-mesh tests: service processes started with `python -m danube.<kind>`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from danube.runtime import ProcessSpec, ServerProcess, free_port
+
+ServiceFactory = Callable[..., ServerProcess]
+
+
+def service_spec(
+    kind: str,
+    node_id: str,
+    *,
+    nats_url: str,
+    etcd_endpoint: str,
+    meta_prefix: str,
+    data_dir: Path,
+    env: dict[str, str] | None = None,
+) -> ProcessSpec:
+    """A service process wired to the test's servers; ready when its /readyz answers."""
+    section = f"DANUBE_{kind.upper()}"
+    port = free_port()
+    base = {
+        "DANUBE_NODE_ID": node_id,
+        "DANUBE_BUS__SERVERS": f'["{nats_url}"]',
+        "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": etcd_endpoint,
+        "DANUBE_WAL_CLOUD__METADATA__PREFIX": meta_prefix,
+        "DANUBE_WAL_CLOUD__WAL__DIR": str(data_dir / "wal" / node_id),
+        f"{section}__LEASE_TTL_S": "3",
+        f"{section}__{'PORT' if kind == 'discovery' else 'METRICS_PORT'}": str(port),
+    }
+    return ProcessSpec(
+        node_id,
+        [sys.executable, "-m", f"danube.{kind}"],
+        port,
+        env={**base, **(env or {})},
+        ready_url=f"http://127.0.0.1:{port}/readyz",
+    )
+
+
+SpecFactory = Callable[..., ProcessSpec]
+
+
+@pytest.fixture
+def spec_for(tmp_path: Path, nats_url: str, etcd_endpoint: str, meta_prefix: str) -> SpecFactory:
+    """``spec_for(kind, node_id, **env)``: the spec of a service wired to this test's servers."""
+
+    def spec(kind: str, node_id: str, **env: str) -> ProcessSpec:
+        return service_spec(
+            kind,
+            node_id,
+            nats_url=nats_url,
+            etcd_endpoint=etcd_endpoint,
+            meta_prefix=meta_prefix,
+            data_dir=tmp_path,
+            env=env,
+        )
+
+    return spec
+
+
+@pytest.fixture
+def services(tmp_path: Path, spec_for: SpecFactory) -> Iterator[ServiceFactory]:
+    """``services(kind, node_id, **env)`` starts a service; every one is stopped at the end."""
+    started: list[ServerProcess] = []
+
+    def start(kind: str, node_id: str, **env: str) -> ServerProcess:
+        spec = spec_for(kind, node_id, **env)
+        process = ServerProcess(spec, tmp_path / f"{node_id}-{len(started)}.log")
+        started.append(process)
+        process.start()
+        return process
+
+    yield start
+    for process in reversed(started):
+        process.stop()
