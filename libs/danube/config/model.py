@@ -173,6 +173,18 @@ class ServiceConfig(_Section):
 class DiscoveryConfig(ServiceConfig):
     port: Annotated[int, Field(ge=1, le=65535)] = 6650
     auto_create_topics: bool = True
+    # A produce body (JSON, base64 inflates payloads by 4/3) is refused past this many bytes.
+    max_body_bytes: Annotated[int, Field(ge=4096, le=256 * MiB)] = 16 * MiB
+    # Messages in one HTTP produce request (split into bus requests of at most
+    # ingest.max_batch_messages each).
+    max_produce_messages: Annotated[int, Field(ge=1, le=100_000)] = 10_000
+    # Produce requests one instance works on at once; the next one gets 429.
+    max_inflight_produce: Annotated[int, Field(ge=1, le=100_000)] = 256
+    # The whole produce, owner claims and retries included, within this deadline (else 503).
+    produce_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    # Topic configs are cached this long on the produce path (etcd stays off the hot path);
+    # a topic deleted or re-created by another instance is seen at most this late.
+    topic_cache_ttl_s: Annotated[float, Field(ge=0, le=300)] = 2.0
 
 
 class IngestConfig(ServiceConfig):

@@ -7,6 +7,7 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     topics/<ns>/<topic>                                    TopicConfig
     partitions/<ns>/<partition>/owner                      Owner        (ingest node + epoch)
     partitions/<ns>/<partition>/reservation                OffsetReservation
+    partitions/<ns>/<partition>/assignment                 Assignment   (controller leader only)
     partitions/<ns>/<partition>/uploader                   Owner        (uploader node + epoch)
     storage/<ns>/<partition>/objects/<start:020>           storage.ObjectDescriptor
     storage/<ns>/<partition>/checkpoint                    UploaderCheckpoint
@@ -124,6 +125,11 @@ def partition_owner_key(partition: TopicName) -> str:
 def offset_reservation_key(partition: TopicName) -> str:
     """``partitions/<ns>/<p>/reservation``: the offsets the owner may assign, up to an end."""
     return partition_prefix(partition) + "reservation"
+
+
+def partition_assignment_key(partition: TopicName) -> str:
+    """``partitions/<ns>/<p>/assignment``: the ingest node the controller wants to own it."""
+    return partition_prefix(partition) + "assignment"
 
 
 def uploader_assignment_key(partition: TopicName) -> str:

@@ -63,6 +63,15 @@ class Owner(_Record):
     assigned_ms: TimeMs
 
 
+class Assignment(_Record):
+    """Which ingest node the controller wants to serve a partition. Written only by the
+    controller's leader, fenced on its term; the named node then claims the partition (an
+    :class:`Owner` with a new epoch) once the previous owner key is gone."""
+
+    node_id: Annotated[str, Field(min_length=1, max_length=128)]
+    assigned_ms: TimeMs
+
+
 class OffsetReservation(_Record):
     """The owner of epoch ``epoch`` may assign offsets below ``end_offset``; a new owner starts
     at ``end_offset``, so offsets stay unique even if the old owner's WAL tail is lost."""
@@ -80,6 +89,9 @@ class NodeRecord(_Record):
     address: str | None = None  # where it serves health/metrics, "host:port"
     started_ms: TimeMs
     version: str = ""
+    # How busy the node is, in whatever unit all nodes of a kind share (ingest: appended
+    # bytes/s); None until the node reports it. The controller breaks count ties by it.
+    load: Annotated[float, Field(ge=0)] | None = None
 
 
 class UploaderCheckpoint(_Record):

@@ -49,11 +49,15 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 started_ms=int(time.time() * 1000),
             )
             await store.put_model(meta_keys.node_key("ingest", node_id), record, lease=lease)
+            # Assignments first: a partition now assigned elsewhere is not taken back.
+            revision = await node.follower.load()
             await node.resume_owned()
             claims = await serve_claims(bus, node)
             started.set()
             log.info("ingest %s serving %d partitions", node_id, len(node.partitions))
-            watcher = tg.create_task(node.watch_ownership(), name="ownership-watch")
+            watcher = tg.create_task(
+                node.watch_ownership(start_revision=revision + 1), name="ownership-watch"
+            )
             waits = [asyncio.ensure_future(e.wait()) for e in (stop, lease.lost, node.failed)]
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for wait in waits:

@@ -12,8 +12,11 @@ from danube.bus import Bus, Kind, Request, Responder
 from danube.config import DanubeSettings
 from danube.frame import decode_record
 from danube.ingest import metrics, protocol
+from danube.ingest.ownership import OwnershipError
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES
 from danube.ingest.wal import BelowWalStartError
+from danube.meta import keys as meta_keys
+from danube.meta.records import Assignment
 
 if TYPE_CHECKING:
     from danube.ingest.node import Node
@@ -30,8 +33,9 @@ _FETCH_REPLY_MARGIN_BYTES = 4096
 class PartitionHandlers:
     """Request handlers of one partition."""
 
-    def __init__(self, partition: Partition, settings: DanubeSettings) -> None:
+    def __init__(self, partition: Partition, settings: DanubeSettings, *, node_id: str) -> None:
         self.partition = partition
+        self.node_id = node_id
         self.max_record_bytes = settings.ingest.max_message_bytes + RECORD_OVERHEAD_BYTES
         self.max_records = settings.ingest.max_batch_messages
 
@@ -94,6 +98,7 @@ class PartitionHandlers:
         return orjson.dumps(
             {
                 "partition": str(partition.name),
+                "node_id": self.node_id,
                 "epoch": partition.claim.epoch,
                 "reserved_end": partition.claim.reserved_end,
                 "fenced": partition.fenced,
@@ -104,11 +109,18 @@ class PartitionHandlers:
 
 async def serve_claims(bus: Bus, node: Node) -> Responder:
     """Answer claim requests for partitions nobody owns yet (one ingest of the queue group
-    takes each). Until the controller assigns partitions, the first produce to an unowned
-    partition gets no responders, and the caller asks here."""
+    takes each): the first produce to an unowned partition gets no responders, and the
+    caller asks here. A partition the controller assigned to another node is refused
+    (``not_owner``): its assignee claims it on its own (danube.ingest.follower)."""
 
     async def claim(request: Request) -> bytes:
         name = bus.subjects.parse(request.subject).name
+        # Once the controller assigned the partition, only its assignee may claim it.
+        assignment = await node.store.get_model(
+            meta_keys.partition_assignment_key(name), Assignment
+        )
+        if assignment is not None and assignment.node_id != node.node_id:
+            raise OwnershipError(f"{name} is assigned to {assignment.node_id}")
         partition = await node.ensure_serving(name)
         return orjson.dumps({"node_id": node.node_id, "epoch": partition.claim.epoch})
 

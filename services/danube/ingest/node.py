@@ -11,6 +11,7 @@ from pathlib import Path
 from danube.bus import Bus, Responder
 from danube.config import DanubeSettings
 from danube.ingest import epoch_file, metrics, ownership
+from danube.ingest.follower import AssignmentFollower
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES, Partition
 from danube.ingest.wal import Durability, OsFileOps, Wal, WalOptions
@@ -56,6 +57,7 @@ class Node:
         self._file_ops = TimedFileOps()
         self._retiring: set[asyncio.Task[None]] = set()
         self.failed = asyncio.Event()  # a WAL failed: the process must restart
+        self.follower = AssignmentFollower(self, store)
         metrics.SEGMENTS.set_function(lambda: sum(p.wal.stats().segments for p in self.partitions))
         lease.on_lost(lambda _: self.fence_all("node lease lost"))
 
@@ -79,7 +81,12 @@ class Node:
                 return served.partition
             if served is not None:
                 await self._stop_serving(name)
-            return await self._start_serving(name)
+            partition = await self._start_serving(name)
+        if self.follower.assigned_elsewhere(name):
+            # Reassigned while we were claiming (a claim on request can race the controller):
+            # the follower hands it over.
+            self.follower.kick(name)
+        return partition
 
     async def _start_serving(self, name: TopicName) -> Partition:
         durability = await self._durability(name)
@@ -119,7 +126,7 @@ class Node:
             lease=self.lease,
             on_fenced=self._on_fenced,
         )
-        handlers = PartitionHandlers(partition, self.settings)
+        handlers = PartitionHandlers(partition, self.settings, node_id=self.node_id)
         responders = await handlers.serve(self.bus)
         live_task = asyncio.create_task(partition.publish_live(), name=f"live-{name}")
         self._served[name] = _Served(partition, responders, live_task)
@@ -159,19 +166,33 @@ class Node:
         await served.partition.wal.close()
         metrics.PARTITIONS.set(len(self._served))
 
+    async def hand_over(self, name: TopicName) -> None:
+        """Stop serving ``name`` and delete our owner key, so the node it is assigned to
+        can claim it (in-flight produces finish first: the responders drain)."""
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            if name in self._served:
+                log.info("handing %s over: it is assigned elsewhere", name)
+                await self._stop_serving(name)
+            if self.lease.alive:
+                await ownership.release(self.store, self.node_id, name)
+
     async def resume_owned(self) -> None:
-        """Take back the partitions etcd still lists as this node's (after a restart)."""
+        """Take back the partitions etcd still lists as this node's (after a restart), but
+        those now assigned to another node (the follower hands them over instead)."""
         for name in await ownership.owned_by(self.store, self.node_id):
+            if self.follower.assigned_elsewhere(name):
+                continue
             try:
                 await self.ensure_serving(name)
             except Exception:
                 log.exception("could not resume %s", name)
 
-    async def watch_ownership(self) -> None:
-        """Fence a partition the moment its owner key stops naming this node's epoch (the
-        controller moved it, or an operator deleted it): never two writers. Runs until
-        cancelled; a broken watch resumes where it stopped."""
-        revision: int | None = None
+    async def watch_ownership(self, *, start_revision: int | None = None) -> None:
+        """Fence a partition the moment its owner key stops naming this node's epoch (it
+        was claimed elsewhere, or an operator deleted it): never two writers; and pass every
+        change to the assignment follower. Runs until cancelled; a broken watch resumes
+        where it stopped."""
+        revision = start_revision
         failures = 0
         while True:
             try:
@@ -182,6 +203,7 @@ class Node:
                         failures = 0
                         revision = event.mod_revision + 1
                         self._on_partition_event(event)
+                        self.follower.on_event(event)
             except WatchError as exc:
                 revision = exc.resume_revision or revision
             except MetaError as exc:
@@ -207,6 +229,7 @@ class Node:
 
     async def close(self, *, release: bool) -> None:
         """Stop serving everything; ``release`` hands the partitions on (clean shutdown)."""
+        await self.follower.close()
         for name in list(self._served):
             await self._stop_serving(name)
             if release and self.lease.alive:

@@ -1,0 +1,225 @@
+"""Admin and lookup routes: cluster, namespaces, topics (create, describe, delete), lookup."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import orjson
+from fastapi import APIRouter, Body, Response
+
+from danube.bus import Bus, BusError
+from danube.discovery.api.state import ServicesDep
+from danube.discovery.catalog import user_topic
+from danube.discovery.models import (
+    ClusterOut,
+    ControllerOut,
+    LookupOut,
+    NamespaceList,
+    NamespaceOut,
+    NamespaceSpec,
+    NodeOut,
+    OffsetsOut,
+    OwnerOut,
+    PartitionDetail,
+    PartitionOut,
+    TopicConfigOut,
+    TopicDetail,
+    TopicList,
+    TopicOut,
+    TopicSpec,
+)
+from danube.meta import MetaStore, TopicName, decode_model
+from danube.meta import keys as meta_keys
+from danube.meta.records import (
+    NamespacePolicy,
+    NodeRecord,
+    Owner,
+    TopicConfig,
+    UploaderCheckpoint,
+)
+from danube.names import validate_segment
+
+router = APIRouter(prefix="/v1")
+
+# Describe asks each partition's owner for its WAL offsets; an owner that does not answer
+# in this time is shown with null offsets rather than failing the whole answer.
+STATS_TIMEOUT_S = 1.0
+STATS_CONCURRENCY = 32
+
+
+def _namespace_out(name: str, policy: NamespacePolicy) -> NamespaceOut:
+    return NamespaceOut(
+        name=name,
+        max_topics=policy.max_topics,
+        retention=policy.retention,
+        created_ms=policy.created_ms,
+    )
+
+
+def _config_out(config: TopicConfig) -> TopicConfigOut:
+    return TopicConfigOut(
+        partitions=config.partitions,
+        dispatch=config.dispatch,
+        durability=config.durability,
+        retention=config.retention,
+        created_ms=config.created_ms,
+    )
+
+
+async def _owners(
+    store: MetaStore, topic: TopicName, names: Sequence[TopicName]
+) -> list[OwnerOut | None]:
+    """The owner of each partition, read in one range (the topic's partitions share the
+    prefix ``partitions/<ns>/<topic>``; other topics caught by it are filtered out)."""
+    wanted = {meta_keys.partition_owner_key(name): i for i, name in enumerate(names)}
+    owners: list[OwnerOut | None] = [None] * len(names)
+    prefix = meta_keys.partitions_prefix(topic.namespace) + topic.topic
+    for kv in await store.range(prefix):
+        index = wanted.get(kv.key)
+        if index is not None:
+            owner = decode_model(kv, Owner)
+            owners[index] = OwnerOut(node_id=owner.node_id, epoch=owner.epoch)
+    return owners
+
+
+async def _offsets(
+    bus: Bus, store: MetaStore, name: TopicName, gate: asyncio.Semaphore
+) -> OffsetsOut:
+    async with gate:
+        wal_start: int | None = None
+        next_offset: int | None = None
+        try:
+            reply = await bus.request(bus.subjects.wal_stats(name), b"", timeout_s=STATS_TIMEOUT_S)
+            wal = orjson.loads(reply.body)["wal"]
+            wal_start, next_offset = int(wal["start_offset"]), int(wal["durable_next"])
+        except (BusError, KeyError, ValueError, TypeError):
+            pass  # no owner right now, or a slow one: shown as unknown
+        checkpoint = await store.get_model(
+            meta_keys.uploader_checkpoint_key(name), UploaderCheckpoint
+        )
+    uploaded = None
+    if checkpoint is not None and checkpoint.uploaded_through >= 0:
+        uploaded = checkpoint.uploaded_through
+    return OffsetsOut(wal_start=wal_start, next_offset=next_offset, uploaded_through=uploaded)
+
+
+# --- cluster -------------------------------------------------------------------------
+
+
+@router.get("/cluster", response_model=ClusterOut)
+async def cluster(services: ServicesDep) -> ClusterOut:
+    """Registered nodes by service kind, and the controller's leader."""
+    nodes: dict[str, list[NodeOut]] = {kind: [] for kind in meta_keys.SERVICE_KINDS}
+    for kv in await services.store.range(meta_keys.nodes_prefix()):
+        record = decode_model(kv, NodeRecord)
+        nodes[record.kind].append(
+            NodeOut(node_id=record.node_id, address=record.address, started_ms=record.started_ms)
+        )
+    leader = await services.controller.leader()
+    return ClusterOut(nodes=nodes, controller=ControllerOut(leader=leader))
+
+
+# --- namespaces ------------------------------------------------------------------------
+
+
+@router.get("/namespaces", response_model=NamespaceList)
+async def list_namespaces(services: ServicesDep) -> NamespaceList:
+    """Every namespace."""
+    return NamespaceList(namespaces=await services.catalog.list_namespaces())
+
+
+@router.get("/namespaces/{ns}", response_model=NamespaceOut)
+async def get_namespace(ns: str, services: ServicesDep) -> NamespaceOut:
+    """One namespace and its policy."""
+    validate_segment("namespace", ns)
+    return _namespace_out(ns, await services.catalog.get_namespace(ns))
+
+
+@router.put("/namespaces/{ns}", response_model=NamespaceOut, status_code=201)
+async def put_namespace(
+    ns: str,
+    services: ServicesDep,
+    response: Response,
+    spec: NamespaceSpec | None = Body(default=None),  # noqa: B008 (FastAPI's idiom)
+) -> NamespaceOut:
+    """Create a namespace: 201 when created, 200 when it exists with the same policy."""
+    validate_segment("namespace", ns)
+    policy, created = await services.catalog.create_namespace(ns, spec or NamespaceSpec())
+    response.status_code = 201 if created else 200
+    return _namespace_out(ns, policy)
+
+
+@router.delete("/namespaces/{ns}", status_code=204)
+async def delete_namespace(ns: str, services: ServicesDep) -> Response:
+    """Delete an empty namespace (never ``default``)."""
+    validate_segment("namespace", ns)
+    await services.catalog.delete_namespace(ns)
+    return Response(status_code=204)
+
+
+@router.get("/namespaces/{ns}/topics", response_model=TopicList)
+async def list_topics(ns: str, services: ServicesDep) -> TopicList:
+    """The topics of a namespace."""
+    validate_segment("namespace", ns)
+    return TopicList(namespace=ns, topics=await services.catalog.list_topics(ns))
+
+
+# --- topics ------------------------------------------------------------------------------
+
+
+@router.put("/topics/{ns}/{topic}", response_model=TopicOut, status_code=201)
+async def put_topic(
+    ns: str,
+    topic: str,
+    services: ServicesDep,
+    response: Response,
+    spec: TopicSpec | None = Body(default=None),  # noqa: B008 (FastAPI's idiom)
+) -> TopicOut:
+    """Create a topic: 201 when created, 200 when it exists with the same config, 409 when
+    it exists with another."""
+    name = user_topic(ns, topic)
+    config, created = await services.catalog.create_topic(name, spec or TopicSpec())
+    response.status_code = 201 if created else 200
+    return TopicOut(name=str(name), config=_config_out(config))
+
+
+@router.get("/topics/{ns}/{topic}", response_model=TopicDetail)
+async def describe_topic(ns: str, topic: str, services: ServicesDep) -> TopicDetail:
+    """Config, partitions, owners and offsets of a topic."""
+    name = user_topic(ns, topic)
+    config = await services.catalog.get_topic(name)
+    names = name.partitions(config.partitions)
+    owners = await _owners(services.store, name, names)
+    gate = asyncio.Semaphore(STATS_CONCURRENCY)
+    offsets = await asyncio.gather(
+        *(_offsets(services.bus, services.store, p, gate) for p in names)
+    )
+    partitions = [
+        PartitionDetail(name=str(p), owner=owner, offsets=offset)
+        for p, owner, offset in zip(names, owners, offsets, strict=True)
+    ]
+    return TopicDetail(
+        name=str(name), config=_config_out(config), partitions=partitions, subscriptions=[]
+    )
+
+
+@router.delete("/topics/{ns}/{topic}", status_code=204)
+async def delete_topic(ns: str, topic: str, services: ServicesDep) -> Response:
+    """Delete a topic's config and its partitions' records (the WAL stays: see the docs)."""
+    await services.catalog.delete_topic(user_topic(ns, topic))
+    return Response(status_code=204)
+
+
+@router.get("/lookup/{ns}/{topic}", response_model=LookupOut)
+async def lookup(ns: str, topic: str, services: ServicesDep) -> LookupOut:
+    """Partitions, dispatch mode and the owner of each partition."""
+    name = user_topic(ns, topic)
+    config = await services.catalog.get_topic(name)
+    names = name.partitions(config.partitions)
+    owners = await _owners(services.store, name, names)
+    return LookupOut(
+        name=str(name),
+        dispatch=config.dispatch,
+        partitions=[PartitionOut(name=str(p), owner=o) for p, o in zip(names, owners, strict=True)],
+    )

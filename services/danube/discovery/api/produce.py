@@ -1,0 +1,20 @@
+"""The produce route: ``POST /v1/topics/{ns}/{topic}/messages``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from danube.discovery.api.state import ServicesDep
+from danube.discovery.catalog import user_topic
+from danube.discovery.models import ProduceRequest, ProduceResponse
+
+router = APIRouter(prefix="/v1")
+
+
+@router.post("/topics/{ns}/{topic}/messages", response_model=ProduceResponse)
+async def produce(
+    ns: str, topic: str, body: ProduceRequest, services: ServicesDep
+) -> ProduceResponse:
+    """Store a batch of messages; one ``{partition, offset}`` per message, in order."""
+    name = user_topic(ns, topic)
+    return ProduceResponse(results=await services.producer.produce(name, body))

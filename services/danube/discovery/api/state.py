@@ -1,0 +1,55 @@
+"""What the HTTP handlers use, held by the app (``app.state.services``) and handed to each
+route through FastAPI's dependency injection, so tests can build the app over any of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Protocol
+
+from fastapi import Depends, Request
+
+from danube.bus import Bus
+from danube.discovery.catalog import Catalog
+from danube.discovery.produce import Producer
+from danube.meta import MetaStore
+
+
+class ControllerView(Protocol):
+    """The part of the controller the API reads (``GET /v1/cluster``)."""
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this instance leads the cluster right now."""
+        ...
+
+    async def leader(self) -> str | None:
+        """The node id of the current leader, if any."""
+        ...
+
+
+@dataclass(frozen=True)
+class Services:
+    """One discovery instance's connections and logic."""
+
+    node_id: str
+    bus: Bus
+    store: MetaStore
+    catalog: Catalog
+    producer: Producer
+    controller: ControllerView
+    ready_timeout_s: float = 2.0
+
+
+def services_of(request: Request) -> Services:
+    """The instance's :class:`Services`."""
+    services: Services = request.app.state.services
+    return services
+
+
+async def get_services(request: Request) -> Services:
+    """:func:`services_of` as a FastAPI dependency. ``async`` on purpose: FastAPI runs a plain
+    ``def`` dependency in a worker thread, a thread hop on every request."""
+    return services_of(request)
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]

@@ -1,0 +1,114 @@
+"""Wires one discovery instance: bus, etcd, node lease and registration, the HTTP API
+(uvicorn inside this event loop) and the controller, in one TaskGroup."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Generator
+from typing import Any
+
+import uvicorn
+
+from danube.bus import Bus
+from danube.config import DanubeSettings
+from danube.discovery.api import Services, build_app
+from danube.discovery.catalog import Catalog
+from danube.discovery.controller import Controller
+from danube.discovery.produce import Limits, Producer
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.records import NodeRecord
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """The node lease expired; a restart registers afresh."""
+
+
+class HttpStopped(Exception):
+    """The HTTP server could not start (port taken) or stopped without being asked."""
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        # The service owns SIGTERM/SIGINT (danube.runtime.service) and stops us itself.
+        yield
+
+
+async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
+    """Serve the API and run the controller until ``stop``; raise LeaseLost if the node
+    lease is lost first."""
+    config = settings.discovery
+    bus = await Bus.connect(settings.bus, name=node_id)
+    try:
+        store = await MetaStore.connect(settings.wal_cloud.metadata)
+    except BaseException:
+        await bus.close()
+        raise
+    try:
+        lease = await store.grant_lease(config.lease_ttl_s)
+        catalog = Catalog(store, cache_ttl_s=config.topic_cache_ttl_s)
+        await catalog.ensure_default_namespace()
+        controller = Controller(settings, node_id=node_id, store=store)
+        producer = Producer(
+            bus, catalog, Limits.from_settings(settings), max_inflight=config.max_inflight_produce
+        )
+        services = Services(
+            node_id=node_id,
+            bus=bus,
+            store=store,
+            catalog=catalog,
+            producer=producer,
+            controller=controller,
+        )
+        app = build_app(services, max_body_bytes=config.max_body_bytes)
+        server = _Server(
+            uvicorn.Config(
+                app,
+                host=config.host,
+                port=config.port,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+            )
+        )
+        record = NodeRecord(
+            node_id=node_id,
+            kind="discovery",
+            address=f"{config.host}:{config.port}",
+            started_ms=int(time.time() * 1000),
+        )
+        await store.put_model(meta_keys.node_key("discovery", node_id), record, lease=lease)
+        leaving = asyncio.Event()  # tells the controller to resign, however we leave
+        async with asyncio.TaskGroup() as tg:
+            http = tg.create_task(_serve_http(server), name="http")
+            tg.create_task(controller.run(leaving), name="controller")
+            log.info("discovery %s serving on %s:%d", node_id, config.host, config.port)
+            waits: list[asyncio.Future[Any]] = [
+                asyncio.ensure_future(e.wait()) for e in (stop, lease.lost)
+            ]
+            waits.append(asyncio.shield(http))
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+            leaving.set()
+            server.should_exit = True
+    finally:
+        await store.close()  # revokes the lease: our registration goes at once
+        await bus.close()
+    if lease.lost.is_set() and not stop.is_set():
+        raise LeaseLost(f"discovery {node_id}: node lease lost")
+    if not stop.is_set():
+        raise HttpStopped(f"discovery {node_id}: the HTTP server stopped on its own")
+
+
+async def _serve_http(server: uvicorn.Server) -> None:
+    try:
+        await server.serve()
+    except SystemExit as exc:  # uvicorn exits the process when it cannot bind
+        raise HttpStopped(f"HTTP server failed to start (exit {exc.code})") from None

@@ -1,0 +1,242 @@
+"""Namespaces and topics in etcd: create idempotently, read, list, delete; a small cache of
+topic configs for the produce path (etcd stays off the hot path).
+
+Creation is a create-if-absent transaction, so of two instances creating the same topic at
+once exactly one writes it and the other reads the winner's config: the same config is
+answered as created again (idempotent), a different one as a conflict. A topic is created
+only while its namespace exists (compared in the same transaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from danube.discovery.errors import ConflictError, NotFoundError
+from danube.discovery.models import NamespaceSpec, TopicSpec
+from danube.meta import MetaStore, TopicName, decode_model, encode_model
+from danube.meta import keys as meta_keys
+from danube.meta.records import NamespacePolicy, TopicConfig
+from danube.names import InvalidNameError, validate_segment
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACE = "default"
+TOPIC_CACHE_ENTRIES_MAX = 10_000
+# Deletes of one topic's records are sent in transactions of at most this many ops
+# (etcd refuses more than 128 per transaction).
+_DELETE_OPS_PER_TXN = 100
+
+
+def now_ms() -> int:
+    """Wall-clock Unix milliseconds (what records store)."""
+    return int(time.time() * 1000)
+
+
+def user_topic(namespace: str, topic: str) -> TopicName:
+    """The topic a user names: valid segments, and not shaped like a partition
+    (``<t>-part-<N>`` would shadow partition N of ``<t>``)."""
+    validate_segment("namespace", namespace)
+    name = TopicName(namespace, topic)
+    if name.partition is not None:
+        raise InvalidNameError(
+            kind="topic",
+            value=topic,
+            reason="a name ending in -part-<N> is reserved for the partitions of a topic",
+        )
+    return name
+
+
+def _same_topic(existing: TopicConfig, spec: TopicSpec) -> bool:
+    return (
+        existing.partitions == spec.partitions
+        and existing.dispatch == spec.dispatch
+        and existing.durability == spec.durability
+        and existing.retention == spec.retention.policy()
+    )
+
+
+def _same_namespace(existing: NamespacePolicy, spec: NamespaceSpec) -> bool:
+    return existing.max_topics == spec.max_topics and existing.retention == spec.retention.policy()
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    config: TopicConfig
+    expires_at: float
+
+
+class Catalog:
+    """Namespaces and topics of one cluster (one ``MetaStore``)."""
+
+    def __init__(self, store: MetaStore, *, cache_ttl_s: float) -> None:
+        self.store = store
+        self._cache_ttl_s = cache_ttl_s
+        self._cache: OrderedDict[TopicName, _Cached] = OrderedDict()
+        self._lock = asyncio.Lock()  # serialises cache fills only, never an etcd write
+
+    # --- namespaces ----------------------------------------------------------------
+
+    async def ensure_default_namespace(self) -> None:
+        """Create ``default`` if it does not exist (every instance does at start)."""
+        policy = NamespacePolicy(created_ms=now_ms())
+        await self.store.create_model(meta_keys.namespace_key(DEFAULT_NAMESPACE), policy)
+
+    async def create_namespace(
+        self, name: str, spec: NamespaceSpec
+    ) -> tuple[NamespacePolicy, bool]:
+        """Create the namespace; ``(policy, created)``. The same spec again is not an error."""
+        key = meta_keys.namespace_key(name)
+        policy = NamespacePolicy(
+            created_ms=now_ms(), max_topics=spec.max_topics, retention=spec.retention.policy()
+        )
+        result = (
+            await self.store.txn()
+            .if_absent(key)
+            .then_put(key, encode_model(policy))
+            .else_get(key)
+            .commit()
+        )
+        if result.succeeded:
+            return policy, True
+        kv = result.first_kv()
+        if kv is None:  # deleted between the compare and the read: cannot happen in one txn
+            raise ConflictError(f"namespace {name} changed while being created", code="conflict")
+        existing = decode_model(kv, NamespacePolicy)
+        if not _same_namespace(existing, spec):
+            raise ConflictError(
+                f"namespace {name} exists with another policy", code="namespace_exists"
+            )
+        return existing, False
+
+    async def get_namespace(self, name: str) -> NamespacePolicy:
+        """The namespace's policy; NotFoundError if it does not exist."""
+        found = await self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy)
+        if found is None:
+            raise NotFoundError(f"namespace {name} does not exist", code="namespace_not_found")
+        return found
+
+    async def list_namespaces(self) -> list[str]:
+        """Every namespace, sorted."""
+        kvs = await self.store.range(meta_keys.NAMESPACES_PREFIX)
+        return [kv.key.removeprefix(meta_keys.NAMESPACES_PREFIX) for kv in kvs]
+
+    async def delete_namespace(self, name: str) -> None:
+        """Delete an empty namespace other than ``default``."""
+        key = meta_keys.namespace_key(name)
+        if name == DEFAULT_NAMESPACE:
+            raise ConflictError(
+                "the default namespace cannot be deleted", code="namespace_protected"
+            )
+        found = await self.store.get(key)
+        if found is None:
+            raise NotFoundError(f"namespace {name} does not exist", code="namespace_not_found")
+        if await self.store.range(meta_keys.topics_prefix(name), limit=1):
+            raise ConflictError(f"namespace {name} still has topics", code="namespace_not_empty")
+        # A topic created meanwhile compared on the namespace key, so it either landed before
+        # this delete (and is checked above) or finds the namespace gone.
+        await self.store.compare_and_delete(key, expected_mod_revision=found.mod_revision)
+
+    # --- topics --------------------------------------------------------------------
+
+    async def create_topic(self, topic: TopicName, spec: TopicSpec) -> tuple[TopicConfig, bool]:
+        """Create the topic; ``(config, created)``. The same spec again is not an error; a
+        different one is ConflictError; a missing namespace NotFoundError."""
+        ns_key = meta_keys.namespace_key(topic.namespace)
+        key = meta_keys.topic_key(topic)
+        config = TopicConfig(
+            partitions=spec.partitions,
+            dispatch=spec.dispatch,
+            durability=spec.durability,
+            retention=spec.retention.policy(),
+            created_ms=now_ms(),
+        )
+        policy = await self.get_namespace(topic.namespace)
+        existing = await self.store.get_model(key, TopicConfig)
+        if existing is None:
+            count = len(await self.store.range(meta_keys.topics_prefix(topic.namespace)))
+            if count >= policy.max_topics:
+                raise ConflictError(
+                    f"namespace {topic.namespace} holds its maximum of {policy.max_topics} topics",
+                    code="namespace_full",
+                )
+            result = await (
+                self.store.txn()
+                .if_absent(key)
+                .if_present(ns_key)
+                .then_put(key, encode_model(config))
+                .else_get(key)
+                .commit()
+            )
+            if result.succeeded:
+                self._remember(topic, config)
+                log.info("created topic %s (%d partitions)", topic, spec.partitions)
+                return config, True
+            kv = result.first_kv()
+            if kv is None:
+                raise NotFoundError(
+                    f"namespace {topic.namespace} does not exist", code="namespace_not_found"
+                )
+            existing = decode_model(kv, TopicConfig)
+        if not _same_topic(existing, spec):
+            raise ConflictError(f"topic {topic} exists with another config", code="topic_exists")
+        self._remember(topic, existing)
+        return existing, False
+
+    async def get_topic(self, topic: TopicName) -> TopicConfig:
+        """The topic's config, read from etcd; NotFoundError if it does not exist."""
+        found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
+        if found is None:
+            raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+        self._remember(topic, found)
+        return found
+
+    async def cached_topic(self, topic: TopicName) -> TopicConfig | None:
+        """The topic's config for the produce path: from the cache while fresh, else etcd;
+        ``None`` if the topic does not exist (absence is not cached)."""
+        hit = self._cache.get(topic)
+        if hit is not None and hit.expires_at > time.monotonic():
+            return hit.config
+        async with self._lock:
+            found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
+        if found is None:
+            self._cache.pop(topic, None)
+            return None
+        self._remember(topic, found)
+        return found
+
+    def _remember(self, topic: TopicName, config: TopicConfig) -> None:
+        self._cache[topic] = _Cached(config, time.monotonic() + self._cache_ttl_s)
+        self._cache.move_to_end(topic)
+        while len(self._cache) > TOPIC_CACHE_ENTRIES_MAX:
+            self._cache.popitem(last=False)
+
+    async def list_topics(self, namespace: str) -> list[str]:
+        """The topic segments of a namespace, sorted; NotFoundError if it does not exist."""
+        await self.get_namespace(namespace)
+        prefix = meta_keys.topics_prefix(namespace)
+        return [kv.key.removeprefix(prefix) for kv in await self.store.range(prefix)]
+
+    async def delete_topic(self, topic: TopicName) -> TopicConfig:
+        """Delete the topic's config, then its partitions' records (owner, reservation,
+        assignment...) and subscriptions. Removing the owner key fences the owning ingest."""
+        key = meta_keys.topic_key(topic)
+        found = await self.store.get_model_kv(key, TopicConfig)
+        if found is None:
+            raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+        config, kv = found
+        if not await self.store.compare_and_delete(key, expected_mod_revision=kv.mod_revision):
+            raise ConflictError(f"topic {topic} changed while being deleted", code="conflict")
+        self._cache.pop(topic, None)
+        prefixes = [meta_keys.partition_prefix(p) for p in topic.partitions(config.partitions)]
+        prefixes.append(meta_keys.subscriptions_prefix(topic))
+        for start in range(0, len(prefixes), _DELETE_OPS_PER_TXN):
+            txn = self.store.txn()
+            for prefix in prefixes[start : start + _DELETE_OPS_PER_TXN]:
+                txn.then_delete(prefix, prefix=True)
+            await txn.commit()
+        log.info("deleted topic %s", topic)
+        return config

@@ -1,0 +1,292 @@
+"""The cluster controller: one leader among the discovery instances assigns partitions.
+
+Every discovery instance runs a :class:`Controller`; they campaign on ``elections/controller``
+(:class:`danube.meta.Election`, lease TTL ``discovery.lease_ttl_s``) and exactly one leads.
+While it leads, it watches ``nodes/ingest/``, ``topics/`` and ``partitions/``; after any
+change (and at least every :data:`RESYNC_S`) it re-reads them, asks
+:func:`danube.discovery.assignment.plan` what to change and writes
+``partitions/<ns>/<p>/assignment`` keys. Each write is one transaction that also compares the
+election key's create revision with the term's: a deposed leader's writes fail, however late
+they arrive. The ingest nodes follow the assignments (danube.ingest.follower).
+
+Subscriptions to dispatchers: the dispatcher does not exist yet; its assignment will be one
+more input and output of the same plan (docs/controller.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from danube.config import DanubeSettings
+from danube.discovery.assignment import ClusterView, Plan, partitions_of, plan
+from danube.meta import (
+    Election,
+    InvalidNameError,
+    Leadership,
+    MetaDecodeError,
+    MetaError,
+    MetaStore,
+    TopicName,
+    WatchError,
+    decode_model,
+    encode_model,
+)
+from danube.meta import keys as meta_keys
+from danube.meta.aio import cancel_and_wait
+from danube.meta.backoff import backoff_s
+from danube.meta.records import Assignment, NodeRecord, Owner, TopicConfig
+from danube.meta.txn import TXN_OPS_MAX
+
+log = logging.getLogger(__name__)
+
+# Changes arrive in bursts (a node's lease expiring deletes its key and all its owner keys
+# at once): wait this long after the first event so one plan covers the whole burst.
+DEBOUNCE_S = 0.05
+# Re-read everything at least this often even without events: a safety net, not the path.
+RESYNC_S = 5.0
+# Writes per transaction: etcd allows 128 ops; one compare fences each transaction.
+_WRITES_PER_TXN = TXN_OPS_MAX // 2
+_RETRY_BASE_S = 0.1
+_RETRY_CAP_S = 5.0
+_WATCH_BUFFER_EVENTS = 1024
+
+
+class DeposedError(MetaError):
+    """A fenced write failed: another controller leads now."""
+
+    code = "deposed"
+
+
+class Controller:
+    """Campaign for the controller role; while leader, keep partitions assigned."""
+
+    def __init__(self, settings: DanubeSettings, *, node_id: str, store: MetaStore) -> None:
+        self.node_id = node_id
+        self._store = store
+        self._election = Election(
+            store, meta_keys.CONTROLLER_ELECTION, node_id, ttl_s=settings.discovery.lease_ttl_s
+        )
+        self.plans_applied = 0  # plans that wrote something, for tests and logs
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this instance leads right now (as far as it can know)."""
+        return self._election.is_leader
+
+    @property
+    def term(self) -> Leadership | None:
+        """The current or last term this instance won (its ``revision`` fences writes)."""
+        return self._election.term
+
+    async def leader(self) -> str | None:
+        """The node id of the current controller leader, or ``None`` if there is none."""
+        return await self._election.leader()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Campaign, lead while elected, campaign again; return once ``stop`` is set.
+
+        etcd failures are retried with capped, jittered backoff; leaving resigns, so
+        another instance takes over at once instead of after the lease TTL.
+        """
+        failures = 0
+        try:
+            while not stop.is_set():
+                try:
+                    term = await _until_stopped(
+                        self._election.campaign(),
+                        stop,
+                        cancel_timeout_s=self._store.request_timeout_s,
+                    )
+                    if term is None:
+                        return
+                    failures = 0
+                    await self._lead(term, stop)
+                except MetaError as exc:
+                    failures += 1
+                    log.warning("controller %s: %s (attempt %d)", self.node_id, exc, failures)
+                    delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(delay_s):
+                            await stop.wait()
+                finally:
+                    await self._election.resign()
+        finally:
+            log.info("controller %s stopped", self.node_id)
+
+    async def _lead(self, term: Leadership, stop: asyncio.Event) -> None:
+        """Keep the assignments right until the term ends or ``stop`` is set."""
+        log.info("controller %s leads (term revision %d)", self.node_id, term.revision)
+        dirty = asyncio.Event()
+        watchers = [
+            asyncio.create_task(self._watch(prefix, dirty), name=f"controller-watch-{prefix}")
+            for prefix in (
+                meta_keys.nodes_prefix("ingest"),
+                meta_keys.topics_prefix(),
+                meta_keys.partitions_prefix(),
+            )
+        ]
+        try:
+            await self._reconcile_loop(term, stop, dirty)
+        finally:
+            for task in watchers:
+                await cancel_and_wait(task, timeout_s=self._store.request_timeout_s)
+
+    async def _reconcile_loop(
+        self, term: Leadership, stop: asyncio.Event, dirty: asyncio.Event
+    ) -> None:
+        # Always start from a full read; each watch also sets dirty once it (re)starts, so a
+        # read follows the newest watch and nothing changed before it exists is missed.
+        dirty.set()
+        failures = 0
+        while term.active and not stop.is_set():
+            await _first_of(dirty.wait(), term.lost.wait(), stop.wait(), timeout_s=RESYNC_S)
+            if not term.active or stop.is_set():
+                return
+            await asyncio.sleep(DEBOUNCE_S)
+            dirty.clear()
+            try:
+                await self.reconcile(term)
+                failures = 0
+            except DeposedError as exc:
+                log.warning("controller %s deposed: %s", self.node_id, exc)
+                return
+            except MetaError as exc:  # etcd unreachable: the lease decides whether we lead on
+                failures += 1
+                log.warning("controller %s: reconcile failed: %s", self.node_id, exc)
+                dirty.set()
+                delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
+                await _first_of(term.lost.wait(), stop.wait(), timeout_s=delay_s)
+
+    async def _watch(self, prefix: str, dirty: asyncio.Event) -> None:
+        """Set ``dirty`` on every relevant change under ``prefix``; restart a broken watch."""
+        failures = 0
+        while True:
+            try:
+                async with self._store.watch_prefix(
+                    prefix, buffer_size=_WATCH_BUFFER_EVENTS
+                ) as events:
+                    dirty.set()  # whatever changed before this watch existed: re-read
+                    async for event in events:
+                        failures = 0
+                        if _relevant(event.key):
+                            dirty.set()
+            except WatchError as exc:
+                log.info("controller watch on %s ended: %s; restarting", prefix, exc)
+            except MetaError as exc:
+                log.warning("controller watch on %s failed: %s", prefix, exc)
+            failures += 1
+            await asyncio.sleep(backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=1.0))
+
+    async def reconcile(self, term: Leadership) -> Plan:
+        """Read the cluster, plan, and write the plan fenced on ``term``; return the plan."""
+        view = await self.read_view()
+        result = plan(view)
+        if not result.empty:
+            await self._apply(term, result)
+            self.plans_applied += 1
+            log.info(
+                "controller %s: assigned %d partitions (%d moved), forgot %d; per node: %s",
+                self.node_id,
+                len(result.assign),
+                len(result.moved),
+                len(result.unassign),
+                _per_node(result),
+            )
+        return result
+
+    async def read_view(self) -> ClusterView:
+        """The live ingest nodes, the partitions that exist, and who is assigned and owns
+        each, as stored in etcd now."""
+        nodes: dict[str, float | None] = {}
+        for kv in await self._store.range(meta_keys.nodes_prefix("ingest")):
+            _, node_id = meta_keys.parse_node_key(kv.key)
+            try:
+                nodes[node_id] = decode_model(kv, NodeRecord).load
+            except MetaDecodeError as exc:  # the key's presence is the liveness that matters
+                log.warning("controller: %s", exc)
+                nodes[node_id] = None
+        topics: dict[TopicName, TopicConfig] = {}
+        for kv in await self._store.range(meta_keys.topics_prefix()):
+            try:
+                topics[meta_keys.parse_topic_key(kv.key)] = decode_model(kv, TopicConfig)
+            except (MetaDecodeError, InvalidNameError) as exc:
+                log.warning("controller: skipping topic %s: %s", kv.key, exc)
+        assignments: dict[TopicName, str] = {}
+        owners: dict[TopicName, str] = {}
+        for kv in await self._store.range(meta_keys.partitions_prefix()):
+            try:
+                partition, record = meta_keys.parse_partition_key(kv.key)
+                if record == "assignment":
+                    assignments[partition] = decode_model(kv, Assignment).node_id
+                elif record == "owner":
+                    owners[partition] = decode_model(kv, Owner).node_id
+            except (MetaDecodeError, InvalidNameError) as exc:
+                log.warning("controller: skipping %s: %s", kv.key, exc)
+        return ClusterView(partitions_of(topics), nodes, assignments, owners)
+
+    async def _apply(self, term: Leadership, result: Plan) -> None:
+        """Write the plan in transactions fenced on the term's election key."""
+        election_key = meta_keys.election_key(meta_keys.CONTROLLER_ELECTION)
+        now_ms = int(time.time() * 1000)
+        writes: list[tuple[TopicName, str | None]] = [
+            *((p, None) for p in result.unassign),
+            *sorted(result.assign.items(), key=lambda item: str(item[0])),
+        ]
+        for start in range(0, len(writes), _WRITES_PER_TXN):
+            if not term.active:
+                raise DeposedError(f"the term ended ({term.lost_reason})")
+            txn = self._store.txn().if_create_revision(election_key, "==", term.revision)
+            for partition, node_id in writes[start : start + _WRITES_PER_TXN]:
+                key = meta_keys.partition_assignment_key(partition)
+                if node_id is None:
+                    txn.then_delete(key)
+                else:
+                    txn.then_put(key, encode_model(Assignment(node_id=node_id, assigned_ms=now_ms)))
+            if not (await txn.commit()).succeeded:
+                raise DeposedError("the election key changed: another controller leads")
+
+
+def _relevant(key: str) -> bool:
+    """Changes that can alter a plan (offset reservations, uploader keys... cannot)."""
+    if key.startswith(meta_keys.partitions_prefix()):
+        return key.endswith(("/owner", "/assignment"))
+    return True
+
+
+def _per_node(result: Plan) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for node in result.placement.values():
+        counted[node] = counted.get(node, 0) + 1
+    return dict(sorted(counted.items()))
+
+
+async def _first_of(*waits: Coroutine[Any, Any, Any], timeout_s: float) -> None:
+    """Return when the first of the coroutines completes, or after ``timeout_s``."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _until_stopped(
+    campaign: Coroutine[Any, Any, Leadership], stop: asyncio.Event, *, cancel_timeout_s: float
+) -> Leadership | None:
+    """Await the campaign unless ``stop`` comes first (then cancel it and return ``None``)."""
+    task = asyncio.ensure_future(campaign)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done() and not stop.is_set():
+        return task.result()
+    await cancel_and_wait(task, timeout_s=cancel_timeout_s)
+    return None

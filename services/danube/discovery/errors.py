@@ -1,0 +1,122 @@
+"""Errors of the discovery service, and the one place that maps any error to an HTTP answer.
+
+::
+
+    DanubeError
+    └── DiscoveryError             "discovery_error"                              500
+        ├── BadRequestError        "bad_request", "invalid_json", "unknown_field",
+        │                          "bad_encoding", ...                             400
+        ├── NotFoundError          "namespace_not_found", "topic_not_found"       404
+        ├── ConflictError          "topic_exists", "namespace_exists",
+        │                          "namespace_not_empty", "namespace_protected"   409
+        ├── TooLargeError          "payload_too_large", "body_too_large",
+        │                          "too_many_messages"                            413
+        ├── OverLimitError         "too_many_requests"  (retriable)               429
+        └── UnavailableError       "no_owner", "unavailable"  (retriable)         503
+
+Errors of the other packages keep their own class and code; :func:`http_status` gives them
+a status by their code (``invalid_name`` and ``invalid_record`` 400, ``payload_too_large``
+413, bus and etcd failures 503...), so a handler simply lets them propagate. Every error
+body is ``{"error": {"code": "...", "message": "..."}}``.
+"""
+
+from __future__ import annotations
+
+from danube.errors import DanubeError
+from danube.meta import MetaError
+
+
+class DiscoveryError(DanubeError):
+    """Root of the discovery errors; ``status`` is the HTTP status it is answered with."""
+
+    code = "discovery_error"
+    status = 500
+
+
+class BadRequestError(DiscoveryError):
+    """The request itself is wrong (shape, type, encoding, a value out of range)."""
+
+    code = "bad_request"
+    status = 400
+
+
+class NotFoundError(DiscoveryError):
+    """The namespace or topic named does not exist."""
+
+    code = "not_found"
+    status = 404
+
+
+class ConflictError(DiscoveryError):
+    """The request contradicts what exists (another config, a non-empty namespace)."""
+
+    code = "conflict"
+    status = 409
+
+
+class TooLargeError(DiscoveryError):
+    """A payload, a body or a batch over its limit; ``limit`` names the limit."""
+
+    code = "too_large"
+    status = 413
+
+    def __init__(self, message: str, *, code: str, limit: int) -> None:
+        super().__init__(message, code=code)
+        self.limit = limit
+
+
+class OverLimitError(DiscoveryError):
+    """This instance is at its limit of concurrent work; retry later (or elsewhere)."""
+
+    code = "too_many_requests"
+    status = 429
+    retriable = True
+
+
+class UnavailableError(DiscoveryError):
+    """A dependency (bus, etcd, the partition's owner) did not answer in time."""
+
+    code = "unavailable"
+    status = 503
+    retriable = True
+
+
+# Status of the codes other packages raise (danube.names, frame, bus, meta, ingest).
+_STATUS_BY_CODE: dict[str, int] = {
+    "invalid_name": 400,
+    "invalid_record": 400,
+    "bad_request": 400,
+    "payload_too_large": 413,
+    "frame_too_large": 413,
+    "no_responders": 503,
+    "not_connected": 503,
+    "timeout": 503,
+    "deadline_exceeded": 503,
+    "not_owner": 503,
+    "meta_unavailable": 503,
+    "lease_lost": 503,
+}
+
+
+def http_status(exc: BaseException) -> int:
+    """The HTTP status an error is answered with (500 for anything unexpected)."""
+    if isinstance(exc, DiscoveryError):
+        return exc.status
+    if isinstance(exc, TimeoutError):
+        return 503
+    if isinstance(exc, DanubeError):
+        status = _STATUS_BY_CODE.get(exc.code)
+        if status is not None:
+            return status
+        if isinstance(exc, MetaError) or exc.retriable:
+            return 503  # etcd trouble, or a failure that may pass: a dependency is down
+    return 500
+
+
+def error_body(exc: BaseException) -> dict[str, dict[str, str]]:
+    """``{"error": {"code", "message"}}`` for any error; internals are not shown."""
+    if isinstance(exc, DanubeError):
+        return {"error": {"code": exc.code, "message": exc.message}}
+    if isinstance(exc, TimeoutError):
+        return {"error": {"code": "timeout", "message": str(exc) or "no answer in time"}}
+    return {"error": {"code": "internal", "message": "internal error"}}

@@ -1,0 +1,18 @@
+"""Prometheus metrics of the discovery service (process-wide; routes by their template, so
+the label set stays bounded whatever names clients send)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+HTTP_REQUESTS = Counter(
+    "danube_discovery_http_requests", "HTTP requests answered", ["method", "route", "status"]
+)
+PRODUCE_SECONDS = Histogram(
+    "danube_discovery_produce_seconds",
+    "Latency of a successful produce request, check to last durable answer",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+)
+MESSAGES_PRODUCED = Counter(
+    "danube_discovery_messages_produced", "Messages acknowledged to HTTP producers"
+)

@@ -1,0 +1,193 @@
+"""The JSON bodies of the public HTTP API (docs/http-api.md): requests refuse unknown
+fields (``extra="forbid"``), so a typo is a 400 rather than a silently ignored setting."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from danube.frame import (
+    MAX_ATTRIBUTE_NAME_BYTES,
+    MAX_ATTRIBUTE_VALUE_BYTES,
+    MAX_ATTRIBUTES,
+    MAX_KEY_BYTES,
+    MAX_PRODUCER_NAME_BYTES,
+)
+from danube.meta.records import PARTITIONS_MAX, Dispatch, Durability, RetentionPolicy
+
+# A hard cap on the list whatever the settings say; discovery.max_produce_messages is the
+# configured limit (checked with its own 413).
+PRODUCE_MESSAGES_CAP = 100_000
+Encoding = Literal["utf8", "base64"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# --- requests --------------------------------------------------------------------------
+
+
+class RetentionSpec(_Request):
+    """How long a topic's data stays in object storage (``null``: no limit)."""
+
+    time_minutes: Annotated[int, Field(ge=1)] | None = None
+    size_mb: Annotated[int, Field(ge=1)] | None = None
+
+    def policy(self) -> RetentionPolicy:
+        """The stored form."""
+        return RetentionPolicy(time_minutes=self.time_minutes, size_mb=self.size_mb)
+
+
+class NamespaceSpec(_Request):
+    """``PUT /v1/namespaces/{ns}`` (the body may be omitted: the defaults apply)."""
+
+    max_topics: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
+    retention: RetentionSpec = RetentionSpec()
+
+
+class TopicSpec(_Request):
+    """``PUT /v1/topics/{ns}/{topic}``: 0 partitions is one unpartitioned topic."""
+
+    partitions: Annotated[int, Field(ge=0, le=PARTITIONS_MAX)] = 0
+    dispatch: Dispatch = "reliable"
+    durability: Durability = "fsync"
+    retention: RetentionSpec = RetentionSpec()
+
+
+class MessageIn(_Request):
+    """One message to produce. ``payload`` is text (``utf8``) or base64 (``base64``)."""
+
+    payload: str
+    encoding: Encoding = "utf8"
+    key: Annotated[str, Field(max_length=MAX_KEY_BYTES)] | None = None
+    attributes: Annotated[
+        dict[
+            Annotated[str, Field(max_length=MAX_ATTRIBUTE_NAME_BYTES)],
+            Annotated[str, Field(max_length=MAX_ATTRIBUTE_VALUE_BYTES)],
+        ],
+        Field(max_length=MAX_ATTRIBUTES),
+    ] = Field(default_factory=dict)
+
+
+class ProduceRequest(_Request):
+    """``POST /v1/topics/{ns}/{topic}/messages``. ``dispatch`` is used only when the topic
+    is auto-created by this request."""
+
+    messages: Annotated[list[MessageIn], Field(min_length=1, max_length=PRODUCE_MESSAGES_CAP)]
+    producer: Annotated[str, Field(max_length=MAX_PRODUCER_NAME_BYTES)] = "http"
+    dispatch: Dispatch = "reliable"
+
+
+# --- responses -------------------------------------------------------------------------
+
+
+class ErrorDetail(_Response):
+    code: str
+    message: str
+
+
+class ErrorBody(_Response):
+    """Every error answer: ``{"error": {"code": "...", "message": "..."}}``."""
+
+    error: ErrorDetail
+
+
+class ProduceResult(_Response):
+    partition: str
+    offset: int
+
+
+class ProduceResponse(_Response):
+    """One result per message, in message order."""
+
+    results: list[ProduceResult]
+
+
+class NamespaceOut(_Response):
+    name: str
+    max_topics: int
+    retention: RetentionPolicy
+    created_ms: int
+
+
+class NamespaceList(_Response):
+    namespaces: list[str]
+
+
+class TopicList(_Response):
+    namespace: str
+    topics: list[str]
+
+
+class OwnerOut(_Response):
+    node_id: str
+    epoch: int
+
+
+class PartitionOut(_Response):
+    name: str
+    owner: OwnerOut | None
+
+
+class TopicConfigOut(_Response):
+    partitions: int
+    dispatch: Dispatch
+    durability: Durability
+    retention: RetentionPolicy
+    created_ms: int
+
+
+class TopicOut(_Response):
+    """``PUT`` answer: the topic's name and config."""
+
+    name: str
+    config: TopicConfigOut
+
+
+class OffsetsOut(_Response):
+    """WAL offsets from the owner (``null`` when it does not answer), and how far the
+    partition is in object storage (``null`` before the first upload)."""
+
+    wal_start: int | None
+    next_offset: int | None
+    uploaded_through: int | None
+
+
+class PartitionDetail(_Response):
+    name: str
+    owner: OwnerOut | None
+    offsets: OffsetsOut
+
+
+class TopicDetail(_Response):
+    name: str
+    config: TopicConfigOut
+    partitions: list[PartitionDetail]
+    subscriptions: list[str]
+
+
+class LookupOut(_Response):
+    name: str
+    dispatch: Dispatch
+    partitions: list[PartitionOut]
+
+
+class NodeOut(_Response):
+    node_id: str
+    address: str | None
+    started_ms: int
+
+
+class ControllerOut(_Response):
+    leader: str | None
+
+
+class ClusterOut(_Response):
+    nodes: dict[str, list[NodeOut]]
+    controller: ControllerOut

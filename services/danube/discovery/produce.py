@@ -1,0 +1,222 @@
+"""Produce over HTTP: check the whole batch, route it, send one bus request per partition
+(split to fit the bus and ingest limits), concurrently, and answer in message order.
+
+Nothing is sent before every message of the batch has been decoded, checked against its
+limits and encoded as a record, so a bad message leaves no trace anywhere. The topic is
+auto-created (when allowed) only after that check. A batch spread over several partitions
+is not atomic: when one partition fails, the others may have stored their messages, and a
+retried batch may store those again (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from danube.bus import Bus, NoRespondersError, TopicName
+from danube.config import DanubeSettings
+from danube.discovery import metrics
+from danube.discovery.catalog import Catalog
+from danube.discovery.errors import (
+    BadRequestError,
+    NotFoundError,
+    OverLimitError,
+    TooLargeError,
+    UnavailableError,
+)
+from danube.discovery.models import MessageIn, ProduceRequest, ProduceResult, TopicSpec
+from danube.discovery.routing import (
+    RECORD_FRAMING_BYTES,
+    REQUEST_HEAD_BYTES,
+    RoundRobin,
+    group,
+    route,
+    split,
+)
+from danube.frame import Record, encode_record
+from danube.ingest.client import IngestClient
+
+log = logging.getLogger(__name__)
+
+# Room for NATS headers (deadline...) inside the server's max_payload.
+BUS_HEADROOM_BYTES = 4096
+
+
+def decode_payload(message: MessageIn, index: int, max_payload_bytes: int) -> bytes:
+    """The payload bytes of ``message``; BadRequestError for bad base64, TooLargeError over
+    the limit."""
+    if message.encoding == "base64":
+        try:
+            payload = base64.b64decode(message.payload, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise BadRequestError(
+                f"messages[{index}].payload is not valid base64", code="bad_encoding"
+            ) from exc
+    else:
+        try:
+            payload = message.payload.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate escaped in the JSON
+            raise BadRequestError(
+                f"messages[{index}].payload is not valid Unicode text", code="bad_encoding"
+            ) from exc
+    if len(payload) > max_payload_bytes:
+        raise TooLargeError(
+            f"messages[{index}].payload is {len(payload)} bytes, over the limit of "
+            f"{max_payload_bytes}",
+            code="payload_too_large",
+            limit=max_payload_bytes,
+        )
+    return payload
+
+
+def encode_batch(
+    request: ProduceRequest, *, max_payload_bytes: int, max_messages: int, publish_time_ms: int
+) -> list[bytes]:
+    """Every message as an encoded record, in order, or the first message's error."""
+    if len(request.messages) > max_messages:
+        raise TooLargeError(
+            f"{len(request.messages)} messages, over the limit of {max_messages} per request",
+            code="too_many_messages",
+            limit=max_messages,
+        )
+    records: list[bytes] = []
+    for index, message in enumerate(request.messages):
+        payload = decode_payload(message, index, max_payload_bytes)
+        record = Record(
+            payload=payload,
+            publish_time_ms=publish_time_ms,
+            producer=request.producer,
+            key=message.key,
+            attributes=message.attributes,
+        )
+        records.append(encode_record(record))  # InvalidRecordError (400) names the field
+    return records
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one produce may carry, from the settings."""
+
+    max_payload_bytes: int
+    max_messages: int
+    max_batch_records: int
+    timeout_s: float
+    auto_create: bool
+
+    @classmethod
+    def from_settings(cls, settings: DanubeSettings) -> Limits:
+        """The limits configured for this instance."""
+        return cls(
+            max_payload_bytes=settings.ingest.max_message_bytes,
+            max_messages=settings.discovery.max_produce_messages,
+            max_batch_records=settings.ingest.max_batch_messages,
+            timeout_s=settings.discovery.produce_timeout_s,
+            auto_create=settings.discovery.auto_create_topics,
+        )
+
+
+class Producer:
+    """Produces HTTP batches through the bus; at most ``max_inflight`` at once."""
+
+    def __init__(self, bus: Bus, catalog: Catalog, limits: Limits, *, max_inflight: int) -> None:
+        self.bus = bus
+        self.catalog = catalog
+        self.limits = limits
+        self.client = IngestClient(bus)
+        self._robin = RoundRobin()
+        self._slots = asyncio.Semaphore(max_inflight)
+
+    async def produce(self, topic: TopicName, request: ProduceRequest) -> list[ProduceResult]:
+        """Store the batch; one result per message, in message order."""
+        if self._slots.locked():
+            raise OverLimitError("too many produce requests in flight on this instance; retry")
+        async with self._slots:
+            started = time.perf_counter()
+            records = encode_batch(
+                request,
+                max_payload_bytes=self.limits.max_payload_bytes,
+                max_messages=self.limits.max_messages,
+                publish_time_ms=int(time.time() * 1000),
+            )
+            partitions = await self._partitions_of(topic, request)
+            routed = route([m.key for m in request.messages], partitions, self._robin)
+            names = topic.partitions(partitions)
+            offsets = await self._send(names, routed, records)
+            metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
+            metrics.MESSAGES_PRODUCED.inc(len(records))
+            return [
+                ProduceResult(partition=str(names[p]), offset=offsets[i])
+                for i, p in enumerate(routed)
+            ]
+
+    async def _partitions_of(self, topic: TopicName, request: ProduceRequest) -> int:
+        config = await self.catalog.cached_topic(topic)
+        if config is not None:
+            return config.partitions
+        if not self.limits.auto_create:
+            raise NotFoundError(
+                f"topic {topic} does not exist and auto-creation is off", code="topic_not_found"
+            )
+        created, _ = await self.catalog.create_topic(topic, TopicSpec(dispatch=request.dispatch))
+        return created.partitions
+
+    async def _send(
+        self, names: Sequence[TopicName], routed: Sequence[int], records: Sequence[bytes]
+    ) -> list[int]:
+        max_request_bytes = self.bus.max_payload_bytes - BUS_HEADROOM_BYTES
+        sizes = [len(r) for r in records]
+        framing = REQUEST_HEAD_BYTES + RECORD_FRAMING_BYTES
+        too_big = [i for i, size in enumerate(sizes) if size + framing > max_request_bytes]
+        if too_big:
+            raise TooLargeError(
+                f"messages[{too_big[0]}] does not fit in one bus message "
+                f"({max_request_bytes} bytes)",
+                code="payload_too_large",
+                limit=max_request_bytes,
+            )
+        offsets = [0] * len(records)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.timeout_s
+
+        async def send_partition(partition: int, indexes: list[int]) -> None:
+            chunks = split(
+                partition,
+                indexes,
+                sizes,
+                max_request_bytes=max_request_bytes,
+                max_records=self.limits.max_batch_records,
+            )
+            for chunk in chunks:  # in order: a partition's offsets follow message order
+                remaining_s = deadline - loop.time()
+                if remaining_s <= 0:
+                    raise UnavailableError(f"no durable answer from {names[partition]} in time")
+                first = await self._produce_chunk(
+                    names[partition], [records[i] for i in chunk.indexes], remaining_s
+                )
+                for position, index in enumerate(chunk.indexes):
+                    offsets[index] = first + position
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for partition, indexes in group(routed).items():
+                    tg.create_task(send_partition(partition, indexes))
+        except ExceptionGroup as eg:
+            raise eg.exceptions[0] from None  # one error is answered; the first is as good
+        return offsets
+
+    async def _produce_chunk(
+        self, partition: TopicName, records: list[bytes], timeout_s: float
+    ) -> int:
+        try:
+            return await self.client.produce(partition, records, timeout_s=timeout_s)
+        except TimeoutError as exc:
+            raise UnavailableError(
+                f"no owner of {partition} answered within the produce deadline", code="no_owner"
+            ) from exc
+        except NoRespondersError as exc:
+            raise UnavailableError(f"no owner of {partition}", code="no_owner") from exc

@@ -1,0 +1,77 @@
+"""Discovery's produce admission: a full instance answers 429 at once, and a bad batch is
+refused before the topic is looked up or created."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import pytest
+
+from danube.bus import Bus, TopicName
+from danube.discovery.catalog import Catalog
+from danube.discovery.errors import BadRequestError, OverLimitError, http_status
+from danube.discovery.models import ProduceRequest
+from danube.discovery.produce import Limits, Producer
+from danube.meta.records import TopicConfig
+
+pytestmark = pytest.mark.unit
+
+T = TopicName("default", "t")
+LIMITS = Limits(
+    max_payload_bytes=1024, max_messages=10, max_batch_records=10, timeout_s=1.0, auto_create=True
+)
+
+
+class BlockingCatalog:
+    """A catalog whose lookup waits until released, counting the calls it got."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.lookups = 0
+
+    async def cached_topic(self, topic: TopicName) -> TopicConfig | None:
+        self.lookups += 1
+        self.entered.set()
+        await self.release.wait()
+        raise BadRequestError("stop here")  # the test only cares about admission
+
+
+def _producer(catalog: Any, max_inflight: int) -> Producer:
+    return Producer(cast(Bus, object()), cast(Catalog, catalog), LIMITS, max_inflight=max_inflight)
+
+
+def _request(payload: str = "x", encoding: str = "utf8") -> ProduceRequest:
+    return ProduceRequest.model_validate({"messages": [{"payload": payload, "encoding": encoding}]})
+
+
+async def test_a_full_instance_answers_429_at_once() -> None:
+    catalog = BlockingCatalog()
+    producer = _producer(catalog, max_inflight=1)
+    first = asyncio.create_task(producer.produce(T, _request()))
+    await asyncio.wait_for(catalog.entered.wait(), 5)
+    with pytest.raises(OverLimitError) as caught:
+        await producer.produce(T, _request())
+    assert (caught.value.code, http_status(caught.value), caught.value.retriable) == (
+        "too_many_requests",
+        429,
+        True,
+    )
+    catalog.release.set()
+    with pytest.raises(BadRequestError):
+        await first
+    assert catalog.lookups == 1
+    # The slot is free again: the next request gets through admission to the lookup.
+    with pytest.raises(BadRequestError):
+        await producer.produce(T, _request())
+    assert catalog.lookups == 2
+
+
+async def test_a_bad_batch_never_reaches_the_catalog() -> None:
+    catalog = BlockingCatalog()
+    producer = _producer(catalog, max_inflight=4)
+    with pytest.raises(BadRequestError) as caught:
+        await producer.produce(T, _request("***", "base64"))
+    assert caught.value.code == "bad_encoding"
+    assert catalog.lookups == 0
