@@ -153,6 +153,7 @@ async def test_two_ingest_two_discovery_failover(
 
         took_s = await _until(moved_over, REASSIGN_BOUND_S + 5, "partitions moved")
         assert took_s <= REASSIGN_BOUND_S, f"reassignment took {took_s:.1f}s"
+        print(f"\n{len(moved)} partitions moved off the killed ingest in {took_s:.1f} s")
         for index, (topic, _) in enumerate(TOPICS):
             record(await _produce(clients[index % 2], topic, 20))
 
@@ -176,7 +177,8 @@ async def test_two_ingest_two_discovery_failover(
             cluster = (await survivor.get("/v1/cluster")).json()
             return bool(cluster["controller"]["leader"] == f"discovery-{1 - dead}")
 
-        await _until(took_over, 15, "leadership moved")
+        leader_s = await _until(took_over, 15, "leadership moved")
+        print(f"controller leadership moved in {leader_s:.1f} s")
         record(await _produce(survivor, TOPICS[0][0], 20))
     finally:
         stop_sampling.set()
