@@ -159,7 +159,11 @@ async def test_two_ingest_two_discovery_failover(
 
         # Restart it: it serves again, and no partition ever has two serving owners.
         ingest[1] = services("ingest", "ingest-1")
-        await asyncio.sleep(3)
+
+        async def serves_again() -> bool:
+            return "ingest-1" in (await _owners(clients[0])).values()
+
+        await _until(serves_again, 15, "the restarted ingest serves partitions again")
         for index, (topic, _) in enumerate(TOPICS):
             record(await _produce(clients[index % 2], topic, 20))
 
