@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from danube.bus import Bus
+from danube.config import BusConfig, MetadataConfig
+from danube.meta import MetaStore
 from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec, s3_spec
 
 S3_REGION = "us-east-1"
@@ -81,3 +84,19 @@ def s3_bucket(s3_endpoint: str) -> str:
     )
     client.create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[Bus]:
+    """A bus connection to the session's nats-server."""
+    bus = await Bus.connect(BusConfig(servers=[nats_url]), name="test")
+    yield bus
+    await bus.close()
+
+
+@pytest.fixture
+async def store(etcd_endpoint: str, meta_prefix: str) -> AsyncIterator[MetaStore]:
+    """A metadata store on the session's etcd, under this test's own prefix."""
+    store = await MetaStore.connect(MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix))
+    yield store
+    await store.close()

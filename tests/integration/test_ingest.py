@@ -67,20 +67,6 @@ async def running_node(
 
 
 @pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(BusConfig(servers=[nats_url]), name="test")
-    yield bus
-    await bus.close()
-
-
-@pytest.fixture
-async def store(etcd_endpoint: str, meta_prefix: str) -> AsyncIterator[MetaStore]:
-    store = await MetaStore.connect(MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix))
-    yield store
-    await store.close()
-
-
-@pytest.fixture
 def settings_for(
     nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
 ) -> Callable[[str], DanubeSettings]:
