@@ -1,0 +1,1 @@
+"""The dispatcher: subscriptions, cursors, acks, redelivery; exclusive/shared/failover delivery."""

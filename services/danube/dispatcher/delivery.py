@@ -1,0 +1,396 @@
+"""The delivery state machine of one subscription over its partitions: no I/O, time passed in.
+
+``SubscriptionMachine.handle(event) -> list[Action]`` (see :mod:`danube.dispatcher.events`).
+Each message the subscription holds is an entry in exactly one state::
+
+    fresh ──poll──> in_flight ──ack──> (gone; cursor acked)
+                      │  ^
+     ack timeout,     │  └──poll── ready <──due── scheduled
+     nack, detach ────┴──> (count + 1) ──> scheduled | ready | dead-lettered (count > max)
+
+docs/dispatcher.md gives the invariants and the order guarantees.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from danube.dispatcher.cursor import CursorState, PartitionCursor
+from danube.dispatcher.errors import (
+    ConsumerExistsError,
+    ConsumerNotFoundError,
+    DispatcherError,
+    SubscriptionTakenError,
+    UnknownPartitionError,
+)
+from danube.dispatcher.events import (
+    Ack,
+    Action,
+    ConsumerAttached,
+    ConsumerDetached,
+    DeadLetter,
+    Deliver,
+    Event,
+    FlushCursor,
+    Message,
+    MessagesAvailable,
+    Nack,
+    PauseReading,
+    Poll,
+    ReadFrom,
+    ResumeReading,
+    Seek,
+    Tick,
+)
+from danube.dispatcher.redelivery import DeliverySettings, redelivery_delay_s
+
+log = logging.getLogger(__name__)
+
+DeliveryType = Literal["exclusive", "shared", "failover"]
+_State = Literal["fresh", "in_flight", "scheduled", "ready"]
+_Key = tuple[str, int]
+
+
+@dataclass(slots=True)
+class _Entry:
+    partition: str
+    offset: int
+    payload: object
+    state: _State = "fresh"
+    redelivery_count: int = 0
+    consumer_id: str | None = None
+    # Bumped at every state change: a heap item whose stamp differs is stale (lazy deletion).
+    stamp: int = 0
+
+    def message(self) -> Message:
+        return Message(self.partition, self.offset, self.payload, self.redelivery_count)
+
+
+@dataclass(slots=True)
+class _Partition:
+    cursor: PartitionCursor
+    fresh: deque[_Entry] = field(default_factory=deque)
+    paused: bool = False
+
+
+@dataclass(slots=True)
+class _Consumer:
+    consumer_id: str
+    name: str
+    in_flight: dict[_Key, _Entry] = field(default_factory=dict)
+
+
+class SubscriptionMachine:
+    """Delivery of one subscription: who gets which message, when it comes back, when the
+    cursor moves. Deterministic for a given event sequence and ``rng``."""
+
+    def __init__(
+        self,
+        delivery_type: DeliveryType,
+        cursors: Mapping[str, PartitionCursor],
+        settings: DeliverySettings | None = None,
+        *,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        if delivery_type not in ("exclusive", "shared", "failover"):
+            raise DispatcherError(
+                f"unsupported subscription type {delivery_type!r}",
+                code="unsupported_subscription_type",
+            )
+        if not cursors:
+            raise ValueError("a subscription reads at least one partition")
+        self.delivery_type: DeliveryType = delivery_type
+        self.settings = settings or DeliverySettings()
+        self._rng = rng
+        self._partitions = {name: _Partition(cursor) for name, cursor in cursors.items()}
+        self._order = list(self._partitions)
+        self._next_partition = 0  # round-robin over partitions for fresh messages
+        self._consumers: dict[str, _Consumer] = {}  # in attach order: failover's succession
+        self._entries: dict[_Key, _Entry] = {}
+        self._stamp = 0
+        self._deadlines: list[tuple[float, int, str, int]] = []  # ack timeouts
+        self._scheduled: list[tuple[float, int, str, int]] = []  # redeliveries not yet due
+        self._ready: list[tuple[int, str, int]] = []  # due redeliveries, lowest offset first
+        self._over_held = False
+
+    # --- inspection ----------------------------------------------------------------------
+
+    @property
+    def consumers(self) -> list[str]:
+        """Attached consumer ids, in attach order."""
+        return list(self._consumers)
+
+    @property
+    def active_consumer(self) -> str | None:
+        """The consumer that receives (exclusive, failover); ``None`` for shared."""
+        if self.delivery_type == "shared" or not self._consumers:
+            return None
+        return next(iter(self._consumers))
+
+    @property
+    def held_count(self) -> int:
+        """Messages held in memory: buffered, in flight and awaiting redelivery."""
+        return len(self._entries)
+
+    def unacked(self, consumer_id: str) -> list[tuple[str, int]]:
+        """The ``(partition, offset)`` a consumer holds unacked, in delivery order."""
+        return list(self._consumer(consumer_id).in_flight)
+
+    def cursor(self, partition: str) -> PartitionCursor:
+        """The cursor of ``partition``."""
+        return self._partition(partition).cursor
+
+    def cursor_states(self) -> dict[str, CursorState]:
+        """Every partition's cursor as it would be stored (for a final write on shutdown)."""
+        return {name: p.cursor.state() for name, p in self._partitions.items()}
+
+    # --- events --------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> list[Action]:
+        """Apply ``event``; return what the caller must do, in order."""
+        actions: list[Action] = []
+        match event:
+            case ConsumerAttached():
+                self._attach(event)
+            case ConsumerDetached():
+                self._detach(event, actions)
+            case MessagesAvailable():
+                self._available(event)
+            case Poll():
+                self._poll(event, actions)
+            case Ack():
+                self._ack(event)
+            case Nack():
+                self._nack(event, actions)
+            case Tick():
+                self._tick(event.now_s, actions)
+            case Seek():
+                self._seek(event, actions)
+        self._backpressure(actions)
+        return actions
+
+    def _attach(self, event: ConsumerAttached) -> None:
+        if event.consumer_id in self._consumers:
+            raise ConsumerExistsError(
+                f"consumer {event.consumer_id!r} is already attached",
+                consumer_id=event.consumer_id,
+            )
+        if self.delivery_type == "exclusive" and self._consumers:
+            holder = next(iter(self._consumers))
+            raise SubscriptionTakenError(
+                f"the exclusive subscription is taken by consumer {holder!r}", holder=holder
+            )
+        self._consumers[event.consumer_id] = _Consumer(event.consumer_id, event.name)
+
+    def _detach(self, event: ConsumerDetached, actions: list[Action]) -> None:
+        consumer = self._consumers.pop(event.consumer_id, None)
+        if consumer is None:
+            return  # detaching twice is not an error: sessions expire and clients retry
+        # Taken back at once (no delay): the messages are not at fault, their consumer left.
+        for entry in sorted(consumer.in_flight.values(), key=lambda e: (e.offset, e.partition)):
+            self._redeliver(entry, 0.0, event.now_s, actions)
+        consumer.in_flight.clear()
+        for name, partition in self._partitions.items():
+            if partition.cursor.dirty:
+                self._flush(name, partition, event.now_s, actions)
+
+    def _available(self, event: MessagesAvailable) -> None:
+        partition = self._partition(event.partition)
+        cursor = partition.cursor
+        messages = event.messages
+        if not messages and event.next_offset is None:
+            return
+        start = event.from_offset if event.from_offset is not None else messages[0][0]
+        if start > cursor.read_position:
+            # Offsets between the read position and this read were never read: taking these
+            # would skip them. The caller reads from cursor.read_position instead.
+            log.debug(
+                "ignoring a read of %s from %d: read position is %d",
+                event.partition,
+                start,
+                cursor.read_position,
+            )
+            return
+        for offset, payload in messages:
+            if cursor.observe(offset):
+                entry = _Entry(event.partition, offset, payload)
+                self._entries[(event.partition, offset)] = entry
+                partition.fresh.append(entry)
+        if event.next_offset is not None:
+            cursor.skip_to(event.next_offset)
+
+    def _poll(self, event: Poll, actions: list[Action]) -> None:
+        consumer = self._consumer(event.consumer_id)
+        if self.active_consumer not in (None, event.consumer_id):
+            return  # a failover standby receives nothing until it becomes active
+        self._promote(event.now_s)
+        room = min(
+            event.max_messages,
+            self.settings.max_unacked_per_consumer - len(consumer.in_flight),
+        )
+        batch: list[Message] = []
+        # Due redeliveries first: they are the oldest messages of the subscription.
+        while room > 0 and self._ready:
+            offset, name, stamp = heapq.heappop(self._ready)
+            entry = self._entries.get((name, offset))
+            if entry is None or entry.stamp != stamp or entry.state != "ready":
+                continue
+            batch.append(self._send(entry, consumer, event.now_s))
+            room -= 1
+        idle, count = 0, len(self._order)
+        while room > 0 and idle < count:
+            name = self._order[self._next_partition]
+            self._next_partition = (self._next_partition + 1) % count
+            fresh = self._partitions[name].fresh
+            if not fresh:
+                idle += 1
+                continue
+            idle = 0
+            batch.append(self._send(fresh.popleft(), consumer, event.now_s))
+            room -= 1
+        if batch:
+            actions.append(Deliver(consumer.consumer_id, tuple(batch)))
+
+    def _ack(self, event: Ack) -> None:
+        self._consumer(event.consumer_id)
+        for key in event.refs:
+            entry = self._entries.get(key)
+            # Any consumer may ack a delivered message (a late ack after a redelivery to
+            # another consumer still means it was processed); a never-delivered one may not.
+            if entry is None or entry.state == "fresh":
+                continue
+            self._release(entry)
+            del self._entries[key]
+            self._partitions[entry.partition].cursor.ack(entry.offset)
+
+    def _nack(self, event: Nack, actions: list[Action]) -> None:
+        consumer = self._consumer(event.consumer_id)
+        delay_s = max(event.delay_ms, 0) / 1000.0
+        for key in event.refs:
+            entry = consumer.in_flight.get(key)
+            if entry is not None:
+                self._redeliver(entry, delay_s, event.now_s, actions)
+
+    def _tick(self, now_s: float, actions: list[Action]) -> None:
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now_s:
+            _, stamp, name, offset = heapq.heappop(deadlines)
+            entry = self._entries.get((name, offset))
+            if entry is None or entry.stamp != stamp or entry.state != "in_flight":
+                continue
+            delay_s = redelivery_delay_s(
+                entry.redelivery_count,
+                base_s=self.settings.redelivery_base_s,
+                cap_s=self.settings.redelivery_max_s,
+                rng=self._rng,
+            )
+            self._redeliver(entry, delay_s, now_s, actions)
+        self._promote(now_s)
+        for name, partition in self._partitions.items():
+            if partition.cursor.should_flush(now_s):
+                self._flush(name, partition, now_s, actions)
+
+    def _seek(self, event: Seek, actions: list[Action]) -> None:
+        for name, offset in event.offsets.items():
+            partition = self._partition(name)
+            for key in [k for k in self._entries if k[0] == name]:
+                entry = self._entries.pop(key)
+                self._release(entry)
+                entry.stamp = -1  # heap items of a dropped entry must never match again
+            partition.fresh.clear()
+            partition.cursor.reset(offset)
+            actions.append(ReadFrom(name, offset))
+            self._flush(name, partition, event.now_s, actions)
+
+    # --- transitions ---------------------------------------------------------------------
+
+    def _send(self, entry: _Entry, consumer: _Consumer, now_s: float) -> Message:
+        entry.state = "in_flight"
+        entry.consumer_id = consumer.consumer_id
+        entry.stamp = self._new_stamp()
+        consumer.in_flight[(entry.partition, entry.offset)] = entry
+        deadline = now_s + self.settings.ack_timeout_s
+        heapq.heappush(self._deadlines, (deadline, entry.stamp, entry.partition, entry.offset))
+        return entry.message()
+
+    def _release(self, entry: _Entry) -> None:
+        if entry.consumer_id is not None:
+            consumer = self._consumers.get(entry.consumer_id)
+            if consumer is not None:
+                consumer.in_flight.pop((entry.partition, entry.offset), None)
+            entry.consumer_id = None
+
+    def _redeliver(
+        self, entry: _Entry, delay_s: float, now_s: float, actions: list[Action]
+    ) -> None:
+        """Take a delivered message back: count it, then dead-letter or schedule it."""
+        self._release(entry)
+        entry.redelivery_count += 1
+        entry.stamp = self._new_stamp()
+        if entry.redelivery_count > self.settings.max_redeliveries:
+            del self._entries[(entry.partition, entry.offset)]
+            self._partitions[entry.partition].cursor.ack(entry.offset)
+            actions.append(DeadLetter(entry.message()))
+        elif delay_s <= 0:
+            entry.state = "ready"
+            heapq.heappush(self._ready, (entry.offset, entry.partition, entry.stamp))
+        else:
+            entry.state = "scheduled"
+            due = now_s + delay_s
+            heapq.heappush(self._scheduled, (due, entry.stamp, entry.partition, entry.offset))
+
+    def _promote(self, now_s: float) -> None:
+        scheduled = self._scheduled
+        while scheduled and scheduled[0][0] <= now_s:
+            _, stamp, name, offset = heapq.heappop(scheduled)
+            entry = self._entries.get((name, offset))
+            if entry is None or entry.stamp != stamp or entry.state != "scheduled":
+                continue
+            entry.state = "ready"
+            heapq.heappush(self._ready, (offset, name, stamp))
+
+    def _flush(self, name: str, partition: _Partition, now_s: float, actions: list[Action]) -> None:
+        actions.append(FlushCursor(name, partition.cursor.state()))
+        partition.cursor.mark_flushed(now_s)
+
+    def _backpressure(self, actions: list[Action]) -> None:
+        held, high = len(self._entries), self.settings.max_held
+        if not self._over_held and held >= high:
+            self._over_held = True
+        elif self._over_held and held <= high // 2:
+            self._over_held = False
+        for name, partition in self._partitions.items():
+            # Too many acks beyond the contiguous point would not fit a stored cursor: stop
+            # reading until the stuck message is acked or dead-lettered.
+            cursor = partition.cursor
+            beyond_max = cursor.policy.max_acked_beyond
+            pause = self._over_held or 0 < beyond_max <= cursor.acked_beyond_count
+            if pause != partition.paused:
+                partition.paused = pause
+                actions.append(PauseReading(name) if pause else ResumeReading(name))
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _new_stamp(self) -> int:
+        self._stamp += 1
+        return self._stamp
+
+    def _consumer(self, consumer_id: str) -> _Consumer:
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None:
+            raise ConsumerNotFoundError(
+                f"consumer {consumer_id!r} is not attached", consumer_id=consumer_id
+            )
+        return consumer
+
+    def _partition(self, name: str) -> _Partition:
+        partition = self._partitions.get(name)
+        if partition is None:
+            raise UnknownPartitionError(f"the subscription does not read {name!r}", partition=name)
+        return partition

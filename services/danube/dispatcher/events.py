@@ -1,0 +1,154 @@
+"""What the subscription state machine is told (events) and what it asks for (actions).
+
+Times are monotonic seconds (``now_s``) supplied by the caller, so the machine never reads a
+clock; partitions are named by their topic segment (``orders`` or ``orders-part-3``).
+Payloads are opaque to the machine (a record, or a reference to one): it only carries them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from danube.dispatcher.cursor import CursorState
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message as handed to a consumer; ``redelivery_count`` is 0 on first delivery."""
+
+    partition: str
+    offset: int
+    payload: object
+    redelivery_count: int = 0
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerAttached:
+    """A consumer joins; refused with ``SubscriptionTakenError`` on a taken exclusive one."""
+
+    consumer_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerDetached:
+    """A consumer leaves (or its session expired); its unacked messages are redelivered."""
+
+    consumer_id: str
+    now_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesAvailable:
+    """A read of ``partition`` returned ``messages`` (offset, payload), in increasing offset
+    order, and covered ``[from_offset, next_offset)``: an offset of that range that is not in
+    ``messages`` does not exist. ``from_offset`` defaults to the first message's offset (a
+    live message proves nothing about the offsets before it); ``next_offset`` defaults to
+    one past the last message. A read starting above the cursor's read position is ignored:
+    it would leave a range never read."""
+
+    partition: str
+    messages: Sequence[tuple[int, object]]
+    from_offset: int | None = None
+    next_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """A consumer asks for up to ``max_messages`` messages now."""
+
+    consumer_id: str
+    max_messages: int
+    now_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A consumer acknowledges ``(partition, offset)`` pairs."""
+
+    consumer_id: str
+    refs: Sequence[tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """A consumer refuses ``(partition, offset)`` pairs: redeliver after ``delay_ms``."""
+
+    consumer_id: str
+    refs: Sequence[tuple[str, int]]
+    delay_ms: int
+    now_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passes: ack timeouts fire, redeliveries fall due, cursors get written."""
+
+    now_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Seek:
+    """Move the cursor of each named partition to an offset. Resolving ``earliest``,
+    ``latest`` or a timestamp to offsets needs I/O, so the caller does it first."""
+
+    offsets: Mapping[str, int]
+    now_s: float
+
+
+Event = ConsumerAttached | ConsumerDetached | MessagesAvailable | Poll | Ack | Nack | Tick | Seek
+
+
+# --- actions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Hand ``messages`` to the consumer (the answer to its poll)."""
+
+    consumer_id: str
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Publish ``message`` to the dead-letter topic; the cursor has already moved past it."""
+
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class PauseReading:
+    """Stop reading ``partition`` (live and catch-up): the subscription holds too much."""
+
+    partition: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeReading:
+    """Read ``partition`` again, from the cursor's read position."""
+
+    partition: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFrom:
+    """Drop what is being read of ``partition`` and read again from ``offset`` (a seek)."""
+
+    partition: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlushCursor:
+    """Write the cursor of ``partition`` (fenced on the subscription's owner key)."""
+
+    partition: str
+    state: CursorState
+
+
+Action = Deliver | DeadLetter | PauseReading | ResumeReading | ReadFrom | FlushCursor

@@ -1,0 +1,403 @@
+"""The dispatcher's delivery state machine: types, windows, redelivery, dead letters, restarts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
+from danube.dispatcher.delivery import DeliveryType, SubscriptionMachine
+from danube.dispatcher.errors import (
+    ConsumerExistsError,
+    ConsumerNotFoundError,
+    SubscriptionTakenError,
+)
+from danube.dispatcher.events import (
+    Ack,
+    Action,
+    ConsumerAttached,
+    ConsumerDetached,
+    DeadLetter,
+    Deliver,
+    Event,
+    FlushCursor,
+    Message,
+    MessagesAvailable,
+    Nack,
+    PauseReading,
+    Poll,
+    ReadFrom,
+    ResumeReading,
+    Seek,
+    Tick,
+)
+from danube.dispatcher.redelivery import DeliverySettings, redelivery_delay_s
+
+pytestmark = pytest.mark.unit
+
+
+def machine(
+    kind: DeliveryType,
+    partitions: Sequence[str] = ("p0",),
+    rng: float = 0.5,
+    **limits: float,
+) -> SubscriptionMachine:
+    cursors = {name: PartitionCursor(0) for name in partitions}
+    return SubscriptionMachine(
+        kind,
+        cursors,
+        DeliverySettings(**limits),  # type: ignore[arg-type]
+        rng=lambda: rng,
+    )
+
+
+def feed(m: SubscriptionMachine, partition: str, offsets: Sequence[int]) -> list[Action]:
+    return m.handle(MessagesAvailable(partition, [(o, f"m{o}") for o in offsets]))
+
+
+def poll(m: SubscriptionMachine, consumer: str, now_s: float = 0.0, n: int = 1000) -> list[Message]:
+    delivered = [a for a in m.handle(Poll(consumer, n, now_s)) if isinstance(a, Deliver)]
+    assert all(d.consumer_id == consumer for d in delivered)
+    return [msg for d in delivered for msg in d.messages]
+
+
+def refs(messages: Sequence[Message]) -> list[tuple[str, int]]:
+    return [(msg.partition, msg.offset) for msg in messages]
+
+
+def test_exclusive_refuses_a_second_consumer_with_409() -> None:
+    m = machine("exclusive")
+    m.handle(ConsumerAttached("c1", "first"))
+    with pytest.raises(SubscriptionTakenError) as refused:
+        m.handle(ConsumerAttached("c2", "second"))
+    assert (refused.value.code, refused.value.status, refused.value.holder) == (
+        "subscription_taken",
+        409,
+        "c1",
+    )
+    assert m.consumers == ["c1"]
+    m.handle(ConsumerDetached("c1", 0.0))
+    m.handle(ConsumerAttached("c2", "second"))  # free again once the holder left
+    assert m.consumers == ["c2"]
+
+
+def test_shared_spreads_30k_messages_each_to_exactly_one_consumer() -> None:
+    m = machine("shared", ("p0", "p1", "p2"), max_held=40_000, max_unacked_per_consumer=100)
+    for name in ("p0", "p1", "p2"):
+        feed(m, name, range(10_000))
+    consumers = ["a", "b", "c"]
+    for c in consumers:
+        m.handle(ConsumerAttached(c, c))
+    seen: Counter[tuple[str, int]] = Counter()
+    per_consumer: Counter[str] = Counter()
+    rounds = 0
+    while len(seen) < 30_000:
+        rounds += 1
+        assert rounds < 1000
+        for c in consumers:
+            got = poll(m, c, n=37)
+            seen.update(refs(got))
+            per_consumer[c] += len(got)
+            m.handle(Ack(c, refs(got)))
+    assert set(seen.values()) == {1}
+    assert set(seen) == {(p, o) for p in ("p0", "p1", "p2") for o in range(10_000)}
+    assert min(per_consumer.values()) >= 9_000
+    assert all(m.cursor(p).next_offset == 10_000 for p in ("p0", "p1", "p2"))
+
+
+def test_each_partition_is_delivered_in_offset_order() -> None:
+    m = machine("exclusive", ("p0", "p1"))
+    feed(m, "p0", range(50))
+    feed(m, "p1", range(30))
+    m.handle(ConsumerAttached("c", "c"))
+    got = poll(m, "c", n=7) + poll(m, "c", n=1000)
+    for name, count in (("p0", 50), ("p1", 30)):
+        assert [msg.offset for msg in got if msg.partition == name] == list(range(count))
+
+
+def test_the_window_bounds_unacked_messages_per_consumer() -> None:
+    m = machine("shared", max_unacked_per_consumer=10)
+    feed(m, "p0", range(100))
+    m.handle(ConsumerAttached("c", "c"))
+    first = poll(m, "c")
+    assert [msg.offset for msg in first] == list(range(10))
+    assert poll(m, "c") == []
+    m.handle(Ack("c", refs(first[:4])))
+    assert [msg.offset for msg in poll(m, "c")] == [10, 11, 12, 13]
+    assert len(m.unacked("c")) == 10
+
+
+def test_failover_takeover_redelivers_the_unacked_window_from_the_first_unacked() -> None:
+    m = machine("failover")
+    feed(m, "p0", range(20))
+    m.handle(ConsumerAttached("a", "a"))
+    m.handle(ConsumerAttached("b", "b"))
+    assert m.active_consumer == "a"
+    assert poll(m, "b") == []  # the standby receives nothing
+    got = poll(m, "a", n=10)
+    m.handle(Ack("a", [("p0", o) for o in (0, 1, 2, 5)]))
+    actions = m.handle(ConsumerDetached("a", 1.0))
+    assert FlushCursor("p0", CursorState(next_offset=3, acked_beyond=(5,))) in actions
+    assert m.active_consumer == "b"
+    taken = poll(m, "b", now_s=1.0)
+    assert [msg.offset for msg in taken] == [3, 4, 6, 7, 8, 9, *range(10, 20)]
+    assert [msg.redelivery_count for msg in taken[:6]] == [1] * 6
+    assert [msg.redelivery_count for msg in taken[6:]] == [0] * 10
+    assert len(got) == 10
+
+
+def test_nack_with_delay_redelivers_after_the_delay_with_count_plus_one() -> None:
+    m = machine("shared")
+    feed(m, "p0", [0, 1])
+    m.handle(ConsumerAttached("c", "c"))
+    poll(m, "c", now_s=10.0)
+    m.handle(Nack("c", [("p0", 0)], delay_ms=2500, now_s=10.0))
+    assert poll(m, "c", now_s=12.499) == []
+    again = poll(m, "c", now_s=12.5)
+    assert [(msg.offset, msg.redelivery_count) for msg in again] == [(0, 1)]
+
+
+def test_ack_timeout_redelivers_with_growing_jittered_backoff() -> None:
+    base, ack_timeout = 1.0, 5.0
+    m = machine("shared", rng=0.25, ack_timeout_s=ack_timeout, redelivery_base_s=base,
+                redelivery_max_s=64.0, max_redeliveries=10)  # fmt: skip
+    feed(m, "p0", [0])
+    m.handle(ConsumerAttached("c", "c"))
+    now = 0.0
+    assert len(poll(m, "c", now)) == 1
+    delays: list[float] = []
+    for attempt in range(5):
+        expired_at = now + ack_timeout
+        m.handle(Tick(expired_at - 0.001))
+        assert m.unacked("c") == [("p0", 0)]  # not before the timeout
+        m.handle(Tick(expired_at))
+        assert m.unacked("c") == []
+        ceiling = base * 2**attempt
+        delay = ceiling / 2 + 0.25 * ceiling / 2
+        assert poll(m, "c", expired_at + delay - 0.001) == []
+        again = poll(m, "c", expired_at + delay)
+        assert [msg.redelivery_count for msg in again] == [attempt + 1]
+        delays.append(delay)
+        now = expired_at + delay
+    assert delays == sorted(delays)
+    assert len(set(delays)) == 5
+
+
+@given(st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=8, max_size=8))
+def test_backoff_delays_stay_in_their_jitter_bounds_and_never_shrink(draws: list[float]) -> None:
+    values = iter(draws)
+    delays = [
+        redelivery_delay_s(a, base_s=0.5, cap_s=1000.0, rng=lambda: next(values)) for a in range(8)
+    ]
+    for attempt, delay in enumerate(delays):
+        ceiling = 0.5 * 2**attempt
+        assert ceiling / 2 <= delay <= ceiling
+    assert delays == sorted(delays)
+
+
+def test_dead_letter_after_max_redeliveries_and_the_cursor_moves_on() -> None:
+    m = machine("shared", max_redeliveries=2)
+    feed(m, "p0", [0, 1])
+    m.handle(ConsumerAttached("c", "c"))
+    counts = []
+    for _ in range(2):
+        got = poll(m, "c")
+        counts.append([msg.redelivery_count for msg in got if msg.offset == 0])
+        m.handle(Ack("c", [("p0", 1)]))
+        m.handle(Nack("c", [("p0", 0)], delay_ms=0, now_s=0.0))
+    got = poll(m, "c")
+    assert [(msg.offset, msg.redelivery_count) for msg in got] == [(0, 2)]
+    actions = m.handle(Nack("c", [("p0", 0)], delay_ms=0, now_s=0.0))
+    assert actions == [DeadLetter(Message("p0", 0, "m0", 3))]
+    assert counts == [[0], [1]]
+    assert m.cursor("p0").next_offset == 2
+    assert poll(m, "c") == []
+
+
+def test_held_messages_pause_reading_and_resume_at_half() -> None:
+    m = machine("shared", ("p0", "p1"), max_held=10)
+    assert feed(m, "p0", range(6)) == []
+    assert feed(m, "p1", range(4)) == [PauseReading("p0"), PauseReading("p1")]
+    m.handle(ConsumerAttached("c", "c"))
+    got = poll(m, "c")
+    assert m.handle(Ack("c", refs(got[:4]))) == []  # 6 held: above half
+    assert m.handle(Ack("c", refs(got[4:5]))) == [ResumeReading("p0"), ResumeReading("p1")]
+
+
+def test_a_read_that_leaves_a_hole_is_ignored_and_overlaps_are_deduplicated() -> None:
+    m = machine("exclusive")
+    feed(m, "p0", [0, 1, 2])
+    feed(m, "p0", [7, 8])  # a live message while offsets 3.. are unread
+    assert m.cursor("p0").read_position == 3
+    m.handle(MessagesAvailable("p0", [(1, "x"), (2, "x"), (5, "m5")], from_offset=1, next_offset=9))
+    m.handle(ConsumerAttached("c", "c"))
+    assert [(msg.offset, msg.payload) for msg in poll(m, "c")] == [
+        (0, "m0"),
+        (1, "m1"),
+        (2, "m2"),
+        (5, "m5"),
+    ]
+    assert m.cursor("p0").read_position == 9
+
+
+def test_restart_from_flushed_cursors_redelivers_exactly_the_unacked_offsets() -> None:
+    m = machine("shared")
+    feed(m, "p0", range(10))
+    m.handle(ConsumerAttached("c", "c"))
+    poll(m, "c")
+    m.handle(Ack("c", [("p0", o) for o in (0, 1, 4, 5, 8)]))
+    flushed = [a for a in m.handle(Tick(1.0)) if isinstance(a, FlushCursor)]
+    assert flushed == [FlushCursor("p0", CursorState(next_offset=2, acked_beyond=(4, 5, 8)))]
+    stored = CursorState.model_validate_json(flushed[0].state.model_dump_json())
+    restarted = SubscriptionMachine("shared", {"p0": PartitionCursor.from_state(stored)})
+    start = restarted.cursor("p0").read_position
+    feed(restarted, "p0", range(start, 10))
+    restarted.handle(ConsumerAttached("d", "d"))
+    assert [msg.offset for msg in poll(restarted, "d")] == [2, 3, 6, 7, 9]
+
+
+def test_cursors_are_written_in_batches_not_per_ack() -> None:
+    policy = FlushPolicy(flush_acks=100, flush_interval_s=10.0)
+    m = SubscriptionMachine("shared", {"p0": PartitionCursor(0, policy=policy)})
+    feed(m, "p0", range(300))
+    m.handle(ConsumerAttached("c", "c"))
+    got = poll(m, "c")
+    writes = 0
+    for i, msg in enumerate(got):
+        m.handle(Ack("c", refs([msg])))
+        writes += sum(isinstance(a, FlushCursor) for a in m.handle(Tick(0.0 + i * 0.001)))
+    assert writes == 3  # the first change, then once per 100 acks
+
+
+def test_seek_drops_what_is_held_and_reads_from_the_new_offset() -> None:
+    m = machine("exclusive")
+    feed(m, "p0", range(10))
+    m.handle(ConsumerAttached("c", "c"))
+    poll(m, "c", n=3)
+    actions = m.handle(Seek({"p0": 100}, now_s=0.0))
+    assert actions[:2] == [ReadFrom("p0", 100), FlushCursor("p0", CursorState(next_offset=100))]
+    assert (m.unacked("c"), m.held_count) == ([], 0)
+    feed(m, "p0", [100, 101])
+    assert [msg.offset for msg in poll(m, "c")] == [100, 101]
+
+
+def test_unknown_consumers_are_refused() -> None:
+    m = machine("shared")
+    with pytest.raises(ConsumerNotFoundError):
+        m.handle(Poll("ghost", 1, 0.0))
+
+
+# --- random interleavings ----------------------------------------------------------------
+
+OFFSETS = 40
+PARTS = ("p0", "p1")
+Op = tuple[str, int, int]
+ops = st.lists(
+    st.tuples(
+        # poll, nack and tick weigh double: they drive redeliveries and dead letters.
+        st.sampled_from(
+            ["attach", "detach", "poll", "poll", "ack", "nack", "nack", "tick", "tick", "feed"]
+        ),
+        st.integers(0, 1),
+        st.integers(0, 8),
+    ),
+    max_size=100,
+)
+
+
+class Driver:
+    """Runs a machine, acking as a consumer would, and checks every action as it comes."""
+
+    def __init__(self, kind: DeliveryType, max_redeliveries: int) -> None:
+        limits = DeliverySettings(
+            max_unacked_per_consumer=5, ack_timeout_s=3.0, max_redeliveries=max_redeliveries
+        )
+        cursors = {p: PartitionCursor(0) for p in PARTS}
+        self.m = SubscriptionMachine(kind, cursors, limits, rng=lambda: 0.5)
+        self.acked: set[tuple[str, int]] = set()
+        self.dead: set[tuple[str, int]] = set()
+        self.fed = dict.fromkeys(PARTS, 0)
+        self.max_redeliveries = max_redeliveries
+        for name in PARTS:  # something to deliver from the first poll on
+            self.feed(name, 10)
+
+    def do(self, event: Event) -> list[Action]:
+        try:
+            actions = self.m.handle(event)
+        except (SubscriptionTakenError, ConsumerNotFoundError, ConsumerExistsError):
+            return []
+        for action in actions:
+            if isinstance(action, Deliver):
+                # Never deliver what was acked.
+                assert self.acked.isdisjoint(refs(action.messages))
+            elif isinstance(action, DeadLetter):
+                key = (action.message.partition, action.message.offset)
+                assert key not in self.acked
+                assert key not in self.dead
+                assert action.message.redelivery_count == self.max_redeliveries + 1
+                self.dead.add(key)
+        return actions
+
+    def ack(self, consumer: str, keys: list[tuple[str, int]]) -> None:
+        self.do(Ack(consumer, keys))
+        if consumer in self.m.consumers:
+            self.acked.update(k for k in keys if k not in self.dead)
+
+    def feed(self, name: str, stop: int) -> None:
+        self.do(MessagesAvailable(name, [(o, o) for o in range(self.fed[name], stop)]))
+        self.fed[name] = max(self.fed[name], stop)
+
+    def step(self, op: str, who: int, n: int, now: float) -> None:
+        consumer = f"c{who}"
+        if op == "attach":
+            self.do(ConsumerAttached(consumer, consumer))
+        elif op == "detach":
+            self.do(ConsumerDetached(consumer, now))
+        elif op == "feed":
+            name = PARTS[who % 2]
+            self.feed(name, min(OFFSETS, self.fed[name] + n + 1))
+        elif op == "tick":
+            self.do(Tick(now + n))
+        elif op == "poll":
+            for action in self.do(Poll(consumer, n, now)):
+                if isinstance(action, Deliver) and n % 2 == 0:
+                    self.ack(consumer, refs(action.messages[: n // 2]))
+        elif consumer in self.m.consumers:
+            held = self.m.unacked(consumer)[: n + 1]
+            if op == "ack":
+                self.ack(consumer, held)
+            else:
+                self.do(Nack(consumer, held, n * 100, now))
+
+    def drain(self, now: float) -> None:
+        for name in PARTS:
+            self.feed(name, OFFSETS)
+        if not self.m.consumers:
+            self.do(ConsumerAttached("drain", "drain"))
+        consumer = self.m.active_consumer or self.m.consumers[0]
+        for _ in range(50):
+            now += 100.0
+            for action in self.do(Tick(now)) + self.do(Poll(consumer, 1000, now)):
+                if isinstance(action, Deliver):
+                    self.ack(consumer, refs(action.messages))
+
+
+@pytest.mark.parametrize("kind", ["exclusive", "shared", "failover"])
+@settings(max_examples=150, deadline=None)
+@given(script=ops, max_redeliveries=st.integers(0, 2))
+def test_random_interleavings_never_redeliver_acked_and_never_lose(
+    kind: DeliveryType, script: list[Op], max_redeliveries: int
+) -> None:
+    driver = Driver(kind, max_redeliveries)
+    for i, (op, who, n) in enumerate(script):
+        driver.step(op, who, n, now=i * 0.5)
+    driver.drain(now=len(script) * 0.5)
+    everything = {(p, o) for p in PARTS for o in range(OFFSETS)}
+    assert driver.acked | driver.dead == everything
+    assert driver.acked.isdisjoint(driver.dead)
+    assert all(driver.m.cursor(p).next_offset == OFFSETS for p in PARTS)
+    assert driver.m.held_count == 0
