@@ -528,3 +528,31 @@ async def test_produce_to_unknown_topic_with_auto_create_off_leaves_no_trace(
         answer = await mesh.http.post("/v1/topics/default/ghost/messages", json=ONE)
         assert _error(answer) == (404, "topic_not_found")
         assert await _trace(mesh) == before
+
+
+async def test_delete_topic_removes_its_wal_and_a_recreated_topic_starts_empty(
+    mesh_for: MeshFactory,
+) -> None:
+    async with mesh_for() as mesh:
+        http = mesh.http
+        assert (
+            await http.put("/v1/topics/default/gone", json={"partitions": 2})
+        ).status_code == 201
+        body = {"messages": [{"payload": f"m{i}", "key": f"k{i}"} for i in range(10)]}
+        assert (await http.post("/v1/topics/default/gone/messages", json=body)).status_code == 200
+        wal_root = mesh.settings.wal_cloud.wal.dir / "default"
+        names = sorted(p.name for p in wal_root.iterdir() if p.name.startswith("gone"))
+        assert names == ["gone-part-0", "gone-part-1"]
+        assert (await http.delete("/v1/topics/default/gone")).status_code == 204
+        async with asyncio.timeout(10):
+            while any(p.name.startswith("gone") for p in wal_root.iterdir()):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert (
+            await http.put("/v1/topics/default/gone", json={"partitions": 2})
+        ).status_code == 201
+        answer = await http.post("/v1/topics/default/gone/messages", json=body)
+        assert answer.status_code == 200
+        results = answer.json()["results"]
+        assert min(r["offset"] for r in results) == 0  # a new topic: its partitions start empty
+        stored = await _fetch_all(mesh, "/default/gone-part-0")
+        assert len(stored) == sum(1 for r in results if r["partition"].endswith("part-0"))

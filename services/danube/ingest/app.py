@@ -8,7 +8,7 @@ import time
 
 from danube.bus import Bus
 from danube.config import DanubeSettings
-from danube.ingest.handlers import serve_claims
+from danube.ingest.handlers import serve_claims, serve_deletes
 from danube.ingest.node import Node
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
@@ -53,6 +53,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             revision = await node.follower.load()
             await node.resume_owned()
             claims = await serve_claims(bus, node)
+            deletes = await serve_deletes(bus, node)
             started.set()
             log.info("ingest %s serving %d partitions", node_id, len(node.partitions))
             watcher = tg.create_task(
@@ -64,6 +65,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 wait.cancel()
             watcher.cancel()
             await claims.drain()
+            await deletes.unsubscribe()
             await node.close(release=lease.alive)
             health.stop()
     finally:

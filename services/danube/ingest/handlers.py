@@ -4,11 +4,12 @@ and the claim request any ingest node may answer."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 import orjson
 
-from danube.bus import Bus, Kind, Request, Responder
+from danube.bus import Bus, Kind, Message, Request, Responder, Subscription
 from danube.config import DanubeSettings
 from danube.frame import decode_record
 from danube.ingest import metrics, protocol
@@ -21,6 +22,8 @@ from danube.meta.records import Assignment
 if TYPE_CHECKING:
     from danube.ingest.node import Node
     from danube.ingest.partition import Partition
+
+log = logging.getLogger(__name__)
 
 INGEST_QUEUE = "ingest"
 # Produce requests in flight per partition: each waits for a group commit, so this bounds
@@ -130,3 +133,17 @@ async def serve_claims(bus: Bus, node: Node) -> Responder:
         queue=INGEST_QUEUE,
         max_concurrency=16,
     )
+
+
+async def serve_deletes(bus: Bus, node: Node) -> Subscription:
+    """Drop the local WAL of partitions whose topic was deleted (every node: a node that once
+    owned a partition may still hold an old WAL of it)."""
+
+    async def delete(message: Message) -> None:
+        name = bus.subjects.parse(message.subject).name
+        try:
+            await node.delete_local(name)
+        except Exception:
+            log.exception("could not delete the WAL of %s", name)
+
+    return await bus.subscribe(bus.subjects.all_of_kind(Kind.WAL_DELETE), delete)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -222,6 +223,21 @@ class Node:
         owner = Owner.model_validate_json(event.value)
         if (owner.node_id, owner.epoch) != (self.node_id, served.partition.claim.epoch):
             served.partition.fence(f"now owned by {owner.node_id} (epoch {owner.epoch})")
+
+    async def delete_local(self, name: TopicName) -> bool:
+        """The partition's topic was deleted: stop serving it and remove its WAL directory.
+        Idempotent; returns whether a directory was removed."""
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            served = self._served.get(name)
+            if served is not None:
+                served.partition.fence("its topic was deleted")
+                await self._stop_serving(name)
+            directory = self.wal_dir(name)
+            if not directory.exists():
+                return False
+            await asyncio.to_thread(shutil.rmtree, directory)
+        log.info("deleted the WAL of %s", name)
+        return True
 
     def fence_all(self, reason: str) -> None:
         for served in self._served.values():

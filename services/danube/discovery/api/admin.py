@@ -206,8 +206,14 @@ async def describe_topic(ns: str, topic: str, services: ServicesDep) -> TopicDet
 
 @router.delete("/topics/{ns}/{topic}", status_code=204)
 async def delete_topic(ns: str, topic: str, services: ServicesDep) -> Response:
-    """Delete a topic's config and its partitions' records (the WAL stays: see the docs)."""
-    await services.catalog.delete_topic(user_topic(ns, topic))
+    """Delete a topic: its config and its partitions' records first (which fences the owning
+    ingest nodes), then every ingest node drops its WAL of those partitions."""
+    name = user_topic(ns, topic)
+    config = await services.catalog.delete_topic(name)
+    bus = services.bus
+    for partition in name.partitions(config.partitions):
+        await bus.publish(bus.subjects.wal_delete(partition), b"")
+    await bus.flush()
     return Response(status_code=204)
 
 
