@@ -206,4 +206,15 @@ class CloudReaderConfig(ServiceConfig):
 
 
 class DispatcherConfig(ServiceConfig):
-    pass
+    """Delivery limits of every subscription (danube.dispatcher.DeliverySettings and the
+    cursor FlushPolicy are built from these)."""
+
+    max_unacked_per_consumer: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    ack_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    redelivery_base_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
+    redelivery_max_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    max_redeliveries: Annotated[int, Field(ge=0, le=1000)] = 5
+    max_held_messages: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
+    cursor_flush_acks: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    cursor_flush_interval_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
+    dead_letter_suffix: str = Field(default="-dlq", pattern=r"^[A-Za-z0-9_-]{1,32}$")

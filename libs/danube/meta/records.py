@@ -111,7 +111,10 @@ class SubscriptionConfig(_Record):
 
 
 class SubscriptionCursor(_Record):
-    """Every offset below ``next_offset`` in this partition is acknowledged."""
+    """Every offset below ``next_offset`` in this partition is acknowledged, and so are the
+    offsets in ``acked_beyond`` (out-of-order acks, lowest first; bounded: dropping some only
+    causes a redelivery after a restart, never a loss)."""
 
     next_offset: Offset
+    acked_beyond: Annotated[tuple[Offset, ...], Field(max_length=10_000)] = ()
     updated_ms: TimeMs

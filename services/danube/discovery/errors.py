@@ -95,6 +95,9 @@ _STATUS_BY_CODE: dict[str, int] = {
     "not_owner": 503,
     "meta_unavailable": 503,
     "lease_lost": 503,
+    "subscription_taken": 409,
+    "consumer_exists": 409,
+    "consumer_not_found": 404,
 }
 
 
