@@ -1,0 +1,130 @@
+"""How other services (discovery, tests) talk to the dispatcher of a subscription.
+
+Every call goes to ``subjects.dispatch(topic, sub, op)``. When nobody serves the
+subscription yet, the call asks the dispatcher queue group to claim it, then retries with
+jittered backoff, all within the call's deadline (as :class:`IngestClient.produce` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Sequence
+
+import orjson
+
+from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError
+from danube.bus.subjects import DispatchOp
+from danube.dispatcher import protocol
+from danube.meta import TopicName
+
+_RETRY_BASE_S = 0.02
+_RETRY_CAP_S = 0.5
+# A long poll's request deadline is its wait plus this much for the reply to travel.
+_POLL_MARGIN_S = 2.0
+
+
+class DispatcherClient:
+    """Attach, poll, ack, nack and detach consumers of a subscription over the bus."""
+
+    def __init__(self, bus: Bus, *, timeout_s: float = 10.0) -> None:
+        self.bus = bus
+        self.timeout_s = timeout_s
+
+    async def attach(
+        self,
+        topic: TopicName,
+        sub: str,
+        consumer: str,
+        *,
+        type: str = "exclusive",
+        start: protocol.StartPosition = "latest",
+    ) -> str:
+        """Attach a consumer; its consumer id. RemoteError ``subscription_taken`` when an
+        exclusive subscription already has its consumer."""
+        body = orjson.dumps({"consumer": consumer, "type": type, "start": start})
+        reply = await self._request(topic, sub, DispatchOp.ATTACH, body, self.timeout_s)
+        return str(orjson.loads(reply)["consumer_id"])
+
+    async def poll(
+        self, topic: TopicName, sub: str, consumer_id: str, *, max: int = 100, wait_ms: int = 1000
+    ) -> list[protocol.PolledMessage]:
+        """Up to ``max`` messages, waiting at most ``wait_ms`` for the first."""
+        body = protocol.encode(
+            protocol.PollRequest(consumer_id=consumer_id, max=max, wait_ms=wait_ms)
+        )
+        timeout_s = wait_ms / 1000 + _POLL_MARGIN_S
+        reply = await self._request(topic, sub, DispatchOp.POLL, body, timeout_s)
+        return protocol.decode_poll_reply(reply)
+
+    async def ack(
+        self, topic: TopicName, sub: str, consumer_id: str, refs: Sequence[tuple[str, int]]
+    ) -> None:
+        """Acknowledge ``(partition, offset)`` pairs."""
+        await self._acks(topic, sub, DispatchOp.ACK, consumer_id, refs, 0)
+
+    async def nack(
+        self,
+        topic: TopicName,
+        sub: str,
+        consumer_id: str,
+        refs: Sequence[tuple[str, int]],
+        *,
+        delay_ms: int = 0,
+    ) -> None:
+        """Refuse ``(partition, offset)`` pairs: redelivered after ``delay_ms``."""
+        await self._acks(topic, sub, DispatchOp.NACK, consumer_id, refs, delay_ms)
+
+    async def detach(self, topic: TopicName, sub: str, consumer_id: str) -> None:
+        """Detach a consumer; its unacked messages go to the others."""
+        body = orjson.dumps({"consumer_id": consumer_id})
+        await self._request(topic, sub, DispatchOp.DETACH, body, self.timeout_s)
+
+    async def _acks(
+        self,
+        topic: TopicName,
+        sub: str,
+        op: DispatchOp,
+        consumer_id: str,
+        refs: Sequence[tuple[str, int]],
+        delay_ms: int,
+    ) -> None:
+        messages = [{"partition": p, "offset": o} for p, o in refs]
+        body = orjson.dumps(
+            {"consumer_id": consumer_id, "messages": messages, "delay_ms": delay_ms}
+        )
+        await self._request(topic, sub, op, body, self.timeout_s)
+
+    async def _request(
+        self, topic: TopicName, sub: str, op: DispatchOp, body: bytes, timeout_s: float
+    ) -> bytes:
+        subject = self.bus.subjects.dispatch(topic, sub, op)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        attempt = 0
+        while True:
+            remaining_s = deadline - loop.time()
+            try:
+                reply = await self.bus.request(subject, body, timeout_s=max(remaining_s, 0.001))
+                return reply.body
+            except NoRespondersError:
+                await self._ask_claim(topic, sub, deadline)
+            except RemoteError as exc:
+                if not exc.retriable:
+                    raise
+            attempt += 1
+            delay_s = min(_RETRY_CAP_S, _RETRY_BASE_S * 2**attempt) * random.uniform(0.5, 1)
+            if loop.time() + delay_s >= deadline:
+                raise TimeoutError(f"{op} on {topic}/{sub}: no answer in {timeout_s}s")
+            await asyncio.sleep(delay_s)
+
+    async def _ask_claim(self, topic: TopicName, sub: str, deadline: float) -> None:
+        remaining_s = deadline - asyncio.get_running_loop().time()
+        if remaining_s <= 0:
+            return
+        # No dispatcher up yet, or another one won: the retry finds out.
+        with contextlib.suppress(NoRespondersError, RemoteError, BusTimeoutError):
+            await self.bus.request(
+                self.bus.subjects.subscription_ownership(topic, sub), b"", timeout_s=remaining_s
+            )

@@ -1,0 +1,85 @@
+"""The bus edges of the dispatcher: the operations of each owned subscription, and the
+claim request any dispatcher of the queue group may answer."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import orjson
+
+from danube.bus import Bus, Kind, Request, Responder
+from danube.bus.subjects import DispatchOp
+from danube.dispatcher import protocol
+from danube.dispatcher.runtime import SubscriptionRuntime
+from danube.meta import TopicName
+
+if TYPE_CHECKING:
+    from danube.dispatcher.node import DispatcherNode
+
+log = logging.getLogger(__name__)
+
+DISPATCHER_QUEUE = "dispatcher"
+# Requests of one subscription handled at once: long polls wait here, so this also bounds
+# how many consumers may be polling one subscription together.
+OPS_CONCURRENCY = 256
+# A poll answers this long before the caller's deadline, so the reply still reaches it.
+_POLL_REPLY_MARGIN_S = 0.25
+_OK = b'{"ok":true}'
+
+
+class SubscriptionHandlers:
+    """Request handlers of one subscription (one responder over all its ops)."""
+
+    def __init__(self, runtime: SubscriptionRuntime) -> None:
+        self.runtime = runtime
+
+    async def serve(self, bus: Bus, topic: TopicName, sub: str) -> Responder:
+        """Answer ``subjects.dispatch(topic, sub, op)`` for every op."""
+        return await bus.serve(
+            bus.subjects.dispatch_all_ops(topic, sub), self.handle, max_concurrency=OPS_CONCURRENCY
+        )
+
+    async def handle(self, request: Request) -> bytes:
+        """Route one request by the op token of its subject."""
+        op = request.subject.rsplit(".", 1)[-1]
+        runtime = self.runtime
+        if op == DispatchOp.ATTACH:
+            attach = protocol.parse(request.body, protocol.AttachRequest)
+            return orjson.dumps({"consumer_id": await runtime.attach(attach)})
+        if op == DispatchOp.POLL:
+            poll = protocol.parse(request.body, protocol.PollRequest)
+            wait_s = min(poll.wait_ms / 1000, request.remaining_s() - _POLL_REPLY_MARGIN_S)
+            return protocol.encode_poll_reply(await runtime.poll(poll, max(wait_s, 0.0)))
+        if op == DispatchOp.ACK:
+            await runtime.ack(protocol.parse(request.body, protocol.AckRequest))
+            return _OK
+        if op == DispatchOp.NACK:
+            await runtime.nack(protocol.parse(request.body, protocol.AckRequest))
+            return _OK
+        if op == DispatchOp.DETACH:
+            detach = protocol.parse(request.body, protocol.DetachRequest)
+            await runtime.detach(detach.consumer_id)
+            return _OK
+        raise protocol.BadRequestError(f"unknown dispatcher operation {op!r}", code="unknown_op")
+
+
+async def serve_claims(bus: Bus, node: DispatcherNode) -> Responder:
+    """Answer claim requests for subscriptions nobody serves (one dispatcher of the queue
+    group takes each): a request that finds no responders asks here, then retries."""
+
+    async def claim(request: Request) -> bytes:
+        parsed = bus.subjects.parse(request.subject)
+        if parsed.subscription is None:
+            raise protocol.BadRequestError(f"no subscription in {request.subject}")
+        runtime = await node.ensure_serving(parsed.name, parsed.subscription)
+        claim_ = runtime.store.claim
+        epoch = 0 if claim_ is None else claim_.epoch
+        return orjson.dumps({"node_id": node.node_id, "epoch": epoch})
+
+    return await bus.serve(
+        bus.subjects.all_of_kind(Kind.SUBSCRIPTION_OWNERSHIP),
+        claim,
+        queue=DISPATCHER_QUEUE,
+        max_concurrency=16,
+    )

@@ -1,0 +1,113 @@
+"""The subscriptions this dispatcher owns: claiming, serving, fencing and releasing them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from danube.bus import Bus, Responder
+from danube.config import DanubeSettings
+from danube.dispatcher.handlers import SubscriptionHandlers
+from danube.dispatcher.runtime import SubscriptionRuntime
+from danube.dispatcher.store import SubscriptionStore
+from danube.meta import Lease, MetaStore, TopicName
+
+log = logging.getLogger(__name__)
+
+_Key = tuple[TopicName, str]
+
+
+class _Served:
+    def __init__(self, runtime: SubscriptionRuntime, responder: Responder) -> None:
+        self.runtime = runtime
+        self.responder = responder
+
+
+class DispatcherNode:
+    """Owns subscriptions on behalf of one dispatcher process."""
+
+    def __init__(
+        self, settings: DanubeSettings, *, node_id: str, bus: Bus, store: MetaStore, lease: Lease
+    ) -> None:
+        self.settings = settings
+        self.node_id = node_id
+        self.bus = bus
+        self.store = store
+        self.lease = lease
+        self._served: dict[_Key, _Served] = {}
+        self._locks: dict[_Key, asyncio.Lock] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        lease.on_lost(lambda _: self.fence_all("node lease lost"))
+
+    @property
+    def subscriptions(self) -> list[_Key]:
+        """``(topic, subscription)`` of every subscription served."""
+        return list(self._served)
+
+    async def ensure_serving(self, topic: TopicName, sub: str) -> SubscriptionRuntime:
+        """Claim ``sub`` of ``topic`` (if not ours yet), resume it and answer its subjects."""
+        key = (topic, sub)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            served = self._served.get(key)
+            if served is not None and not served.runtime.failed:
+                return served.runtime
+            if served is not None:
+                await self._stop_serving(key, release=False)
+            self.lease.ensure_alive()
+            store = SubscriptionStore(self.store, topic, sub)
+            await store.claim_owner(self.node_id, self.lease)
+            runtime = SubscriptionRuntime(
+                store, self.bus, self.settings.dispatcher, on_failed=self._on_failed
+            )
+            try:
+                await runtime.start()
+                responder = await SubscriptionHandlers(runtime).serve(self.bus, topic, sub)
+            except BaseException:
+                await runtime.stop()
+                await store.release()
+                raise
+            self._served[key] = _Served(runtime, responder)
+            return runtime
+
+    def _on_failed(self, runtime: SubscriptionRuntime, reason: str) -> None:
+        """Stop answering a failed subscription's subjects, so a claim finds a live owner."""
+        key = (runtime.store.topic, runtime.store.sub)
+        served = self._served.get(key)
+        if served is None or served.runtime is not runtime:
+            return
+        served.responder.cancel()
+        task = asyncio.get_running_loop().create_task(self._retire(key, runtime))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, key: _Key, runtime: SubscriptionRuntime) -> None:
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            served = self._served.get(key)
+            if served is not None and served.runtime is runtime:
+                await self._stop_serving(key, release=self.lease.alive)
+
+    async def _stop_serving(self, key: _Key, *, release: bool) -> None:
+        served = self._served.pop(key, None)
+        if served is None:
+            return
+        served.runtime.begin_stop()
+        await served.responder.drain()
+        await served.runtime.stop()
+        if release and self.lease.alive:
+            try:
+                await served.runtime.store.release()
+            except Exception as exc:
+                log.warning("could not release %s/%s: %s", key[0], key[1], exc)
+
+    def fence_all(self, reason: str) -> None:
+        """Stop every subscription at once: no more deliveries or cursor writes."""
+        for served in list(self._served.values()):
+            served.runtime.fail(reason)
+
+    async def close(self, *, release: bool) -> None:
+        """Stop serving everything; ``release`` hands the subscriptions on (clean stop)."""
+        for key in list(self._served):
+            await self._stop_serving(key, release=release)
+        for task in list(self._retiring):
+            task.cancel()
+        await asyncio.gather(*self._retiring, return_exceptions=True)

@@ -1,0 +1,159 @@
+"""Bodies of the dispatcher bus API (subjects: ``subjects.dispatch(topic, sub, op)``).
+
+Control bodies are small JSON documents; a poll reply carries the records as they are, in
+danube.frame frames (CRC-checked end to end), after a JSON head that says where each came
+from. All integers little-endian::
+
+    attach request   {"consumer": name, "type": "exclusive"|"shared"|"failover", "start": S}
+                     S: "latest" | "earliest" | {"offset": N} | {"timestamp_ms": T}
+    attach reply     {"consumer_id": id}
+    poll request     {"consumer_id": id, "max": n, "wait_ms": ms}
+    poll reply       [u32 head_len][head: JSON list of {"partition", "offset",
+                     "redelivery_count"}] then one frame per message (offset, record bytes),
+                     in the same order
+    ack / nack       {"consumer_id": id, "messages": [{"partition", "offset"}], "delay_ms": ms}
+    detach request   {"consumer_id": id}
+    ack/nack/detach  reply {"ok": true}
+
+A body that does not parse is refused with ``bad_request`` (:class:`BadRequestError`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Literal, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from danube.dispatcher.errors import DispatcherError
+from danube.frame import append_frame, decode_frames
+
+_U32 = struct.Struct("<I")
+
+POLL_MAX_MESSAGES = 10_000
+POLL_WAIT_MS_MAX = 30_000
+NACK_DELAY_MS_MAX = 24 * 3600 * 1000
+REFS_MAX = 100_000
+
+StartPosition = Literal["latest", "earliest"] | dict[str, int]
+
+
+class BadRequestError(DispatcherError):
+    """A request body that does not follow its layout; nothing changed."""
+
+    code = "bad_request"
+    status = 400
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AttachRequest(_Body):
+    """A consumer joins a subscription (created on the first attach with ``type``)."""
+
+    consumer: Annotated[str, Field(min_length=1, max_length=128)]
+    type: Literal["exclusive", "shared", "failover"] = "exclusive"
+    start: StartPosition = "latest"
+
+
+class PollRequest(_Body):
+    """Up to ``max`` messages, waiting at most ``wait_ms`` for the first."""
+
+    consumer_id: Annotated[str, Field(min_length=1, max_length=128)]
+    max: Annotated[int, Field(ge=1, le=POLL_MAX_MESSAGES)] = 100
+    wait_ms: Annotated[int, Field(ge=0, le=POLL_WAIT_MS_MAX)] = 1000
+
+
+class MessageRef(_Body):
+    """One message of a subscription: its partition (topic segment) and offset."""
+
+    partition: Annotated[str, Field(min_length=1, max_length=256)]
+    offset: Annotated[int, Field(ge=0, le=2**64 - 1)]
+
+
+class AckRequest(_Body):
+    """Ack or nack ``messages``; ``delay_ms`` only matters to a nack."""
+
+    consumer_id: Annotated[str, Field(min_length=1, max_length=128)]
+    messages: Annotated[list[MessageRef], Field(max_length=REFS_MAX)]
+    delay_ms: Annotated[int, Field(ge=0, le=NACK_DELAY_MS_MAX)] = 0
+
+
+class DetachRequest(_Body):
+    """A consumer leaves; its unacked messages go to the others."""
+
+    consumer_id: Annotated[str, Field(min_length=1, max_length=128)]
+
+
+_M = TypeVar("_M", bound="_Body")
+
+
+def parse(body: bytes, model: type[_M]) -> _M:
+    """``body`` decoded as ``model``; BadRequestError naming the first bad field."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise BadRequestError(f"{model.__name__}: {where}: {first['msg']}") from exc
+
+
+def encode(model: BaseModel) -> bytes:
+    """A request body as JSON."""
+    return model.model_dump_json().encode()
+
+
+@dataclass(frozen=True, slots=True)
+class PolledMessage:
+    """One message of a poll reply: ``record`` is the encoded danube.frame record."""
+
+    partition: str
+    offset: int
+    redelivery_count: int
+    record: bytes
+
+
+def encode_poll_reply(messages: Sequence[PolledMessage]) -> bytes:
+    """The JSON head, then one frame per message."""
+    head = orjson.dumps(
+        [
+            {"partition": m.partition, "offset": m.offset, "redelivery_count": m.redelivery_count}
+            for m in messages
+        ]
+    )
+    body = bytearray(_U32.pack(len(head)))
+    body += head
+    for message in messages:
+        append_frame(body, message.offset, message.record)
+    return bytes(body)
+
+
+def decode_poll_reply(body: bytes) -> list[PolledMessage]:
+    """The messages of a poll reply; BadRequestError if head and frames disagree."""
+    if len(body) < _U32.size:
+        raise BadRequestError(f"poll reply of {len(body)} bytes")
+    (head_len,) = _U32.unpack_from(body, 0)
+    end = _U32.size + head_len
+    if end > len(body):
+        raise BadRequestError("poll reply head runs past the body")
+    head = orjson.loads(body[_U32.size : end])
+    frames, consumed = decode_frames(body, end)
+    if not isinstance(head, list) or len(head) != len(frames) or consumed != len(body):
+        raise BadRequestError("poll reply head and frames disagree")
+    messages = []
+    for item, frame in zip(head, frames, strict=True):
+        if item["offset"] != frame.offset:
+            raise BadRequestError(f"poll reply: head offset {item['offset']} != {frame.offset}")
+        messages.append(
+            PolledMessage(
+                str(item["partition"]),
+                frame.offset,
+                int(item["redelivery_count"]),
+                bytes(frame.payload),
+            )
+        )
+    return messages

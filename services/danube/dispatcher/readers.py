@@ -1,0 +1,162 @@
+"""Reading one partition for a subscription, and where a new subscription starts.
+
+The live subject of the partition is only a wake-up signal: every message handed to the
+machine comes from a fetch of the ingest owner starting at the cursor's read position. A
+fetch is authoritative about the range it covers, so the switch from catching up to
+following live has no gap and no duplicate by construction.
+
+A read below the WAL's start (data already dropped by retention) skips to the WAL start for
+now; reading that range from the cloud tier (cloud_reader) is the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import TYPE_CHECKING
+
+import orjson
+
+from danube.bus import BusError, Message, NoRespondersError, Subscription
+from danube.dispatcher import protocol
+from danube.dispatcher.events import MessagesAvailable
+from danube.ingest.client import IngestClient
+from danube.meta import TopicName
+
+if TYPE_CHECKING:
+    from danube.dispatcher.runtime import SubscriptionRuntime
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 0.5  # a fetch at least this often even when no live wake-up came
+FETCH_TIMEOUT_S = 5.0
+FETCH_MAX_COUNT = 1000
+FETCH_MAX_BYTES = 1 << 20
+_BACKOFF_BASE_S = 0.05
+_BACKOFF_CAP_S = 2.0
+_STATS_TIMEOUT_S = 5.0
+
+
+class PartitionReader:
+    """Feeds one partition of a subscription to its machine until cancelled."""
+
+    def __init__(self, runtime: SubscriptionRuntime, partition: TopicName, name: str) -> None:
+        self.runtime = runtime
+        self.partition = partition
+        self.name = name
+        self._wake = asyncio.Event()
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    def set_paused(self, paused: bool) -> None:
+        """Honour PauseReading / ResumeReading from the machine."""
+        if paused:
+            self._resumed.clear()
+        else:
+            self._resumed.set()
+            self._wake.set()
+
+    def wake(self) -> None:
+        """Fetch now rather than at the next idle poll."""
+        self._wake.set()
+
+    async def _on_live(self, _message: Message) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Fetch whenever woken (live traffic) or every IDLE_POLL_S; never returns."""
+        bus = self.runtime.bus
+        live: Subscription | None = None
+        try:
+            # A bounded pending queue: a wake-up lost to a full queue is caught by the idle poll.
+            live = await bus.subscribe(
+                bus.subjects.live(self.partition), self._on_live, pending_msgs_limit=64
+            )
+            failures = 0
+            while True:
+                await self._resumed.wait()
+                self._wake.clear()
+                try:
+                    more = await self._read_once()
+                    failures = 0
+                except (BusError, TimeoutError) as exc:
+                    failures += 1
+                    if not isinstance(exc, NoRespondersError):  # no owner: nothing produced yet
+                        log.debug("fetch of %s failed: %s", self.partition, exc)
+                    delay_s = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**failures)
+                    await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
+                    continue
+                if more:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(IDLE_POLL_S):
+                        await self._wake.wait()
+        finally:
+            if live is not None:
+                with contextlib.suppress(Exception):
+                    await live.unsubscribe()
+
+    async def _read_once(self) -> bool:
+        """One fetch from the read position; whether more may be waiting right away."""
+        machine = self.runtime.machine
+        assert machine is not None
+        position = machine.cursor(self.name).read_position
+        reply = await self.runtime.ingest.fetch(
+            self.partition,
+            position,
+            max_bytes=FETCH_MAX_BYTES,
+            max_count=FETCH_MAX_COUNT,
+            timeout_s=FETCH_TIMEOUT_S,
+        )
+        if reply.below_wal_start:
+            # TODO(cloud tier): read [position, wal_start) from cloud_reader instead.
+            log.warning(
+                "%s: offsets %d..%d are gone from the WAL; skipping to %d",
+                self.partition,
+                position,
+                reply.wal_start,
+                reply.wal_start,
+            )
+            event = MessagesAvailable(self.name, [], position, reply.wal_start)
+            await self.runtime.run_actions(self.runtime.feed(event))
+            return True
+        messages = [(frame.offset, bytes(frame.payload)) for frame in reply.frames]
+        if not messages and reply.next_offset <= position:
+            return False
+        event = MessagesAvailable(self.name, messages, position, reply.next_offset)
+        await self.runtime.run_actions(self.runtime.feed(event))
+        return bool(messages)
+
+
+async def resolve_start(
+    ingest: IngestClient, partition: TopicName, start: protocol.StartPosition
+) -> int:
+    """The first offset a new subscription reads in ``partition``."""
+    if start == "earliest":
+        return 0  # a read below the WAL start skips up to it
+    if isinstance(start, dict):
+        if set(start) == {"offset"} and start["offset"] >= 0:
+            return int(start["offset"])
+        if set(start) == {"timestamp_ms"}:
+            # TODO: find the first offset published at or after the time (sparse index).
+            raise protocol.BadRequestError(
+                "start by timestamp is not supported yet", code="unsupported_start"
+            )
+        raise protocol.BadRequestError(f"bad start position {start!r}")
+    return await _durable_next(ingest, partition)
+
+
+async def _durable_next(ingest: IngestClient, partition: TopicName) -> int:
+    """Where ``latest`` starts: ingest's durable next offset; 0 if nobody owns the partition
+    (nothing was ever produced to it: any later owner starts at or above 0)."""
+    bus = ingest.bus
+    try:
+        reply = await bus.request(
+            bus.subjects.wal_stats(partition), b"", timeout_s=_STATS_TIMEOUT_S
+        )
+    except NoRespondersError:
+        return 0
+    stats = orjson.loads(reply.body)
+    return int(stats["wal"]["durable_next"])

@@ -1,0 +1,377 @@
+"""One subscription at run time: the pure :class:`SubscriptionMachine` wired to its readers,
+its timer, etcd (cursors) and ingest (dead letters).
+
+Every call into the machine is synchronous (it does no I/O), so the event loop serialises
+them; the actions it returns are carried out here. Those with I/O (a dead letter, a cursor
+write) run one batch at a time under ``_io_lock``, in the order the machine gave them, so a
+dead letter is always produced before the cursor write that moves past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from danube.bus import Bus
+from danube.config import DispatcherConfig
+from danube.dispatcher import protocol
+from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
+from danube.dispatcher.delivery import SubscriptionMachine
+from danube.dispatcher.events import (
+    Ack,
+    Action,
+    ConsumerAttached,
+    ConsumerDetached,
+    DeadLetter,
+    Deliver,
+    Event,
+    FlushCursor,
+    MessagesAvailable,
+    Nack,
+    PauseReading,
+    Poll,
+    ReadFrom,
+    ResumeReading,
+    Tick,
+)
+from danube.dispatcher.readers import PartitionReader, resolve_start
+from danube.dispatcher.redelivery import DeliverySettings
+from danube.dispatcher.store import NotOwnerError, SubscriptionStore
+from danube.ingest.client import IngestClient
+from danube.meta import TopicName
+from danube.meta.records import SubscriptionConfig
+
+log = logging.getLogger(__name__)
+
+TICK_INTERVAL_S = 0.05
+DEAD_LETTER_TIMEOUT_S = 10.0
+# A consumer that neither polls nor acks for this long is detached (its unacked messages go to
+# the others); one waiting in a long poll is being heard from. Read at each tick (tests lower
+# it); meant to become DispatcherConfig.consumer_session_timeout_s.
+CONSUMER_SESSION_TIMEOUT_S = 60.0
+# Room in a poll reply for its JSON head entry and frame header, per message.
+_REPLY_BYTES_PER_MESSAGE = 128
+_REPLY_HEAD_BYTES = 4096
+
+
+def delivery_settings(config: DispatcherConfig) -> DeliverySettings:
+    """The machine's limits from the service config."""
+    return DeliverySettings(
+        max_unacked_per_consumer=config.max_unacked_per_consumer,
+        ack_timeout_s=config.ack_timeout_s,
+        redelivery_base_s=config.redelivery_base_s,
+        redelivery_max_s=max(config.redelivery_max_s, config.redelivery_base_s),
+        max_redeliveries=config.max_redeliveries,
+        max_held=max(config.max_held_messages, 2),
+    )
+
+
+def dead_letter_topic(partition: TopicName, suffix: str) -> TopicName:
+    """``/ns/t-part-k`` (or ``/ns/t``) dead-letters to the unpartitioned ``/ns/t<suffix>``."""
+    return TopicName(partition.namespace, partition.base + suffix)
+
+
+class SubscriptionRuntime:
+    """Serves one subscription while this dispatcher owns it. ``on_failed`` is called (once)
+    when it can no longer be served safely (fenced, or a dead letter could not be written)."""
+
+    def __init__(
+        self,
+        store: SubscriptionStore,
+        bus: Bus,
+        config: DispatcherConfig,
+        *,
+        on_failed: Callable[[SubscriptionRuntime, str], None],
+    ) -> None:
+        self.store = store
+        self.bus = bus
+        self.config = config
+        self.ingest = IngestClient(bus)
+        self.machine: SubscriptionMachine | None = None
+        self._on_failed = on_failed
+        self._partitions: dict[str, TopicName] = {}
+        self._readers: dict[str, PartitionReader] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._io_lock = asyncio.Lock()
+        self._activate_lock = asyncio.Lock()
+        # Replaced at every change: a waiting poll holds the old one, which is then set.
+        self._changed = asyncio.Event()
+        self.failed = False
+        self.closing = False  # set on stop: waiting polls answer at once
+        # Consumers by the monotonic time they were last heard from (session expiry).
+        self._last_seen: dict[str, float] = {}
+        # The largest record read so far: a poll takes no more messages than fit one reply.
+        self._record_bytes_max = 0
+        self._policy = FlushPolicy(
+            flush_acks=config.cursor_flush_acks,
+            flush_interval_s=config.cursor_flush_interval_s,
+        )
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Resume an existing subscription (config and cursors in etcd); a new one waits
+        for its first attach."""
+        config = await self.store.load_config()
+        if config is not None:
+            await self._activate(config, config.initial_position)
+
+    async def _activate(self, config: SubscriptionConfig, start: protocol.StartPosition) -> None:
+        if config.type == "key_shared":
+            raise protocol.BadRequestError("key_shared subscriptions are not served yet")
+        partitions = await self.store.partitions()
+        stored = await self.store.load_cursors(partitions)
+        cursors: dict[str, PartitionCursor] = {}
+        fresh: dict[TopicName, CursorState] = {}
+        for partition in partitions:
+            state = stored.get(partition)
+            if state is None:
+                offset = await resolve_start(self.ingest, partition, start)
+                state = fresh[partition] = CursorState(next_offset=offset)
+            cursors[partition.topic] = PartitionCursor.from_state(state, policy=self._policy)
+            self._partitions[partition.topic] = partition
+        if fresh:
+            # A new subscription's position is stored before any consumer sees a message,
+            # so "latest" means the latest at attach, not at the next restart.
+            await self.store.write_cursors(fresh)
+        self.machine = SubscriptionMachine(config.type, cursors, delivery_settings(self.config))
+        for name, partition in self._partitions.items():
+            reader = PartitionReader(self, partition, name)
+            self._readers[name] = reader
+            self._spawn(reader.run(), f"reader-{partition}")
+        self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
+        log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.fail(f"task {task.get_name()} failed: {task.exception()!r}")
+
+    def fail(self, reason: str) -> None:
+        """Stop serving at once (no more cursor writes) and tell the owner."""
+        if self.failed:
+            return
+        self.failed = True
+        log.error("subscription %s/%s fails: %s", self.store.topic, self.store.sub, reason)
+        for task in list(self._tasks):
+            task.cancel()
+        self._on_failed(self, reason)
+
+    def begin_stop(self) -> None:
+        """Make waiting polls answer now, so the responder drains quickly."""
+        self.closing = True
+        self.notify()
+
+    async def stop(self) -> None:
+        """Stop the tasks and write every cursor a last time (unless fenced)."""
+        self.begin_stop()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.machine is None or self.failed:
+            return
+        async with self._io_lock:
+            states = {self._partitions[n]: s for n, s in self.machine.cursor_states().items()}
+            try:
+                await self.store.write_cursors(states)
+            except Exception as exc:
+                log.warning(
+                    "final cursor write of %s/%s failed: %s", self.store.topic, self.store.sub, exc
+                )
+
+    # --- requests --------------------------------------------------------------------------
+
+    async def attach(self, request: protocol.AttachRequest) -> str:
+        """Add a consumer (creating the subscription on its first attach); its id."""
+        async with self._activate_lock:
+            if self.machine is None:
+                initial = request.start if isinstance(request.start, str) else "earliest"
+                config = await self.store.create_config(
+                    SubscriptionConfig(
+                        type=request.type,
+                        initial_position=initial,
+                        created_ms=int(time.time() * 1000),
+                    )
+                )
+                await self._activate(config, request.start)
+        machine = self._machine()
+        if request.type != machine.delivery_type:
+            raise protocol.BadRequestError(
+                f"the subscription is {machine.delivery_type}, not {request.type}",
+                code="subscription_type_mismatch",
+            )
+        consumer_id = uuid.uuid4().hex
+        await self._handle(ConsumerAttached(consumer_id, request.consumer))
+        self._last_seen[consumer_id] = time.monotonic()
+        return consumer_id
+
+    async def poll(
+        self, request: protocol.PollRequest, wait_s: float
+    ) -> list[protocol.PolledMessage]:
+        """Messages for the consumer; waits up to ``wait_s`` for the first one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            self._seen(request.consumer_id)
+            actions = self._machine().handle(
+                Poll(request.consumer_id, self._poll_max(request.max), time.monotonic())
+            )
+            delivered = [a for a in actions if isinstance(a, Deliver)]
+            await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
+            if delivered:
+                return [
+                    protocol.PolledMessage(
+                        m.partition, m.offset, m.redelivery_count, _bytes(m.payload)
+                    )
+                    for d in delivered
+                    for m in d.messages
+                ]
+            remaining_s = deadline - loop.time()
+            if remaining_s <= 0 or self.closing or self.failed:
+                return []
+            # Taken only now: this poll's own actions notified the one before. Redeliveries
+            # fall due with time, not with an event: look again at least every other tick.
+            changed = self._changed
+            try:
+                async with asyncio.timeout(min(remaining_s, TICK_INTERVAL_S * 2)):
+                    await changed.wait()
+            except TimeoutError:
+                pass
+
+    def _poll_max(self, requested: int) -> int:
+        room = self.bus.max_payload_bytes - _REPLY_HEAD_BYTES
+        per_message = self._record_bytes_max + _REPLY_BYTES_PER_MESSAGE
+        return max(1, min(requested, room // per_message))
+
+    def _seen(self, consumer_id: str) -> None:
+        if consumer_id in self._last_seen:
+            self._last_seen[consumer_id] = time.monotonic()
+
+    async def ack(self, request: protocol.AckRequest) -> None:
+        """Acknowledge messages."""
+        self._seen(request.consumer_id)
+        refs = [(m.partition, m.offset) for m in request.messages]
+        await self._handle(Ack(request.consumer_id, refs))
+
+    async def nack(self, request: protocol.AckRequest) -> None:
+        """Refuse messages: redelivered after ``delay_ms``."""
+        self._seen(request.consumer_id)
+        refs = [(m.partition, m.offset) for m in request.messages]
+        await self._handle(Nack(request.consumer_id, refs, request.delay_ms, time.monotonic()))
+
+    async def detach(self, consumer_id: str) -> None:
+        """Remove a consumer; its unacked messages go to the others."""
+        self._last_seen.pop(consumer_id, None)
+        await self._handle(ConsumerDetached(consumer_id, time.monotonic()))
+
+    # --- the machine -----------------------------------------------------------------------
+
+    def _machine(self) -> SubscriptionMachine:
+        if self.machine is None:
+            raise protocol.BadRequestError(
+                "no consumer was ever attached to this subscription", code="consumer_not_found"
+            )
+        return self.machine
+
+    async def _handle(self, event: Event) -> None:
+        actions = self._machine().handle(event)
+        # Acks free window room, nacks and detaches return messages, time makes them due:
+        # every waiting poll looks again (a poll itself wakes nobody).
+        self.notify()
+        await self.run_actions(actions)
+
+    def feed(self, event: MessagesAvailable) -> list[Action]:
+        """Readers hand their reads in here; returns the actions left to execute."""
+        for _, record in event.messages:
+            self._record_bytes_max = max(self._record_bytes_max, len(_bytes(record)))
+        actions = self._machine().handle(event)
+        self.notify()
+        return actions
+
+    def notify(self) -> None:
+        """Wake every waiting poll: messages may be available."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def run_actions(self, actions: list[Action]) -> None:
+        """Carry out the machine's actions (all but Deliver, which only a poll takes)."""
+        flushes: dict[TopicName, CursorState] = {}
+        dead: list[DeadLetter] = []
+        for action in actions:
+            if isinstance(action, PauseReading | ResumeReading):
+                reader = self._readers.get(action.partition)
+                if reader is not None:
+                    reader.set_paused(isinstance(action, PauseReading))
+            elif isinstance(action, ReadFrom):
+                reader = self._readers.get(action.partition)
+                if reader is not None:
+                    reader.wake()  # it reads from the cursor's (new) read position
+            elif isinstance(action, DeadLetter):
+                dead.append(action)
+            elif isinstance(action, FlushCursor):
+                flushes[self._partitions[action.partition]] = action.state
+        if not dead and not flushes:
+            return
+        async with self._io_lock:
+            for letter in dead:
+                await self._dead_letter(letter)
+            if flushes:
+                await self._flush(flushes)
+
+    async def _dead_letter(self, letter: DeadLetter) -> None:
+        partition = self._partitions[letter.message.partition]
+        topic = dead_letter_topic(partition, self.config.dead_letter_suffix)
+        record = _bytes(letter.message.payload)
+        try:
+            await self.ingest.produce(topic, [record], timeout_s=DEAD_LETTER_TIMEOUT_S)
+        except Exception as exc:
+            # The cursor already moved past it in memory: stop before a write stores that,
+            # so the next owner delivers it again from the stored cursor.
+            self.fail(f"dead letter of {partition}@{letter.message.offset} failed: {exc!r}")
+            raise
+        log.info("dead-lettered %s@%d to %s", partition, letter.message.offset, topic)
+
+    async def _flush(self, states: dict[TopicName, CursorState]) -> None:
+        try:
+            await self.store.write_cursors(states)
+        except NotOwnerError as exc:
+            self.fail(str(exc))
+            raise
+        except Exception as exc:
+            log.warning("cursor write failed (retried at the next tick): %s", exc)
+            machine = self._machine()
+            for partition in states:
+                machine.cursor(partition.topic).mark_dirty()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_S * random.uniform(0.9, 1.1))
+            now_s = time.monotonic()
+            await self._handle(Tick(now_s))
+            timeout_s = CONSUMER_SESSION_TIMEOUT_S
+            for consumer_id, seen_s in list(self._last_seen.items()):
+                if now_s - seen_s > timeout_s:
+                    log.info(
+                        "consumer %s of %s/%s expired",
+                        consumer_id,
+                        self.store.topic,
+                        self.store.sub,
+                    )
+                    await self.detach(consumer_id)
+
+
+def _bytes(payload: object) -> bytes:
+    # The machine carries payloads opaquely; this runtime only ever gives it record bytes.
+    if not isinstance(payload, bytes):
+        raise TypeError(f"expected record bytes, got {type(payload).__name__}")
+    return payload

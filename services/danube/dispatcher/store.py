@@ -1,0 +1,129 @@
+"""Persistence of one subscription in etcd: its config, its owner key and its cursors.
+
+Keys (danube.meta.keys): ``subscriptions/<ns>/<t>/<sub>/config``, ``.../owner`` (an
+:class:`Owner` on the dispatcher's node lease) and ``.../cursors/<partition>``. Every cursor
+write is a transaction compared on the owner key's mod revision, so a dispatcher that lost the
+subscription (its lease expired, another one claimed it) can never move a cursor again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from danube.dispatcher.cursor import CursorState
+from danube.dispatcher.errors import DispatcherError
+from danube.meta import Lease, MetaStore, TopicName, encode_model
+from danube.meta import keys as meta_keys
+from danube.meta.records import Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
+
+log = logging.getLogger(__name__)
+
+
+class NotOwnerError(DispatcherError):
+    """This dispatcher does not (or no longer) own the subscription; ask again."""
+
+    code = "not_owner"
+    status = 503
+    retriable = True
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerClaim:
+    """A won claim: the epoch and the owner key's mod revision every write is fenced on."""
+
+    epoch: int
+    revision: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SubscriptionStore:
+    """The etcd records of one subscription ``sub`` of ``topic`` (the unpartitioned name)."""
+
+    def __init__(self, store: MetaStore, topic: TopicName, sub: str) -> None:
+        self.store = store
+        self.topic = topic
+        self.sub = sub
+        self.owner_key = meta_keys.subscription_owner_key(topic, sub)
+        self.config_key = meta_keys.subscription_key(topic, sub)
+        self.claim: OwnerClaim | None = None
+
+    async def partitions(self) -> list[TopicName]:
+        """The partitions the subscription reads: ``-part-0..N-1``, or the topic itself when
+        it is unpartitioned or has no config yet (auto-created on first produce)."""
+        config = await self.store.get_model(meta_keys.topic_key(self.topic), TopicConfig)
+        if config is None or config.partitions == 0:
+            return [self.topic]
+        return self.topic.partitions(config.partitions)
+
+    async def claim_owner(self, node_id: str, lease: Lease) -> OwnerClaim:
+        """Create the owner key (epoch + 1) on ``lease``; NotOwnerError if another live
+        dispatcher holds it. Re-claiming our own key takes a new epoch as well."""
+        found = await self.store.get_model_kv(self.owner_key, Owner)
+        if found is not None and found[0].node_id != node_id:
+            raise NotOwnerError(f"{self.topic}/{self.sub} is owned by {found[0].node_id}")
+        epoch = (found[0].epoch if found is not None else 0) + 1
+        owner = Owner(node_id=node_id, epoch=epoch, assigned_ms=_now_ms())
+        txn = self.store.txn()
+        if found is None:
+            txn.if_absent(self.owner_key)
+        else:
+            txn.if_mod_revision(self.owner_key, "==", found[1].mod_revision)
+        result = await txn.then_put(self.owner_key, encode_model(owner), lease=lease).commit()
+        if not result.succeeded:
+            raise NotOwnerError(f"{self.topic}/{self.sub}: lost the claim race")
+        self.claim = OwnerClaim(epoch, result.revision)
+        log.info("claimed subscription %s/%s: epoch %d", self.topic, self.sub, epoch)
+        return self.claim
+
+    async def release(self) -> None:
+        """Delete the owner key if it is still ours (a clean stop hands the subscription on)."""
+        if self.claim is not None:
+            await self.store.compare_and_delete(
+                self.owner_key, expected_mod_revision=self.claim.revision
+            )
+            self.claim = None
+
+    async def load_config(self) -> SubscriptionConfig | None:
+        """The subscription's config, ``None`` before its first attach."""
+        return await self.store.get_model(self.config_key, SubscriptionConfig)
+
+    async def create_config(self, config: SubscriptionConfig) -> SubscriptionConfig:
+        """Write ``config`` unless one exists; return the one that is stored."""
+        if await self.store.create_model(self.config_key, config):
+            return config
+        stored = await self.load_config()
+        return config if stored is None else stored
+
+    async def load_cursors(self, partitions: list[TopicName]) -> dict[TopicName, CursorState]:
+        """The stored cursor of each partition that has one."""
+        found: dict[TopicName, CursorState] = {}
+        for partition in partitions:
+            key = meta_keys.subscription_cursor_key(self.topic, self.sub, partition)
+            cursor = await self.store.get_model(key, SubscriptionCursor)
+            if cursor is not None:
+                found[partition] = CursorState(
+                    next_offset=cursor.next_offset, acked_beyond=cursor.acked_beyond
+                )
+        return found
+
+    async def write_cursors(self, states: dict[TopicName, CursorState]) -> None:
+        """Write cursors in one transaction fenced on our owner key; NotOwnerError if the
+        subscription is no longer ours (nothing is written then)."""
+        if self.claim is None:
+            raise NotOwnerError(f"{self.topic}/{self.sub}: not claimed")
+        txn = self.store.txn().if_mod_revision(self.owner_key, "==", self.claim.revision)
+        now_ms = _now_ms()
+        for partition, state in states.items():
+            record = SubscriptionCursor(
+                next_offset=state.next_offset, acked_beyond=state.acked_beyond, updated_ms=now_ms
+            )
+            key = meta_keys.subscription_cursor_key(self.topic, self.sub, partition)
+            txn.then_put(key, encode_model(record))
+        result = await txn.commit()
+        if not result.succeeded:
+            raise NotOwnerError(f"{self.topic}/{self.sub}: the owner key changed; fenced")

@@ -1,0 +1,64 @@
+"""The dispatcher's bus bodies: poll replies round-trip records and refuse bad layouts,
+requests are validated with the bad field named, and dead letters go to the base topic."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from danube.bus import TopicName
+from danube.dispatcher import protocol
+from danube.dispatcher.runtime import dead_letter_topic
+from danube.frame import Record, decode_record, encode_record
+
+pytestmark = pytest.mark.unit
+
+
+def _message(partition: str, offset: int, payload: bytes, count: int = 0) -> protocol.PolledMessage:
+    record = encode_record(Record(payload=payload, publish_time_ms=5, producer="p"))
+    return protocol.PolledMessage(partition, offset, count, record)
+
+
+def test_poll_reply_round_trips_in_order() -> None:
+    messages = [_message("t-part-1", 7, b"x", 2), _message("t-part-0", 3, b"", 0)]
+    decoded = protocol.decode_poll_reply(protocol.encode_poll_reply(messages))
+    assert decoded == messages
+    assert [decode_record(m.record).payload for m in decoded] == [b"x", b""]
+
+
+def test_empty_poll_reply() -> None:
+    assert protocol.decode_poll_reply(protocol.encode_poll_reply([])) == []
+
+
+def test_poll_reply_with_head_and_frames_disagreeing_is_refused() -> None:
+    body = protocol.encode_poll_reply([_message("t", 1, b"a"), _message("t", 2, b"b")])
+    (head_len,) = struct.unpack_from("<I", body)
+    one_head = b'[{"partition":"t","offset":1,"redelivery_count":0}]'
+    forged = struct.pack("<I", len(one_head)) + one_head + body[4 + head_len :]
+    with pytest.raises(protocol.BadRequestError) as caught:
+        protocol.decode_poll_reply(forged)
+    assert caught.value.code == "bad_request"
+    with pytest.raises(protocol.BadRequestError):
+        protocol.decode_poll_reply(b"\x01\x00")
+
+
+def test_requests_are_validated_with_the_field_named() -> None:
+    attach = protocol.parse(
+        b'{"consumer":"c","type":"shared","start":{"offset":4}}', protocol.AttachRequest
+    )
+    assert (attach.type, attach.start) == ("shared", {"offset": 4})
+    with pytest.raises(protocol.BadRequestError) as caught:
+        protocol.parse(b'{"consumer_id":"c","max":0}', protocol.PollRequest)
+    assert caught.value.code == "bad_request"
+    assert caught.value.status == 400
+    assert "max" in caught.value.message
+    with pytest.raises(protocol.BadRequestError):
+        protocol.parse(b'{"consumer":"c","type":"key_shared"}', protocol.AttachRequest)
+    with pytest.raises(protocol.BadRequestError):
+        protocol.parse(b"not json", protocol.DetachRequest)
+
+
+def test_dead_letters_of_a_partition_go_to_the_unpartitioned_base_topic() -> None:
+    assert dead_letter_topic(TopicName("ns", "t-part-3"), "-dlq") == TopicName("ns", "t-dlq")
+    assert dead_letter_topic(TopicName("ns", "t"), "-dlq") == TopicName("ns", "t-dlq")
