@@ -24,7 +24,6 @@ from danube.config import (
     WalConfig,
 )
 from danube.dispatcher import app as dispatcher_app
-from danube.dispatcher import runtime
 from danube.dispatcher.client import DispatcherClient
 from danube.dispatcher.protocol import PolledMessage
 from danube.frame import Record, decode_record, encode_record
@@ -124,11 +123,12 @@ async def test_exclusive_refuses_a_second_consumer(bus: Bus, settings: DanubeSet
 
 
 async def test_a_silent_consumer_expires_and_frees_the_exclusive_subscription(
-    bus: Bus, settings: DanubeSettings, monkeypatch: pytest.MonkeyPatch
+    bus: Bus, settings: DanubeSettings
 ) -> None:
     topic = TopicName("default", "expiry")
     client = DispatcherClient(bus)
-    monkeypatch.setattr(runtime, "CONSUMER_SESSION_TIMEOUT_S", 1.0)
+    dispatcher = settings.dispatcher.model_copy(update={"consumer_session_timeout_s": 1.0})
+    settings = settings.model_copy(update={"dispatcher": dispatcher})
     async with mesh(settings):
         silent = await client.attach(topic, "s", "c1")
         # A long poll is being heard from: it outlives the 1 s session timeout; and it waits

@@ -218,3 +218,6 @@ class DispatcherConfig(ServiceConfig):
     cursor_flush_acks: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
     cursor_flush_interval_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
     dead_letter_suffix: str = Field(default="-dlq", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    # A consumer that neither polls nor acks this long is detached (its unacked messages
+    # go back to the subscription).
+    consumer_session_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0

@@ -53,7 +53,6 @@ DEAD_LETTER_TIMEOUT_S = 10.0
 # A consumer that neither polls nor acks for this long is detached (its unacked messages go to
 # the others); one waiting in a long poll is being heard from. Read at each tick (tests lower
 # it); meant to become DispatcherConfig.consumer_session_timeout_s.
-CONSUMER_SESSION_TIMEOUT_S = 60.0
 # Room in a poll reply for its JSON head entry and frame header, per message.
 _REPLY_BYTES_PER_MESSAGE = 128
 _REPLY_HEAD_BYTES = 4096
@@ -358,7 +357,7 @@ class SubscriptionRuntime:
             await asyncio.sleep(TICK_INTERVAL_S * random.uniform(0.9, 1.1))
             now_s = time.monotonic()
             await self._handle(Tick(now_s))
-            timeout_s = CONSUMER_SESSION_TIMEOUT_S
+            timeout_s = self.config.consumer_session_timeout_s
             for consumer_id, seen_s in list(self._last_seen.items()):
                 if now_s - seen_s > timeout_s:
                     log.info(
