@@ -18,6 +18,7 @@ from danube.discovery.api import Services, build_app
 from danube.discovery.catalog import Catalog
 from danube.discovery.controller import Controller
 from danube.discovery.produce import Limits, Producer
+from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import NodeRecord
@@ -65,6 +66,9 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             catalog=catalog,
             producer=producer,
             controller=controller,
+            # One deadline for the data path: a consume call gets what a produce gets,
+            # claims and retries included (a poll: its own wait plus a 2 s margin).
+            dispatcher=DispatcherClient(bus, timeout_s=config.produce_timeout_s),
         )
         app = build_app(services, max_body_bytes=config.max_body_bytes)
         server = _Server(

@@ -20,6 +20,9 @@ from danube.meta.records import PARTITIONS_MAX, Dispatch, Durability, RetentionP
 # configured limit (checked with its own 413).
 PRODUCE_MESSAGES_CAP = 100_000
 Encoding = Literal["utf8", "base64"]
+# The dispatcher's own limits (danube.dispatcher.protocol), checked here for a clean 400.
+ACK_MESSAGES_CAP = 100_000
+NACK_DELAY_MS_CAP = 24 * 3600 * 1000
 
 
 class _Request(BaseModel):
@@ -82,6 +85,41 @@ class ProduceRequest(_Request):
     messages: Annotated[list[MessageIn], Field(min_length=1, max_length=PRODUCE_MESSAGES_CAP)]
     producer: Annotated[str, Field(max_length=MAX_PRODUCER_NAME_BYTES)] = "http"
     dispatch: Dispatch = "reliable"
+
+
+class StartOffset(_Request):
+    """Start every partition of a new subscription at this offset."""
+
+    offset: Annotated[int, Field(ge=0, le=2**64 - 1)]
+
+
+class StartTimestamp(_Request):
+    """Start at the first message published at or after this time (not served yet)."""
+
+    timestamp_ms: Annotated[int, Field(ge=0)]
+
+
+class AttachRequest(_Request):
+    """``POST /v1/topics/{ns}/{topic}/subscriptions/{sub}/consumers``. ``type`` and
+    ``start`` matter to the first attach, which creates the subscription."""
+
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    type: Literal["exclusive", "shared", "failover"] = "exclusive"
+    start: Literal["latest", "earliest"] | StartOffset | StartTimestamp = "latest"
+
+
+class MessageRefIn(_Request):
+    """One delivered message: its partition (as polled) and offset."""
+
+    partition: Annotated[str, Field(min_length=1, max_length=256)]
+    offset: Annotated[int, Field(ge=0, le=2**64 - 1)]
+
+
+class AckRequest(_Request):
+    """``POST /v1/consumers/{id}/ack`` and ``/nack``; ``delay_ms`` only matters to a nack."""
+
+    messages: Annotated[list[MessageRefIn], Field(min_length=1, max_length=ACK_MESSAGES_CAP)]
+    delay_ms: Annotated[int, Field(ge=0, le=NACK_DELAY_MS_CAP)] = 0
 
 
 # --- responses -------------------------------------------------------------------------
@@ -191,3 +229,29 @@ class ControllerOut(_Response):
 class ClusterOut(_Response):
     nodes: dict[str, list[NodeOut]]
     controller: ControllerOut
+
+
+class AttachResponse(_Response):
+    """The id to poll, ack, nack and detach with (it names topic and subscription)."""
+
+    consumer_id: str
+
+
+class MessageOut(_Response):
+    """One delivered message; ``payload`` is text when it is valid UTF-8, else base64."""
+
+    partition: str
+    offset: int
+    payload: str
+    encoding: Encoding
+    key: str | None
+    attributes: dict[str, str]
+    publish_time_ms: int
+    producer: str
+    redelivery_count: int
+
+
+class MessagesOut(_Response):
+    """A poll's messages, in delivery order (offset order within a partition)."""
+
+    messages: list[MessageOut]

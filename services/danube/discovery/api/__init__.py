@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.exceptions import HTTPException
 
-from danube.discovery.api import admin, produce
+from danube.discovery.api import admin, consume, produce
 from danube.discovery.api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from danube.discovery.api.state import ControllerView, Services, services_of
 from danube.discovery.errors import error_body, http_status
@@ -89,7 +89,7 @@ def build_app(services: Services, *, max_body_bytes: int) -> FastAPI:
     app = FastAPI(
         title="Danube mesh",
         version="1",
-        summary="Publish/subscribe over HTTP: topics, lookup, produce",
+        summary="Publish/subscribe over HTTP: topics, lookup, produce, consume",
         responses=_ERRORS,
     )
     app.state.services = services
@@ -99,6 +99,7 @@ def build_app(services: Services, *, max_body_bytes: int) -> FastAPI:
     app.add_exception_handler(TimeoutError, _on_timeout)
     app.include_router(admin.router)
     app.include_router(produce.router)
+    app.include_router(consume.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

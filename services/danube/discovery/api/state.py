@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from danube.bus import Bus
 from danube.discovery.catalog import Catalog
 from danube.discovery.produce import Producer
+from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
 
 
@@ -37,6 +38,7 @@ class Services:
     catalog: Catalog
     producer: Producer
     controller: ControllerView
+    dispatcher: DispatcherClient
     ready_timeout_s: float = 2.0
 
 

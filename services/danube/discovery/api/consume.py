@@ -1,0 +1,174 @@
+"""The consume routes (long-poll; DESIGN §5): attach, poll, ack, nack, detach.
+
+Discovery keeps no consumer state: a subscription lives in the dispatcher that owns it
+(reached through :class:`DispatcherClient`), and the public consumer id carries what is
+needed to find it again on any instance: ``<ns>.<topic>.<sub>.<dispatcher consumer id>``
+(name segments never contain dots).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from danube.discovery.api.state import Services, ServicesDep
+from danube.discovery.catalog import user_topic
+from danube.discovery.errors import BadRequestError, NotFoundError
+from danube.discovery.models import (
+    AckRequest,
+    AttachRequest,
+    AttachResponse,
+    MessageOut,
+    MessagesOut,
+    TopicSpec,
+)
+from danube.dispatcher import protocol
+from danube.frame import decode_record
+from danube.meta import TopicName
+from danube.names import InvalidNameError, validate_segment
+
+router = APIRouter(prefix="/v1", tags=["consume"])
+
+POLL_MAX_MESSAGES = 1000
+POLL_WAIT_MS_MAX = 30_000
+_DISPATCHER_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def consumer_id(topic: TopicName, sub: str, dispatcher_id: str) -> str:
+    """The public id of a consumer the dispatcher knows as ``dispatcher_id``."""
+    return f"{topic.namespace}.{topic.topic}.{sub}.{dispatcher_id}"
+
+
+def parse_consumer_id(value: str) -> tuple[TopicName, str, str]:
+    """``(topic, subscription, dispatcher id)`` of a public consumer id; BadRequestError
+    ``invalid_consumer_id`` when it is not one."""
+    parts = value.split(".")
+    if len(parts) != 4 or not _DISPATCHER_ID.fullmatch(parts[3]):
+        raise BadRequestError(f"{value[:200]!r} is not a consumer id", code="invalid_consumer_id")
+    ns, topic, sub, dispatcher_id = parts
+    try:
+        name = user_topic(ns, topic)
+        validate_segment("subscription", sub)
+    except InvalidNameError as exc:
+        raise BadRequestError(
+            f"{value[:200]!r} is not a consumer id: {exc.message}", code="invalid_consumer_id"
+        ) from exc
+    return name, sub, dispatcher_id
+
+
+def message_out(topic: TopicName, message: protocol.PolledMessage) -> MessageOut:
+    """The public form of a polled message of ``topic``: the partition by its full name (as
+    produce answers it), the payload as text when it is UTF-8, else base64."""
+    record = decode_record(message.record)
+    try:
+        payload, encoding = record.payload.decode("utf-8"), "utf8"
+    except UnicodeDecodeError:
+        payload, encoding = base64.b64encode(record.payload).decode("ascii"), "base64"
+    return MessageOut(
+        partition=str(TopicName(topic.namespace, message.partition)),
+        offset=message.offset,
+        payload=payload,
+        encoding=encoding,
+        key=record.key,
+        attributes=dict(record.attributes),
+        publish_time_ms=record.publish_time_ms,
+        producer=record.producer,
+        redelivery_count=message.redelivery_count,
+    )
+
+
+def _refs(topic: TopicName, body: AckRequest) -> list[tuple[str, int]]:
+    # The dispatcher names a partition by its topic segment; the API by its full name, as
+    # polled. Another topic's partition is a caller mistake, refused before anything moves.
+    refs = []
+    for index, message in enumerate(body.messages):
+        try:
+            partition = TopicName.parse(message.partition)
+        except InvalidNameError as exc:
+            raise BadRequestError(
+                f"messages[{index}].partition: {exc.message}", code="invalid_partition"
+            ) from exc
+        if partition.parent != topic:
+            raise BadRequestError(
+                f"messages[{index}].partition {partition} is not a partition of {topic}",
+                code="invalid_partition",
+            )
+        refs.append((partition.topic, message.offset))
+    return refs
+
+
+async def _ensure_topic(services: Services, topic: TopicName) -> None:
+    # The dispatcher reads the partitions the topic config names, so the config must exist
+    # before the first attach; as produce does, create it when auto-creation is on.
+    if await services.catalog.cached_topic(topic) is not None:
+        return
+    if not services.producer.limits.auto_create:
+        raise NotFoundError(
+            f"topic {topic} does not exist and auto-creation is off", code="topic_not_found"
+        )
+    await services.catalog.create_topic(topic, TopicSpec())
+
+
+@router.post(
+    "/topics/{ns}/{topic}/subscriptions/{sub}/consumers",
+    response_model=AttachResponse,
+    status_code=201,
+)
+async def attach(
+    ns: str, topic: str, sub: str, body: AttachRequest, services: ServicesDep
+) -> AttachResponse:
+    """Attach a consumer (creating the subscription on the first attach); 409
+    ``subscription_taken`` when an exclusive subscription already has its consumer."""
+    name = user_topic(ns, topic)
+    validate_segment("subscription", sub)
+    await _ensure_topic(services, name)
+    start: protocol.StartPosition = (
+        body.start if isinstance(body.start, str) else body.start.model_dump()
+    )
+    dispatcher_id = await services.dispatcher.attach(
+        name, sub, body.name, type=body.type, start=start
+    )
+    return AttachResponse(consumer_id=consumer_id(name, sub, dispatcher_id))
+
+
+@router.get("/consumers/{cid}/messages", response_model=MessagesOut)
+async def poll(
+    cid: str,
+    services: ServicesDep,
+    max: Annotated[int, Query(ge=1, le=POLL_MAX_MESSAGES)] = 100,
+    wait_ms: Annotated[int, Query(ge=0, le=POLL_WAIT_MS_MAX)] = 1000,
+) -> MessagesOut:
+    """Up to ``max`` messages, waiting at most ``wait_ms`` for the first (an empty list
+    when none came)."""
+    topic, sub, dispatcher_id = parse_consumer_id(cid)
+    polled = await services.dispatcher.poll(topic, sub, dispatcher_id, max=max, wait_ms=wait_ms)
+    return MessagesOut(messages=[message_out(topic, m) for m in polled])
+
+
+@router.post("/consumers/{cid}/ack", status_code=204)
+async def ack(cid: str, body: AckRequest, services: ServicesDep) -> Response:
+    """Acknowledge delivered messages: they are not delivered again."""
+    topic, sub, dispatcher_id = parse_consumer_id(cid)
+    refs = _refs(topic, body)
+    await services.dispatcher.ack(topic, sub, dispatcher_id, refs)
+    return Response(status_code=204)
+
+
+@router.post("/consumers/{cid}/nack", status_code=204)
+async def nack(cid: str, body: AckRequest, services: ServicesDep) -> Response:
+    """Refuse delivered messages: redelivered after ``delay_ms`` (or dead-lettered)."""
+    topic, sub, dispatcher_id = parse_consumer_id(cid)
+    refs = _refs(topic, body)
+    await services.dispatcher.nack(topic, sub, dispatcher_id, refs, delay_ms=body.delay_ms)
+    return Response(status_code=204)
+
+
+@router.delete("/consumers/{cid}", status_code=204)
+async def detach(cid: str, services: ServicesDep) -> Response:
+    """Detach a consumer; its unacked messages go to the others (or the next one)."""
+    topic, sub, dispatcher_id = parse_consumer_id(cid)
+    await services.dispatcher.detach(topic, sub, dispatcher_id)
+    return Response(status_code=204)
