@@ -241,14 +241,24 @@ class Controller:
             if not term.active:
                 raise DeposedError(f"the term ended ({term.lost_reason})")
             txn = self._store.txn().if_create_revision(election_key, "==", term.revision)
+            topics: set[TopicName] = set()
             for partition, node_id in writes[start : start + _WRITES_PER_TXN]:
                 key = meta_keys.partition_assignment_key(partition)
                 if node_id is None:
                     txn.then_delete(key)
                 else:
                     txn.then_put(key, encode_model(Assignment(node_id=node_id, assigned_ms=now_ms)))
-            if not (await txn.commit()).succeeded:
+                    topics.add(partition.parent)
+            # A plan read before a topic was deleted must not assign its partitions afterwards.
+            for topic in sorted(topics, key=str):
+                txn.if_present(meta_keys.topic_key(topic))
+            if (await txn.commit()).succeeded:
+                continue
+            election = await self._store.get(election_key)
+            if election is None or election.create_revision != term.revision:
                 raise DeposedError("the election key changed: another controller leads")
+            log.info("a topic of the plan was deleted meanwhile; planning again")
+            return  # the topic's deletion event brings the next pass
 
 
 def _relevant(key: str) -> bool:

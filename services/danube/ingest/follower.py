@@ -155,6 +155,12 @@ class AssignmentFollower:
         if self.assigned_here(partition):
             if serving:
                 return True
+            # Our view trails etcd by the watch's delay. An owner key deleted together with its
+            # assignment (a topic delete) must not be claimed again: ask etcd before claiming.
+            key = meta_keys.partition_assignment_key(partition)
+            assignment = await self._store.get_model(key, Assignment)
+            if assignment is None or assignment.node_id != node.node_id:
+                return True  # the watch event that follows brings our view up to date
             owner = await self._store.get_model(meta_keys.partition_owner_key(partition), Owner)
             if owner is not None and owner.node_id != node.node_id:
                 return False  # the previous owner has not let go yet
