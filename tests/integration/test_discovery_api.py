@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from danube.ingest import app as ingest_app
 from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.runtime import free_port
+from danube.runtime.service import run_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -71,23 +72,6 @@ def _settings(
             produce_timeout_s=produce_timeout_s,
         ),
     )
-
-
-@asynccontextmanager
-async def _running(
-    serve: Callable[[DanubeSettings, str, asyncio.Event], Coroutine[Any, Any, None]],
-    settings: DanubeSettings,
-    node_id: str,
-) -> AsyncIterator[asyncio.Task[None]]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, node_id, stop))
-    try:
-        yield task
-    finally:
-        stop.set()
-        (outcome,) = await asyncio.gather(task, return_exceptions=True)
-    if isinstance(outcome, BaseException):  # a clean stop returns; anything else is a bug
-        raise outcome
 
 
 async def _until_ready(http: httpx.AsyncClient, task: asyncio.Task[None]) -> None:
@@ -141,7 +125,12 @@ def mesh_for(
         try:
             async with (
                 _maybe_ingest(settings, with_ingest),
-                _running(discovery_app.serve, settings, f"disc-{settings.discovery.port}") as task,
+                run_in_process(
+                    discovery_app.serve,
+                    settings,
+                    f"disc-{settings.discovery.port}",
+                    must_stop_cleanly=True,
+                ) as task,
                 httpx.AsyncClient(base_url=base_url, timeout=30) as http,
             ):
                 await _until_ready(http, task)
@@ -158,7 +147,7 @@ async def _maybe_ingest(settings: DanubeSettings, enabled: bool) -> AsyncIterato
     if not enabled:
         yield
         return
-    async with _running(ingest_app.serve, settings, "ingest-1"):
+    async with run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True):
         yield
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
 from danube.runtime import free_port
+from danube.runtime.service import run_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -54,23 +54,6 @@ def _settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path) -> DanubeSet
     )
 
 
-@asynccontextmanager
-async def _running(
-    serve: Callable[[DanubeSettings, str, asyncio.Event], Coroutine[Any, Any, None]],
-    settings: DanubeSettings,
-    node_id: str,
-) -> AsyncIterator[asyncio.Task[None]]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, node_id, stop))
-    try:
-        yield task
-    finally:
-        stop.set()
-        (outcome,) = await asyncio.gather(task, return_exceptions=True)
-    if isinstance(outcome, BaseException):  # a clean stop returns; anything else is a bug
-        raise outcome
-
-
 async def _until_ready(http: httpx.AsyncClient, task: asyncio.Task[None]) -> None:
     async with asyncio.timeout(READY_TIMEOUT_S):
         while True:
@@ -93,9 +76,9 @@ async def http(
     settings = _settings(nats_url, etcd_endpoint, meta_prefix, tmp_path / "wal")
     base_url = f"http://127.0.0.1:{settings.discovery.port}"
     async with (
-        _running(ingest_app.serve, settings, "ingest-1"),
-        _running(dispatcher_app.serve, settings, "disp-1"),
-        _running(discovery_app.serve, settings, "disc-1") as task,
+        run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),
+        run_in_process(dispatcher_app.serve, settings, "disp-1", must_stop_cleanly=True),
+        run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True) as task,
         httpx.AsyncClient(base_url=base_url, timeout=30) as client,
     ):
         await _until_ready(client, task)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,6 +32,7 @@ from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionCursor, TopicConfig
 from danube.runtime import free_port
+from danube.runtime.service import run_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -64,25 +64,10 @@ def settings(nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
 
 
 @asynccontextmanager
-async def _running(
-    serve: Callable[[DanubeSettings, str, asyncio.Event], Coroutine[Any, Any, None]],
-    settings: DanubeSettings,
-    node_id: str,
-) -> AsyncIterator[asyncio.Task[None]]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, node_id, stop))
-    try:
-        yield task
-    finally:
-        stop.set()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-@asynccontextmanager
 async def mesh(settings: DanubeSettings) -> AsyncIterator[None]:
     async with (
-        _running(ingest_app.serve, settings, "ingest-a"),
-        _running(dispatcher_app.serve, settings, "disp-a"),
+        run_in_process(ingest_app.serve, settings, "ingest-a"),
+        run_in_process(dispatcher_app.serve, settings, "disp-a"),
     ):
         yield
 
@@ -263,8 +248,8 @@ async def test_restart_redelivers_only_unacked(
 ) -> None:
     topic = TopicName("default", "restart")
     client = DispatcherClient(bus)
-    async with _running(ingest_app.serve, settings, "ingest-a"):
-        async with _running(dispatcher_app.serve, settings, "disp-a"):
+    async with run_in_process(ingest_app.serve, settings, "ingest-a"):
+        async with run_in_process(dispatcher_app.serve, settings, "disp-a"):
             consumer = await client.attach(topic, "s", "c", start="earliest")
             await _produce(bus, topic, [b"%d" % i for i in range(10)])
             got = await _poll_until(client, topic, "s", consumer, 10)
@@ -277,7 +262,7 @@ async def test_restart_redelivers_only_unacked(
         cursor = await store.get_model(cursor_key, SubscriptionCursor)
         assert cursor is not None
         assert (cursor.next_offset, cursor.acked_beyond) == (5, (7,))
-        async with _running(dispatcher_app.serve, settings, "disp-b"):
+        async with run_in_process(dispatcher_app.serve, settings, "disp-b"):
             consumer = await client.attach(topic, "s", "c")
             again = await _poll_until(client, topic, "s", consumer, 4)
             assert [m.offset for m in again] == [5, 6, 8, 9]

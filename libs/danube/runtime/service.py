@@ -13,15 +13,22 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
 
 from danube.config import ConfigError, DanubeSettings, load_settings
+from danube.meta import Lease, MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.keys import ServiceKind
+from danube.meta.records import NodeRecord
 from danube.runtime.logs import configure_logging
 
 log = logging.getLogger(__name__)
 
 NODE_ID_ENV = "DANUBE_NODE_ID"
-Serve = Callable[[DanubeSettings, str, asyncio.Event], Awaitable[None]]
+Serve = Callable[[DanubeSettings, str, asyncio.Event], Coroutine[Any, Any, None]]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -59,3 +66,41 @@ async def _main(serve: Serve, settings: DanubeSettings, node_id: str) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await serve(settings, node_id, stop)
+
+
+async def register_node(
+    store: MetaStore, kind: ServiceKind, node_id: str, address: str, lease: Lease
+) -> None:
+    """Announce this process at ``nodes/<kind>/<node_id>``, under its lease: the key goes
+    when the process does, which is how the controller and ``GET /v1/cluster`` see it."""
+    record = NodeRecord(
+        node_id=node_id, kind=kind, address=address, started_ms=int(time.time() * 1000)
+    )
+    await store.put_model(meta_keys.node_key(kind, node_id), record, lease=lease)
+
+
+async def wait_for_any(*events: asyncio.Event) -> None:
+    """Return as soon as one of ``events`` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+@asynccontextmanager
+async def run_in_process(
+    serve: Serve, settings: DanubeSettings, node_id: str, *, must_stop_cleanly: bool = False
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Run a service's ``serve`` as a task of this process until the block ends (tests and
+    benchmarks); ``must_stop_cleanly``: re-raise what it failed with, if anything."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(settings, node_id, stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        (outcome,) = await asyncio.gather(task, return_exceptions=True)
+    if must_stop_cleanly and isinstance(outcome, BaseException):
+        raise outcome  # a clean stop returns; anything else is a bug

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Generator
 from typing import Any
 
@@ -20,8 +19,7 @@ from danube.discovery.controller import Controller
 from danube.discovery.produce import Limits, Producer
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
-from danube.meta import keys as meta_keys
-from danube.meta.records import NodeRecord
+from danube.runtime.service import register_node
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +79,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 lifespan="off",
             )
         )
-        record = NodeRecord(
-            node_id=node_id,
-            kind="discovery",
-            address=f"{config.host}:{config.port}",
-            started_ms=int(time.time() * 1000),
-        )
-        await store.put_model(meta_keys.node_key("discovery", node_id), record, lease=lease)
+        await register_node(store, "discovery", node_id, f"{config.host}:{config.port}", lease)
         leaving = asyncio.Event()  # tells the controller to resign, however we leave
         async with asyncio.TaskGroup() as tg:
             http = tg.create_task(_serve_http(server), name="http")

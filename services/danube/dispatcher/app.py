@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from danube.bus import Bus
 from danube.config import DanubeSettings
 from danube.dispatcher.handlers import serve_claims
 from danube.dispatcher.node import DispatcherNode
 from danube.meta import MetaStore
-from danube.meta import keys as meta_keys
-from danube.meta.records import NodeRecord
 from danube.runtime.http import HealthServer
+from danube.runtime.service import register_node, wait_for_any
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +36,12 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(health.serve(), name="health")
-            record = NodeRecord(
-                node_id=node_id,
-                kind="dispatcher",
-                address=f"{config.host}:{config.metrics_port}",
-                started_ms=int(time.time() * 1000),
-            )
-            await store.put_model(meta_keys.node_key("dispatcher", node_id), record, lease=lease)
+            address = f"{config.host}:{config.metrics_port}"
+            await register_node(store, "dispatcher", node_id, address, lease)
             claims = await serve_claims(bus, node)
             started.set()
             log.info("dispatcher %s up", node_id)
-            waits = [asyncio.ensure_future(e.wait()) for e in (stop, lease.lost)]
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for wait in waits:
-                wait.cancel()
+            await wait_for_any(stop, lease.lost)
             await claims.drain()
             await node.close(release=lease.alive)
             health.stop()

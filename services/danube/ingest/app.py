@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from danube.bus import Bus
 from danube.config import DanubeSettings
 from danube.ingest.handlers import serve_claims, serve_deletes
 from danube.ingest.node import Node
 from danube.meta import MetaStore
-from danube.meta import keys as meta_keys
-from danube.meta.records import NodeRecord
 from danube.runtime.http import HealthServer
+from danube.runtime.service import register_node, wait_for_any
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +40,8 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(health.serve(), name="health")
-            record = NodeRecord(
-                node_id=node_id,
-                kind="ingest",
-                address=f"{config.host}:{config.metrics_port}",
-                started_ms=int(time.time() * 1000),
-            )
-            await store.put_model(meta_keys.node_key("ingest", node_id), record, lease=lease)
+            address = f"{config.host}:{config.metrics_port}"
+            await register_node(store, "ingest", node_id, address, lease)
             # Assignments first: a partition now assigned elsewhere is not taken back.
             revision = await node.follower.load()
             await node.resume_owned()
@@ -59,10 +52,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             watcher = tg.create_task(
                 node.watch_ownership(start_revision=revision + 1), name="ownership-watch"
             )
-            waits = [asyncio.ensure_future(e.wait()) for e in (stop, lease.lost, node.failed)]
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for wait in waits:
-                wait.cancel()
+            await wait_for_any(stop, lease.lost, node.failed)
             watcher.cancel()
             await claims.drain()
             await deletes.unsubscribe()
