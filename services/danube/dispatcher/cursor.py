@@ -102,6 +102,7 @@ class PartitionCursor:
         self._dirty = False
         self._acks_since_flush = 0
         self._flushed_at_s: float | None = None
+        self._flush_seq = 0
 
     @classmethod
     def from_state(
@@ -222,8 +223,15 @@ class PartitionCursor:
         kept = heapq.nsmallest(self.policy.max_acked_beyond, beyond)
         return CursorState(next_offset=floor, acked_beyond=tuple(kept))
 
+    @property
+    def flush_seq(self) -> int:
+        """How many states were handed out for writing (:meth:`mark_flushed` calls): a change
+        made now is in write ``flush_seq + 1`` if the cursor is dirty, else in ``flush_seq``."""
+        return self._flush_seq
+
     def mark_flushed(self, now_s: float) -> None:
         """The state returned by :meth:`state` is being written; count from here."""
+        self._flush_seq += 1
         self._dirty = False
         self._acks_since_flush = 0
         self._flushed_at_s = now_s

@@ -17,7 +17,7 @@ import heapq
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -149,6 +149,16 @@ class SubscriptionMachine:
     def cursor_states(self) -> dict[str, CursorState]:
         """Every partition's cursor as it would be stored (for a final write on shutdown)."""
         return {name: p.cursor.state() for name, p in self._partitions.items()}
+
+    def flush_dirty(self, partitions: Iterable[str], now_s: float) -> list[Action]:
+        """A write of every dirty cursor among ``partitions`` now, whatever the flush policy
+        (the caller wants them durable: acks answered only once stored)."""
+        actions: list[Action] = []
+        for name in partitions:
+            partition = self._partition(name)
+            if partition.cursor.dirty:
+                self._flush(name, partition, now_s, actions)
+        return actions
 
     # --- events --------------------------------------------------------------------------
 
@@ -356,8 +366,10 @@ class SubscriptionMachine:
             heapq.heappush(self._ready, (offset, name, stamp))
 
     def _flush(self, name: str, partition: _Partition, now_s: float, actions: list[Action]) -> None:
-        actions.append(FlushCursor(name, partition.cursor.state()))
-        partition.cursor.mark_flushed(now_s)
+        cursor = partition.cursor
+        state = cursor.state()
+        cursor.mark_flushed(now_s)
+        actions.append(FlushCursor(name, state, cursor.flush_seq))
 
     def _backpressure(self, actions: list[Action]) -> None:
         held, high = len(self._entries), self.settings.max_held

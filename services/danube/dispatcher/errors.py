@@ -7,7 +7,8 @@
         ├── SubscriptionTakenError   "subscription_taken"                  409
         ├── ConsumerExistsError      "consumer_exists"                     409
         ├── ConsumerNotFoundError    "consumer_not_found"                  404
-        └── UnknownPartitionError    "unknown_partition"                   500
+        ├── UnknownPartitionError    "unknown_partition"                   500
+        └── AckNotDurableError       "ack_not_durable" (retriable)         503
 
 ``SubscriptionTakenError`` is the refusal of a second consumer on an exclusive
 subscription; the others are programming or protocol mistakes of the caller.
@@ -67,3 +68,13 @@ class UnknownPartitionError(DispatcherError):
     def __init__(self, message: str, *, partition: str) -> None:
         super().__init__(message)
         self.partition = partition
+
+
+class AckNotDurableError(DispatcherError):
+    """The cursor write that would make an ack durable did not land in time (etcd slow or
+    down). Nothing is lost: the ack is applied in memory and written later, but until then a
+    restart may deliver the message again; acking again is safe."""
+
+    code = "ack_not_durable"
+    status = 503
+    retriable = True

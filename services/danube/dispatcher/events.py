@@ -8,7 +8,7 @@ Payloads are opaque to the machine (a record, or a reference to one): it only ca
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from danube.dispatcher.cursor import CursorState
 
@@ -145,10 +145,12 @@ class ReadFrom:
 
 @dataclass(frozen=True, slots=True)
 class FlushCursor:
-    """Write the cursor of ``partition`` (fenced on the subscription's owner key)."""
+    """Write the cursor of ``partition`` (fenced on the subscription's owner key); ``seq`` is
+    the cursor's :attr:`~PartitionCursor.flush_seq` for this state (later writes, higher)."""
 
     partition: str
     state: CursorState
+    seq: int = field(default=0, compare=False)
 
 
 Action = Deliver | DeadLetter | PauseReading | ResumeReading | ReadFrom | FlushCursor

@@ -23,8 +23,8 @@ DISPATCHER_QUEUE = "dispatcher"
 # Requests of one subscription handled at once: long polls wait here, so this also bounds
 # how many consumers may be polling one subscription together.
 OPS_CONCURRENCY = 256
-# A poll answers this long before the caller's deadline, so the reply still reaches it.
-_POLL_REPLY_MARGIN_S = 0.25
+# A poll (or an ack) answers this long before the caller's deadline, so the reply still reaches it.
+_REPLY_MARGIN_S = 0.25
 _OK = b'{"ok":true}'
 
 
@@ -49,10 +49,11 @@ class SubscriptionHandlers:
             return orjson.dumps({"consumer_id": await runtime.attach(attach)})
         if op == DispatchOp.POLL:
             poll = protocol.parse(request.body, protocol.PollRequest)
-            wait_s = min(poll.wait_ms / 1000, request.remaining_s() - _POLL_REPLY_MARGIN_S)
+            wait_s = min(poll.wait_ms / 1000, request.remaining_s() - _REPLY_MARGIN_S)
             return protocol.encode_poll_reply(await runtime.poll(poll, max(wait_s, 0.0)))
         if op == DispatchOp.ACK:
-            await runtime.ack(protocol.parse(request.body, protocol.AckRequest))
+            ack = protocol.parse(request.body, protocol.AckRequest)
+            await runtime.ack(ack, request.remaining_s() - _REPLY_MARGIN_S)
             return _OK
         if op == DispatchOp.NACK:
             await runtime.nack(protocol.parse(request.body, protocol.AckRequest))

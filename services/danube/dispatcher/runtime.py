@@ -22,6 +22,7 @@ from danube.config import DispatcherConfig
 from danube.dispatcher import protocol
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
+from danube.dispatcher.errors import AckNotDurableError
 from danube.dispatcher.events import (
     Ack,
     Action,
@@ -100,6 +101,12 @@ class SubscriptionRuntime:
         self._activate_lock = asyncio.Lock()
         # Replaced at every change: a waiting poll holds the old one, which is then set.
         self._changed = asyncio.Event()
+        # Acks are answered once stored: the highest cursor write (FlushCursor.seq) stored
+        # per partition, an event replaced at every stored write, and one committer at a
+        # time, so acks that arrive while a write runs share the next one (group commit).
+        self._stored_seq: dict[str, int] = {}
+        self._stored = asyncio.Event()
+        self._commit_lock = asyncio.Lock()
         self.failed = False
         self.closing = False  # set on stop: waiting polls answer at once
         # Consumers by the monotonic time they were last heard from (session expiry).
@@ -256,11 +263,46 @@ class SubscriptionRuntime:
         if consumer_id in self._last_seen:
             self._last_seen[consumer_id] = time.monotonic()
 
-    async def ack(self, request: protocol.AckRequest) -> None:
-        """Acknowledge messages."""
+    async def ack(self, request: protocol.AckRequest, timeout_s: float) -> None:
+        """Acknowledge messages; returns once the cursor holding the acks is stored, so an
+        acknowledged message is never delivered again, even after a crash. AckNotDurableError
+        when that takes longer than ``timeout_s`` (the acks still count in memory)."""
         self._seen(request.consumer_id)
         refs = [(m.partition, m.offset) for m in request.messages]
         await self._handle(Ack(request.consumer_id, refs))
+        await self._make_durable({partition for partition, _ in refs}, timeout_s)
+
+    async def _make_durable(self, partitions: set[str], timeout_s: float) -> None:
+        machine = self._machine()
+        # The write that will hold the current state of each cursor: the next one if it
+        # changed since the last write was handed out, else that last one.
+        targets = {}
+        for name in partitions:
+            cursor = machine.cursor(name)
+            targets[name] = cursor.flush_seq + (1 if cursor.dirty else 0)
+        try:
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                while True:
+                    if all(self._stored_seq.get(n, 0) >= seq for n, seq in targets.items()):
+                        return
+                    if any(machine.cursor(n).flush_seq < seq for n, seq in targets.items()):
+                        await self._commit(targets)
+                        continue
+                    stored = self._stored  # a write is under way (or failed: the tick retries)
+                    await stored.wait()
+        except TimeoutError:
+            raise AckNotDurableError(
+                f"the cursor of {self.store.topic}/{self.store.sub} was not stored in time; "
+                "ack again"
+            ) from None
+
+    async def _commit(self, targets: dict[str, int]) -> None:
+        async with self._commit_lock:
+            # Acks handled while the previous committer wrote are in this state too.
+            machine = self._machine()
+            due = [n for n, seq in targets.items() if machine.cursor(n).flush_seq < seq]
+            if due:
+                await self.run_actions(machine.flush_dirty(due, time.monotonic()))
 
     async def nack(self, request: protocol.AckRequest) -> None:
         """Refuse messages: redelivered after ``delay_ms``."""
@@ -304,7 +346,7 @@ class SubscriptionRuntime:
 
     async def run_actions(self, actions: list[Action]) -> None:
         """Carry out the machine's actions (all but Deliver, which only a poll takes)."""
-        flushes: dict[TopicName, CursorState] = {}
+        flushes: dict[TopicName, FlushCursor] = {}
         dead: list[DeadLetter] = []
         for action in actions:
             if isinstance(action, PauseReading | ResumeReading):
@@ -318,7 +360,7 @@ class SubscriptionRuntime:
             elif isinstance(action, DeadLetter):
                 dead.append(action)
             elif isinstance(action, FlushCursor):
-                flushes[self._partitions[action.partition]] = action.state
+                flushes[self._partitions[action.partition]] = action
         if not dead and not flushes:
             return
         async with self._io_lock:
@@ -340,17 +382,23 @@ class SubscriptionRuntime:
             raise
         log.info("dead-lettered %s@%d to %s", partition, letter.message.offset, topic)
 
-    async def _flush(self, states: dict[TopicName, CursorState]) -> None:
+    async def _flush(self, flushes: dict[TopicName, FlushCursor]) -> None:
         try:
-            await self.store.write_cursors(states)
+            await self.store.write_cursors({p: f.state for p, f in flushes.items()})
         except NotOwnerError as exc:
             self.fail(str(exc))
             raise
         except Exception as exc:
             log.warning("cursor write failed (retried at the next tick): %s", exc)
             machine = self._machine()
-            for partition in states:
+            for partition in flushes:
                 machine.cursor(partition.topic).mark_dirty()
+            return
+        for partition, flush in flushes.items():
+            stored = self._stored_seq.get(partition.topic, 0)
+            self._stored_seq[partition.topic] = max(stored, flush.seq)
+        stored_event, self._stored = self._stored, asyncio.Event()
+        stored_event.set()
 
     async def _tick_loop(self) -> None:
         while True:
