@@ -411,12 +411,15 @@ def test_flush_dirty_writes_only_changed_cursors_with_increasing_seq() -> None:
     seq_before = m.cursor("p0").flush_seq
     got = poll(m, "c")
     m.handle(Ack("c", [("p0", 0), ("p0", 2)]))
-    assert m.cursor("p0").dirty and not m.cursor("p1").dirty
+    assert m.cursor("p0").dirty
+    assert not m.cursor("p1").dirty
     first = m.flush_dirty(["p0", "p1"], 1.0)
     assert first == [FlushCursor("p0", CursorState(next_offset=1, acked_beyond=(2,)))]
-    assert isinstance(first[0], FlushCursor) and first[0].seq == seq_before + 1
+    assert isinstance(first[0], FlushCursor)
+    assert first[0].seq == seq_before + 1
     assert m.flush_dirty(["p0", "p1"], 1.0) == []  # nothing changed since
     m.handle(Ack("c", refs(got)))
     again = m.flush_dirty(["p0"], 2.0)
     assert again == [FlushCursor("p0", CursorState(next_offset=3))]
-    assert isinstance(again[0], FlushCursor) and again[0].seq == seq_before + 2
+    assert isinstance(again[0], FlushCursor)
+    assert again[0].seq == seq_before + 2
