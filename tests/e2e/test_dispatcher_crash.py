@@ -108,15 +108,13 @@ async def test_dispatcher_sigkill_twice_delivers_every_offset_and_redelivers_onl
     base_url = f"http://127.0.0.1:{discovery.spec.port}"
     try:
         async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-            topic = await http.put(
-                f"/v1/topics/default/{TOPIC}", json={"partitions": PARTITIONS}
-            )
+            topic = await http.put(f"/v1/topics/default/{TOPIC}", json={"partitions": PARTITIONS})
             assert topic.status_code in (200, 201), topic.text
             consumer = asyncio.create_task(_consume(http, seen, done))
             producer = asyncio.create_task(_produce(http, produced))
             for threshold in KILL_AT:
                 async with asyncio.timeout(120):
-                    while len(seen.deliveries) < threshold:  # noqa: ASYNC110 - consumer's
+                    while len(seen.deliveries) < threshold:
                         await asyncio.sleep(0.01)
                         assert not consumer.done(), consumer
                 dispatchers[-1].kill()  # SIGKILL
@@ -127,7 +125,7 @@ async def test_dispatcher_sigkill_twice_delivers_every_offset_and_redelivers_onl
                 await asyncio.to_thread(restarted.start)
             await producer
             async with asyncio.timeout(120):
-                while {(p, o) for p, o, _, _ in seen.deliveries} != produced.keys():  # noqa: ASYNC110
+                while {(p, o) for p, o, _, _ in seen.deliveries} != produced.keys():
                     await asyncio.sleep(0.05)
                     assert not consumer.done(), consumer
             done.set()

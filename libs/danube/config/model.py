@@ -221,3 +221,6 @@ class DispatcherConfig(ServiceConfig):
     # A consumer that neither polls nor acks this long is detached (its unacked messages
     # go back to the subscription).
     consumer_session_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    # Messages buffered per consumer of a non-reliable subscription; a full buffer drops its
+    # oldest message (counted), so a slow consumer slows nobody.
+    non_reliable_buffer_messages: Annotated[int, Field(ge=1, le=1_000_000)] = 1000

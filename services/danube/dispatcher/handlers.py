@@ -11,6 +11,7 @@ import orjson
 from danube.bus import Bus, Kind, Request, Responder
 from danube.bus.subjects import DispatchOp
 from danube.dispatcher import protocol
+from danube.dispatcher.fanout import FanoutRuntime
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.meta import TopicName
 
@@ -27,11 +28,15 @@ OPS_CONCURRENCY = 256
 _REPLY_MARGIN_S = 0.25
 _OK = b'{"ok":true}'
 
+# Reliable subscriptions (cursors, redelivery) and non-reliable ones (fan-out from memory)
+# answer the same operations.
+AnyRuntime = SubscriptionRuntime | FanoutRuntime
+
 
 class SubscriptionHandlers:
     """Request handlers of one subscription (one responder over all its ops)."""
 
-    def __init__(self, runtime: SubscriptionRuntime) -> None:
+    def __init__(self, runtime: AnyRuntime) -> None:
         self.runtime = runtime
 
     async def serve(self, bus: Bus, topic: TopicName, sub: str) -> Responder:

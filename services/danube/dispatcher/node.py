@@ -7,7 +7,9 @@ import logging
 
 from danube.bus import Bus, Responder
 from danube.config import DanubeSettings
-from danube.dispatcher.handlers import SubscriptionHandlers
+from danube.dispatcher import metrics
+from danube.dispatcher.fanout import FanoutRuntime
+from danube.dispatcher.handlers import AnyRuntime, SubscriptionHandlers
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.dispatcher.store import SubscriptionStore
 from danube.meta import Lease, MetaStore, TopicName
@@ -18,7 +20,7 @@ _Key = tuple[TopicName, str]
 
 
 class _Served:
-    def __init__(self, runtime: SubscriptionRuntime, responder: Responder) -> None:
+    def __init__(self, runtime: AnyRuntime, responder: Responder) -> None:
         self.runtime = runtime
         self.responder = responder
 
@@ -44,7 +46,7 @@ class DispatcherNode:
         """``(topic, subscription)`` of every subscription served."""
         return list(self._served)
 
-    async def ensure_serving(self, topic: TopicName, sub: str) -> SubscriptionRuntime:
+    async def ensure_serving(self, topic: TopicName, sub: str) -> AnyRuntime:
         """Claim ``sub`` of ``topic`` (if not ours yet), resume it and answer its subjects."""
         key = (topic, sub)
         async with self._locks.setdefault(key, asyncio.Lock()):
@@ -56,9 +58,12 @@ class DispatcherNode:
             self.lease.ensure_alive()
             store = SubscriptionStore(self.store, topic, sub)
             await store.claim_owner(self.node_id, self.lease)
-            runtime = SubscriptionRuntime(
-                store, self.bus, self.settings.dispatcher, on_failed=self._on_failed
-            )
+            config = self.settings.dispatcher
+            runtime: AnyRuntime
+            if await store.dispatch() == "non_reliable":
+                runtime = FanoutRuntime(store, self.bus, config, on_failed=self._on_failed)
+            else:
+                runtime = SubscriptionRuntime(store, self.bus, config, on_failed=self._on_failed)
             try:
                 await runtime.start()
                 responder = await SubscriptionHandlers(runtime).serve(self.bus, topic, sub)
@@ -67,9 +72,10 @@ class DispatcherNode:
                 await store.release()
                 raise
             self._served[key] = _Served(runtime, responder)
+            metrics.SUBSCRIPTIONS.labels(runtime.dispatch).inc()
             return runtime
 
-    def _on_failed(self, runtime: SubscriptionRuntime, reason: str) -> None:
+    def _on_failed(self, runtime: AnyRuntime, reason: str) -> None:
         """Stop answering a failed subscription's subjects, so a claim finds a live owner."""
         key = (runtime.store.topic, runtime.store.sub)
         served = self._served.get(key)
@@ -80,7 +86,7 @@ class DispatcherNode:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _retire(self, key: _Key, runtime: SubscriptionRuntime) -> None:
+    async def _retire(self, key: _Key, runtime: AnyRuntime) -> None:
         async with self._locks.setdefault(key, asyncio.Lock()):
             served = self._served.get(key)
             if served is not None and served.runtime is runtime:
@@ -90,6 +96,7 @@ class DispatcherNode:
         served = self._served.pop(key, None)
         if served is None:
             return
+        metrics.SUBSCRIPTIONS.labels(served.runtime.dispatch).dec()
         served.runtime.begin_stop()
         await served.responder.drain()
         await served.runtime.stop()

@@ -19,7 +19,7 @@ from typing import Any
 
 from danube.bus import Bus
 from danube.config import DispatcherConfig
-from danube.dispatcher import protocol
+from danube.dispatcher import metrics, protocol
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.errors import AckNotDurableError
@@ -79,6 +79,8 @@ def dead_letter_topic(partition: TopicName, suffix: str) -> TopicName:
 class SubscriptionRuntime:
     """Serves one subscription while this dispatcher owns it. ``on_failed`` is called (once)
     when it can no longer be served safely (fenced, or a dead letter could not be written)."""
+
+    dispatch = "reliable"
 
     def __init__(
         self,
@@ -181,6 +183,8 @@ class SubscriptionRuntime:
     async def stop(self) -> None:
         """Stop the tasks and write every cursor a last time (unless fenced)."""
         self.begin_stop()
+        metrics.CONSUMERS.dec(len(self._last_seen))  # forgotten with the subscription
+        self._last_seen.clear()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -219,6 +223,7 @@ class SubscriptionRuntime:
         consumer_id = uuid.uuid4().hex
         await self._handle(ConsumerAttached(consumer_id, request.consumer))
         self._last_seen[consumer_id] = time.monotonic()
+        metrics.CONSUMERS.inc()
         return consumer_id
 
     async def poll(
@@ -235,12 +240,14 @@ class SubscriptionRuntime:
             delivered = [a for a in actions if isinstance(a, Deliver)]
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
+                messages = [m for d in delivered for m in d.messages]
+                metrics.DELIVERED.inc(len(messages))
+                metrics.REDELIVERED.inc(sum(1 for m in messages if m.redelivery_count))
                 return [
                     protocol.PolledMessage(
                         m.partition, m.offset, m.redelivery_count, _bytes(m.payload)
                     )
-                    for d in delivered
-                    for m in d.messages
+                    for m in messages
                 ]
             remaining_s = deadline - loop.time()
             if remaining_s <= 0 or self.closing or self.failed:
@@ -267,10 +274,13 @@ class SubscriptionRuntime:
         """Acknowledge messages; returns once the cursor holding the acks is stored, so an
         acknowledged message is never delivered again, even after a crash. AckNotDurableError
         when that takes longer than ``timeout_s`` (the acks still count in memory)."""
+        started_s = time.monotonic()
         self._seen(request.consumer_id)
         refs = [(m.partition, m.offset) for m in request.messages]
         await self._handle(Ack(request.consumer_id, refs))
+        metrics.ACKED.inc(len(refs))
         await self._make_durable({partition for partition, _ in refs}, timeout_s)
+        metrics.ACK_SECONDS.observe(time.monotonic() - started_s)
 
     async def _make_durable(self, partitions: set[str], timeout_s: float) -> None:
         machine = self._machine()
@@ -309,11 +319,13 @@ class SubscriptionRuntime:
         self._seen(request.consumer_id)
         refs = [(m.partition, m.offset) for m in request.messages]
         await self._handle(Nack(request.consumer_id, refs, request.delay_ms, time.monotonic()))
+        metrics.NACKED.inc(len(refs))
 
     async def detach(self, consumer_id: str) -> None:
         """Remove a consumer; its unacked messages go to the others."""
-        self._last_seen.pop(consumer_id, None)
         await self._handle(ConsumerDetached(consumer_id, time.monotonic()))
+        if self._last_seen.pop(consumer_id, None) is not None:
+            metrics.CONSUMERS.dec()
 
     # --- the machine -----------------------------------------------------------------------
 
@@ -380,6 +392,7 @@ class SubscriptionRuntime:
             # so the next owner delivers it again from the stored cursor.
             self.fail(f"dead letter of {partition}@{letter.message.offset} failed: {exc!r}")
             raise
+        metrics.DEAD_LETTERED.inc()
         log.info("dead-lettered %s@%d to %s", partition, letter.message.offset, topic)
 
     async def _flush(self, flushes: dict[TopicName, FlushCursor]) -> None:
@@ -389,11 +402,13 @@ class SubscriptionRuntime:
             self.fail(str(exc))
             raise
         except Exception as exc:
+            metrics.CURSOR_WRITE_ERRORS.inc()
             log.warning("cursor write failed (retried at the next tick): %s", exc)
             machine = self._machine()
             for partition in flushes:
                 machine.cursor(partition.topic).mark_dirty()
             return
+        metrics.CURSOR_WRITES.inc()
         for partition, flush in flushes.items():
             stored = self._stored_seq.get(partition.topic, 0)
             self._stored_seq[partition.topic] = max(stored, flush.seq)

@@ -16,7 +16,7 @@ from danube.dispatcher.cursor import CursorState
 from danube.dispatcher.errors import DispatcherError
 from danube.meta import Lease, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
-from danube.meta.records import Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
+from danube.meta.records import Dispatch, Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,11 @@ class SubscriptionStore:
         self.owner_key = meta_keys.subscription_owner_key(topic, sub)
         self.config_key = meta_keys.subscription_key(topic, sub)
         self.claim: OwnerClaim | None = None
+
+    async def dispatch(self) -> Dispatch:
+        """The topic's dispatch mode (``reliable`` when it has no config yet)."""
+        config = await self.store.get_model(meta_keys.topic_key(self.topic), TopicConfig)
+        return "reliable" if config is None else config.dispatch
 
     async def partitions(self) -> list[TopicName]:
         """The partitions the subscription reads: ``-part-0..N-1``, or the topic itself when

@@ -1,0 +1,329 @@
+"""Non-reliable subscriptions: messages fanned out from memory, at most once.
+
+A subscription of a ``non_reliable`` topic keeps no cursor and reads nothing back: it listens
+to the live subject of each partition (ingest publishes every batch there) and puts each
+message in the buffer of one consumer (shared: the least loaded; exclusive and failover: the
+active one). A buffer holds at most ``dispatcher.non_reliable_buffer_messages``; when a message
+arrives for a full one, the oldest message in it is dropped, so a slow consumer loses
+messages and nobody else (ingest, the producer, other consumers) waits for it. Drops are
+counted in ``danube_dispatcher_dropped_messages{reason}``.
+
+Acks are accepted and change nothing; a nack does not redeliver (at-most-once). The start
+position is always "now": messages produced while no consumer is attached are not kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from danube.bus import Bus, Message, MessageCallback, Subscription
+from danube.config import DispatcherConfig
+from danube.dispatcher import metrics, protocol
+from danube.dispatcher.delivery import DeliveryType
+from danube.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenError
+from danube.dispatcher.store import SubscriptionStore
+from danube.frame import CorruptFrameError, decode_frames
+from danube.meta.records import SubscriptionConfig
+
+log = logging.getLogger(__name__)
+
+# Live messages waiting in the bus client per partition before it drops them itself.
+_LIVE_PENDING_MSGS = 1024
+_EXPIRY_CHECK_S = 1.0
+_REPLY_BYTES_PER_MESSAGE = 128  # JSON head entry and frame header of one polled message
+_REPLY_HEAD_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Buffered:
+    """One message waiting in a consumer's buffer."""
+
+    partition: str
+    offset: int
+    record: bytes
+
+
+class Fanout:
+    """Which consumer gets each message, and the bounded buffers (pure, no I/O)."""
+
+    def __init__(self, delivery_type: DeliveryType, buffer_messages: int) -> None:
+        if buffer_messages < 1:
+            raise ValueError("a consumer buffer holds at least one message")
+        self.delivery_type = delivery_type
+        self.buffer_messages = buffer_messages
+        # In attach order: the first is the active consumer of exclusive and failover.
+        self._buffers: dict[str, deque[Buffered]] = {}
+
+    @property
+    def consumers(self) -> list[str]:
+        """Attached consumers, in attach order."""
+        return list(self._buffers)
+
+    def buffered(self, consumer_id: str) -> int:
+        """Messages waiting for ``consumer_id``."""
+        return len(self._buffer(consumer_id))
+
+    def attach(self, consumer_id: str) -> None:
+        """Add a consumer; SubscriptionTakenError for a second one of an exclusive subscription."""
+        if self.delivery_type == "exclusive" and self._buffers:
+            holder = next(iter(self._buffers))
+            raise SubscriptionTakenError(
+                "the exclusive subscription already has a consumer", holder=holder
+            )
+        self._buffers[consumer_id] = deque()
+
+    def detach(self, consumer_id: str) -> int:
+        """Remove a consumer; returns how many buffered messages are lost with it (a
+        failover successor starts with what arrives next)."""
+        return len(self._buffers.pop(consumer_id, ()))
+
+    def offer(self, messages: list[Buffered]) -> dict[str, int]:
+        """Buffer ``messages`` (in offset order); returns drops by reason."""
+        drops = {"slow_consumer": 0, "no_consumer": 0}
+        if not self._buffers:
+            drops["no_consumer"] = len(messages)
+            return drops
+        for message in messages:
+            if self.delivery_type == "shared":
+                buffer = min(self._buffers.values(), key=len)
+            else:
+                buffer = next(iter(self._buffers.values()))
+            if len(buffer) >= self.buffer_messages:
+                buffer.popleft()  # the oldest goes: a consumer that catches up gets news
+                drops["slow_consumer"] += 1
+            buffer.append(message)
+        return drops
+
+    def take(self, consumer_id: str, max_messages: int, max_bytes: int) -> list[Buffered]:
+        """Up to ``max_messages`` buffered messages of ``consumer_id`` (at least one, and more
+        while their records fit ``max_bytes``)."""
+        buffer = self._buffer(consumer_id)
+        taken: list[Buffered] = []
+        used = _REPLY_HEAD_BYTES
+        while buffer and len(taken) < max_messages:
+            size = len(buffer[0].record) + _REPLY_BYTES_PER_MESSAGE
+            if taken and used + size > max_bytes:
+                break
+            taken.append(buffer.popleft())
+            used += size
+        return taken
+
+    def _buffer(self, consumer_id: str) -> deque[Buffered]:
+        buffer = self._buffers.get(consumer_id)
+        if buffer is None:
+            raise ConsumerNotFoundError(
+                f"consumer {consumer_id} is not attached", consumer_id=consumer_id
+            )
+        return buffer
+
+
+class FanoutRuntime:
+    """Serves one non-reliable subscription while this dispatcher owns it (the same surface
+    as :class:`~danube.dispatcher.runtime.SubscriptionRuntime` for the handlers)."""
+
+    dispatch = "non_reliable"
+
+    def __init__(
+        self,
+        store: SubscriptionStore,
+        bus: Bus,
+        config: DispatcherConfig,
+        *,
+        on_failed: Callable[[FanoutRuntime, str], None],
+    ) -> None:
+        self.store = store
+        self.bus = bus
+        self.config = config
+        self.fanout: Fanout | None = None
+        self._on_failed = on_failed
+        self._live: list[Subscription] = []
+        self._expiry: asyncio.Task[None] | None = None
+        self._activate_lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._last_seen: dict[str, float] = {}
+        self.failed = False
+        self.closing = False
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Resume an existing subscription: listen again (what passed meanwhile is gone)."""
+        config = await self.store.load_config()
+        if config is not None:
+            await self._activate(config)
+
+    async def _activate(self, config: SubscriptionConfig) -> None:
+        if config.type == "key_shared":
+            raise protocol.BadRequestError("key_shared subscriptions are not served yet")
+        self.fanout = Fanout(config.type, self.config.non_reliable_buffer_messages)
+        for partition in await self.store.partitions():
+            subject = self.bus.subjects.live(partition)
+            self._live.append(
+                await self.bus.subscribe(
+                    subject,
+                    self._live_handler(partition.topic),
+                    pending_msgs_limit=_LIVE_PENDING_MSGS,
+                )
+            )
+        self._expiry = asyncio.create_task(self._expire_loop(), name=f"expiry-{self.store.topic}")
+        log.info(
+            "serving non-reliable subscription %s/%s (%s)",
+            self.store.topic,
+            self.store.sub,
+            config.type,
+        )
+
+    def fail(self, reason: str) -> None:
+        """Stop serving at once and tell the owner."""
+        if self.failed:
+            return
+        self.failed = True
+        log.error("subscription %s/%s fails: %s", self.store.topic, self.store.sub, reason)
+        self.notify()
+        self._on_failed(self, reason)
+
+    def begin_stop(self) -> None:
+        """Make waiting polls answer now."""
+        self.closing = True
+        self.notify()
+
+    async def stop(self) -> None:
+        """Stop listening; buffered messages are dropped (at-most-once)."""
+        self.begin_stop()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            await asyncio.gather(self._expiry, return_exceptions=True)
+        for live in self._live:
+            await live.unsubscribe()
+        self._live.clear()
+        if self.fanout is not None:
+            for consumer_id in self.fanout.consumers:
+                self._detach(consumer_id)
+
+    # --- requests --------------------------------------------------------------------------
+
+    async def attach(self, request: protocol.AttachRequest) -> str:
+        """Add a consumer (creating the subscription on its first attach); its id."""
+        async with self._activate_lock:
+            if self.fanout is None:
+                config = await self.store.create_config(
+                    SubscriptionConfig(
+                        type=request.type,
+                        initial_position="latest",
+                        created_ms=int(time.time() * 1000),
+                    )
+                )
+                await self._activate(config)
+        fanout = self._fanout()
+        if request.type != fanout.delivery_type:
+            raise protocol.BadRequestError(
+                f"the subscription is {fanout.delivery_type}, not {request.type}",
+                code="subscription_type_mismatch",
+            )
+        consumer_id = uuid.uuid4().hex
+        fanout.attach(consumer_id)
+        self._last_seen[consumer_id] = time.monotonic()
+        metrics.CONSUMERS.inc()
+        return consumer_id
+
+    async def poll(
+        self, request: protocol.PollRequest, wait_s: float
+    ) -> list[protocol.PolledMessage]:
+        """Buffered messages for the consumer; waits up to ``wait_s`` for the first one."""
+        fanout = self._fanout()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        max_bytes = self.bus.max_payload_bytes
+        while True:
+            self._seen(request.consumer_id)
+            taken = fanout.take(request.consumer_id, request.max, max_bytes)
+            if taken:
+                metrics.DELIVERED.inc(len(taken))
+                return [protocol.PolledMessage(m.partition, m.offset, 0, m.record) for m in taken]
+            remaining_s = deadline - loop.time()
+            if remaining_s <= 0 or self.closing or self.failed:
+                return []
+            changed = self._changed
+            try:
+                async with asyncio.timeout(remaining_s):
+                    await changed.wait()
+            except TimeoutError:
+                pass
+
+    async def ack(self, request: protocol.AckRequest, timeout_s: float) -> None:
+        """Accepted and ignored: nothing is redelivered anyway."""
+        del timeout_s
+        self._check_consumer(request.consumer_id)
+        metrics.ACKED.inc(len(request.messages))
+
+    async def nack(self, request: protocol.AckRequest) -> None:
+        """Accepted; at-most-once, so the message is not delivered again."""
+        self._check_consumer(request.consumer_id)
+        metrics.NACKED.inc(len(request.messages))
+
+    async def detach(self, consumer_id: str) -> None:
+        """Remove a consumer; what was buffered for it is dropped."""
+        self._check_consumer(consumer_id)
+        self._detach(consumer_id)
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _fanout(self) -> Fanout:
+        if self.fanout is None:
+            raise protocol.BadRequestError(
+                "no consumer was ever attached to this subscription", code="consumer_not_found"
+            )
+        return self.fanout
+
+    def _check_consumer(self, consumer_id: str) -> None:
+        self._seen(consumer_id)
+        self._fanout().buffered(consumer_id)  # ConsumerNotFoundError when unknown
+
+    def _seen(self, consumer_id: str) -> None:
+        if consumer_id in self._last_seen:
+            self._last_seen[consumer_id] = time.monotonic()
+
+    def _detach(self, consumer_id: str) -> None:
+        lost = self._fanout().detach(consumer_id)
+        if self._last_seen.pop(consumer_id, None) is not None:
+            metrics.CONSUMERS.dec()
+        if lost:
+            metrics.DROPPED.labels("detached").inc(lost)
+
+    def notify(self) -> None:
+        """Wake every waiting poll."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _live_handler(self, partition: str) -> MessageCallback:
+        async def on_live(message: Message) -> None:
+            try:
+                frames, _ = decode_frames(message.body)
+            except CorruptFrameError as exc:  # never hand out what failed its CRC
+                log.error("corrupt live message of %s dropped: %s", partition, exc)
+                return
+            batch = [Buffered(partition, f.offset, bytes(f.payload)) for f in frames]
+            for reason, count in self._fanout().offer(batch).items():
+                if count:
+                    metrics.DROPPED.labels(reason).inc(count)
+            self.notify()
+
+        return on_live
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_EXPIRY_CHECK_S)
+            now_s = time.monotonic()
+            for consumer_id, seen_s in list(self._last_seen.items()):
+                if now_s - seen_s > self.config.consumer_session_timeout_s:
+                    log.info("consumer %s of %s/%s expired", consumer_id, *self._key())
+                    self._detach(consumer_id)
+
+    def _key(self) -> tuple[str, str]:
+        return str(self.store.topic), self.store.sub

@@ -1,0 +1,37 @@
+"""Prometheus metrics of the dispatcher service (process-wide, no per-subscription labels:
+their number is unbounded)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+SUBSCRIPTIONS = Gauge(
+    "danube_dispatcher_subscriptions", "Subscriptions this dispatcher serves", ["dispatch"]
+)
+CONSUMERS = Gauge("danube_dispatcher_consumers", "Consumers attached to this dispatcher")
+DELIVERED = Counter(
+    "danube_dispatcher_delivered_messages", "Messages handed to consumers (redeliveries included)"
+)
+REDELIVERED = Counter(
+    "danube_dispatcher_redelivered_messages", "Deliveries with a redelivery count above 0"
+)
+ACKED = Counter("danube_dispatcher_acked_messages", "Message acks received")
+NACKED = Counter("danube_dispatcher_nacked_messages", "Message nacks received")
+DEAD_LETTERED = Counter(
+    "danube_dispatcher_dead_lettered_messages", "Messages moved to a dead-letter topic"
+)
+DROPPED = Counter(
+    "danube_dispatcher_dropped_messages",
+    "Non-reliable messages not delivered: a consumer's buffer was full (slow_consumer), "
+    "no consumer was attached (no_consumer), or its consumer left (detached)",
+    ["reason"],
+)
+CURSOR_WRITES = Counter("danube_dispatcher_cursor_writes", "Cursor transactions stored in etcd")
+CURSOR_WRITE_ERRORS = Counter(
+    "danube_dispatcher_cursor_write_errors", "Cursor transactions that failed (retried)"
+)
+ACK_SECONDS = Histogram(
+    "danube_dispatcher_ack_seconds",
+    "From an ack request to its cursor being stored",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+)
