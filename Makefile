@@ -31,6 +31,7 @@ bench: setup
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
 	$(BIN)/python tests/bench/bench_wal.py
 	$(BIN)/python tests/bench/bench_ingest.py
+	$(BIN)/python tests/bench/bench_dispatch_latency.py
 
 clean:
 	rm -rf $(VENV) danube-data .mypy_cache .ruff_cache

@@ -1,0 +1,82 @@
+"""A mesh for benchmarks: nats-server and etcd from the venv plus service processes
+(`python -m danube.<service>`), on free ports in a temporary directory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+
+from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec
+
+READY_TIMEOUT_S = 30.0
+
+
+def _start(service: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", f"danube.{service}"], env=env, stdout=out, stderr=out
+        )
+
+
+async def until_ready(http: httpx.AsyncClient) -> None:
+    """Wait for discovery's /readyz."""
+    async with asyncio.timeout(READY_TIMEOUT_S):
+        while True:
+            try:
+                if (await http.get("/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+
+
+@asynccontextmanager
+async def bench_mesh(
+    tmp: Path, services: Sequence[str], env: dict[str, str] | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """Start ``services`` (discovery among them) and yield an HTTP client of discovery,
+    ready; everything is stopped on exit. Logs go to ``tmp/<service>.log``."""
+    nats = ServerProcess(nats_spec(port=free_port(), monitor_port=free_port()), tmp / "nats.log")
+    etcd = ServerProcess(
+        etcd_spec(data_dir=tmp / "etcd", client_port=free_port(), peer_port=free_port()),
+        tmp / "etcd.log",
+    )
+    with nats, etcd:
+        port = free_port()
+        base = {
+            **os.environ,
+            "DANUBE_BUS__SERVERS": json.dumps([f"nats://127.0.0.1:{nats.spec.port}"]),
+            "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": f"127.0.0.1:{etcd.spec.port}",
+            "DANUBE_WAL_CLOUD__WAL__DIR": str(tmp / "wal"),
+            "DANUBE_DISCOVERY__PORT": str(port),
+            **(env or {}),
+        }
+        processes = []
+        for service in services:
+            own = {"DANUBE_NODE_ID": f"bench-{service}"}
+            if service != "discovery":
+                own[f"DANUBE_{service.upper()}__METRICS_PORT"] = str(free_port())
+            processes.append(_start(service, {**base, **own}, tmp / f"{service}.log"))
+        try:
+            limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", timeout=30, limits=limits
+            ) as http:
+                await until_ready(http)
+                yield http
+        finally:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
