@@ -30,9 +30,7 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _produce(
-    http: httpx.AsyncClient, rate: float, seconds: float, batch: int
-) -> list[float]:
+async def _produce(http: httpx.AsyncClient, rate: float, seconds: float, batch: int) -> list[float]:
     """Send ``rate * seconds`` messages on schedule, ``batch`` per request; the produce
     latency (ms) of each request."""
     latencies: list[float] = []
@@ -96,9 +94,7 @@ async def main(tmp: Path, rate: float, seconds: float, batch: int) -> None:
         produced = await _produce(http, rate, seconds, batch)
         async with asyncio.timeout(60):
             await consuming
-    print(
-        f"{expected} messages at {rate:.0f} msg/s, {batch} per request, fsync, ~30 B payloads"
-    )
+    print(f"{expected} messages at {rate:.0f} msg/s, {batch} per request, fsync, ~30 B payloads")
     for name, values in (("produce request", produced), ("produce->deliver", delivered)):
         print(
             f"{name:>17}: p50 {statistics.median(values):7.2f} ms  "
