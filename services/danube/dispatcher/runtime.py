@@ -51,9 +51,6 @@ log = logging.getLogger(__name__)
 
 TICK_INTERVAL_S = 0.05
 DEAD_LETTER_TIMEOUT_S = 10.0
-# A consumer that neither polls nor acks for this long is detached (its unacked messages go to
-# the others); one waiting in a long poll is being heard from. Read at each tick (tests lower
-# it); meant to become DispatcherConfig.consumer_session_timeout_s.
 # Room in a poll reply for its JSON head entry and frame header, per message.
 _REPLY_BYTES_PER_MESSAGE = 128
 _REPLY_HEAD_BYTES = 4096
