@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from danube.bus import Bus
-from danube.config import BusConfig, MetadataConfig
+from danube.config import BusConfig, CloudConfig, MetadataConfig
+from danube.config.model import FsCloud
 from danube.meta import MetaStore
-from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec, s3_spec
-
-S3_REGION = "us-east-1"
-S3_ACCESS_KEY = "testing"
-S3_SECRET_KEY = "testing"
+from danube.runtime import ServerProcess, etcd_spec, free_port, moto_cloud, nats_spec, s3_spec
+from danube.runtime.servers import MOTO_ACCESS_KEY, MOTO_REGION
 
 
 def _serve(server: ServerProcess) -> Iterator[ServerProcess]:
@@ -78,12 +77,22 @@ def s3_bucket(s3_endpoint: str) -> str:
     client = boto3.client(
         "s3",
         endpoint_url=s3_endpoint,
-        region_name=S3_REGION,
-        aws_access_key_id=S3_ACCESS_KEY,
-        aws_secret_access_key=S3_SECRET_KEY,
+        region_name=MOTO_REGION,
+        aws_access_key_id=MOTO_ACCESS_KEY,
+        aws_secret_access_key=MOTO_ACCESS_KEY,
     )
     client.create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture(params=["fs", "s3"])
+def cloud_config(request: pytest.FixtureRequest, tmp_path: Path) -> CloudConfig:
+    """Object storage in a fresh root: a local directory, then a bucket on the S3 server."""
+    if request.param == "fs":
+        return FsCloud(backend="fs", root=str(tmp_path / "objects"))
+    endpoint: str = request.getfixturevalue("s3_endpoint")
+    bucket: str = request.getfixturevalue("s3_bucket")
+    return moto_cloud(endpoint, bucket)
 
 
 @pytest.fixture

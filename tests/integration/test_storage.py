@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import boto3
 import pytest
 
-from danube.config.model import FsCloud, MemoryCloud, S3Cloud
+from danube.config import CloudConfig
+from danube.config.model import FsCloud, MemoryCloud
 from danube.frame import append_frame, decode_frames
-from danube.runtime import free_port
+from danube.runtime import free_port, moto_cloud
 from danube.storage import (
     PARTIAL_DIR,
     ObjectDescriptor,
@@ -27,24 +27,12 @@ from danube.storage import (
 pytestmark = pytest.mark.integration
 
 MiB = 1024 * 1024
-S3_KEYS = {"region": "us-east-1", "access_key": "testing", "secret_key": "testing"}
 
 
-def s3_cloud(endpoint: str, bucket: str, prefix: str = "danube") -> S3Cloud:
-    return S3Cloud.model_validate(
-        {"backend": "s3", "root": f"s3://{bucket}/{prefix}", "endpoint": endpoint, **S3_KEYS}
-    )
-
-
-@pytest.fixture(params=["fs", "s3"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
+@pytest.fixture
+def store(cloud_config: CloudConfig) -> ObjectStore:
     """The same store API on a local directory and on the S3 server, in a fresh root each."""
-    if request.param == "fs":
-        yield ObjectStore.from_config(FsCloud(backend="fs", root=str(tmp_path / "objects")))
-    else:
-        endpoint: str = request.getfixturevalue("s3_endpoint")
-        bucket: str = request.getfixturevalue("s3_bucket")
-        yield ObjectStore.from_config(s3_cloud(endpoint, bucket), write_chunk_bytes=5 * MiB)
+    return ObjectStore.from_config(cloud_config, write_chunk_bytes=5 * MiB)
 
 
 def pattern(size: int, seed: int = 0) -> bytes:
@@ -188,7 +176,7 @@ async def test_memory_backend_round_trip() -> None:
 
 
 async def test_unreachable_s3_is_retriable() -> None:
-    cloud = s3_cloud(f"http://127.0.0.1:{free_port()}", "nobody-listens")
+    cloud = moto_cloud(f"http://127.0.0.1:{free_port()}", "nobody-listens")
     store = ObjectStore.from_config(cloud, timeout_s=20)
     with pytest.raises(StorageUnavailableError) as info:
         await store.read("a/b")
@@ -197,14 +185,14 @@ async def test_unreachable_s3_is_retriable() -> None:
 
 
 async def test_missing_bucket_is_not_retriable(s3_endpoint: str) -> None:
-    store = ObjectStore.from_config(s3_cloud(s3_endpoint, "no-such-bucket-here"))
+    store = ObjectStore.from_config(moto_cloud(s3_endpoint, "no-such-bucket-here"))
     with pytest.raises(StorageError) as info:
         await store.write("a/b", b"x")
     assert not info.value.retriable
 
 
 async def test_s3_keys_sit_under_the_configured_prefix(s3_endpoint: str, s3_bucket: str) -> None:
-    store = ObjectStore.from_config(s3_cloud(s3_endpoint, s3_bucket, prefix="mesh/objects"))
+    store = ObjectStore.from_config(moto_cloud(s3_endpoint, s3_bucket, prefix="mesh/objects"))
     await store.write("topics/ns/t/x.dnb", b"x")
     client = boto3.client(
         "s3",

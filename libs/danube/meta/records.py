@@ -95,9 +95,14 @@ class NodeRecord(_Record):
 
 
 class UploaderCheckpoint(_Record):
-    """Every offset up to ``uploaded_through`` (inclusive) is in object storage; -1: none yet."""
+    """Every offset up to ``uploaded_through`` (inclusive) is in object storage; -1: none yet.
+
+    ``pending_end`` is an upload under way: the object for ``(uploaded_through, pending_end]``
+    is being written. Recorded before the object, so an uploader that takes over after a crash
+    writes the same object for the same range (never an overlapping one)."""
 
     uploaded_through: Annotated[int, Field(ge=-1, le=OFFSET_MAX)]
+    pending_end: Annotated[int, Field(ge=0, le=OFFSET_MAX)] | None = None
     last_object_key: str | None = None
     updated_ms: TimeMs
 

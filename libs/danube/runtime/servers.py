@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from danube.config.model import S3Cloud
 from danube.errors import DanubeError
 
 LOOPBACK = "127.0.0.1"
@@ -98,6 +99,24 @@ def s3_spec(*, port: int, host: str = LOOPBACK) -> ProcessSpec:
     """The moto S3-compatible server (tests and local development only)."""
     argv = [find_binary("moto_server"), "-H", host, "-p", str(port)]
     return ProcessSpec("s3", argv, port, ready_url=f"http://{host}:{port}/")
+
+
+MOTO_REGION = "us-east-1"
+MOTO_ACCESS_KEY = "testing"  # moto accepts any credentials; these are the conventional ones
+
+
+def moto_cloud(endpoint: str, bucket: str, prefix: str = "danube") -> S3Cloud:
+    """The ``wal_cloud.cloud`` config for ``bucket`` on a moto server at ``endpoint``."""
+    return S3Cloud.model_validate(
+        {
+            "backend": "s3",
+            "root": f"s3://{bucket}/{prefix}",
+            "endpoint": endpoint,
+            "region": MOTO_REGION,
+            "access_key": MOTO_ACCESS_KEY,
+            "secret_key": MOTO_ACCESS_KEY,
+        }
+    )
 
 
 def probe(url: str, timeout_s: float = 1.0) -> bool:

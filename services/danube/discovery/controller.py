@@ -39,7 +39,8 @@ from danube.meta import (
 from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
-from danube.meta.records import Assignment, NodeRecord, Owner, TopicConfig
+from danube.meta.records import Assignment, NodeRecord, Owner
+from danube.meta.topics import read_topics
 from danube.meta.txn import TXN_OPS_MAX
 
 log = logging.getLogger(__name__)
@@ -210,12 +211,7 @@ class Controller:
             except MetaDecodeError as exc:  # the key's presence is the liveness that matters
                 log.warning("controller: %s", exc)
                 nodes[node_id] = None
-        topics: dict[TopicName, TopicConfig] = {}
-        for kv in await self._store.range(meta_keys.topics_prefix()):
-            try:
-                topics[meta_keys.parse_topic_key(kv.key)] = decode_model(kv, TopicConfig)
-            except (MetaDecodeError, InvalidNameError) as exc:
-                log.warning("controller: skipping topic %s: %s", kv.key, exc)
+        topics = await read_topics(self._store)
         assignments: dict[TopicName, str] = {}
         owners: dict[TopicName, str] = {}
         for kv in await self._store.range(meta_keys.partitions_prefix()):

@@ -17,8 +17,6 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
-import orjson
-
 from danube.bus import BusError, Message, NoRespondersError, Subscription
 from danube.dispatcher import protocol
 from danube.dispatcher.events import MessagesAvailable
@@ -145,18 +143,4 @@ async def resolve_start(
                 "start by timestamp is not supported yet", code="unsupported_start"
             )
         raise protocol.BadRequestError(f"bad start position {start!r}")
-    return await _durable_next(ingest, partition)
-
-
-async def _durable_next(ingest: IngestClient, partition: TopicName) -> int:
-    """Where ``latest`` starts: ingest's durable next offset; 0 if nobody owns the partition
-    (nothing was ever produced to it: any later owner starts at or above 0)."""
-    bus = ingest.bus
-    try:
-        reply = await bus.request(
-            bus.subjects.wal_stats(partition), b"", timeout_s=_STATS_TIMEOUT_S
-        )
-    except NoRespondersError:
-        return 0
-    stats = orjson.loads(reply.body)
-    return int(stats["wal"]["durable_next"])
+    return await ingest.durable_next(partition, timeout_s=_STATS_TIMEOUT_S)

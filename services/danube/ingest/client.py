@@ -13,6 +13,9 @@ import contextlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, TopicName
 from danube.frame import Frame, decode_frames
@@ -65,6 +68,24 @@ class IngestClient:
             if loop.time() + delay_s >= deadline:
                 raise TimeoutError(f"produce to {partition}: no durable answer in {timeout_s}s")
             await asyncio.sleep(delay_s)
+
+    async def stats(self, partition: TopicName, *, timeout_s: float = 5.0) -> dict[str, Any]:
+        """The owner's ``wal.stats`` answer (JSON: owner, epoch, ``wal`` offsets and sizes);
+        NoRespondersError when nobody owns the partition."""
+        reply = await self.bus.request(
+            self.bus.subjects.wal_stats(partition), b"", timeout_s=timeout_s
+        )
+        stats: dict[str, Any] = orjson.loads(reply.body)
+        return stats
+
+    async def durable_next(self, partition: TopicName, *, timeout_s: float = 5.0) -> int:
+        """The offset after the last durable message; 0 when nobody owns the partition
+        (nothing was produced to it: any later owner starts at or above 0)."""
+        try:
+            stats = await self.stats(partition, timeout_s=timeout_s)
+        except NoRespondersError:
+            return 0
+        return int(stats["wal"]["durable_next"])
 
     async def _ask_claim(self, partition: TopicName, deadline: float) -> None:
         remaining_s = deadline - asyncio.get_running_loop().time()

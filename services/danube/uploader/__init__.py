@@ -1,0 +1,1 @@
+"""The uploader: durable WAL frames to object storage, descriptors and checkpoints to etcd."""

@@ -1,0 +1,324 @@
+"""One partition's uploads: durable WAL frames from ingest to one object per cycle, then the
+descriptor and the checkpoint in one etcd transaction.
+
+A cycle, for the range after the checkpoint's ``uploaded_through``:
+
+1. **Plan.** Read frames from ingest (``wal.fetch``) until caught up or ``max_object_mb`` is
+   reached; the range ends at the last frame read. Record it as ``pending_end`` in the
+   checkpoint (CAS on its mod revision, and on our assignment key).
+2. **Write** the object ``<first>-<last>.dnb`` whole: from memory when the range was small
+   enough to keep while planning (``MEMORY_OBJECT_BYTES``), else streamed (multipart) by reading
+   the range from ingest a second time.
+3. **Commit**: the descriptor (with its sparse index) and ``uploaded_through = pending_end``
+   in one transaction, compared on the checkpoint's and the assignment key's mod revisions.
+
+A crash anywhere leaves either nothing pending (redo the cycle) or a ``pending_end``: whoever
+uploads next writes exactly that range again (same frames, same key, same bytes) and commits
+it. So objects never overlap and the range after ``uploaded_through`` is never skipped. A
+write that lost its assignment fails its transaction and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from danube.bus import TopicName
+from danube.config import UploaderConfig
+from danube.frame import Frame, append_frame
+from danube.ingest.client import IngestClient
+from danube.meta import MetaStore, Txn, encode_model
+from danube.meta import keys as meta_keys
+from danube.meta.records import UploaderCheckpoint
+from danube.storage import ObjectDescriptor, ObjectStore, SparseIndexBuilder, object_key
+from danube.uploader import metrics
+
+log = logging.getLogger(__name__)
+
+MEMORY_OBJECT_BYTES = 32 << 20  # objects up to this size are built in memory in one pass
+FETCH_MAX_BYTES = 1 << 20
+FETCH_MAX_COUNT = 10_000
+FETCH_TIMEOUT_S = 10.0
+_MiB = 1 << 20
+
+
+class UploadError(Exception):
+    """An upload that cannot go on now; the next cycle starts again from the checkpoint."""
+
+
+class UploadFencedError(UploadError):
+    """The checkpoint or the assignment changed under us: another uploader has the partition."""
+
+
+class DataLostError(Exception):
+    """Offsets not yet uploaded are gone from the WAL (below its start): nothing can bring
+    them back; the uploader records the loss (:meth:`PartitionUploader.skip_lost`) and moves
+    on."""
+
+    def __init__(self, partition: TopicName, offset: int, wal_start: int) -> None:
+        super().__init__(
+            f"{partition}: offsets {offset}..{wal_start - 1} left the WAL before they were uploaded"
+        )
+        self.wal_start = wal_start
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The stored checkpoint and the mod revision a CAS compares (0: absent)."""
+
+    value: UploaderCheckpoint
+    revision: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PartitionUploader:
+    """Uploads one partition while this uploader holds its assignment key."""
+
+    def __init__(
+        self,
+        partition: TopicName,
+        *,
+        store: MetaStore,
+        objects: ObjectStore,
+        ingest: IngestClient,
+        config: UploaderConfig,
+        assignment_revision: int,
+    ) -> None:
+        self.partition = partition
+        self.store = store
+        self.objects = objects
+        self.ingest = ingest
+        self.config = config
+        self.assignment_revision = assignment_revision
+        self.checkpoint_key = meta_keys.uploader_checkpoint_key(partition)
+        self.assignment_key = meta_keys.uploader_assignment_key(partition)
+        self.max_object_bytes = config.max_object_mb * _MiB
+
+    async def load_checkpoint(self) -> Checkpoint:
+        found = await self.store.get_model_kv(self.checkpoint_key, UploaderCheckpoint)
+        if found is None:
+            return Checkpoint(UploaderCheckpoint(uploaded_through=-1, updated_ms=0), 0)
+        return Checkpoint(found[0], found[1].mod_revision)
+
+    async def cycle(self) -> int:
+        """Upload what is durable and not uploaded yet, in objects of at most
+        ``max_object_mb``; returns the number of messages uploaded."""
+        uploaded = 0
+        while True:
+            count, more = await self._one_object()
+            uploaded += count
+            if not more:
+                return uploaded
+
+    async def _one_object(self) -> tuple[int, bool]:
+        """One object; ``(messages, whether more is waiting)``."""
+        checkpoint = await self.load_checkpoint()
+        start = checkpoint.value.uploaded_through + 1
+        held: list[Frame] | None = None
+        more = False
+        end = checkpoint.value.pending_end
+        if end is None:
+            plan = await self._plan(start)
+            if plan is None:
+                return 0, False
+            end, held, more = plan
+            checkpoint = await self._write_checkpoint(
+                checkpoint,
+                UploaderCheckpoint(
+                    uploaded_through=checkpoint.value.uploaded_through,
+                    pending_end=end,
+                    last_object_key=checkpoint.value.last_object_key,
+                    updated_ms=_now_ms(),
+                ),
+            )
+        else:
+            log.info("%s: finishing the pending upload of %d..%d", self.partition, start, end)
+            more = True
+        descriptor = await self._write_object(start, end, held)
+        await self._commit(checkpoint, descriptor, end)
+        metrics.OBJECTS.inc()
+        metrics.BYTES.inc(descriptor.size_bytes)
+        metrics.MESSAGES.inc(descriptor.message_count)
+        log.info(
+            "%s: uploaded %d..%d (%d messages, %d bytes) as %s",
+            self.partition,
+            descriptor.first_offset,
+            descriptor.last_offset,
+            descriptor.message_count,
+            descriptor.size_bytes,
+            descriptor.key,
+        )
+        return descriptor.message_count, more
+
+    async def _plan(self, start: int) -> tuple[int, list[Frame] | None, bool] | None:
+        """Where the next object ends: ``(end, its frames when small enough to keep, whether
+        more is waiting)``, or None when nothing new is durable."""
+        frames: list[Frame] | None = []
+        last: int | None = None
+        size = 0
+        offset = start
+        while size < self.max_object_bytes:
+            reply = await self.ingest.fetch(
+                self.partition,
+                offset,
+                max_bytes=min(FETCH_MAX_BYTES, self.max_object_bytes - size),
+                max_count=FETCH_MAX_COUNT,
+                timeout_s=FETCH_TIMEOUT_S,
+            )
+            if reply.below_wal_start:
+                raise DataLostError(self.partition, offset, reply.wal_start)
+            if not reply.frames:
+                break  # caught up with what is durable
+            for frame in reply.frames:
+                if last is not None and size + frame.size_bytes > self.max_object_bytes:
+                    return last, frames, True
+                size += frame.size_bytes
+                last = frame.offset
+                if frames is not None and size <= MEMORY_OBJECT_BYTES:
+                    frames.append(frame)  # views the reply body, which stays alive with it
+                else:
+                    frames = None  # too big to hold: the object is streamed in a second pass
+            offset = reply.next_offset
+        if last is None:
+            return None
+        return last, frames, size >= self.max_object_bytes
+
+    async def _frames(self, start: int, end: int) -> AsyncIterator[Frame]:
+        """The frames of ``[start, end]`` read again from ingest."""
+        offset = start
+        while offset <= end:
+            reply = await self.ingest.fetch(
+                self.partition,
+                offset,
+                max_bytes=FETCH_MAX_BYTES,
+                max_count=min(FETCH_MAX_COUNT, end - offset + 1),
+                timeout_s=FETCH_TIMEOUT_S,
+            )
+            if reply.below_wal_start:
+                raise DataLostError(self.partition, offset, reply.wal_start)
+            if not reply.frames:  # the range was read before: it cannot have vanished
+                raise UploadError(f"{self.partition}: {offset}..{end} not served by ingest")
+            for frame in reply.frames:
+                if frame.offset > end:
+                    return
+                yield frame
+            offset = reply.next_offset
+
+    async def _write_object(
+        self, start: int, end: int, held: list[Frame] | None
+    ) -> ObjectDescriptor:
+        builder = SparseIndexBuilder()
+        if held is not None:
+            body = bytearray()
+            for frame in held:
+                position = len(body)
+                append_frame(body, frame.offset, frame.payload)
+                builder.add(frame.offset, position, len(body) - position)
+            key = self._key(builder)
+            await self.objects.write(key, bytes(body))
+        else:
+            key = await self._stream(start, end, builder)
+        return ObjectDescriptor.from_builder(
+            key, builder, created_ms=_now_ms(), contiguous=_contiguous(builder)
+        )
+
+    async def _stream(self, start: int, end: int, builder: SparseIndexBuilder) -> str:
+        # The key names the first and last frame, known only after reading them: a first
+        # pass finds them (only sizes are kept), the second writes. Both read the same
+        # immutable WAL range.
+        first = last = None
+        async for frame in self._frames(start, end):
+            first = frame.offset if first is None else first
+            last = frame.offset
+        if first is None or last is None:
+            raise UploadError(f"{self.partition}: nothing to upload in {start}..{end}")
+        key = self._name(first, last)
+        position = 0
+        async with self.objects.writer(key) as writer:
+            chunk = bytearray()
+            async for frame in self._frames(start, end):
+                before = len(chunk)
+                append_frame(chunk, frame.offset, frame.payload)
+                size = len(chunk) - before
+                builder.add(frame.offset, position, size)
+                position += size
+                if len(chunk) >= 8 * _MiB:
+                    await writer.write(bytes(chunk))
+                    chunk.clear()
+            if chunk:
+                await writer.write(bytes(chunk))
+        return key
+
+    def _key(self, builder: SparseIndexBuilder) -> str:
+        if builder.first_offset is None or builder.last_offset is None:
+            raise ValueError(f"{self.partition}: an object without frames")
+        return self._name(builder.first_offset, builder.last_offset)
+
+    def _name(self, first: int, last: int) -> str:
+        return object_key(
+            self.config.root_prefix,
+            self.partition.namespace,
+            self.partition.topic,
+            first,
+            last,
+        )
+
+    async def _write_checkpoint(
+        self, checkpoint: Checkpoint, value: UploaderCheckpoint
+    ) -> Checkpoint:
+        txn = self._fenced_txn(checkpoint).then_put(self.checkpoint_key, encode_model(value))
+        result = await txn.commit()
+        if not result.succeeded:
+            raise UploadFencedError(f"{self.partition}: checkpoint or assignment changed")
+        return Checkpoint(value, result.revision)
+
+    async def _commit(self, checkpoint: Checkpoint, descriptor: ObjectDescriptor, end: int) -> None:
+        value = UploaderCheckpoint(
+            uploaded_through=end, last_object_key=descriptor.key, updated_ms=_now_ms()
+        )
+        descriptor_key = meta_keys.object_descriptor_key(self.partition, descriptor.first_offset)
+        txn = (
+            self._fenced_txn(checkpoint)
+            .then_put(descriptor_key, descriptor.to_bytes())
+            .then_put(self.checkpoint_key, encode_model(value))
+        )
+        result = await txn.commit()
+        if not result.succeeded:
+            raise UploadFencedError(f"{self.partition}: checkpoint or assignment changed")
+
+    def _fenced_txn(self, checkpoint: Checkpoint) -> Txn:
+        txn = self.store.txn().if_mod_revision(self.assignment_key, "==", self.assignment_revision)
+        if checkpoint.revision == 0:
+            return txn.if_absent(self.checkpoint_key)
+        return txn.if_mod_revision(self.checkpoint_key, "==", checkpoint.revision)
+
+    async def skip_lost(self, wal_start: int) -> None:
+        """Record that everything below ``wal_start`` is gone (it will never be uploaded)."""
+        checkpoint = await self.load_checkpoint()
+        if checkpoint.value.uploaded_through + 1 >= wal_start:
+            return
+        log.error(
+            "%s: offsets %d..%d were lost before upload; the cloud tier skips them",
+            self.partition,
+            checkpoint.value.uploaded_through + 1,
+            wal_start - 1,
+        )
+        metrics.LOST_OFFSETS.inc(wal_start - 1 - checkpoint.value.uploaded_through)
+        await self._write_checkpoint(
+            checkpoint,
+            UploaderCheckpoint(
+                uploaded_through=wal_start - 1,
+                last_object_key=checkpoint.value.last_object_key,
+                updated_ms=_now_ms(),
+            ),
+        )
+
+
+def _contiguous(builder: SparseIndexBuilder) -> bool:
+    first, last = builder.first_offset, builder.last_offset
+    return first is not None and last is not None and builder.message_count == last - first + 1
