@@ -11,7 +11,7 @@ import orjson
 
 from danube.bus import Bus, Kind, Message, Request, Responder, Subscription
 from danube.config import DanubeSettings
-from danube.frame import decode_record
+from danube.frame import FRAME_HEADER_BYTES, decode_record
 from danube.ingest import metrics, protocol
 from danube.ingest.ownership import OwnershipError
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES
@@ -78,11 +78,15 @@ class PartitionHandlers:
     async def fetch(self, request: Request) -> bytes:
         fetch = protocol.FetchRequest.decode(request.body)
         wal = self.partition.wal
+        # The WAL counts payload bytes; the reply carries a frame header per message too, and
+        # must fit one bus message.
+        max_count = min(fetch.max_count, self._fetch_limit_bytes // (2 * FRAME_HEADER_BYTES))
+        payload_room = self._fetch_limit_bytes - max_count * FRAME_HEADER_BYTES
         try:
             result = await wal.fetch(
                 fetch.from_offset,
-                max_bytes=min(fetch.max_bytes, self._fetch_limit_bytes),
-                max_count=fetch.max_count,
+                max_bytes=min(fetch.max_bytes, payload_room),
+                max_count=max_count,
             )
         except BelowWalStartError as exc:
             return protocol.encode_fetch_reply(
