@@ -79,13 +79,11 @@ async def _ended(ws: ClientConnection) -> tuple[str, int]:
     frame = await _frame(ws)
     assert frame["type"] == "error", frame
     assert set(frame["error"]) == {"code", "message"}, frame
-    try:
+    with pytest.raises(ConnectionClosed) as closed:
         async with asyncio.timeout(FRAME_TIMEOUT_S):
-            extra = await ws.recv()
-    except ConnectionClosed as exc:
-        assert exc.rcvd is not None, "closed without a close frame"
-        return frame["error"]["code"], exc.rcvd.code
-    raise AssertionError(f"expected the close after {frame!r}, got {extra!r}")
+            await ws.recv()
+    assert closed.value.rcvd is not None, "closed without a close frame"
+    return frame["error"]["code"], closed.value.rcvd.code
 
 
 def _refs(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
