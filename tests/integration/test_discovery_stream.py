@@ -231,6 +231,14 @@ async def test_malformed_frames_get_an_error_frame_and_close_1008(
             await ws.send(frame)
             assert await _ended(ws) == (code, 1008), frame
 
+    async with _stream(consume_http, cid) as ws:  # over the frame size limit: 1009, no frame
+        await ws.send('{"type": "ack", "messages": [], "pad": "' + "x" * 1024 * 1024 + '"}')
+        with pytest.raises(ConnectionClosed) as closed:
+            async with asyncio.timeout(FRAME_TIMEOUT_S):
+                await ws.recv()
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == 1009
+
     # Credits outstanding are bounded too (on a topic with nothing to send).
     empty = await _attach(consume_http, "bad-empty")
     async with _stream(consume_http, empty) as ws:
