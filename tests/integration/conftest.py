@@ -4,7 +4,8 @@ nats-server and etcd: the consume API tests (long-poll and WebSocket) share it."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -29,7 +30,9 @@ from danube.runtime.service import run_in_process
 READY_TIMEOUT_S = 20.0
 
 
-def _consume_settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path) -> DanubeSettings:
+def _consume_settings(
+    nats_url: str, etcd: str, prefix: str, wal_dir: Path, *, consumer_session_timeout_s: float
+) -> DanubeSettings:
     return DanubeSettings(
         bus=BusConfig(servers=[nats_url]),
         wal_cloud=WalCloudConfig(
@@ -43,6 +46,7 @@ def _consume_settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path) -> D
             redelivery_base_s=0.1,
             redelivery_max_s=0.2,
             cursor_flush_interval_s=0.1,
+            consumer_session_timeout_s=consumer_session_timeout_s,
         ),
         discovery=DiscoveryConfig(port=free_port(), lease_ttl_s=3, topic_cache_ttl_s=0.0),
     )
@@ -62,19 +66,43 @@ async def _until_ready(http: httpx.AsyncClient, task: asyncio.Task[None]) -> Non
             await asyncio.sleep(0.05)
 
 
+ConsumeMesh = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
 @pytest.fixture
-async def consume_http(
+def consume_mesh(
     nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
-) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client on a discovery instance, with one ingest and one dispatcher (its
-    ``base_url`` with ``ws://`` reaches the consumer streams)."""
-    settings = _consume_settings(nats_url, etcd_endpoint, meta_prefix, tmp_path / "wal")
-    base_url = f"http://127.0.0.1:{settings.discovery.port}"
-    async with (
-        run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),
-        run_in_process(dispatcher_app.serve, settings, "disp-1", must_stop_cleanly=True),
-        run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True) as task,
-        httpx.AsyncClient(base_url=base_url, timeout=30) as client,
-    ):
-        await _until_ready(client, task)
+) -> ConsumeMesh:
+    """Starts a discovery instance with one ingest and one dispatcher; yields an HTTP client
+    on it (its ``base_url`` with ``ws://`` reaches the consumer streams). Keyword:
+    ``consumer_session_timeout_s`` (the dispatcher's, 60 s by default)."""
+
+    @asynccontextmanager
+    async def start(
+        *, consumer_session_timeout_s: float = 60.0
+    ) -> AsyncIterator[httpx.AsyncClient]:
+        settings = _consume_settings(
+            nats_url,
+            etcd_endpoint,
+            meta_prefix,
+            tmp_path / "wal",
+            consumer_session_timeout_s=consumer_session_timeout_s,
+        )
+        base_url = f"http://127.0.0.1:{settings.discovery.port}"
+        async with (
+            run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),
+            run_in_process(dispatcher_app.serve, settings, "disp-1", must_stop_cleanly=True),
+            run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True) as task,
+            httpx.AsyncClient(base_url=base_url, timeout=30) as client,
+        ):
+            await _until_ready(client, task)
+            yield client
+
+    return start
+
+
+@pytest.fixture
+async def consume_http(consume_mesh: ConsumeMesh) -> AsyncIterator[httpx.AsyncClient]:
+    """:func:`consume_mesh` with its defaults."""
+    async with consume_mesh() as client:
         yield client

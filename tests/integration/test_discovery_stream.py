@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -199,6 +199,23 @@ async def test_closing_the_socket_keeps_the_consumer(consume_http: httpx.AsyncCl
         (1, "k1"),
         (2, "k2"),
     ]
+
+
+async def test_a_stream_without_credits_keeps_its_consumer_alive(
+    consume_mesh: Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]],
+) -> None:
+    async with consume_mesh(consumer_session_timeout_s=1.0) as http:
+        streamed = await _attach(http, "idle", type="shared")
+        polled = await _attach(http, "idle", type="shared")
+        async with _stream(http, streamed) as ws:
+            await asyncio.sleep(2.5)  # idle, no credits: only the keep-alive speaks for it
+            # The consumer that only long-polls expired meanwhile: the timeout is real.
+            gone = await http.get(f"/v1/consumers/{polled}/messages", params={"wait_ms": 0})
+            assert (gone.status_code, gone.json()["error"]["code"]) == (404, "consumer_not_found")
+            await _produce(http, "idle", ["late"])
+            await _send(ws, type="flow", credits=1)
+            (message,) = await _messages(ws, 1)
+            assert message["payload"] == "late"
 
 
 MALFORMED: list[tuple[str | bytes, str]] = [
