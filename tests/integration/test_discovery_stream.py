@@ -182,6 +182,18 @@ async def test_nack_over_the_socket_redelivers_with_count_one(
         assert (again["offset"], again["payload"], again["redelivery_count"]) == (0, "again", 2)
 
 
+async def test_a_non_reliable_topic_streams_too(consume_http: httpx.AsyncClient) -> None:
+    created = await consume_http.put("/v1/topics/default/live", json={"dispatch": "non_reliable"})
+    assert created.status_code == 201, created.text
+    cid = await _attach(consume_http, "live")
+    async with _stream(consume_http, cid) as ws:
+        await _send(ws, type="flow", credits=2)
+        await _produce(consume_http, "live", ["n0", "n1", "n2"])
+        got = await _messages(ws, 2)
+        await _quiet(ws)  # n2 waits in the consumer's buffer for a credit
+    assert [m["payload"] for m in got] == ["n0", "n1"]
+
+
 async def test_closing_the_socket_keeps_the_consumer(consume_http: httpx.AsyncClient) -> None:
     await _produce(consume_http, "keep", ["k0", "k1", "k2"])
     cid = await _attach(consume_http, "keep", start="earliest")
