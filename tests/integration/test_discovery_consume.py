@@ -6,83 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from danube.config import (
-    BusConfig,
-    DanubeSettings,
-    DiscoveryConfig,
-    DispatcherConfig,
-    IngestConfig,
-    MetadataConfig,
-    WalCloudConfig,
-    WalConfig,
-)
-from danube.discovery import app as discovery_app
-from danube.dispatcher import app as dispatcher_app
-from danube.ingest import app as ingest_app
-from danube.runtime import free_port
-from danube.runtime.service import run_in_process
-
 pytestmark = pytest.mark.integration
 
-READY_TIMEOUT_S = 20.0
 BINARY = bytes([0xFF, 0x00, 0xFE, 0x80])
-
-
-def _settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path) -> DanubeSettings:
-    return DanubeSettings(
-        bus=BusConfig(servers=[nats_url]),
-        wal_cloud=WalCloudConfig(
-            wal=WalConfig(dir=wal_dir),
-            metadata=MetadataConfig(etcd_endpoint=etcd, prefix=prefix),
-        ),
-        ingest=IngestConfig(lease_ttl_s=3, metrics_port=free_port()),
-        dispatcher=DispatcherConfig(
-            lease_ttl_s=3,
-            metrics_port=free_port(),
-            redelivery_base_s=0.1,
-            redelivery_max_s=0.2,
-            cursor_flush_interval_s=0.1,
-        ),
-        discovery=DiscoveryConfig(port=free_port(), lease_ttl_s=3, topic_cache_ttl_s=0.0),
-    )
-
-
-async def _until_ready(http: httpx.AsyncClient, task: asyncio.Task[None]) -> None:
-    async with asyncio.timeout(READY_TIMEOUT_S):
-        while True:
-            if task.done():
-                task.result()
-                raise AssertionError("discovery stopped before it was ready")
-            try:
-                if (await http.get("/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
-
-
-@pytest.fixture
-async def http(
-    nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
-) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client on a discovery instance, with one ingest and one dispatcher."""
-    settings = _settings(nats_url, etcd_endpoint, meta_prefix, tmp_path / "wal")
-    base_url = f"http://127.0.0.1:{settings.discovery.port}"
-    async with (
-        run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),
-        run_in_process(dispatcher_app.serve, settings, "disp-1", must_stop_cleanly=True),
-        run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True) as task,
-        httpx.AsyncClient(base_url=base_url, timeout=30) as client,
-    ):
-        await _until_ready(client, task)
-        yield client
 
 
 def _error(response: httpx.Response) -> tuple[int, str]:
@@ -113,23 +44,27 @@ def _refs(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_attach_produce_poll_ack_and_a_new_consumer_gets_only_unacked(
-    http: httpx.AsyncClient,
+    consume_http: httpx.AsyncClient,
 ) -> None:
-    assert (await http.put("/v1/topics/default/orders", json={"partitions": 2})).status_code == 201
-    cid = await _attach(http, "default/orders/subscriptions/s", type="shared", start="earliest")
+    assert (
+        await consume_http.put("/v1/topics/default/orders", json={"partitions": 2})
+    ).status_code == 201
+    cid = await _attach(
+        consume_http, "default/orders/subscriptions/s", type="shared", start="earliest"
+    )
     assert cid.startswith("default.orders.s.")
     messages = [
         {"payload": f"k{i % 2}-{i}", "key": f"k{i % 2}", "attributes": {"i": str(i)}}
         for i in range(6)
     ]
     messages.append({"payload": base64.b64encode(BINARY).decode(), "encoding": "base64"})
-    produced = await http.post(
+    produced = await consume_http.post(
         "/v1/topics/default/orders/messages", json={"messages": messages, "producer": "p1"}
     )
     assert produced.status_code == 200, produced.text
     results = produced.json()["results"]
 
-    got = await _poll_until(http, cid, len(messages))
+    got = await _poll_until(consume_http, cid, len(messages))
     by_position = {(m["partition"], m["offset"]): m for m in got}
     assert len(by_position) == len(messages)
     for sent, result in zip(messages, results, strict=True):
@@ -145,14 +80,14 @@ async def test_attach_produce_poll_ack_and_a_new_consumer_gets_only_unacked(
         assert offsets == sorted(offsets)
 
     acked, unacked = got[:4], got[4:]
-    response = await http.post(f"/v1/consumers/{cid}/ack", json={"messages": _refs(acked)})
+    response = await consume_http.post(f"/v1/consumers/{cid}/ack", json={"messages": _refs(acked)})
     assert response.status_code == 204, response.text
-    assert (await http.delete(f"/v1/consumers/{cid}")).status_code == 204
+    assert (await consume_http.delete(f"/v1/consumers/{cid}")).status_code == 204
 
-    again = await _attach(http, "default/orders/subscriptions/s", type="shared")
-    regot = await _poll_until(http, again, len(unacked))
+    again = await _attach(consume_http, "default/orders/subscriptions/s", type="shared")
+    regot = await _poll_until(consume_http, again, len(unacked))
     assert sorted(_key(m) for m in regot) == sorted(_key(m) for m in unacked)
-    nothing = await http.get(f"/v1/consumers/{again}/messages", params={"wait_ms": 300})
+    nothing = await consume_http.get(f"/v1/consumers/{again}/messages", params={"wait_ms": 300})
     assert nothing.json() == {"messages": []}
 
 
@@ -160,33 +95,35 @@ def _key(message: dict[str, Any]) -> tuple[str, int]:
     return message["partition"], message["offset"]
 
 
-async def test_exclusive_second_attach_is_refused(http: httpx.AsyncClient) -> None:
-    first = await _attach(http, "default/excl/subscriptions/s", type="exclusive")
-    second = await http.post(
+async def test_exclusive_second_attach_is_refused(consume_http: httpx.AsyncClient) -> None:
+    first = await _attach(consume_http, "default/excl/subscriptions/s", type="exclusive")
+    second = await consume_http.post(
         "/v1/topics/default/excl/subscriptions/s/consumers",
         json={"name": "other", "type": "exclusive"},
     )
     assert _error(second) == (409, "subscription_taken")
-    assert (await http.delete(f"/v1/consumers/{first}")).status_code == 204
-    await _attach(http, "default/excl/subscriptions/s", type="exclusive")
+    assert (await consume_http.delete(f"/v1/consumers/{first}")).status_code == 204
+    await _attach(consume_http, "default/excl/subscriptions/s", type="exclusive")
 
 
-async def test_nack_with_delay_redelivers_with_count_one(http: httpx.AsyncClient) -> None:
-    cid = await _attach(http, "default/retry/subscriptions/s", start="earliest")
+async def test_nack_with_delay_redelivers_with_count_one(consume_http: httpx.AsyncClient) -> None:
+    cid = await _attach(consume_http, "default/retry/subscriptions/s", start="earliest")
     body = {"messages": [{"payload": "again"}]}
-    assert (await http.post("/v1/topics/default/retry/messages", json=body)).status_code == 200
-    (first,) = await _poll_until(http, cid, 1)
+    assert (
+        await consume_http.post("/v1/topics/default/retry/messages", json=body)
+    ).status_code == 200
+    (first,) = await _poll_until(consume_http, cid, 1)
     assert (first["payload"], first["redelivery_count"]) == ("again", 0)
     assert first["partition"] == "/default/retry"
     for partition in ("/default/other", "retry", "/default/retry-part-0x"):
         wrong = {"messages": [{"partition": partition, "offset": 0}]}
-        refused = await http.post(f"/v1/consumers/{cid}/ack", json=wrong)
+        refused = await consume_http.post(f"/v1/consumers/{cid}/ack", json=wrong)
         assert _error(refused) == (400, "invalid_partition"), partition
-    nacked = await http.post(
+    nacked = await consume_http.post(
         f"/v1/consumers/{cid}/nack", json={"messages": _refs([first]), "delay_ms": 200}
     )
     assert nacked.status_code == 204, nacked.text
-    (redelivered,) = await _poll_until(http, cid, 1)
+    (redelivered,) = await _poll_until(consume_http, cid, 1)
     assert _key(redelivered) == _key(first)
     assert (redelivered["payload"], redelivered["redelivery_count"]) == ("again", 1)
 
@@ -202,32 +139,36 @@ BAD_IDS = [
 ]
 
 
-async def test_a_malformed_consumer_id_is_400(http: httpx.AsyncClient) -> None:
+async def test_a_malformed_consumer_id_is_400(consume_http: httpx.AsyncClient) -> None:
     refs = {"messages": [{"partition": "/default/t", "offset": 0}]}
     for cid in BAD_IDS:
         expected = (400, "invalid_consumer_id")
-        assert _error(await http.get(f"/v1/consumers/{cid}/messages")) == expected, cid
-        assert _error(await http.post(f"/v1/consumers/{cid}/ack", json=refs)) == expected, cid
-        assert _error(await http.post(f"/v1/consumers/{cid}/nack", json=refs)) == expected, cid
-        assert _error(await http.delete(f"/v1/consumers/{cid}")) == expected, cid
+        assert _error(await consume_http.get(f"/v1/consumers/{cid}/messages")) == expected, cid
+        assert _error(await consume_http.post(f"/v1/consumers/{cid}/ack", json=refs)) == expected, (
+            cid
+        )
+        assert (
+            _error(await consume_http.post(f"/v1/consumers/{cid}/nack", json=refs)) == expected
+        ), cid
+        assert _error(await consume_http.delete(f"/v1/consumers/{cid}")) == expected, cid
 
 
-async def test_an_unknown_consumer_is_404(http: httpx.AsyncClient) -> None:
-    cid = await _attach(http, "default/known/subscriptions/s")
+async def test_an_unknown_consumer_is_404(consume_http: httpx.AsyncClient) -> None:
+    cid = await _attach(consume_http, "default/known/subscriptions/s")
     unknown = cid.rsplit(".", 1)[0] + ".0123456789abcdef"
-    got = await http.get(f"/v1/consumers/{unknown}/messages", params={"wait_ms": 0})
+    got = await consume_http.get(f"/v1/consumers/{unknown}/messages", params={"wait_ms": 0})
     assert _error(got) == (404, "consumer_not_found")
     refs = {"messages": [{"partition": "/default/known", "offset": 0}]}
-    assert _error(await http.post(f"/v1/consumers/{unknown}/ack", json=refs)) == (
+    assert _error(await consume_http.post(f"/v1/consumers/{unknown}/ack", json=refs)) == (
         404,
         "consumer_not_found",
     )
-    assert (await http.delete(f"/v1/consumers/{cid}")).status_code == 204
-    detached = await http.get(f"/v1/consumers/{cid}/messages", params={"wait_ms": 0})
+    assert (await consume_http.delete(f"/v1/consumers/{cid}")).status_code == 204
+    detached = await consume_http.get(f"/v1/consumers/{cid}/messages", params={"wait_ms": 0})
     assert _error(detached) == (404, "consumer_not_found")
 
 
-async def test_poll_limits_out_of_range_are_400(http: httpx.AsyncClient) -> None:
+async def test_poll_limits_out_of_range_are_400(consume_http: httpx.AsyncClient) -> None:
     bad: list[dict[str, Any]] = [
         {"max": 0},
         {"max": 1001},
@@ -236,14 +177,16 @@ async def test_poll_limits_out_of_range_are_400(http: httpx.AsyncClient) -> None
         {"max": "x"},
     ]
     for params in bad:
-        got = await http.get("/v1/consumers/default.t.s.abc/messages", params=params)
+        got = await consume_http.get("/v1/consumers/default.t.s.abc/messages", params=params)
         assert _error(got) == (400, "invalid_request"), params
 
 
-async def test_bad_attach_bodies_are_400(http: httpx.AsyncClient) -> None:
+async def test_bad_attach_bodies_are_400(consume_http: httpx.AsyncClient) -> None:
     path = "/v1/topics/default/t/subscriptions/s/consumers"
-    assert _error(await http.post(path, json={"name": "c", "type": "nope"}))[0] == 400
-    assert _error(await http.post(path, json={"name": "c", "start": {"offset": -1}}))[0] == 400
-    assert _error(await http.post(path, json={"name": ""}))[0] == 400
+    assert _error(await consume_http.post(path, json={"name": "c", "type": "nope"}))[0] == 400
+    assert (
+        _error(await consume_http.post(path, json={"name": "c", "start": {"offset": -1}}))[0] == 400
+    )
+    assert _error(await consume_http.post(path, json={"name": ""}))[0] == 400
     bad_sub = "/v1/topics/default/t/subscriptions/a.b/consumers"
-    assert _error(await http.post(bad_sub, json={"name": "c"})) == (400, "invalid_name")
+    assert _error(await consume_http.post(bad_sub, json={"name": "c"})) == (400, "invalid_name")

@@ -17,11 +17,16 @@ from danube.discovery.api import Services, build_app
 from danube.discovery.catalog import Catalog
 from danube.discovery.controller import Controller
 from danube.discovery.produce import Limits, Producer
+from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
 from danube.runtime.service import register_node
 
 log = logging.getLogger(__name__)
+
+# A stream's client must answer a ping within this long of the last one, else it is closed
+# (a client that vanished without a close frame).
+STREAM_PING_INTERVAL_S = 20.0
 
 
 class LeaseLost(Exception):
@@ -67,6 +72,9 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             # One deadline for the data path: a consume call gets what a produce gets,
             # claims and retries included (a poll: its own wait plus a 2 s margin).
             dispatcher=DispatcherClient(bus, timeout_s=config.produce_timeout_s),
+            streams=StreamSlots(config.max_streams),
+            # Three chances to be heard before the dispatcher expires an idle consumer.
+            stream_keepalive_s=settings.dispatcher.consumer_session_timeout_s / 3,
         )
         app = build_app(services, max_body_bytes=config.max_body_bytes)
         server = _Server(
@@ -77,6 +85,12 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 log_level="warning",
                 access_log=False,
                 lifespan="off",
+                # Consumer streams: fail at start, not at the first upgrade, when the
+                # WebSocket package is missing; client frames past the limit close with 1009.
+                ws="websockets-sansio",
+                ws_max_size=FRAME_BYTES_MAX,
+                ws_ping_interval=STREAM_PING_INTERVAL_S,
+                ws_ping_timeout=STREAM_PING_INTERVAL_S,
             )
         )
         await register_node(store, "discovery", node_id, f"{config.host}:{config.port}", lease)

@@ -5,19 +5,26 @@
     DanubeError
     └── DiscoveryError             "discovery_error"                              500
         ├── BadRequestError        "bad_request", "invalid_json", "unknown_field",
-        │                          "bad_encoding", "invalid_consumer_id", ...      400
+        │   │                      "bad_encoding", "invalid_consumer_id", ...      400
+        │   └── StreamProtocolError  "invalid_frame", "too_many_credits", ...    400
+        │                            (a consumer stream's client broke the protocol)
         ├── NotFoundError          "namespace_not_found", "topic_not_found"       404
         ├── ConflictError          "topic_exists", "namespace_exists",
         │                          "namespace_not_empty", "namespace_protected"   409
         ├── TooLargeError          "payload_too_large", "body_too_large",
         │                          "too_many_messages"                            413
-        ├── OverLimitError         "too_many_requests"  (retriable)               429
+        ├── OverLimitError         "too_many_requests", "too_many_streams"
+        │                          (retriable)                                    429
         └── UnavailableError       "no_owner", "unavailable"  (retriable)         503
 
 Errors of the other packages keep their own class and code; :func:`http_status` gives them
 a status by their code (``invalid_name`` and ``invalid_record`` 400, ``payload_too_large``
 413, bus and etcd failures 503...), so a handler simply lets them propagate. Every error
 body is ``{"error": {"code": "...", "message": "..."}}``.
+
+A consumer stream (WebSocket) cannot answer a status: it sends the same body as an error
+frame and closes with :func:`ws_close_code` (1008 for a protocol violation, 4000 + the HTTP
+status for the rest, 1011 for a bug).
 """
 
 from __future__ import annotations
@@ -38,6 +45,13 @@ class BadRequestError(DiscoveryError):
 
     code = "bad_request"
     status = 400
+
+
+class StreamProtocolError(BadRequestError):
+    """A consumer stream's client broke the WebSocket protocol (a frame that is not one, too
+    many credits): the stream answers an error frame and closes with 1008."""
+
+    code = "invalid_frame"
 
 
 class NotFoundError(DiscoveryError):
@@ -125,3 +139,21 @@ def error_body(exc: BaseException) -> dict[str, dict[str, str]]:
     if isinstance(exc, TimeoutError):
         return {"error": {"code": "timeout", "message": str(exc) or "no answer in time"}}
     return {"error": {"code": "internal", "message": "internal error"}}
+
+
+# WebSocket close codes (RFC 6455 §7.4): the standard ones, then 4000-4999 for applications.
+WS_POLICY_VIOLATION = 1008
+WS_INTERNAL_ERROR = 1011
+_WS_APP_CODES = 4000
+
+
+def ws_close_code(exc: BaseException) -> int:
+    """The close code a consumer stream ends with on ``exc``: 1008 when the client broke the
+    protocol, 1011 for anything unexpected, else 4000 + its HTTP status (4404
+    ``consumer_not_found``, 4503 the dispatcher did not answer...)."""
+    if isinstance(exc, StreamProtocolError):
+        return WS_POLICY_VIOLATION
+    status = http_status(exc)
+    if status >= 500 and status != 503:
+        return WS_INTERNAL_ERROR
+    return _WS_APP_CODES + status

@@ -3,7 +3,7 @@ the label set stays bounded whatever names clients send)."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 HTTP_REQUESTS = Counter(
     "danube_discovery_http_requests", "HTTP requests answered", ["method", "route", "status"]
@@ -15,4 +15,8 @@ PRODUCE_SECONDS = Histogram(
 )
 MESSAGES_PRODUCED = Counter(
     "danube_discovery_messages_produced", "Messages acknowledged to HTTP producers"
+)
+STREAMS_OPEN = Gauge("danube_discovery_streams_open", "Consumer streams (WebSocket) open")
+STREAM_MESSAGES = Counter(
+    "danube_discovery_stream_messages", "Messages pushed to consumer streams (WebSocket)"
 )

@@ -23,6 +23,8 @@ Encoding = Literal["utf8", "base64"]
 # The dispatcher's own limits (danube.dispatcher.protocol), checked here for a clean 400.
 ACK_MESSAGES_CAP = 100_000
 NACK_DELAY_MS_CAP = 24 * 3600 * 1000
+# Credits one flow frame of a consumer stream may grant.
+FLOW_CREDITS_CAP = 10_000
 
 
 class _Request(BaseModel):
@@ -120,6 +122,31 @@ class AckRequest(_Request):
 
     messages: Annotated[list[MessageRefIn], Field(min_length=1, max_length=ACK_MESSAGES_CAP)]
     delay_ms: Annotated[int, Field(ge=0, le=NACK_DELAY_MS_CAP)] = 0
+
+
+# --- WebSocket stream frames from the client (GET /v1/consumers/{id}/stream) -----------
+
+
+class FlowFrame(_Request):
+    """``{"type": "flow", "credits": N}``: the client may take ``N`` more messages."""
+
+    type: Literal["flow"]
+    credits: Annotated[int, Field(ge=1, le=FLOW_CREDITS_CAP)]
+
+
+class AckFrame(AckRequest):
+    """``{"type": "ack", "messages": [...]}``: the body of ``POST .../ack``, typed."""
+
+    type: Literal["ack"]
+
+
+class NackFrame(AckRequest):
+    """``{"type": "nack", "messages": [...], "delay_ms": N}``: the body of ``POST .../nack``."""
+
+    type: Literal["nack"]
+
+
+ClientFrame = Annotated[FlowFrame | AckFrame | NackFrame, Field(discriminator="type")]
 
 
 # --- responses -------------------------------------------------------------------------

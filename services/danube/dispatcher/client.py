@@ -76,6 +76,12 @@ class DispatcherClient:
         """Refuse ``(partition, offset)`` pairs: redelivered after ``delay_ms``."""
         await self._acks(topic, sub, DispatchOp.NACK, consumer_id, refs, delay_ms)
 
+    async def touch(self, topic: TopicName, sub: str, consumer_id: str) -> None:
+        """Tell the subscription the consumer is alive without taking or acking anything (an
+        ack of no message): its session does not expire. RemoteError ``consumer_not_found``
+        when it is not attached."""
+        await self._acks(topic, sub, DispatchOp.ACK, consumer_id, (), 0)
+
     async def detach(self, topic: TopicName, sub: str, consumer_id: str) -> None:
         """Detach a consumer; its unacked messages go to the others."""
         body = orjson.dumps({"consumer_id": consumer_id})

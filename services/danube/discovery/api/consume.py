@@ -80,7 +80,10 @@ def message_out(topic: TopicName, message: protocol.PolledMessage) -> MessageOut
     )
 
 
-def _refs(topic: TopicName, body: AckRequest) -> list[tuple[str, int]]:
+def message_refs(topic: TopicName, body: AckRequest) -> list[tuple[str, int]]:
+    """The ``(partition segment, offset)`` refs the dispatcher takes for an ack or nack body
+    of a consumer of ``topic``; BadRequestError ``invalid_partition`` when one names a
+    partition that is not the topic or one of its partitions."""
     # The dispatcher names a partition by its topic segment; the API by its full name, as
     # polled. Another topic's partition is a caller mistake, refused before anything moves.
     refs = []
@@ -152,7 +155,7 @@ async def poll(
 async def ack(cid: str, body: AckRequest, services: ServicesDep) -> Response:
     """Acknowledge delivered messages: they are not delivered again."""
     topic, sub, dispatcher_id = parse_consumer_id(cid)
-    refs = _refs(topic, body)
+    refs = message_refs(topic, body)
     await services.dispatcher.ack(topic, sub, dispatcher_id, refs)
     return Response(status_code=204)
 
@@ -161,7 +164,7 @@ async def ack(cid: str, body: AckRequest, services: ServicesDep) -> Response:
 async def nack(cid: str, body: AckRequest, services: ServicesDep) -> Response:
     """Refuse delivered messages: redelivered after ``delay_ms`` (or dead-lettered)."""
     topic, sub, dispatcher_id = parse_consumer_id(cid)
-    refs = _refs(topic, body)
+    refs = message_refs(topic, body)
     await services.dispatcher.nack(topic, sub, dispatcher_id, refs, delay_ms=body.delay_ms)
     return Response(status_code=204)
 

@@ -3,14 +3,16 @@ route through FastAPI's dependency injection, so tests can build the app over an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
 from danube.bus import Bus
 from danube.discovery.catalog import Catalog
 from danube.discovery.produce import Producer
+from danube.discovery.stream_protocol import StreamSlots
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
 
@@ -40,11 +42,16 @@ class Services:
     controller: ControllerView
     dispatcher: DispatcherClient
     ready_timeout_s: float = 2.0
+    # Open consumer streams (WebSocket), up to discovery.max_streams.
+    streams: StreamSlots = field(default_factory=lambda: StreamSlots(1024))
+    # A stream with no credits still tells the dispatcher its consumer is alive this often,
+    # well within dispatcher.consumer_session_timeout_s.
+    stream_keepalive_s: float = 20.0
 
 
-def services_of(request: Request) -> Services:
-    """The instance's :class:`Services`."""
-    services: Services = request.app.state.services
+def services_of(connection: HTTPConnection) -> Services:
+    """The instance's :class:`Services` (for a request or a WebSocket)."""
+    services: Services = connection.app.state.services
     return services
 
 

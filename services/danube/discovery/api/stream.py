@@ -1,0 +1,278 @@
+"""The consumer stream route: ``GET /v1/consumers/{id}/stream`` (WebSocket), push delivery
+with credit-based flow control (docs/http-api.md, "Consume (WebSocket)"; frames and credits
+in :mod:`danube.discovery.stream_protocol`).
+
+One stream is three tasks in one TaskGroup, all ended when any of them ends:
+
+- ``receive`` reads client frames: a flow frame adds credits; an ack or nack goes to the
+  dispatcher before the next frame is read, so they keep the client's order;
+- ``pump`` long-polls the dispatcher for at most ``min(credits, POLL_BATCH_MAX)`` messages,
+  only while credits remain, spends one credit per message and queues them for the writer;
+  with no credits it only tells the dispatcher, now and then, that the consumer is alive;
+- ``write`` is the one writer of the socket, draining a queue of ``SEND_QUEUE_BATCHES``
+  batches: when the client reads slowly the pump waits on the full queue and stops polling.
+
+Closing the socket does not detach the consumer: the client may reconnect with the same id
+(``DELETE /v1/consumers/{id}`` detaches). Messages polled but not yet sent when the socket
+closes are in flight at the dispatcher: they come again after ``dispatcher.ack_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from fastapi import APIRouter, WebSocket
+from starlette.types import Message
+from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
+
+from danube.discovery import metrics
+from danube.discovery.api.consume import message_out, message_refs, parse_consumer_id
+from danube.discovery.api.state import Services, services_of
+from danube.discovery.errors import (
+    OverLimitError,
+    StreamProtocolError,
+    error_body,
+    http_status,
+    ws_close_code,
+)
+from danube.discovery.stream_protocol import (
+    AckFrame,
+    Credits,
+    FlowFrame,
+    NackFrame,
+    error_frame,
+    message_frame,
+    parse_frame,
+)
+from danube.errors import DanubeError
+from danube.meta import TopicName
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1", tags=["consume"])
+
+# Messages asked of the dispatcher in one poll at most (as a long poll may), and how long
+# a poll waits for the first one: short, so a stream whose client left stops polling soon.
+POLL_BATCH_MAX = 1000
+POLL_WAIT_MS = 1000
+# Polled batches waiting for the writer; the pump blocks when it is full. A poll reply
+# fits one bus message, so a stream holds about this many replies (plus the one sending).
+SEND_QUEUE_BATCHES = 2
+# A frame the client does not take within this long (it reads nothing) ends the stream.
+SEND_TIMEOUT_S = 30.0
+# The error frame and close that end a stream, at most this long (the client may be gone).
+CLOSE_TIMEOUT_S = 2.0
+
+_T = TypeVar("_T")
+
+
+class _Ended(Exception):
+    """Raised by a stream's task to end the stream: ``error`` is told to the client before
+    the close, None when the client is gone (nothing left to tell)."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+@router.websocket("/consumers/{cid}/stream")
+async def stream(websocket: WebSocket, cid: str) -> None:
+    """Push the consumer's messages as the client grants credits; it acks and nacks on the
+    same socket. Ends with an error frame and a close code when something goes wrong."""
+    services = services_of(websocket)
+    await websocket.accept()
+    if not services.streams.try_take():
+        limit = services.streams.limit
+        refusal = OverLimitError(
+            f"this instance holds {limit} streams open; retry later or elsewhere",
+            code="too_many_streams",
+        )
+        await _close(websocket, refusal)
+        return
+    metrics.STREAMS_OPEN.inc()
+    try:
+        error = await _serve(websocket, services, cid)
+    finally:
+        metrics.STREAMS_OPEN.dec()
+        services.streams.give_back()
+    if error is not None:
+        await _close(websocket, error)
+
+
+async def _serve(websocket: WebSocket, services: Services, cid: str) -> BaseException | None:
+    """Serve one stream; the error it ended with, None when the client left."""
+    try:
+        topic, sub, dispatcher_id = parse_consumer_id(cid)
+        session = _Stream(websocket, services, topic, sub, dispatcher_id)
+        # An unknown consumer is told at once, not at the first credit.
+        await session.touch()
+        return await session.run()
+    except (DanubeError, TimeoutError) as exc:
+        return exc
+    except Exception as exc:
+        log.exception("consumer stream %s failed", cid[:200])
+        return exc
+
+
+async def _close(websocket: WebSocket, error: BaseException) -> None:
+    """Tell the client why the stream ends (an error frame), then close with its code."""
+    code = ws_close_code(error)
+    if http_status(error) >= 500:
+        log.warning("consumer stream closed with %d: %r", code, error)
+    reason = error_body(error)["error"]["code"]
+    with contextlib.suppress(WebSocketDisconnect, WebSocketDisconnected, TimeoutError):
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await websocket.send_text(error_frame(error))
+            await websocket.close(code, reason)
+
+
+def _consumer_gone(exc: BaseException) -> bool:
+    return isinstance(exc, DanubeError) and exc.code == "consumer_not_found"
+
+
+def _first_ended(group: BaseExceptionGroup[_Ended]) -> _Ended:
+    first = group.exceptions[0]
+    return first if isinstance(first, _Ended) else _first_ended(first)
+
+
+class _Stream:
+    """One open stream of one consumer: its credits, its send queue and its three tasks."""
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        services: Services,
+        topic: TopicName,
+        sub: str,
+        dispatcher_id: str,
+    ) -> None:
+        self.websocket = websocket
+        self.dispatcher = services.dispatcher
+        self.keepalive_s = services.stream_keepalive_s
+        self.topic = topic
+        self.sub = sub
+        self.dispatcher_id = dispatcher_id
+        self.credits = Credits()
+        self._granted = asyncio.Event()  # set by every flow frame; the pump waits on it
+        self._outbox: asyncio.Queue[list[str]] = asyncio.Queue(maxsize=SEND_QUEUE_BATCHES)
+
+    async def touch(self) -> None:
+        """Tell the dispatcher the consumer is alive; ``consumer_not_found`` if it is not."""
+        await self.dispatcher.touch(self.topic, self.sub, self.dispatcher_id)
+
+    async def run(self) -> BaseException | None:
+        """Serve until the client leaves (None) or an error ends the stream (returned)."""
+        ended: _Ended | None = None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._receive(), name="stream-receive")
+                tg.create_task(self._pump(), name="stream-pump")
+                tg.create_task(self._write(), name="stream-write")
+        except* _Ended as group:
+            ended = _first_ended(group)
+        if ended is None:
+            raise AssertionError("the tasks of a stream end only by _Ended")
+        return ended.error
+
+    # --- receive ---------------------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        while True:
+            # No deadline: an idle client is normal, and the server's pings (every 20 s,
+            # 20 s to answer) close the connection of one that is gone.
+            frame = _parse(await self.websocket.receive())
+            if isinstance(frame, FlowFrame):
+                try:
+                    self.credits.grant(frame.credits)
+                except StreamProtocolError as exc:
+                    raise _Ended(exc) from None
+                self._granted.set()
+            else:
+                await self._acknowledge(frame)
+
+    async def _acknowledge(self, frame: AckFrame | NackFrame) -> None:
+        try:
+            refs = message_refs(self.topic, frame)
+            if isinstance(frame, NackFrame):
+                await self.dispatcher.nack(
+                    self.topic, self.sub, self.dispatcher_id, refs, delay_ms=frame.delay_ms
+                )
+            else:
+                await self.dispatcher.ack(self.topic, self.sub, self.dispatcher_id, refs)
+        except (DanubeError, TimeoutError) as exc:
+            if _consumer_gone(exc):
+                raise _Ended(exc) from None
+            # The stream goes on; messages whose ack failed stay unacked and come again.
+            await self._outbox.put([error_frame(exc)])
+
+    # --- pump ------------------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        while True:
+            if self.credits.available == 0:
+                await self._wait_for_credits()
+                continue
+            wanted = min(self.credits.available, POLL_BATCH_MAX)
+            polled = await self._call(
+                self.dispatcher.poll(
+                    self.topic, self.sub, self.dispatcher_id, max=wanted, wait_ms=POLL_WAIT_MS
+                )
+            )
+            if not polled:
+                continue
+            # Raises (a bug, the stream closes with 1011) rather than send past the credits.
+            self.credits.spend(len(polled))
+            try:
+                frames = [message_frame(message_out(self.topic, m)) for m in polled]
+            except DanubeError as exc:  # a record that does not decode
+                raise _Ended(exc) from None
+            metrics.STREAM_MESSAGES.inc(len(frames))
+            await self._outbox.put(frames)
+
+    async def _wait_for_credits(self) -> None:
+        self._granted.clear()
+        try:
+            async with asyncio.timeout(self.keepalive_s):
+                await self._granted.wait()
+        except TimeoutError:
+            # No poll is waiting for this consumer: without a word the dispatcher would
+            # expire it after dispatcher.consumer_session_timeout_s.
+            await self._call(self.touch())
+
+    async def _call(self, call: Awaitable[_T]) -> _T:
+        try:
+            return await call
+        except (DanubeError, TimeoutError) as exc:
+            raise _Ended(exc) from None
+
+    # --- write -----------------------------------------------------------------------------
+
+    async def _write(self) -> None:
+        while True:
+            for text in await self._outbox.get():
+                try:
+                    async with asyncio.timeout(SEND_TIMEOUT_S):
+                        await self.websocket.send_text(text)
+                except WebSocketDisconnect:
+                    raise _Ended(None) from None
+                except TimeoutError:
+                    log.info("consumer stream: the client took nothing for %.0f s", SEND_TIMEOUT_S)
+                    raise _Ended(None) from None
+
+
+def _parse(message: Message) -> FlowFrame | AckFrame | NackFrame:
+    """The client frame of an ASGI WebSocket message; _Ended when the client left or sent
+    something that is not a frame."""
+    if message["type"] == "websocket.disconnect":
+        raise _Ended(None)
+    text = message.get("text")
+    try:
+        if text is None:
+            raise StreamProtocolError("frames are JSON text, not binary")
+        return parse_frame(text)
+    except StreamProtocolError as exc:
+        raise _Ended(exc) from None

@@ -1,0 +1,108 @@
+"""A discovery instance with one ingest and one dispatcher, in-process on the session's
+nats-server and etcd: the consume API tests (long-poll and WebSocket) share it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from danube.config import (
+    BusConfig,
+    DanubeSettings,
+    DiscoveryConfig,
+    DispatcherConfig,
+    IngestConfig,
+    MetadataConfig,
+    WalCloudConfig,
+    WalConfig,
+)
+from danube.discovery import app as discovery_app
+from danube.dispatcher import app as dispatcher_app
+from danube.ingest import app as ingest_app
+from danube.runtime import free_port
+from danube.runtime.service import run_in_process
+
+READY_TIMEOUT_S = 20.0
+
+
+def _consume_settings(
+    nats_url: str, etcd: str, prefix: str, wal_dir: Path, *, consumer_session_timeout_s: float
+) -> DanubeSettings:
+    return DanubeSettings(
+        bus=BusConfig(servers=[nats_url]),
+        wal_cloud=WalCloudConfig(
+            wal=WalConfig(dir=wal_dir),
+            metadata=MetadataConfig(etcd_endpoint=etcd, prefix=prefix),
+        ),
+        ingest=IngestConfig(lease_ttl_s=3, metrics_port=free_port()),
+        dispatcher=DispatcherConfig(
+            lease_ttl_s=3,
+            metrics_port=free_port(),
+            redelivery_base_s=0.1,
+            redelivery_max_s=0.2,
+            cursor_flush_interval_s=0.1,
+            consumer_session_timeout_s=consumer_session_timeout_s,
+        ),
+        discovery=DiscoveryConfig(port=free_port(), lease_ttl_s=3, topic_cache_ttl_s=0.0),
+    )
+
+
+async def _until_ready(http: httpx.AsyncClient, task: asyncio.Task[None]) -> None:
+    async with asyncio.timeout(READY_TIMEOUT_S):
+        while True:
+            if task.done():
+                task.result()
+                raise AssertionError("discovery stopped before it was ready")
+            try:
+                if (await http.get("/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.05)
+
+
+ConsumeMesh = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
+@pytest.fixture
+def consume_mesh(
+    nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
+) -> ConsumeMesh:
+    """Starts a discovery instance with one ingest and one dispatcher; yields an HTTP client
+    on it (its ``base_url`` with ``ws://`` reaches the consumer streams). Keyword:
+    ``consumer_session_timeout_s`` (the dispatcher's, 60 s by default)."""
+
+    @asynccontextmanager
+    async def start(
+        *, consumer_session_timeout_s: float = 60.0
+    ) -> AsyncIterator[httpx.AsyncClient]:
+        settings = _consume_settings(
+            nats_url,
+            etcd_endpoint,
+            meta_prefix,
+            tmp_path / "wal",
+            consumer_session_timeout_s=consumer_session_timeout_s,
+        )
+        base_url = f"http://127.0.0.1:{settings.discovery.port}"
+        async with (
+            run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),
+            run_in_process(dispatcher_app.serve, settings, "disp-1", must_stop_cleanly=True),
+            run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True) as task,
+            httpx.AsyncClient(base_url=base_url, timeout=30) as client,
+        ):
+            await _until_ready(client, task)
+            yield client
+
+    return start
+
+
+@pytest.fixture
+async def consume_http(consume_mesh: ConsumeMesh) -> AsyncIterator[httpx.AsyncClient]:
+    """:func:`consume_mesh` with its defaults."""
+    async with consume_mesh() as client:
+        yield client
