@@ -64,7 +64,7 @@ def settings(
 
 async def _produce(bus: Bus, count: int, start: int = 0) -> list[int]:
     client = IngestClient(bus)
-    offsets = []
+    offsets: list[int] = []
     for first in range(start, start + count, 100):
         records = [
             encode_record(Record(payload=b"%d:" % n + PAYLOAD, publish_time_ms=1, producer="t"))
