@@ -5,8 +5,10 @@ machine comes from a fetch of the ingest owner starting at the cursor's read pos
 fetch is authoritative about the range it covers, so the switch from catching up to
 following live has no gap and no duplicate by construction.
 
-A read below the WAL's start (data already dropped by retention) skips to the WAL start for
-now; reading that range from the cloud tier (cloud_reader) is the next step.
+A read below the WAL's start (segments already dropped by retention) goes to the cloud tier
+(any cloud_reader): it answers frames of one object and where to continue, and the reader keeps
+following ``next_offset`` until it is back above the WAL's start; every answer, from either
+tier, covers ``[from, next)`` authoritatively, so the hand-off has no gap and no duplicate.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
-from danube.bus import BusError, Message, NoRespondersError, Subscription
+from danube.bus import BusError, Message, NoRespondersError, RemoteError, Subscription
+from danube.cloud_reader.client import CloudClient
 from danube.dispatcher import protocol
 from danube.dispatcher.events import MessagesAvailable
 from danube.ingest.client import IngestClient
@@ -44,6 +47,7 @@ class PartitionReader:
         self.runtime = runtime
         self.partition = partition
         self.name = name
+        self.cloud = CloudClient(runtime.bus)
         self._wake = asyncio.Event()
         self._resumed = asyncio.Event()
         self._resumed.set()
@@ -81,7 +85,9 @@ class PartitionReader:
                     failures = 0
                 except (BusError, TimeoutError) as exc:
                     failures += 1
-                    if not isinstance(exc, NoRespondersError):  # no owner: nothing produced yet
+                    if isinstance(exc, RemoteError) and exc.code == "object_corrupt":
+                        log.error("%s: cannot read on: %s", self.partition, exc)
+                    elif not isinstance(exc, NoRespondersError):  # no owner: nothing produced
                         log.debug("fetch of %s failed: %s", self.partition, exc)
                     delay_s = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**failures)
                     await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
@@ -109,23 +115,38 @@ class PartitionReader:
             timeout_s=FETCH_TIMEOUT_S,
         )
         if reply.below_wal_start:
-            # TODO(cloud tier): read [position, wal_start) from cloud_reader instead.
-            log.warning(
-                "%s: offsets %d..%d are gone from the WAL; skipping to %d",
-                self.partition,
-                position,
-                reply.wal_start,
-                reply.wal_start,
-            )
-            event = MessagesAvailable(self.name, [], position, reply.wal_start)
-            await self.runtime.run_actions(self.runtime.feed(event))
-            return True
+            return await self._read_cloud(position, reply.wal_start)
         messages = [(frame.offset, bytes(frame.payload)) for frame in reply.frames]
         if not messages and reply.next_offset <= position:
             return False
         event = MessagesAvailable(self.name, messages, position, reply.next_offset)
         await self.runtime.run_actions(self.runtime.feed(event))
         return bool(messages)
+
+    async def _read_cloud(self, position: int, wal_start: int) -> bool:
+        """Read below the WAL's start from object storage (any cloud reader). Offsets neither
+        in the WAL nor in an object are gone (retention deleted them): skip them."""
+        reply = await self.cloud.fetch(
+            self.partition,
+            position,
+            max_bytes=FETCH_MAX_BYTES,
+            max_count=FETCH_MAX_COUNT,
+            timeout_s=FETCH_TIMEOUT_S,
+        )
+        if not reply.in_cloud:
+            log.warning(
+                "%s: offsets %d..%d are in neither the WAL nor object storage; skipping to %d",
+                self.partition,
+                position,
+                wal_start - 1,
+                wal_start,
+            )
+            event = MessagesAvailable(self.name, [], position, wal_start)
+        else:
+            messages = [(frame.offset, bytes(frame.payload)) for frame in reply.frames]
+            event = MessagesAvailable(self.name, messages, position, reply.next_offset)
+        await self.runtime.run_actions(self.runtime.feed(event))
+        return True
 
 
 async def resolve_start(

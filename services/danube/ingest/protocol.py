@@ -44,8 +44,11 @@ class BadRequestError(DanubeError):
 
 
 class FetchStatus(IntEnum):
+    """The status of a fetch reply; cloud_reader answers in the same format."""
+
     OK = 0
-    BELOW_WAL_START = 1
+    BELOW_WAL_START = 1  # ingest: the second field is where the WAL starts
+    NOT_IN_CLOUD = 2  # cloud_reader: no object holds the offset or any later one
 
 
 def encode_produce_request(records: Sequence[bytes]) -> bytes:
@@ -120,7 +123,10 @@ class FetchRequest:
 
 
 def encode_fetch_reply(
-    status: FetchStatus, wal_start: int, next_offset: int, messages: Sequence[tuple[int, bytes]]
+    status: FetchStatus,
+    wal_start: int,
+    next_offset: int,
+    messages: Sequence[tuple[int, bytes | memoryview]],
 ) -> bytes:
     """The reply head followed by one frame per message."""
     body = bytearray(_FETCH_REPLY_HEAD.pack(status, wal_start, next_offset))

@@ -1,0 +1,50 @@
+"""How other services read history: :class:`CloudClient` asks the ``cloud_reader`` queue
+group (any instance answers) for a partition's frames from an offset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from danube.bus import Bus, TopicName
+from danube.frame import Frame, decode_frames
+from danube.ingest import protocol
+
+
+@dataclass(frozen=True)
+class CloudFetchReply:
+    """Frames of one object from ``from_offset`` on; ``in_cloud`` False when no object holds
+    that offset or a later one (read the WAL instead)."""
+
+    in_cloud: bool
+    next_offset: int
+    frames: list[Frame]
+
+
+class CloudClient:
+    """Reads partitions from object storage through the cloud readers."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def fetch(
+        self,
+        partition: TopicName,
+        from_offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        max_count: int = 10_000,
+        timeout_s: float = 10.0,
+    ) -> CloudFetchReply:
+        """CRC-checked frames from ``from_offset`` (RemoteError ``object_corrupt`` names the
+        object and offset when a frame fails its check)."""
+        request = protocol.FetchRequest(from_offset, max_bytes, max_count)
+        reply = await self.bus.request(
+            self.bus.subjects.cloud_fetch(partition), request.encode(), timeout_s=timeout_s
+        )
+        status, _, next_offset, body = protocol.decode_fetch_reply_head(reply.body)
+        frames, consumed = decode_frames(body)
+        if consumed != len(body):
+            raise protocol.BadRequestError(
+                f"cloud fetch reply ends in a partial frame ({partition})"
+            )
+        return CloudFetchReply(status is protocol.FetchStatus.OK, next_offset, frames)

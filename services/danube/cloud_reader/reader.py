@@ -1,0 +1,175 @@
+"""Reading a partition's history from its objects: find the object by its descriptor, seek
+with the sparse index, range-read in bounded chunks, check every frame.
+
+A read from ``from_offset`` answers frames of ONE object (the one holding ``from_offset``, or
+the first one after it when the range before was deleted by retention), starting at
+``from_offset``, within the reply's count and byte budget. ``next_offset`` is the offset after
+the last frame returned, or after the object's last offset when the object is done, so a
+caller that follows ``next_offset`` walks the objects in order without a gap or a duplicate.
+No object at or after ``from_offset``: ``NOT_IN_CLOUD`` (read the WAL).
+
+A frame whose CRC, length or offset is wrong is never served: the read fails with
+:class:`CorruptObjectError` naming the object, the byte position and the offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from danube.bus import TopicName
+from danube.errors import DanubeError
+from danube.frame import CorruptFrameError, Frame, decode_frames
+from danube.frame.codec import FRAME_HEADER_BYTES
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.storage import ObjectDescriptor, ObjectNotFoundError, ObjectStore
+
+log = logging.getLogger(__name__)
+
+_CACHED_PARTITIONS = 1024
+
+
+class CorruptObjectError(DanubeError):
+    """An object holds a frame that fails its check; nothing from it past that point is
+    served."""
+
+    code = "object_corrupt"
+
+    def __init__(self, key: str, position: int, offset: int | None, reason: str) -> None:
+        at = "" if offset is None else f" (offset {offset})"
+        super().__init__(f"object {key}: bad frame at byte {position}{at}: {reason}")
+        self.key = key
+        self.position = position
+        self.offset = offset
+
+
+@dataclass(frozen=True, slots=True)
+class CloudRead:
+    """The answer to one read: ``frames`` from one object (may be empty), ``next_offset``
+    where to continue; ``in_cloud`` False when no object holds ``from_offset`` or later."""
+
+    in_cloud: bool
+    next_offset: int
+    frames: list[Frame]
+
+
+class CloudReader:
+    """Reads partitions from object storage through their descriptors (cached)."""
+
+    def __init__(self, store: MetaStore, objects: ObjectStore, *, chunk_bytes: int) -> None:
+        self.store = store
+        self.objects = objects
+        self.chunk_bytes = chunk_bytes
+        self._descriptors: OrderedDict[TopicName, list[ObjectDescriptor]] = OrderedDict()
+
+    async def descriptors(
+        self, partition: TopicName, *, refresh: bool = False
+    ) -> list[ObjectDescriptor]:
+        """The partition's descriptors by first offset (cached; ``refresh`` reads etcd)."""
+        cached = self._descriptors.get(partition)
+        if cached is not None and not refresh:
+            self._descriptors.move_to_end(partition)
+            return cached
+        kvs = await self.store.range(meta_keys.object_descriptors_prefix(partition))
+        found = sorted((ObjectDescriptor.from_bytes(kv.value) for kv in kvs), key=_first)
+        self._descriptors[partition] = found
+        self._descriptors.move_to_end(partition)
+        while len(self._descriptors) > _CACHED_PARTITIONS:
+            self._descriptors.popitem(last=False)
+        return found
+
+    async def _find(self, partition: TopicName, offset: int) -> ObjectDescriptor | None:
+        """The object holding ``offset``, or the first one after it."""
+        for refresh in (False, True):
+            found = await self.descriptors(partition, refresh=refresh)
+            at = bisect.bisect_left([d.last_offset for d in found], offset)
+            if at < len(found):
+                return found[at]
+        return None  # even after a fresh look: not uploaded (yet)
+
+    async def read(
+        self, partition: TopicName, from_offset: int, *, max_bytes: int, max_count: int
+    ) -> CloudRead:
+        """Frames from ``from_offset`` on (see the module docstring)."""
+        descriptor = await self._find(partition, from_offset)
+        if descriptor is None:
+            return CloudRead(False, from_offset, [])
+        try:
+            return await self._read_object(descriptor, from_offset, max_bytes, max_count)
+        except ObjectNotFoundError:
+            # Deleted by retention since we cached its descriptor: look again once.
+            await self.descriptors(partition, refresh=True)
+            descriptor = await self._find(partition, from_offset)
+            if descriptor is None:
+                return CloudRead(False, from_offset, [])
+            return await self._read_object(descriptor, from_offset, max_bytes, max_count)
+
+    async def _read_object(
+        self, descriptor: ObjectDescriptor, from_offset: int, max_bytes: int, max_count: int
+    ) -> CloudRead:
+        key = descriptor.key
+        position = descriptor.seek(max(from_offset, descriptor.first_offset))
+        frames: list[Frame] = []
+        used = 0
+        previous: int | None = None
+        buffer = b""
+        buffer_at = position  # object position of buffer[0]
+        while position < descriptor.size_bytes:
+            want = max(self.chunk_bytes, FRAME_HEADER_BYTES)
+            length = min(want, descriptor.size_bytes - buffer_at - len(buffer))
+            if length > 0:
+                buffer += await self.objects.read_range(key, buffer_at + len(buffer), length)
+            try:
+                decoded, end = decode_frames(buffer)
+            except CorruptFrameError as exc:
+                raise CorruptObjectError(
+                    key, buffer_at + exc.position, exc.offset, str(exc)
+                ) from exc
+            if not decoded and length <= 0:
+                raise CorruptObjectError(key, buffer_at, None, "the object ends inside a frame")
+            for frame in decoded:
+                frame_at = position
+                position += frame.size_bytes
+                self._check(descriptor, frame, previous, frame_at)
+                previous = frame.offset
+                if frame.offset < from_offset:
+                    continue
+                if frames and (len(frames) >= max_count or used + frame.size_bytes > max_bytes):
+                    return CloudRead(True, frames[-1].offset + 1, frames)
+                frames.append(frame)
+                used += frame.size_bytes
+            buffer = buffer[end:]
+            buffer_at = position
+            if len(frames) >= max_count or used >= max_bytes:
+                break
+        if position >= descriptor.size_bytes:
+            if previous != descriptor.last_offset:
+                raise CorruptObjectError(
+                    key, position, previous, "the object ends before its last offset"
+                )
+            return CloudRead(True, descriptor.last_offset + 1, frames)
+        return CloudRead(True, frames[-1].offset + 1, frames)
+
+    @staticmethod
+    def _check(
+        descriptor: ObjectDescriptor, frame: Frame, previous: int | None, position: int
+    ) -> None:
+        offset = frame.offset
+        if previous is not None and offset <= previous:
+            raise CorruptObjectError(
+                descriptor.key, position, offset, f"offset does not follow {previous}"
+            )
+        if not descriptor.first_offset <= offset <= descriptor.last_offset:
+            raise CorruptObjectError(
+                descriptor.key,
+                position,
+                offset,
+                f"offset outside {descriptor.first_offset}..{descriptor.last_offset}",
+            )
+
+
+def _first(descriptor: ObjectDescriptor) -> int:
+    return descriptor.first_offset
