@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from danube.bus import TopicName
 from danube.errors import DanubeError
-from danube.frame import CorruptFrameError, Frame, decode_frames
-from danube.frame.codec import FRAME_HEADER_BYTES
+from danube.frame import CorruptFrameError, Frame, FrameDecoder
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.storage import ObjectDescriptor, ObjectNotFoundError, ObjectStore
@@ -110,48 +109,40 @@ class CloudReader:
     async def _read_object(
         self, descriptor: ObjectDescriptor, from_offset: int, max_bytes: int, max_count: int
     ) -> CloudRead:
-        key = descriptor.key
+        key, size = descriptor.key, descriptor.size_bytes
         position = descriptor.seek(max(from_offset, descriptor.first_offset))
+        decoder = FrameDecoder(position=position)
+        read_at = position
         frames: list[Frame] = []
         used = 0
         previous: int | None = None
-        buffer = b""
-        buffer_at = position  # object position of buffer[0]
-        while position < descriptor.size_bytes:
-            want = max(self.chunk_bytes, FRAME_HEADER_BYTES)
-            length = min(want, descriptor.size_bytes - buffer_at - len(buffer))
-            if length > 0:
-                buffer += await self.objects.read_range(key, buffer_at + len(buffer), length)
+        while True:
             try:
-                decoded, end = decode_frames(buffer)
+                # Frames are checked as they are taken: a bad frame after the budget is full
+                # is left for the read that gets there.
+                for frame in decoder:
+                    frame_at = position
+                    position += frame.size_bytes
+                    self._check(descriptor, frame, previous, frame_at)
+                    previous = frame.offset
+                    if frame.offset < from_offset:
+                        continue
+                    frames.append(frame)
+                    used += frame.size_bytes
+                    if len(frames) >= max_count or used >= max_bytes:
+                        return CloudRead(True, frame.offset + 1, frames)
             except CorruptFrameError as exc:
-                raise CorruptObjectError(
-                    key, buffer_at + exc.position, exc.offset, str(exc)
-                ) from exc
-            if not decoded and length <= 0:
-                raise CorruptObjectError(key, buffer_at, None, "the object ends inside a frame")
-            for frame in decoded:
-                frame_at = position
-                position += frame.size_bytes
-                self._check(descriptor, frame, previous, frame_at)
-                previous = frame.offset
-                if frame.offset < from_offset:
-                    continue
-                if frames and (len(frames) >= max_count or used + frame.size_bytes > max_bytes):
-                    return CloudRead(True, frames[-1].offset + 1, frames)
-                frames.append(frame)
-                used += frame.size_bytes
-            buffer = buffer[end:]
-            buffer_at = position
-            if len(frames) >= max_count or used >= max_bytes:
+                raise CorruptObjectError(key, exc.position, exc.offset, exc.reason) from exc
+            if read_at >= size:
                 break
-        if position >= descriptor.size_bytes:
-            if previous != descriptor.last_offset:
-                raise CorruptObjectError(
-                    key, position, previous, "the object ends before its last offset"
-                )
-            return CloudRead(True, descriptor.last_offset + 1, frames)
-        return CloudRead(True, frames[-1].offset + 1, frames)
+            length = min(self.chunk_bytes, size - read_at)
+            decoder.feed(await self.objects.read_range(key, read_at, length))
+            read_at += length
+        if decoder.buffered_bytes:
+            raise CorruptObjectError(key, position, previous, "the object ends inside a frame")
+        if previous != descriptor.last_offset:
+            raise CorruptObjectError(key, position, previous, "the object ends early")
+        return CloudRead(True, descriptor.last_offset + 1, frames)
 
     @staticmethod
     def _check(

@@ -1,0 +1,173 @@
+"""The cloud tier end to end on fs and on the S3 server: ingest, uploader, cloud_reader and a
+dispatcher in-process. A subscription from earliest on a topic whose early WAL segments are
+gone reads everything, first from objects then from the WAL, in order with no duplicate; a
+flipped byte in an object is refused with the object and offset named."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from danube.bus import Bus, RemoteError, TopicName
+from danube.cloud_reader import app as cloud_reader_app
+from danube.cloud_reader.client import CloudClient
+from danube.config import (
+    BusConfig,
+    CloudConfig,
+    CloudReaderConfig,
+    DanubeSettings,
+    DispatcherConfig,
+    IngestConfig,
+    MetadataConfig,
+    RotationConfig,
+    UploaderConfig,
+    UploaderServiceConfig,
+    WalCloudConfig,
+    WalConfig,
+)
+from danube.dispatcher import app as dispatcher_app
+from danube.dispatcher.client import DispatcherClient
+from danube.frame import Record, decode_record, encode_record
+from danube.ingest import app as ingest_app
+from danube.ingest import protocol as ingest_protocol
+from danube.ingest.client import IngestClient
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.records import TopicConfig, UploaderCheckpoint
+from danube.runtime import free_port
+from danube.runtime.service import run_in_process
+from danube.storage import ObjectDescriptor, ObjectStore
+from danube.uploader import app as uploader_app
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+TOPIC = TopicName("default", "history")
+MESSAGES = 100_000
+
+
+@pytest.fixture
+def settings(
+    nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path, cloud_config: CloudConfig
+) -> DanubeSettings:
+    return DanubeSettings(
+        bus=BusConfig(servers=[nats_url]),
+        wal_cloud=WalCloudConfig(
+            wal=WalConfig(dir=tmp_path / "wal", rotation=RotationConfig(max_bytes=1 << 20)),
+            metadata=MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix),
+            uploader=UploaderConfig(interval_seconds=1, max_object_mb=1),
+            cloud=cloud_config,
+        ),
+        ingest=IngestConfig(lease_ttl_s=3, metrics_port=free_port()),
+        uploader=UploaderServiceConfig(lease_ttl_s=3, metrics_port=free_port()),
+        cloud_reader=CloudReaderConfig(lease_ttl_s=3, metrics_port=free_port()),
+        dispatcher=DispatcherConfig(lease_ttl_s=3, metrics_port=free_port()),
+    )
+
+
+async def _produce(bus: Bus, count: int) -> None:
+    client = IngestClient(bus)
+    for first in range(0, count, 1000):
+        records = [
+            encode_record(Record(payload=b"m%06d" % n, publish_time_ms=1, producer="t"))
+            for n in range(first, min(first + 1000, count))
+        ]
+        await client.produce(TOPIC, records, timeout_s=10)
+
+
+async def _uploaded_through(store: MetaStore, target: int) -> None:
+    key = meta_keys.uploader_checkpoint_key(TOPIC)
+    async with asyncio.timeout(120):
+        while True:
+            checkpoint = await store.get_model(key, UploaderCheckpoint)
+            if checkpoint is not None and checkpoint.uploaded_through >= target:
+                return
+            await asyncio.sleep(0.2)
+
+
+async def _drop_wal_below(bus: Bus, offset: int) -> int:
+    """Ask ingest to drop whole segments below ``offset``; where the WAL starts now."""
+    reply = await bus.request(
+        bus.subjects.wal_drop_below(TOPIC), ingest_protocol.encode_offset(offset), timeout_s=10
+    )
+    _, start = ingest_protocol.decode_drop_reply(reply.body)
+    return start
+
+
+def _served_from_objects() -> float:
+    return REGISTRY.get_sample_value("danube_cloud_reader_messages_total") or 0.0
+
+
+async def test_earliest_reads_objects_then_the_wal_in_order_without_duplicates(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    await store.put_model(meta_keys.topic_key(TOPIC), TopicConfig(created_ms=1))
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-c"),
+        run_in_process(uploader_app.serve, settings, "uploader-c"),
+        run_in_process(cloud_reader_app.serve, settings, "cloud-c"),
+    ):
+        await _produce(bus, MESSAGES)
+        await _uploaded_through(store, MESSAGES // 2)
+        wal_start = await _drop_wal_below(bus, MESSAGES // 2)
+        assert 0 < wal_start <= MESSAGES // 2  # the early segments are gone from the WAL
+        assert (await IngestClient(bus).fetch(TOPIC, 0)).below_wal_start
+        from_objects = _served_from_objects()
+        async with run_in_process(dispatcher_app.serve, settings, "disp-c"):
+            client = DispatcherClient(bus)
+            consumer = await client.attach(TOPIC, "s", "c", type="exclusive", start="earliest")
+            offsets: list[int] = []
+            started = time.perf_counter()
+            async with asyncio.timeout(120):
+                while len(offsets) < MESSAGES:
+                    got = await client.poll(TOPIC, "s", consumer, max=1000, wait_ms=1000)
+                    for message in got:
+                        offsets.append(message.offset)
+                        payload = decode_record(message.record).payload
+                        assert payload == b"m%06d" % message.offset
+                    if got:
+                        await client.ack(
+                            TOPIC, "s", consumer, [(m.partition, m.offset) for m in got]
+                        )
+            elapsed_s = time.perf_counter() - started
+            assert await client.poll(TOPIC, "s", consumer, wait_ms=300) == []
+    assert offsets == list(range(MESSAGES))
+    assert _served_from_objects() - from_objects >= wal_start  # the early part came from objects
+    print(f"earliest over objects + WAL: {MESSAGES / elapsed_s:,.0f} msg/s through the dispatcher")
+
+
+async def test_a_flipped_byte_is_refused_naming_the_object_and_offset(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    await store.put_model(meta_keys.topic_key(TOPIC), TopicConfig(created_ms=1))
+    objects = ObjectStore.from_config(settings.wal_cloud.cloud)
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-f"),
+        run_in_process(uploader_app.serve, settings, "uploader-f"),
+        run_in_process(cloud_reader_app.serve, settings, "cloud-f"),
+    ):
+        await _produce(bus, 40_000)  # ~1.6 MB: two objects of at most 1 MiB
+        await _uploaded_through(store, 39_999)
+        kvs = await store.range(meta_keys.object_descriptors_prefix(TOPIC))
+        descriptor = ObjectDescriptor.from_bytes(kvs[0].value)
+        body = bytearray(await objects.read(descriptor.key))
+        middle = len(body) // 2
+        body[middle] ^= 0x01
+        await objects.write(descriptor.key, bytes(body))
+        cloud = CloudClient(bus)
+        first = await cloud.fetch(TOPIC, 0, max_count=10)
+        assert [f.offset for f in first.frames] == list(range(10))  # before the flip: fine
+        with pytest.raises(RemoteError) as refused:
+            for offset in range(0, descriptor.last_offset + 1, 500):
+                await cloud.fetch(TOPIC, offset, max_count=1000)
+        assert refused.value.code == "object_corrupt"
+        assert descriptor.key in refused.value.message
+        assert "offset" in refused.value.message
+        # The objects after it are unaffected.
+        after = await cloud.fetch(TOPIC, descriptor.last_offset + 1, max_count=5)
+        assert [f.offset for f in after.frames] == list(
+            range(descriptor.last_offset + 1, descriptor.last_offset + 6)
+        )
