@@ -31,7 +31,7 @@ from danube.config import (
 )
 from danube.dispatcher import app as dispatcher_app
 from danube.dispatcher.client import DispatcherClient
-from danube.frame import Record, decode_record, encode_record
+from danube.frame import Record, decode_frames, decode_record, encode_record
 from danube.ingest import app as ingest_app
 from danube.ingest import protocol as ingest_protocol
 from danube.ingest.client import IngestClient
@@ -155,17 +155,23 @@ async def test_a_flipped_byte_is_refused_naming_the_object_and_offset(
         descriptor = ObjectDescriptor.from_bytes(kvs[0].value)
         body = bytearray(await objects.read(descriptor.key))
         middle = len(body) // 2
-        body[middle] ^= 0x01
+        frames, _ = decode_frames(bytes(body))
+        position = 0
+        for frame in frames:  # the frame the flipped byte falls in, and where it starts
+            if position + frame.size_bytes > middle:
+                hit, hit_at = frame.offset, position
+                break
+            position += frame.size_bytes
+        body[hit_at + 16 + 1] ^= 0x01  # a payload byte (after the 16-byte header)
         await objects.write(descriptor.key, bytes(body))
         cloud = CloudClient(bus)
         first = await cloud.fetch(TOPIC, 0, max_count=10)
         assert [f.offset for f in first.frames] == list(range(10))  # before the flip: fine
         with pytest.raises(RemoteError) as refused:
-            for offset in range(0, descriptor.last_offset + 1, 500):
-                await cloud.fetch(TOPIC, offset, max_count=1000)
+            await cloud.fetch(TOPIC, hit - 3, max_count=1000)
         assert refused.value.code == "object_corrupt"
         assert descriptor.key in refused.value.message
-        assert "offset" in refused.value.message
+        assert f"bad frame at byte {hit_at} (offset {hit})" in refused.value.message
         # The objects after it are unaffected.
         after = await cloud.fetch(TOPIC, descriptor.last_offset + 1, max_count=5)
         assert [f.offset for f in after.frames] == list(
