@@ -32,6 +32,7 @@ from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor, ObjectStore
 from danube.uploader import app as uploader_app
+from danube.uploader.verify import verify_partition
 
 pytestmark = pytest.mark.integration
 
@@ -88,36 +89,25 @@ async def _uploaded_through(store: MetaStore, target: int, timeout_s: float = 30
 async def check_cloud_tier(
     store: MetaStore, objects: ObjectStore, partition: TopicName, wal: dict[int, bytes]
 ) -> list[ObjectDescriptor]:
-    """Every offset of ``wal`` exactly once, contiguous from the first; each object matches
-    its descriptor byte for byte and frame for frame; no object without a descriptor."""
-    kvs = await store.range(meta_keys.object_descriptors_prefix(partition))
-    descriptors = [ObjectDescriptor.from_bytes(kv.value) for kv in kvs]
-    assert descriptors, "nothing uploaded"
-    seen: list[int] = []
-    for descriptor in descriptors:
+    """verify_partition finds nothing wrong, the objects hold the WAL's first offsets in order,
+    each with the WAL's bytes, and the sparse index points at frame starts."""
+    report = await verify_partition(store, objects, partition)
+    assert report.ok, report.problems
+    assert report.offsets, "nothing uploaded"
+    assert report.offsets == sorted(wal)[: len(report.offsets)], "a gap or a wrong order"
+    assert report.uploaded_through == report.offsets[-1]
+    for descriptor in report.descriptors:
         body = await objects.read(descriptor.key)
-        assert len(body) == descriptor.size_bytes
-        frames, end = decode_frames(body)
-        assert end == len(body)
-        offsets = [f.offset for f in frames]
-        assert offsets[0] == descriptor.first_offset
-        assert offsets[-1] == descriptor.last_offset
-        assert len(offsets) == descriptor.message_count
-        for frame in frames:
+        for frame in decode_frames(body)[0]:
             assert bytes(frame.payload) == wal[frame.offset]
         for offset, position in descriptor.index:
             assert decode_frames(body, position)[0][0].offset == offset
-        seen += offsets
-    assert seen == sorted(wal)[: len(seen)], "a gap, an overlap or a wrong order"
     checkpoint = await store.get_model(
         meta_keys.uploader_checkpoint_key(partition), UploaderCheckpoint
     )
     assert checkpoint is not None
-    assert checkpoint.uploaded_through == seen[-1]
     assert checkpoint.pending_end is None
-    prefix = descriptors[0].key.rsplit("/", 1)[0]
-    assert sorted(await objects.list(prefix)) == sorted(d.key for d in descriptors)
-    return descriptors
+    return report.descriptors
 
 
 async def _wal(bus: Bus) -> dict[int, bytes]:
