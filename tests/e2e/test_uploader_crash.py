@@ -96,7 +96,10 @@ async def test_uploader_sigkill_rounds_leave_every_offset_exactly_once(
         await producer
         last = durable[-1]
         async with asyncio.timeout(120):
-            while (cp := await _checkpoint(store)) is None or cp.uploaded_through < last:
+            while True:
+                checkpoint = await _checkpoint(store)
+                if checkpoint is not None and checkpoint.uploaded_through >= last:
+                    break
                 await asyncio.sleep(0.2)
         report = await verify_partition(
             store,
