@@ -32,6 +32,7 @@ bench: setup
 	$(BIN)/python tests/bench/bench_wal.py
 	$(BIN)/python tests/bench/bench_ingest.py
 	$(BIN)/python tests/bench/bench_dispatch_latency.py
+	$(BIN)/python tests/bench/bench_cloud_read.py
 
 clean:
 	rm -rf $(VENV) danube-data .mypy_cache .ruff_cache
