@@ -20,6 +20,7 @@ import orjson
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, TopicName
 from danube.frame import Frame, decode_frames
 from danube.ingest import protocol
+from danube.ingest.wal.results import SegmentInfo
 
 _RETRY_BASE_S = 0.02
 _RETRY_CAP_S = 0.5
@@ -118,3 +119,91 @@ class IngestClient:
         return FetchReply(
             status is protocol.FetchStatus.BELOW_WAL_START, wal_start, next_offset, frames
         )
+
+    async def wal_segments(
+        self, partition: TopicName, *, max_segments: int, timeout_s: float = 5.0
+    ) -> WalListing:
+        """The WAL's sizes and its ``max_segments`` oldest segments (``wal.stats``).
+        NoRespondersError when nobody owns the partition."""
+        reply = await self.bus.request(
+            self.bus.subjects.wal_stats(partition),
+            protocol.encode_stats_request(max_segments),
+            timeout_s=timeout_s,
+        )
+        return WalListing.decode(reply.body)
+
+    async def drop_below(
+        self, partition: TopicName, below_offset: int, *, timeout_s: float = 30.0
+    ) -> tuple[int, int]:
+        """Ask the owner to delete the sealed segments wholly below ``below_offset``;
+        ``(segments removed, new WAL start)``."""
+        reply = await self.bus.request(
+            self.bus.subjects.wal_drop_below(partition),
+            protocol.encode_offset(below_offset),
+            timeout_s=timeout_s,
+        )
+        return protocol.decode_drop_reply(reply.body)
+
+
+@dataclass(frozen=True)
+class WalListing:
+    """A ``wal.stats`` answer with its segment list: ``segments`` are the oldest ones, all of
+    them when ``len(segments) == segment_count`` (the last is then the active segment)."""
+
+    node_id: str
+    epoch: int
+    start_offset: int
+    durable_next: int
+    disk_bytes: int
+    segment_count: int
+    segments: list[SegmentInfo]
+
+    @classmethod
+    def decode(cls, body: bytes) -> WalListing:
+        """Parse and check a stats reply; BadRequestError if a field is missing or wrong."""
+        try:
+            doc = orjson.loads(body)
+            wal = doc["wal"]
+            segments = [
+                SegmentInfo(
+                    first_offset=_count(item["first_offset"]),
+                    next_offset=_count_or_none(item["next_offset"]),
+                    size_bytes=_count(item["size_bytes"]),
+                    sealed=_flag(item["sealed"]),
+                    modified_ms=_count(item["modified_ms"]),
+                )
+                for item in doc["segments"]
+            ]
+            listing = cls(
+                node_id=str(doc["node_id"]),
+                epoch=_count(doc["epoch"]),
+                start_offset=_count(wal["start_offset"]),
+                durable_next=_count(wal["durable_next"]),
+                disk_bytes=_count(wal["disk_bytes"]),
+                segment_count=_count(wal["segments"]),
+                segments=segments,
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise protocol.BadRequestError(f"bad wal.stats reply: {exc!r}") from exc
+        if len(segments) > listing.segment_count:
+            raise protocol.BadRequestError("wal.stats lists more segments than it counts")
+        firsts = [segment.first_offset for segment in segments]
+        if firsts != sorted(set(firsts)):
+            raise protocol.BadRequestError("wal.stats segments are not in offset order")
+        return listing
+
+
+def _count(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _count_or_none(value: object) -> int | None:
+    return None if value is None else _count(value)
+
+
+def _flag(value: object) -> bool:
+    if type(value) is not bool:
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value

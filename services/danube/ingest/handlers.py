@@ -102,16 +102,19 @@ class PartitionHandlers:
 
     async def stats(self, request: Request) -> bytes:
         partition = self.partition
-        return orjson.dumps(
-            {
-                "partition": str(partition.name),
-                "node_id": self.node_id,
-                "epoch": partition.claim.epoch,
-                "reserved_end": partition.claim.reserved_end,
-                "fenced": partition.fenced,
-                "wal": partition.wal.stats().as_dict(),
-            }
-        )
+        reply: dict[str, object] = {
+            "partition": str(partition.name),
+            "node_id": self.node_id,
+            "epoch": partition.claim.epoch,
+            "reserved_end": partition.claim.reserved_end,
+            "fenced": partition.fenced,
+            "wal": partition.wal.stats().as_dict(),
+        }
+        max_segments = protocol.decode_stats_request(request.body)
+        if max_segments:  # retention asks; the others want the cheap answer
+            infos = await partition.wal.segment_infos(max_segments)
+            reply["segments"] = [info.as_dict() for info in infos]
+        return orjson.dumps(reply)
 
 
 async def serve_claims(bus: Bus, node: Node) -> Responder:

@@ -14,7 +14,10 @@ the CRC of every message end to end, and the uploader can write them to objects 
     drop request      [u64 below_offset]
     drop reply        [u32 segments_removed][u64 wal_start]
 
-Control replies (claim, stats) are small JSON documents.
+Control replies (claim, stats) are small JSON documents. A stats request is empty, or
+``[u32 max_segments]`` to also list the oldest segments (for retention)::
+
+    stats request     empty | [u32 max_segments]   1..STATS_SEGMENTS_MAX
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ _FETCH_REPLY_HEAD = struct.Struct("<BQQ")
 _DROP_REPLY = struct.Struct("<IQ")
 
 PRODUCE_COUNT_MAX = 100_000
+# A listed segment is about 110 bytes of JSON: 4096 of them stay far below NATS max_payload.
+STATS_SEGMENTS_MAX = 4096
 
 
 class BadRequestError(DanubeError):
@@ -167,3 +172,20 @@ def decode_drop_reply(body: bytes) -> tuple[int, int]:
         raise BadRequestError(f"drop reply of {len(body)} bytes")
     removed, start = _DROP_REPLY.unpack(body)
     return int(removed), int(start)
+
+
+def encode_stats_request(max_segments: int = 0) -> bytes:
+    """An empty body (plain stats), or one that also asks for the oldest segments."""
+    return b"" if max_segments == 0 else _U32.pack(max_segments)
+
+
+def decode_stats_request(body: bytes) -> int:
+    """How many of the oldest segments to list (0: none)."""
+    if not body:
+        return 0
+    if len(body) != _U32.size:
+        raise BadRequestError(f"stats request of {len(body)} bytes")
+    (max_segments,) = _U32.unpack(body)
+    if not 1 <= max_segments <= STATS_SEGMENTS_MAX:
+        raise BadRequestError(f"max_segments {max_segments} outside 1..{STATS_SEGMENTS_MAX}")
+    return int(max_segments)

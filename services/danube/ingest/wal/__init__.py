@@ -26,7 +26,7 @@ from danube.ingest.wal.feed import DurableListener
 from danube.ingest.wal.fileops import FileOps, OsFileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.recovery import TailCut
-from danube.ingest.wal.results import FetchResult, WalStats
+from danube.ingest.wal.results import FetchResult, SegmentInfo, WalStats
 from danube.ingest.wal.segment import INDEX_EVERY_BYTES, parse_segment_name, segment_name
 from danube.ingest.wal.wal import MAX_FETCH_BYTES, MAX_FETCH_COUNT, Wal
 
@@ -44,6 +44,7 @@ __all__ = [
     "FileOps",
     "OsFileOps",
     "PayloadTooLargeError",
+    "SegmentInfo",
     "TailCut",
     "Wal",
     "WalClosedError",

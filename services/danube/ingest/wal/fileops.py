@@ -29,6 +29,9 @@ class FileOps(Protocol):
     def size(self, path: Path) -> int:
         """The file's size in bytes."""
 
+    def modified_ms(self, path: Path) -> int:
+        """When the file's data last changed (its mtime), in ms since the epoch."""
+
     def create(self, path: Path, *, exclusive: bool) -> int:
         """Open a new file for writing (``exclusive``: fail if it exists, else truncate it)."""
 
@@ -74,6 +77,10 @@ class OsFileOps:
     def size(self, path: Path) -> int:
         """The file's size in bytes."""
         return os.stat(path).st_size
+
+    def modified_ms(self, path: Path) -> int:
+        """When the file's data last changed (its mtime), in ms since the epoch."""
+        return os.stat(path).st_mtime_ns // 1_000_000
 
     def create(self, path: Path, *, exclusive: bool) -> int:
         """Open a new file for writing (``exclusive``: fail if it exists, else truncate it)."""

@@ -189,6 +189,19 @@ class SegmentSet:
         with self._lock:
             return [segment.name for segment in self._segments]
 
+    def oldest(self, limit: int) -> list[tuple[Segment, int | None]]:
+        """``(segment, end offset)`` of the ``limit`` oldest segments, the end as
+        :meth:`detach_below` sees it (``None``: the newest, not yet known)."""
+        with self._lock:
+            segments = self._segments
+            found: list[tuple[Segment, int | None]] = []
+            for at, segment in enumerate(segments[:limit]):
+                end = segment.next_offset
+                if end is None and at + 1 < len(segments):
+                    end = segments[at + 1].first_offset
+                found.append((segment, end))
+            return found
+
     def add(self, segment: Segment) -> None:
         """Append a new newest segment (its first offset is past every other segment's)."""
         with self._lock:

@@ -38,7 +38,7 @@ from danube.ingest.wal.fileops import FileOps, OsFileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.reader import read_messages
 from danube.ingest.wal.recovery import TailCut, recover
-from danube.ingest.wal.results import FetchResult, WalStats
+from danube.ingest.wal.results import FetchResult, SegmentInfo, WalStats
 from danube.ingest.wal.segment import SegmentSet
 from danube.ingest.wal.writer import SegmentWriter
 
@@ -184,6 +184,31 @@ class Wal:
             rotations=0 if writer is None else writer.rotations,
             failed=self._failure is not None,
         )
+
+    async def segment_infos(self, limit: int) -> list[SegmentInfo]:
+        """The ``limit`` oldest segments with their offsets, sizes and mtimes (for retention).
+
+        A segment dropped while its mtime is read is left out.
+        """
+        if self._memory:
+            return []
+        listed = self._segments.oldest(limit)
+        paths = [segment.path for segment, _ in listed]
+        times = await in_thread("stat", self.options.io_timeout_s, self._modified_ms, paths)
+        return [
+            SegmentInfo(segment.first_offset, end, segment.size_bytes, segment.sealed, modified)
+            for (segment, end), modified in zip(listed, times, strict=True)
+            if modified is not None
+        ]
+
+    def _modified_ms(self, paths: list[Path]) -> list[int | None]:
+        found: list[int | None] = []
+        for path in paths:
+            try:
+                found.append(self._ops.modified_ms(path))
+            except FileNotFoundError:
+                found.append(None)
+        return found
 
     def segment_names(self) -> list[str]:
         """The segment file names, oldest first."""
