@@ -201,7 +201,9 @@ class UploaderServiceConfig(ServiceConfig):
 
 
 class RetentionServiceConfig(ServiceConfig):
-    pass
+    # How often the leader checks, in seconds; overrides wal_cloud.wal.retention's
+    # check_interval_minutes when set (tests and small deployments want seconds).
+    check_interval_s: Annotated[float, Field(gt=0, le=86_400)] | None = None
 
 
 class CloudReaderConfig(ServiceConfig):

@@ -152,6 +152,8 @@ class WalListing:
 
     node_id: str
     epoch: int
+    now_ms: int
+    """The ingest host's clock when it listed: segment ages are measured against it."""
     start_offset: int
     durable_next: int
     disk_bytes: int
@@ -177,6 +179,7 @@ class WalListing:
             listing = cls(
                 node_id=str(doc["node_id"]),
                 epoch=_count(doc["epoch"]),
+                now_ms=_count(doc["now_ms"]),
                 start_offset=_count(wal["start_offset"]),
                 durable_next=_count(wal["durable_next"]),
                 disk_bytes=_count(wal["disk_bytes"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import orjson
@@ -114,6 +115,7 @@ class PartitionHandlers:
         if max_segments:  # retention asks; the others want the cheap answer
             infos = await partition.wal.segment_infos(max_segments)
             reply["segments"] = [info.as_dict() for info in infos]
+            reply["now_ms"] = int(time.time() * 1000)  # ages by this host's clock, as mtimes
         return orjson.dumps(reply)
 
 

@@ -1,0 +1,257 @@
+"""One retention leader: campaign on ``elections/retention``, then run a pass every interval.
+
+A pass reads the topic configs, and for every partition of every reliable topic runs the WAL
+step (danube.retention.wal) and the cloud step (danube.retention.cloud), a few partitions at a
+time. A failed step is logged and counted by stage and the pass goes on with the next one; a
+pass stops early only when the term ends (the next leader runs the next pass).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+
+from danube.bus import Bus, BusError
+from danube.config import DanubeSettings
+from danube.ingest.client import IngestClient
+from danube.meta import (
+    Election,
+    InvalidNameError,
+    Leadership,
+    MetaDecodeError,
+    MetaError,
+    MetaStore,
+    TopicName,
+    decode_model,
+)
+from danube.meta import keys as meta_keys
+from danube.meta.aio import cancel_and_wait
+from danube.meta.backoff import backoff_s
+from danube.meta.records import RetentionPolicy, TopicConfig
+from danube.retention import metrics
+from danube.retention.cloud import CloudRetention, Fence
+from danube.retention.errors import DeposedError
+from danube.retention.policy import Limits, reliable_partitions
+from danube.retention.wal import enforce_wal
+from danube.storage import ObjectStore, StorageError
+
+log = logging.getLogger(__name__)
+
+PARTITION_CONCURRENCY = 8
+"""Partitions one pass works on at once: bounds the load on ingest nodes, etcd and storage."""
+TOPIC_PAGE_KEYS = 1000
+WAL_REQUEST_TIMEOUT_S = 30.0
+"""Deadline of one ``wal.stats`` or ``wal.drop`` request (a drop deletes files and fsyncs)."""
+_RETRY_BASE_S = 0.1
+_RETRY_CAP_S = 5.0
+# What a step may fail with and still leave the pass going (anything else is a bug).
+_STEP_ERRORS = (BusError, MetaError, StorageError)
+
+
+@dataclass
+class PassReport:
+    """What one pass did (also in the metrics and logs)."""
+
+    partitions: int = 0
+    segments_dropped: int = 0
+    wal_bytes_dropped: int = 0
+    objects_deleted: int = 0
+    object_bytes_deleted: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    deposed: bool = False
+
+    def failed(self, stage: str) -> None:
+        """Count a failed step of ``stage``."""
+        self.errors[stage] = self.errors.get(stage, 0) + 1
+        metrics.RUN_ERRORS.labels(stage).inc()
+
+
+class Retention:
+    """Campaign for retention leadership; while leader, run a pass every interval."""
+
+    def __init__(
+        self,
+        settings: DanubeSettings,
+        *,
+        node_id: str,
+        store: MetaStore,
+        bus: Bus,
+        objects: ObjectStore,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        wal_policy = settings.wal_cloud.wal.retention
+        self.node_id = node_id
+        self.interval_s = settings.retention.check_interval_s or (
+            wal_policy.check_interval_minutes * 60.0
+        )
+        self.wal_limits = Limits.of(wal_policy.time_minutes, wal_policy.size_mb)
+        self._store = store
+        self._ingest = IngestClient(bus)
+        self._cloud = CloudRetention(store, objects)
+        self._clock = clock
+        self._election = Election(
+            store, meta_keys.RETENTION_ELECTION, node_id, ttl_s=settings.retention.lease_ttl_s
+        )
+        self.passes = 0  # completed passes, for tests and logs
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this node leads retention right now (as far as it can know)."""
+        return self._election.is_leader
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Campaign, lead while elected, campaign again; return once ``stop`` is set."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                term = await _until_stopped(self._election.campaign(), stop)
+                if term is None:
+                    return
+                failures = 0
+                await self._lead(term, stop)
+            except MetaError as exc:
+                failures += 1
+                log.warning("retention %s: %s (attempt %d)", self.node_id, exc, failures)
+                delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
+                await _first_of(stop, timeout_s=delay_s)
+            finally:
+                metrics.LEADER.set(0)
+                await self._election.resign()
+
+    async def _lead(self, term: Leadership, stop: asyncio.Event) -> None:
+        log.info("retention %s leads (term revision %d)", self.node_id, term.revision)
+        metrics.LEADER.set(1)
+        loop = asyncio.get_running_loop()
+        while term.active and not stop.is_set():
+            started = loop.time()
+            try:
+                await self.run_pass(term)
+            except DeposedError as exc:
+                log.warning("retention %s deposed: %s", self.node_id, exc)
+                return
+            # The interval runs from start to start; a pass longer than it is followed at once.
+            await _first_of(stop, term.lost, timeout_s=started + self.interval_s - loop.time())
+
+    async def run_pass(self, term: Leadership) -> PassReport:
+        """Look at every partition of every reliable topic once; return what was done."""
+        report = PassReport()
+        fence = Fence(meta_keys.election_key(meta_keys.RETENTION_ELECTION), term.revision)
+        with metrics.RUN_SECONDS.time():
+            try:
+                topics = await self._topics(report)
+            except MetaError as exc:
+                log.warning("retention pass: cannot read topics: %s", exc)
+                report.failed("topics")
+                return report
+            partitions = reliable_partitions(topics)
+            report.partitions = len(partitions)
+            await self._cloud.retry_orphans()
+
+            async def step(item: tuple[TopicName, RetentionPolicy]) -> None:
+                if term.active and not report.deposed:
+                    await self._partition(item[0], item[1], fence, report)
+
+            await _for_each(iter(partitions), step, PARTITION_CONCURRENCY)
+        if report.deposed or not term.active:
+            raise DeposedError(f"the term ended ({term.lost_reason}) during a pass")
+        self.passes += 1
+        metrics.RUNS.inc()
+        log.debug("retention pass done: %s", report)
+        return report
+
+    async def _topics(self, report: PassReport) -> list[tuple[TopicName, TopicConfig]]:
+        """Every topic config, read in pages; an unreadable one is skipped (and counted)."""
+        found: list[tuple[TopicName, TopicConfig]] = []
+        start_key: str | None = None
+        while True:
+            page = await self._store.snapshot(
+                meta_keys.topics_prefix(), limit=TOPIC_PAGE_KEYS, start_key=start_key
+            )
+            for kv in page.kvs:
+                try:
+                    found.append((meta_keys.parse_topic_key(kv.key), decode_model(kv, TopicConfig)))
+                except (MetaDecodeError, InvalidNameError) as exc:
+                    log.warning("skipping topic %s: %s", kv.key, exc)
+                    report.failed("topics")
+            if not page.more or not page.kvs:
+                return found
+            start_key = page.kvs[-1].key + "\0"
+
+    async def _partition(
+        self, partition: TopicName, policy: RetentionPolicy, fence: Fence, report: PassReport
+    ) -> None:
+        try:
+            outcome = await enforce_wal(
+                partition,
+                store=self._store,
+                ingest=self._ingest,
+                limits=self.wal_limits,
+                timeout_s=WAL_REQUEST_TIMEOUT_S,
+            )
+        except _STEP_ERRORS as exc:
+            log.warning("WAL retention of %s failed: %s", partition, exc)
+            report.failed("wal")
+        else:
+            if outcome is not None:
+                report.segments_dropped += outcome.segments
+                report.wal_bytes_dropped += outcome.size_bytes
+        try:
+            now_ms = int(self._clock() * 1000)
+            deleted = await self._cloud.enforce(partition, policy, fence=fence, now_ms=now_ms)
+        except DeposedError:
+            report.deposed = True  # raised once the pass's other steps are done
+        except _STEP_ERRORS as exc:
+            log.warning("cloud retention of %s failed: %s", partition, exc)
+            report.failed("cloud")
+        else:
+            report.objects_deleted += deleted.objects
+            report.object_bytes_deleted += deleted.size_bytes
+
+
+async def _for_each(
+    items: Iterator[tuple[TopicName, RetentionPolicy]],
+    work: Callable[[tuple[TopicName, RetentionPolicy]], Awaitable[None]],
+    concurrency: int,
+) -> None:
+    """Run ``work`` on every item, at most ``concurrency`` at a time (workers share the
+    iterator, so no more than that many tasks ever exist)."""
+
+    async def worker() -> None:
+        for item in items:
+            await work(item)
+
+    async with asyncio.TaskGroup() as tg:
+        for index in range(concurrency):
+            tg.create_task(worker(), name=f"retention-worker-{index}")
+
+
+async def _first_of(*events: asyncio.Event, timeout_s: float) -> None:
+    """Wait until one of ``events`` is set, at most ``timeout_s``."""
+    if timeout_s <= 0:
+        return
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _until_stopped(campaign: Awaitable[Leadership], stop: asyncio.Event) -> Leadership | None:
+    """Await the campaign unless ``stop`` comes first (then cancel it and return ``None``)."""
+    task = asyncio.ensure_future(campaign)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done() and not stop.is_set():
+        return task.result()
+    with contextlib.suppress(Exception):
+        await cancel_and_wait(task, timeout_s=5.0)
+    return None

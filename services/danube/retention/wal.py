@@ -1,0 +1,100 @@
+"""WAL retention of one partition: read the uploader checkpoint, list the WAL, drop what may go.
+
+Only the partition's owner holds its WAL, so both the listing and the drop go over the bus to
+it (``wal.stats`` with a segment list, then ``wal.drop``). The offset asked for is the end of
+the last segment the plan lets go, never past ``uploaded_through + 1``: even if the WAL changed
+between the two requests (a rotation, a new owner), ingest's ``drop_below`` only removes whole
+segments below it, so nothing that is not uploaded can go.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from danube.bus import NoRespondersError
+from danube.ingest.client import IngestClient
+from danube.ingest.protocol import STATS_SEGMENTS_MAX
+from danube.meta import MetaDecodeError, MetaStore, TopicName
+from danube.meta import keys as meta_keys
+from danube.meta.records import UploaderCheckpoint
+from danube.retention import metrics
+from danube.retention.policy import Limits, plan_wal_drop
+
+log = logging.getLogger(__name__)
+
+# The oldest segments one pass looks at: a WAL with more drops at most this many per pass.
+SEGMENTS_LISTED = STATS_SEGMENTS_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class WalOutcome:
+    """What one partition's WAL pass removed, and where its WAL now starts."""
+
+    segments: int
+    size_bytes: int
+    wal_start: int
+
+
+async def uploaded_through(store: MetaStore, partition: TopicName) -> int | None:
+    """The uploader checkpoint's ``uploaded_through``; ``None`` when there is no checkpoint or
+    it cannot be read (then nothing is known to be uploaded, and nothing may go)."""
+    key = meta_keys.uploader_checkpoint_key(partition)
+    try:
+        checkpoint = await store.get_model(key, UploaderCheckpoint)
+    except MetaDecodeError as exc:
+        log.warning("unreadable uploader checkpoint of %s: %s; dropping nothing", partition, exc)
+        metrics.RUN_ERRORS.labels("checkpoint").inc()
+        return None
+    return None if checkpoint is None else checkpoint.uploaded_through
+
+
+async def enforce_wal(
+    partition: TopicName,
+    *,
+    store: MetaStore,
+    ingest: IngestClient,
+    limits: Limits,
+    timeout_s: float,
+) -> WalOutcome | None:
+    """Drop the partition's WAL segments that are uploaded and past ``limits``; ``None`` when
+    nothing went (nothing may go, or nobody serves the partition right now)."""
+    # First the checkpoint: it only moves up, so a listing taken after it is never judged
+    # against a newer one than it was read with.
+    uploaded = await uploaded_through(store, partition)
+    if uploaded is None or uploaded < 0:
+        return None
+    try:
+        listing = await ingest.wal_segments(
+            partition, max_segments=SEGMENTS_LISTED, timeout_s=timeout_s
+        )
+    except NoRespondersError:
+        return None  # no owner at the moment: its WAL is unreachable, try next pass
+    plan = plan_wal_drop(
+        listing.segments,
+        segment_count=listing.segment_count,
+        disk_bytes=listing.disk_bytes,
+        uploaded_through=uploaded,
+        limits=limits,
+        now_ms=listing.now_ms,
+    )
+    if plan is None:
+        return None
+    removed, wal_start = await ingest.drop_below(partition, plan.below_offset, timeout_s=timeout_s)
+    # drop_below removes the oldest segments, so the ones gone are the head of the listing
+    # (unless the WAL changed in between; the size is then an estimate).
+    size_bytes = sum(segment.size_bytes for segment in listing.segments[:removed])
+    metrics.SEGMENTS_DROPPED.inc(removed)
+    metrics.BYTES_DROPPED.inc(size_bytes)
+    log.info(
+        "dropped WAL segments",
+        extra={
+            "partition": str(partition),
+            "segments": removed,
+            "bytes": size_bytes,
+            "below": plan.below_offset,
+            "uploaded_through": uploaded,
+            "wal_start": wal_start,
+        },
+    )
+    return WalOutcome(removed, size_bytes, wal_start)
