@@ -1,0 +1,227 @@
+"""Retention decisions without I/O: which WAL segments and objects may go, which topics count."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from danube.ingest.wal.results import SegmentInfo
+from danube.meta.records import RetentionPolicy, TopicConfig
+from danube.names import TopicName
+from danube.retention.policy import (
+    MIB,
+    Limits,
+    StoredObject,
+    WalDrop,
+    plan_object_expiry,
+    plan_wal_drop,
+    reliable_partitions,
+)
+
+pytestmark = pytest.mark.unit
+
+NOW_MS = 10_000_000_000
+MINUTE_MS = 60_000
+OLD_MS = NOW_MS - 120 * MINUTE_MS  # two hours ago
+NEW_MS = NOW_MS - MINUTE_MS
+HOUR = Limits.of(60, None)
+
+
+def _segments(*specs: tuple[int, int, int]) -> list[SegmentInfo]:
+    """Consecutive sealed segments of ``(message count, size, modified_ms)`` from offset 0;
+    the last one is the active (unsealed) segment."""
+    segments, first = [], 0
+    for index, (count, size, modified) in enumerate(specs):
+        sealed = index < len(specs) - 1
+        segments.append(SegmentInfo(first, first + count, size, sealed, modified))
+        first += count
+    return segments
+
+
+def _wal(
+    segments: list[SegmentInfo],
+    uploaded: int | None,
+    limits: Limits = HOUR,
+    *,
+    listed: int | None = None,
+) -> WalDrop | None:
+    return plan_wal_drop(
+        segments[:listed] if listed is not None else segments,
+        segment_count=len(segments),
+        disk_bytes=sum(s.size_bytes for s in segments),
+        uploaded_through=uploaded,
+        limits=limits,
+        now_ms=NOW_MS,
+    )
+
+
+# --- WAL ---------------------------------------------------------------------------------------
+
+
+def test_only_segments_both_uploaded_and_old_go() -> None:
+    wal = _segments((10, 100, OLD_MS), (10, 100, OLD_MS), (10, 100, OLD_MS), (10, 100, NEW_MS))
+    # Offsets 0..19 uploaded: the first two segments; the third (20..29) is not wholly uploaded.
+    assert _wal(wal, 25) == WalDrop(below_offset=20, segments=2, size_bytes=200)
+
+
+def test_a_segment_uploaded_up_to_its_last_offset_goes() -> None:
+    wal = _segments((10, 100, OLD_MS), (10, 100, OLD_MS), (10, 100, NEW_MS))
+    assert _wal(wal, 9) == WalDrop(below_offset=10, segments=1, size_bytes=100)
+    assert _wal(wal, 8) is None  # offset 9 is not uploaded: the segment stays whole
+
+
+def test_no_checkpoint_or_nothing_uploaded_drops_nothing() -> None:
+    wal = _segments((10, 100, OLD_MS), (10, 100, OLD_MS), (10, 100, NEW_MS))
+    assert _wal(wal, None) is None
+    assert _wal(wal, -1) is None
+
+
+def test_a_young_segment_stops_the_drop_even_if_older_ones_follow() -> None:
+    wal = _segments((10, 100, OLD_MS), (10, 100, NEW_MS), (10, 100, OLD_MS), (10, 100, NEW_MS))
+    assert _wal(wal, 1000) == WalDrop(below_offset=10, segments=1, size_bytes=100)
+
+
+def test_the_active_segment_never_goes_even_when_uploaded_and_old() -> None:
+    wal = _segments((10, 100, OLD_MS), (10, 100, OLD_MS))
+    assert _wal(wal, 1000) == WalDrop(below_offset=10, segments=1, size_bytes=100)
+    # Sealed but the newest (e.g. after a restart): still kept.
+    only = [SegmentInfo(0, 10, 100, True, OLD_MS)]
+    assert _wal(only, 1000) is None
+
+
+def test_an_unsealed_segment_is_never_dropped() -> None:
+    wal = [SegmentInfo(0, 10, 100, False, OLD_MS), SegmentInfo(10, 20, 100, False, OLD_MS)]
+    assert _wal(wal, 1000) is None
+
+
+def test_size_policy_drops_oldest_uploaded_until_under_the_limit() -> None:
+    mib = MIB
+    wal = _segments(*[(10, mib, NEW_MS)] * 5)  # 5 MiB, nothing old
+    assert _wal(wal, 1000, Limits.of(None, 2)) == WalDrop(30, 3, 3 * mib)
+    assert _wal(wal, 1000, Limits.of(None, 5)) is None  # at the limit is not over it
+    # Size never overrides the upload condition.
+    assert _wal(wal, 14, Limits.of(None, 1)) == WalDrop(10, 1, mib)
+
+
+def test_age_and_size_combine_as_or() -> None:
+    mib = MIB
+    wal = _segments((10, mib, OLD_MS), (10, mib, NEW_MS), (10, mib, NEW_MS), (10, mib, NEW_MS))
+    # 4 MiB, limit 3 MiB: the old one goes by age, and then the WAL is at 3 MiB: enough.
+    assert _wal(wal, 1000, Limits.of(60, 3)) == WalDrop(10, 1, mib)
+    assert _wal(wal, 1000, Limits.of(60, 2)) == WalDrop(20, 2, 2 * mib)
+
+
+def test_a_partial_listing_may_drop_every_listed_segment() -> None:
+    wal = _segments(*[(10, 100, OLD_MS)] * 6)
+    # Only the 3 oldest were listed: the newest is not among them.
+    assert _wal(wal, 1000, listed=3) == WalDrop(30, 3, 300)
+
+
+def test_a_segment_with_an_unknown_end_stops_the_drop() -> None:
+    wal = [
+        SegmentInfo(0, 10, 100, True, OLD_MS),
+        SegmentInfo(10, None, 100, True, OLD_MS),
+        SegmentInfo(20, 30, 100, False, NEW_MS),
+    ]
+    assert _wal(wal, 1000) == WalDrop(10, 1, 100)
+
+
+def test_age_is_strictly_older_than_the_limit() -> None:
+    at_limit = NOW_MS - 60 * MINUTE_MS
+    wal = _segments((10, 100, at_limit), (10, 100, at_limit - 1), (10, 100, NEW_MS))
+    assert _wal(wal, 1000) is None
+    wal = _segments((10, 100, at_limit - 1), (10, 100, at_limit), (10, 100, NEW_MS))
+    assert _wal(wal, 1000) == WalDrop(10, 1, 100)
+
+
+@given(
+    sizes=st.lists(st.integers(1, 1000), min_size=1, max_size=20),
+    counts=st.lists(st.integers(1, 50), min_size=20, max_size=20),
+    ages=st.lists(st.booleans(), min_size=20, max_size=20),
+    uploaded=st.integers(-1, 1200),
+    max_age=st.one_of(st.none(), st.just(60)),
+    max_mb=st.one_of(st.none(), st.integers(1, 3)),
+)
+def test_wal_plan_never_exceeds_the_upload_or_touches_the_active_segment(
+    sizes: list[int],
+    counts: list[int],
+    ages: list[bool],
+    uploaded: int,
+    max_age: int | None,
+    max_mb: int | None,
+) -> None:
+    specs = [
+        (counts[i], size * 1024, OLD_MS if ages[i] else NEW_MS) for i, size in enumerate(sizes)
+    ]
+    wal = _segments(*specs)
+    plan = _wal(wal, uploaded, Limits.of(max_age, max_mb))
+    if plan is None:
+        return
+    assert plan.below_offset <= uploaded + 1
+    assert plan.segments < len(wal)
+    assert plan.below_offset == wal[plan.segments - 1].next_offset
+    assert plan.size_bytes == sum(s.size_bytes for s in wal[: plan.segments])
+
+
+# --- object storage ----------------------------------------------------------------------------
+
+
+def _objects(*specs: tuple[int, int]) -> list[StoredObject]:
+    """Consecutive objects of 100 offsets each, ``(size, created_ms)``."""
+    return [
+        StoredObject(i * 100, i * 100 + 99, size, created)
+        for i, (size, created) in enumerate(specs)
+    ]
+
+
+def test_expired_objects_go_oldest_first_and_a_young_one_stops_it() -> None:
+    objects = _objects((10, OLD_MS), (10, OLD_MS), (10, NEW_MS), (10, OLD_MS), (10, NEW_MS))
+    assert plan_object_expiry(objects, complete=True, limits=HOUR, now_ms=NOW_MS) == 2
+
+
+def test_the_newest_object_stays_even_when_expired() -> None:
+    objects = _objects((10, OLD_MS), (10, OLD_MS), (10, OLD_MS))
+    assert plan_object_expiry(objects, complete=True, limits=HOUR, now_ms=NOW_MS) == 2
+    # When only the oldest were read, the newest is not among them.
+    assert plan_object_expiry(objects, complete=False, limits=HOUR, now_ms=NOW_MS) == 3
+
+
+def test_size_limit_deletes_oldest_until_under_it() -> None:
+    objects = _objects(*[(400 * 1024, NEW_MS)] * 5)  # 2000 KiB
+    limits = Limits.of(None, 1)  # 1024 KiB
+    assert plan_object_expiry(objects, complete=True, limits=limits, now_ms=NOW_MS) == 3
+    # Never the newest, even if it alone is over the limit.
+    big = _objects((2 * MIB, NEW_MS), (3 * MIB, NEW_MS))
+    assert plan_object_expiry(big, complete=True, limits=limits, now_ms=NOW_MS) == 1
+
+
+def test_no_policy_keeps_everything() -> None:
+    objects = _objects((10, 0), (10, 0), (10, 0))
+    assert (
+        plan_object_expiry(objects, complete=True, limits=Limits.of(None, None), now_ms=NOW_MS) == 0
+    )
+    assert plan_object_expiry([], complete=True, limits=HOUR, now_ms=NOW_MS) == 0
+
+
+def test_objects_out_of_order_are_refused() -> None:
+    objects = list(reversed(_objects((10, OLD_MS), (10, OLD_MS))))
+    with pytest.raises(ValueError, match="offset order"):
+        plan_object_expiry(objects, complete=True, limits=HOUR, now_ms=NOW_MS)
+
+
+# --- partitions --------------------------------------------------------------------------------
+
+
+def test_only_reliable_topics_are_looked_at_partition_by_partition() -> None:
+    week = RetentionPolicy(time_minutes=7 * 24 * 60)
+    topics = [
+        (TopicName("ns", "plain"), TopicConfig(created_ms=0)),
+        (TopicName("ns", "parts"), TopicConfig(partitions=2, retention=week, created_ms=0)),
+        (TopicName("ns", "fast"), TopicConfig(dispatch="non_reliable", created_ms=0)),
+    ]
+    assert reliable_partitions(topics) == [
+        (TopicName("ns", "plain"), RetentionPolicy()),
+        (TopicName("ns", "parts-part-0"), week),
+        (TopicName("ns", "parts-part-1"), week),
+    ]
