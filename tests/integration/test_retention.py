@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -489,3 +491,47 @@ async def test_non_reliable_topics_and_topics_without_policy_keep_their_objects(
         await _wait_passes(3)
     for topic in keep:
         assert await _descriptor_starts(store, topic) == [0, 10, 20]
+
+
+def _http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status), str(response.read().decode())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), ""
+
+
+async def test_one_leader_at_a_time_and_the_next_takes_over_when_it_leaves(
+    store: MetaStore, settings_for: Callable[..., DanubeSettings]
+) -> None:
+    first, second = settings_for(), settings_for()
+    election_key = meta_keys.election_key(meta_keys.RETENTION_ELECTION)
+
+    async def leader_is(node_id: str) -> bool:
+        kv = await store.get(election_key)
+        return kv is not None and kv.value == node_id.encode()
+
+    a = run_in_process(retention_app.serve, first, "retention-a", must_stop_cleanly=True)
+    await a.__aenter__()
+    a_running = True
+    try:
+        await _eventually(lambda: leader_is("retention-a"))
+        async with run_in_process(
+            retention_app.serve, second, "retention-b", must_stop_cleanly=True
+        ):
+            await _wait_passes(3)
+            assert await leader_is("retention-a")  # b campaigns, but a keeps leading
+            port = first.retention.metrics_port
+            status, body = await asyncio.to_thread(_http_get, f"http://127.0.0.1:{port}/metrics")
+            assert status == 200
+            assert PASSES in body
+            ready, _ = await asyncio.to_thread(_http_get, f"http://127.0.0.1:{port}/readyz")
+            assert ready == 200
+
+            a_running = False
+            await a.__aexit__(None, None, None)  # a stops and resigns: b leads at once
+            await _eventually(lambda: leader_is("retention-b"), timeout_s=5)
+            await _wait_passes(2)
+    finally:
+        if a_running:
+            await a.__aexit__(None, None, None)
