@@ -471,6 +471,24 @@ async def test_a_deposed_leader_deletes_nothing(store: MetaStore, tmp_path: Path
     assert await _descriptor_starts(store, part) == [0, 10, 20]
 
 
+async def test_overlapping_descriptors_stop_the_deletion_before_them(
+    store: MetaStore, tmp_path: Path
+) -> None:
+    part = TopicName("default", "cloud-overlap")
+    objects = ObjectStore.from_config(FsCloud(backend="fs", root=str(tmp_path / "objects")))
+    old = int(time.time() * 1000) - 2 * HOUR_MS
+    for first in (0, 10, 15, 30):  # 10..19 and 15..24 overlap: an uploader bug, say
+        await _put_object(objects, store, part, first, count=10, payload_bytes=50, created_ms=old)
+    errors_before = _errors("descriptor")
+    async with _leading(store) as fence:
+        outcome = await CloudRetention(store, objects).enforce(
+            part, RetentionPolicy(time_minutes=60), fence=fence, now_ms=old + 2 * HOUR_MS
+        )
+    assert outcome.objects == 1
+    assert await _descriptor_starts(store, part) == [10, 15, 30]
+    assert _errors("descriptor") == errors_before + 1
+
+
 async def test_non_reliable_topics_and_topics_without_policy_keep_their_objects(
     store: MetaStore, settings_for: Callable[..., DanubeSettings]
 ) -> None:

@@ -23,13 +23,13 @@ class LeaseLost(Exception):
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
     """Run the node until ``stop``; raise LeaseLost if its lease is lost first."""
     config = settings.retention
+    objects = ObjectStore.from_config(settings.wal_cloud.cloud)  # no I/O: a bad config fails here
     bus = await Bus.connect(settings.bus, name=node_id)
     try:
         store = await MetaStore.connect(settings.wal_cloud.metadata)
     except BaseException:
         await bus.close()
         raise
-    objects = ObjectStore.from_config(settings.wal_cloud.cloud)
     retention = Retention(settings, node_id=node_id, store=store, bus=bus, objects=objects)
     try:
         lease = await store.grant_lease(config.lease_ttl_s)

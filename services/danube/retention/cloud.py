@@ -60,8 +60,9 @@ class CloudOutcome:
 async def list_objects(store: MetaStore, partition: TopicName) -> tuple[list[Listed], bool]:
     """The partition's descriptors in offset order, and whether that is all of them.
 
-    The list ends early (``False``) at :data:`DESCRIPTORS_MAX` or at a descriptor that cannot
-    be read: nothing at or after it can be judged, so nothing after it may go either.
+    The list ends early (``False``) at :data:`DESCRIPTORS_MAX`, at a descriptor that cannot be
+    read, or before two that overlap: nothing from there on can be judged, so nothing after it
+    may go either.
     """
     prefix = meta_keys.object_descriptors_prefix(partition)
     listed: list[Listed] = []
@@ -74,6 +75,10 @@ async def list_objects(store: MetaStore, partition: TopicName) -> tuple[list[Lis
             entry = _decode(kv, partition)
             if entry is None:
                 return listed, False
+            if listed and entry.item.first_offset <= listed[-1].item.last_offset:
+                log.warning("descriptor %s overlaps the one before it; keeping both", kv.key)
+                metrics.RUN_ERRORS.labels("descriptor").inc()
+                return listed[:-1], False
             listed.append(entry)
         if not page.more or not page.kvs:
             return listed, True

@@ -9,7 +9,6 @@ pass stops early only when the term ends (the next leader runs the next pass).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -54,7 +53,9 @@ _STEP_ERRORS = (BusError, MetaError, StorageError)
 
 @dataclass
 class PassReport:
-    """What one pass did (also in the metrics and logs)."""
+    """What one pass did (also in the metrics and logs). ``errors`` counts the failed steps;
+    problems a step gets past on its own (an unreadable checkpoint or descriptor, an object
+    left to delete again) show only in ``danube_retention_errors_total``."""
 
     partitions: int = 0
     segments_dropped: int = 0
@@ -108,7 +109,9 @@ class Retention:
         failures = 0
         while not stop.is_set():
             try:
-                term = await _until_stopped(self._election.campaign(), stop)
+                term = await _until_stopped(
+                    self._election.campaign(), stop, cancel_timeout_s=self._store.request_timeout_s
+                )
                 if term is None:
                     return
                 failures = 0
@@ -242,7 +245,9 @@ async def _first_of(*events: asyncio.Event, timeout_s: float) -> None:
         await asyncio.gather(*waits, return_exceptions=True)
 
 
-async def _until_stopped(campaign: Awaitable[Leadership], stop: asyncio.Event) -> Leadership | None:
+async def _until_stopped(
+    campaign: Awaitable[Leadership], stop: asyncio.Event, *, cancel_timeout_s: float
+) -> Leadership | None:
     """Await the campaign unless ``stop`` comes first (then cancel it and return ``None``)."""
     task = asyncio.ensure_future(campaign)
     stopped = asyncio.ensure_future(stop.wait())
@@ -252,6 +257,5 @@ async def _until_stopped(campaign: Awaitable[Leadership], stop: asyncio.Event) -
         stopped.cancel()
     if task.done() and not stop.is_set():
         return task.result()
-    with contextlib.suppress(Exception):
-        await cancel_and_wait(task, timeout_s=5.0)
+    await cancel_and_wait(task, timeout_s=cancel_timeout_s)
     return None
