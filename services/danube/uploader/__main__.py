@@ -1,8 +1,7 @@
 """``python -m danube.uploader``: run one uploader node."""
 
-from danube.uploader.app import serve
-
 from danube.runtime.service import run_service
+from danube.uploader.app import serve
 
 if __name__ == "__main__":
     run_service("uploader", serve)
