@@ -26,7 +26,6 @@ from danube.config import (
     MetadataConfig,
     RetentionServiceConfig,
     RotationConfig,
-    S3Cloud,
     WalCloudConfig,
     WalConfig,
     WalRetentionConfig,
@@ -49,7 +48,6 @@ pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
 ROOT_PREFIX = "/danube-data"
 HOUR_MS = 3_600_000
-S3_KEYS = {"region": "us-east-1", "access_key": "testing", "secret_key": "testing"}
 PASSES = "danube_retention_runs_total"
 
 
@@ -354,17 +352,6 @@ async def test_objects_past_the_topic_retention_are_deleted_by_the_service(
     assert (root / written[1][2].key).exists()
 
 
-@pytest.fixture(params=["fs", "s3"])
-def cloud(request: pytest.FixtureRequest, tmp_path: Path) -> CloudConfig:
-    if request.param == "fs":
-        return FsCloud(backend="fs", root=str(tmp_path / "objects"))
-    endpoint: str = request.getfixturevalue("s3_endpoint")
-    bucket: str = request.getfixturevalue("s3_bucket")
-    return S3Cloud.model_validate(
-        {"backend": "s3", "root": f"s3://{bucket}/data", "endpoint": endpoint, **S3_KEYS}
-    )
-
-
 class WatchedStore(ObjectStore):
     """An object store that records, at each delete, whether the descriptor was gone first,
     and can run a hook (a concurrent writer) before a delete."""
@@ -395,10 +382,10 @@ async def _leading(store: MetaStore) -> AsyncIterator[Fence]:
 
 
 async def test_size_retention_deletes_oldest_descriptor_then_object(
-    store: MetaStore, cloud: CloudConfig
+    store: MetaStore, cloud_config: CloudConfig
 ) -> None:
     part = TopicName("default", "cloud-size")
-    objects = WatchedStore(ObjectStore.from_config(cloud), store, part)
+    objects = WatchedStore(ObjectStore.from_config(cloud_config), store, part)
     now_ms = int(time.time() * 1000)
     written = [
         await _put_object(
@@ -426,10 +413,10 @@ async def test_size_retention_deletes_oldest_descriptor_then_object(
 
 
 async def test_a_descriptor_changed_after_it_was_read_is_kept_with_everything_after_it(
-    store: MetaStore, cloud: CloudConfig
+    store: MetaStore, cloud_config: CloudConfig
 ) -> None:
     part = TopicName("default", "cloud-cas")
-    objects = WatchedStore(ObjectStore.from_config(cloud), store, part)
+    objects = WatchedStore(ObjectStore.from_config(cloud_config), store, part)
     now_ms = int(time.time() * 1000)
     old = now_ms - 2 * HOUR_MS
     written = [

@@ -17,20 +17,12 @@ from dataclasses import dataclass, field
 from danube.bus import Bus, BusError
 from danube.config import DanubeSettings
 from danube.ingest.client import IngestClient
-from danube.meta import (
-    Election,
-    InvalidNameError,
-    Leadership,
-    MetaDecodeError,
-    MetaError,
-    MetaStore,
-    TopicName,
-    decode_model,
-)
+from danube.meta import Election, Leadership, MetaError, MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
-from danube.meta.records import RetentionPolicy, TopicConfig
+from danube.meta.records import RetentionPolicy
+from danube.meta.topics import read_topics
 from danube.retention import metrics
 from danube.retention.cloud import CloudRetention, Fence
 from danube.retention.errors import DeposedError
@@ -42,7 +34,6 @@ log = logging.getLogger(__name__)
 
 PARTITION_CONCURRENCY = 8
 """Partitions one pass works on at once: bounds the load on ingest nodes, etcd and storage."""
-TOPIC_PAGE_KEYS = 1000
 WAL_REQUEST_TIMEOUT_S = 30.0
 """Deadline of one ``wal.stats`` or ``wal.drop`` request (a drop deletes files and fsyncs)."""
 _RETRY_BASE_S = 0.1
@@ -145,12 +136,12 @@ class Retention:
         fence = Fence(meta_keys.election_key(meta_keys.RETENTION_ELECTION), term.revision)
         with metrics.RUN_SECONDS.time():
             try:
-                topics = await self._topics(report)
+                topics = await read_topics(self._store)
             except MetaError as exc:
                 log.warning("retention pass: cannot read topics: %s", exc)
                 report.failed("topics")
                 return report
-            partitions = reliable_partitions(topics)
+            partitions = reliable_partitions(topics.items())
             report.partitions = len(partitions)
             await self._cloud.retry_orphans()
 
@@ -165,24 +156,6 @@ class Retention:
         metrics.RUNS.inc()
         log.debug("retention pass done: %s", report)
         return report
-
-    async def _topics(self, report: PassReport) -> list[tuple[TopicName, TopicConfig]]:
-        """Every topic config, read in pages; an unreadable one is skipped (and counted)."""
-        found: list[tuple[TopicName, TopicConfig]] = []
-        start_key: str | None = None
-        while True:
-            page = await self._store.snapshot(
-                meta_keys.topics_prefix(), limit=TOPIC_PAGE_KEYS, start_key=start_key
-            )
-            for kv in page.kvs:
-                try:
-                    found.append((meta_keys.parse_topic_key(kv.key), decode_model(kv, TopicConfig)))
-                except (MetaDecodeError, InvalidNameError) as exc:
-                    log.warning("skipping topic %s: %s", kv.key, exc)
-                    report.failed("topics")
-            if not page.more or not page.kvs:
-                return found
-            start_key = page.kvs[-1].key + "\0"
 
     async def _partition(
         self, partition: TopicName, policy: RetentionPolicy, fence: Fence, report: PassReport
