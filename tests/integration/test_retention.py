@@ -17,15 +17,20 @@ import pytest
 from prometheus_client import REGISTRY
 
 from danube.bus import Bus, TopicName
+from danube.cloud_reader import app as cloud_reader_app
+from danube.cloud_reader.client import CloudClient
 from danube.config import (
     BusConfig,
     CloudConfig,
+    CloudReaderConfig,
     DanubeSettings,
     FsCloud,
     IngestConfig,
     MetadataConfig,
     RetentionServiceConfig,
     RotationConfig,
+    UploaderConfig,
+    UploaderServiceConfig,
     WalCloudConfig,
     WalConfig,
     WalRetentionConfig,
@@ -42,6 +47,7 @@ from danube.retention.errors import DeposedError
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor, ObjectStore, SparseIndexBuilder, object_key
+from danube.uploader import app as uploader_app
 
 pytestmark = pytest.mark.integration
 
@@ -274,6 +280,57 @@ async def test_wal_over_its_size_drops_oldest_uploaded_segments_until_under_it(
         assert after.start_offset == segments[keep_from].first_offset
         assert after.disk_bytes <= MiB
         assert after.disk_bytes + segments[keep_from - 1].size_bytes > MiB
+
+
+async def test_with_the_real_uploader_what_leaves_the_wal_is_still_read_from_objects(
+    bus: Bus, store: MetaStore, settings_for: Callable[..., DanubeSettings]
+) -> None:
+    base = settings_for()
+    settings = base.model_copy(
+        update={
+            "wal_cloud": base.wal_cloud.model_copy(
+                update={
+                    "wal": base.wal_cloud.wal.model_copy(
+                        update={"rotation": RotationConfig(max_bytes=64 * 1024)}
+                    ),
+                    "uploader": UploaderConfig(interval_seconds=1, max_object_mb=1),
+                }
+            ),
+            "uploader": UploaderServiceConfig(lease_ttl_s=3, metrics_port=free_port()),
+            "cloud_reader": CloudReaderConfig(lease_ttl_s=3, metrics_port=free_port()),
+        }
+    )
+    topic = TopicName("default", "wal-uploaded")
+    count = 20_000
+    await _create_topic(store, topic)
+    async with (
+        _running(settings),
+        run_in_process(uploader_app.serve, settings, "uploader-r", must_stop_cleanly=True),
+        run_in_process(cloud_reader_app.serve, settings, "cloud-r", must_stop_cleanly=True),
+    ):
+        await _produce(bus, topic, count=count, size=20, batch=1000)
+
+        async def all_uploaded() -> bool:
+            key = meta_keys.uploader_checkpoint_key(topic)
+            checkpoint = await store.get_model(key, UploaderCheckpoint)
+            return checkpoint is not None and checkpoint.uploaded_through == count - 1
+
+        await _eventually(all_uploaded, timeout_s=60)
+        listing = await _listing(bus, topic)
+        assert listing.segment_count >= 4
+        _age(settings, topic, [segment.first_offset for segment in listing.segments])
+        newest = listing.segments[-1].first_offset  # the active segment stays
+        await _wal_start_becomes(bus, topic, newest)
+        await _assert_wal_starts_at(bus, topic, newest)
+
+        # Every offset below the WAL start comes back from the objects, in order, once.
+        cloud, offsets, position = CloudClient(bus), [], 0
+        while position < newest:
+            reply = await cloud.fetch(topic, position, max_count=5000)
+            assert reply.in_cloud
+            offsets += [frame.offset for frame in reply.frames]
+            position = reply.next_offset
+        assert offsets[:newest] == list(range(newest))
 
 
 # --- cloud retention ---------------------------------------------------------------------------
