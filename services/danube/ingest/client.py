@@ -1,4 +1,5 @@
-"""How other services talk to ingest over the bus: produce and fetch a partition.
+"""How other services talk to ingest over the bus: produce to, fetch from and find a time in
+a partition.
 
 Discovery produces through :meth:`IngestClient.produce`; the uploader and dispatchers
 read through :meth:`IngestClient.fetch`. Until the controller assigns partitions, a
@@ -75,6 +76,19 @@ class IngestClient:
             await self.bus.request(
                 self.bus.subjects.ownership(partition), b"", timeout_s=remaining_s
             )
+
+    async def offset_for_time(
+        self, partition: TopicName, timestamp_ms: int, *, timeout_s: float = 5.0
+    ) -> int:
+        """The first offset of ``partition`` published at or after ``timestamp_ms`` (its WAL
+        start when the time is older; the next offset when it is newer than everything).
+        NoRespondersError when nobody owns the partition."""
+        reply = await self.bus.request(
+            self.bus.subjects.wal_offset_for_time(partition),
+            protocol.encode_timestamp(timestamp_ms),
+            timeout_s=timeout_s,
+        )
+        return protocol.decode_offset(reply.body)
 
     async def fetch(
         self,
