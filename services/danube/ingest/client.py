@@ -15,6 +15,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import orjson
+
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, TopicName
 from danube.frame import Frame, decode_frames
 from danube.ingest import protocol
@@ -31,6 +33,14 @@ class FetchReply:
     wal_start: int
     next_offset: int
     frames: list[Frame]
+
+
+@dataclass(frozen=True)
+class WalOffsets:
+    """Where a partition's WAL starts and its durable next offset (from ``wal.stats``)."""
+
+    start_offset: int
+    durable_next: int
 
 
 class IngestClient:
@@ -76,6 +86,18 @@ class IngestClient:
             await self.bus.request(
                 self.bus.subjects.ownership(partition), b"", timeout_s=remaining_s
             )
+
+    async def wal_offsets(self, partition: TopicName, *, timeout_s: float = 5.0) -> WalOffsets:
+        """The WAL's start and durable next offset; NoRespondersError when nobody owns the
+        partition (nothing was produced to it, or its owner is gone)."""
+        reply = await self.bus.request(
+            self.bus.subjects.wal_stats(partition), b"", timeout_s=timeout_s
+        )
+        try:
+            wal = orjson.loads(reply.body)["wal"]
+            return WalOffsets(int(wal["start_offset"]), int(wal["durable_next"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise protocol.BadRequestError(f"bad wal.stats reply from {partition}") from exc
 
     async def offset_for_time(
         self, partition: TopicName, timestamp_ms: int, *, timeout_s: float = 5.0
