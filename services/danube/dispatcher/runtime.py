@@ -167,8 +167,10 @@ class SubscriptionRuntime:
         if self.failed:
             return
         self.failed = True
-        level = logging.INFO if self.deleted else logging.ERROR
-        log.log(level, "subscription %s/%s stops: %s", self.store.topic, self.store.sub, reason)
+        if self.deleted:
+            log.info("subscription %s/%s stops: %s", self.store.topic, self.store.sub, reason)
+        else:
+            log.error("subscription %s/%s fails: %s", self.store.topic, self.store.sub, reason)
         for task in list(self._tasks):
             task.cancel()
         self._on_failed(self, reason)
