@@ -129,3 +129,10 @@ def test_a_stats_reply_round_trips_and_ignores_fields_it_does_not_know() -> None
     assert protocol.parse(body, protocol.SubscriptionStats) == stats
     newer = orjson.loads(body) | {"since_ms": 5}
     assert protocol.parse(orjson.dumps(newer), protocol.SubscriptionStats) == stats
+
+
+def test_check_position_refuses_what_the_schema_would_for_callers_that_skip_it() -> None:
+    for bad in ("first", {"offset": 1, "timestamp_ms": 2}, {"offset": -1}, {}):
+        with pytest.raises(ValueError, match="expected"):
+            protocol.check_position(bad)  # type: ignore[arg-type]
+    assert protocol.check_position({"timestamp_ms": 5}) == {"timestamp_ms": 5}

@@ -56,13 +56,15 @@ at or after T, in each partition)."""
 
 def check_position(position: StartPosition) -> StartPosition:
     """``position`` if it is one of the shapes of :data:`StartPosition`, else ValueError."""
-    if isinstance(position, str):
+    if position in ("latest", "earliest"):
         return position
-    if len(position) == 1:
+    if isinstance(position, dict) and len(position) == 1:
         ((name, value),) = position.items()
         if name in ("offset", "timestamp_ms") and 0 <= value <= _U64_MAX:
             return position
-    raise ValueError(f'expected {{"offset": N}} or {{"timestamp_ms": T}}, got {position!r}')
+    raise ValueError(
+        f'expected "latest", "earliest", {{"offset": N}} or {{"timestamp_ms": T}}, got {position!r}'
+    )
 
 
 Position = Annotated[StartPosition, AfterValidator(check_position)]
