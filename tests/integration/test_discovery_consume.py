@@ -1,15 +1,21 @@
-"""The discovery consume HTTP API (attach, long-poll, ack, nack, detach) on real NATS and
-etcd with ingest, dispatcher and discovery in-process: order, payload encodings, acks across
-consumers, exclusive refusal, delayed redelivery and the 400/404 answers."""
+"""The discovery consume HTTP API (attach, long-poll, ack, nack, detach) and subscription
+admin (seek, list with backlog, delete) on real NATS and etcd with ingest, dispatcher and
+discovery in-process: order, payload encodings, acks across consumers, exclusive refusal,
+delayed redelivery, seek and start by time, backlog, delete and the 400/404 answers."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from typing import Any
 
 import httpx
 import pytest
+
+from danube.meta import MetaStore, TopicName
+from danube.meta import keys as meta_keys
+from danube.meta.records import SubscriptionConfig, SubscriptionCursor
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +27,7 @@ def _error(response: httpx.Response) -> tuple[int, str]:
 
 
 async def _attach(http: httpx.AsyncClient, path: str, **body: Any) -> str:
-    response = await http.post(f"/v1/topics/{path}/consumers", json={"name": "c", **body})
+    response = await http.post(f"/v1/topics/{path}/consumers", json={"name": "c"} | body)
     assert response.status_code == 201, response.text
     cid: str = response.json()["consumer_id"]
     return cid
@@ -190,3 +196,199 @@ async def test_bad_attach_bodies_are_400(consume_http: httpx.AsyncClient) -> Non
     assert _error(await consume_http.post(path, json={"name": ""}))[0] == 400
     bad_sub = "/v1/topics/default/t/subscriptions/a.b/consumers"
     assert _error(await consume_http.post(bad_sub, json={"name": "c"})) == (400, "invalid_name")
+
+
+# --- subscription admin: seek, list with backlog, delete ------------------------------------
+
+
+async def _produce(
+    http: httpx.AsyncClient, topic: str, payloads: list[str]
+) -> list[dict[str, Any]]:
+    messages = [{"payload": p, "key": p} for p in payloads]
+    response = await http.post(f"/v1/topics/{topic}/messages", json={"messages": messages})
+    assert response.status_code == 200, response.text
+    results: list[dict[str, Any]] = response.json()["results"]
+    return results
+
+
+def _firsts(results: list[dict[str, Any]]) -> dict[str, int]:
+    """The first offset produced to each partition."""
+    firsts: dict[str, int] = {}
+    for result in results:
+        firsts.setdefault(result["partition"], result["offset"])
+    return firsts
+
+
+async def _subscriptions(http: httpx.AsyncClient, topic: str) -> dict[str, dict[str, Any]]:
+    response = await http.get(f"/v1/topics/{topic}/subscriptions")
+    assert response.status_code == 200, response.text
+    listed = response.json()
+    assert listed["topic"] == "/" + topic
+    return {s["name"]: s for s in listed["subscriptions"]}
+
+
+async def test_seek_and_attach_by_timestamp_start_at_the_first_message_published_then(
+    http: httpx.AsyncClient,
+) -> None:
+    assert (await http.put("/v1/topics/default/timed", json={"partitions": 2})).status_code == 201
+    cid = await _attach(http, "default/timed/subscriptions/s", type="shared", start="earliest")
+    batch_a = await _produce(http, "default/timed", [f"a{i}" for i in range(6)])
+    # Every message of A was published before `mark`, every message of B after it.
+    mark = int(time.time() * 1000) + 1
+    await asyncio.sleep(0.05)
+    batch_b = await _produce(http, "default/timed", [f"b{i}" for i in range(6)])
+    got = await _poll_until(http, cid, 12)
+    assert (await http.post(f"/v1/consumers/{cid}/ack", json={"messages": _refs(got)})).is_success
+
+    seek = await http.post(
+        "/v1/topics/default/timed/subscriptions/s/seek", json={"position": {"timestamp_ms": mark}}
+    )
+    assert seek.status_code == 200, seek.text
+    moved = {p["name"]: p["offset"] for p in seek.json()["partitions"]}
+    assert moved == _firsts(batch_b)
+    again = await _poll_until(http, cid, 6)
+    assert sorted(_key(m) for m in again) == sorted(_key(r) for r in batch_b)
+    assert {m["payload"][0] for m in again} == {"b"}
+    assert {m["redelivery_count"] for m in again} == {0}
+
+    # A new subscription starting at that time gets B only.
+    late = await _attach(
+        http, "default/timed/subscriptions/late", type="shared", start={"timestamp_ms": mark}
+    )
+    first_got = await _poll_until(http, late, 6)
+    assert sorted(_key(m) for m in first_got) == sorted(_key(r) for r in batch_b)
+    nothing = await http.get(f"/v1/consumers/{late}/messages", params={"wait_ms": 300})
+    assert nothing.json() == {"messages": []}
+
+    # Older than everything: the start; newer than everything: the end (nothing to deliver).
+    seek = await http.post(
+        "/v1/topics/default/timed/subscriptions/s/seek", json={"position": {"timestamp_ms": 0}}
+    )
+    assert {p["offset"] for p in seek.json()["partitions"]} == {0}
+    future = int(time.time() * 1000) + 3_600_000
+    seek = await http.post(
+        "/v1/topics/default/timed/subscriptions/s/seek",
+        json={"position": {"timestamp_ms": future}},
+    )
+    ends: dict[str, int] = {}
+    for result in batch_a + batch_b:
+        ends[result["partition"]] = max(ends.get(result["partition"], 0), result["offset"] + 1)
+    assert {p["name"]: p["offset"] for p in seek.json()["partitions"]} == ends
+
+
+async def test_seek_earliest_then_to_an_offset_over_http(http: httpx.AsyncClient) -> None:
+    cid = await _attach(http, "default/rewind/subscriptions/s", start="earliest")
+    await _produce(http, "default/rewind", [f"m{i}" for i in range(5)])
+    got = await _poll_until(http, cid, 5)
+    assert (await http.post(f"/v1/consumers/{cid}/ack", json={"messages": _refs(got)})).is_success
+    path = "/v1/topics/default/rewind/subscriptions/s/seek"
+    seek = await http.post(path, json={"position": "earliest"})
+    assert seek.json() == {"partitions": [{"name": "/default/rewind", "offset": 0}]}
+    again = await _poll_until(http, cid, 5)
+    assert [(m["offset"], m["payload"]) for m in again] == [(i, f"m{i}") for i in range(5)]
+    seek = await http.post(path, json={"position": {"offset": 3}})
+    assert seek.json() == {"partitions": [{"name": "/default/rewind", "offset": 3}]}
+    assert [m["offset"] for m in await _poll_until(http, cid, 2)] == [3, 4]
+
+
+async def test_list_shows_backlog_that_goes_down_with_acks_and_delete_starts_afresh(
+    http: httpx.AsyncClient, store: MetaStore
+) -> None:
+    assert (await http.put("/v1/topics/default/lagging", json={"partitions": 2})).status_code == 201
+    cid = await _attach(
+        http, "default/lagging/subscriptions/s", name="w", type="shared", start="earliest"
+    )
+    results = await _produce(http, "default/lagging", [f"k{i}" for i in range(8)])
+    per_partition = {p: sum(r["partition"] == p for r in results) for p in _firsts(results)}
+    names = ["/default/lagging-part-0", "/default/lagging-part-1"]
+
+    listed = (await _subscriptions(http, "default/lagging"))["s"]
+    assert (listed["type"], listed["backlog"]) == ("shared", 8)
+    assert listed["owner"] is not None
+    assert [p["name"] for p in listed["partitions"]] == names
+    for row in listed["partitions"]:
+        assert row["backlog"] == row["end_offset"] == per_partition.get(row["name"], 0)
+        assert row["cursor"] == 0
+    assert listed["consumers"] == [{"consumer_id": cid, "name": "w", "unacked": 0}]
+
+    got = await _poll_until(http, cid, 8)
+    acked = got[:5]
+    assert (await http.post(f"/v1/consumers/{cid}/ack", json={"messages": _refs(acked)})).is_success
+    listed = (await _subscriptions(http, "default/lagging"))["s"]
+    assert listed["backlog"] == 3
+    assert listed["consumers"] == [{"consumer_id": cid, "name": "w", "unacked": 3}]
+    for row in listed["partitions"]:
+        unacked = [m for m in got[5:] if m["partition"] == row["name"]]
+        assert row["backlog"] == len(unacked)
+    described = (await http.get("/v1/topics/default/lagging")).json()
+    assert [(s["name"], s["backlog"]) for s in described["subscriptions"]] == [("s", 3)]
+
+    # A subscription nobody serves is listed from etcd (its stored cursor) without a claim.
+    topic = TopicName("default", "lagging")
+    offline = SubscriptionConfig(type="failover", initial_position="earliest", created_ms=1)
+    await store.put_model(meta_keys.subscription_key(topic, "offline"), offline)
+    part0 = topic.partition_name(0)
+    stored = SubscriptionCursor(next_offset=1, acked_beyond=(2,), updated_ms=1)
+    await store.put_model(meta_keys.subscription_cursor_key(topic, "offline", part0), stored)
+    listed_all = await _subscriptions(http, "default/lagging")
+    assert sorted(listed_all) == ["offline", "s"]
+    off = listed_all["offline"]
+    assert (off["type"], off["owner"], off["consumers"]) == ("failover", None, [])
+    end0 = per_partition.get(names[0], 0)
+    row0, row1 = off["partitions"]
+    assert (row0["cursor"], row0["acked_beyond"], row0["end_offset"]) == (1, 1, end0)
+    assert row0["backlog"] == max(0, end0 - 1 - (1 if end0 > 2 else 0))
+    assert (row1["cursor"], row1["backlog"]) == (None, None)  # no cursor stored there
+    assert off["backlog"] == row0["backlog"]
+    assert await store.get(meta_keys.subscription_owner_key(topic, "offline")) is None
+
+    # Delete: gone from the list, its consumer with it; a new attach starts where it says.
+    deleted = await http.delete("/v1/topics/default/lagging/subscriptions/s")
+    assert deleted.status_code == 204, deleted.text
+    assert sorted(await _subscriptions(http, "default/lagging")) == ["offline"]
+    assert await store.range(meta_keys.subscription_prefix(topic, "s")) == []
+    gone = await http.get(f"/v1/consumers/{cid}/messages", params={"wait_ms": 0})
+    assert _error(gone) == (404, "consumer_not_found")
+    again = await _attach(http, "default/lagging/subscriptions/s", type="exclusive")
+    fresh = (await _subscriptions(http, "default/lagging"))["s"]
+    assert (fresh["type"], fresh["backlog"]) == ("exclusive", 0)  # latest: nothing behind
+    assert [p["cursor"] for p in fresh["partitions"]] == [per_partition.get(n, 0) for n in names]
+    await _produce(http, "default/lagging", ["after"])
+    (after,) = await _poll_until(http, again, 1)
+    assert (after["payload"], after["redelivery_count"]) == ("after", 0)
+
+
+async def test_subscription_admin_refusals(http: httpx.AsyncClient) -> None:
+    await _attach(http, "default/admin/subscriptions/s")
+    seek = "/v1/topics/default/admin/subscriptions/s/seek"
+    for body, code in [
+        ({"position": "first"}, "invalid_request"),
+        # (a union's other members refuse "offset" as an unknown field)
+        ({"position": {"offset": -1}}, "unknown_field"),
+        ({"position": {"offset": 1, "timestamp_ms": 2}}, "unknown_field"),
+        ({}, "invalid_request"),
+        ({"position": "earliest", "force": True}, "unknown_field"),
+    ]:
+        assert _error(await http.post(seek, json=body)) == (400, code), body
+    missing = "/v1/topics/default/admin/subscriptions/nope"
+    assert _error(await http.post(f"{missing}/seek", json={"position": "earliest"})) == (
+        404,
+        "subscription_not_found",
+    )
+    assert _error(await http.delete(missing)) == (404, "subscription_not_found")
+    assert _error(await http.delete("/v1/topics/default/absent/subscriptions/s")) == (
+        404,
+        "topic_not_found",
+    )
+    assert _error(await http.get("/v1/topics/default/absent/subscriptions")) == (
+        404,
+        "topic_not_found",
+    )
+    bad_name = "/v1/topics/default/admin/subscriptions/a.b"
+    assert _error(await http.delete(bad_name)) == (400, "invalid_name")
+
+
+@pytest.fixture
+def http(consume_http: httpx.AsyncClient) -> httpx.AsyncClient:
+    """The subscription admin tests' name for the consume mesh's client."""
+    return consume_http

@@ -330,3 +330,143 @@ async def test_non_reliable_slow_consumer_loses_messages_and_slows_nobody(
     # The other subscription's consumer kept up: every message it got came in order.
     assert received
     assert received == sorted(set(received))
+
+
+async def _cursor(store: MetaStore, topic: TopicName, partition: TopicName) -> SubscriptionCursor:
+    cursor = await store.get_model(
+        meta_keys.subscription_cursor_key(topic, "s", partition), SubscriptionCursor
+    )
+    assert cursor is not None
+    return cursor
+
+
+async def test_seek_earliest_offset_and_latest_move_the_cursor_at_once(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    topic = TopicName("default", "seeking")
+    client = DispatcherClient(bus)
+    async with mesh(settings):
+        consumer = await client.attach(topic, "s", "c", start="earliest")
+        await _produce(bus, topic, [b"%d" % i for i in range(10)])
+        got = await _poll_until(client, topic, "s", consumer, 10)
+        await client.ack(topic, "s", consumer, _refs(got))
+        async with asyncio.timeout(5):
+            while True:  # acks are written in batches
+                if (await _cursor(store, topic, topic)).next_offset == 10:
+                    break
+                await asyncio.sleep(0.05)
+
+        # Back to the start: every acked message comes again, as a first delivery.
+        assert await client.seek(topic, "s", "earliest") == {"seeking": 0}
+        assert (await _cursor(store, topic, topic)).next_offset == 0  # written before the answer
+        again = await _poll_until(client, topic, "s", consumer, 10)
+        assert [(m.offset, m.redelivery_count) for m in again] == [(i, 0) for i in range(10)]
+        assert [decode_record(m.record).payload for m in again] == [b"%d" % i for i in range(10)]
+
+        # To an offset: what is unacked below it is dropped, delivery resumes there.
+        assert await client.seek(topic, "s", {"offset": 7}) == {"seeking": 7}
+        from_seven = await _poll_until(client, topic, "s", consumer, 3)
+        assert [m.offset for m in from_seven] == [7, 8, 9]
+        assert await client.poll(topic, "s", consumer, wait_ms=300) == []
+
+        assert await client.seek(topic, "s", "latest") == {"seeking": 10}
+        assert await client.poll(topic, "s", consumer, wait_ms=300) == []
+        await _produce(bus, topic, [b"new"])
+        (new,) = await _poll_until(client, topic, "s", consumer, 1)
+        assert new.offset == 10
+        for bad in ({"offset": -1}, {"time": 5}, "first", {"offset": 1, "timestamp_ms": 2}):
+            with pytest.raises(RemoteError) as refused:
+                await client.seek(topic, "s", bad)  # type: ignore[arg-type]
+            assert refused.value.code == "bad_request", bad
+        with pytest.raises(RemoteError) as unknown:
+            await client.seek(topic, "nobody", "earliest")
+        assert unknown.value.code == "subscription_not_found"
+
+
+async def test_stats_count_backlog_acks_beyond_and_consumers_and_never_claim(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    topic = TopicName("default", "counted")
+    client = DispatcherClient(bus)
+    async with mesh(settings):
+        assert await client.stats(topic, "s") is None  # nobody serves it, and stats does not
+        assert await store.get(meta_keys.subscription_owner_key(topic, "s")) is None  # claim
+        first = await client.attach(topic, "s", "one", type="shared", start="earliest")
+        second = await client.attach(topic, "s", "two", type="shared")
+        await _produce(bus, topic, [b"%d" % i for i in range(10)])
+        got = await _poll_until(client, topic, "s", first, 4)
+        assert [m.offset for m in got] == [0, 1, 2, 3]
+        stats = await client.stats(topic, "s")
+        assert stats is not None
+        assert stats.type == "shared"
+        assert [(c.consumer_id, c.name, c.unacked) for c in stats.consumers] == [
+            (first, "one", 4),
+            (second, "two", 0),
+        ]
+        (partition,) = stats.partitions
+        assert (partition.partition, partition.next_offset, partition.backlog) == ("counted", 0, 10)
+        assert (partition.wal_start, partition.wal_next) == (0, 10)
+        await client.ack(topic, "s", first, [("counted", 1), ("counted", 3)])
+        stats = await client.stats(topic, "s")
+        assert stats is not None
+        (partition,) = stats.partitions
+        assert (partition.next_offset, partition.acked_beyond, partition.backlog) == (0, 2, 8)
+        assert stats.consumers[0].unacked == 2
+        await client.ack(topic, "s", first, [("counted", 0)])
+        stats = await client.stats(topic, "s")
+        assert stats is not None
+        (partition,) = stats.partitions
+        assert (partition.next_offset, partition.acked_beyond, partition.backlog) == (2, 1, 7)
+
+
+async def test_delete_removes_every_key_and_the_next_attach_starts_afresh(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    topic = TopicName("default", "deleted")
+    client = DispatcherClient(bus)
+    async with mesh(settings):
+        old = await client.attach(topic, "s", "c", type="exclusive", start="earliest")
+        await _produce(bus, topic, [b"%d" % i for i in range(5)])
+        got = await _poll_until(client, topic, "s", old, 5)
+        await client.ack(topic, "s", old, _refs(got[:3]))
+        await client.delete(topic, "s")
+        assert await store.range(meta_keys.subscription_prefix(topic, "s")) == []
+        with pytest.raises(RemoteError) as gone:
+            await client.poll(topic, "s", old, wait_ms=0)
+        assert gone.value.code == "consumer_not_found"
+        # A new subscription of that name: another type is fine (the old config is gone),
+        # the exclusive holder is gone, and it starts where the new attach says.
+        fresh = await client.attach(topic, "s", "c2", type="shared", start="latest")
+        assert (await _cursor(store, topic, topic)).next_offset == 5
+        await _produce(bus, topic, [b"after"])
+        (after,) = await _poll_until(client, topic, "s", fresh, 1)
+        assert (after.offset, after.redelivery_count) == (5, 0)
+
+
+async def test_an_attach_racing_a_delete_never_resurrects_the_old_cursor(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    topic = TopicName("default", "raced")
+    client = DispatcherClient(bus)
+    async with mesh(settings):
+        await _produce(bus, topic, [b"%d" % i for i in range(6)])
+        for round_ in range(3):
+            old = await client.attach(topic, "s", "old", type="shared", start={"offset": 0})
+            got = await _poll_until(client, topic, "s", old, 6)
+            await client.ack(topic, "s", old, _refs(got[:2]))  # the old cursor: 2
+            await client.detach(topic, "s", old)
+            assert (await _cursor(store, topic, topic)).next_offset == 2
+            start = {"offset": 4 + round_ % 2}
+            _, new = await asyncio.gather(
+                client.delete(topic, "s"),
+                client.attach(topic, "s", "new", type="shared", start=start),
+            )
+            config = await store.get(meta_keys.subscription_key(topic, "s"))
+            if config is None:  # the attach came first and was deleted with the rest
+                assert await store.range(meta_keys.subscription_prefix(topic, "s")) == []
+                continue
+            # The attach came after: a new subscription from its own start, never from 2.
+            assert (await _cursor(store, topic, topic)).next_offset == start["offset"]
+            polled = await _poll_until(client, topic, "s", new, 6 - start["offset"])
+            assert [m.offset for m in polled] == list(range(start["offset"], 6))
+            await client.delete(topic, "s")

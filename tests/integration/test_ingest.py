@@ -282,3 +282,40 @@ async def test_drop_below_removes_whole_segments_and_fetch_then_says_below_wal_s
         assert below.frames == []
         kept = await client.fetch(P, wal_start, max_count=1000)
         assert [f.offset for f in kept.frames] == list(range(wal_start, 40))
+
+
+async def test_offset_for_time_over_rotated_segments_and_after_a_drop(
+    bus: Bus, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    client = IngestClient(bus)
+
+    def at(time_ms: int, index: int) -> bytes:
+        record = Record(payload=b"%03d" % index + b"t" * 200, publish_time_ms=time_ms, producer="t")
+        return encode_record(record)
+
+    settings = settings_for("a")
+    async with running_node(settings, "node-a"):
+        with pytest.raises(NoRespondersError):
+            await client.offset_for_time(P, 0)  # nothing owns it yet
+        # Offset i is published at 1000 + 10 * i: 40 records over many 4 KiB segments.
+        for index in range(40):
+            await client.produce(P, [at(1000 + 10 * index, index)], timeout_s=10)
+        segments = sorted((settings.wal_cloud.wal.dir / P.namespace / P.topic).glob("*.wal"))
+        assert len(segments) > 2
+        assert await client.offset_for_time(P, 0) == 0
+        assert await client.offset_for_time(P, 1000) == 0
+        assert await client.offset_for_time(P, 1001) == 1
+        assert await client.offset_for_time(P, 1250) == 25
+        assert await client.offset_for_time(P, 1255) == 26
+        for segment in segments[1:]:  # a segment's first record, and the one before it
+            first = int(segment.stem)
+            assert await client.offset_for_time(P, 1000 + 10 * first) == first
+            assert await client.offset_for_time(P, 1000 + 10 * first - 5) == first
+        assert await client.offset_for_time(P, 1390) == 39
+        assert await client.offset_for_time(P, 1391) == 40  # past the end: the next offset
+        reply = await bus.request(bus.subjects.wal_drop_below(P), protocol.encode_offset(20))
+        _, wal_start = protocol.decode_drop_reply(reply.body)
+        assert wal_start > 0
+        # Older than the WAL start: the WAL start (the cloud tier will refine this).
+        assert await client.offset_for_time(P, 1000) == wal_start
+        assert await client.offset_for_time(P, 1300) == 30

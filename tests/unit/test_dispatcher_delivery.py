@@ -285,6 +285,18 @@ def test_seek_drops_what_is_held_and_reads_from_the_new_offset() -> None:
     assert [msg.offset for msg in poll(m, "c")] == [100, 101]
 
 
+def test_consumer_details_name_each_consumer_and_count_what_it_holds() -> None:
+    m = machine("shared")
+    feed(m, "p0", range(5))
+    m.handle(ConsumerAttached("a", "alpha"))
+    m.handle(ConsumerAttached("b", "beta"))
+    got = poll(m, "a", n=3)
+    m.handle(Ack("a", refs(got[:1])))
+    assert m.consumer_details() == [("a", "alpha", 2), ("b", "beta", 0)]
+    m.handle(ConsumerDetached("a", now_s=0.0))
+    assert m.consumer_details() == [("b", "beta", 0)]
+
+
 def test_unknown_consumers_are_refused() -> None:
     m = machine("shared")
     with pytest.raises(ConsumerNotFoundError):

@@ -1,10 +1,13 @@
 """The dispatcher's bus bodies: poll replies round-trip records and refuse bad layouts,
-requests are validated with the bad field named, and dead letters go to the base topic."""
+requests (positions included) are validated with the bad field named, stats replies
+round-trip, and dead letters go to the base topic."""
 
 from __future__ import annotations
 
+import json
 import struct
 
+import orjson
 import pytest
 
 from danube.bus import TopicName
@@ -62,3 +65,74 @@ def test_requests_are_validated_with_the_field_named() -> None:
 def test_dead_letters_of_a_partition_go_to_the_unpartitioned_base_topic() -> None:
     assert dead_letter_topic(TopicName("ns", "t-part-3"), "-dlq") == TopicName("ns", "t-dlq")
     assert dead_letter_topic(TopicName("ns", "t"), "-dlq") == TopicName("ns", "t-dlq")
+
+
+@pytest.mark.parametrize(
+    "position",
+    ["latest", "earliest", {"offset": 0}, {"offset": 2**64 - 1}, {"timestamp_ms": 1700000000000}],
+)
+def test_seek_positions_accepted(position: protocol.StartPosition) -> None:
+    request = protocol.parse(orjson.dumps({"position": position}), protocol.SeekRequest)
+    assert request.position == position
+    attach = protocol.parse(
+        orjson.dumps({"consumer": "c", "start": position}), protocol.AttachRequest
+    )
+    assert attach.start == position
+
+
+@pytest.mark.parametrize(
+    "position",
+    [
+        "first",
+        {"offset": -1},
+        {"offset": 2**64},
+        {"timestamp_ms": -5},
+        {"time": 5},
+        {"offset": 1, "timestamp_ms": 2},
+        {},
+    ],
+)
+def test_bad_seek_positions_are_refused_naming_the_field(position: object) -> None:
+    # The standard json module: orjson refuses integers past 64 bits.
+    with pytest.raises(protocol.BadRequestError) as caught:
+        protocol.parse(json.dumps({"position": position}).encode(), protocol.SeekRequest)
+    assert "position" in caught.value.message
+    attach = json.dumps({"consumer": "c", "start": position}).encode()
+    with pytest.raises(protocol.BadRequestError):
+        protocol.parse(attach, protocol.AttachRequest)
+
+
+def test_stats_and_delete_take_an_empty_body_and_nothing_else() -> None:
+    assert protocol.parse(b"", protocol.EmptyRequest) == protocol.EmptyRequest()
+    assert protocol.parse(b"{}", protocol.EmptyRequest) == protocol.EmptyRequest()
+    with pytest.raises(protocol.BadRequestError):
+        protocol.parse(b'{"force": true}', protocol.EmptyRequest)
+
+
+def test_a_stats_reply_round_trips_and_ignores_fields_it_does_not_know() -> None:
+    stats = protocol.SubscriptionStats(
+        type="shared",
+        partitions=[
+            protocol.PartitionStats(
+                partition="t-part-0",
+                next_offset=3,
+                read_position=9,
+                acked_beyond=2,
+                wal_start=0,
+                wal_next=10,
+                backlog=5,
+            )
+        ],
+        consumers=[protocol.ConsumerStats(consumer_id="ab", name="c", unacked=4)],
+    )
+    body = protocol.encode(stats)
+    assert protocol.parse(body, protocol.SubscriptionStats) == stats
+    newer = orjson.loads(body) | {"since_ms": 5}
+    assert protocol.parse(orjson.dumps(newer), protocol.SubscriptionStats) == stats
+
+
+def test_check_position_refuses_what_the_schema_would_for_callers_that_skip_it() -> None:
+    for bad in ("first", {"offset": 1, "timestamp_ms": 2}, {"offset": -1}, {}):
+        with pytest.raises(ValueError, match="expected"):
+            protocol.check_position(bad)  # type: ignore[arg-type]
+    assert protocol.check_position({"timestamp_ms": 5}) == {"timestamp_ms": 5}

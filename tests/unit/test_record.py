@@ -26,6 +26,7 @@ from danube.frame import (
     decode_record,
     encode_frame,
     encode_record,
+    record_publish_time_ms,
 )
 
 pytestmark = pytest.mark.unit
@@ -235,3 +236,22 @@ def test_invalid_fields_are_refused_on_encode(changes: dict[str, Any], field: st
         encode_record(Record(**fields))
     assert info.value.field == field
     assert isinstance(info.value, FrameError)
+
+
+@given(records)
+def test_publish_time_is_read_from_the_header_alone(record: Record) -> None:
+    encoded = encode_record(record)
+    assert record_publish_time_ms(encoded) == record.publish_time_ms
+    assert record_publish_time_ms(memoryview(encoded)[:RECORD_HEADER_BYTES]) == (
+        record.publish_time_ms
+    )
+
+
+def test_publish_time_of_a_buffer_that_is_no_record_raises() -> None:
+    encoded = encode_record(Record(payload=b"x", publish_time_ms=5, producer="p"))
+    with pytest.raises(CorruptRecordError):
+        record_publish_time_ms(b"")
+    with pytest.raises(CorruptRecordError):
+        record_publish_time_ms(encoded[: RECORD_HEADER_BYTES - 1])
+    with pytest.raises(UnsupportedRecordVersionError):
+        record_publish_time_ms(bytes([RECORD_VERSION + 1]) + encoded[1:])

@@ -50,6 +50,7 @@ class Kind(StrEnum):
     WAL_FETCH = "wal.fetch"  # request: read a range of the partition's WAL
     WAL_DROP_BELOW = "wal.drop"  # request: retention -> ingest, drop segments below an offset
     WAL_STATS = "wal.stats"  # request: offsets and sizes of the partition's WAL
+    WAL_TIME = "wal.time"  # request: the first offset published at or after a time
     WAL_DELETE = "wal.delete"  # publish: discovery -> every ingest, a topic was deleted
     CLOUD_FETCH = "cloud.fetch"  # request: read a range from object storage (queue group)
     OWNERSHIP = "ctl.owner"  # publish: controller -> all, a partition changed owner
@@ -153,6 +154,10 @@ class Subjects:
     def wal_stats(self, topic: TopicLike) -> str:
         """Requests for the partition's WAL offsets and sizes, served by the ingest owner."""
         return self.for_topic(Kind.WAL_STATS, topic)
+
+    def wal_offset_for_time(self, topic: TopicLike) -> str:
+        """Requests for the first offset published at or after a time, served by the owner."""
+        return self.for_topic(Kind.WAL_TIME, topic)
 
     def wal_delete(self, topic: TopicLike) -> str:
         """Broadcast when a topic is deleted: every ingest node drops its WAL of the partition."""

@@ -34,6 +34,7 @@ from danube.frame.record import (
     Record,
     decode_record,
     encode_record,
+    record_publish_time_ms,
 )
 
 __all__ = [
@@ -61,5 +62,6 @@ __all__ = [
     "decode_record",
     "encode_frame",
     "encode_record",
+    "record_publish_time_ms",
     "scan_frames",
 ]

@@ -154,6 +154,27 @@ def _check(size: int, limit: int, what: str) -> None:
         raise CorruptRecordError(f"{what} of {size} exceeds the limit {limit}")
 
 
+_PUBLISH_TIME = struct.Struct("<Q")
+_PUBLISH_TIME_AT = 2  # after version and flags (see the layout above)
+
+
+def record_publish_time_ms(buf: bytes | bytearray | memoryview) -> int:
+    """The ``publish_time_ms`` of an encoded record, read from its header alone (for scans
+    that look at many records and need nothing else). Raises like :func:`decode_record`
+    for a buffer that cannot be a record of this version."""
+    view = memoryview(buf).cast("B")
+    if len(view) == 0:
+        raise CorruptRecordError("empty buffer")
+    if view[0] != RECORD_VERSION:
+        raise UnsupportedRecordVersionError(view[0])
+    if len(view) < RECORD_HEADER_BYTES:
+        raise CorruptRecordError(
+            f"{len(view)} bytes, shorter than the {RECORD_HEADER_BYTES}-byte header"
+        )
+    (time_ms,) = _PUBLISH_TIME.unpack_from(view, _PUBLISH_TIME_AT)
+    return int(time_ms)
+
+
 def decode_record(buf: bytes | bytearray | memoryview) -> Record:
     """Decode one record that spans exactly ``buf`` (e.g. a :class:`~danube.frame.Frame` payload).
 

@@ -8,7 +8,8 @@
         │   │                      "bad_encoding", "invalid_consumer_id", ...      400
         │   └── StreamProtocolError  "invalid_frame", "too_many_credits", ...    400
         │                            (a consumer stream's client broke the protocol)
-        ├── NotFoundError          "namespace_not_found", "topic_not_found"       404
+        ├── NotFoundError          "namespace_not_found", "topic_not_found",
+        │                          "subscription_not_found"                       404
         ├── ConflictError          "topic_exists", "namespace_exists",
         │                          "namespace_not_empty", "namespace_protected"   409
         ├── TooLargeError          "payload_too_large", "body_too_large",
@@ -112,6 +113,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "subscription_taken": 409,
     "consumer_exists": 409,
     "consumer_not_found": 404,
+    "subscription_not_found": 404,
     "subscription_type_mismatch": 409,
     "unsupported_start": 400,
 }

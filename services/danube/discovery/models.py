@@ -14,7 +14,13 @@ from danube.frame import (
     MAX_KEY_BYTES,
     MAX_PRODUCER_NAME_BYTES,
 )
-from danube.meta.records import PARTITIONS_MAX, Dispatch, Durability, RetentionPolicy
+from danube.meta.records import (
+    PARTITIONS_MAX,
+    Dispatch,
+    Durability,
+    RetentionPolicy,
+    SubscriptionType,
+)
 
 # A hard cap on the list whatever the settings say; discovery.max_produce_messages is the
 # configured limit (checked with its own 413).
@@ -96,9 +102,13 @@ class StartOffset(_Request):
 
 
 class StartTimestamp(_Request):
-    """Start at the first message published at or after this time (not served yet)."""
+    """Start at the first message published at or after this time (Unix milliseconds), in
+    every partition."""
 
-    timestamp_ms: Annotated[int, Field(ge=0)]
+    timestamp_ms: Annotated[int, Field(ge=0, le=2**64 - 1)]
+
+
+Position = Literal["latest", "earliest"] | StartOffset | StartTimestamp
 
 
 class AttachRequest(_Request):
@@ -107,7 +117,14 @@ class AttachRequest(_Request):
 
     name: Annotated[str, Field(min_length=1, max_length=128)]
     type: Literal["exclusive", "shared", "failover"] = "exclusive"
-    start: Literal["latest", "earliest"] | StartOffset | StartTimestamp = "latest"
+    start: Position = "latest"
+
+
+class SeekRequest(_Request):
+    """``POST /v1/topics/{ns}/{topic}/subscriptions/{sub}/seek``: move the cursor of every
+    partition (unacked messages included)."""
+
+    position: Position
 
 
 class MessageRefIn(_Request):
@@ -230,11 +247,60 @@ class PartitionDetail(_Response):
     offsets: OffsetsOut
 
 
+class SubscriptionPartitionOut(_Response):
+    """A subscription in one partition: its cursor (every offset below it is acked; ``null``
+    before its first write), the acks beyond it, the partition's end (ingest's next durable
+    offset; ``null`` when its owner does not answer) and the backlog between them."""
+
+    name: str
+    cursor: int | None
+    acked_beyond: int
+    end_offset: int | None
+    backlog: int | None
+
+
+class SubscriptionConsumerOut(_Response):
+    """An attached consumer: its public id, name and messages it holds unacked."""
+
+    consumer_id: str
+    name: str
+    unacked: int
+
+
+class SubscriptionOut(_Response):
+    """A subscription; ``backlog`` sums the partitions whose backlog is known; ``owner`` is
+    the dispatcher serving it (``null``: none right now, and then no consumers)."""
+
+    name: str
+    type: SubscriptionType
+    created_ms: int
+    owner: OwnerOut | None
+    backlog: int
+    partitions: list[SubscriptionPartitionOut]
+    consumers: list[SubscriptionConsumerOut]
+
+
+class SubscriptionList(_Response):
+    topic: str
+    subscriptions: list[SubscriptionOut]
+
+
+class SeekPartitionOut(_Response):
+    name: str
+    offset: int
+
+
+class SeekResponse(_Response):
+    """Where the seek put the cursor of each partition."""
+
+    partitions: list[SeekPartitionOut]
+
+
 class TopicDetail(_Response):
     name: str
     config: TopicConfigOut
     partitions: list[PartitionDetail]
-    subscriptions: list[str]
+    subscriptions: list[SubscriptionOut]
 
 
 class LookupOut(_Response):

@@ -3,6 +3,8 @@
 Every call goes to ``subjects.dispatch(topic, sub, op)``. When nobody serves the
 subscription yet, the call asks the dispatcher queue group to claim it, then retries with
 jittered backoff, all within the call's deadline (as :class:`IngestClient.produce` does).
+:meth:`DispatcherClient.stats` is the exception: it never claims (a subscription nobody
+serves has no live state to show; its stored state is in etcd).
 """
 
 from __future__ import annotations
@@ -86,6 +88,35 @@ class DispatcherClient:
         """Detach a consumer; its unacked messages go to the others."""
         body = orjson.dumps({"consumer_id": consumer_id})
         await self._request(topic, sub, DispatchOp.DETACH, body, self.timeout_s)
+
+    async def seek(
+        self, topic: TopicName, sub: str, position: protocol.StartPosition
+    ) -> dict[str, int]:
+        """Move the subscription's cursors to ``position``; the offset each partition (by
+        its topic segment) resolved to. RemoteError ``subscription_not_found`` when the
+        subscription does not exist."""
+        body = orjson.dumps({"position": position})
+        reply = await self._request(topic, sub, DispatchOp.SEEK, body, self.timeout_s)
+        offsets = orjson.loads(reply)["offsets"]
+        return {str(name): int(offset) for name, offset in offsets.items()}
+
+    async def stats(
+        self, topic: TopicName, sub: str, *, timeout_s: float | None = None
+    ) -> protocol.SubscriptionStats | None:
+        """The live state of the subscription, ``None`` when no dispatcher serves it (this
+        call does not claim it). RemoteError ``subscription_not_found`` when the dispatcher
+        serving it knows no such subscription."""
+        subject = self.bus.subjects.dispatch(topic, sub, DispatchOp.STATS)
+        try:
+            reply = await self.bus.request(subject, b"{}", timeout_s=timeout_s or self.timeout_s)
+        except NoRespondersError:
+            return None
+        return protocol.parse(reply.body, protocol.SubscriptionStats)
+
+    async def delete(self, topic: TopicName, sub: str) -> None:
+        """Delete the subscription (consumers detached, config, cursors and owner key
+        removed); the next attach creates it afresh."""
+        await self._request(topic, sub, DispatchOp.DELETE, b"{}", self.timeout_s)
 
     async def _acks(
         self,

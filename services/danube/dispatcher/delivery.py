@@ -138,6 +138,10 @@ class SubscriptionMachine:
         """Messages held in memory: buffered, in flight and awaiting redelivery."""
         return len(self._entries)
 
+    def consumer_details(self) -> list[tuple[str, str, int]]:
+        """``(consumer id, name, unacked count)`` of each attached consumer, in attach order."""
+        return [(c.consumer_id, c.name, len(c.in_flight)) for c in self._consumers.values()]
+
     def unacked(self, consumer_id: str) -> list[tuple[str, int]]:
         """The ``(partition, offset)`` a consumer holds unacked, in delivery order."""
         return list(self._consumer(consumer_id).in_flight)

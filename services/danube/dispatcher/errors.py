@@ -7,6 +7,7 @@
         ├── SubscriptionTakenError   "subscription_taken"                  409
         ├── ConsumerExistsError      "consumer_exists"                     409
         ├── ConsumerNotFoundError    "consumer_not_found"                  404
+        ├── SubscriptionNotFoundError "subscription_not_found"             404
         ├── UnknownPartitionError    "unknown_partition"                   500
         └── AckNotDurableError       "ack_not_durable" (retriable)         503
 
@@ -57,6 +58,13 @@ class ConsumerNotFoundError(DispatcherError):
     def __init__(self, message: str, *, consumer_id: str) -> None:
         super().__init__(message)
         self.consumer_id = consumer_id
+
+
+class SubscriptionNotFoundError(DispatcherError):
+    """A seek or stats of a subscription that does not exist (never attached, or deleted)."""
+
+    code = "subscription_not_found"
+    status = 404
 
 
 class UnknownPartitionError(DispatcherError):

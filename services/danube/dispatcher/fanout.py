@@ -27,7 +27,7 @@ from danube.config import DispatcherConfig
 from danube.dispatcher import metrics, protocol
 from danube.dispatcher.delivery import DeliveryType
 from danube.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenError
-from danube.dispatcher.store import SubscriptionStore
+from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.frame import CorruptFrameError, decode_frames
 from danube.meta.records import SubscriptionConfig
 
@@ -147,7 +147,9 @@ class FanoutRuntime:
         self._activate_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._last_seen: dict[str, float] = {}
+        self._names: dict[str, str] = {}
         self.failed = False
+        self.deleted = False
         self.closing = False
 
     # --- life cycle ------------------------------------------------------------------------
@@ -228,6 +230,7 @@ class FanoutRuntime:
             )
         consumer_id = uuid.uuid4().hex
         fanout.attach(consumer_id)
+        self._names[consumer_id] = request.consumer
         self._last_seen[consumer_id] = time.monotonic()
         metrics.CONSUMERS.inc()
         return consumer_id
@@ -272,6 +275,41 @@ class FanoutRuntime:
         self._check_consumer(consumer_id)
         self._detach(consumer_id)
 
+    # --- administration --------------------------------------------------------------------
+
+    async def seek(self, position: protocol.StartPosition) -> dict[str, int]:
+        """Refused: a non-reliable subscription keeps no position to move."""
+        raise protocol.BadRequestError(
+            f"{self.store.topic} is non-reliable: its subscriptions have no cursor to seek "
+            f"(asked for {position!r})",
+            code="unsupported_operation",
+        )
+
+    async def stats(self) -> protocol.SubscriptionStats:
+        """The consumers and what is buffered for each (no cursors, no backlog)."""
+        fanout = self._fanout()
+        consumers = [
+            protocol.ConsumerStats(
+                consumer_id=c, name=self._names.get(c, ""), unacked=fanout.buffered(c)
+            )
+            for c in fanout.consumers
+        ]
+        return protocol.SubscriptionStats(
+            type=fanout.delivery_type, partitions=[], consumers=consumers
+        )
+
+    async def delete(self) -> None:
+        """Delete the subscription's keys (fenced on our owner key) and stop serving;
+        buffered messages are dropped."""
+        async with self._activate_lock:
+            if self.deleted or self.failed:
+                raise NotOwnerError(f"{self.store.topic}/{self.store.sub}: being stopped")
+            self.deleted = True
+        try:
+            await self.store.delete()
+        finally:
+            self.fail("deleted")
+
     # --- internals -------------------------------------------------------------------------
 
     def _fanout(self) -> Fanout:
@@ -291,6 +329,7 @@ class FanoutRuntime:
 
     def _detach(self, consumer_id: str) -> None:
         lost = self._fanout().detach(consumer_id)
+        self._names.pop(consumer_id, None)
         if self._last_seen.pop(consumer_id, None) is not None:
             metrics.CONSUMERS.dec()
         if lost:

@@ -67,6 +67,16 @@ class SubscriptionHandlers:
             detach = protocol.parse(request.body, protocol.DetachRequest)
             await runtime.detach(detach.consumer_id)
             return _OK
+        if op == DispatchOp.SEEK:
+            seek = protocol.parse(request.body, protocol.SeekRequest)
+            return orjson.dumps({"offsets": await runtime.seek(seek.position)})
+        if op == DispatchOp.STATS:
+            protocol.parse(request.body, protocol.EmptyRequest)
+            return protocol.encode(await runtime.stats())
+        if op == DispatchOp.DELETE:
+            protocol.parse(request.body, protocol.EmptyRequest)
+            await runtime.delete()
+            return _OK
         raise protocol.BadRequestError(f"unknown dispatcher operation {op!r}", code="unknown_op")
 
 

@@ -81,7 +81,8 @@ class DispatcherNode:
         served = self._served.get(key)
         if served is None or served.runtime is not runtime:
             return
-        served.responder.cancel()
+        if not runtime.deleted:  # a delete's own request must still get its answer
+            served.responder.cancel()
         task = asyncio.get_running_loop().create_task(self._retire(key, runtime))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)

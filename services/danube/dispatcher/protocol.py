@@ -14,6 +14,14 @@ from. All integers little-endian::
     ack / nack       {"consumer_id": id, "messages": [{"partition", "offset"}], "delay_ms": ms}
     detach request   {"consumer_id": id}
     ack/nack/detach  reply {"ok": true}
+    seek request     {"position": S}      S as for attach
+    seek reply       {"offsets": {partition: offset}}   what S resolved to, per partition
+    stats request    {} (or empty)
+    stats reply      {"type", "partitions": [{"partition", "next_offset", "read_position",
+                     "acked_beyond", "wal_start", "wal_next", "backlog"}],
+                     "consumers": [{"consumer_id", "name", "unacked"}]}
+    delete request   {} (or empty)
+    delete reply     {"ok": true}
 
 A body that does not parse is refused with ``bad_request`` (:class:`BadRequestError`).
 """
@@ -26,7 +34,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from danube.dispatcher.errors import DispatcherError
 from danube.frame import append_frame, decode_frames
@@ -38,7 +46,28 @@ POLL_WAIT_MS_MAX = 30_000
 NACK_DELAY_MS_MAX = 24 * 3600 * 1000
 REFS_MAX = 100_000
 
+_U64_MAX = 2**64 - 1
+
 StartPosition = Literal["latest", "earliest"] | dict[str, int]
+"""Where a new subscription starts, or a seek goes: ``"latest"``, ``"earliest"``,
+``{"offset": N}`` (every partition) or ``{"timestamp_ms": T}`` (the first message published
+at or after T, in each partition)."""
+
+
+def check_position(position: StartPosition) -> StartPosition:
+    """``position`` if it is one of the shapes of :data:`StartPosition`, else ValueError."""
+    if position in ("latest", "earliest"):
+        return position
+    if isinstance(position, dict) and len(position) == 1:
+        ((name, value),) = position.items()
+        if name in ("offset", "timestamp_ms") and 0 <= value <= _U64_MAX:
+            return position
+    raise ValueError(
+        f'expected "latest", "earliest", {{"offset": N}} or {{"timestamp_ms": T}}, got {position!r}'
+    )
+
+
+Position = Annotated[StartPosition, AfterValidator(check_position)]
 
 
 class BadRequestError(DispatcherError):
@@ -57,7 +86,7 @@ class AttachRequest(_Body):
 
     consumer: Annotated[str, Field(min_length=1, max_length=128)]
     type: Literal["exclusive", "shared", "failover"] = "exclusive"
-    start: StartPosition = "latest"
+    start: Position = "latest"
 
 
 class PollRequest(_Body):
@@ -89,13 +118,58 @@ class DetachRequest(_Body):
     consumer_id: Annotated[str, Field(min_length=1, max_length=128)]
 
 
-_M = TypeVar("_M", bound="_Body")
+class SeekRequest(_Body):
+    """Move the subscription's cursor in every partition (unacked messages included)."""
+
+    position: Position
+
+
+class EmptyRequest(_Body):
+    """A request with nothing to say (stats, delete): ``{}`` or an empty body."""
+
+
+class _Reply(BaseModel):
+    # Replies ignore fields they do not know: an older caller reads a newer dispatcher.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class PartitionStats(_Reply):
+    """One partition of a subscription: its cursor, the WAL's ends (``None`` when its ingest
+    owner did not answer) and the backlog between them (danube.dispatcher.backlog)."""
+
+    partition: str
+    next_offset: int
+    read_position: int
+    acked_beyond: int
+    wal_start: int | None
+    wal_next: int | None
+    backlog: int | None
+
+
+class ConsumerStats(_Reply):
+    """One attached consumer and how many messages it holds unacked."""
+
+    consumer_id: str
+    name: str
+    unacked: int
+
+
+class SubscriptionStats(_Reply):
+    """The live state of a served subscription."""
+
+    type: str
+    partitions: list[PartitionStats]
+    consumers: list[ConsumerStats]
+
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def parse(body: bytes, model: type[_M]) -> _M:
-    """``body`` decoded as ``model``; BadRequestError naming the first bad field."""
+    """``body`` decoded as ``model`` (an empty body as ``{}``); BadRequestError naming the
+    first bad field."""
     try:
-        return model.model_validate_json(body)
+        return model.model_validate_json(body or b"{}")
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"

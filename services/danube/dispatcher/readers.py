@@ -152,16 +152,29 @@ class PartitionReader:
 async def resolve_start(
     ingest: IngestClient, partition: TopicName, start: protocol.StartPosition
 ) -> int:
-    """The first offset a new subscription reads in ``partition``."""
-    if start == "earliest":
+    """The first offset a new subscription reads in ``partition``, or where a seek goes.
+
+    ``latest`` and ``{"timestamp_ms": T}`` ask the partition's ingest owner; when nobody owns
+    it (nothing was ever produced to it: any later owner starts at or above 0) both are 0.
+    A time older than the WAL answers the WAL start (the cloud tier will refine this).
+    """
+    position = _checked(start)
+    if position == "earliest":
         return 0  # a read below the WAL start skips up to it
-    if isinstance(start, dict):
-        if set(start) == {"offset"} and start["offset"] >= 0:
-            return int(start["offset"])
-        if set(start) == {"timestamp_ms"}:
-            # TODO: find the first offset published at or after the time (sparse index).
-            raise protocol.BadRequestError(
-                "start by timestamp is not supported yet", code="unsupported_start"
-            )
-        raise protocol.BadRequestError(f"bad start position {start!r}")
-    return await ingest.durable_next(partition, timeout_s=_STATS_TIMEOUT_S)
+    if isinstance(position, dict) and "offset" in position:
+        return position["offset"]
+    try:
+        if isinstance(position, dict):
+            timestamp_ms = position["timestamp_ms"]
+            return await ingest.offset_for_time(partition, timestamp_ms, timeout_s=_STATS_TIMEOUT_S)
+        offsets = await ingest.wal_offsets(partition, timeout_s=_STATS_TIMEOUT_S)
+        return offsets.durable_next
+    except NoRespondersError:
+        return 0
+
+
+def _checked(start: protocol.StartPosition) -> protocol.StartPosition:
+    try:
+        return protocol.check_position(start)
+    except ValueError as exc:
+        raise protocol.BadRequestError(f"bad start position: {exc}") from exc

@@ -17,12 +17,13 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from danube.bus import Bus
+from danube.bus import Bus, BusError
 from danube.config import DispatcherConfig
 from danube.dispatcher import metrics, protocol
+from danube.dispatcher.backlog import backlog
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.errors import AckNotDurableError
+from danube.dispatcher.errors import AckNotDurableError, SubscriptionNotFoundError
 from danube.dispatcher.events import (
     Ack,
     Action,
@@ -38,12 +39,13 @@ from danube.dispatcher.events import (
     Poll,
     ReadFrom,
     ResumeReading,
+    Seek,
     Tick,
 )
 from danube.dispatcher.readers import PartitionReader, resolve_start
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
-from danube.ingest.client import IngestClient
+from danube.ingest.client import IngestClient, WalOffsets
 from danube.meta import TopicName
 from danube.meta.records import SubscriptionConfig
 
@@ -51,6 +53,8 @@ log = logging.getLogger(__name__)
 
 TICK_INTERVAL_S = 0.05
 DEAD_LETTER_TIMEOUT_S = 10.0
+# Stats ask each partition's ingest owner for its WAL ends; a slow one is shown as unknown.
+WAL_STATS_TIMEOUT_S = 1.0
 # Room in a poll reply for its JSON head entry and frame header, per message.
 _REPLY_BYTES_PER_MESSAGE = 128
 _REPLY_HEAD_BYTES = 4096
@@ -107,6 +111,7 @@ class SubscriptionRuntime:
         self._stored = asyncio.Event()
         self._commit_lock = asyncio.Lock()
         self.failed = False
+        self.deleted = False  # set (for good) when a delete begins
         self.closing = False  # set on stop: waiting polls answer at once
         # Consumers by the monotonic time they were last heard from (session expiry).
         self._last_seen: dict[str, float] = {}
@@ -167,7 +172,10 @@ class SubscriptionRuntime:
         if self.failed:
             return
         self.failed = True
-        log.error("subscription %s/%s fails: %s", self.store.topic, self.store.sub, reason)
+        if self.deleted:
+            log.info("subscription %s/%s stops: %s", self.store.topic, self.store.sub, reason)
+        else:
+            log.error("subscription %s/%s fails: %s", self.store.topic, self.store.sub, reason)
         for task in list(self._tasks):
             task.cancel()
         self._on_failed(self, reason)
@@ -201,6 +209,7 @@ class SubscriptionRuntime:
     async def attach(self, request: protocol.AttachRequest) -> str:
         """Add a consumer (creating the subscription on its first attach); its id."""
         async with self._activate_lock:
+            self._check_serving()
             if self.machine is None:
                 initial = request.start if isinstance(request.start, str) else "earliest"
                 config = await self.store.create_config(
@@ -229,6 +238,7 @@ class SubscriptionRuntime:
         """Messages for the consumer; waits up to ``wait_s`` for the first one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
+        self._check_serving()
         while True:
             self._seen(request.consumer_id)
             actions = self._machine().handle(
@@ -271,6 +281,7 @@ class SubscriptionRuntime:
         """Acknowledge messages; returns once the cursor holding the acks is stored, so an
         acknowledged message is never delivered again, even after a crash. AckNotDurableError
         when that takes longer than ``timeout_s`` (the acks still count in memory)."""
+        self._check_serving()
         started_s = time.monotonic()
         self._seen(request.consumer_id)
         refs = [(m.partition, m.offset) for m in request.messages]
@@ -313,6 +324,7 @@ class SubscriptionRuntime:
 
     async def nack(self, request: protocol.AckRequest) -> None:
         """Refuse messages: redelivered after ``delay_ms``."""
+        self._check_serving()
         self._seen(request.consumer_id)
         refs = [(m.partition, m.offset) for m in request.messages]
         await self._handle(Nack(request.consumer_id, refs, request.delay_ms, time.monotonic()))
@@ -320,9 +332,104 @@ class SubscriptionRuntime:
 
     async def detach(self, consumer_id: str) -> None:
         """Remove a consumer; its unacked messages go to the others."""
+        self._check_serving()
         await self._handle(ConsumerDetached(consumer_id, time.monotonic()))
         if self._last_seen.pop(consumer_id, None) is not None:
             metrics.CONSUMERS.dec()
+
+    # --- administration --------------------------------------------------------------------
+
+    async def seek(self, position: protocol.StartPosition) -> dict[str, int]:
+        """Move the cursor of every partition to ``position``, dropping what is held (unacked
+        messages included), and write the cursors at once; the offsets it resolved to."""
+        self._check_serving()
+        self._subscription()
+        names = list(self._partitions)
+        offsets = await asyncio.gather(
+            *(resolve_start(self.ingest, self._partitions[n], position) for n in names)
+        )
+        self._check_serving()  # a delete may have begun while ingest answered
+        resolved = dict(zip(names, offsets, strict=True))
+        await self._handle(Seek(resolved, time.monotonic()))
+        log.info("seek of %s/%s to %s: %s", self.store.topic, self.store.sub, position, resolved)
+        return resolved
+
+    async def stats(self) -> protocol.SubscriptionStats:
+        """Cursors, WAL ends and backlog per partition; consumers and what they hold."""
+        self._check_serving()
+        machine = self._subscription()
+        names = list(self._partitions)
+        ends = await asyncio.gather(*(self._wal_offsets(self._partitions[n]) for n in names))
+        partitions = []
+        for name, wal in zip(names, ends, strict=True):
+            cursor = machine.cursor(name)
+            acked = cursor.acked_beyond
+            partitions.append(
+                protocol.PartitionStats(
+                    partition=name,
+                    next_offset=cursor.next_offset,
+                    read_position=cursor.read_position,
+                    acked_beyond=len(acked),
+                    wal_start=None if wal is None else wal.start_offset,
+                    wal_next=None if wal is None else wal.durable_next,
+                    backlog=backlog(
+                        cursor.next_offset, acked, None if wal is None else wal.durable_next
+                    ),
+                )
+            )
+        consumers = [
+            protocol.ConsumerStats(consumer_id=cid, name=name, unacked=unacked)
+            for cid, name, unacked in machine.consumer_details()
+        ]
+        return protocol.SubscriptionStats(
+            type=machine.delivery_type, partitions=partitions, consumers=consumers
+        )
+
+    async def _wal_offsets(self, partition: TopicName) -> WalOffsets | None:
+        try:
+            return await self.ingest.wal_offsets(partition, timeout_s=WAL_STATS_TIMEOUT_S)
+        except (BusError, TimeoutError, protocol.BadRequestError):
+            return None  # no owner right now, or a slow one: unknown
+
+    async def delete(self) -> None:
+        """Delete the subscription: detach every consumer, stop reading, delete its keys
+        (config, cursors, owner) fenced on our owner key, then stop serving.
+
+        Once ``deleted`` is set (under the attach lock, so a first attach either finished
+        before or is refused after) every request is refused with ``not_owner``, which the
+        client retries: after the responder is gone it claims afresh, and the new owner
+        finds no config, so a racing attach creates a new subscription from its own start
+        position and never sees this one's cursors. No cursor write of ours can land after
+        the delete: the timer and readers are stopped first, a write already under way
+        finishes before it (``_io_lock``), and any later one is fenced on the deleted owner
+        key. Consumers learn it at their next poll (``consumer_not_found``)."""
+        async with self._activate_lock:
+            self._check_serving()
+            self.deleted = True
+        self.begin_stop()
+        try:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            async with self._io_lock:
+                await self.store.delete()
+        finally:
+            # Stop serving either way: if the delete failed, the next owner loads what is
+            # stored and the caller's retry deletes it there.
+            self.fail("deleted")
+
+    def _check_serving(self) -> None:
+        if self.deleted or self.failed:
+            raise NotOwnerError(
+                f"{self.store.topic}/{self.store.sub} is being deleted or stopped; ask again"
+            )
+
+    def _subscription(self) -> SubscriptionMachine:
+        if self.machine is None:
+            raise SubscriptionNotFoundError(
+                f"subscription {self.store.sub!r} of {self.store.topic} does not exist"
+            )
+        return self.machine
 
     # --- the machine -----------------------------------------------------------------------
 

@@ -93,6 +93,25 @@ class SubscriptionStore:
             )
             self.claim = None
 
+    async def delete(self) -> None:
+        """Delete every key of the subscription (config, cursors, owner) in one transaction
+        fenced on our owner key; NotOwnerError (nothing deleted) if it is no longer ours.
+        Once it commits, no cursor write of ours can land (the owner key is gone) and the
+        next claimant finds no config: the subscription starts afresh at its next attach."""
+        if self.claim is None:
+            raise NotOwnerError(f"{self.topic}/{self.sub}: not claimed")
+        prefix = meta_keys.subscription_prefix(self.topic, self.sub)
+        result = await (
+            self.store.txn()
+            .if_mod_revision(self.owner_key, "==", self.claim.revision)
+            .then_delete(prefix, prefix=True)
+            .commit()
+        )
+        if not result.succeeded:
+            raise NotOwnerError(f"{self.topic}/{self.sub}: the owner key changed; fenced")
+        self.claim = None
+        log.info("deleted subscription %s/%s", self.topic, self.sub)
+
     async def load_config(self) -> SubscriptionConfig | None:
         """The subscription's config, ``None`` before its first attach."""
         return await self.store.get_model(self.config_key, SubscriptionConfig)

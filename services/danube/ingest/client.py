@@ -1,4 +1,5 @@
-"""How other services talk to ingest over the bus: produce and fetch a partition.
+"""How other services talk to ingest over the bus: produce to, fetch from and find a time in
+a partition.
 
 Discovery produces through :meth:`IngestClient.produce`; the uploader and dispatchers
 read through :meth:`IngestClient.fetch`. Until the controller assigns partitions, a
@@ -13,7 +14,6 @@ import contextlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -34,6 +34,14 @@ class FetchReply:
     wal_start: int
     next_offset: int
     frames: list[Frame]
+
+
+@dataclass(frozen=True)
+class WalOffsets:
+    """Where a partition's WAL starts and its durable next offset (from ``wal.stats``)."""
+
+    start_offset: int
+    durable_next: int
 
 
 class IngestClient:
@@ -70,24 +78,6 @@ class IngestClient:
                 raise TimeoutError(f"produce to {partition}: no durable answer in {timeout_s}s")
             await asyncio.sleep(delay_s)
 
-    async def stats(self, partition: TopicName, *, timeout_s: float = 5.0) -> dict[str, Any]:
-        """The owner's ``wal.stats`` answer (JSON: owner, epoch, ``wal`` offsets and sizes);
-        NoRespondersError when nobody owns the partition."""
-        reply = await self.bus.request(
-            self.bus.subjects.wal_stats(partition), b"", timeout_s=timeout_s
-        )
-        stats: dict[str, Any] = orjson.loads(reply.body)
-        return stats
-
-    async def durable_next(self, partition: TopicName, *, timeout_s: float = 5.0) -> int:
-        """The offset after the last durable message; 0 when nobody owns the partition
-        (nothing was produced to it: any later owner starts at or above 0)."""
-        try:
-            stats = await self.stats(partition, timeout_s=timeout_s)
-        except NoRespondersError:
-            return 0
-        return int(stats["wal"]["durable_next"])
-
     async def _ask_claim(self, partition: TopicName, deadline: float) -> None:
         remaining_s = deadline - asyncio.get_running_loop().time()
         if remaining_s <= 0:
@@ -97,6 +87,31 @@ class IngestClient:
             await self.bus.request(
                 self.bus.subjects.ownership(partition), b"", timeout_s=remaining_s
             )
+
+    async def wal_offsets(self, partition: TopicName, *, timeout_s: float = 5.0) -> WalOffsets:
+        """The WAL's start and durable next offset; NoRespondersError when nobody owns the
+        partition (nothing was produced to it, or its owner is gone)."""
+        reply = await self.bus.request(
+            self.bus.subjects.wal_stats(partition), b"", timeout_s=timeout_s
+        )
+        try:
+            wal = orjson.loads(reply.body)["wal"]
+            return WalOffsets(int(wal["start_offset"]), int(wal["durable_next"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise protocol.BadRequestError(f"bad wal.stats reply from {partition}") from exc
+
+    async def offset_for_time(
+        self, partition: TopicName, timestamp_ms: int, *, timeout_s: float = 5.0
+    ) -> int:
+        """The first offset of ``partition`` published at or after ``timestamp_ms`` (its WAL
+        start when the time is older; the next offset when it is newer than everything).
+        NoRespondersError when nobody owns the partition."""
+        reply = await self.bus.request(
+            self.bus.subjects.wal_offset_for_time(partition),
+            protocol.encode_timestamp(timestamp_ms),
+            timeout_s=timeout_s,
+        )
+        return protocol.decode_offset(reply.body)
 
     async def fetch(
         self,

@@ -1,4 +1,5 @@
-"""The bus edges of ingest: produce, fetch, drop-below and stats of each owned partition,
+"""The bus edges of ingest: produce, fetch, drop-below, stats and offset-for-time of each
+owned partition,
 and the claim request any ingest node may answer."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import orjson
 from danube.bus import Bus, Kind, Message, Request, Responder, Subscription
 from danube.config import DanubeSettings
 from danube.frame import FRAME_HEADER_BYTES, decode_record
-from danube.ingest import metrics, protocol
+from danube.ingest import metrics, protocol, timeseek
 from danube.ingest.ownership import OwnershipError
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES
 from danube.ingest.wal import BelowWalStartError
@@ -55,6 +56,9 @@ class PartitionHandlers:
             ),
             await bus.serve(subjects.wal_drop_below(name), self.drop_below, max_concurrency=1),
             await bus.serve(subjects.wal_stats(name), self.stats, max_concurrency=4),
+            await bus.serve(
+                subjects.wal_offset_for_time(name), self.offset_for_time, max_concurrency=4
+            ),
         ]
 
     async def produce(self, request: Request) -> bytes:
@@ -100,6 +104,11 @@ class PartitionHandlers:
     async def drop_below(self, request: Request) -> bytes:
         removed = await self.partition.wal.drop_below(protocol.decode_offset(request.body))
         return protocol.encode_drop_reply(removed, self.partition.wal.start_offset)
+
+    async def offset_for_time(self, request: Request) -> bytes:
+        timestamp_ms = protocol.decode_timestamp(request.body)
+        offset = await timeseek.offset_for_time(self.partition.wal, timestamp_ms)
+        return protocol.encode_offset(offset)
 
     async def stats(self, request: Request) -> bytes:
         partition = self.partition

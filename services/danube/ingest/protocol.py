@@ -13,6 +13,8 @@ the CRC of every message end to end, and the uploader can write them to objects 
     live message      frames of one durable batch (or a slice of it), in offset order
     drop request      [u64 below_offset]
     drop reply        [u32 segments_removed][u64 wal_start]
+    time request      [u64 timestamp_ms]
+    time reply        [u64 offset]     the first offset published at or after timestamp_ms
 
 Control replies (claim, stats) are small JSON documents. A stats request is empty, or
 ``[u32 max_segments]`` to also list the oldest segments (for retention)::
@@ -160,6 +162,16 @@ def encode_offset(offset: int) -> bytes:
 def decode_offset(body: bytes) -> int:
     if len(body) != _U64.size:
         raise BadRequestError(f"expected an 8-byte offset, got {len(body)} bytes")
+    return int(_U64.unpack(body)[0])
+
+
+def encode_timestamp(timestamp_ms: int) -> bytes:
+    return _U64.pack(timestamp_ms)
+
+
+def decode_timestamp(body: bytes) -> int:
+    if len(body) != _U64.size:
+        raise BadRequestError(f"expected an 8-byte timestamp, got {len(body)} bytes")
     return int(_U64.unpack(body)[0])
 
 

@@ -218,7 +218,10 @@ class UploaderNode:
 
     async def _measure_lag(self, worker: _Worker) -> None:
         uploader = worker.uploader
-        durable_next = await self.ingest.durable_next(uploader.partition)
+        try:
+            durable_next = (await self.ingest.wal_offsets(uploader.partition)).durable_next
+        except NoRespondersError:
+            return  # nobody serves the partition: nothing new is durable
         checkpoint = await uploader.load_checkpoint()
         worker.lag_offsets = max(durable_next - 1 - checkpoint.value.uploaded_through, 0)
 

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Body, Response
 
 from danube.bus import Bus, BusError
 from danube.discovery.api.state import ServicesDep
+from danube.discovery.api.subscriptions import list_subscriptions
 from danube.discovery.catalog import user_topic
 from danube.discovery.models import (
     ClusterOut,
@@ -186,7 +187,8 @@ async def put_topic(
 
 @router.get("/topics/{ns}/{topic}", response_model=TopicDetail)
 async def describe_topic(ns: str, topic: str, services: ServicesDep) -> TopicDetail:
-    """Config, partitions, owners and offsets of a topic."""
+    """Config, partitions, owners and offsets of a topic, and its subscriptions with their
+    backlog."""
     name = user_topic(ns, topic)
     config = await services.catalog.get_topic(name)
     names = name.partitions(config.partitions)
@@ -199,8 +201,10 @@ async def describe_topic(ns: str, topic: str, services: ServicesDep) -> TopicDet
         PartitionDetail(name=str(p), owner=owner, offsets=offset)
         for p, owner, offset in zip(names, owners, offsets, strict=True)
     ]
+    ends = {p: offset.next_offset for p, offset in zip(names, offsets, strict=True)}
+    subs = await list_subscriptions(services, name, names, ends)
     return TopicDetail(
-        name=str(name), config=_config_out(config), partitions=partitions, subscriptions=[]
+        name=str(name), config=_config_out(config), partitions=partitions, subscriptions=subs
     )
 
 
