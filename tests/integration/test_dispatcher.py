@@ -470,3 +470,33 @@ async def test_an_attach_racing_a_delete_never_resurrects_the_old_cursor(
             polled = await _poll_until(client, topic, "s", new, 6 - start["offset"])
             assert [m.offset for m in polled] == list(range(start["offset"], 6))
             await client.delete(topic, "s")
+
+
+async def test_non_reliable_subscriptions_refuse_seek_report_buffers_and_delete(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    topic = TopicName("default", "nr-admin")
+    await store.put_model(
+        meta_keys.topic_key(topic),
+        TopicConfig(dispatch="non_reliable", created_ms=int(time.time() * 1000)),
+    )
+    client = DispatcherClient(bus)
+    async with mesh(settings):
+        consumer = await client.attach(topic, "s", "c", type="shared")
+        await _produce(bus, topic, [b"a", b"b", b"c"])
+        async with asyncio.timeout(5):
+            while True:  # the live batch reaches the buffer
+                stats = await client.stats(topic, "s")
+                assert stats is not None
+                if stats.consumers and stats.consumers[0].unacked == 3:
+                    break
+                await asyncio.sleep(0.05)
+        assert (stats.type, stats.partitions) == ("shared", [])
+        with pytest.raises(RemoteError) as refused:
+            await client.seek(topic, "s", "earliest")
+        assert refused.value.code == "unsupported_operation"
+        await client.delete(topic, "s")
+        assert await store.range(meta_keys.subscription_prefix(topic, "s")) == []
+        with pytest.raises(RemoteError) as gone:
+            await client.poll(topic, "s", consumer, wait_ms=0)
+        assert gone.value.code == "consumer_not_found"
