@@ -9,6 +9,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from prometheus_client import REGISTRY
 
@@ -20,6 +21,7 @@ from danube.config import (
     CloudConfig,
     CloudReaderConfig,
     DanubeSettings,
+    DiscoveryConfig,
     DispatcherConfig,
     IngestConfig,
     MetadataConfig,
@@ -29,6 +31,7 @@ from danube.config import (
     WalCloudConfig,
     WalConfig,
 )
+from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.dispatcher.client import DispatcherClient
 from danube.frame import Record, decode_frames, decode_record, encode_record
@@ -40,7 +43,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
-from danube.storage import ObjectDescriptor, ObjectStore
+from danube.storage import ObjectDescriptor, ObjectStore, topic_prefix
 from danube.uploader import app as uploader_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -177,3 +180,28 @@ async def test_a_flipped_byte_is_refused_naming_the_object_and_offset(
         assert [f.offset for f in after.frames] == list(
             range(descriptor.last_offset + 1, descriptor.last_offset + 6)
         )
+
+
+async def test_deleting_a_topic_deletes_its_descriptors_checkpoint_and_objects(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    settings = settings.model_copy(
+        update={"discovery": DiscoveryConfig(port=free_port(), lease_ttl_s=3)}
+    )
+    await store.put_model(meta_keys.topic_key(TOPIC), TopicConfig(created_ms=1))
+    objects = ObjectStore.from_config(settings.wal_cloud.cloud)
+    prefix = topic_prefix(settings.wal_cloud.uploader.root_prefix, "default", TOPIC.topic)
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-d"),
+        run_in_process(uploader_app.serve, settings, "uploader-d"),
+        run_in_process(discovery_app.serve, settings, "discovery-d"),
+    ):
+        await _produce(bus, 30_000)
+        await _uploaded_through(store, 29_999)
+        assert len(await objects.list(prefix)) >= 2
+        url = f"http://127.0.0.1:{settings.discovery.port}/v1/topics/default/{TOPIC.topic}"
+        async with httpx.AsyncClient(timeout=30) as http:
+            response = await http.delete(url)
+        assert response.status_code == 204, response.text
+    assert await store.range(meta_keys.storage_prefix(TOPIC)) == []
+    assert await objects.list(prefix) == []

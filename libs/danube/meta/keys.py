@@ -157,6 +157,11 @@ def format_offset(offset: int) -> str:
     return f"{offset:0{OFFSET_DIGITS}d}"
 
 
+def storage_prefix(partition: TopicName) -> str:
+    """Everything the cloud tier records for a partition: descriptors and checkpoint."""
+    return "storage/" + _segments(partition) + "/"
+
+
 def object_descriptors_prefix(partition: TopicName) -> str:
     """All object descriptors of a partition, sorted by start offset."""
     return "storage/" + _segments(partition) + "/objects/"

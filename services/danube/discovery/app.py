@@ -21,6 +21,7 @@ from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
 from danube.runtime.service import register_node
+from danube.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             # One deadline for the data path: a consume call gets what a produce gets,
             # claims and retries included (a poll: its own wait plus a 2 s margin).
             dispatcher=DispatcherClient(bus, timeout_s=config.produce_timeout_s),
+            objects=ObjectStore.from_config(settings.wal_cloud.cloud),
+            objects_root=settings.wal_cloud.uploader.root_prefix,
             streams=StreamSlots(config.max_streams),
             # Three chances to be heard before the dispatcher expires an idle consumer.
             stream_keepalive_s=settings.dispatcher.consumer_session_timeout_s / 3,

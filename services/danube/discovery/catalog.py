@@ -222,7 +222,9 @@ class Catalog:
 
     async def delete_topic(self, topic: TopicName) -> TopicConfig:
         """Delete the topic's config, then its partitions' records (owner, reservation,
-        assignment...) and subscriptions. Removing the owner key fences the owning ingest."""
+        assignment...), their cloud-tier records (descriptors, checkpoint) and subscriptions.
+        Removing the owner key fences the owning ingest, removing the uploader's assignment
+        key fences its uploads."""
         key = meta_keys.topic_key(topic)
         found = await self.store.get_model_kv(key, TopicConfig)
         if found is None:
@@ -231,7 +233,9 @@ class Catalog:
         if not await self.store.compare_and_delete(key, expected_mod_revision=kv.mod_revision):
             raise ConflictError(f"topic {topic} changed while being deleted", code="conflict")
         self._cache.pop(topic, None)
-        prefixes = [meta_keys.partition_prefix(p) for p in topic.partitions(config.partitions)]
+        partitions = topic.partitions(config.partitions)
+        prefixes = [meta_keys.partition_prefix(p) for p in partitions]
+        prefixes += [meta_keys.storage_prefix(p) for p in partitions]
         prefixes.append(meta_keys.subscriptions_prefix(topic))
         for start in range(0, len(prefixes), _DELETE_OPS_PER_TXN):
             txn = self.store.txn()

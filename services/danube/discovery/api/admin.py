@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 
 import orjson
 from fastapi import APIRouter, Body, Response
 
 from danube.bus import Bus, BusError
-from danube.discovery.api.state import ServicesDep
+from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.api.subscriptions import list_subscriptions
 from danube.discovery.catalog import user_topic
 from danube.discovery.models import (
@@ -40,6 +41,9 @@ from danube.meta.records import (
     UploaderCheckpoint,
 )
 from danube.names import validate_segment
+from danube.storage import StorageError, topic_prefix
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1")
 
@@ -211,14 +215,36 @@ async def describe_topic(ns: str, topic: str, services: ServicesDep) -> TopicDet
 @router.delete("/topics/{ns}/{topic}", status_code=204)
 async def delete_topic(ns: str, topic: str, services: ServicesDep) -> Response:
     """Delete a topic: its config and its partitions' records first (which fences the owning
-    ingest nodes), then every ingest node drops its WAL of those partitions."""
+    ingest nodes and uploaders), then every ingest node drops its WAL of those partitions, and
+    the partitions' objects are deleted from object storage."""
     name = user_topic(ns, topic)
     config = await services.catalog.delete_topic(name)
     bus = services.bus
-    for partition in name.partitions(config.partitions):
+    partitions = name.partitions(config.partitions)
+    for partition in partitions:
         await bus.publish(bus.subjects.wal_delete(partition), b"")
     await bus.flush()
+    await _delete_objects(services, partitions)
     return Response(status_code=204)
+
+
+async def _delete_objects(services: Services, partitions: list[TopicName]) -> None:
+    # The topic is gone once its metadata is: objects that cannot be deleted now (storage
+    # down) are logged and left behind rather than failing the delete.
+    objects = services.objects
+    if objects is None:
+        return
+    for partition in partitions:
+        prefix = topic_prefix(services.objects_root, partition.namespace, partition.topic)
+        try:
+            keys = await objects.list(prefix)
+            for key in keys:
+                await objects.delete(key)
+        except StorageError as exc:
+            log.warning("objects of deleted %s left under %s: %s", partition, prefix, exc)
+            continue
+        if keys:
+            log.info("deleted %d objects of %s", len(keys), partition)
 
 
 @router.get("/lookup/{ns}/{topic}", response_model=LookupOut)

@@ -15,6 +15,7 @@ from danube.discovery.produce import Producer
 from danube.discovery.stream_protocol import StreamSlots
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
+from danube.storage import ObjectStore
 
 
 class ControllerView(Protocol):
@@ -41,6 +42,9 @@ class Services:
     producer: Producer
     controller: ControllerView
     dispatcher: DispatcherClient
+    # Object storage, to delete a deleted topic's objects (None: leave them).
+    objects: ObjectStore | None = None
+    objects_root: str = ""  # wal_cloud.uploader.root_prefix: where topics' objects live
     ready_timeout_s: float = 2.0
     # Open consumer streams (WebSocket), up to discovery.max_streams.
     streams: StreamSlots = field(default_factory=lambda: StreamSlots(1024))
