@@ -5,7 +5,9 @@ their own S3 server and etcd):
   and catch up after it returns;
 - etcd frozen for 10 s: producing is unaffected; uploads pause and resume.
 
-Afterwards the cloud tier holds every offset exactly once (verify_partition)."""
+Retention runs all along with a 1 MB WAL limit. Afterwards the cloud tier holds every offset
+exactly once (verify_partition): had retention dropped a segment before it was uploaded, the
+uploader could not have read it and the tier would have a hole."""
 
 from __future__ import annotations
 
@@ -119,8 +121,13 @@ async def test_s3_and_etcd_outages_do_not_touch_producing_and_uploads_catch_up(
             # Leases outlive the etcd outage (a frozen etcd cannot renew them).
             "DANUBE_INGEST__LEASE_TTL_S": "30",
             "DANUBE_UPLOADER__LEASE_TTL_S": "30",
+            "DANUBE_RETENTION__LEASE_TTL_S": "30",
+            # Small segments and a 1 MB WAL limit: retention drops uploaded segments all along.
+            "DANUBE_WAL_CLOUD__WAL__ROTATION__MAX_BYTES": "65536",
+            "DANUBE_WAL_CLOUD__WAL__RETENTION__SIZE_MB": "1",
+            "DANUBE_RETENTION__CHECK_INTERVAL_S": "1",
         }
-        for kind in ("ingest", "uploader"):
+        for kind in ("ingest", "uploader", "retention"):
             spec = spec_for(kind, f"{kind}-o", **env)
             processes.append(ServerProcess(spec, tmp_path / f"{kind}.log"))
         store = await MetaStore.connect(
@@ -155,6 +162,7 @@ async def test_s3_and_etcd_outages_do_not_touch_producing_and_uploads_catch_up(
             producer.stop.set()
             await task
             etcd_catch_up_s = await _catch_up(store, producer.last)
+            wal_start = (await IngestClient(bus).wal_offsets(TOPIC)).start_offset
             cloud = moto_cloud(endpoint, "outage")
             report = await verify_partition(store, ObjectStore.from_config(cloud), TOPIC)
         finally:
@@ -172,6 +180,7 @@ async def test_s3_and_etcd_outages_do_not_touch_producing_and_uploads_catch_up(
     assert len(during_etcd) > ETCD_OUTAGE_S * 10
     assert max(during_s3 + during_etcd) < PRODUCE_BOUND_S
     assert stalled_at < behind  # uploads really stopped while S3 was away
+    assert wal_start > 0  # retention dropped segments; only uploaded ones (no gap below)
     assert report.ok, report.problems
     assert report.offsets == list(range(producer.last + 1))
     print(
