@@ -32,6 +32,7 @@ from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor, ObjectStore
 from danube.uploader import app as uploader_app
+from danube.uploader import upload
 from danube.uploader.verify import verify_partition
 
 pytestmark = pytest.mark.integration
@@ -128,9 +129,16 @@ async def _create_topic(store: MetaStore) -> None:
     await store.put_model(meta_keys.topic_key(TOPIC), config)
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["in-memory", "streamed"])
 async def test_uploads_every_offset_once_in_objects_of_at_most_max_object_mb(
-    bus: Bus, store: MetaStore, settings: DanubeSettings
+    bus: Bus,
+    store: MetaStore,
+    settings: DanubeSettings,
+    streamed: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if streamed:  # objects past 64 KiB are streamed (multipart) in a second pass over the WAL
+        monkeypatch.setattr(upload, "MEMORY_OBJECT_BYTES", 64 * 1024)
     await _create_topic(store)
     objects = ObjectStore.from_config(settings.wal_cloud.cloud)
     async with run_in_process(ingest_app.serve, settings, "ingest-u"):
