@@ -1,4 +1,4 @@
-"""Cancelling the tasks this package owns, robustly.
+"""Waiting and cancelling in asyncio, robustly (used by this package and the services).
 
 On Python 3.11, ``asyncio.wait_for`` (which aetcd uses while it creates a watch) swallows a
 cancellation that arrives just as the awaited future completes; the task then carries on as
@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
 _RECANCEL_EVERY_S = 0.05
+T = TypeVar("T")
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None, *, timeout_s: float) -> bool:
@@ -37,3 +39,33 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None, *, timeout_s: float) -
     if not task.cancelled() and task.exception() is not None:
         log.debug("task %s ended with %r", task.get_name(), task.exception())
     return True
+
+
+async def wait_any(*events: asyncio.Event, timeout_s: float | None = None) -> None:
+    """Return as soon as one of ``events`` is set, or after ``timeout_s`` (if given)."""
+    if timeout_s is not None and timeout_s <= 0:
+        return
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def until_stopped(
+    work: Awaitable[T], stop: asyncio.Event, *, cancel_timeout_s: float
+) -> T | None:
+    """Await ``work`` unless ``stop`` comes first (then cancel it and return ``None``); an
+    election campaign, typically."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done() and not stop.is_set():
+        return task.result()
+    await cancel_and_wait(task, timeout_s=cancel_timeout_s)
+    return None

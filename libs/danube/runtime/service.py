@@ -16,13 +16,18 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
+from danube.bus import Bus
 from danube.config import ConfigError, DanubeSettings, load_settings
+from danube.config.model import ServiceConfig
 from danube.meta import Lease, MetaStore
 from danube.meta import keys as meta_keys
+from danube.meta.aio import wait_any
 from danube.meta.keys import ServiceKind
 from danube.meta.records import NodeRecord
+from danube.runtime.http import HealthServer
 from danube.runtime.logs import configure_logging
 
 log = logging.getLogger(__name__)
@@ -81,12 +86,66 @@ async def register_node(
 
 async def wait_for_any(*events: asyncio.Event) -> None:
     """Return as soon as one of ``events`` is set."""
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    await wait_any(*events)
+
+
+class LeaseLost(Exception):
+    """The node lease expired before the service was asked to stop: everything it held was
+    fenced; the process exits and a restart registers (and claims) afresh."""
+
+
+@dataclass
+class NodeSession:
+    """What every internal service process holds while it runs (see :func:`node_session`):
+    its bus and etcd connections, its node lease, and the task group its work runs in."""
+
+    node_id: str
+    bus: Bus
+    store: MetaStore
+    lease: Lease
+    tasks: asyncio.TaskGroup
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by the service once it serves: /readyz answers 200 from then on (while the bus
+    is connected and the lease alive)."""
+
+
+@asynccontextmanager
+async def node_session(
+    settings: DanubeSettings,
+    kind: ServiceKind,
+    node_id: str,
+    config: ServiceConfig,
+    stop: asyncio.Event,
+) -> AsyncIterator[NodeSession]:
+    """Connect to the bus and etcd, take a node lease, serve health on
+    ``config.metrics_port``, register ``nodes/<kind>/<node_id>``; on exit close everything
+    (closing the store revokes the lease: our keys go at once). Raises :class:`LeaseLost`
+    after the block when the lease was lost rather than ``stop`` set."""
+    bus = await Bus.connect(settings.bus, name=node_id)
     try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        store = await MetaStore.connect(settings.wal_cloud.metadata)
+    except BaseException:
+        await bus.close()
+        raise
+    try:
+        lease = await store.grant_lease(config.lease_ttl_s)
+        async with asyncio.TaskGroup() as tasks:
+            session = NodeSession(node_id, bus, store, lease, tasks)
+            health = HealthServer(
+                config.host,
+                config.metrics_port,
+                ready=lambda: session.started.is_set() and bus.is_connected and lease.alive,
+            )
+            tasks.create_task(health.serve(), name="health")
+            address = f"{config.host}:{config.metrics_port}"
+            await register_node(store, kind, node_id, address, lease)
+            yield session
+            health.stop()
     finally:
-        for wait in waits:
-            wait.cancel()
+        await store.close()
+        await bus.close()
+    if lease.lost.is_set() and not stop.is_set():
+        raise LeaseLost(f"{kind} {node_id}: node lease lost")
 
 
 @asynccontextmanager

@@ -13,20 +13,16 @@ from danube.cloud_reader.reader import CloudReader, CorruptObjectError
 from danube.config import DanubeSettings
 from danube.frame import FRAME_HEADER_BYTES
 from danube.ingest import protocol
-from danube.meta import MetaStore
-from danube.runtime.http import HealthServer
-from danube.runtime.service import register_node, wait_for_any
+from danube.runtime.service import LeaseLost, node_session, wait_for_any
 from danube.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
+__all__ = ["FetchHandler", "LeaseLost", "serve"]
+
 QUEUE = "cloud_reader"
 READ_CONCURRENCY = 16
 _REPLY_MARGIN_BYTES = 4096
-
-
-class LeaseLost(Exception):
-    """The node lease expired; a restart registers afresh."""
 
 
 class FetchHandler:
@@ -65,36 +61,17 @@ class FetchHandler:
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
     """Serve reads until ``stop``; raise LeaseLost if the node lease is lost first."""
+    objects = ObjectStore.from_config(settings.wal_cloud.cloud)  # no I/O: a bad config fails here
     config = settings.cloud_reader
-    objects = ObjectStore.from_config(settings.wal_cloud.cloud)
-    bus = await Bus.connect(settings.bus, name=node_id)
-    store = await MetaStore.connect(settings.wal_cloud.metadata)
-    lease = await store.grant_lease(config.lease_ttl_s)
-    reader = CloudReader(store, objects, chunk_bytes=config.chunk_bytes)
-    started = asyncio.Event()
-    health = HealthServer(
-        config.host,
-        config.metrics_port,
-        ready=lambda: started.is_set() and bus.is_connected and lease.alive,
-    )
-    try:
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(health.serve(), name="health")
-            address = f"{config.host}:{config.metrics_port}"
-            await register_node(store, "cloud_reader", node_id, address, lease)
-            responder = await bus.serve(
-                bus.subjects.all_of_kind(Kind.CLOUD_FETCH),
-                FetchHandler(bus, reader),
-                queue=QUEUE,
-                max_concurrency=READ_CONCURRENCY,
-            )
-            started.set()
-            log.info("cloud reader %s up", node_id)
-            await wait_for_any(stop, lease.lost)
-            await responder.drain()
-            health.stop()
-    finally:
-        await store.close()
-        await bus.close()
-    if not stop.is_set():
-        raise LeaseLost(f"cloud reader {node_id}: node lease lost")
+    async with node_session(settings, "cloud_reader", node_id, config, stop) as s:
+        reader = CloudReader(s.store, objects, chunk_bytes=config.chunk_bytes)
+        responder = await s.bus.serve(
+            s.bus.subjects.all_of_kind(Kind.CLOUD_FETCH),
+            FetchHandler(s.bus, reader),
+            queue=QUEUE,
+            max_concurrency=READ_CONCURRENCY,
+        )
+        s.started.set()
+        log.info("cloud reader %s up", node_id)
+        await wait_for_any(stop, s.lease.lost)
+        await responder.drain()

@@ -19,8 +19,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
-from typing import Any
 
 from danube.config import DanubeSettings
 from danube.discovery.assignment import ClusterView, Plan, partitions_of, plan
@@ -37,7 +35,7 @@ from danube.meta import (
     encode_model,
 )
 from danube.meta import keys as meta_keys
-from danube.meta.aio import cancel_and_wait
+from danube.meta.aio import cancel_and_wait, until_stopped, wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment, NodeRecord, Owner
 from danube.meta.topics import read_topics
@@ -98,7 +96,7 @@ class Controller:
         try:
             while not stop.is_set():
                 try:
-                    term = await _until_stopped(
+                    term = await until_stopped(
                         self._election.campaign(),
                         stop,
                         cancel_timeout_s=self._store.request_timeout_s,
@@ -145,7 +143,7 @@ class Controller:
         dirty.set()
         failures = 0
         while term.active and not stop.is_set():
-            await _first_of(dirty.wait(), term.lost.wait(), stop.wait(), timeout_s=RESYNC_S)
+            await wait_any(dirty, term.lost, stop, timeout_s=RESYNC_S)
             if not term.active or stop.is_set():
                 return
             await asyncio.sleep(DEBOUNCE_S)
@@ -161,7 +159,7 @@ class Controller:
                 log.warning("controller %s: reconcile failed: %s", self.node_id, exc)
                 dirty.set()
                 delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
-                await _first_of(term.lost.wait(), stop.wait(), timeout_s=delay_s)
+                await wait_any(term.lost, stop, timeout_s=delay_s)
 
     async def _watch(self, prefix: str, dirty: asyncio.Event) -> None:
         """Set ``dirty`` on every relevant change under ``prefix``; restart a broken watch."""
@@ -269,30 +267,3 @@ def _per_node(result: Plan) -> dict[str, int]:
     for node in result.placement.values():
         counted[node] = counted.get(node, 0) + 1
     return dict(sorted(counted.items()))
-
-
-async def _first_of(*waits: Coroutine[Any, Any, Any], timeout_s: float) -> None:
-    """Return when the first of the coroutines completes, or after ``timeout_s``."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _until_stopped(
-    campaign: Coroutine[Any, Any, Leadership], stop: asyncio.Event, *, cancel_timeout_s: float
-) -> Leadership | None:
-    """Await the campaign unless ``stop`` comes first (then cancel it and return ``None``)."""
-    task = asyncio.ensure_future(campaign)
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-    if task.done() and not stop.is_set():
-        return task.result()
-    await cancel_and_wait(task, timeout_s=cancel_timeout_s)
-    return None

@@ -19,7 +19,7 @@ from danube.config import DanubeSettings
 from danube.ingest.client import IngestClient
 from danube.meta import Election, Leadership, MetaError, MetaStore, TopicName
 from danube.meta import keys as meta_keys
-from danube.meta.aio import cancel_and_wait
+from danube.meta.aio import until_stopped, wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.records import RetentionPolicy
 from danube.meta.topics import read_topics
@@ -100,7 +100,7 @@ class Retention:
         failures = 0
         while not stop.is_set():
             try:
-                term = await _until_stopped(
+                term = await until_stopped(
                     self._election.campaign(), stop, cancel_timeout_s=self._store.request_timeout_s
                 )
                 if term is None:
@@ -111,7 +111,7 @@ class Retention:
                 failures += 1
                 log.warning("retention %s: %s (attempt %d)", self.node_id, exc, failures)
                 delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
-                await _first_of(stop, timeout_s=delay_s)
+                await wait_any(stop, timeout_s=delay_s)
             finally:
                 metrics.LEADER.set(0)
                 await self._election.resign()
@@ -128,7 +128,7 @@ class Retention:
                 log.warning("retention %s deposed: %s", self.node_id, exc)
                 return
             # The interval runs from start to start; a pass longer than it is followed at once.
-            await _first_of(stop, term.lost, timeout_s=started + self.interval_s - loop.time())
+            await wait_any(stop, term.lost, timeout_s=started + self.interval_s - loop.time())
 
     async def run_pass(self, term: Leadership) -> PassReport:
         """Look at every partition of every reliable topic once; return what was done."""
@@ -203,32 +203,3 @@ async def _for_each(
     async with asyncio.TaskGroup() as tg:
         for index in range(concurrency):
             tg.create_task(worker(), name=f"retention-worker-{index}")
-
-
-async def _first_of(*events: asyncio.Event, timeout_s: float) -> None:
-    """Wait until one of ``events`` is set, at most ``timeout_s``."""
-    if timeout_s <= 0:
-        return
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
-
-
-async def _until_stopped(
-    campaign: Awaitable[Leadership], stop: asyncio.Event, *, cancel_timeout_s: float
-) -> Leadership | None:
-    """Await the campaign unless ``stop`` comes first (then cancel it and return ``None``)."""
-    task = asyncio.ensure_future(campaign)
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-    if task.done() and not stop.is_set():
-        return task.result()
-    await cancel_and_wait(task, timeout_s=cancel_timeout_s)
-    return None
