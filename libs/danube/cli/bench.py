@@ -185,7 +185,7 @@ async def _bench(url: str, spec: BenchSpec, own: bool, partitions: int, json_out
         print_json(result)
     else:
         out.print(_table(result))
-    return 1 if result["errors"] else 0
+    return 1 if result["errors"] or result.get("missing") else 0
 
 
 @contextlib.contextmanager
@@ -220,7 +220,8 @@ def _progress(kind: Kind, meter: Meter) -> Iterator[None]:
 
 def _table(result: dict[str, Any]) -> Table:
     table = Table("measure", "value", title=f"danube bench {result['bench']} — {result['topic']}")
-    for name in ("messages", "produced", "consumed", "duplicates", "errors", "duration_s"):
+    names = ("messages", "produced", "consumed", "duplicates", "missing", "errors", "duration_s")
+    for name in names:
         if name in result:
             table.add_row(name, str(result[name]))
     table.add_row("msgs/s", f"{result['msgs_per_s']:,.0f}")

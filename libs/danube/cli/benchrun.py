@@ -20,13 +20,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from danube.client import AsyncDanubeClient, AsyncProducer, ClientError, ReceivedMessage
+from danube.client import (
+    AsyncDanubeClient,
+    AsyncProducer,
+    ClientError,
+    DeadlineExceededError,
+    ReceivedMessage,
+)
 from danube.client.consumer import Mode
 
 # Latency samples kept per measure (reservoir sampling past it): bounded memory on any run.
 SAMPLES_MAX = 1_000_000
-# After the producers stop, an e2e run waits at most this long for the last deliveries.
+# A consumer that receives nothing this long ends its run (the rest are reported missing).
 DRAIN_TIMEOUT_S = 30.0
+RECEIVE_STEP_S = 0.2
 STAMP = "bench_ns"
 
 Kind = Literal["produce", "consume", "e2e"]
@@ -275,16 +282,20 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
         receiver_queue_size=spec.receiver_queue_size,
     ) as consumer:
         producers_done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        started = last_delivery = loop.time()
 
         async def consume() -> None:
-            nonlocal duplicates
-            while not producers_done.is_set() or len(seen) < meter.produced:
+            nonlocal last_delivery
+            # Until every stored message came, or none came for DRAIN_TIMEOUT_S.
+            while not (producers_done.is_set() and len(seen) >= meter.produced):
                 try:
-                    message = await consumer.receive(DRAIN_TIMEOUT_S)
-                except ClientError:
-                    if producers_done.is_set():
-                        return  # the rest did not come within the drain timeout
-                    raise
+                    message = await consumer.receive(RECEIVE_STEP_S)
+                except DeadlineExceededError:
+                    if loop.time() - last_delivery > DRAIN_TIMEOUT_S:
+                        return
+                    continue
+                last_delivery = loop.time()
                 _take(message)
                 message.ack()
 
@@ -300,14 +311,13 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
             if stamp is not None:
                 delivered.add((time.time_ns() - int(stamp)) / 1e9)
 
-        started = time.monotonic()
-        meter.started = started
+        meter.started = time.monotonic()
         async with asyncio.TaskGroup() as tg:
             receiving = tg.create_task(consume())
             await producing.run_all(client)
             producers_done.set()
             await receiving
-        elapsed = time.monotonic() - started
+        elapsed = last_delivery - started
         await consumer.flush_acks()
     return {
         **_base(spec),
@@ -316,6 +326,7 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
         "consumed": len(seen),
         "messages": len(seen),
         "duplicates": duplicates,
+        "missing": meter.produced - len(seen),
         "errors": meter.errors,
         "last_error": str(producing.last_error) if producing.last_error else None,
         "bytes": len(seen) * spec.size_bytes,
