@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -194,3 +195,38 @@ async def test_bench_e2e_json_counts_and_latencies(consume_http: httpx.AsyncClie
     consumed = json.loads(out)
     assert (consumed["messages"], consumed["bytes"]) == (2000, 2000 * 1024)
     assert consumed["msgs_per_s"] > 0
+
+
+async def test_ctrl_c_stops_consume_after_acking_what_it_printed(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    url = _url(consume_http)
+    process = await asyncio.create_subprocess_exec(
+        DANUBE, "consume", "-s", url, "-t", "tail", "-m", "s", "--start", "earliest",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stderr is not None
+    try:
+        async with asyncio.timeout(COMMAND_TIMEOUT_S):
+            assert "consuming /default/tail" in (await process.stderr.readline()).decode()
+            async with AsyncDanubeClient(url) as client, client.producer("tail") as producer:
+                for i in range(3):
+                    await producer.send(f"t{i}")
+            lines = [(await process.stdout.readline()).decode() for _ in range(3)]
+            process.send_signal(signal.SIGINT)
+            await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    err = (await process.stderr.read()).decode()
+    assert lines == [f"[/default/tail@{i}] t{i}\n" for i in range(3)]
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    async with AsyncDanubeClient(url) as client, client.consumer("tail", "s") as again:
+        with pytest.raises(DeadlineExceededError):
+            await again.receive(1.0)

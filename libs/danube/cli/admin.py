@@ -22,6 +22,9 @@ topics = typer.Typer(
 app.add_typer(namespaces, name="namespaces")
 app.add_typer(topics, name="topics")
 
+# Each admin request, retries included (an unreachable server fails within this).
+ADMIN_TIMEOUT_S = 5.0
+
 TopicArg = Annotated[str, typer.Argument(help="/<namespace>/<topic>, or <topic> in default.")]
 
 
@@ -37,7 +40,7 @@ class Durability(StrEnum):
 
 def _admin(command: str, url: str, call: Callable[[AsyncAdmin], Awaitable[None]]) -> None:
     async def main() -> None:
-        async with AsyncDanubeClient(url) as client:
+        async with AsyncDanubeClient(url, timeout_s=ADMIN_TIMEOUT_S) as client:
             await call(client.admin)
 
     run(f"admin {command}", main())

@@ -51,6 +51,10 @@ def consume(
         Mode, typer.Option("--mode", help="WebSocket stream with credits, or long-poll.")
     ] = Mode.stream,
     json_out: Json = False,
+    timeout_s: Annotated[
+        float,
+        typer.Option("--timeout", min=0.1, max=3600, help="Retry the attach for at most this (s)."),
+    ] = 10.0,
     no_ack: Annotated[
         bool, typer.Option("--no-ack", help="Do not ack (the messages come again).")
     ] = False,
@@ -68,6 +72,7 @@ def consume(
             count=count,
             mode=mode.value,
             json_out=json_out,
+            timeout_s=timeout_s,
             ack=not no_ack,
         ),
     )
@@ -92,13 +97,20 @@ async def _consume(
     count: int | None,
     mode: str,
     json_out: bool,
+    timeout_s: float,
     ack: bool,
 ) -> None:
     received = 0
     async with (
         AsyncDanubeClient(url) as client,
         client.consumer(
-            topic, subscription, name=name, type=sub_type, start=start, mode=mode
+            topic,
+            subscription,
+            name=name,
+            type=sub_type,
+            start=start,
+            mode=mode,
+            attach_timeout_s=timeout_s,
         ) as consumer,
     ):
         err.print(

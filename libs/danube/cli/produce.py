@@ -60,6 +60,10 @@ def produce(
     producer_name: Annotated[
         str, typer.Option("--producer-name", "-n", help="Stored with every message.")
     ] = "danube-cli",
+    timeout_s: Annotated[
+        float,
+        typer.Option("--timeout", min=0.1, max=3600, help="Retry a batch for at most this (s)."),
+    ] = 10.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
 ) -> None:
     """Produce messages to a topic; prints `<partition> <offset>` per message."""
@@ -80,6 +84,7 @@ def produce(
             dispatch="reliable" if reliable else "non_reliable",
             key=key,
             name=producer_name,
+            timeout_s=timeout_s,
             quiet=quiet,
             create=partitions is not None or not reliable,
         ),
@@ -106,6 +111,7 @@ async def _produce(
     dispatch: Literal["reliable", "non_reliable"],
     key: str | None,
     name: str,
+    timeout_s: float,
     quiet: bool,
     create: bool,
 ) -> None:
@@ -122,7 +128,11 @@ async def _produce(
                     f"{created.config.dispatch}"
                 )
         producer = client.producer(
-            topic, name=name, dispatch=dispatch, linger_ms=0 if interval_s else 5
+            topic,
+            name=name,
+            dispatch=dispatch,
+            linger_ms=0 if interval_s else 5,
+            send_timeout_s=timeout_s,
         )
         started = time.monotonic()
         async with producer:

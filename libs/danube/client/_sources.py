@@ -121,6 +121,11 @@ async def run_source(fill: Fill, session: Session, inbox: Inbox, recovery: Recov
                 log.warning("consumer %s: source ended: %s", session.consumer_id, final)
                 inbox.fail(final)
                 return
+        except Exception as bug:
+            # Never leave receive() waiting on a source that is gone.
+            log.exception("consumer %s: source failed", session.consumer_id)
+            inbox.fail(bug)
+            return
 
 
 class PollSource:
@@ -207,7 +212,10 @@ class StreamSource:
         granting = asyncio.create_task(self._grant(ws), name="stream-credits")
         try:
             async for raw in ws:
-                frame = orjson.loads(raw)
+                try:
+                    frame = orjson.loads(raw)
+                except orjson.JSONDecodeError as exc:
+                    raise ProtocolError(f"stream frame is not JSON: {raw!r:.200}") from exc
                 kind = frame.get("type") if isinstance(frame, dict) else None
                 if kind == "message":
                     self.outstanding -= 1

@@ -213,7 +213,8 @@ class AsyncProducer:
 
     def _sender_done(self, task: asyncio.Task[None]) -> None:
         # The sender ends only on close; a bug (or a cancelled loop) must not leave
-        # callers waiting forever on their futures.
+        # callers waiting forever on their futures, nor take new messages.
+        self._closing = True
         error: BaseException = ClosedError(f"producer of {self.topic} stopped")
         if not task.cancelled() and task.exception() is not None:
             error = task.exception() or error
