@@ -230,3 +230,29 @@ async def test_ctrl_c_stops_consume_after_acking_what_it_printed(
     async with AsyncDanubeClient(url) as client, client.consumer("tail", "s") as again:
         with pytest.raises(DeadlineExceededError):
             await again.receive(1.0)
+
+
+async def test_admin_subscriptions_list_seek_delete(consume_http: httpx.AsyncClient) -> None:
+    url = _url(consume_http)
+    assert (await _danube("produce", "-s", url, "-t", "subs", "-m", "x", "-c", "3", "-q"))[0] == 0
+    code, _, err = await _danube(
+        "consume", "-s", url, "-t", "subs", "-m", "s", "--start", "earliest", "-c", "3",
+        "--no-ack",
+    )  # fmt: skip
+    assert code == 0, err
+    code, out, err = await _danube("admin", "subscriptions", "list", "subs", "-s", url, "--json")
+    assert code == 0, err
+    (sub,) = json.loads(out)
+    assert (sub["name"], sub["type"], sub["backlog"], sub["consumers"]) == ("s", "exclusive", 3, [])
+
+    code, out, err = await _danube(
+        "admin", "subscriptions", "seek", "subs", "s", "--to", "latest", "-s", url
+    )
+    assert (code, out) == (0, "/default/subs 3\n"), err
+    code, out, _ = await _danube("admin", "subscriptions", "list", "subs", "-s", url, "--json")
+    assert json.loads(out)[0]["backlog"] == 0
+
+    assert (await _danube("admin", "subscriptions", "delete", "subs", "s", "-s", url))[0] == 0
+    code, _, err = await _danube("admin", "subscriptions", "delete", "subs", "s", "-s", url)
+    assert code == 1
+    assert "subscription_not_found" in err

@@ -20,6 +20,7 @@ from danube.client import (
     InvalidMessageError,
     NotFoundError,
     ReceivedMessage,
+    Timestamp,
     TooLargeError,
 )
 from danube.discovery.routing import partition_for_key
@@ -263,3 +264,43 @@ async def test_the_blocking_client_produces_and_consumes(consume_http: httpx.Asy
     offsets, texts = await asyncio.to_thread(roundtrip)
     assert offsets == list(range(20))
     assert texts == [f"s{i}" for i in range(20)]
+
+
+async def test_subscription_admin_lists_seeks_and_deletes(client: AsyncDanubeClient) -> None:
+    topic = "/default/subs"
+    async with client.producer(topic) as producer:
+        for i in range(5):
+            await producer.send(f"a{i}")
+        await producer.flush()
+        await asyncio.sleep(0.05)  # the second half gets a later publish time
+        for i in range(5, 10):
+            await producer.send(f"a{i}")
+    async with client.consumer(topic, "s", type="shared", start="earliest", name="w1") as first:
+        got = await _receive(first, 10)
+        for message in got[:4]:
+            message.ack()
+        await first.flush_acks()
+        (sub,) = await client.admin.subscriptions(topic)
+        assert (sub.name, sub.type, sub.backlog) == ("s", "shared", 6)
+        assert [(c.name, c.unacked) for c in sub.consumers] == [("w1", 6)]
+        assert [(p.name, p.cursor, p.end_offset) for p in sub.partitions] == [(topic, 4, 10)]
+
+        moved = await client.admin.seek(topic, "s", "earliest")
+        assert [(p.name, p.offset) for p in moved] == [(topic, 0)]
+        again = await _receive(first, 10)  # acked ones too: the cursor went back
+        assert [(m.offset, m.text) for m in again] == [(i, f"a{i}") for i in range(10)]
+        for message in again:
+            message.ack()
+
+    await client.admin.delete_subscription(topic, "s")
+    assert await client.admin.subscriptions(topic) == []
+    with pytest.raises(NotFoundError) as gone:
+        await client.admin.delete_subscription(topic, "s")
+    assert gone.value.code == "subscription_not_found"
+
+    assert got[4].publish_time_ms < got[5].publish_time_ms
+    at = Timestamp(got[5].publish_time_ms)
+    async with client.consumer(topic, "from-time", start=at) as timed:
+        later = await _receive(timed, 5)
+        await _nothing_more(timed)
+    assert [m.offset for m in later] == [5, 6, 7, 8, 9]

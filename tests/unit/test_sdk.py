@@ -24,13 +24,14 @@ from danube.client import (
     ProducerOptions,
     RetryPolicy,
     ServerError,
+    Timestamp,
     TransportError,
     UnavailableError,
 )
 from danube.client._sources import _close_error
 from danube.client.batch import Accumulator
 from danube.client.errors import error_from_body, status_of_close
-from danube.client.messages import decode_message, encode_message, topic_name
+from danube.client.messages import decode_message, encode_message, position_json, topic_name
 
 pytestmark = pytest.mark.unit
 
@@ -304,3 +305,15 @@ async def test_a_dead_server_is_a_transport_error() -> None:
     async with _client(handler) as client:
         with pytest.raises(TransportError):
             await client.producer("t", send_timeout_s=0.05).send_and_wait("x")
+
+
+def test_positions_take_the_api_forms() -> None:
+    assert position_json("earliest") == "earliest"
+    assert position_json(42) == {"offset": 42}
+    assert position_json(Timestamp(1700)) == {"timestamp_ms": 1700}
+    for bad in ("soon", -1, True, 2**64):
+        with pytest.raises(InvalidArgumentError):
+            position_json(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        Timestamp(-5)
+    assert ConsumerOptions(start=Timestamp(9)).attach_body()["start"] == {"timestamp_ms": 9}

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from danube.client import ApiError, ClientError, TransportError
+from danube.client import ApiError, ClientError, Position, Timestamp, TransportError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -77,3 +77,16 @@ def parse_attributes(items: list[str] | None) -> dict[str, str]:
                 raise typer.BadParameter(f"expected name:value, got {pair!r}", param_hint="-a")
             attributes[name.strip()] = value.strip()
     return attributes
+
+
+def parse_position(value: str, option: str) -> Position:
+    """``earliest``, ``latest``, an offset, or ``ts:<unix ms>``."""
+    if value in ("earliest", "latest"):
+        return "earliest" if value == "earliest" else "latest"
+    if value.isdigit():
+        return int(value)
+    if value.startswith("ts:") and value[3:].isdigit():
+        return Timestamp(int(value[3:]))
+    raise typer.BadParameter(
+        f"earliest, latest, an offset or ts:<unix ms>, not {value!r}", param_hint=option
+    )

@@ -10,17 +10,19 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from danube.cli._common import Json, ServiceAddr, err, out, print_json, run
+from danube.cli._common import Json, ServiceAddr, err, out, parse_position, print_json, run
 from danube.client import AsyncAdmin, AsyncDanubeClient, Retention
-from danube.client.admin import Namespace, TopicDescription
+from danube.client.admin import Namespace, Subscription, TopicDescription
 
 app = typer.Typer(help="Cluster, namespaces and topics.", no_args_is_help=True)
 namespaces = typer.Typer(help="List, show, create and delete namespaces.", no_args_is_help=True)
 topics = typer.Typer(
     help="List, create, describe, delete and look up topics.", no_args_is_help=True
 )
+subscriptions = typer.Typer(help="List, delete and seek subscriptions.", no_args_is_help=True)
 app.add_typer(namespaces, name="namespaces")
 app.add_typer(topics, name="topics")
+app.add_typer(subscriptions, name="subscriptions")
 
 # Each admin request, retries included (an unreachable server fails within this).
 ADMIN_TIMEOUT_S = 5.0
@@ -239,7 +241,7 @@ def topics_describe(
         )
         out.print(_describe_table(found))
         if found.subscriptions:
-            out.print(f"subscriptions: {found.subscriptions}")
+            out.print(_subscriptions_table(found.subscriptions))
 
     _admin("topics describe", service_addr, call)
 
@@ -278,3 +280,73 @@ def topics_lookup(
         out.print(table)
 
     _admin("topics lookup", service_addr, call)
+
+
+# --- subscriptions -----------------------------------------------------------------------
+
+
+def _subscriptions_table(found: list[Subscription]) -> Table:
+    table = Table("subscription", "type", "served by", "backlog", "consumers (unacked)")
+    for sub in found:
+        consumers = ", ".join(f"{c.name} ({c.unacked})" for c in sub.consumers)
+        table.add_row(
+            sub.name,
+            sub.type,
+            sub.owner.node_id if sub.owner else "(none)",
+            str(sub.backlog),
+            consumers or "-",
+        )
+    return table
+
+
+@subscriptions.command("list")
+def subscriptions_list(
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+) -> None:
+    """The subscriptions of a topic: type, backlog, consumers (--json: cursors too)."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        found = await admin.subscriptions(topic)
+        if json_out:
+            print_json([sub.model_dump() for sub in found])
+        else:
+            out.print(_subscriptions_table(found))
+
+    _admin("subscriptions list", service_addr, call)
+
+
+@subscriptions.command("delete")
+def subscriptions_delete(
+    topic: TopicArg,
+    subscription: Annotated[str, typer.Argument(help="The subscription.")],
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+) -> None:
+    """Delete a subscription (its consumers are detached, its cursors removed)."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        await admin.delete_subscription(topic, subscription)
+        err.print(f"deleted subscription {subscription} of {topic}")
+
+    _admin("subscriptions delete", service_addr, call)
+
+
+@subscriptions.command("seek")
+def subscriptions_seek(
+    topic: TopicArg,
+    subscription: Annotated[str, typer.Argument(help="The subscription.")],
+    to: Annotated[str, typer.Option("--to", help="earliest, latest, an offset or ts:<unix ms>.")],
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    json_out: Json = False,
+) -> None:
+    """Move a subscription's cursor in every partition (unacked messages are dropped)."""
+    position = parse_position(to, "--to")
+
+    async def call(admin: AsyncAdmin) -> None:
+        moved = await admin.seek(topic, subscription, position)
+        if json_out:
+            print_json([p.model_dump() for p in moved])
+            return
+        for partition in moved:
+            out.print(f"{partition.name} {partition.offset}")
+
+    _admin("subscriptions seek", service_addr, call)

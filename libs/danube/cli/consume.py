@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from danube.cli._common import EXIT_USAGE, Json, ServiceAddr, Topic, err, fail, out, print_json, run
+from danube.cli._common import (
+    Json,
+    ServiceAddr,
+    Topic,
+    err,
+    out,
+    parse_position,
+    print_json,
+    run,
+)
 from danube.client import AsyncDanubeClient, ReceivedMessage
 from danube.client.consumer import Start
 
@@ -41,7 +50,8 @@ def consume(
     start: Annotated[
         str,
         typer.Option(
-            "--start", help="Where a new subscription starts: earliest, latest or an offset."
+            "--start",
+            help="Where a new subscription starts: earliest, latest, an offset or ts:<unix ms>.",
         ),
     ] = "latest",
     count: Annotated[
@@ -68,7 +78,7 @@ def consume(
             subscription,
             name=consumer_name,
             sub_type=sub_type.value,
-            start=_start(start),
+            start=parse_position(start, "--start"),
             count=count,
             mode=mode.value,
             json_out=json_out,
@@ -76,14 +86,6 @@ def consume(
             ack=not no_ack,
         ),
     )
-
-
-def _start(value: str) -> Start:
-    if value in ("earliest", "latest"):
-        return "earliest" if value == "earliest" else "latest"
-    if value.isdigit():
-        return int(value)
-    raise fail("consume", f"--start: earliest, latest or an offset, not {value!r}", EXIT_USAGE)
 
 
 async def _consume(

@@ -21,6 +21,8 @@ from danube.client.admin import (
     Lookup,
     Namespace,
     Retention,
+    SeekPartition,
+    Subscription,
     Topic,
     TopicConfig,
     TopicDescription,
@@ -44,7 +46,14 @@ from danube.client.errors import (
     TransportError,
     UnavailableError,
 )
-from danube.client.messages import Message, MessageRef, ReceivedMessage, SendResult
+from danube.client.messages import (
+    Message,
+    MessageRef,
+    Position,
+    ReceivedMessage,
+    SendResult,
+    Timestamp,
+)
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
 from danube.client.sync import Admin, Consumer, DanubeClient, Producer
@@ -74,14 +83,18 @@ __all__ = [
     "Namespace",
     "NotFoundError",
     "OverLimitError",
+    "Position",
     "Producer",
     "ProducerOptions",
     "ProtocolError",
     "ReceivedMessage",
     "Retention",
     "RetryPolicy",
+    "SeekPartition",
     "SendResult",
     "ServerError",
+    "Subscription",
+    "Timestamp",
     "TooLargeError",
     "Topic",
     "TopicConfig",

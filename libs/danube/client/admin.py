@@ -1,4 +1,5 @@
-"""The admin routes of the HTTP API (docs/http-api.md): cluster, namespaces, topics, lookup.
+"""The admin routes of the HTTP API (docs/http-api.md): cluster, namespaces, topics, lookup,
+subscriptions (list with backlog, delete, seek).
 
 Answers are parsed into frozen models that ignore fields they do not know, so a newer
 server does not break an older client. Reads and idempotent writes (``PUT``) are retried on
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from danube.client._http import Answer, HttpCore
 from danube.client.errors import InvalidArgumentError, ProtocolError
-from danube.client.messages import topic_name, topic_path
+from danube.client.messages import Position, position_json, topic_name, topic_path
 from danube.names import InvalidNameError, TopicName, validate_segment
 
 Dispatch = Literal["reliable", "non_reliable"]
@@ -94,13 +95,50 @@ class PartitionInfo(_Model):
     offsets: Offsets = Offsets()
 
 
+class SubscriptionPartition(_Model):
+    """A subscription in one partition: ``cursor`` (every offset below it is acked; None
+    before its first write), acks beyond it, the partition's end and the backlog between."""
+
+    name: str
+    cursor: int | None = None
+    acked_beyond: int = 0
+    end_offset: int | None = None
+    backlog: int | None = None
+
+
+class SubscriptionConsumer(_Model):
+    consumer_id: str
+    name: str
+    unacked: int
+
+
+class Subscription(_Model):
+    """A subscription: its type, the dispatcher serving it (None: none now), its backlog
+    (sum of the partitions whose backlog is known), partitions and attached consumers."""
+
+    name: str
+    type: str
+    created_ms: int
+    owner: Owner | None = None
+    backlog: int = 0
+    partitions: list[SubscriptionPartition] = []
+    consumers: list[SubscriptionConsumer] = []
+
+
+class SeekPartition(_Model):
+    """Where a seek put one partition's cursor."""
+
+    name: str
+    offset: int
+
+
 class TopicDescription(_Model):
     """Config, partitions (owner, offsets) and subscriptions of a topic."""
 
     name: str
     config: TopicConfig
     partitions: list[PartitionInfo]
-    subscriptions: list[Any] = []
+    subscriptions: list[Subscription] = []
 
 
 class Lookup(_Model):
@@ -218,6 +256,45 @@ class AsyncAdmin:
         """The partitions of a topic and the owner of each."""
         answer = await self._call("GET", f"/v1/lookup/{_topic_path(topic)}")
         return _parse(Lookup, answer.body, "lookup")
+
+    async def subscriptions(self, topic: str | TopicName) -> list[Subscription]:
+        """Every subscription of a topic: type, cursors, backlog, consumers."""
+        answer = await self._call("GET", f"/v1/topics/{_topic_path(topic)}/subscriptions")
+        return _parse(_SubscriptionList, answer.body, "subscriptions").subscriptions
+
+    async def delete_subscription(self, topic: str | TopicName, subscription: str) -> None:
+        """Delete a subscription: its consumers are detached, its cursors removed;
+        NotFoundError ``subscription_not_found``."""
+        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
+        await self._call("DELETE", path)
+
+    async def seek(
+        self, topic: str | TopicName, subscription: str, position: Position
+    ) -> list[SeekPartition]:
+        """Move the subscription's cursor in every partition to ``position`` (``"earliest"``,
+        ``"latest"``, an offset, or a :class:`Timestamp`); unacked messages are dropped,
+        acked ones after it come again. Returns where each cursor now is."""
+        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
+        body = {"position": position_json(position)}
+        # Not retried: a seek whose answer was lost moved the cursor; a second one would
+        # drop what was delivered in between.
+        answer = await self._http.request("POST", f"{path}/seek", body=body)
+        return _parse(_SeekAnswer, answer.body, "seek").partitions
+
+
+class _SubscriptionList(_Model):
+    subscriptions: list[Subscription]
+
+
+class _SeekAnswer(_Model):
+    partitions: list[SeekPartition]
+
+
+def _subscription(name: str) -> str:
+    try:
+        return validate_segment("subscription", name)
+    except InvalidNameError as exc:
+        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
 
 
 def _topic_path(topic: str | TopicName) -> str:

@@ -31,15 +31,15 @@ from danube.client.errors import (
     InvalidArgumentError,
     ProtocolError,
 )
-from danube.client.messages import ReceivedMessage, topic_path
+from danube.client.messages import Position, ReceivedMessage, position_json, topic_path
 from danube.names import InvalidNameError, TopicName, validate_segment
 
 log = logging.getLogger(__name__)
 
 SubscriptionType = Literal["exclusive", "shared", "failover"]
 Mode = Literal["stream", "poll"]
-# "latest", "earliest", or an offset every partition of a new subscription starts at.
-Start = Literal["latest", "earliest"] | int
+# Where a new subscription starts: "latest", "earliest", an offset or a Timestamp.
+Start = Position
 
 RECEIVER_QUEUE_MAX = 10_000  # the server's cap on outstanding stream credits
 DETACH_TIMEOUT_S = 5.0
@@ -70,10 +70,7 @@ class ConsumerOptions:
             raise InvalidArgumentError(f"type: exclusive, shared or failover, not {self.type!r}")
         if self.mode not in ("stream", "poll"):
             raise InvalidArgumentError(f"mode must be stream or poll, got {self.mode!r}")
-        named = self.start in ("latest", "earliest")
-        offset = isinstance(self.start, int) and not isinstance(self.start, bool)
-        if not (named or (offset and 0 <= int(self.start) < 2**64)):
-            raise InvalidArgumentError(f"start: latest, earliest or an offset, not {self.start!r}")
+        position_json(self.start)  # raises for a bad one
         if not 1 <= self.receiver_queue_size <= RECEIVER_QUEUE_MAX:
             raise InvalidArgumentError(f"receiver_queue_size must be in 1..{RECEIVER_QUEUE_MAX}")
         if not 0 <= self.poll_wait_ms <= 30_000:
@@ -86,8 +83,7 @@ class ConsumerOptions:
 
     def attach_body(self) -> dict[str, Any]:
         """The attach request's body."""
-        start: Any = self.start if isinstance(self.start, str) else {"offset": self.start}
-        return {"name": self.name, "type": self.type, "start": start}
+        return {"name": self.name, "type": self.type, "start": position_json(self.start)}
 
 
 class AsyncConsumer:

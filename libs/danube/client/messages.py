@@ -11,7 +11,7 @@ import base64
 import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -47,6 +47,36 @@ def topic_name(topic: str | TopicName) -> TopicName:
 def topic_path(topic: TopicName) -> str:
     """``{ns}/{topic}`` as the routes spell it."""
     return f"{topic.namespace}/{topic.topic}"
+
+
+@dataclass(frozen=True, slots=True)
+class Timestamp:
+    """A position by time: the first message published at or after ``ms`` (Unix
+    milliseconds), in every partition."""
+
+    ms: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ms, bool) or not isinstance(self.ms, int) or self.ms < 0:
+            raise InvalidArgumentError(f"a timestamp is Unix milliseconds >= 0, got {self.ms!r}")
+
+
+# Where a new subscription starts, or where a seek moves it: "latest", "earliest", an offset
+# (in every partition) or a Timestamp.
+Position = Literal["latest", "earliest"] | int | Timestamp
+
+
+def position_json(position: Position) -> str | dict[str, int]:
+    """The API's form of a position; InvalidArgumentError for anything else."""
+    if isinstance(position, Timestamp):
+        return {"timestamp_ms": position.ms}
+    if position in ("latest", "earliest"):
+        return str(position)
+    if isinstance(position, int) and not isinstance(position, bool) and 0 <= position < 2**64:
+        return {"offset": position}
+    raise InvalidArgumentError(
+        f"a position is latest, earliest, an offset or a Timestamp, not {position!r}"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,13 +24,15 @@ from danube.client.admin import (
     Lookup,
     Namespace,
     Retention,
+    SeekPartition,
+    Subscription,
     Topic,
     TopicDescription,
 )
 from danube.client.client import DEFAULT_TIMEOUT_S, DEFAULT_URL, AsyncDanubeClient
 from danube.client.consumer import AsyncConsumer, ConsumerOptions
 from danube.client.errors import ClosedError
-from danube.client.messages import Message, Payload, ReceivedMessage, SendResult
+from danube.client.messages import Message, Payload, Position, ReceivedMessage, SendResult
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
 from danube.names import TopicName
@@ -330,3 +332,17 @@ class Admin:
     def lookup(self, topic: str | TopicName) -> Lookup:
         """The partitions of a topic and the owner of each."""
         return self._portal.call(self._admin.lookup(topic))
+
+    def subscriptions(self, topic: str | TopicName) -> list[Subscription]:
+        """Every subscription of a topic: type, cursors, backlog, consumers."""
+        return self._portal.call(self._admin.subscriptions(topic))
+
+    def delete_subscription(self, topic: str | TopicName, subscription: str) -> None:
+        """Delete a subscription."""
+        self._portal.call(self._admin.delete_subscription(topic, subscription))
+
+    def seek(
+        self, topic: str | TopicName, subscription: str, position: Position
+    ) -> list[SeekPartition]:
+        """Move the subscription's cursor in every partition to ``position``."""
+        return self._portal.call(self._admin.seek(topic, subscription, position))
