@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from typing import Protocol
 
 from danube.client._http import HttpCore
+from danube.client._session import Session
 from danube.client.errors import ClientError
 from danube.client.messages import MessageRef
 
@@ -24,17 +24,6 @@ log = logging.getLogger(__name__)
 
 # The server takes at most this many refs per request.
 REFS_MAX = 100_000
-
-
-class Session(Protocol):
-    """What the batcher needs of its consumer."""
-
-    reattach_enabled: bool
-
-    @property
-    def consumer_id(self) -> str: ...
-
-    async def reattach(self, stale_id: str) -> None: ...
 
 
 class AckBatcher:

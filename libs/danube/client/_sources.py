@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
@@ -25,6 +25,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from danube.client._http import HttpCore
 from danube.client._inbox import Inbox
+from danube.client._session import Session
 from danube.client.errors import (
     WS_SERVICE_RESTART,
     ClientError,
@@ -50,18 +51,6 @@ OPEN_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0
 # Closes after which a new socket (same consumer id) is likely to work.
 _CLOSES_RETRIED = frozenset({1000, 1001, 1006, WS_SERVICE_RESTART})
-
-
-class Session(Protocol):
-    """What a source needs of its consumer."""
-
-    reattach_enabled: bool
-
-    @property
-    def consumer_id(self) -> str: ...
-
-    async def reattach(self, stale_id: str) -> None:
-        """Attach again unless another task already replaced ``stale_id``."""
 
 
 class Recovery:
