@@ -26,13 +26,15 @@ check: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy libs tests $(wildcard services/danube/*/)
 
-# Micro-benchmarks that print their numbers (`danube bench` joins once the mesh can serve).
+# Benchmarks that print their numbers; the last one is `danube bench` (produce, consume, e2e)
+# against a mesh of real processes. Against a running mesh: `.venv/bin/danube bench e2e`.
 bench: setup
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
 	$(BIN)/python tests/bench/bench_wal.py
 	$(BIN)/python tests/bench/bench_ingest.py
 	$(BIN)/python tests/bench/bench_dispatch_latency.py
 	$(BIN)/python tests/bench/bench_cloud_read.py
+	$(BIN)/python tests/bench/bench_client.py
 
 clean:
 	rm -rf $(VENV) danube-data .mypy_cache .ruff_cache

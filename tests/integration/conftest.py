@@ -31,7 +31,13 @@ READY_TIMEOUT_S = 20.0
 
 
 def _consume_settings(
-    nats_url: str, etcd: str, prefix: str, wal_dir: Path, *, consumer_session_timeout_s: float
+    nats_url: str,
+    etcd: str,
+    prefix: str,
+    wal_dir: Path,
+    *,
+    consumer_session_timeout_s: float = 60.0,
+    produce_timeout_s: float = 10.0,
 ) -> DanubeSettings:
     return DanubeSettings(
         bus=BusConfig(servers=[nats_url]),
@@ -48,8 +54,30 @@ def _consume_settings(
             cursor_flush_interval_s=0.1,
             consumer_session_timeout_s=consumer_session_timeout_s,
         ),
-        discovery=DiscoveryConfig(port=free_port(), lease_ttl_s=3, topic_cache_ttl_s=0.0),
+        discovery=DiscoveryConfig(
+            port=free_port(),
+            lease_ttl_s=3,
+            topic_cache_ttl_s=0.0,
+            produce_timeout_s=produce_timeout_s,
+        ),
     )
+
+
+MeshSettings = Callable[..., DanubeSettings]
+
+
+@pytest.fixture
+def mesh_settings(
+    nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
+) -> MeshSettings:
+    """``mesh_settings(**kw)``: the settings :func:`consume_mesh` runs with, for tests that
+    start and stop the services themselves. Keywords: ``consumer_session_timeout_s``,
+    ``produce_timeout_s`` (discovery's)."""
+
+    def settings(**kw: float) -> DanubeSettings:
+        return _consume_settings(nats_url, etcd_endpoint, meta_prefix, tmp_path / "wal", **kw)
+
+    return settings
 
 
 async def _until_ready(http: httpx.AsyncClient, task: asyncio.Task[None]) -> None:
@@ -70,9 +98,7 @@ ConsumeMesh = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 
 @pytest.fixture
-def consume_mesh(
-    nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
-) -> ConsumeMesh:
+def consume_mesh(mesh_settings: MeshSettings) -> ConsumeMesh:
     """Starts a discovery instance with one ingest and one dispatcher; yields an HTTP client
     on it (its ``base_url`` with ``ws://`` reaches the consumer streams). Keyword:
     ``consumer_session_timeout_s`` (the dispatcher's, 60 s by default)."""
@@ -81,13 +107,7 @@ def consume_mesh(
     async def start(
         *, consumer_session_timeout_s: float = 60.0
     ) -> AsyncIterator[httpx.AsyncClient]:
-        settings = _consume_settings(
-            nats_url,
-            etcd_endpoint,
-            meta_prefix,
-            tmp_path / "wal",
-            consumer_session_timeout_s=consumer_session_timeout_s,
-        )
+        settings = mesh_settings(consumer_session_timeout_s=consumer_session_timeout_s)
         base_url = f"http://127.0.0.1:{settings.discovery.port}"
         async with (
             run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),

@@ -7,7 +7,10 @@ from typing import Annotated
 
 import typer
 
+from danube.cli import admin, bench
 from danube.cli import up as up_command
+from danube.cli.consume import consume
+from danube.cli.produce import produce
 
 app = typer.Typer(
     name="danube",
@@ -38,6 +41,12 @@ def up(
 ) -> None:
     """Run the whole mesh on this machine until Ctrl-C."""
     raise typer.Exit(up_command.run(config=config, data_dir=data_dir, scale=scale or []))
+
+
+app.command()(produce)
+app.command()(consume)
+app.add_typer(admin.app, name="admin")
+app.add_typer(bench.app, name="bench")
 
 
 def main() -> None:

@@ -1,0 +1,92 @@
+"""What the client commands share: the server option, running a coroutine, and turning the
+errors a user can cause into one red line and a non-zero exit code (no traceback)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Coroutine
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from danube.client import ApiError, ClientError, Position, Timestamp, TransportError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+# Results go to stdout; progress, summaries and errors to stderr, so stdout pipes cleanly.
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+ServiceAddr = Annotated[
+    str,
+    typer.Option(
+        "--service-addr",
+        "-s",
+        envvar="DANUBE_SERVICE_ADDR",
+        help="URL of the Danube HTTP API (any discovery instance).",
+    ),
+]
+Topic = Annotated[
+    str, typer.Option("--topic", "-t", help="Topic: /<namespace>/<topic>, or <topic> in default.")
+]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def fail(command: str, message: str, code: int = EXIT_ERROR) -> typer.Exit:
+    """Print ``danube <command>: message`` in red to stderr; the Exit to raise."""
+    err.print(f"[red]danube {command}:[/] {escape(message)}")
+    return typer.Exit(code)
+
+
+def run(command: str, main: Coroutine[Any, Any, int | None]) -> None:
+    """Run a command's coroutine; expected errors end it with one line and exit code 1,
+    a bad argument with 2, Ctrl-C with 130."""
+    try:
+        code = asyncio.run(main)
+    except KeyboardInterrupt:
+        err.print(f"danube {command}: interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except TransportError as exc:
+        raise fail(command, f"cannot reach the server: {exc.message}") from None
+    except ClientError as exc:
+        usage = exc.code in ("invalid_argument", "invalid_name", "invalid_message")
+        text = str(exc) if isinstance(exc, ApiError) else f"{exc.code}: {exc.message}"
+        raise fail(command, text, EXIT_USAGE if usage else EXIT_ERROR) from None
+    if code:
+        raise typer.Exit(code)
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout."""
+    sys.stdout.write(json.dumps(value, separators=(",", ":"), ensure_ascii=False) + "\n")
+
+
+def parse_attributes(items: list[str] | None) -> dict[str, str]:
+    """``["k:v", "a:1,b:2"]`` → ``{"k": "v", "a": "1", "b": "2"}`` (Danube's form)."""
+    attributes: dict[str, str] = {}
+    for item in items or []:
+        for pair in item.split(","):
+            name, sep, value = pair.partition(":")
+            if not sep or not name.strip():
+                raise typer.BadParameter(f"expected name:value, got {pair!r}", param_hint="-a")
+            attributes[name.strip()] = value.strip()
+    return attributes
+
+
+def parse_position(value: str, option: str) -> Position:
+    """``earliest``, ``latest``, an offset, or ``ts:<unix ms>``."""
+    if value in ("earliest", "latest"):
+        return "earliest" if value == "earliest" else "latest"
+    if value.isdigit():
+        return int(value)
+    if value.startswith("ts:") and value[3:].isdigit():
+        return Timestamp(int(value[3:]))
+    raise typer.BadParameter(
+        f"earliest, latest, an offset or ts:<unix ms>, not {value!r}", param_hint=option
+    )

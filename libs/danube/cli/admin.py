@@ -1,0 +1,352 @@
+"""`danube admin`: the cluster, namespaces and topics through the HTTP API's admin routes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from danube.cli._common import Json, ServiceAddr, err, out, parse_position, print_json, run
+from danube.client import AsyncAdmin, AsyncDanubeClient, Retention
+from danube.client.admin import Namespace, Subscription, TopicDescription
+
+app = typer.Typer(help="Cluster, namespaces and topics.", no_args_is_help=True)
+namespaces = typer.Typer(help="List, show, create and delete namespaces.", no_args_is_help=True)
+topics = typer.Typer(
+    help="List, create, describe, delete and look up topics.", no_args_is_help=True
+)
+subscriptions = typer.Typer(help="List, delete and seek subscriptions.", no_args_is_help=True)
+app.add_typer(namespaces, name="namespaces")
+app.add_typer(topics, name="topics")
+app.add_typer(subscriptions, name="subscriptions")
+
+# Each admin request, retries included (an unreachable server fails within this).
+ADMIN_TIMEOUT_S = 5.0
+
+TopicArg = Annotated[str, typer.Argument(help="/<namespace>/<topic>, or <topic> in default.")]
+
+
+class Dispatch(StrEnum):
+    reliable = "reliable"
+    non_reliable = "non_reliable"
+
+
+class Durability(StrEnum):
+    fsync = "fsync"
+    interval = "interval"
+
+
+def _admin(command: str, url: str, call: Callable[[AsyncAdmin], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with AsyncDanubeClient(url, timeout_s=ADMIN_TIMEOUT_S) as client:
+            await call(client.admin)
+
+    run(f"admin {command}", main())
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@app.command()
+def cluster(service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False) -> None:
+    """Registered nodes by service kind, and the controller's leader."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        found = await admin.cluster()
+        if json_out:
+            print_json(found.model_dump())
+            return
+        table = Table("service", "node", "address", "started")
+        for kind, nodes in sorted(found.nodes.items()):
+            for node in nodes:
+                table.add_row(kind, node.node_id, node.address or "", _when(node.started_ms))
+        out.print(table)
+        out.print(f"controller leader: {found.controller.leader or '(none)'}")
+
+    _admin("cluster", service_addr, call)
+
+
+# --- namespaces --------------------------------------------------------------------------
+
+
+def _show_namespace(found: Namespace, json_out: bool) -> None:
+    if json_out:
+        print_json(found.model_dump())
+        return
+    retention = found.retention
+    out.print(
+        f"{found.name}: max_topics {found.max_topics}, retention "
+        f"{retention.time_minutes or '-'} min / {retention.size_mb or '-'} MB, "
+        f"created {_when(found.created_ms)}"
+    )
+
+
+@namespaces.command("list")
+def namespaces_list(
+    service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+) -> None:
+    """Every namespace."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        names = await admin.namespaces()
+        if json_out:
+            print_json(names)
+        else:
+            for name in names:
+                out.print(name)
+
+    _admin("namespaces list", service_addr, call)
+
+
+@namespaces.command("get")
+def namespaces_get(
+    namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+) -> None:
+    """One namespace's policy."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        _show_namespace(await admin.namespace(namespace), json_out)
+
+    _admin("namespaces get", service_addr, call)
+
+
+@namespaces.command("create")
+def namespaces_create(
+    namespace: str,
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    max_topics: Annotated[int | None, typer.Option(min=0, help="Topics it may hold.")] = None,
+    retention_minutes: Annotated[int | None, typer.Option(min=1)] = None,
+    retention_mb: Annotated[int | None, typer.Option(min=1)] = None,
+    json_out: Json = False,
+) -> None:
+    """Create a namespace (idempotent; 409 if it exists with another policy)."""
+    retention = None
+    if retention_minutes is not None or retention_mb is not None:
+        retention = Retention(time_minutes=retention_minutes, size_mb=retention_mb)
+
+    async def call(admin: AsyncAdmin) -> None:
+        created = await admin.create_namespace(
+            namespace, max_topics=max_topics, retention=retention
+        )
+        _show_namespace(created, json_out)
+
+    _admin("namespaces create", service_addr, call)
+
+
+@namespaces.command("delete")
+def namespaces_delete(namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:6650") -> None:
+    """Delete an empty namespace."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        await admin.delete_namespace(namespace)
+        err.print(f"deleted namespace {namespace}")
+
+    _admin("namespaces delete", service_addr, call)
+
+
+# --- topics ------------------------------------------------------------------------------
+
+
+@topics.command("list")
+def topics_list(
+    namespace: Annotated[str, typer.Argument(help="The namespace.")] = "default",
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    json_out: Json = False,
+) -> None:
+    """The topics of a namespace."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        names = await admin.topics(namespace)
+        if json_out:
+            print_json(names)
+        else:
+            for name in names:
+                out.print(f"/{namespace}/{name}")
+
+    _admin("topics list", service_addr, call)
+
+
+@topics.command("create")
+def topics_create(
+    topic: TopicArg,
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    partitions: Annotated[int, typer.Option("--partitions", "-p", min=0, max=1024)] = 0,
+    dispatch: Annotated[Dispatch, typer.Option(help="WAL + cloud, or in memory.")] = (
+        Dispatch.reliable
+    ),
+    durability: Annotated[Durability, typer.Option(help="Ack after fsync, or after write.")] = (
+        Durability.fsync
+    ),
+    json_out: Json = False,
+) -> None:
+    """Create a topic (idempotent; 409 if it exists with another config)."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        created = await admin.create_topic(
+            topic,
+            partitions=partitions,
+            dispatch="reliable" if dispatch is Dispatch.reliable else "non_reliable",
+            durability="fsync" if durability is Durability.fsync else "interval",
+        )
+        if json_out:
+            print_json(created.model_dump())
+            return
+        verb = "created" if created.created else "exists"
+        config = created.config
+        out.print(
+            f"{verb}: {created.name}, {config.partitions} partitions, {config.dispatch}, "
+            f"{config.durability}"
+        )
+
+    _admin("topics create", service_addr, call)
+
+
+def _describe_table(found: TopicDescription) -> Table:
+    table = Table("partition", "owner", "epoch", "wal start", "next offset", "uploaded through")
+    for partition in found.partitions:
+        owner, offsets = partition.owner, partition.offsets
+        table.add_row(
+            partition.name,
+            owner.node_id if owner else "(none)",
+            str(owner.epoch) if owner else "",
+            *(_opt(v) for v in (offsets.wal_start, offsets.next_offset, offsets.uploaded_through)),
+        )
+    return table
+
+
+def _opt(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+@topics.command("describe")
+def topics_describe(
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+) -> None:
+    """Config, partitions with owners and offsets, subscriptions."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        found = await admin.describe_topic(topic)
+        if json_out:
+            print_json(found.model_dump())
+            return
+        config = found.config
+        out.print(
+            f"{found.name}: {config.partitions} partitions, {config.dispatch}, "
+            f"{config.durability}, created {_when(config.created_ms)}"
+        )
+        out.print(_describe_table(found))
+        if found.subscriptions:
+            out.print(_subscriptions_table(found.subscriptions))
+
+    _admin("topics describe", service_addr, call)
+
+
+@topics.command("delete")
+def topics_delete(topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650") -> None:
+    """Delete a topic, its WAL and its subscriptions."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        await admin.delete_topic(topic)
+        err.print(f"deleted topic {topic}")
+
+    _admin("topics delete", service_addr, call)
+
+
+@topics.command("lookup")
+def topics_lookup(
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+) -> None:
+    """The partitions of a topic and who owns each."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        found = await admin.lookup(topic)
+        if json_out:
+            print_json(found.model_dump())
+            return
+        table = Table("partition", "owner", "epoch")
+        for partition in found.partitions:
+            owner = partition.owner
+            table.add_row(
+                partition.name,
+                owner.node_id if owner else "(none)",
+                str(owner.epoch) if owner else "",
+            )
+        out.print(f"{found.name} ({found.dispatch})")
+        out.print(table)
+
+    _admin("topics lookup", service_addr, call)
+
+
+# --- subscriptions -----------------------------------------------------------------------
+
+
+def _subscriptions_table(found: list[Subscription]) -> Table:
+    table = Table("subscription", "type", "served by", "backlog", "consumers (unacked)")
+    for sub in found:
+        consumers = ", ".join(f"{c.name} ({c.unacked})" for c in sub.consumers)
+        table.add_row(
+            sub.name,
+            sub.type,
+            sub.owner.node_id if sub.owner else "(none)",
+            str(sub.backlog),
+            consumers or "-",
+        )
+    return table
+
+
+@subscriptions.command("list")
+def subscriptions_list(
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+) -> None:
+    """The subscriptions of a topic: type, backlog, consumers (--json: cursors too)."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        found = await admin.subscriptions(topic)
+        if json_out:
+            print_json([sub.model_dump() for sub in found])
+        else:
+            out.print(_subscriptions_table(found))
+
+    _admin("subscriptions list", service_addr, call)
+
+
+@subscriptions.command("delete")
+def subscriptions_delete(
+    topic: TopicArg,
+    subscription: Annotated[str, typer.Argument(help="The subscription.")],
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+) -> None:
+    """Delete a subscription (its consumers are detached, its cursors removed)."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        await admin.delete_subscription(topic, subscription)
+        err.print(f"deleted subscription {subscription} of {topic}")
+
+    _admin("subscriptions delete", service_addr, call)
+
+
+@subscriptions.command("seek")
+def subscriptions_seek(
+    topic: TopicArg,
+    subscription: Annotated[str, typer.Argument(help="The subscription.")],
+    to: Annotated[str, typer.Option("--to", help="earliest, latest, an offset or ts:<unix ms>.")],
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    json_out: Json = False,
+) -> None:
+    """Move a subscription's cursor in every partition (unacked messages are dropped)."""
+    position = parse_position(to, "--to")
+
+    async def call(admin: AsyncAdmin) -> None:
+        moved = await admin.seek(topic, subscription, position)
+        if json_out:
+            print_json([p.model_dump() for p in moved])
+            return
+        for partition in moved:
+            out.print(f"{partition.name} {partition.offset}")
+
+    _admin("subscriptions seek", service_addr, call)

@@ -1,0 +1,236 @@
+"""`danube bench produce|consume|e2e`: throughput and latency of a running mesh through the
+SDK, with a progress bar (stderr) and a table or ``--json`` (stdout) at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from danube.cli._common import Json, ServiceAddr, err, out, print_json, run
+from danube.cli.benchrun import (
+    BenchSpec,
+    Kind,
+    Meter,
+    bench_consume,
+    bench_e2e,
+    bench_produce,
+)
+from danube.client import AsyncDanubeClient, ClientError
+from danube.client.consumer import Mode
+
+app = typer.Typer(help="Measure throughput and latency of a running mesh.", no_args_is_help=True)
+
+Runner = Callable[[AsyncDanubeClient, BenchSpec, Meter], Awaitable[dict[str, Any]]]
+_RUNNERS: dict[Kind, Runner] = {
+    "produce": bench_produce,
+    "consume": bench_consume,
+    "e2e": bench_e2e,
+}
+PROGRESS_INTERVAL_S = 0.2
+
+BenchTopic = Annotated[
+    str | None,
+    typer.Option(
+        "--topic", "-t", help="Topic to use (default: a fresh /default/bench-<id>, deleted after)."
+    ),
+]
+Size = Annotated[int, typer.Option("--size", min=1, max=512 * 1024, help="Payload bytes.")]
+BatchSize = Annotated[
+    int, typer.Option("--batch-size", min=1, max=10_000, help="Messages per produce request.")
+]
+Linger = Annotated[float, typer.Option("--linger-ms", min=0, help="Producer batching linger.")]
+Inflight = Annotated[
+    int, typer.Option("--inflight", min=1, max=64, help="Batches in flight per producer.")
+]
+Producers = Annotated[int, typer.Option("--producers", min=1, max=64, help="Producers.")]
+Duration = Annotated[float, typer.Option("--duration", "-d", min=0.1, help="Seconds to run.")]
+Count = Annotated[
+    int | None, typer.Option("--count", "-n", min=1, help="Messages (instead of --duration).")
+]
+Rate = Annotated[float, typer.Option("--rate", min=0, help="Messages/s in all (0: max).")]
+Partitions = Annotated[
+    int, typer.Option("--partitions", "-p", min=0, max=1024, help="Partitions of a new topic.")
+]
+ConsumeMode = Annotated[str, typer.Option("--mode", help="Consumer: stream or poll.")]
+Queue = Annotated[
+    int, typer.Option("--queue", min=1, max=10_000, help="Consumer receive queue (credits).")
+]
+
+
+def _spec(kind: Kind, topic: str | None, **fields: Any) -> tuple[BenchSpec, bool]:
+    mode = fields.pop("mode", "stream")
+    if mode not in ("stream", "poll"):
+        raise typer.BadParameter(f"stream or poll, not {mode!r}", param_hint="--mode")
+    chosen: Mode = "stream" if mode == "stream" else "poll"
+    own = topic is None
+    name = topic or f"/default/bench-{uuid.uuid4().hex[:8]}"
+    if fields.get("count") is not None:
+        fields["duration_s"] = None
+    return BenchSpec(kind=kind, topic=name, mode=chosen, **fields), own
+
+
+@app.command("produce")
+def produce(
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    topic: BenchTopic = None,
+    size: Size = 1024,
+    batch_size: BatchSize = 1000,
+    linger_ms: Linger = 5.0,
+    inflight: Inflight = 1,
+    producers: Producers = 1,
+    duration: Duration = 10.0,
+    count: Count = None,
+    rate: Rate = 0.0,
+    partitions: Partitions = 0,
+    json_out: Json = False,
+) -> None:
+    """Produce as fast as the mesh takes it: msgs/s, MB/s, send→stored latency."""
+    spec, own = _spec(
+        "produce",
+        topic,
+        size_bytes=size,
+        batch_max_messages=batch_size,
+        linger_ms=linger_ms,
+        inflight=inflight,
+        producers=producers,
+        duration_s=duration,
+        count=count,
+        rate=rate,
+    )
+    run("bench produce", _bench(service_addr, spec, own, partitions, json_out))
+
+
+@app.command("consume")
+def consume(
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    topic: BenchTopic = None,
+    size: Size = 1024,
+    batch_size: BatchSize = 1000,
+    count: Annotated[
+        int, typer.Option("--count", "-n", min=1, help="Messages to fill, then consume.")
+    ] = 50_000,
+    partitions: Partitions = 0,
+    mode: ConsumeMode = "stream",
+    queue: Queue = 1000,
+    json_out: Json = False,
+) -> None:
+    """Fill a topic (untimed), then consume it from the start: msgs/s, MB/s."""
+    spec, own = _spec(
+        "consume",
+        topic,
+        size_bytes=size,
+        batch_max_messages=batch_size,
+        count=count,
+        mode=mode,
+        receiver_queue_size=queue,
+    )
+    run("bench consume", _bench(service_addr, spec, own, partitions, json_out))
+
+
+@app.command("e2e")
+def e2e(
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    topic: BenchTopic = None,
+    size: Size = 1024,
+    batch_size: BatchSize = 1000,
+    linger_ms: Linger = 5.0,
+    inflight: Inflight = 1,
+    producers: Producers = 1,
+    duration: Duration = 10.0,
+    count: Count = None,
+    rate: Rate = 0.0,
+    partitions: Partitions = 0,
+    mode: ConsumeMode = "stream",
+    queue: Queue = 1000,
+    json_out: Json = False,
+) -> None:
+    """Produce and consume at once: msgs/s, MB/s, send→delivered latency."""
+    spec, own = _spec(
+        "e2e",
+        topic,
+        size_bytes=size,
+        batch_max_messages=batch_size,
+        linger_ms=linger_ms,
+        inflight=inflight,
+        producers=producers,
+        duration_s=duration,
+        count=count,
+        rate=rate,
+        mode=mode,
+        receiver_queue_size=queue,
+    )
+    run("bench e2e", _bench(service_addr, spec, own, partitions, json_out))
+
+
+async def _bench(url: str, spec: BenchSpec, own: bool, partitions: int, json_out: bool) -> int:
+    meter = Meter(total=spec.count, duration_s=spec.duration_s)
+    async with AsyncDanubeClient(url) as client:
+        if own or partitions:
+            await client.admin.create_topic(spec.topic, partitions=partitions)
+        try:
+            with _progress(spec.kind, meter):
+                result = await _RUNNERS[spec.kind](client, spec, meter)
+        finally:
+            if own:
+                with contextlib.suppress(ClientError):
+                    await client.admin.delete_topic(spec.topic)
+    if json_out:
+        print_json(result)
+    else:
+        out.print(_table(result))
+    return 1 if result["errors"] or result.get("missing") else 0
+
+
+@contextlib.contextmanager
+def _progress(kind: Kind, meter: Meter) -> Iterator[None]:
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    task = progress.add_task(kind, total=1.0, status="")
+
+    async def tick() -> None:
+        while True:
+            elapsed = max(1e-9, asyncio.get_running_loop().time() - start)
+            done = meter.consumed if kind != "produce" else meter.produced
+            status = f"{meter.phase}: {done} msgs, {done / elapsed:,.0f}/s, {meter.errors} errors"
+            progress.update(task, completed=meter.done_fraction(kind), status=status)
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+
+    start = asyncio.get_running_loop().time()
+    ticker = asyncio.ensure_future(tick())
+    with progress:
+        try:
+            yield
+        finally:
+            ticker.cancel()
+
+
+def _table(result: dict[str, Any]) -> Table:
+    table = Table("measure", "value", title=f"danube bench {result['bench']} — {result['topic']}")
+    names = ("messages", "produced", "consumed", "duplicates", "missing", "errors", "duration_s")
+    for name in names:
+        if name in result:
+            table.add_row(name, str(result[name]))
+    table.add_row("msgs/s", f"{result['msgs_per_s']:,.0f}")
+    table.add_row("MB/s", f"{result['mb_per_s']:.2f}")
+    for name in ("latency_ms", "produce_latency_ms"):
+        summary = result.get(name)
+        if summary:
+            shown = ", ".join(f"{q} {summary[q]:.2f}" for q in ("p50", "p99", "p999", "max"))
+            table.add_row(name.replace("_ms", " (ms)"), shown)
+    if result.get("last_error"):
+        table.add_row("last error", str(result["last_error"]))
+    return table

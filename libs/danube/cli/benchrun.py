@@ -1,0 +1,336 @@
+"""The measurements behind `danube bench`: produce, consume and end-to-end runs over the SDK,
+with no terminal I/O (the command draws progress from :class:`Meter` and prints the result).
+
+Latencies: ``produce`` times each message from ``send()`` (which waits while the producer's
+queue is full) to its stored offset; ``e2e`` also times each message from ``send()`` to its
+delivery (a wall-clock stamp in attribute ``bench_ns``: producer and consumer run in this
+process, so they share one clock). Without ``rate`` a run is closed-loop (as fast as the
+server takes it), so its latency includes queueing; ``rate`` sends at a fixed pace.
+MB is 10^6 bytes of payload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import string
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from danube.client import (
+    AsyncDanubeClient,
+    AsyncProducer,
+    ClientError,
+    DeadlineExceededError,
+    ReceivedMessage,
+)
+from danube.client.consumer import Mode
+
+# Latency samples kept per measure (reservoir sampling past it): bounded memory on any run.
+SAMPLES_MAX = 1_000_000
+# A consumer that receives nothing this long ends its run (the rest are reported missing).
+DRAIN_TIMEOUT_S = 30.0
+RECEIVE_STEP_S = 0.2
+STAMP = "bench_ns"
+
+Kind = Literal["produce", "consume", "e2e"]
+
+
+class Latencies:
+    """Latency samples in seconds: exact count and max, percentiles over a reservoir."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.count = 0
+        self.max_s = 0.0
+        self._samples: list[float] = []
+        self._rng = rng or random.Random(7)
+
+    def add(self, seconds: float) -> None:
+        """Record one latency."""
+        self.count += 1
+        self.max_s = max(self.max_s, seconds)
+        if len(self._samples) < SAMPLES_MAX:
+            self._samples.append(seconds)
+            return
+        slot = self._rng.randrange(self.count)
+        if slot < SAMPLES_MAX:
+            self._samples[slot] = seconds
+
+    def summary_ms(self) -> dict[str, float | int] | None:
+        """p50, p99, p99.9 and max in milliseconds (None without samples)."""
+        if not self._samples:
+            return None
+        ordered = sorted(self._samples)
+
+        def pick(q: float) -> float:
+            return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
+
+        return {
+            "p50": pick(0.50),
+            "p99": pick(0.99),
+            "p999": pick(0.999),
+            "max": round(self.max_s * 1000, 3),
+            "samples": self.count,
+        }
+
+
+@dataclass
+class Meter:
+    """Counters a run updates and the progress display reads."""
+
+    total: int | None  # messages the run aims at (None: until the duration ends)
+    duration_s: float | None
+    started: float = field(default_factory=time.monotonic)
+    produced: int = 0
+    consumed: int = 0
+    errors: int = 0
+    phase: str = "run"
+
+    def done_fraction(self, kind: Kind) -> float:
+        """How far the run is, 0..1."""
+        if self.total:
+            progress = self.consumed if kind != "produce" else self.produced
+            return min(1.0, progress / self.total)
+        assert self.duration_s is not None
+        return min(1.0, (time.monotonic() - self.started) / self.duration_s)
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What to run (the command's options)."""
+
+    kind: Kind
+    topic: str
+    size_bytes: int = 1024
+    batch_max_messages: int = 1000
+    linger_ms: float = 5.0
+    inflight: int = 1
+    producers: int = 1
+    duration_s: float | None = 10.0
+    count: int | None = None
+    rate: float = 0.0  # messages per second, all producers together (0: as fast as it goes)
+    mode: Mode = "stream"
+    receiver_queue_size: int = 1000
+
+
+def payload_of(size: int) -> bytes:
+    """A printable payload of ``size`` bytes (text travels without base64)."""
+    rng = random.Random(size)
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=size)).encode()
+
+
+class _Producing:
+    """The producer side of a run: counts, latencies, errors."""
+
+    def __init__(self, spec: BenchSpec, meter: Meter, stamp: bool) -> None:
+        self.spec = spec
+        self.meter = meter
+        self.stamp = stamp
+        self.latency = Latencies()
+        self.last_error: ClientError | None = None
+        self.payload = payload_of(spec.size_bytes)
+
+    def _settled(self, started_ns: int) -> Callable[[asyncio.Future[Any]], None]:
+        def done(future: asyncio.Future[Any]) -> None:
+            if future.cancelled():
+                return
+            error = future.exception()
+            if error is None:
+                self.meter.produced += 1
+                self.latency.add((time.perf_counter_ns() - started_ns) / 1e9)
+            else:
+                self.meter.errors += 1
+                if isinstance(error, ClientError):
+                    self.last_error = error
+
+        return done
+
+    async def run(self, client: AsyncDanubeClient, share: int | None, index: int) -> None:
+        """One producer's loop: ``share`` messages, or until the duration ends."""
+        spec = self.spec
+        producer: AsyncProducer = client.producer(
+            spec.topic,
+            name=f"bench-{index}",
+            linger_ms=spec.linger_ms,
+            batch_max_messages=spec.batch_max_messages,
+            max_inflight_batches=spec.inflight,
+            max_pending_messages=max(10_000, 2 * spec.batch_max_messages * spec.inflight),
+        )
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        end = None if spec.duration_s is None or share is not None else start + spec.duration_s
+        pace = spec.producers / spec.rate if spec.rate else 0.0
+        sent = 0
+        async with producer:
+            while (share is None or sent < share) and (end is None or loop.time() < end):
+                if pace:
+                    delay = start + sent * pace - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                attributes = {STAMP: str(time.time_ns())} if self.stamp else None
+                started_ns = time.perf_counter_ns()
+                future = await producer.send(self.payload, attributes=attributes)
+                future.add_done_callback(self._settled(started_ns))
+                sent += 1
+        # close() flushed: every future is settled.
+
+    async def run_all(self, client: AsyncDanubeClient) -> None:
+        """Every producer of the run, concurrently."""
+        spec = self.spec
+        shares: list[int | None] = [None] * spec.producers
+        if spec.count is not None:
+            base, extra = divmod(spec.count, spec.producers)
+            shares = [base + (1 if i < extra else 0) for i in range(spec.producers)]
+        async with asyncio.TaskGroup() as tg:
+            for index, share in enumerate(shares):
+                tg.create_task(self.run(client, share, index))
+
+
+def _rates(messages: int, size: int, elapsed_s: float) -> dict[str, float]:
+    elapsed = max(elapsed_s, 1e-9)
+    return {
+        "duration_s": round(elapsed_s, 3),
+        "msgs_per_s": round(messages / elapsed, 1),
+        "mb_per_s": round(messages * size / 1e6 / elapsed, 3),
+    }
+
+
+def _base(spec: BenchSpec) -> dict[str, Any]:
+    return {
+        "bench": spec.kind,
+        "topic": spec.topic,
+        "message_size_bytes": spec.size_bytes,
+        "batch_max_messages": spec.batch_max_messages,
+        "linger_ms": spec.linger_ms,
+        "producers": spec.producers,
+        "inflight_batches": spec.inflight,
+        "rate": spec.rate or None,
+    }
+
+
+async def bench_produce(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) -> dict[str, Any]:
+    """Produce for the duration (or ``count`` messages); rates and send→stored latency."""
+    producing = _Producing(spec, meter, stamp=False)
+    started = time.monotonic()
+    meter.started = started
+    await producing.run_all(client)
+    elapsed = time.monotonic() - started
+    return {
+        **_base(spec),
+        "messages": meter.produced,
+        "errors": meter.errors,
+        "last_error": str(producing.last_error) if producing.last_error else None,
+        "bytes": meter.produced * spec.size_bytes,
+        **_rates(meter.produced, spec.size_bytes, elapsed),
+        "latency_ms": producing.latency.summary_ms(),
+    }
+
+
+async def bench_consume(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) -> dict[str, Any]:
+    """Fill the topic with ``count`` messages (not timed), then time consuming them all from
+    the earliest offset (acking each)."""
+    assert spec.count is not None
+    meter.phase = "fill"
+    fill = dataclasses.replace(spec, kind="produce", inflight=max(spec.inflight, 4), rate=0.0)
+    filling = _Producing(fill, Meter(total=spec.count, duration_s=None), stamp=False)
+    await filling.run_all(client)
+    if filling.last_error is not None:
+        raise filling.last_error
+    meter.phase = "consume"
+    started = time.monotonic()
+    meter.started = started
+    async with client.consumer(
+        spec.topic,
+        "bench",
+        start="earliest",
+        mode=spec.mode,
+        receiver_queue_size=spec.receiver_queue_size,
+    ) as consumer:
+        seen: set[tuple[str, int]] = set()
+        while len(seen) < spec.count:
+            message = await consumer.receive(DRAIN_TIMEOUT_S)
+            message.ack()
+            seen.add((message.partition, message.offset))
+            meter.consumed = len(seen)
+        elapsed = time.monotonic() - started
+        await consumer.flush_acks()
+    return {
+        **_base(spec),
+        "mode": spec.mode,
+        "messages": len(seen),
+        "errors": meter.errors,
+        "bytes": len(seen) * spec.size_bytes,
+        **_rates(len(seen), spec.size_bytes, elapsed),
+        "latency_ms": None,
+    }
+
+
+async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) -> dict[str, Any]:
+    """Produce and consume at once; send→stored and send→delivered latencies."""
+    producing = _Producing(spec, meter, stamp=True)
+    delivered = Latencies()
+    seen: set[tuple[str, int]] = set()
+    duplicates = 0
+    async with client.consumer(
+        spec.topic,
+        "bench",
+        start="earliest",
+        mode=spec.mode,
+        receiver_queue_size=spec.receiver_queue_size,
+    ) as consumer:
+        producers_done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        started = last_delivery = loop.time()
+
+        async def consume() -> None:
+            nonlocal last_delivery
+            # Until every stored message came, or none came for DRAIN_TIMEOUT_S.
+            while not (producers_done.is_set() and len(seen) >= meter.produced):
+                try:
+                    message = await consumer.receive(RECEIVE_STEP_S)
+                except DeadlineExceededError:
+                    if loop.time() - last_delivery > DRAIN_TIMEOUT_S:
+                        return
+                    continue
+                last_delivery = loop.time()
+                _take(message)
+                message.ack()
+
+        def _take(message: ReceivedMessage) -> None:
+            nonlocal duplicates
+            ref = (message.partition, message.offset)
+            if ref in seen:
+                duplicates += 1
+                return
+            seen.add(ref)
+            meter.consumed = len(seen)
+            stamp = message.attributes.get(STAMP)
+            if stamp is not None:
+                delivered.add((time.time_ns() - int(stamp)) / 1e9)
+
+        meter.started = time.monotonic()
+        async with asyncio.TaskGroup() as tg:
+            receiving = tg.create_task(consume())
+            await producing.run_all(client)
+            producers_done.set()
+            await receiving
+        elapsed = last_delivery - started
+        await consumer.flush_acks()
+    return {
+        **_base(spec),
+        "mode": spec.mode,
+        "produced": meter.produced,
+        "consumed": len(seen),
+        "messages": len(seen),
+        "duplicates": duplicates,
+        "missing": meter.produced - len(seen),
+        "errors": meter.errors,
+        "last_error": str(producing.last_error) if producing.last_error else None,
+        "bytes": len(seen) * spec.size_bytes,
+        **_rates(len(seen), spec.size_bytes, elapsed),
+        "latency_ms": delivered.summary_ms(),
+        "produce_latency_ms": producing.latency.summary_ms(),
+    }

@@ -1,0 +1,159 @@
+"""`danube consume`: attach to a subscription, print each message and ack it, until ``-c``
+messages came (or Ctrl-C), as Danube's danube-cli does."""
+
+from __future__ import annotations
+
+import base64
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from danube.cli._common import (
+    Json,
+    ServiceAddr,
+    Topic,
+    err,
+    out,
+    parse_position,
+    print_json,
+    run,
+)
+from danube.client import AsyncDanubeClient, ReceivedMessage
+from danube.client.consumer import Start
+
+
+class SubType(StrEnum):
+    exclusive = "exclusive"
+    shared = "shared"
+    failover = "failover"
+
+
+class Mode(StrEnum):
+    stream = "stream"
+    poll = "poll"
+
+
+def consume(
+    topic: Topic,
+    subscription: Annotated[
+        str, typer.Option("--subscription", "-m", help="Subscription name (created if new).")
+    ],
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    consumer_name: Annotated[
+        str, typer.Option("--consumer", "-n", help="This consumer's name (logs, stats).")
+    ] = "danube-cli",
+    sub_type: Annotated[
+        SubType, typer.Option("--sub-type", help="Subscription type of a new subscription.")
+    ] = SubType.exclusive,
+    start: Annotated[
+        str,
+        typer.Option(
+            "--start",
+            help="Where a new subscription starts: earliest, latest, an offset or ts:<unix ms>.",
+        ),
+    ] = "latest",
+    count: Annotated[
+        int | None, typer.Option("--count", "-c", min=1, help="Stop after this many messages.")
+    ] = None,
+    mode: Annotated[
+        Mode, typer.Option("--mode", help="WebSocket stream with credits, or long-poll.")
+    ] = Mode.stream,
+    json_out: Json = False,
+    timeout_s: Annotated[
+        float,
+        typer.Option("--timeout", min=0.1, max=3600, help="Retry the attach for at most this (s)."),
+    ] = 10.0,
+    no_ack: Annotated[
+        bool, typer.Option("--no-ack", help="Do not ack (the messages come again).")
+    ] = False,
+) -> None:
+    """Consume messages from a subscription; prints and acks each one."""
+    run(
+        "consume",
+        _consume(
+            service_addr,
+            topic,
+            subscription,
+            name=consumer_name,
+            sub_type=sub_type.value,
+            start=parse_position(start, "--start"),
+            count=count,
+            mode=mode.value,
+            json_out=json_out,
+            timeout_s=timeout_s,
+            ack=not no_ack,
+        ),
+    )
+
+
+async def _consume(
+    url: str,
+    topic: str,
+    subscription: str,
+    *,
+    name: str,
+    sub_type: str,
+    start: Start,
+    count: int | None,
+    mode: str,
+    json_out: bool,
+    timeout_s: float,
+    ack: bool,
+) -> None:
+    received = 0
+    async with (
+        AsyncDanubeClient(url) as client,
+        client.consumer(
+            topic,
+            subscription,
+            name=name,
+            type=sub_type,
+            start=start,
+            mode=mode,
+            attach_timeout_s=timeout_s,
+        ) as consumer,
+    ):
+        err.print(
+            f"consuming {consumer.topic} as {subscription} ({sub_type}, {mode}); Ctrl-C stops"
+        )
+        async for message in consumer:
+            _show(message, json_out)
+            if ack:
+                message.ack()
+            received += 1
+            if count is not None and received >= count:
+                break
+    err.print(f"received {received} message(s)")
+
+
+def _show(message: ReceivedMessage, json_out: bool) -> None:
+    try:
+        payload, encoding = message.payload.decode("utf-8"), "utf8"
+    except UnicodeDecodeError:
+        payload, encoding = base64.b64encode(message.payload).decode("ascii"), "base64"
+    if json_out:
+        print_json(
+            {
+                "partition": message.partition,
+                "offset": message.offset,
+                "payload": payload,
+                "encoding": encoding,
+                "key": message.key,
+                "attributes": dict(message.attributes),
+                "publish_time_ms": message.publish_time_ms,
+                "producer": message.producer,
+                "redelivery_count": message.redelivery_count,
+            }
+        )
+        return
+    extras = []
+    if message.key is not None:
+        extras.append(f"key={message.key}")
+    extras += [f"{k}={v}" for k, v in message.attributes.items()]
+    if message.redelivery_count:
+        extras.append(f"redelivered={message.redelivery_count}")
+    shown = payload if encoding == "utf8" else f"<{len(message.payload)} bytes, base64> {payload}"
+    head = f"[{message.partition}@{message.offset}]"
+    out.print(escape(" ".join([head, *extras, shown])))

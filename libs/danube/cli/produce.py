@@ -1,0 +1,160 @@
+"""`danube produce`: send a message (or a file) to a topic, once or ``-c`` times, as
+Danube's danube-cli does."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from danube.cli._common import ServiceAddr, Topic, err, out, parse_attributes, run
+from danube.client import AsyncDanubeClient, SendResult
+
+COUNT_MAX = 10_000_000
+WINDOW = 10_000
+
+
+def produce(
+    topic: Topic,
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    message: Annotated[
+        str | None, typer.Option("--message", "-m", help="The message text.")
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="Send this file's bytes as the payload.", dir_okay=False),
+    ] = None,
+    attributes: Annotated[
+        list[str] | None,
+        typer.Option("--attributes", "-a", help="name:value (repeat, or a:1,b:2)."),
+    ] = None,
+    count: Annotated[
+        int, typer.Option("--count", "-c", min=1, max=COUNT_MAX, help="Send it this many times.")
+    ] = 1,
+    interval_ms: Annotated[
+        int,
+        typer.Option(
+            "--interval", "-i", min=0, help="Milliseconds between sends (0: batched, fast)."
+        ),
+    ] = 0,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions", "-p", min=0, max=1024, help="Create the topic with N partitions."
+        ),
+    ] = None,
+    reliable: Annotated[
+        bool,
+        typer.Option(
+            "--reliable/--non-reliable",
+            help="Dispatch mode of a topic this command creates (WAL + cloud, or in memory).",
+        ),
+    ] = True,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Routing key: one key, one partition, in order.")
+    ] = None,
+    producer_name: Annotated[
+        str, typer.Option("--producer-name", "-n", help="Stored with every message.")
+    ] = "danube-cli",
+    timeout_s: Annotated[
+        float,
+        typer.Option("--timeout", min=0.1, max=3600, help="Retry a batch for at most this (s)."),
+    ] = 10.0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
+) -> None:
+    """Produce messages to a topic; prints `<partition> <offset>` per message."""
+    if (message is None) == (file is None):
+        raise typer.BadParameter("give exactly one of --message and --file")
+    payload: bytes | str = message if message is not None else _read(file)
+    attrs = parse_attributes(attributes)
+    run(
+        "produce",
+        _produce(
+            service_addr,
+            topic,
+            payload,
+            attrs,
+            count=count,
+            interval_s=interval_ms / 1000,
+            partitions=partitions,
+            dispatch="reliable" if reliable else "non_reliable",
+            key=key,
+            name=producer_name,
+            timeout_s=timeout_s,
+            quiet=quiet,
+            create=partitions is not None or not reliable,
+        ),
+    )
+
+
+def _read(file: Path | None) -> bytes:
+    assert file is not None
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {file}: {exc.strerror}", param_hint="-f") from exc
+
+
+async def _produce(
+    url: str,
+    topic: str,
+    payload: bytes | str,
+    attributes: dict[str, str],
+    *,
+    count: int,
+    interval_s: float,
+    partitions: int | None,
+    dispatch: Literal["reliable", "non_reliable"],
+    key: str | None,
+    name: str,
+    timeout_s: float,
+    quiet: bool,
+    create: bool,
+) -> None:
+    async with AsyncDanubeClient(url) as client:
+        if create:
+            created = await client.admin.create_topic(
+                topic,
+                partitions=partitions or 0,
+                dispatch=dispatch,
+            )
+            if created.created:
+                err.print(
+                    f"created {created.name}: {created.config.partitions} partitions, "
+                    f"{created.config.dispatch}"
+                )
+        producer = client.producer(
+            topic,
+            name=name,
+            dispatch=dispatch,
+            linger_ms=0 if interval_s else 5,
+            send_timeout_s=timeout_s,
+        )
+        started = time.monotonic()
+        async with producer:
+            if interval_s:
+                for index in range(count):
+                    if index:
+                        await asyncio.sleep(interval_s)
+                    stored = await producer.send_and_wait(payload, key=key, attributes=attributes)
+                    _show(stored, quiet)
+            else:
+                # Results print in send order; at most WINDOW futures are held at once.
+                waiting: deque[asyncio.Future[SendResult]] = deque()
+                for _ in range(count):
+                    waiting.append(await producer.send(payload, key=key, attributes=attributes))
+                    if len(waiting) >= WINDOW:
+                        _show(await waiting.popleft(), quiet)
+                while waiting:
+                    _show(await waiting.popleft(), quiet)
+        elapsed = time.monotonic() - started
+    err.print(f"produced {count} message(s) to {producer.topic} in {elapsed:.2f} s")
+
+
+def _show(result: SendResult, quiet: bool) -> None:
+    if not quiet:
+        out.print(f"{result.partition} {result.offset}")

@@ -1,0 +1,104 @@
+"""The Danube mesh client SDK: produce, consume and administer over the public HTTP API v1
+(docs/http-api.md; guide in docs/client.md).
+
+::
+
+    async with AsyncDanubeClient("http://127.0.0.1:6650") as client:
+        async with client.producer("/default/orders") as producer:
+            stored = await producer.send_and_wait(b"hello", key="user-1")
+        async with client.consumer("/default/orders", "billing", start="earliest") as consumer:
+            async for message in consumer:
+                message.ack()
+
+:class:`DanubeClient` is the same API, blocking. Every error is a
+:class:`~danube.client.errors.ClientError` (a :class:`danube.errors.DanubeError`) with a
+``code``; those the server answered carry its code and HTTP ``status``.
+"""
+
+from danube.client.admin import (
+    AsyncAdmin,
+    Cluster,
+    Lookup,
+    Namespace,
+    Retention,
+    SeekPartition,
+    Subscription,
+    Topic,
+    TopicConfig,
+    TopicDescription,
+)
+from danube.client.client import DEFAULT_URL, AsyncDanubeClient
+from danube.client.consumer import AsyncConsumer, ConsumerOptions
+from danube.client.errors import (
+    ApiError,
+    BadRequestError,
+    ClientError,
+    ClosedError,
+    ConflictError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    InvalidMessageError,
+    NotFoundError,
+    OverLimitError,
+    ProtocolError,
+    ServerError,
+    TooLargeError,
+    TransportError,
+    UnavailableError,
+)
+from danube.client.messages import (
+    Message,
+    MessageRef,
+    Position,
+    ReceivedMessage,
+    SendResult,
+    Timestamp,
+)
+from danube.client.producer import AsyncProducer, ProducerOptions
+from danube.client.retry import RetryPolicy
+from danube.client.sync import Admin, Consumer, DanubeClient, Producer
+
+__all__ = [
+    "DEFAULT_URL",
+    "Admin",
+    "ApiError",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncDanubeClient",
+    "AsyncProducer",
+    "BadRequestError",
+    "ClientError",
+    "ClosedError",
+    "Cluster",
+    "ConflictError",
+    "Consumer",
+    "ConsumerOptions",
+    "DanubeClient",
+    "DeadlineExceededError",
+    "InvalidArgumentError",
+    "InvalidMessageError",
+    "Lookup",
+    "Message",
+    "MessageRef",
+    "Namespace",
+    "NotFoundError",
+    "OverLimitError",
+    "Position",
+    "Producer",
+    "ProducerOptions",
+    "ProtocolError",
+    "ReceivedMessage",
+    "Retention",
+    "RetryPolicy",
+    "SeekPartition",
+    "SendResult",
+    "ServerError",
+    "Subscription",
+    "Timestamp",
+    "TooLargeError",
+    "Topic",
+    "TopicConfig",
+    "TopicDescription",
+    "TransportError",
+    "UnavailableError",
+]

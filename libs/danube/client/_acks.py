@@ -1,0 +1,148 @@
+"""A consumer's acks and nacks: queued by the application (``ack()`` does not wait) and sent
+in batches by one task, ``POST /v1/consumers/{id}/ack`` and ``/nack``.
+
+The server answers an ack only once the subscription's cursor holding it is stored, so one
+request per message would pace a consumer at one etcd write per message; a batch shares
+one. Acks go over HTTP even when messages come over the stream: each batch then gets a
+definite answer (a stream answers only failures, without saying which ack failed), and is
+retried on 429/503 (``ack_not_durable`` included: acking again is safe). An ack that still
+fails is logged and counted; its message comes again (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+
+from danube.client._http import HttpCore
+from danube.client._session import Session
+from danube.client.errors import ClientError
+from danube.client.messages import MessageRef
+
+log = logging.getLogger(__name__)
+
+# The server takes at most this many refs per request.
+REFS_MAX = 100_000
+
+
+class AckBatcher:
+    """Queued acks and nacks of one consumer, and the task that sends them."""
+
+    def __init__(
+        self,
+        http: HttpCore,
+        session: Session,
+        *,
+        interval_s: float,
+        batch_max: int,
+        timeout_s: float,
+    ) -> None:
+        if not 1 <= batch_max <= REFS_MAX:
+            raise ValueError(f"ack batch_max must be in 1..{REFS_MAX}, got {batch_max}")
+        self.http = http
+        self.session = session
+        self.interval_s = interval_s
+        self.batch_max = batch_max
+        self.timeout_s = timeout_s
+        self.acked = 0  # refs the server took
+        self.nacked = 0
+        self.failed = 0  # refs given up on (they come again)
+        self._acks: list[MessageRef] = []
+        self._nacks: defaultdict[int, list[MessageRef]] = defaultdict(list)
+        self._queued = 0
+        self._wake = asyncio.Event()  # something queued
+        self._hurry = asyncio.Event()  # a full batch waits, or a flush asked: no lingering
+        self._idle = asyncio.Event()  # nothing queued, nothing in flight
+        self._idle.set()
+
+    @property
+    def queued(self) -> int:
+        """Refs waiting to be sent."""
+        return self._queued
+
+    def ack(self, ref: MessageRef) -> None:
+        """Queue an ack."""
+        self._acks.append(ref)
+        self._queued_one()
+
+    def nack(self, ref: MessageRef, delay_ms: int) -> None:
+        """Queue a nack: redelivery after ``delay_ms``."""
+        self._nacks[delay_ms].append(ref)
+        self._queued_one()
+
+    def _queued_one(self) -> None:
+        self._queued += 1
+        self._idle.clear()
+        self._wake.set()
+        if self._queued >= self.batch_max:
+            self._hurry.set()
+
+    async def flush(self) -> None:
+        """Send what is queued now and wait until every request is answered."""
+        self._hurry.set()
+        self._wake.set()
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        """Send batches until cancelled."""
+        while True:
+            if not self._queued:
+                self._idle.set()
+                self._hurry.clear()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if not self._hurry.is_set():
+                try:
+                    async with asyncio.timeout(self.interval_s):
+                        await self._hurry.wait()
+                except TimeoutError:
+                    pass
+            self._hurry.clear()
+            await self._send_queued()
+
+    async def _send_queued(self) -> None:
+        acks, self._acks = self._acks, []
+        nacks, self._nacks = self._nacks, defaultdict(list)
+        self._queued = 0
+        for start in range(0, len(acks), self.batch_max):
+            await self._send("ack", acks[start : start + self.batch_max], 0)
+        for delay_ms, refs in nacks.items():
+            for start in range(0, len(refs), self.batch_max):
+                await self._send("nack", refs[start : start + self.batch_max], delay_ms)
+
+    async def _send(self, kind: str, refs: list[MessageRef], delay_ms: int) -> None:
+        body: dict[str, object] = {
+            "messages": [{"partition": r.partition, "offset": r.offset} for r in refs]
+        }
+        if kind == "nack":
+            body["delay_ms"] = delay_ms
+        attach_again = self.session.reattach_enabled
+        while True:
+            consumer_id = self.session.consumer_id
+            try:
+                await self.http.request_retrying(
+                    "POST",
+                    f"/v1/consumers/{consumer_id}/{kind}",
+                    body=body,
+                    timeout_s=self.timeout_s,
+                )
+            except ClientError as exc:
+                if exc.code == "consumer_not_found" and attach_again:
+                    # The dispatcher forgot the consumer (restart, expiry); acks from any
+                    # consumer of the subscription count, so the new one may send them.
+                    attach_again = False
+                    try:
+                        await self.session.reattach(consumer_id)
+                        continue
+                    except ClientError as again:
+                        exc = again
+                self.failed += len(refs)
+                log.warning("%s of %d messages failed (they come again): %s", kind, len(refs), exc)
+                return
+            if kind == "ack":
+                self.acked += len(refs)
+            else:
+                self.nacked += len(refs)
+            return

@@ -1,0 +1,148 @@
+"""The SDK's one HTTP seam: an ``httpx.AsyncClient``, JSON in and out, and the mapping of
+every failure to :mod:`danube.client.errors`. Tests plug a fake in through ``transport``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from danube.client.errors import (
+    ClientError,
+    DeadlineExceededError,
+    ProtocolError,
+    TransportError,
+    error_from_body,
+)
+from danube.client.retry import RetryPolicy, retrying
+
+_JSON = {"content-type": "application/json"}
+# The start of a non-JSON answer shown in an error (a proxy's HTML page, say).
+_SHOWN_BYTES = 200
+# Connections to one server at most; produce, consume and acks share them.
+MAX_CONNECTIONS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A successful answer: its status (``201`` created, ``200`` existed...) and JSON body
+    (None when empty)."""
+
+    status: int
+    body: Any
+
+
+class HttpCore:
+    """Requests to one Danube server (any discovery instance): ``base_url`` such as
+    ``http://127.0.0.1:6650``. ``timeout_s`` bounds each request unless a call says otherwise."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float,
+        retry: RetryPolicy,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retry = retry
+        limits = httpx.Limits(
+            max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS
+        )
+        # trust_env=False: a proxy set for the shell must not catch a broker on localhost.
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, transport=transport, limits=limits, trust_env=False
+        )
+
+    def ws_url(self, path: str) -> str:
+        """The WebSocket URL of ``path`` on this server."""
+        if self.base_url.startswith("https://"):
+            return "wss://" + self.base_url[len("https://") :] + path
+        return "ws://" + self.base_url.removeprefix("http://") + path
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, str | int] | None = None,
+        timeout_s: float | None = None,
+    ) -> Answer:
+        """One attempt: the answer, or the error the server answered, or
+        :class:`TransportError` when no answer came within the timeout."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        if body is not None:
+            content = orjson.dumps(body)
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self._client.request(
+                    method,
+                    path,
+                    content=content,
+                    params=params,
+                    headers=_JSON if content is not None else None,
+                    timeout=timeout,
+                )
+        except TimeoutError as exc:
+            raise TransportError(f"{method} {path}: no answer within {timeout:.1f} s") from exc
+        except httpx.TimeoutException as exc:
+            raise TransportError(f"{method} {path}: no answer within {timeout:.1f} s") from exc
+        except httpx.TransportError as exc:
+            raise TransportError(f"{method} {path}: {self.base_url}: {exc!r}") from exc
+        return _decode(method, path, response)
+
+    async def request_retrying(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, str | int] | None = None,
+        timeout_s: float,
+        attempt_timeout_s: float | None = None,
+    ) -> Answer:
+        """:meth:`request`, retrying 429, 503 and transport failures within ``timeout_s``."""
+        if body is not None:
+            content = orjson.dumps(body)
+        cap = self.timeout_s if attempt_timeout_s is None else attempt_timeout_s
+
+        async def attempt(left_s: float) -> Answer:
+            return await self.request(
+                method, path, content=content, params=params, timeout_s=min(cap, left_s)
+            )
+
+        return await retrying(
+            attempt, timeout_s=timeout_s, policy=self.retry, what=f"{method} {path}"
+        )
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._client.aclose()
+
+
+def _decode(method: str, path: str, response: httpx.Response) -> Answer:
+    shown = response.content[:_SHOWN_BYTES].decode("utf-8", "replace")
+    try:
+        decoded = orjson.loads(response.content) if response.content else None
+    except orjson.JSONDecodeError:
+        if response.is_success:
+            raise ProtocolError(f"{method} {path}: answer is not JSON: {shown!r}") from None
+        decoded = None
+    if response.is_success:
+        return Answer(response.status_code, decoded)
+    raise error_from_body(response.status_code, decoded, fallback=shown)
+
+
+def deadline_error(what: str, timeout_s: float) -> ClientError:
+    """The error of a client deadline (a receive, a flush) that passed."""
+    return DeadlineExceededError(f"{what}: nothing within {timeout_s:.1f} s")

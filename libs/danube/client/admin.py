@@ -1,0 +1,301 @@
+"""The admin routes of the HTTP API (docs/http-api.md): cluster, namespaces, topics, lookup,
+subscriptions (list with backlog, delete, seek).
+
+Answers are parsed into frozen models that ignore fields they do not know, so a newer
+server does not break an older client. Reads and idempotent writes (``PUT``) are retried on
+429, 503 and transport failures within the client's timeout; a ``DELETE`` is tried once
+(its answer may be lost after it took effect, and the retry would then answer 404).
+
+A new route is one method: build the path, call :meth:`AsyncAdmin._call`, parse the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from danube.client._http import Answer, HttpCore
+from danube.client.errors import InvalidArgumentError, ProtocolError
+from danube.client.messages import Position, position_json, topic_name, topic_path
+from danube.names import InvalidNameError, TopicName, validate_segment
+
+Dispatch = Literal["reliable", "non_reliable"]
+Durability = Literal["fsync", "interval"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Retention(_Model):
+    """How long data stays in object storage (None: no limit)."""
+
+    time_minutes: int | None = None
+    size_mb: int | None = None
+
+
+class Node(_Model):
+    node_id: str
+    address: str | None = None
+    started_ms: int
+
+
+class Controller(_Model):
+    leader: str | None = None
+
+
+class Cluster(_Model):
+    """Live nodes by service kind, and the controller's leader."""
+
+    nodes: dict[str, list[Node]]
+    controller: Controller
+
+
+class Namespace(_Model):
+    name: str
+    max_topics: int
+    retention: Retention
+    created_ms: int
+
+
+class TopicConfig(_Model):
+    partitions: int
+    dispatch: Dispatch
+    durability: Durability
+    retention: Retention
+    created_ms: int
+
+
+class Topic(_Model):
+    """A topic as created: its name and config; ``created`` is False when it existed
+    already with the same config (the create is idempotent)."""
+
+    name: str
+    config: TopicConfig
+    created: bool = True
+
+
+class Owner(_Model):
+    node_id: str
+    epoch: int
+
+
+class Offsets(_Model):
+    """``None`` where the owner did not answer, or nothing is uploaded yet."""
+
+    wal_start: int | None = None
+    next_offset: int | None = None
+    uploaded_through: int | None = None
+
+
+class PartitionInfo(_Model):
+    name: str
+    owner: Owner | None = None
+    offsets: Offsets = Offsets()
+
+
+class SubscriptionPartition(_Model):
+    """A subscription in one partition: ``cursor`` (every offset below it is acked; None
+    before its first write), acks beyond it, the partition's end and the backlog between."""
+
+    name: str
+    cursor: int | None = None
+    acked_beyond: int = 0
+    end_offset: int | None = None
+    backlog: int | None = None
+
+
+class SubscriptionConsumer(_Model):
+    consumer_id: str
+    name: str
+    unacked: int
+
+
+class Subscription(_Model):
+    """A subscription: its type, the dispatcher serving it (None: none now), its backlog
+    (sum of the partitions whose backlog is known), partitions and attached consumers."""
+
+    name: str
+    type: str
+    created_ms: int
+    owner: Owner | None = None
+    backlog: int = 0
+    partitions: list[SubscriptionPartition] = []
+    consumers: list[SubscriptionConsumer] = []
+
+
+class SeekPartition(_Model):
+    """Where a seek put one partition's cursor."""
+
+    name: str
+    offset: int
+
+
+class TopicDescription(_Model):
+    """Config, partitions (owner, offsets) and subscriptions of a topic."""
+
+    name: str
+    config: TopicConfig
+    partitions: list[PartitionInfo]
+    subscriptions: list[Subscription] = []
+
+
+class Lookup(_Model):
+    """The partitions of a topic and who owns each."""
+
+    name: str
+    dispatch: Dispatch
+    partitions: list[PartitionInfo]
+
+
+_M = TypeVar("_M", bound=_Model)
+
+
+def _parse(model: type[_M], body: Any, what: str) -> _M:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise ProtocolError(f"{what}: unexpected answer: {exc.errors()[:1]}") from exc
+
+
+def _namespace(ns: str) -> str:
+    try:
+        return validate_segment("namespace", ns)
+    except InvalidNameError as exc:
+        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+
+
+class AsyncAdmin:
+    """Cluster, namespace and topic administration through one server."""
+
+    def __init__(self, http: HttpCore) -> None:
+        self._http = http
+
+    async def _call(self, method: str, path: str, body: Any = None) -> Answer:
+        if method == "DELETE":
+            return await self._http.request(method, path, body=body)
+        return await self._http.request_retrying(
+            method, path, body=body, timeout_s=self._http.timeout_s
+        )
+
+    async def cluster(self) -> Cluster:
+        """Registered nodes by service kind, and the controller's leader."""
+        return _parse(Cluster, (await self._call("GET", "/v1/cluster")).body, "cluster")
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace's name."""
+        body = (await self._call("GET", "/v1/namespaces")).body
+        names = body.get("namespaces") if isinstance(body, dict) else None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ProtocolError(f"namespaces: unexpected answer {body!r:.200}")
+        return names
+
+    async def namespace(self, ns: str) -> Namespace:
+        """One namespace's policy; NotFoundError ``namespace_not_found``."""
+        path = f"/v1/namespaces/{_namespace(ns)}"
+        return _parse(Namespace, (await self._call("GET", path)).body, "namespace")
+
+    async def create_namespace(
+        self, ns: str, *, max_topics: int | None = None, retention: Retention | None = None
+    ) -> Namespace:
+        """Create a namespace (idempotent); ConflictError ``namespace_exists`` when it
+        exists with another policy."""
+        body: dict[str, Any] = {}
+        if max_topics is not None:
+            body["max_topics"] = max_topics
+        if retention is not None:
+            body["retention"] = retention.model_dump()
+        answer = await self._call("PUT", f"/v1/namespaces/{_namespace(ns)}", body)
+        return _parse(Namespace, answer.body, "create namespace")
+
+    async def delete_namespace(self, ns: str) -> None:
+        """Delete an empty namespace (``namespace_not_empty``, ``namespace_protected``)."""
+        await self._call("DELETE", f"/v1/namespaces/{_namespace(ns)}")
+
+    async def topics(self, ns: str = "default") -> list[str]:
+        """The topics of a namespace (topic names, not partitions)."""
+        body = (await self._call("GET", f"/v1/namespaces/{_namespace(ns)}/topics")).body
+        topics = body.get("topics") if isinstance(body, dict) else None
+        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+            raise ProtocolError(f"topics: unexpected answer {body!r:.200}")
+        return topics
+
+    async def create_topic(
+        self,
+        topic: str | TopicName,
+        *,
+        partitions: int = 0,
+        dispatch: Dispatch = "reliable",
+        durability: Durability = "fsync",
+        retention: Retention | None = None,
+    ) -> Topic:
+        """Create a topic (idempotent: ``created`` False when it existed with this config);
+        ConflictError ``topic_exists`` when it exists with another."""
+        body: dict[str, Any] = {
+            "partitions": partitions,
+            "dispatch": dispatch,
+            "durability": durability,
+        }
+        if retention is not None:
+            body["retention"] = retention.model_dump()
+        answer = await self._call("PUT", f"/v1/topics/{_topic_path(topic)}", body)
+        created = _parse(Topic, answer.body, "create topic")
+        return created.model_copy(update={"created": answer.status == 201})
+
+    async def describe_topic(self, topic: str | TopicName) -> TopicDescription:
+        """Config, partitions with owners and offsets, subscriptions."""
+        answer = await self._call("GET", f"/v1/topics/{_topic_path(topic)}")
+        return _parse(TopicDescription, answer.body, "describe topic")
+
+    async def delete_topic(self, topic: str | TopicName) -> None:
+        """Delete a topic, its WAL and its subscriptions."""
+        await self._call("DELETE", f"/v1/topics/{_topic_path(topic)}")
+
+    async def lookup(self, topic: str | TopicName) -> Lookup:
+        """The partitions of a topic and the owner of each."""
+        answer = await self._call("GET", f"/v1/lookup/{_topic_path(topic)}")
+        return _parse(Lookup, answer.body, "lookup")
+
+    async def subscriptions(self, topic: str | TopicName) -> list[Subscription]:
+        """Every subscription of a topic: type, cursors, backlog, consumers."""
+        answer = await self._call("GET", f"/v1/topics/{_topic_path(topic)}/subscriptions")
+        return _parse(_SubscriptionList, answer.body, "subscriptions").subscriptions
+
+    async def delete_subscription(self, topic: str | TopicName, subscription: str) -> None:
+        """Delete a subscription: its consumers are detached, its cursors removed;
+        NotFoundError ``subscription_not_found``."""
+        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
+        await self._call("DELETE", path)
+
+    async def seek(
+        self, topic: str | TopicName, subscription: str, position: Position
+    ) -> list[SeekPartition]:
+        """Move the subscription's cursor in every partition to ``position`` (``"earliest"``,
+        ``"latest"``, an offset, or a :class:`Timestamp`); unacked messages are dropped,
+        acked ones after it come again. Returns where each cursor now is."""
+        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
+        body = {"position": position_json(position)}
+        # Not retried: a seek whose answer was lost moved the cursor; a second one would
+        # drop what was delivered in between.
+        answer = await self._http.request("POST", f"{path}/seek", body=body)
+        return _parse(_SeekAnswer, answer.body, "seek").partitions
+
+
+class _SubscriptionList(_Model):
+    subscriptions: list[Subscription]
+
+
+class _SeekAnswer(_Model):
+    partitions: list[SeekPartition]
+
+
+def _subscription(name: str) -> str:
+    try:
+        return validate_segment("subscription", name)
+    except InvalidNameError as exc:
+        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+
+
+def _topic_path(topic: str | TopicName) -> str:
+    return topic_path(topic_name(topic))

@@ -1,0 +1,125 @@
+"""The async client: one connection pool to a Danube server, and the producers, consumers
+and admin made from it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import httpx
+
+from danube.client._http import HttpCore
+from danube.client.admin import AsyncAdmin
+from danube.client.consumer import AsyncConsumer, ConsumerOptions
+from danube.client.errors import ClosedError, InvalidArgumentError
+from danube.client.messages import topic_name
+from danube.client.producer import AsyncProducer, ProducerOptions
+from danube.client.retry import RetryPolicy
+from danube.names import TopicName
+
+DEFAULT_URL = "http://127.0.0.1:6650"
+# Longer than the server's own produce deadline (discovery.produce_timeout_s, 10 s), so a
+# slow produce ends with the server's answer (503 no_owner) rather than a client timeout.
+DEFAULT_TIMEOUT_S = 15.0
+
+
+def _options(kind: type[Any], base: Any, overrides: dict[str, Any]) -> Any:
+    try:
+        return dataclasses.replace(base or kind(), **overrides)
+    except TypeError as exc:  # an unknown option
+        raise InvalidArgumentError(f"{kind.__name__}: {exc}") from exc
+
+
+class AsyncDanubeClient:
+    """Talks to any discovery instance at ``url``. ``timeout_s`` bounds each request;
+    ``retry`` is the backoff of every retry loop; ``transport`` replaces the network (tests).
+
+    Use as ``async with AsyncDanubeClient(url) as client:``; :meth:`close` closes every
+    producer and consumer made from it, then the connections."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise InvalidArgumentError(f"url must start with http:// or https://, got {url!r}")
+        self.url = url
+        self._http = HttpCore(
+            url, timeout_s=timeout_s, retry=retry or RetryPolicy(), transport=transport
+        )
+        self.admin = AsyncAdmin(self._http)
+        self._producers: list[AsyncProducer] = []
+        self._consumers: list[AsyncConsumer] = []
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncDanubeClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def producer(
+        self, topic: str | TopicName, options: ProducerOptions | None = None, **overrides: Any
+    ) -> AsyncProducer:
+        """A producer to ``topic`` (``/ns/topic``, or ``topic`` in ``default``); options as
+        a :class:`ProducerOptions` and/or its fields as keywords (``linger_ms=10``)."""
+        self._check_open()
+        producer = AsyncProducer(
+            self._http, topic_name(topic), _options(ProducerOptions, options, overrides)
+        )
+        self._producers.append(producer)
+        return producer
+
+    def consumer(
+        self,
+        topic: str | TopicName,
+        subscription: str,
+        options: ConsumerOptions | None = None,
+        **overrides: Any,
+    ) -> AsyncConsumer:
+        """A consumer of ``subscription`` on ``topic``, not attached yet (``async with`` or
+        :meth:`AsyncConsumer.start` attaches); options as for :meth:`producer`."""
+        self._check_open()
+        consumer = AsyncConsumer(
+            self._http,
+            topic_name(topic),
+            subscription,
+            _options(ConsumerOptions, options, overrides),
+        )
+        self._consumers.append(consumer)
+        return consumer
+
+    async def subscribe(
+        self,
+        topic: str | TopicName,
+        subscription: str,
+        options: ConsumerOptions | None = None,
+        **overrides: Any,
+    ) -> AsyncConsumer:
+        """:meth:`consumer`, attached."""
+        consumer = self.consumer(topic, subscription, options, **overrides)
+        await consumer.start()
+        return consumer
+
+    async def close(self) -> None:
+        """Close every producer (flushing it) and consumer made here, then the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.gather(
+                *(p.close() for p in self._producers),
+                *(c.close() for c in self._consumers),
+                return_exceptions=True,
+            )
+        finally:
+            await self._http.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the client is closed")

@@ -1,0 +1,275 @@
+"""The consumer: one attached consumer of a subscription, its messages as an async iterator.
+
+``start()`` attaches (``POST .../subscriptions/{sub}/consumers``) and starts two tasks the
+consumer owns: the **source** (the WebSocket stream with credits, or long-poll; see
+:mod:`danube.client._sources`) filling a queue of at most ``receiver_queue_size`` messages,
+and the **ack batcher** (:mod:`danube.client._acks`). ``receive()`` and ``async for`` take
+from the queue; ``ack()``/``nack()`` only queue (they do not wait) and may be called from
+any thread. ``close()`` stops the source, sends the queued acks, then detaches, so the
+messages not acked go to the subscription's other consumers at once.
+
+Delivery is at-least-once: a message whose ack was lost, or that was in flight when a
+socket dropped or a dispatcher restarted, comes again (``redelivery_count`` tells).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from danube.client._acks import AckBatcher
+from danube.client._http import HttpCore
+from danube.client._inbox import Inbox
+from danube.client._sources import PollSource, Recovery, StreamSource, run_source
+from danube.client.errors import (
+    ClientError,
+    ClosedError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    ProtocolError,
+)
+from danube.client.messages import Position, ReceivedMessage, position_json, topic_path
+from danube.names import InvalidNameError, TopicName, validate_segment
+
+log = logging.getLogger(__name__)
+
+SubscriptionType = Literal["exclusive", "shared", "failover"]
+Mode = Literal["stream", "poll"]
+# Where a new subscription starts: "latest", "earliest", an offset or a Timestamp.
+Start = Position
+
+RECEIVER_QUEUE_MAX = 10_000  # the server's cap on outstanding stream credits
+DETACH_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """How a consumer attaches, receives and acks. ``type`` and ``start`` matter only to
+    the first attach, which creates the subscription; later ones resume from its cursor."""
+
+    name: str = "danube-client"
+    type: SubscriptionType = "exclusive"
+    start: Start = "latest"
+    mode: Mode = "stream"
+    receiver_queue_size: int = 1000
+    poll_wait_ms: int = 1000
+    ack_interval_ms: float = 20.0
+    ack_batch_max: int = 1000
+    ack_timeout_s: float = 30.0
+    reattach: bool = True
+    reconnect_timeout_s: float = 60.0
+    attach_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.name) <= 128:
+            raise InvalidArgumentError(f"consumer name must be 1..128 chars, got {self.name!r}")
+        if self.type not in ("exclusive", "shared", "failover"):
+            raise InvalidArgumentError(f"type: exclusive, shared or failover, not {self.type!r}")
+        if self.mode not in ("stream", "poll"):
+            raise InvalidArgumentError(f"mode must be stream or poll, got {self.mode!r}")
+        position_json(self.start)  # raises for a bad one
+        if not 1 <= self.receiver_queue_size <= RECEIVER_QUEUE_MAX:
+            raise InvalidArgumentError(f"receiver_queue_size must be in 1..{RECEIVER_QUEUE_MAX}")
+        if not 0 <= self.poll_wait_ms <= 30_000:
+            raise InvalidArgumentError("poll_wait_ms must be in 0..30000")
+        if not 0 <= self.ack_interval_ms <= 10_000:
+            raise InvalidArgumentError("ack_interval_ms must be in 0..10000")
+        for name in ("ack_timeout_s", "reconnect_timeout_s", "attach_timeout_s"):
+            if not 0 < getattr(self, name) <= 3600:
+                raise InvalidArgumentError(f"{name} must be in (0, 3600]")
+
+    def attach_body(self) -> dict[str, Any]:
+        """The attach request's body."""
+        return {"name": self.name, "type": self.type, "start": position_json(self.start)}
+
+
+class AsyncConsumer:
+    """One consumer of ``subscription`` on ``topic``; use as ``async with`` (attaches on
+    enter, closes on exit) or call :meth:`start` and :meth:`close`."""
+
+    def __init__(
+        self, http: HttpCore, topic: TopicName, subscription: str, options: ConsumerOptions
+    ) -> None:
+        try:
+            validate_segment("subscription", subscription)
+        except InvalidNameError as exc:
+            raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+        self.topic = topic
+        self.subscription = subscription
+        self.options = options
+        self.reattach_enabled = options.reattach
+        self.received = 0  # messages handed to the application
+        self.reattached = 0  # times the consumer attached again
+        self._http = http
+        self._consumer_id: str | None = None
+        self._inbox = Inbox(options.receiver_queue_size)
+        self._acks = AckBatcher(
+            http,
+            self,
+            interval_s=options.ack_interval_ms / 1000,
+            batch_max=options.ack_batch_max,
+            timeout_s=options.ack_timeout_s,
+        )
+        self._attach_lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stream: StreamSource | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    @property
+    def consumer_id(self) -> str:
+        """The id the server knows this consumer by (it changes when it attaches again)."""
+        if self._consumer_id is None:
+            raise ClosedError("the consumer is not attached: call start() first")
+        return self._consumer_id
+
+    @property
+    def acks_failed(self) -> int:
+        """Acks and nacks given up on (their messages come again)."""
+        return self._acks.failed
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Attach, then start receiving in the background (idempotent)."""
+        if self._closed:
+            raise ClosedError(f"consumer of {self.topic} is closed")
+        if self._consumer_id is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._consumer_id = await self._attach()
+        recovery = Recovery(
+            self._http.retry, self.options.reconnect_timeout_s, reattach=self.options.reattach
+        )
+        if self.options.mode == "stream":
+            self._stream = StreamSource(self._http, self._inbox, self, recovery)
+            fill = self._stream.fill
+        else:
+            fill = PollSource(
+                self._http, self._inbox, self, recovery, wait_ms=self.options.poll_wait_ms
+            ).fill
+        name = f"consumer {self.topic} {self.subscription}"
+        self._tasks = [
+            asyncio.create_task(run_source(fill, self, self._inbox, recovery), name=name),
+            asyncio.create_task(self._acks.run(), name=f"{name} acks"),
+        ]
+
+    async def _attach(self) -> str:
+        answer = await self._http.request_retrying(
+            "POST",
+            f"/v1/topics/{topic_path(self.topic)}/subscriptions/{self.subscription}/consumers",
+            body=self.options.attach_body(),
+            timeout_s=self.options.attach_timeout_s,
+        )
+        consumer_id = answer.body.get("consumer_id") if isinstance(answer.body, dict) else None
+        if not isinstance(consumer_id, str):
+            raise ProtocolError(f"attach answered {answer.body!r:.200}")
+        return consumer_id
+
+    async def reattach(self, stale_id: str) -> None:
+        """Attach again (the server forgot ``stale_id``), unless that was done already."""
+        async with self._attach_lock:
+            if self._consumer_id != stale_id or self._closed:
+                return
+            self._consumer_id = await self._attach()
+            self.reattached += 1
+            log.info("consumer %s attached again as %s", stale_id, self._consumer_id)
+
+    async def receive(self, timeout_s: float | None = None) -> ReceivedMessage:
+        """The next message, waiting at most ``timeout_s`` (None: as long as it takes);
+        :class:`DeadlineExceededError` when none came, the source's error when it ended."""
+        if self._closed:
+            raise ClosedError(f"consumer of {self.topic} is closed")
+        await self.start()
+        message = self._inbox.take_nowait()
+        if message is None:
+            deadline = asyncio.timeout(timeout_s)
+            try:
+                async with deadline:
+                    message = await self._inbox.get()
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                raise DeadlineExceededError(f"no message within {timeout_s} s") from None
+        self.received += 1
+        if self._stream is not None:
+            self._stream.taken()
+        return message
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> ReceivedMessage:
+        try:
+            return await self.receive()
+        except ClosedError:
+            if self._closed:
+                raise StopAsyncIteration from None
+            raise
+
+    def ack(self, message: ReceivedMessage) -> None:
+        """Acknowledge ``message``: queued, sent in a batch within ``ack_interval_ms``."""
+        self._in_loop(self._acks.ack, message.ref)
+
+    def nack(self, message: ReceivedMessage, delay_ms: int = 0) -> None:
+        """Ask for ``message`` again after ``delay_ms``: queued like an ack."""
+        if not 0 <= delay_ms <= 86_400_000:
+            raise InvalidArgumentError(f"delay_ms must be in 0..86400000, got {delay_ms}")
+        self._in_loop(self._acks.nack, message.ref, delay_ms)
+
+    def _in_loop(self, queue: Any, *args: Any) -> None:
+        if self._closed:
+            raise ClosedError(f"consumer of {self.topic} is closed")
+        if self._loop is None:
+            raise ClosedError("the consumer is not attached: call start() first")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            queue(*args)
+        else:  # from another thread (the sync client's)
+            self._loop.call_soon_threadsafe(queue, *args)
+
+    async def flush_acks(self) -> None:
+        """Send the queued acks and nacks now and wait for their answers."""
+        await self._acks.flush()
+
+    async def close(self, *, detach: bool = True) -> None:
+        """Stop receiving, send the queued acks, then detach (unless ``detach`` is False:
+        the server then expires the consumer after its session timeout)."""
+        if self._closed:
+            return
+        self._closed = True
+        source, acks = self._tasks or (None, None)
+        try:
+            if source is not None:
+                source.cancel()
+                await asyncio.gather(source, return_exceptions=True)
+            if acks is not None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.options.ack_timeout_s):
+                        await self._acks.flush()
+                acks.cancel()
+                await asyncio.gather(acks, return_exceptions=True)
+            if detach and self._consumer_id is not None:
+                await self._detach(self._consumer_id)
+        finally:
+            self._inbox.fail(ClosedError(f"consumer of {self.topic} is closed"))
+
+    async def _detach(self, consumer_id: str) -> None:
+        try:
+            await self._http.request(
+                "DELETE", f"/v1/consumers/{consumer_id}", timeout_s=DETACH_TIMEOUT_S
+            )
+        except ClientError as exc:
+            if exc.code != "consumer_not_found":
+                log.warning("detaching %s failed (it expires on its own): %s", consumer_id, exc)

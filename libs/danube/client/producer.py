@@ -1,0 +1,286 @@
+"""The producer: messages batched into ``POST /v1/topics/{ns}/{topic}/messages`` requests.
+
+``send()`` checks and encodes a message, queues it and returns a future of its
+:class:`SendResult`. One task per producer, the sender, turns the queue into batches
+(:class:`danube.client.batch.Accumulator`: ``linger_ms``, ``batch_max_messages``,
+``batch_max_bytes``) and posts them, retrying 429, 503 and transport failures with jittered
+backoff within ``send_timeout_s``; every future of a batch gets its message's result, or the
+batch's error.
+
+Order: with ``max_inflight_batches=1`` (the default) batches go one after the other, so the
+offsets of a partition follow the order of ``send()`` calls, retries included. More batches
+in flight send faster but two batches may then be stored in either order.
+
+The queue is bounded (``max_pending_messages``): ``send()`` waits for room when it is full,
+so a producer faster than the server slows down rather than growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from danube.client._http import HttpCore
+from danube.client.batch import Accumulator
+from danube.client.errors import ClientError, ClosedError, InvalidArgumentError, ProtocolError
+from danube.client.messages import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    Message,
+    Payload,
+    SendResult,
+    check_producer_name,
+    encode_message,
+    topic_path,
+)
+from danube.names import TopicName
+
+log = logging.getLogger(__name__)
+
+Dispatch = Literal["reliable", "non_reliable"]
+
+# The server's limits (docs/http-api.md, "Limits"): messages and bytes of one request.
+SERVER_MAX_MESSAGES = 10_000
+SERVER_MAX_BODY_BYTES = 16 * 1024 * 1024
+# The produce body around the messages: producer name and dispatch (the name is at most
+# 256 bytes, JSON escaping at most 6x that).
+_BODY_OVERHEAD_BYTES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerOptions:
+    """How a producer batches, bounds and retries (see the module docstring)."""
+
+    name: str = "danube-client"
+    dispatch: Dispatch = "reliable"  # used only when the produce auto-creates the topic
+    linger_ms: float = 5.0
+    batch_max_messages: int = 1000
+    batch_max_bytes: int = 1024 * 1024
+    max_pending_messages: int = 10_000
+    max_inflight_batches: int = 1
+    send_timeout_s: float = 30.0
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+
+    def __post_init__(self) -> None:
+        check_producer_name(self.name)
+        _check("linger_ms", self.linger_ms, 0, 60_000)
+        _check("batch_max_messages", self.batch_max_messages, 1, SERVER_MAX_MESSAGES)
+        _check("batch_max_bytes", self.batch_max_bytes, 4096, SERVER_MAX_BODY_BYTES)
+        _check("max_pending_messages", self.max_pending_messages, 1, 10_000_000)
+        _check("max_inflight_batches", self.max_inflight_batches, 1, 64)
+        _check("send_timeout_s", self.send_timeout_s, 0.001, 3600)
+        _check("max_payload_bytes", self.max_payload_bytes, 1, 64 * 1024 * 1024)
+
+
+def _check(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be in {low}..{high}, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    body: bytes  # the message's JSON object
+    future: asyncio.Future[SendResult]
+
+
+class AsyncProducer:
+    """Sends messages to one topic in batches; use as ``async with`` or call :meth:`close`."""
+
+    def __init__(self, http: HttpCore, topic: TopicName, options: ProducerOptions) -> None:
+        self.topic = topic
+        self.options = options
+        self._http = http
+        self._path = f"/v1/topics/{topic_path(topic)}/messages"
+        self._head = b"".join(
+            (
+                b'{"producer":',
+                orjson.dumps(options.name),
+                b',"dispatch":',
+                orjson.dumps(options.dispatch),
+                b',"messages":[',
+            )
+        )
+        self._queue: Accumulator[_Pending] = Accumulator(
+            max_messages=options.batch_max_messages,
+            max_bytes=options.batch_max_bytes - _BODY_OVERHEAD_BYTES,
+            linger_s=options.linger_ms / 1000,
+        )
+        self._room = asyncio.Semaphore(options.max_pending_messages)
+        self._wake = asyncio.Event()
+        self._flushing = False
+        self._closing = False
+        self._unsettled: set[asyncio.Future[SendResult]] = set()
+        self._sender: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def encode(
+        self,
+        payload: Payload | Message,
+        *,
+        key: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> bytes:
+        """The message's JSON form, checked against every limit of a record:
+        :class:`InvalidMessageError` for a message the server would refuse."""
+        if isinstance(payload, Message):
+            message = payload
+        else:
+            message = Message(payload, key, attributes or {})
+        return encode_message(message, max_payload_bytes=self.options.max_payload_bytes)
+
+    async def send(
+        self,
+        payload: Payload | Message,
+        *,
+        key: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> asyncio.Future[SendResult]:
+        """Queue a message (waiting for room when the queue is full); the future resolves
+        to where it was stored, or to the error of its batch. A message that breaks a limit
+        raises :class:`InvalidMessageError` here, before anything is queued."""
+        return await self.send_encoded(self.encode(payload, key=key, attributes=attributes))
+
+    async def send_encoded(self, body: bytes) -> asyncio.Future[SendResult]:
+        """:meth:`send` of a message :meth:`encode` made."""
+        if self._closing:
+            raise ClosedError(f"producer of {self.topic} is closed")
+        await self._room.acquire()
+        if self._closing:
+            self._room.release()
+            raise ClosedError(f"producer of {self.topic} is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[SendResult] = loop.create_future()
+        self._unsettled.add(future)
+        future.add_done_callback(self._settled)
+        self._queue.add(_Pending(body, future), len(body) + 1, loop.time())
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._run(), name=f"producer {self.topic}")
+            self._sender.add_done_callback(self._sender_done)
+        if len(self._queue) == 1 or self._queue.full():
+            self._wake.set()
+        return future
+
+    async def send_and_wait(
+        self,
+        payload: Payload | Message,
+        *,
+        key: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> SendResult:
+        """:meth:`send`, then wait for the result."""
+        return await (await self.send(payload, key=key, attributes=attributes))
+
+    async def flush(self) -> None:
+        """Send every queued message now (no lingering) and wait until each is settled
+        (stored or failed; the failures stay on their futures)."""
+        waiting = list(self._unsettled)
+        if not waiting:
+            return
+        self._flushing = True
+        self._wake.set()
+        await asyncio.wait(waiting)
+
+    async def close(self) -> None:
+        """Flush, then stop the sender; later sends raise :class:`ClosedError`."""
+        if self._closing:
+            if self._sender is not None:
+                await asyncio.shield(self._sender)
+            return
+        self._closing = True
+        self._wake.set()
+        if self._sender is not None:
+            await asyncio.shield(self._sender)
+
+    @property
+    def pending(self) -> int:
+        """Messages queued or in flight (not yet settled)."""
+        return len(self._unsettled)
+
+    # --- the sender ------------------------------------------------------------------------
+
+    def _settled(self, future: asyncio.Future[SendResult]) -> None:
+        self._unsettled.discard(future)
+        self._room.release()
+
+    def _sender_done(self, task: asyncio.Task[None]) -> None:
+        # The sender ends only on close; a bug (or a cancelled loop) must not leave
+        # callers waiting forever on their futures, nor take new messages.
+        self._closing = True
+        error: BaseException = ClosedError(f"producer of {self.topic} stopped")
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception() or error
+            log.error("producer of %s failed", self.topic, exc_info=error)
+        for future in list(self._unsettled):
+            if not future.done():
+                future.set_exception(error)
+
+    async def _run(self) -> None:
+        inflight = asyncio.Semaphore(self.options.max_inflight_batches)
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                # Room in flight first: messages keep joining the next batch meanwhile.
+                await inflight.acquire()
+                batch = await self._next_batch()
+                if batch is None:
+                    return
+                tg.create_task(self._deliver(batch, inflight))
+
+    async def _next_batch(self) -> list[_Pending] | None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            if not self._queue:
+                self._flushing = False
+                if self._closing:
+                    return None
+            elif self._queue.due(now, flush=self._flushing or self._closing):
+                return self._queue.take()
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(self._queue.wait_s(now)):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _deliver(self, batch: list[_Pending], inflight: asyncio.Semaphore) -> None:
+        try:
+            content = b"".join((self._head, b",".join(p.body for p in batch), b"]}"))
+            try:
+                answer = await self._http.request_retrying(
+                    "POST", self._path, content=content, timeout_s=self.options.send_timeout_s
+                )
+                results = _results(answer.body, len(batch))
+            except ClientError as exc:
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(exc)
+                return
+            for pending, result in zip(batch, results, strict=True):
+                if not pending.future.done():
+                    pending.future.set_result(result)
+        finally:
+            inflight.release()
+
+
+def _results(answer: Any, count: int) -> list[SendResult]:
+    results = answer.get("results") if isinstance(answer, dict) else None
+    if not isinstance(results, list) or len(results) != count:
+        raise ProtocolError(f"produce answered {answer!r:.200} for {count} messages")
+    out = []
+    for result in results:
+        if not isinstance(result, dict):
+            raise ProtocolError(f"produce result {result!r:.200} is not an object")
+        partition, offset = result.get("partition"), result.get("offset")
+        if not isinstance(partition, str) or not isinstance(offset, int):
+            raise ProtocolError(f"produce result {result!r:.200} lacks partition or offset")
+        out.append(SendResult(partition, offset))
+    return out

@@ -1,0 +1,258 @@
+"""The `danube produce|consume|admin|bench` commands, run as the installed console script
+against discovery, ingest and a dispatcher in-process on real NATS and etcd: what they
+print, what they store, and their exit codes and messages on errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from danube.client import AsyncDanubeClient, DeadlineExceededError
+from danube.discovery.routing import partition_for_key
+from danube.runtime import free_port
+
+pytestmark = pytest.mark.integration
+
+DANUBE = str(Path(sys.executable).parent / "danube")
+COMMAND_TIMEOUT_S = 90.0
+
+
+async def _danube(*args: str) -> tuple[int, str, str]:
+    """Run `danube ARGS`; its exit code, stdout and stderr."""
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env.pop("DANUBE_SERVICE_ADDR", None)
+    process = await asyncio.create_subprocess_exec(
+        DANUBE,
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        async with asyncio.timeout(COMMAND_TIMEOUT_S):
+            out, err = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def _url(http: httpx.AsyncClient) -> str:
+    return str(http.base_url).rstrip("/")
+
+
+async def test_produce_1000_then_consume_1000_in_order_and_acked(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    url = _url(consume_http)
+    code, out, err = await _danube(
+        "produce", "-s", url, "-t", "/default/cli", "-m", "hello", "-c", "1000",
+        "-a", "src:cli,n:1", "--key", "k1",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines() == [f"/default/cli {i}" for i in range(1000)]
+    assert "produced 1000 message(s)" in err
+
+    code, out, err = await _danube(
+        "consume", "-s", url, "-t", "/default/cli", "-m", "sub", "--start", "earliest",
+        "-c", "1000", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    got = [json.loads(line) for line in out.splitlines()]
+    assert [m["offset"] for m in got] == list(range(1000))
+    assert {
+        (m["partition"], m["payload"], m["key"], m["producer"], m["redelivery_count"]) for m in got
+    } == {("/default/cli", "hello", "k1", "danube-cli", 0)}
+    assert all(m["attributes"] == {"src": "cli", "n": "1"} for m in got)
+
+    # The command acked all 1000 before it detached: the subscription has nothing left.
+    async with AsyncDanubeClient(url) as client, client.consumer("/default/cli", "sub") as again:
+        with pytest.raises(DeadlineExceededError):
+            await again.receive(1.0)
+
+
+async def test_partitions_key_file_and_text_output(
+    consume_http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    url = _url(consume_http)
+    code, out, err = await _danube(
+        "produce", "-s", url, "-t", "/default/parts", "-p", "3", "-m", "x",
+        "--key", "user-1", "-c", "5",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "created /default/parts: 3 partitions, reliable" in err
+    partition = f"/default/parts-part-{partition_for_key('user-1', 3)}"
+    assert out.splitlines() == [f"{partition} {i}" for i in range(5)]
+
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(bytes([0xFF, 0x00, 0x01]))
+    code, out, err = await _danube("produce", "-s", url, "-t", "blobs", "-f", str(binary))
+    assert (code, out) == (0, "/default/blobs 0\n"), err
+    code, out, err = await _danube(
+        "consume", "-s", url, "-t", "blobs", "-m", "s", "--start", "0", "-c", "1",
+        "--mode", "poll",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out == "[/default/blobs@0] <3 bytes, base64> /wAB\n"
+
+
+async def test_admin_commands(consume_http: httpx.AsyncClient) -> None:
+    url = _url(consume_http)
+    assert (await _danube("admin", "namespaces", "create", "ops", "-s", url))[0] == 0
+    code, out, _ = await _danube("admin", "namespaces", "list", "-s", url, "--json")
+    assert code == 0
+    assert "ops" in json.loads(out)
+    code, out, err = await _danube(
+        "admin", "topics", "create", "/ops/jobs", "-p", "2", "--dispatch", "non_reliable",
+        "-s", url,
+    )  # fmt: skip
+    assert (code, out) == (0, "created: /ops/jobs, 2 partitions, non_reliable, fsync\n"), err
+    code, out, _ = await _danube("admin", "topics", "list", "ops", "-s", url)
+    assert out == "/ops/jobs\n"
+    code, out, _ = await _danube("admin", "topics", "lookup", "/ops/jobs", "-s", url, "--json")
+    lookup: dict[str, Any] = json.loads(out)
+    assert [p["name"] for p in lookup["partitions"]] == ["/ops/jobs-part-0", "/ops/jobs-part-1"]
+    code, out, _ = await _danube("admin", "topics", "describe", "/ops/jobs", "-s", url)
+    assert code == 0
+    assert "/ops/jobs-part-1" in out
+    code, _, err = await _danube("admin", "namespaces", "delete", "ops", "-s", url)
+    assert code == 1
+    assert "namespace_not_empty" in err
+    assert (await _danube("admin", "topics", "delete", "/ops/jobs", "-s", url))[0] == 0
+    assert (await _danube("admin", "namespaces", "delete", "ops", "-s", url))[0] == 0
+    code, out, _ = await _danube("admin", "cluster", "-s", url, "--json")
+    assert code == 0
+    assert [n["node_id"] for n in json.loads(out)["nodes"]["ingest"]] == ["ingest-1"]
+
+
+@pytest.mark.parametrize(
+    ("args", "exit_code", "says"),
+    [
+        (["admin", "topics", "describe", "/default/missing"], 1, "topic_not_found"),
+        (["produce", "-t", "/nowhere/t", "-m", "x"], 1, "namespace_not_found"),
+        (["produce", "-t", "/default/bad.name", "-m", "x"], 2, "invalid_name"),
+        (["produce", "-t", "/default/t"], 2, "exactly one of --message and --file"),
+        (["consume", "-t", "t", "-m", "s", "--start", "soon"], 2, "--start"),
+    ],
+)
+async def test_expected_errors_are_one_line_and_an_exit_code(
+    consume_http: httpx.AsyncClient, args: list[str], exit_code: int, says: str
+) -> None:
+    code, _, err = await _danube(*args, "-s", _url(consume_http))
+    assert code == exit_code, err
+    assert says in err
+    assert "Traceback" not in err
+
+
+async def test_an_unreachable_server_is_an_error_not_a_traceback() -> None:
+    code, _, err = await _danube("admin", "cluster", "-s", f"http://127.0.0.1:{free_port()}")
+    assert code == 1
+    assert "cannot reach" in err
+    assert "Traceback" not in err
+
+
+async def test_bench_e2e_json_counts_and_latencies(consume_http: httpx.AsyncClient) -> None:
+    url = _url(consume_http)
+    code, out, err = await _danube(
+        "bench", "e2e", "-s", url, "-d", "2", "--size", "100", "--batch-size", "200", "--json"
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    for name in ("msgs_per_s", "mb_per_s", "duration_s", "latency_ms", "produce_latency_ms"):
+        assert name in result, result
+    assert result["produced"] > 0
+    assert result["consumed"] == result["produced"] == result["messages"]
+    assert (result["duplicates"], result["errors"]) == (0, 0)
+    assert result["bytes"] == result["messages"] * 100
+    latency = result["latency_ms"]
+    assert 0 < latency["p50"] <= latency["p99"] <= latency["p999"] <= latency["max"]
+    assert latency["samples"] == result["consumed"]
+    assert result["msgs_per_s"] == pytest.approx(
+        result["messages"] / result["duration_s"], rel=0.01
+    )
+
+    code, out, err = await _danube("bench", "produce", "-s", url, "-n", "3000", "--json")
+    assert code == 0, err
+    produced = json.loads(out)
+    assert (produced["messages"], produced["errors"]) == (3000, 0)
+    assert produced["latency_ms"]["samples"] == 3000
+
+    code, out, err = await _danube(
+        "bench", "consume", "-s", url, "-n", "2000", "--mode", "poll", "--json"
+    )
+    assert code == 0, err
+    consumed = json.loads(out)
+    assert (consumed["messages"], consumed["bytes"]) == (2000, 2000 * 1024)
+    assert consumed["msgs_per_s"] > 0
+
+
+async def test_ctrl_c_stops_consume_after_acking_what_it_printed(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    url = _url(consume_http)
+    process = await asyncio.create_subprocess_exec(
+        DANUBE, "consume", "-s", url, "-t", "tail", "-m", "s", "--start", "earliest",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stderr is not None
+    try:
+        async with asyncio.timeout(COMMAND_TIMEOUT_S):
+            assert "consuming /default/tail" in (await process.stderr.readline()).decode()
+            async with AsyncDanubeClient(url) as client, client.producer("tail") as producer:
+                for i in range(3):
+                    await producer.send(f"t{i}")
+            lines = [(await process.stdout.readline()).decode() for _ in range(3)]
+            process.send_signal(signal.SIGINT)
+            await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    err = (await process.stderr.read()).decode()
+    assert lines == [f"[/default/tail@{i}] t{i}\n" for i in range(3)]
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    async with AsyncDanubeClient(url) as client, client.consumer("tail", "s") as again:
+        with pytest.raises(DeadlineExceededError):
+            await again.receive(1.0)
+
+
+async def test_admin_subscriptions_list_seek_delete(consume_http: httpx.AsyncClient) -> None:
+    url = _url(consume_http)
+    assert (await _danube("produce", "-s", url, "-t", "subs", "-m", "x", "-c", "3", "-q"))[0] == 0
+    code, _, err = await _danube(
+        "consume", "-s", url, "-t", "subs", "-m", "s", "--start", "earliest", "-c", "3",
+        "--no-ack",
+    )  # fmt: skip
+    assert code == 0, err
+    code, out, err = await _danube("admin", "subscriptions", "list", "subs", "-s", url, "--json")
+    assert code == 0, err
+    (sub,) = json.loads(out)
+    assert (sub["name"], sub["type"], sub["backlog"], sub["consumers"]) == ("s", "exclusive", 3, [])
+
+    code, out, err = await _danube(
+        "admin", "subscriptions", "seek", "subs", "s", "--to", "latest", "-s", url
+    )
+    assert (code, out) == (0, "/default/subs 3\n"), err
+    code, out, _ = await _danube("admin", "subscriptions", "list", "subs", "-s", url, "--json")
+    assert json.loads(out)[0]["backlog"] == 0
+
+    assert (await _danube("admin", "subscriptions", "delete", "subs", "s", "-s", url))[0] == 0
+    code, _, err = await _danube("admin", "subscriptions", "delete", "subs", "s", "-s", url)
+    assert code == 1
+    assert "subscription_not_found" in err
