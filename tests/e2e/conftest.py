@@ -183,7 +183,7 @@ class MeshRun:
         os.killpg(self.process.pid, signal.SIGINT)
         self.process.wait(timeout=90)
         assert "all processes stopped" in self.log(), self.log()
-        left = {pid: cmd for pid, cmd in self.seen.items() if _alive(pid)}
+        left = {pid: cmd for pid, cmd in self.seen.items() if alive(pid)}
         assert left == {}, f"processes left behind: {left}"
 
     def kill(self) -> None:
@@ -192,7 +192,7 @@ class MeshRun:
             self.process.wait()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:

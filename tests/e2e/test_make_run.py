@@ -13,35 +13,9 @@ import pytest
 
 from danube.runtime import free_port, probe
 
+from conftest import ROOT, alive, process_tree
+
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _children(pid: int) -> set[int]:
-    """Every live descendant of ``pid``, read from /proc."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_make_run_starts_servers_and_ctrl_c_stops_them(tmp_path: Path) -> None:
@@ -79,7 +53,7 @@ def test_make_run_starts_servers_and_ctrl_c_stops_them(tmp_path: Path) -> None:
         assert "nats-server" in output  # the nats process's own lines, labelled
         assert "etcd ready" in output
         assert (tmp_path / "data" / "etcd").is_dir()
-        descendants = _children(make.pid)
+        descendants = set(process_tree(make.pid))
         assert len(descendants) >= 3  # danube up, nats-server, etcd
 
         os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C does
@@ -90,6 +64,6 @@ def test_make_run_starts_servers_and_ctrl_c_stops_them(tmp_path: Path) -> None:
             make.wait()
     output = log_path.read_text(errors="replace")
     assert "all processes stopped" in output, output
-    left = [pid for pid in descendants if _alive(pid)]
+    left = [pid for pid in descendants if alive(pid)]
     assert left == [], f"processes left behind: {left}\n{output}"
     assert not probe(f"http://127.0.0.1:{etcd_port}/health")
