@@ -1,0 +1,315 @@
+"""`make compose-smoke`: the compose stack, scaled, on this machine, end to end.
+
+Needs root (it may install docker.io and debootstrap, and start dockerd) and no image
+registry. Steps, each bounded, all within ``--timeout-s``:
+
+1. a Docker engine (the running one, else ``dockerd`` started here: smoke_engine.py);
+2. local images: a debootstrap'd Debian base, a wheelhouse, the mesh image from
+   deploy/Dockerfile and the servers image (smoke_images.py);
+3. ``compose up --wait`` of docker-compose.yml + deploy/compose/loopback.yml (local
+   images, host network, loopback ports) + tests/compose/smoke.yml (fast tiers), with
+   ``--scale ingest=2 --scale dispatcher=3 --scale cloud_reader=2``;
+4. through discovery's port: every replica registered under its own node id; produce
+   keyed messages to a 2-partition topic, consume them all; wait until every partition is
+   uploaded and the WAL dropped what it uploaded; read everything again from the earliest
+   offset with a new subscription (the dropped part comes from object storage); each
+   ingest replica has its own WAL directory on the shared volume;
+5. ``compose down -v`` and a sweep of anything left by label; dockerd stopped if started.
+
+Exit 0 with a timing summary, or 1 with what failed; the containers' logs are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from danube.client import AsyncConsumer, AsyncDanubeClient, ReceivedMessage
+from danube.client.admin import AsyncAdmin, TopicDescription
+from danube.runtime import free_port
+
+from smoke_engine import ComposeStack, Engine, SmokeError, compose_command
+from smoke_images import (
+    MESH_DOCKERFILE,
+    build_image,
+    ensure_base_image,
+    ensure_wheelhouse,
+    mesh_context,
+    servers_context,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILES = (
+    REPO / "docker-compose.yml",
+    REPO / "deploy/compose/loopback.yml",
+    REPO / "tests/compose/smoke.yml",
+)
+MESH_IMAGE = "danube-mesh:smoke"
+SERVERS_IMAGE = "danube-servers:smoke"
+SCALE = {"ingest": 2, "dispatcher": 3, "cloud_reader": 2}
+NODE_COUNTS = {**SCALE, "uploader": 1, "retention": 1, "discovery": 1}
+TOPIC = "/default/compose-smoke"
+PARTITIONS = 2
+MESSAGES = 512
+PAYLOAD_BYTES = 8192  # 4 MiB in all: ~2 MiB a partition, over the 1 MiB WAL limit of smoke.yml
+WAIT_HEALTHY_S = 240
+CLUSTER_WAIT_S = 60.0
+TRANSFER_WAIT_S = 120.0
+TIERS_WAIT_S = 120.0
+TIMEOUT_S_DEFAULT = 1500
+
+
+class SmokeTimeout(Exception):
+    """The whole run took longer than ``--timeout-s``."""
+
+
+@dataclass
+class Timings:
+    """How long each step took, in order."""
+
+    started: float = field(default_factory=time.monotonic)
+    steps: list[tuple[str, float]] = field(default_factory=list)
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        print(f"compose-smoke: {name} ...", flush=True)
+        began = time.monotonic()
+        yield
+        took = time.monotonic() - began
+        self.steps.append((name, took))
+        print(f"compose-smoke: {name}: {took:.1f} s", flush=True)
+
+    def summary(self) -> str:
+        lines = [f"  {name:<44} {took:7.1f} s" for name, took in self.steps]
+        lines.append(f"  {'total':<44} {time.monotonic() - self.started:7.1f} s")
+        return "\n".join(lines)
+
+
+def payload(index: int) -> bytes:
+    """Message ``index``: its number, then filler up to PAYLOAD_BYTES (text: no base64)."""
+    head = f"{index:06d}:".encode()
+    return head + b"x" * (PAYLOAD_BYTES - len(head))
+
+
+async def wait_for_cluster(admin: AsyncAdmin) -> dict[str, list[str]]:
+    """Node ids by kind, once every replica is registered under an id of its own."""
+    deadline = time.monotonic() + CLUSTER_WAIT_S
+    while True:
+        cluster = await admin.cluster()
+        ids = {
+            kind: sorted(node.node_id for node in nodes) for kind, nodes in cluster.nodes.items()
+        }
+        if all(len(ids.get(kind, [])) == count for kind, count in NODE_COUNTS.items()):
+            return ids
+        if time.monotonic() > deadline:
+            raise SmokeError(f"registered nodes {ids}, expected counts {NODE_COUNTS}")
+        await asyncio.sleep(0.5)
+
+
+async def take(consumer: AsyncConsumer, count: int) -> list[ReceivedMessage]:
+    """``count`` messages (acked), or SmokeError after TRANSFER_WAIT_S."""
+    got: list[ReceivedMessage] = []
+    deadline = time.monotonic() + TRANSFER_WAIT_S
+    while len(got) < count:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise SmokeError(f"received {len(got)} of {count} messages")
+        try:
+            message = await consumer.receive(timeout_s=min(left, 5.0))
+        except TimeoutError:
+            continue
+        consumer.ack(message)
+        got.append(message)
+    await consumer.flush_acks()
+    return got
+
+
+def check_messages(got: list[ReceivedMessage], what: str) -> None:
+    """Every message once, and each partition's offsets in order from where they began."""
+    indexes = sorted(int(message.payload[:6]) for message in got)
+    if indexes != list(range(MESSAGES)):
+        missing = sorted(set(range(MESSAGES)) - set(indexes))
+        raise SmokeError(f"{what}: {len(got)} messages, missing {missing[:10]}..., or doubles")
+    if any(message.payload != payload(int(message.payload[:6])) for message in got):
+        raise SmokeError(f"{what}: a payload came back changed")
+    offsets: dict[str, list[int]] = defaultdict(list)
+    for message in got:
+        offsets[message.partition].append(message.offset)
+    for partition, seen in offsets.items():
+        if seen != sorted(seen):
+            raise SmokeError(f"{what}: {partition} out of order")
+
+
+async def wait_for_tiers(admin: AsyncAdmin) -> TopicDescription:
+    """The topic once every partition is uploaded to its end and its WAL starts above 0:
+    the first offsets now exist only in object storage."""
+    deadline = time.monotonic() + TIERS_WAIT_S
+    while True:
+        topic = await admin.describe_topic(TOPIC)
+        done = [
+            p.offsets.next_offset is not None
+            and p.offsets.uploaded_through == p.offsets.next_offset - 1
+            and (p.offsets.wal_start or 0) > 0
+            for p in topic.partitions
+        ]
+        if done and all(done):
+            return topic
+        if time.monotonic() > deadline:
+            shown = [(p.name, p.offsets) for p in topic.partitions]
+            raise SmokeError(f"tiers did not move in {TIERS_WAIT_S} s: {shown}")
+        await asyncio.sleep(1.0)
+
+
+async def round_trip(url: str, timings: Timings) -> str:
+    """Produce, consume, wait for upload and WAL drop, read again from the earliest."""
+    async with AsyncDanubeClient(url) as client:
+        admin = client.admin
+        with timings.step("every replica registered"):
+            ids = await wait_for_cluster(admin)
+        print(f"compose-smoke: nodes {ids}", flush=True)
+        await admin.create_topic(TOPIC, partitions=PARTITIONS)
+        live = await client.subscribe(TOPIC, "smoke-live", start="earliest", name="live")
+        with timings.step(f"produce {MESSAGES} x {PAYLOAD_BYTES} B"):
+            async with client.producer(TOPIC, name="compose-smoke") as producer:
+                futures = [await producer.send(payload(i), key=f"k{i}") for i in range(MESSAGES)]
+                results = [await future for future in futures]
+        if len({result.partition for result in results}) != PARTITIONS:
+            raise SmokeError(f"messages went to {len({r.partition for r in results})} partitions")
+        with timings.step("consume them"):
+            check_messages(await take(live, MESSAGES), "live subscription")
+            await live.close()
+        with timings.step("uploaded and dropped from the WAL"):
+            topic = await wait_for_tiers(admin)
+        tiers = ", ".join(
+            f"{p.name}: wal from {p.offsets.wal_start}, uploaded through "
+            f"{p.offsets.uploaded_through}, owner {p.owner.node_id if p.owner else None}"
+            for p in topic.partitions
+        )
+        print(f"compose-smoke: {tiers}", flush=True)
+        with timings.step("read again from the earliest"):
+            replay = await client.subscribe(TOPIC, "smoke-replay", start="earliest", name="replay")
+            replayed = await take(replay, MESSAGES)
+            check_messages(replayed, "replay from earliest")
+            firsts = {m.partition: m.offset for m in reversed(replayed)}
+            if any(offset != 0 for offset in firsts.values()):
+                raise SmokeError(f"replay did not start at offset 0: {firsts}")
+            await replay.close()
+        return tiers
+
+
+def check_containers(stack: ComposeStack) -> None:
+    """Replicas as scaled, every long-running container healthy, and each ingest replica
+    with its own WAL directory on the shared volume."""
+    for service, count in NODE_COUNTS.items():
+        running = [c for c in stack.containers(service) if c.status == "running"]
+        if len(running) != count:
+            raise SmokeError(f"{service}: {len(running)} containers running, expected {count}")
+        for container in running:
+            health = container.attrs["State"].get("Health", {}).get("Status")
+            if health != "healthy":
+                raise SmokeError(f"{container.name} is {health}")
+    directories: set[str] = set()
+    for container in stack.containers("ingest"):
+        code, output = container.exec_run(["ls", "/var/lib/danube/wal"])
+        if code != 0 or not isinstance(output, bytes):
+            raise SmokeError(f"{container.name}: ls /var/lib/danube/wal: {output!r}")
+        directories.update(output.decode().split())
+    if directories != {f"ingest-{n}" for n in range(SCALE["ingest"])}:
+        raise SmokeError(f"WAL directories on the ingest volume: {sorted(directories)}")
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    raise SmokeTimeout("the compose smoke ran out of time")
+
+
+def run(timeout_s: int, cache_dir: Path, run_dir: Path) -> Timings:
+    timings = Timings()
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(timeout_s)
+    try:
+        with Engine(run_dir) as engine:
+            client = engine.client
+            how = "started here" if engine.started_here else "already running"
+            print(f"compose-smoke: docker engine {how}", flush=True)
+            with timings.step("base image (debootstrap, docker import)"):
+                base = ensure_base_image(client, run_dir)
+            with timings.step("wheelhouse (pip wheel)"):
+                wheels, servers = ensure_wheelhouse(REPO, cache_dir)
+            with timings.step("mesh image (deploy/Dockerfile)"):
+                build_image(
+                    client,
+                    mesh_context(REPO, wheels),
+                    tag=MESH_IMAGE,
+                    dockerfile=MESH_DOCKERFILE,
+                    buildargs={"BASE_IMAGE": base, "WHEELS_ONLY": "true"},
+                    log_path=run_dir / "build.log",
+                )
+            with timings.step("servers image (nats, etcd, moto)"):
+                build_image(
+                    client,
+                    servers_context(REPO, wheels, servers),
+                    tag=SERVERS_IMAGE,
+                    dockerfile="Dockerfile",
+                    buildargs={"MESH_IMAGE": MESH_IMAGE},
+                    log_path=run_dir / "build.log",
+                )
+            ports = {
+                name: str(free_port())
+                for name in ("NATS", "NATS_MONITOR", "ETCD", "ETCD_PEER", "S3", "API")
+            }
+            env = {f"LOOPBACK_{name}_PORT": port for name, port in ports.items()}
+            env |= {"DANUBE_IMAGE": MESH_IMAGE, "SERVERS_IMAGE": SERVERS_IMAGE}
+            stack = ComposeStack(
+                client,
+                compose_command(),
+                project=f"danube-smoke-{os.getpid()}",
+                files=COMPOSE_FILES,
+                env=env,
+                cwd=REPO,
+                log_dir=run_dir / "logs",
+            )
+            try:
+                scale = " ".join(f"--scale {s}={n}" for s, n in SCALE.items())
+                with timings.step(f"compose up --wait {scale}"):
+                    stack.up(scale=SCALE, wait_timeout_s=WAIT_HEALTHY_S)
+                check_containers(stack)
+                asyncio.run(round_trip(f"http://127.0.0.1:{ports['API']}", timings))
+            finally:
+                with timings.step("compose down -v (and sweep)"):
+                    stack.close()
+    finally:
+        signal.alarm(0)
+    return timings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--timeout-s", type=int, default=TIMEOUT_S_DEFAULT)
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    parser.add_argument("--cache-dir", type=Path, default=cache_home / "danube" / "compose-smoke")
+    args = parser.parse_args(argv)
+    run_dir = Path(tempfile.mkdtemp(prefix="danube-compose-smoke-"))
+    try:
+        timings = run(args.timeout_s, args.cache_dir, run_dir)
+    except (SmokeError, SmokeTimeout) as exc:
+        print(f"compose-smoke: FAILED: {exc}\ncompose-smoke: logs in {run_dir}", file=sys.stderr)
+        return 1
+    print(f"compose-smoke: passed\n{timings.summary()}", flush=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
