@@ -12,8 +12,9 @@ registry. Steps, each bounded, all within ``--timeout-s``:
 4. through discovery's port: every replica registered under its own node id; produce
    keyed messages to a 2-partition topic, consume them all; wait until every partition is
    uploaded and the WAL dropped what it uploaded; read everything again from the earliest
-   offset with a new subscription (the dropped part comes from object storage); each
-   ingest replica has its own WAL directory on the shared volume;
+   offset with a new subscription (the dropped part comes from object storage, as the
+   cloud readers' /metrics show); each ingest replica has its own WAL directory on the
+   shared volume;
 5. ``compose down -v`` and a sweep of anything left by label; dockerd stopped if started.
 
 Exit 0 with a timing summary, or 1 with what failed; the containers' logs are kept.
@@ -23,18 +24,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+
+from docker.models.containers import Container
 
 from danube.client import AsyncConsumer, AsyncDanubeClient, ReceivedMessage
 from danube.client.admin import AsyncAdmin, TopicDescription
@@ -92,8 +97,9 @@ class Timings:
         print(f"compose-smoke: {name}: {took:.1f} s", flush=True)
 
     def summary(self) -> str:
-        lines = [f"  {name:<44} {took:7.1f} s" for name, took in self.steps]
-        lines.append(f"  {'total':<44} {time.monotonic() - self.started:7.1f} s")
+        width = max(len(name) for name, _ in [*self.steps, ("total", 0.0)])
+        lines = [f"  {name:<{width}} {took:7.1f} s" for name, took in self.steps]
+        lines.append(f"  {'total':<{width}} {time.monotonic() - self.started:7.1f} s")
         return "\n".join(lines)
 
 
@@ -172,7 +178,7 @@ async def wait_for_tiers(admin: AsyncAdmin) -> TopicDescription:
         await asyncio.sleep(1.0)
 
 
-async def round_trip(url: str, timings: Timings) -> str:
+async def round_trip(url: str, timings: Timings) -> TopicDescription:
     """Produce, consume, wait for upload and WAL drop, read again from the earliest."""
     async with AsyncDanubeClient(url) as client:
         admin = client.admin
@@ -206,12 +212,11 @@ async def round_trip(url: str, timings: Timings) -> str:
             if any(offset != 0 for offset in firsts.values()):
                 raise SmokeError(f"replay did not start at offset 0: {firsts}")
             await replay.close()
-        return tiers
+        return topic
 
 
 def check_containers(stack: ComposeStack) -> None:
-    """Replicas as scaled, every long-running container healthy, and each ingest replica
-    with its own WAL directory on the shared volume."""
+    """Replicas as scaled, every long-running container healthy."""
     for service, count in NODE_COUNTS.items():
         running = [c for c in stack.containers(service) if c.status == "running"]
         if len(running) != count:
@@ -220,6 +225,37 @@ def check_containers(stack: ComposeStack) -> None:
             health = container.attrs["State"].get("Health", {}).get("Status")
             if health != "healthy":
                 raise SmokeError(f"{container.name} is {health}")
+
+
+def metrics_of(container: Container) -> str:
+    """A container's /metrics text, at the port its health file names (host network: the
+    same loopback address from here)."""
+    code, output = container.exec_run(["cat", "/run/danube/health.json"])
+    if code != 0 or not isinstance(output, bytes):
+        raise SmokeError(f"{container.name}: no health file: {output!r}")
+    url = json.loads(output)["url"].removesuffix("/readyz") + "/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text: str = response.read().decode()
+    return text
+
+
+def check_cloud_reads(stack: ComposeStack, topic: TopicDescription) -> int:
+    """The replay's offsets below each WAL start came through the cloud readers: the
+    messages they served, summed over the replicas."""
+    served = 0.0
+    for container in stack.containers("cloud_reader"):
+        for line in metrics_of(container).splitlines():
+            if line.startswith("danube_cloud_reader_messages_total "):
+                served += float(line.split()[1])
+    below_wal = sum(p.offsets.wal_start or 0 for p in topic.partitions)
+    if served < below_wal:
+        raise SmokeError(f"cloud readers served {served:.0f} messages, {below_wal} were dropped")
+    return int(served)
+
+
+def check_wal_directories(stack: ComposeStack) -> None:
+    """Each ingest replica wrote its WAL under its own node id on the shared volume (once
+    it owns a partition: the topic's two went one to each)."""
     directories: set[str] = set()
     for container in stack.containers("ingest"):
         code, output = container.exec_run(["ls", "/var/lib/danube/wal"])
@@ -285,7 +321,10 @@ def run(timeout_s: int, cache_dir: Path, run_dir: Path) -> Timings:
                 with timings.step(f"compose up --wait {scale}"):
                     stack.up(scale=SCALE, wait_timeout_s=WAIT_HEALTHY_S)
                 check_containers(stack)
-                asyncio.run(round_trip(f"http://127.0.0.1:{ports['API']}", timings))
+                topic = asyncio.run(round_trip(f"http://127.0.0.1:{ports['API']}", timings))
+                served = check_cloud_reads(stack, topic)
+                print(f"compose-smoke: cloud readers served {served} messages", flush=True)
+                check_wal_directories(stack)
             finally:
                 with timings.step("compose down -v (and sweep)"):
                     stack.close()

@@ -30,6 +30,7 @@ from docker import DockerClient
 from docker.models.containers import Container
 
 DOCKERD_READY_S = 60.0
+DOCKER_API_TIMEOUT_S = 120  # one engine API call (an image import or build streams longer)
 DOCKERD_STOP_S = 30.0
 APT_TIMEOUT_S = 600.0
 COMPOSE_DOWN_TIMEOUT_S = 120.0
@@ -57,11 +58,20 @@ def apt_install(packages: Sequence[str]) -> None:
             raise SmokeError(f"{' '.join(argv)} failed: {done.stderr[-2000:]}")
 
 
-def _ping(client: DockerClient) -> bool:
+def _connect() -> DockerClient | None:
+    """A client of the engine at $DOCKER_HOST (default socket), or None if none answers
+    (the client asks the engine's API version as it is made)."""
     try:
-        return bool(client.ping())
+        client = docker.from_env(timeout=DOCKER_API_TIMEOUT_S)
+    except docker.errors.DockerException:
+        return None
+    try:
+        if client.ping():
+            return client
     except (docker.errors.DockerException, OSError):
-        return False
+        pass
+    client.close()
+    return None
 
 
 class Engine:
@@ -79,12 +89,9 @@ class Engine:
         return self._client
 
     def __enter__(self) -> Engine:
-        client = docker.from_env(timeout=120)
-        if _ping(client):
-            self._client = client
-            return self
-        client.close()
-        self._start_dockerd()
+        self._client = _connect()
+        if self._client is None:
+            self._start_dockerd()
         return self
 
     def __exit__(
@@ -120,8 +127,7 @@ class Engine:
             )
         self.started_here = True
         deadline = time.monotonic() + DOCKERD_READY_S
-        client = docker.from_env(timeout=120)
-        while not _ping(client):
+        while (client := _connect()) is None:
             if self._dockerd.poll() is not None:
                 raise SmokeError(f"dockerd exited with {self._dockerd.returncode}: see {log_path}")
             if time.monotonic() > deadline:
@@ -246,6 +252,9 @@ class ComposeStack:
             )  # fmt: skip
         finally:
             self.sweep()
+        left = self.leftovers()
+        if left:
+            raise SmokeError(f"still there after down and sweep: {left}")
 
     def sweep(self) -> None:
         """Remove what carries this project's label and is still there (a ``down`` that
@@ -260,3 +269,12 @@ class ComposeStack:
         for network in self.client.networks.list(filters=label):
             with contextlib.suppress(docker.errors.NotFound):
                 network.remove()
+
+    def leftovers(self) -> list[str]:
+        """Containers, volumes and networks that still carry this project's label."""
+        label: dict[str, str | list[str] | bool] = {"label": [f"{PROJECT_LABEL}={self.project}"]}
+        return [
+            *(f"container {c.name}" for c in self.client.containers.list(all=True, filters=label)),
+            *(f"volume {v.name}" for v in self.client.volumes.list(filters=label)),
+            *(f"network {n.name}" for n in self.client.networks.list(filters=label)),
+        ]
