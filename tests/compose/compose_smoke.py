@@ -33,11 +33,12 @@ import tempfile
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any, TypeVar
 
 from docker.models.containers import Container
 
@@ -74,6 +75,7 @@ CLUSTER_WAIT_S = 60.0
 TRANSFER_WAIT_S = 120.0
 TIERS_WAIT_S = 120.0
 TIMEOUT_S_DEFAULT = 1500
+_T = TypeVar("_T")
 
 
 class SmokeTimeout(Exception):
@@ -270,7 +272,26 @@ def _on_alarm(signum: int, frame: FrameType | None) -> None:
     raise SmokeTimeout("the compose smoke ran out of time")
 
 
-def run(timeout_s: int, cache_dir: Path, run_dir: Path) -> Timings:
+def run_async(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` within what is left of the alarm: the event loop would only log an
+    exception the alarm raised inside one of its callbacks, so the alarm is paused and the
+    loop gets the same deadline as an ``asyncio.timeout``."""
+    left_s = signal.alarm(0)
+    began = time.monotonic()
+
+    async def bounded() -> _T:
+        async with asyncio.timeout(left_s):
+            return await coro
+
+    try:
+        return asyncio.run(bounded())
+    except TimeoutError as exc:
+        raise SmokeTimeout("the compose smoke ran out of time") from exc
+    finally:
+        signal.alarm(max(1, int(left_s - (time.monotonic() - began))))
+
+
+def run(timeout_s: int, cache_dir: Path, run_dir: Path, *, fresh: bool) -> Timings:
     timings = Timings()
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.alarm(timeout_s)
@@ -280,18 +301,21 @@ def run(timeout_s: int, cache_dir: Path, run_dir: Path) -> Timings:
             how = "started here" if engine.started_here else "already running"
             print(f"compose-smoke: docker engine {how}", flush=True)
             with timings.step("base image (debootstrap, docker import)"):
-                base = ensure_base_image(client, run_dir)
+                base = ensure_base_image(client, run_dir, fresh=fresh)
             with timings.step("wheelhouse (pip wheel)"):
-                wheels, servers = ensure_wheelhouse(REPO, cache_dir)
+                wheels, servers = ensure_wheelhouse(REPO, cache_dir, fresh=fresh)
             with timings.step("mesh image (deploy/Dockerfile)"):
-                build_image(
+                mesh = build_image(
                     client,
                     mesh_context(REPO, wheels),
                     tag=MESH_IMAGE,
                     dockerfile=MESH_DOCKERFILE,
                     buildargs={"BASE_IMAGE": base, "WHEELS_ONLY": "true"},
                     log_path=run_dir / "build.log",
+                    fresh=fresh,
                 )
+            size_mb = client.images.get(mesh).attrs["Size"] / 1e6
+            print(f"compose-smoke: {mesh} is {size_mb:.0f} MB (base {base})", flush=True)
             with timings.step("servers image (nats, etcd, moto)"):
                 build_image(
                     client,
@@ -300,6 +324,7 @@ def run(timeout_s: int, cache_dir: Path, run_dir: Path) -> Timings:
                     dockerfile="Dockerfile",
                     buildargs={"MESH_IMAGE": MESH_IMAGE},
                     log_path=run_dir / "build.log",
+                    fresh=fresh,
                 )
             ports = {
                 name: str(free_port())
@@ -321,7 +346,7 @@ def run(timeout_s: int, cache_dir: Path, run_dir: Path) -> Timings:
                 with timings.step(f"compose up --wait {scale}"):
                     stack.up(scale=SCALE, wait_timeout_s=WAIT_HEALTHY_S)
                 check_containers(stack)
-                topic = asyncio.run(round_trip(f"http://127.0.0.1:{ports['API']}", timings))
+                topic = run_async(round_trip(f"http://127.0.0.1:{ports['API']}", timings))
                 served = check_cloud_reads(stack, topic)
                 print(f"compose-smoke: cloud readers served {served} messages", flush=True)
                 check_wal_directories(stack)
@@ -338,10 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=int, default=TIMEOUT_S_DEFAULT)
     cache_home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     parser.add_argument("--cache-dir", type=Path, default=cache_home / "danube" / "compose-smoke")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="build the base image, the wheelhouse and both images again, with no cache",
+    )
     args = parser.parse_args(argv)
     run_dir = Path(tempfile.mkdtemp(prefix="danube-compose-smoke-"))
     try:
-        timings = run(args.timeout_s, args.cache_dir, run_dir)
+        timings = run(args.timeout_s, args.cache_dir, run_dir, fresh=args.fresh)
     except (SmokeError, SmokeTimeout) as exc:
         print(f"compose-smoke: FAILED: {exc}\ncompose-smoke: logs in {run_dir}", file=sys.stderr)
         return 1

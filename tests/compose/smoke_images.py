@@ -94,11 +94,13 @@ def debian_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
     raise SmokeError(f"no apt source for Debian {SUITE} main under {sources_dir}")
 
 
-def ensure_base_image(client: DockerClient, work_dir: Path) -> str:
-    """The base image's tag, building it first if the engine lacks it."""
+def ensure_base_image(client: DockerClient, work_dir: Path, *, fresh: bool = False) -> str:
+    """The base image's tag, building it first if the engine lacks it (or ``fresh``)."""
     tag = base_tag()
     if image_exists(client, tag):
-        return tag
+        if not fresh:
+            return tag
+        client.images.remove(tag, force=True)
     if shutil.which("debootstrap") is None:
         apt_install(["debootstrap"])
     root = Path(tempfile.mkdtemp(prefix="rootfs-", dir=work_dir))
@@ -166,13 +168,16 @@ def _pins(repo: Path) -> tuple[list[str], list[str]]:
     return build, servers
 
 
-def ensure_wheelhouse(repo: Path, cache_dir: Path) -> tuple[Path, list[str]]:
+def ensure_wheelhouse(
+    repo: Path, cache_dir: Path, *, fresh: bool = False
+) -> tuple[Path, list[str]]:
     """A directory of wheels for everything the images install except the project itself
-    (which they build from source), and the servers' requirement lines."""
+    (which they build from source), and the servers' requirement lines; made again when
+    ``fresh``."""
     build, servers = _pins(repo)
     key = hashlib.sha256((repo / "pyproject.toml").read_bytes() + repr(servers).encode())
     wheels = cache_dir / f"wheelhouse-{key.hexdigest()[:16]}"
-    if (wheels / ".complete").exists():
+    if (wheels / ".complete").exists() and not fresh:
         return wheels, servers
     shutil.rmtree(wheels, ignore_errors=True)
     wheels.mkdir(parents=True)
@@ -258,9 +263,10 @@ def build_image(
     dockerfile: str,
     buildargs: Mapping[str, str],
     log_path: Path,
+    fresh: bool = False,
 ) -> str:
     """Build ``tag`` from a prepared context with no network at all (everything the build
-    installs is in the context); the tag."""
+    installs is in the context), from the engine's layer cache unless ``fresh``; the tag."""
     events = client.api.build(
         fileobj=context,
         custom_context=True,
@@ -270,6 +276,7 @@ def build_image(
         network_mode="none",
         rm=True,
         forcerm=True,
+        nocache=fresh,
         decode=True,
         timeout=BUILD_TIMEOUT_S,
     )
