@@ -140,7 +140,8 @@ def mesh_environment(service: dict[str, Any], node_id: str) -> dict[str, str]:
 def config_file(service: dict[str, Any], env: Mapping[str, str]) -> Path:
     """The host file behind DANUBE_CONFIG, through the service's bind mount."""
     inside = Path(env["DANUBE_CONFIG"])
-    for volume in service["volumes"]:
+    volumes: list[str] = service["volumes"]
+    for volume in volumes:
         source, target, *_ = volume.split(":")
         if inside.is_relative_to(target) and source.startswith("./"):
             return REPO / source / inside.relative_to(target)
@@ -208,7 +209,8 @@ def test_the_loopback_servers_run_commands_that_exist() -> None:
         assert Path(find_binary(binary)).exists()
     for name in ("nats", "etcd", "minio"):
         test = found[name]["healthcheck"]["test"]
-        assert test[:4] == HEALTHCHECK and test[4].startswith("--url=http://127.0.0.1:"), name
+        assert test[:4] == HEALTHCHECK, name
+        assert test[4].startswith("--url=http://127.0.0.1:"), name
     init = found["minio-init"]
     assert init["entrypoint"] == ["python", "/opt/danube-servers/make_bucket.py"]
     dockerfile = (REPO / "deploy/compose/servers.Dockerfile").read_text()
