@@ -14,7 +14,9 @@ registry. Steps, each bounded, all within ``--timeout-s``:
    uploaded and the WAL dropped what it uploaded; read everything again from the earliest
    offset with a new subscription (the dropped part comes from object storage, as the
    cloud readers' /metrics show); each ingest replica has its own WAL directory on the
-   shared volume;
+   shared volume; then both ingest containers are recreated (as an upgrade does), come back
+   as the same nodes ingest-0 and ingest-1, and the live subscription gets exactly the
+   messages produced after that;
 5. ``compose down -v`` and a sweep of anything left by label; dockerd stopped if started.
 
 Exit 0 with a timing summary, or 1 with what failed; the containers' logs are kept.
@@ -72,6 +74,7 @@ TOPIC = "/default/compose-smoke"
 PARTITIONS = 2
 MESSAGES = 512
 PAYLOAD_BYTES = 8192  # 4 MiB in all: ~2 MiB a partition, over the 1 MiB WAL limit of smoke.yml
+AFTER_RECREATE_MESSAGES = 64
 WAIT_HEALTHY_S = 240
 CLUSTER_WAIT_S = 60.0
 TRANSFER_WAIT_S = 120.0
@@ -146,11 +149,11 @@ async def take(consumer: AsyncConsumer, count: int) -> list[ReceivedMessage]:
     return got
 
 
-def check_messages(got: list[ReceivedMessage], what: str) -> None:
-    """Every message once, and each partition's offsets in order from where they began."""
+def check_messages(got: list[ReceivedMessage], what: str, expected: range) -> None:
+    """Messages ``expected`` (by index) each once, and each partition's offsets in order."""
     indexes = sorted(int(message.payload[:6]) for message in got)
-    if indexes != list(range(MESSAGES)):
-        missing = sorted(set(range(MESSAGES)) - set(indexes))
+    if indexes != list(expected):
+        missing = sorted(set(expected) - set(indexes))
         raise SmokeError(f"{what}: {len(got)} messages, missing {missing[:10]}..., or doubles")
     if any(message.payload != payload(int(message.payload[:6])) for message in got):
         raise SmokeError(f"{what}: a payload came back changed")
@@ -198,7 +201,7 @@ async def round_trip(url: str, timings: Timings) -> TopicDescription:
         if len({result.partition for result in results}) != PARTITIONS:
             raise SmokeError(f"messages went to {len({r.partition for r in results})} partitions")
         with timings.step("consume them"):
-            check_messages(await take(live, MESSAGES), "live subscription")
+            check_messages(await take(live, MESSAGES), "live subscription", range(MESSAGES))
             await live.close()
         with timings.step("uploaded and dropped from the WAL"):
             topic = await wait_for_tiers(admin)
@@ -211,12 +214,33 @@ async def round_trip(url: str, timings: Timings) -> TopicDescription:
         with timings.step("read again from the earliest"):
             replay = await client.subscribe(TOPIC, "smoke-replay", start="earliest", name="replay")
             replayed = await take(replay, MESSAGES)
-            check_messages(replayed, "replay from earliest")
+            check_messages(replayed, "replay from earliest", range(MESSAGES))
             firsts = {m.partition: m.offset for m in reversed(replayed)}
             if any(offset != 0 for offset in firsts.values()):
                 raise SmokeError(f"replay did not start at offset 0: {firsts}")
             await replay.close()
         return topic
+
+
+async def after_recreate(url: str, timings: Timings) -> dict[str, str]:
+    """After the ingest containers were replaced: the same node ids again, and the live
+    subscription gets exactly what is produced next (its cursor survived)."""
+    async with AsyncDanubeClient(url) as client:
+        with timings.step("every replica registered again"):
+            ids = await wait_for_cluster(client.admin)
+        if ids["ingest"] != [f"ingest-{n}" for n in range(SCALE["ingest"])]:
+            raise SmokeError(f"recreated ingest nodes are {ids['ingest']}")
+        more = range(MESSAGES, MESSAGES + AFTER_RECREATE_MESSAGES)
+        with timings.step(f"produce and consume {len(more)} more"):
+            async with client.producer(TOPIC, name="compose-smoke") as producer:
+                futures = [await producer.send(payload(i), key=f"k{i}") for i in more]
+                for future in futures:
+                    await future
+            live = await client.subscribe(TOPIC, "smoke-live", name="live")
+            check_messages(await take(live, len(more)), "live after recreate", more)
+            await live.close()
+        topic = await client.admin.describe_topic(TOPIC)
+        return {p.name: p.owner.node_id if p.owner else "none" for p in topic.partitions}
 
 
 def check_containers(stack: ComposeStack) -> None:
@@ -360,6 +384,16 @@ def run(timeout_s: int, cache_dir: Path, run_dir: Path, *, fresh: bool) -> Timin
                 topic = run_async(round_trip(f"http://127.0.0.1:{ports['API']}", timings))
                 served = check_cloud_reads(stack, topic)
                 print(f"compose-smoke: cloud readers served {served} messages", flush=True)
+                check_wal_directories(stack)
+                before = {c.name: c.id for c in stack.containers("ingest")}
+                with timings.step("compose up --force-recreate ingest (an upgrade)"):
+                    stack.recreate("ingest", replicas=SCALE["ingest"], wait_timeout_s=120)
+                after = {c.name: c.id for c in stack.containers("ingest")}
+                if set(before.values()) & set(after.values()):
+                    raise SmokeError(f"ingest containers not replaced: {before} {after}")
+                check_containers(stack)
+                owners = run_async(after_recreate(f"http://127.0.0.1:{ports['API']}", timings))
+                print(f"compose-smoke: owners after recreate {owners}", flush=True)
                 check_wal_directories(stack)
             finally:
                 with timings.step("compose down -v (and sweep)"):

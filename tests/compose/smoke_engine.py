@@ -214,6 +214,14 @@ class ComposeStack:
             args += ["--scale", f"{service}={count}"]
         self.run(*args, timeout_s=wait_timeout_s + 60)
 
+    def recreate(self, service: str, *, replicas: int, wait_timeout_s: int) -> None:
+        """Replace every container of ``service`` by a new one (what an upgrade does), and
+        wait until they are healthy."""
+        args = ["up", "--detach", "--no-build", "--pull", "never", "--no-deps"]
+        args += ["--force-recreate", "--wait", "--wait-timeout", str(wait_timeout_s)]
+        args += ["--scale", f"{service}={replicas}", service]
+        self.run(*args, timeout_s=wait_timeout_s + 60)
+
     def containers(self, service: str | None = None) -> list[Container]:
         """This project's containers (all states), of one service if named."""
         labels = [f"{PROJECT_LABEL}={self.project}"]
