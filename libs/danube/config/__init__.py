@@ -35,11 +35,17 @@ from danube.config.model import (
     WalConfig,
     WalRetentionConfig,
 )
-from danube.config.settings import CONFIG_PATH_ENV, ENV_PREFIX, DanubeSettings
+from danube.config.settings import (
+    CONFIG_PATH_ENV,
+    ENV_PREFIX,
+    PROCESS_VARIABLES,
+    DanubeSettings,
+)
 
 __all__ = [
     "CONFIG_PATH_ENV",
     "ENV_PREFIX",
+    "PROCESS_VARIABLES",
     "AzblobCloud",
     "BusConfig",
     "CloudConfig",

@@ -50,6 +50,7 @@ __all__ = [
     "CONFIG_PATH_ENV",
     "ENV_NESTED_DELIMITER",
     "ENV_PREFIX",
+    "PROCESS_VARIABLES",
     "DanubeSettings",
     "InterpolatingYamlSource",
     "LoadRequest",
@@ -62,6 +63,11 @@ ENV_PREFIX = "DANUBE_"
 ENV_NESTED_DELIMITER = "__"
 # Names the YAML file when no path is given; it is not a setting itself.
 CONFIG_PATH_ENV = "DANUBE_CONFIG"
+# The other DANUBE_* variables that are not settings: read by a service's process entry
+# (danube.runtime.service, .slots, .healthcheck) before or beside the settings.
+PROCESS_VARIABLES = frozenset(
+    {CONFIG_PATH_ENV, "DANUBE_NODE_ID", "DANUBE_NODE_SLOTS", "DANUBE_HEALTH_FILE"}
+)
 
 
 def resolve_config_path(path: Path | None, environ: Mapping[str, str]) -> Path | None:

@@ -9,8 +9,10 @@ service, not uvicorn, owns the process's signals.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Generator
 
 import uvicorn
@@ -76,6 +78,40 @@ class HealthServer:
     def started(self) -> bool:
         return bool(self._server.started)
 
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one the OS chose when configured with 0)."""
+        return bound_port(self._server)
+
+    async def wait_started(self, serving: asyncio.Task[None], timeout_s: float) -> None:
+        """Return once listening; raise if ``serving`` (the task of :meth:`serve`) ended
+        first or ``timeout_s`` passed."""
+        await wait_started(self._server, serving, timeout_s)
+
     def stop(self) -> None:
         """Ask the server to finish (it closes its socket and returns from serve())."""
         self._server.should_exit = True
+
+
+async def wait_started(
+    server: uvicorn.Server, serving: asyncio.Task[None], timeout_s: float
+) -> None:
+    """Return once ``server`` listens; raise ``RuntimeError`` if its task ``serving`` ended
+    first (it could not bind) or ``timeout_s`` passed. uvicorn exposes only a flag."""
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        if serving.done():
+            cause = None if serving.cancelled() else serving.exception()
+            raise RuntimeError("the HTTP server stopped before it listened") from cause
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the HTTP server did not listen within {timeout_s} s")
+        await asyncio.sleep(0.01)
+
+
+def bound_port(server: uvicorn.Server) -> int:
+    """The port a started uvicorn server listens on."""
+    for listener in server.servers:
+        for sock in listener.sockets:
+            port: int = sock.getsockname()[1]
+            return port
+    raise RuntimeError("the HTTP server is not listening")

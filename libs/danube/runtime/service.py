@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from danube.bus import Bus
@@ -27,8 +28,10 @@ from danube.meta import keys as meta_keys
 from danube.meta.aio import wait_any
 from danube.meta.keys import ServiceKind
 from danube.meta.records import NodeRecord
+from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import HealthServer
 from danube.runtime.logs import configure_logging
+from danube.runtime.slots import SLOTS_ENV, Slot, SlotError, claim_slot
 
 log = logging.getLogger(__name__)
 
@@ -38,29 +41,53 @@ Serve = Callable[[DanubeSettings, str, asyncio.Event], Coroutine[Any, Any, None]
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_CONFIG = 2
+# The health endpoint binds at once or not at all (port taken); this only bounds the wait.
+HEALTH_START_TIMEOUT_S = 10.0
 
 
-def node_id_for(kind: str) -> str:
-    """``$DANUBE_NODE_ID``, else ``<kind>-<hostname>``: stable across restarts, which an
-    ingest node needs to take its partitions back. Two instances of one kind on one host
-    must be given distinct ids (``danube up`` does)."""
-    return os.environ.get(NODE_ID_ENV) or f"{kind}-{socket.gethostname()}"
+def node_id_for(kind: str) -> tuple[str, Slot | None]:
+    """This process's node id, and the slot that holds it if it came from one.
+
+    ``$DANUBE_NODE_ID`` if set (``danube up`` sets it); else, when ``$DANUBE_NODE_SLOTS``
+    names a directory shared by the replicas of a kind (containers), the lowest free slot
+    ``<kind>-<n>``, held while the process lives (:mod:`danube.runtime.slots`); else
+    ``<kind>-<hostname>``. Each is stable across restarts, which an ingest node needs to
+    take its partitions back. Two instances of one kind on one host must be given
+    distinct ids or a slot directory."""
+    named = os.environ.get(NODE_ID_ENV)
+    if named:
+        return named, None
+    slots = os.environ.get(SLOTS_ENV)
+    if slots:
+        slot = claim_slot(Path(slots), kind)
+        return slot.node_id, slot
+    return f"{kind}-{socket.gethostname()}", None
 
 
 def run_service(kind: str, serve: Serve) -> None:
     """Run ``serve`` as this process's main task and exit with its outcome."""
     configure_logging(kind)
     try:
+        node_id, slot = node_id_for(kind)
+    except SlotError as exc:
+        log.error("no node id: %s", exc)
+        sys.exit(EXIT_BAD_CONFIG)
+    # Known before the settings, so the file can name per-node state after it
+    # (`dir: "/var/lib/danube/wal/${DANUBE_NODE_ID}"`).
+    os.environ[NODE_ID_ENV] = node_id
+    try:
         settings = load_settings()
     except ConfigError as exc:
         log.error("bad configuration: %s", exc)
         sys.exit(EXIT_BAD_CONFIG)
-    node_id = node_id_for(kind)
     try:
         asyncio.run(_main(serve, settings, node_id))
     except Exception:
         log.exception("%s %s failed", kind, node_id)
         sys.exit(EXIT_FAILED)
+    finally:
+        if slot is not None:
+            slot.release()
     log.info("%s %s stopped", kind, node_id)
     sys.exit(EXIT_OK)
 
@@ -136,8 +163,12 @@ async def node_session(
                 config.metrics_port,
                 ready=lambda: session.started.is_set() and bus.is_connected and lease.alive,
             )
-            tasks.create_task(health.serve(), name="health")
-            address = f"{config.host}:{config.metrics_port}"
+            serving = tasks.create_task(health.serve(), name="health")
+            await health.wait_started(serving, HEALTH_START_TIMEOUT_S)
+            # The real port, not 0 ("any free port"): what the node registry and the
+            # container healthcheck (the health file) point at.
+            write_health_file(node_id, probe_url(config.host, health.port))
+            address = f"{config.host}:{health.port}"
             await register_node(store, kind, node_id, address, lease)
             yield session
             health.stop()

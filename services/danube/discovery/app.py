@@ -20,7 +20,9 @@ from danube.discovery.produce import Limits, Producer
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
-from danube.runtime.service import register_node
+from danube.runtime.healthcheck import probe_url, write_health_file
+from danube.runtime.http import bound_port, wait_started
+from danube.runtime.service import HEALTH_START_TIMEOUT_S, register_node
 from danube.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         leaving = asyncio.Event()  # tells the controller to resign, however we leave
         async with asyncio.TaskGroup() as tg:
             http = tg.create_task(_serve_http(server), name="http")
+            tg.create_task(_announce_health(server, http, node_id, config.host), name="health")
             tg.create_task(controller.run(leaving), name="controller")
             log.info("discovery %s serving on %s:%d", node_id, config.host, config.port)
             waits: list[asyncio.Future[Any]] = [
@@ -118,6 +121,19 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         raise LeaseLost(f"discovery {node_id}: node lease lost")
     if not stop.is_set():
         raise HttpStopped(f"discovery {node_id}: the HTTP server stopped on its own")
+
+
+async def _announce_health(
+    server: uvicorn.Server, http: asyncio.Task[None], node_id: str, host: str
+) -> None:
+    """Once the API listens, write the health file (if one is named) with its /readyz URL."""
+    try:
+        await wait_started(server, http, HEALTH_START_TIMEOUT_S)
+    except RuntimeError as exc:
+        # A server that never listened ends the service through the http task (HttpStopped).
+        log.warning("no health file written: %s", exc)
+        return
+    write_health_file(node_id, probe_url(host, bound_port(server)))
 
 
 async def _serve_http(server: uvicorn.Server) -> None:

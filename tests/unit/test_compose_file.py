@@ -1,0 +1,304 @@
+"""docker-compose.yml and its overrides, read as YAML (no Docker): every service has a
+healthcheck and a command that exists, DANUBE_* keys are settings, and each service's
+settings load from deploy/config/compose.yml plus its environment."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from danube.config import PROCESS_VARIABLES, DanubeSettings, S3Cloud, load_settings
+from danube.runtime.mesh import SERVICE_ORDER
+from danube.runtime.servers import find_binary
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = REPO / "docker-compose.yml"
+LOOPBACK = REPO / "deploy/compose/loopback.yml"
+SMOKE = REPO / "tests/compose/smoke.yml"
+CONFIG_MOUNT = "/etc/danube"
+HEALTHCHECK = ["CMD", "python", "-m", "danube.runtime.healthcheck"]
+
+
+class _Reset:
+    """Compose's `!reset` (drop the base value) and `!override` (replace, not merge)."""
+
+    def __init__(self, value: Any, *, override: bool) -> None:
+        self.value = value
+        self.override = override
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct(override: bool) -> Any:
+    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> _Reset:
+        if isinstance(node, yaml.MappingNode):
+            value: Any = loader.construct_mapping(node, deep=True)
+        elif isinstance(node, yaml.SequenceNode):
+            value = loader.construct_sequence(node, deep=True)
+        else:
+            value = loader.construct_scalar(node)  # type: ignore[arg-type]
+        return _Reset(value, override=override)
+
+    return construct
+
+
+_ComposeLoader.add_constructor("!reset", _construct(override=False))
+_ComposeLoader.add_constructor("!override", _construct(override=True))
+
+
+def load(path: Path) -> dict[str, Any]:
+    document = yaml.load(path.read_text(), Loader=_ComposeLoader)  # a SafeLoader
+    assert isinstance(document, dict)
+    return document
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """Compose's merge, as far as these files use it: mappings merge key by key (so do
+    `environment`s); anything else, and `!override`, replaces; `!reset` empties."""
+    if isinstance(override, _Reset):
+        return override.value if override.override else type(override.value)()
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = _merge(base.get(key), value)
+        return merged
+    return override
+
+
+def services(*paths: Path) -> dict[str, dict[str, Any]]:
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged = _merge(merged, load(path).get("services", {}))
+    return merged
+
+
+_VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+
+
+def interpolate(value: Any, variables: Mapping[str, str]) -> Any:
+    """Compose's ``${VAR}`` / ``${VAR:-default}`` / ``$$``, as ``docker compose`` would
+    resolve them with ``variables`` as its environment."""
+    if isinstance(value, str):
+        parts = value.split("$$")
+        resolved = [
+            _VARIABLE.sub(lambda m: variables.get(m["name"]) or (m["default"] or ""), part)
+            for part in parts
+        ]
+        return "$".join(resolved)
+    if isinstance(value, list):
+        return [interpolate(item, variables) for item in value]
+    if isinstance(value, dict):
+        return {key: interpolate(item, variables) for key, item in value.items()}
+    return value
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through Annotated, unions, Optional)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if typing.get_origin(annotation) in (typing.Annotated, typing.Union, types.UnionType):
+        return [model for arg in typing.get_args(annotation) for model in _models(arg)]
+    return []
+
+
+def is_setting(variable: str) -> bool:
+    """``DANUBE_<SECTION>__<KEY>...`` names a key of the settings schema (for ``cloud``,
+    a key of one of its backends)."""
+    parts = variable.removeprefix("DANUBE_").lower().split("__")
+    models: list[type[BaseModel]] = [DanubeSettings]
+    for index, part in enumerate(parts):
+        fields = [model.model_fields[part] for model in models if part in model.model_fields]
+        if not fields:
+            return False
+        models = [model for field in fields for model in _models(field.annotation)]
+        if not models:
+            return index == len(parts) - 1  # a leaf: nothing may follow
+    return False  # a whole section: not how these files set anything
+
+
+def mesh_environment(service: dict[str, Any], node_id: str) -> dict[str, str]:
+    """What the service's process sees: its environment (interpolated with no variables
+    set, as `docker compose up` with no .env), plus the node id run_service sets."""
+    env = interpolate(service.get("environment", {}), {})
+    assert isinstance(env, dict)
+    return {**{key: str(value) for key, value in env.items()}, "DANUBE_NODE_ID": node_id}
+
+
+def config_file(service: dict[str, Any], env: Mapping[str, str]) -> Path:
+    """The host file behind DANUBE_CONFIG, through the service's bind mount."""
+    inside = Path(env["DANUBE_CONFIG"])
+    volumes: list[str] = service["volumes"]
+    for volume in volumes:
+        source, target, *_ = volume.split(":")
+        if inside.is_relative_to(target) and source.startswith("./"):
+            return REPO / source / inside.relative_to(target)
+    raise AssertionError(f"no bind mount holds {inside}")
+
+
+def one_shots(stack: Mapping[str, dict[str, Any]]) -> set[str]:
+    """Services others wait on to *complete*: their exit code is their health."""
+    return {
+        name
+        for service in stack.values()
+        for name, condition in service.get("depends_on", {}).items()
+        if condition.get("condition") == "service_completed_successfully"
+    }
+
+
+COMBINATIONS = {"base": (BASE,), "loopback": (BASE, LOOPBACK), "smoke": (BASE, LOOPBACK, SMOKE)}
+
+
+@pytest.fixture(params=sorted(COMBINATIONS))
+def stack(request: pytest.FixtureRequest) -> tuple[str, dict[str, dict[str, Any]]]:
+    return request.param, services(*COMBINATIONS[request.param])
+
+
+def test_the_stack_has_every_mesh_service_and_its_backing_services() -> None:
+    names = set(services(BASE))
+    assert set(SERVICE_ORDER) <= names
+    assert {"nats", "etcd", "minio", "minio-init"} <= names
+    assert set(services(BASE, LOOPBACK, SMOKE)) == names  # overrides add no service
+
+
+def test_every_service_has_a_healthcheck_or_is_a_one_shot(
+    stack: tuple[str, dict[str, dict[str, Any]]],
+) -> None:
+    _, found = stack
+    for name in one_shots(found):
+        assert found[name].get("restart") == "no", name
+        assert "healthcheck" not in found[name], name
+    for name, service in found.items():
+        if name in one_shots(found):
+            continue
+        test = service.get("healthcheck", {}).get("test")
+        assert isinstance(test, list), f"{name}: no healthcheck"
+        assert test[0] == "CMD", f"{name}: {test}"
+
+
+def test_mesh_services_run_their_module_and_the_danube_healthcheck(
+    stack: tuple[str, dict[str, dict[str, Any]]],
+) -> None:
+    _, found = stack
+    assert importlib.util.find_spec("danube.runtime.healthcheck") is not None
+    for name in SERVICE_ORDER:
+        service = found[name]
+        assert service["command"] == ["python", "-m", f"danube.{name}"]
+        assert importlib.util.find_spec(f"danube.{name}.__main__") is not None, name
+        assert service["healthcheck"]["test"] == HEALTHCHECK, name
+
+
+def test_the_loopback_servers_run_commands_that_exist() -> None:
+    found = services(BASE, LOOPBACK)
+    # The servers image is the mesh image plus the packages of the `local` and `dev` extras
+    # that provide these; the venv of `make setup` has the same.
+    for name, binary in (("nats", "nats-server"), ("etcd", "etcd"), ("minio", "moto_server")):
+        assert found[name]["command"][0] == binary
+        assert Path(find_binary(binary)).exists()
+    for name in ("nats", "etcd", "minio"):
+        test = found[name]["healthcheck"]["test"]
+        assert test[:4] == HEALTHCHECK, name
+        assert test[4].startswith("--url=http://127.0.0.1:"), name
+    init = found["minio-init"]
+    assert init["entrypoint"] == ["python", "/opt/danube-servers/make_bucket.py"]
+    dockerfile = (REPO / "deploy/compose/servers.Dockerfile").read_text()
+    assert "make_bucket.py /opt/danube-servers/" in dockerfile
+    assert (REPO / "tests/compose/make_bucket.py").is_file()
+
+
+def test_the_loopback_override_keeps_every_container_on_the_host_loopback() -> None:
+    found = services(BASE, LOOPBACK)
+    for name, service in found.items():
+        assert service["network_mode"] == "host", name
+        assert service["pull_policy"] == "never", name
+        assert not service.get("ports"), f"{name}: host networking publishes nothing"
+        rendered = repr(interpolate(service, {}))
+        hosts = set(re.findall(r"(?:https?|nats)://([0-9A-Za-z.-]+):", rendered))
+        assert hosts <= {"127.0.0.1"}, f"{name}: {hosts}"
+
+
+def test_danube_environment_keys_are_settings_or_process_variables(
+    stack: tuple[str, dict[str, dict[str, Any]]],
+) -> None:
+    _, found = stack
+    for name, service in found.items():
+        for key in service.get("environment", {}):
+            if not key.startswith("DANUBE_"):
+                continue
+            assert key in PROCESS_VARIABLES or is_setting(key), f"{name}: {key}"
+
+
+def test_the_schema_walk_rejects_what_the_settings_do_not_have() -> None:
+    assert is_setting("DANUBE_WAL_CLOUD__CLOUD__ENDPOINT")  # an s3 key, through the union
+    assert is_setting("DANUBE_DISPATCHER__METRICS_PORT")
+    assert not is_setting("DANUBE_DISPATCHER__METRIC_PORT")
+    assert not is_setting("DANUBE_WAL_CLOUD__WAL__DIR__X")
+    assert not is_setting("DANUBE_BUS")
+    assert not is_setting("DANUBE_BUCKET")
+
+
+def test_each_mesh_service_loads_its_settings(
+    stack: tuple[str, dict[str, dict[str, Any]]],
+) -> None:
+    combination, found = stack
+    for name in SERVICE_ORDER:
+        service = found[name]
+        env = mesh_environment(service, f"{name}-0")
+        settings = load_settings(config_file(service, env), environ=env)
+        cloud = settings.wal_cloud.cloud
+        assert isinstance(cloud, S3Cloud)
+        assert cloud.root == "s3://danube/cluster-data"
+        assert cloud.secret_key is not None
+        assert settings.wal_cloud.wal.dir == Path(f"/var/lib/danube/wal/{name}-0")
+        section = getattr(settings, name)
+        if combination == "base":
+            assert settings.bus.servers == ["nats://nats:4222"]
+            assert cloud.endpoint == "http://minio:9000"
+            assert section.host == "0.0.0.0"
+            assert name == "discovery" or section.metrics_port == 9100
+        else:
+            assert settings.bus.servers == ["nats://127.0.0.1:14222"]
+            assert settings.wal_cloud.metadata.etcd_endpoint == "127.0.0.1:12379"
+            assert section.host == "127.0.0.1"
+            assert name == "discovery" or section.metrics_port == 0
+        if combination == "smoke":
+            assert settings.wal_cloud.wal.rotation.max_bytes == 65536
+
+
+def test_mesh_services_share_slots_and_ingest_keeps_its_wal_on_a_volume() -> None:
+    found = services(BASE)
+    declared = set(load(BASE)["volumes"])
+    for name in SERVICE_ORDER:
+        env = mesh_environment(found[name], f"{name}-0")
+        mounts = dict(volume.split(":")[:2][::-1] for volume in found[name]["volumes"])
+        assert mounts[env["DANUBE_NODE_SLOTS"]] == "node-slots", name
+        assert mounts[CONFIG_MOUNT] == "./deploy/config", name
+        assert set(mounts.values()) - {"./deploy/config"} <= declared
+    assert dict(v.split(":")[::-1] for v in found["ingest"]["volumes"][2:]) == {
+        "/var/lib/danube": "ingest-data"
+    }
+    assert "ports" in found["discovery"]  # the API, published
+
+
+def test_the_image_runs_as_a_user_and_checks_its_health() -> None:
+    dockerfile = (REPO / "deploy/Dockerfile").read_text()
+    final_stage = dockerfile.rsplit("\nFROM ", 1)[1]
+    users = re.findall(r"^USER (\S+)", final_stage, re.MULTILINE)
+    assert users == ["10001:10001"]
+    assert 'CMD ["python", "-m", "danube.runtime.healthcheck"]' in final_stage
+    assert "DANUBE_HEALTH_FILE=" in final_stage
+    for source in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.MULTILINE):
+        for path in source.split():
+            assert (REPO / path).exists(), path
