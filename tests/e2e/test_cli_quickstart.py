@@ -8,8 +8,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-
-from conftest import MeshRun
+from meshrun import MeshRun
 
 pytestmark = pytest.mark.e2e
 
