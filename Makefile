@@ -24,7 +24,7 @@ test: setup
 check: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy libs tests $(wildcard services/danube/*/)
+	$(BIN)/mypy libs spark_jobs tests $(wildcard services/danube/*/)
 
 # Benchmarks that print their numbers; the last one is `danube bench` (produce, consume, e2e)
 # against a mesh of real processes. Against a running mesh: `.venv/bin/danube bench e2e`.

@@ -75,8 +75,11 @@ def test_a_range_seeks_with_the_index_and_stops_after_its_last_offset(
     assert ranges[0][0] == descriptor.seek(start)
     assert ranges[0][0] > (start - 100) * FRAME_BYTES - 1000  # less than one index step early
     end_read = ranges[-1][0] + ranges[-1][1]
+    # Never past the index entry after the last wanted frame: no wanted frame is beyond it.
+    bound = next((p for o, p in descriptor.index if o > stop), len(body))
+    assert end_read <= bound == scan.read_end
     if stop < 299:
-        assert end_read < (stop - 100 + 1) * FRAME_BYTES + chunk_bytes  # no further than needed
+        assert bound <= (stop - 100 + 1) * FRAME_BYTES + 1000
     assert scan.done
 
 
@@ -106,10 +109,9 @@ def test_a_flipped_byte_fails_at_its_frame_after_the_good_ones() -> None:
     bad[40 * FRAME_BYTES + 16 + 5] ^= 0x01  # a payload byte of offset 40
     scan = ObjectScan(descriptor, 0)
     scan.feed(bytes(bad))
-    offsets = []
+    offsets: list[int] = []
     with pytest.raises(CorruptObjectError) as failed:
-        for frame in scan.frames():
-            offsets.append(frame.offset)
+        offsets.extend(frame.offset for frame in scan.frames())  # the good ones stay
     assert offsets == list(range(40))
     error = failed.value
     assert (error.key, error.position, error.offset) == (descriptor.key, 40 * FRAME_BYTES, 40)

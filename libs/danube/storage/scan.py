@@ -6,7 +6,8 @@ the cloud_reader and the Spark source share.
 (:meth:`ObjectScan.frames`), so the same logic runs under the cloud_reader's event loop and in
 a Spark executor. A scan starts at the sparse-index entry at or before ``from_offset``
 (:meth:`ObjectDescriptor.seek`), so it reads less than one index step of frames it does not
-want, and it stops asking for bytes once it has the last offset it wants.
+want; it never asks for bytes past the first index entry after ``to_offset`` (no wanted frame
+can lie beyond it), and stops once it has the last offset it wants.
 
 Every frame is checked as it is taken: its CRC and length (:class:`~danube.frame.FrameDecoder`),
 its offset above the previous one and inside the descriptor's range. A scan that reads to the
@@ -59,6 +60,11 @@ class ObjectScan:
         self.to_offset = last if to_offset is None else min(to_offset, last)
         self._to_end = self.to_offset == last  # then the end of the object is checked too
         start = descriptor.seek(max(from_offset, descriptor.first_offset))
+        # The frame of `to_offset` ends where the next indexed frame starts, at the latest.
+        self.read_end = next(
+            (e.position for e in descriptor.index if e.offset > self.to_offset),
+            descriptor.size_bytes,
+        )
         self._decoder = FrameDecoder(max_payload_bytes=max_payload_bytes, position=start)
         self._position = start  # where the next frame starts
         self._read_at = start  # the next byte to ask for
@@ -80,15 +86,14 @@ class ObjectScan:
         when nothing more is needed (then call :meth:`finish`)."""
         if chunk_bytes < 1:
             raise ValueError("chunk_bytes must be at least 1")
-        size = self.descriptor.size_bytes
-        if self._done or self._read_at >= size:
+        if self._done or self._read_at >= self.read_end:
             return None
-        return self._read_at, min(chunk_bytes, size - self._read_at)
+        return self._read_at, min(chunk_bytes, self.read_end - self._read_at)
 
     def feed(self, data: bytes) -> None:
         """The bytes of the range :meth:`next_range` gave, read from the object."""
-        if self._read_at + len(data) > self.descriptor.size_bytes:
-            raise ValueError("fed past the end of the object")
+        if self._read_at + len(data) > self.read_end:
+            raise ValueError("fed past what the scan asked for")
         self._decoder.feed(data)
         self._read_at += len(data)
 
@@ -138,10 +143,17 @@ class ObjectScan:
         if self._done:
             return
         descriptor = self.descriptor
-        if self._read_at < descriptor.size_bytes:
+        if self._read_at < self.read_end:
             raise RuntimeError("finish() before the scan read what it needs")
         for _ in self.frames():
             raise RuntimeError("finish() before every frame fed was taken")
+        if not self._to_end:
+            raise CorruptObjectError(
+                descriptor.key,
+                self._position,
+                self._previous,
+                f"offset {self.to_offset} is not before byte {self.read_end}",
+            )
         if self._decoder.buffered_bytes:
             raise CorruptObjectError(
                 descriptor.key, self._position, self._previous, "the object ends inside a frame"
