@@ -7,11 +7,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
+from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
-from danube.config import CloudConfig, DanubeSettings, MetadataConfig, WalCloudConfig
+from danube.config import CloudConfig
 from danube.frame import Record, encode_frame, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
@@ -34,19 +37,31 @@ def spark() -> Iterator[SparkSession]:
             "spark.sql.shuffle.partitions": "4",
             "spark.driver.memory": "1g",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.ui.showConsoleProgress": "false",
         },
     )
     yield session
     session.stop()
 
 
-def source_settings(etcd_endpoint: str, prefix: str, cloud: CloudConfig) -> DanubeSettings:
-    """Settings naming the test's etcd prefix and object storage."""
-    return DanubeSettings(
-        wal_cloud=WalCloudConfig(
-            metadata=MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=prefix), cloud=cloud
-        )
-    )
+@pytest.fixture
+def config_file(
+    tmp_path: Path, etcd_endpoint: str, meta_prefix: str, cloud_config: CloudConfig
+) -> Path:
+    """A config file naming the test's etcd prefix and object storage (fs, then S3)."""
+    return write_config(tmp_path / "danube.yml", etcd_endpoint, meta_prefix, cloud_config)
+
+
+def write_config(path: Path, etcd_endpoint: str, prefix: str, cloud: CloudConfig) -> Path:
+    """Write the ``wal_cloud`` metadata and cloud sections the Spark source needs."""
+    section = {
+        name: value.get_secret_value() if isinstance(value, SecretStr) else value
+        for name, value in cloud
+        if value is not None
+    }
+    metadata = {"etcd_endpoint": etcd_endpoint, "prefix": prefix}
+    path.write_text(yaml.safe_dump({"wal_cloud": {"metadata": metadata, "cloud": section}}))
+    return path
 
 
 @dataclass(frozen=True, slots=True)
