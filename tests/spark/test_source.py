@@ -23,7 +23,7 @@ from danube.meta.records import TopicConfig
 from danube.names import TopicName
 from danube.storage import ObjectDescriptor, ObjectStore
 
-from conftest import Message, write_tier
+from tiers import Message, write_tier
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -46,6 +46,7 @@ def _read(spark: SparkSession, config: Path, **options: Any) -> DataFrame:
 
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = df.toArrow().to_pylist()
     return [
         {
             "partition": row["partition"],
@@ -57,7 +58,7 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
             "payload": row["payload"],
             "topic": row["topic"],
         }
-        for row in df.toArrow().to_pylist()
+        for row in rows
     ]
 
 
@@ -113,7 +114,7 @@ async def test_offset_ranges_are_exact_at_both_ends(
     cases = [(0, 1), (699, 701), (700, 1400), (1234, 2999), (2999, 10**6), (2500, 2500)]
     for start, end in cases:
         df = _read(spark, config_file, start_offset=start, end_offset=end)
-        rows = await _in_thread(lambda df=df: _rows(df))
+        rows = await _in_thread(lambda df=df: _rows(df))  # type: ignore[misc]
         wanted = [m for m in tier if start <= m.offset < end]
         assert _sorted(rows) == _expected(wanted), (start, end)
     # No end: to the last uploaded offset; one partition alone.
@@ -183,7 +184,7 @@ async def test_a_flipped_byte_fails_the_job_naming_the_object_and_the_offset(
 async def test_unknown_topics_and_bad_options_fail_saying_what_is_wrong(
     spark: SparkSession, config_file: Path, store: MetaStore
 ) -> None:
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"topic": "/default/nothing"}, "TopicNotReadableError: topic /default/nothing: no such"),
         ({"start_offst": 1}, "InvalidOptionError: option 'start_offst': unknown option"),
         ({"end_offset": "soon"}, "option 'end_offset': 'soon' is not an integer"),
@@ -195,5 +196,5 @@ async def test_unknown_topics_and_bad_options_fail_saying_what_is_wrong(
     cases.append(({"topic": "/default/live"}, "non-reliable: nothing is in object storage"))
     for options, message in cases:
         with pytest.raises(Exception) as failed:  # noqa: PT011 - Spark's error wraps ours
-            await _in_thread(lambda options=options: _read(spark, config_file, **options).count())
+            await _in_thread(_read(spark, config_file, **options).count)
         assert message in str(failed.value), options

@@ -1,67 +1,20 @@
-"""Fixtures for the Spark tests: one Spark session (local[2]) for the whole run, and a writer
-of cloud tiers made the way the uploader makes them (objects through ``danube.storage``,
-descriptors and checkpoints in etcd), for tests that need exact, varied contents fast."""
+"""Test cloud tiers made the way the uploader makes them (objects through ``danube.storage``,
+descriptors and checkpoints in etcd), for Spark tests that need exact, varied contents fast."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import pytest
-import yaml
-from pydantic import SecretStr
-from pyspark.sql import SparkSession
-
-from danube.config import CloudConfig
 from danube.frame import Record, encode_frame, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
 from danube.names import TopicName
-from danube.spark import spark_session
 from danube.storage import ObjectDescriptor, ObjectStore, SparseIndexBuilder, object_key
 
 ROOT_PREFIX = "/danube-data"
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """Spark on two local cores, as small as it gets (no UI, few shuffle partitions)."""
-    session = spark_session(
-        "danube-tests",
-        master="local[2]",
-        conf={
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "4",
-            "spark.driver.memory": "1g",
-            "spark.sql.execution.arrow.pyspark.enabled": "true",
-            "spark.ui.showConsoleProgress": "false",
-        },
-    )
-    yield session
-    session.stop()
-
-
-@pytest.fixture
-def config_file(
-    tmp_path: Path, etcd_endpoint: str, meta_prefix: str, cloud_config: CloudConfig
-) -> Path:
-    """A config file naming the test's etcd prefix and object storage (fs, then S3)."""
-    return write_config(tmp_path / "danube.yml", etcd_endpoint, meta_prefix, cloud_config)
-
-
-def write_config(path: Path, etcd_endpoint: str, prefix: str, cloud: CloudConfig) -> Path:
-    """Write the ``wal_cloud`` metadata and cloud sections the Spark source needs."""
-    section = {
-        name: value.get_secret_value() if isinstance(value, SecretStr) else value
-        for name, value in cloud
-        if value is not None
-    }
-    metadata = {"etcd_endpoint": etcd_endpoint, "prefix": prefix}
-    path.write_text(yaml.safe_dump({"wal_cloud": {"metadata": metadata, "cloud": section}}))
-    return path
 
 
 @dataclass(frozen=True, slots=True)
