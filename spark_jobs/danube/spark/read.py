@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -24,6 +25,12 @@ from danube.storage import ObjectScan, ObjectStore
 
 def read_task(cloud: CloudConfig, task: Task, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     """The rows of every slice of ``task``, in order, in batches of ``options.batch_rows``."""
+    # Decoding allocates a few small objects per message, and CPython's cycle collector,
+    # run every 700 allocations, would rescan them again and again: about 40% of the read
+    # time. Nothing here makes reference cycles (refcounting frees everything), so the
+    # collector pauses while the task reads, and is restored after.
+    collecting = gc.isenabled()
+    gc.disable()
     loop = asyncio.new_event_loop()
     try:
         objects = ObjectStore.from_config(cloud)
@@ -31,6 +38,8 @@ def read_task(cloud: CloudConfig, task: Task, options: ReadOptions) -> Iterator[
             yield from _read_slice(loop, objects, piece, options)
     finally:
         loop.close()
+        if collecting:
+            gc.enable()
 
 
 def _read_slice(
