@@ -34,15 +34,18 @@ class Message:
         return (self.partition, self.offset, self.key, hashlib.sha256(self.payload).hexdigest())
 
 
-def message(partition: int, offset: int) -> Message:
+FIRST_TIME_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+
+
+def message(partition: int, offset: int, *, time_step_ms: int = 10) -> Message:
     """The message a test tier holds at ``offset``: every field derived from it, some with
-    no key, some with an empty key, some with attributes, payloads of varying size."""
+    no key, some with an empty key, some with attributes, payloads of varying size; published
+    ``time_step_ms`` after the one before it."""
     key = None if offset % 7 == 0 else ("" if offset % 11 == 0 else f"k{offset % 13}")
     attributes = {"n": str(offset), "p": str(partition)} if offset % 5 == 0 else {}
     payload = b"p%d-%08d:" % (partition, offset) + bytes([offset % 256]) * (offset % 97)
-    return Message(
-        partition, offset, 1_700_000_000_000 + offset * 10, "t", key, attributes, payload
-    )
+    time_ms = FIRST_TIME_MS + offset * time_step_ms
+    return Message(partition, offset, time_ms, "t", key, attributes, payload)
 
 
 async def write_tier(
@@ -53,6 +56,7 @@ async def write_tier(
     *,
     per_object: int,
     index_every_bytes: int = 4096,
+    time_step_ms: int = 10,
 ) -> list[Message]:
     """Create ``topic`` (partitioned when given more than one count) and upload
     ``partition_counts[i]`` messages to partition ``i``, ``per_object`` per object; return
@@ -67,7 +71,10 @@ async def write_tier(
     ):
         for first in range(0, count, per_object):
             last = min(first + per_object, count) - 1
-            batch = [message(index, offset) for offset in range(first, last + 1)]
+            batch = [
+                message(index, offset, time_step_ms=time_step_ms)
+                for offset in range(first, last + 1)
+            ]
             await _upload(store, objects, name, batch, index_every_bytes)
             written += batch
     return written

@@ -51,7 +51,7 @@ from danube.storage import ObjectNotFoundError, ObjectStore, normalize_root
 ORIGIN_SOURCE = "danube.backfill.source"
 ORIGIN_OFFSET = "danube.backfill.offset"
 MAX_BATCH_MESSAGES = 10_000  # the API's limit on one produce request
-SEND_TIMEOUT_S = 60.0  # one batch, retries of 429/503 and transport errors included
+SEND_TIMEOUT_S = 60.0  # one request, retries of 429/503 and transport errors included
 
 RESULT_SCHEMA = "partition int, sent long, skipped long, sent_through long"
 
@@ -82,6 +82,7 @@ class TopicBackfillJob:
     origin_attributes: bool = True
     checkpoint_dir: str | None = None  # a directory; default: the topic's object storage
     restart: bool = False
+    send_timeout_s: float = SEND_TIMEOUT_S
 
     def __post_init__(self) -> None:
         validate_segment("backfill name", self.name)
@@ -182,7 +183,7 @@ class _Sender:
             linger_ms=0,
             batch_max_messages=self.job.batch_messages,
             max_pending_messages=self.job.batch_messages,
-            send_timeout_s=SEND_TIMEOUT_S,
+            send_timeout_s=self.job.send_timeout_s,
         )
         async with AsyncDanubeClient(self.job.url) as client:
             producer = client.producer(self.job.target, options)
