@@ -54,6 +54,15 @@ Master = Annotated[
     str | None,
     typer.Option("--master", help="Spark master (default local[*]; ignored under spark-submit)."),
 ]
+SparkLog = Annotated[
+    str,
+    typer.Option(
+        "--spark-log",
+        help="Spark's own log level on stderr (WARN, INFO...); errors end the command anyway.",
+    ),
+]
+# Spark logs a failed job's whole stack at ERROR; the command says what failed in one line.
+DEFAULT_SPARK_LOG = "FATAL"
 
 
 def _source_options(
@@ -114,14 +123,16 @@ def explain(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
-def _session(master: str | None) -> Any:
+def _session(master: str | None, log_level: str) -> Any:
     try:
         from danube.spark import spark_session
     except ImportError as exc:
         raise fail(
             "backfill", f"needs the spark extra (pip install 'danube-mesh[spark]'): {exc}"
         ) from None
-    return spark_session("danube-backfill", master=master)
+    spark = spark_session("danube-backfill", master=master)
+    spark.sparkContext.setLogLevel(log_level)
+    return spark
 
 
 @app.command("parquet")
@@ -141,6 +152,7 @@ def parquet(
     start_time: StartTime = None,
     end_time: EndTime = None,
     master: Master = None,
+    spark_log: SparkLog = DEFAULT_SPARK_LOG,
     json_output: Json = False,
 ) -> None:
     """Write a topic's history (or a range) to Parquet, partitioned by partition and date."""
@@ -153,7 +165,7 @@ def parquet(
         topic, config, etcd, prefix, start_offset, end_offset, start_time, end_time
     )
     _check("parquet", options)
-    spark = _session(master)
+    spark = _session(master, spark_log)
     try:
         result = _guard(
             "parquet",
@@ -214,6 +226,7 @@ def topic_backfill(
     start_time: StartTime = None,
     end_time: EndTime = None,
     master: Master = None,
+    spark_log: SparkLog = DEFAULT_SPARK_LOG,
     json_output: Json = False,
 ) -> None:
     """Produce a topic's history (or a range) into a topic, in batches; safe to re-run."""
@@ -242,7 +255,7 @@ def topic_backfill(
             restart=restart,
         ),
     )
-    spark = _session(master)
+    spark = _session(master, spark_log)
     try:
         result = _guard("topic", lambda: backfill_to_topic(spark, job))
     finally:
