@@ -129,9 +129,7 @@ async def test_an_unknown_topic_or_a_bad_option_is_one_line_and_exit_code_1(
     )  # fmt: skip
     assert code == 1
     assert out == ""
-    assert (
-        "danube backfill parquet: TopicNotReadableError: topic /default/nope: no such topic" in err
-    )
+    assert "danube backfill parquet: topic_not_readable: topic /default/nope: no such topic" in err
     assert "Traceback" not in err
     code, out, err = await _run(
         str(BIN / "danube"), "backfill", "parquet", "-t", str(SOURCE), "-o", str(tmp_path / "x"),

@@ -1,7 +1,7 @@
 """The Spark source without Spark: option parsing (ranges, times, settings overrides, typos
 refused), planning (one task per object, sub-ranges at index entries, offset and time
-pruning, one task per partition), overlapping descriptors refused, and the Arrow schema
-PySpark expects for the source's Spark schema."""
+pruning, one task per partition), overlapping descriptors refused, the Arrow schema
+PySpark expects for the source's Spark schema, and the one line the CLI makes of an error."""
 
 from __future__ import annotations
 
@@ -218,3 +218,17 @@ def test_a_bad_record_names_the_object_and_offset() -> None:
         BatchBuilder("/ns/t", 0, "the/object.dnb").add(frames[0])
     assert (failed.value.key, failed.value.offset) == ("the/object.dnb", 42)
     assert "bad record" in failed.value.reason
+
+
+def test_the_cli_turns_a_spark_error_into_the_code_and_message_of_ours() -> None:
+    from danube.cli.backfill import explain
+
+    wrapped = Exception(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed: Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in partitions\n'
+        "danube.spark.errors.TopicNotReadableError: topic /a/b: no such topic\n SQLSTATE: 38000"
+    )
+    assert explain(wrapped) == "topic_not_readable: topic /a/b: no such topic"
+    corrupt = Exception("danube.storage.errors.CorruptObjectError: object k: bad frame: crc")
+    assert explain(corrupt) == "object_corrupt: object k: bad frame: crc"
+    assert explain(RuntimeError("Spark said no\nmore")) == "RuntimeError: Spark said no"

@@ -8,6 +8,7 @@ imported only when a command runs: the rest of the CLI works without the ``spark
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from collections.abc import Callable
@@ -108,19 +109,29 @@ def _guard(command: str, work: Callable[[], _T]) -> _T:
         raise fail(f"backfill {command}", explain(exc)) from None
 
 
-_OUR_ERROR = re.compile(r"^danube\.[\w.]+\.(\w+Error): (.+)$", re.MULTILINE)
+_OUR_ERROR = re.compile(r"^(danube\.[\w.]+)\.(\w+Error): (.+)$", re.MULTILINE)
 
 
 def explain(exc: BaseException) -> str:
-    """One line for an error Spark raised: the last danube error named in it (raised in a
-    Python worker, it reaches the driver as text inside Spark's), else Spark's first line."""
+    """One line for an error Spark raised: ``<code>: <message>`` of the last danube error
+    named in it (raised in a Python worker, it reaches the driver as text inside Spark's),
+    else Spark's first line."""
     text = str(exc)
     found = _OUR_ERROR.findall(text)
     if found:
-        name, message = found[-1]
-        return f"{name}: {message}"
+        module, name, message = found[-1]
+        return f"{_code(module, name)}: {message}"
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return f"{type(exc).__name__}: {first}"
+
+
+def _code(module: str, name: str) -> str:
+    """The ``code`` of the error class ``module.name``; its name if it has none."""
+    try:
+        kind = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return name
+    return kind.code if isinstance(kind, type) and issubclass(kind, DanubeError) else name
 
 
 def _session(master: str | None, log_level: str) -> Any:
