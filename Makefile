@@ -24,10 +24,11 @@ test: setup
 check: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy libs tests $(wildcard services/danube/*/)
+	$(BIN)/mypy libs spark_jobs tests $(wildcard services/danube/*/)
 
-# Benchmarks that print their numbers; the last one is `danube bench` (produce, consume, e2e)
-# against a mesh of real processes. Against a running mesh: `.venv/bin/danube bench e2e`.
+# Benchmarks that print their numbers; the last two run against a mesh of real processes:
+# `danube bench` (produce, consume, e2e), then the Spark Parquet backfill against the consume
+# API over 1M messages. Against a running mesh: `.venv/bin/danube bench e2e`.
 bench: setup
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
 	$(BIN)/python tests/bench/bench_wal.py
@@ -35,6 +36,7 @@ bench: setup
 	$(BIN)/python tests/bench/bench_dispatch_latency.py
 	$(BIN)/python tests/bench/bench_cloud_read.py
 	$(BIN)/python tests/bench/bench_client.py
+	$(BIN)/python tests/bench/bench_spark.py
 
 # The compose stack on this machine, end to end (tests/compose/compose_smoke.py): needs
 # root (it may apt-get install docker.io and debootstrap, and start dockerd) and no image

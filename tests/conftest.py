@@ -1,12 +1,17 @@
-"""Real-server fixtures: nats-server, etcd and an S3 server on free 127.0.0.1 ports."""
+"""Real-server fixtures: nats-server, etcd and an S3 server on free 127.0.0.1 ports; one
+Spark session (local[2]) for the Spark tests, and a config file naming the test's etcd
+prefix and object storage."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+import yaml
+from pydantic import SecretStr
 
 from danube.bus import Bus
 from danube.config import BusConfig, CloudConfig, MetadataConfig
@@ -14,6 +19,9 @@ from danube.config.model import FsCloud
 from danube.meta import MetaStore
 from danube.runtime import ServerProcess, etcd_spec, free_port, moto_cloud, nats_spec, s3_spec
 from danube.runtime.servers import MOTO_ACCESS_KEY, MOTO_REGION
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def _serve(server: ServerProcess) -> Iterator[ServerProcess]:
@@ -109,3 +117,44 @@ async def store(etcd_endpoint: str, meta_prefix: str) -> AsyncIterator[MetaStore
     store = await MetaStore.connect(MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix))
     yield store
     await store.close()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """Spark on two local cores, as small as it gets (no UI, few shuffle partitions).
+    Imported here, not at the top: only the Spark tests pay for starting a JVM."""
+    from danube.spark import spark_session
+
+    session = spark_session(
+        "danube-tests",
+        master="local[2]",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.driver.memory": "1g",
+        },
+    )
+    yield session
+    session.stop()
+
+
+def write_config(path: Path, etcd_endpoint: str, prefix: str, cloud: CloudConfig) -> Path:
+    """Write a config file with the ``wal_cloud`` metadata and cloud sections (secrets in
+    clear: they are the S3 server's test credentials)."""
+    section = {
+        name: value.get_secret_value() if isinstance(value, SecretStr) else value
+        for name, value in cloud
+        if value is not None
+    }
+    metadata = {"etcd_endpoint": etcd_endpoint, "prefix": prefix}
+    path.write_text(yaml.safe_dump({"wal_cloud": {"metadata": metadata, "cloud": section}}))
+    return path
+
+
+@pytest.fixture
+def config_file(
+    tmp_path: Path, etcd_endpoint: str, meta_prefix: str, cloud_config: CloudConfig
+) -> Path:
+    """A config file naming the test's etcd prefix and object storage (fs, then S3)."""
+    return write_config(tmp_path / "danube.yml", etcd_endpoint, meta_prefix, cloud_config)

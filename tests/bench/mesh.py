@@ -40,13 +40,20 @@ async def until_ready(http: httpx.AsyncClient) -> None:
 
 @asynccontextmanager
 async def bench_mesh(
-    tmp: Path, services: Sequence[str], env: dict[str, str] | None = None
+    tmp: Path,
+    services: Sequence[str],
+    env: dict[str, str] | None = None,
+    *,
+    etcd_port: int | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """Start ``services`` (discovery among them) and yield an HTTP client of discovery,
-    ready; everything is stopped on exit. Logs go to ``tmp/<service>.log``."""
+    ready; everything is stopped on exit. Logs go to ``tmp/<service>.log``. ``etcd_port``:
+    where etcd listens (for a benchmark that reads metadata itself); a free port if None."""
     nats = ServerProcess(nats_spec(port=free_port(), monitor_port=free_port()), tmp / "nats.log")
     etcd = ServerProcess(
-        etcd_spec(data_dir=tmp / "etcd", client_port=free_port(), peer_port=free_port()),
+        etcd_spec(
+            data_dir=tmp / "etcd", client_port=etcd_port or free_port(), peer_port=free_port()
+        ),
         tmp / "etcd.log",
     )
     with nats, etcd:

@@ -7,9 +7,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from meshrun import DANUBE, MeshRun
 
 from danube.runtime import ProcessSpec, ServerProcess, free_port
+
+from meshrun import DANUBE, MeshRun
 
 ServiceFactory = Callable[..., ServerProcess]
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 
 import pytest
+
 from meshrun import MeshRun
 
 pytestmark = pytest.mark.e2e

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from meshrun import ROOT, alive, process_tree
 
 from danube.runtime import free_port, probe
+
+from meshrun import ROOT, alive, process_tree
 
 pytestmark = pytest.mark.e2e
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from meshrun import ROOT, MeshRun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from danube.cli import admin, bench
+from danube.cli import admin, backfill, bench
 from danube.cli import up as up_command
 from danube.cli.consume import consume
 from danube.cli.produce import produce
@@ -47,6 +47,7 @@ app.command()(produce)
 app.command()(consume)
 app.add_typer(admin.app, name="admin")
 app.add_typer(bench.app, name="bench")
+app.add_typer(backfill.app, name="backfill")
 
 
 def main() -> None:

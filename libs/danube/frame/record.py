@@ -27,6 +27,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from danube.frame.errors import (
     CorruptRecordError,
@@ -175,6 +176,19 @@ def record_publish_time_ms(buf: bytes | bytearray | memoryview) -> int:
     return int(time_ms)
 
 
+class RecordFields(NamedTuple):
+    """A decoded record as a plain tuple: what :func:`decode_record_fields` returns, for
+    readers that turn many records into columns and need no :class:`Record` objects."""
+
+    publish_time_ms: int
+    producer: str
+    key: str | None
+    attributes: dict[str, str]
+    payload: bytes
+    schema_id: int | None
+    schema_version: int | None
+
+
 def decode_record(buf: bytes | bytearray | memoryview) -> Record:
     """Decode one record that spans exactly ``buf`` (e.g. a :class:`~danube.frame.Frame` payload).
 
@@ -182,7 +196,24 @@ def decode_record(buf: bytes | bytearray | memoryview) -> Record:
     :class:`UnsupportedRecordVersionError` for an unknown version and
     :class:`CorruptRecordError` for anything else wrong, naming what.
     """
-    view = memoryview(buf).cast("B")
+    fields = decode_record_fields(buf)
+    return Record(
+        payload=fields.payload,
+        publish_time_ms=fields.publish_time_ms,
+        producer=fields.producer,
+        key=fields.key,
+        attributes=fields.attributes,
+        schema_id=fields.schema_id,
+        schema_version=fields.schema_version,
+    )
+
+
+def decode_record_fields(buf: bytes | bytearray | memoryview) -> RecordFields:
+    """:func:`decode_record`, with the same checks, as a tuple (no frozen dataclass to build:
+    about twice as fast, which bulk readers such as the Spark source need)."""
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
     end = len(view)
     if end == 0:
         raise CorruptRecordError("empty buffer")
@@ -196,13 +227,12 @@ def decode_record(buf: bytes | bytearray | memoryview) -> Record:
     if flags & ~_KNOWN_FLAGS:
         raise CorruptRecordError(f"unknown flags {flags:#04x}")
     # An absent field must be all zero, so that one record has exactly one encoding.
-    for flag, value, name in (
-        (_FLAG_KEY, key_len, "key length"),
-        (_FLAG_SCHEMA_ID, schema_id, "schema_id"),
-        (_FLAG_SCHEMA_VERSION, schema_version, "schema_version"),
-    ):
-        if value and not flags & flag:
-            raise CorruptRecordError(f"{name} is {value} but flagged absent")
+    if key_len and not flags & _FLAG_KEY:
+        raise CorruptRecordError(f"key length is {key_len} but flagged absent")
+    if schema_id and not flags & _FLAG_SCHEMA_ID:
+        raise CorruptRecordError(f"schema_id is {schema_id} but flagged absent")
+    if schema_version and not flags & _FLAG_SCHEMA_VERSION:
+        raise CorruptRecordError(f"schema_version is {schema_version} but flagged absent")
     _check(producer_len, MAX_PRODUCER_NAME_BYTES, "producer length")
     _check(key_len, MAX_KEY_BYTES, "key length")
     _check(count, MAX_ATTRIBUTES, "attribute count")
@@ -214,6 +244,27 @@ def decode_record(buf: bytes | bytearray | memoryview) -> Record:
     key = _text(view, pos, key_len, "key") if flags & _FLAG_KEY else None
     pos += key_len
     attributes: dict[str, str] = {}
+    if count:
+        pos = _attributes(view, pos, count, attributes)
+    if end - pos != payload_len:
+        problem = "truncated in payload" if end - pos < payload_len else "trailing bytes"
+        raise CorruptRecordError(
+            f"{problem}: {end - pos} bytes left for a {payload_len}-byte payload"
+        )
+    return RecordFields(
+        time_ms,
+        producer,
+        key,
+        attributes,
+        bytes(view[pos:]),
+        schema_id if flags & _FLAG_SCHEMA_ID else None,
+        schema_version if flags & _FLAG_SCHEMA_VERSION else None,
+    )
+
+
+def _attributes(view: memoryview, pos: int, count: int, attributes: dict[str, str]) -> int:
+    """Decode ``count`` attributes from ``pos`` into ``attributes``; the position after them."""
+    end = len(view)
     for index in range(count):
         texts = []
         for part, limit in (
@@ -234,17 +285,4 @@ def decode_record(buf: bytes | bytearray | memoryview) -> Record:
         if name in attributes:
             raise CorruptRecordError(f"duplicate attribute name {name!r}")
         attributes[name] = value
-    if end - pos != payload_len:
-        problem = "truncated in payload" if end - pos < payload_len else "trailing bytes"
-        raise CorruptRecordError(
-            f"{problem}: {end - pos} bytes left for a {payload_len}-byte payload"
-        )
-    return Record(
-        payload=bytes(view[pos:]),
-        publish_time_ms=time_ms,
-        producer=producer,
-        key=key,
-        attributes=attributes,
-        schema_id=schema_id if flags & _FLAG_SCHEMA_ID else None,
-        schema_version=schema_version if flags & _FLAG_SCHEMA_VERSION else None,
-    )
+    return pos

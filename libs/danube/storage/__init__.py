@@ -6,6 +6,8 @@
 - :func:`object_key` / :func:`parse_object_key` (``naming``): keys that sort by offset.
 - :class:`ObjectDescriptor` (``descriptor``) and :class:`SparseIndexBuilder` / :func:`seek`
   (``index``): what etcd knows about each object, and how a reader seeks into it.
+- :class:`ObjectScan` (``scan``): an object's frames from an offset, every one checked; the
+  one reader of objects the cloud_reader and the Spark source share.
 
 docs/storage.md describes backends, naming, descriptors and the index.
 """
@@ -14,6 +16,7 @@ from danube.storage.backends import PARTIAL_DIR, open_operator, operator_options
 from danube.storage.descriptor import DESCRIPTOR_VERSION, MAX_DESCRIPTOR_BYTES, ObjectDescriptor
 from danube.storage.errors import (
     CorruptDescriptorError,
+    CorruptObjectError,
     InvalidDescriptorError,
     InvalidObjectKeyError,
     ListingTooLargeError,
@@ -41,6 +44,7 @@ from danube.storage.naming import (
     parse_object_key,
     topic_prefix,
 )
+from danube.storage.scan import ObjectScan
 from danube.storage.store import ObjectStore, ObjectWriter
 
 __all__ = [
@@ -51,6 +55,7 @@ __all__ = [
     "OBJECT_SUFFIX",
     "PARTIAL_DIR",
     "CorruptDescriptorError",
+    "CorruptObjectError",
     "IndexEntry",
     "InvalidDescriptorError",
     "InvalidObjectKeyError",
@@ -59,6 +64,7 @@ __all__ = [
     "ObjectName",
     "ObjectNotFoundError",
     "ObjectRangeError",
+    "ObjectScan",
     "ObjectStore",
     "ObjectWriter",
     "SparseIndexBuilder",

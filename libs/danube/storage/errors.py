@@ -12,6 +12,7 @@
         ├── StorageConfigError             "storage_config": field, reason
         ├── ListingTooLargeError           "listing_too_large": prefix, max_keys
         ├── InvalidObjectKeyError          "invalid_object_key": key, reason
+        ├── CorruptObjectError             "object_corrupt": key, position, offset (a bad frame)
         └── InvalidDescriptorError         "invalid_descriptor": field, reason  (build side)
             └── CorruptDescriptorError     "corrupt_descriptor": field, reason  (load side)
                 └── UnsupportedDescriptorVersionError  "unsupported_descriptor_version"
@@ -130,6 +131,25 @@ class InvalidObjectKeyError(StorageError):
 
     def __init__(self, key: str, reason: str) -> None:
         super().__init__(f"invalid object key {key!r}: {reason}", key=key)
+        self.reason = reason
+
+
+class CorruptObjectError(StorageError):
+    """An object holds a frame that fails its check (CRC, length, offset order or range, or
+    an end that is not the descriptor's): nothing from it at or past that frame is served.
+
+    ``position`` is the frame's byte position in the object (``None`` when not known) and
+    ``offset`` the offset its header claims (``None`` when no header could be read).
+    """
+
+    code = "object_corrupt"
+
+    def __init__(self, key: str, position: int | None, offset: int | None, reason: str) -> None:
+        at = "" if position is None else f" at byte {position}"
+        of = "" if offset is None else f" (offset {offset})"
+        super().__init__(f"object {key}: bad frame{at}{of}: {reason}", op="read", key=key)
+        self.position = position
+        self.offset = offset
         self.reason = reason
 
 

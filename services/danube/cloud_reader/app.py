@@ -9,12 +9,12 @@ import time
 
 from danube.bus import Bus, Kind, Request
 from danube.cloud_reader import metrics
-from danube.cloud_reader.reader import CloudReader, CorruptObjectError
+from danube.cloud_reader.reader import CloudReader
 from danube.config import DanubeSettings
 from danube.frame import FRAME_HEADER_BYTES
 from danube.ingest import protocol
 from danube.runtime.service import LeaseLost, node_session, wait_for_any
-from danube.storage import ObjectStore
+from danube.storage import CorruptObjectError, ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ caller that follows ``next_offset`` walks the objects in order without a gap or 
 No object at or after ``from_offset``: ``NOT_IN_CLOUD`` (read the WAL).
 
 A frame whose CRC, length or offset is wrong is never served: the read fails with
-:class:`CorruptObjectError` naming the object, the byte position and the offset.
+:class:`~danube.storage.CorruptObjectError` naming the object, the byte position and the
+offset. The checks are :class:`~danube.storage.ObjectScan`'s, shared with the Spark source.
 """
 
 from __future__ import annotations
@@ -20,29 +21,19 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from danube.bus import TopicName
-from danube.errors import DanubeError
-from danube.frame import CorruptFrameError, Frame, FrameDecoder
+from danube.frame import Frame
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
-from danube.storage import ObjectDescriptor, ObjectNotFoundError, ObjectStore
+from danube.storage import (
+    ObjectDescriptor,
+    ObjectNotFoundError,
+    ObjectScan,
+    ObjectStore,
+)
 
 log = logging.getLogger(__name__)
 
 _CACHED_PARTITIONS = 1024
-
-
-class CorruptObjectError(DanubeError):
-    """An object holds a frame that fails its check; nothing from it past that point is
-    served."""
-
-    code = "object_corrupt"
-
-    def __init__(self, key: str, position: int, offset: int | None, reason: str) -> None:
-        at = "" if offset is None else f" (offset {offset})"
-        super().__init__(f"object {key}: bad frame at byte {position}{at}: {reason}")
-        self.key = key
-        self.position = position
-        self.offset = offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,57 +100,23 @@ class CloudReader:
     async def _read_object(
         self, descriptor: ObjectDescriptor, from_offset: int, max_bytes: int, max_count: int
     ) -> CloudRead:
-        key, size = descriptor.key, descriptor.size_bytes
-        position = descriptor.seek(max(from_offset, descriptor.first_offset))
-        decoder = FrameDecoder(position=position)
-        read_at = position
+        scan = ObjectScan(descriptor, from_offset)
         frames: list[Frame] = []
         used = 0
-        previous: int | None = None
         while True:
-            try:
-                # Frames are checked as they are taken: a bad frame after the budget is full
-                # is left for the read that gets there.
-                for frame in decoder:
-                    frame_at = position
-                    position += frame.size_bytes
-                    self._check(descriptor, frame, previous, frame_at)
-                    previous = frame.offset
-                    if frame.offset < from_offset:
-                        continue
-                    frames.append(frame)
-                    used += frame.size_bytes
-                    if len(frames) >= max_count or used >= max_bytes:
-                        return CloudRead(True, frame.offset + 1, frames)
-            except CorruptFrameError as exc:
-                raise CorruptObjectError(key, exc.position, exc.offset, exc.reason) from exc
-            if read_at >= size:
+            # Frames are checked as they are taken: a bad frame after the budget is full is
+            # left for the read that gets there.
+            for frame in scan.frames():
+                frames.append(frame)
+                used += frame.size_bytes
+                if len(frames) >= max_count or used >= max_bytes:
+                    return CloudRead(True, frame.offset + 1, frames)
+            wanted = scan.next_range(self.chunk_bytes)
+            if wanted is None:
                 break
-            length = min(self.chunk_bytes, size - read_at)
-            decoder.feed(await self.objects.read_range(key, read_at, length))
-            read_at += length
-        if decoder.buffered_bytes:
-            raise CorruptObjectError(key, position, previous, "the object ends inside a frame")
-        if previous != descriptor.last_offset:
-            raise CorruptObjectError(key, position, previous, "the object ends early")
+            scan.feed(await self.objects.read_range(descriptor.key, *wanted))
+        scan.finish()
         return CloudRead(True, descriptor.last_offset + 1, frames)
-
-    @staticmethod
-    def _check(
-        descriptor: ObjectDescriptor, frame: Frame, previous: int | None, position: int
-    ) -> None:
-        offset = frame.offset
-        if previous is not None and offset <= previous:
-            raise CorruptObjectError(
-                descriptor.key, position, offset, f"offset does not follow {previous}"
-            )
-        if not descriptor.first_offset <= offset <= descriptor.last_offset:
-            raise CorruptObjectError(
-                descriptor.key,
-                position,
-                offset,
-                f"offset outside {descriptor.first_offset}..{descriptor.last_offset}",
-            )
 
 
 def _first(descriptor: ObjectDescriptor) -> int:
