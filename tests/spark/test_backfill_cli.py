@@ -1,7 +1,8 @@
 """The backfills as users start them, in processes of their own: `danube backfill parquet`
 and `danube backfill topic` (Spark started by the command) and `spark-submit
 spark_jobs/backfill_parquet.py`, over a tier in real etcd and files: what they write and
-print, and one clear line with exit code 1 for an unknown topic or a bad option."""
+print, and one clear line with exit code 1 for an unknown topic or a bad option (found before
+Spark starts)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 S3 server: every field of every message read exactly once (objects cut into sub-ranges,
 several partitions, one partition alone); offset and time ranges exact at both ends; one
 task per partition in offset order; a flipped byte fails the job naming the object and the
-offset; bad options and unknown topics fail with what is wrong."""
+offset; bad options and unknown topics fail with what is wrong; a topic with nothing uploaded
+reads empty."""
 
 from __future__ import annotations
 
@@ -198,3 +199,8 @@ async def test_unknown_topics_and_bad_options_fail_saying_what_is_wrong(
         with pytest.raises(Exception) as failed:  # noqa: PT011 - Spark's error wraps ours
             await _in_thread(_read(spark, config_file, **options).count)
         assert message in str(failed.value), options
+    # A reliable topic with nothing uploaded yet is empty, not an error.
+    await store.put_model(
+        meta_keys.topic_key(TopicName("default", "new")), TopicConfig(created_ms=1)
+    )
+    assert await _in_thread(_read(spark, config_file, topic="/default/new").count) == 0

@@ -111,7 +111,7 @@ def test_times_are_milliseconds_or_iso_8601_in_utc_by_default() -> None:
 
 def test_one_task_per_object_in_partition_then_offset_order() -> None:
     parts = [_partition(0, [(0, 9), (10, 19)]), _partition(1, [(0, 4)])]
-    tasks = plan_tasks(parts, parse_options({"topic": "/ns/t"}))
+    tasks = plan_tasks(parts, parse_options({"topic": "/ns/t", "split": "object"}))
     assert [(s.partition, s.from_offset, s.to_offset) for (s,) in tasks] == [
         (0, 0, 9),
         (0, 10, 19),
@@ -122,13 +122,12 @@ def test_one_task_per_object_in_partition_then_offset_order() -> None:
 
 def test_an_offset_range_keeps_only_the_objects_it_touches_cut_at_its_ends() -> None:
     parts = [_partition(0, [(0, 9), (10, 19), (20, 29)])]
+    by_object = {"topic": "/ns/t", "split": "object"}
     tasks = plan_tasks(
-        parts, parse_options({"topic": "/ns/t", "start_offset": "12", "end_offset": "21"})
+        parts, parse_options({**by_object, "start_offset": "12", "end_offset": "21"})
     )
     assert [(s.from_offset, s.to_offset) for (s,) in tasks] == [(12, 19), (20, 20)]
-    edge = plan_tasks(
-        parts, parse_options({"topic": "/ns/t", "start_offset": "10", "end_offset": "20"})
-    )
+    edge = plan_tasks(parts, parse_options({**by_object, "start_offset": "10", "end_offset": "20"}))
     assert [(s.from_offset, s.to_offset) for (s,) in edge] == [(10, 19)]
     assert plan_tasks(parts, parse_options({"topic": "/ns/t", "start_offset": "30"})) == []
 
@@ -142,6 +141,44 @@ def test_a_large_object_is_cut_at_index_entries() -> None:
     assert all(start in index_offsets for start, _ in ranges)
     assert split_object(descriptor, 5, 33, 1000) == [(5, 9), (10, 19), (20, 29), (30, 33)]
     assert split_object(descriptor, 5, 33, 10**9) == [(5, 33)]
+
+
+def test_small_objects_are_packed_per_partition_up_to_the_target_size() -> None:
+    # Objects of 300 frames of 100 bytes (30 000 bytes): two fit 64 KiB, three do not.
+    parts = [
+        _partition(0, [(i * 300, i * 300 + 299) for i in range(5)]),
+        _partition(1, [(0, 299)]),
+    ]
+    options = parse_options({"topic": "/ns/t", "max_partition_bytes": str(64 * 1024)})
+    tasks = plan_tasks(parts, options)
+    assert [[(s.partition, s.from_offset) for s in task] for task in tasks] == [
+        [(0, 0), (0, 300)],
+        [(0, 600), (0, 900)],
+        [(0, 1200)],
+        [(1, 0)],
+    ]
+    # A range cuts the first and last objects; the cut ones count only what they read.
+    ranged = plan_tasks(parts, parse_options({"topic": "/ns/t", "start_offset": "250"}))
+    assert [[(s.from_offset, s.to_offset) for s in task] for task in ranged] == [
+        [(250, 299), (300, 599), (600, 899), (900, 1199), (1200, 1499)],
+        [(250, 299)],
+    ]
+    assert ranged[0][0].size_bytes == 5000
+
+
+def test_min_partitions_makes_more_smaller_tasks_but_not_below_4_mib() -> None:
+    # Two objects of 100 000 frames of 100 bytes: 10 MB each, 20 MB in all.
+    parts = [_partition(0, [(0, 99_999)]), _partition(1, [(0, 99_999)])]
+    four = plan_tasks(parts, parse_options({"topic": "/ns/t", "min_partitions": "4"}))
+    assert [(s.partition, s.from_offset, s.to_offset) for (s,) in four] == [
+        (0, 0, 49_999),
+        (0, 50_000, 99_999),
+        (1, 0, 49_999),
+        (1, 50_000, 99_999),
+    ]
+    many = plan_tasks(parts, parse_options({"topic": "/ns/t", "min_partitions": "100"}))
+    assert len(many) == 6  # 4 MiB each at least: 10 MB is three tasks
+    assert len(plan_tasks(parts, parse_options({"topic": "/ns/t"}))) == 2
 
 
 def test_split_by_partition_makes_one_task_of_each_partitions_slices() -> None:
@@ -158,7 +195,12 @@ def test_a_time_range_skips_objects_uploaded_before_it_less_the_clock_skew() -> 
     old = _descriptor(name, 0, 9, created_ms=10_000)
     new = _descriptor(name, 10, 19, created_ms=100_000)
     parts = [PartitionObjects(name, 0, (old, new))]
-    options = {"topic": "/ns/t", "start_time": "70001", "clock_skew_ms": "60000"}
+    options = {
+        "topic": "/ns/t",
+        "split": "object",
+        "start_time": "70001",
+        "clock_skew_ms": "60000",
+    }
     assert [s.from_offset for (s,) in plan_tasks(parts, parse_options(options))] == [10]
     options["start_time"] = "70000"
     assert [s.from_offset for (s,) in plan_tasks(parts, parse_options(options))] == [0, 10]

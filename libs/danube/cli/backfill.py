@@ -8,6 +8,7 @@ imported only when a command runs: the rest of the CLI works without the ``spark
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import re
 import sys
@@ -90,10 +91,17 @@ def _source_options(
 
 
 def _check(command: str, options: dict[str, str]) -> None:
-    """Check the options and the config here, before Spark starts: one clear line if bad."""
+    """Check the options, the config and the topic here, before Spark starts: a typo costs
+    one clear line, not a JVM start and a wrapped stack."""
+    from danube.spark.catalog import read_partitions
     from danube.spark.options import load_source_settings, parse_options
 
-    _guard(command, lambda: load_source_settings(parse_options(options)))
+    def check() -> None:
+        parsed = parse_options(options)
+        settings = load_source_settings(parsed)
+        asyncio.run(read_partitions(settings.wal_cloud.metadata, parsed.topic))
+
+    _guard(command, check)
 
 
 def _guard(command: str, work: Callable[[], _T]) -> _T:

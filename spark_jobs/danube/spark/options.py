@@ -3,9 +3,9 @@
 docs/spark.md has the table. In short: ``topic`` (required), where the mesh is (``config``,
 ``etcd_endpoint``, ``prefix``, any ``wal_cloud.<key>`` of the config file), what to read
 (``start_offset``/``end_offset``, ``start_time``/``end_time``: each range includes its start
-and excludes its end) and how (``split``, ``max_partition_bytes``, ``chunk_bytes``,
-``batch_rows``, ``clock_skew_ms``). Spark hands options over lower-cased; an unknown option
-fails rather than being ignored, so a typo cannot silently widen a read.
+and excludes its end) and how (``split``, ``max_partition_bytes``, ``min_partitions``,
+``chunk_bytes``, ``batch_rows``, ``clock_skew_ms``). Spark hands options over lower-cased;
+an unknown option fails rather than being ignored, so a typo cannot silently widen a read.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from danube.spark.errors import InvalidOptionError
 MiB = 1024 * 1024
 MAX_OFFSET = 2**63 - 1  # Spark's offset column is a signed long
 
-Split = Literal["object", "partition"]
+Split = Literal["size", "object", "partition"]
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * MiB  # as Spark's own spark.sql.files.maxPartitionBytes
 DEFAULT_CHUNK_BYTES = 8 * MiB
@@ -47,6 +47,7 @@ _KNOWN = frozenset(
         "end_time",
         "split",
         "max_partition_bytes",
+        "min_partitions",
         "chunk_bytes",
         "batch_rows",
         "clock_skew_ms",
@@ -65,8 +66,9 @@ class ReadOptions:
     end_offset: int | None = None
     start_time_ms: int | None = None
     end_time_ms: int | None = None
-    split: Split = "object"
+    split: Split = "size"
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    min_partitions: int | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     batch_rows: int = DEFAULT_BATCH_ROWS
     clock_skew_ms: int = DEFAULT_CLOCK_SKEW_MS
@@ -110,19 +112,21 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     end_time = _optional_time(given, "end_time")
     if start_time is not None and end_time is not None and end_time < start_time:
         raise InvalidOptionError("end_time", "is before start_time")
-    split = given.get("split", "object")
-    if split not in ("object", "partition"):
-        raise InvalidOptionError("split", f"'object' or 'partition', not {split!r}")
+    split = given.get("split", "size")
+    splits: dict[str, Split] = {"size": "size", "object": "object", "partition": "partition"}
+    if split not in splits:
+        raise InvalidOptionError("split", f"'size', 'object' or 'partition', not {split!r}")
     return ReadOptions(
         topic=topic,
         start_offset=start_offset,
         end_offset=end_offset,
         start_time_ms=start_time,
         end_time_ms=end_time,
-        split="partition" if split == "partition" else "object",
+        split=splits[split],
         max_partition_bytes=_int(
             given, "max_partition_bytes", DEFAULT_MAX_PARTITION_BYTES, 64 * 1024, 2**40
         ),
+        min_partitions=_optional_int(given, "min_partitions", 1, 1_000_000),
         chunk_bytes=_int(given, "chunk_bytes", DEFAULT_CHUNK_BYTES, 4096, 256 * MiB),
         batch_rows=_int(given, "batch_rows", DEFAULT_BATCH_ROWS, 1, 1_000_000),
         clock_skew_ms=_int(given, "clock_skew_ms", DEFAULT_CLOCK_SKEW_MS, 0, 2**40),

@@ -57,7 +57,10 @@ def backfill_to_parquet(
     and write it to ``output`` (any path Spark writes Parquet to)."""
     if mode not in MODES:
         raise InvalidOptionError("mode", f"one of {', '.join(MODES)}, not {mode!r}")
-    rows = with_date(spark.read.format(FORMAT).options(**source_options).load())
+    options = {name.lower(): value for name, value in source_options.items()}
+    # As many tasks as cores at least, when the data allows (the source packs small objects).
+    options.setdefault("min_partitions", str(spark.sparkContext.defaultParallelism))
+    rows = with_date(spark.read.format(FORMAT).options(**options).load())
     before = _count(spark, rows, output) if mode == "append" else 0
     started = time.perf_counter()
     rows.write.mode(_SPARK_MODES[mode]).partitionBy(*PARTITION_COLUMNS).parquet(output)

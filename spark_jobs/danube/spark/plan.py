@@ -2,10 +2,19 @@
 no I/O (the descriptors are read from etcd once, on the driver: :mod:`danube.spark.catalog`).
 
 Each task carries the descriptors it reads, so executors need object storage only, never
-etcd. With ``split="object"`` (the default) every object in the offset range is a task of its
-own, and an object larger than ``max_partition_bytes`` is cut at sparse-index entries into
-sub-ranges of about that size. With ``split="partition"`` each topic partition is one task
-reading its slices in offset order (what a job that must keep per-partition order wants).
+etcd. Objects in the offset range larger than the target size are cut at sparse-index entries
+into sub-ranges of about that size; then, by ``split``:
+
+- ``size`` (the default): consecutive slices of one topic partition are packed into tasks of
+  up to the target size, as Spark's file sources pack small files: a task has a fixed cost
+  (about 0.1 s of scheduling, a Python worker round trip, one output file per task) that
+  many small objects would otherwise pay each;
+- ``object``: every object (or sub-range) is a task of its own;
+- ``partition``: each topic partition is one task reading its slices in offset order (what a
+  job that must keep per-partition order wants).
+
+The target size is ``max_partition_bytes``, or less when ``min_partitions`` asks for more
+tasks than that makes (never below :data:`MIN_TARGET_BYTES`).
 
 A time range cannot be planned exactly (publish times are not ordered by offset across
 producers' clocks); executors filter on it. Planning only skips objects uploaded before
@@ -15,7 +24,8 @@ up to the skew between the discovery and uploader hosts' clocks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from danube.names import TopicName
@@ -63,26 +73,65 @@ class ObjectSlice:
         """Where in the object its reading starts (the sparse index's entry)."""
         return self.descriptor.seek(self.from_offset)
 
+    @property
+    def size_bytes(self) -> int:
+        """The bytes its reading covers, at most (up to the index entry after its end)."""
+        end = next(
+            (e.position for e in self.descriptor.index if e.offset > self.to_offset),
+            self.descriptor.size_bytes,
+        )
+        return end - self.start_position
+
 
 Task = tuple[ObjectSlice, ...]
+
+MIN_TARGET_BYTES = 4 * 1024 * 1024
+"""Below this a task costs more than its data (Spark's ``openCostInBytes`` is the same)."""
+
+
+def target_bytes(partitions: Sequence[PartitionObjects], options: ReadOptions) -> int:
+    """How many bytes an input partition should read (see the module docstring)."""
+    if options.min_partitions is None:
+        return options.max_partition_bytes
+    total = sum(d.size_bytes for p in partitions for d in p.descriptors if _wanted(d, options))
+    wanted = max(MIN_TARGET_BYTES, math.ceil(total / options.min_partitions))
+    return min(options.max_partition_bytes, wanted)
 
 
 def plan_tasks(partitions: Sequence[PartitionObjects], options: ReadOptions) -> list[Task]:
     """The input partitions of a read, in partition then offset order."""
+    target = target_bytes(partitions, options)
     tasks: list[Task] = []
     for partition in partitions:
         slices = [
             piece
             for descriptor in partition.descriptors
             if _wanted(descriptor, options)
-            for piece in _slices(partition, descriptor, options)
+            for piece in _slices(partition, descriptor, options, target)
         ]
+        if not slices:
+            continue
         if options.split == "partition":
-            if slices:
-                tasks.append(tuple(slices))
-        else:
+            tasks.append(tuple(slices))
+        elif options.split == "object":
             tasks.extend((piece,) for piece in slices)
+        else:
+            tasks.extend(_packed(slices, target))
     return tasks
+
+
+def _packed(slices: list[ObjectSlice], target: int) -> Iterator[Task]:
+    """Consecutive slices in groups of at most ``target`` bytes (a larger one alone)."""
+    group: list[ObjectSlice] = []
+    size = 0
+    for piece in slices:
+        if group and size + piece.size_bytes > target:
+            yield tuple(group)
+            group, size = [], 0
+        group.append(piece)
+        size += piece.size_bytes
+    if group:
+        yield tuple(group)
 
 
 def _wanted(descriptor: ObjectDescriptor, options: ReadOptions) -> bool:
@@ -96,7 +145,7 @@ def _wanted(descriptor: ObjectDescriptor, options: ReadOptions) -> bool:
 
 
 def _slices(
-    partition: PartitionObjects, descriptor: ObjectDescriptor, options: ReadOptions
+    partition: PartitionObjects, descriptor: ObjectDescriptor, options: ReadOptions, target: int
 ) -> list[ObjectSlice]:
     low = max(options.start_offset, descriptor.first_offset)
     high = descriptor.last_offset
@@ -105,7 +154,7 @@ def _slices(
     topic = str(partition.name.parent)
     return [
         ObjectSlice(topic, partition.index, descriptor, start, stop)
-        for start, stop in split_object(descriptor, low, high, options.max_partition_bytes)
+        for start, stop in split_object(descriptor, low, high, target)
     ]
 
 

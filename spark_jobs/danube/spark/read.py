@@ -25,12 +25,6 @@ from danube.storage import ObjectScan, ObjectStore
 
 def read_task(cloud: CloudConfig, task: Task, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     """The rows of every slice of ``task``, in order, in batches of ``options.batch_rows``."""
-    # Decoding allocates a few small objects per message, and CPython's cycle collector,
-    # run every 700 allocations, would rescan them again and again: about 40% of the read
-    # time. Nothing here makes reference cycles (refcounting frees everything), so the
-    # collector pauses while the task reads, and is restored after.
-    collecting = gc.isenabled()
-    gc.disable()
     loop = asyncio.new_event_loop()
     try:
         objects = ObjectStore.from_config(cloud)
@@ -38,6 +32,22 @@ def read_task(cloud: CloudConfig, task: Task, options: ReadOptions) -> Iterator[
             yield from _read_slice(loop, objects, piece, options)
     finally:
         loop.close()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause CPython's cycle collector for a block that makes no reference cycles.
+
+    Decoding allocates a few small objects per message, and the collector, run every 700
+    allocations, rescanned them again and again: about 40% of the read time. Only the
+    decoding of a chunk runs paused (refcounting frees all it makes), never I/O nor the code
+    Spark runs between batches (a job's own function may run in the same process).
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
         if collecting:
             gc.enable()
 
@@ -57,10 +67,13 @@ def _read_slice(
     reads = _Prefetch(loop, objects, descriptor.key)
     try:
         while True:
-            for frame in scan.frames():
-                rows.add(frame)
-                if len(rows) >= options.batch_rows:
-                    yield rows.take()
+            full: list[pa.RecordBatch] = []
+            with _collector_paused():
+                for frame in scan.frames():
+                    rows.add(frame)
+                    if len(rows) >= options.batch_rows:
+                        full.append(rows.take())
+            yield from full
             wanted = scan.next_range(options.chunk_bytes)
             if wanted is None:
                 break

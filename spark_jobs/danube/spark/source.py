@@ -106,7 +106,7 @@ class DanubeReader(DataSourceReader):
         self.cloud = cloud
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One input partition per object slice (or per topic partition)."""
+        """The input partitions :func:`danube.spark.plan.plan_tasks` makes (see ``split``)."""
         found = asyncio.run(read_partitions(self.metadata, self.options.topic))
         tasks = plan_tasks(found, self.options)
         log.info("%s: %d input partitions", self.options.topic, len(tasks))

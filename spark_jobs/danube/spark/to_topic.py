@@ -96,7 +96,7 @@ class TopicBackfill:
 
     sent: int  # messages produced by this run
     skipped: int  # messages a checkpoint said were sent before
-    partitions: int  # source partitions with messages in the selection
+    partitions: int  # source partitions with messages in the selection (after time filters)
     seconds: float
 
     @property
@@ -135,7 +135,7 @@ def backfill_to_topic(spark: SparkSession, job: TopicBackfillJob) -> TopicBackfi
     return TopicBackfill(
         sent=sum(row["sent"] for row in summary),
         skipped=sum(row["skipped"] for row in summary),
-        partitions=len(summary),
+        partitions=sum(1 for row in summary if row["partition"] >= 0),
         seconds=time.perf_counter() - started,
     )
 
@@ -180,7 +180,8 @@ class _Sender:
         objects = ObjectStore.from_config(self.checkpoints)
         options = ProducerOptions(
             name=self.job.producer,
-            linger_ms=0,
+            # A batch goes when it is full or flushed: linger only bounds a stray wait.
+            linger_ms=1000,
             batch_max_messages=self.job.batch_messages,
             max_pending_messages=self.job.batch_messages,
             send_timeout_s=self.job.send_timeout_s,
@@ -229,7 +230,7 @@ class _PartitionSender:
 
     async def rows(self, batch: pa.RecordBatch) -> None:
         """Send (or skip) the rows of one Arrow batch."""
-        columns = batch.to_pydict()
+        columns = batch.select(["partition", "offset", "key", "attributes", "payload"]).to_pydict()
         for partition, offset, key, attributes, payload in zip(
             columns["partition"],
             columns["offset"],
