@@ -6,22 +6,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
 
 from danube.bus import Bus, RemoteError, TopicName
 from danube.config import (
-    BusConfig,
     DanubeSettings,
-    DispatcherConfig,
-    IngestConfig,
-    MetadataConfig,
-    WalCloudConfig,
-    WalConfig,
 )
 from danube.dispatcher import app as dispatcher_app
 from danube.dispatcher.client import DispatcherClient
@@ -32,7 +25,6 @@ from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionCursor, TopicConfig
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 
 pytestmark = pytest.mark.integration
@@ -40,28 +32,12 @@ pytestmark = pytest.mark.integration
 SHARED_MESSAGES = 30_000  # as the issue asks: each to exactly one of 3 consumers
 
 
-def _settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path) -> DanubeSettings:
-    return DanubeSettings(
-        bus=BusConfig(servers=[nats_url]),
-        wal_cloud=WalCloudConfig(
-            wal=WalConfig(dir=wal_dir),
-            metadata=MetadataConfig(etcd_endpoint=etcd, prefix=prefix),
-        ),
-        ingest=IngestConfig(lease_ttl_s=3, metrics_port=free_port()),
-        dispatcher=DispatcherConfig(
-            lease_ttl_s=3,
-            metrics_port=free_port(),
-            redelivery_base_s=0.1,
-            redelivery_max_s=0.2,
-            max_redeliveries=2,
-            cursor_flush_interval_s=0.1,
-        ),
-    )
-
-
 @pytest.fixture
-def settings(nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path) -> DanubeSettings:
-    return _settings(nats_url, etcd_endpoint, meta_prefix, tmp_path / "wal")
+def settings(mesh_settings: Callable[..., DanubeSettings]) -> DanubeSettings:
+    """The integration mesh's settings, with at most two redeliveries before a dead letter."""
+    base = mesh_settings()
+    dispatcher = base.dispatcher.model_copy(update={"max_redeliveries": 2})
+    return base.model_copy(update={"dispatcher": dispatcher})
 
 
 @asynccontextmanager
