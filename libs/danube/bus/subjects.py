@@ -52,6 +52,8 @@ class Kind(StrEnum):
     WAL_STATS = "wal.stats"  # request: offsets and sizes of the partition's WAL
     WAL_TIME = "wal.time"  # request: the first offset published at or after a time
     WAL_DELETE = "wal.delete"  # publish: discovery -> every ingest, a topic was deleted
+    REPL_FETCH = "repl.fetch"  # request: follower -> leader, frames from an offset (long poll)
+    REPL_EPOCHS = "repl.epochs"  # request: follower -> leader, its leader-epoch history
     CLOUD_FETCH = "cloud.fetch"  # request: read a range from object storage (queue group)
     OWNERSHIP = "ctl.owner"  # publish: controller -> all, a partition changed owner
     SUBSCRIPTION_OWNERSHIP = "ctl.subowner"  # publish: controller -> all, a subscription moved
@@ -162,6 +164,14 @@ class Subjects:
     def wal_delete(self, topic: TopicLike) -> str:
         """Broadcast when a topic is deleted: every ingest node drops its WAL of the partition."""
         return self.for_topic(Kind.WAL_DELETE, topic)
+
+    def repl_fetch(self, topic: TopicLike) -> str:
+        """Follower fetches of a partition's frames, served by its leader."""
+        return self.for_topic(Kind.REPL_FETCH, topic)
+
+    def repl_epochs(self, topic: TopicLike) -> str:
+        """Followers ask the leader for its leader-epoch history (to find where they diverge)."""
+        return self.for_topic(Kind.REPL_EPOCHS, topic)
 
     def cloud_fetch(self, topic: TopicLike) -> str:
         """Requests to read from object storage, served by the cloud_reader queue group."""

@@ -207,14 +207,28 @@ def topics_create(
 
 
 def _describe_table(found: TopicDescription) -> Table:
-    table = Table("partition", "owner", "epoch", "wal start", "next offset", "uploaded through")
+    table = Table(
+        "partition",
+        "leader",
+        "epoch",
+        "replicas",
+        "in sync",
+        "wal start",
+        "high watermark",
+        "uploaded through",
+        "follower lag",
+    )
     for partition in found.partitions:
         owner, offsets = partition.owner, partition.offsets
+        lag = ", ".join(f"{n}:{_opt(f.lag)}" for n, f in sorted(offsets.followers.items()))
         table.add_row(
             partition.name,
             owner.node_id if owner else "(none)",
             str(owner.epoch) if owner else "",
+            ",".join(offsets.replicas) or "-",
+            ",".join(offsets.isr) or "-",
             *(_opt(v) for v in (offsets.wal_start, offsets.next_offset, offsets.uploaded_through)),
+            lag or "-",
         )
     return table
 

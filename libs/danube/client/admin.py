@@ -81,12 +81,23 @@ class Owner(_Model):
     epoch: int
 
 
+class Follower(_Model):
+    end: int | None = None
+    lag: int | None = None
+
+
 class Offsets(_Model):
-    """``None`` where the owner did not answer, or nothing is uploaded yet."""
+    """``None`` where the leader did not answer, or nothing is uploaded yet. ``next_offset``
+    is the high watermark (what readers see); ``leader_end`` the leader's own durable end."""
 
     wal_start: int | None = None
     next_offset: int | None = None
     uploaded_through: int | None = None
+    leader_epoch: int | None = None
+    replicas: list[str] = []
+    isr: list[str] = []
+    leader_end: int | None = None
+    followers: dict[str, Follower] = {}
 
 
 class PartitionInfo(_Model):

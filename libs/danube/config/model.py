@@ -194,6 +194,13 @@ class IngestConfig(ServiceConfig):
     # A produce request travels in one NATS message (max_payload, 1 MiB by default).
     max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 512 * 1024
     max_batch_messages: Annotated[int, Field(ge=1, le=100_000)] = 10_000
+    # Replication (docs/replication.md): the cluster's defaults for topics and namespaces that
+    # set none; a follower that has not caught up with the leader for replica_lag_max_s
+    # leaves the in-sync set; a produce waits at most produce_commit_timeout_s for it.
+    replication_factor: Annotated[int, Field(ge=1, le=7)] = 1
+    min_insync_replicas: Annotated[int, Field(ge=1, le=7)] = 1
+    replica_lag_max_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+    replica_fetch_wait_s: Annotated[float, Field(gt=0, le=30)] = 0.5
 
 
 class UploaderServiceConfig(ServiceConfig):

@@ -5,9 +5,9 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
 
     namespaces/<ns>                                        NamespacePolicy
     topics/<ns>/<topic>                                    TopicConfig
-    partitions/<ns>/<partition>/owner                      Owner        (ingest node + epoch)
-    partitions/<ns>/<partition>/reservation                OffsetReservation
-    partitions/<ns>/<partition>/assignment                 Assignment   (controller leader only)
+    partitions/<ns>/<partition>/owner                      Owner        (leader + epoch, leased)
+    partitions/<ns>/<partition>/state                      PartitionState (leader, epoch, ISR)
+    partitions/<ns>/<partition>/assignment                 Assignment   (the replica set)
     partitions/<ns>/<partition>/uploader                   Owner        (uploader node + epoch)
     storage/<ns>/<partition>/objects/<start:020>           storage.ObjectDescriptor
     storage/<ns>/<partition>/checkpoint                    UploaderCheckpoint
@@ -102,7 +102,7 @@ def parse_topic_key(key: str) -> TopicName:
     return TopicName(parts[1], parts[2])
 
 
-# --- partitions: ownership, offset reservations, uploader assignment ------------------
+# --- partitions: replicas, leadership, uploader assignment ----------------------------
 
 
 def partitions_prefix(namespace: str | None = None) -> str:
@@ -118,17 +118,18 @@ def partition_prefix(partition: TopicName) -> str:
 
 
 def partition_owner_key(partition: TopicName) -> str:
-    """``partitions/<ns>/<p>/owner``: the ingest node that owns the partition, with its epoch."""
+    """``partitions/<ns>/<p>/owner``: the partition's leader and its epoch, under the
+    leader's node lease (its vanishing is how followers learn the leader is gone)."""
     return partition_prefix(partition) + "owner"
 
 
-def offset_reservation_key(partition: TopicName) -> str:
-    """``partitions/<ns>/<p>/reservation``: the offsets the owner may assign, up to an end."""
-    return partition_prefix(partition) + "reservation"
+def partition_state_key(partition: TopicName) -> str:
+    """``partitions/<ns>/<p>/state``: leader, leader epoch and in-sync replicas."""
+    return partition_prefix(partition) + "state"
 
 
 def partition_assignment_key(partition: TopicName) -> str:
-    """``partitions/<ns>/<p>/assignment``: the ingest node the controller wants to own it."""
+    """``partitions/<ns>/<p>/assignment``: the partition's replica set (ingest node ids)."""
     return partition_prefix(partition) + "assignment"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from danube.meta.keys import OFFSET_MAX, ServiceKind
 
@@ -36,12 +36,20 @@ class RetentionPolicy(_Record):
     size_mb: Annotated[int, Field(ge=1)] | None = None
 
 
+REPLICAS_MAX = 7
+ReplicationFactor = Annotated[int, Field(ge=1, le=REPLICAS_MAX)]
+NodeId = Annotated[str, Field(min_length=1, max_length=128)]
+
+
 class NamespacePolicy(_Record):
-    """A namespace: its limits and the defaults its new topics take."""
+    """A namespace: its limits and the defaults its new topics take (``None``: the
+    cluster's, ``ingest.replication_factor`` and ``ingest.min_insync_replicas``)."""
 
     created_ms: TimeMs
     max_topics: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
     retention: RetentionPolicy = RetentionPolicy()
+    replication_factor: ReplicationFactor | None = None
+    min_insync_replicas: ReplicationFactor | None = None
 
 
 class TopicConfig(_Record):
@@ -52,6 +60,10 @@ class TopicConfig(_Record):
     durability: Durability = "fsync"
     retention: RetentionPolicy = RetentionPolicy()
     created_ms: TimeMs
+    # Copies of each partition's log, and how many of them (leader included) must hold a
+    # message durably before it is acknowledged. None: the namespace's, else the cluster's.
+    replication_factor: ReplicationFactor | None = None
+    min_insync_replicas: ReplicationFactor | None = None
 
 
 class Owner(_Record):
@@ -64,21 +76,38 @@ class Owner(_Record):
 
 
 class Assignment(_Record):
-    """Which ingest node the controller wants to serve a partition. Written only by the
-    controller's leader, fenced on its term; the named node then claims the partition (an
-    :class:`Owner` with a new epoch) once the previous owner key is gone."""
+    """A partition's replica set: the ingest nodes that keep a copy of its log, the
+    preferred leader first. Written once when the partition is placed (by the controller,
+    or by the ingest node that first gets a produce for it), changed only by an operator:
+    replicas never move on their own (docs/replication.md)."""
 
-    node_id: Annotated[str, Field(min_length=1, max_length=128)]
+    replicas: Annotated[tuple[NodeId, ...], Field(min_length=1, max_length=REPLICAS_MAX)]
+    min_insync_replicas: ReplicationFactor = 1
     assigned_ms: TimeMs
 
+    @model_validator(mode="after")
+    def _distinct(self) -> Assignment:
+        if len(set(self.replicas)) != len(self.replicas):
+            raise ValueError(f"replicas must be distinct nodes: {list(self.replicas)}")
+        if self.min_insync_replicas > len(self.replicas):
+            raise ValueError(
+                f"min_insync_replicas {self.min_insync_replicas} is more than the "
+                f"{len(self.replicas)} replicas"
+            )
+        return self
 
-class OffsetReservation(_Record):
-    """The owner of epoch ``epoch`` may assign offsets below ``end_offset``; a new owner starts
-    at ``end_offset``, so offsets stay unique even if the old owner's WAL tail is lost."""
 
-    node_id: Annotated[str, Field(min_length=1, max_length=128)]
-    epoch: Annotated[int, Field(ge=1)]
-    end_offset: Offset
+class PartitionState(_Record):
+    """Who leads a partition and which replicas are in sync (hold everything committed).
+
+    Changed only by compare-and-swap transactions: a replica of the ISR claiming leadership
+    (``leader_epoch`` + 1), or the leader of ``leader_epoch`` shrinking or growing the ISR.
+    A new leader is only ever chosen from ``isr``."""
+
+    leader: NodeId
+    leader_epoch: Annotated[int, Field(ge=1)]
+    isr: Annotated[tuple[NodeId, ...], Field(min_length=1, max_length=REPLICAS_MAX)]
+    updated_ms: TimeMs
 
 
 class NodeRecord(_Record):

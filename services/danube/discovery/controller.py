@@ -1,16 +1,14 @@
-"""The cluster controller: one leader among the discovery instances assigns partitions.
+"""The cluster controller: one leader among the discovery instances looks after partitions.
 
 Every discovery instance runs a :class:`Controller`; they campaign on ``elections/controller``
 (:class:`danube.meta.Election`, lease TTL ``discovery.lease_ttl_s``) and exactly one leads.
 While it leads, it watches ``nodes/ingest/``, ``topics/`` and ``partitions/``; after any
 change (and at least every :data:`RESYNC_S`) it re-reads them, asks
-:func:`danube.discovery.assignment.plan` what to change and writes
-``partitions/<ns>/<p>/assignment`` keys. Each write is one transaction that also compares the
-election key's create revision with the term's: a deposed leader's writes fail, however late
-they arrive. The ingest nodes follow the assignments (danube.ingest.follower).
-
-Subscriptions to dispatchers: the dispatcher does not exist yet; its assignment will be one
-more input and output of the same plan (docs/controller.md).
+:func:`danube.discovery.assignment.plan` what to change and applies it: today, forgetting the
+replica sets and leadership state of partitions whose topic is gone. It never moves a
+replica (docs/replication.md: replicas are placed once, moved only by an operator). Each
+write is one transaction that also compares the election key's create revision with the
+term's: a deposed leader's writes fail, however late they arrive.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 from danube.config import DanubeSettings
 from danube.discovery.assignment import ClusterView, Plan, partitions_of, plan
@@ -32,12 +29,11 @@ from danube.meta import (
     TopicName,
     WatchError,
     decode_model,
-    encode_model,
 )
 from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait, until_stopped, wait_any
 from danube.meta.backoff import backoff_s
-from danube.meta.records import Assignment, NodeRecord, Owner
+from danube.meta.records import Assignment, NodeRecord
 from danube.meta.topics import read_topics
 from danube.meta.txn import TXN_OPS_MAX
 
@@ -188,14 +184,7 @@ class Controller:
         if not result.empty:
             await self._apply(term, result)
             self.plans_applied += 1
-            log.info(
-                "controller %s: assigned %d partitions (%d moved), forgot %d; per node: %s",
-                self.node_id,
-                len(result.assign),
-                len(result.moved),
-                len(result.unassign),
-                _per_node(result),
-            )
+            log.info("controller %s: forgot %d partitions", self.node_id, len(result.unassign))
         return result
 
     async def read_view(self) -> ClusterView:
@@ -210,60 +199,42 @@ class Controller:
                 log.warning("controller: %s", exc)
                 nodes[node_id] = None
         topics = await read_topics(self._store)
-        assignments: dict[TopicName, str] = {}
-        owners: dict[TopicName, str] = {}
+        assignments: dict[TopicName, tuple[str, ...]] = {}
         for kv in await self._store.range(meta_keys.partitions_prefix()):
             try:
                 partition, record = meta_keys.parse_partition_key(kv.key)
                 if record == "assignment":
-                    assignments[partition] = decode_model(kv, Assignment).node_id
-                elif record == "owner":
-                    owners[partition] = decode_model(kv, Owner).node_id
+                    assignments[partition] = decode_model(kv, Assignment).replicas
             except (MetaDecodeError, InvalidNameError) as exc:
                 log.warning("controller: skipping %s: %s", kv.key, exc)
-        return ClusterView(partitions_of(topics), nodes, assignments, owners)
+        return ClusterView(partitions_of(topics), nodes, assignments)
 
     async def _apply(self, term: Leadership, result: Plan) -> None:
-        """Write the plan in transactions fenced on the term's election key."""
+        """Forget the plan's partitions in transactions fenced on the term's election key
+        (a partition whose topic was created again meanwhile is left alone)."""
         election_key = meta_keys.election_key(meta_keys.CONTROLLER_ELECTION)
-        now_ms = int(time.time() * 1000)
-        writes: list[tuple[TopicName, str | None]] = [
-            *((p, None) for p in result.unassign),
-            *sorted(result.assign.items(), key=lambda item: str(item[0])),
-        ]
-        for start in range(0, len(writes), _WRITES_PER_TXN):
+        per_txn = _WRITES_PER_TXN // 2
+        for start in range(0, len(result.unassign), per_txn):
             if not term.active:
                 raise DeposedError(f"the term ended ({term.lost_reason})")
             txn = self._store.txn().if_create_revision(election_key, "==", term.revision)
-            topics: set[TopicName] = set()
-            for partition, node_id in writes[start : start + _WRITES_PER_TXN]:
-                key = meta_keys.partition_assignment_key(partition)
-                if node_id is None:
-                    txn.then_delete(key)
-                else:
-                    txn.then_put(key, encode_model(Assignment(node_id=node_id, assigned_ms=now_ms)))
-                    topics.add(partition.parent)
-            # A plan read before a topic was deleted must not assign its partitions afterwards.
-            for topic in sorted(topics, key=str):
-                txn.if_present(meta_keys.topic_key(topic))
+            batch = result.unassign[start : start + per_txn]
+            for topic in sorted({p.parent for p in batch}, key=str):
+                txn.if_absent(meta_keys.topic_key(topic))
+            for partition in batch:
+                txn.then_delete(meta_keys.partition_assignment_key(partition))
+                txn.then_delete(meta_keys.partition_state_key(partition))
             if (await txn.commit()).succeeded:
                 continue
             election = await self._store.get(election_key)
             if election is None or election.create_revision != term.revision:
                 raise DeposedError("the election key changed: another controller leads")
-            log.info("a topic of the plan was deleted meanwhile; planning again")
-            return  # the topic's deletion event brings the next pass
+            log.info("a topic of the plan was created again meanwhile; planning again")
+            return
 
 
 def _relevant(key: str) -> bool:
-    """Changes that can alter a plan (offset reservations, uploader keys... cannot)."""
+    """Changes that can alter a plan (leadership, uploader keys... cannot)."""
     if key.startswith(meta_keys.partitions_prefix()):
-        return key.endswith(("/owner", "/assignment"))
+        return key.endswith("/assignment")
     return True
-
-
-def _per_node(result: Plan) -> dict[str, int]:
-    counted: dict[str, int] = {}
-    for node in result.placement.values():
-        counted[node] = counted.get(node, 0) + 1
-    return dict(sorted(counted.items()))

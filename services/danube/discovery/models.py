@@ -232,13 +232,28 @@ class TopicOut(_Response):
     config: TopicConfigOut
 
 
+class FollowerOut(_Response):
+    """A follower as its leader sees it: its durable end and how far behind it is
+    (``null`` until it fetched in this leader's epoch)."""
+
+    end: int | None
+    lag: int | None
+
+
 class OffsetsOut(_Response):
-    """WAL offsets from the owner (``null`` when it does not answer), and how far the
-    partition is in object storage (``null`` before the first upload)."""
+    """Offsets and replication from the partition's leader (``null`` when it does not
+    answer), and how far the partition is in object storage (``null`` before the first
+    upload). ``next_offset`` is the high watermark: the end every in-sync replica holds,
+    the end readers see."""
 
     wal_start: int | None
     next_offset: int | None
     uploaded_through: int | None
+    leader_epoch: int | None = None
+    replicas: list[str] = []
+    isr: list[str] = []
+    leader_end: int | None = None
+    followers: dict[str, FollowerOut] = {}
 
 
 class PartitionDetail(_Response):

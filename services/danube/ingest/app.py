@@ -25,15 +25,13 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
     a WAL failed (the restart recovers it from disk)."""
     async with node_session(settings, "ingest", node_id, settings.ingest, stop) as s:
         node = Node(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
-        # Assignments first: a partition now assigned elsewhere is not taken back.
-        revision = await node.follower.load()
-        await node.resume_owned()
-        claims = await serve_claims(s.bus, node)
-        deletes = await serve_deletes(s.bus, node)
-        s.started.set()  # ready only once the partitions owned before are served again
-        log.info("ingest %s serving %d partitions", node_id, len(node.partitions))
+        revision = await node.load()
+        claims = await serve_claims(s.bus, node.answer_claim)
+        deletes = await serve_deletes(s.bus, node.delete_local)
+        s.started.set()
+        log.info("ingest %s keeps %d replicas", node_id, len(node.replicas))
         watcher = s.tasks.create_task(
-            node.watch_ownership(start_revision=revision + 1), name="ownership-watch"
+            node.watch(start_revision=revision + 1), name="partition-watch"
         )
         await wait_for_any(stop, s.lease.lost, node.failed)
         watcher.cancel()

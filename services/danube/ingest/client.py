@@ -2,15 +2,15 @@
 a partition.
 
 Discovery produces through :meth:`IngestClient.produce`; the uploader and dispatchers
-read through :meth:`IngestClient.fetch`. Until the controller assigns partitions, a
-produce that finds no owner asks the ingest queue group to claim the partition, then
-retries, all within the call's deadline.
+read through :meth:`IngestClient.fetch`. A produce that finds no leader asks the ingest
+queue group to place the partition (if it has no replicas yet) and waits for a leader, then
+retries, all within the call's deadline; when no leader comes, it raises the reason
+(``partition_unavailable``, ``not_enough_replicas``) rather than a bare timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +42,7 @@ class WalOffsets:
 
     start_offset: int
     durable_next: int
+    """The partition's readable end: its high watermark (committed on every in-sync replica)."""
 
 
 class IngestClient:
@@ -59,6 +60,7 @@ class IngestClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         attempt = 0
+        reason: RemoteError | None = None  # why the last attempt failed, if ingest said
         while True:
             remaining_s = deadline - loop.time()
             try:
@@ -68,25 +70,34 @@ class IngestClient:
                 first, _ = protocol.decode_produce_reply(reply.body)
                 return first
             except NoRespondersError:
-                await self._ask_claim(partition, deadline)
+                reason = await self._ask_claim(partition, deadline) or reason
             except RemoteError as exc:
                 if not exc.retriable:
                     raise
+                reason = exc
             attempt += 1
             delay_s = min(_RETRY_CAP_S, _RETRY_BASE_S * 2**attempt) * random.uniform(0.5, 1)
             if loop.time() + delay_s >= deadline:
+                if reason is not None:
+                    raise reason
                 raise TimeoutError(f"produce to {partition}: no durable answer in {timeout_s}s")
             await asyncio.sleep(delay_s)
 
-    async def _ask_claim(self, partition: TopicName, deadline: float) -> None:
+    async def _ask_claim(self, partition: TopicName, deadline: float) -> RemoteError | None:
+        """Ask an ingest node to place the partition and wait for its leader; the reason
+        when it says there is none."""
         remaining_s = deadline - asyncio.get_running_loop().time()
         if remaining_s <= 0:
-            return
-        # No ingest up yet, or another one won: the produce retry finds out.
-        with contextlib.suppress(NoRespondersError, RemoteError, BusTimeoutError):
+            return None
+        try:
             await self.bus.request(
                 self.bus.subjects.ownership(partition), b"", timeout_s=remaining_s
             )
+        except RemoteError as exc:
+            return exc
+        except (NoRespondersError, BusTimeoutError):
+            pass  # no ingest up yet: the produce retry finds out
+        return None
 
     async def wal_offsets(self, partition: TopicName, *, timeout_s: float = 5.0) -> WalOffsets:
         """The WAL's start and durable next offset; NoRespondersError when nobody owns the
@@ -95,8 +106,10 @@ class IngestClient:
             self.bus.subjects.wal_stats(partition), b"", timeout_s=timeout_s
         )
         try:
-            wal = orjson.loads(reply.body)["wal"]
-            return WalOffsets(int(wal["start_offset"]), int(wal["durable_next"]))
+            doc = orjson.loads(reply.body)
+            wal = doc["wal"]
+            # Readers see up to the high watermark: what every in-sync replica holds.
+            return WalOffsets(int(wal["start_offset"]), int(doc["high_watermark"]))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise protocol.BadRequestError(f"bad wal.stats reply from {partition}") from exc
 

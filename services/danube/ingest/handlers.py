@@ -1,28 +1,25 @@
-"""The bus edges of ingest: produce, fetch, drop-below, stats and offset-for-time of each
-owned partition,
-and the claim request any ingest node may answer."""
+"""The bus edges of ingest: what the leader of a partition serves (produce, fetch, drop,
+stats, offset-for-time, and the followers' replication fetch and epoch history), the claim
+request any ingest node may answer, and topic deletes."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import orjson
 
-from danube.bus import Bus, Kind, Message, Request, Responder, Subscription
+from danube.bus import Bus, Kind, Message, Request, Responder, Subscription, TopicName
 from danube.config import DanubeSettings
 from danube.frame import FRAME_HEADER_BYTES, decode_record
-from danube.ingest import metrics, protocol, timeseek
-from danube.ingest.ownership import OwnershipError
+from danube.ingest import leadership, metrics, protocol, timeseek
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES
 from danube.ingest.wal import BelowWalStartError
-from danube.meta import keys as meta_keys
-from danube.meta.records import Assignment
 
 if TYPE_CHECKING:
-    from danube.ingest.node import Node
     from danube.ingest.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -32,11 +29,13 @@ INGEST_QUEUE = "ingest"
 # how many producers one fsync can acknowledge together.
 PRODUCE_CONCURRENCY = 512
 FETCH_CONCURRENCY = 32
+REPL_CONCURRENCY = 16  # followers' long polls: a few per follower at most
 _FETCH_REPLY_MARGIN_BYTES = 4096
+_REPL_WAIT_MAX_S = 5.0
 
 
 class PartitionHandlers:
-    """Request handlers of one partition."""
+    """Request handlers of one partition led by this node."""
 
     def __init__(self, partition: Partition, settings: DanubeSettings, *, node_id: str) -> None:
         self.partition = partition
@@ -47,18 +46,18 @@ class PartitionHandlers:
     async def serve(self, bus: Bus) -> list[Responder]:
         subjects, name = bus.subjects, self.partition.name
         self._fetch_limit_bytes = bus.max_payload_bytes - _FETCH_REPLY_MARGIN_BYTES
+        served: list[tuple[str, Callable[[Request], Awaitable[bytes]], int]] = [
+            (subjects.produce(name), self.produce, PRODUCE_CONCURRENCY),
+            (subjects.wal_fetch(name), self.fetch, FETCH_CONCURRENCY),
+            (subjects.wal_drop_below(name), self.drop_below, 1),
+            (subjects.wal_stats(name), self.stats, 4),
+            (subjects.wal_offset_for_time(name), self.offset_for_time, 4),
+            (subjects.repl_fetch(name), self.repl_fetch, REPL_CONCURRENCY),
+            (subjects.repl_epochs(name), self.repl_epochs, 4),
+        ]
         return [
-            await bus.serve(
-                subjects.produce(name), self.produce, max_concurrency=PRODUCE_CONCURRENCY
-            ),
-            await bus.serve(
-                subjects.wal_fetch(name), self.fetch, max_concurrency=FETCH_CONCURRENCY
-            ),
-            await bus.serve(subjects.wal_drop_below(name), self.drop_below, max_concurrency=1),
-            await bus.serve(subjects.wal_stats(name), self.stats, max_concurrency=4),
-            await bus.serve(
-                subjects.wal_offset_for_time(name), self.offset_for_time, max_concurrency=4
-            ),
+            await bus.serve(subject, handler, max_concurrency=concurrency)
+            for subject, handler, concurrency in served
         ]
 
     async def produce(self, request: Request) -> bytes:
@@ -77,48 +76,107 @@ class PartitionHandlers:
                 raise protocol.BadRequestError(f"record {index}: {exc}") from exc
         # The bus cancels a handler at the caller's deadline; an append already handed to
         # the WAL must still complete (or fail) as a whole, so it is shielded.
-        first = await asyncio.shield(self.partition.produce(records))
+        try:
+            first = await asyncio.shield(self.partition.produce(records))
+        except leadership.NotEnoughReplicasError as exc:
+            metrics.PRODUCE_ERRORS.labels(exc.code).inc()
+            raise
         return protocol.encode_produce_reply(first, len(records))
 
-    async def fetch(self, request: Request) -> bytes:
-        fetch = protocol.FetchRequest.decode(request.body)
-        wal = self.partition.wal
+    def _limits(self, max_bytes: int, max_count: int) -> tuple[int, int]:
         # The WAL counts payload bytes; the reply carries a frame header per message too, and
         # must fit one bus message.
-        max_count = min(fetch.max_count, self._fetch_limit_bytes // (2 * FRAME_HEADER_BYTES))
+        max_count = min(max_count, self._fetch_limit_bytes // (2 * FRAME_HEADER_BYTES))
         payload_room = self._fetch_limit_bytes - max_count * FRAME_HEADER_BYTES
+        return min(max_bytes, payload_room), max_count
+
+    async def fetch(self, request: Request) -> bytes:
+        """Committed messages only: nothing past the high watermark is ever served."""
+        fetch = protocol.FetchRequest.decode(request.body)
+        partition = self.partition
+        wal = partition.wal
+        max_bytes, max_count = self._limits(fetch.max_bytes, fetch.max_count)
+        hw = partition.high_watermark
         try:
             result = await wal.fetch(
-                fetch.from_offset,
-                max_bytes=min(fetch.max_bytes, payload_room),
-                max_count=max_count,
+                fetch.from_offset, max_bytes=max_bytes, max_count=max_count, limit_offset=hw
             )
         except BelowWalStartError as exc:
             return protocol.encode_fetch_reply(
-                protocol.FetchStatus.BELOW_WAL_START, exc.start_offset, wal.durable_next, []
+                protocol.FetchStatus.BELOW_WAL_START, exc.start_offset, hw, []
             )
         return protocol.encode_fetch_reply(
             protocol.FetchStatus.OK, wal.start_offset, result.next_offset, result.messages
         )
 
+    async def repl_fetch(self, request: Request) -> bytes:
+        """A follower's fetch: it holds everything below ``from_offset`` durably; answer
+        what follows (waiting up to ``wait_ms`` for it), uncommitted frames included."""
+        fetch = protocol.ReplFetchRequest.decode(request.body)
+        partition = self.partition
+        wal = partition.wal
+        epoch = partition.term.epoch
+
+        def head(status: protocol.ReplStatus) -> bytes:
+            return protocol.encode_repl_reply(
+                status, epoch, wal.start_offset, partition.high_watermark, wal.durable_next
+            )
+
+        if fetch.leader_epoch != epoch or partition.fenced:
+            return head(protocol.ReplStatus.WRONG_EPOCH)
+        if fetch.from_offset > wal.durable_next:
+            return head(protocol.ReplStatus.AHEAD)
+        partition.on_follower_fetch(fetch.follower, fetch.from_offset)
+        if fetch.from_offset < wal.start_offset:
+            return head(protocol.ReplStatus.BELOW_WAL_START)
+        if fetch.from_offset == wal.durable_next and fetch.wait_ms:
+            await wal.wait_for(fetch.from_offset, min(fetch.wait_ms / 1000, _REPL_WAIT_MAX_S))
+            if partition.fenced:
+                return head(protocol.ReplStatus.WRONG_EPOCH)
+        max_bytes, max_count = self._limits(fetch.max_bytes, 100_000)
+        try:
+            result = await wal.fetch(fetch.from_offset, max_bytes=max_bytes, max_count=max_count)
+        except BelowWalStartError:
+            return head(protocol.ReplStatus.BELOW_WAL_START)
+        return protocol.encode_repl_reply(
+            protocol.ReplStatus.OK,
+            epoch,
+            wal.start_offset,
+            partition.high_watermark,
+            wal.durable_next,
+            result.messages,
+        )
+
+    async def repl_epochs(self, request: Request) -> bytes:
+        partition = self.partition
+        return orjson.dumps(
+            {
+                "epoch": partition.term.epoch,
+                "end": partition.wal.durable_next,
+                "epochs": partition.history.to_json(),
+            }
+        )
+
     async def drop_below(self, request: Request) -> bytes:
-        removed = await self.partition.wal.drop_below(protocol.decode_offset(request.body))
+        # Never past what is committed (retention only asks for uploaded offsets anyway).
+        offset = min(protocol.decode_offset(request.body), self.partition.high_watermark)
+        removed = await self.partition.wal.drop_below(offset)
         return protocol.encode_drop_reply(removed, self.partition.wal.start_offset)
 
     async def offset_for_time(self, request: Request) -> bytes:
         timestamp_ms = protocol.decode_timestamp(request.body)
         offset = await timeseek.offset_for_time(self.partition.wal, timestamp_ms)
-        return protocol.encode_offset(offset)
+        return protocol.encode_offset(min(offset, self.partition.high_watermark))
 
     async def stats(self, request: Request) -> bytes:
         partition = self.partition
         reply: dict[str, object] = {
             "partition": str(partition.name),
             "node_id": self.node_id,
-            "epoch": partition.claim.epoch,
-            "reserved_end": partition.claim.reserved_end,
+            "epoch": partition.term.epoch,
             "fenced": partition.fenced,
             "wal": partition.wal.stats().as_dict(),
+            **partition.stats(),
         }
         max_segments = protocol.decode_stats_request(request.body)
         if max_segments:  # retention asks; the others want the cheap answer
@@ -128,39 +186,25 @@ class PartitionHandlers:
         return orjson.dumps(reply)
 
 
-async def serve_claims(bus: Bus, node: Node) -> Responder:
-    """Answer claim requests for partitions nobody owns yet (one ingest of the queue group
-    takes each): the first produce to an unowned partition gets no responders, and the
-    caller asks here. A partition the controller assigned to another node is refused
-    (``not_owner``): its assignee claims it on its own (danube.ingest.follower)."""
-
-    async def claim(request: Request) -> bytes:
-        name = bus.subjects.parse(request.subject).name
-        # Once the controller assigned the partition, only its assignee may claim it.
-        assignment = await node.store.get_model(
-            meta_keys.partition_assignment_key(name), Assignment
-        )
-        if assignment is not None and assignment.node_id != node.node_id:
-            raise OwnershipError(f"{name} is assigned to {assignment.node_id}")
-        partition = await node.ensure_serving(name)
-        return orjson.dumps({"node_id": node.node_id, "epoch": partition.claim.epoch})
-
+async def serve_claims(bus: Bus, answer: Callable[[Request], Awaitable[bytes]]) -> Responder:
+    """Answer claim requests (``ctl.owner``, queue ``ingest``: one node takes each): the
+    first produce to a partition with no leader finds no responder and asks here; the node
+    places the partition if it has no replica set yet, then waits for a leader."""
     return await bus.serve(
-        bus.subjects.all_of_kind(Kind.OWNERSHIP),
-        claim,
-        queue=INGEST_QUEUE,
-        max_concurrency=16,
+        bus.subjects.all_of_kind(Kind.OWNERSHIP), answer, queue=INGEST_QUEUE, max_concurrency=16
     )
 
 
-async def serve_deletes(bus: Bus, node: Node) -> Subscription:
+async def serve_deletes(
+    bus: Bus, delete_local: Callable[[TopicName], Awaitable[bool]]
+) -> Subscription:
     """Drop the local WAL of partitions whose topic was deleted (every node: a node that once
-    owned a partition may still hold an old WAL of it)."""
+    held a replica may still hold its WAL)."""
 
     async def delete(message: Message) -> None:
         name = bus.subjects.parse(message.subject).name
         try:
-            await node.delete_local(name)
+            await delete_local(name)
         except Exception:
             log.exception("could not delete the WAL of %s", name)
 

@@ -22,3 +22,23 @@ PARTITIONS = Gauge("danube_ingest_partitions", "Partitions this node owns")
 LIVE_DROPPED = Counter(
     "danube_ingest_live_dropped_messages", "Live messages not published: the live queue was full"
 )
+FOLLOWING = Gauge("danube_ingest_following_partitions", "Partitions this node follows")
+UNDER_REPLICATED = Gauge(
+    "danube_ingest_under_replicated_partitions",
+    "Partitions led here whose in-sync set is smaller than their replica set",
+)
+FOLLOWER_LAG_MAX = Gauge(
+    "danube_ingest_follower_lag_max_messages",
+    "The largest follower lag (messages behind the leader's end) over partitions led here",
+)
+LEADER_ELECTIONS = Counter(
+    "danube_ingest_leader_elections", "Leadership claims this node won (new leader epochs)"
+)
+ISR_CHANGES = Counter("danube_ingest_isr_changes", "In-sync set changes written", ["change"])
+TRUNCATED_MESSAGES = Counter(
+    "danube_ingest_truncated_messages",
+    "Messages cut from a follower's log where it diverged from its new leader",
+)
+REPLICATED_MESSAGES = Counter(
+    "danube_ingest_replicated_messages", "Messages a follower copied from its leader"
+)

@@ -1,4 +1,9 @@
-"""The partitions this ingest node owns: claiming, opening, serving and fencing them."""
+"""The partitions this ingest node keeps a replica of, and the claim requests it answers.
+
+A replica (danube.ingest.replica) exists here for every partition whose assignment names
+this node; the node's watch on ``partitions/`` creates them and wakes them when their
+partition's assignment, state or owner key changes.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +11,26 @@ import asyncio
 import logging
 import random
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
-from danube.bus import Bus, Responder
+import orjson
+
+from danube.bus import Bus, Request
 from danube.config import DanubeSettings
-from danube.ingest import epoch_file, metrics, ownership
-from danube.ingest.follower import AssignmentFollower
-from danube.ingest.handlers import PartitionHandlers
-from danube.ingest.partition import RECORD_OVERHEAD_BYTES, Partition
-from danube.ingest.wal import Durability, OsFileOps, Wal, WalOptions
+from danube.ingest import leadership, metrics
+from danube.ingest.partition import Partition
+from danube.ingest.replica import NodeContext, Replica
+from danube.ingest.wal import OsFileOps
 from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchError, WatchEvent
 from danube.meta import keys as meta_keys
-from danube.meta.records import Owner, TopicConfig
+from danube.meta.aio import cancel_and_wait
+from danube.meta.records import Assignment, NamespacePolicy, Owner, TopicConfig
 
 log = logging.getLogger(__name__)
 
-OWNER_FILE = "owner.json"
-# Frame bytes accepted but not yet durable, per partition: producers wait beyond it.
-PENDING_BYTES_MIN = 64 * 1024 * 1024
+_CLAIM_POLL_S = 0.05
+# A claim request waits this long for a leader before it answers that there is none.
+CLAIM_WAIT_S = 3.0
 
 
 class TimedFileOps(OsFileOps):
@@ -35,15 +41,8 @@ class TimedFileOps(OsFileOps):
             super().fdatasync(fd)
 
 
-@dataclass
-class _Served:
-    partition: Partition
-    responders: list[Responder]
-    live_task: asyncio.Task[None]
-
-
 class Node:
-    """Owns partitions on behalf of one ingest process."""
+    """Keeps the replicas of one ingest process."""
 
     def __init__(
         self, settings: DanubeSettings, *, node_id: str, bus: Bus, store: MetaStore, lease: Lease
@@ -53,146 +52,107 @@ class Node:
         self.bus = bus
         self.store = store
         self.lease = lease
-        self._served: dict[TopicName, _Served] = {}
-        self._locks: dict[TopicName, asyncio.Lock] = {}
-        self._file_ops = TimedFileOps()
-        self._retiring: set[asyncio.Task[None]] = set()
         self.failed = asyncio.Event()  # a WAL failed: the process must restart
-        self.follower = AssignmentFollower(self, store)
+        self.ctx = NodeContext(
+            settings, node_id, bus, store, lease, TimedFileOps(), on_fatal=self.failed.set
+        )
+        self._replicas: dict[TopicName, Replica] = {}
+        self._tasks: dict[TopicName, asyncio.Task[None]] = {}
+        self._closed = False
         metrics.SEGMENTS.set_function(lambda: sum(p.wal.stats().segments for p in self.partitions))
+        metrics.UNDER_REPLICATED.set_function(
+            lambda: sum(1 for p in self.partitions if p.under_replicated)
+        )
+        metrics.FOLLOWER_LAG_MAX.set_function(
+            lambda: max((p.max_follower_lag() for p in self.partitions), default=0)
+        )
         lease.on_lost(lambda _: self.fence_all("node lease lost"))
 
     def get(self, name: TopicName) -> Partition | None:
-        served = self._served.get(name)
-        return None if served is None else served.partition
+        """The partition if this node leads it."""
+        replica = self._replicas.get(name)
+        return None if replica is None else replica.partition
 
     @property
     def partitions(self) -> list[Partition]:
-        return [served.partition for served in self._served.values()]
+        """The partitions this node leads."""
+        return [p for r in self._replicas.values() if (p := r.partition) is not None]
+
+    @property
+    def replicas(self) -> dict[TopicName, Replica]:
+        return dict(self._replicas)
 
     def wal_dir(self, name: TopicName) -> Path:
         return self.settings.wal_cloud.wal.dir / name.namespace / name.topic
 
-    async def ensure_serving(self, name: TopicName) -> Partition:
-        """Claim ``name`` (if not ours yet), open its WAL and answer its subjects."""
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
-            served = self._served.get(name)
-            if served is not None and not served.partition.fenced:
-                return served.partition
-            if served is not None:
-                await self._stop_serving(name)
-            partition = await self._start_serving(name)
-        if self.follower.assigned_elsewhere(name):
-            # Reassigned while we were claiming (a claim on request can race the controller):
-            # the follower hands it over.
-            self.follower.kick(name)
-        return partition
+    def ensure_replica(self, name: TopicName) -> Replica:
+        """Start keeping a replica of ``name`` here (idempotent)."""
+        replica = self._replicas.get(name)
+        if replica is not None:
+            replica.kick()
+            return replica
+        replica = Replica(name, self.wal_dir(name), self.ctx)
+        self._replicas[name] = replica
+        task = asyncio.create_task(self._run(replica), name=f"replica-{name}")
+        self._tasks[name] = task
+        metrics.PARTITIONS.set(len(self._replicas))
+        return replica
 
-    async def _start_serving(self, name: TopicName) -> Partition:
-        durability = await self._durability(name)
-        directory = self.wal_dir(name)
-        max_message_bytes = self.settings.ingest.max_message_bytes + RECORD_OVERHEAD_BYTES
-        options = WalOptions.from_config(
-            self.settings.wal_cloud.wal,
-            durability,
-            max_frame_payload_bytes=max_message_bytes,
-            max_pending_bytes=max(PENDING_BYTES_MIN, 2 * max_message_bytes),
-        )
-        # Memory-only WALs make no directory; the epoch file still needs one.
-        await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
-        wal = await Wal.open(directory, options, file_ops=self._file_ops)
+    async def _run(self, replica: Replica) -> None:
         try:
-            local = ownership.LocalState(
-                next_offset=wal.next_offset,
-                epoch=epoch_file.read_epoch(directory / OWNER_FILE),
-                exact_resume_safe=durability is Durability.FSYNC,
-            )
-            claim = await ownership.claim(self.store, self.node_id, self.lease, name, local)
-            # Record the epoch before acknowledging anything under it: only then may a
-            # restart of this node resume right after its own WAL (ownership.start_offset).
-            await asyncio.to_thread(epoch_file.write_epoch, directory / OWNER_FILE, claim.epoch)
-            if claim.start_offset > wal.next_offset:
-                await wal.advance_to(claim.start_offset)
-        except BaseException:
-            await wal.close()
-            raise
-        partition = Partition(
-            name,
-            wal,
-            claim,
-            store=self.store,
-            bus=self.bus,
-            node_id=self.node_id,
-            lease=self.lease,
-            on_fenced=self._on_fenced,
-        )
-        handlers = PartitionHandlers(partition, self.settings, node_id=self.node_id)
-        responders = await handlers.serve(self.bus)
-        live_task = asyncio.create_task(partition.publish_live(), name=f"live-{name}")
-        self._served[name] = _Served(partition, responders, live_task)
-        metrics.PARTITIONS.set(len(self._served))
-        return partition
+            await replica.run()
+        except Exception:
+            log.exception("replica of %s failed", replica.name)
+        finally:
+            if self._replicas.get(replica.name) is replica:
+                del self._replicas[replica.name]
+                self._tasks.pop(replica.name, None)
+                metrics.PARTITIONS.set(len(self._replicas))
 
-    def _on_fenced(self, partition: Partition, fatal: bool) -> None:
-        """Stop answering a fenced partition's subjects, so requests find the real owner."""
-        if fatal:
-            self.failed.set()
-        task = asyncio.get_running_loop().create_task(self._retire(partition))
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
-
-    async def _retire(self, partition: Partition) -> None:
-        async with self._locks.setdefault(partition.name, asyncio.Lock()):
-            served = self._served.get(partition.name)
-            if served is not None and served.partition is partition:
-                await self._stop_serving(partition.name)
-
-    async def _durability(self, name: TopicName) -> Durability:
-        config = await self.store.get_model(meta_keys.topic_key(name.parent), TopicConfig)
-        if config is None or (config.dispatch == "reliable" and config.durability == "fsync"):
-            return Durability.FSYNC
-        if config.dispatch == "non_reliable":
-            return Durability.MEMORY
-        return Durability.INTERVAL
-
-    async def _stop_serving(self, name: TopicName) -> None:
-        served = self._served.pop(name, None)
-        if served is None:  # already retired
+    async def _stop_replica(self, name: TopicName, *, release: bool) -> None:
+        replica, task = self._replicas.get(name), self._tasks.get(name)
+        if replica is None or task is None:
             return
-        for responder in served.responders:
-            await responder.drain()
-        served.live_task.cancel()
-        await asyncio.gather(served.live_task, return_exceptions=True)
-        await served.partition.wal.close()
-        metrics.PARTITIONS.set(len(self._served))
+        replica.stop(release=release)
+        await asyncio.wait({task}, timeout=30.0)
+        if not task.done():
+            await cancel_and_wait(task, timeout_s=10.0)
 
-    async def hand_over(self, name: TopicName) -> None:
-        """Stop serving ``name`` and delete our owner key, so the node it is assigned to
-        can claim it (in-flight produces finish first: the responders drain)."""
-        async with self._locks.setdefault(name, asyncio.Lock()):
-            if name in self._served:
-                log.info("handing %s over: it is assigned elsewhere", name)
-                await self._stop_serving(name)
-            if self.lease.alive:
-                await ownership.release(self.store, self.node_id, name)
+    # --- following etcd ------------------------------------------------------------------
 
-    async def resume_owned(self) -> None:
-        """Take back the partitions etcd still lists as this node's (after a restart), but
-        those now assigned to another node (the follower hands them over instead)."""
-        for name in await ownership.owned_by(self.store, self.node_id):
-            if self.follower.assigned_elsewhere(name):
-                continue
-            try:
-                await self.ensure_serving(name)
-            except Exception:
-                log.exception("could not resume %s", name)
+    async def load(self) -> int:
+        """Start a replica for every assignment naming this node; return the revision read
+        at (watch from the next one so no change is missed)."""
+        snapshot = await self.store.snapshot(meta_keys.partitions_prefix())
+        for kv in snapshot.kvs:
+            name, record = meta_keys.parse_partition_key(kv.key)
+            if record == "assignment" and self._names_me(kv.value):
+                self.ensure_replica(name)
+        return snapshot.revision
 
-    async def watch_ownership(self, *, start_revision: int | None = None) -> None:
-        """Fence a partition the moment its owner key stops naming this node's epoch (it
-        was claimed elsewhere, or an operator deleted it): never two writers; and pass every
-        change to the assignment follower. Runs until cancelled; a broken watch resumes
-        where it stopped."""
+    def _names_me(self, value: bytes) -> bool:
+        try:
+            return self.node_id in Assignment.model_validate_json(value).replicas
+        except ValueError as exc:
+            log.warning("bad assignment: %s", exc)
+            return False
+
+    def _on_partition_event(self, event: WatchEvent) -> None:
+        name, record = meta_keys.parse_partition_key(event.key)
+        replica = self._replicas.get(name)
+        if record == "assignment" and event.kind == "put" and self._names_me(event.value):
+            self.ensure_replica(name)
+        elif replica is not None and record in ("assignment", "state", "owner"):
+            if record == "owner" and replica.partition is not None and event.kind == "put":
+                owner = Owner.model_validate_json(event.value)
+                if (owner.node_id, owner.epoch) != (self.node_id, replica.partition.term.epoch):
+                    # Fence at once, before the replica's next read: never two writers.
+                    replica.partition.fence(f"now led by {owner.node_id} (epoch {owner.epoch})")
+            replica.kick()
+
+    async def watch(self, *, start_revision: int | None = None) -> None:
+        """Pass every change under ``partitions/`` to the replicas. Runs until cancelled;
+        a broken watch resumes where it stopped."""
         revision = start_revision
         failures = 0
         while True:
@@ -203,53 +163,86 @@ class Node:
                     async for event in events:
                         failures = 0
                         revision = event.mod_revision + 1
-                        self._on_partition_event(event)
-                        self.follower.on_event(event)
+                        try:
+                            self._on_partition_event(event)
+                        except ValueError as exc:
+                            log.warning("partition watch: %s: %s", event.key, exc)
             except WatchError as exc:
                 revision = exc.resume_revision or revision
             except MetaError as exc:
-                log.warning("ownership watch failed: %s", exc)
+                log.warning("partition watch failed: %s", exc)
             failures += 1
             await asyncio.sleep(min(5.0, 0.1 * 2**failures) * random.uniform(0.5, 1.0))
 
-    def _on_partition_event(self, event: WatchEvent) -> None:
-        name, record = meta_keys.parse_partition_key(event.key)
-        served = self._served.get(name)
-        if record != "owner" or served is None or served.partition.fenced:
-            return
-        if event.kind == "delete":
-            served.partition.fence("its owner key was deleted")
-            return
-        owner = Owner.model_validate_json(event.value)
-        if (owner.node_id, owner.epoch) != (self.node_id, served.partition.claim.epoch):
-            served.partition.fence(f"now owned by {owner.node_id} (epoch {owner.epoch})")
+    # --- claim requests -------------------------------------------------------------------
+
+    async def answer_claim(self, request: Request) -> bytes:
+        """Place the partition if it has no replica set yet, start our replica if we hold
+        one, and wait (briefly) for a leader; PartitionUnavailableError if none comes."""
+        name = self.bus.subjects.parse(request.subject).name
+        factor, min_insync = await self._replication_of(name)
+        assignment = await leadership.place(
+            self.store, name, first=self.node_id, factor=factor, min_insync=min_insync
+        )
+        if self.node_id in assignment.replicas:
+            self.ensure_replica(name)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLAIM_WAIT_S
+        while True:
+            view = await leadership.read(self.store, name)
+            if view.owner is not None:
+                return orjson.dumps({"leader": view.owner.node_id, "epoch": view.owner.epoch})
+            if loop.time() >= deadline:
+                break
+            await asyncio.sleep(_CLAIM_POLL_S)
+        state = view.state
+        in_sync = "none yet" if state is None else ", ".join(state.isr)
+        raise leadership.PartitionUnavailableError(
+            f"{name} has no leader: replicas {', '.join(assignment.replicas)}, in sync "
+            f"{in_sync}; no in-sync replica is alive (it comes back when one does)"
+        )
+
+    async def _replication_of(self, name: TopicName) -> tuple[int, int]:
+        """Replication factor and min in-sync replicas: the topic's, else its namespace's,
+        else the cluster's (``ingest.*``)."""
+        ingest = self.settings.ingest
+        config = await self.store.get_model(meta_keys.topic_key(name.parent), TopicConfig)
+        policy = await self.store.get_model(
+            meta_keys.namespace_key(name.namespace), NamespacePolicy
+        )
+        if config is not None and config.dispatch == "non_reliable":
+            return 1, 1  # nothing stored: nothing to replicate
+        factor = (
+            (config.replication_factor if config else None)
+            or (policy.replication_factor if policy else None)
+            or ingest.replication_factor
+        )
+        min_insync = (
+            (config.min_insync_replicas if config else None)
+            or (policy.min_insync_replicas if policy else None)
+            or ingest.min_insync_replicas
+        )
+        return factor, min(min_insync, factor)
+
+    # --- deletes and the end -----------------------------------------------------------------
 
     async def delete_local(self, name: TopicName) -> bool:
-        """The partition's topic was deleted: stop serving it and remove its WAL directory.
+        """The partition's topic was deleted: stop its replica and remove its WAL directory.
         Idempotent; returns whether a directory was removed."""
-        async with self._locks.setdefault(name, asyncio.Lock()):
-            served = self._served.get(name)
-            if served is not None:
-                served.partition.fence("its topic was deleted")
-                await self._stop_serving(name)
-            directory = self.wal_dir(name)
-            if not directory.exists():
-                return False
-            await asyncio.to_thread(shutil.rmtree, directory)
+        await self._stop_replica(name, release=False)
+        directory = self.wal_dir(name)
+        if not directory.exists():
+            return False
+        await asyncio.to_thread(shutil.rmtree, directory)
         log.info("deleted the WAL of %s", name)
         return True
 
     def fence_all(self, reason: str) -> None:
-        for served in self._served.values():
-            served.partition.fence(reason)
+        for partition in self.partitions:
+            partition.fence(reason)
 
     async def close(self, *, release: bool) -> None:
-        """Stop serving everything; ``release`` hands the partitions on (clean shutdown)."""
-        await self.follower.close()
-        for name in list(self._served):
-            await self._stop_serving(name)
-            if release and self.lease.alive:
-                try:
-                    await ownership.release(self.store, self.node_id, name)
-                except Exception as exc:
-                    log.warning("could not release %s: %s", name, exc)
+        """Stop every replica; ``release`` hands leadership on (clean shutdown)."""
+        self._closed = True
+        for name in list(self._replicas):
+            await self._stop_replica(name, release=release)

@@ -1,11 +1,12 @@
-"""One owned partition: its WAL, its offset reservation, and its live stream.
+"""One partition this node leads: produce, the high watermark, the ISR, the live stream.
 
-``produce`` admits a batch only while the offsets it will take lie below the etcd
-reservation (waiting for an extension otherwise), appends it to the WAL, and answers
-after durability — and only while this node still holds its lease. Every durable batch
-is handed to the live publisher; a full live queue drops (counted): dispatchers that
-miss live messages catch up through fetch, so live delivery is an optimization, never
-the record.
+``produce`` refuses while the ISR is smaller than ``min_insync_replicas``, appends to the
+WAL (offsets are the WAL's: contiguous for the partition's whole life) and answers once the
+high watermark passed the batch — every in-sync replica holds it durably — and only while
+this node still leads. Followers' fetches move the watermark (danube.ingest.isr); the ISR
+changes are written to etcd before they count. Committed batches go to the live publisher;
+a full live queue drops (counted): dispatchers catch up through fetch, so live delivery is
+an optimization, never the record.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
 from danube.bus import Bus
 from danube.frame import FRAME_HEADER_BYTES, append_frame
 from danube.ingest import metrics
-from danube.ingest.ownership import RESERVATION_BLOCK, Claim, OwnershipError, extend
+from danube.ingest.epochs import EpochHistory
+from danube.ingest.isr import IsrTracker
+from danube.ingest.leadership import NotEnoughReplicasError, NotLeaderError, Term, update_isr
 from danube.ingest.wal import Wal, WalFailedError
 from danube.meta import Lease, MetaStore, TopicName
 
@@ -28,67 +32,107 @@ log = logging.getLogger(__name__)
 LIVE_QUEUE_BATCHES_MAX = 1024
 # A record's fields around its payload (producer, key, attributes) may add this much.
 RECORD_OVERHEAD_BYTES = 64 * 1024
-RESERVATION_WAIT_S = 10.0
 _LIVE_BODY_MARGIN_BYTES = 4096  # room for NATS headers inside max_payload
 
 
 class Partition:
-    """Serves one partition this node owns."""
+    """Leads one partition for one term (epoch); a new term makes a new object."""
 
     def __init__(
         self,
         name: TopicName,
         wal: Wal,
-        claim: Claim,
+        term: Term,
+        history: EpochHistory,
         *,
         store: MetaStore,
         bus: Bus,
         node_id: str,
         lease: Lease,
+        lag_max_s: float,
+        high_watermark: int,
         on_fenced: Callable[[Partition, bool], None],
     ) -> None:
         self.name = name
         self.wal = wal
-        self.claim = claim
+        self.term = term
+        self.history = history
         self._store = store
         self._bus = bus
         self._node_id = node_id
         self._lease = lease
         self._on_fenced = on_fenced
-        self._admitted_next = wal.next_offset  # the end of everything handed to the WAL
-        self._extension: asyncio.Task[None] | None = None
-        self._extended = asyncio.Event()
+        now = time.monotonic()
+        epoch_start = history.entries[-1][1] if history.entries else 0
+        self.tracker = IsrTracker(
+            node_id,
+            term.replicas,
+            term.isr,
+            lag_max_s=lag_max_s,
+            epoch_start=epoch_start,
+            high_watermark=min(high_watermark, wal.durable_next),
+            now_s=now,
+        )
+        # A produce waits for its commit at most this long: past lag_max_s the laggard
+        # leaves the ISR and the watermark moves on without it.
+        self.commit_timeout_s = 2 * lag_max_s + 5.0
         self._fenced: str | None = None
+        self._hw_event = asyncio.Event()
+        self._isr_task: asyncio.Task[None] | None = None
         self._live: deque[tuple[int, Sequence[bytes]]] = deque()
         self._live_ready = asyncio.Event()
         self._live_subject = bus.subjects.live(name)
-        wal.add_durable_listener(self._on_durable)
+        self._remove_listener = wal.add_durable_listener(self._on_durable)
+        self._advance()
+
+    # --- state -------------------------------------------------------------------------
 
     @property
     def fenced(self) -> bool:
         return self._fenced is not None
 
+    @property
+    def high_watermark(self) -> int:
+        """Everything below is durable on every in-sync replica: what readers may see."""
+        return self.tracker.high_watermark
+
+    @property
+    def isr(self) -> frozenset[str]:
+        return self.tracker.isr
+
     def fence(self, reason: str, *, fatal: bool = False) -> None:
-        """Stop acknowledging anything: ownership is gone (lease lost, reservation taken),
-        or the WAL failed (``fatal``: the node restarts to reopen it from disk)."""
+        """Stop acknowledging anything: leadership is gone (lease lost, a new epoch), or
+        the WAL failed (``fatal``: the node restarts to reopen it from disk)."""
         if self._fenced is None:
             self._fenced = reason
             log.warning("%s fenced: %s", self.name, reason)
-            self._extended.set()  # wake producers waiting on the reservation
+            self._remove_listener()
+            self._hw_event.set()  # wake producers waiting for a commit
+            if self._isr_task is not None:
+                self._isr_task.cancel()
             self._on_fenced(self, fatal)
 
-    def _check_owner(self) -> None:
+    def _check_leader(self) -> None:
         if self._fenced is not None:
-            raise OwnershipError(f"{self.name}: not owned here any more ({self._fenced})")
+            raise NotLeaderError(f"{self.name}: not led here any more ({self._fenced})")
         if not self._lease.alive:
             self.fence("node lease lost")
-            raise OwnershipError(f"{self.name}: this node's lease is lost")
+            raise NotLeaderError(f"{self.name}: this node's lease is lost")
+
+    def _check_insync(self, when: str) -> None:
+        isr, needed = len(self.tracker.isr), self.term.min_insync
+        if isr < needed:
+            raise NotEnoughReplicasError(
+                f"{self.name}: {isr} in-sync replica(s) ({', '.join(sorted(self.tracker.isr))})"
+                f" {when}, min_insync_replicas is {needed}"
+            )
+
+    # --- produce -----------------------------------------------------------------------
 
     async def produce(self, records: Sequence[bytes]) -> int:
-        """Append ``records``; return the first offset once they are durable."""
-        self._check_owner()
-        await self._reserve(len(records))
-        self._admitted_next += len(records)
+        """Append ``records``; return the first offset once the ISR holds them durably."""
+        self._check_leader()
+        self._check_insync("before the append")
         try:
             first = await self.wal.append(records)
         except WalFailedError as exc:
@@ -96,38 +140,93 @@ class Partition:
             # never retry on the same descriptor; the node restarts and recovers from disk.
             self.fence(f"WAL failed: {exc}", fatal=True)
             raise
-        self._check_owner()  # never acknowledge after the lease is gone
+        await self._committed(first + len(records))
+        self._check_leader()  # never acknowledge after leadership is gone
+        self._check_insync("after the append (it may still be stored; a retry may duplicate)")
         return first
 
-    async def _reserve(self, count: int) -> None:
-        """Wait until ``count`` more offsets fit under the reservation."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + RESERVATION_WAIT_S
-        while True:
-            self._check_owner()
-            needed_end = self._admitted_next + count
-            headroom = self.claim.reserved_end - needed_end
-            if headroom < RESERVATION_BLOCK // 2 and self._extension is None:
-                self._extension = asyncio.create_task(self._extend(needed_end))
-            if headroom >= 0:
-                return
-            self._extended.clear()
-            remaining_s = deadline - loop.time()
+    async def _committed(self, end: int) -> None:
+        deadline = asyncio.get_running_loop().time() + self.commit_timeout_s
+        while self.tracker.high_watermark < end:
+            self._check_leader()
+            self._hw_event.clear()
+            remaining_s = deadline - asyncio.get_running_loop().time()
             if remaining_s <= 0:
-                raise OwnershipError(f"{self.name}: offset reservation not extended in time")
+                raise NotEnoughReplicasError(
+                    f"{self.name}: offsets below {end} not replicated to the ISR "
+                    f"({', '.join(sorted(self.tracker.isr))}) in {self.commit_timeout_s:.0f}s"
+                )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._extended.wait(), remaining_s)
+                async with asyncio.timeout(remaining_s):
+                    await self._hw_event.wait()
 
-    async def _extend(self, needed_end: int) -> None:
+    def _advance(self) -> None:
+        before = self.tracker.high_watermark
+        if self.tracker.advance(self.wal.durable_next) > before:
+            self._hw_event.set()
+            self._live_ready.set()
+
+    # --- followers -----------------------------------------------------------------------
+
+    def on_follower_fetch(self, node: str, fetch_offset: int) -> None:
+        """Follower ``node`` holds everything below ``fetch_offset`` durably."""
+        self.tracker.on_fetch(node, fetch_offset, self.wal.durable_next, time.monotonic())
+        self._advance()
+        if self.tracker.to_expand() and self._isr_task is None and not self.fenced:
+            self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
+
+    async def maintain_isr(self) -> None:
+        """Shrink the ISR of followers that stopped keeping up, until cancelled."""
+        period_s = max(0.05, self.tracker.lag_max_s / 4)
+        while not self.fenced:
+            await asyncio.sleep(period_s)
+            if self.tracker.to_shrink(time.monotonic()) and self._isr_task is None:
+                self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
+
+    async def _change_isr(self) -> None:
         try:
-            await extend(self._store, self._node_id, self.claim, needed_end)
-        except OwnershipError as exc:
+            now = time.monotonic()
+            isr = (self.tracker.isr - self.tracker.to_shrink(now)) | self.tracker.to_expand()
+            if isr == self.tracker.isr:
+                return
+            ordered = tuple(n for n in self.term.replicas if n in isr)
+            await update_isr(self._store, self._node_id, self.term, ordered)
+            change = "shrink" if len(ordered) < len(self.tracker.isr) else "expand"
+            self.tracker.set_isr(ordered, time.monotonic())
+            metrics.ISR_CHANGES.labels(change).inc()
+            self._advance()
+        except NotLeaderError as exc:
             self.fence(str(exc))
-        except Exception as exc:  # etcd down: retried by the next produce
-            log.warning("%s: reservation extension failed: %s", self.name, exc)
+        except Exception as exc:  # etcd down: the next check tries again
+            log.warning("%s: ISR change failed: %s", self.name, exc)
         finally:
-            self._extension = None
-            self._extended.set()
+            self._isr_task = None
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.tracker.isr) < len(self.term.replicas)
+
+    def max_follower_lag(self) -> int:
+        lags = self.tracker.lag(self.wal.durable_next).values()
+        return max((lag for lag in lags if lag is not None), default=0)
+
+    def stats(self) -> dict[str, object]:
+        end = self.wal.durable_next
+        return {
+            "leader_epoch": self.term.epoch,
+            "high_watermark": self.high_watermark,
+            "replicas": list(self.term.replicas),
+            "isr": [n for n in self.term.replicas if n in self.tracker.isr],
+            "min_insync_replicas": self.term.min_insync,
+            "followers": {
+                node: {"end": view.end, "lag": lag}
+                for (node, view), lag in zip(
+                    sorted(self.tracker.followers.items()),
+                    self.tracker.lag(end).values(),
+                    strict=True,
+                )
+            },
+        }
 
     # --- live stream -------------------------------------------------------------------
 
@@ -135,6 +234,7 @@ class Partition:
         metrics.APPENDED_MESSAGES.inc(len(payloads))
         metrics.APPENDED_BYTES.inc(sum(map(len, payloads)))
         metrics.BATCH_MESSAGES.observe(len(payloads))
+        self._advance()
         if len(self._live) >= LIVE_QUEUE_BATCHES_MAX:
             metrics.LIVE_DROPPED.inc(len(payloads))
             return
@@ -142,13 +242,17 @@ class Partition:
         self._live_ready.set()
 
     async def publish_live(self) -> None:
-        """Publish durable batches on the live subject, in offset order, until cancelled."""
+        """Publish committed batches on the live subject, in offset order, until cancelled:
+        a message is announced only once it can no longer disappear."""
         limit = max(self._bus.max_payload_bytes - _LIVE_BODY_MARGIN_BYTES, 1024)
         while True:
             await self._live_ready.wait()
             self._live_ready.clear()
             while self._live:
-                first, payloads = self._live.popleft()
+                first, payloads = self._live[0]
+                if first + len(payloads) > self.tracker.high_watermark:
+                    break  # the next watermark move sets _live_ready again
+                self._live.popleft()
                 for body in _frame_chunks(first, payloads, limit):
                     await self._bus.publish(self._live_subject, body)
 

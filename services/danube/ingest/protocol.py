@@ -16,6 +16,18 @@ the CRC of every message end to end, and the uploader can write them to objects 
     time request      [u64 timestamp_ms]
     time reply        [u64 offset]     the first offset published at or after timestamp_ms
 
+Replication, between the replicas of a partition (docs/replication.md)::
+
+    repl fetch request  [u64 leader_epoch][u64 from_offset][u32 max_bytes][u32 wait_ms]
+                        [u8 n][n bytes follower node id]
+    repl fetch reply    [u8 status][u64 leader_epoch][u64 wal_start][u64 high_watermark]
+                        [u64 leader_end] then frames from from_offset (maybe none)
+                        status 0: ok; 1: from_offset is below wal_start (start there);
+                        2: not the leader of that epoch; 3: from_offset is past the leader's
+                        end (the follower diverged: find the divergence again)
+    repl epochs request [u64 leader_epoch]
+    repl epochs reply   JSON {"epoch": E, "end": leader_end, "epochs": [[epoch, start], ...]}
+
 Control replies (claim, stats) are small JSON documents. A stats request is empty, or
 ``[u32 max_segments]`` to also list the oldest segments (for retention)::
 
@@ -38,6 +50,9 @@ _PRODUCE_REPLY = struct.Struct("<QI")
 _FETCH_REQUEST = struct.Struct("<QII")
 _FETCH_REPLY_HEAD = struct.Struct("<BQQ")
 _DROP_REPLY = struct.Struct("<IQ")
+_REPL_FETCH = struct.Struct("<QQIIB")
+_REPL_REPLY_HEAD = struct.Struct("<BQQQQ")
+NODE_ID_BYTES_MAX = 255
 
 PRODUCE_COUNT_MAX = 100_000
 # A listed segment is about 110 bytes of JSON: 4096 of them stay far below NATS max_payload.
@@ -201,3 +216,82 @@ def decode_stats_request(body: bytes) -> int:
     if not 1 <= max_segments <= STATS_SEGMENTS_MAX:
         raise BadRequestError(f"max_segments {max_segments} outside 1..{STATS_SEGMENTS_MAX}")
     return int(max_segments)
+
+
+class ReplStatus(IntEnum):
+    """The status of a replication fetch reply."""
+
+    OK = 0
+    BELOW_WAL_START = 1
+    WRONG_EPOCH = 2
+    AHEAD = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ReplFetchRequest:
+    leader_epoch: int
+    from_offset: int
+    max_bytes: int
+    wait_ms: int
+    follower: str
+
+    def encode(self) -> bytes:
+        node = self.follower.encode()
+        return (
+            _REPL_FETCH.pack(
+                self.leader_epoch, self.from_offset, self.max_bytes, self.wait_ms, len(node)
+            )
+            + node
+        )
+
+    @classmethod
+    def decode(cls, body: bytes) -> ReplFetchRequest:
+        if len(body) < _REPL_FETCH.size:
+            raise BadRequestError(f"replication fetch request of {len(body)} bytes")
+        epoch, from_offset, max_bytes, wait_ms, n = _REPL_FETCH.unpack_from(body, 0)
+        if len(body) != _REPL_FETCH.size + n or n == 0 or max_bytes < 1:
+            raise BadRequestError("replication fetch request: bad node id or limits")
+        node = bytes(body[_REPL_FETCH.size :]).decode("utf-8", errors="strict")
+        return cls(int(epoch), int(from_offset), int(max_bytes), int(wait_ms), node)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplFetchReply:
+    status: ReplStatus
+    leader_epoch: int
+    wal_start: int
+    high_watermark: int
+    leader_end: int
+    frames: memoryview
+
+
+def encode_repl_reply(
+    status: ReplStatus,
+    leader_epoch: int,
+    wal_start: int,
+    high_watermark: int,
+    leader_end: int,
+    messages: Sequence[tuple[int, bytes | memoryview]] = (),
+) -> bytes:
+    """The reply head followed by one frame per message."""
+    body = bytearray(
+        _REPL_REPLY_HEAD.pack(status, leader_epoch, wal_start, high_watermark, leader_end)
+    )
+    for offset, payload in messages:
+        append_frame(body, offset, payload)
+    return bytes(body)
+
+
+def decode_repl_reply(body: bytes) -> ReplFetchReply:
+    """The head of a replication fetch reply; decode its frames with danube.frame."""
+    if len(body) < _REPL_REPLY_HEAD.size:
+        raise BadRequestError(f"replication fetch reply of {len(body)} bytes")
+    status, epoch, start, hw, end = _REPL_REPLY_HEAD.unpack_from(body, 0)
+    return ReplFetchReply(
+        ReplStatus(status),
+        int(epoch),
+        int(start),
+        int(hw),
+        int(end),
+        memoryview(body)[_REPL_REPLY_HEAD.size :],
+    )

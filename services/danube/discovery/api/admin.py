@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Body, Response
@@ -92,21 +93,31 @@ async def _offsets(
     bus: Bus, store: MetaStore, name: TopicName, gate: asyncio.Semaphore
 ) -> OffsetsOut:
     async with gate:
-        wal_start: int | None = None
-        next_offset: int | None = None
+        found: dict[str, Any] = {}
         try:
             reply = await bus.request(bus.subjects.wal_stats(name), b"", timeout_s=STATS_TIMEOUT_S)
-            wal = orjson.loads(reply.body)["wal"]
-            wal_start, next_offset = int(wal["start_offset"]), int(wal["durable_next"])
+            doc = orjson.loads(reply.body)
+            wal = doc["wal"]
+            found = {
+                "wal_start": int(wal["start_offset"]),
+                "next_offset": int(doc["high_watermark"]),
+                "leader_end": int(wal["durable_next"]),
+                "leader_epoch": int(doc["leader_epoch"]),
+                "replicas": list(doc["replicas"]),
+                "isr": list(doc["isr"]),
+                "followers": dict(doc["followers"]),
+            }
         except (BusError, KeyError, ValueError, TypeError):
-            pass  # no owner right now, or a slow one: shown as unknown
+            pass  # no leader right now, or a slow one: shown as unknown
         checkpoint = await store.get_model(
             meta_keys.uploader_checkpoint_key(name), UploaderCheckpoint
         )
     uploaded = None
     if checkpoint is not None and checkpoint.uploaded_through >= 0:
         uploaded = checkpoint.uploaded_through
-    return OffsetsOut(wal_start=wal_start, next_offset=next_offset, uploaded_through=uploaded)
+    found.setdefault("wal_start", None)
+    found.setdefault("next_offset", None)
+    return OffsetsOut.model_validate({**found, "uploaded_through": uploaded})
 
 
 # --- cluster -------------------------------------------------------------------------

@@ -307,8 +307,11 @@ class Wal:
 
     # --- reading and dropping ---------------------------------------------------------
 
-    async def fetch(self, from_offset: int, *, max_bytes: int, max_count: int) -> FetchResult:
-        """Durable messages from ``from_offset``: at most ``max_count``, ``max_bytes`` of payloads.
+    async def fetch(
+        self, from_offset: int, *, max_bytes: int, max_count: int, limit_offset: int | None = None
+    ) -> FetchResult:
+        """Durable messages from ``from_offset``: at most ``max_count``, ``max_bytes`` of payloads,
+        none at or past ``limit_offset`` (a partition's leader passes its high watermark).
 
         The first message is returned even if larger than ``max_bytes``. Offsets in a gap are
         skipped; an offset at or past ``durable_next`` gives no message. Raises
@@ -325,7 +328,9 @@ class Wal:
         start = self.start_offset
         if from_offset < start:
             raise BelowWalStartError(offset=from_offset, start_offset=start)
-        limit = self._durable_next
+        limit = (
+            self._durable_next if limit_offset is None else min(limit_offset, self._durable_next)
+        )
         if from_offset >= limit:
             return FetchResult([], from_offset)
         cached = self._cache.first_offset

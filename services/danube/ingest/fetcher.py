@@ -1,0 +1,139 @@
+"""A follower's copy loop for one leader epoch (docs/replication.md).
+
+1. **Find the divergence**: ask the leader for its epoch history and end
+   (``repl.epochs``), keep the longest prefix both logs agree on
+   (:func:`danube.ingest.epochs.divergence`) and truncate the rest.
+2. **Fetch**: long-poll the leader from the WAL's durable end (``repl.fetch``); the offset
+   asked is the follower's report of what it holds durably, which is what moves the
+   leader's high watermark. Append the frames (CRC-checked on arrival) at the same offsets,
+   with the leader's epoch entries written first; mirror the leader's WAL start (retention).
+
+The loop ends when the leader answers that its epoch is over; the replica then reconciles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from itertools import groupby
+from typing import TYPE_CHECKING
+
+import orjson
+
+from danube.bus import BusError
+from danube.frame import Frame, decode_frames
+from danube.ingest import metrics, protocol
+from danube.ingest.epochs import EpochHistory, divergence
+from danube.meta.backoff import backoff_s
+
+if TYPE_CHECKING:
+    from danube.ingest.replica import Replica
+
+log = logging.getLogger(__name__)
+
+_REPLY_MARGIN_BYTES = 8192
+_REQUEST_MARGIN_S = 5.0
+
+
+class _Restart(Exception):
+    """Find the divergence again (the leader says this follower is past its end)."""
+
+
+class Fetcher:
+    """Copies one leader epoch's log into a replica."""
+
+    def __init__(self, replica: Replica, leader: str, epoch: int) -> None:
+        self.replica = replica
+        self.leader = leader
+        self.epoch = epoch
+        self._leader_history = EpochHistory()
+
+    async def run(self) -> None:
+        """Follow until the epoch is over (then tell the replica) or cancelled."""
+        failures = 0
+        while True:
+            try:
+                await self._truncate_to_divergence()
+                await self._fetch_loop()
+                self.replica.follow_ended()
+                return
+            except _Restart:
+                continue
+            except (BusError, TimeoutError, protocol.BadRequestError) as exc:
+                failures += 1
+                log.info("%s: following %s failed: %s", self.replica.name, self.leader, exc)
+                await asyncio.sleep(backoff_s(failures - 1, base_s=0.05, cap_s=1.0))
+
+    async def _truncate_to_divergence(self) -> None:
+        replica = self.replica
+        bus = replica.ctx.bus
+        reply = await bus.request(
+            bus.subjects.repl_epochs(replica.name),
+            protocol.encode_offset(self.epoch),
+            timeout_s=5.0,
+        )
+        body = orjson.loads(reply.body)
+        if body.get("epoch") != self.epoch:
+            raise protocol.BadRequestError(f"leader answered epoch {body.get('epoch')}")
+        self._leader_history = EpochHistory.from_json(body["epochs"])
+        leader_end = int(body["end"])
+        wal = replica.wal
+        assert wal is not None
+        mine = replica.history or EpochHistory()
+        cut = divergence(mine, wal.next_offset, self._leader_history, leader_end)
+        if cut < wal.next_offset:
+            await replica.truncate(cut)
+        assert replica.wal is not None
+        await replica.store_history(mine.adopted(self._leader_history, replica.wal.next_offset))
+
+    async def _fetch_loop(self) -> None:
+        replica = self.replica
+        ctx = replica.ctx
+        bus = ctx.bus
+        wait_ms = int(ctx.settings.ingest.replica_fetch_wait_s * 1000)
+        max_bytes = max(bus.max_payload_bytes - _REPLY_MARGIN_BYTES, 4096)
+        subject = bus.subjects.repl_fetch(replica.name)
+        while True:
+            wal = replica.wal
+            assert wal is not None
+            request = protocol.ReplFetchRequest(
+                self.epoch, wal.durable_next, max_bytes, wait_ms, ctx.node_id
+            )
+            raw = await bus.request(
+                subject, request.encode(), timeout_s=wait_ms / 1000 + _REQUEST_MARGIN_S
+            )
+            reply = protocol.decode_repl_reply(raw.body)
+            if reply.status is protocol.ReplStatus.WRONG_EPOCH:
+                return
+            if reply.status is protocol.ReplStatus.AHEAD:
+                raise _Restart()
+            replica.high_watermark = max(replica.high_watermark, reply.high_watermark)
+            if reply.status is protocol.ReplStatus.BELOW_WAL_START:
+                # What lies below the leader's WAL start is in the cloud tier already.
+                await wal.advance_to(reply.wal_start)
+                continue
+            frames, consumed = decode_frames(reply.frames)
+            if consumed != len(reply.frames):
+                raise protocol.BadRequestError("replication reply ends in a partial frame")
+            if frames:
+                await self._append(frames)
+            if reply.wal_start > wal.start_offset:
+                await wal.drop_below(min(reply.wal_start, replica.high_watermark))
+
+    async def _append(self, frames: list[Frame]) -> None:
+        replica = self.replica
+        wal = replica.wal
+        assert wal is not None
+        end = frames[-1].offset + 1
+        history = (replica.history or EpochHistory()).adopted(self._leader_history, end)
+        await replica.store_history(history)  # the epochs before the frames they describe
+        # Runs of consecutive offsets; a gap in the leader's log is a gap here too.
+        for _, run in groupby(enumerate(frames), key=lambda item: item[1].offset - item[0]):
+            batch = [frame for _, frame in run]
+            first = batch[0].offset
+            if first < wal.next_offset:
+                raise _Restart()  # overlaps what this replica has: compare histories again
+            if first > wal.next_offset:
+                await wal.advance_to(first)
+            await wal.append([bytes(frame.payload) for frame in batch])
+        metrics.REPLICATED_MESSAGES.inc(len(frames))

@@ -1,0 +1,125 @@
+"""The leader's view of its followers: how far each has durably, who is in sync, and the
+high watermark. Pure logic (time comes in as an argument); the leader does the I/O.
+
+A follower's fetch from offset ``o`` says it holds everything below ``o`` durably (it
+fetches only after its previous append was fsynced). The **high watermark** is the end the
+whole in-sync set (ISR, leader included) holds: readers never see past it, and a produce is
+acknowledged once it is below it. It never moves back.
+
+A follower is **caught up** at the moment of a fetch that reaches the leader's end as the
+leader had it at that follower's previous fetch (Kafka's rule: under steady load a follower
+is never exactly at the end, yet it keeps up). One that has not been caught up for
+``lag_max_s`` should leave the ISR; a replica outside it whose end reached the high
+watermark, and the start of the current epoch, may rejoin. The leader writes either change
+to etcd first and only then applies it here (:meth:`IsrTracker.set_isr`): the ISR counted
+for the high watermark is never smaller than the one a new leader would be chosen from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass
+class FollowerView:
+    """What the leader knows of one follower."""
+
+    end: int | None = None  # its durable end, from its last fetch (None: not fetched yet)
+    caught_up_s: float = 0.0  # when it was last caught up
+    fetched_s: float | None = None  # when it last fetched
+    leader_end_at_fetch: int = 0  # the leader's end at that fetch
+
+
+class IsrTracker:
+    """Followers, ISR and high watermark of one partition led by ``leader``."""
+
+    def __init__(
+        self,
+        leader: str,
+        replicas: Iterable[str],
+        isr: Iterable[str],
+        *,
+        lag_max_s: float,
+        epoch_start: int,
+        high_watermark: int,
+        now_s: float,
+    ) -> None:
+        self.leader = leader
+        self.lag_max_s = lag_max_s
+        self.epoch_start = epoch_start
+        self.high_watermark = high_watermark
+        # Every follower gets a full lag_max_s from the start of the term to show up.
+        self.followers = {
+            node: FollowerView(caught_up_s=now_s) for node in replicas if node != leader
+        }
+        self.isr: frozenset[str] = frozenset(isr) | {leader}
+        self.validate()
+
+    def on_fetch(self, node: str, fetch_offset: int, leader_end: int, now_s: float) -> None:
+        """Follower ``node`` fetched from ``fetch_offset`` while the leader's end was
+        ``leader_end``."""
+        view = self.followers.get(node)
+        if view is None:
+            return  # not a replica (an operator moved it away): ignore its fetches
+        if fetch_offset >= leader_end:
+            view.caught_up_s = now_s
+        elif view.fetched_s is not None and fetch_offset >= view.leader_end_at_fetch:
+            view.caught_up_s = max(view.caught_up_s, view.fetched_s)
+        view.end = fetch_offset
+        view.fetched_s = now_s
+        view.leader_end_at_fetch = leader_end
+
+    def advance(self, leader_end: int) -> int:
+        """Recompute the high watermark from the leader's durable end; return it."""
+        ends = [leader_end]
+        for node in self.isr:
+            if node != self.leader:
+                end = self.followers[node].end if node in self.followers else None
+                ends.append(self.high_watermark if end is None else end)
+        self.high_watermark = max(self.high_watermark, min(ends))
+        return self.high_watermark
+
+    def to_shrink(self, now_s: float) -> frozenset[str]:
+        """ISR followers not caught up for longer than ``lag_max_s``."""
+        return frozenset(
+            node
+            for node in self.isr
+            if node != self.leader
+            and (
+                node not in self.followers
+                or now_s - self.followers[node].caught_up_s > self.lag_max_s
+            )
+        )
+
+    def to_expand(self) -> frozenset[str]:
+        """Replicas outside the ISR that hold everything committed in this epoch."""
+        return frozenset(
+            node
+            for node, view in self.followers.items()
+            if node not in self.isr
+            and view.end is not None
+            and view.end >= max(self.high_watermark, self.epoch_start)
+        )
+
+    def set_isr(self, isr: Iterable[str], now_s: float) -> None:
+        """Apply an ISR that etcd now holds."""
+        new = frozenset(isr) | {self.leader}
+        for node in new - self.isr:
+            if node in self.followers:
+                self.followers[node].caught_up_s = now_s
+        self.isr = new
+        self.validate()
+
+    def lag(self, leader_end: int) -> dict[str, int | None]:
+        """Messages each follower is behind the leader's end (None: has not fetched)."""
+        return {
+            node: None if view.end is None else max(0, leader_end - view.end)
+            for node, view in sorted(self.followers.items())
+        }
+
+    def validate(self) -> None:
+        """The tracker's invariants (tests call this after every step)."""
+        assert self.leader in self.isr, "the leader is always in its own ISR"
+        assert self.leader not in self.followers, "the leader does not follow itself"
+        assert self.high_watermark >= 0, "offsets are unsigned"

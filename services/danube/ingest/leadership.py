@@ -1,0 +1,241 @@
+"""Leadership and the in-sync set of a partition, in etcd (docs/replication.md).
+
+Three keys per partition (docs/metadata.md):
+
+- ``assignment`` — ``Assignment(replicas)``: which nodes keep a copy (written when the
+  partition is placed, then only by an operator);
+- ``state`` — ``PartitionState(leader, leader_epoch, isr)``: changed only by compare-and-swap;
+- ``owner`` — ``Owner(node_id, epoch)`` under the leader's node lease: it vanishes when the
+  leader dies, which is how the others learn that a new leader is needed.
+
+:func:`claim` makes this node leader with ``leader_epoch + 1``, in one transaction compared on
+the three keys' revisions, only if it is in the ISR (so it holds everything committed). A
+previous leader that is gone leaves the ISR in the same write: it rejoins once it caught up
+again. :func:`update_isr` is the leader's ISR change, compared on the state's revision.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from danube.errors import DanubeError
+from danube.meta import KeyValue, Lease, MetaStore, TopicName, Txn, encode_model
+from danube.meta import keys as meta_keys
+from danube.meta.records import Assignment, Owner, PartitionState
+
+log = logging.getLogger(__name__)
+
+
+class NotLeaderError(DanubeError):
+    """This node does not (or no longer) lead the partition; ask the leader instead."""
+
+    code = "not_owner"
+    retriable = True
+
+
+class NotEnoughReplicasError(DanubeError):
+    """Fewer in-sync replicas than the partition's ``min_insync_replicas``, or fewer live
+    ingest nodes than its replication factor: nothing was acknowledged."""
+
+    code = "not_enough_replicas"
+    retriable = True
+
+
+class PartitionUnavailableError(DanubeError):
+    """No replica may lead the partition now (every in-sync replica is gone)."""
+
+    code = "partition_unavailable"
+    retriable = True
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """The three keys of a partition as read at one moment (values and revisions)."""
+
+    assignment: Assignment | None
+    assignment_rev: int
+    state: PartitionState | None
+    state_rev: int
+    owner: Owner | None
+    owner_rev: int
+
+
+@dataclass
+class Term:
+    """A won claim: this node leads ``epoch``; ``state_rev`` fences its ISR writes."""
+
+    partition: TopicName
+    epoch: int
+    isr: tuple[str, ...]
+    replicas: tuple[str, ...]
+    min_insync: int
+    state_rev: int
+
+
+def _rev(found: tuple[object, KeyValue] | None) -> int:
+    return 0 if found is None else found[1].mod_revision
+
+
+async def read(store: MetaStore, partition: TopicName) -> PartitionView:
+    """The partition's assignment, state and owner, as etcd holds them now."""
+    assignment = await store.get_model_kv(meta_keys.partition_assignment_key(partition), Assignment)
+    state = await store.get_model_kv(meta_keys.partition_state_key(partition), PartitionState)
+    owner = await store.get_model_kv(meta_keys.partition_owner_key(partition), Owner)
+    return PartitionView(
+        None if assignment is None else assignment[0],
+        _rev(assignment),
+        None if state is None else state[0],
+        _rev(state),
+        None if owner is None else owner[0],
+        _rev(owner),
+    )
+
+
+def _compare(txn: Txn, key: str, revision: int) -> None:
+    if revision == 0:
+        txn.if_absent(key)
+    else:
+        txn.if_mod_revision(key, "==", revision)
+
+
+async def claim(
+    store: MetaStore, node_id: str, lease: Lease, partition: TopicName, view: PartitionView
+) -> Term | None:
+    """Lead ``partition`` under a new epoch; ``None`` if ``view`` is stale (read again).
+
+    The caller checked eligibility on ``view``: this node is a replica, in the ISR, and its
+    log is whole. The transaction only makes sure nothing changed since ``view``.
+    """
+    assignment, state = view.assignment, view.state
+    assert assignment is not None
+    assert node_id in assignment.replicas
+    lease.ensure_alive()
+    if state is None:
+        epoch, isr = 1, assignment.replicas  # every replica holds the same empty log
+    else:
+        assert node_id in state.isr
+        epoch = state.leader_epoch + 1
+        gone = state.leader if state.leader != node_id else None
+        isr = tuple(n for n in state.isr if n != gone and n in assignment.replicas)
+    now_ms = int(time.time() * 1000)
+    new_state = PartitionState(leader=node_id, leader_epoch=epoch, isr=isr, updated_ms=now_ms)
+    txn = store.txn()
+    _compare(txn, meta_keys.partition_assignment_key(partition), view.assignment_rev)
+    _compare(txn, meta_keys.partition_state_key(partition), view.state_rev)
+    _compare(txn, meta_keys.partition_owner_key(partition), view.owner_rev)
+    state_key = meta_keys.partition_state_key(partition)
+    txn.then_put(state_key, encode_model(new_state))
+    owner = Owner(node_id=node_id, epoch=epoch, assigned_ms=now_ms)
+    txn.then_put(meta_keys.partition_owner_key(partition), encode_model(owner), lease=lease)
+    result = await txn.commit()
+    if not result.succeeded:
+        return None
+    log.info("%s: leading epoch %d, in sync: %s", partition, epoch, ", ".join(isr))
+    return Term(
+        partition,
+        epoch,
+        isr,
+        assignment.replicas,
+        assignment.min_insync_replicas,
+        result.revision,
+    )
+
+
+async def update_isr(store: MetaStore, node_id: str, term: Term, isr: tuple[str, ...]) -> None:
+    """Write a new ISR for ``term``; NotLeaderError if the state changed hands."""
+    key = meta_keys.partition_state_key(term.partition)
+    state = PartitionState(
+        leader=node_id, leader_epoch=term.epoch, isr=isr, updated_ms=int(time.time() * 1000)
+    )
+    result = await (
+        store.txn()
+        .if_mod_revision(key, "==", term.state_rev)
+        .then_put(key, encode_model(state))
+        .commit()
+    )
+    if not result.succeeded:
+        raise NotLeaderError(f"{term.partition}: its state changed; epoch {term.epoch} is over")
+    term.isr, term.state_rev = isr, result.revision
+    log.info("%s: in sync now: %s", term.partition, ", ".join(isr))
+
+
+async def release(store: MetaStore, node_id: str, partition: TopicName, epoch: int) -> None:
+    """Delete the owner key if it is still this leader's (a clean shutdown hands leadership
+    to another in-sync replica at once instead of after the lease's TTL)."""
+    key = meta_keys.partition_owner_key(partition)
+    owner = await store.get_model_kv(key, Owner)
+    if owner is not None and (owner[0].node_id, owner[0].epoch) == (node_id, epoch):
+        await store.compare_and_delete(key, expected_mod_revision=owner[1].mod_revision)
+
+
+async def delete_stale_owner(
+    store: MetaStore, node_id: str, partition: TopicName, view: PartitionView
+) -> None:
+    """Delete an owner key naming this node that an earlier incarnation left (this one may
+    not lead: its log is gone), so an in-sync replica can take over now."""
+    if view.owner is not None and view.owner.node_id == node_id:
+        key = meta_keys.partition_owner_key(partition)
+        await store.compare_and_delete(key, expected_mod_revision=view.owner_rev)
+
+
+async def place(
+    store: MetaStore, partition: TopicName, *, first: str, factor: int, min_insync: int
+) -> Assignment:
+    """Write the replica set of a partition that has none yet (``first`` leads by
+    preference, the others are the live ingest nodes holding the fewest replicas); return
+    the assignment etcd holds afterwards. NotEnoughReplicasError with fewer live nodes."""
+    key = meta_keys.partition_assignment_key(partition)
+    found = await store.get_model(key, Assignment)
+    if found is not None:
+        return found
+    live = sorted(
+        meta_keys.parse_node_key(kv.key)[1]
+        for kv in await store.range(meta_keys.nodes_prefix("ingest"))
+    )
+    if first not in live:
+        live.append(first)
+    if len(live) < factor:
+        raise NotEnoughReplicasError(
+            f"{partition}: replication factor {factor} needs {factor} ingest nodes, "
+            f"{len(live)} are live"
+        )
+    held = dict.fromkeys(live, 0)
+    for kv in await store.range(meta_keys.partitions_prefix()):
+        if kv.key.endswith("/assignment"):
+            try:
+                for node in Assignment.model_validate_json(kv.value).replicas:
+                    if node in held:
+                        held[node] += 1
+            except ValueError:
+                continue
+    others = sorted((n for n in live if n != first), key=lambda n: (held[n], n))
+    replicas = (first, *others[: factor - 1])
+    assignment = Assignment(
+        replicas=replicas,
+        min_insync_replicas=min(min_insync, factor),
+        assigned_ms=int(time.time() * 1000),
+    )
+    if await store.create_model(key, assignment):
+        log.info("%s placed on %s", partition, ", ".join(replicas))
+        return assignment
+    again = await store.get_model(key, Assignment)
+    if again is None:
+        raise NotEnoughReplicasError(f"{partition}: its assignment vanished while placing it")
+    return again
+
+
+__all__ = [
+    "NotEnoughReplicasError",
+    "NotLeaderError",
+    "PartitionUnavailableError",
+    "PartitionView",
+    "Term",
+    "claim",
+    "delete_stale_owner",
+    "place",
+    "read",
+    "release",
+    "update_isr",
+]

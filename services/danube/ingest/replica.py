@@ -1,0 +1,315 @@
+"""This node's copy of one partition: its WAL and epoch history, and its role in the
+partition's replication (leader, follower, or waiting), reconciled against etcd.
+
+One task per replica (:meth:`Replica.run`) reads the partition's keys whenever the node's
+watch sees them change (or every poll period), asks danube.ingest.roles what to do and does
+it. The replica owns its WAL for its whole life; as leader it lends it to a
+:class:`~danube.ingest.partition.Partition` and serves the partition's subjects, as follower
+it runs :mod:`danube.ingest.fetcher`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from danube.bus import Bus, Responder
+from danube.config import DanubeSettings
+from danube.ingest import epochs, leadership, metrics
+from danube.ingest.epochs import EpochHistory
+from danube.ingest.fetcher import Fetcher
+from danube.ingest.handlers import PartitionHandlers
+from danube.ingest.partition import RECORD_OVERHEAD_BYTES, Partition
+from danube.ingest.roles import Act, decide
+from danube.ingest.wal import Durability, FileOps, Wal, WalOptions
+from danube.ingest.wal.truncate import truncate_dir
+from danube.meta import Lease, MetaStore, TopicName
+from danube.meta import keys as meta_keys
+from danube.meta.aio import cancel_and_wait
+from danube.meta.backoff import backoff_s
+from danube.meta.records import TopicConfig
+
+log = logging.getLogger(__name__)
+
+# Frame bytes accepted but not yet durable, per partition: producers wait beyond it.
+PENDING_BYTES_MIN = 64 * 1024 * 1024
+_POLL_S = 1.0  # re-read etcd at least this often while no leader is known (a safety net)
+_IDLE_POLL_S = 5.0
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What every replica of a node shares."""
+
+    settings: DanubeSettings
+    node_id: str
+    bus: Bus
+    store: MetaStore
+    lease: Lease
+    file_ops: FileOps
+    on_fatal: Callable[[], None]
+
+
+@dataclass
+class _Leading:
+    partition: Partition
+    responders: list[Responder]
+    tasks: list[asyncio.Task[None]]
+
+
+class Replica:
+    """One partition's copy on this node. Create, then run :meth:`run` as a task."""
+
+    def __init__(self, name: TopicName, directory: Path, ctx: NodeContext) -> None:
+        self.name = name
+        self.directory = directory
+        self.ctx = ctx
+        self.wal: Wal | None = None
+        self.history: EpochHistory | None = None
+        self.high_watermark = 0  # as last heard from a leader (or computed as one)
+        self.leading: _Leading | None = None
+        self._fetcher: Fetcher | None = None
+        self._follow_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._stopped = False
+        self._release = False
+
+    @property
+    def partition(self) -> Partition | None:
+        """The partition as led here, if this node leads it."""
+        return None if self.leading is None else self.leading.partition
+
+    @property
+    def following(self) -> str | None:
+        return None if self._fetcher is None else self._fetcher.leader
+
+    def kick(self) -> None:
+        """Something about the partition changed in etcd: reconcile now."""
+        self._wake.set()
+
+    # --- the reconcile loop --------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Open the WAL, then follow etcd until the node is no replica any more (or the
+        task is cancelled); close everything on the way out."""
+        try:
+            await self._open()
+            failures = 0
+            while not self._stopped:
+                try:
+                    wait_s = await self._step()
+                    failures = 0
+                except Exception as exc:  # etcd, the bus or the WAL failed: try again, capped
+                    failures += 1
+                    log.warning("%s: replica step failed: %s", self.name, exc)
+                    wait_s = backoff_s(failures - 1, base_s=0.05, cap_s=2.0)
+                if wait_s is None:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait_s):
+                        await self._wake.wait()
+                self._wake.clear()
+        finally:
+            await self.close(release=self._release)
+
+    def stop(self, *, release: bool) -> None:
+        """Make :meth:`run` end (``release``: hand leadership on at once); await the task."""
+        self._stopped = True
+        self._release = release
+        self.kick()
+
+    async def _step(self) -> float | None:
+        """One reconcile; returns how long to wait before the next (None: at once)."""
+        ctx = self.ctx
+        if not ctx.lease.alive:
+            self._demote("node lease lost")
+            return _IDLE_POLL_S
+        view = await leadership.read(ctx.store, self.name)
+        leading_epoch = None if self.leading is None else self.leading.partition.term.epoch
+        following = None if self._fetcher is None else self._fetcher.epoch
+        decision = decide(
+            ctx.node_id,
+            view,
+            leading_epoch=leading_epoch,
+            following_epoch=following,
+            has_history=self.history is not None,
+        )
+        act = decision.act
+        if act is Act.STOP:
+            log.info("%s: not a replica here any more", self.name)
+            self._stopped = True
+            return None
+        if act is Act.KEEP:
+            return _IDLE_POLL_S
+        if act is Act.DEMOTE:
+            self._demote(f"epoch {leading_epoch} is over")
+            await self._stop_leading()
+            return None
+        if act is Act.FOLLOW:
+            assert decision.leader is not None
+            assert decision.epoch is not None
+            await self._stop_following()
+            self._start_following(decision.leader, decision.epoch)
+            return _IDLE_POLL_S
+        await self._stop_following()
+        if act is Act.CLAIM:
+            term = await leadership.claim(ctx.store, ctx.node_id, ctx.lease, self.name, view)
+            if term is None:
+                return None  # lost a race: read again
+            await self._start_leading(term)
+            return _IDLE_POLL_S
+        if act is Act.DELETE_STALE_OWNER:
+            log.info("%s: deleting the owner key of an earlier incarnation", self.name)
+            await leadership.delete_stale_owner(ctx.store, ctx.node_id, self.name, view)
+            return None
+        return _POLL_S  # WAIT: no leader we may follow or become
+
+    # --- the WAL ---------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        settings = self.ctx.settings
+        durability = await self._durability()
+        max_message_bytes = settings.ingest.max_message_bytes + RECORD_OVERHEAD_BYTES
+        self._options = WalOptions.from_config(
+            settings.wal_cloud.wal,
+            durability,
+            max_frame_payload_bytes=max_message_bytes,
+            max_pending_bytes=max(PENDING_BYTES_MIN, 2 * max_message_bytes),
+        )
+        await asyncio.to_thread(self.directory.mkdir, parents=True, exist_ok=True)
+        self.wal = await Wal.open(self.directory, self._options, file_ops=self.ctx.file_ops)
+        history = await asyncio.to_thread(epochs.load, self.directory)
+        if history is not None:
+            # A crash during a truncation may leave entries past the log's end: drop them.
+            history = EpochHistory(
+                tuple(e for e in history.entries if e[1] <= self.wal.next_offset)
+            )
+        self.history = history
+
+    async def _durability(self) -> Durability:
+        config = await self.ctx.store.get_model(meta_keys.topic_key(self.name.parent), TopicConfig)
+        if config is None or (config.dispatch == "reliable" and config.durability == "fsync"):
+            return Durability.FSYNC
+        if config.dispatch == "non_reliable":
+            return Durability.MEMORY
+        return Durability.INTERVAL
+
+    async def truncate(self, end: int) -> int:
+        """Cut the log to end before ``end`` (close, cut the files, reopen); return how many
+        messages went. Only while following: nothing else uses the WAL then."""
+        assert self.leading is None
+        assert self.wal is not None
+        if end >= self.wal.next_offset:
+            return 0
+        await self.wal.close()
+        try:
+            removed = await asyncio.to_thread(
+                truncate_dir,
+                self.ctx.file_ops,
+                self.directory,
+                end,
+                max_payload_bytes=self._options.max_frame_payload_bytes,
+            )
+        finally:
+            self.wal = await Wal.open(self.directory, self._options, file_ops=self.ctx.file_ops)
+        if self.history is not None:
+            await self.store_history(self.history.truncated(end))
+        metrics.TRUNCATED_MESSAGES.inc(removed)
+        log.warning("%s: truncated %d messages at and past %d", self.name, removed, end)
+        return removed
+
+    async def store_history(self, history: EpochHistory) -> None:
+        """Make ``history`` this replica's, durably, before anything it describes is written."""
+        if history != self.history:
+            await asyncio.to_thread(epochs.store, self.directory, history)
+            self.history = history
+
+    # --- leading ---------------------------------------------------------------------------
+
+    async def _start_leading(self, term: leadership.Term) -> None:
+        ctx, wal = self.ctx, self.wal
+        assert wal is not None
+        history = (self.history or EpochHistory()).with_epoch(term.epoch, wal.next_offset)
+        await self.store_history(history)
+        partition = Partition(
+            self.name,
+            wal,
+            term,
+            history,
+            store=ctx.store,
+            bus=ctx.bus,
+            node_id=ctx.node_id,
+            lease=ctx.lease,
+            lag_max_s=ctx.settings.ingest.replica_lag_max_s,
+            high_watermark=self.high_watermark,
+            on_fenced=self._on_fenced,
+        )
+        handlers = PartitionHandlers(partition, ctx.settings, node_id=ctx.node_id)
+        responders = await handlers.serve(ctx.bus)
+        tasks = [
+            asyncio.create_task(partition.publish_live(), name=f"live-{self.name}"),
+            asyncio.create_task(partition.maintain_isr(), name=f"isr-{self.name}"),
+        ]
+        self.leading = _Leading(partition, responders, tasks)
+        metrics.LEADER_ELECTIONS.inc()
+
+    def _on_fenced(self, partition: Partition, fatal: bool) -> None:
+        if fatal:
+            self.ctx.on_fatal()
+        self.kick()
+
+    def _demote(self, reason: str) -> None:
+        if self.leading is not None:
+            self.leading.partition.fence(reason)
+
+    async def _stop_leading(self) -> None:
+        leading, self.leading = self.leading, None
+        if leading is None:
+            return
+        leading.partition.fence("stopped leading")
+        self.high_watermark = leading.partition.high_watermark
+        for responder in leading.responders:
+            await responder.drain()
+        for task in leading.tasks:
+            await cancel_and_wait(task, timeout_s=5.0)
+
+    # --- following -------------------------------------------------------------------------
+
+    def _start_following(self, leader: str, epoch: int) -> None:
+        self._fetcher = Fetcher(self, leader, epoch)
+        self._follow_task = asyncio.create_task(
+            self._fetcher.run(), name=f"follow-{self.name}-{epoch}"
+        )
+        metrics.FOLLOWING.inc()
+
+    async def _stop_following(self) -> None:
+        task, self._follow_task, self._fetcher = self._follow_task, None, None
+        if task is not None:
+            await cancel_and_wait(task, timeout_s=10.0)
+            metrics.FOLLOWING.dec()
+
+    def follow_ended(self) -> None:
+        """The fetcher gave up on its epoch (the leader moved on): reconcile."""
+        self._fetcher = None
+        self.kick()
+
+    # --- the end -----------------------------------------------------------------------------
+
+    async def close(self, *, release: bool = False) -> None:
+        """Stop every role and close the WAL; ``release`` hands leadership on at once."""
+        leading = self.leading
+        await self._stop_leading()  # no acknowledgement after this: then hand over
+        if release and leading is not None and self.ctx.lease.alive:
+            try:
+                await leadership.release(
+                    self.ctx.store, self.ctx.node_id, self.name, leading.partition.term.epoch
+                )
+            except Exception as exc:
+                log.warning("could not release %s: %s", self.name, exc)
+        await self._stop_following()
+        if self.wal is not None:
+            await self.wal.close()

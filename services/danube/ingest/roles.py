@@ -1,0 +1,65 @@
+"""What one replica of a partition should do next, from the partition's keys in etcd and
+its own state: pure, tested on its own (tests/unit/test_ingest_replication.py).
+
+- not in the replica set any more: **stop**;
+- leading epoch E: **keep** while the owner key still names this node with E, else
+  **demote** (another epoch began: this node must never acknowledge again under E);
+- another node's owner key exists: **follow** its epoch (or keep following it);
+- no live leader: **claim** if this node may lead — it is in the ISR (or the partition never
+  had a leader) and its log is whole (it has an epoch history, unless the partition never
+  had a leader); else, if the owner key still names an earlier incarnation of this node,
+  **delete** it so an eligible replica can claim; else **wait**.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from danube.ingest.leadership import PartitionView
+
+
+class Act(Enum):
+    STOP = "stop"
+    KEEP = "keep"
+    DEMOTE = "demote"
+    FOLLOW = "follow"
+    CLAIM = "claim"
+    DELETE_STALE_OWNER = "delete_stale_owner"
+    WAIT = "wait"
+
+
+@dataclass(frozen=True)
+class Decision:
+    act: Act
+    leader: str | None = None
+    epoch: int | None = None
+
+
+def decide(
+    me: str,
+    view: PartitionView,
+    *,
+    leading_epoch: int | None,
+    following_epoch: int | None,
+    has_history: bool,
+) -> Decision:
+    """The next step of replica ``me`` (see the module docstring)."""
+    assignment, state, owner = view.assignment, view.state, view.owner
+    if assignment is None or me not in assignment.replicas:
+        return Decision(Act.STOP)
+    if leading_epoch is not None:
+        if owner is not None and (owner.node_id, owner.epoch) == (me, leading_epoch):
+            return Decision(Act.KEEP)
+        return Decision(Act.DEMOTE)
+    if owner is not None and owner.node_id != me:
+        if following_epoch == owner.epoch:
+            return Decision(Act.KEEP, owner.node_id, owner.epoch)
+        return Decision(Act.FOLLOW, owner.node_id, owner.epoch)
+    never_led = state is None
+    in_sync = never_led or me in state.isr  # type: ignore[union-attr]
+    if in_sync and (has_history or never_led):
+        return Decision(Act.CLAIM)
+    if owner is not None:
+        return Decision(Act.DELETE_STALE_OWNER)
+    return Decision(Act.WAIT)
