@@ -1,0 +1,178 @@
+"""Helpers of the replication fault tests: ingest nodes as real processes, a producer and a
+reader that record a history (tests/history.py), and the partition's keys in etcd."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from danube.bus import Bus, TopicName
+from danube.frame import Record, decode_record, encode_record
+from danube.ingest.client import IngestClient
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.records import Owner, PartitionState
+from danube.runtime import ProcessSpec, ServerProcess
+
+from tests.history import History
+
+# Short leases and lag bounds keep each failover round to a few seconds.
+NODE_ENV = {
+    "DANUBE_INGEST__LEASE_TTL_S": "2",
+    "DANUBE_INGEST__REPLICA_LAG_MAX_S": "2",
+    "DANUBE_INGEST__REPLICA_FETCH_WAIT_S": "0.2",
+}
+
+
+@dataclass
+class Cluster:
+    """Ingest nodes by id, each a real process with its own data directory."""
+
+    specs: dict[str, ProcessSpec]
+    log_dir: Path
+    processes: dict[str, ServerProcess] = field(default_factory=dict)
+    starts: int = 0
+
+    def start(self, node: str) -> ServerProcess:
+        self.starts += 1
+        process = ServerProcess(self.specs[node], self.log_dir / f"{node}-{self.starts}.log")
+        process.start()
+        self.processes[node] = process
+        return process
+
+    def pid(self, node: str) -> int:
+        pid = self.processes[node].pid
+        assert pid is not None
+        return pid
+
+    def kill(self, node: str) -> None:
+        self.processes[node].kill()
+
+    def freeze(self, node: str) -> None:
+        os.kill(self.pid(node), signal.SIGSTOP)
+
+    def thaw(self, node: str) -> None:
+        os.kill(self.pid(node), signal.SIGCONT)
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            try:
+                os.kill(process.pid or 0, signal.SIGCONT)
+            except OSError:
+                pass
+            process.stop()
+
+
+async def leader(store: MetaStore, partition: TopicName, *, timeout_s: float = 30.0) -> Owner:
+    """The partition's live leader, waiting for one."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            owner = await store.get_model(meta_keys.partition_owner_key(partition), Owner)
+            if owner is not None:
+                return owner
+            await asyncio.sleep(0.05)
+
+
+async def new_leader(
+    store: MetaStore, partition: TopicName, after_epoch: int, *, timeout_s: float = 30.0
+) -> Owner:
+    """The first leader of an epoch after ``after_epoch``."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            owner = await store.get_model(meta_keys.partition_owner_key(partition), Owner)
+            if owner is not None and owner.epoch > after_epoch:
+                return owner
+            await asyncio.sleep(0.05)
+
+
+async def state(store: MetaStore, partition: TopicName) -> PartitionState | None:
+    return await store.get_model(meta_keys.partition_state_key(partition), PartitionState)
+
+
+async def wait_isr(
+    store: MetaStore, partition: TopicName, size: int, *, timeout_s: float = 30.0
+) -> PartitionState:
+    """Wait until the ISR holds ``size`` replicas."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            found = await state(store, partition)
+            if found is not None and len(found.isr) == size:
+                return found
+            await asyncio.sleep(0.05)
+
+
+class Producer:
+    """Sends numbered single-message batches, records every attempt and answer."""
+
+    def __init__(self, client: IngestClient, partition: TopicName, history: History) -> None:
+        self.client = client
+        self.partition = partition
+        self.history = history
+        self.number = 0
+        self.acked = 0
+        self.stalls: list[float] = []  # longest gap between two acks, per measured window
+
+    async def send(self, count: int, *, timeout_s: float = 20.0) -> None:
+        """Send ``count`` messages one by one, retrying each until acknowledged."""
+        for _ in range(count):
+            await self.send_one(timeout_s=timeout_s)
+
+    async def send_one(self, *, timeout_s: float = 20.0) -> int:
+        msg_id = f"m{self.number}"
+        self.number += 1
+        record = encode_record(Record(payload=msg_id.encode(), publish_time_ms=1, producer="t"))
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise TimeoutError(f"{msg_id} never acknowledged")
+            try:
+                offset = await self.client.produce(
+                    self.partition, [record], timeout_s=min(3.0, remaining)
+                )
+            except Exception:
+                self.history.produced(msg_id, acked=False)
+                continue
+            self.history.produced(msg_id, partition=str(self.partition), offset=offset, acked=True)
+            self.acked += 1
+            return offset
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Produce until ``stop``, measuring the longest wait for an acknowledgement."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        longest = 0.0
+        while not stop.is_set():
+            await self.send_one(timeout_s=60.0)
+            now = loop.time()
+            longest = max(longest, now - last)
+            last = now
+        self.stalls.append(longest)
+
+
+async def read_all(
+    client: IngestClient, partition: TopicName, history: History, *, consumer: str = "reader"
+) -> list[int]:
+    """Read the partition from offset 0 to its high watermark, recording each delivery."""
+    offsets: list[int] = []
+    offset = 0
+    while True:
+        reply = await client.fetch(partition, offset, max_count=5000)
+        assert not reply.below_wal_start
+        for frame in reply.frames:
+            msg_id = decode_record(frame.payload).payload.decode()
+            history.delivered(msg_id, partition=str(partition), offset=frame.offset, consumer=consumer)
+            offsets.append(frame.offset)
+        if reply.next_offset == offset:
+            return offsets
+        offset = reply.next_offset
+
+
+async def connect(nats_url: str, name: str) -> tuple[Bus, IngestClient]:
+    from danube.config import BusConfig
+
+    bus = await Bus.connect(BusConfig(servers=[nats_url]), name=name)
+    return bus, IngestClient(bus)
