@@ -4,6 +4,7 @@ reader that record a history (tests/history.py), and the partition's keys in etc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from dataclasses import dataclass, field
@@ -16,7 +17,6 @@ from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
 from danube.runtime import ProcessSpec, ServerProcess
-
 from tests.history import History
 
 # Short leases and lag bounds keep each failover round to a few seconds.
@@ -59,10 +59,8 @@ class Cluster:
 
     def stop_all(self) -> None:
         for process in self.processes.values():
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(process.pid or 0, signal.SIGCONT)
-            except OSError:
-                pass
             process.stop()
 
 
@@ -164,11 +162,56 @@ async def read_all(
         assert not reply.below_wal_start
         for frame in reply.frames:
             msg_id = decode_record(frame.payload).payload.decode()
-            history.delivered(msg_id, partition=str(partition), offset=frame.offset, consumer=consumer)
+            history.delivered(
+                msg_id, partition=str(partition), offset=frame.offset, consumer=consumer
+            )
             offsets.append(frame.offset)
         if reply.next_offset == offset:
             return offsets
         offset = reply.next_offset
+
+
+class Tailer:
+    """A reader that follows the partition from offset 0 as it grows (through whichever
+    node leads), recording every delivery: what it saw must never disappear later."""
+
+    def __init__(self, client: IngestClient, partition: TopicName, history: History) -> None:
+        self.client = client
+        self.partition = partition
+        self.history = history
+        self.position = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                reply = await self.client.fetch(self.partition, self.position, timeout_s=1.0)
+            except Exception:
+                await asyncio.sleep(0.05)
+                continue
+            for frame in reply.frames:
+                msg_id = decode_record(frame.payload).payload.decode()
+                self.history.delivered(
+                    msg_id, partition=str(self.partition), offset=frame.offset, consumer="tail"
+                )
+            if reply.next_offset == self.position:
+                await asyncio.sleep(0.02)
+            self.position = reply.next_offset
+
+
+async def wait_exit(process: ServerProcess, *, timeout_s: float = 30.0) -> None:
+    """Wait until ``process`` has exited on its own (a node whose lease was lost does)."""
+    async with asyncio.timeout(timeout_s):
+        while process.pid is not None and _alive(process.pid):  # noqa: ASYNC110 - a process
+            await asyncio.sleep(0.05)
+    process.kill()  # reap it
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 async def connect(nats_url: str, name: str) -> tuple[Bus, IngestClient]:
