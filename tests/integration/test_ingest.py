@@ -1,5 +1,5 @@
 """The ingest node on real NATS and etcd: claim, produce, fetch, live, exact restart,
-one owner at a time, fencing on lease loss, and offsets never reused across owners."""
+fencing on lease loss and a new epoch, and factor 1 staying unavailable (never moved)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,10 @@ from danube.config import (
 from danube.frame import Record, decode_frames, decode_record, encode_record
 from danube.ingest import app, protocol
 from danube.ingest.client import IngestClient
-from danube.ingest.ownership import RESERVATION_BLOCK
 from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
-from danube.meta.records import OffsetReservation, Owner
+from danube.meta.records import Assignment, Owner, PartitionState
 from danube.runtime import free_port
 
 pytestmark = pytest.mark.integration
@@ -140,31 +139,23 @@ async def test_restart_resumes_exactly_after_the_last_offset(
         assert [o for o, _ in await _all(client, P)] == list(range(11))
 
 
-async def test_one_owner_fencing_and_no_offset_reuse_after_takeover(
+async def test_factor_1_is_unavailable_without_its_replica_and_resumes_at_the_same_offsets(
     bus: Bus, store: MetaStore, settings_for: Callable[[str], DanubeSettings]
 ) -> None:
+    """The only replica fenced (lease lost): another node never takes the partition over
+    with an empty log; produce answers partition_unavailable naming it; the replica back,
+    offsets continue where they were (no gap)."""
     client = IngestClient(bus)
     async with running_node(settings_for("a"), "node-a") as (_, task_a):
-        await client.produce(P, _records(b"a1", b"a2"), timeout_s=10)
+        assert await client.produce(P, _records(b"a1", b"a2"), timeout_s=10) == 0
         async with running_node(settings_for("b"), "node-b") as (_, task_b):
-            # B is up, but A owns the partition: claim requests (the queue group picks A or
-            # B) never move it; B answers not_owner.
-            answers = set()
-            for _ in range(10):
-                try:
-                    reply = await bus.request(bus.subjects.ownership(P), b"", timeout_s=5)
-                    answers.add(orjson.loads(reply.body)["node_id"])
-                except RemoteError as exc:
-                    answers.add(exc.code)
-            assert answers <= {"node-a", "not_owner"}
-            owner = await store.get_model(meta_keys.partition_owner_key(P), Owner)
-            assert owner is not None
-            assert (owner.node_id, owner.epoch) == ("node-a", 1)
-            reservation = await store.get_model(
-                meta_keys.offset_reservation_key(P), OffsetReservation
-            )
-            assert reservation is not None
-            assert reservation.end_offset == RESERVATION_BLOCK
+            # Claim requests (the queue group picks A or B) never move it.
+            for _ in range(6):
+                reply = await bus.request(bus.subjects.ownership(P), b"", timeout_s=5)
+                assert orjson.loads(reply.body)["leader"] == "node-a"
+            assignment = await store.get_model(meta_keys.partition_assignment_key(P), Assignment)
+            assert assignment is not None
+            assert assignment.replicas == ("node-a",)
 
             # A loses its lease (as if partitioned away from etcd): it fences and exits.
             node_a = await store.get(meta_keys.node_key("ingest", "node-a"))
@@ -172,13 +163,18 @@ async def test_one_owner_fencing_and_no_offset_reuse_after_takeover(
             await store.revoke_lease(node_a.lease_id)
             with pytest.raises(app.LeaseLost):
                 await asyncio.wait_for(task_a, 10)
-
-            first_b = await client.produce(P, _records(b"b1"), timeout_s=10)
-            assert first_b >= RESERVATION_BLOCK  # past anything A could have handed out
-            owner = await store.get_model(meta_keys.partition_owner_key(P), Owner)
-            assert owner is not None
-            assert (owner.node_id, owner.epoch) == ("node-b", 2)
+            with pytest.raises(RemoteError) as refused:
+                await client.produce(P, _records(b"b1"), timeout_s=5)
+            assert refused.value.code == "partition_unavailable"
+            assert str(P) in refused.value.message
             assert not task_b.done()
+    async with running_node(settings_for("a"), "node-a"):
+        assert await client.produce(P, _records(b"a3"), timeout_s=10) == 2
+        assert [o for o, _ in await _all(client, P)] == [0, 1, 2]
+        state = await store.get_model(meta_keys.partition_state_key(P), PartitionState)
+        assert state is not None
+        assert (state.leader, state.isr) == ("node-a", ("node-a",))
+        assert state.leader_epoch >= 2
 
 
 async def test_an_owner_key_moved_elsewhere_fences_the_partition_at_once(
