@@ -26,7 +26,7 @@ def test_every_key_of_a_partition_and_topic() -> None:
     assert keys.namespace_key("default") == "namespaces/default"
     assert keys.topic_key(ORDERS) == "topics/default/orders"
     assert keys.partition_owner_key(p0) == "partitions/default/orders-part-0/owner"
-    assert keys.offset_reservation_key(p0) == "partitions/default/orders-part-0/reservation"
+    assert keys.partition_state_key(p0) == "partitions/default/orders-part-0/state"
     assert keys.uploader_assignment_key(p0) == "partitions/default/orders-part-0/uploader"
     assert keys.uploader_checkpoint_key(p0) == "storage/default/orders-part-0/checkpoint"
     assert (
