@@ -359,6 +359,23 @@ async def test_seek_earliest_offset_and_latest_move_the_cursor_at_once(
         assert unknown.value.code == "subscription_not_found"
 
 
+async def test_an_offset_seek_is_refused_while_no_ingest_tells_the_end(
+    bus: Bus, settings: DanubeSettings
+) -> None:
+    topic = TopicName("default", "endless")
+    client = DispatcherClient(bus, timeout_s=2.0)  # the refusal is retriable: retried till then
+    async with run_in_process(dispatcher_app.serve, settings, "disp-a"):  # no ingest at all
+        await client.attach(topic, "s", "c", start="earliest")
+        with pytest.raises(RemoteError) as unknown:
+            await client.seek(topic, "s", {"offset": 5})
+        assert (unknown.value.code, unknown.value.retriable) == ("position_unavailable", True)
+        assert "endless" in unknown.value.message
+        assert await client.seek(topic, "s", {"offset": 0}) == {"endless": 0}  # never past an end
+        with pytest.raises(RemoteError) as refused:
+            await client.attach(topic, "other", "c", start={"offset": 3})
+        assert refused.value.code == "position_unavailable"
+
+
 async def test_stats_count_backlog_acks_beyond_and_consumers_and_never_claim(
     bus: Bus, store: MetaStore, settings: DanubeSettings
 ) -> None:

@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from danube.dispatcher.cursor import PartitionCursor
+from danube.dispatcher.protocol import PartitionStats
+from danube.ingest.client import WalOffsets
+
 
 def backlog(next_offset: int, acked_beyond: Iterable[int], end_offset: int | None) -> int | None:
     """Unacked offsets in ``[next_offset, end_offset)``; ``None`` when the end is unknown
@@ -32,3 +36,18 @@ def total(backlogs: Iterable[int | None]) -> int:
     """The sum over partitions whose backlog is known (an unknown one counts as 0: its
     own entry says ``None``)."""
     return sum(b for b in backlogs if b is not None)
+
+
+def partition_stats(name: str, cursor: PartitionCursor, wal: WalOffsets | None) -> PartitionStats:
+    """One partition's line of a subscription's stats: its live cursor, the WAL's ends
+    (``None`` when its ingest owner did not answer) and the backlog between them."""
+    end = None if wal is None else wal.durable_next
+    return PartitionStats(
+        partition=name,
+        next_offset=cursor.next_offset,
+        read_position=cursor.read_position,
+        acked_beyond=len(cursor.acked_beyond),
+        wal_start=None if wal is None else wal.start_offset,
+        wal_next=end,
+        backlog=backlog(cursor.next_offset, cursor.acked_beyond, end),
+    )
