@@ -53,6 +53,7 @@ class Kind(StrEnum):
     WAL_TIME = "wal.time"  # request: the first offset published at or after a time
     WAL_DELETE = "wal.delete"  # publish: discovery -> every ingest, a topic was deleted
     CLOUD_FETCH = "cloud.fetch"  # request: read a range from object storage (queue group)
+    CLOUD_TIME = "cloud.time"  # request: the first uploaded offset published at or after a time
     OWNERSHIP = "ctl.owner"  # publish: controller -> all, a partition changed owner
     SUBSCRIPTION_OWNERSHIP = "ctl.subowner"  # publish: controller -> all, a subscription moved
     DISPATCH = "disp"  # request: discovery -> the dispatcher owning a subscription
@@ -166,6 +167,11 @@ class Subjects:
     def cloud_fetch(self, topic: TopicLike) -> str:
         """Requests to read from object storage, served by the cloud_reader queue group."""
         return self.for_topic(Kind.CLOUD_FETCH, topic)
+
+    def cloud_offset_for_time(self, topic: TopicLike) -> str:
+        """Requests for the first uploaded offset published at or after a time, served by
+        the cloud_reader queue group."""
+        return self.for_topic(Kind.CLOUD_TIME, topic)
 
     def ownership(self, topic: TopicLike) -> str:
         """Announcements that a partition changed owner, published by the controller."""

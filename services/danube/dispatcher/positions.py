@@ -11,6 +11,13 @@ what is produced meanwhile, so ``{"offset": N}`` with N > end is refused
 past. Where the end is unknown (no ingest answer) it is refused too
 (:class:`PositionUnavailableError`, retriable) rather than accepted blindly; offset 0 needs
 no answer (it is never past an end).
+
+``{"timestamp_ms": T}`` asks ingest first (``wal.time``: the first offset of the WAL
+published at or after T, the WAL start when T is older than the WAL). When that answer is
+the WAL start (above 0), T may be older still: the cloud tier is asked (``cloud.time``) and
+its answer taken when lower. No cloud reader answering then is
+:class:`PositionUnavailableError`: the WAL was trimmed, so what is older sits in objects
+only a cloud reader can search.
 """
 
 from __future__ import annotations
@@ -38,6 +45,14 @@ class IngestView(Protocol):
     ) -> int: ...
 
 
+class CloudView(Protocol):
+    """What resolving needs of :class:`~danube.cloud_reader.client.CloudClient`."""
+
+    async def offset_for_time(
+        self, partition: TopicName, timestamp_ms: int, *, timeout_s: float = ...
+    ) -> int | None: ...
+
+
 def check_offset(partition: TopicName, offset: int, wal: WalOffsets) -> int:
     """``offset`` if a read may start there (at most the partition's end), else
     :class:`OffsetOutOfRangeError` naming the partition, the offset and the valid range."""
@@ -55,14 +70,15 @@ def check_offset(partition: TopicName, offset: int, wal: WalOffsets) -> int:
 
 
 async def resolve_start(
-    ingest: IngestView, partition: TopicName, start: protocol.StartPosition
+    ingest: IngestView, cloud: CloudView, partition: TopicName, start: protocol.StartPosition
 ) -> int:
     """The first offset a new subscription reads in ``partition``, or where a seek goes.
 
     ``earliest`` is 0 (a read below the WAL start goes to the cloud tier, then skips what
     is in neither). ``{"offset": N}`` is N, checked against the partition's end.
-    ``latest`` and ``{"timestamp_ms": T}`` ask the partition's ingest owner; when nobody owns
-    it (nothing was ever produced to it) both are 0.
+    ``latest`` and ``{"timestamp_ms": T}`` ask the partition's ingest owner (and the cloud
+    tier for a T older than the WAL); when nobody owns it (nothing was ever produced to it)
+    both are 0.
     """
     position = _checked(start)
     if position == "earliest":
@@ -71,8 +87,7 @@ async def resolve_start(
         return await _checked_offset(ingest, partition, position["offset"])
     try:
         if isinstance(position, dict):
-            timestamp_ms = position["timestamp_ms"]
-            return await ingest.offset_for_time(partition, timestamp_ms, timeout_s=STATS_TIMEOUT_S)
+            return await _offset_for_time(ingest, cloud, partition, position["timestamp_ms"])
         offsets = await ingest.wal_offsets(partition, timeout_s=STATS_TIMEOUT_S)
         return offsets.durable_next
     except NoRespondersError:
@@ -80,13 +95,16 @@ async def resolve_start(
 
 
 async def resolve_all(
-    ingest: IngestView, partitions: Sequence[TopicName], start: protocol.StartPosition
+    ingest: IngestView,
+    cloud: CloudView,
+    partitions: Sequence[TopicName],
+    start: protocol.StartPosition,
 ) -> list[int]:
     """:func:`resolve_start` in every partition at once, in the order given; when some
     fail, the error of the first of them in that order (so a refusal names the first
     partition the offset is past, whichever answered first)."""
     results = await asyncio.gather(
-        *(resolve_start(ingest, p, start) for p in partitions), return_exceptions=True
+        *(resolve_start(ingest, cloud, p, start) for p in partitions), return_exceptions=True
     )
     offsets: list[int] = []
     for result in results:
@@ -107,6 +125,31 @@ async def _checked_offset(ingest: IngestView, partition: TopicName, offset: int)
             f"did not answer ({exc.__class__.__name__}); try again"
         ) from exc
     return check_offset(partition, offset, wal)
+
+
+async def _offset_for_time(
+    ingest: IngestView, cloud: CloudView, partition: TopicName, timestamp_ms: int
+) -> int:
+    found = await ingest.offset_for_time(partition, timestamp_ms, timeout_s=STATS_TIMEOUT_S)
+    if found == 0:
+        return 0  # nothing lies lower
+    try:
+        wal = await ingest.wal_offsets(partition, timeout_s=STATS_TIMEOUT_S)
+    except (BusError, TimeoutError) as exc:  # the owner left between the two questions
+        raise PositionUnavailableError(
+            f"cannot tell whether time {timestamp_ms} is older than the WAL of {partition}: "
+            f"its ingest owner did not answer ({exc.__class__.__name__}); try again"
+        ) from exc
+    if found != wal.start_offset:
+        return found  # a record of the WAL, after an older one: the time is crossed there
+    try:
+        older = await cloud.offset_for_time(partition, timestamp_ms, timeout_s=STATS_TIMEOUT_S)
+    except (BusError, TimeoutError) as exc:
+        raise PositionUnavailableError(
+            f"cannot search {partition} by time below its WAL start {found}: no cloud reader "
+            f"answered ({exc.__class__.__name__}); try again"
+        ) from exc
+    return found if older is None else min(found, older)
 
 
 def _checked(start: protocol.StartPosition) -> protocol.StartPosition:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from danube.bus import Bus, BusError
+from danube.cloud_reader.client import CloudClient
 from danube.config import DispatcherConfig
 from danube.dispatcher import metrics, protocol
 from danube.dispatcher.backlog import partition_stats
@@ -84,6 +85,7 @@ class SubscriptionRuntime:
         self.bus = bus
         self.config = config
         self.ingest = IngestClient(bus)
+        self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
@@ -134,7 +136,9 @@ class SubscriptionRuntime:
         stored = await self.store.load_cursors(partitions)
         missing = [p for p in partitions if p not in stored and p not in (resolved or {})]
         starts = dict(resolved or {})
-        starts.update(zip(missing, await resolve_all(self.ingest, missing, start), strict=True))
+        starts.update(
+            zip(missing, await resolve_all(self.ingest, self.cloud, missing, start), strict=True)
+        )
         cursors: dict[str, PartitionCursor] = {}
         fresh: dict[TopicName, CursorState] = {}
         for partition in partitions:
@@ -213,7 +217,7 @@ class SubscriptionRuntime:
             if self.machine is None:
                 # Resolved (and an offset past an end refused) before anything is stored.
                 partitions = await self.store.partitions()
-                offsets = await resolve_all(self.ingest, partitions, request.start)
+                offsets = await resolve_all(self.ingest, self.cloud, partitions, request.start)
                 initial = request.start if isinstance(request.start, str) else "earliest"
                 config = await self.store.create_config(
                     SubscriptionConfig(
@@ -349,7 +353,9 @@ class SubscriptionRuntime:
         self._check_serving()
         self._subscription()
         names = list(self._partitions)
-        offsets = await resolve_all(self.ingest, [self._partitions[n] for n in names], position)
+        offsets = await resolve_all(
+            self.ingest, self.cloud, [self._partitions[n] for n in names], position
+        )
         self._check_serving()  # a delete may have begun while ingest answered
         resolved = dict(zip(names, offsets, strict=True))
         await self._handle(Seek(resolved, time.monotonic()))
