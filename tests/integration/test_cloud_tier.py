@@ -1,7 +1,8 @@
 """The cloud tier end to end on fs and on the S3 server: ingest, uploader, cloud_reader and a
 dispatcher in-process. A subscription from earliest on a topic whose early WAL segments are
 gone reads everything, first from objects then from the WAL, in order with no duplicate; a
-flipped byte in an object is refused with the object and offset named."""
+flipped byte in an object is refused with the object and offset named; a start or seek by a
+time older than the WAL is found in the objects (descriptors carry publish times)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 from prometheus_client import REGISTRY
 
@@ -140,6 +142,63 @@ async def test_earliest_reads_objects_then_the_wal_in_order_without_duplicates(
     assert offsets == list(range(MESSAGES))
     assert _served_from_objects() - from_objects >= wal_start  # the early part came from objects
     print(f"earliest over objects + WAL: {MESSAGES / elapsed_s:,.0f} msg/s through the dispatcher")
+
+
+async def test_a_time_older_than_the_wal_is_found_in_the_objects(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    await store.put_model(meta_keys.topic_key(TOPIC), TopicConfig(created_ms=1))
+    count = 40_000  # ~1.6 MB: two objects of at most 1 MiB, and WAL segments of 1 MiB
+    base_ms = 1_000
+    client = IngestClient(bus)
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-t"),
+        run_in_process(uploader_app.serve, settings, "uploader-t"),
+        run_in_process(cloud_reader_app.serve, settings, "cloud-t"),
+    ):
+        for first in range(0, count, 1000):  # message n is published at base_ms + n
+            records = [
+                encode_record(
+                    Record(payload=b"m%06d" % n, publish_time_ms=base_ms + n, producer="t")
+                )
+                for n in range(first, first + 1000)
+            ]
+            await client.produce(TOPIC, records, timeout_s=10)
+        await _uploaded_through(store, count - 1)
+        wal_start = await _drop_wal_below(bus, count)  # the sealed segments go
+        assert wal_start > 0
+        kvs = await store.range(meta_keys.object_descriptors_prefix(TOPIC))
+        descriptors = [ObjectDescriptor.from_bytes(kv.value) for kv in kvs]
+        assert len(descriptors) >= 2
+        for d in descriptors:  # the uploader records each object's publish times
+            assert (d.publish_ms_min, d.publish_ms_max) == (
+                base_ms + d.first_offset,
+                base_ms + d.last_offset,
+            )
+
+        cloud = CloudClient(bus)
+        assert await cloud.offset_for_time(TOPIC, 0) == 0
+        second = descriptors[1].first_offset + 7
+        assert await cloud.offset_for_time(TOPIC, base_ms + second) == second
+        assert await cloud.offset_for_time(TOPIC, base_ms + count) is None  # past every object
+        # A descriptor written before publish times existed is scanned instead of skipped.
+        stored = orjson.loads(kvs[0].value)
+        del stored["p"]
+        await store.put(kvs[0].key, orjson.dumps(stored))
+        assert await cloud.offset_for_time(TOPIC, base_ms + 123) == 123
+        assert await cloud.offset_for_time(TOPIC, base_ms + second) == second
+
+        # The dispatcher asks ingest (the WAL start) then the cloud tier (lower: taken).
+        async with run_in_process(dispatcher_app.serve, settings, "disp-t"):
+            dispatcher = DispatcherClient(bus)
+            consumer = await dispatcher.attach(TOPIC, "s", "c", start={"timestamp_ms": base_ms + 5})
+            got = await dispatcher.poll(TOPIC, "s", consumer, max=3, wait_ms=5000)
+            assert [m.offset for m in got] == [5, 6, 7]
+            assert await dispatcher.seek(TOPIC, "s", {"timestamp_ms": 1}) == {TOPIC.topic: 0}
+            in_wal = wal_start + 10
+            assert await dispatcher.seek(TOPIC, "s", {"timestamp_ms": base_ms + in_wal}) == {
+                TOPIC.topic: in_wal
+            }
 
 
 async def test_a_flipped_byte_is_refused_naming_the_object_and_offset(

@@ -1,7 +1,8 @@
 """The discovery consume HTTP API (attach, long-poll, ack, nack, detach) and subscription
 admin (seek, list with backlog, delete) on real NATS and etcd with ingest, dispatcher and
 discovery in-process: order, payload encodings, acks across consumers, exclusive refusal,
-delayed redelivery, seek and start by time, backlog, delete and the 400/404 answers."""
+delayed redelivery, seek and start by time, seek and start past the end refused, backlog,
+delete and the 400/404 answers."""
 
 from __future__ import annotations
 
@@ -289,6 +290,43 @@ async def test_seek_earliest_then_to_an_offset_over_http(http: httpx.AsyncClient
     seek = await http.post(path, json={"position": {"offset": 3}})
     assert seek.json() == {"partitions": [{"name": "/default/rewind", "offset": 3}]}
     assert [m["offset"] for m in await _poll_until(http, cid, 2)] == [3, 4]
+
+
+async def test_seek_or_start_past_the_end_is_refused_and_the_next_message_still_comes(
+    http: httpx.AsyncClient,
+) -> None:
+    cid = await _attach(http, "default/ends/subscriptions/s", start="earliest")
+    await _produce(http, "default/ends", [f"m{i}" for i in range(9)])  # offsets 0..8
+    got = await _poll_until(http, cid, 9)
+    assert (await http.post(f"/v1/consumers/{cid}/ack", json={"messages": _refs(got)})).is_success
+    path = "/v1/topics/default/ends/subscriptions/s/seek"
+    refused = await http.post(path, json={"position": {"offset": 1000}})
+    assert _error(refused) == (400, "offset_out_of_range")
+    message = refused.json()["error"]["message"]
+    for named in ("/default/ends", "1000", "[0, 9]"):  # partition, offset, valid range
+        assert named in message
+    # The end itself is "the next message": accepted, and offset 9 is delivered.
+    seek = await http.post(path, json={"position": {"offset": 9}})
+    assert seek.json() == {"partitions": [{"name": "/default/ends", "offset": 9}]}
+    await _produce(http, "default/ends", ["m9"])
+    (next_one,) = await _poll_until(http, cid, 1)
+    assert (next_one["offset"], next_one["payload"]) == (9, "m9")
+
+    # A new subscription starting past the end is refused and nothing of it is stored.
+    start = {"name": "c", "start": {"offset": 11}}
+    late = await http.post("/v1/topics/default/ends/subscriptions/late/consumers", json=start)
+    assert _error(late) == (400, "offset_out_of_range")
+    assert "late" not in await _subscriptions(http, "default/ends")
+
+    # Partitioned: past the end of both partitions, the refusal names the first.
+    assert (await http.put("/v1/topics/default/ends2", json={"partitions": 2})).status_code == 201
+    await _attach(http, "default/ends2/subscriptions/s", start="earliest")
+    await _produce(http, "default/ends2", [f"k{i}" for i in range(6)])
+    refused = await http.post(
+        "/v1/topics/default/ends2/subscriptions/s/seek", json={"position": {"offset": 7}}
+    )
+    assert _error(refused) == (400, "offset_out_of_range")
+    assert "/default/ends2-part-0" in refused.json()["error"]["message"]
 
 
 async def test_list_shows_backlog_that_goes_down_with_acks_and_delete_starts_afresh(

@@ -1,5 +1,6 @@
 """The dispatcher service on real NATS and etcd with an in-process ingest: exclusive, shared,
-failover, nack with delay, dead letters and cursors that survive a restart."""
+failover, nack with delay, dead letters, cursors that survive a restart, seek refusals and
+exact backlog."""
 
 from __future__ import annotations
 
@@ -359,6 +360,23 @@ async def test_seek_earliest_offset_and_latest_move_the_cursor_at_once(
         assert unknown.value.code == "subscription_not_found"
 
 
+async def test_an_offset_seek_is_refused_while_no_ingest_tells_the_end(
+    bus: Bus, settings: DanubeSettings
+) -> None:
+    topic = TopicName("default", "endless")
+    client = DispatcherClient(bus, timeout_s=2.0)  # the refusal is retriable: retried till then
+    async with run_in_process(dispatcher_app.serve, settings, "disp-a"):  # no ingest at all
+        await client.attach(topic, "s", "c", start="earliest")
+        with pytest.raises(RemoteError) as unknown:
+            await client.seek(topic, "s", {"offset": 5})
+        assert (unknown.value.code, unknown.value.retriable) == ("position_unavailable", True)
+        assert "endless" in unknown.value.message
+        assert await client.seek(topic, "s", {"offset": 0}) == {"endless": 0}  # never past an end
+        with pytest.raises(RemoteError) as refused:
+            await client.attach(topic, "other", "c", start={"offset": 3})
+        assert refused.value.code == "position_unavailable"
+
+
 async def test_stats_count_backlog_acks_beyond_and_consumers_and_never_claim(
     bus: Bus, store: MetaStore, settings: DanubeSettings
 ) -> None:
@@ -393,6 +411,40 @@ async def test_stats_count_backlog_acks_beyond_and_consumers_and_never_claim(
         assert stats is not None
         (partition,) = stats.partitions
         assert (partition.next_offset, partition.acked_beyond, partition.backlog) == (2, 1, 7)
+
+
+async def test_backlog_is_exact_zero_when_all_acked_and_one_with_one_unacked(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    topic = TopicName("default", "exact")
+    await store.put_model(
+        meta_keys.topic_key(topic), TopicConfig(partitions=2, created_ms=int(time.time() * 1000))
+    )
+    client = DispatcherClient(bus)
+    per_partition = 50
+    async with mesh(settings):
+        consumer = await client.attach(topic, "s", "c", type="shared", start="earliest")
+        for partition in topic.partitions(2):
+            await _produce(bus, partition, [b"%d" % i for i in range(per_partition)])
+        got = await _poll_until(client, topic, "s", consumer, 2 * per_partition)
+        held_back = got[len(got) // 2]  # somewhere inside one partition, acks beyond it
+        await client.ack(
+            topic, "s", consumer, [r for r in _refs(got) if r != _refs([held_back])[0]]
+        )
+        stats = await client.stats(topic, "s")
+        assert stats is not None
+        backlogs = {p.partition: p.backlog for p in stats.partitions}
+        assert backlogs == {
+            p.topic: 1 if p.topic == held_back.partition else 0 for p in topic.partitions(2)
+        }
+        (held,) = [p for p in stats.partitions if p.partition == held_back.partition]
+        assert (held.next_offset, held.wal_next) == (held_back.offset, per_partition)
+        assert held.acked_beyond == per_partition - 1 - held_back.offset
+        await client.ack(topic, "s", consumer, _refs([held_back]))
+        stats = await client.stats(topic, "s")
+        assert stats is not None
+        assert [p.backlog for p in stats.partitions] == [0, 0]
+        assert [p.next_offset for p in stats.partitions] == [per_partition] * 2
 
 
 async def test_delete_removes_every_key_and_the_next_attach_starts_afresh(

@@ -43,6 +43,7 @@ def test_subjects_of_a_plain_topic_and_of_a_partition() -> None:
     assert S.wal_drop_below("/ns/t") == "danube.wal.drop.ns.t._"
     assert S.wal_stats("/ns/t-part-12") == "danube.wal.stats.ns.t.12"
     assert S.cloud_fetch("/ns/t") == "danube.cloud.fetch.ns.t._"
+    assert S.cloud_offset_for_time("/ns/t-part-2") == "danube.cloud.time.ns.t.2"
     assert S.ownership("/ns/t-part-1") == "danube.ctl.owner.ns.t.1"
     assert S.subscription_ownership("/ns/t", "s1") == "danube.ctl.subowner.ns.t._.s1"
     assert S.dispatch("/ns/t", "sub-1", DispatchOp.POLL) == "danube.disp.ns.t._.sub-1.poll"

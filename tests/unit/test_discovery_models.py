@@ -142,6 +142,8 @@ def test_user_topic_refuses_partition_names_and_bad_segments() -> None:
         (ConflictError("x", code="topic_exists"), 409),
         (TooLargeError("x", code="body_too_large", limit=1), 413),
         (RemoteError(code="payload_too_large", message="x", retriable=False), 413),
+        (RemoteError(code="offset_out_of_range", message="x", retriable=False), 400),
+        (RemoteError(code="position_unavailable", message="x", retriable=True), 503),
         (OverLimitError("x"), 429),
         (UnavailableError("x", code="no_owner"), 503),
         (NoRespondersError("s"), 503),

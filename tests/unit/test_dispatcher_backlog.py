@@ -1,4 +1,5 @@
-"""Backlog arithmetic: cursor to end, less acks beyond it; unknown ends; from a live cursor."""
+"""Backlog arithmetic: cursor to end, less acks beyond it; unknown ends; exact from a live
+or a resumed cursor with acks beyond it (offsets are contiguous)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from danube.dispatcher.backlog import backlog, total
-from danube.dispatcher.cursor import PartitionCursor
+from danube.dispatcher.backlog import backlog, partition_stats, total
+from danube.dispatcher.cursor import CursorState, PartitionCursor
+from danube.ingest.client import WalOffsets
 
 pytestmark = pytest.mark.unit
 
@@ -44,3 +46,21 @@ def test_equals_the_offsets_neither_below_the_cursor_nor_acked(
         cursor.ack(offset)
     unacked = [o for o in range(start, end) if o not in acked]
     assert backlog(cursor.next_offset, cursor.acked_beyond, end) == len(unacked)
+
+
+def test_a_resumed_cursor_with_acks_beyond_counts_exactly_the_pending_messages() -> None:
+    # Offsets 0..19 exist (contiguous); 0..4 acked in order, then 7, 8 and 15 out of order.
+    cursor = PartitionCursor.from_state(CursorState(next_offset=5, acked_beyond=(7, 8, 15)))
+    pending = [o for o in range(20) if o >= 5 and o not in (7, 8, 15)]
+    stats = partition_stats("t", cursor, WalOffsets(start_offset=0, durable_next=20))
+    assert (stats.backlog, stats.acked_beyond, stats.wal_next) == (len(pending), 3, 20)
+    assert stats.backlog == 12
+    # Reading on, 7 and 8 are known acked (not delivered again); acking 5 and 6 moves the
+    # cursor over them, and the count follows message by message.
+    assert [cursor.observe(o) for o in (5, 6, 7, 8)] == [True, True, False, False]
+    cursor.ack(5)
+    cursor.ack(6)
+    assert cursor.next_offset == 9
+    assert backlog(cursor.next_offset, cursor.acked_beyond, 20) == 10
+    # An unknown end stays unknown.
+    assert partition_stats("t", cursor, None).backlog is None

@@ -1,4 +1,5 @@
-"""Sparse index building and seeking, and object descriptors: round trips and rejected forms."""
+"""Sparse index building and seeking, and object descriptors: round trips (with and without
+publish times) and rejected forms."""
 
 from __future__ import annotations
 
@@ -244,6 +245,11 @@ def _stored(**changes: object) -> bytes:
         _stored(k=7),
         _stored(extra=1),
         orjson.dumps({k: v for k, v in orjson.loads(_stored()).items() if k != "t"}),
+        _stored(p=[5]),
+        _stored(p=[9, 5]),
+        _stored(p=[1, "2"]),
+        _stored(p=[1, True]),
+        _stored(p=None),
         b"{" + b" " * (2 * 1024 * 1024) + b"}",
     ],
 )
@@ -251,6 +257,25 @@ def test_corrupt_stored_descriptors_are_refused(data: bytes) -> None:
     with pytest.raises(CorruptDescriptorError) as info:
         ObjectDescriptor.from_bytes(data)
     assert info.value.code == "corrupt_descriptor"
+
+
+def test_publish_times_are_optional_and_round_trip() -> None:
+    old = ObjectDescriptor.from_bytes(make_descriptor().to_bytes())  # written before "p"
+    assert (old.publish_ms_min, old.publish_ms_max) == (None, None)
+    assert old.may_hold_time(2**63)  # unknown times: any time may be in it
+    timed = make_descriptor(publish_ms_min=1_000, publish_ms_max=2_000)
+    assert orjson.loads(timed.to_bytes())["p"] == [1_000, 2_000]
+    assert ObjectDescriptor.from_bytes(timed.to_bytes()) == timed
+    assert [timed.may_hold_time(t) for t in (0, 1_500, 2_000, 2_001)] == [True, True, True, False]
+    _, builder = build_object(100, [10] * 100, 3200)
+    built = ObjectDescriptor.from_builder(
+        make_descriptor().key, builder, created_ms=1, publish_ms=(7, 9)
+    )
+    assert (built.publish_ms_min, built.publish_ms_max) == (7, 9)
+    for bad in ({"publish_ms_min": 1}, {"publish_ms_min": 3, "publish_ms_max": 2}):
+        with pytest.raises(InvalidDescriptorError) as info:
+            make_descriptor(**bad)
+        assert info.value.field == "publish_ms"
 
 
 def test_unknown_version_is_its_own_error() -> None:

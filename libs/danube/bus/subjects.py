@@ -55,6 +55,7 @@ class Kind(StrEnum):
     REPL_FETCH = "repl.fetch"  # request: follower -> leader, frames from an offset (long poll)
     REPL_EPOCHS = "repl.epochs"  # request: follower -> leader, its leader-epoch history
     CLOUD_FETCH = "cloud.fetch"  # request: read a range from object storage (queue group)
+    CLOUD_TIME = "cloud.time"  # request: the first uploaded offset published at or after a time
     OWNERSHIP = "ctl.owner"  # publish: controller -> all, a partition changed owner
     SUBSCRIPTION_OWNERSHIP = "ctl.subowner"  # publish: controller -> all, a subscription moved
     DISPATCH = "disp"  # request: discovery -> the dispatcher owning a subscription
@@ -176,6 +177,11 @@ class Subjects:
     def cloud_fetch(self, topic: TopicLike) -> str:
         """Requests to read from object storage, served by the cloud_reader queue group."""
         return self.for_topic(Kind.CLOUD_FETCH, topic)
+
+    def cloud_offset_for_time(self, topic: TopicLike) -> str:
+        """Requests for the first uploaded offset published at or after a time, served by
+        the cloud_reader queue group."""
+        return self.for_topic(Kind.CLOUD_TIME, topic)
 
     def ownership(self, topic: TopicLike) -> str:
         """Announcements that a partition changed owner, published by the controller."""

@@ -13,9 +13,13 @@ Stored form (etcd value): one compact JSON object, UTF-8, made by orjson::
      "n": 100,            message count
      "c": true,           offsets contiguous: n == l - f + 1
      "t": 1700000000000,  created, ms since the epoch
-     "x": [0, 0, 52, 65600, ...]}
+     "x": [0, 0, 52, 65600, ...],
                           sparse index, flattened, delta-coded: each entry is (offset delta,
                           position delta) from the previous entry, the first from (f, 0)
+     "p": [1699999990000, 1699999999000]}
+                          optional: the lowest and highest publish_time_ms of the object's
+                          records (its first and last when producers' clocks agree); absent
+                          in descriptors written before it existed, or when unknown
 
 Deltas keep a full index (16384 entries) well under a megabyte. Every descriptor is checked when
 built and again when loaded: a contradiction (first after last, an index out of order or outside
@@ -47,6 +51,7 @@ MAX_DESCRIPTOR_BYTES = 1024 * 1024
 
 _MAX_MS = 2**63 - 1
 _FIELDS = frozenset("vkflsnctx")
+_OPTIONAL_FIELDS = frozenset("p")
 _T = TypeVar("_T")
 
 
@@ -56,7 +61,9 @@ class ObjectDescriptor:
 
     Construction validates every field against the others (see the module docstring) and
     raises :class:`InvalidDescriptorError`; ``index`` may be given as any iterable of pairs and
-    is kept as a tuple of :class:`IndexEntry`.
+    is kept as a tuple of :class:`IndexEntry`. ``publish_ms_min`` / ``publish_ms_max`` (both
+    or neither) bound the records' ``publish_time_ms``: a search by time skips an object whose
+    max is below the time, and scans one without them.
     """
 
     key: str
@@ -68,6 +75,8 @@ class ObjectDescriptor:
     index: tuple[IndexEntry, ...]
     contiguous: bool = True
     version: int = DESCRIPTOR_VERSION
+    publish_ms_min: int | None = None
+    publish_ms_max: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "index", _as_index(self.index))
@@ -75,9 +84,16 @@ class ObjectDescriptor:
 
     @classmethod
     def from_builder(
-        cls, key: str, builder: SparseIndexBuilder, *, created_ms: int, contiguous: bool = True
+        cls,
+        key: str,
+        builder: SparseIndexBuilder,
+        *,
+        created_ms: int,
+        contiguous: bool = True,
+        publish_ms: tuple[int, int] | None = None,
     ) -> ObjectDescriptor:
-        """The descriptor of an object whose every frame went through ``builder``."""
+        """The descriptor of an object whose every frame went through ``builder``;
+        ``publish_ms``: the lowest and highest publish time of its records, if known."""
         if builder.first_offset is None or builder.last_offset is None:
             raise InvalidDescriptorError("message_count", "an object holds at least one frame")
         return cls(
@@ -89,7 +105,14 @@ class ObjectDescriptor:
             created_ms=created_ms,
             index=builder.entries,
             contiguous=contiguous,
+            publish_ms_min=None if publish_ms is None else publish_ms[0],
+            publish_ms_max=None if publish_ms is None else publish_ms[1],
         )
+
+    def may_hold_time(self, timestamp_ms: int) -> bool:
+        """Whether a record published at or after ``timestamp_ms`` may be in the object
+        (always, when the descriptor does not know its publish times)."""
+        return self.publish_ms_max is None or self.publish_ms_max >= timestamp_ms
 
     def seek(self, offset: int) -> int:
         """The byte position to start scanning at for ``offset`` (see :func:`index.seek`)."""
@@ -102,19 +125,20 @@ class ObjectDescriptor:
         for offset, position in self.index:
             deltas += (offset - prev_offset, position - prev_position)
             prev_offset, prev_position = offset, position
-        data = orjson.dumps(
-            {
-                "v": self.version,
-                "k": self.key,
-                "f": self.first_offset,
-                "l": self.last_offset,
-                "s": self.size_bytes,
-                "n": self.message_count,
-                "c": self.contiguous,
-                "t": self.created_ms,
-                "x": deltas,
-            }
-        )
+        stored: dict[str, Any] = {
+            "v": self.version,
+            "k": self.key,
+            "f": self.first_offset,
+            "l": self.last_offset,
+            "s": self.size_bytes,
+            "n": self.message_count,
+            "c": self.contiguous,
+            "t": self.created_ms,
+            "x": deltas,
+        }
+        if self.publish_ms_min is not None:
+            stored["p"] = [self.publish_ms_min, self.publish_ms_max]
+        data = orjson.dumps(stored)
         if len(data) > MAX_DESCRIPTOR_BYTES:
             raise InvalidDescriptorError("index", f"{len(data)} bytes stored is over the limit")
         return data
@@ -132,9 +156,11 @@ class ObjectDescriptor:
             raise CorruptDescriptorError("", "not a JSON object")
         if "v" in raw and raw["v"] != DESCRIPTOR_VERSION:
             raise UnsupportedDescriptorVersionError(raw["v"])
-        if set(raw) != _FIELDS:
-            missing, extra = sorted(_FIELDS - set(raw)), sorted(set(raw) - _FIELDS)
+        if not _FIELDS <= set(raw) <= _FIELDS | _OPTIONAL_FIELDS:
+            missing = sorted(_FIELDS - set(raw))
+            extra = sorted(set(raw) - _FIELDS - _OPTIONAL_FIELDS)
             raise CorruptDescriptorError("", f"missing fields {missing}, unknown fields {extra}")
+        publish_ms = _publish_ms(raw)
         deltas = raw["x"]
         if not isinstance(deltas, list) or len(deltas) % 2:
             raise CorruptDescriptorError("x", "the index is not a list of (offset, position) pairs")
@@ -148,6 +174,8 @@ class ObjectDescriptor:
                 created_ms=_typed(raw, "t", int),
                 index=_undelta(_typed(raw, "f", int), deltas),
                 contiguous=_typed(raw, "c", bool),
+                publish_ms_min=None if publish_ms is None else publish_ms[0],
+                publish_ms_max=None if publish_ms is None else publish_ms[1],
             )
         except CorruptDescriptorError:
             raise
@@ -161,6 +189,15 @@ def _typed(raw: dict[str, Any], name: str, kind: type[_T]) -> _T:
     if type(value) is not kind:
         raise CorruptDescriptorError(name, f"expected {kind.__name__}, got {value!r}")
     return value
+
+
+def _publish_ms(raw: dict[str, Any]) -> tuple[int, int] | None:
+    if "p" not in raw:
+        return None
+    pair = raw["p"]
+    if not isinstance(pair, list) or len(pair) != 2 or any(type(v) is not int for v in pair):
+        raise CorruptDescriptorError("p", f"expected [min, max] publish times, got {pair!r}")
+    return pair[0], pair[1]
 
 
 def _undelta(first_offset: int, deltas: list[Any]) -> tuple[IndexEntry, ...]:
@@ -214,7 +251,20 @@ def _validate(d: ObjectDescriptor) -> None:
         )
     if not 0 <= d.created_ms <= _MAX_MS:
         raise InvalidDescriptorError("created_ms", f"{d.created_ms} is out of range")
+    _validate_publish_ms(d)
     _validate_index(d)
+
+
+def _validate_publish_ms(d: ObjectDescriptor) -> None:
+    low, high = d.publish_ms_min, d.publish_ms_max
+    if low is None and high is None:
+        return
+    if low is None or high is None:
+        raise InvalidDescriptorError("publish_ms", "give both the min and max publish time")
+    if type(low) is not int or type(high) is not int or not 0 <= low <= high <= MAX_OFFSET:
+        raise InvalidDescriptorError(
+            "publish_ms", f"need 0 <= min ({low!r}) <= max ({high!r}) <= u64"
+        )
 
 
 def _validate_index(d: ObjectDescriptor) -> None:

@@ -1,5 +1,6 @@
 """Wires one cloud reader: bus (queue group ``cloud_reader`` on every partition's
-``cloud.fetch`` subject), etcd (descriptors), object storage, node lease and health."""
+``cloud.fetch`` and ``cloud.time`` subjects), etcd (descriptors), object storage, node lease
+and health."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from danube.storage import CorruptObjectError, ObjectStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FetchHandler", "LeaseLost", "serve"]
+__all__ = ["FetchHandler", "LeaseLost", "TimeHandler", "serve"]
 
 QUEUE = "cloud_reader"
 READ_CONCURRENCY = 16
+TIME_CONCURRENCY = 4  # a search may scan a whole object: few at once
 _REPLY_MARGIN_BYTES = 4096
 
 
@@ -59,6 +61,28 @@ class FetchHandler:
         return reply
 
 
+class TimeHandler:
+    """Answers ``cloud.time`` requests: a u64 time in (ingest's ``wal.time`` body), a fetch
+    reply head out with no frames: ``OK`` and the first uploaded offset published at or after
+    the time, or ``NOT_IN_CLOUD`` and the offset after the last object."""
+
+    def __init__(self, bus: Bus, reader: CloudReader) -> None:
+        self.bus = bus
+        self.reader = reader
+
+    async def __call__(self, request: Request) -> bytes:
+        timestamp_ms = protocol.decode_timestamp(request.body)
+        partition = self.bus.subjects.parse(request.subject).name
+        try:
+            answer = await self.reader.offset_for_time(partition, timestamp_ms)
+        except CorruptObjectError as exc:
+            metrics.CORRUPT.inc()
+            log.error("%s: %s", partition, exc)
+            raise
+        status = protocol.FetchStatus.OK if answer.found else protocol.FetchStatus.NOT_IN_CLOUD
+        return protocol.encode_fetch_reply(status, 0, answer.offset, [])
+
+
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
     """Serve reads until ``stop``; raise LeaseLost if the node lease is lost first."""
     objects = ObjectStore.from_config(settings.wal_cloud.cloud)  # no I/O: a bad config fails here
@@ -71,7 +95,14 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             queue=QUEUE,
             max_concurrency=READ_CONCURRENCY,
         )
+        times = await s.bus.serve(
+            s.bus.subjects.all_of_kind(Kind.CLOUD_TIME),
+            TimeHandler(s.bus, reader),
+            queue=QUEUE,
+            max_concurrency=TIME_CONCURRENCY,
+        )
         s.started.set()
         log.info("cloud reader %s up", node_id)
         await wait_for_any(stop, s.lease.lost)
+        await times.drain()
         await responder.drain()

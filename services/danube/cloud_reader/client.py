@@ -1,5 +1,6 @@
 """How other services read history: :class:`CloudClient` asks the ``cloud_reader`` queue
-group (any instance answers) for a partition's frames from an offset."""
+group (any instance answers) for a partition's frames from an offset, or for the first
+uploaded offset published at or after a time."""
 
 from __future__ import annotations
 
@@ -48,3 +49,19 @@ class CloudClient:
                 f"cloud fetch reply ends in a partial frame ({partition})"
             )
         return CloudFetchReply(status is protocol.FetchStatus.OK, next_offset, frames)
+
+    async def offset_for_time(
+        self, partition: TopicName, timestamp_ms: int, *, timeout_s: float = 10.0
+    ) -> int | None:
+        """The first uploaded offset of ``partition`` published at or after ``timestamp_ms``;
+        ``None`` when the time is past every uploaded object (or nothing is uploaded).
+        NoRespondersError when no cloud reader runs."""
+        reply = await self.bus.request(
+            self.bus.subjects.cloud_offset_for_time(partition),
+            protocol.encode_timestamp(timestamp_ms),
+            timeout_s=timeout_s,
+        )
+        status, _, offset, body = protocol.decode_fetch_reply_head(reply.body)
+        if body:
+            raise protocol.BadRequestError(f"cloud time reply with frames ({partition})")
+        return offset if status is protocol.FetchStatus.OK else None

@@ -8,6 +8,14 @@ the last frame returned, or after the object's last offset when the object is do
 caller that follows ``next_offset`` walks the objects in order without a gap or a duplicate.
 No object at or after ``from_offset``: ``NOT_IN_CLOUD`` (read the WAL).
 
+A search by time (:meth:`CloudReader.offset_for_time`) answers the first uploaded offset
+whose record was published at or after ``T``: it takes the objects in offset order, skips
+those whose descriptor says every record is older (its highest publish time below ``T``),
+and scans the first other one frame by frame (checked as a read is); an object whose
+descriptor has no publish times (written before they existed) is scanned, and if nothing in
+it is recent enough the search goes on with the next. ``T`` past every object: not found,
+with the offset after the last object (0 when there is none).
+
 A frame whose CRC, length or offset is wrong is never served: the read fails with
 :class:`~danube.storage.CorruptObjectError` naming the object, the byte position and the
 offset. The checks are :class:`~danube.storage.ObjectScan`'s, shared with the Spark source.
@@ -21,7 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from danube.bus import TopicName
-from danube.frame import Frame
+from danube.frame import Frame, record_publish_time_ms
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.storage import (
@@ -97,6 +105,41 @@ class CloudReader:
                 return CloudRead(False, from_offset, [])
             return await self._read_object(descriptor, from_offset, max_bytes, max_count)
 
+    async def offset_for_time(self, partition: TopicName, timestamp_ms: int) -> CloudTime:
+        """The first uploaded offset published at or after ``timestamp_ms`` (see the module
+        docstring). Descriptors are read afresh: a search is rare, and must see every object."""
+        try:
+            return await self._search_time(partition, timestamp_ms)
+        except ObjectNotFoundError:
+            # Deleted by retention while we searched: once more, from fresh descriptors.
+            return await self._search_time(partition, timestamp_ms)
+
+    async def _search_time(self, partition: TopicName, timestamp_ms: int) -> CloudTime:
+        found = await self.descriptors(partition, refresh=True)
+        for descriptor in found:
+            if descriptor.may_hold_time(timestamp_ms):
+                offset = await self._scan_for_time(descriptor, timestamp_ms)
+                if offset is not None:
+                    return CloudTime(True, offset)
+        return CloudTime(False, found[-1].last_offset + 1 if found else 0)
+
+    async def _scan_for_time(self, descriptor: ObjectDescriptor, timestamp_ms: int) -> int | None:
+        """The first offset of the object published at or after the time, if any."""
+        low = descriptor.publish_ms_min
+        if low is not None and low >= timestamp_ms:
+            return descriptor.first_offset  # every record of it is recent enough
+        scan = ObjectScan(descriptor, descriptor.first_offset)
+        while True:
+            for frame in scan.frames():
+                if record_publish_time_ms(frame.payload) >= timestamp_ms:
+                    return frame.offset
+            wanted = scan.next_range(self.chunk_bytes)
+            if wanted is None:
+                break
+            scan.feed(await self.objects.read_range(descriptor.key, *wanted))
+        scan.finish()
+        return None
+
     async def _read_object(
         self, descriptor: ObjectDescriptor, from_offset: int, max_bytes: int, max_count: int
     ) -> CloudRead:
@@ -117,6 +160,15 @@ class CloudReader:
             scan.feed(await self.objects.read_range(descriptor.key, *wanted))
         scan.finish()
         return CloudRead(True, descriptor.last_offset + 1, frames)
+
+
+@dataclass(frozen=True, slots=True)
+class CloudTime:
+    """The answer to a search by time: ``found`` with the first uploaded offset published at
+    or after it, else (the time is past every object) the offset after the last object."""
+
+    found: bool
+    offset: int
 
 
 def _first(descriptor: ObjectDescriptor) -> int:

@@ -19,9 +19,10 @@
         └── UnavailableError       "no_owner", "unavailable"  (retriable)         503
 
 Errors of the other packages keep their own class and code; :func:`http_status` gives them
-a status by their code (``invalid_name`` and ``invalid_record`` 400, ``payload_too_large``
-413, bus and etcd failures 503...), so a handler simply lets them propagate. Every error
-body is ``{"error": {"code": "...", "message": "..."}}``.
+a status by their code (``invalid_name``, ``invalid_record`` and ``offset_out_of_range``
+400, ``payload_too_large`` 413, bus and etcd failures and ``position_unavailable`` 503...),
+so a handler simply lets them propagate. Every error body is
+``{"error": {"code": "...", "message": "..."}}``.
 
 A consumer stream (WebSocket) cannot answer a status: it sends the same body as an error
 frame and closes with :func:`ws_close_code` (1008 for a protocol violation, 4000 + the HTTP
@@ -116,6 +117,8 @@ _STATUS_BY_CODE: dict[str, int] = {
     "subscription_not_found": 404,
     "subscription_type_mismatch": 409,
     "unsupported_start": 400,
+    "offset_out_of_range": 400,
+    "position_unavailable": 503,
 }
 
 

@@ -140,6 +140,7 @@ class DispatcherClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         attempt = 0
+        refused: RemoteError | None = None
         while True:
             remaining_s = deadline - loop.time()
             try:
@@ -150,9 +151,12 @@ class DispatcherClient:
             except RemoteError as exc:
                 if not exc.retriable:
                     raise
+                refused = exc
             attempt += 1
             delay_s = min(_RETRY_CAP_S, _RETRY_BASE_S * 2**attempt) * random.uniform(0.5, 1)
             if loop.time() + delay_s >= deadline:
+                if refused is not None:
+                    raise refused  # the dispatcher's own reason (its code) says more
                 raise TimeoutError(f"{op} on {topic}/{sub}: no answer in {timeout_s}s")
             await asyncio.sleep(delay_s)
 

@@ -9,10 +9,15 @@
         ├── ConsumerNotFoundError    "consumer_not_found"                  404
         ├── SubscriptionNotFoundError "subscription_not_found"             404
         ├── UnknownPartitionError    "unknown_partition"                   500
+        ├── OffsetOutOfRangeError    "offset_out_of_range"                 400
+        ├── PositionUnavailableError "position_unavailable" (retriable)    503
         └── AckNotDurableError       "ack_not_durable" (retriable)         503
 
 ``SubscriptionTakenError`` is the refusal of a second consumer on an exclusive
-subscription; the others are programming or protocol mistakes of the caller.
+subscription; ``OffsetOutOfRangeError`` refuses a seek or start past a partition's end,
+and ``PositionUnavailableError`` one that cannot be checked or resolved now (the partition's
+ingest owner, or the cloud tier, did not answer); the others are programming or protocol
+mistakes of the caller.
 """
 
 from __future__ import annotations
@@ -76,6 +81,34 @@ class UnknownPartitionError(DispatcherError):
     def __init__(self, message: str, *, partition: str) -> None:
         super().__init__(message)
         self.partition = partition
+
+
+class OffsetOutOfRangeError(DispatcherError):
+    """A seek or start ``{"offset": N}`` past the end of ``partition``: N > ``end`` (the
+    first offset not yet readable; N == end is fine, "the next message"). ``wal_start`` is
+    where the WAL begins (offsets below it are read from the cloud tier, so they are fine)."""
+
+    code = "offset_out_of_range"
+    status = 400
+
+    def __init__(
+        self, message: str, *, partition: str, offset: int, wal_start: int, end: int
+    ) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.offset = offset
+        self.wal_start = wal_start
+        self.end = end
+
+
+class PositionUnavailableError(DispatcherError):
+    """A seek or start position that cannot be checked or resolved now: the partition's
+    ingest owner did not tell its end, or the cloud tier did not answer a time search below
+    the WAL. Nothing changed; the same request may succeed later."""
+
+    code = "position_unavailable"
+    status = 503
+    retriable = True
 
 
 class AckNotDurableError(DispatcherError):

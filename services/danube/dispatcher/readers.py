@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING
 
 from danube.bus import BusError, Message, NoRespondersError, RemoteError, Subscription
 from danube.cloud_reader.client import CloudClient
-from danube.dispatcher import protocol
 from danube.dispatcher.events import MessagesAvailable
-from danube.ingest.client import IngestClient
 from danube.meta import TopicName
 
 if TYPE_CHECKING:
@@ -37,7 +35,6 @@ FETCH_MAX_COUNT = 1000
 FETCH_MAX_BYTES = 1 << 20
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
-_STATS_TIMEOUT_S = 5.0
 
 
 class PartitionReader:
@@ -147,34 +144,3 @@ class PartitionReader:
             event = MessagesAvailable(self.name, messages, position, reply.next_offset)
         await self.runtime.run_actions(self.runtime.feed(event))
         return True
-
-
-async def resolve_start(
-    ingest: IngestClient, partition: TopicName, start: protocol.StartPosition
-) -> int:
-    """The first offset a new subscription reads in ``partition``, or where a seek goes.
-
-    ``latest`` and ``{"timestamp_ms": T}`` ask the partition's ingest owner; when nobody owns
-    it (nothing was ever produced to it: any later owner starts at or above 0) both are 0.
-    A time older than the WAL answers the WAL start (the cloud tier will refine this).
-    """
-    position = _checked(start)
-    if position == "earliest":
-        return 0  # a read below the WAL start skips up to it
-    if isinstance(position, dict) and "offset" in position:
-        return position["offset"]
-    try:
-        if isinstance(position, dict):
-            timestamp_ms = position["timestamp_ms"]
-            return await ingest.offset_for_time(partition, timestamp_ms, timeout_s=_STATS_TIMEOUT_S)
-        offsets = await ingest.wal_offsets(partition, timeout_s=_STATS_TIMEOUT_S)
-        return offsets.durable_next
-    except NoRespondersError:
-        return 0
-
-
-def _checked(start: protocol.StartPosition) -> protocol.StartPosition:
-    try:
-        return protocol.check_position(start)
-    except ValueError as exc:
-        raise protocol.BadRequestError(f"bad start position: {exc}") from exc

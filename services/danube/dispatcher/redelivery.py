@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from danube.config import DispatcherConfig
+
 
 @dataclass(frozen=True, slots=True)
 class DeliverySettings:
@@ -34,6 +36,18 @@ class DeliverySettings:
             raise ValueError("need ack_timeout_s > 0 and 0 < redelivery_base_s <= redelivery_max_s")
         if self.max_redeliveries < 0:
             raise ValueError("max_redeliveries must be >= 0")
+
+    @classmethod
+    def from_config(cls, config: DispatcherConfig) -> DeliverySettings:
+        """The machine's limits from the service config."""
+        return cls(
+            max_unacked_per_consumer=config.max_unacked_per_consumer,
+            ack_timeout_s=config.ack_timeout_s,
+            redelivery_base_s=config.redelivery_base_s,
+            redelivery_max_s=max(config.redelivery_max_s, config.redelivery_base_s),
+            max_redeliveries=config.max_redeliveries,
+            max_held=max(config.max_held_messages, 2),
+        )
 
 
 def redelivery_delay_s(

@@ -18,9 +18,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from danube.bus import Bus, BusError
+from danube.cloud_reader.client import CloudClient
 from danube.config import DispatcherConfig
 from danube.dispatcher import metrics, protocol
-from danube.dispatcher.backlog import backlog
+from danube.dispatcher.backlog import partition_stats
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.errors import AckNotDurableError, SubscriptionNotFoundError
@@ -42,7 +43,8 @@ from danube.dispatcher.events import (
     Seek,
     Tick,
 )
-from danube.dispatcher.readers import PartitionReader, resolve_start
+from danube.dispatcher.positions import resolve_all
+from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.ingest.client import IngestClient, WalOffsets
@@ -58,18 +60,6 @@ WAL_STATS_TIMEOUT_S = 1.0
 # Room in a poll reply for its JSON head entry and frame header, per message.
 _REPLY_BYTES_PER_MESSAGE = 128
 _REPLY_HEAD_BYTES = 4096
-
-
-def delivery_settings(config: DispatcherConfig) -> DeliverySettings:
-    """The machine's limits from the service config."""
-    return DeliverySettings(
-        max_unacked_per_consumer=config.max_unacked_per_consumer,
-        ack_timeout_s=config.ack_timeout_s,
-        redelivery_base_s=config.redelivery_base_s,
-        redelivery_max_s=max(config.redelivery_max_s, config.redelivery_base_s),
-        max_redeliveries=config.max_redeliveries,
-        max_held=max(config.max_held_messages, 2),
-    )
 
 
 def dead_letter_topic(partition: TopicName, suffix: str) -> TopicName:
@@ -95,6 +85,7 @@ class SubscriptionRuntime:
         self.bus = bus
         self.config = config
         self.ingest = IngestClient(bus)
+        self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
@@ -131,25 +122,38 @@ class SubscriptionRuntime:
         if config is not None:
             await self._activate(config, config.initial_position)
 
-    async def _activate(self, config: SubscriptionConfig, start: protocol.StartPosition) -> None:
+    async def _activate(
+        self,
+        config: SubscriptionConfig,
+        start: protocol.StartPosition,
+        resolved: dict[TopicName, int] | None = None,
+    ) -> None:
+        """Serve ``config``: partitions without a stored cursor start at ``resolved`` (the
+        first attach resolves its start before creating the config), else at ``start``."""
         if config.type == "key_shared":
             raise protocol.BadRequestError("key_shared subscriptions are not served yet")
         partitions = await self.store.partitions()
         stored = await self.store.load_cursors(partitions)
+        missing = [p for p in partitions if p not in stored and p not in (resolved or {})]
+        starts = dict(resolved or {})
+        starts.update(
+            zip(missing, await resolve_all(self.ingest, self.cloud, missing, start), strict=True)
+        )
         cursors: dict[str, PartitionCursor] = {}
         fresh: dict[TopicName, CursorState] = {}
         for partition in partitions:
             state = stored.get(partition)
             if state is None:
-                offset = await resolve_start(self.ingest, partition, start)
-                state = fresh[partition] = CursorState(next_offset=offset)
+                state = fresh[partition] = CursorState(next_offset=starts[partition])
             cursors[partition.topic] = PartitionCursor.from_state(state, policy=self._policy)
             self._partitions[partition.topic] = partition
         if fresh:
             # A new subscription's position is stored before any consumer sees a message,
             # so "latest" means the latest at attach, not at the next restart.
             await self.store.write_cursors(fresh)
-        self.machine = SubscriptionMachine(config.type, cursors, delivery_settings(self.config))
+        self.machine = SubscriptionMachine(
+            config.type, cursors, DeliverySettings.from_config(self.config)
+        )
         for name, partition in self._partitions.items():
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
@@ -211,6 +215,9 @@ class SubscriptionRuntime:
         async with self._activate_lock:
             self._check_serving()
             if self.machine is None:
+                # Resolved (and an offset past an end refused) before anything is stored.
+                partitions = await self.store.partitions()
+                offsets = await resolve_all(self.ingest, self.cloud, partitions, request.start)
                 initial = request.start if isinstance(request.start, str) else "earliest"
                 config = await self.store.create_config(
                     SubscriptionConfig(
@@ -219,7 +226,8 @@ class SubscriptionRuntime:
                         created_ms=int(time.time() * 1000),
                     )
                 )
-                await self._activate(config, request.start)
+                resolved = dict(zip(partitions, offsets, strict=True))
+                await self._activate(config, request.start, resolved)
         machine = self._machine()
         if request.type != machine.delivery_type:
             raise protocol.BadRequestError(
@@ -345,8 +353,8 @@ class SubscriptionRuntime:
         self._check_serving()
         self._subscription()
         names = list(self._partitions)
-        offsets = await asyncio.gather(
-            *(resolve_start(self.ingest, self._partitions[n], position) for n in names)
+        offsets = await resolve_all(
+            self.ingest, self.cloud, [self._partitions[n] for n in names], position
         )
         self._check_serving()  # a delete may have begun while ingest answered
         resolved = dict(zip(names, offsets, strict=True))
@@ -360,23 +368,10 @@ class SubscriptionRuntime:
         machine = self._subscription()
         names = list(self._partitions)
         ends = await asyncio.gather(*(self._wal_offsets(self._partitions[n]) for n in names))
-        partitions = []
-        for name, wal in zip(names, ends, strict=True):
-            cursor = machine.cursor(name)
-            acked = cursor.acked_beyond
-            partitions.append(
-                protocol.PartitionStats(
-                    partition=name,
-                    next_offset=cursor.next_offset,
-                    read_position=cursor.read_position,
-                    acked_beyond=len(acked),
-                    wal_start=None if wal is None else wal.start_offset,
-                    wal_next=None if wal is None else wal.durable_next,
-                    backlog=backlog(
-                        cursor.next_offset, acked, None if wal is None else wal.durable_next
-                    ),
-                )
-            )
+        partitions = [
+            partition_stats(name, machine.cursor(name), wal)
+            for name, wal in zip(names, ends, strict=True)
+        ]
         consumers = [
             protocol.ConsumerStats(consumer_id=cid, name=name, unacked=unacked)
             for cid, name, unacked in machine.consumer_details()

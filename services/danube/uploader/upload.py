@@ -9,8 +9,9 @@ A cycle, for the range after the checkpoint's ``uploaded_through``:
 2. **Write** the object ``<first>-<last>.dnb`` whole: from memory when the range was small
    enough to keep while planning (``MEMORY_OBJECT_BYTES``), else streamed (multipart) by reading
    the range from ingest a second time.
-3. **Commit**: the descriptor (with its sparse index) and ``uploaded_through = pending_end``
-   in one transaction, compared on the checkpoint's and the assignment key's mod revisions.
+3. **Commit**: the descriptor (with its sparse index and the lowest and highest publish time
+   of its records, for searches by time) and ``uploaded_through = pending_end`` in one
+   transaction, compared on the checkpoint's and the assignment key's mod revisions.
 
 A crash anywhere leaves either nothing pending (redo the cycle) or a ``pending_end``: whoever
 uploads next writes exactly that range again (same frames, same key, same bytes) and commits
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from danube.bus import TopicName
 from danube.config import UploaderConfig
-from danube.frame import Frame, append_frame
+from danube.frame import Frame, FrameError, append_frame, record_publish_time_ms
 from danube.ingest.client import IngestClient
 from danube.meta import MetaStore, Txn, encode_model
 from danube.meta import keys as meta_keys
@@ -42,6 +43,36 @@ FETCH_MAX_BYTES = 1 << 20
 FETCH_MAX_COUNT = 10_000
 FETCH_TIMEOUT_S = 10.0
 _MiB = 1 << 20
+
+
+class PublishTimes:
+    """The lowest and highest ``publish_time_ms`` of the records of one object; unknown
+    (``None``) once a record's time cannot be read, so a descriptor never claims a range
+    that a record it holds lies outside."""
+
+    def __init__(self) -> None:
+        self._low: int | None = None
+        self._high: int | None = None
+        self._known = True
+
+    def add(self, record: bytes | memoryview) -> None:
+        """Count one record (a frame's payload)."""
+        if not self._known:
+            return
+        try:
+            time_ms = record_publish_time_ms(record)
+        except FrameError:
+            self._known = False  # not a record of a version we read: no time range at all
+            return
+        self._low = time_ms if self._low is None else min(self._low, time_ms)
+        self._high = time_ms if self._high is None else max(self._high, time_ms)
+
+    @property
+    def range(self) -> tuple[int, int] | None:
+        """``(lowest, highest)``, ``None`` when unknown or nothing was added."""
+        if not self._known or self._low is None or self._high is None:
+            return None
+        return self._low, self._high
 
 
 class UploadError(Exception):
@@ -213,21 +244,29 @@ class PartitionUploader:
         self, start: int, end: int, held: list[Frame] | None
     ) -> ObjectDescriptor:
         builder = SparseIndexBuilder()
+        times = PublishTimes()
         if held is not None:
             body = bytearray()
             for frame in held:
                 position = len(body)
                 append_frame(body, frame.offset, frame.payload)
                 builder.add(frame.offset, position, len(body) - position)
+                times.add(frame.payload)
             key = self._key(builder)
             await self.objects.write(key, bytes(body))
         else:
-            key = await self._stream(start, end, builder)
+            key = await self._stream(start, end, builder, times)
         return ObjectDescriptor.from_builder(
-            key, builder, created_ms=_now_ms(), contiguous=_contiguous(builder)
+            key,
+            builder,
+            created_ms=_now_ms(),
+            contiguous=_contiguous(builder),
+            publish_ms=times.range,
         )
 
-    async def _stream(self, start: int, end: int, builder: SparseIndexBuilder) -> str:
+    async def _stream(
+        self, start: int, end: int, builder: SparseIndexBuilder, times: PublishTimes
+    ) -> str:
         # The key names the first and last frame, known only after reading them: a first
         # pass finds them (only sizes are kept), the second writes. Both read the same
         # immutable WAL range.
@@ -246,6 +285,7 @@ class PartitionUploader:
                 append_frame(chunk, frame.offset, frame.payload)
                 size = len(chunk) - before
                 builder.add(frame.offset, position, size)
+                times.add(frame.payload)
                 position += size
                 if len(chunk) >= 8 * _MiB:
                     await writer.write(bytes(chunk))
