@@ -67,8 +67,15 @@ async def bench_mesh(
             **(env or {}),
         }
         processes = []
+        seen: dict[str, int] = {}
         for service in services:
-            own = {"DANUBE_NODE_ID": f"bench-{service}"}
+            # A service listed twice runs twice: bench-ingest, bench-ingest-1, ... each with
+            # its own WAL directory.
+            index = seen[service] = seen.get(service, -1) + 1
+            node_id = f"bench-{service}" if index == 0 else f"bench-{service}-{index}"
+            own = {"DANUBE_NODE_ID": node_id}
+            if service == "ingest" and index > 0:
+                own["DANUBE_WAL_CLOUD__WAL__DIR"] = str(tmp / "wal" / node_id)
             if service != "discovery":
                 own[f"DANUBE_{service.upper()}__METRICS_PORT"] = str(free_port())
             processes.append(_start(service, {**base, **own}, tmp / f"{service}.log"))
