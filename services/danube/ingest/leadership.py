@@ -180,6 +180,33 @@ async def delete_stale_owner(
         await store.compare_and_delete(key, expected_mod_revision=view.owner_rev)
 
 
+async def replace_volatile(store: MetaStore, partition: TopicName, node_id: str) -> bool:
+    """A non-reliable partition (memory only: nothing to lose) whose every replica is gone
+    moves to ``node_id``: its assignment, state and owner start over in one transaction.
+    Returns whether it moved."""
+    key = meta_keys.partition_assignment_key(partition)
+    found = await store.get_model_kv(key, Assignment)
+    if found is None:
+        return False
+    live = {
+        meta_keys.parse_node_key(kv.key)[1]
+        for kv in await store.range(meta_keys.nodes_prefix("ingest"))
+    }
+    if live & set(found[0].replicas):
+        return False
+    moved = Assignment(replicas=(node_id,), assigned_ms=int(time.time() * 1000))
+    result = await (
+        store.txn()
+        .if_mod_revision(key, "==", found[1].mod_revision)
+        .then_put(key, encode_model(moved))
+        .then_delete(meta_keys.partition_state_key(partition))
+        .commit()
+    )
+    if result.succeeded:
+        log.info("%s (non-reliable) moved to %s: its replicas are gone", partition, node_id)
+    return result.succeeded
+
+
 async def place(
     store: MetaStore, partition: TopicName, *, first: str, factor: int, min_insync: int
 ) -> Assignment:

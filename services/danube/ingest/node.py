@@ -180,7 +180,9 @@ class Node:
         """Place the partition if it has no replica set yet, start our replica if we hold
         one, and wait (briefly) for a leader; PartitionUnavailableError if none comes."""
         name = self.bus.subjects.parse(request.subject).name
-        factor, min_insync = await self._replication_of(name)
+        factor, min_insync, volatile = await self._replication_of(name)
+        if volatile:
+            await leadership.replace_volatile(self.store, name, self.node_id)
         assignment = await leadership.place(
             self.store, name, first=self.node_id, factor=factor, min_insync=min_insync
         )
@@ -202,16 +204,16 @@ class Node:
             f"{in_sync}; no in-sync replica is alive (it comes back when one does)"
         )
 
-    async def _replication_of(self, name: TopicName) -> tuple[int, int]:
+    async def _replication_of(self, name: TopicName) -> tuple[int, int, bool]:
         """Replication factor and min in-sync replicas: the topic's, else its namespace's,
-        else the cluster's (``ingest.*``)."""
+        else the cluster's (``ingest.*``); and whether the topic is non-reliable."""
         ingest = self.settings.ingest
         config = await self.store.get_model(meta_keys.topic_key(name.parent), TopicConfig)
         policy = await self.store.get_model(
             meta_keys.namespace_key(name.namespace), NamespacePolicy
         )
         if config is not None and config.dispatch == "non_reliable":
-            return 1, 1  # nothing stored: nothing to replicate
+            return 1, 1, True  # nothing stored: nothing to replicate
         factor = (
             (config.replication_factor if config else None)
             or (policy.replication_factor if policy else None)
@@ -222,7 +224,7 @@ class Node:
             or (policy.min_insync_replicas if policy else None)
             or ingest.min_insync_replicas
         )
-        return factor, min(min_insync, factor)
+        return factor, min(min_insync, factor), False
 
     # --- deletes and the end -----------------------------------------------------------------
 
