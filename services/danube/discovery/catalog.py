@@ -56,6 +56,8 @@ def _same_topic(existing: TopicConfig, spec: TopicSpec) -> bool:
         and existing.dispatch == spec.dispatch
         and existing.durability == spec.durability
         and existing.retention == spec.retention.policy()
+        and existing.replication_factor == spec.replication_factor
+        and existing.min_insync_replicas == spec.min_insync_replicas
     )
 
 
@@ -153,6 +155,8 @@ class Catalog:
             durability=spec.durability,
             retention=spec.retention.policy(),
             created_ms=now_ms(),
+            replication_factor=spec.replication_factor,
+            min_insync_replicas=spec.min_insync_replicas,
         )
         policy = await self.get_namespace(topic.namespace)
         existing = await self.store.get_model(key, TopicConfig)

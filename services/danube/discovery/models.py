@@ -69,6 +69,10 @@ class TopicSpec(_Request):
     dispatch: Dispatch = "reliable"
     durability: Durability = "fsync"
     retention: RetentionSpec = RetentionSpec()
+    # Copies of each partition's log and how many must hold a message before it is
+    # acknowledged (docs/replication.md); null: the namespace's, else the cluster's.
+    replication_factor: Annotated[int, Field(ge=1, le=7)] | None = None
+    min_insync_replicas: Annotated[int, Field(ge=1, le=7)] | None = None
 
 
 class MessageIn(_Request):
@@ -223,6 +227,8 @@ class TopicConfigOut(_Response):
     durability: Durability
     retention: RetentionPolicy
     created_ms: int
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
 
 
 class TopicOut(_Response):

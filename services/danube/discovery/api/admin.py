@@ -70,6 +70,8 @@ def _config_out(config: TopicConfig) -> TopicConfigOut:
         durability=config.durability,
         retention=config.retention,
         created_ms=config.created_ms,
+        replication_factor=config.replication_factor,
+        min_insync_replicas=config.min_insync_replicas,
     )
 
 
