@@ -97,7 +97,14 @@ class Replica:
         """Open the WAL, then follow etcd until the node is no replica any more (or the
         task is cancelled); close everything on the way out."""
         try:
-            await self._open()
+            failures = 0
+            while self.wal is None and not self._stopped:
+                try:
+                    await self._open()
+                except Exception as exc:  # etcd (the topic's durability) or the disk failed
+                    failures += 1
+                    log.warning("%s: opening the replica failed: %s", self.name, exc)
+                    await asyncio.sleep(backoff_s(failures - 1, base_s=0.1, cap_s=5.0))
             failures = 0
             while not self._stopped:
                 try:
