@@ -54,7 +54,7 @@ class SwallowingIngest:
     def __init__(self) -> None:
         self.fetching = asyncio.Event()
 
-    async def fetch(self, partition: TopicName, from_offset: int, **_: Any) -> FetchReply:
+    async def fetch(self, partition: TopicName, from_offset: int, **limits: Any) -> FetchReply:
         self.fetching.set()
         with contextlib.suppress(asyncio.CancelledError):  # swallowed
             await asyncio.sleep(3600)
@@ -72,6 +72,7 @@ class FakeRuntime:
         self.reader: PartitionReader | None = None
 
     def feed(self, event: MessagesAvailable) -> list[Action]:
+        assert event.next_offset is not None
         self.machine.cursor_.read_position = event.next_offset
         return [PauseReading(event.partition)]  # memory full: the reader waits paused
 
