@@ -74,7 +74,13 @@ class PartitionReader:
                 bus.subjects.live(self.partition), self._on_live, pending_msgs_limit=64
             )
             failures = 0
+            task = asyncio.current_task()
             while True:
+                # On Python 3.11 a cancel that lands as a bus reply arrives can be swallowed
+                # (asyncio.wait_for in the NATS client, fixed in 3.12): the loop would then go
+                # on, or wait paused for ever, and the subscription's stop would never end.
+                if task is not None and task.cancelling():
+                    raise asyncio.CancelledError
                 await self._resumed.wait()
                 self._wake.clear()
                 try:
