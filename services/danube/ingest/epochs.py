@@ -79,11 +79,11 @@ class EpochHistory:
         """The entries that still describe a log cut to end before ``end``."""
         return EpochHistory(tuple(e for e in self.entries if e[1] < end))
 
-    def adopted(self, leader: EpochHistory, end: int) -> EpochHistory:
-        """A follower's history once its log is the leader's up to ``end``: the leader's
-        entries that begin at or before ``end`` (an entry at ``end`` begins the epoch the
-        next fetched message belongs to)."""
-        return EpochHistory(tuple(e for e in leader.entries if e[1] <= end))
+    def until(self, end: int) -> EpochHistory:
+        """The entries that begin at or before ``end``: a follower's history once its log is
+        this (leader's) log up to ``end`` (an entry at ``end`` begins the epoch the next
+        fetched message belongs to)."""
+        return EpochHistory(tuple(e for e in self.entries if e[1] <= end))
 
     def to_json(self) -> list[list[int]]:
         return [[epoch, start] for epoch, start in self.entries]

@@ -84,7 +84,7 @@ class Fetcher:
         if cut < wal.next_offset:
             await replica.truncate(cut)
         assert replica.wal is not None
-        await replica.store_history(mine.adopted(self._leader_history, replica.wal.next_offset))
+        await replica.store_history(self._leader_history.until(replica.wal.next_offset))
 
     async def _fetch_loop(self) -> None:
         replica = self.replica
@@ -125,8 +125,8 @@ class Fetcher:
         wal = replica.wal
         assert wal is not None
         end = frames[-1].offset + 1
-        history = (replica.history or EpochHistory()).adopted(self._leader_history, end)
-        await replica.store_history(history)  # the epochs before the frames they describe
+        # The epochs before the frames they describe.
+        await replica.store_history(self._leader_history.until(end))
         # Runs of consecutive offsets; a gap in the leader's log is a gap here too.
         for _, run in groupby(enumerate(frames), key=lambda item: item[1].offset - item[0]):
             batch = [frame for _, frame in run]

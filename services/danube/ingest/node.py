@@ -58,7 +58,6 @@ class Node:
         )
         self._replicas: dict[TopicName, Replica] = {}
         self._tasks: dict[TopicName, asyncio.Task[None]] = {}
-        self._closed = False
         metrics.SEGMENTS.set_function(lambda: sum(p.wal.stats().segments for p in self.partitions))
         metrics.UNDER_REPLICATED.set_function(
             lambda: sum(1 for p in self.partitions if p.under_replicated)
@@ -245,6 +244,5 @@ class Node:
 
     async def close(self, *, release: bool) -> None:
         """Stop every replica; ``release`` hands leadership on (clean shutdown)."""
-        self._closed = True
         for name in list(self._replicas):
             await self._stop_replica(name, release=release)

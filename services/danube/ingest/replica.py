@@ -83,10 +83,6 @@ class Replica:
         """The partition as led here, if this node leads it."""
         return None if self.leading is None else self.leading.partition
 
-    @property
-    def following(self) -> str | None:
-        return None if self._fetcher is None else self._fetcher.leader
-
     def kick(self) -> None:
         """Something about the partition changed in etcd: reconcile now."""
         self._wake.set()
