@@ -49,6 +49,7 @@ async def bench_mesh(
     """Start ``services`` (discovery among them) and yield an HTTP client of discovery,
     ready; everything is stopped on exit. Logs go to ``tmp/<service>.log``. ``etcd_port``:
     where etcd listens (for a benchmark that reads metadata itself); a free port if None."""
+    await asyncio.to_thread(tmp.mkdir, parents=True, exist_ok=True)
     nats = ServerProcess(nats_spec(port=free_port(), monitor_port=free_port()), tmp / "nats.log")
     etcd = ServerProcess(
         etcd_spec(
@@ -75,7 +76,8 @@ async def bench_mesh(
             node_id = f"bench-{service}" if index == 0 else f"bench-{service}-{index}"
             own = {"DANUBE_NODE_ID": node_id}
             if service == "ingest" and index > 0:
-                own["DANUBE_WAL_CLOUD__WAL__DIR"] = str(tmp / "wal" / node_id)
+                # Beside the first node's directory, not inside it.
+                own["DANUBE_WAL_CLOUD__WAL__DIR"] = str(tmp / f"wal-{node_id}")
             if service != "discovery":
                 own[f"DANUBE_{service.upper()}__METRICS_PORT"] = str(free_port())
             processes.append(_start(service, {**base, **own}, tmp / f"{service}.log"))

@@ -225,6 +225,44 @@ async def test_topic_create_idempotent_conflict_describe_lookup_delete(
         assert _error(await http.delete("/v1/topics/default/orders")) == (404, "topic_not_found")
 
 
+async def test_replication_settings_per_topic_and_inherited_from_the_namespace(
+    mesh_for: MeshFactory,
+) -> None:
+    """A namespace's replication default reaches its topics (factor 2 with one ingest node:
+    produce refused with 503 not_enough_replicas, nothing written); a topic's own factor 1
+    wins over it; both are shown as configured (null: inherited)."""
+    async with mesh_for(produce_timeout_s=2.0) as mesh:
+        http = mesh.http
+        ns = await http.put(
+            "/v1/namespaces/copies", json={"replication_factor": 2, "min_insync_replicas": 2}
+        )
+        assert ns.status_code == 201, ns.text
+        assert (ns.json()["replication_factor"], ns.json()["min_insync_replicas"]) == (2, 2)
+        shown = (await http.get("/v1/namespaces/copies")).json()
+        assert (shown["replication_factor"], shown["min_insync_replicas"]) == (2, 2)
+        other = await http.put("/v1/namespaces/copies", json={"replication_factor": 3})
+        assert _error(other) == (409, "namespace_exists")
+
+        inherits = await http.put("/v1/topics/copies/inherits")
+        assert inherits.json()["config"]["replication_factor"] is None
+        refused = await http.post("/v1/topics/copies/inherits/messages", json=ONE)
+        assert _error(refused) == (503, "not_enough_replicas")
+        assert await mesh.store.get("partitions/copies/inherits/assignment") is None
+
+        single = await http.put("/v1/topics/copies/single", json={"replication_factor": 1})
+        assert single.status_code == 201, single.text
+        assert single.json()["config"]["replication_factor"] == 1
+        ok = await http.post("/v1/topics/copies/single/messages", json=ONE)
+        assert ok.json() == {"results": [{"partition": "/copies/single", "offset": 0}]}
+        assert await mesh.store.get("partitions/copies/single/assignment") is not None
+        described = (await http.get("/v1/topics/copies/single")).json()
+        (partition,) = described["partitions"]
+        assert partition["offsets"]["replicas"] == ["ingest-1"]
+        assert partition["offsets"]["isr"] == ["ingest-1"]
+        too_many = await http.put("/v1/topics/copies/many", json={"replication_factor": 8})
+        assert too_many.status_code == 400
+
+
 # --- produce -----------------------------------------------------------------------------
 
 

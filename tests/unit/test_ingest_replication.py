@@ -157,3 +157,18 @@ def test_each_replica_does_the_one_safe_thing() -> None:
     assert _decide(stale, has_history=False) is Act.DELETE_STALE_OWNER
     assert _decide(stale, leading_epoch=3) is Act.KEEP
     assert _decide(_view(state=("b", 4, ("b",)), owner=("b", 4)), leading_epoch=3) is Act.DEMOTE
+
+
+def test_after_an_unclean_move_the_new_set_restarts_and_the_rest_waits() -> None:
+    moved = _view(replicas=("a", "c"), state=("b", 3, ("a", "c")))
+    restart = moved.state.model_copy(update={"restart_at": 120})  # type: ignore[union-attr]
+    view = PartitionView(moved.assignment, 1, restart, 2, None, 0)
+    assert _decide(view) is Act.RESTART
+    assert _decide(view, has_history=False) is Act.RESTART  # an empty, wiped log may start
+    outside = restart.model_copy(update={"isr": ("c",)})
+    assert _decide(PartitionView(moved.assignment, 1, outside, 2, None, 0)) is Act.WAIT
+    # Once one of them claimed, the others follow it (the claim cleared restart_at).
+    led = PartitionView(
+        moved.assignment, 1, restart, 2, Owner(node_id="c", epoch=4, assigned_ms=1), 3
+    )
+    assert _decide(led) is Act.FOLLOW

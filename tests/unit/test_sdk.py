@@ -32,6 +32,7 @@ from danube.client._sources import _close_error
 from danube.client.batch import Accumulator
 from danube.client.errors import error_from_body, status_of_close
 from danube.client.messages import decode_message, encode_message, position_json, topic_name
+from danube.client.retry import retrying
 
 pytestmark = pytest.mark.unit
 
@@ -317,3 +318,28 @@ def test_positions_take_the_api_forms() -> None:
     with pytest.raises(InvalidArgumentError):
         Timestamp(-5)
     assert ConsumerOptions(start=Timestamp(9)).attach_body()["start"] == {"timestamp_ms": 9}
+
+
+async def test_retrying_reports_the_servers_answer_when_the_deadline_cuts_the_last_try() -> None:
+    """A 503 with a reason, then an attempt the deadline cut short: the error raised is the
+    server's reason, not "no answer within ..."."""
+    attempts: list[float] = []
+
+    async def call(timeout_s: float) -> None:
+        attempts.append(timeout_s)
+        if len(attempts) == 1:
+            raise UnavailableError("no in-sync replica", code="partition_unavailable", status=503)
+        await asyncio.sleep(timeout_s)
+        raise TransportError(f"no answer within {timeout_s} s")
+
+    with pytest.raises(UnavailableError) as raised:
+        await retrying(call, timeout_s=0.2, policy=FAST, what="produce")
+    assert raised.value.code == "partition_unavailable"
+    assert len(attempts) >= 2
+
+    async def never(timeout_s: float) -> None:  # no answer ever: the timeout it is
+        await asyncio.sleep(timeout_s)
+        raise TransportError(f"no answer within {timeout_s} s")
+
+    with pytest.raises(TransportError):
+        await retrying(never, timeout_s=0.1, policy=FAST, what="produce")

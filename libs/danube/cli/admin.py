@@ -14,15 +14,39 @@ from danube.cli._common import Json, ServiceAddr, err, out, parse_position, prin
 from danube.client import AsyncAdmin, AsyncDanubeClient, Retention
 from danube.client.admin import Namespace, Subscription, TopicDescription
 
-app = typer.Typer(help="Cluster, namespaces and topics.", no_args_is_help=True)
+# The server's bound (danube.meta.records.REPLICAS_MAX); it answers 400 past it anyway.
+REPLICAS_MAX = 7
+ReplicationFactor = Annotated[
+    int | None,
+    typer.Option(
+        "--replication-factor",
+        "-r",
+        min=1,
+        max=REPLICAS_MAX,
+        help="Copies of each partition (default: the namespace's, else the cluster's).",
+    ),
+]
+MinInsync = Annotated[
+    int | None,
+    typer.Option(
+        "--min-insync-replicas",
+        min=1,
+        max=REPLICAS_MAX,
+        help="Copies durable before a produce is acknowledged (leader included).",
+    ),
+]
+
+app = typer.Typer(help="Cluster, namespaces, topics and partitions.", no_args_is_help=True)
 namespaces = typer.Typer(help="List, show, create and delete namespaces.", no_args_is_help=True)
 topics = typer.Typer(
     help="List, create, describe, delete and look up topics.", no_args_is_help=True
 )
 subscriptions = typer.Typer(help="List, delete and seek subscriptions.", no_args_is_help=True)
+partitions = typer.Typer(help="Move a partition to other ingest nodes.", no_args_is_help=True)
 app.add_typer(namespaces, name="namespaces")
 app.add_typer(topics, name="topics")
 app.add_typer(subscriptions, name="subscriptions")
+app.add_typer(partitions, name="partitions")
 
 # Each admin request, retries included (an unreachable server fails within this).
 ADMIN_TIMEOUT_S = 5.0
@@ -82,6 +106,8 @@ def _show_namespace(found: Namespace, json_out: bool) -> None:
     out.print(
         f"{found.name}: max_topics {found.max_topics}, retention "
         f"{retention.time_minutes or '-'} min / {retention.size_mb or '-'} MB, "
+        f"replication {found.replication_factor or 'default'} "
+        f"(min in sync {found.min_insync_replicas or 'default'}), "
         f"created {_when(found.created_ms)}"
     )
 
@@ -122,16 +148,23 @@ def namespaces_create(
     max_topics: Annotated[int | None, typer.Option(min=0, help="Topics it may hold.")] = None,
     retention_minutes: Annotated[int | None, typer.Option(min=1)] = None,
     retention_mb: Annotated[int | None, typer.Option(min=1)] = None,
+    replication_factor: ReplicationFactor = None,
+    min_insync_replicas: MinInsync = None,
     json_out: Json = False,
 ) -> None:
-    """Create a namespace (idempotent; 409 if it exists with another policy)."""
+    """Create a namespace (idempotent; 409 if it exists with another policy); the
+    replication options are the defaults of its new topics."""
     retention = None
     if retention_minutes is not None or retention_mb is not None:
         retention = Retention(time_minutes=retention_minutes, size_mb=retention_mb)
 
     async def call(admin: AsyncAdmin) -> None:
         created = await admin.create_namespace(
-            namespace, max_topics=max_topics, retention=retention
+            namespace,
+            max_topics=max_topics,
+            retention=retention,
+            replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
         )
         _show_namespace(created, json_out)
 
@@ -182,6 +215,8 @@ def topics_create(
     durability: Annotated[Durability, typer.Option(help="Ack after fsync, or after write.")] = (
         Durability.fsync
     ),
+    replication_factor: ReplicationFactor = None,
+    min_insync_replicas: MinInsync = None,
     json_out: Json = False,
 ) -> None:
     """Create a topic (idempotent; 409 if it exists with another config)."""
@@ -192,6 +227,8 @@ def topics_create(
             partitions=partitions,
             dispatch="reliable" if dispatch is Dispatch.reliable else "non_reliable",
             durability="fsync" if durability is Durability.fsync else "interval",
+            replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
         )
         if json_out:
             print_json(created.model_dump())
@@ -364,3 +401,36 @@ def subscriptions_seek(
             out.print(f"{partition.name} {partition.offset}")
 
     _admin("subscriptions seek", service_addr, call)
+
+
+@partitions.command("move")
+def partitions_move(
+    partition: Annotated[
+        str, typer.Argument(help="/<namespace>/<topic> or /<namespace>/<topic>-part-<N>.")
+    ],
+    to: Annotated[
+        list[str], typer.Option("--to", help="An ingest node to keep it (repeat for more).")
+    ],
+    unclean: Annotated[
+        bool,
+        typer.Option("--unclean", help="Give up what only the old replicas held (they are gone)."),
+    ] = False,
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    json_out: Json = False,
+) -> None:
+    """Give a partition with no leader left a new replica set (docs/replication.md)."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        moved = await admin.move_partition(partition, to, unclean=unclean)
+        if json_out:
+            print_json(moved.model_dump())
+            return
+        old = ", ".join(moved.previous_replicas) or "nowhere"
+        out.print(f"moved {moved.partition} from {old} to {', '.join(moved.replicas)}")
+        if moved.continues_at is not None:
+            out.print(
+                f"gave up: the offsets from {moved.given_up_from} on that only "
+                f"{old} held; the log continues at {moved.continues_at}"
+            )
+
+    _admin("partitions move", service_addr, call)

@@ -57,6 +57,8 @@ class Namespace(_Model):
     max_topics: int
     retention: Retention
     created_ms: int
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
 
 
 class TopicConfig(_Model):
@@ -65,6 +67,8 @@ class TopicConfig(_Model):
     durability: Durability
     retention: Retention
     created_ms: int
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
 
 
 class Topic(_Model):
@@ -208,15 +212,25 @@ class AsyncAdmin:
         return _parse(Namespace, (await self._call("GET", path)).body, "namespace")
 
     async def create_namespace(
-        self, ns: str, *, max_topics: int | None = None, retention: Retention | None = None
+        self,
+        ns: str,
+        *,
+        max_topics: int | None = None,
+        retention: Retention | None = None,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
     ) -> Namespace:
         """Create a namespace (idempotent); ConflictError ``namespace_exists`` when it
-        exists with another policy."""
+        exists with another policy. The replication settings are its topics' defaults."""
         body: dict[str, Any] = {}
         if max_topics is not None:
             body["max_topics"] = max_topics
         if retention is not None:
             body["retention"] = retention.model_dump()
+        if replication_factor is not None:
+            body["replication_factor"] = replication_factor
+        if min_insync_replicas is not None:
+            body["min_insync_replicas"] = min_insync_replicas
         answer = await self._call("PUT", f"/v1/namespaces/{_namespace(ns)}", body)
         return _parse(Namespace, answer.body, "create namespace")
 
@@ -240,9 +254,12 @@ class AsyncAdmin:
         dispatch: Dispatch = "reliable",
         durability: Durability = "fsync",
         retention: Retention | None = None,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
     ) -> Topic:
         """Create a topic (idempotent: ``created`` False when it existed with this config);
-        ConflictError ``topic_exists`` when it exists with another."""
+        ConflictError ``topic_exists`` when it exists with another. A replication setting
+        left None takes the namespace's (or the cluster's) default."""
         body: dict[str, Any] = {
             "partitions": partitions,
             "dispatch": dispatch,
@@ -250,6 +267,10 @@ class AsyncAdmin:
         }
         if retention is not None:
             body["retention"] = retention.model_dump()
+        if replication_factor is not None:
+            body["replication_factor"] = replication_factor
+        if min_insync_replicas is not None:
+            body["min_insync_replicas"] = min_insync_replicas
         answer = await self._call("PUT", f"/v1/topics/{_topic_path(topic)}", body)
         created = _parse(Topic, answer.body, "create topic")
         return created.model_copy(update={"created": answer.status == 201})
@@ -279,6 +300,20 @@ class AsyncAdmin:
         path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
         await self._call("DELETE", path)
 
+    async def move_partition(
+        self, partition: str | TopicName, replicas: list[str], *, unclean: bool = False
+    ) -> Move:
+        """Give a partition that has no leader a new replica set (docs/replication.md).
+        When that gives up what only its old replicas held, the server refuses
+        (``unclean_required``) unless ``unclean``; the answer tells where the log continues
+        and from which offset data was given up."""
+        body = {"replicas": [_node(n) for n in replicas], "unclean": unclean}
+        # Not retried: a move whose answer was lost happened; a second finds a leader or
+        # moves again.
+        path = f"/v1/partitions/{_topic_path(partition)}/move"
+        answer = await self._http.request("POST", path, body=body)
+        return _parse(Move, answer.body, "move partition")
+
     async def seek(
         self, topic: str | TopicName, subscription: str, position: Position
     ) -> list[SeekPartition]:
@@ -293,12 +328,30 @@ class AsyncAdmin:
         return _parse(_SeekAnswer, answer.body, "seek").partitions
 
 
+class Move(_Model):
+    """What a partition move did (see :meth:`AsyncAdmin.move_partition`)."""
+
+    partition: str
+    previous_replicas: list[str]
+    replicas: list[str]
+    unclean: bool
+    continues_at: int | None = None
+    given_up_from: int | None = None
+
+
 class _SubscriptionList(_Model):
     subscriptions: list[Subscription]
 
 
 class _SeekAnswer(_Model):
     partitions: list[SeekPartition]
+
+
+def _node(node_id: str) -> str:
+    try:
+        return validate_segment("node", node_id)
+    except InvalidNameError as exc:
+        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
 
 
 def _subscription(name: str) -> str:

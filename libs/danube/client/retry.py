@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from danube.client.errors import ClientError
+from danube.client.errors import ApiError, ClientError, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,21 @@ async def retrying(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     attempt = 0
+    answered: ApiError | None = None  # the server's last answer, if it gave one
     while True:
         try:
             return await call(max(MIN_ATTEMPT_S, deadline - loop.time()))
         except ClientError as exc:
             if not retry_if(exc):
                 raise
+            if isinstance(exc, ApiError):
+                answered = exc
             delay = policy.delay_s(attempt)
             if loop.time() + delay >= deadline:
+                if answered is not None and isinstance(exc, TransportError):
+                    # The deadline cut the last attempt short: what the server said before
+                    # (partition_unavailable...) tells more than "no answer within 0.5 s".
+                    raise answered from exc
                 raise
             log.debug("%s: retry %d in %.3f s after %r", what, attempt + 1, delay, exc)
         await asyncio.sleep(delay)

@@ -108,6 +108,12 @@ class PartitionState(_Record):
     leader_epoch: Annotated[int, Field(ge=1)]
     isr: Annotated[tuple[NodeId, ...], Field(min_length=1, max_length=REPLICAS_MAX)]
     updated_ms: TimeMs
+    # Where the leader's log ended when it claimed ``leader_epoch``: every offset below it
+    # was handed out, so an unclean move never reuses one (None: written before it existed).
+    epoch_start: Offset | None = None
+    # Set only by an operator's unclean move (docs/replication.md): the replicas of ``isr``
+    # start an empty log at this offset and one of them claims; that claim clears it.
+    restart_at: Offset | None = None
 
 
 class NodeRecord(_Record):

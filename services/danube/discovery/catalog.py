@@ -62,7 +62,12 @@ def _same_topic(existing: TopicConfig, spec: TopicSpec) -> bool:
 
 
 def _same_namespace(existing: NamespacePolicy, spec: NamespaceSpec) -> bool:
-    return existing.max_topics == spec.max_topics and existing.retention == spec.retention.policy()
+    return (
+        existing.max_topics == spec.max_topics
+        and existing.retention == spec.retention.policy()
+        and existing.replication_factor == spec.replication_factor
+        and existing.min_insync_replicas == spec.min_insync_replicas
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +98,11 @@ class Catalog:
         """Create the namespace; ``(policy, created)``. The same spec again is not an error."""
         key = meta_keys.namespace_key(name)
         policy = NamespacePolicy(
-            created_ms=now_ms(), max_topics=spec.max_topics, retention=spec.retention.policy()
+            created_ms=now_ms(),
+            max_topics=spec.max_topics,
+            retention=spec.retention.policy(),
+            replication_factor=spec.replication_factor,
+            min_insync_replicas=spec.min_insync_replicas,
         )
         result = (
             await self.store.txn()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from danube.frame import (
     MAX_ATTRIBUTE_NAME_BYTES,
@@ -16,6 +16,7 @@ from danube.frame import (
 )
 from danube.meta.records import (
     PARTITIONS_MAX,
+    REPLICAS_MAX,
     Dispatch,
     Durability,
     RetentionPolicy,
@@ -60,6 +61,9 @@ class NamespaceSpec(_Request):
 
     max_topics: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
     retention: RetentionSpec = RetentionSpec()
+    # The defaults of the namespace's new topics (docs/replication.md); null: the cluster's.
+    replication_factor: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
+    min_insync_replicas: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
 
 
 class TopicSpec(_Request):
@@ -71,8 +75,8 @@ class TopicSpec(_Request):
     retention: RetentionSpec = RetentionSpec()
     # Copies of each partition's log and how many must hold a message before it is
     # acknowledged (docs/replication.md); null: the namespace's, else the cluster's.
-    replication_factor: Annotated[int, Field(ge=1, le=7)] | None = None
-    min_insync_replicas: Annotated[int, Field(ge=1, le=7)] | None = None
+    replication_factor: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
+    min_insync_replicas: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
 
 
 class MessageIn(_Request):
@@ -200,6 +204,8 @@ class NamespaceOut(_Response):
     max_topics: int
     retention: RetentionPolicy
     created_ms: int
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
 
 
 class NamespaceList(_Response):
@@ -304,6 +310,36 @@ class SubscriptionOut(_Response):
 class SubscriptionList(_Response):
     topic: str
     subscriptions: list[SubscriptionOut]
+
+
+class MoveRequest(_Request):
+    """``POST /v1/partitions/{ns}/{partition}/move``: the ingest nodes that keep the
+    partition from now on; ``unclean`` accepts giving up what only the old replicas held."""
+
+    replicas: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=128)]],
+        Field(min_length=1, max_length=REPLICAS_MAX),
+    ]
+    unclean: bool = False
+
+    @model_validator(mode="after")
+    def _distinct(self) -> MoveRequest:
+        if len(set(self.replicas)) != len(self.replicas):
+            raise ValueError(f"replicas must be distinct nodes: {self.replicas}")
+        return self
+
+
+class MoveOut(_Response):
+    """What a move did. Unclean: the log continues at ``continues_at``; offsets from
+    ``given_up_from`` (the cloud tier's end) on that only the old replicas held are given up
+    (those below ``continues_at`` are a gap readers skip)."""
+
+    partition: str
+    previous_replicas: list[str]
+    replicas: list[str]
+    unclean: bool
+    continues_at: int | None = None
+    given_up_from: int | None = None
 
 
 class SeekPartitionOut(_Response):

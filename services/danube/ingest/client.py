@@ -22,7 +22,13 @@ from danube.frame import Frame, decode_frames
 from danube.ingest import protocol
 from danube.ingest.wal.results import SegmentInfo
 
+# The code of danube.ingest.leadership.PartitionUnavailableError: no in-sync replica of the
+# partition is alive, so retrying within one request's deadline cannot help.
+UNAVAILABLE = "partition_unavailable"
 _RETRY_BASE_S = 0.02
+# A produce unanswered after this long makes the client ask whether a leader exists at all.
+_PROBE_AFTER_S = 1.0
+_PROBE_TIMEOUT_S = 1.0
 _RETRY_CAP_S = 0.5
 
 
@@ -62,17 +68,17 @@ class IngestClient:
         attempt = 0
         reason: RemoteError | None = None  # why the last attempt failed, if ingest said
         while True:
-            remaining_s = deadline - loop.time()
             try:
-                reply = await self.bus.request(
-                    self.bus.subjects.produce(partition), body, timeout_s=max(remaining_s, 0.001)
+                first, _ = protocol.decode_produce_reply(
+                    await self._attempt(partition, body, deadline)
                 )
-                first, _ = protocol.decode_produce_reply(reply.body)
                 return first
             except NoRespondersError:
                 reason = await self._ask_claim(partition, deadline) or reason
+                if reason is not None and reason.code == UNAVAILABLE:
+                    raise reason from None  # no in-sync replica is alive: an operator helps
             except RemoteError as exc:
-                if not exc.retriable:
+                if not exc.retriable or exc.code == UNAVAILABLE:
                     raise
                 reason = exc
             attempt += 1
@@ -82,6 +88,54 @@ class IngestClient:
                     raise reason
                 raise TimeoutError(f"produce to {partition}: no durable answer in {timeout_s}s")
             await asyncio.sleep(delay_s)
+
+    async def _attempt(self, partition: TopicName, body: bytes, deadline: float) -> bytes:
+        """One produce request. When it is slow, ask in parallel whether a leader can come
+        at all: a frozen leader keeps its bus subscription (so the request finds a
+        responder that never answers) though its lease, and leadership, are gone; with no
+        in-sync replica alive the answer is ``partition_unavailable`` at once, not a bare
+        timeout at the deadline."""
+        loop = asyncio.get_running_loop()
+        remaining_s = max(deadline - loop.time(), 0.001)
+        subject = self.bus.subjects.produce(partition)
+        request = asyncio.ensure_future(self.bus.request(subject, body, timeout_s=remaining_s))
+        probe: asyncio.Future[tuple[bool, RemoteError | None]] | None = None
+        try:
+            await asyncio.wait({request}, timeout=min(_PROBE_AFTER_S, remaining_s))
+            while not request.done():
+                probe = asyncio.ensure_future(self._probe(partition, deadline))
+                await asyncio.wait({request, probe}, return_when=asyncio.FIRST_COMPLETED)
+                if request.done():
+                    break
+                answered, reason = probe.result()
+                if reason is not None and reason.code == UNAVAILABLE:
+                    raise reason
+                if answered:
+                    break  # a leader is there (or coming): wait for the request
+            return (await request).body
+        finally:
+            for task in (request, probe):
+                if task is not None and not task.done():
+                    task.cancel()
+                    await asyncio.wait({task})  # never raises: the caller's own cancel stays
+
+    async def _probe(
+        self, partition: TopicName, deadline: float
+    ) -> tuple[bool, RemoteError | None]:
+        """Ask one ingest node (a frozen one never answers: then ask again) whether the
+        partition has or gets a leader: ``(answered, the reason if it has none)``."""
+        remaining_s = deadline - asyncio.get_running_loop().time()
+        try:
+            await self.bus.request(
+                self.bus.subjects.ownership(partition),
+                b"",
+                timeout_s=max(min(remaining_s, _PROBE_TIMEOUT_S), 0.001),
+            )
+        except RemoteError as exc:
+            return True, exc
+        except (NoRespondersError, BusTimeoutError):
+            return False, None
+        return True, None
 
     async def _ask_claim(self, partition: TopicName, deadline: float) -> RemoteError | None:
         """Ask an ingest node to place the partition and wait for its leader; the reason

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from danube.errors import DanubeError
 from danube.ingest.wal.checkpoint import atomic_write
+from danube.ingest.wal.fileops import OsFileOps
 
 EPOCHS_FILE = "epochs.json"
 _VERSION = 1
@@ -144,3 +145,12 @@ def store(directory: Path, history: EpochHistory) -> None:
     """Write the history atomically and durably (temp file, fsync, rename). Blocking."""
     body = {"version": _VERSION, "epochs": history.to_json()}
     atomic_write(directory / EPOCHS_FILE, json.dumps(body).encode() + b"\n")
+
+
+def remove(directory: Path) -> None:
+    """Forget the history (an unclean restart of the log); durable. Blocking."""
+    try:
+        (directory / EPOCHS_FILE).unlink()
+    except FileNotFoundError:
+        return
+    OsFileOps().fsync_dir(directory)

@@ -72,6 +72,7 @@ class Term:
     replicas: tuple[str, ...]
     min_insync: int
     state_rev: int
+    epoch_start: int
 
 
 def _rev(found: tuple[object, KeyValue] | None) -> int:
@@ -101,12 +102,20 @@ def _compare(txn: Txn, key: str, revision: int) -> None:
 
 
 async def claim(
-    store: MetaStore, node_id: str, lease: Lease, partition: TopicName, view: PartitionView
+    store: MetaStore,
+    node_id: str,
+    lease: Lease,
+    partition: TopicName,
+    view: PartitionView,
+    *,
+    log_end: int,
 ) -> Term | None:
-    """Lead ``partition`` under a new epoch; ``None`` if ``view`` is stale (read again).
+    """Lead ``partition`` under a new epoch from ``log_end`` (this replica's log end);
+    ``None`` if ``view`` is stale (read again).
 
     The caller checked eligibility on ``view``: this node is a replica, in the ISR, and its
-    log is whole. The transaction only makes sure nothing changed since ``view``.
+    log is whole (or, after an unclean move, empty at ``restart_at``). The transaction only
+    makes sure nothing changed since ``view``.
     """
     assignment, state = view.assignment, view.state
     assert assignment is not None
@@ -114,13 +123,20 @@ async def claim(
     lease.ensure_alive()
     if state is None:
         epoch, isr = 1, assignment.replicas  # every replica holds the same empty log
+    elif state.restart_at is not None:
+        # An unclean move: every replica of the new set starts empty at restart_at.
+        assert log_end == state.restart_at
+        epoch = state.leader_epoch + 1
+        isr = tuple(n for n in state.isr if n in assignment.replicas)
     else:
         assert node_id in state.isr
         epoch = state.leader_epoch + 1
         gone = state.leader if state.leader != node_id else None
         isr = tuple(n for n in state.isr if n != gone and n in assignment.replicas)
     now_ms = int(time.time() * 1000)
-    new_state = PartitionState(leader=node_id, leader_epoch=epoch, isr=isr, updated_ms=now_ms)
+    new_state = PartitionState(
+        leader=node_id, leader_epoch=epoch, isr=isr, updated_ms=now_ms, epoch_start=log_end
+    )
     txn = store.txn()
     _compare(txn, meta_keys.partition_assignment_key(partition), view.assignment_rev)
     _compare(txn, meta_keys.partition_state_key(partition), view.state_rev)
@@ -140,6 +156,7 @@ async def claim(
         assignment.replicas,
         assignment.min_insync_replicas,
         result.revision,
+        log_end,
     )
 
 
@@ -147,7 +164,11 @@ async def update_isr(store: MetaStore, node_id: str, term: Term, isr: tuple[str,
     """Write a new ISR for ``term``; NotLeaderError if the state changed hands."""
     key = meta_keys.partition_state_key(term.partition)
     state = PartitionState(
-        leader=node_id, leader_epoch=term.epoch, isr=isr, updated_ms=int(time.time() * 1000)
+        leader=node_id,
+        leader_epoch=term.epoch,
+        isr=isr,
+        updated_ms=int(time.time() * 1000),
+        epoch_start=term.epoch_start,
     )
     result = await (
         store.txn()

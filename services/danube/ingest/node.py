@@ -193,7 +193,7 @@ class Node:
             view = await leadership.read(self.store, name)
             if view.owner is not None:
                 return orjson.dumps({"leader": view.owner.node_id, "epoch": view.owner.epoch})
-            if loop.time() >= deadline:
+            if loop.time() >= deadline or not await self._may_get_leader(view):
                 break
             await asyncio.sleep(_CLAIM_POLL_S)
         state = view.state
@@ -202,6 +202,18 @@ class Node:
             f"{name} has no leader: replicas {', '.join(assignment.replicas)}, in sync "
             f"{in_sync}; no in-sync replica is alive (it comes back when one does)"
         )
+
+    async def _may_get_leader(self, view: leadership.PartitionView) -> bool:
+        """Whether a leader may come without an operator: the partition never had one, an
+        unclean move restarts it, or an in-sync replica is a live node."""
+        state = view.state
+        if state is None or state.restart_at is not None:
+            return True
+        live = {
+            meta_keys.parse_node_key(kv.key)[1]
+            for kv in await self.store.range(meta_keys.nodes_prefix("ingest"))
+        }
+        return bool(live & set(state.isr))
 
     async def _replication_of(self, name: TopicName) -> tuple[int, int, bool]:
         """Replication factor and min in-sync replicas: the topic's, else its namespace's,

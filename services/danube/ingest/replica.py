@@ -159,8 +159,15 @@ class Replica:
             self._start_following(decision.leader, decision.epoch)
             return _IDLE_POLL_S
         await self._stop_following()
-        if act is Act.CLAIM:
-            term = await leadership.claim(ctx.store, ctx.node_id, ctx.lease, self.name, view)
+        if act is Act.RESTART:
+            assert view.state is not None
+            assert view.state.restart_at is not None
+            await self._restart_log(view.state.restart_at)
+        if act in (Act.CLAIM, Act.RESTART):
+            assert self.wal is not None
+            term = await leadership.claim(
+                ctx.store, ctx.node_id, ctx.lease, self.name, view, log_end=self.wal.next_offset
+            )
             if term is None:
                 return None  # lost a race: read again
             await self._start_leading(term)
@@ -224,6 +231,21 @@ class Replica:
         metrics.TRUNCATED_MESSAGES.inc(removed)
         log.warning("%s: truncated %d messages at and past %d", self.name, removed, end)
         return removed
+
+    async def _restart_log(self, offset: int) -> None:
+        """An operator's unclean move: make this log empty at ``offset``, with no history
+        (whatever it held is given up; the new leader's history starts at ``offset``)."""
+        wal = self.wal
+        assert wal is not None
+        if self.history is None and wal.start_offset == wal.next_offset == offset:
+            return  # done already (a claim lost to another replica of the new set)
+        if wal.next_offset > 0:
+            await self.truncate(0)
+        self.history = None
+        await asyncio.to_thread(epochs.remove, self.directory)
+        assert self.wal is not None
+        await self.wal.advance_to(offset)
+        log.warning("%s: unclean move: the log starts over, empty, at %d", self.name, offset)
 
     async def store_history(self, history: EpochHistory) -> None:
         """Make ``history`` this replica's, durably, before anything it describes is written."""

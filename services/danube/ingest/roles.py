@@ -8,7 +8,9 @@ its own state: pure, tested on its own (tests/unit/test_ingest_replication.py).
 - no live leader: **claim** if this node may lead — it is in the ISR (or the partition never
   had a leader) and its log is whole (it has an epoch history, unless the partition never
   had a leader); else, if the owner key still names an earlier incarnation of this node,
-  **delete** it so an eligible replica can claim; else **wait**.
+  **delete** it so an eligible replica can claim; else **wait**;
+- after an operator's unclean move (``state.restart_at`` set, no leader): **restart** —
+  start an empty log at ``restart_at`` and claim — if this node is one of the new set.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Act(Enum):
     DEMOTE = "demote"
     FOLLOW = "follow"
     CLAIM = "claim"
+    RESTART = "restart"
     DELETE_STALE_OWNER = "delete_stale_owner"
     WAIT = "wait"
 
@@ -56,6 +59,9 @@ def decide(
         if following_epoch == owner.epoch:
             return Decision(Act.KEEP, owner.node_id, owner.epoch)
         return Decision(Act.FOLLOW, owner.node_id, owner.epoch)
+    if state is not None and state.restart_at is not None:
+        # An operator's unclean move: the new replicas start empty; any of them may claim.
+        return Decision(Act.RESTART if me in state.isr else Act.WAIT)
     never_led = state is None
     in_sync = never_led or me in state.isr  # type: ignore[union-attr]
     if in_sync and (has_history or never_led):

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.exceptions import HTTPException
 
-from danube.discovery.api import admin, consume, produce, stream, subscriptions
+from danube.discovery.api import admin, consume, partitions, produce, stream, subscriptions
 from danube.discovery.api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from danube.discovery.api.state import ControllerView, Services, services_of
 from danube.discovery.errors import error_body, http_status
@@ -102,6 +102,7 @@ def build_app(services: Services, *, max_body_bytes: int) -> FastAPI:
     app.include_router(consume.router)
     app.include_router(stream.router)
     app.include_router(subscriptions.router)
+    app.include_router(partitions.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

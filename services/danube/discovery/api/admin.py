@@ -60,6 +60,8 @@ def _namespace_out(name: str, policy: NamespacePolicy) -> NamespaceOut:
         max_topics=policy.max_topics,
         retention=policy.retention,
         created_ms=policy.created_ms,
+        replication_factor=policy.replication_factor,
+        min_insync_replicas=policy.min_insync_replicas,
     )
 
 
