@@ -9,7 +9,8 @@ single records plus at most one segment.
 Answers:
 
 - ``T`` at or below the first record in the WAL: the WAL's first offset. Older data may sit
-  in the cloud tier below the WAL start; asking cloud_reader for it is the next refinement.
+  in the cloud tier below the WAL start: the dispatcher then asks cloud_reader
+  (``cloud.time``) too and takes the earlier answer (danube.dispatcher.positions).
 - ``T`` past every record: the next offset (``durable_next``): a subscription placed there
   receives what is published from now on.
 - Otherwise the first offset, in offset order, whose record has ``publish_time_ms >= T``.
