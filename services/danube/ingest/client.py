@@ -24,6 +24,9 @@ from danube.ingest.wal.results import SegmentInfo
 
 _RETRY_BASE_S = 0.02
 _RETRY_CAP_S = 0.5
+# Retriable, but not within one request: a full disk stays full for longer than a produce
+# deadline, so the producer hears it at once (and retries on its own schedule).
+_RETRY_LATER_CODES = frozenset({"disk_full"})
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class IngestClient:
             except NoRespondersError:
                 reason = await self._ask_claim(partition, deadline) or reason
             except RemoteError as exc:
-                if not exc.retriable:
+                if not exc.retriable or exc.code in _RETRY_LATER_CODES:
                     raise
                 reason = exc
             attempt += 1
