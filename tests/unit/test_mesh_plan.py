@@ -38,9 +38,7 @@ def _child(env: dict[str, str]) -> tuple[Path, str]:
 def test_the_files_objects_root_and_wal_dir_hold(tmp_path: Path) -> None:
     envs = _envs(
         tmp_path,
-        "wal_cloud:\n"
-        "  wal: {dir: /srv/wal}\n"
-        "  cloud: {backend: fs, root: /srv/objects}\n",
+        "wal_cloud:\n  wal: {dir: /srv/wal}\n  cloud: {backend: fs, root: /srv/objects}\n",
         ingest=2,
     )
     for name in ("ingest-0", "ingest-1"):
