@@ -13,15 +13,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 import httpx
 import pytest
 
-from conftest import SpecFactory
 from danube.runtime import ProcessSpec, ServerProcess
+
+SpecFactory = Callable[..., ProcessSpec]  # the spec_for fixture of tests/e2e/conftest.py
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault, pytest.mark.timeout(120)]
 

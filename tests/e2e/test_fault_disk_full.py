@@ -8,14 +8,15 @@ import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import ServiceFactory
 from danube.runtime import ServerProcess
+
+ServiceFactory = Callable[..., ServerProcess]  # the services fixture of tests/e2e/conftest.py
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault, pytest.mark.timeout(90)]
 
