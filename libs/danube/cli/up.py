@@ -50,7 +50,12 @@ def run(*, config: Path | None, data_dir: Path, scale: list[str]) -> int:
     printer = _Printer(console)
     try:
         settings = load_settings(config)
-        plan = plan_mesh(settings, data_dir=data_dir.resolve(), scale=parse_scale(scale))
+        plan = plan_mesh(
+            settings,
+            data_dir=data_dir.resolve(),
+            scale=parse_scale(scale),
+            config_path=config,
+        )
     except (ConfigError, ValueError) as exc:
         console.print(f"[red]danube up:[/] {escape(str(exc))}")
         return 2

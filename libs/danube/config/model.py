@@ -168,6 +168,13 @@ class ServiceConfig(_Section):
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0  # 0: pick a free port
     # The node lease: its keys (registration, ownership) vanish this long after a crash.
     lease_ttl_s: Annotated[int, Field(ge=2, le=300)] = 10
+    # Every HTTP listener (health/metrics; discovery's API): a connection must send a whole
+    # request head within header_timeout_s (slow-header clients cannot pin descriptors), may
+    # idle keep_alive_timeout_s between requests, and at most max_connections are open at once
+    # (the next is closed at accept).
+    header_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    keep_alive_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    max_connections: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
 
 
 class DiscoveryConfig(ServiceConfig):
@@ -201,6 +208,12 @@ class IngestConfig(ServiceConfig):
     min_insync_replicas: Annotated[int, Field(ge=1, le=7)] = 1
     replica_lag_max_s: Annotated[float, Field(gt=0, le=600)] = 5.0
     replica_fetch_wait_s: Annotated[float, Field(gt=0, le=30)] = 0.5
+    # Descriptors of WAL segment files kept open over all partitions (least recently used
+    # closed beyond it, reopened on use): the process's descriptor use stays bounded.
+    open_segments_max: Annotated[int, Field(ge=1, le=1_000_000)] = 256
+    # Appends are refused (disk_full, retriable) rather than leave less than this free on
+    # the WAL's filesystem: room for checkpoints and new segments, and a prompt error.
+    disk_free_min_bytes: Annotated[int, Field(ge=0, le=2**50)] = 64 * MiB
 
 
 class UploaderServiceConfig(ServiceConfig):

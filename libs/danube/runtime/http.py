@@ -22,6 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from danube.config.model import ServiceConfig
+from danube.runtime.listener import uvicorn_limits
+
 log = logging.getLogger(__name__)
 
 ReadyCheck = Callable[[], bool]
@@ -59,7 +62,9 @@ class _Server(uvicorn.Server):
 class HealthServer:
     """uvicorn serving :func:`health_app` on ``host:port`` until :meth:`stop`."""
 
-    def __init__(self, host: str, port: int, ready: ReadyCheck) -> None:
+    def __init__(
+        self, host: str, port: int, ready: ReadyCheck, limits: ServiceConfig | None = None
+    ) -> None:
         config = uvicorn.Config(
             health_app(ready),
             host=host,
@@ -67,6 +72,7 @@ class HealthServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
+            **uvicorn_limits(limits or ServiceConfig()),
         )
         self._server = _Server(config)
 

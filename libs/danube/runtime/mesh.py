@@ -2,11 +2,16 @@
 
 Services join the plan when their package exists (``danube.<service>.__main__``);
 each later issue adds its own. Every instance inherits the supervisor's
-environment (so ``DANUBE_CONFIG`` and any ``DANUBE_*`` override reach it) plus a
-few per-instance overrides: its node id and health/metrics port. All local state
-lives under the data directory: etcd's data, one WAL directory per ingest
-instance (two WAL owners must never share one) and, with the fs backend, the
-objects.
+environment (so any ``DANUBE_*`` override reaches it), the config file the supervisor
+read (``DANUBE_CONFIG``), plus a few per-instance overrides: its node id and
+health/metrics port.
+
+What the file (or the environment) sets holds: the data directory only fills in what
+they leave unset. etcd's data always lives under it; each ingest instance gets its
+own WAL directory (two WAL owners must never share one) named after its node id,
+under ``wal_cloud.wal.dir`` when that is set, else under ``<data dir>/wal``; with no
+``wal_cloud.cloud`` set at all, the objects go to the fs backend at
+``<data dir>/objects``.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from danube.config import DanubeSettings, FsCloud
+from danube.config import CONFIG_PATH_ENV, DanubeSettings, FsCloud
 from danube.runtime.servers import ProcessSpec, etcd_spec, free_port, nats_spec
 
 # Dependency order: a service starts after everything before it is ready.
@@ -78,8 +83,10 @@ def plan_mesh(
     data_dir: Path,
     scale: Mapping[str, int] | None = None,
     services: list[str] | None = None,
+    config_path: Path | None = None,
 ) -> MeshPlan:
-    """The processes of a one-machine mesh for ``settings``, servers first."""
+    """The processes of a one-machine mesh for ``settings`` (read from ``config_path``, if
+    any, which every service then reads too), servers first."""
     nats_host, nats_port = _host_port(settings.bus.servers[0])
     etcd_host, etcd_port = _host_port(settings.wal_cloud.metadata.etcd_endpoint)
     specs = [
@@ -95,18 +102,21 @@ def plan_mesh(
     scale = scale or {}
     for service in available_services() if services is None else services:
         for index in range(scale.get(service, 1)):
-            specs.append(_service_spec(settings, service, index, data_dir))
+            specs.append(_service_spec(settings, service, index, data_dir, config_path))
     if any(spec.name.startswith("discovery") for spec in specs):
         urls["http"] = f"http://{settings.discovery.host}:{settings.discovery.port}"
     return MeshPlan(specs, urls)
 
 
 def _service_spec(
-    settings: DanubeSettings, service: str, index: int, data_dir: Path
+    settings: DanubeSettings, service: str, index: int, data_dir: Path, config_path: Path | None
 ) -> ProcessSpec:
     name = f"{service}-{index}"
     section = f"DANUBE_{service.upper()}"
-    env = {"DANUBE_NODE_ID": name}
+    env = {"DANUBE_NODE_ID": name, **_data_env(settings, service, name, data_dir)}
+    if config_path is not None:
+        # The file the supervisor read, whatever $DANUBE_CONFIG says: every process reads it.
+        env[CONFIG_PATH_ENV] = str(config_path.resolve())
     if service == "discovery":
         # The public API's port is fixed; replicas beyond the first get free ports.
         port = settings.discovery.port if index == 0 else free_port()
@@ -116,11 +126,22 @@ def _service_spec(
         port = free_port()
         env[f"{section}__METRICS_PORT"] = str(port)
         ready_url = f"http://127.0.0.1:{port}/readyz"
+    argv = [sys.executable, "-m", f"danube.{service}"]
+    return ProcessSpec(name, argv, port, env=env, ready_url=ready_url)
+
+
+def _data_env(settings: DanubeSettings, service: str, name: str, data_dir: Path) -> dict[str, str]:
+    """Where an instance keeps its data: what the settings name, else the data directory.
+
+    ``model_fields_set`` tells a value the file or the environment set from a default."""
+    env: dict[str, str] = {}
+    wal_cloud = settings.wal_cloud
     if service == "ingest":
-        env["DANUBE_WAL_CLOUD__WAL__DIR"] = str(data_dir / "wal" / name)
-    if isinstance(settings.wal_cloud.cloud, FsCloud):
+        configured = "wal" in wal_cloud.model_fields_set and "dir" in wal_cloud.wal.model_fields_set
+        root = wal_cloud.wal.dir if configured else data_dir / "wal"
+        env["DANUBE_WAL_CLOUD__WAL__DIR"] = str(Path(root).resolve() / name)
+    if "cloud" not in wal_cloud.model_fields_set and isinstance(wal_cloud.cloud, FsCloud):
         # The backend tag travels with the root: an env override of a union member needs it.
         env["DANUBE_WAL_CLOUD__CLOUD__BACKEND"] = "fs"
         env["DANUBE_WAL_CLOUD__CLOUD__ROOT"] = str(data_dir / "objects")
-    argv = [sys.executable, "-m", f"danube.{service}"]
-    return ProcessSpec(name, argv, port, env=env, ready_url=ready_url)
+    return env

@@ -30,6 +30,7 @@ from danube.meta.keys import ServiceKind
 from danube.meta.records import NodeRecord
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import HealthServer
+from danube.runtime.listener import AcceptBackoffLoop, raise_open_files_limit
 from danube.runtime.logs import configure_logging
 from danube.runtime.slots import SLOTS_ENV, Slot, SlotError, claim_slot
 
@@ -72,6 +73,8 @@ def run_service(kind: str, serve: Serve) -> None:
     except SlotError as exc:
         log.error("no node id: %s", exc)
         sys.exit(EXIT_BAD_CONFIG)
+    soft, hard = raise_open_files_limit()
+    log.info("open files limit %d (hard %d)", soft, hard)
     # Known before the settings, so the file can name per-node state after it
     # (`dir: "/var/lib/danube/wal/${DANUBE_NODE_ID}"`).
     os.environ[NODE_ID_ENV] = node_id
@@ -81,7 +84,8 @@ def run_service(kind: str, serve: Serve) -> None:
         log.error("bad configuration: %s", exc)
         sys.exit(EXIT_BAD_CONFIG)
     try:
-        asyncio.run(_main(serve, settings, node_id))
+        with asyncio.Runner(loop_factory=AcceptBackoffLoop) as runner:
+            runner.run(_main(serve, settings, node_id))
     except Exception:
         log.exception("%s %s failed", kind, node_id)
         sys.exit(EXIT_FAILED)
@@ -162,6 +166,7 @@ async def node_session(
                 config.host,
                 config.metrics_port,
                 ready=lambda: session.started.is_set() and bus.is_connected and lease.alive,
+                limits=config,
             )
             serving = tasks.create_task(health.serve(), name="health")
             await health.wait_started(serving, HEALTH_START_TIMEOUT_S)

@@ -22,6 +22,7 @@ from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import bound_port, wait_started
+from danube.runtime.listener import uvicorn_limits
 from danube.runtime.service import HEALTH_START_TIMEOUT_S, register_node
 from danube.storage import ObjectStore
 
@@ -96,6 +97,8 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 ws_max_size=FRAME_BYTES_MAX,
                 ws_ping_interval=STREAM_PING_INTERVAL_S,
                 ws_ping_timeout=STREAM_PING_INTERVAL_S,
+                # Slow request heads, idle and surplus connections: docs/configuration.md.
+                **uvicorn_limits(config),
             )
         )
         await register_node(store, "discovery", node_id, f"{config.host}:{config.port}", lease)

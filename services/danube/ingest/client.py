@@ -30,6 +30,10 @@ _RETRY_BASE_S = 0.02
 _PROBE_AFTER_S = 1.0
 _PROBE_TIMEOUT_S = 1.0
 _RETRY_CAP_S = 0.5
+# Retriable, but not within one request: a full disk stays full, and a partition with no live
+# in-sync replica stays without a leader, for longer than a produce deadline, so the producer
+# hears it at once (and retries on its own schedule).
+_RETRY_LATER_CODES = frozenset({"disk_full", UNAVAILABLE})
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,10 @@ class IngestClient:
                 return first
             except NoRespondersError:
                 reason = await self._ask_claim(partition, deadline) or reason
-                if reason is not None and reason.code == UNAVAILABLE:
-                    raise reason from None  # no in-sync replica is alive: an operator helps
+                if reason is not None and reason.code in _RETRY_LATER_CODES:
+                    raise reason from None  # e.g. no in-sync replica is alive: wait for one
             except RemoteError as exc:
-                if not exc.retriable or exc.code == UNAVAILABLE:
+                if not exc.retriable or exc.code in _RETRY_LATER_CODES:
                     raise
                 reason = exc
             attempt += 1
@@ -108,7 +112,7 @@ class IngestClient:
                 if request.done():
                     break
                 answered, reason = probe.result()
-                if reason is not None and reason.code == UNAVAILABLE:
+                if reason is not None and reason.code in _RETRY_LATER_CODES:
                     raise reason
                 if answered:
                     break  # a leader is there (or coming): wait for the request

@@ -24,6 +24,7 @@ from danube.bus import BusError
 from danube.frame import Frame, decode_frames
 from danube.ingest import metrics, protocol
 from danube.ingest.epochs import EpochHistory, divergence
+from danube.ingest.wal import DiskFullError
 from danube.meta.backoff import backoff_s
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class Fetcher:
                 return
             except _Restart:
                 continue
-            except (BusError, TimeoutError, protocol.BadRequestError) as exc:
+            except (BusError, TimeoutError, protocol.BadRequestError, DiskFullError) as exc:
                 failures += 1
                 log.info("%s: following %s failed: %s", self.replica.name, self.leader, exc)
                 await asyncio.sleep(backoff_s(failures - 1, base_s=0.05, cap_s=1.0))

@@ -17,7 +17,7 @@ from danube.config import DanubeSettings
 from danube.frame import FRAME_HEADER_BYTES, decode_record
 from danube.ingest import leadership, metrics, protocol, timeseek
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES
-from danube.ingest.wal import BelowWalStartError
+from danube.ingest.wal import BelowWalStartError, DiskFullError
 
 if TYPE_CHECKING:
     from danube.ingest.partition import Partition
@@ -78,7 +78,7 @@ class PartitionHandlers:
         # the WAL must still complete (or fail) as a whole, so it is shielded.
         try:
             first = await asyncio.shield(self.partition.produce(records))
-        except leadership.NotEnoughReplicasError as exc:
+        except (leadership.NotEnoughReplicasError, DiskFullError) as exc:
             metrics.PRODUCE_ERRORS.labels(exc.code).inc()
             raise
         return protocol.encode_produce_reply(first, len(records))

@@ -42,3 +42,16 @@ TRUNCATED_MESSAGES = Counter(
 REPLICATED_MESSAGES = Counter(
     "danube_ingest_replicated_messages", "Messages a follower copied from its leader"
 )
+OPEN_SEGMENT_FILES = Gauge(
+    "danube_ingest_open_segment_files",
+    "WAL segment descriptors open now (at most ingest.open_segments_max, plus busy ones)",
+)
+SEGMENT_FILE_REOPENS = Gauge(
+    "danube_ingest_segment_file_reopens",
+    "Segment descriptors reopened after being closed for room (a counter, since start)",
+)
+WAL_DISK_FULL = Gauge(
+    "danube_ingest_wal_disk_full",
+    "1 while appends are refused for lack of space in the WAL directory",
+    ["wal_dir"],
+)

@@ -20,7 +20,7 @@ from danube.config import DanubeSettings
 from danube.ingest import leadership, metrics
 from danube.ingest.partition import Partition
 from danube.ingest.replica import NodeContext, Replica
-from danube.ingest.wal import OsFileOps
+from danube.ingest.wal import BoundedFileOps
 from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchError, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait
@@ -33,8 +33,9 @@ _CLAIM_POLL_S = 0.05
 CLAIM_WAIT_S = 3.0
 
 
-class TimedFileOps(OsFileOps):
-    """The real disk, with every fdatasync timed into the fsync latency histogram."""
+class TimedFileOps(BoundedFileOps):
+    """The real disk with the node's limits (open segment files, free space), every
+    fdatasync timed into the fsync latency histogram."""
 
     def fdatasync(self, fd: int) -> None:
         with metrics.FSYNC_SECONDS.time():
@@ -53,9 +54,16 @@ class Node:
         self.store = store
         self.lease = lease
         self.failed = asyncio.Event()  # a WAL failed: the process must restart
-        self.ctx = NodeContext(
-            settings, node_id, bus, store, lease, TimedFileOps(), on_fatal=self.failed.set
+        wal_root = settings.wal_cloud.wal.dir
+        ops = TimedFileOps(
+            open_max=settings.ingest.open_segments_max,
+            free_min_bytes=settings.ingest.disk_free_min_bytes,
+            wal_root=wal_root,
         )
+        self.ctx = NodeContext(settings, node_id, bus, store, lease, ops, on_fatal=self.failed.set)
+        metrics.OPEN_SEGMENT_FILES.set_function(lambda: ops.open_count)
+        metrics.SEGMENT_FILE_REOPENS.set_function(lambda: ops.reopens)
+        metrics.WAL_DISK_FULL.labels(str(wal_root)).set_function(lambda: int(ops.disk_full))
         self._replicas: dict[TopicName, Replica] = {}
         self._tasks: dict[TopicName, asyncio.Task[None]] = {}
         metrics.SEGMENTS.set_function(lambda: sum(p.wal.stats().segments for p in self.partitions))

@@ -10,10 +10,12 @@
 docs/wal.md describes the files on disk, the durability modes, recovery and the limits.
 """
 
+from danube.ingest.wal.bounded import BoundedFileOps
 from danube.ingest.wal.checkpoint import CHECKPOINT_NAME, Checkpoint, atomic_write
 from danube.ingest.wal.errors import (
     AppendTooLargeError,
     BelowWalStartError,
+    DiskFullError,
     PayloadTooLargeError,
     WalClosedError,
     WalCorruptionError,
@@ -37,7 +39,9 @@ __all__ = [
     "MAX_FETCH_COUNT",
     "AppendTooLargeError",
     "BelowWalStartError",
+    "BoundedFileOps",
     "Checkpoint",
+    "DiskFullError",
     "Durability",
     "DurableListener",
     "FetchResult",

@@ -18,7 +18,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from danube.ingest.wal.errors import WalClosedError, WalError, WalFailedError, WalTimeoutError
+from danube.ingest.wal.errors import (
+    DiskFullError,
+    WalClosedError,
+    WalError,
+    WalFailedError,
+    WalTimeoutError,
+)
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.writer import SegmentWriter
 
@@ -30,6 +36,7 @@ Queued = tuple[int, Sequence[bytes], int, "asyncio.Future[None] | None"]
 """One queued append: first offset, payloads, frame bytes, its future (a tuple: the cheapest)."""
 DurableHook = Callable[[list[Queued]], None]
 FailedHook = Callable[[str, bool, int], None]  # reason, closed (not failed), bytes released
+RefusedHook = Callable[[int, int], None]  # first offset refused, bytes released
 
 
 async def in_thread(
@@ -58,12 +65,14 @@ class GroupCommit:
         *,
         on_durable: DurableHook,
         on_failed: FailedHook,
+        on_refused: RefusedHook,
     ) -> None:
         self.writer = writer
         self._options = options
         self._clock = clock
         self._on_durable = on_durable
         self._on_failed = on_failed
+        self._on_refused = on_refused
         self._interval = options.durability is Durability.INTERVAL
         self._queue: list[Queued] = []
         self._wakeup = asyncio.Event()
@@ -152,6 +161,9 @@ class GroupCommit:
             result = await in_thread(
                 "write", self._options.io_timeout_s, self.writer.write_batch, groups
             )
+        except DiskFullError as exc:
+            self._refuse(batch, exc)
+            return
         except (OSError, WalTimeoutError) as exc:
             self._fail(f"write failed: {exc}", batch)
             return
@@ -188,6 +200,22 @@ class GroupCommit:
                 await in_thread("rotate", timeout_s, writer.seal, "age")
         except (OSError, WalTimeoutError) as exc:
             self._fail(f"sync failed: {exc}")
+
+    def _refuse(self, batch: list[Queued], exc: DiskFullError) -> None:
+        """No room: refuse the batch and everything queued behind it (their offsets follow
+        it), nothing written; the WAL takes their offsets back and stays open."""
+        refused = [*batch, *self._queue]
+        self._queue = []
+        for _first, _payloads, _nbytes, future in refused:
+            if future is not None and not future.done():
+                future.set_exception(
+                    DiskFullError(
+                        wal_dir=exc.wal_dir,
+                        free_bytes=exc.free_bytes,
+                        needed_bytes=exc.needed_bytes,
+                    )
+                )
+        self._on_refused(refused[0][0], sum(item[2] for item in refused))
 
     def _fail(self, reason: str, batch: Sequence[Queued] = (), *, closed: bool = False) -> None:
         """Fail the batch and everything queued; a real failure stops the writer for good."""

@@ -6,6 +6,7 @@
     └── WalError                     "wal_error": root; raised as is for a misuse of the API
         ├── WalClosedError           "wal_closed" (retriable): the WAL was closed (partition moving)
         ├── WalFailedError           "wal_failed" (retriable): a write or fsync failed; reopen it
+        ├── DiskFullError            "disk_full" (retriable): wal_dir, free_bytes, needed_bytes
         ├── WalCorruptionError       "wal_corrupt": segment, offset, position
         ├── BelowWalStartError       "below_wal_start": start_offset (read object storage instead)
         ├── PayloadTooLargeError     "payload_too_large": index, size_bytes, limit_bytes
@@ -14,11 +15,14 @@
             └── WalTimeoutError      "timeout" (retriable): op, timeout_s
 
 ``retriable`` says whether the same request may succeed later unchanged: a closed or failed WAL
-comes back (here after a restart, or at the partition's next owner); corruption, an offset below
-the WAL start and an oversize payload do not get better by retrying.
+comes back (here after a restart, or at the partition's next owner), a full disk once space is
+freed; corruption, an offset below the WAL start and an oversize payload do not get better by
+retrying.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from danube.errors import DanubeError
 
@@ -53,6 +57,35 @@ class WalFailedError(WalError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"the WAL failed and accepts no more appends: {reason}")
         self.reason = reason
+
+
+class DiskFullError(WalError):
+    """The WAL's filesystem has no room for an append (below its free-space floor, or ENOSPC).
+
+    Nothing of the append was written (a partial write is cut back), the WAL stays open and
+    its offsets are not consumed: the same append succeeds once space is freed. Retriable, but
+    not within one request's deadline: a full disk does not empty itself in seconds.
+    """
+
+    code = "disk_full"
+    retriable = True
+
+    def __init__(self, *, wal_dir: str, free_bytes: int, needed_bytes: int) -> None:
+        super().__init__(
+            f"no room for {needed_bytes} bytes in the WAL directory {wal_dir}"
+            f" ({free_bytes} bytes free); free some space"
+        )
+        self.wal_dir = wal_dir
+        self.free_bytes = free_bytes
+        self.needed_bytes = needed_bytes
+
+    def fields(self) -> dict[str, Any]:
+        """The keyword arguments that make a copy of this error."""
+        return {
+            "wal_dir": self.wal_dir,
+            "free_bytes": self.free_bytes,
+            "needed_bytes": self.needed_bytes,
+        }
 
 
 class WalCorruptionError(WalError):

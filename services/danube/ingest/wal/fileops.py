@@ -33,7 +33,14 @@ class FileOps(Protocol):
         """When the file's data last changed (its mtime), in ms since the epoch."""
 
     def create(self, path: Path, *, exclusive: bool) -> int:
-        """Open a new file for writing (``exclusive``: fail if it exists, else truncate it)."""
+        """Open a new file for appending (``exclusive``: fail if it exists, else truncate it)."""
+
+    def check_room(self, path: Path, size_bytes: int) -> None:
+        """Raise :class:`DiskFullError` if ``size_bytes`` more would not fit where ``path`` is
+        (a policy of the layer: the plain disk checks nothing and lets ENOSPC tell)."""
+
+    def free_bytes(self, path: Path) -> int:
+        """Bytes an unprivileged writer may still use on the filesystem holding ``path``."""
 
     def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data`` at the file's current position."""
@@ -83,10 +90,25 @@ class OsFileOps:
         return os.stat(path).st_mtime_ns // 1_000_000
 
     def create(self, path: Path, *, exclusive: bool) -> int:
-        """Open a new file for writing (``exclusive``: fail if it exists, else truncate it)."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+        """Open a new file for appending (``exclusive``: fail if it exists, else truncate it).
+
+        ``O_APPEND``: every write lands at the end of the file, so after a failed write is cut
+        back (``truncate``) the next one follows the last good byte, not the cut-off ones."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_APPEND
         flags |= os.O_EXCL if exclusive else os.O_TRUNC
         return os.open(path, flags, _FILE_MODE)
+
+    def reopen(self, path: Path) -> int:
+        """Open an existing file for appending (a descriptor closed to save descriptors)."""
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+    def check_room(self, path: Path, size_bytes: int) -> None:
+        """No policy on the plain disk: a full one answers ENOSPC to the write itself."""
+
+    def free_bytes(self, path: Path) -> int:
+        """Bytes an unprivileged writer may still use on the filesystem holding ``path``."""
+        stats = os.statvfs(path)
+        return stats.f_bavail * stats.f_frsize
 
     def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``: ``os.write`` may write less than asked (signals, quotas)."""

@@ -126,7 +126,12 @@ class Wal:
         wal.recovery_cut = recovered.cut
         writer = SegmentWriter(wal._ops, directory, options, wal._segments, wal._checkpoints, clock)
         wal._commit = GroupCommit(
-            writer, options, clock, on_durable=wal._durable, on_failed=wal._failed
+            writer,
+            options,
+            clock,
+            on_durable=wal._durable,
+            on_failed=wal._failed,
+            on_refused=wal._refused,
         )
         wal._commit.start(f"wal-writer:{directory}")
         log.info(
@@ -466,6 +471,12 @@ class Wal:
         if self._durable_event is not None:
             self._durable_event.set()
             self._durable_event = None
+
+    def _refused(self, first_offset: int, released_bytes: int) -> None:
+        """The writer refused every pending append from ``first_offset`` on (no room on the
+        disk): they wrote nothing, so their offsets go back (no gap); the WAL stays open."""
+        self._next_offset = first_offset
+        self._admission.release(released_bytes)
 
     def _failed(self, reason: str, closed: bool, released_bytes: int) -> None:
         """The writer failed (or was stopped at close) with appends still pending."""

@@ -8,6 +8,7 @@ call returned, so a reader never sees bytes that were not durable.
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,11 +16,14 @@ from pathlib import Path
 
 from danube.frame import FRAME_HEADER_BYTES, append_frame
 from danube.ingest.wal.checkpoint import CheckpointStore
+from danube.ingest.wal.errors import DiskFullError
 from danube.ingest.wal.fileops import FileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.segment import INDEX_EVERY_BYTES, Segment, SegmentSet, segment_name
 
 log = logging.getLogger(__name__)
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(slots=True)
@@ -74,8 +78,28 @@ class SegmentWriter:
         A group that does not follow the active segment's last offset (``advance_to`` made a
         gap) and a frame that would take the segment past ``rotation_max_bytes`` seal it and
         start a new one. With ``fsync`` durability, the batch is fdatasync'ed before returning.
+        :class:`DiskFullError` when there is no room: nothing of the batch stays on disk.
         """
+        count = sum(len(payloads) for _, payloads in groups)
+        size = count * FRAME_HEADER_BYTES + sum(len(p) for _, ps in groups for p in ps)
+        self._ops.check_room(self._dir, size)  # DiskFullError before anything is touched
         result = BatchResult()
+        try:
+            self._write_groups(groups, result)
+        except OSError as exc:
+            if exc.errno not in _NO_ROOM or result.touched:
+                raise  # a batch that reached a sealed segment cannot be taken back: fail
+            self._cut_back()
+            raise DiskFullError(
+                wal_dir=str(self._dir), free_bytes=self._free_bytes(), needed_bytes=size
+            ) from exc
+        if self._fsync_each_batch and self.unsynced:
+            self.sync()
+        return result
+
+    def _write_groups(
+        self, groups: Sequence[tuple[int, Sequence[bytes]]], result: BatchResult
+    ) -> None:
         due = self.age_due()
         if due is not None and self._clock() >= due:
             self.seal("age")
@@ -108,11 +132,27 @@ class SegmentWriter:
                 pos += frame_bytes
                 offset += 1
                 next_offset = offset
-        self._next_mark = next_mark
         self._flush(buf, result, next_offset)
-        if self._fsync_each_batch and self.unsynced:
-            self.sync()
-        return result
+        self._next_mark = next_mark
+
+    def _cut_back(self) -> None:
+        """A write ran out of room: cut the active segment back to its last whole batch.
+
+        Its descriptor appends (``O_APPEND``), so the next write follows the last good byte;
+        the index marks the failed batch added go too."""
+        segment = self.active
+        if segment is None:
+            return
+        self._ops.truncate(segment.path, self._written)
+        index = segment.index
+        while index and index[-1][1] >= self._written:
+            index.pop()
+
+    def _free_bytes(self) -> int:
+        try:
+            return self._ops.free_bytes(self._dir)
+        except OSError:
+            return 0
 
     def _flush(self, buf: bytearray, result: BatchResult, next_offset: int) -> None:
         """Write ``buf`` at the end of the active segment and note how far it now reaches."""
@@ -128,8 +168,15 @@ class SegmentWriter:
     def _start(self, first_offset: int) -> Segment:
         """Create the segment file and make its directory entry durable before any frame."""
         path = self._dir / segment_name(first_offset)
-        self._fd = self._ops.create(path, exclusive=True)
-        self._ops.fsync_dir(self._dir)
+        fd = self._ops.create(path, exclusive=True)
+        try:
+            self._ops.fsync_dir(self._dir)
+        except OSError:
+            # Not a segment yet: leave no file that would block the next try (O_EXCL).
+            self._ops.close(fd)
+            self._ops.remove(path)
+            raise
+        self._fd = fd
         segment = Segment(first_offset, path, 0, first_offset, indexed=True, sealed=False)
         self._segments.add(segment)
         self.active = segment
