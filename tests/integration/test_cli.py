@@ -218,12 +218,15 @@ async def test_ctrl_c_stops_consume_after_acking_what_it_printed(
                     await producer.send(f"t{i}")
             lines = [(await process.stdout.readline()).decode() for _ in range(3)]
             process.send_signal(signal.SIGINT)
-            await process.wait()
+            # Drain both pipes while waiting: a bare wait() deadlocks once the command has
+            # written a pipe buffer's worth (64 KiB) to stderr that nobody reads, e.g. retry
+            # warnings on a busy machine, and the test then times out on a healthy command.
+            _, err_bytes = await process.communicate()
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
-    err = (await process.stderr.read()).decode()
+    err = err_bytes.decode()
     assert lines == [f"[/default/tail@{i}] t{i}\n" for i in range(3)]
     assert process.returncode == 130, err
     assert "Traceback" not in err

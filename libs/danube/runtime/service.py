@@ -8,6 +8,7 @@ the supervisor (or the container runtime) answers with a restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -23,9 +24,10 @@ from typing import Any
 from danube.bus import Bus
 from danube.config import ConfigError, DanubeSettings, load_settings
 from danube.config.model import ServiceConfig
-from danube.meta import Lease, MetaStore
+from danube.meta import Lease, MetaError, MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.aio import wait_any
+from danube.meta.backoff import backoff_s
 from danube.meta.keys import ServiceKind
 from danube.meta.records import NodeRecord
 from danube.runtime.healthcheck import probe_url, write_health_file
@@ -101,7 +103,26 @@ async def _main(serve: Serve, settings: DanubeSettings, node_id: str) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await serve(settings, node_id, stop)
+    failures = 0
+    while True:
+        try:
+            await serve(settings, node_id, stop)
+            return
+        except LeaseLost as exc:
+            # Everything the lease guarded is fenced already (and its keys expired in etcd).
+            # Stay up and serve again under a new lease once etcd answers: a restart of the
+            # process would only add its start-up to the outage.
+            log.warning("%s; serving again once etcd answers", exc)
+        except MetaError as exc:
+            if failures == 0 or stop.is_set():
+                raise  # etcd unreachable at start: a configuration problem, not an outage
+            log.warning("etcd does not answer yet: %s", exc)
+        failures += 1
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(backoff_s(failures - 1, base_s=0.5, cap_s=5.0)):
+                await stop.wait()
+        if stop.is_set():
+            return
 
 
 async def register_node(
@@ -122,7 +143,8 @@ async def wait_for_any(*events: asyncio.Event) -> None:
 
 class LeaseLost(Exception):
     """The node lease expired before the service was asked to stop: everything it held was
-    fenced; the process exits and a restart registers (and claims) afresh."""
+    fenced; the service starts over in this process (new connections, lease, registration
+    and claims) once etcd answers again."""
 
 
 @dataclass

@@ -19,7 +19,8 @@ from danube.discovery.controller import Controller
 from danube.discovery.produce import Limits, Producer
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.dispatcher.client import DispatcherClient
-from danube.meta import MetaStore
+from danube.meta import Lease, MetaError, MetaStore
+from danube.meta.backoff import backoff_s
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import bound_port, wait_started
 from danube.runtime.listener import uvicorn_limits
@@ -31,10 +32,6 @@ log = logging.getLogger(__name__)
 # A stream's client must answer a ping within this long of the last one, else it is closed
 # (a client that vanished without a close frame).
 STREAM_PING_INTERVAL_S = 20.0
-
-
-class LeaseLost(Exception):
-    """The node lease expired; a restart registers afresh."""
 
 
 class HttpStopped(Exception):
@@ -49,8 +46,8 @@ class _Server(uvicorn.Server):
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
-    """Serve the API and run the controller until ``stop``; raise LeaseLost if the node
-    lease is lost first."""
+    """Serve the API and run the controller until ``stop`` (through etcd outages: see
+    :func:`_stay_registered`)."""
     config = settings.discovery
     bus = await Bus.connect(settings.bus, name=node_id)
     try:
@@ -101,29 +98,61 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 **uvicorn_limits(config),
             )
         )
-        await register_node(store, "discovery", node_id, f"{config.host}:{config.port}", lease)
+        address = f"{config.host}:{config.port}"
+        await register_node(store, "discovery", node_id, address, lease)
         leaving = asyncio.Event()  # tells the controller to resign, however we leave
         async with asyncio.TaskGroup() as tg:
             http = tg.create_task(_serve_http(server), name="http")
             tg.create_task(_announce_health(server, http, node_id, config.host), name="health")
             tg.create_task(controller.run(leaving), name="controller")
+            registration = tg.create_task(
+                _stay_registered(store, node_id, address, lease, config.lease_ttl_s, leaving),
+                name="registration",
+            )
             log.info("discovery %s serving on %s:%d", node_id, config.host, config.port)
-            waits: list[asyncio.Future[Any]] = [
-                asyncio.ensure_future(e.wait()) for e in (stop, lease.lost)
-            ]
+            waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
             waits.append(asyncio.shield(http))
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for wait in waits:
                 wait.cancel()
             leaving.set()
+            registration.cancel()
             server.should_exit = True
     finally:
         await store.close()  # revokes the lease: our registration goes at once
         await bus.close()
-    if lease.lost.is_set() and not stop.is_set():
-        raise LeaseLost(f"discovery {node_id}: node lease lost")
     if not stop.is_set():
         raise HttpStopped(f"discovery {node_id}: the HTTP server stopped on its own")
+
+
+async def _stay_registered(
+    store: MetaStore,
+    node_id: str,
+    address: str,
+    lease: Lease,
+    ttl_s: int,
+    leaving: asyncio.Event,
+) -> None:
+    """Keep ``nodes/discovery/<id>`` registered. The node lease guards nothing else here
+    (the controller campaigns with a lease of its own), so losing it — an etcd stall longer
+    than its TTL — does not stop the instance: the API goes on answering (503 where it
+    needs etcd) and the registration comes back under a new lease once etcd answers."""
+    failures = 0
+    while not leaving.is_set():
+        await lease.lost.wait()
+        log.warning("discovery %s: node lease lost (%s); registering again", node_id, lease)
+        while not leaving.is_set():
+            try:
+                lease = await store.grant_lease(ttl_s)
+                await register_node(store, "discovery", node_id, address, lease)
+                log.info("discovery %s registered again", node_id)
+                failures = 0
+                break
+            except MetaError as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("discovery %s: etcd does not answer yet: %s", node_id, exc)
+                await asyncio.sleep(backoff_s(failures - 1, base_s=0.2, cap_s=5.0))
 
 
 async def _announce_health(

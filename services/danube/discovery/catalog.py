@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from danube.discovery.errors import ConflictError, NotFoundError
 from danube.discovery.models import NamespaceSpec, TopicSpec
-from danube.meta import MetaStore, TopicName, decode_model, encode_model
+from danube.meta import MetaError, MetaStore, TopicName, decode_model, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import NamespacePolicy, TopicConfig
 from danube.names import InvalidNameError, validate_segment
@@ -208,13 +208,21 @@ class Catalog:
         return found
 
     async def cached_topic(self, topic: TopicName) -> TopicConfig | None:
-        """The topic's config for the produce path: from the cache while fresh, else etcd;
-        ``None`` if the topic does not exist (absence is not cached)."""
+        """The topic's config for the produce path: from the cache while fresh, else etcd
+        (else, when etcd fails, the stale cached one); ``None`` if the topic does not exist
+        (absence is not cached)."""
         hit = self._cache.get(topic)
         if hit is not None and hit.expires_at > time.monotonic():
             return hit.config
-        async with self._lock:
-            found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
+        try:
+            async with self._lock:
+                found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
+        except MetaError:
+            if hit is None:
+                raise
+            # etcd stalls: the config known a moment ago still routes the produce (a topic
+            # deleted meanwhile is fenced at ingest, whose owner key went with it).
+            return hit.config
         if found is None:
             self._cache.pop(topic, None)
             return None
