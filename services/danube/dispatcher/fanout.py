@@ -259,11 +259,15 @@ class FanoutRuntime:
             except TimeoutError:
                 pass
 
-    async def ack(self, request: protocol.AckRequest, timeout_s: float) -> None:
-        """Accepted and ignored: nothing is redelivered anyway."""
+    async def ack(
+        self, request: protocol.AckRequest, timeout_s: float
+    ) -> list[tuple[str, int]]:
+        """Accepted and ignored: nothing is redelivered anyway, and nothing is tracked, so
+        no ref is ever told as not in flight."""
         del timeout_s
         self._check_consumer(request.consumer_id)
         metrics.ACKED.inc(len(request.messages))
+        return []
 
     async def nack(self, request: protocol.AckRequest) -> None:
         """Accepted; at-most-once, so the message is not delivered again."""
