@@ -50,6 +50,19 @@ REFS_MAX = 100_000
 
 _U64_MAX = 2**64 - 1
 
+# Room in a poll reply for its JSON head beyond the entries, and per message for its head
+# entry and frame header: a poll takes no more messages than fit one bus message.
+REPLY_HEAD_BYTES = 4096
+REPLY_BYTES_PER_MESSAGE = 128
+
+
+def poll_reply_max(requested: int, max_payload_bytes: int, record_bytes_max: int) -> int:
+    """How many messages of at most ``record_bytes_max`` bytes a poll reply takes (at least
+    one, at most ``requested``) within ``max_payload_bytes``."""
+    room = max_payload_bytes - REPLY_HEAD_BYTES
+    return max(1, min(requested, room // (record_bytes_max + REPLY_BYTES_PER_MESSAGE)))
+
+
 StartPosition = Literal["latest", "earliest"] | dict[str, int]
 """Where a new subscription starts, or a seek goes: ``"latest"``, ``"earliest"``,
 ``{"offset": N}`` (every partition) or ``{"timestamp_ms": T}`` (the first message published

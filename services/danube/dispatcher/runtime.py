@@ -59,9 +59,6 @@ TICK_INTERVAL_S = 0.05
 DEAD_LETTER_TIMEOUT_S = 10.0
 # Stats ask each partition's ingest owner for its WAL ends; a slow one is shown as unknown.
 WAL_STATS_TIMEOUT_S = 1.0
-# Room in a poll reply for its JSON head entry and frame header, per message.
-_REPLY_BYTES_PER_MESSAGE = 128
-_REPLY_HEAD_BYTES = 4096
 
 
 def dead_letter_topic(partition: TopicName, suffix: str) -> TopicName:
@@ -148,7 +145,13 @@ class SubscriptionRuntime:
         if fresh:
             # A new subscription's position is stored before any consumer sees a message,
             # so "latest" means the latest at attach, not at the next restart.
-            await self.store.write_cursors(fresh)
+            try:
+                await self.store.write_cursors(fresh)
+            except NotOwnerError as exc:
+                # Fenced (the subscription was deleted, or claimed elsewhere): stop serving,
+                # so the caller's retry claims afresh rather than meet this one again.
+                self.fail(str(exc))
+                raise
         self.machine = SubscriptionMachine(
             config.type, cursors, DeliverySettings.from_config(self.config)
         )
@@ -247,9 +250,10 @@ class SubscriptionRuntime:
         self._check_serving()
         while True:
             self._seen(request.consumer_id)
-            actions = self._machine().handle(
-                Poll(request.consumer_id, self._poll_max(request.max), time.monotonic())
+            wanted = protocol.poll_reply_max(
+                request.max, self.bus.max_payload_bytes, self._record_bytes_max
             )
+            actions = self._machine().handle(Poll(request.consumer_id, wanted, time.monotonic()))
             delivered = [a for a in actions if isinstance(a, Deliver)]
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
@@ -273,11 +277,6 @@ class SubscriptionRuntime:
                     await changed.wait()
             except TimeoutError:
                 pass
-
-    def _poll_max(self, requested: int) -> int:
-        room = self.bus.max_payload_bytes - _REPLY_HEAD_BYTES
-        per_message = self._record_bytes_max + _REPLY_BYTES_PER_MESSAGE
-        return max(1, min(requested, room // per_message))
 
     def _seen(self, consumer_id: str) -> None:
         if consumer_id in self._last_seen:
