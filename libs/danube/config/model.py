@@ -192,9 +192,9 @@ class DiscoveryConfig(ServiceConfig):
     # name was rebound to this address cannot drive the API: other hosts get 400
     # host_not_allowed. None: localhost, 127.0.0.1, ::1 and `host` (unless it binds every
     # address); "*" allows any (behind a proxy that checks it).
-    allowed_hosts: (
-        list[Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9._:-]{1,253})$")]] | None
-    ) = None
+    allowed_hosts: list[Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9._:-]{1,253})$")]] | None = (
+        None
+    )
 
     def hosts_allowed(self) -> frozenset[str] | None:
         """The Host names allowed, lowercase; None when any is."""
