@@ -39,11 +39,11 @@ def test_host_name_drops_the_port_and_the_brackets(header: bytes, name: str) -> 
 
 
 def test_hosts_allowed_by_default_are_the_loopback_names_and_the_bind_host() -> None:
-    loopback = {"localhost", "127.0.0.1", "::1"}
+    loopback = frozenset({"localhost", "127.0.0.1", "::1"})
     assert DiscoveryConfig().hosts_allowed() == loopback
     assert DiscoveryConfig(host="10.1.2.3").hosts_allowed() == loopback | {"10.1.2.3"}
     assert DiscoveryConfig(host="0.0.0.0").hosts_allowed() == loopback  # every address: no name
-    assert DiscoveryConfig(allowed_hosts=["Discovery"]).hosts_allowed() == {"discovery"}
+    assert DiscoveryConfig(allowed_hosts=["Discovery"]).hosts_allowed() == frozenset({"discovery"})
     assert DiscoveryConfig(allowed_hosts=["*"]).hosts_allowed() is None
     with pytest.raises(ValidationError):
         DiscoveryConfig(allowed_hosts=["http://discovery:6650/"])
