@@ -30,7 +30,19 @@ MAX_TOPIC_NAME_CHARS = 255
 # Shown in an error instead of a name over the limits, so a huge input cannot flood the logs.
 _SHOWN_CHARS = 64
 
-_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+SEGMENT_CHARS = "A-Za-z0-9_-"
+"""The characters of a segment, as a regular expression character class body."""
+
+SEGMENT_PATTERN = f"^[{SEGMENT_CHARS}]+$"
+"""A segment (its length aside), as a JSON Schema (ECMA 262) pattern."""
+
+USER_TOPIC_PATTERN = f"^(?![{SEGMENT_CHARS}]*-part-(0|[1-9][0-9]*)$)[{SEGMENT_CHARS}]+$"
+"""A topic segment a user may name: a segment not shaped like a partition (``-part-<N>``)."""
+
+TOPIC_NAME_PATTERN = f"^/[{SEGMENT_CHARS}]+/[{SEGMENT_CHARS}]+$"
+"""A whole topic name ``/<namespace>/<topic>`` (its length aside)."""
+
+_SEGMENT = re.compile(SEGMENT_PATTERN)
 _PARTITION_SUFFIX = re.compile(r"(?P<base>[A-Za-z0-9_-]+)-part-(?P<index>0|[1-9][0-9]*)")
 
 

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -38,6 +39,8 @@ def _consume_settings(
     *,
     consumer_session_timeout_s: float = 60.0,
     produce_timeout_s: float = 10.0,
+    ack_timeout_s: float = 30.0,
+    max_unacked_per_consumer: int = 1000,
 ) -> DanubeSettings:
     return DanubeSettings(
         bus=BusConfig(servers=[nats_url]),
@@ -53,6 +56,8 @@ def _consume_settings(
             redelivery_max_s=0.2,
             cursor_flush_interval_s=0.1,
             consumer_session_timeout_s=consumer_session_timeout_s,
+            ack_timeout_s=ack_timeout_s,
+            max_unacked_per_consumer=max_unacked_per_consumer,
         ),
         discovery=DiscoveryConfig(
             port=free_port(),
@@ -72,9 +77,10 @@ def mesh_settings(
 ) -> MeshSettings:
     """``mesh_settings(**kw)``: the settings :func:`consume_mesh` runs with, for tests that
     start and stop the services themselves. Keywords: ``consumer_session_timeout_s``,
-    ``produce_timeout_s`` (discovery's)."""
+    ``ack_timeout_s``, ``max_unacked_per_consumer`` (the dispatcher's), ``produce_timeout_s``
+    (discovery's)."""
 
-    def settings(**kw: float) -> DanubeSettings:
+    def settings(**kw: Any) -> DanubeSettings:
         return _consume_settings(nats_url, etcd_endpoint, meta_prefix, tmp_path / "wal", **kw)
 
     return settings
@@ -100,14 +106,12 @@ ConsumeMesh = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 @pytest.fixture
 def consume_mesh(mesh_settings: MeshSettings) -> ConsumeMesh:
     """Starts a discovery instance with one ingest and one dispatcher; yields an HTTP client
-    on it (its ``base_url`` with ``ws://`` reaches the consumer streams). Keyword:
-    ``consumer_session_timeout_s`` (the dispatcher's, 60 s by default)."""
+    on it (its ``base_url`` with ``ws://`` reaches the consumer streams). Keywords: those of
+    :func:`mesh_settings` (``consumer_session_timeout_s`` is 60 s by default)."""
 
     @asynccontextmanager
-    async def start(
-        *, consumer_session_timeout_s: float = 60.0
-    ) -> AsyncIterator[httpx.AsyncClient]:
-        settings = mesh_settings(consumer_session_timeout_s=consumer_session_timeout_s)
+    async def start(**kw: Any) -> AsyncIterator[httpx.AsyncClient]:
+        settings = mesh_settings(**kw)
         base_url = f"http://127.0.0.1:{settings.discovery.port}"
         async with (
             run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),

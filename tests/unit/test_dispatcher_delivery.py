@@ -173,9 +173,10 @@ def test_ack_timeout_redelivers_with_growing_jittered_backoff() -> None:
     for attempt in range(5):
         expired_at = now + ack_timeout
         m.handle(Tick(expired_at - 0.001))
-        assert m.unacked("c") == [("p0", 0)]  # not before the timeout
+        assert m.in_flight("c") == [("p0", 0)]  # not before the timeout
         m.handle(Tick(expired_at))
-        assert m.unacked("c") == []
+        assert m.in_flight("c") == []
+        assert m.unacked("c") == [("p0", 0)]  # still in its window until delivered again
         ceiling = base * 2**attempt
         delay = ceiling / 2 + 0.25 * ceiling / 2
         assert poll(m, "c", expired_at + delay - 0.001) == []
@@ -342,6 +343,8 @@ class Driver:
             actions = self.m.handle(event)
         except (SubscriptionTakenError, ConsumerNotFoundError, ConsumerExistsError):
             return []
+        finally:
+            self.m.validate()
         for action in actions:
             if isinstance(action, Deliver):
                 # Never deliver what was acked.

@@ -136,3 +136,11 @@ def test_check_position_refuses_what_the_schema_would_for_callers_that_skip_it()
         with pytest.raises(ValueError, match="expected"):
             protocol.check_position(bad)  # type: ignore[arg-type]
     assert protocol.check_position({"timestamp_ms": 5}) == {"timestamp_ms": 5}
+
+
+def test_an_ack_reply_names_the_refs_not_in_flight_and_an_older_one_none() -> None:
+    reply = protocol.encode_ack_reply([("t-part-1", 7), ("t", 2**63 - 1)])
+    assert protocol.decode_ack_reply(reply) == [("t-part-1", 7), ("t", 2**63 - 1)]
+    assert protocol.decode_ack_reply(b'{"ok":true}') == []
+    with pytest.raises(protocol.BadRequestError):
+        protocol.decode_ack_reply(b'{"ok":true,"not_in_flight":[{"offset":1}]}')

@@ -195,6 +195,24 @@ class DiscoveryConfig(ServiceConfig):
     # Consumer streams (WebSocket) one instance holds open; the next one is closed at once
     # (error too_many_streams). Each has at most one poll waiting on a dispatcher.
     max_streams: Annotated[int, Field(ge=1, le=100_000)] = 1024
+    # The names a request's Host header may carry (port aside), so that a web page whose DNS
+    # name was rebound to this address cannot drive the API: other hosts get 400
+    # host_not_allowed. None: localhost, 127.0.0.1, ::1 and `host` (unless it binds every
+    # address); "*" allows any (behind a proxy that checks it).
+    allowed_hosts: list[Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9._:-]{1,253})$")]] | None = (
+        None
+    )
+
+    def hosts_allowed(self) -> frozenset[str] | None:
+        """The Host names allowed, lowercase; None when any is."""
+        if self.allowed_hosts is None:
+            hosts = {"localhost", "127.0.0.1", "::1"}
+            if self.host not in ("0.0.0.0", "::", ""):
+                hosts.add(self.host.strip("[]"))
+            return frozenset(h.lower() for h in hosts)
+        if "*" in self.allowed_hosts:
+            return None
+        return frozenset(h.lower() for h in self.allowed_hosts)
 
 
 class IngestConfig(ServiceConfig):

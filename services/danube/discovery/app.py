@@ -79,7 +79,11 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             # Three chances to be heard before the dispatcher expires an idle consumer.
             stream_keepalive_s=settings.dispatcher.consumer_session_timeout_s / 3,
         )
-        app = build_app(services, max_body_bytes=config.max_body_bytes)
+        app = build_app(
+            services,
+            max_body_bytes=config.max_body_bytes,
+            allowed_hosts=config.hosts_allowed(),
+        )
         server = _Server(
             uvicorn.Config(
                 app,

@@ -5,7 +5,8 @@
     DanubeError
     └── DiscoveryError             "discovery_error"                              500
         ├── BadRequestError        "bad_request", "invalid_json", "unknown_field",
-        │   │                      "bad_encoding", "invalid_consumer_id", ...      400
+        │   │                      "bad_encoding", "invalid_consumer_id",
+        │   │                      "host_not_allowed", ...                        400
         │   └── StreamProtocolError  "invalid_frame", "too_many_credits", ...    400
         │                            (a consumer stream's client broke the protocol)
         ├── NotFoundError          "namespace_not_found", "topic_not_found",
@@ -14,6 +15,7 @@
         │                          "namespace_not_empty", "namespace_protected"   409
         ├── TooLargeError          "payload_too_large", "body_too_large",
         │                          "too_many_messages"                            413
+        ├── UnsupportedMediaTypeError  "unsupported_media_type"                  415
         ├── OverLimitError         "too_many_requests", "too_many_streams"
         │                          (retriable)                                    429
         └── UnavailableError       "no_owner", "unavailable"  (retriable)         503
@@ -81,6 +83,13 @@ class TooLargeError(DiscoveryError):
         self.limit = limit
 
 
+class UnsupportedMediaTypeError(DiscoveryError):
+    """A body that is not sent as JSON (``Content-Type`` other than ``application/json``)."""
+
+    code = "unsupported_media_type"
+    status = 415
+
+
 class OverLimitError(DiscoveryError):
     """This instance is at its limit of concurrent work; retry later (or elsewhere)."""
 
@@ -117,9 +126,26 @@ _STATUS_BY_CODE: dict[str, int] = {
     "subscription_not_found": 404,
     "subscription_type_mismatch": 409,
     "unsupported_start": 400,
+    "unsupported_operation": 400,  # a seek of a non-reliable subscription (no cursor)
     "offset_out_of_range": 400,
     "position_unavailable": 503,
 }
+
+
+# Codes of the statuses the web framework answers by itself (no route, a method the route does
+# not serve, a body that does not parse or is not JSON).
+_CODE_BY_STATUS: dict[int, str] = {
+    400: "invalid_json",  # FastAPI: a body that is not JSON (not UTF-8, nested too deep)
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def status_code(status: int) -> str:
+    """The error code of an answer the web framework gives by itself with ``status``."""
+    return _CODE_BY_STATUS.get(status, "bad_request" if status < 500 else "internal")
 
 
 def http_status(exc: BaseException) -> int:

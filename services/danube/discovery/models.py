@@ -1,11 +1,14 @@
-"""The JSON bodies of the public HTTP API (docs/http-api.md): requests refuse unknown
-fields (``extra="forbid"``), so a typo is a 400 rather than a silently ignored setting."""
+"""The JSON bodies of the public HTTP API (docs/http-api.md). Requests refuse unknown
+fields (``extra="forbid"``), so a typo is a 400 rather than a silently ignored setting, and
+take JSON types as they are (``strict``: ``true`` is not an integer, ``"10"`` is not a
+number). Every integer has both bounds, given in the OpenAPI; past them it is a 400 naming
+the field's path, before anything is stored or encoded."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from danube.frame import (
     MAX_ATTRIBUTE_NAME_BYTES,
@@ -22,6 +25,7 @@ from danube.meta.records import (
     RetentionPolicy,
     SubscriptionType,
 )
+from danube.names import MAX_TOPIC_NAME_CHARS, TOPIC_NAME_PATTERN
 
 # A hard cap on the list whatever the settings say; discovery.max_produce_messages is the
 # configured limit (checked with its own 413).
@@ -32,10 +36,15 @@ ACK_MESSAGES_CAP = 100_000
 NACK_DELAY_MS_CAP = 24 * 3600 * 1000
 # Credits one flow frame of a consumer stream may grant.
 FLOW_CREDITS_CAP = 10_000
+# Offsets and times: what a signed 64-bit integer holds (any JSON client can send it).
+INT64_MAX = 2**63 - 1
+# Retention so that the time in milliseconds and the size in bytes stay 64-bit integers.
+RETENTION_MINUTES_MAX = INT64_MAX // 60_000
+RETENTION_MB_MAX = INT64_MAX // 2**20
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class _Response(BaseModel):
@@ -48,8 +57,8 @@ class _Response(BaseModel):
 class RetentionSpec(_Request):
     """How long a topic's data stays in object storage (``null``: no limit)."""
 
-    time_minutes: Annotated[int, Field(ge=1)] | None = None
-    size_mb: Annotated[int, Field(ge=1)] | None = None
+    time_minutes: Annotated[int, Field(ge=1, le=RETENTION_MINUTES_MAX)] | None = None
+    size_mb: Annotated[int, Field(ge=1, le=RETENTION_MB_MAX)] | None = None
 
     def policy(self) -> RetentionPolicy:
         """The stored form."""
@@ -106,17 +115,43 @@ class ProduceRequest(_Request):
 class StartOffset(_Request):
     """Start every partition of a new subscription at this offset."""
 
-    offset: Annotated[int, Field(ge=0, le=2**64 - 1)]
+    offset: Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
 class StartTimestamp(_Request):
     """Start at the first message published at or after this time (Unix milliseconds), in
     every partition."""
 
-    timestamp_ms: Annotated[int, Field(ge=0, le=2**64 - 1)]
+    timestamp_ms: Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
-Position = Literal["latest", "earliest"] | StartOffset | StartTimestamp
+# pydantic puts the tag of a union's member in an error's location; tags start with this, so
+# the error message leaves them out (``start.timestamp_ms``, not ``start.<tag>.timestamp_ms``).
+UNION_TAG_MARK = "~"
+
+
+def _position_kind(value: Any) -> str | None:
+    # Picks the one shape a position is meant to be, so an error names that shape's field
+    # (``start.timestamp_ms: ... less than or equal to``), not every shape's complaint.
+    if isinstance(value, StartOffset | StartTimestamp):
+        return "~timestamp" if isinstance(value, StartTimestamp) else "~offset"
+    if isinstance(value, dict):
+        return "~timestamp" if "timestamp_ms" in value else "~offset"
+    if value in ("latest", "earliest"):
+        return "~named"
+    return None
+
+
+Position = Annotated[
+    Annotated[Literal["latest", "earliest"], Tag("~named")]
+    | Annotated[StartOffset, Tag("~offset")]
+    | Annotated[StartTimestamp, Tag("~timestamp")],
+    Discriminator(
+        _position_kind,
+        custom_error_type="invalid_position",
+        custom_error_message='expected "latest", "earliest", {"offset": N} or {"timestamp_ms": T}',
+    ),
+]
 
 
 class AttachRequest(_Request):
@@ -138,8 +173,16 @@ class SeekRequest(_Request):
 class MessageRefIn(_Request):
     """One delivered message: its partition (as polled) and offset."""
 
-    partition: Annotated[str, Field(min_length=1, max_length=256)]
-    offset: Annotated[int, Field(ge=0, le=2**64 - 1)]
+    # The pattern is documented, and checked by the route (400 invalid_partition).
+    partition: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=MAX_TOPIC_NAME_CHARS,
+            json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
+        ),
+    ]
+    offset: Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
 class AckRequest(_Request):
@@ -186,6 +229,23 @@ class ErrorBody(_Response):
     """Every error answer: ``{"error": {"code": "...", "message": "..."}}``."""
 
     error: ErrorDetail
+
+
+class MessageRefOut(_Response):
+    partition: str
+    offset: int
+
+
+class AckResult(_Response):
+    """An ack that did nothing for some refs: those, as sent."""
+
+    not_in_flight: list[MessageRefOut]
+
+
+class ReadyOut(_Response):
+    """``GET /readyz``: whether the bus is connected and etcd answers."""
+
+    ready: bool
 
 
 class ProduceResult(_Response):
@@ -317,7 +377,7 @@ class MoveRequest(_Request):
     partition from now on; ``unclean`` accepts giving up what only the old replicas held."""
 
     replicas: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=128)]],
+        list[Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")]],
         Field(min_length=1, max_length=REPLICAS_MAX),
     ]
     unclean: bool = False

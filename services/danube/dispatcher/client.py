@@ -62,9 +62,11 @@ class DispatcherClient:
 
     async def ack(
         self, topic: TopicName, sub: str, consumer_id: str, refs: Sequence[tuple[str, int]]
-    ) -> None:
-        """Acknowledge ``(partition, offset)`` pairs."""
-        await self._acks(topic, sub, DispatchOp.ACK, consumer_id, refs, 0)
+    ) -> list[tuple[str, int]]:
+        """Acknowledge ``(partition, offset)`` pairs; the pairs that were not in flight (never
+        delivered, dropped by a seek...: the ack did nothing for them)."""
+        reply = await self._acks(topic, sub, DispatchOp.ACK, consumer_id, refs, 0)
+        return protocol.decode_ack_reply(reply)
 
     async def nack(
         self,
@@ -126,12 +128,12 @@ class DispatcherClient:
         consumer_id: str,
         refs: Sequence[tuple[str, int]],
         delay_ms: int,
-    ) -> None:
+    ) -> bytes:
         messages = [{"partition": p, "offset": o} for p, o in refs]
         body = orjson.dumps(
             {"consumer_id": consumer_id, "messages": messages, "delay_ms": delay_ms}
         )
-        await self._request(topic, sub, op, body, self.timeout_s)
+        return await self._request(topic, sub, op, body, self.timeout_s)
 
     async def _request(
         self, topic: TopicName, sub: str, op: DispatchOp, body: bytes, timeout_s: float

@@ -8,7 +8,14 @@ Each message the subscription holds is an entry in exactly one state::
      ack timeout,     │  └──poll── ready <──due── scheduled
      nack, detach ────┴──> (count + 1) ──> scheduled | ready | dead-lettered (count > max)
 
-docs/dispatcher.md gives the invariants and the order guarantees.
+A consumer's window (``max_unacked_per_consumer``) counts the messages it was given and did
+not ack: in flight, and also those taken back from it by an ack timeout until they are
+delivered again (to it or to another consumer). A consumer that never acks is therefore never
+given more than its window, however many ack timeouts pass; it may always take its own
+messages back. A nack or a detach gives the messages back for good (they leave the window).
+
+docs/dispatcher.md gives the invariants and the order guarantees; :meth:`validate` checks
+those of the data structures.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from danube.dispatcher.events import (
     Message,
     MessagesAvailable,
     Nack,
+    NotInFlight,
     PauseReading,
     Poll,
     ReadFrom,
@@ -64,6 +72,8 @@ class _Entry:
     payload: object
     state: _State = "fresh"
     redelivery_count: int = 0
+    # The consumer whose window it counts against: the one it is in flight to, or the one
+    # an ack timeout took it back from (until it is delivered again).
     consumer_id: str | None = None
     # Bumped at every state change: a heap item whose stamp differs is stale (lazy deletion).
     stamp: int = 0
@@ -83,7 +93,12 @@ class _Partition:
 class _Consumer:
     consumer_id: str
     name: str
-    in_flight: dict[_Key, _Entry] = field(default_factory=dict)
+    # Its window: given to it and not acked (in flight, or taken back by an ack timeout and
+    # not yet delivered again), in delivery order.
+    held: dict[_Key, _Entry] = field(default_factory=dict)
+    # Of those, the ones due again, lowest offset first (stamped like ``_ready``): it takes
+    # them back before anything else, whatever room its window has left.
+    ready: list[tuple[int, str, int]] = field(default_factory=list)
 
 
 class SubscriptionMachine:
@@ -140,11 +155,18 @@ class SubscriptionMachine:
 
     def consumer_details(self) -> list[tuple[str, str, int]]:
         """``(consumer id, name, unacked count)`` of each attached consumer, in attach order."""
-        return [(c.consumer_id, c.name, len(c.in_flight)) for c in self._consumers.values()]
+        return [(c.consumer_id, c.name, len(c.held)) for c in self._consumers.values()]
 
     def unacked(self, consumer_id: str) -> list[tuple[str, int]]:
-        """The ``(partition, offset)`` a consumer holds unacked, in delivery order."""
-        return list(self._consumer(consumer_id).in_flight)
+        """The ``(partition, offset)`` a consumer was given and did not ack (its window:
+        those an ack timeout took back and not yet delivered again included), in delivery
+        order."""
+        return list(self._consumer(consumer_id).held)
+
+    def in_flight(self, consumer_id: str) -> list[tuple[str, int]]:
+        """Of :meth:`unacked`, those in flight (no ack timeout took them back)."""
+        held = self._consumer(consumer_id).held
+        return [key for key, entry in held.items() if entry.state == "in_flight"]
 
     def cursor(self, partition: str) -> PartitionCursor:
         """The cursor of ``partition``."""
@@ -164,6 +186,24 @@ class SubscriptionMachine:
                 self._flush(name, partition, now_s, actions)
         return actions
 
+    def validate(self) -> None:
+        """Check the invariants of the data structures (tests call it after every event);
+        AssertionError naming the first one broken."""
+        window = self.settings.max_unacked_per_consumer
+        for consumer in self._consumers.values():
+            assert len(consumer.held) <= window, f"{consumer.consumer_id} holds over {window}"
+            for key, entry in consumer.held.items():
+                assert self._entries.get(key) is entry, f"{key} held but not an entry"
+                assert entry.consumer_id == consumer.consumer_id, f"{key} held by two"
+        for key, entry in self._entries.items():
+            assert key == (entry.partition, entry.offset), f"{key} filed as {entry}"
+            if entry.state == "fresh" or entry.consumer_id is None:
+                assert entry.state != "in_flight", f"{key} in flight to nobody"
+                continue
+            holder = self._consumers.get(entry.consumer_id)
+            assert holder is not None, f"{key} counted for a detached consumer"
+            assert holder.held.get(key) is entry, f"{key} not in its consumer's window"
+
     # --- events --------------------------------------------------------------------------
 
     def handle(self, event: Event) -> list[Action]:
@@ -179,7 +219,7 @@ class SubscriptionMachine:
             case Poll():
                 self._poll(event, actions)
             case Ack():
-                self._ack(event)
+                self._ack(event, actions)
             case Nack():
                 self._nack(event, actions)
             case Tick():
@@ -203,13 +243,17 @@ class SubscriptionMachine:
         self._consumers[event.consumer_id] = _Consumer(event.consumer_id, event.name)
 
     def _detach(self, event: ConsumerDetached, actions: list[Action]) -> None:
-        consumer = self._consumers.pop(event.consumer_id, None)
+        consumer = self._consumers.get(event.consumer_id)
         if consumer is None:
             return  # detaching twice is not an error: sessions expire and clients retry
         # Taken back at once (no delay): the messages are not at fault, their consumer left.
-        for entry in sorted(consumer.in_flight.values(), key=lambda e: (e.offset, e.partition)):
-            self._redeliver(entry, 0.0, event.now_s, actions)
-        consumer.in_flight.clear()
+        # Those an ack timeout already took back just leave its window.
+        for entry in sorted(consumer.held.values(), key=lambda e: (e.offset, e.partition)):
+            if entry.state == "in_flight":
+                self._redeliver(entry, 0.0, event.now_s, actions)
+            else:
+                self._release(entry)
+        del self._consumers[event.consumer_id]
         for name, partition in self._partitions.items():
             if partition.cursor.dirty:
                 self._flush(name, partition, event.now_s, actions)
@@ -244,19 +288,22 @@ class SubscriptionMachine:
         if self.active_consumer not in (None, event.consumer_id):
             return  # a failover standby receives nothing until it becomes active
         self._promote(event.now_s)
-        room = min(
-            event.max_messages,
-            self.settings.max_unacked_per_consumer - len(consumer.in_flight),
-        )
+        wanted = event.max_messages
         batch: list[Message] = []
-        # Due redeliveries first: they are the oldest messages of the subscription.
+        # Its own due redeliveries first: they are already counted in its window.
+        while wanted > 0 and consumer.ready:
+            entry = self._due(heapq.heappop(consumer.ready))
+            if entry is not None and entry.consumer_id == consumer.consumer_id:
+                batch.append(self._send(entry, consumer, event.now_s))
+                wanted -= 1
+        # Then, as its window allows, other due redeliveries (the oldest messages of the
+        # subscription), then fresh messages.
+        room = min(wanted, self.settings.max_unacked_per_consumer - len(consumer.held))
         while room > 0 and self._ready:
-            offset, name, stamp = heapq.heappop(self._ready)
-            entry = self._entries.get((name, offset))
-            if entry is None or entry.stamp != stamp or entry.state != "ready":
-                continue
-            batch.append(self._send(entry, consumer, event.now_s))
-            room -= 1
+            entry = self._due(heapq.heappop(self._ready))
+            if entry is not None:
+                batch.append(self._send(entry, consumer, event.now_s))
+                room -= 1
         idle, count = 0, len(self._order)
         while room > 0 and idle < count:
             name = self._order[self._next_partition]
@@ -271,25 +318,36 @@ class SubscriptionMachine:
         if batch:
             actions.append(Deliver(consumer.consumer_id, tuple(batch)))
 
-    def _ack(self, event: Ack) -> None:
+    def _ack(self, event: Ack, actions: list[Action]) -> None:
         self._consumer(event.consumer_id)
+        ignored: dict[_Key, None] = {}
         for key in event.refs:
             entry = self._entries.get(key)
             # Any consumer may ack a delivered message (a late ack after a redelivery to
             # another consumer still means it was processed); a never-delivered one may not.
             if entry is None or entry.state == "fresh":
+                partition = self._partitions.get(key[0])
+                # Acking twice is fine (a retried ack): only what was never delivered is told.
+                if partition is None or not partition.cursor.is_acked(key[1]):
+                    ignored[key] = None
                 continue
             self._release(entry)
             del self._entries[key]
             self._partitions[entry.partition].cursor.ack(entry.offset)
+        if ignored:
+            actions.append(NotInFlight(event.consumer_id, tuple(ignored)))
 
     def _nack(self, event: Nack, actions: list[Action]) -> None:
         consumer = self._consumer(event.consumer_id)
         delay_s = max(event.delay_ms, 0) / 1000.0
         for key in event.refs:
-            entry = consumer.in_flight.get(key)
-            if entry is not None:
+            entry = consumer.held.get(key)
+            if entry is None:
+                continue
+            if entry.state == "in_flight":
                 self._redeliver(entry, delay_s, event.now_s, actions)
+            else:
+                self._release(entry)  # already coming back: it only leaves the window
 
     def _tick(self, now_s: float, actions: list[Action]) -> None:
         deadlines = self._deadlines
@@ -304,7 +362,9 @@ class SubscriptionMachine:
                 cap_s=self.settings.redelivery_max_s,
                 rng=self._rng,
             )
-            self._redeliver(entry, delay_s, now_s, actions)
+            # Still the consumer's (it may still work on it): counted in its window until
+            # it is delivered again, so one that never acks is never given more.
+            self._redeliver(entry, delay_s, now_s, actions, keep_window=True)
         self._promote(now_s)
         for name, partition in self._partitions.items():
             if partition.cursor.should_flush(now_s):
@@ -325,10 +385,12 @@ class SubscriptionMachine:
     # --- transitions ---------------------------------------------------------------------
 
     def _send(self, entry: _Entry, consumer: _Consumer, now_s: float) -> Message:
+        if entry.consumer_id != consumer.consumer_id:
+            self._release(entry)  # leaves the window of the consumer an ack timeout took it from
         entry.state = "in_flight"
         entry.consumer_id = consumer.consumer_id
         entry.stamp = self._new_stamp()
-        consumer.in_flight[(entry.partition, entry.offset)] = entry
+        consumer.held[(entry.partition, entry.offset)] = entry
         deadline = now_s + self.settings.ack_timeout_s
         heapq.heappush(self._deadlines, (deadline, entry.stamp, entry.partition, entry.offset))
         return entry.message()
@@ -337,23 +399,31 @@ class SubscriptionMachine:
         if entry.consumer_id is not None:
             consumer = self._consumers.get(entry.consumer_id)
             if consumer is not None:
-                consumer.in_flight.pop((entry.partition, entry.offset), None)
+                consumer.held.pop((entry.partition, entry.offset), None)
             entry.consumer_id = None
 
     def _redeliver(
-        self, entry: _Entry, delay_s: float, now_s: float, actions: list[Action]
+        self,
+        entry: _Entry,
+        delay_s: float,
+        now_s: float,
+        actions: list[Action],
+        *,
+        keep_window: bool = False,
     ) -> None:
-        """Take a delivered message back: count it, then dead-letter or schedule it."""
-        self._release(entry)
+        """Take a delivered message back: count it, then dead-letter or schedule it. With
+        ``keep_window`` it stays in its consumer's window until delivered again."""
+        if not keep_window:
+            self._release(entry)
         entry.redelivery_count += 1
         entry.stamp = self._new_stamp()
         if entry.redelivery_count > self.settings.max_redeliveries:
+            self._release(entry)
             del self._entries[(entry.partition, entry.offset)]
             self._partitions[entry.partition].cursor.ack(entry.offset)
             actions.append(DeadLetter(entry.message()))
         elif delay_s <= 0:
-            entry.state = "ready"
-            heapq.heappush(self._ready, (entry.offset, entry.partition, entry.stamp))
+            self._make_ready(entry)
         else:
             entry.state = "scheduled"
             due = now_s + delay_s
@@ -366,8 +436,23 @@ class SubscriptionMachine:
             entry = self._entries.get((name, offset))
             if entry is None or entry.stamp != stamp or entry.state != "scheduled":
                 continue
-            entry.state = "ready"
-            heapq.heappush(self._ready, (offset, name, stamp))
+            self._make_ready(entry)
+
+    def _make_ready(self, entry: _Entry) -> None:
+        entry.state = "ready"
+        item = (entry.offset, entry.partition, entry.stamp)
+        heapq.heappush(self._ready, item)
+        holder = None if entry.consumer_id is None else self._consumers.get(entry.consumer_id)
+        if holder is not None:
+            heapq.heappush(holder.ready, item)
+
+    def _due(self, item: tuple[int, str, int]) -> _Entry | None:
+        """The entry a ready-heap item stands for, None when the item is stale."""
+        offset, name, stamp = item
+        entry = self._entries.get((name, offset))
+        if entry is None or entry.stamp != stamp or entry.state != "ready":
+            return None
+        return entry
 
     def _flush(self, name: str, partition: _Partition, now_s: float, actions: list[Action]) -> None:
         cursor = partition.cursor

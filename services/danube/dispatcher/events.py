@@ -153,4 +153,15 @@ class FlushCursor:
     seq: int = field(default=0, compare=False)
 
 
-Action = Deliver | DeadLetter | PauseReading | ResumeReading | ReadFrom | FlushCursor
+@dataclass(frozen=True, slots=True)
+class NotInFlight:
+    """Tell the consumer that acked ``refs`` that the ack did nothing for them: they were
+    never delivered (not yet read, or read and not yet given to anyone), dropped by a seek,
+    or are not of this subscription. Offsets acked before are not listed: acking twice is
+    fine (a retried ack)."""
+
+    consumer_id: str
+    refs: tuple[tuple[str, int], ...]
+
+
+Action = Deliver | DeadLetter | PauseReading | ResumeReading | ReadFrom | FlushCursor | NotInFlight

@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 # Live messages waiting in the bus client per partition before it drops them itself.
 _LIVE_PENDING_MSGS = 1024
 _EXPIRY_CHECK_S = 1.0
-_REPLY_BYTES_PER_MESSAGE = 128  # JSON head entry and frame header of one polled message
-_REPLY_HEAD_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +103,9 @@ class Fanout:
         while their records fit ``max_bytes``)."""
         buffer = self._buffer(consumer_id)
         taken: list[Buffered] = []
-        used = _REPLY_HEAD_BYTES
+        used = protocol.REPLY_HEAD_BYTES
         while buffer and len(taken) < max_messages:
-            size = len(buffer[0].record) + _REPLY_BYTES_PER_MESSAGE
+            size = len(buffer[0].record) + protocol.REPLY_BYTES_PER_MESSAGE
             if taken and used + size > max_bytes:
                 break
             taken.append(buffer.popleft())
@@ -259,11 +257,13 @@ class FanoutRuntime:
             except TimeoutError:
                 pass
 
-    async def ack(self, request: protocol.AckRequest, timeout_s: float) -> None:
-        """Accepted and ignored: nothing is redelivered anyway."""
+    async def ack(self, request: protocol.AckRequest, timeout_s: float) -> list[tuple[str, int]]:
+        """Accepted and ignored: nothing is redelivered anyway, and nothing is tracked, so
+        no ref is ever told as not in flight."""
         del timeout_s
         self._check_consumer(request.consumer_id)
         metrics.ACKED.inc(len(request.messages))
+        return []
 
     async def nack(self, request: protocol.AckRequest) -> None:
         """Accepted; at-most-once, so the message is not delivered again."""

@@ -58,8 +58,8 @@ class SubscriptionHandlers:
             return protocol.encode_poll_reply(await runtime.poll(poll, max(wait_s, 0.0)))
         if op == DispatchOp.ACK:
             ack = protocol.parse(request.body, protocol.AckRequest)
-            await runtime.ack(ack, request.remaining_s() - _REPLY_MARGIN_S)
-            return _OK
+            ignored = await runtime.ack(ack, request.remaining_s() - _REPLY_MARGIN_S)
+            return protocol.encode_ack_reply(ignored)
         if op == DispatchOp.NACK:
             await runtime.nack(protocol.parse(request.body, protocol.AckRequest))
             return _OK

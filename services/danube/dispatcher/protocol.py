@@ -12,8 +12,10 @@ from. All integers little-endian::
                      "redelivery_count"}] then one frame per message (offset, record bytes),
                      in the same order
     ack / nack       {"consumer_id": id, "messages": [{"partition", "offset"}], "delay_ms": ms}
+    ack reply        {"ok": true, "not_in_flight": [{"partition", "offset"}]}   refs the ack
+                     did nothing for (never delivered...; absent from older dispatchers)
     detach request   {"consumer_id": id}
-    ack/nack/detach  reply {"ok": true}
+    nack/detach      reply {"ok": true}
     seek request     {"position": S}      S as for attach
     seek reply       {"offsets": {partition: offset}}   what S resolved to, per partition
     stats request    {} (or empty)
@@ -47,6 +49,19 @@ NACK_DELAY_MS_MAX = 24 * 3600 * 1000
 REFS_MAX = 100_000
 
 _U64_MAX = 2**64 - 1
+
+# Room in a poll reply for its JSON head beyond the entries, and per message for its head
+# entry and frame header: a poll takes no more messages than fit one bus message.
+REPLY_HEAD_BYTES = 4096
+REPLY_BYTES_PER_MESSAGE = 128
+
+
+def poll_reply_max(requested: int, max_payload_bytes: int, record_bytes_max: int) -> int:
+    """How many messages of at most ``record_bytes_max`` bytes a poll reply takes (at least
+    one, at most ``requested``) within ``max_payload_bytes``."""
+    room = max_payload_bytes - REPLY_HEAD_BYTES
+    return max(1, min(requested, room // (record_bytes_max + REPLY_BYTES_PER_MESSAGE)))
+
 
 StartPosition = Literal["latest", "earliest"] | dict[str, int]
 """Where a new subscription starts, or a seek goes: ``"latest"``, ``"earliest"``,
@@ -179,6 +194,22 @@ def parse(body: bytes, model: type[_M]) -> _M:
 def encode(model: BaseModel) -> bytes:
     """A request body as JSON."""
     return model.model_dump_json().encode()
+
+
+def encode_ack_reply(not_in_flight: Sequence[tuple[str, int]]) -> bytes:
+    """The reply to an ack: ok, and the refs that were not in flight."""
+    refs = [{"partition": p, "offset": o} for p, o in not_in_flight]
+    return orjson.dumps({"ok": True, "not_in_flight": refs})
+
+
+def decode_ack_reply(body: bytes) -> list[tuple[str, int]]:
+    """The refs an ack reply names as not in flight (none in an older dispatcher's reply);
+    BadRequestError when it is not an ack reply."""
+    try:
+        refs = orjson.loads(body).get("not_in_flight", [])
+        return [(str(ref["partition"]), int(ref["offset"])) for ref in refs]
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise BadRequestError(f"ack reply is not one: {body[:200]!r}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,11 @@ from danube.bus import Bus, BusError
 from danube.cloud_reader.client import CloudClient
 from danube.config import DispatcherConfig
 from danube.dispatcher import metrics, protocol
-from danube.dispatcher.backlog import partition_stats
+from danube.dispatcher.backlog import subscription_stats
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.errors import AckNotDurableError, SubscriptionNotFoundError
+from danube.dispatcher.durability import AckDurability
+from danube.dispatcher.errors import SubscriptionNotFoundError
 from danube.dispatcher.events import (
     Ack,
     Action,
@@ -36,6 +37,7 @@ from danube.dispatcher.events import (
     FlushCursor,
     MessagesAvailable,
     Nack,
+    NotInFlight,
     PauseReading,
     Poll,
     ReadFrom,
@@ -57,9 +59,6 @@ TICK_INTERVAL_S = 0.05
 DEAD_LETTER_TIMEOUT_S = 10.0
 # Stats ask each partition's ingest owner for its WAL ends; a slow one is shown as unknown.
 WAL_STATS_TIMEOUT_S = 1.0
-# Room in a poll reply for its JSON head entry and frame header, per message.
-_REPLY_BYTES_PER_MESSAGE = 128
-_REPLY_HEAD_BYTES = 4096
 
 
 def dead_letter_topic(partition: TopicName, suffix: str) -> TopicName:
@@ -95,12 +94,8 @@ class SubscriptionRuntime:
         self._activate_lock = asyncio.Lock()
         # Replaced at every change: a waiting poll holds the old one, which is then set.
         self._changed = asyncio.Event()
-        # Acks are answered once stored: the highest cursor write (FlushCursor.seq) stored
-        # per partition, an event replaced at every stored write, and one committer at a
-        # time, so acks that arrive while a write runs share the next one (group commit).
-        self._stored_seq: dict[str, int] = {}
-        self._stored = asyncio.Event()
-        self._commit_lock = asyncio.Lock()
+        # Acks are answered once the cursor write holding them is stored (group commit).
+        self._durability = AckDurability(self.run_actions)
         self.failed = False
         self.deleted = False  # set (for good) when a delete begins
         self.closing = False  # set on stop: waiting polls answer at once
@@ -150,7 +145,13 @@ class SubscriptionRuntime:
         if fresh:
             # A new subscription's position is stored before any consumer sees a message,
             # so "latest" means the latest at attach, not at the next restart.
-            await self.store.write_cursors(fresh)
+            try:
+                await self.store.write_cursors(fresh)
+            except NotOwnerError as exc:
+                # Fenced (the subscription was deleted, or claimed elsewhere): stop serving,
+                # so the caller's retry claims afresh rather than meet this one again.
+                self.fail(str(exc))
+                raise
         self.machine = SubscriptionMachine(
             config.type, cursors, DeliverySettings.from_config(self.config)
         )
@@ -249,9 +250,10 @@ class SubscriptionRuntime:
         self._check_serving()
         while True:
             self._seen(request.consumer_id)
-            actions = self._machine().handle(
-                Poll(request.consumer_id, self._poll_max(request.max), time.monotonic())
+            wanted = protocol.poll_reply_max(
+                request.max, self.bus.max_payload_bytes, self._record_bytes_max
             )
+            actions = self._machine().handle(Poll(request.consumer_id, wanted, time.monotonic()))
             delivered = [a for a in actions if isinstance(a, Deliver)]
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
@@ -276,59 +278,27 @@ class SubscriptionRuntime:
             except TimeoutError:
                 pass
 
-    def _poll_max(self, requested: int) -> int:
-        room = self.bus.max_payload_bytes - _REPLY_HEAD_BYTES
-        per_message = self._record_bytes_max + _REPLY_BYTES_PER_MESSAGE
-        return max(1, min(requested, room // per_message))
-
     def _seen(self, consumer_id: str) -> None:
         if consumer_id in self._last_seen:
             self._last_seen[consumer_id] = time.monotonic()
 
-    async def ack(self, request: protocol.AckRequest, timeout_s: float) -> None:
+    async def ack(self, request: protocol.AckRequest, timeout_s: float) -> list[tuple[str, int]]:
         """Acknowledge messages; returns once the cursor holding the acks is stored, so an
         acknowledged message is never delivered again, even after a crash. AckNotDurableError
-        when that takes longer than ``timeout_s`` (the acks still count in memory)."""
+        when that takes longer than ``timeout_s`` (the acks still count in memory). Returns
+        the refs that were not in flight (the ack did nothing for them)."""
         self._check_serving()
         started_s = time.monotonic()
         self._seen(request.consumer_id)
         refs = [(m.partition, m.offset) for m in request.messages]
-        await self._handle(Ack(request.consumer_id, refs))
-        metrics.ACKED.inc(len(refs))
-        await self._make_durable({partition for partition, _ in refs}, timeout_s)
+        actions = await self._handle(Ack(request.consumer_id, refs))
+        ignored = [ref for a in actions if isinstance(a, NotInFlight) for ref in a.refs]
+        metrics.ACKED.inc(len(refs) - len(ignored))
+        acked = {partition for partition, _ in set(refs).difference(ignored)}
+        what = f"{self.store.topic}/{self.store.sub}"
+        await self._durability.wait(self._machine(), acked, timeout_s, what)
         metrics.ACK_SECONDS.observe(time.monotonic() - started_s)
-
-    async def _make_durable(self, partitions: set[str], timeout_s: float) -> None:
-        machine = self._machine()
-        # The write that will hold the current state of each cursor: the next one if it
-        # changed since the last write was handed out, else that last one.
-        targets = {}
-        for name in partitions:
-            cursor = machine.cursor(name)
-            targets[name] = cursor.flush_seq + (1 if cursor.dirty else 0)
-        try:
-            async with asyncio.timeout(max(timeout_s, 0.0)):
-                while True:
-                    if all(self._stored_seq.get(n, 0) >= seq for n, seq in targets.items()):
-                        return
-                    if any(machine.cursor(n).flush_seq < seq for n, seq in targets.items()):
-                        await self._commit(targets)
-                        continue
-                    stored = self._stored  # a write is under way (or failed: the tick retries)
-                    await stored.wait()
-        except TimeoutError:
-            raise AckNotDurableError(
-                f"the cursor of {self.store.topic}/{self.store.sub} was not stored in time; "
-                "ack again"
-            ) from None
-
-    async def _commit(self, targets: dict[str, int]) -> None:
-        async with self._commit_lock:
-            # Acks handled while the previous committer wrote are in this state too.
-            machine = self._machine()
-            due = [n for n, seq in targets.items() if machine.cursor(n).flush_seq < seq]
-            if due:
-                await self.run_actions(machine.flush_dirty(due, time.monotonic()))
+        return ignored
 
     async def nack(self, request: protocol.AckRequest) -> None:
         """Refuse messages: redelivered after ``delay_ms``."""
@@ -368,17 +338,7 @@ class SubscriptionRuntime:
         machine = self._subscription()
         names = list(self._partitions)
         ends = await asyncio.gather(*(self._wal_offsets(self._partitions[n]) for n in names))
-        partitions = [
-            partition_stats(name, machine.cursor(name), wal)
-            for name, wal in zip(names, ends, strict=True)
-        ]
-        consumers = [
-            protocol.ConsumerStats(consumer_id=cid, name=name, unacked=unacked)
-            for cid, name, unacked in machine.consumer_details()
-        ]
-        return protocol.SubscriptionStats(
-            type=machine.delivery_type, partitions=partitions, consumers=consumers
-        )
+        return subscription_stats(machine, dict(zip(names, ends, strict=True)))
 
     async def _wal_offsets(self, partition: TopicName) -> WalOffsets | None:
         try:
@@ -435,12 +395,13 @@ class SubscriptionRuntime:
             )
         return self.machine
 
-    async def _handle(self, event: Event) -> None:
+    async def _handle(self, event: Event) -> list[Action]:
         actions = self._machine().handle(event)
         # Acks free window room, nacks and detaches return messages, time makes them due:
         # every waiting poll looks again (a poll itself wakes nobody).
         self.notify()
         await self.run_actions(actions)
+        return actions
 
     def feed(self, event: MessagesAvailable) -> list[Action]:
         """Readers hand their reads in here; returns the actions left to execute."""
@@ -508,11 +469,9 @@ class SubscriptionRuntime:
                 machine.cursor(partition.topic).mark_dirty()
             return
         metrics.CURSOR_WRITES.inc()
-        for partition, flush in flushes.items():
-            stored = self._stored_seq.get(partition.topic, 0)
-            self._stored_seq[partition.topic] = max(stored, flush.seq)
-        stored_event, self._stored = self._stored, asyncio.Event()
-        stored_event.set()
+        self._durability.stored(
+            (partition.topic, flush.seq) for partition, flush in flushes.items()
+        )
 
     async def _tick_loop(self) -> None:
         while True:

@@ -11,6 +11,7 @@ import orjson
 from fastapi import APIRouter, Body, Response
 
 from danube.bus import Bus, BusError
+from danube.discovery.api.params import Namespace, Topic
 from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.api.subscriptions import list_subscriptions
 from danube.discovery.catalog import user_topic
@@ -150,15 +151,20 @@ async def list_namespaces(services: ServicesDep) -> NamespaceList:
 
 
 @router.get("/namespaces/{ns}", response_model=NamespaceOut)
-async def get_namespace(ns: str, services: ServicesDep) -> NamespaceOut:
+async def get_namespace(ns: Namespace, services: ServicesDep) -> NamespaceOut:
     """One namespace and its policy."""
     validate_segment("namespace", ns)
     return _namespace_out(ns, await services.catalog.get_namespace(ns))
 
 
-@router.put("/namespaces/{ns}", response_model=NamespaceOut, status_code=201)
+@router.put(
+    "/namespaces/{ns}",
+    response_model=NamespaceOut,
+    status_code=201,
+    responses={200: {"model": NamespaceOut, "description": "It exists with the same policy"}},
+)
 async def put_namespace(
-    ns: str,
+    ns: Namespace,
     services: ServicesDep,
     response: Response,
     spec: NamespaceSpec | None = Body(default=None),  # noqa: B008 (FastAPI's idiom)
@@ -171,7 +177,7 @@ async def put_namespace(
 
 
 @router.delete("/namespaces/{ns}", status_code=204)
-async def delete_namespace(ns: str, services: ServicesDep) -> Response:
+async def delete_namespace(ns: Namespace, services: ServicesDep) -> Response:
     """Delete an empty namespace (never ``default``)."""
     validate_segment("namespace", ns)
     await services.catalog.delete_namespace(ns)
@@ -179,7 +185,7 @@ async def delete_namespace(ns: str, services: ServicesDep) -> Response:
 
 
 @router.get("/namespaces/{ns}/topics", response_model=TopicList)
-async def list_topics(ns: str, services: ServicesDep) -> TopicList:
+async def list_topics(ns: Namespace, services: ServicesDep) -> TopicList:
     """The topics of a namespace."""
     validate_segment("namespace", ns)
     return TopicList(namespace=ns, topics=await services.catalog.list_topics(ns))
@@ -188,10 +194,15 @@ async def list_topics(ns: str, services: ServicesDep) -> TopicList:
 # --- topics ------------------------------------------------------------------------------
 
 
-@router.put("/topics/{ns}/{topic}", response_model=TopicOut, status_code=201)
+@router.put(
+    "/topics/{ns}/{topic}",
+    response_model=TopicOut,
+    status_code=201,
+    responses={200: {"model": TopicOut, "description": "It exists with the same config"}},
+)
 async def put_topic(
-    ns: str,
-    topic: str,
+    ns: Namespace,
+    topic: Topic,
     services: ServicesDep,
     response: Response,
     spec: TopicSpec | None = Body(default=None),  # noqa: B008 (FastAPI's idiom)
@@ -205,7 +216,7 @@ async def put_topic(
 
 
 @router.get("/topics/{ns}/{topic}", response_model=TopicDetail)
-async def describe_topic(ns: str, topic: str, services: ServicesDep) -> TopicDetail:
+async def describe_topic(ns: Namespace, topic: Topic, services: ServicesDep) -> TopicDetail:
     """Config, partitions, owners and offsets of a topic, and its subscriptions with their
     backlog."""
     name = user_topic(ns, topic)
@@ -228,7 +239,7 @@ async def describe_topic(ns: str, topic: str, services: ServicesDep) -> TopicDet
 
 
 @router.delete("/topics/{ns}/{topic}", status_code=204)
-async def delete_topic(ns: str, topic: str, services: ServicesDep) -> Response:
+async def delete_topic(ns: Namespace, topic: Topic, services: ServicesDep) -> Response:
     """Delete a topic: its config and its partitions' records first (which fences the owning
     ingest nodes and uploaders), then every ingest node drops its WAL of those partitions, and
     the partitions' objects are deleted from object storage."""
@@ -263,7 +274,7 @@ async def _delete_objects(services: Services, partitions: list[TopicName]) -> No
 
 
 @router.get("/lookup/{ns}/{topic}", response_model=LookupOut)
-async def lookup(ns: str, topic: str, services: ServicesDep) -> LookupOut:
+async def lookup(ns: Namespace, topic: Topic, services: ServicesDep) -> LookupOut:
     """Partitions, dispatch mode and the owner of each partition."""
     name = user_topic(ns, topic)
     config = await services.catalog.get_topic(name)

@@ -10,31 +10,41 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from danube.discovery.api.params import (
+    DISPATCHER_ID_CHARS_MAX,
+    ConsumerId,
+    Namespace,
+    Subscription,
+    Topic,
+)
 from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.catalog import user_topic
 from danube.discovery.errors import BadRequestError, NotFoundError
 from danube.discovery.models import (
     AckRequest,
+    AckResult,
     AttachRequest,
     AttachResponse,
     MessageOut,
+    MessageRefOut,
     MessagesOut,
     TopicSpec,
 )
 from danube.dispatcher import protocol
 from danube.frame import decode_record
 from danube.meta import TopicName
-from danube.names import InvalidNameError, validate_segment
+from danube.names import SEGMENT_CHARS, InvalidNameError, validate_segment
 
 router = APIRouter(prefix="/v1", tags=["consume"])
 
 POLL_MAX_MESSAGES = 1000
 POLL_WAIT_MS_MAX = 30_000
-_DISPATCHER_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_DISPATCHER_ID = re.compile(f"[{SEGMENT_CHARS}]{{1,{DISPATCHER_ID_CHARS_MAX}}}")
 
 
 def consumer_id(topic: TopicName, sub: str, dispatcher_id: str) -> str:
@@ -121,7 +131,7 @@ async def _ensure_topic(services: Services, topic: TopicName) -> None:
     status_code=201,
 )
 async def attach(
-    ns: str, topic: str, sub: str, body: AttachRequest, services: ServicesDep
+    ns: Namespace, topic: Topic, sub: Subscription, body: AttachRequest, services: ServicesDep
 ) -> AttachResponse:
     """Attach a consumer (creating the subscription on the first attach); 409
     ``subscription_taken`` when an exclusive subscription already has its consumer."""
@@ -139,7 +149,7 @@ async def attach(
 
 @router.get("/consumers/{cid}/messages", response_model=MessagesOut)
 async def poll(
-    cid: str,
+    cid: ConsumerId,
     services: ServicesDep,
     max: Annotated[int, Query(ge=1, le=POLL_MAX_MESSAGES)] = 100,
     wait_ms: Annotated[int, Query(ge=0, le=POLL_WAIT_MS_MAX)] = 1000,
@@ -151,17 +161,37 @@ async def poll(
     return MessagesOut(messages=[message_out(topic, m) for m in polled])
 
 
-@router.post("/consumers/{cid}/ack", status_code=204)
-async def ack(cid: str, body: AckRequest, services: ServicesDep) -> Response:
-    """Acknowledge delivered messages: they are not delivered again."""
+@router.post(
+    "/consumers/{cid}/ack",
+    status_code=204,
+    response_model=None,
+    responses={
+        200: {"model": AckResult, "description": "Some refs were not in flight"},
+        204: {"description": "Every ref was in flight (or acked before)"},
+    },
+)
+async def ack(cid: ConsumerId, body: AckRequest, services: ServicesDep) -> Response:
+    """Acknowledge delivered messages: they are not delivered again. ``204`` when every ref
+    was in flight (or acked before); ``200`` naming the refs that were not (never delivered,
+    dropped by a seek, or not of the subscription's partitions): the ack did nothing for
+    them."""
     topic, sub, dispatcher_id = parse_consumer_id(cid)
     refs = message_refs(topic, body)
-    await services.dispatcher.ack(topic, sub, dispatcher_id, refs)
-    return Response(status_code=204)
+    ignored = await services.dispatcher.ack(topic, sub, dispatcher_id, refs)
+    if not ignored:
+        return Response(status_code=204)
+    result = AckResult(not_in_flight=not_in_flight(topic, ignored))
+    return Response(result.model_dump_json(), status_code=200, media_type="application/json")
+
+
+def not_in_flight(topic: TopicName, refs: Sequence[tuple[str, int]]) -> list[MessageRefOut]:
+    """The public form of refs the dispatcher told were not in flight: the partition by its
+    full name, as polled and acked."""
+    return [MessageRefOut(partition=str(TopicName(topic.namespace, p)), offset=o) for p, o in refs]
 
 
 @router.post("/consumers/{cid}/nack", status_code=204)
-async def nack(cid: str, body: AckRequest, services: ServicesDep) -> Response:
+async def nack(cid: ConsumerId, body: AckRequest, services: ServicesDep) -> Response:
     """Refuse delivered messages: redelivered after ``delay_ms`` (or dead-lettered)."""
     topic, sub, dispatcher_id = parse_consumer_id(cid)
     refs = message_refs(topic, body)
@@ -170,7 +200,7 @@ async def nack(cid: str, body: AckRequest, services: ServicesDep) -> Response:
 
 
 @router.delete("/consumers/{cid}", status_code=204)
-async def detach(cid: str, services: ServicesDep) -> Response:
+async def detach(cid: ConsumerId, services: ServicesDep) -> Response:
     """Detach a consumer; its unacked messages go to the others (or the next one)."""
     topic, sub, dispatcher_id = parse_consumer_id(cid)
     await services.dispatcher.detach(topic, sub, dispatcher_id)

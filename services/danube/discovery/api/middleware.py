@@ -1,8 +1,17 @@
-"""Plain ASGI middleware of the public API: the request body limit and request metrics.
+"""Plain ASGI middleware of the public API: the Host check, the request body limit and
+request metrics.
+
+The Host check refuses a request whose ``Host`` header names a host that is not allowed
+(``discovery.allowed_hosts``): a web page whose DNS name was rebound to this address sends
+its own name, so it cannot drive a local API. Health and metrics stay open to any name
+(probes and scrapers address a node by its IP).
 
 The body limit answers 413 from the ``Content-Length`` header before any byte is read, and
 also counts the bytes of a body sent without one (chunked), failing the read once past the
 limit, so no handler ever holds more than ``max_body_bytes`` of a request.
+
+Both answer before the app runs, with the error body and status of
+:mod:`danube.discovery.errors` (the one map).
 """
 
 from __future__ import annotations
@@ -12,21 +21,18 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from danube.discovery import metrics
+from danube.discovery.errors import BadRequestError, TooLargeError, error_body, http_status
+
+# Open to any Host: what probes and scrapers ask for.
+UNCHECKED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-async def _send_too_large(send: Send, limit_bytes: int) -> None:
-    body = orjson.dumps(
-        {
-            "error": {
-                "code": "body_too_large",
-                "message": f"request body over the limit of {limit_bytes} bytes",
-            }
-        }
-    )
+async def _send_error(send: Send, error: Exception) -> None:
+    body = orjson.dumps(error_body(error))
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": http_status(error),
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
@@ -35,6 +41,58 @@ async def _send_too_large(send: Send, limit_bytes: int) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def _send_too_large(send: Send, limit_bytes: int) -> None:
+    error = TooLargeError(
+        f"request body over the limit of {limit_bytes} bytes",
+        code="body_too_large",
+        limit=limit_bytes,
+    )
+    await _send_error(send, error)
+
+
+def host_name(header: bytes) -> str:
+    """The host of a ``Host`` header, lowercase, without its port (``[::1]:80`` -> ``::1``)."""
+    host = header.decode("latin-1").strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        return host.partition(":")[0]
+    return host
+
+
+class HostCheckMiddleware:
+    """Refuse requests and WebSocket upgrades whose ``Host`` is not in ``allowed`` (None:
+    any is), with 400 ``host_not_allowed`` (a WebSocket: closed before it opens, 403)."""
+
+    def __init__(self, app: ASGIApp, *, allowed: frozenset[str] | None) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self.allowed is None
+            or scope["type"] not in ("http", "websocket")
+            or scope["path"] in UNCHECKED_PATHS
+        ):
+            await self.app(scope, receive, send)
+            return
+        headers = [value for name, value in scope["headers"] if name == b"host"]
+        host = host_name(headers[0]) if len(headers) == 1 else None
+        if host in self.allowed:
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        shown = "no Host header" if host is None else f"Host {host[:100]!r}"
+        await _send_error(
+            send,
+            BadRequestError(
+                f"{shown} is not allowed (discovery.allowed_hosts)", code="host_not_allowed"
+            ),
+        )
 
 
 class BodyLimitMiddleware:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from danube.discovery.api.params import Namespace, Partition
 from danube.discovery.api.state import ServicesDep
 from danube.discovery.models import MoveOut, MoveRequest
 from danube.discovery.moves import check_partition, move_partition
@@ -15,7 +16,9 @@ router = APIRouter(prefix="/v1")
 
 
 @router.post("/partitions/{ns}/{partition}/move", response_model=MoveOut)
-async def move(ns: str, partition: str, body: MoveRequest, services: ServicesDep) -> MoveOut:
+async def move(
+    ns: Namespace, partition: Partition, body: MoveRequest, services: ServicesDep
+) -> MoveOut:
     """Give the partition a new replica set. Only while it has no leader; when that gives
     up data the old replicas held, only with ``unclean`` (docs/replication.md)."""
     validate_segment("namespace", ns)

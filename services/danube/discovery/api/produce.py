@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from danube.discovery.api.params import Namespace, Topic
 from danube.discovery.api.state import ServicesDep
 from danube.discovery.catalog import user_topic
 from danube.discovery.models import ProduceRequest, ProduceResponse
@@ -13,7 +14,7 @@ router = APIRouter(prefix="/v1")
 
 @router.post("/topics/{ns}/{topic}/messages", response_model=ProduceResponse)
 async def produce(
-    ns: str, topic: str, body: ProduceRequest, services: ServicesDep
+    ns: Namespace, topic: Topic, body: ProduceRequest, services: ServicesDep
 ) -> ProduceResponse:
     """Store a batch of messages; one ``{partition, offset}`` per message, in order."""
     name = user_topic(ns, topic)

@@ -30,9 +30,16 @@ from starlette.types import Message
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from danube.discovery import metrics
-from danube.discovery.api.consume import message_out, message_refs, parse_consumer_id
+from danube.discovery.api.consume import (
+    message_out,
+    message_refs,
+    not_in_flight,
+    parse_consumer_id,
+)
+from danube.discovery.api.params import ConsumerId
 from danube.discovery.api.state import Services, services_of
 from danube.discovery.errors import (
+    BadRequestError,
     OverLimitError,
     StreamProtocolError,
     error_body,
@@ -80,7 +87,7 @@ class _Ended(Exception):
 
 
 @router.websocket("/consumers/{cid}/stream")
-async def stream(websocket: WebSocket, cid: str) -> None:
+async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
     """Push the consumer's messages as the client grants credits; it acks and nacks on the
     same socket. Ends with an error frame and a close code when something goes wrong."""
     services = services_of(websocket)
@@ -202,7 +209,9 @@ class _Stream:
                     self.topic, self.sub, self.dispatcher_id, refs, delay_ms=frame.delay_ms
                 )
             else:
-                await self.dispatcher.ack(self.topic, self.sub, self.dispatcher_id, refs)
+                ignored = await self.dispatcher.ack(self.topic, self.sub, self.dispatcher_id, refs)
+                if ignored:
+                    await self._outbox.put([error_frame(_not_in_flight(self.topic, ignored))])
         except (DanubeError, TimeoutError) as exc:
             if _consumer_gone(exc):
                 raise _Ended(exc) from None
@@ -262,6 +271,22 @@ class _Stream:
                 except TimeoutError:
                     log.info("consumer stream: the client took nothing for %.0f s", SEND_TIMEOUT_S)
                     raise _Ended(None) from None
+
+
+# Refs named in a not_in_flight error frame at most (the count is always given).
+NOT_IN_FLIGHT_SHOWN = 20
+
+
+def _not_in_flight(topic: TopicName, refs: list[tuple[str, int]]) -> BadRequestError:
+    """What an ``error`` frame tells of an ack that did nothing for ``refs``."""
+    named = not_in_flight(topic, refs[:NOT_IN_FLIGHT_SHOWN])
+    shown = ", ".join(f"{ref.partition}@{ref.offset}" for ref in named)
+    more = f" and {len(refs) - len(named)} more" if len(refs) > len(named) else ""
+    return BadRequestError(
+        f"{len(refs)} acked messages were not in flight (never delivered, or dropped by a "
+        f"seek): {shown}{more}",
+        code="not_in_flight",
+    )
 
 
 def _parse(message: Message) -> FlowFrame | AckFrame | NackFrame:

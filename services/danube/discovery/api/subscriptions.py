@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from fastapi import APIRouter, Response
 
 from danube.discovery.api.consume import consumer_id
+from danube.discovery.api.params import Namespace, Subscription, Topic
 from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.catalog import user_topic
 from danube.discovery.errors import NotFoundError
@@ -191,7 +192,9 @@ async def _existing(services: Services, topic: TopicName, sub: str) -> TopicConf
 
 
 @router.get("/topics/{ns}/{topic}/subscriptions", response_model=SubscriptionList)
-async def list_topic_subscriptions(ns: str, topic: str, services: ServicesDep) -> SubscriptionList:
+async def list_topic_subscriptions(
+    ns: Namespace, topic: Topic, services: ServicesDep
+) -> SubscriptionList:
     """Every subscription of a topic: type, cursor and backlog per partition, consumers."""
     name = user_topic(ns, topic)
     config = await services.catalog.get_topic(name)
@@ -200,7 +203,9 @@ async def list_topic_subscriptions(ns: str, topic: str, services: ServicesDep) -
 
 
 @router.delete("/topics/{ns}/{topic}/subscriptions/{sub}", status_code=204)
-async def delete_subscription(ns: str, topic: str, sub: str, services: ServicesDep) -> Response:
+async def delete_subscription(
+    ns: Namespace, topic: Topic, sub: Subscription, services: ServicesDep
+) -> Response:
     """Delete a subscription: its consumers are detached, its config and cursors removed;
     the next attach creates it afresh."""
     name = user_topic(ns, topic)
@@ -212,7 +217,7 @@ async def delete_subscription(ns: str, topic: str, sub: str, services: ServicesD
 
 @router.post("/topics/{ns}/{topic}/subscriptions/{sub}/seek", response_model=SeekResponse)
 async def seek_subscription(
-    ns: str, topic: str, sub: str, body: SeekRequest, services: ServicesDep
+    ns: Namespace, topic: Topic, sub: Subscription, body: SeekRequest, services: ServicesDep
 ) -> SeekResponse:
     """Move the subscription's cursor in every partition to ``position``; messages held
     unacked are dropped, and delivery goes on from there."""
