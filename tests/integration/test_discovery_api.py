@@ -263,6 +263,35 @@ async def test_replication_settings_per_topic_and_inherited_from_the_namespace(
         assert too_many.status_code == 400
 
 
+async def test_a_namespace_policy_is_updated_in_place(mesh_for: MeshFactory) -> None:
+    async with mesh_for() as mesh:
+        http = mesh.http
+        created = await http.put("/v1/namespaces/kept", json={"max_topics": 5})
+        assert created.status_code == 201
+        patched = await http.patch(
+            "/v1/namespaces/kept",
+            json={"retention": {"time_minutes": 60}, "replication_factor": 2},
+        )
+        assert patched.status_code == 200, patched.text
+        body = patched.json()
+        assert body["max_topics"] == 5  # not given: kept
+        assert body["retention"] == {"time_minutes": 60, "size_mb": None}
+        assert body["replication_factor"] == 2
+        assert body["created_ms"] == created.json()["created_ms"]
+        assert (await http.get("/v1/namespaces/kept")).json() == body
+        reset = await http.patch("/v1/namespaces/kept", json={"replication_factor": None})
+        assert reset.json()["replication_factor"] is None
+        assert reset.json()["retention"] == {"time_minutes": 60, "size_mb": None}
+        assert _error(await http.patch("/v1/namespaces/kept", json={"max_topics": None})) == (
+            400,
+            "invalid_request",
+        )
+        assert _error(await http.patch("/v1/namespaces/ghost", json={})) == (
+            404,
+            "namespace_not_found",
+        )
+
+
 # --- produce -----------------------------------------------------------------------------
 
 

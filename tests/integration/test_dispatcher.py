@@ -210,6 +210,10 @@ async def test_nack_delay_then_dead_letter_after_max_redeliveries(
         await client.nack(topic, "s", consumer, _refs([third]))
         dlq = await IngestClient(bus).fetch(TopicName("default", "nacked-dlq"), 0)
         assert [decode_record(f.payload).payload for f in dlq.frames] == [b"poison"]
+        # A real topic: it has a config (so it is listed, described, deleted like any other).
+        dlq_config = await store.get_model("topics/default/nacked-dlq", TopicConfig)
+        assert dlq_config is not None
+        assert (dlq_config.partitions, dlq_config.dispatch) == (0, "reliable")
         assert _sample("danube_dispatcher_dead_lettered_messages_total") == dead_before + 1
         await _produce(bus, topic, [b"next"])
         (after,) = await _poll_until(client, topic, "s", consumer, 1)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from danube.ingest.wal.results import SegmentInfo
-from danube.meta.records import RetentionPolicy, TopicConfig
+from danube.meta.records import NamespacePolicy, RetentionPolicy, TopicConfig
 from danube.names import TopicName
 from danube.retention.policy import (
     MIB,
@@ -224,4 +224,23 @@ def test_only_reliable_topics_are_looked_at_partition_by_partition() -> None:
         (TopicName("ns", "plain"), RetentionPolicy()),
         (TopicName("ns", "parts-part-0"), week),
         (TopicName("ns", "parts-part-1"), week),
+    ]
+
+
+def test_a_topic_inherits_each_retention_limit_it_leaves_unset_from_its_namespace() -> None:
+    day, gb = RetentionPolicy(time_minutes=24 * 60), RetentionPolicy(size_mb=1024)
+    namespaces = {
+        "ns": NamespacePolicy(created_ms=0, retention=RetentionPolicy(time_minutes=60, size_mb=500))
+    }
+    topics = [
+        (TopicName("ns", "bare"), TopicConfig(created_ms=0)),
+        (TopicName("ns", "timed"), TopicConfig(retention=day, created_ms=0)),
+        (TopicName("ns", "sized"), TopicConfig(retention=gb, created_ms=0)),
+        (TopicName("other", "bare"), TopicConfig(created_ms=0)),  # its namespace has none
+    ]
+    assert reliable_partitions(topics, namespaces) == [
+        (TopicName("ns", "bare"), RetentionPolicy(time_minutes=60, size_mb=500)),
+        (TopicName("ns", "timed"), RetentionPolicy(time_minutes=24 * 60, size_mb=500)),
+        (TopicName("ns", "sized"), RetentionPolicy(time_minutes=60, size_mb=1024)),
+        (TopicName("other", "bare"), RetentionPolicy()),
     ]

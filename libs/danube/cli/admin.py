@@ -171,6 +171,35 @@ def namespaces_create(
     _admin("namespaces create", service_addr, call)
 
 
+@namespaces.command("update")
+def namespaces_update(
+    namespace: str,
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    max_topics: Annotated[int | None, typer.Option(min=0, help="Topics it may hold.")] = None,
+    retention_minutes: Annotated[int | None, typer.Option(min=1)] = None,
+    retention_mb: Annotated[int | None, typer.Option(min=1)] = None,
+    replication_factor: ReplicationFactor = None,
+    min_insync_replicas: MinInsync = None,
+    json_out: Json = False,
+) -> None:
+    """Change a namespace's policy (only the options given); its topics that set none of
+    their own follow it."""
+    changes: dict[str, Any] = {}
+    if max_topics is not None:
+        changes["max_topics"] = max_topics
+    if retention_minutes is not None or retention_mb is not None:
+        changes["retention"] = Retention(time_minutes=retention_minutes, size_mb=retention_mb)
+    if replication_factor is not None:
+        changes["replication_factor"] = replication_factor
+    if min_insync_replicas is not None:
+        changes["min_insync_replicas"] = min_insync_replicas
+
+    async def call(admin: AsyncAdmin) -> None:
+        _show_namespace(await admin.update_namespace(namespace, **changes), json_out)
+
+    _admin("namespaces update", service_addr, call)
+
+
 @namespaces.command("delete")
 def namespaces_delete(namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:6650") -> None:
     """Delete an empty namespace."""

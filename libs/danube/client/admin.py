@@ -234,6 +234,18 @@ class AsyncAdmin:
         answer = await self._call("PUT", f"/v1/namespaces/{_namespace(ns)}", body)
         return _parse(Namespace, answer.body, "create namespace")
 
+    async def update_namespace(self, ns: str, **changes: Any) -> Namespace:
+        """Change a namespace's policy: each keyword given (``max_topics``, ``retention`` —
+        a :class:`Retention` —, ``replication_factor``, ``min_insync_replicas``; None resets
+        a replication default) replaces the stored value; topics that set none of their own
+        follow it."""
+        body = {
+            key: value.model_dump() if isinstance(value, Retention) else value
+            for key, value in changes.items()
+        }
+        answer = await self._call("PATCH", f"/v1/namespaces/{_namespace(ns)}", body)
+        return _parse(Namespace, answer.body, "update namespace")
+
     async def delete_namespace(self, ns: str) -> None:
         """Delete an empty namespace (``namespace_not_empty``, ``namespace_protected``)."""
         await self._call("DELETE", f"/v1/namespaces/{_namespace(ns)}")

@@ -1,5 +1,5 @@
 """Reading every topic config at once (the controller, the uploader and retention all need
-the full list)."""
+the full list), and creating one that a service writes to on its own (a dead-letter topic)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 
 from danube.meta import keys as meta_keys
 from danube.meta.errors import MetaDecodeError
-from danube.meta.kv import decode_model
-from danube.meta.records import TopicConfig
+from danube.meta.kv import decode_model, encode_model
+from danube.meta.records import NamespacePolicy, TopicConfig
 from danube.meta.store import MetaStore
 from danube.names import InvalidNameError, TopicName
 
@@ -24,3 +24,31 @@ async def read_topics(store: MetaStore) -> dict[TopicName, TopicConfig]:
         except (MetaDecodeError, InvalidNameError) as exc:
             log.warning("skipping topic %s: %s", kv.key, exc)
     return topics
+
+
+async def read_namespaces(store: MetaStore) -> dict[str, NamespacePolicy]:
+    """Every namespace's policy; a key that does not parse is logged and skipped."""
+    found: dict[str, NamespacePolicy] = {}
+    for kv in await store.range(meta_keys.NAMESPACES_PREFIX):
+        try:
+            found[kv.key.removeprefix(meta_keys.NAMESPACES_PREFIX)] = decode_model(
+                kv, NamespacePolicy
+            )
+        except MetaDecodeError as exc:
+            log.warning("skipping namespace %s: %s", kv.key, exc)
+    return found
+
+
+async def create_topic_if_absent(store: MetaStore, topic: TopicName, config: TopicConfig) -> bool:
+    """Write ``config`` for ``topic`` unless it has one (compared on the namespace key too, so
+    a namespace being deleted is not given a new topic); whether it was written."""
+    result = await (
+        store.txn()
+        .if_absent(meta_keys.topic_key(topic))
+        .if_present(meta_keys.namespace_key(topic.namespace))
+        .then_put(meta_keys.topic_key(topic), encode_model(config))
+        .commit()
+    )
+    if result.succeeded:
+        log.info("created topic %s", topic)
+    return result.succeeded

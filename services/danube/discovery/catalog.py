@@ -15,11 +15,11 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from danube.discovery.errors import ConflictError, NotFoundError
-from danube.discovery.models import NamespaceSpec, TopicSpec
+from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
+from danube.discovery.models import NamespacePatch, NamespaceSpec, TopicSpec
 from danube.meta import MetaError, MetaStore, TopicName, decode_model, encode_model
 from danube.meta import keys as meta_keys
-from danube.meta.records import NamespacePolicy, TopicConfig
+from danube.meta.records import NamespacePolicy, RetentionPolicy, TopicConfig
 from danube.names import InvalidNameError, validate_segment
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ TOPIC_CACHE_ENTRIES_MAX = 10_000
 # Deletes of one topic's records are sent in transactions of at most this many ops
 # (etcd refuses more than 128 per transaction).
 _DELETE_OPS_PER_TXN = 100
+_UPDATE_TRIES = 5  # compare-and-swap attempts of a namespace update racing another
 
 
 def now_ms() -> int:
@@ -122,6 +123,40 @@ class Catalog:
                 f"namespace {name} exists with another policy", code="namespace_exists"
             )
         return existing, False
+
+    async def update_namespace(self, name: str, patch: NamespacePatch) -> NamespacePolicy:
+        """Apply ``patch`` to the namespace's policy (compare-and-swap on its revision, a few
+        tries); NotFoundError if it does not exist."""
+        key = meta_keys.namespace_key(name)
+        for _ in range(_UPDATE_TRIES):
+            found = await self.store.get_model_kv(key, NamespacePolicy)
+            if found is None:
+                raise NotFoundError(f"namespace {name} does not exist", code="namespace_not_found")
+            current, kv = found
+            given = patch.model_fields_set
+            if "max_topics" in given and patch.max_topics is None:
+                raise BadRequestError("max_topics cannot be null", code="invalid_request")
+            changes: dict[str, object] = {
+                field: getattr(patch, field)
+                for field in ("max_topics", "replication_factor", "min_insync_replicas")
+                if field in given
+            }
+            if "retention" in given:
+                retention = patch.retention
+                changes["retention"] = (
+                    RetentionPolicy() if retention is None else retention.policy()
+                )
+            updated = NamespacePolicy.model_validate({**current.model_dump(), **changes})
+            result = await (
+                self.store.txn()
+                .if_mod_revision(key, "==", kv.mod_revision)
+                .then_put(key, encode_model(updated))
+                .commit()
+            )
+            if result.succeeded:
+                log.info("namespace %s updated: %s", name, sorted(changes))
+                return updated
+        raise ConflictError(f"namespace {name} changed during the update", code="conflict")
 
     async def get_namespace(self, name: str) -> NamespacePolicy:
         """The namespace's policy; NotFoundError if it does not exist."""

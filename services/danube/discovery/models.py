@@ -75,6 +75,16 @@ class NamespaceSpec(_Request):
     min_insync_replicas: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
 
 
+class NamespacePatch(_Request):
+    """``PATCH /v1/namespaces/{ns}``: the fields given replace the stored ones (``retention``
+    as a whole; ``null`` resets a replication default to the cluster's); the rest stay."""
+
+    max_topics: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    retention: RetentionSpec | None = None
+    replication_factor: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
+    min_insync_replicas: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
+
+
 class TopicSpec(_Request):
     """``PUT /v1/topics/{ns}/{topic}``: 0 partitions is one unpartitioned topic."""
 

@@ -446,6 +446,7 @@ class SubscriptionRuntime:
         topic = dead_letter_topic(partition, self.config.dead_letter_suffix)
         record = _bytes(letter.message.payload)
         try:
+            await self.store.ensure_topic_like_ours(topic)
             await self.ingest.produce(topic, [record], timeout_s=DEAD_LETTER_TIMEOUT_S)
         except Exception as exc:
             # The cursor already moved past it in memory: stop before a write stores that,

@@ -17,6 +17,7 @@ from danube.dispatcher.errors import DispatcherError
 from danube.meta import Lease, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Dispatch, Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
+from danube.meta.topics import create_topic_if_absent
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,28 @@ class SubscriptionStore:
         self.owner_key = meta_keys.subscription_owner_key(topic, sub)
         self.config_key = meta_keys.subscription_key(topic, sub)
         self.claim: OwnerClaim | None = None
+        self._configured: set[TopicName] = set()  # dead-letter topics known to have a config
 
     async def dispatch(self) -> Dispatch:
         """The topic's dispatch mode (``reliable`` when it has no config yet)."""
         config = await self.store.get_model(meta_keys.topic_key(self.topic), TopicConfig)
         return "reliable" if config is None else config.dispatch
+
+    async def ensure_topic_like_ours(self, topic: TopicName) -> None:
+        """Give ``topic`` (our dead-letter topic) a config if it has none, with the
+        durability and replication of the subscription's topic: a real topic then, listed,
+        described and deleted like any other (and its namespace cannot go while it exists)."""
+        if topic in self._configured:
+            return
+        ours = await self.store.get_model(meta_keys.topic_key(self.topic), TopicConfig)
+        config = TopicConfig(
+            created_ms=int(time.time() * 1000),
+            durability="fsync" if ours is None else ours.durability,
+            replication_factor=None if ours is None else ours.replication_factor,
+            min_insync_replicas=None if ours is None else ours.min_insync_replicas,
+        )
+        await create_topic_if_absent(self.store, topic, config)
+        self._configured.add(topic)
 
     async def partitions(self) -> list[TopicName]:
         """The partitions the subscription reads: ``-part-0..N-1``, or the topic itself when

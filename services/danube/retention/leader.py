@@ -22,7 +22,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.aio import until_stopped, wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.records import RetentionPolicy
-from danube.meta.topics import read_topics
+from danube.meta.topics import read_namespaces, read_topics
 from danube.retention import metrics
 from danube.retention.cloud import CloudRetention, Fence
 from danube.retention.errors import DeposedError
@@ -137,11 +137,12 @@ class Retention:
         with metrics.RUN_SECONDS.time():
             try:
                 topics = await read_topics(self._store)
+                namespaces = await read_namespaces(self._store)
             except MetaError as exc:
                 log.warning("retention pass: cannot read topics: %s", exc)
                 report.failed("topics")
                 return report
-            partitions = reliable_partitions(topics.items())
+            partitions = reliable_partitions(topics.items(), namespaces)
             report.partitions = len(partitions)
             await self._cloud.retry_orphans()
 

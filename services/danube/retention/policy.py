@@ -9,11 +9,11 @@ nothing goes before it is uploaded. docs/retention.md explains the choices.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from danube.ingest.wal.results import SegmentInfo
-from danube.meta.records import RetentionPolicy, TopicConfig
+from danube.meta.records import NamespacePolicy, RetentionPolicy, TopicConfig
 from danube.names import TopicName
 
 MIB = 1024 * 1024
@@ -147,10 +147,20 @@ def plan_object_expiry(
 # --- what to look at -------------------------------------------------------------------------
 
 
+def effective_retention(topic: RetentionPolicy, namespace: RetentionPolicy) -> RetentionPolicy:
+    """The topic's own limits, each one it leaves unset taken from its namespace's policy."""
+    return RetentionPolicy(
+        time_minutes=topic.time_minutes or namespace.time_minutes,
+        size_mb=topic.size_mb or namespace.size_mb,
+    )
+
+
 def reliable_partitions(
     topics: Iterable[tuple[TopicName, TopicConfig]],
+    namespaces: Mapping[str, NamespacePolicy] | None = None,
 ) -> list[tuple[TopicName, RetentionPolicy]]:
-    """Every partition of every reliable topic, with its topic's cloud retention policy.
+    """Every partition of every reliable topic, with its cloud retention policy: the
+    topic's, with what it leaves unset inherited from its namespace's (``namespaces``).
 
     Non-reliable topics keep nothing on disk or in object storage: nothing to do for them.
     """
@@ -158,7 +168,11 @@ def reliable_partitions(
     for topic, config in topics:
         if config.dispatch != "reliable":
             continue
-        found.extend(
-            (partition, config.retention) for partition in topic.partitions(config.partitions)
+        policy = (namespaces or {}).get(topic.namespace)
+        retention = (
+            config.retention
+            if policy is None
+            else effective_retention(config.retention, policy.retention)
         )
+        found.extend((partition, retention) for partition in topic.partitions(config.partitions))
     return found

@@ -21,6 +21,7 @@ from danube.discovery.models import (
     LookupOut,
     NamespaceList,
     NamespaceOut,
+    NamespacePatch,
     NamespaceSpec,
     NodeOut,
     OffsetsOut,
@@ -174,6 +175,16 @@ async def put_namespace(
     policy, created = await services.catalog.create_namespace(ns, spec or NamespaceSpec())
     response.status_code = 201 if created else 200
     return _namespace_out(ns, policy)
+
+
+@router.patch("/namespaces/{ns}", response_model=NamespaceOut)
+async def patch_namespace(
+    ns: Namespace, patch: NamespacePatch, services: ServicesDep
+) -> NamespaceOut:
+    """Change a namespace's policy: the fields given replace the stored ones. Topics that
+    set no retention (or replication) of their own follow the namespace's."""
+    validate_segment("namespace", ns)
+    return _namespace_out(ns, await services.catalog.update_namespace(ns, patch))
 
 
 @router.delete("/namespaces/{ns}", status_code=204)
