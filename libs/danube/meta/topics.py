@@ -40,12 +40,11 @@ async def read_namespaces(store: MetaStore) -> dict[str, NamespacePolicy]:
 
 
 async def create_topic_if_absent(store: MetaStore, topic: TopicName, config: TopicConfig) -> bool:
-    """Write ``config`` for ``topic`` unless it has one (compared on the namespace key too, so
-    a namespace being deleted is not given a new topic); whether it was written."""
+    """Write ``config`` for ``topic`` unless it has one; whether it was written. (The caller
+    writes next to a topic of the same namespace, so the namespace cannot be deleted.)"""
     result = await (
         store.txn()
         .if_absent(meta_keys.topic_key(topic))
-        .if_present(meta_keys.namespace_key(topic.namespace))
         .then_put(meta_keys.topic_key(topic), encode_model(config))
         .commit()
     )
