@@ -168,7 +168,7 @@ async def test_a_body_not_sent_as_json_is_415_saying_so(consume_http: httpx.Asyn
 async def test_405_answers_allow_every_method_of_the_path(consume_http: httpx.AsyncClient) -> None:
     # Was: no Allow header.
     expected = {
-        "/v1/namespaces/default": "DELETE, GET, PUT",
+        "/v1/namespaces/default": "DELETE, GET, PATCH, PUT",
         "/v1/topics/default/t": "DELETE, GET, PUT",
         "/v1/consumers/default.t.s.x/ack": "POST",
         "/healthz": "GET",
