@@ -532,3 +532,26 @@ async def test_non_reliable_subscriptions_refuse_seek_report_buffers_and_delete(
         with pytest.raises(RemoteError) as gone:
             await client.poll(topic, "s", consumer, wait_ms=0)
         assert gone.value.code == "consumer_not_found"
+
+
+async def test_a_subscription_whose_owner_key_goes_is_let_go_at_once(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    """An idle subscription (its consumer gone, nothing to write) whose records are deleted
+    with its topic stops being served within a moment, not at a cursor write it never makes:
+    it was kept in memory and kept reading, one per deleted topic."""
+    topic = TopicName("default", "gone")
+    client = DispatcherClient(bus)
+    served = {"dispatch": "reliable"}
+    async with mesh(settings):
+        before = _sample("danube_dispatcher_subscriptions", **served)
+        consumer = await client.attach(topic, "s", "c", type="exclusive")
+        await _produce(bus, topic, [b"x"])
+        await _poll_until(client, topic, "s", consumer, 1)
+        await client.detach(topic, "s", consumer)
+        assert _sample("danube_dispatcher_subscriptions", **served) == before + 1
+        await store.delete_prefix(meta_keys.subscriptions_prefix(topic))  # as a topic delete
+        deadline = time.monotonic() + 5
+        while _sample("danube_dispatcher_subscriptions", **served) != before:
+            assert time.monotonic() < deadline, "still served after its keys were deleted"
+            await asyncio.sleep(0.05)

@@ -48,6 +48,7 @@ CONTROLLER_ELECTION = "controller"
 RETENTION_ELECTION = "retention"
 
 NAMESPACES_PREFIX = "namespaces/"
+SUBSCRIPTIONS_PREFIX = "subscriptions/"
 NODES_PREFIX = "nodes/"
 ELECTIONS_PREFIX = "elections/"
 
@@ -202,7 +203,7 @@ def uploader_checkpoint_key(partition: TopicName) -> str:
 
 def subscriptions_prefix(topic: TopicName) -> str:
     """Every record of every subscription of a topic."""
-    return "subscriptions/" + _segments(topic) + "/"
+    return SUBSCRIPTIONS_PREFIX + _segments(topic) + "/"
 
 
 def subscription_prefix(topic: TopicName, subscription: str) -> str:

@@ -22,8 +22,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
     async with node_session(settings, "dispatcher", node_id, settings.dispatcher, stop) as s:
         node = DispatcherNode(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
         claims = await serve_claims(s.bus, node)
+        watcher = s.tasks.create_task(node.watch_owners(), name="subscription-watch")
         s.started.set()
         log.info("dispatcher %s up", node_id)
         await wait_for_any(stop, s.lease.lost)
+        watcher.cancel()
         await claims.drain()
         await node.close(release=s.lease.alive)

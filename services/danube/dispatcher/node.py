@@ -12,7 +12,10 @@ from danube.dispatcher.fanout import FanoutRuntime
 from danube.dispatcher.handlers import AnyRuntime, SubscriptionHandlers
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.dispatcher.store import SubscriptionStore
-from danube.meta import Lease, MetaStore, TopicName
+from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchError, WatchEvent
+from danube.meta import keys as meta_keys
+from danube.meta.backoff import backoff_s
+from danube.meta.records import Owner
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +109,42 @@ class DispatcherNode:
                 await served.runtime.store.release()
             except Exception as exc:
                 log.warning("could not release %s/%s: %s", key[0], key[1], exc)
+
+    async def watch_owners(self) -> None:
+        """Fence a served subscription the moment its owner key goes (its topic or itself
+        was deleted) or names another dispatcher, instead of at its next cursor write, which
+        an idle subscription may never make: it would be kept, reading, for good. Runs
+        until cancelled; a broken watch resumes where it stopped."""
+        revision: int | None = None
+        failures = 0
+        while True:
+            try:
+                async with self.store.watch_prefix(
+                    meta_keys.SUBSCRIPTIONS_PREFIX, start_revision=revision
+                ) as events:
+                    async for event in events:
+                        failures = 0
+                        revision = event.mod_revision + 1
+                        self._on_subscription_event(event)
+            except WatchError as exc:
+                revision = exc.resume_revision or revision
+            except MetaError as exc:
+                log.warning("subscription watch failed: %s", exc)
+            failures += 1
+            await asyncio.sleep(backoff_s(failures - 1, base_s=0.1, cap_s=5.0))
+
+    def _on_subscription_event(self, event: WatchEvent) -> None:
+        try:
+            topic, sub, record = meta_keys.parse_subscription_key(event.key)
+        except ValueError:
+            return
+        served = self._served.get((topic, sub))
+        if record != "owner" or served is None:
+            return
+        if event.kind == "delete":
+            served.runtime.fail("its owner key was deleted (the topic or subscription went)")
+        elif Owner.model_validate_json(event.value).node_id != self.node_id:
+            served.runtime.fail("another dispatcher owns it now")
 
     def fence_all(self, reason: str) -> None:
         """Stop every subscription at once: no more deliveries or cursor writes."""
