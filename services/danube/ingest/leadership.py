@@ -44,9 +44,18 @@ class NotEnoughReplicasError(DanubeError):
 
 
 class PartitionUnavailableError(DanubeError):
-    """No replica may lead the partition now (every in-sync replica is gone)."""
+    """No replica may lead the partition now (every in-sync replica is gone): it stays so
+    until one returns or an operator moves the partition."""
 
     code = "partition_unavailable"
+    retriable = True
+
+
+class LeaderPendingError(DanubeError):
+    """The partition has no leader yet, but an eligible replica is alive: one is coming
+    (a claim under way, a slow start); asking again soon is worth it."""
+
+    code = "no_leader_yet"
     retriable = True
 
 
@@ -275,6 +284,7 @@ async def place(
 
 
 __all__ = [
+    "LeaderPendingError",
     "NotEnoughReplicasError",
     "NotLeaderError",
     "PartitionUnavailableError",

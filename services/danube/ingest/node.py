@@ -185,7 +185,8 @@ class Node:
 
     async def answer_claim(self, request: Request) -> bytes:
         """Place the partition if it has no replica set yet, start our replica if we hold
-        one, and wait (briefly) for a leader; PartitionUnavailableError if none comes."""
+        one, and wait (briefly) for a leader: PartitionUnavailableError when none can come
+        (no in-sync replica is alive), LeaderPendingError when one is slow to."""
         name = self.bus.subjects.parse(request.subject).name
         factor, min_insync, volatile = await self._replication_of(name)
         if volatile:
@@ -201,8 +202,12 @@ class Node:
             view = await leadership.read(self.store, name)
             if view.owner is not None:
                 return orjson.dumps({"leader": view.owner.node_id, "epoch": view.owner.epoch})
-            if loop.time() >= deadline or not await self._may_get_leader(view):
+            if not await self._may_get_leader(view):
                 break
+            if loop.time() >= deadline:
+                raise leadership.LeaderPendingError(
+                    f"{name} has no leader yet (replicas {', '.join(assignment.replicas)})"
+                )
             await asyncio.sleep(_CLAIM_POLL_S)
         state = view.state
         in_sync = "none yet" if state is None else ", ".join(state.isr)
