@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -431,3 +433,30 @@ async def test_close_cancels_handlers_past_the_drain_timeout(config: BusConfig) 
     with contextlib.suppress(asyncio.CancelledError, BusError):
         await call
     await client.close()
+
+
+async def test_a_finished_subscription_or_responder_is_not_kept_by_the_bus(
+    server: Bus, client: Bus
+) -> None:
+    """Unsubscribed and dropped by their owner, subscriptions and responders are garbage:
+    the bus's slow-consumer bookkeeping once kept every one ever made (a dispatcher leaked a
+    whole subscription runtime per deleted topic through its reader's live subscription)."""
+
+    async def ignore(_message: object) -> None:
+        return None
+
+    async def echo(request: Request) -> bytes:
+        return request.body
+
+    gone: list[weakref.ref[object]] = []
+    for i in range(50):
+        subscription = await client.subscribe(f"leak.sub.{i}", ignore)
+        await subscription.unsubscribe()
+        gone.append(weakref.ref(subscription))
+        responder = await server.serve(f"leak.rpc.{i}", echo)
+        await responder.drain()
+        gone.append(weakref.ref(responder))
+    del subscription, responder
+    await asyncio.sleep(0.2)  # the last one's message task ends
+    gc.collect()
+    assert [ref for ref in gone if ref() is not None] == []

@@ -71,8 +71,12 @@ class Bus:
         self.subjects = Subjects(config.subject_prefix)
         self._closing = False
         self._responders: weakref.WeakSet[Responder] = weakref.WeakSet()
-        self._counters: weakref.WeakKeyDictionary[NatsSubscription, DropCounter] = (
-            weakref.WeakKeyDictionary()
+        # By id() of the NATS subscription. Weak values, not weak keys: each counter holds
+        # its subscription, so a weak-key entry would keep both alive for good (one leaked
+        # responder or subscription per bus subscription ever made). The counter lives while
+        # its owner holds it or NATS still delivers to it; the id is unique while it lives.
+        self._counters: weakref.WeakValueDictionary[int, DropCounter] = (
+            weakref.WeakValueDictionary()
         )
 
     @classmethod
@@ -207,7 +211,7 @@ class Bus:
             subject, queue, responder.on_message, pending_msgs_limit, pending_bytes_limit
         )
         responder.attach(sub)
-        self._counters[sub] = responder
+        self._counters[id(sub)] = responder
         self._responders.add(responder)
         await self.flush()
         return responder
@@ -230,7 +234,7 @@ class Bus:
         cb = None if callback is None else adapt_callback(subject, callback)
         sub = await self._subscribe(subject, queue, cb, pending_msgs_limit, pending_bytes_limit)
         subscription = Subscription(subject, sub, has_callback=callback is not None)
-        self._counters[sub] = subscription
+        self._counters[id(sub)] = subscription
         await self.flush()
         return subscription
 
@@ -325,7 +329,7 @@ class Bus:
 
     async def _on_error(self, exc: Exception) -> None:
         if isinstance(exc, nats.errors.SlowConsumerError):
-            counter = self._counters.get(exc.sub)
+            counter = self._counters.get(id(exc.sub))
             if counter is not None:
                 counter.note_dropped()
                 return
