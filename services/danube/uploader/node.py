@@ -23,6 +23,7 @@ from danube.config import DanubeSettings
 from danube.ingest.client import IngestClient
 from danube.meta import Lease, MetaStore, encode_model
 from danube.meta import keys as meta_keys
+from danube.meta.backoff import backoff_s
 from danube.meta.records import Owner
 from danube.meta.topics import read_topics
 from danube.storage import ObjectStore
@@ -200,7 +201,8 @@ class UploaderNode:
             except Exception as exc:  # storage or etcd down: retry with backoff
                 failures += 1
                 metrics.ERRORS.labels(type(exc).__name__).inc()
-                delay_s = min(_RETRY_CAP_S, _RETRY_BASE_S * 2**failures, interval_s)
+                cap_s = min(_RETRY_CAP_S, interval_s)
+                delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=cap_s)
                 log.warning(
                     "uploader %s: %s failed (%s); retry in %.1f s",
                     self.node_id,
@@ -208,7 +210,7 @@ class UploaderNode:
                     exc,
                     delay_s,
                 )
-                await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
+                await asyncio.sleep(delay_s)
                 continue
             finally:
                 metrics.CYCLE_SECONDS.observe(time.monotonic() - started)
