@@ -13,6 +13,7 @@ from danube.dispatcher.handlers import AnyRuntime, SubscriptionHandlers
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.dispatcher.store import SubscriptionStore
 from danube.meta import Lease, MetaStore, TopicName
+from danube.meta.aio import KeyedLocks
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class DispatcherNode:
         self.store = store
         self.lease = lease
         self._served: dict[_Key, _Served] = {}
-        self._locks: dict[_Key, asyncio.Lock] = {}
+        self._locks: KeyedLocks[_Key] = KeyedLocks()  # one claim or retire at a time per key
         self._retiring: set[asyncio.Task[None]] = set()
         lease.on_lost(lambda _: self.fence_all("node lease lost"))
 
@@ -49,7 +50,7 @@ class DispatcherNode:
     async def ensure_serving(self, topic: TopicName, sub: str) -> AnyRuntime:
         """Claim ``sub`` of ``topic`` (if not ours yet), resume it and answer its subjects."""
         key = (topic, sub)
-        async with self._locks.setdefault(key, asyncio.Lock()):
+        async with self._locks.hold(key):
             served = self._served.get(key)
             if served is not None and not served.runtime.failed:
                 return served.runtime
@@ -88,7 +89,7 @@ class DispatcherNode:
         task.add_done_callback(self._retiring.discard)
 
     async def _retire(self, key: _Key, runtime: AnyRuntime) -> None:
-        async with self._locks.setdefault(key, asyncio.Lock()):
+        async with self._locks.hold(key):
             served = self._served.get(key)
             if served is not None and served.runtime is runtime:
                 await self._stop_serving(key, release=self.lease.alive)
