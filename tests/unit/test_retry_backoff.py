@@ -1,5 +1,6 @@
 """Retry loops survive more than 1 024 consecutive failures (``2**failures`` used to overflow a
-float there) and wait a bounded, jittered delay each time: the helper and its callers."""
+float there) and wait a bounded, jittered delay each time: the helper and its callers; the
+uploader owns the task that releases a fenced partition."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from danube.dispatcher.readers import PartitionReader
 from danube.ingest.client import FetchReply
 from danube.ingest.node import Node as IngestNode
 from danube.meta import TopicName
+from danube.meta import keys as meta_keys
 from danube.meta.backoff import backoff_s
 from danube.meta.errors import MetaUnavailableError
 from danube.storage.errors import StorageUnavailableError
 from danube.uploader.node import UploaderNode, _Worker
+from danube.uploader.upload import UploadFencedError
 
 pytestmark = pytest.mark.unit
 
@@ -222,3 +225,46 @@ async def test_dispatcher_client_retries_past_1024_attempts(sleeps: RecordedSlee
     await _run_until_enough(asyncio.ensure_future(call), sleeps)
     assert bus.requests >= FAILURES
     assert max(sleeps.delays) <= 0.5
+
+
+# --- the uploader lets a fenced partition go in a task it owns ------------------------------
+
+
+class _FencedUploader:
+    partition = PARTITION
+    assignment_revision = 7
+
+    async def cycle(self) -> int:
+        raise UploadFencedError("another uploader holds the assignment")
+
+
+class _SlowDeleteStore:
+    """compare_and_delete takes a while (etcd is slow): the release is still under way."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    async def compare_and_delete(self, key: str, *, expected_mod_revision: int) -> bool:
+        for _ in range(20):
+            await asyncio.sleep(0)
+        self.deleted.append(key)
+        return True
+
+
+async def test_close_waits_for_the_release_of_a_fenced_partition() -> None:
+    store = _SlowDeleteStore()
+    node = UploaderNode(
+        DanubeSettings(),
+        node_id="u1",
+        bus=_Bus(),  # type: ignore[arg-type]
+        store=store,  # type: ignore[arg-type]
+        lease=None,  # type: ignore[arg-type]
+        objects=None,  # type: ignore[arg-type]
+    )
+    node.ingest = _NoIngest()  # type: ignore[assignment]
+    task = asyncio.create_task(node._work(PARTITION))
+    node._workers[PARTITION] = _Worker(_FencedUploader(), task)  # type: ignore[arg-type]
+    await asyncio.wait({task})  # fenced: the worker hands the release to another task
+    assert node.partitions == []  # popped at once by the release
+    await node.close()  # must not return with the release (its etcd delete) still under way
+    assert store.deleted == [meta_keys.uploader_assignment_key(PARTITION)]
