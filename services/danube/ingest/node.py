@@ -252,7 +252,7 @@ class Node:
         Idempotent; returns whether a directory was removed."""
         await self._stop_replica(name, release=False)
         directory = self.wal_dir(name)
-        if not directory.exists():
+        if not await asyncio.to_thread(directory.exists):
             return False
         await asyncio.to_thread(shutil.rmtree, directory)
         log.info("deleted the WAL of %s", name)
