@@ -8,19 +8,19 @@ import pytest
 
 from danube.bus import BusError, RemoteError, Request
 from danube.bus.protocol import (
-    DEADLINE_HEADER,
     ERROR_CODE_HEADER,
     ERROR_MESSAGE_HEADER,
     MAX_ERROR_MESSAGE_CHARS,
     MAX_TIMEOUT_S,
     RETRIABLE_HEADER,
+    TIMEOUT_HEADER,
     check_timeout,
     check_user_headers,
-    deadline_after,
+    encode_timeout,
     error_headers,
     headers_size_bytes,
-    now_ms,
-    read_deadline,
+    monotonic_s,
+    read_timeout_s,
     remote_error,
 )
 from danube.errors import DanubeError
@@ -101,28 +101,27 @@ def test_normal_replies_carry_no_error_and_lookup_ignores_case() -> None:
     assert (error.code, error.message, error.retriable) == ("gone", "", True)
 
 
-def test_read_deadline() -> None:
-    now = 1_700_000_000_000
-    assert read_deadline({DEADLINE_HEADER: str(now + 250)}, default_timeout_s=5, now=now) == (
-        now + 250
-    )
-    assert read_deadline({}, default_timeout_s=5, now=now) == now + 5000
-    assert read_deadline({DEADLINE_HEADER: "soon"}, default_timeout_s=2, now=now) == now + 2000
-    assert read_deadline({DEADLINE_HEADER: "-5"}, default_timeout_s=2, now=now) == now + 2000
-    capped = read_deadline({DEADLINE_HEADER: str(now * 10)}, default_timeout_s=5, now=now)
-    assert capped == now + int(MAX_TIMEOUT_S * 1000)
+def test_read_timeout() -> None:
+    assert read_timeout_s({TIMEOUT_HEADER: "250"}, default_timeout_s=5) == 0.25
+    assert read_timeout_s({"danube-timeout-ms": "0"}, default_timeout_s=5) == 0.0
+    assert read_timeout_s({}, default_timeout_s=5) == 5.0
+    assert read_timeout_s({TIMEOUT_HEADER: "soon"}, default_timeout_s=2) == 2.0
+    assert read_timeout_s({TIMEOUT_HEADER: "-5"}, default_timeout_s=2) == 2.0
+    assert read_timeout_s({TIMEOUT_HEADER: "٣"}, default_timeout_s=2) == 2.0  # not ASCII
+    assert read_timeout_s({TIMEOUT_HEADER: "400000"}, default_timeout_s=5) == MAX_TIMEOUT_S
+    assert read_timeout_s({TIMEOUT_HEADER: "9" * 5000}, default_timeout_s=5) == MAX_TIMEOUT_S
 
 
-def test_deadline_after_rounds_up() -> None:
-    assert deadline_after(0.0001, now=1000) == 1001
-    assert deadline_after(2.5, now=1000) == 3500
+def test_encode_timeout_rounds_up() -> None:
+    assert encode_timeout(0.0001) == "1"
+    assert encode_timeout(2.5) == "2500"
 
 
 def test_request_remaining_time() -> None:
-    request = Request(subject="s", body=b"", headers={}, deadline_ms=now_ms() + 10_000)
+    request = Request(subject="s", body=b"", headers={}, deadline_s=monotonic_s() + 10)
     assert 9.0 < request.remaining_s() <= 10.0
     assert not request.expired()
-    late = Request(subject="s", body=b"", headers={}, deadline_ms=now_ms() - 1)
+    late = Request(subject="s", body=b"", headers={}, deadline_s=monotonic_s() - 0.001)
     assert late.expired()
 
 

@@ -26,10 +26,10 @@ from danube.bus.errors import (
 )
 from danube.bus.messages import Handler, Message, MessageCallback, Reply, Request
 from danube.bus.protocol import (
-    DEADLINE_HEADER,
     ERROR_CODE_HEADER,
     ERROR_MESSAGE_HEADER,
     RETRIABLE_HEADER,
+    TIMEOUT_HEADER,
 )
 from danube.bus.rpc import Responder
 from danube.bus.subjects import (
@@ -45,10 +45,10 @@ from danube.names import InvalidNameError, TopicName, topic_name
 
 __all__ = [
     "CLOUD_READER_QUEUE",
-    "DEADLINE_HEADER",
     "ERROR_CODE_HEADER",
     "ERROR_MESSAGE_HEADER",
     "RETRIABLE_HEADER",
+    "TIMEOUT_HEADER",
     "Bus",
     "BusError",
     "BusTimeoutError",

@@ -29,10 +29,10 @@ from danube.bus.errors import (
 )
 from danube.bus.messages import Handler, MessageCallback, Reply
 from danube.bus.protocol import (
-    DEADLINE_HEADER,
+    TIMEOUT_HEADER,
     check_timeout,
     check_user_headers,
-    deadline_after,
+    encode_timeout,
     headers_size_bytes,
     remote_error,
 )
@@ -157,13 +157,14 @@ class Bus:
     ) -> Reply:
         """Send a request and wait for its reply, at most ``timeout_s`` (default from config).
 
-        The absolute deadline travels in the ``Danube-Deadline-Ms`` header. Raises
+        The timeout travels in the ``Danube-Timeout-Ms`` header (relative: the responder
+        starts its deadline on its own clock, so clock skew does not matter). Raises
         BusTimeoutError, NoRespondersError (at once, from the server), RemoteError for an
         error the handler raised, NotConnectedError or PayloadTooLargeError.
         """
         timeout_s = check_timeout(self.config.request_timeout_s if timeout_s is None else timeout_s)
         sent = check_user_headers(headers)
-        sent[DEADLINE_HEADER] = str(deadline_after(timeout_s))
+        sent[TIMEOUT_HEADER] = encode_timeout(timeout_s)
         _check_concrete(subject)
         self._check_size(body, sent)
         try:

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from danube.bus.protocol import now_ms
+from danube.bus.protocol import monotonic_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,8 @@ class Reply:
 class Request:
     """A request as a handler sees it.
 
-    ``deadline_ms`` is the caller's absolute deadline (Unix epoch ms): past it, nobody waits for
+    ``deadline_s`` is when the caller gives up, on this host's monotonic clock (computed
+    when the request arrived, from the timeout the caller sent): past it, nobody waits for
     the reply. A handler that calls further services passes ``timeout_s=request.remaining_s()``
     on, so the whole chain gives up together.
     """
@@ -29,11 +30,11 @@ class Request:
     subject: str
     body: bytes
     headers: Mapping[str, str]
-    deadline_ms: int
+    deadline_s: float
 
     def remaining_s(self) -> float:
         """Seconds left until the deadline; zero or less once it has passed."""
-        return (self.deadline_ms - now_ms()) / 1000
+        return self.deadline_s - monotonic_s()
 
     def expired(self) -> bool:
         """Whether the caller has already given up."""

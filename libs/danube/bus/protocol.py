@@ -2,14 +2,18 @@
 
 Bodies are raw bytes end to end; everything the bus itself needs rides in NATS headers::
 
-    Danube-Deadline-Ms     request   absolute deadline, Unix epoch milliseconds (integer)
+    Danube-Timeout-Ms      request   how long the caller waits, milliseconds (integer >= 0)
     Danube-Error-Code      reply     the error's stable code; present only on an error reply
     Danube-Error-Message   reply     the error's message, UTF-8 then percent-encoded
     Danube-Retriable       reply     "true" or "false"
 
 An error reply has an empty body. Header names starting with ``Danube-`` are reserved for the bus.
-The deadline is wall-clock time because it crosses hosts; hosts are expected to run NTP, and a
-skew of a few milliseconds only moves the point at which a responder gives up.
+The deadline travels as a relative timeout (the remaining milliseconds, as gRPC's
+``grpc-timeout``), never as a wall-clock instant: the responder starts its own deadline from
+its monotonic clock when the request arrives, so clock skew between hosts moves nothing (an
+instant would be cut short, or expired on arrival, by a caller whose clock runs ahead).
+The time in flight is not subtracted, so the responder's deadline falls slightly after the
+caller's: nobody reads a reply that late, but no work is cut short either.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from urllib.parse import quote, unquote
 from danube.bus.errors import BusError, RemoteError
 from danube.errors import DanubeError
 
-DEADLINE_HEADER = "Danube-Deadline-Ms"
+TIMEOUT_HEADER = "Danube-Timeout-Ms"
 ERROR_CODE_HEADER = "Danube-Error-Code"
 ERROR_MESSAGE_HEADER = "Danube-Error-Message"
 RETRIABLE_HEADER = "Danube-Retriable"
@@ -52,15 +56,14 @@ _HEADER_BLOCK_OVERHEAD = len("NATS/1.0\r\n") + len("\r\n")
 _HEADER_LINE_OVERHEAD = len(": \r\n")
 
 
-def now_ms() -> int:
-    """Wall-clock time in Unix epoch milliseconds (the clock deadlines are written in)."""
-    return time.time_ns() // 1_000_000
+def monotonic_s() -> float:
+    """The clock a deadline is kept in on this host (asyncio's loop clock); never sent."""
+    return time.monotonic()
 
 
-def deadline_after(timeout_s: float, *, now: int | None = None) -> int:
-    """The absolute deadline (epoch ms) ``timeout_s`` from now, rounded up."""
-    start = now_ms() if now is None else now
-    return start + math.ceil(timeout_s * 1000)
+def encode_timeout(timeout_s: float) -> str:
+    """The ``Danube-Timeout-Ms`` value for ``timeout_s``: whole milliseconds, rounded up."""
+    return str(max(math.ceil(timeout_s * 1000), 0))
 
 
 def check_timeout(timeout_s: float) -> float:
@@ -70,16 +73,18 @@ def check_timeout(timeout_s: float) -> float:
     return timeout_s
 
 
-def read_deadline(headers: Mapping[str, str], *, default_timeout_s: float, now: int) -> int:
-    """The request's deadline (epoch ms) from its header, capped at ``MAX_TIMEOUT_S`` from now.
+def read_timeout_s(headers: Mapping[str, str], *, default_timeout_s: float) -> float:
+    """How long the caller waits, from its ``Danube-Timeout-Ms``, at most ``MAX_TIMEOUT_S``;
+    zero means it has given up already.
 
-    A request from a client that sends no (or a garbled) deadline gets ``default_timeout_s``.
+    A request from a client that sends no (or a garbled) timeout gets ``default_timeout_s``.
     """
-    latest = deadline_after(MAX_TIMEOUT_S, now=now)
-    raw = header(headers, DEADLINE_HEADER)
-    if raw is None or not raw.isdigit():
-        return min(deadline_after(default_timeout_s, now=now), latest)
-    return min(int(raw), latest)
+    raw = header(headers, TIMEOUT_HEADER)
+    if raw is None or not raw.isascii() or not raw.isdigit():
+        return min(default_timeout_s, MAX_TIMEOUT_S)
+    if len(raw) > 9:  # longer than the cap anyway (and never parse an unbounded number)
+        return MAX_TIMEOUT_S
+    return min(int(raw) / 1000, MAX_TIMEOUT_S)
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:

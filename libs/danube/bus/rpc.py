@@ -27,8 +27,8 @@ from danube.bus.protocol import (
     check_user_headers,
     error_headers,
     headers_size_bytes,
-    now_ms,
-    read_deadline,
+    monotonic_s,
+    read_timeout_s,
 )
 from danube.errors import DanubeError
 
@@ -108,10 +108,11 @@ class Responder(DropCounter):
     async def on_message(self, msg: Msg) -> None:
         """The subscription's callback: answer expired requests, start handlers for the rest."""
         headers: Mapping[str, str] = msg.headers or {}
-        now = now_ms()
-        deadline = read_deadline(headers, default_timeout_s=self._default_timeout_s, now=now)
-        request = Request(subject=msg.subject, body=msg.data, headers=headers, deadline_ms=deadline)
-        if deadline <= now:
+        # The deadline starts now, on this host's clock: the caller's clock never matters.
+        timeout_s = read_timeout_s(headers, default_timeout_s=self._default_timeout_s)
+        deadline_s = monotonic_s() + timeout_s
+        request = Request(msg.subject, msg.data, headers, deadline_s=deadline_s)
+        if timeout_s <= 0:
             await self._send(msg.reply, _deadline_reply(msg.subject))
             return
         # Waiting here holds the next messages in NATS' bounded pending queue: that is the

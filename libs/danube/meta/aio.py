@@ -9,14 +9,16 @@ cancel again until the task is really done, within a deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Hashable
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
 _RECANCEL_EVERY_S = 0.05
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None, *, timeout_s: float) -> bool:
@@ -69,3 +71,41 @@ async def until_stopped(
         return task.result()
     await cancel_and_wait(task, timeout_s=cancel_timeout_s)
     return None
+
+
+class KeyedLocks(Generic[K]):
+    """One :class:`asyncio.Lock` per key, kept only while someone holds or waits for it.
+
+    A plain ``dict.setdefault(key, Lock())`` keeps a lock for every key ever used (every
+    subscription a long-running node ever served); here the entry goes with its last user.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[K, _LockEntry] = {}
+
+    def __len__(self) -> int:
+        """How many keys are held or waited for right now."""
+        return len(self._entries)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: K) -> AsyncIterator[None]:
+        """Hold the lock of ``key`` for the body of the ``async with``."""
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _LockEntry()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:  # also when cancelled while waiting for the lock
+            entry.users -= 1
+            if entry.users == 0:
+                del self._entries[key]
+
+
+class _LockEntry:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0  # holders and waiters

@@ -19,5 +19,8 @@ def backoff_s(
     ``[ceiling/2, ceiling]``, so retries from many processes spread out (the jitter)
     but never hammer the server with near-zero waits (the half that is kept).
     """
-    ceiling = min(cap_s, base_s * 2.0 ** min(attempt, 32))
+    # The exponent is clamped: an int ``2**attempt`` past 1 023 overflows a float (a retry
+    # loop that counts its failures for hours would die of it), and past 2**32 times the
+    # base every cap is reached anyway.
+    ceiling = min(cap_s, base_s * 2.0 ** max(0, min(attempt, 32)))
     return ceiling / 2 + rng() * ceiling / 2

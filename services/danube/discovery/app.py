@@ -169,7 +169,7 @@ async def _announce_health(
         # A server that never listened ends the service through the http task (HttpStopped).
         log.warning("no health file written: %s", exc)
         return
-    write_health_file(node_id, probe_url(host, bound_port(server)))
+    await asyncio.to_thread(write_health_file, node_id, probe_url(host, bound_port(server)))
 
 
 async def _serve_http(server: uvicorn.Server) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections.abc import Sequence
 
 import orjson
@@ -20,6 +19,7 @@ from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError
 from danube.bus.subjects import DispatchOp
 from danube.dispatcher import protocol
 from danube.meta import TopicName
+from danube.meta.backoff import backoff_s
 
 _RETRY_BASE_S = 0.02
 _RETRY_CAP_S = 0.5
@@ -155,7 +155,7 @@ class DispatcherClient:
                     raise
                 refused = exc
             attempt += 1
-            delay_s = min(_RETRY_CAP_S, _RETRY_BASE_S * 2**attempt) * random.uniform(0.5, 1)
+            delay_s = backoff_s(attempt, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
             if loop.time() + delay_s >= deadline:
                 if refused is not None:
                     raise refused  # the dispatcher's own reason (its code) says more

@@ -14,6 +14,7 @@ from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.dispatcher.store import SubscriptionStore
 from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchError, WatchEvent
 from danube.meta import keys as meta_keys
+from danube.meta.aio import KeyedLocks
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Owner
 
@@ -40,7 +41,7 @@ class DispatcherNode:
         self.store = store
         self.lease = lease
         self._served: dict[_Key, _Served] = {}
-        self._locks: dict[_Key, asyncio.Lock] = {}
+        self._locks: KeyedLocks[_Key] = KeyedLocks()  # one claim or retire at a time per key
         self._retiring: set[asyncio.Task[None]] = set()
         lease.on_lost(lambda _: self.fence_all("node lease lost"))
 
@@ -52,7 +53,7 @@ class DispatcherNode:
     async def ensure_serving(self, topic: TopicName, sub: str) -> AnyRuntime:
         """Claim ``sub`` of ``topic`` (if not ours yet), resume it and answer its subjects."""
         key = (topic, sub)
-        async with self._locks.setdefault(key, asyncio.Lock()):
+        async with self._locks.hold(key):
             served = self._served.get(key)
             if served is not None and not served.runtime.failed:
                 return served.runtime
@@ -91,7 +92,7 @@ class DispatcherNode:
         task.add_done_callback(self._retiring.discard)
 
     async def _retire(self, key: _Key, runtime: AnyRuntime) -> None:
-        async with self._locks.setdefault(key, asyncio.Lock()):
+        async with self._locks.hold(key):
             served = self._served.get(key)
             if served is not None and served.runtime is runtime:
                 await self._stop_serving(key, release=self.lease.alive)

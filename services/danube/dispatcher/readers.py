@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from typing import TYPE_CHECKING
 
 from danube.bus import BusError, Message, NoRespondersError, RemoteError, Subscription
 from danube.cloud_reader.client import CloudClient
 from danube.dispatcher.events import MessagesAvailable
 from danube.meta import TopicName
+from danube.meta.backoff import backoff_s
 
 if TYPE_CHECKING:
     from danube.dispatcher.runtime import SubscriptionRuntime
@@ -92,8 +92,8 @@ class PartitionReader:
                         log.error("%s: cannot read on: %s", self.partition, exc)
                     elif not isinstance(exc, NoRespondersError):  # no owner: nothing produced
                         log.debug("fetch of %s failed: %s", self.partition, exc)
-                    delay_s = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**failures)
-                    await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
+                    delay_s = backoff_s(failures - 1, base_s=_BACKOFF_BASE_S, cap_s=_BACKOFF_CAP_S)
+                    await asyncio.sleep(delay_s)
                     continue
                 if more:
                     continue

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from danube.config import DispatcherConfig
+from danube.meta.backoff import backoff_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,5 +61,4 @@ def redelivery_delay_s(
     previous one (the lowest value of one step is the highest of the step before), while
     consumers that timed out together do not all get their messages back at once.
     """
-    ceiling = min(cap_s, base_s * 2.0 ** min(attempt, 62))
-    return ceiling / 2 + rng() * ceiling / 2
+    return backoff_s(attempt, base_s=base_s, cap_s=cap_s, rng=rng)

@@ -11,7 +11,6 @@ retries, all within the call's deadline; when no leader comes, it raises the rea
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, Top
 from danube.frame import Frame, decode_frames
 from danube.ingest import protocol
 from danube.ingest.wal.results import SegmentInfo
+from danube.meta.backoff import backoff_s
 
 # The code of danube.ingest.leadership.PartitionUnavailableError: no in-sync replica of the
 # partition is alive, so retrying within one request's deadline cannot help.
@@ -86,7 +86,7 @@ class IngestClient:
                     raise
                 reason = exc
             attempt += 1
-            delay_s = min(_RETRY_CAP_S, _RETRY_BASE_S * 2**attempt) * random.uniform(0.5, 1)
+            delay_s = backoff_s(attempt, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
             if loop.time() + delay_s >= deadline:
                 if reason is not None:
                     raise reason

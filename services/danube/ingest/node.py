@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import shutil
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from danube.ingest.wal import BoundedFileOps
 from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchError, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait
+from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment, NamespacePolicy, Owner, TopicConfig
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class Node:
             except MetaError as exc:
                 log.warning("partition watch failed: %s", exc)
             failures += 1
-            await asyncio.sleep(min(5.0, 0.1 * 2**failures) * random.uniform(0.5, 1.0))
+            await asyncio.sleep(backoff_s(failures - 1, base_s=0.1, cap_s=5.0))
 
     # --- claim requests -------------------------------------------------------------------
 
@@ -257,7 +257,7 @@ class Node:
         Idempotent; returns whether a directory was removed."""
         await self._stop_replica(name, release=False)
         directory = self.wal_dir(name)
-        if not directory.exists():
+        if not await asyncio.to_thread(directory.exists):
             return False
         await asyncio.to_thread(shutil.rmtree, directory)
         log.info("deleted the WAL of %s", name)

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from danube.bus import Bus
+from danube.errors import DanubeError
 from danube.frame import FRAME_HEADER_BYTES, append_frame
 from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory
@@ -26,6 +27,7 @@ from danube.ingest.isr import IsrTracker
 from danube.ingest.leadership import NotEnoughReplicasError, NotLeaderError, Term, update_isr
 from danube.ingest.wal import Wal, WalFailedError
 from danube.meta import Lease, MetaStore, TopicName
+from danube.meta.backoff import backoff_s
 
 log = logging.getLogger(__name__)
 
@@ -253,20 +255,48 @@ class Partition:
                 if first + len(payloads) > self.tracker.high_watermark:
                     break  # the next watermark move sets _live_ready again
                 self._live.popleft()
-                for body in _frame_chunks(first, payloads, limit):
-                    await self._bus.publish(self._live_subject, body)
+                for body, count in _frame_chunks(first, payloads, limit):
+                    await self._publish_live_body(body, count)
+
+    async def _publish_live_body(self, body: bytes, count: int) -> None:
+        """Publish one live body, retrying what may work later (the bus reconnecting) with
+        capped backoff, one warning per burst of failures. A body the bus can never carry
+        is dropped and counted: live delivery is only a wake-up, readers fetch the record."""
+        failures = 0
+        while not self.fenced:
+            try:
+                await self._bus.publish(self._live_subject, body)
+            except Exception as exc:
+                if not isinstance(exc, DanubeError) or not exc.retriable:
+                    # Too large, or a bug: retrying the same body would block the stream.
+                    metrics.LIVE_DROPPED.inc(count)
+                    log.error("%s: live body of %d message(s) dropped: %r", self.name, count, exc)
+                    return
+                if failures == 0:
+                    log.warning("%s: live publish failed, retrying: %s", self.name, exc)
+                failures += 1
+                await asyncio.sleep(backoff_s(failures - 1, base_s=0.05, cap_s=1.0))
+                continue
+            if failures:
+                log.info("%s: live publish works again after %d failures", self.name, failures)
+            return
 
 
-def _frame_chunks(first: int, payloads: Sequence[bytes], limit_bytes: int) -> list[bytes]:
+def _frame_chunks(
+    first: int, payloads: Sequence[bytes], limit_bytes: int
+) -> list[tuple[bytes, int]]:
     """Frames of ``payloads`` from offset ``first``, packed into bodies of at most the limit
-    (a single frame over the limit travels alone; the bus refuses it and counts it)."""
-    bodies: list[bytes] = []
+    (a single frame over the limit travels alone; the bus refuses it and counts it), each
+    with the number of frames it holds."""
+    bodies: list[tuple[bytes, int]] = []
     body = bytearray()
+    count = 0
     for index, payload in enumerate(payloads):
         if body and len(body) + FRAME_HEADER_BYTES + len(payload) > limit_bytes:
-            bodies.append(bytes(body))
-            body = bytearray()
+            bodies.append((bytes(body), count))
+            body, count = bytearray(), 0
         append_frame(body, first + index, payload)
+        count += 1
     if body:
-        bodies.append(bytes(body))
+        bodies.append((bytes(body), count))
     return bodies

@@ -279,6 +279,8 @@ class Replica:
             asyncio.create_task(partition.publish_live(), name=f"live-{self.name}"),
             asyncio.create_task(partition.maintain_isr(), name=f"isr-{self.name}"),
         ]
+        for task in tasks:
+            task.add_done_callback(_report_early_end)
         self.leading = _Leading(partition, responders, tasks)
         metrics.LEADER_ELECTIONS.inc()
 
@@ -338,3 +340,12 @@ class Replica:
         await self._stop_following()
         if self.wal is not None:
             await self.wal.close()
+
+
+def _report_early_end(task: asyncio.Task[None]) -> None:
+    """A leader's helper task only ends by cancellation: say so loudly if it did not (its
+    error would otherwise be lost with the task)."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    log.error("%s ended while leading: %r", task.get_name(), exc, exc_info=exc)

@@ -23,6 +23,7 @@ from danube.config import DanubeSettings
 from danube.ingest.client import IngestClient
 from danube.meta import Lease, MetaStore, encode_model
 from danube.meta import keys as meta_keys
+from danube.meta.backoff import backoff_s
 from danube.meta.records import Owner
 from danube.meta.topics import read_topics
 from danube.storage import ObjectStore
@@ -71,6 +72,10 @@ class UploaderNode:
         self.ingest = IngestClient(bus)
         self._workers: dict[TopicName, _Worker] = {}
         self._uploads = asyncio.Semaphore(MAX_CONCURRENT_UPLOADS)
+        # Releases a fenced worker started from inside itself (it cannot await its own
+        # cancel): held here so they are not garbage-collected, their errors logged, and
+        # close() waits for them.
+        self._releasing: set[asyncio.Task[None]] = set()
 
     @property
     def partitions(self) -> list[TopicName]:
@@ -170,6 +175,19 @@ class UploaderNode:
         """Stop every worker and free the keys (a clean stop hands partitions on at once)."""
         for partition in list(self._workers):
             await self.release(partition)
+        await asyncio.gather(*self._releasing, return_exceptions=True)
+
+    def _release_later(self, partition: TopicName) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self.release(partition), name=f"release-{partition}"
+        )
+        self._releasing.add(task)
+        task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Task[None]) -> None:
+        self._releasing.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("uploader %s: %s failed: %r", self.node_id, task.get_name(), exc)
 
     async def _work(self, partition: TopicName) -> None:
         # Created just before its entry in _workers, which exists by the time this runs.
@@ -193,14 +211,15 @@ class UploaderNode:
                 continue
             except UploadFencedError as exc:
                 log.warning("uploader %s: %s; letting %s go", self.node_id, exc, partition)
-                asyncio.get_running_loop().create_task(self.release(partition))
+                self._release_later(partition)
                 return
             except NoRespondersError:
                 pass  # no ingest owns the partition right now: nothing durable to read
             except Exception as exc:  # storage or etcd down: retry with backoff
                 failures += 1
                 metrics.ERRORS.labels(type(exc).__name__).inc()
-                delay_s = min(_RETRY_CAP_S, _RETRY_BASE_S * 2**failures, interval_s)
+                cap_s = min(_RETRY_CAP_S, interval_s)
+                delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=cap_s)
                 log.warning(
                     "uploader %s: %s failed (%s); retry in %.1f s",
                     self.node_id,
@@ -208,7 +227,7 @@ class UploaderNode:
                     exc,
                     delay_s,
                 )
-                await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
+                await asyncio.sleep(delay_s)
                 continue
             finally:
                 metrics.CYCLE_SECONDS.observe(time.monotonic() - started)
