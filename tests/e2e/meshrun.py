@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from danube.runtime import free_port
@@ -124,3 +126,13 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """The process ``pid`` stopped (SIGSTOP) for the block, continued (SIGCONT) after."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -7,12 +7,9 @@ acknowledged message is still delivered, at contiguous offsets."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -20,7 +17,7 @@ import pytest
 
 from danube.runtime import ProcessSpec, ServerProcess, etcd_spec, free_port
 
-from meshrun import DANUBE, alive
+from meshrun import DANUBE, alive, frozen
 
 SpecFactory = Callable[..., ProcessSpec]  # the spec_for fixture of tests/e2e/conftest.py
 
@@ -33,15 +30,6 @@ RECOVERY_BOUND_S = 20.0
 PRODUCE = "/v1/topics/default/stall/messages"
 CONSUME_ARGS = ["--start", "earliest", "--json", "--timeout", "30"]
 RETRIABLE = {"no_owner", "not_owner", "meta_unavailable", "timeout", "partition_unavailable"}
-
-
-@contextmanager
-def _frozen(pid: int) -> Iterator[None]:
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 def _produce(http: httpx.Client, text: str) -> httpx.Response:
@@ -71,14 +59,14 @@ def test_etcd_stall_never_stops_a_service(
                 acked.append(answer.json()["results"][0]["offset"])
 
             assert etcd.pid is not None
-            with _frozen(etcd.pid):  # shorter than the lease: producing goes on
+            with frozen(etcd.pid):  # shorter than the lease: producing goes on
                 started = time.monotonic()
                 while time.monotonic() - started < SHORT_STALL_S:
                     answer = _produce(http, f"m{len(acked)}")
                     assert answer.status_code == 200, answer.text
                     acked.append(answer.json()["results"][0]["offset"])
 
-            with _frozen(etcd.pid):  # past the lease: fenced, but up and answering
+            with frozen(etcd.pid):  # past the lease: fenced, but up and answering
                 started = time.monotonic()
                 refused = 0
                 while time.monotonic() - started < LONG_STALL_S:

@@ -8,18 +8,15 @@ A factor-1 partition whose node is gone stays unavailable until an operator move
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from meshrun import DANUBE, MeshRun
+from meshrun import DANUBE, MeshRun, frozen
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -69,21 +66,12 @@ def _pid_of(mesh: MeshRun, node_id: str) -> int:
     raise AssertionError(f"no ingest process is {node_id}")
 
 
-@contextmanager
-def _frozen(pid: int) -> Iterator[None]:
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
-
-
 def _move_leader(mesh: MeshRun, topic: str, replicas: int) -> str:
     """Freeze the leader past its lease until another replica leads; thaw it, wait until
     every replica is in sync again; return the new leader."""
     old = _leader(mesh, topic)
     assert old is not None
-    with _frozen(_pid_of(mesh, old)):
+    with frozen(_pid_of(mesh, old)):
         new = _until(
             f"a leader other than {old}",
             lambda: (lead := _leader(mesh, topic)) not in (None, old) and lead,
@@ -208,7 +196,7 @@ def test_factor_1_node_gone_unavailable_until_an_unclean_move(
     _refused(mesh, f"{move} --to {other} --unclean", "partition_available")
     _refused(mesh, f"{move} --to ghost --unclean", "node_not_live")
 
-    with _frozen(_pid_of(mesh, owner)):  # gone, as far as the mesh can tell
+    with frozen(_pid_of(mesh, owner)):  # gone, as far as the mesh can tell
         _until("no leader", lambda: _leader(mesh, topic) is None, MOVE_BOUND_S)
         started = time.monotonic()
         # The CLI retries a retriable 503 for --timeout; the server's deadline is 10 s.

@@ -12,10 +12,10 @@ from danube.dispatcher.fanout import FanoutRuntime
 from danube.dispatcher.handlers import AnyRuntime, SubscriptionHandlers
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.dispatcher.store import SubscriptionStore
-from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchError, WatchEvent
+from danube.meta import Lease, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.aio import KeyedLocks
-from danube.meta.backoff import backoff_s
+from danube.meta.follow import follow_prefix
 from danube.meta.records import Owner
 
 log = logging.getLogger(__name__)
@@ -116,29 +116,10 @@ class DispatcherNode:
         was deleted) or names another dispatcher, instead of at its next cursor write, which
         an idle subscription may never make: it would be kept, reading, for good. Runs
         until cancelled; a broken watch resumes where it stopped."""
-        revision: int | None = None
-        failures = 0
-        while True:
-            try:
-                async with self.store.watch_prefix(
-                    meta_keys.SUBSCRIPTIONS_PREFIX, start_revision=revision
-                ) as events:
-                    async for event in events:
-                        failures = 0
-                        revision = event.mod_revision + 1
-                        self._on_subscription_event(event)
-            except WatchError as exc:
-                revision = exc.resume_revision or revision
-            except MetaError as exc:
-                log.warning("subscription watch failed: %s", exc)
-            failures += 1
-            await asyncio.sleep(backoff_s(failures - 1, base_s=0.1, cap_s=5.0))
+        await follow_prefix(self.store, meta_keys.SUBSCRIPTIONS_PREFIX, self._on_subscription_event)
 
     def _on_subscription_event(self, event: WatchEvent) -> None:
-        try:
-            topic, sub, record = meta_keys.parse_subscription_key(event.key)
-        except ValueError:
-            return
+        topic, sub, record = meta_keys.parse_subscription_key(event.key)
         served = self._served.get((topic, sub))
         if record != "owner" or served is None:
             return

@@ -20,10 +20,10 @@ from danube.ingest import leadership, metrics
 from danube.ingest.partition import Partition
 from danube.ingest.replica import NodeContext, Replica
 from danube.ingest.wal import BoundedFileOps
-from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchError, WatchEvent
+from danube.meta import Lease, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait
-from danube.meta.backoff import backoff_s
+from danube.meta.follow import follow_prefix
 from danube.meta.records import Assignment, NamespacePolicy, Owner, TopicConfig
 
 log = logging.getLogger(__name__)
@@ -160,26 +160,12 @@ class Node:
     async def watch(self, *, start_revision: int | None = None) -> None:
         """Pass every change under ``partitions/`` to the replicas. Runs until cancelled;
         a broken watch resumes where it stopped."""
-        revision = start_revision
-        failures = 0
-        while True:
-            try:
-                async with self.store.watch_prefix(
-                    meta_keys.partitions_prefix(), start_revision=revision
-                ) as events:
-                    async for event in events:
-                        failures = 0
-                        revision = event.mod_revision + 1
-                        try:
-                            self._on_partition_event(event)
-                        except ValueError as exc:
-                            log.warning("partition watch: %s: %s", event.key, exc)
-            except WatchError as exc:
-                revision = exc.resume_revision or revision
-            except MetaError as exc:
-                log.warning("partition watch failed: %s", exc)
-            failures += 1
-            await asyncio.sleep(backoff_s(failures - 1, base_s=0.1, cap_s=5.0))
+        await follow_prefix(
+            self.store,
+            meta_keys.partitions_prefix(),
+            self._on_partition_event,
+            start_revision=start_revision,
+        )
 
     # --- claim requests -------------------------------------------------------------------
 
