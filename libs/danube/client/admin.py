@@ -327,6 +327,37 @@ class AsyncAdmin:
         answer = await self._http.request("POST", f"{path}/seek", body=body)
         return _parse(_SeekAnswer, answer.body, "seek").partitions
 
+    async def skip(
+        self,
+        topic: str | TopicName,
+        subscription: str,
+        *,
+        partition: int | None = None,
+        to_offset: int | None = None,
+    ) -> Skip:
+        """Move one partition's cursor forward on purpose (``partition`` is its index;
+        None for an unpartitioned topic): to ``to_offset``, or, when None, past the range
+        no copy holds intact that stops it (``data_damaged``). The offsets skipped are never
+        delivered to this subscription."""
+        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
+        body: dict[str, int] = {}
+        if partition is not None:
+            body["partition"] = partition
+        if to_offset is not None:
+            body["to_offset"] = to_offset
+        # Not retried: a skip whose answer was lost moved the cursor.
+        answer = await self._http.request("POST", f"{path}/skip", body=body)
+        return _parse(Skip, answer.body, "skip")
+
+
+class Skip(_Model):
+    """What a skip did (see :meth:`AsyncAdmin.skip`)."""
+
+    partition: str
+    from_offset: int
+    to_offset: int
+    skipped: int
+
 
 class Move(_Model):
     """What a partition move did (see :meth:`AsyncAdmin.move_partition`)."""

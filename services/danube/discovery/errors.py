@@ -119,6 +119,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "unsupported_start": 400,
     "offset_out_of_range": 400,
     "position_unavailable": 503,
+    "data_damaged": 500,  # no intact copy of a range: an operator repairs or skips it
 }
 
 

@@ -135,6 +135,15 @@ class SeekRequest(_Request):
     position: Position
 
 
+class SkipRequest(_Request):
+    """``POST /v1/topics/{ns}/{topic}/subscriptions/{sub}/skip``: move one partition's cursor
+    forward past offsets on purpose (damaged ones). ``partition`` is its index (omit it for an
+    unpartitioned topic); ``to_offset`` omitted: past the damage that stops the partition."""
+
+    partition: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    to_offset: Annotated[int, Field(ge=0, le=2**64 - 1)] | None = None
+
+
 class MessageRefIn(_Request):
     """One delivered message: its partition (as polled) and offset."""
 
@@ -345,6 +354,16 @@ class MoveOut(_Response):
 class SeekPartitionOut(_Response):
     name: str
     offset: int
+
+
+class SkipResponse(_Response):
+    """What a skip did: ``partition``'s cursor moved from ``from_offset`` to ``to_offset``;
+    the ``skipped`` offsets between are never delivered to this subscription."""
+
+    partition: str
+    from_offset: int
+    to_offset: int
+    skipped: int
 
 
 class SeekResponse(_Response):

@@ -17,12 +17,12 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from danube.bus import Bus, BusError
+from danube.bus import Bus
 from danube.cloud_reader.client import CloudClient
 from danube.config import DispatcherConfig
 from danube.dispatcher import metrics, protocol
-from danube.dispatcher.backlog import partition_stats
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
+from danube.dispatcher.damage import DamageBook, skip_target
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.errors import AckNotDurableError, SubscriptionNotFoundError
 from danube.dispatcher.events import (
@@ -46,8 +46,9 @@ from danube.dispatcher.events import (
 from danube.dispatcher.positions import resolve_all
 from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
+from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
-from danube.ingest.client import IngestClient, WalOffsets
+from danube.ingest.client import IngestClient
 from danube.meta import TopicName
 from danube.meta.records import SubscriptionConfig
 
@@ -55,8 +56,6 @@ log = logging.getLogger(__name__)
 
 TICK_INTERVAL_S = 0.05
 DEAD_LETTER_TIMEOUT_S = 10.0
-# Stats ask each partition's ingest owner for its WAL ends; a slow one is shown as unknown.
-WAL_STATS_TIMEOUT_S = 1.0
 # Room in a poll reply for its JSON head entry and frame header, per message.
 _REPLY_BYTES_PER_MESSAGE = 128
 _REPLY_HEAD_BYTES = 4096
@@ -87,6 +86,7 @@ class SubscriptionRuntime:
         self.ingest = IngestClient(bus)
         self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
+        self.damage = DamageBook()  # partitions stopped at offsets no copy holds intact
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
         self._readers: dict[str, PartitionReader] = {}
@@ -193,6 +193,7 @@ class SubscriptionRuntime:
         """Stop the tasks and write every cursor a last time (unless fenced)."""
         self.begin_stop()
         metrics.CONSUMERS.dec(len(self._last_seen))  # forgotten with the subscription
+        metrics.DAMAGED_PARTITIONS.dec(len(self.damage))
         self._last_seen.clear()
         for task in list(self._tasks):
             task.cancel()
@@ -264,6 +265,9 @@ class SubscriptionRuntime:
                     )
                     for m in messages
                 ]
+            damaged = self.damage.error()
+            if damaged is not None:
+                raise damaged  # never silent empty polls while a partition is stopped
             remaining_s = deadline - loop.time()
             if remaining_s <= 0 or self.closing or self.failed:
                 return []
@@ -362,29 +366,37 @@ class SubscriptionRuntime:
         log.info("seek of %s/%s to %s: %s", self.store.topic, self.store.sub, position, resolved)
         return resolved
 
-    async def stats(self) -> protocol.SubscriptionStats:
-        """Cursors, WAL ends and backlog per partition; consumers and what they hold."""
+    async def skip(self, name: str, to_offset: int | None) -> protocol.SkipReply:
+        """Move partition ``name``'s cursor forward on purpose (to ``to_offset``, or past
+        the damage stopping it: damage.skip_target); what is held of it is dropped."""
         self._check_serving()
         machine = self._subscription()
-        names = list(self._partitions)
-        ends = await asyncio.gather(*(self._wal_offsets(self._partitions[n]) for n in names))
-        partitions = [
-            partition_stats(name, machine.cursor(name), wal)
-            for name, wal in zip(names, ends, strict=True)
-        ]
-        consumers = [
-            protocol.ConsumerStats(consumer_id=cid, name=name, unacked=unacked)
-            for cid, name, unacked in machine.consumer_details()
-        ]
-        return protocol.SubscriptionStats(
-            type=machine.delivery_type, partitions=partitions, consumers=consumers
+        partition = self._partitions.get(name)
+        if partition is None:
+            raise protocol.BadRequestError(f"no partition {name!r} in {self.store.topic}")
+        before = machine.cursor(name).next_offset
+        target = skip_target(str(partition), before, to_offset, self.damage.get(str(partition)))
+        await resolve_all(self.ingest, self.cloud, [partition], {"offset": target})  # <= end
+        self._check_serving()
+        await self._handle(Seek({name: target}, time.monotonic()))
+        if self.damage.clear(str(partition)) is not None:
+            metrics.DAMAGED_PARTITIONS.dec()
+        metrics.SKIPPED_OFFSETS.inc(target - before)
+        log.warning(
+            "%s/%s: skipped %s %d..%d",
+            self.store.topic,
+            self.store.sub,
+            partition,
+            before,
+            target - 1,
         )
+        return protocol.SkipReply(partition=name, from_offset=before, to_offset=target)
 
-    async def _wal_offsets(self, partition: TopicName) -> WalOffsets | None:
-        try:
-            return await self.ingest.wal_offsets(partition, timeout_s=WAL_STATS_TIMEOUT_S)
-        except (BusError, TimeoutError, protocol.BadRequestError):
-            return None  # no owner right now, or a slow one: unknown
+    async def stats(self) -> protocol.SubscriptionStats:
+        """Cursors, WAL ends, backlog and damage per partition; consumers and what they hold."""
+        self._check_serving()
+        machine = self._subscription()
+        return await subscription_stats(self.ingest, machine, self._partitions, self.damage)
 
     async def delete(self) -> None:
         """Delete the subscription: detach every consumer, stop reading, delete its keys
