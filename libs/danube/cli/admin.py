@@ -267,6 +267,12 @@ def _describe_table(found: TopicDescription) -> Table:
             *(_opt(v) for v in (offsets.wal_start, offsets.next_offset, offsets.uploaded_through)),
             lag or "-",
         )
+        damaged = offsets.upload_damaged
+        if damaged is not None:
+            err.print(
+                f"{partition.name}: uploads stopped at {damaged.from_offset}: WAL offsets "
+                f"{damaged.from_offset}..{damaged.to_offset - 1} are damaged ({damaged.file})"
+            )
     return table
 
 
@@ -432,6 +438,32 @@ def subscriptions_skip(
         )
 
     _admin("subscriptions skip", service_addr, call)
+
+
+@partitions.command("skip-upload")
+def partitions_skip_upload(
+    partition: Annotated[str, typer.Argument(help="/<namespace>/<topic>[-part-<N>].")],
+    to: Annotated[
+        int | None,
+        typer.Option("--to", help="The offset uploads go on from; omitted: past the damage."),
+    ] = None,
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    json_out: Json = False,
+) -> None:
+    """Let a partition's uploads go on past the damaged WAL range they stopped at (shown by
+    topics describe); that range is never uploaded."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        done = await admin.skip_upload(partition, to_offset=to)
+        if json_out:
+            print_json(done.model_dump())
+            return
+        out.print(
+            f"{done.partition}: uploads skip {done.skipped} offsets "
+            f"({done.from_offset}..{done.to_offset - 1}) and go on at {done.to_offset}"
+        )
+
+    _admin("partitions skip-upload", service_addr, call)
 
 
 @partitions.command("move")

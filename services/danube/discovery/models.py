@@ -261,6 +261,15 @@ class FollowerOut(_Response):
     lag: int | None
 
 
+class UploadDamageOut(_Response):
+    """Uploads of the partition stop at ``from_offset``: the WAL has no intact copy of
+    ``[from_offset, to_offset)``; ``file`` is the damaged segment."""
+
+    from_offset: int
+    to_offset: int
+    file: str
+
+
 class OffsetsOut(_Response):
     """Offsets and replication from the partition's leader (``null`` when it does not
     answer), and how far the partition is in object storage (``null`` before the first
@@ -275,6 +284,8 @@ class OffsetsOut(_Response):
     isr: list[str] = []
     leader_end: int | None = None
     followers: dict[str, FollowerOut] = {}
+    upload_damaged: UploadDamageOut | None = None
+    upload_skipped_offsets: int = 0
 
 
 class PartitionDetail(_Response):
@@ -336,6 +347,22 @@ class MoveRequest(_Request):
         if len(set(self.replicas)) != len(self.replicas):
             raise ValueError(f"replicas must be distinct nodes: {self.replicas}")
         return self
+
+
+class SkipUploadRequest(_Request):
+    """``POST /v1/partitions/{ns}/{partition}/uploads/skip``: let uploads go on past the
+    damaged range they stopped at (``to_offset`` omitted: its end)."""
+
+    to_offset: Annotated[int, Field(ge=1, le=2**64 - 1)] | None = None
+
+
+class SkipUploadOut(_Response):
+    """Uploads go on at ``to_offset``; ``[from_offset, to_offset)`` is never uploaded."""
+
+    partition: str
+    from_offset: int
+    to_offset: int
+    skipped: int
 
 
 class MoveOut(_Response):
