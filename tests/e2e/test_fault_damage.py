@@ -7,6 +7,7 @@ before upload has its good prefix uploaded and its damaged range reported, then 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import subprocess
 import time
@@ -218,14 +219,16 @@ def test_damage_in_both_tiers_is_an_explicit_error_until_skipped(
         consumer = _attach(http, "bothflip", "s")
         got, error = _consume(http, consumer, COUNT - 1)
         assert got == list(range(1500))
-        assert error is not None and error.status_code == 500, error
+        assert error is not None
+        assert error.status_code == 500, error.text
         body = error.json()["error"]
         assert body["code"] == "data_damaged"
         for part in ("/default/bothflip", "offsets 1500..", segment.name, obj.name):
             assert part in body["message"], body["message"]
         for _ in range(5):  # asking again says the same, and says it in the log only once
             again = http.get(f"/v1/consumers/{consumer}/messages", params={"wait_ms": 500})
-            assert again.status_code == 500 and again.json()["error"]["code"] == "data_damaged"
+            assert again.status_code == 500
+            assert again.json()["error"]["code"] == "data_damaged"
             time.sleep(0.3)
         dispatcher = mesh["dispatcher"]
         assert dispatcher.tail_log(1_000_000).count("damaged in every copy") == 1
@@ -254,13 +257,14 @@ def test_damage_in_both_tiers_is_an_explicit_error_until_skipped(
         )
         assert skip.returncode == 0, skip.stderr
         print(skip.stdout.strip())
-        resume = int(__import__("json").loads(skip.stdout)["to_offset"])
+        resume = int(json.loads(skip.stdout)["to_offset"])
         assert 1500 < resume < COUNT
         rest, error = _consume(http, consumer, COUNT - 1)
         assert error is None, error.text
         assert rest == list(range(resume, COUNT))
         print(
-            f"{len(got) + len(rest)} delivered, {resume - 1500} skipped ({segment.name}, {obj.name})"
+            f"{len(got) + len(rest)} delivered, {resume - 1500} skipped",
+            f"({segment.name}, {obj.name})",
         )
 
 

@@ -15,19 +15,54 @@ from danube.dispatcher import tiers
 from danube.dispatcher.damage import DamageBook, skip_target
 from danube.dispatcher.errors import DataDamagedError
 from danube.dispatcher.protocol import BadRequestError
-from danube.frame import FRAME_HEADER_BYTES, Frame
+from danube.frame import FRAME_HEADER_BYTES, Frame, append_frame
 from danube.ingest import protocol
 from danube.ingest.client import FetchReply
 from danube.ingest.protocol import Damaged
 from danube.ingest.wal import WalCorruptionError
+from danube.ingest.wal.fileops import OsFileOps
+from danube.ingest.wal.reader import read_messages
 from danube.ingest.wal.segment import Segment, segment_name
 from danube.storage import ObjectDescriptor, SparseIndexBuilder, object_key
-
-from test_wal_reader import MemoryFiles, read, segment_bytes
 
 pytestmark = pytest.mark.unit
 
 P = "/default/t"
+
+
+class MemoryFiles(OsFileOps):
+    """Read-only segment files held in a dict."""
+
+    def __init__(self, files: dict[Path, bytes]) -> None:
+        self.files = files
+
+    def size(self, path: Path) -> int:
+        return len(self.files[path])
+
+    def read_at(self, path: Path, position: int, size: int) -> bytes:
+        return self.files[path][position : position + size]
+
+
+def segment_bytes(first: int, payloads: list[bytes]) -> bytes:
+    buf = bytearray()
+    for offset, payload in enumerate(payloads, start=first):
+        append_frame(buf, offset, payload)
+    return bytes(buf)
+
+
+def read(
+    files: MemoryFiles, segments: list[Segment], from_offset: int, *, limit: int
+) -> tuple[list[tuple[int, bytes]], int]:
+    plan = [(segment, segment.size_bytes) for segment in segments]
+    return read_messages(
+        files,
+        plan,
+        from_offset,
+        limit_offset=limit,
+        max_bytes=1 << 30,
+        max_count=10**6,
+        max_payload_bytes=1 << 16,
+    )
 
 
 def _flip(data: bytes, position: int) -> bytes:
@@ -44,7 +79,8 @@ def test_a_wal_read_at_a_bad_frame_names_the_next_segment_as_where_it_resumes() 
         Segment(10, Path(segment_name(10)), len(second)),
     ]
     messages, next_offset = read(files, segments, 0, limit=20)
-    assert [o for o, _ in messages] == [0, 1, 2, 3, 4] and next_offset == 5
+    assert [o for o, _ in messages] == [0, 1, 2, 3, 4]
+    assert next_offset == 5
     with pytest.raises(WalCorruptionError) as caught:
         read(files, segments, 5, limit=20)
     assert (caught.value.offset, caught.value.resume_offset) == (5, 10)
@@ -98,7 +134,8 @@ def test_the_tier_table() -> None:
     )
     # Below the WAL's start: a damaged object blocks only up to the WAL's start.
     below = tiers.after_wal(10, FetchReply(True, 20, 10, []))
-    assert below == tiers.AskCloud(10, 20, None) and isinstance(below, tiers.AskCloud)
+    assert below == tiers.AskCloud(10, 20, None)
+    assert isinstance(below, tiers.AskCloud)
     assert tiers.after_cloud(P, below, CloudFetchReply(True, 10, [], Damaged(10, 90, "o"))) == (
         tiers.Blocked(tiers.Damage(P, 10, 20, ("o",)))
     )
@@ -113,10 +150,13 @@ def test_the_damage_book_reports_once_and_answers_polls() -> None:
     assert book.report(damage) is True
     assert book.report(damage) is False  # the same range again: no second log line
     error = book.error()
-    assert isinstance(error, DataDamagedError) and error.code == "data_damaged"
+    assert isinstance(error, DataDamagedError)
+    assert error.code == "data_damaged"
     assert (error.partition, error.from_offset, error.to_offset) == (P, 10, 30)
-    assert "offsets 10..29" in error.message and "obj.dnb" in error.message
-    assert book.clear(P) == damage and book.error() is None
+    assert "offsets 10..29" in error.message
+    assert "obj.dnb" in error.message
+    assert book.clear(P) == damage
+    assert book.error() is None
 
 
 def test_a_skip_goes_past_the_damage_or_to_an_offset_and_only_forward() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from danube.bus import Subjects
-from danube.dispatcher.events import Action, MessagesAvailable, PauseReading
 from danube.dispatcher.damage import DamageBook
+from danube.dispatcher.events import Action, MessagesAvailable, PauseReading
 from danube.dispatcher.readers import PartitionReader
 from danube.frame import append_frame, decode_frames
 from danube.ingest.client import FetchReply
