@@ -1,8 +1,9 @@
 """The cloud tier end to end on fs and on the S3 server: ingest, uploader, cloud_reader and a
 dispatcher in-process. A subscription from earliest on a topic whose early WAL segments are
 gone reads everything, first from objects then from the WAL, in order with no duplicate; a
-flipped byte in an object is refused with the object and offset named; a start or seek by a
-time older than the WAL is found in the objects (descriptors carry publish times)."""
+flipped byte in an object is never served (the frames before it are; a read from it names
+the object and where its intact frames resume); a start or seek by a time older than the
+WAL is found in the objects (descriptors carry publish times)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from danube.bus import Bus, RemoteError, TopicName
+from danube.bus import Bus, TopicName
 from danube.cloud_reader import app as cloud_reader_app
 from danube.cloud_reader.client import CloudClient
 from danube.config import (
@@ -201,7 +202,7 @@ async def test_a_time_older_than_the_wal_is_found_in_the_objects(
             }
 
 
-async def test_a_flipped_byte_is_refused_naming_the_object_and_offset(
+async def test_a_flipped_byte_is_never_served_and_named_with_where_the_object_resumes(
     bus: Bus, store: MetaStore, settings: DanubeSettings
 ) -> None:
     await store.put_model(meta_keys.topic_key(TOPIC), TopicConfig(created_ms=1))
@@ -229,11 +230,19 @@ async def test_a_flipped_byte_is_refused_naming_the_object_and_offset(
         cloud = CloudClient(bus)
         first = await cloud.fetch(TOPIC, 0, max_count=10)
         assert [f.offset for f in first.frames] == list(range(10))  # before the flip: fine
-        with pytest.raises(RemoteError) as refused:
-            await cloud.fetch(TOPIC, hit - 3, max_count=1000)
-        assert refused.value.code == "object_corrupt"
-        assert descriptor.key in refused.value.message
-        assert f"bad frame at byte {hit_at} (offset {hit})" in refused.value.message
+        # The good frames before it are served; a read from it serves none and says where
+        # the object's intact frames resume (its next sparse-index entry), naming the object.
+        before = await cloud.fetch(TOPIC, hit - 3, max_count=1000)
+        assert [f.offset for f in before.frames] == [hit - 3, hit - 2, hit - 1]
+        assert before.damaged is None
+        damaged = await cloud.fetch(TOPIC, hit, max_count=1000)
+        assert damaged.frames == []
+        assert damaged.damaged is not None
+        resume = next(e.offset for e in descriptor.index if e.position > hit_at)
+        assert (damaged.damaged.from_offset, damaged.damaged.to_offset) == (hit, resume)
+        assert damaged.damaged.file == descriptor.key
+        resumed = await cloud.fetch(TOPIC, resume, max_count=5)
+        assert [f.offset for f in resumed.frames] == list(range(resume, resume + 5))
         # The objects after it are unaffected.
         after = await cloud.fetch(TOPIC, descriptor.last_offset + 1, max_count=5)
         assert [f.offset for f in after.frames] == list(

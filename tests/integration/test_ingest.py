@@ -26,6 +26,7 @@ from danube.config import (
 from danube.frame import Record, decode_frames, decode_record, encode_record
 from danube.ingest import app, protocol
 from danube.ingest.client import IngestClient
+from danube.ingest.protocol import Damaged
 from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
@@ -211,7 +212,7 @@ async def _all_from_disk(settings: DanubeSettings) -> list[tuple[int, bytes]]:
         await wal.close()
 
 
-async def test_a_flipped_bit_in_a_sealed_segment_fails_fetch_naming_segment_and_offset(
+async def test_a_flipped_bit_in_a_sealed_segment_is_answered_damaged_naming_segment_and_range(
     bus: Bus, settings_for: Callable[[str], DanubeSettings]
 ) -> None:
     client = IngestClient(bus)
@@ -228,26 +229,26 @@ async def test_a_flipped_bit_in_a_sealed_segment_fails_fetch_naming_segment_and_
     async with running_node(settings, "node-a"):
         await client.produce(P, _records(b"after"), timeout_s=10)  # the node serves again
         # Good messages before the damage are served; the first read at the damaged frame
-        # fails: never wrong data.
+        # answers DAMAGED, up to the next segment, naming the file: never wrong data.
         served: list[int] = []
-        with pytest.raises(RemoteError) as info:
-            await _read_until_error(client, served)
+        damaged = await _read_until_damaged(client, served)
         assert served == list(range(len(served)))
         assert len(served) < int(segments[1].stem)
-        assert info.value.code == "wal_corrupt"
-        assert f"offset {len(served)}" in info.value.message
-        assert first.name in info.value.message
-        assert "offset" in info.value.message
+        assert damaged.from_offset == len(served)
+        assert damaged.to_offset == int(segments[1].stem)
+        assert damaged.file == first.name
         # Segments after the damaged one are still served, exactly.
         later = int(segments[1].stem)
         reply = await client.fetch(P, later, max_count=1)
         assert [f.offset for f in reply.frames] == [later]
 
 
-async def _read_until_error(client: IngestClient, served: list[int]) -> None:
+async def _read_until_damaged(client: IngestClient, served: list[int]) -> Damaged:
     offset = 0
     while True:
         reply = await client.fetch(P, offset, max_count=1000)
+        if reply.damaged is not None:
+            return reply.damaged
         served.extend(f.offset for f in reply.frames)
         offset = reply.next_offset
 

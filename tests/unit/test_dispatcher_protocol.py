@@ -12,7 +12,7 @@ import pytest
 
 from danube.bus import TopicName
 from danube.dispatcher import protocol
-from danube.dispatcher.runtime import dead_letter_topic
+from danube.dispatcher.deadletter import dead_letter_topic
 from danube.frame import Record, decode_record, encode_record
 
 pytestmark = pytest.mark.unit

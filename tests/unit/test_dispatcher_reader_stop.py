@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from danube.bus import Subjects
+from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.events import Action, MessagesAvailable, PauseReading
 from danube.dispatcher.readers import PartitionReader
 from danube.frame import append_frame, decode_frames
@@ -69,6 +70,7 @@ class FakeRuntime:
         self.bus = FakeBus()
         self.machine = FakeMachine()
         self.ingest = SwallowingIngest()
+        self.damage = DamageBook()
         self.reader: PartitionReader | None = None
 
     def feed(self, event: MessagesAvailable) -> list[Action]:

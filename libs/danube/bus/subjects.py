@@ -86,6 +86,7 @@ class DispatchOp(StrEnum):
     ACK = "ack"
     NACK = "nack"
     SEEK = "seek"
+    SKIP = "skip"
     STATS = "stats"
     DELETE = "delete"
 

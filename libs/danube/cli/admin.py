@@ -41,7 +41,7 @@ namespaces = typer.Typer(help="List, show, create and delete namespaces.", no_ar
 topics = typer.Typer(
     help="List, create, describe, delete and look up topics.", no_args_is_help=True
 )
-subscriptions = typer.Typer(help="List, delete and seek subscriptions.", no_args_is_help=True)
+subscriptions = typer.Typer(help="List, delete, seek and skip subscriptions.", no_args_is_help=True)
 partitions = typer.Typer(help="Move a partition to other ingest nodes.", no_args_is_help=True)
 app.add_typer(namespaces, name="namespaces")
 app.add_typer(topics, name="topics")
@@ -296,6 +296,12 @@ def _describe_table(found: TopicDescription) -> Table:
             *(_opt(v) for v in (offsets.wal_start, offsets.next_offset, offsets.uploaded_through)),
             lag or "-",
         )
+        damaged = offsets.upload_damaged
+        if damaged is not None:
+            err.print(
+                f"{partition.name}: uploads stopped at {damaged.from_offset}: WAL offsets "
+                f"{damaged.from_offset}..{damaged.to_offset - 1} are damaged ({damaged.file})"
+            )
     return table
 
 
@@ -430,6 +436,63 @@ def subscriptions_seek(
             out.print(f"{partition.name} {partition.offset}")
 
     _admin("subscriptions seek", service_addr, call)
+
+
+@subscriptions.command("skip")
+def subscriptions_skip(
+    topic: TopicArg,
+    subscription: Annotated[str, typer.Argument(help="The subscription.")],
+    partition: Annotated[
+        int | None,
+        typer.Option("--partition", help="The partition's index (omit it when unpartitioned)."),
+    ] = None,
+    to: Annotated[
+        int | None,
+        typer.Option("--to", help="The offset to go on from; omitted: past the damaged range."),
+    ] = None,
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    json_out: Json = False,
+) -> None:
+    """Skip offsets of one partition on purpose (a range no copy holds intact): they are
+    never delivered to this subscription."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        done = await admin.skip(topic, subscription, partition=partition, to_offset=to)
+        if json_out:
+            print_json(done.model_dump())
+            return
+        out.print(
+            f"{done.partition}: skipped {done.skipped} offsets "
+            f"({done.from_offset}..{done.to_offset - 1}); delivery goes on at {done.to_offset}"
+        )
+
+    _admin("subscriptions skip", service_addr, call)
+
+
+@partitions.command("skip-upload")
+def partitions_skip_upload(
+    partition: Annotated[str, typer.Argument(help="/<namespace>/<topic>[-part-<N>].")],
+    to: Annotated[
+        int | None,
+        typer.Option("--to", help="The offset uploads go on from; omitted: past the damage."),
+    ] = None,
+    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    json_out: Json = False,
+) -> None:
+    """Let a partition's uploads go on past the damaged WAL range they stopped at (shown by
+    topics describe); that range is never uploaded."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        done = await admin.skip_upload(partition, to_offset=to)
+        if json_out:
+            print_json(done.model_dump())
+            return
+        out.print(
+            f"{done.partition}: uploads skip {done.skipped} offsets "
+            f"({done.from_offset}..{done.to_offset - 1}) and go on at {done.to_offset}"
+        )
+
+    _admin("partitions skip-upload", service_addr, call)
 
 
 @partitions.command("move")

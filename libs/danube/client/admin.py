@@ -90,6 +90,15 @@ class Follower(_Model):
     lag: int | None = None
 
 
+class UploadDamage(_Model):
+    """Uploads stop at ``from_offset``: the WAL copy of ``[from_offset, to_offset)`` is
+    damaged (``file``)."""
+
+    from_offset: int
+    to_offset: int
+    file: str
+
+
 class Offsets(_Model):
     """``None`` where the leader did not answer, or nothing is uploaded yet. ``next_offset``
     is the high watermark (what readers see); ``leader_end`` the leader's own durable end."""
@@ -102,6 +111,8 @@ class Offsets(_Model):
     isr: list[str] = []
     leader_end: int | None = None
     followers: dict[str, Follower] = {}
+    upload_damaged: UploadDamage | None = None
+    upload_skipped_offsets: int = 0
 
 
 class PartitionInfo(_Model):
@@ -326,6 +337,16 @@ class AsyncAdmin:
         answer = await self._http.request("POST", path, body=body)
         return _parse(Move, answer.body, "move partition")
 
+    async def skip_upload(
+        self, partition: str | TopicName, *, to_offset: int | None = None
+    ) -> Skip:
+        """Let a partition's uploads go on past the damaged WAL range they stopped at (to
+        ``to_offset``; None: its end). The range is never uploaded."""
+        body = {} if to_offset is None else {"to_offset": to_offset}
+        path = f"/v1/partitions/{_topic_path(partition)}/uploads/skip"
+        answer = await self._http.request("POST", path, body=body)
+        return _parse(Skip, answer.body, "skip upload")
+
     async def seek(
         self, topic: str | TopicName, subscription: str, position: Position
     ) -> list[SeekPartition]:
@@ -338,6 +359,37 @@ class AsyncAdmin:
         # drop what was delivered in between.
         answer = await self._http.request("POST", f"{path}/seek", body=body)
         return _parse(_SeekAnswer, answer.body, "seek").partitions
+
+    async def skip(
+        self,
+        topic: str | TopicName,
+        subscription: str,
+        *,
+        partition: int | None = None,
+        to_offset: int | None = None,
+    ) -> Skip:
+        """Move one partition's cursor forward on purpose (``partition`` is its index;
+        None for an unpartitioned topic): to ``to_offset``, or, when None, past the range
+        no copy holds intact that stops it (``data_damaged``). The offsets skipped are never
+        delivered to this subscription."""
+        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
+        body: dict[str, int] = {}
+        if partition is not None:
+            body["partition"] = partition
+        if to_offset is not None:
+            body["to_offset"] = to_offset
+        # Not retried: a skip whose answer was lost moved the cursor.
+        answer = await self._http.request("POST", f"{path}/skip", body=body)
+        return _parse(Skip, answer.body, "skip")
+
+
+class Skip(_Model):
+    """What a skip did (see :meth:`AsyncAdmin.skip`)."""
+
+    partition: str
+    from_offset: int
+    to_offset: int
+    skipped: int
 
 
 class Move(_Model):

@@ -129,17 +129,33 @@ class NodeRecord(_Record):
     load: Annotated[float, Field(ge=0)] | None = None
 
 
+class DamagedRange(_Record):
+    """Offsets ``[from_offset, to_offset)`` the WAL holds no intact copy of; ``file`` is the
+    damaged segment."""
+
+    from_offset: Annotated[int, Field(ge=0, le=OFFSET_MAX)]
+    to_offset: Annotated[int, Field(ge=1, le=OFFSET_MAX)]
+    file: Annotated[str, Field(max_length=1024)]
+
+
 class UploaderCheckpoint(_Record):
     """Every offset up to ``uploaded_through`` (inclusive) is in object storage; -1: none yet.
 
     ``pending_end`` is an upload under way: the object for ``(uploaded_through, pending_end]``
     is being written. Recorded before the object, so an uploader that takes over after a crash
-    writes the same object for the same range (never an overlapping one)."""
+    writes the same object for the same range (never an overlapping one).
+
+    ``damaged``: uploads stopped right after ``uploaded_through`` because the WAL's copy of
+    that range is damaged; they go on once it reads intact again, or once an operator skips
+    it (``danube admin partitions skip-upload``), which moves ``uploaded_through`` past it
+    and adds the range to ``skipped_offsets``."""
 
     uploaded_through: Annotated[int, Field(ge=-1, le=OFFSET_MAX)]
     pending_end: Annotated[int, Field(ge=0, le=OFFSET_MAX)] | None = None
     last_object_key: str | None = None
     updated_ms: TimeMs
+    damaged: DamagedRange | None = None
+    skipped_offsets: Annotated[int, Field(ge=0)] = 0
 
 
 class SubscriptionConfig(_Record):

@@ -50,6 +50,11 @@ class FetchHandler:
             metrics.CORRUPT.inc()
             log.error("%s: %s", partition, exc)
             raise
+        if read.damaged is not None:
+            metrics.CORRUPT.inc()
+            metrics.READS.labels("damaged").inc()
+            log.debug("%s: %s", partition, read.damaged)  # the reader reports it, once
+            return protocol.encode_damaged_reply(0, read.next_offset, read.damaged.key or "")
         status = protocol.FetchStatus.OK if read.in_cloud else protocol.FetchStatus.NOT_IN_CLOUD
         metrics.READS.labels(status.name.lower()).inc()
         metrics.MESSAGES.inc(len(read.frames))

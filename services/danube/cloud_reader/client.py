@@ -14,11 +14,13 @@ from danube.ingest import protocol
 @dataclass(frozen=True)
 class CloudFetchReply:
     """Frames of one object from ``from_offset`` on; ``in_cloud`` False when no object holds
-    that offset or a later one (read the WAL instead)."""
+    that offset or a later one (read the WAL instead); ``damaged`` when the object holding
+    ``from_offset`` has no intact frame from there until ``damaged.to_offset``."""
 
     in_cloud: bool
     next_offset: int
     frames: list[Frame]
+    damaged: protocol.Damaged | None = None
 
 
 class CloudClient:
@@ -36,13 +38,16 @@ class CloudClient:
         max_count: int = 10_000,
         timeout_s: float = 10.0,
     ) -> CloudFetchReply:
-        """CRC-checked frames from ``from_offset`` (RemoteError ``object_corrupt`` names the
-        object and offset when a frame fails its check)."""
+        """CRC-checked frames from ``from_offset``: those before a bad frame, or, starting at
+        one, a reply with ``damaged`` naming the object and where intact frames resume."""
         request = protocol.FetchRequest(from_offset, max_bytes, max_count)
         reply = await self.bus.request(
             self.bus.subjects.cloud_fetch(partition), request.encode(), timeout_s=timeout_s
         )
         status, _, next_offset, body = protocol.decode_fetch_reply_head(reply.body)
+        if status is protocol.FetchStatus.DAMAGED:
+            damaged = protocol.Damaged(from_offset, next_offset, protocol.decode_damaged_file(body))
+            return CloudFetchReply(True, from_offset, [], damaged)
         frames, consumed = decode_frames(body)
         if consumed != len(body):
             raise protocol.BadRequestError(

@@ -16,9 +16,12 @@ descriptor has no publish times (written before they existed) is scanned, and if
 it is recent enough the search goes on with the next. ``T`` past every object: not found,
 with the offset after the last object (0 when there is none).
 
-A frame whose CRC, length or offset is wrong is never served: the read fails with
+A frame whose CRC, length or offset is wrong is never served: a read answers the good frames
+before it; a read that starts at it answers no frame, the
 :class:`~danube.storage.CorruptObjectError` naming the object, the byte position and the
-offset. The checks are :class:`~danube.storage.ObjectScan`'s, shared with the Spark source.
+offset, and where the object's intact frames resume (its next sparse-index entry), so the
+caller can read that range from the WAL and go on. The checks are
+:class:`~danube.storage.ObjectScan`'s, shared with the Spark source.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from danube.frame import Frame, record_publish_time_ms
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.storage import (
+    CorruptObjectError,
     ObjectDescriptor,
     ObjectNotFoundError,
     ObjectScan,
@@ -52,6 +56,9 @@ class CloudRead:
     in_cloud: bool
     next_offset: int
     frames: list[Frame]
+    damaged: CorruptObjectError | None = None
+    """Set when the read starts at a bad frame: no frame; ``next_offset`` is where the
+    object's intact frames resume (its next sparse-index entry, or past its end)."""
 
 
 class CloudReader:
@@ -146,19 +153,26 @@ class CloudReader:
         scan = ObjectScan(descriptor, from_offset)
         frames: list[Frame] = []
         used = 0
-        while True:
-            # Frames are checked as they are taken: a bad frame after the budget is full is
-            # left for the read that gets there.
-            for frame in scan.frames():
-                frames.append(frame)
-                used += frame.size_bytes
-                if len(frames) >= max_count or used >= max_bytes:
-                    return CloudRead(True, frame.offset + 1, frames)
-            wanted = scan.next_range(self.chunk_bytes)
-            if wanted is None:
-                break
-            scan.feed(await self.objects.read_range(descriptor.key, *wanted))
-        scan.finish()
+        try:
+            while True:
+                # Frames are checked as they are taken: a bad frame after the budget is full
+                # is left for the read that gets there.
+                for frame in scan.frames():
+                    frames.append(frame)
+                    used += frame.size_bytes
+                    if len(frames) >= max_count or used >= max_bytes:
+                        return CloudRead(True, frame.offset + 1, frames)
+                wanted = scan.next_range(self.chunk_bytes)
+                if wanted is None:
+                    break
+                scan.feed(await self.objects.read_range(descriptor.key, *wanted))
+            scan.finish()
+        except CorruptObjectError as exc:
+            if frames:  # serve the good frames before it; a read from the bad one says so
+                return CloudRead(True, frames[-1].offset + 1, frames)
+            position = scan.position if exc.position is None else exc.position
+            resume = max(resume_after(descriptor, position), from_offset + 1)
+            return CloudRead(True, resume, [], exc)
         return CloudRead(True, descriptor.last_offset + 1, frames)
 
 
@@ -169,6 +183,16 @@ class CloudTime:
 
     found: bool
     offset: int
+
+
+def resume_after(descriptor: ObjectDescriptor, position: int) -> int:
+    """Where the object's intact frames resume after a bad frame at byte ``position``: the
+    offset of the first sparse-index entry past it (a frame boundary the uploader recorded,
+    so a scan can start there), else past the object's last offset."""
+    for entry in descriptor.index:
+        if entry.position > position:
+            return entry.offset
+    return descriptor.last_offset + 1
 
 
 def _first(descriptor: ObjectDescriptor) -> int:

@@ -129,6 +129,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "unsupported_operation": 400,  # a seek of a non-reliable subscription (no cursor)
     "offset_out_of_range": 400,
     "position_unavailable": 503,
+    "data_damaged": 500,  # no intact copy of a range: an operator repairs or skips it
 }
 
 

@@ -180,6 +180,15 @@ class SeekRequest(_Request):
     position: Position
 
 
+class SkipRequest(_Request):
+    """``POST /v1/topics/{ns}/{topic}/subscriptions/{sub}/skip``: move one partition's cursor
+    forward past offsets on purpose (damaged ones). ``partition`` is its index (omit it for an
+    unpartitioned topic); ``to_offset`` omitted: past the damage that stops the partition."""
+
+    partition: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    to_offset: Annotated[int, Field(ge=0, le=2**64 - 1)] | None = None
+
+
 class MessageRefIn(_Request):
     """One delivered message: its partition (as polled) and offset."""
 
@@ -322,6 +331,15 @@ class FollowerOut(_Response):
     lag: int | None
 
 
+class UploadDamageOut(_Response):
+    """Uploads of the partition stop at ``from_offset``: the WAL has no intact copy of
+    ``[from_offset, to_offset)``; ``file`` is the damaged segment."""
+
+    from_offset: int
+    to_offset: int
+    file: str
+
+
 class OffsetsOut(_Response):
     """Offsets and replication from the partition's leader (``null`` when it does not
     answer), and how far the partition is in object storage (``null`` before the first
@@ -336,6 +354,8 @@ class OffsetsOut(_Response):
     isr: list[str] = []
     leader_end: int | None = None
     followers: dict[str, FollowerOut] = {}
+    upload_damaged: UploadDamageOut | None = None
+    upload_skipped_offsets: int = 0
 
 
 class PartitionDetail(_Response):
@@ -399,6 +419,22 @@ class MoveRequest(_Request):
         return self
 
 
+class SkipUploadRequest(_Request):
+    """``POST /v1/partitions/{ns}/{partition}/uploads/skip``: let uploads go on past the
+    damaged range they stopped at (``to_offset`` omitted: its end)."""
+
+    to_offset: Annotated[int, Field(ge=1, le=2**64 - 1)] | None = None
+
+
+class SkipUploadOut(_Response):
+    """Uploads go on at ``to_offset``; ``[from_offset, to_offset)`` is never uploaded."""
+
+    partition: str
+    from_offset: int
+    to_offset: int
+    skipped: int
+
+
 class MoveOut(_Response):
     """What a move did. Unclean: the log continues at ``continues_at``; offsets from
     ``given_up_from`` (the cloud tier's end) on that only the old replicas held are given up
@@ -415,6 +451,16 @@ class MoveOut(_Response):
 class SeekPartitionOut(_Response):
     name: str
     offset: int
+
+
+class SkipResponse(_Response):
+    """What a skip did: ``partition``'s cursor moved from ``from_offset`` to ``to_offset``;
+    the ``skipped`` offsets between are never delivered to this subscription."""
+
+    partition: str
+    from_offset: int
+    to_offset: int
+    skipped: int
 
 
 class SeekResponse(_Response):

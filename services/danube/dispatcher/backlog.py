@@ -17,11 +17,10 @@ delivered again after a restart, so they are pending once more).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from danube.dispatcher.cursor import PartitionCursor
-from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.protocol import ConsumerStats, PartitionStats, SubscriptionStats
+from danube.dispatcher.protocol import PartitionStats
 from danube.ingest.client import WalOffsets
 
 
@@ -55,16 +54,3 @@ def partition_stats(name: str, cursor: PartitionCursor, wal: WalOffsets | None) 
         wal_next=end,
         backlog=backlog(cursor.next_offset, cursor.acked_beyond, end),
     )
-
-
-def subscription_stats(
-    machine: SubscriptionMachine, ends: Mapping[str, WalOffsets | None]
-) -> SubscriptionStats:
-    """The live state of a subscription: each partition of ``ends`` (its WAL's ends, by
-    partition) with its cursor and backlog, and the consumers with what they hold."""
-    partitions = [partition_stats(name, machine.cursor(name), wal) for name, wal in ends.items()]
-    consumers = [
-        ConsumerStats(consumer_id=cid, name=name, unacked=unacked)
-        for cid, name, unacked in machine.consumer_details()
-    ]
-    return SubscriptionStats(type=machine.delivery_type, partitions=partitions, consumers=consumers)

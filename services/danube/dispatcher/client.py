@@ -102,6 +102,16 @@ class DispatcherClient:
         offsets = orjson.loads(reply)["offsets"]
         return {str(name): int(offset) for name, offset in offsets.items()}
 
+    async def skip(
+        self, topic: TopicName, sub: str, partition: str, to_offset: int | None
+    ) -> protocol.SkipReply:
+        """Move one partition's cursor forward to ``to_offset`` (None: past the damage that
+        stops it); the offsets skipped are never delivered. RemoteError ``nothing_to_skip``,
+        ``skip_backwards``, ``offset_out_of_range``."""
+        body = orjson.dumps({"partition": partition, "to_offset": to_offset})
+        reply = await self._request(topic, sub, DispatchOp.SKIP, body, self.timeout_s)
+        return protocol.parse(reply, protocol.SkipReply)
+
     async def stats(
         self, topic: TopicName, sub: str, *, timeout_s: float | None = None
     ) -> protocol.SubscriptionStats | None:

@@ -11,7 +11,8 @@
         ├── UnknownPartitionError    "unknown_partition"                   500
         ├── OffsetOutOfRangeError    "offset_out_of_range"                 400
         ├── PositionUnavailableError "position_unavailable" (retriable)    503
-        └── AckNotDurableError       "ack_not_durable" (retriable)         503
+        ├── AckNotDurableError       "ack_not_durable" (retriable)         503
+        └── DataDamagedError         "data_damaged"                        500
 
 ``SubscriptionTakenError`` is the refusal of a second consumer on an exclusive
 subscription; ``OffsetOutOfRangeError`` refuses a seek or start past a partition's end,
@@ -119,3 +120,23 @@ class AckNotDurableError(DispatcherError):
     code = "ack_not_durable"
     status = 503
     retriable = True
+
+
+class DataDamagedError(DispatcherError):
+    """A partition of the subscription stopped at offsets that no copy holds intact: the
+    WAL and the cloud tier both failed their checks (or one is damaged and the other never
+    had them). Nothing later of that partition is delivered until the range is repaired or
+    an operator skips it (``danube admin subscriptions skip``). ``files`` names the damaged
+    WAL segment and/or object."""
+
+    code = "data_damaged"
+    status = 500  # not retriable: polling again gives the same answer until someone acts
+
+    def __init__(
+        self, message: str, *, partition: str, from_offset: int, to_offset: int, files: list[str]
+    ) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.from_offset = from_offset
+        self.to_offset = to_offset
+        self.files = files

@@ -285,6 +285,13 @@ class FanoutRuntime:
             code="unsupported_operation",
         )
 
+    async def skip(self, name: str, to_offset: int | None) -> protocol.SkipReply:
+        """Refused: a non-reliable subscription keeps no position to move."""
+        raise protocol.BadRequestError(
+            f"{self.store.topic} is non-reliable: its subscriptions have no cursor to skip",
+            code="unsupported_operation",
+        )
+
     async def stats(self) -> protocol.SubscriptionStats:
         """The consumers and what is buffered for each (no cursors, no backlog)."""
         fanout = self._fanout()

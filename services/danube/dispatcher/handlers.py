@@ -70,6 +70,9 @@ class SubscriptionHandlers:
         if op == DispatchOp.SEEK:
             seek = protocol.parse(request.body, protocol.SeekRequest)
             return orjson.dumps({"offsets": await runtime.seek(seek.position)})
+        if op == DispatchOp.SKIP:
+            skip = protocol.parse(request.body, protocol.SkipRequest)
+            return protocol.encode(await runtime.skip(skip.partition, skip.to_offset))
         if op == DispatchOp.STATS:
             protocol.parse(request.body, protocol.EmptyRequest)
             return protocol.encode(await runtime.stats())

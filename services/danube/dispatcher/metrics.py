@@ -35,3 +35,19 @@ ACK_SECONDS = Histogram(
     "From an ack request to its cursor being stored",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
 )
+TIER_MESSAGES = Counter(
+    "danube_dispatcher_read_messages",
+    "Messages read for subscriptions, by the tier they came from (wal, cloud)",
+    ["tier"],
+)
+DAMAGED_RANGES = Counter(
+    "danube_dispatcher_damaged_ranges",
+    "Offset ranges found damaged in every copy (counted once per range and subscription)",
+)
+DAMAGED_PARTITIONS = Gauge(
+    "danube_dispatcher_damaged_partitions",
+    "Partitions of served subscriptions stopped at a range damaged in every copy",
+)
+SKIPPED_OFFSETS = Counter(
+    "danube_dispatcher_skipped_offsets", "Offsets an operator skipped (subscriptions skip)"
+)

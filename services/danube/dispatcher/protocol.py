@@ -18,6 +18,8 @@ from. All integers little-endian::
     nack/detach      reply {"ok": true}
     seek request     {"position": S}      S as for attach
     seek reply       {"offsets": {partition: offset}}   what S resolved to, per partition
+    skip request     {"partition": name, "to_offset": N | null}   null: past its damage
+    skip reply       {"partition", "from_offset", "to_offset"}   the cursor moved from..to
     stats request    {} (or empty)
     stats reply      {"type", "partitions": [{"partition", "next_offset", "read_position",
                      "acked_beyond", "wal_start", "wal_next", "backlog"}],
@@ -139,6 +141,14 @@ class SeekRequest(_Body):
     position: Position
 
 
+class SkipRequest(_Body):
+    """Move one partition's cursor forward past offsets on purpose (damaged ones): to
+    ``to_offset``, or, when None, past the damage that stops the partition."""
+
+    partition: Annotated[str, Field(min_length=1, max_length=256)]
+    to_offset: Annotated[int | None, Field(ge=0, le=2**64 - 1)] = None
+
+
 class EmptyRequest(_Body):
     """A request with nothing to say (stats, delete): ``{}`` or an empty body."""
 
@@ -146,6 +156,15 @@ class EmptyRequest(_Body):
 class _Reply(BaseModel):
     # Replies ignore fields they do not know: an older caller reads a newer dispatcher.
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class SkipReply(_Reply):
+    """What a skip did: the partition's cursor moved from ``from_offset`` to ``to_offset``;
+    the offsets between were never delivered."""
+
+    partition: str
+    from_offset: int
+    to_offset: int
 
 
 class PartitionStats(_Reply):
@@ -159,6 +178,7 @@ class PartitionStats(_Reply):
     wal_start: int | None
     wal_next: int | None
     backlog: int | None
+    damaged: str | None = None  # offsets no copy holds intact stop this partition (which)
 
 
 class ConsumerStats(_Reply):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from danube.bus import BusError, Message, NoRespondersError, RemoteError, Subscription
 from danube.cloud_reader.client import CloudClient
+from danube.dispatcher import metrics, tiers
 from danube.dispatcher.events import MessagesAvailable
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
@@ -106,7 +107,9 @@ class PartitionReader:
                     await live.unsubscribe()
 
     async def _read_once(self) -> bool:
-        """One fetch from the read position; whether more may be waiting right away."""
+        """One read from the read position, from the WAL or, when the WAL cannot serve it
+        (below its start, damaged), from the cloud tier (danube.dispatcher.tiers); whether
+        more may be waiting right away."""
         machine = self.runtime.machine
         assert machine is not None
         position = machine.cursor(self.name).read_position
@@ -117,36 +120,51 @@ class PartitionReader:
             max_count=FETCH_MAX_COUNT,
             timeout_s=FETCH_TIMEOUT_S,
         )
-        if reply.below_wal_start:
-            return await self._read_cloud(position, reply.wal_start)
-        messages = [(frame.offset, bytes(frame.payload)) for frame in reply.frames]
-        if not messages and reply.next_offset <= position:
+        step = tiers.after_wal(position, reply)
+        if isinstance(step, tiers.AskCloud):
+            cloud = await self.cloud.fetch(
+                self.partition,
+                position,
+                max_bytes=FETCH_MAX_BYTES,
+                max_count=FETCH_MAX_COUNT,
+                timeout_s=FETCH_TIMEOUT_S,
+            )
+            outcome = tiers.after_cloud(str(self.partition), step, cloud)
+            if isinstance(outcome, tiers.Blocked):
+                self._blocked(outcome.damage)
+                return False
+            step = outcome
+        if not step.messages and step.next_offset <= position:
             return False
-        event = MessagesAvailable(self.name, messages, position, reply.next_offset)
-        await self.runtime.run_actions(self.runtime.feed(event))
-        return bool(messages)
-
-    async def _read_cloud(self, position: int, wal_start: int) -> bool:
-        """Read below the WAL's start from object storage (any cloud reader). Offsets neither
-        in the WAL nor in an object are gone (retention deleted them): skip them."""
-        reply = await self.cloud.fetch(
-            self.partition,
-            position,
-            max_bytes=FETCH_MAX_BYTES,
-            max_count=FETCH_MAX_COUNT,
-            timeout_s=FETCH_TIMEOUT_S,
-        )
-        if not reply.in_cloud:
+        self._unblocked()
+        if step.gone:
             log.warning(
                 "%s: offsets %d..%d are in neither the WAL nor object storage; skipping to %d",
                 self.partition,
                 position,
-                wal_start - 1,
-                wal_start,
+                step.next_offset - 1,
+                step.next_offset,
             )
-            event = MessagesAvailable(self.name, [], position, wal_start)
-        else:
-            messages = [(frame.offset, bytes(frame.payload)) for frame in reply.frames]
-            event = MessagesAvailable(self.name, messages, position, reply.next_offset)
+        metrics.TIER_MESSAGES.labels(step.tier).inc(len(step.messages))
+        event = MessagesAvailable(self.name, step.messages, position, step.next_offset)
         await self.runtime.run_actions(self.runtime.feed(event))
-        return True
+        return bool(step.messages) or step.tier == "cloud"
+
+    def _blocked(self, damage: tiers.Damage) -> None:
+        """No intact copy at the read position: stop here, say so once (the loop asks both
+        tiers again at every idle poll: a repaired range reads on by itself)."""
+        book = self.runtime.damage
+        before = len(book)
+        if book.report(damage):
+            metrics.DAMAGED_RANGES.inc()
+            log.error(
+                "%s/%s: %s", self.runtime.store.topic, self.runtime.store.sub, damage.describe()
+            )
+            self.runtime.notify()  # waiting polls answer the error now
+        metrics.DAMAGED_PARTITIONS.inc(len(book) - before)
+
+    def _unblocked(self) -> None:
+        cleared = self.runtime.damage.clear(str(self.partition))
+        if cleared is not None:
+            metrics.DAMAGED_PARTITIONS.dec()
+            log.warning("%s: reads on past %s", self.partition, cleared.describe())

@@ -17,12 +17,13 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from danube.bus import Bus, BusError
+from danube.bus import Bus
 from danube.cloud_reader.client import CloudClient
 from danube.config import DispatcherConfig
-from danube.dispatcher import metrics, protocol
-from danube.dispatcher.backlog import subscription_stats
+from danube.dispatcher import cursors_admin, metrics, protocol
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
+from danube.dispatcher.damage import DamageBook
+from danube.dispatcher.deadletter import send_dead_letter
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.errors import SubscriptionNotFoundError
@@ -42,28 +43,20 @@ from danube.dispatcher.events import (
     Poll,
     ReadFrom,
     ResumeReading,
-    Seek,
     Tick,
 )
 from danube.dispatcher.positions import resolve_all
 from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
+from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
-from danube.ingest.client import IngestClient, WalOffsets
+from danube.ingest.client import IngestClient
 from danube.meta import TopicName
 from danube.meta.records import SubscriptionConfig
 
 log = logging.getLogger(__name__)
 
 TICK_INTERVAL_S = 0.05
-DEAD_LETTER_TIMEOUT_S = 10.0
-# Stats ask each partition's ingest owner for its WAL ends; a slow one is shown as unknown.
-WAL_STATS_TIMEOUT_S = 1.0
-
-
-def dead_letter_topic(partition: TopicName, suffix: str) -> TopicName:
-    """``/ns/t-part-k`` (or ``/ns/t``) dead-letters to the unpartitioned ``/ns/t<suffix>``."""
-    return TopicName(partition.namespace, partition.base + suffix)
 
 
 class SubscriptionRuntime:
@@ -86,6 +79,7 @@ class SubscriptionRuntime:
         self.ingest = IngestClient(bus)
         self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
+        self.damage = DamageBook()  # partitions stopped at offsets no copy holds intact
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
         self._readers: dict[str, PartitionReader] = {}
@@ -194,6 +188,7 @@ class SubscriptionRuntime:
         """Stop the tasks and write every cursor a last time (unless fenced)."""
         self.begin_stop()
         metrics.CONSUMERS.dec(len(self._last_seen))  # forgotten with the subscription
+        metrics.DAMAGED_PARTITIONS.dec(len(self.damage))
         self._last_seen.clear()
         for task in list(self._tasks):
             task.cancel()
@@ -214,7 +209,7 @@ class SubscriptionRuntime:
     async def attach(self, request: protocol.AttachRequest) -> str:
         """Add a consumer (creating the subscription on its first attach); its id."""
         async with self._activate_lock:
-            self._check_serving()
+            self.check_serving()
             if self.machine is None:
                 # Resolved (and an offset past an end refused) before anything is stored.
                 partitions = await self.store.partitions()
@@ -236,7 +231,7 @@ class SubscriptionRuntime:
                 code="subscription_type_mismatch",
             )
         consumer_id = uuid.uuid4().hex
-        await self._handle(ConsumerAttached(consumer_id, request.consumer))
+        await self.handle(ConsumerAttached(consumer_id, request.consumer))
         self._last_seen[consumer_id] = time.monotonic()
         metrics.CONSUMERS.inc()
         return consumer_id
@@ -247,7 +242,7 @@ class SubscriptionRuntime:
         """Messages for the consumer; waits up to ``wait_s`` for the first one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
-        self._check_serving()
+        self.check_serving()
         while True:
             self._seen(request.consumer_id)
             wanted = protocol.poll_reply_max(
@@ -266,6 +261,9 @@ class SubscriptionRuntime:
                     )
                     for m in messages
                 ]
+            damaged = self.damage.error()
+            if damaged is not None:
+                raise damaged  # never silent empty polls while a partition is stopped
             remaining_s = deadline - loop.time()
             if remaining_s <= 0 or self.closing or self.failed:
                 return []
@@ -287,11 +285,11 @@ class SubscriptionRuntime:
         acknowledged message is never delivered again, even after a crash. AckNotDurableError
         when that takes longer than ``timeout_s`` (the acks still count in memory). Returns
         the refs that were not in flight (the ack did nothing for them)."""
-        self._check_serving()
+        self.check_serving()
         started_s = time.monotonic()
         self._seen(request.consumer_id)
         refs = [(m.partition, m.offset) for m in request.messages]
-        actions = await self._handle(Ack(request.consumer_id, refs))
+        actions = await self.handle(Ack(request.consumer_id, refs))
         ignored = [ref for a in actions if isinstance(a, NotInFlight) for ref in a.refs]
         metrics.ACKED.inc(len(refs) - len(ignored))
         acked = {partition for partition, _ in set(refs).difference(ignored)}
@@ -302,49 +300,34 @@ class SubscriptionRuntime:
 
     async def nack(self, request: protocol.AckRequest) -> None:
         """Refuse messages: redelivered after ``delay_ms``."""
-        self._check_serving()
+        self.check_serving()
         self._seen(request.consumer_id)
         refs = [(m.partition, m.offset) for m in request.messages]
-        await self._handle(Nack(request.consumer_id, refs, request.delay_ms, time.monotonic()))
+        await self.handle(Nack(request.consumer_id, refs, request.delay_ms, time.monotonic()))
         metrics.NACKED.inc(len(refs))
 
     async def detach(self, consumer_id: str) -> None:
         """Remove a consumer; its unacked messages go to the others."""
-        self._check_serving()
-        await self._handle(ConsumerDetached(consumer_id, time.monotonic()))
+        self.check_serving()
+        await self.handle(ConsumerDetached(consumer_id, time.monotonic()))
         if self._last_seen.pop(consumer_id, None) is not None:
             metrics.CONSUMERS.dec()
 
     # --- administration --------------------------------------------------------------------
 
     async def seek(self, position: protocol.StartPosition) -> dict[str, int]:
-        """Move the cursor of every partition to ``position``, dropping what is held (unacked
-        messages included), and write the cursors at once; the offsets it resolved to."""
-        self._check_serving()
-        self._subscription()
-        names = list(self._partitions)
-        offsets = await resolve_all(
-            self.ingest, self.cloud, [self._partitions[n] for n in names], position
-        )
-        self._check_serving()  # a delete may have begun while ingest answered
-        resolved = dict(zip(names, offsets, strict=True))
-        await self._handle(Seek(resolved, time.monotonic()))
-        log.info("seek of %s/%s to %s: %s", self.store.topic, self.store.sub, position, resolved)
-        return resolved
+        """Every partition's cursor to ``position`` (danube.dispatcher.cursors_admin)."""
+        return await cursors_admin.seek(self, position)
+
+    async def skip(self, name: str, to_offset: int | None) -> protocol.SkipReply:
+        """Partition ``name``'s cursor forward on purpose (cursors_admin.skip)."""
+        return await cursors_admin.skip(self, name, to_offset)
 
     async def stats(self) -> protocol.SubscriptionStats:
-        """Cursors, WAL ends and backlog per partition; consumers and what they hold."""
-        self._check_serving()
-        machine = self._subscription()
-        names = list(self._partitions)
-        ends = await asyncio.gather(*(self._wal_offsets(self._partitions[n]) for n in names))
-        return subscription_stats(machine, dict(zip(names, ends, strict=True)))
-
-    async def _wal_offsets(self, partition: TopicName) -> WalOffsets | None:
-        try:
-            return await self.ingest.wal_offsets(partition, timeout_s=WAL_STATS_TIMEOUT_S)
-        except (BusError, TimeoutError, protocol.BadRequestError):
-            return None  # no owner right now, or a slow one: unknown
+        """Cursors, WAL ends, backlog and damage per partition; consumers and what they hold."""
+        self.check_serving()
+        machine = self.subscription()
+        return await subscription_stats(self.ingest, machine, self._partitions, self.damage)
 
     async def delete(self) -> None:
         """Delete the subscription: detach every consumer, stop reading, delete its keys
@@ -359,7 +342,7 @@ class SubscriptionRuntime:
         finishes before it (``_io_lock``), and any later one is fenced on the deleted owner
         key. Consumers learn it at their next poll (``consumer_not_found``)."""
         async with self._activate_lock:
-            self._check_serving()
+            self.check_serving()
             self.deleted = True
         self.begin_stop()
         try:
@@ -373,13 +356,20 @@ class SubscriptionRuntime:
             # stored and the caller's retry deletes it there.
             self.fail("deleted")
 
-    def _check_serving(self) -> None:
+    @property
+    def partitions(self) -> dict[str, TopicName]:
+        """The partitions read, by short name."""
+        return self._partitions
+
+    def check_serving(self) -> None:
+        """NotOwnerError once the subscription is being deleted or stopped."""
         if self.deleted or self.failed:
             raise NotOwnerError(
                 f"{self.store.topic}/{self.store.sub} is being deleted or stopped; ask again"
             )
 
-    def _subscription(self) -> SubscriptionMachine:
+    def subscription(self) -> SubscriptionMachine:
+        """The state machine (SubscriptionNotFoundError before the first attach)."""
         if self.machine is None:
             raise SubscriptionNotFoundError(
                 f"subscription {self.store.sub!r} of {self.store.topic} does not exist"
@@ -395,7 +385,8 @@ class SubscriptionRuntime:
             )
         return self.machine
 
-    async def _handle(self, event: Event) -> list[Action]:
+    async def handle(self, event: Event) -> list[Action]:
+        """Feed ``event`` to the machine and carry out what it decides."""
         actions = self._machine().handle(event)
         # Acks free window room, nacks and detaches return messages, time makes them due:
         # every waiting poll looks again (a poll itself wakes nobody).
@@ -443,18 +434,20 @@ class SubscriptionRuntime:
 
     async def _dead_letter(self, letter: DeadLetter) -> None:
         partition = self._partitions[letter.message.partition]
-        topic = dead_letter_topic(partition, self.config.dead_letter_suffix)
-        record = _bytes(letter.message.payload)
         try:
-            await self.store.ensure_topic_like_ours(topic)
-            await self.ingest.produce(topic, [record], timeout_s=DEAD_LETTER_TIMEOUT_S)
+            await send_dead_letter(
+                self.store,
+                self.ingest,
+                partition,
+                letter.message.offset,
+                _bytes(letter.message.payload),
+                self.config.dead_letter_suffix,
+            )
         except Exception as exc:
             # The cursor already moved past it in memory: stop before a write stores that,
             # so the next owner delivers it again from the stored cursor.
             self.fail(f"dead letter of {partition}@{letter.message.offset} failed: {exc!r}")
             raise
-        metrics.DEAD_LETTERED.inc()
-        log.info("dead-lettered %s@%d to %s", partition, letter.message.offset, topic)
 
     async def _flush(self, flushes: dict[TopicName, FlushCursor]) -> None:
         try:
@@ -478,7 +471,7 @@ class SubscriptionRuntime:
         while True:
             await asyncio.sleep(TICK_INTERVAL_S * random.uniform(0.9, 1.1))
             now_s = time.monotonic()
-            await self._handle(Tick(now_s))
+            await self.handle(Tick(now_s))
             timeout_s = self.config.consumer_session_timeout_s
             for consumer_id, seen_s in list(self._last_seen.items()):
                 if now_s - seen_s > timeout_s:

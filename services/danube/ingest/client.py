@@ -38,12 +38,14 @@ _RETRY_LATER_CODES = frozenset({"disk_full", UNAVAILABLE})
 
 @dataclass(frozen=True)
 class FetchReply:
-    """A fetch answer. ``below_wal_start``: read ``[from, wal_start)`` from the cloud tier."""
+    """A fetch answer. ``below_wal_start``: read ``[from, wal_start)`` from the cloud tier.
+    ``damaged``: the WAL has no intact frame in that range (read it from the cloud tier)."""
 
     below_wal_start: bool
     wal_start: int
     next_offset: int
     frames: list[Frame]
+    damaged: protocol.Damaged | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,10 @@ class IngestClient:
             self.bus.subjects.wal_fetch(partition), request.encode(), timeout_s=timeout_s
         )
         status, wal_start, next_offset, body = protocol.decode_fetch_reply_head(reply.body)
+        if status is protocol.FetchStatus.DAMAGED:
+            file = protocol.decode_damaged_file(body)
+            damaged = protocol.Damaged(from_offset, next_offset, file)
+            return FetchReply(False, wal_start, from_offset, [], damaged)
         frames, consumed = decode_frames(body)
         if consumed != len(body):
             raise protocol.BadRequestError(f"fetch reply ends in a partial frame ({partition})")

@@ -17,7 +17,7 @@ from danube.config import DanubeSettings
 from danube.frame import FRAME_HEADER_BYTES, decode_record
 from danube.ingest import leadership, metrics, protocol, timeseek
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES
-from danube.ingest.wal import BelowWalStartError, DiskFullError
+from danube.ingest.wal import BelowWalStartError, DiskFullError, WalCorruptionError
 
 if TYPE_CHECKING:
     from danube.ingest.partition import Partition
@@ -105,6 +105,11 @@ class PartitionHandlers:
             return protocol.encode_fetch_reply(
                 protocol.FetchStatus.BELOW_WAL_START, exc.start_offset, hw, []
             )
+        except WalCorruptionError as exc:
+            # Never wrong data, and never a dead end: the reader gets the damaged range and
+            # the file, and reads that range from the cloud tier.
+            resume = max(exc.resume_offset or hw, fetch.from_offset + 1)
+            return protocol.encode_damaged_reply(wal.start_offset, resume, exc.segment)
         return protocol.encode_fetch_reply(
             protocol.FetchStatus.OK, wal.start_offset, result.next_offset, result.messages
         )

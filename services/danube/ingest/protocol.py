@@ -10,6 +10,9 @@ the CRC of every message end to end, and the uploader can write them to objects 
     fetch reply       [u8 status][u64 wal_start][u64 next_offset] then frames
                       status 0: frames from from_offset on (maybe none yet)
                       status 1: from_offset is below wal_start: read the cloud tier
+                      status 3 (damaged): no intact frame of this copy from from_offset
+                      until next_offset (exclusive); instead of frames, the UTF-8 name of
+                      the damaged file (WAL segment or object key): read the other tier
     live message      frames of one durable batch (or a slice of it), in offset order
     drop request      [u64 below_offset]
     drop reply        [u32 segments_removed][u64 wal_start]
@@ -71,6 +74,10 @@ class FetchStatus(IntEnum):
     OK = 0
     BELOW_WAL_START = 1  # ingest: the second field is where the WAL starts
     NOT_IN_CLOUD = 2  # cloud_reader: no object holds the offset or any later one
+    DAMAGED = 3  # either: bad bytes from from_offset until next_offset; the body names the file
+
+
+FILE_NAME_BYTES_MAX = 1024
 
 
 def encode_produce_request(records: Sequence[bytes]) -> bytes:
@@ -155,6 +162,33 @@ def encode_fetch_reply(
     for offset, payload in messages:
         append_frame(body, offset, payload)
     return bytes(body)
+
+
+@dataclass(frozen=True, slots=True)
+class Damaged:
+    """What a ``DAMAGED`` fetch reply says: this copy has no intact frame from
+    ``from_offset`` until ``to_offset`` (exclusive); ``file`` is the damaged file."""
+
+    from_offset: int
+    to_offset: int
+    file: str
+
+    def __str__(self) -> str:
+        return f"offsets {self.from_offset}..{self.to_offset - 1} in {self.file}"
+
+
+def encode_damaged_reply(wal_start: int, resume_offset: int, file: str) -> bytes:
+    """A ``DAMAGED`` fetch reply: nothing intact until ``resume_offset``; ``file`` is the
+    damaged WAL segment or object key."""
+    name = file.encode()[:FILE_NAME_BYTES_MAX]
+    return _FETCH_REPLY_HEAD.pack(FetchStatus.DAMAGED, wal_start, resume_offset) + name
+
+
+def decode_damaged_file(body: memoryview) -> str:
+    """The file a ``DAMAGED`` reply names (its body after the head)."""
+    if len(body) > FILE_NAME_BYTES_MAX:
+        raise BadRequestError(f"damaged reply naming a file of {len(body)} bytes")
+    return bytes(body).decode(errors="replace")
 
 
 def decode_fetch_reply_head(body: bytes) -> tuple[FetchStatus, int, int, memoryview]:

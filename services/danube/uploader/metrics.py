@@ -24,3 +24,12 @@ CYCLE_SECONDS = Histogram(
     "One upload cycle of one partition",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
+DAMAGED_RANGES = Counter(
+    "danube_uploader_damaged_ranges",
+    "WAL ranges found damaged before upload (uploads of the partition stop there)",
+)
+DAMAGED_OFFSETS = Gauge(
+    "danube_uploader_damaged_offsets",
+    "Offsets of the damaged WAL range a partition's uploads are stopped at (0: none)",
+    ["partition"],
+)

@@ -28,7 +28,12 @@ from danube.meta.records import Owner
 from danube.meta.topics import read_topics
 from danube.storage import ObjectStore
 from danube.uploader import metrics
-from danube.uploader.upload import DataLostError, PartitionUploader, UploadFencedError
+from danube.uploader.upload import (
+    DataLostError,
+    PartitionUploader,
+    UploadFencedError,
+    WalDamagedError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +214,8 @@ class UploaderNode:
                 log.error("%s", exc)
                 await uploader.skip_lost(exc.wal_start)
                 continue
+            except WalDamagedError as exc:  # the prefix is up; wait for a repair or a skip
+                await uploader.record_damage(exc.damaged)
             except UploadFencedError as exc:
                 log.warning("uploader %s: %s; letting %s go", self.node_id, exc, partition)
                 self._release_later(partition)

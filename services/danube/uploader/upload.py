@@ -30,9 +30,10 @@ from danube.bus import TopicName
 from danube.config import UploaderConfig
 from danube.frame import Frame, FrameError, append_frame, record_publish_time_ms
 from danube.ingest.client import IngestClient
+from danube.ingest.protocol import Damaged
 from danube.meta import MetaStore, Txn, encode_model
 from danube.meta import keys as meta_keys
-from danube.meta.records import UploaderCheckpoint
+from danube.meta.records import DamagedRange, UploaderCheckpoint
 from danube.storage import ObjectDescriptor, ObjectStore, SparseIndexBuilder, object_key
 from danube.uploader import metrics
 
@@ -95,6 +96,16 @@ class DataLostError(Exception):
         self.wal_start = wal_start
 
 
+class WalDamagedError(Exception):
+    """The WAL's copy of the next offsets to upload is damaged: everything before it is
+    uploaded; the uploader records the range (:meth:`PartitionUploader.record_damage`) and
+    tries again each interval (a repaired or skipped range lets it go on)."""
+
+    def __init__(self, partition: TopicName, damaged: Damaged) -> None:
+        super().__init__(f"{partition}: cannot upload past damaged WAL {damaged}")
+        self.damaged = damaged
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """The stored checkpoint and the mod revision a CAS compares (0: absent)."""
@@ -149,6 +160,9 @@ class PartitionUploader:
     async def _one_object(self) -> tuple[int, bool]:
         """One object; ``(messages, whether more is waiting)``."""
         checkpoint = await self.load_checkpoint()
+        damaged = checkpoint.value.damaged
+        size = 0 if damaged is None else damaged.to_offset - damaged.from_offset
+        metrics.DAMAGED_OFFSETS.labels(str(self.partition)).set(size)
         start = checkpoint.value.uploaded_through + 1
         held: list[Frame] | None = None
         more = False
@@ -165,6 +179,7 @@ class PartitionUploader:
                     pending_end=end,
                     last_object_key=checkpoint.value.last_object_key,
                     updated_ms=_now_ms(),
+                    skipped_offsets=checkpoint.value.skipped_offsets,
                 ),
             )
         else:
@@ -203,6 +218,10 @@ class PartitionUploader:
             )
             if reply.below_wal_start:
                 raise DataLostError(self.partition, offset, reply.wal_start)
+            if reply.damaged is not None:
+                if last is None:
+                    raise WalDamagedError(self.partition, reply.damaged)
+                return last, frames, False  # the good part before it goes up now
             if not reply.frames:
                 break  # caught up with what is durable
             for frame in reply.frames:
@@ -232,6 +251,8 @@ class PartitionUploader:
             )
             if reply.below_wal_start:
                 raise DataLostError(self.partition, offset, reply.wal_start)
+            if reply.damaged is not None:  # read intact a moment ago: a disk going bad
+                raise UploadError(f"{self.partition}: WAL damaged since planned: {reply.damaged}")
             if not reply.frames:  # the range was read before: it cannot have vanished
                 raise UploadError(f"{self.partition}: {offset}..{end} not served by ingest")
             for frame in reply.frames:
@@ -319,7 +340,10 @@ class PartitionUploader:
 
     async def _commit(self, checkpoint: Checkpoint, descriptor: ObjectDescriptor, end: int) -> None:
         value = UploaderCheckpoint(
-            uploaded_through=end, last_object_key=descriptor.key, updated_ms=_now_ms()
+            uploaded_through=end,
+            last_object_key=descriptor.key,
+            updated_ms=_now_ms(),
+            skipped_offsets=checkpoint.value.skipped_offsets,
         )
         descriptor_key = meta_keys.object_descriptor_key(self.partition, descriptor.first_offset)
         txn = (
@@ -336,6 +360,29 @@ class PartitionUploader:
         if checkpoint.revision == 0:
             return txn.if_absent(self.checkpoint_key)
         return txn.if_mod_revision(self.checkpoint_key, "==", checkpoint.revision)
+
+    async def record_damage(self, damaged: Damaged) -> None:
+        """Record in the checkpoint (once per range: one log line, one count) that uploads
+        stop before ``damaged``; ``topics describe`` shows it."""
+        checkpoint = await self.load_checkpoint()
+        found = DamagedRange(
+            from_offset=damaged.from_offset, to_offset=damaged.to_offset, file=damaged.file
+        )
+        if checkpoint.value.damaged == found:
+            return
+        log.error(
+            "%s: uploads stop at offset %d: the WAL copy of offsets %d..%d is damaged (%s); "
+            "everything before it is uploaded",
+            self.partition,
+            found.from_offset,
+            found.from_offset,
+            found.to_offset - 1,
+            found.file,
+        )
+        metrics.DAMAGED_RANGES.inc()
+        metrics.DAMAGED_OFFSETS.labels(str(self.partition)).set(found.to_offset - found.from_offset)
+        value = checkpoint.value.model_copy(update={"damaged": found, "updated_ms": _now_ms()})
+        await self._write_checkpoint(checkpoint, value)
 
     async def skip_lost(self, wal_start: int) -> None:
         """Record that everything below ``wal_start`` is gone (it will never be uploaded)."""
@@ -355,6 +402,7 @@ class PartitionUploader:
                 uploaded_through=wal_start - 1,
                 last_object_key=checkpoint.value.last_object_key,
                 updated_ms=_now_ms(),
+                skipped_offsets=checkpoint.value.skipped_offsets,
             ),
         )
 

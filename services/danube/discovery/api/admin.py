@@ -121,6 +121,10 @@ async def _offsets(
     uploaded = None
     if checkpoint is not None and checkpoint.uploaded_through >= 0:
         uploaded = checkpoint.uploaded_through
+    if checkpoint is not None:
+        damaged = checkpoint.damaged
+        found["upload_damaged"] = None if damaged is None else damaged.model_dump()
+        found["upload_skipped_offsets"] = checkpoint.skipped_offsets
     found.setdefault("wal_start", None)
     found.setdefault("next_offset", None)
     return OffsetsOut.model_validate({**found, "uploaded_through": uploaded})

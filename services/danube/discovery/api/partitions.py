@@ -1,4 +1,5 @@
-"""Partition operations: an operator's move of a partition to other ingest nodes."""
+"""Partition operations: an operator's move of a partition to other ingest nodes, and the
+skip of a damaged WAL range that stops its uploads."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from fastapi import APIRouter
 
 from danube.discovery.api.params import Namespace, Partition
 from danube.discovery.api.state import ServicesDep
-from danube.discovery.models import MoveOut, MoveRequest
+from danube.discovery.errors import ConflictError
+from danube.discovery.models import MoveOut, MoveRequest, SkipUploadOut, SkipUploadRequest
 from danube.discovery.moves import check_partition, move_partition
-from danube.meta import TopicName
+from danube.meta import TopicName, encode_model
 from danube.meta import keys as meta_keys
+from danube.meta.records import UploaderCheckpoint
 from danube.names import validate_segment
 
 router = APIRouter(prefix="/v1")
@@ -38,3 +41,38 @@ async def move(
         continues_at=moved.restart_at,
         given_up_from=moved.cloud_end if moved.unclean else None,
     )
+
+
+@router.post("/partitions/{ns}/{partition}/uploads/skip", response_model=SkipUploadOut)
+async def skip_upload(
+    ns: str, partition: str, body: SkipUploadRequest, services: ServicesDep
+) -> SkipUploadOut:
+    """Let the partition's uploads go on past the damaged WAL range they stopped at: its
+    checkpoint moves past it (compared on its revision, so it never overwrites an upload
+    that landed meanwhile). The range is never uploaded; retention may then drop it."""
+    validate_segment("namespace", ns)
+    name = TopicName(ns, partition)
+    check_partition(name, await services.catalog.get_topic(name.parent))
+    key = meta_keys.uploader_checkpoint_key(name)
+    found = await services.store.get_model_kv(key, UploaderCheckpoint)
+    damaged = None if found is None else found[0].damaged
+    if found is None or damaged is None:
+        raise ConflictError(f"the uploads of {name} are not stopped at damage", code="not_damaged")
+    checkpoint, kv = found
+    start = checkpoint.uploaded_through + 1
+    end = damaged.to_offset if body.to_offset is None else body.to_offset
+    if end <= start:
+        raise ConflictError(f"uploads of {name} already go on from {start}", code="skip_backwards")
+    value = checkpoint.model_copy(
+        update={
+            "uploaded_through": end - 1,
+            "pending_end": None,
+            "damaged": None,
+            "skipped_offsets": checkpoint.skipped_offsets + end - start,
+        }
+    )
+    txn = services.store.txn().if_mod_revision(key, "==", kv.mod_revision)
+    result = await txn.then_put(key, encode_model(value)).commit()
+    if not result.succeeded:
+        raise ConflictError(f"the upload checkpoint of {name} changed; ask again", code="conflict")
+    return SkipUploadOut(partition=str(name), from_offset=start, to_offset=end, skipped=end - start)

@@ -1,4 +1,4 @@
-"""Subscription admin routes (DESIGN §5): list with backlog, delete, seek.
+"""Subscription admin routes (DESIGN §5): list with backlog, delete, seek, skip.
 
 A listing reads etcd (``subscriptions/<ns>/<t>/``: configs, cursors, owners) in one range and
 each partition's WAL end from its ingest owner, so it works for subscriptions no dispatcher
@@ -7,7 +7,7 @@ dispatcher for its live state (``stats``, which never claims): consumers, and th
 they are now rather than as last written (cursor writes are batched). No answer (none
 serving it after all, or a slow one) falls back to what etcd says, with no consumers.
 
-Delete and seek go to the dispatcher that serves the subscription, claiming it when none
+Delete, seek and skip go to the dispatcher that serves the subscription, claiming it when none
 does: both must be fenced on the subscription's owner key (docs/dispatcher.md).
 """
 
@@ -23,12 +23,14 @@ from danube.discovery.api.consume import consumer_id
 from danube.discovery.api.params import Namespace, Subscription, Topic
 from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.catalog import user_topic
-from danube.discovery.errors import NotFoundError
+from danube.discovery.errors import BadRequestError, NotFoundError
 from danube.discovery.models import (
     OwnerOut,
     SeekPartitionOut,
     SeekRequest,
     SeekResponse,
+    SkipRequest,
+    SkipResponse,
     SubscriptionConsumerOut,
     SubscriptionList,
     SubscriptionOut,
@@ -234,3 +236,26 @@ async def seek_subscription(
         if p.topic in offsets
     ]
     return SeekResponse(partitions=partitions)
+
+
+@router.post("/topics/{ns}/{topic}/subscriptions/{sub}/skip", response_model=SkipResponse)
+async def skip_partition(
+    ns: str, topic: str, sub: str, body: SkipRequest, services: ServicesDep
+) -> SkipResponse:
+    """Move one partition's cursor forward on purpose: to ``to_offset``, or past the range
+    no copy holds intact that stops it (docs/http-api.md, "Damaged data")."""
+    name = user_topic(ns, topic)
+    validate_segment("subscription", sub)
+    config = await _existing(services, name, sub)
+    partitions = name.partitions(config.partitions)
+    index = body.partition or 0
+    if index >= len(partitions) or (body.partition is not None and config.partitions == 0):
+        raise BadRequestError(f"{name} has no partition {body.partition}", code="invalid_partition")
+    partition = partitions[index]
+    done = await services.dispatcher.skip(name, sub, partition.topic, body.to_offset)
+    return SkipResponse(
+        partition=str(partition),
+        from_offset=done.from_offset,
+        to_offset=done.to_offset,
+        skipped=done.to_offset - done.from_offset,
+    )

@@ -105,6 +105,9 @@ class WalCorruptionError(WalError):
         self.offset = offset
         self.position = position
         self.reason = reason
+        # Where this copy has intact frames again (the next segment's first offset), when a
+        # read knows it: the damaged range is [offset, resume_offset).
+        self.resume_offset: int | None = None
 
 
 class BelowWalStartError(WalError):

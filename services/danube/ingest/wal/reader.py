@@ -79,11 +79,13 @@ def ensure_indexed(ops: FileOps, segment: Segment, *, max_payload_bytes: int) ->
         segment.indexed = True
 
 
-def _copy(error: WalCorruptionError) -> WalCorruptionError:
+def _copy(error: WalCorruptionError, resume_offset: int) -> WalCorruptionError:
     # A fresh instance per raise: re-raising one stored instance would pile up tracebacks.
-    return WalCorruptionError(
+    copy = WalCorruptionError(
         segment=error.segment, offset=error.offset, position=error.position, reason=error.reason
     )
+    copy.resume_offset = resume_offset
+    return copy
 
 
 def read_messages(
@@ -104,20 +106,26 @@ def read_messages(
     """
     budget = _Budget(limit_offset, max_bytes, max_count, [])
     want = from_offset
-    for segment, planned_end in plan:
+    for at, (segment, planned_end) in enumerate(plan):
+        # Nothing past a bad frame of a segment is trusted: the damage runs to the next one.
+        resume = plan[at + 1][0].first_offset if at + 1 < len(plan) else limit_offset
         ensure_indexed(ops, segment, max_payload_bytes=max_payload_bytes)
         bad = segment.corruption
         if bad is not None and bad.offset is not None and want >= bad.offset:
             if budget.messages:
                 break
-            raise _copy(bad)
+            raise _copy(bad, resume)
         if segment.next_offset is not None and want >= segment.next_offset:
             continue  # everything asked for is past this segment
         want = max(want, segment.first_offset)  # a gap before this segment is skipped
         if want >= limit_offset:
             break
         end = min(planned_end, segment.size_bytes)
-        want, whole = _read_segment(ops, segment, end, want, budget, max_payload_bytes)
+        try:
+            want, whole = _read_segment(ops, segment, end, want, budget, max_payload_bytes)
+        except WalCorruptionError as exc:
+            exc.resume_offset = resume
+            raise
         if not whole or want >= limit_offset:
             break
         if bad is not None:  # stopped at a known bad frame with something to return
