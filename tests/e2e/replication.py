@@ -198,22 +198,6 @@ class Tailer:
             self.position = reply.next_offset
 
 
-async def wait_exit(process: ServerProcess, *, timeout_s: float = 30.0) -> None:
-    """Wait until ``process`` has exited on its own (a node whose lease was lost does)."""
-    async with asyncio.timeout(timeout_s):
-        while process.pid is not None and _alive(process.pid):  # noqa: ASYNC110 - a process
-            await asyncio.sleep(0.05)
-    process.kill()  # reap it
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 async def connect(nats_url: str, name: str) -> tuple[Bus, IngestClient]:
     from danube.config import BusConfig
 
