@@ -240,7 +240,7 @@ async def test_a_leader_truncates_frames_no_follower_got_when_it_returns(
         assert offsets == list(range(len(offsets)))
         assert len(offsets) >= 30  # a retried produce may store a message twice
         assert not any(d.msg_id == "m1000000" for d in history.deliveries)
-        truncated = (nodes.log_dir / f"{old.node_id}-{nodes.starts}.log").read_text()
+        truncated = nodes.processes[old.node_id].log_path.read_text()
         assert "truncated 1 messages at and past 10" in truncated
     finally:
         await bus.close()
