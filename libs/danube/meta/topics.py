@@ -7,6 +7,7 @@ import logging
 
 from danube.meta import keys as meta_keys
 from danube.meta.errors import MetaDecodeError
+from danube.meta.keys import ServiceKind
 from danube.meta.kv import decode_model, encode_model
 from danube.meta.records import NamespacePolicy, TopicConfig
 from danube.meta.store import MetaStore
@@ -51,3 +52,12 @@ async def create_topic_if_absent(store: MetaStore, topic: TopicName, config: Top
     if result.succeeded:
         log.info("created topic %s", topic)
     return result.succeeded
+
+
+async def live_nodes(store: MetaStore, kind: ServiceKind) -> set[str]:
+    """The ids of the nodes of ``kind`` registered now (their keys live under their leases,
+    so a registered node is a live one)."""
+    return {
+        meta_keys.parse_node_key(kv.key)[1]
+        for kv in await store.range(meta_keys.nodes_prefix(kind))
+    }

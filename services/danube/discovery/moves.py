@@ -35,6 +35,7 @@ from danube.meta.records import (
     TopicConfig,
     UploaderCheckpoint,
 )
+from danube.meta.topics import live_nodes
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,6 @@ class MoveResult:
     unclean: bool
     cloud_end: int
     restart_at: int | None
-
-
-async def _live_ingest_nodes(store: MetaStore) -> set[str]:
-    return {
-        meta_keys.parse_node_key(kv.key)[1]
-        for kv in await store.range(meta_keys.nodes_prefix("ingest"))
-    }
 
 
 async def _acked_end(store: MetaStore, partition: TopicName) -> int:
@@ -84,7 +78,7 @@ async def move_partition(
     docstring). BadRequestError for nodes that are not live ingest nodes; ConflictError
     ``partition_available`` while it has a leader, ``unclean_required`` when it would give
     up data and ``unclean`` is False, ``conflict`` when its keys changed meanwhile."""
-    live = await _live_ingest_nodes(store)
+    live = await live_nodes(store, "ingest")
     missing = [node for node in replicas if node not in live]
     if missing:
         raise BadRequestError(

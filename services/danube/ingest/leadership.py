@@ -24,6 +24,7 @@ from danube.errors import DanubeError
 from danube.meta import KeyValue, Lease, MetaStore, TopicName, Txn, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Assignment, Owner, PartitionState
+from danube.meta.topics import live_nodes
 
 log = logging.getLogger(__name__)
 
@@ -218,11 +219,7 @@ async def replace_volatile(store: MetaStore, partition: TopicName, node_id: str)
     found = await store.get_model_kv(key, Assignment)
     if found is None:
         return False
-    live = {
-        meta_keys.parse_node_key(kv.key)[1]
-        for kv in await store.range(meta_keys.nodes_prefix("ingest"))
-    }
-    if live & set(found[0].replicas):
+    if await live_nodes(store, "ingest") & set(found[0].replicas):
         return False
     moved = Assignment(replicas=(node_id,), assigned_ms=int(time.time() * 1000))
     result = await (
@@ -247,10 +244,7 @@ async def place(
     found = await store.get_model(key, Assignment)
     if found is not None:
         return found
-    live = sorted(
-        meta_keys.parse_node_key(kv.key)[1]
-        for kv in await store.range(meta_keys.nodes_prefix("ingest"))
-    )
+    live = sorted(await live_nodes(store, "ingest"))
     if first not in live:
         live.append(first)
     if len(live) < factor:

@@ -25,6 +25,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait
 from danube.meta.follow import follow_prefix
 from danube.meta.records import Assignment, NamespacePolicy, Owner, TopicConfig
+from danube.meta.topics import live_nodes
 
 log = logging.getLogger(__name__)
 
@@ -208,11 +209,7 @@ class Node:
         state = view.state
         if state is None or state.restart_at is not None:
             return True
-        live = {
-            meta_keys.parse_node_key(kv.key)[1]
-            for kv in await self.store.range(meta_keys.nodes_prefix("ingest"))
-        }
-        return bool(live & set(state.isr))
+        return bool(await live_nodes(self.store, "ingest") & set(state.isr))
 
     async def _replication_of(self, name: TopicName) -> tuple[int, int, bool]:
         """Replication factor and min in-sync replicas: the topic's, else its namespace's,
