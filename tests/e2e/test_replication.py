@@ -120,13 +120,12 @@ async def test_leader_sigkill_rounds_factor_3_lose_nothing(
         await bus.close()
 
 
-async def _restart_after_lease_loss(nodes: Cluster, node: str) -> None:
+async def _thaw_and_rejoin(nodes: Cluster, store: MetaStore, node: str) -> None:
     """A node frozen past its lease, thawed, finds its lease lost: it stops writing at once
-    and serves again, in the same process, under a new lease (as a follower now)."""
+    and serves again, in the same process, under a new lease, back in the ISR."""
     pid = nodes.pid(node)
     nodes.thaw(node)
-    await asyncio.sleep(1.0)
-    assert nodes.pid(node) == pid
+    await wait_isr(store, P, 2)
     assert alive(pid), f"{node} exited after its lease was lost"
 
 
@@ -147,14 +146,12 @@ async def test_a_b_a_moves_keep_one_contiguous_log(
         second = await new_leader(store, P, first.epoch)
         assert second.node_id != first.node_id
         await producer.send(100)
-        await _restart_after_lease_loss(nodes, first.node_id)
-        await wait_isr(store, P, 2)
+        await _thaw_and_rejoin(nodes, store, first.node_id)
         nodes.freeze(second.node_id)
         third = await new_leader(store, P, second.epoch)
         assert third.node_id == first.node_id
         await producer.send(100)
-        await _restart_after_lease_loss(nodes, second.node_id)
-        await wait_isr(store, P, 2)
+        await _thaw_and_rejoin(nodes, store, second.node_id)
         offsets = await read_all(client, P, history)
         report = history.check(expect_contiguous_from={str(P): 0})
         assert report.ok, report.summary()
@@ -229,8 +226,7 @@ async def test_a_leader_truncates_frames_no_follower_got_when_it_returns(
         new = await new_leader(store, P, old.epoch)
         assert new.node_id == follower
         await producer.send(20)  # these take the orphan's offset
-        await _restart_after_lease_loss(nodes, old.node_id)
-        await wait_isr(store, P, 2)
+        await _thaw_and_rejoin(nodes, store, old.node_id)
         nodes.kill(follower)
         back = await new_leader(store, P, new.epoch)
         assert back.node_id == old.node_id

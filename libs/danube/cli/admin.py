@@ -141,32 +141,48 @@ def namespaces_get(
     _admin("namespaces get", service_addr, call)
 
 
+MaxTopics = Annotated[int | None, typer.Option(min=0, help="Topics it may hold.")]
+RetentionMinutes = Annotated[int | None, typer.Option(min=1)]
+RetentionMb = Annotated[int | None, typer.Option(min=1)]
+
+
+def _policy(
+    max_topics: int | None,
+    retention_minutes: int | None,
+    retention_mb: int | None,
+    replication_factor: int | None,
+    min_insync_replicas: int | None,
+) -> dict[str, Any]:
+    """The namespace policy fields given on the command line (the rest are left out)."""
+    given: dict[str, Any] = {
+        "max_topics": max_topics,
+        "replication_factor": replication_factor,
+        "min_insync_replicas": min_insync_replicas,
+    }
+    if retention_minutes is not None or retention_mb is not None:
+        given["retention"] = Retention(time_minutes=retention_minutes, size_mb=retention_mb)
+    return {key: value for key, value in given.items() if value is not None}
+
+
 @namespaces.command("create")
 def namespaces_create(
     namespace: str,
     service_addr: ServiceAddr = "http://127.0.0.1:6650",
-    max_topics: Annotated[int | None, typer.Option(min=0, help="Topics it may hold.")] = None,
-    retention_minutes: Annotated[int | None, typer.Option(min=1)] = None,
-    retention_mb: Annotated[int | None, typer.Option(min=1)] = None,
+    max_topics: MaxTopics = None,
+    retention_minutes: RetentionMinutes = None,
+    retention_mb: RetentionMb = None,
     replication_factor: ReplicationFactor = None,
     min_insync_replicas: MinInsync = None,
     json_out: Json = False,
 ) -> None:
     """Create a namespace (idempotent; 409 if it exists with another policy); the
     replication options are the defaults of its new topics."""
-    retention = None
-    if retention_minutes is not None or retention_mb is not None:
-        retention = Retention(time_minutes=retention_minutes, size_mb=retention_mb)
+    policy = _policy(
+        max_topics, retention_minutes, retention_mb, replication_factor, min_insync_replicas
+    )
 
     async def call(admin: AsyncAdmin) -> None:
-        created = await admin.create_namespace(
-            namespace,
-            max_topics=max_topics,
-            retention=retention,
-            replication_factor=replication_factor,
-            min_insync_replicas=min_insync_replicas,
-        )
-        _show_namespace(created, json_out)
+        _show_namespace(await admin.create_namespace(namespace, **policy), json_out)
 
     _admin("namespaces create", service_addr, call)
 
@@ -175,24 +191,18 @@ def namespaces_create(
 def namespaces_update(
     namespace: str,
     service_addr: ServiceAddr = "http://127.0.0.1:6650",
-    max_topics: Annotated[int | None, typer.Option(min=0, help="Topics it may hold.")] = None,
-    retention_minutes: Annotated[int | None, typer.Option(min=1)] = None,
-    retention_mb: Annotated[int | None, typer.Option(min=1)] = None,
+    max_topics: MaxTopics = None,
+    retention_minutes: RetentionMinutes = None,
+    retention_mb: RetentionMb = None,
     replication_factor: ReplicationFactor = None,
     min_insync_replicas: MinInsync = None,
     json_out: Json = False,
 ) -> None:
     """Change a namespace's policy (only the options given); its topics that set none of
     their own follow it."""
-    changes: dict[str, Any] = {}
-    if max_topics is not None:
-        changes["max_topics"] = max_topics
-    if retention_minutes is not None or retention_mb is not None:
-        changes["retention"] = Retention(time_minutes=retention_minutes, size_mb=retention_mb)
-    if replication_factor is not None:
-        changes["replication_factor"] = replication_factor
-    if min_insync_replicas is not None:
-        changes["min_insync_replicas"] = min_insync_replicas
+    changes = _policy(
+        max_topics, retention_minutes, retention_mb, replication_factor, min_insync_replicas
+    )
 
     async def call(admin: AsyncAdmin) -> None:
         _show_namespace(await admin.update_namespace(namespace, **changes), json_out)
