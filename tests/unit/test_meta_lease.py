@@ -175,3 +175,21 @@ def test_backoff_doubles_up_to_the_cap_with_half_jitter() -> None:
     assert low == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.5, 0.5])
     assert high == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0])
     assert backoff_s(10_000, base_s=0.1, cap_s=2.0) <= 2.0
+
+
+async def test_a_lease_past_its_local_deadline_is_not_alive_before_its_task_notices(
+    backend: FakeBackend,
+) -> None:
+    """A process paused past the TTL (SIGSTOP) resumes before its keep-alive task runs:
+    whatever runs first must already see the lease gone, not act on it once more."""
+    paused = Lease(
+        backend,
+        LEASE_ID,
+        TTL_S,
+        granted_at=asyncio.get_running_loop().time() - TTL_S - 0.01,  # as if just resumed
+        request_timeout_s=0.1,
+    )  # its keep-alive task never ran: nothing has set `lost`
+    assert not paused.lost.is_set()
+    assert not paused.alive
+    with pytest.raises(LeaseLostError):
+        paused.ensure_alive()

@@ -85,8 +85,17 @@ class Lease:
 
     @property
     def alive(self) -> bool:
-        """Not lost yet: the holder may still act on what the lease protects."""
-        return not self.lost.is_set()
+        """Not lost, and its local deadline not passed: the holder may still act on what
+        the lease protects. The deadline matters after a pause (SIGSTOP, a stalled VM):
+        the process resumes past it before its keep-alive task has run to notice, and
+        whatever runs first (a produce) must already see the lease gone."""
+        if self.lost.is_set():
+            return False
+        try:
+            now = asyncio.get_running_loop().time()
+        except RuntimeError:  # no loop (a test, a sync caller): what the task last saw
+            return True
+        return now < self._expires_at
 
     def remaining_s(self) -> float:
         """Seconds until the local deadline (0 once lost): how long acting on it stays safe."""
@@ -96,8 +105,9 @@ class Lease:
 
     def ensure_alive(self) -> None:
         """Raise :class:`LeaseLostError` if the lease is lost: call before a fenced write."""
-        if self.lost.is_set():
-            raise LeaseLostError(f"lease {self.id:x} is lost: {self.lost_reason}", lease_id=self.id)
+        if not self.alive:
+            reason = self.lost_reason or "its local deadline passed"
+            raise LeaseLostError(f"lease {self.id:x} is lost: {reason}", lease_id=self.id)
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lease)`` once when the lease is lost (at once if it already is)."""
