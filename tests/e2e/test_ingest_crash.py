@@ -85,6 +85,11 @@ async def test_sigkill_rounds_lose_nothing_acknowledged(
         ingest = ServerProcess(spec, tmp_path / "ingest-final.log")
         await asyncio.to_thread(ingest.start)
         try:
+            # Producing continues after the last acknowledged offset. (This also waits for
+            # the restarted node to lead again: ready means serving, not yet leading.)
+            record = encode_record(Record(payload=b"after", publish_time_ms=1, producer="crash"))
+            after = await client.produce(PARTITION, [record], timeout_s=10)
+            assert after > max(acked)
             stored = await _read_all(client)
             offsets = [offset for offset, _ in stored]
             assert offsets == sorted(set(offsets)), "offsets repeat or go backwards"
@@ -93,11 +98,8 @@ async def test_sigkill_rounds_lose_nothing_acknowledged(
             assert missing == [], f"acknowledged offsets lost: {missing[:10]}"
             wrong = [o for o, p in acked.items() if by_offset[o] != p]
             assert wrong == [], f"acknowledged offsets with other payloads: {wrong[:10]}"
-            # Producing continues after the last offset.
-            last = max(offsets)
-            record = encode_record(Record(payload=b"after", publish_time_ms=1, producer="crash"))
-            first = await client.produce(PARTITION, [record], timeout_s=10)
-            assert first > last
+            assert max(offsets) == after
+            assert by_offset[after] == b"after"
         finally:
             ingest.stop()
     finally:
