@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test check bench compose-smoke clean
+.PHONY: setup run test check bench proto compose-smoke clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,10 @@ run: setup
 
 test: setup
 	$(BIN)/pytest $(ARGS)
+
+# Regenerate the wire contract's message modules from libs/danube/wire/*.proto.
+proto: setup
+	$(BIN)/python -m danube.wire.generate
 
 check: setup
 	$(BIN)/ruff check .
