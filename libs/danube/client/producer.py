@@ -148,6 +148,11 @@ class AsyncProducer:
         """The producer session's id, once opened."""
         return None if self._session is None else self._session.producer_id
 
+    @property
+    def session_error(self) -> ClientError | None:
+        """Why the producer session ended (every later batch fails with it), if it did."""
+        return None if self._session is None else self._session.lost
+
     async def __aexit__(self, *_: object) -> None:
         await self.close()
 
