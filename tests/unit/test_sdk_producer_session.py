@@ -70,22 +70,22 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 async def test_a_session_is_held_kept_alive_sent_and_closed() -> None:
     server = FakeServer()
-    async with _client(server) as client:
-        async with client.producer("t", name="me", access_mode="exclusive") as producer:
-            assert producer.producer_id == "abc123"
-            assert (await producer.send_and_wait("x")).offset == 0
-            assert server.bodies[0]["producer_id"] == "abc123"
-            await _until(lambda: server.keepalives >= 3)  # 150 ms TTL: every 50 ms
+    async with (
+        _client(server) as client,
+        client.producer("t", name="me", access_mode="exclusive") as producer,
+    ):
+        assert producer.producer_id == "abc123"
+        assert (await producer.send_and_wait("x")).offset == 0
+        assert server.bodies[0]["producer_id"] == "abc123"
+        await _until(lambda: server.keepalives >= 3)  # 150 ms TTL: every 50 ms
+        assert producer.session_error is None
 
-            server.gone = True  # expired on the server: later batches fail with its error
-            await _until(lambda: ("POST", f"{BASE}/abc123/keepalive") in server.calls[-1:])
-            await _until(
-                lambda: producer._session is not None and producer._session.lost is not None
-            )
-            with pytest.raises(NotFoundError) as lost:
-                await producer.send_and_wait("y")
-            assert lost.value.code == "producer_not_found"
-            assert len(server.bodies) == 1
+        server.gone = True  # expired on the server: later batches fail with its error
+        await _until(lambda: producer.session_error is not None)
+        with pytest.raises(NotFoundError) as lost:
+            await producer.send_and_wait("y")
+        assert lost.value.code == "producer_not_found"
+        assert len(server.bodies) == 1
     assert server.calls[0] == ("POST", BASE)
     assert server.calls[-1] == ("DELETE", f"{BASE}/abc123")
 
