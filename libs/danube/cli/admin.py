@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from danube.cli._common import Json, ServiceAddr, err, out, parse_position, print_json, run
+from danube.cli.producers_table import producers_table
 from danube.client import AsyncAdmin, AsyncDanubeClient, Retention
 from danube.client.admin import Namespace, Subscription, TopicDescription
 
@@ -323,7 +324,7 @@ def _opt(value: Any) -> str:
 def topics_describe(
     topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
-    """Config, partitions with owners and offsets, subscriptions."""
+    """Config, partitions with owners and offsets, subscriptions, producers."""
 
     async def call(admin: AsyncAdmin) -> None:
         found = await admin.describe_topic(topic)
@@ -338,8 +339,26 @@ def topics_describe(
         out.print(_describe_table(found))
         if found.subscriptions:
             out.print(_subscriptions_table(found.subscriptions))
+        if found.producers:
+            out.print(producers_table(found.producers))
 
     _admin("topics describe", service_addr, call)
+
+
+@topics.command("producers")
+def topics_producers(
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+) -> None:
+    """The open producer sessions of a topic: id, name, access mode."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        found = await admin.producers(topic)
+        if json_out:
+            print_json([producer.model_dump() for producer in found])
+        else:
+            out.print(producers_table(found))
+
+    _admin("topics producers", service_addr, call)
 
 
 @topics.command("delete")

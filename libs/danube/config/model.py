@@ -208,6 +208,9 @@ class DiscoveryConfig(ServiceConfig):
     # Topic configs are cached this long on the produce path (etcd stays off the hot path);
     # a topic deleted or re-created by another instance is seen at most this late.
     topic_cache_ttl_s: Annotated[float, Field(ge=0, le=300)] = 2.0
+    # A producer session (docs/producers.md) ends this long after its client's last
+    # keep-alive; the client refreshes it about three times per TTL.
+    producer_session_ttl_s: Annotated[int, Field(ge=1, le=3600)] = 15
     # Consumer streams (WebSocket) one instance holds open; the next one is closed at once
     # (error too_many_streams). Each has at most one poll waiting on a dispatcher.
     max_streams: Annotated[int, Field(ge=1, le=100_000)] = 1024

@@ -316,7 +316,8 @@ class Catalog:
 
     async def delete_topic(self, topic: TopicName) -> TopicConfig:
         """Delete the topic's config, then its partitions' records (owner, reservation,
-        assignment...), their cloud-tier records (descriptors, checkpoint) and subscriptions.
+        assignment...), their cloud-tier records (descriptors, checkpoint), subscriptions and
+        producer sessions.
         Removing the owner key fences the owning ingest, removing the uploader's assignment
         key fences its uploads."""
         key = meta_keys.topic_key(topic)
@@ -331,8 +332,10 @@ class Catalog:
         prefixes = [meta_keys.partition_prefix(p) for p in partitions]
         prefixes += [meta_keys.storage_prefix(p) for p in partitions]
         prefixes.append(meta_keys.subscriptions_prefix(topic))
-        if config.partitions > 0:  # the subscriptions Danube's clients make per partition
+        prefixes.append(meta_keys.producers_prefix(topic))  # sessions: their leases run out
+        if config.partitions > 0:  # what Danube's clients make per partition
             prefixes += [meta_keys.subscriptions_prefix(p) for p in partitions]
+            prefixes += [meta_keys.producers_prefix(p) for p in partitions]
         for start in range(0, len(prefixes), _DELETE_OPS_PER_TXN):
             txn = self.store.txn()
             for prefix in prefixes[start : start + _DELETE_OPS_PER_TXN]:

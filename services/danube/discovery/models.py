@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from danube.discovery.producer_models import ProducerId, ProducerOut
 from danube.frame import (
     MAX_ATTRIBUTE_NAME_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
@@ -120,6 +121,9 @@ class ProduceRequest(_Request):
     messages: Annotated[list[MessageIn], Field(min_length=1, max_length=PRODUCE_MESSAGES_CAP)]
     producer: Annotated[str, Field(max_length=MAX_PRODUCER_NAME_BYTES)] = "http"
     dispatch: Dispatch = "reliable"
+    # The producer session sending (docs/producers.md): required to produce to a topic held
+    # by an exclusive producer, which must be this one. Not a keep-alive.
+    producer_id: ProducerId | None = None
 
 
 class StartOffset(_Request):
@@ -474,6 +478,7 @@ class TopicDetail(_Response):
     config: TopicConfigOut
     partitions: list[PartitionDetail]
     subscriptions: list[SubscriptionOut]
+    producers: list[ProducerOut] = []
 
 
 class LookupOut(_Response):
