@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any
 
 from danube.discovery.api.state import Services
 from danube.discovery.catalog import user_topic
@@ -25,12 +25,13 @@ from danube.discovery.errors import (
 )
 from danube.discovery.grpc_api.clients import Clients, ConsumerEntry, ProducerEntry
 from danube.discovery.models import TopicSpec
+from danube.discovery.producers import ProducerSessions
 from danube.dispatcher import protocol
 from danube.errors import DanubeError
 from danube.frame import InvalidRecordError, Record, decode_record, encode_record
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
-from danube.meta.records import Dispatch
+from danube.meta.records import AccessMode, Dispatch
 from danube.names import InvalidNameError, validate_segment
 from danube.wire import DanubeApi_pb2 as pb
 
@@ -43,7 +44,7 @@ SUBSCRIPTION_TYPES = {
     pb.ConsumerRequest.KeyShared: "key_shared",
 }
 DISPATCH: dict[int, Dispatch] = {pb.NonReliable: "non_reliable", pb.Reliable: "reliable"}
-ACCESS_MODES = {pb.Shared: "shared", pb.Exclusive: "exclusive"}
+ACCESS_MODES: dict[int, AccessMode] = {pb.Shared: "shared", pb.Exclusive: "exclusive"}
 NAME_CHARS_MAX = 256
 # A ReceiveMessages stream polls its dispatcher for at most this many messages at a time,
 # waiting at most this long: a batch is written (gRPC flow control: the client's window)
@@ -73,27 +74,16 @@ def _client_name(kind: str, value: str) -> str:
     return value
 
 
-class Session(Protocol):
-    producer_id: str
-
-
-class Sessions(Protocol):
-    """Producer sessions and access modes (danube.discovery.producers.ProducerSessions)."""
-
-    async def open(self, topic: TopicName, name: str, *, access_mode: Any) -> Session: ...
-
-    async def keepalive(self, topic: TopicName, producer_id: str) -> bool: ...
-
-    async def close(self, topic: TopicName, producer_id: str) -> None: ...
-
-    async def check(self, topic: TopicName, producer_id: str | None) -> None: ...
-
-
 class DanubeApi:
     """The handlers of Discovery, ProducerService, ConsumerService and HealthCheck."""
 
     def __init__(
-        self, services: Services, sessions: Sessions, clients: Clients, *, advertised_url: str
+        self,
+        services: Services,
+        sessions: ProducerSessions,
+        clients: Clients,
+        *,
+        advertised_url: str,
     ) -> None:
         self.services = services
         self.sessions = sessions

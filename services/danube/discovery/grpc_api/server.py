@@ -15,8 +15,9 @@ import grpc
 from danube.config import DiscoveryConfig
 from danube.discovery.api.state import Services
 from danube.discovery.grpc_api.clients import Clients
-from danube.discovery.grpc_api.handlers import DanubeApi, Sessions
+from danube.discovery.grpc_api.handlers import DanubeApi
 from danube.discovery.grpc_api.status import grpc_status
+from danube.discovery.producers import ProducerSessions
 from danube.wire import DanubeApi_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ class GrpcServer:
     def __init__(
         self,
         services: Services,
-        sessions: Sessions,
+        sessions: ProducerSessions,
         config: DiscoveryConfig,
         *,
         max_message_bytes: int,
