@@ -60,7 +60,7 @@ from danube.dispatcher.redelivery import DeliverySettings, redelivery_delay_s
 
 log = logging.getLogger(__name__)
 
-DeliveryType = Literal["exclusive", "shared", "failover"]
+DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 _State = Literal["fresh", "in_flight", "scheduled", "ready"]
 _Key = tuple[str, int]
 
@@ -72,6 +72,7 @@ class _Entry:
     payload: object
     state: _State = "fresh"
     redelivery_count: int = 0
+    key: str | None = None  # the message key, read by key-shared subscriptions only
     # The consumer whose window it counts against: the one it is in flight to, or the one
     # an ack timeout took it back from (until it is delivered again).
     consumer_id: str | None = None
@@ -103,7 +104,10 @@ class _Consumer:
 
 class SubscriptionMachine:
     """Delivery of one subscription: who gets which message, when it comes back, when the
-    cursor moves. Deterministic for a given event sequence and ``rng``."""
+    cursor moves. Deterministic for a given event sequence and ``rng``. Key-shared is the
+    subclass :class:`~danube.dispatcher.keyed.KeySharedMachine`."""
+
+    served_types: tuple[DeliveryType, ...] = ("exclusive", "shared", "failover")
 
     def __init__(
         self,
@@ -113,7 +117,7 @@ class SubscriptionMachine:
         *,
         rng: Callable[[], float] = random.random,
     ) -> None:
-        if delivery_type not in ("exclusive", "shared", "failover"):
+        if delivery_type not in self.served_types:
             raise DispatcherError(
                 f"unsupported subscription type {delivery_type!r}",
                 code="unsupported_subscription_type",
@@ -143,8 +147,8 @@ class SubscriptionMachine:
 
     @property
     def active_consumer(self) -> str | None:
-        """The consumer that receives (exclusive, failover); ``None`` for shared."""
-        if self.delivery_type == "shared" or not self._consumers:
+        """The consumer that receives (exclusive, failover); ``None`` for (key) shared."""
+        if self.delivery_type in ("shared", "key_shared") or not self._consumers:
             return None
         return next(iter(self._consumers))
 
@@ -279,7 +283,7 @@ class SubscriptionMachine:
             if cursor.observe(offset):
                 entry = _Entry(event.partition, offset, payload)
                 self._entries[(event.partition, offset)] = entry
-                partition.fresh.append(entry)
+                self._enqueue(partition, entry)
         if event.next_offset is not None:
             cursor.skip_to(event.next_offset)
 
@@ -288,13 +292,17 @@ class SubscriptionMachine:
         if self.active_consumer not in (None, event.consumer_id):
             return  # a failover standby receives nothing until it becomes active
         self._promote(event.now_s)
-        wanted = event.max_messages
+        batch = self._take(consumer, event.max_messages, event.now_s)
+        if batch:
+            actions.append(Deliver(consumer.consumer_id, tuple(batch)))
+
+    def _take(self, consumer: _Consumer, wanted: int, now_s: float) -> list[Message]:
         batch: list[Message] = []
         # Its own due redeliveries first: they are already counted in its window.
         while wanted > 0 and consumer.ready:
             entry = self._due(heapq.heappop(consumer.ready))
             if entry is not None and entry.consumer_id == consumer.consumer_id:
-                batch.append(self._send(entry, consumer, event.now_s))
+                batch.append(self._send(entry, consumer, now_s))
                 wanted -= 1
         # Then, as its window allows, other due redeliveries (the oldest messages of the
         # subscription), then fresh messages.
@@ -302,7 +310,7 @@ class SubscriptionMachine:
         while room > 0 and self._ready:
             entry = self._due(heapq.heappop(self._ready))
             if entry is not None:
-                batch.append(self._send(entry, consumer, event.now_s))
+                batch.append(self._send(entry, consumer, now_s))
                 room -= 1
         idle, count = 0, len(self._order)
         while room > 0 and idle < count:
@@ -313,10 +321,9 @@ class SubscriptionMachine:
                 idle += 1
                 continue
             idle = 0
-            batch.append(self._send(fresh.popleft(), consumer, event.now_s))
+            batch.append(self._send(fresh.popleft(), consumer, now_s))
             room -= 1
-        if batch:
-            actions.append(Deliver(consumer.consumer_id, tuple(batch)))
+        return batch
 
     def _ack(self, event: Ack, actions: list[Action]) -> None:
         self._consumer(event.consumer_id)
@@ -331,8 +338,7 @@ class SubscriptionMachine:
                 if partition is None or not partition.cursor.is_acked(key[1]):
                     ignored[key] = None
                 continue
-            self._release(entry)
-            del self._entries[key]
+            self._forget(entry)
             self._partitions[entry.partition].cursor.ack(entry.offset)
         if ignored:
             actions.append(NotInFlight(event.consumer_id, tuple(ignored)))
@@ -374,8 +380,8 @@ class SubscriptionMachine:
         for name, offset in event.offsets.items():
             partition = self._partition(name)
             for key in [k for k in self._entries if k[0] == name]:
-                entry = self._entries.pop(key)
-                self._release(entry)
+                entry = self._entries[key]
+                self._forget(entry)
                 entry.stamp = -1  # heap items of a dropped entry must never match again
             partition.fresh.clear()
             partition.cursor.reset(offset)
@@ -394,6 +400,14 @@ class SubscriptionMachine:
         deadline = now_s + self.settings.ack_timeout_s
         heapq.heappush(self._deadlines, (deadline, entry.stamp, entry.partition, entry.offset))
         return entry.message()
+
+    def _enqueue(self, partition: _Partition, entry: _Entry) -> None:
+        partition.fresh.append(entry)
+
+    def _forget(self, entry: _Entry) -> None:
+        """The entry is done with (acked, dead-lettered, dropped by a seek)."""
+        self._release(entry)
+        del self._entries[(entry.partition, entry.offset)]
 
     def _release(self, entry: _Entry) -> None:
         if entry.consumer_id is not None:
@@ -418,8 +432,7 @@ class SubscriptionMachine:
         entry.redelivery_count += 1
         entry.stamp = self._new_stamp()
         if entry.redelivery_count > self.settings.max_redeliveries:
-            self._release(entry)
-            del self._entries[(entry.partition, entry.offset)]
+            self._forget(entry)
             self._partitions[entry.partition].cursor.ack(entry.offset)
             actions.append(DeadLetter(entry.message()))
         elif delay_s <= 0:
