@@ -180,7 +180,12 @@ def test_a_full_window_of_timed_out_messages_is_taken_again() -> None:
 
 
 def test_record_key_reads_the_key_of_an_encoded_record() -> None:
-    assert record_key(encode_record(Record(payload=b"x", publish_time_ms=1, producer="p", key="user-1"))) == "user-1"
+    assert (
+        record_key(
+            encode_record(Record(payload=b"x", publish_time_ms=1, producer="p", key="user-1"))
+        )
+        == "user-1"
+    )
     assert record_key(encode_record(Record(payload=b"x", publish_time_ms=1, producer="p"))) is None
     assert record_key(b"\xff garbage") is None
 

@@ -28,7 +28,7 @@ def owners(ring: HashRing) -> dict[str, str | None]:
 
 def test_the_hash_is_stable_across_processes() -> None:
     # Fixed values: a salted hash (Python's hash()) would differ from run to run.
-    assert stable_hash("user-1") == 0x88e1ea21865aac9a
+    assert stable_hash("user-1") == 0x88E1EA21865AAC9A
     assert len({stable_hash(k) for k in KEYS}) == len(KEYS)
 
 

@@ -61,7 +61,9 @@ def test_requests_are_validated_with_the_field_named() -> None:
     )
     assert (keyed.type, keyed.key_filters) == ("key_shared", ["user-*"])
     with pytest.raises(protocol.BadRequestError, match="key_filters"):
-        protocol.parse(b'{"consumer":"c","type":"shared","key_filters":["a"]}', protocol.AttachRequest)
+        protocol.parse(
+            b'{"consumer":"c","type":"shared","key_filters":["a"]}', protocol.AttachRequest
+        )
     too_many = b'{"consumer":"c","type":"key_shared","key_filters":[%s]}' % b",".join(
         b'"k"' for _ in range(33)
     )
