@@ -1,4 +1,4 @@
-"""Key-shared delivery in the subscription machine: one owner per key, filters, order under churn."""
+"""Key-shared delivery in the subscription machine: one owner per key, filters, order in churn."""
 
 from __future__ import annotations
 
