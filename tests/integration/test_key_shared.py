@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from danube.client import AsyncDanubeClient, InvalidArgumentError
+
 pytestmark = pytest.mark.integration
 
 SUBS = "/v1/topics/default/{topic}/subscriptions/{sub}/consumers"
@@ -100,6 +102,38 @@ async def test_key_filters_route_and_unmatched_keys_wait(consume_http: httpx.Asy
     orders = await _attach(http, "ks-filters", "orders", key_filters=["order-*"])
     late = await _poll(http, orders, wait_ms=2000)
     assert [(m["offset"], m["key"]) for m in late] == [(offsets[1], "order-1")]
+
+
+@pytest.mark.parametrize("mode", ["stream", "poll"])
+async def test_the_sdk_consumer_attaches_key_shared_with_filters(
+    consume_http: httpx.AsyncClient, mode: str
+) -> None:
+    topic = f"ks-sdk-{mode}"
+    offsets = await _produce(consume_http, topic, ["eu-1", "us-1", "eu-2", "eu-1"])
+    url = str(consume_http.base_url).rstrip("/")
+    with pytest.raises(InvalidArgumentError, match="key_shared"):
+        AsyncDanubeClient(url).consumer(f"/default/{topic}", "s", key_filters=("eu-*",))
+    async with (
+        AsyncDanubeClient(url) as client,
+        client.consumer(
+            f"/default/{topic}",
+            "s",
+            type="key_shared",
+            key_filters=("eu-*",),
+            start="earliest",
+            mode=mode,
+        ) as consumer,
+    ):
+        got = [await consumer.receive(10.0) for _ in range(3)]
+        for message in got:
+            message.ack()
+        # us-1 matches no filter; each key in order (keys may interleave any way).
+        assert sorted((m.offset, m.key) for m in got) == [
+            (offsets[0], "eu-1"),
+            (offsets[2], "eu-2"),
+            (offsets[3], "eu-1"),
+        ]
+        assert [m.offset for m in got if m.key == "eu-1"] == [offsets[0], offsets[3]]
 
 
 @pytest.mark.parametrize(
