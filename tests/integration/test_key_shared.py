@@ -136,6 +136,20 @@ async def test_the_sdk_consumer_attaches_key_shared_with_filters(
         assert [m.offset for m in got if m.key == "eu-1"] == [offsets[0], offsets[3]]
 
 
+async def test_a_non_reliable_topic_refuses_key_shared(consume_http: httpx.AsyncClient) -> None:
+    created = await consume_http.put(
+        "/v1/topics/default/ks-nr", json={"partitions": 0, "dispatch": "non_reliable"}
+    )
+    assert created.status_code == 201, created.text
+    response = await consume_http.post(
+        SUBS.format(topic="ks-nr", sub="s"), json={"name": "c", "type": "key_shared"}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "unsupported_subscription_type"
+    listed = await consume_http.get("/v1/topics/default/ks-nr/subscriptions")
+    assert listed.json()["subscriptions"] == []  # nothing was created
+
+
 @pytest.mark.parametrize(
     ("body", "where"),
     [
