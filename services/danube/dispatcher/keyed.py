@@ -15,14 +15,8 @@ import random
 from collections.abc import Callable, Mapping
 
 from danube.dispatcher.cursor import PartitionCursor
-from danube.dispatcher.delivery import (
-    DeliveryType,
-    SubscriptionMachine,
-    _Consumer,
-    _Entry,
-    _Key,
-    _Partition,
-)
+from danube.dispatcher.delivery import DeliveryType, SubscriptionMachine
+from danube.dispatcher.entries import ConsumerWindow, Entry, PartitionQueue, Ref
 from danube.dispatcher.events import Action, ConsumerAttached, ConsumerDetached, Message
 from danube.dispatcher.keyshared import (
     POINTS_PER_CONSUMER,
@@ -55,7 +49,7 @@ class KeySharedMachine(SubscriptionMachine):
         super().__init__("key_shared", cursors, settings, rng=rng)
         self._key_of = key_of
         self._ring = HashRing(points_per_consumer)
-        self._keyed: dict[str, dict[_Key, _Entry]] = {}  # held messages by key, offset order
+        self._keyed: dict[str, dict[Ref, Entry]] = {}  # held messages by key, offset order
         self._owner: dict[str, str | None] = {}  # of each key held; None: no filter matches
         self._waiting: dict[str | None, dict[str, None]] = {}  # by owner: keys with pending
 
@@ -103,7 +97,7 @@ class KeySharedMachine(SubscriptionMachine):
         self._ring.leave(event.consumer_id)
         self._reroute()
 
-    def _enqueue(self, partition: _Partition, entry: _Entry) -> None:
+    def _enqueue(self, partition: PartitionQueue, entry: Entry) -> None:
         key = self._key_of(entry.payload)
         if key is None:
             super()._enqueue(partition, entry)
@@ -112,14 +106,14 @@ class KeySharedMachine(SubscriptionMachine):
         self._keyed.setdefault(key, {})[(entry.partition, entry.offset)] = entry
         self._wait(key)
 
-    def _make_ready(self, entry: _Entry) -> None:
+    def _make_ready(self, entry: Entry) -> None:
         if entry.key is None:
             super()._make_ready(entry)
             return
         entry.state = "ready"
         self._wait(entry.key)
 
-    def _forget(self, entry: _Entry) -> None:
+    def _forget(self, entry: Entry) -> None:
         super()._forget(entry)
         key = entry.key
         if key is None:
@@ -130,7 +124,7 @@ class KeySharedMachine(SubscriptionMachine):
             del self._keyed[key]
             self._waiting.get(self._owner.pop(key), {}).pop(key, None)
 
-    def _take(self, consumer: _Consumer, wanted: int, now_s: float) -> list[Message]:
+    def _take(self, consumer: ConsumerWindow, wanted: int, now_s: float) -> list[Message]:
         batch: list[Message] = []
         keys = self._waiting.get(consumer.consumer_id)
         window = self.settings.max_unacked_per_consumer
