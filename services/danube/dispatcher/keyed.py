@@ -22,7 +22,6 @@ from danube.dispatcher.keyshared import (
     POINTS_PER_CONSUMER,
     HashRing,
     KeyFilter,
-    blocked_by,
     deliverable,
 )
 from danube.dispatcher.redelivery import DeliverySettings
@@ -143,8 +142,8 @@ class KeySharedMachine(SubscriptionMachine):
                 cleared.append(key)
         for key in cleared:
             del self._waiting[consumer.consumer_id][key]
-        batch += super()._take(consumer, wanted - len(batch), now_s) if wanted > len(batch) else []
-        return batch
+        # Then messages without a key, as in shared.
+        return batch + super()._take(consumer, wanted - len(batch), now_s)
 
     # --- routing -------------------------------------------------------------------------
 
@@ -161,11 +160,6 @@ class KeySharedMachine(SubscriptionMachine):
         for key, entries in self._keyed.items():
             if any(e.state in _PENDING for e in entries.values()):
                 self._waiting.setdefault(self._owner[key], {})[key] = None
-
-    def key_holder(self, key: str) -> str | None:
-        """The consumer a message of ``key`` is in flight to, if any (tests, stats)."""
-        entries = self._keyed.get(key)
-        return None if entries is None else blocked_by(entries.values(), "")
 
 
 def record_key(payload: object) -> str | None:
