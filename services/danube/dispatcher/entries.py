@@ -55,6 +55,6 @@ class ConsumerWindow:
     # Its window: given to it and not acked (in flight, or taken back by an ack timeout and
     # not yet delivered again), in delivery order.
     held: dict[Ref, Entry] = field(default_factory=dict)
-    # Of those, the ones due again, lowest offset first (stamped like the machine's ready heap): it takes
-    # them back before anything else, whatever room its window has left.
+    # Of those, the ones due again, lowest offset first (stamped like the machine's ready
+    # heap): it takes them back before anything else, whatever room its window has left.
     ready: list[tuple[int, str, int]] = field(default_factory=list)
