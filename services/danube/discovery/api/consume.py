@@ -142,7 +142,7 @@ async def attach(
         body.start if isinstance(body.start, str) else body.start.model_dump()
     )
     dispatcher_id = await services.dispatcher.attach(
-        name, sub, body.name, type=body.type, start=start
+        name, sub, body.name, type=body.type, start=start, key_filters=body.key_filters
     )
     return AttachResponse(consumer_id=consumer_id(name, sub, dispatcher_id))
 
