@@ -16,6 +16,12 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     subscriptions/<ns>/<topic>/<sub>/cursors/<partition>   SubscriptionCursor
     producers/<ns>/<topic>/<producer_id>                   ProducerRecord (session lease)
     producers/<ns>/<topic>/exclusive                       producer id  (session lease)
+    schemas/next_id                                        the next schema id (a counter)
+    schemas/ids/<schema_id:020>                            the subject of a schema id
+    schemas/subjects/<subject>/subject                     SchemaSubject (id, type, mode)
+    schemas/subjects/<subject>/versions/<version:010>      SchemaVersionRecord
+    schemas/subjects/<subject>/fingerprints/<sha256>       version number (live versions)
+    schemas/topics/<ns>/<topic>                            TopicSchemaRecord (binding)
     nodes/<kind>/<node_id>                                 NodeRecord   (leased)
     elections/<name>                                       candidate id (leased)
 
@@ -55,6 +61,11 @@ PRODUCERS_PREFIX = "producers/"
 # The record of a topic's exclusive producer; producer ids are hex, so never this word.
 EXCLUSIVE_PRODUCER = "exclusive"
 NODES_PREFIX = "nodes/"
+SCHEMAS_PREFIX = "schemas/"
+SCHEMA_NEXT_ID_KEY = "schemas/next_id"
+VERSION_DIGITS = 10
+# Subjects are key segments: Confluent's usual names (``orders-value``, ``com.acme.User``).
+_SUBJECT_RE = re.compile(r"[A-Za-z0-9._-]+")
 ELECTIONS_PREFIX = "elections/"
 
 
@@ -314,3 +325,60 @@ def parse_node_key(key: str) -> tuple[ServiceKind, str]:
 def election_key(name: str) -> str:
     """``elections/<name>``: the leader of ``name``; its value is the leader's candidate id."""
     return ELECTIONS_PREFIX + validate_segment("election", name)
+
+
+# --- the schema registry (docs/schemas.md) ---------------------------------------------
+
+
+def validate_subject(subject: str) -> str:
+    """Return ``subject`` if valid: letters, digits, ``.``, ``_``, ``-``; at most
+    :data:`~danube.names.MAX_NAME_CHARS` characters; not ``.`` or ``..``."""
+    if not subject:
+        raise InvalidNameError(kind="subject", value=subject, reason="empty")
+    if len(subject) > MAX_NAME_CHARS:
+        raise InvalidNameError(
+            kind="subject", value=subject[:64] + "...", reason=f"longer than {MAX_NAME_CHARS}"
+        )
+    if _SUBJECT_RE.fullmatch(subject) is None or subject in (".", ".."):
+        allowed = "only letters, digits, '.', '_' and '-' are allowed"
+        raise InvalidNameError(kind="subject", value=subject, reason=allowed)
+    return subject
+
+
+def schema_id_key(schema_id: int) -> str:
+    """``schemas/ids/<schema_id:020>``: the subject the schema id names."""
+    return f"{SCHEMAS_PREFIX}ids/{format_offset(schema_id)}"
+
+
+def subject_prefix(subject: str) -> str:
+    """Every record of one subject."""
+    return f"{SCHEMAS_PREFIX}subjects/{validate_subject(subject)}/"
+
+
+def subject_key(subject: str) -> str:
+    """``schemas/subjects/<subject>/subject``: its schema id, type and mode."""
+    return subject_prefix(subject) + "subject"
+
+
+def schema_versions_prefix(subject: str) -> str:
+    """The versions of a subject, in version order."""
+    return subject_prefix(subject) + "versions/"
+
+
+def schema_version_key(subject: str, version: int) -> str:
+    """``schemas/subjects/<subject>/versions/<version:010>``: one version (immutable)."""
+    if not 1 <= version < 10**VERSION_DIGITS:
+        raise InvalidNameError(kind="version", value=str(version), reason="outside 1..10**10-1")
+    return f"{schema_versions_prefix(subject)}{version:0{VERSION_DIGITS}d}"
+
+
+def schema_fingerprint_key(subject: str, fingerprint: str) -> str:
+    """``schemas/subjects/<subject>/fingerprints/<sha256 hex>``: the live version with it."""
+    if re.fullmatch(r"[0-9a-f]{64}", fingerprint) is None:
+        raise InvalidNameError(kind="fingerprint", value=fingerprint, reason="not sha256 hex")
+    return subject_prefix(subject) + "fingerprints/" + fingerprint
+
+
+def topic_schema_key(topic: TopicName) -> str:
+    """``schemas/topics/<ns>/<topic>``: the subject a topic is bound to, and its policy."""
+    return SCHEMAS_PREFIX + "topics/" + _segments(topic)
