@@ -40,7 +40,13 @@ from __future__ import annotations
 import re
 from typing import Literal, get_args
 
-from danube.names import MAX_NAME_CHARS, InvalidNameError, TopicName, validate_segment
+from danube.names import (
+    MAX_NAME_CHARS,
+    InvalidNameError,
+    TopicName,
+    validate_segment,
+    validate_subject,
+)
 
 # Node ids are often host names, so dots are allowed too (the one departure from the segment
 # rule of danube.names, which names every other key segment here).
@@ -64,8 +70,6 @@ NODES_PREFIX = "nodes/"
 SCHEMAS_PREFIX = "schemas/"
 SCHEMA_NEXT_ID_KEY = "schemas/next_id"
 VERSION_DIGITS = 10
-# Subjects are key segments: Confluent's usual names (``orders-value``, ``com.acme.User``).
-_SUBJECT_RE = re.compile(r"[A-Za-z0-9._-]+")
 ELECTIONS_PREFIX = "elections/"
 
 
@@ -328,21 +332,6 @@ def election_key(name: str) -> str:
 
 
 # --- the schema registry (docs/schemas.md) ---------------------------------------------
-
-
-def validate_subject(subject: str) -> str:
-    """Return ``subject`` if valid: letters, digits, ``.``, ``_``, ``-``; at most
-    :data:`~danube.names.MAX_NAME_CHARS` characters; not ``.`` or ``..``."""
-    if not subject:
-        raise InvalidNameError(kind="subject", value=subject, reason="empty")
-    if len(subject) > MAX_NAME_CHARS:
-        raise InvalidNameError(
-            kind="subject", value=subject[:64] + "...", reason=f"longer than {MAX_NAME_CHARS}"
-        )
-    if _SUBJECT_RE.fullmatch(subject) is None or subject in (".", ".."):
-        allowed = "only letters, digits, '.', '_' and '-' are allowed"
-        raise InvalidNameError(kind="subject", value=subject, reason=allowed)
-    return subject
 
 
 def schema_id_key(schema_id: int) -> str:

@@ -37,7 +37,7 @@ from danube.meta.records import (
     TopicSchemaRecord,
     ValidationPolicy,
 )
-from danube.names import InvalidNameError
+from danube.names import InvalidNameError, validate_subject
 from danube.schemas import (
     ParsedSchema,
     SchemaError,
@@ -105,7 +105,7 @@ def _now_ms() -> int:
 
 def _subject(subject: str) -> str:
     """A valid subject name (``invalid_name`` 400 otherwise, from :mod:`danube.meta.keys`)."""
-    return meta_keys.validate_subject(subject)
+    return validate_subject(subject)
 
 
 def _bad(exc: SchemaError) -> BadRequestError:

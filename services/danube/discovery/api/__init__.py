@@ -22,6 +22,7 @@ from danube.discovery.api import (
     partitions,
     produce,
     producers,
+    schemas,
     stream,
     subscriptions,
 )
@@ -84,6 +85,7 @@ def build_app(
     app.include_router(stream.router)
     app.include_router(subscriptions.router)
     app.include_router(partitions.router)
+    app.include_router(schemas.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
