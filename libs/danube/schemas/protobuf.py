@@ -19,7 +19,7 @@ Rules (:func:`wire_compatible`), each failure named with the message and field n
   message (by type name), group;
 - ``field_cardinality_changed``: a field number that is repeated in one version only;
 - ``required_field_changed``: a proto2 ``required`` field added, removed, or made optional;
-- ``reserved_number_reused``: a field number reserved in one version is used in the other.
+- ``reserved_number_reused``: a field number the old version reserved is used by the new.
 
 Field names are not compared (the binary encoding does not carry them). The rules are
 symmetric, so backward, forward and full check the same pairs of versions.
@@ -213,10 +213,9 @@ def _compare_fields(
             if present.label == _FDP.LABEL_REQUIRED:
                 change = "added" if was is None else "removed"
                 errors.append(f"required_field_changed at {where}: a required field {change}")
-            if (was is None and _reserved(before, number)) or (
-                now is None and _reserved(after, number)
-            ):
-                errors.append(f"reserved_number_reused at {where}: reserved in the other version")
+            if was is None and _reserved(before, number):
+                # Reserving a removed number is the right practice; using a reserved one is not.
+                errors.append(f"reserved_number_reused at {where}: reserved in the old version")
             continue
         if _wire(was) != _wire(now):
             errors.append(f"field_wire_type_changed at {where}: {_wire(was)} -> {_wire(now)}")
