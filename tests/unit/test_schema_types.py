@@ -54,7 +54,8 @@ def test_avro_round_trip() -> None:
     read = fastavro.schemaless_reader(io.BytesIO(buffer.getvalue()), parsed.model, None)
     assert read == {"id": 7, "name": "ann", "email": None}
     error = check(buffer.getvalue() + b"\x00")
-    assert error is not None and "1 bytes left" in error
+    assert error is not None
+    assert "1 bytes left" in error
     assert check(buffer.getvalue()[:-2]) is not None  # cut short
 
 
@@ -64,7 +65,8 @@ def test_json_schema_round_trip() -> None:
     assert check(b'{"tags": []}') == "$: 'id' is a required property"
     assert check(b'{"id": 1, "tags": ["a", 2]}') == "$.tags[1]: 2 is not of type 'string'"
     error = check(b"{not json")
-    assert error is not None and error.startswith("not JSON")
+    assert error is not None
+    assert error.startswith("not JSON")
 
 
 def test_protobuf_round_trip_with_named_root_message() -> None:
@@ -76,7 +78,8 @@ def test_protobuf_round_trip_with_named_root_message() -> None:
     assert check(payload) is None
     assert cls.FromString(payload).items == ["x", "y"]
     error = check(b"\x0a\xff")  # field 1 as length-delimited, then a truncated length
-    assert error is not None and error.startswith("acme.Order: not a valid encoding")
+    assert error is not None
+    assert error.startswith("acme.Order: not a valid encoding")
 
 
 def test_protobuf_root_is_the_first_message_by_default() -> None:
@@ -179,7 +182,8 @@ def test_unknown_type_and_size_limit() -> None:
 def test_fingerprints() -> None:
     spaced = parse_schema("json_schema", b'{ "type" : "string",  "maxLength": 3 }')
     sorted_ = parse_schema("json_schema", b'{"maxLength":3,"type":"string"}')
-    assert spaced.fingerprint == sorted_.fingerprint and len(spaced.fingerprint) == 64
+    assert spaced.fingerprint == sorted_.fingerprint
+    assert len(spaced.fingerprint) == 64
     # Avro: "int" and {"type": "int"} are one schema; a changed default is another one.
     a = parse_schema("avro", b'{"type":"record","name":"R","fields":[{"name":"x","type":"int"}]}')
     b = parse_schema(
