@@ -155,7 +155,7 @@ CASES = [
         "backward",
         (BASE,),
         avro_record(f("id", "int"), f("name", "string"), name="Person"),
-        "type_mismatch at $",
+        "name_mismatch at $",
     ),
     Case(
         "avro-record-renamed-with-alias",

@@ -208,7 +208,9 @@ class _Resolver:
                 )
             return False
         if not self._matches(r, w):
-            if report:
+            if report and _kind(r) == _kind(w) and _kind(r) in _NAMED:
+                self._fail("name_mismatch", path, f"reader {r['name']}, writer {w['name']}")
+            elif report:
                 self._fail(
                     "type_mismatch", path, f"reader {_kind(r)} cannot read writer {_kind(w)}"
                 )
