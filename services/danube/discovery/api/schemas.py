@@ -89,7 +89,7 @@ async def list_subjects(services: ServicesDep) -> SubjectList:
     return SubjectList(subjects=await services.schemas.subjects())
 
 
-@router.get("/schemas/ids/{schema_id}", response_model=SchemaVersionOut)
+@router.get("/schemas/ids/{schema_id:int}", response_model=SchemaVersionOut)
 async def get_by_id(
     schema_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     services: ServicesDep,
@@ -99,7 +99,14 @@ async def get_by_id(
     return _version_out(await services.schemas.get(schema_id, version))
 
 
-@router.post("/schemas/{subject}/versions", response_model=RegisteredOut)
+@router.post(
+    "/schemas/{subject}/versions",
+    response_model=RegisteredOut,
+    status_code=201,
+    responses={
+        200: {"model": RegisteredOut, "description": "The subject has this definition already"}
+    },
+)
 async def register(
     subject: Subject, body: SchemaIn, services: ServicesDep, response: Response
 ) -> RegisteredOut:
@@ -136,7 +143,7 @@ async def latest(subject: Subject, services: ServicesDep) -> SchemaVersionOut:
     return _version_out(await services.schemas.latest(validate_subject(subject)))
 
 
-@router.get("/schemas/{subject}/versions/{version}", response_model=SchemaVersionOut)
+@router.get("/schemas/{subject}/versions/{version:int}", response_model=SchemaVersionOut)
 async def get_version(
     subject: Subject, version: Version, services: ServicesDep
 ) -> SchemaVersionOut:
@@ -144,7 +151,7 @@ async def get_version(
     return _version_out(await services.schemas.version(validate_subject(subject), version))
 
 
-@router.delete("/schemas/{subject}/versions/{version}", status_code=204)
+@router.delete("/schemas/{subject}/versions/{version:int}", status_code=204)
 async def delete_version(subject: Subject, version: Version, services: ServicesDep) -> Response:
     """Soft-delete a version; 409 ``schema_in_use`` for the last live version of a subject
     bound to a topic."""
