@@ -22,22 +22,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError, UnavailableError
+from danube.discovery.schema_values import (
+    Registered,
+    SchemaVersion,
+    TopicSchema,
+    bad_request,
+    check_metadata,
+    check_policy,
+    check_subject,
+    now_ms,
+)
 from danube.meta import KeyValue, MetaStore, TopicName, decode_model, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import (
-    SCHEMA_TAGS_MAX,
     SchemaSubject,
     SchemaVersionRecord,
     TopicSchemaRecord,
-    ValidationPolicy,
 )
-from danube.names import InvalidNameError, validate_subject
+from danube.names import InvalidNameError
 from danube.schemas import (
     ParsedSchema,
     SchemaError,
@@ -46,95 +52,14 @@ from danube.schemas import (
     parse_schema,
 )
 
+__all__ = ["Registered", "SchemaRegistry", "SchemaVersion", "TopicSchema"]
+
 log = logging.getLogger(__name__)
 
 # Concurrent writers of one subject each retry at most this often before a 503.
 WRITE_ATTEMPTS_MAX = 16
 # Parsed versions kept for compatibility checks (protobuf parses run protoc).
 PARSED_CACHED = 256
-DESCRIPTION_CHARS_MAX = 4096
-CREATED_BY_CHARS_MAX = 256
-TAG_CHARS_MAX = 128
-VALIDATION_POLICIES: tuple[ValidationPolicy, ...] = ("none", "warn", "enforce")
-
-
-@dataclass(frozen=True, slots=True)
-class Registered:
-    """What a registration answered: the subject's id, the version, whether this call
-    created it, and the definition's fingerprint."""
-
-    schema_id: int
-    version: int
-    is_new: bool
-    fingerprint: str
-
-
-@dataclass(frozen=True, slots=True)
-class SchemaVersion:
-    """One version of a subject, with the subject's effective compatibility mode."""
-
-    schema_id: int
-    version: int
-    subject: str
-    schema_type: str
-    definition: bytes
-    description: str
-    created_ms: int
-    created_by: str
-    tags: tuple[str, ...]
-    fingerprint: str
-    compatibility_mode: str
-    deleted: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TopicSchema:
-    """A topic's binding: its subject, policy, and the subject's schema id."""
-
-    topic: TopicName
-    subject: str
-    validation_policy: str
-    payload_validation: bool
-    schema_id: int
-    updated_ms: int
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _subject(subject: str) -> str:
-    """A valid subject name (``invalid_name`` 400 otherwise, from :mod:`danube.meta.keys`)."""
-    return validate_subject(subject)
-
-
-def _bad(exc: SchemaError) -> BadRequestError:
-    """``invalid_schema`` (its message says where) or ``invalid_mode``, as a 400."""
-    return BadRequestError(exc.message, code=exc.code)
-
-
-def _policy(value: str) -> ValidationPolicy:
-    for known in VALIDATION_POLICIES:
-        if value == known:
-            return known
-    raise BadRequestError(
-        f"validation_policy {value!r} is not one of {list(VALIDATION_POLICIES)}",
-        code="invalid_policy",
-    )
-
-
-def _check_metadata(description: str, created_by: str, tags: Sequence[str]) -> tuple[str, ...]:
-    if len(description) > DESCRIPTION_CHARS_MAX:
-        raise BadRequestError(
-            f"description over {DESCRIPTION_CHARS_MAX} characters", code="bad_request"
-        )
-    if len(created_by) > CREATED_BY_CHARS_MAX:
-        raise BadRequestError(f"created_by over {CREATED_BY_CHARS_MAX} characters")
-    if len(tags) > SCHEMA_TAGS_MAX or any(not 0 < len(t) <= TAG_CHARS_MAX for t in tags):
-        raise BadRequestError(
-            f"at most {SCHEMA_TAGS_MAX} tags of 1..{TAG_CHARS_MAX} characters each"
-        )
-    return tuple(tags)
 
 
 class SchemaRegistry:
@@ -151,7 +76,7 @@ class SchemaRegistry:
         try:
             return await asyncio.to_thread(parse_schema, schema_type, definition)
         except SchemaError as exc:
-            raise _bad(exc) from exc
+            raise bad_request(exc) from exc
 
     async def _parsed_version(self, record: SchemaVersionRecord) -> ParsedSchema:
         key = (record.schema_type, record.fingerprint)
@@ -171,7 +96,7 @@ class SchemaRegistry:
         return await self._store.get_model_kv(meta_keys.subject_key(subject), SchemaSubject)
 
     async def _require_subject(self, subject: str) -> SchemaSubject:
-        found = await self._subject_kv(_subject(subject))
+        found = await self._subject_kv(check_subject(subject))
         if found is None:
             raise NotFoundError(f"subject {subject!r} does not exist", code="subject_not_found")
         return found[0]
@@ -267,7 +192,7 @@ class SchemaRegistry:
         try:
             return check_compatibility(parsed, previous, effective)
         except SchemaError as exc:
-            raise _bad(exc) from exc
+            raise bad_request(exc) from exc
 
     async def check(
         self, subject: str, schema_type: str, definition: bytes, mode: str | None = None
@@ -279,9 +204,9 @@ class SchemaRegistry:
             try:
                 compatibility_mode_of(mode)
             except SchemaError as exc:
-                raise _bad(exc) from exc
+                raise bad_request(exc) from exc
         parsed = await self._parse(schema_type, definition)
-        found = await self._subject_kv(_subject(subject))
+        found = await self._subject_kv(check_subject(subject))
         return await self._check(subject, None if found is None else found[0], parsed, mode)
 
     # --- writes ------------------------------------------------------------------------
@@ -298,8 +223,8 @@ class SchemaRegistry:
     ) -> Registered:
         """Register a version (see the module docstring); 400 ``invalid_schema`` with the
         location, 409 ``incompatible_schema`` listing the failed rules."""
-        _subject(subject)
-        tags = _check_metadata(description, created_by, tags)
+        check_subject(subject)
+        tags = check_metadata(description, created_by, tags)
         parsed = await self._parse(schema_type, definition)
         for _ in range(WRITE_ATTEMPTS_MAX):
             found = await self._subject_kv(subject)
@@ -322,7 +247,7 @@ class SchemaRegistry:
                 description=description,
                 created_by=created_by,
                 tags=tags,
-                created_ms=_now_ms(),
+                created_ms=now_ms(),
             )
             if found is None:
                 schema_id = await self._create_subject(subject, record)
@@ -400,9 +325,9 @@ class SchemaRegistry:
         try:
             checked = compatibility_mode_of(mode)
         except SchemaError as exc:
-            raise _bad(exc) from exc
+            raise bad_request(exc) from exc
         for _ in range(WRITE_ATTEMPTS_MAX):
-            found = await self._subject_kv(_subject(subject))
+            found = await self._subject_kv(check_subject(subject))
             if found is None:
                 raise NotFoundError(f"subject {subject!r} does not exist", code="subject_not_found")
             meta, kv = found
@@ -440,7 +365,7 @@ class SchemaRegistry:
                 f"subject {subject!r} has no version {version}", code="schema_not_found"
             )
         record, kv = found
-        deleted = record.model_copy(update={"deleted_ms": _now_ms()})
+        deleted = record.model_copy(update={"deleted_ms": now_ms()})
         fingerprint_key = meta_keys.schema_fingerprint_key(subject, record.fingerprint)
         result = await (
             self._store.txn()
@@ -473,13 +398,13 @@ class SchemaRegistry:
         """Bind ``topic`` to ``subject`` (which must exist) with a policy; replaces any
         earlier binding. The topic need not exist yet (auto-created topics are bound
         before their first produce)."""
-        policy = _policy(validation_policy)
+        policy = check_policy(validation_policy)
         meta = await self._require_subject(subject)
         record = TopicSchemaRecord(
             subject=subject,
             validation_policy=policy,
             payload_validation=payload_validation,
-            updated_ms=_now_ms(),
+            updated_ms=now_ms(),
         )
         await self._store.put_model(meta_keys.topic_schema_key(topic), record)
         return self._binding(topic, record, meta.schema_id)
@@ -488,7 +413,7 @@ class SchemaRegistry:
         self, topic: TopicName, *, validation_policy: str, payload_validation: bool
     ) -> TopicSchema:
         """Change the policy of a bound topic (404 ``topic_schema_not_found``)."""
-        policy = _policy(validation_policy)
+        policy = check_policy(validation_policy)
         key = meta_keys.topic_schema_key(topic)
         for _ in range(WRITE_ATTEMPTS_MAX):
             found = await self._store.get_model_kv(key, TopicSchemaRecord)
@@ -501,7 +426,7 @@ class SchemaRegistry:
                 update={
                     "validation_policy": policy,
                     "payload_validation": payload_validation,
-                    "updated_ms": _now_ms(),
+                    "updated_ms": now_ms(),
                 }
             )
             if await self._store.compare_and_swap(

@@ -1,0 +1,98 @@
+"""The values the schema registry answers (:mod:`danube.discovery.schemas`), and the checks
+of its inputs that need no etcd: subject names, policies, metadata sizes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from danube.discovery.errors import BadRequestError
+from danube.meta import TopicName
+from danube.meta.records import SCHEMA_TAGS_MAX, ValidationPolicy
+from danube.names import validate_subject
+from danube.schemas import SchemaError
+
+DESCRIPTION_CHARS_MAX = 4096
+CREATED_BY_CHARS_MAX = 256
+TAG_CHARS_MAX = 128
+VALIDATION_POLICIES: tuple[ValidationPolicy, ...] = ("none", "warn", "enforce")
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """What a registration answered: the subject's id, the version, whether this call
+    created it, and the definition's fingerprint."""
+
+    schema_id: int
+    version: int
+    is_new: bool
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaVersion:
+    """One version of a subject, with the subject's effective compatibility mode."""
+
+    schema_id: int
+    version: int
+    subject: str
+    schema_type: str
+    definition: bytes
+    description: str
+    created_ms: int
+    created_by: str
+    tags: tuple[str, ...]
+    fingerprint: str
+    compatibility_mode: str
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSchema:
+    """A topic's binding: its subject, policy, and the subject's schema id."""
+
+    topic: TopicName
+    subject: str
+    validation_policy: str
+    payload_validation: bool
+    schema_id: int
+    updated_ms: int
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def check_subject(subject: str) -> str:
+    """A valid subject name (``invalid_name`` 400 otherwise, from :mod:`danube.meta.keys`)."""
+    return validate_subject(subject)
+
+
+def bad_request(exc: SchemaError) -> BadRequestError:
+    """``invalid_schema`` (its message says where) or ``invalid_mode``, as a 400."""
+    return BadRequestError(exc.message, code=exc.code)
+
+
+def check_policy(value: str) -> ValidationPolicy:
+    for known in VALIDATION_POLICIES:
+        if value == known:
+            return known
+    raise BadRequestError(
+        f"validation_policy {value!r} is not one of {list(VALIDATION_POLICIES)}",
+        code="invalid_policy",
+    )
+
+
+def check_metadata(description: str, created_by: str, tags: Sequence[str]) -> tuple[str, ...]:
+    if len(description) > DESCRIPTION_CHARS_MAX:
+        raise BadRequestError(
+            f"description over {DESCRIPTION_CHARS_MAX} characters", code="bad_request"
+        )
+    if len(created_by) > CREATED_BY_CHARS_MAX:
+        raise BadRequestError(f"created_by over {CREATED_BY_CHARS_MAX} characters")
+    if len(tags) > SCHEMA_TAGS_MAX or any(not 0 < len(t) <= TAG_CHARS_MAX for t in tags):
+        raise BadRequestError(
+            f"at most {SCHEMA_TAGS_MAX} tags of 1..{TAG_CHARS_MAX} characters each"
+        )
+    return tuple(tags)
