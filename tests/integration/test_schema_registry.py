@@ -97,8 +97,12 @@ async def test_register_versions_compatibility_and_reads(consume_http: httpx.Asy
     # Soft delete: gone from latest and the list, still readable by version.
     assert (await http.delete("/v1/schemas/users-value/versions/3")).status_code == 204
     assert (await http.get("/v1/schemas/users-value/versions/latest")).json()["version"] == 2
-    deleted = (await http.get("/v1/schemas/users-value/versions/3")).json()
-    assert deleted["deleted"] is True
+    gone = await http.get("/v1/schemas/users-value/versions/3")
+    assert (gone.status_code, gone.json()["error"]["code"]) == (404, "schema_not_found")
+    deleted = await http.get("/v1/schemas/users-value/versions/3", params={"deleted": "true"})
+    assert deleted.json()["deleted"] is True
+    by_id = await http.get(f"/v1/schemas/ids/{v1['schema_id']}", params={"version": 3})
+    assert (by_id.json()["version"], by_id.json()["deleted"]) == (3, True)
     again3 = await _register(http, "users-value", _avro({"name": "age", "type": "string"}))
     assert again3.json()["version"] == 4  # never reused
 

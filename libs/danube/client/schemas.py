@@ -160,9 +160,10 @@ class AsyncSchemas:
         answer = await self._call("GET", f"/v1/schemas/{_subject(subject)}/versions/latest")
         return _parse(SchemaVersion, answer.body, "latest schema")
 
-    async def version(self, subject: str, version: int) -> SchemaVersion:
-        """One version of the subject (a deleted one too)."""
-        path = f"/v1/schemas/{_subject(subject)}/versions/{int(version)}"
+    async def version(self, subject: str, version: int, *, deleted: bool = False) -> SchemaVersion:
+        """One version of the subject (a deleted one only with ``deleted``)."""
+        query = "?deleted=true" if deleted else ""
+        path = f"/v1/schemas/{_subject(subject)}/versions/{int(version)}{query}"
         return _parse(SchemaVersion, (await self._call("GET", path)).body, "schema version")
 
     async def versions(self, subject: str) -> list[SchemaVersion]:

@@ -147,13 +147,28 @@ def allowed_methods(request: Request) -> list[str]:
 def _methods_by_path(app: FastAPI) -> list[tuple[re.Pattern[str], frozenset[str]]]:
     table = []
     for template, operations in app.openapi().get("paths", {}).items():
-        # A path parameter is one segment; the template's other characters are literal.
-        parts = re.split(r"\{[^}/]+\}", template)
-        pattern = re.compile("[^/]+".join(re.escape(part) for part in parts))
-        table.append((pattern, frozenset(method.upper() for method in operations)))
+        for method, operation in operations.items():
+            table.append((_path_pattern(template, operation), frozenset({method.upper()})))
     for route in app.routes:  # /docs, /openapi.json...: not in the OpenAPI
         methods = getattr(route, "methods", None)
         path = getattr(route, "path", None)
         if methods and isinstance(path, str) and "{" not in path:
             table.append((re.compile(re.escape(path)), frozenset(methods)))
     return table
+
+
+def _path_pattern(template: str, operation: dict[str, Any]) -> re.Pattern[str]:
+    """The paths an operation serves: a path parameter is one segment (digits only when it is
+    an integer, as a ``{version:int}`` route matches), the template's other characters are
+    literal."""
+    integers = {
+        p["name"]
+        for p in operation.get("parameters", [])
+        if p.get("in") == "path" and p.get("schema", {}).get("type") == "integer"
+    }
+    pattern = ""
+    for literal, name in re.findall(r"([^{]*)(?:\{([^}/]+)\})?", template):
+        pattern += re.escape(literal)
+        if name:
+            pattern += "[0-9]+" if name in integers else "[^/]+"
+    return re.compile(pattern)

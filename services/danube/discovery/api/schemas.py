@@ -145,10 +145,19 @@ async def latest(subject: Subject, services: ServicesDep) -> SchemaVersionOut:
 
 @router.get("/schemas/{subject}/versions/{version:int}", response_model=SchemaVersionOut)
 async def get_version(
-    subject: Subject, version: Version, services: ServicesDep
+    subject: Subject,
+    version: Version,
+    services: ServicesDep,
+    deleted: Annotated[bool, Query(description="Answer a deleted version too.")] = False,
 ) -> SchemaVersionOut:
-    """One version (a deleted one too, marked ``deleted``)."""
-    return _version_out(await services.schemas.version(validate_subject(subject), version))
+    """One version; a deleted one is 404 ``schema_not_found`` unless ``?deleted=true`` (by
+    id and version, ``GET /v1/schemas/ids/{id}?version=V``, it is always answered)."""
+    found = await services.schemas.version(validate_subject(subject), version)
+    if found.deleted and not deleted:
+        raise NotFoundError(
+            f"subject {subject!r} version {version} is deleted", code="schema_not_found"
+        )
+    return _version_out(found)
 
 
 @router.delete("/schemas/{subject}/versions/{version:int}", status_code=204)
