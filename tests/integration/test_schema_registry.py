@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from danube.client import AsyncDanubeClient, ConflictError
+from danube.client import AsyncDanubeClient, ConflictError, DanubeClient, NotFoundError
 
 pytestmark = pytest.mark.integration
 
@@ -201,6 +201,39 @@ async def test_concurrent_registrations_get_distinct_versions(
         with pytest.raises(ConflictError) as caught:
             await client.schemas.register("race", "avro", _avro({"name": "x", "type": "int"}))
         assert caught.value.code == "incompatible_schema"
+
+
+def _sync_round_trip(url: str) -> None:
+    with DanubeClient(url) as client:
+        proto = (
+            'syntax = "proto3";\npackage acme;\nmessage Tick { int64 at = 1; double price = 2; }\n'
+        )
+        done = client.schemas.register("ticks", "protobuf", proto, tags=["market"])
+        assert (done.version, done.is_new_version) == (1, True)
+        latest = client.schemas.latest("ticks")
+        assert (latest.definition, latest.tags, latest.schema_type) == (
+            proto,
+            ["market"],
+            "protobuf",
+        )
+        assert client.schemas.get(done.schema_id).fingerprint == done.fingerprint
+        changed = proto.replace("double price", "string price")
+        found = client.schemas.check("ticks", "protobuf", changed)
+        assert not found.compatible
+        assert found.errors == [
+            "version 1: field_wire_type_changed at acme.Tick.price (field 2): 64-bit -> "
+            "length-delimited"
+        ]
+        bound = client.schemas.bind_topic("/default/ticks", "ticks", validation_policy="warn")
+        assert (bound.subject, bound.schema_id) == ("ticks", done.schema_id)
+        client.schemas.unbind_topic("/default/ticks")
+        with pytest.raises(NotFoundError) as caught:
+            client.schemas.topic_schema("/default/ticks")
+        assert caught.value.code == "topic_schema_not_found"
+
+
+async def test_blocking_client_round_trip(consume_http: httpx.AsyncClient) -> None:
+    await asyncio.to_thread(_sync_round_trip, str(consume_http.base_url))
 
 
 async def _danube(*args: str) -> tuple[int, str, str]:

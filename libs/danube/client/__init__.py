@@ -58,7 +58,14 @@ from danube.client.messages import (
 )
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
-from danube.client.sync import Admin, Consumer, DanubeClient, Producer
+from danube.client.schemas import (
+    AsyncSchemas,
+    Compatibility,
+    Registered,
+    SchemaVersion,
+    TopicSchema,
+)
+from danube.client.sync import Admin, Consumer, DanubeClient, Producer, Schemas
 
 __all__ = [
     "DEFAULT_URL",
@@ -68,10 +75,12 @@ __all__ = [
     "AsyncConsumer",
     "AsyncDanubeClient",
     "AsyncProducer",
+    "AsyncSchemas",
     "BadRequestError",
     "ClientError",
     "ClosedError",
     "Cluster",
+    "Compatibility",
     "ConflictError",
     "Consumer",
     "ConsumerOptions",
@@ -91,8 +100,11 @@ __all__ = [
     "ProducerOptions",
     "ProtocolError",
     "ReceivedMessage",
+    "Registered",
     "Retention",
     "RetryPolicy",
+    "SchemaVersion",
+    "Schemas",
     "SeekPartition",
     "SendResult",
     "ServerError",
@@ -103,6 +115,7 @@ __all__ = [
     "Topic",
     "TopicConfig",
     "TopicDescription",
+    "TopicSchema",
     "TransportError",
     "UnavailableError",
 ]

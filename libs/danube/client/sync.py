@@ -36,6 +36,15 @@ from danube.client.errors import ClosedError
 from danube.client.messages import Message, Payload, Position, ReceivedMessage, SendResult
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
+from danube.client.schemas import (
+    AsyncSchemas,
+    Compatibility,
+    Registered,
+    SchemaType,
+    SchemaVersion,
+    TopicSchema,
+    ValidationPolicy,
+)
 from danube.names import TopicName
 
 _T = TypeVar("_T")
@@ -106,6 +115,7 @@ class DanubeClient:
             raise
         self.url = url
         self.admin = Admin(self._portal, self._client.admin)
+        self.schemas = Schemas(self._portal, self._client.schemas)
         self._closed = False
 
     def __enter__(self) -> DanubeClient:
@@ -351,3 +361,102 @@ class Admin:
     ) -> list[SeekPartition]:
         """Move the subscription's cursor in every partition to ``position``."""
         return self._portal.call(self._admin.seek(topic, subscription, position))
+
+
+class Schemas:
+    """The blocking twin of :class:`~danube.client.schemas.AsyncSchemas`."""
+
+    def __init__(self, portal: _Portal, schemas: AsyncSchemas) -> None:
+        self._portal = portal
+        self._schemas = schemas
+
+    def register(
+        self, subject: str, schema_type: SchemaType, definition: str | bytes, **options: Any
+    ) -> Registered:
+        """Register a version (``description``, ``created_by``, ``tags``)."""
+        return self._portal.call(
+            self._schemas.register(subject, schema_type, definition, **options)
+        )
+
+    def get(self, schema_id: int, version: int | None = None) -> SchemaVersion:
+        """A version by schema id (the latest live one when ``version`` is None)."""
+        return self._portal.call(self._schemas.get(schema_id, version))
+
+    def latest(self, subject: str) -> SchemaVersion:
+        """The subject's newest live version."""
+        return self._portal.call(self._schemas.latest(subject))
+
+    def version(self, subject: str, version: int, *, deleted: bool = False) -> SchemaVersion:
+        """One version of the subject."""
+        return self._portal.call(self._schemas.version(subject, version, deleted=deleted))
+
+    def versions(self, subject: str) -> list[SchemaVersion]:
+        """The subject's live versions, oldest first."""
+        return self._portal.call(self._schemas.versions(subject))
+
+    def check(
+        self,
+        subject: str,
+        schema_type: SchemaType,
+        definition: str | bytes,
+        *,
+        mode: str | None = None,
+    ) -> Compatibility:
+        """Whether ``definition`` could be registered now."""
+        return self._portal.call(self._schemas.check(subject, schema_type, definition, mode=mode))
+
+    def delete_version(self, subject: str, version: int) -> None:
+        """Soft-delete a version."""
+        self._portal.call(self._schemas.delete_version(subject, version))
+
+    def mode(self, subject: str) -> str:
+        """The subject's compatibility mode."""
+        return self._portal.call(self._schemas.mode(subject))
+
+    def set_mode(self, subject: str, mode: str) -> str:
+        """Set the subject's compatibility mode."""
+        return self._portal.call(self._schemas.set_mode(subject, mode))
+
+    def subjects(self) -> list[str]:
+        """Every subject."""
+        return self._portal.call(self._schemas.subjects())
+
+    def bind_topic(
+        self,
+        topic: str | TopicName,
+        subject: str,
+        *,
+        validation_policy: ValidationPolicy = "none",
+        payload_validation: bool = False,
+    ) -> TopicSchema:
+        """Bind the topic to a subject with a validation policy."""
+        return self._portal.call(
+            self._schemas.bind_topic(
+                topic,
+                subject,
+                validation_policy=validation_policy,
+                payload_validation=payload_validation,
+            )
+        )
+
+    def topic_schema(self, topic: str | TopicName) -> TopicSchema:
+        """The topic's binding."""
+        return self._portal.call(self._schemas.topic_schema(topic))
+
+    def update_topic_policy(
+        self,
+        topic: str | TopicName,
+        *,
+        validation_policy: ValidationPolicy,
+        payload_validation: bool,
+    ) -> TopicSchema:
+        """Change a bound topic's validation policy."""
+        return self._portal.call(
+            self._schemas.update_topic_policy(
+                topic, validation_policy=validation_policy, payload_validation=payload_validation
+            )
+        )
+
+    def unbind_topic(self, topic: str | TopicName) -> None:
+        """Remove the topic's binding."""
+        self._portal.call(self._schemas.unbind_topic(topic))
