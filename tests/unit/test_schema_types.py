@@ -11,7 +11,13 @@ import fastavro
 import orjson
 import pytest
 
-from danube.schemas import InvalidSchemaError, compile_validator, parse_schema
+from danube.schemas import (
+    InvalidSchemaError,
+    compatibility_mode_of,
+    compile_validator,
+    parse_schema,
+    schema_type_of,
+)
 from danube.schemas.protobuf import message_class
 
 pytestmark = pytest.mark.unit
@@ -202,3 +208,14 @@ def test_fingerprints() -> None:
     p3 = parse_schema("protobuf", PROTO.replace("// @danube.message: Order\n", "").encode())
     assert p1.fingerprint == p2.fingerprint != p3.fingerprint
     assert parse_schema("string", b"").fingerprint != parse_schema("bytes", b"").fingerprint
+
+
+def test_danube_type_and_mode_names_are_accepted() -> None:
+    assert [schema_type_of(n) for n in ("JSON", "proto", "Int64", "double", "Avro")] == [
+        "json_schema",
+        "protobuf",
+        "number",
+        "number",
+        "avro",
+    ]
+    assert compatibility_mode_of("FULL_TRANSITIVE") == "full_transitive"

@@ -41,9 +41,10 @@ COMPATIBILITY_MODES: tuple[CompatibilityMode, ...] = get_args(CompatibilityMode)
 
 
 def compatibility_mode_of(value: str) -> CompatibilityMode:
-    """``value`` as a :data:`CompatibilityMode`; :class:`SchemaError` (``invalid_mode``)."""
+    """``value`` as a :data:`CompatibilityMode` (any case); :class:`SchemaError`
+    (``invalid_mode``)."""
     for known in COMPATIBILITY_MODES:
-        if value == known:
+        if value.lower() == known:
             return known
     raise SchemaError(
         f"compatibility mode {value!r} is not one of {list(COMPATIBILITY_MODES)}",

@@ -46,10 +46,26 @@ class ParsedSchema:
     model: Any
 
 
+# The other names Danube's protocol accepts for a type (case does not matter either).
+SCHEMA_TYPE_ALIASES: dict[str, SchemaType] = {
+    "json": "json_schema",
+    "proto": "protobuf",
+    "int64": "number",
+    "int": "number",
+    "float": "number",
+    "double": "number",
+}
+
+
 def schema_type_of(value: str) -> SchemaType:
-    """``value`` as a :data:`SchemaType`; :class:`InvalidSchemaError` if it is none."""
+    """``value`` as a :data:`SchemaType` (any case, or an alias of
+    :data:`SCHEMA_TYPE_ALIASES`); :class:`InvalidSchemaError` if it is none."""
+    name = value.lower()
+    alias = SCHEMA_TYPE_ALIASES.get(name)
+    if alias is not None:
+        return alias
     for known in SCHEMA_TYPES:
-        if value == known:
+        if name == known:
             return known
     raise InvalidSchemaError(
         schema_type=value, location="schema_type", reason=f"not one of {list(SCHEMA_TYPES)}"

@@ -76,7 +76,7 @@ def bad_request(exc: SchemaError) -> BadRequestError:
 
 def check_policy(value: str) -> ValidationPolicy:
     for known in VALIDATION_POLICIES:
-        if value == known:
+        if value.lower() == known:  # Danube's protocol takes any case
             return known
     raise BadRequestError(
         f"validation_policy {value!r} is not one of {list(VALIDATION_POLICIES)}",

@@ -202,7 +202,7 @@ class SchemaRegistry:
         not exist accepts anything."""
         if mode is not None:
             try:
-                compatibility_mode_of(mode)
+                mode = compatibility_mode_of(mode)
             except SchemaError as exc:
                 raise bad_request(exc) from exc
         parsed = await self._parse(schema_type, definition)
