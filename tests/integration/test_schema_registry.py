@@ -16,6 +16,9 @@ import httpx
 import pytest
 
 from danube.client import AsyncDanubeClient, ConflictError, DanubeClient, NotFoundError
+from danube.discovery.schemas import SchemaRegistry
+from danube.errors import DanubeError
+from danube.meta import MetaStore, TopicName
 
 pytestmark = pytest.mark.integration
 
@@ -346,3 +349,43 @@ async def test_cli_round_trip(consume_http: httpx.AsyncClient, tmp_path: Path) -
     assert "deleted" in err
     code, out, _ = await _danube("schemas", "get", "cli-users", "-s", url, "--json")
     assert json.loads(out)["version"] == 1
+
+
+async def test_registry_interface_on_etcd(store: MetaStore) -> None:
+    """The Python interface the produce path and the gRPC front door call, on etcd alone."""
+    registry = SchemaRegistry(store, default_mode="full")
+    schema = json.dumps(
+        {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    )
+    first = await registry.register("metrics", "JSON", schema.encode(), created_by="lead")
+    again = await registry.register("metrics", "json_schema", schema.encode())
+    assert (first.schema_id, first.version, first.is_new) == (again.schema_id, 1, True)
+    assert again.is_new is False
+    found = await registry.get(first.schema_id)
+    assert (found.subject, found.schema_type, found.compatibility_mode) == (
+        "metrics",
+        "json_schema",
+        "full",
+    )
+    check = await registry.validator(found)
+    assert check(b'{"n": 3}') is None
+    assert check(b'{"m": 3}') == "$: 'n' is a required property"
+    assert await registry.validator(found) is check  # cached
+    ok, errors = await registry.check("metrics", "json_schema", b'{"type": "string"}', "NONE")
+    assert (ok, errors) == (True, [])
+    ok, errors = await registry.check("metrics", "json_schema", b'{"type": "string"}')
+    assert not ok
+    assert errors[0].startswith("version 1 (backward): type_narrowed at $")
+    topic = TopicName("default", "metrics")
+    assert await registry.topic_schema(topic) is None
+    bound = await registry.bind_topic(
+        topic, "metrics", validation_policy="ENFORCE", payload_validation=True
+    )
+    assert (bound.validation_policy, bound.schema_id) == ("enforce", first.schema_id)
+    updated = await registry.update_topic_policy(
+        topic, validation_policy="warn", payload_validation=False
+    )
+    assert await registry.topic_schema(topic) == updated
+    with pytest.raises(DanubeError) as caught:
+        await registry.bind_topic(topic, "nope", validation_policy="none", payload_validation=False)
+    assert caught.value.code == "subject_not_found"

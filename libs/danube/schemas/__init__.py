@@ -23,12 +23,13 @@ from danube.schemas.types import (
     parse_schema,
     schema_type_of,
 )
-from danube.schemas.validate import Validator, compile_validator
+from danube.schemas.validate import VALIDATORS_CACHED, Validator, compile_validator
 
 __all__ = [
     "COMPATIBILITY_MODES",
     "DEFINITION_BYTES_MAX",
     "SCHEMA_TYPES",
+    "VALIDATORS_CACHED",
     "CompatibilityMode",
     "InvalidSchemaError",
     "ParsedSchema",

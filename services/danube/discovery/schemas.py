@@ -45,10 +45,13 @@ from danube.meta.records import (
 )
 from danube.names import InvalidNameError
 from danube.schemas import (
+    VALIDATORS_CACHED,
     ParsedSchema,
     SchemaError,
+    Validator,
     check_compatibility,
     compatibility_mode_of,
+    compile_validator,
     parse_schema,
 )
 
@@ -69,6 +72,7 @@ class SchemaRegistry:
         self._store = store
         self._default_mode = compatibility_mode_of(default_mode)
         self._parsed: OrderedDict[tuple[str, str], ParsedSchema] = OrderedDict()
+        self._validators: OrderedDict[tuple[str, str], Validator] = OrderedDict()
 
     # --- parsing (off the event loop: protoc runs as a child process) ------------------
 
@@ -89,6 +93,25 @@ class SchemaRegistry:
         else:
             self._parsed.move_to_end(key)
         return found
+
+    async def validator(self, found: SchemaVersion) -> Validator:
+        """The payload check of a version (:func:`danube.schemas.compile_validator`): built
+        off the event loop the first time (protobuf runs protoc), then from a cache."""
+        key = (found.schema_type, found.fingerprint)
+        check = self._validators.get(key)
+        if check is None:
+            try:
+                check = await asyncio.to_thread(
+                    compile_validator, found.schema_type, found.definition
+                )
+            except SchemaError as exc:
+                raise bad_request(exc) from exc
+            self._validators[key] = check
+            if len(self._validators) > VALIDATORS_CACHED:
+                self._validators.popitem(last=False)
+        else:
+            self._validators.move_to_end(key)
+        return check
 
     # --- reads -------------------------------------------------------------------------
 
