@@ -191,10 +191,9 @@ class SchemaRegistry:
         return await self.version(subject, version)
 
     async def subjects(self) -> list[str]:
-        """Every subject's name."""
-        prefix = meta_keys.SCHEMAS_PREFIX + "subjects/"
-        kvs = await self._store.range(prefix)
-        return [kv.key[len(prefix) : -len("/subject")] for kv in kvs if kv.key.endswith("/subject")]
+        """Every subject's name, sorted (read from the id keys, whose values are small)."""
+        kvs = await self._store.range(meta_keys.SCHEMAS_PREFIX + "ids/")
+        return sorted(kv.value.decode() for kv in kvs)
 
     # --- compatibility -------------------------------------------------------------------
 
