@@ -149,6 +149,13 @@ async def test_bad_requests(consume_http: httpx.AsyncClient) -> None:
     assert (no_id.status_code, no_id.json()["error"]["code"]) == (404, "schema_not_found")
     mode = await http.put("/v1/schemas/nobody/mode", json={"mode": "sideways"})
     assert mode.status_code == 400
+    # /versions/latest is not a version number: other methods are 405, and Allow says GET.
+    latest = await http.delete("/v1/schemas/s/versions/latest")
+    assert (latest.status_code, latest.headers["allow"]) == (405, "GET")
+    fresh = await http.post(
+        "/v1/schemas/fresh/compatibility", json={"schema_type": "string", "schema": ""}
+    )
+    assert fresh.json() == {"compatible": True, "mode": "backward", "errors": []}
 
 
 async def test_topic_binding(consume_http: httpx.AsyncClient) -> None:

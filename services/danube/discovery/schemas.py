@@ -74,6 +74,11 @@ class SchemaRegistry:
         self._parsed: OrderedDict[tuple[str, str], ParsedSchema] = OrderedDict()
         self._validators: OrderedDict[tuple[str, str], Validator] = OrderedDict()
 
+    @property
+    def default_mode(self) -> str:
+        """The mode of subjects that set none (``discovery.schema_compatibility``)."""
+        return self._default_mode
+
     # --- parsing (off the event loop: protoc runs as a child process) ------------------
 
     async def _parse(self, schema_type: str, definition: bytes) -> ParsedSchema:

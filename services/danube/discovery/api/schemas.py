@@ -177,14 +177,14 @@ async def check_compatibility(
     compatible, errors = await services.schemas.check(
         name, body.schema_type, _definition(body.schema_), body.mode
     )
-    mode = body.mode
+    mode: str | None = body.mode
     if mode is None:
         try:
-            mode = await services.schemas.mode(name)  # type: ignore[assignment]
-        except NotFoundError:
-            mode = None
+            mode = await services.schemas.mode(name)
+        except NotFoundError:  # a new subject: it would take the cluster's default
+            mode = services.schemas.default_mode
     return CompatibilityOut.model_validate(
-        {"compatible": compatible, "mode": mode or "none", "errors": errors}
+        {"compatible": compatible, "mode": mode, "errors": errors}
     )
 
 
