@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from danube.meta.failure_policy import FailurePolicy
 from danube.meta.keys import OFFSET_MAX, ServiceKind
 
 Offset = Annotated[int, Field(ge=0, le=OFFSET_MAX)]
@@ -159,11 +160,14 @@ class UploaderCheckpoint(_Record):
 
 
 class SubscriptionConfig(_Record):
-    """A subscription: its delivery type and where a cursor-less partition starts."""
+    """A subscription: its delivery type, where a cursor-less partition starts and its
+    failure policy."""
 
     type: SubscriptionType
     initial_position: Literal["latest", "earliest"] = "latest"
     created_ms: TimeMs
+    # None: the cluster's (danube.meta.failure_policy); set at the first attach or by admin.
+    failure_policy: FailurePolicy | None = None
 
 
 class SubscriptionCursor(_Record):

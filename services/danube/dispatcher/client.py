@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -19,6 +20,7 @@ from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError
 from danube.bus.subjects import DispatchOp
 from danube.dispatcher import protocol
 from danube.meta import TopicName
+from danube.meta.failure_policy import FailurePolicy
 from danube.meta.backoff import backoff_s
 
 _RETRY_BASE_S = 0.02
@@ -42,10 +44,16 @@ class DispatcherClient:
         *,
         type: str = "exclusive",
         start: protocol.StartPosition = "latest",
+        failure_policy: FailurePolicy | Mapping[str, Any] | None = None,
     ) -> str:
         """Attach a consumer; its consumer id. RemoteError ``subscription_taken`` when an
-        exclusive subscription already has its consumer."""
-        body = orjson.dumps({"consumer": consumer, "type": type, "start": start})
+        exclusive subscription already has its consumer. ``failure_policy`` is applied when
+        this attach creates the subscription; naming another one than an existing
+        subscription's is refused (RemoteError ``policy_conflict``), None keeps it."""
+        policy = _policy_body(failure_policy)
+        body = orjson.dumps(
+            {"consumer": consumer, "type": type, "start": start, "failure_policy": policy}
+        )
         reply = await self._request(topic, sub, DispatchOp.ATTACH, body, self.timeout_s)
         return str(orjson.loads(reply)["consumer_id"])
 
@@ -125,6 +133,19 @@ class DispatcherClient:
             return None
         return protocol.parse(reply.body, protocol.SubscriptionStats)
 
+    async def failure_policy(
+        self,
+        topic: TopicName,
+        sub: str,
+        policy: FailurePolicy | Mapping[str, Any] | None = None,
+    ) -> protocol.PolicyReply:
+        """Replace the subscription's failure policy with ``policy`` (applied at once by
+        the dispatcher serving it), or read it (None). RemoteError
+        ``subscription_not_found``; ``bad_request`` for a policy out of bounds."""
+        body = orjson.dumps({"policy": _policy_body(policy)})
+        reply = await self._request(topic, sub, DispatchOp.POLICY, body, self.timeout_s)
+        return protocol.parse(reply, protocol.PolicyReply)
+
     async def delete(self, topic: TopicName, sub: str) -> None:
         """Delete the subscription (consumers detached, config, cursors and owner key
         removed); the next attach creates it afresh."""
@@ -181,3 +202,13 @@ class DispatcherClient:
             await self.bus.request(
                 self.bus.subjects.subscription_ownership(topic, sub), b"", timeout_s=remaining_s
             )
+
+
+def _policy_body(policy: FailurePolicy | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A failure policy as a request body carries it (a mapping is checked first:
+    BadRequestError naming the bad field)."""
+    if policy is None:
+        return None
+    if not isinstance(policy, FailurePolicy):
+        policy = protocol.parse(orjson.dumps(dict(policy)), FailurePolicy)
+    return policy.model_dump(exclude_none=True)

@@ -6,7 +6,11 @@ Each message the subscription holds is an entry in exactly one state::
     fresh ──poll──> in_flight ──ack──> (gone; cursor acked)
                       │  ^
      ack timeout,     │  └──poll── ready <──due── scheduled
-     nack, detach ────┴──> (count + 1) ──> scheduled | ready | dead-lettered (count > max)
+     nack, detach ────┴──> (count + 1) ──> scheduled | ready | poison (count > max)
+
+A poison message is disposed of by the failure policy's ``poison_policy``: dead-lettered
+or dropped (the cursor moves past it), or ``blocked`` (held at the head of its partition:
+danube.dispatcher.poison).
 
 A consumer's window (``max_unacked_per_consumer``) counts the messages it was given and did
 not ack: in flight, and also those taken back from it by an ack timeout until they are
@@ -56,12 +60,13 @@ from danube.dispatcher.events import (
     Seek,
     Tick,
 )
-from danube.dispatcher.redelivery import DeliverySettings, redelivery_delay_s
+from danube.dispatcher.poison import BlockBook
+from danube.dispatcher.redelivery import DeliverySettings
 
 log = logging.getLogger(__name__)
 
 DeliveryType = Literal["exclusive", "shared", "failover"]
-_State = Literal["fresh", "in_flight", "scheduled", "ready"]
+_State = Literal["fresh", "in_flight", "scheduled", "ready", "blocked"]
 _Key = tuple[str, int]
 
 
@@ -133,6 +138,7 @@ class SubscriptionMachine:
         self._scheduled: list[tuple[float, int, str, int]] = []  # redeliveries not yet due
         self._ready: list[tuple[int, str, int]] = []  # due redeliveries, lowest offset first
         self._over_held = False
+        self._blocked = BlockBook()  # poison messages held at their partition's head
 
     # --- inspection ----------------------------------------------------------------------
 
@@ -168,6 +174,14 @@ class SubscriptionMachine:
         held = self._consumer(consumer_id).held
         return [key for key, entry in held.items() if entry.state == "in_flight"]
 
+    def blocked_at(self, partition: str) -> tuple[int, int] | None:
+        """``(offset, redelivery count)`` of the poison message ``partition`` is blocked at
+        (failure policy ``block``), ``None`` when it is not blocked."""
+        offset = self._blocked.boundary(partition)
+        if offset is None:
+            return None
+        return offset, self._entries[(partition, offset)].redelivery_count
+
     def cursor(self, partition: str) -> PartitionCursor:
         """The cursor of ``partition``."""
         return self._partition(partition).cursor
@@ -195,8 +209,13 @@ class SubscriptionMachine:
             for key, entry in consumer.held.items():
                 assert self._entries.get(key) is entry, f"{key} held but not an entry"
                 assert entry.consumer_id == consumer.consumer_id, f"{key} held by two"
+        for key in self._blocked.held():
+            assert self._entries[key].state == "blocked", f"{key} held but not blocked"
         for key, entry in self._entries.items():
             assert key == (entry.partition, entry.offset), f"{key} filed as {entry}"
+            if entry.state == "blocked":
+                assert entry.consumer_id is None, f"{key} blocked in a window"
+                assert not self._blocked.passable(*key), f"{key} blocked but not held"
             if entry.state == "fresh" or entry.consumer_id is None:
                 assert entry.state != "in_flight", f"{key} in flight to nobody"
                 continue
@@ -290,26 +309,36 @@ class SubscriptionMachine:
         self._promote(event.now_s)
         wanted = event.max_messages
         batch: list[Message] = []
+        # Due redeliveries past a blocked partition's poison message wait (poison.py).
+        held_back: list[tuple[list[tuple[int, str, int]], tuple[int, str, int]]] = []
         # Its own due redeliveries first: they are already counted in its window.
         while wanted > 0 and consumer.ready:
-            entry = self._due(heapq.heappop(consumer.ready))
-            if entry is not None and entry.consumer_id == consumer.consumer_id:
+            item = heapq.heappop(consumer.ready)
+            entry = self._due(item)
+            if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
+                held_back.append((consumer.ready, item))
+            elif entry is not None and entry.consumer_id == consumer.consumer_id:
                 batch.append(self._send(entry, consumer, event.now_s))
                 wanted -= 1
         # Then, as its window allows, other due redeliveries (the oldest messages of the
         # subscription), then fresh messages.
         room = min(wanted, self.settings.max_unacked_per_consumer - len(consumer.held))
         while room > 0 and self._ready:
-            entry = self._due(heapq.heappop(self._ready))
-            if entry is not None:
+            item = heapq.heappop(self._ready)
+            entry = self._due(item)
+            if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
+                held_back.append((self._ready, item))
+            elif entry is not None:
                 batch.append(self._send(entry, consumer, event.now_s))
                 room -= 1
+        for heap, item in held_back:
+            heapq.heappush(heap, item)
         idle, count = 0, len(self._order)
         while room > 0 and idle < count:
             name = self._order[self._next_partition]
             self._next_partition = (self._next_partition + 1) % count
             fresh = self._partitions[name].fresh
-            if not fresh:
+            if not fresh or self._blocked.boundary(name) is not None:
                 idle += 1
                 continue
             idle = 0
@@ -333,6 +362,7 @@ class SubscriptionMachine:
                 continue
             self._release(entry)
             del self._entries[key]
+            self._blocked.release(entry.partition, entry.offset)  # an operator's way out
             self._partitions[entry.partition].cursor.ack(entry.offset)
         if ignored:
             actions.append(NotInFlight(event.consumer_id, tuple(ignored)))
@@ -356,12 +386,7 @@ class SubscriptionMachine:
             entry = self._entries.get((name, offset))
             if entry is None or entry.stamp != stamp or entry.state != "in_flight":
                 continue
-            delay_s = redelivery_delay_s(
-                entry.redelivery_count,
-                base_s=self.settings.redelivery_base_s,
-                cap_s=self.settings.redelivery_max_s,
-                rng=self._rng,
-            )
+            delay_s = self.settings.delay_s(entry.redelivery_count, self._rng)
             # Still the consumer's (it may still work on it): counted in its window until
             # it is delivered again, so one that never acks is never given more.
             self._redeliver(entry, delay_s, now_s, actions, keep_window=True)
@@ -378,6 +403,7 @@ class SubscriptionMachine:
                 self._release(entry)
                 entry.stamp = -1  # heap items of a dropped entry must never match again
             partition.fresh.clear()
+            self._blocked.clear(name)
             partition.cursor.reset(offset)
             actions.append(ReadFrom(name, offset))
             self._flush(name, partition, event.now_s, actions)
@@ -418,16 +444,48 @@ class SubscriptionMachine:
         entry.redelivery_count += 1
         entry.stamp = self._new_stamp()
         if entry.redelivery_count > self.settings.max_redeliveries:
-            self._release(entry)
-            del self._entries[(entry.partition, entry.offset)]
-            self._partitions[entry.partition].cursor.ack(entry.offset)
-            actions.append(DeadLetter(entry.message()))
+            self._poison(entry, actions)
         elif delay_s <= 0:
             self._make_ready(entry)
         else:
             entry.state = "scheduled"
             due = now_s + delay_s
             heapq.heappush(self._scheduled, (due, entry.stamp, entry.partition, entry.offset))
+
+    def _poison(self, entry: _Entry, actions: list[Action]) -> None:
+        """Dispose of a message refused more than ``max_redeliveries`` times by the
+        failure policy: hold it at its partition's head, or move the cursor past it and
+        have it dead-lettered or dropped."""
+        self._release(entry)
+        if self.settings.poison_policy == "block":
+            entry.state = "blocked"
+            self._blocked.block(entry.partition, entry.offset)
+            return
+        del self._entries[(entry.partition, entry.offset)]
+        self._partitions[entry.partition].cursor.ack(entry.offset)
+        dispose: Literal["dead_letter", "drop"] = (
+            "drop" if self.settings.poison_policy == "drop" else "dead_letter"
+        )
+        actions.append(DeadLetter(entry.message(), dispose=dispose))
+
+    def apply_settings(self, settings: DeliverySettings) -> list[Action]:
+        """Take new limits (a failure policy changed) from now on: later deliveries and
+        ack timeouts use them (deadlines already set stay). Poison messages held under
+        ``block`` are judged again: delivered once more when the new maximum allows it,
+        disposed of when the new policy no longer blocks."""
+        self.settings = settings
+        actions: list[Action] = []
+        for key in list(self._blocked.held()):
+            entry = self._entries[key]
+            if entry.redelivery_count <= settings.max_redeliveries:
+                self._blocked.release(*key)
+                entry.stamp = self._new_stamp()
+                self._make_ready(entry)
+            elif settings.poison_policy != "block":
+                self._blocked.release(*key)
+                self._poison(entry, actions)
+        self._backpressure(actions)
+        return actions
 
     def _promote(self, now_s: float) -> None:
         scheduled = self._scheduled

@@ -33,6 +33,10 @@ async def subscription_stats(
         found = damage.get(str(partitions[name]))
         if found is not None:
             line = line.model_copy(update={"damaged": found.describe()})
+        blocked = machine.blocked_at(name)
+        if blocked is not None:
+            offset, count = blocked
+            line = line.model_copy(update={"blocked_offset": offset, "blocked_redeliveries": count})
         lines.append(line)
     consumers = [
         protocol.ConsumerStats(consumer_id=cid, name=name, unacked=unacked)
