@@ -17,6 +17,7 @@ from danube.frame import (
     MAX_KEY_BYTES,
     MAX_PRODUCER_NAME_BYTES,
 )
+from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
 from danube.meta.records import (
     PARTITIONS_MAX,
     REPLICAS_MAX,
@@ -171,6 +172,8 @@ class AttachRequest(_Request):
     name: Annotated[str, Field(min_length=1, max_length=128)]
     type: Literal["exclusive", "shared", "failover"] = "exclusive"
     start: Position = "latest"
+    # Applied when this attach creates the subscription; another one: 409 policy_conflict.
+    failure_policy: FailurePolicyIn | None = None
 
 
 class SeekRequest(_Request):
@@ -374,6 +377,8 @@ class SubscriptionPartitionOut(_Response):
     acked_beyond: int
     end_offset: int | None
     backlog: int | None
+    # A poison message holds the partition (failure policy "block"): its offset.
+    blocked_offset: int | None = None
 
 
 class SubscriptionConsumerOut(_Response):
@@ -395,6 +400,9 @@ class SubscriptionOut(_Response):
     backlog: int
     partitions: list[SubscriptionPartitionOut]
     consumers: list[SubscriptionConsumerOut]
+    # As set (null: the cluster's) and, when a dispatcher serves it, as in effect there.
+    failure_policy: FailurePolicy | None = None
+    effective_failure_policy: FailurePolicy | None = None
 
 
 class SubscriptionList(_Response):

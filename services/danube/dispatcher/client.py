@@ -20,8 +20,8 @@ from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError
 from danube.bus.subjects import DispatchOp
 from danube.dispatcher import protocol
 from danube.meta import TopicName
-from danube.meta.failure_policy import FailurePolicy
 from danube.meta.backoff import backoff_s
+from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
 
 _RETRY_BASE_S = 0.02
 _RETRY_CAP_S = 0.5
@@ -210,5 +210,5 @@ def _policy_body(policy: FailurePolicy | Mapping[str, Any] | None) -> dict[str, 
     if policy is None:
         return None
     if not isinstance(policy, FailurePolicy):
-        policy = protocol.parse(orjson.dumps(dict(policy)), FailurePolicy)
+        policy = protocol.parse(orjson.dumps(dict(policy)), FailurePolicyIn).stored()
     return policy.model_dump(exclude_none=True)

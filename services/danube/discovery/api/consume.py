@@ -15,6 +15,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from danube.discovery.api.failure_policy import check_dead_letter_topic
 from danube.discovery.api.params import (
     DISPATCHER_ID_CHARS_MAX,
     ConsumerId,
@@ -141,8 +142,10 @@ async def attach(
     start: protocol.StartPosition = (
         body.start if isinstance(body.start, str) else body.start.model_dump()
     )
+    policy = None if body.failure_policy is None else body.failure_policy.stored()
+    check_dead_letter_topic(name, policy)
     dispatcher_id = await services.dispatcher.attach(
-        name, sub, body.name, type=body.type, start=start
+        name, sub, body.name, type=body.type, start=start, failure_policy=policy
     )
     return AttachResponse(consumer_id=consumer_id(name, sub, dispatcher_id))
 
