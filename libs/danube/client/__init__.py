@@ -17,7 +17,10 @@
 
 from danube.client.admin import (
     AsyncAdmin,
+    Backoff,
     Cluster,
+    FailurePolicy,
+    FailurePolicyInfo,
     Lookup,
     Namespace,
     Retention,
@@ -67,6 +70,7 @@ __all__ = [
     "AsyncConsumer",
     "AsyncDanubeClient",
     "AsyncProducer",
+    "Backoff",
     "BadRequestError",
     "ClientError",
     "ClosedError",
@@ -76,6 +80,8 @@ __all__ = [
     "ConsumerOptions",
     "DanubeClient",
     "DeadlineExceededError",
+    "FailurePolicy",
+    "FailurePolicyInfo",
     "InvalidArgumentError",
     "InvalidMessageError",
     "Lookup",

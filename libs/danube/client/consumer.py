@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -62,6 +63,9 @@ class ConsumerOptions:
     reattach: bool = True
     reconnect_timeout_s: float = 60.0
     attach_timeout_s: float = 30.0
+    # The failure policy of a subscription this attach creates (docs/http-api.md), as
+    # FailurePolicy.body() gives it; another one than an existing subscription's: 409.
+    failure_policy: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.name) <= 128:
@@ -83,7 +87,10 @@ class ConsumerOptions:
 
     def attach_body(self) -> dict[str, Any]:
         """The attach request's body."""
-        return {"name": self.name, "type": self.type, "start": position_json(self.start)}
+        body = {"name": self.name, "type": self.type, "start": position_json(self.start)}
+        if self.failure_policy is not None:
+            body["failure_policy"] = dict(self.failure_policy)
+        return body
 
 
 class AsyncConsumer:
