@@ -5,7 +5,7 @@ build a policy are shared with ``danube consume`` (a new subscription's policy).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -31,6 +31,12 @@ class Poison(StrEnum):
     drop = "drop"
     dead_letter = "dead-letter"
 
+
+_POISON: dict[Poison, Literal["block", "drop", "dead_letter"]] = {
+    Poison.block: "block",
+    Poison.drop: "drop",
+    Poison.dead_letter: "dead_letter",
+}
 
 # Bounds as the server's (danube.meta.failure_policy); it answers 400 past them anyway.
 MaxRedeliveries = Annotated[
@@ -84,7 +90,7 @@ def build_policy(
         )
         if backoff_set
         else None,
-        poison_policy=None if poison is None else poison.value.replace("-", "_"),  # type: ignore[arg-type]
+        poison_policy=None if poison is None else _POISON[poison],
         dead_letter_topic=dead_letter_topic,
     )
     return policy if policy.body() else None
