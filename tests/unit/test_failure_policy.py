@@ -27,7 +27,7 @@ from danube.dispatcher.events import (
 )
 from danube.dispatcher.policy_admin import check_attach
 from danube.dispatcher.redelivery import DeliverySettings, cluster_policy, resolve_policy
-from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
+from danube.meta.failure_policy import Backoff, FailurePolicy, FailurePolicyIn
 from danube.meta.records import SubscriptionConfig
 
 pytestmark = pytest.mark.unit
@@ -83,8 +83,8 @@ def test_a_stored_policy_ignores_fields_it_does_not_know() -> None:
         b'{"max_redeliveries": 3, "future": 1, "backoff": {"jitter": 0.5}}}'
     )
     assert config.failure_policy == FailurePolicy(
-        max_redeliveries=3, backoff={"kind": "exponential"}
-    )  # type: ignore[arg-type]
+        max_redeliveries=3, backoff=Backoff(kind="exponential")
+    )
 
 
 def test_unset_fields_take_the_cluster_config() -> None:
@@ -102,12 +102,12 @@ def test_unset_fields_take_the_cluster_config() -> None:
     assert (defaults.poison_policy, defaults.dead_letter_topic) == ("dead_letter", None)
     some = resolve_policy(
         cluster,
-        FailurePolicy(max_redeliveries=1, backoff={"kind": "fixed"}),  # type: ignore[arg-type]
+        FailurePolicy(max_redeliveries=1, backoff=Backoff(kind="fixed")),
     )
     assert (some.max_redeliveries, some.ack_timeout_ms) == (1, 12_500)
     assert (some.backoff_kind, some.backoff_base_ms) == ("fixed", 250)
     # A base above the cluster's maximum (max unset) raises the maximum to it.
-    high = resolve_policy(cluster, FailurePolicy(backoff={"base_ms": 20_000}))  # type: ignore[arg-type]
+    high = resolve_policy(cluster, FailurePolicy(backoff=Backoff(base_ms=20_000)))
     assert (high.backoff_base_ms, high.backoff_max_ms) == (20_000, 20_000)
     settings = DeliverySettings.from_config(
         cluster, FailurePolicy(ack_timeout_ms=500, poison_policy="block")
