@@ -49,6 +49,7 @@ pytestmark = pytest.mark.unit
         ({"poison_policy": "ignore"}, "poison_policy"),
         ({"dead_letter_topic": "no-slash"}, "dead_letter_topic"),
         ({"dead_letter_topic": "/a/b/c"}, "dead_letter_topic"),
+        ({"dead_letter_topic": "/default/t-part-1"}, "dead_letter_topic"),
         ({"max_redelivery": 2}, "max_redelivery"),  # misspelt: refused, not ignored
         ({"backoff": {"kind": "fixed", "base": 2}}, "backoff.base"),
     ],

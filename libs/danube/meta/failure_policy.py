@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from danube.names import InvalidNameError, TopicName
 
 MAX_REDELIVERIES_MAX = 1000
 ACK_TIMEOUT_MS_MIN = 100
@@ -35,6 +37,17 @@ PoisonPolicy = Literal["block", "drop", "dead_letter"]
 BackoffKind = Literal["fixed", "exponential"]
 # "/ns/topic": the dead-letter topic, unpartitioned (checked again as a TopicName where used).
 TOPIC_PATTERN = r"^/[A-Za-z0-9_-]{1,64}/[A-Za-z0-9_-]{1,128}$"
+
+
+def _dead_letter_topic(name: str) -> str:
+    """``name`` if it is a topic a dead letter may go to: a valid name, not a partition."""
+    try:
+        topic = TopicName.parse(name)
+    except InvalidNameError as exc:
+        raise ValueError(exc.message) from exc
+    if topic.partition is not None:
+        raise ValueError(f"{name} is a partition; name its topic (dead-letter topics are whole)")
+    return name
 
 
 class _Policy(BaseModel):
@@ -66,7 +79,9 @@ class FailurePolicy(_Policy):
     )
     backoff: Backoff | None = None
     poison_policy: PoisonPolicy | None = None
-    dead_letter_topic: Annotated[str, Field(pattern=TOPIC_PATTERN)] | None = None
+    dead_letter_topic: (
+        Annotated[str, Field(pattern=TOPIC_PATTERN), AfterValidator(_dead_letter_topic)] | None
+    ) = None
 
     def resolve(self, defaults: ResolvedPolicy) -> ResolvedPolicy:
         """Every field, the unset ones from ``defaults`` (the cluster's). A ``base_ms``
