@@ -1,13 +1,17 @@
 """Failure policies over HTTP on real NATS and etcd (ingest, dispatcher, discovery in-process):
 poison messages dropped, dead-lettered to a named topic, or blocking their partition until
-acked or skipped; a policy replaced on a live subscription; attach conflicts and bad values."""
+acked or skipped; a policy replaced on a live subscription; attach conflicts and bad values;
+the `danube` command's failure-policy get/set and consume options."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.integration.test_cli import _danube, _url
 
 pytestmark = pytest.mark.integration
 
@@ -192,3 +196,52 @@ async def test_a_policy_put_applies_to_the_live_subscription_and_attach_conflict
     own = await http.put(path, json={"dead_letter_topic": "/default/live"})
     assert _error(own) == (400, "bad_request")
     assert (await http.get(path)).json()["policy"]["max_redeliveries"] == 5
+
+
+async def test_failure_policy_set_by_consume_then_get_and_set_by_admin(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    url = _url(consume_http)
+    assert (await _danube("produce", "-s", url, "-t", "pol", "-m", "x", "-c", "1", "-q"))[0] == 0
+    code, _, err = await _danube(
+        "consume", "-s", url, "-t", "pol", "-m", "s", "--start", "earliest", "-c", "1",
+        "--max-redeliveries", "3", "--poison", "drop",
+    )  # fmt: skip
+    assert code == 0, err
+    get = ("admin", "subscriptions", "failure-policy", "get", "pol", "s", "-s", url, "--json")
+    code, out, err = await _danube(*get)
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["policy"]["max_redeliveries"], shown["policy"]["poison_policy"]) == (3, "drop")
+    assert shown["effective"]["dead_letter_topic"] == "/default/pol-dlq"
+
+    code, _, err = await _danube(
+        "admin", "subscriptions", "failure-policy", "set", "pol", "s", "-s", url,
+        "--poison", "dead-letter", "--dead-letter-topic", "/default/bad-pol",
+        "--backoff", "fixed", "--backoff-base-ms", "250", "--ack-timeout-ms", "5000",
+    )  # fmt: skip
+    assert code == 0, err
+    code, out, err = await _danube(*get)
+    policy = json.loads(out)["policy"]
+    assert policy["max_redeliveries"] is None  # set replaces: back to the cluster's
+    assert (policy["poison_policy"], policy["dead_letter_topic"]) == (
+        "dead_letter",
+        "/default/bad-pol",
+    )
+    assert policy["backoff"] == {"kind": "fixed", "base_ms": 250, "max_ms": None}
+    assert policy["ack_timeout_ms"] == 5000
+    code, out, err = await _danube(*get[:-1])  # the table
+    assert code == 0, err
+    assert "dead_letter" in out
+
+    code, _, err = await _danube(
+        "consume", "-s", url, "-t", "pol", "-m", "s", "-c", "1", "--timeout", "2",
+        "--max-redeliveries", "9",
+    )  # fmt: skip
+    assert code == 1
+    assert "policy_conflict" in err
+    code, _, err = await _danube(
+        "admin", "subscriptions", "failure-policy", "get", "pol", "nope", "-s", url
+    )
+    assert code == 1
+    assert "subscription_not_found" in err
