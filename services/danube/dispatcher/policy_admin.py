@@ -20,6 +20,7 @@ from danube.dispatcher.errors import PolicyConflictError
 from danube.dispatcher.events import Action
 from danube.dispatcher.redelivery import DeliverySettings, resolve_policy
 from danube.dispatcher.store import SubscriptionStore
+from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
 
@@ -32,6 +33,8 @@ class Served(Protocol):
     store: SubscriptionStore
     config: DispatcherConfig
     stored_config: SubscriptionConfig | None
+    dropped: int
+    dead_lettered: int
 
     def check_serving(self) -> None:
         """NotOwnerError once it is being deleted or stopped."""
@@ -59,6 +62,27 @@ def effective(served: Served, policy: FailurePolicy | None) -> FailurePolicy:
     return resolved
 
 
+def _policy(served: Served) -> FailurePolicy | None:
+    return None if served.stored_config is None else served.stored_config.failure_policy
+
+
+def dead_letter_target(served: Served, partition: TopicName) -> TopicName:
+    """Where a poison message of ``partition`` is dead-lettered under the current policy."""
+    policy = _policy(served)
+    named = None if policy is None else policy.dead_letter_topic
+    return dead_letter_topic(partition, served.config.dead_letter_suffix, named)
+
+
+def with_policy(served: Served, stats: protocol.SubscriptionStats) -> protocol.SubscriptionStats:
+    """``stats`` with the policy in effect and the poison messages let go so far."""
+    update = {
+        "failure_policy": effective(served, _policy(served)),
+        "dropped": served.dropped,
+        "dead_lettered": served.dead_lettered,
+    }
+    return stats.model_copy(update=update)
+
+
 def check_attach(stored: SubscriptionConfig, requested: FailurePolicy | None) -> None:
     """An attach may repeat the subscription's policy or leave it out, not change it."""
     if requested is None or requested == stored.failure_policy:
@@ -74,7 +98,7 @@ async def read(served: Served) -> protocol.PolicyReply:
     """The policy as stored and in effect; SubscriptionNotFoundError before the first attach."""
     served.check_serving()
     served.subscription()
-    policy = None if served.stored_config is None else served.stored_config.failure_policy
+    policy = _policy(served)
     return protocol.PolicyReply(policy=policy, effective=effective(served, policy))
 
 

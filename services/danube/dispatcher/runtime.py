@@ -344,14 +344,7 @@ class SubscriptionRuntime:
         self.check_serving()
         machine = self.subscription()
         found = await subscription_stats(self.ingest, machine, self._partitions, self.damage)
-        policy = None if self.stored_config is None else self.stored_config.failure_policy
-        return found.model_copy(
-            update={
-                "failure_policy": policy_admin.effective(self, policy),
-                "dropped": self.dropped,
-                "dead_lettered": self.dead_lettered,
-            }
-        )
+        return policy_admin.with_policy(self, found)
 
     async def delete(self) -> None:
         """Delete the subscription: detach every consumer, stop reading, delete its keys
@@ -463,9 +456,7 @@ class SubscriptionRuntime:
             deadletter.drop(partition, message.offset, message.redelivery_count)
             self.dropped += 1
             return
-        policy = None if self.stored_config is None else self.stored_config.failure_policy
-        named = None if policy is None else policy.dead_letter_topic
-        topic = deadletter.dead_letter_topic(partition, self.config.dead_letter_suffix, named)
+        topic = policy_admin.dead_letter_target(self, partition)
         try:
             await deadletter.send_dead_letter(
                 self.store, self.ingest, partition, message.offset, _bytes(message.payload), topic
