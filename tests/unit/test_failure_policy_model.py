@@ -1,12 +1,14 @@
 """The per-subscription failure policy: its bounds, defaults from the cluster config, the
 fixed and exponential backoff schedules, and the machine's poison policies (block, drop,
-dead_letter) including a policy changed on a live subscription."""
+dead_letter) including a policy changed on a live subscription; a property test of block."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from danube.config import DispatcherConfig
@@ -265,3 +267,66 @@ def test_ack_timeouts_follow_the_policy_timeout_and_fixed_backoff() -> None:
     m.handle(Tick(3.0))  # timed out again: fixed, again 2 s
     assert _poll(m, now_s=4.99) == []
     assert _poll(m, now_s=5.0) == [(0, 2)]
+
+
+_block_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["feed", "poll", "poll", "nack", "nack", "ack", "tick"]),
+        st.integers(0, 1),  # consumer
+        st.integers(0, 11),  # offset (ack) or how many to feed
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(script=_block_ops)
+def test_nothing_at_or_past_a_block_is_delivered_and_acks_lift_it(
+    script: list[tuple[str, int, int]],
+) -> None:
+    settings_ = DeliverySettings(
+        max_redeliveries=0, poison_policy="block", ack_timeout_s=1.0, redelivery_base_s=0.5
+    )
+    m = SubscriptionMachine(
+        "shared", {"p0": PartitionCursor(0), "p1": PartitionCursor(0)}, settings_
+    )
+    for cid in ("c0", "c1"):
+        m.handle(ConsumerAttached(cid, cid))
+    fed = {"p0": 0, "p1": 0}
+    now_s = 0.0
+    for op, who, n in script:
+        cid = f"c{who}"
+        before = {p: m.blocked_at(p) for p in fed}
+        if op == "feed":
+            for partition in fed:
+                start = fed[partition]
+                offsets = range(start, start + n % 4)
+                m.handle(MessagesAvailable(partition, [(o, b"x") for o in offsets]))
+                fed[partition] = start + n % 4
+        elif op == "poll":
+            for action in m.handle(Poll(cid, 3, now_s)):
+                for msg in action.messages if isinstance(action, Deliver) else ():
+                    blocked = before[msg.partition]
+                    assert blocked is None or msg.offset < blocked[0], (msg, blocked)
+        elif op == "nack":
+            held = m.in_flight(cid)
+            if held:
+                m.handle(Nack(cid, held[:1], 0, now_s))
+        elif op == "ack":
+            poison = [(p, at[0]) for p, at in before.items() if at is not None]
+            if poison and n % 2 == 0:  # an operator acks the poison message itself
+                m.handle(Ack(cid, poison[:1]))
+                event("an ack lifted a block")
+                assert m.blocked_at(poison[0][0]) != before[poison[0][0]]
+            else:
+                m.handle(Ack(cid, [("p0", n), ("p1", n)]))
+        else:
+            now_s += 0.6
+            m.handle(Tick(now_s))
+        m.validate()
+        for partition in fed:
+            at = m.blocked_at(partition)
+            if at is not None:
+                event("a partition blocked")
+                assert at[1] == 1  # blocked after 1 + max_redeliveries refusals
+                assert m.cursor(partition).next_offset <= at[0]  # the cursor never passes it
