@@ -462,7 +462,11 @@ def subscriptions_skip(
     ] = None,
     to: Annotated[
         int | None,
-        typer.Option("--to", help="The offset to go on from; omitted: past the damaged range."),
+        typer.Option(
+            "--to",
+            help="The offset to go on from; omitted: past the damaged range (or the poison "
+            "message blocking the partition at its cursor).",
+        ),
     ] = None,
     service_addr: ServiceAddr = "http://127.0.0.1:6650",
     json_out: Json = False,
