@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 
 DANUBE = str(Path(sys.executable).parent / "danube")
 COMMAND_TIMEOUT_S = 90.0
+ONE = {"messages": [{"payload": "x"}]}
 
 
 async def _danube(*args: str) -> tuple[int, str, str]:
@@ -259,3 +260,63 @@ async def test_admin_subscriptions_list_seek_delete(consume_http: httpx.AsyncCli
     code, _, err = await _danube("admin", "subscriptions", "delete", "subs", "s", "-s", url)
     assert code == 1
     assert "subscription_not_found" in err
+
+
+async def test_produce_with_an_exclusive_session_and_list_producers(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    url, topic = _url(consume_http), "/default/excl"
+    async with (
+        AsyncDanubeClient(url) as client,
+        client.producer(topic, name="holder", access_mode="exclusive") as holder,
+    ):
+        assert (await holder.send_and_wait("first")).offset == 0
+        # The SDK producer holds the topic: the command is refused, and so is a bare produce.
+        code, _, err = await _danube(
+            "produce", "-s", url, "-t", topic, "-m", "x", "--access-mode", "exclusive"
+        )
+        assert code == 1
+        assert "exclusive_producer" in err
+        fenced = await consume_http.post("/v1/topics/default/excl/messages", json=ONE)
+        assert (fenced.status_code, fenced.json()["error"]["code"]) == (409, "producer_fenced")
+
+        code, out, err = await _danube("admin", "topics", "producers", topic, "-s", url, "--json")
+        assert code == 0, err
+        listed = json.loads(out)
+        assert [(p["producer_id"], p["name"], p["access_mode"]) for p in listed] == [
+            (holder.producer_id, "holder", "exclusive")
+        ]
+    # Closed with the producer: the command now takes the topic, and lets it go at the end.
+    code, out, err = await _danube(
+        "produce", "-s", url, "-t", topic, "-m", "x", "-c", "3", "--access-mode", "exclusive",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines() == [f"{topic} {i}" for i in range(1, 4)]
+    assert "producer session" in err
+    assert (await consume_http.get("/v1/topics/default/excl/producers")).json() == {"producers": []}
+
+
+async def test_consume_key_shared_with_key_filters(consume_http: httpx.AsyncClient) -> None:
+    url = _url(consume_http)
+    messages = [{"payload": f"m{i}", "key": ("user-1", "order-1")[i % 2]} for i in range(6)]
+    produced = await consume_http.post(
+        "/v1/topics/default/ks-cli/messages", json={"messages": messages}
+    )
+    assert produced.status_code == 200, produced.text
+    code, out, err = await _danube(
+        "consume", "-s", url, "-t", "/default/ks-cli", "-m", "ks", "--start", "earliest",
+        "--sub-type", "key-shared", "--key-filter", "user-*", "--key-filter", "eu-?",
+        "-c", "3", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "(key_shared," in err
+    got = [json.loads(line) for line in out.splitlines()]
+    assert [(m["offset"], m["key"]) for m in got] == [(0, "user-1"), (2, "user-1"), (4, "user-1")]
+    listed = await consume_http.get("/v1/topics/default/ks-cli/subscriptions")
+    assert [s["type"] for s in listed.json()["subscriptions"]] == ["key_shared"]
+
+    code, _, err = await _danube(
+        "consume", "-s", url, "-t", "/default/ks-cli", "-m", "other", "--key-filter", "a*",
+    )  # fmt: skip
+    assert code != 0
+    assert "--key-filter needs --sub-type key-shared" in err

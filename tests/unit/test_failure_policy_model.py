@@ -27,6 +27,7 @@ from danube.dispatcher.events import (
     Seek,
     Tick,
 )
+from danube.dispatcher.keyed import KeySharedMachine
 from danube.dispatcher.policy_admin import check_attach
 from danube.dispatcher.redelivery import DeliverySettings, cluster_policy, resolve_policy
 from danube.meta.failure_policy import Backoff, FailurePolicy, FailurePolicyIn
@@ -330,3 +331,33 @@ def test_nothing_at_or_past_a_block_is_delivered_and_acks_lift_it(
                 event("a partition blocked")
                 assert at[1] == 1  # blocked after 1 + max_redeliveries refusals
                 assert m.cursor(partition).next_offset <= at[0]  # the cursor never passes it
+
+
+def test_under_key_shared_a_poison_message_blocks_only_its_key() -> None:
+    settings_ = DeliverySettings(max_redeliveries=0, poison_policy="block")
+    m = KeySharedMachine(
+        {"p0": PartitionCursor(0)},
+        settings_,
+        key_of=lambda payload: payload[0] if isinstance(payload, tuple) else None,
+    )
+    m.handle(ConsumerAttached("c", "c"))
+    keys = ["a", "b", "a", "b", None]
+    m.handle(MessagesAvailable("p0", [(i, (k, i)) for i, k in enumerate(keys)]))
+
+    def take(count: int) -> list[int]:
+        actions = m.handle(Poll("c", count, 0.0))
+        m.validate()
+        return [msg.offset for a in actions if isinstance(a, Deliver) for msg in a.messages]
+
+    assert take(1) == [0]  # key a's first
+    m.handle(Nack("c", [("p0", 0)], 0, 0.0))  # refused once past the maximum: blocks key a
+    m.validate()
+    assert m.blocked_at("p0") == (0, 1)
+    # Key a waits behind its poison message; key b and the keyless one go on.
+    assert sorted(take(10)) == [1, 3, 4]
+    m.handle(Ack("c", [("p0", 1), ("p0", 3), ("p0", 4)]))
+    assert take(10) == []
+    m.handle(Ack("c", [("p0", 0)]))  # handled out of band: key a goes on
+    m.validate()
+    assert m.blocked_at("p0") is None
+    assert take(10) == [2]

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from danube.cli import failure_policy
 from danube.cli._common import Json, ServiceAddr, err, out, parse_position, print_json, run
+from danube.cli.producers_table import producers_table
 from danube.client import AsyncAdmin, AsyncDanubeClient, Retention
 from danube.client.admin import Namespace, Subscription, TopicDescription
 
@@ -81,7 +82,7 @@ def _when(ms: int) -> str:
 
 
 @app.command()
-def cluster(service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False) -> None:
+def cluster(service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False) -> None:
     """Registered nodes by service kind, and the controller's leader."""
 
     async def call(admin: AsyncAdmin) -> None:
@@ -118,7 +119,7 @@ def _show_namespace(found: Namespace, json_out: bool) -> None:
 
 @namespaces.command("list")
 def namespaces_list(
-    service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
     """Every namespace."""
 
@@ -135,7 +136,7 @@ def namespaces_list(
 
 @namespaces.command("get")
 def namespaces_get(
-    namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
     """One namespace's policy."""
 
@@ -171,7 +172,7 @@ def _policy(
 @namespaces.command("create")
 def namespaces_create(
     namespace: str,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     max_topics: MaxTopics = None,
     retention_minutes: RetentionMinutes = None,
     retention_mb: RetentionMb = None,
@@ -194,7 +195,7 @@ def namespaces_create(
 @namespaces.command("update")
 def namespaces_update(
     namespace: str,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     max_topics: MaxTopics = None,
     retention_minutes: RetentionMinutes = None,
     retention_mb: RetentionMb = None,
@@ -215,7 +216,7 @@ def namespaces_update(
 
 
 @namespaces.command("delete")
-def namespaces_delete(namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:6650") -> None:
+def namespaces_delete(namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:8080") -> None:
     """Delete an empty namespace."""
 
     async def call(admin: AsyncAdmin) -> None:
@@ -231,7 +232,7 @@ def namespaces_delete(namespace: str, service_addr: ServiceAddr = "http://127.0.
 @topics.command("list")
 def topics_list(
     namespace: Annotated[str, typer.Argument(help="The namespace.")] = "default",
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """The topics of a namespace."""
@@ -250,7 +251,7 @@ def topics_list(
 @topics.command("create")
 def topics_create(
     topic: TopicArg,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     partitions: Annotated[int, typer.Option("--partitions", "-p", min=0, max=1024)] = 0,
     dispatch: Annotated[Dispatch, typer.Option(help="WAL + cloud, or in memory.")] = (
         Dispatch.reliable
@@ -325,9 +326,9 @@ def _opt(value: Any) -> str:
 
 @topics.command("describe")
 def topics_describe(
-    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
-    """Config, partitions with owners and offsets, subscriptions."""
+    """Config, partitions with owners and offsets, subscriptions, producers."""
 
     async def call(admin: AsyncAdmin) -> None:
         found = await admin.describe_topic(topic)
@@ -342,12 +343,30 @@ def topics_describe(
         out.print(_describe_table(found))
         if found.subscriptions:
             out.print(_subscriptions_table(found.subscriptions))
+        if found.producers:
+            out.print(producers_table(found.producers))
 
     _admin("topics describe", service_addr, call)
 
 
+@topics.command("producers")
+def topics_producers(
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+) -> None:
+    """The open producer sessions of a topic: id, name, access mode."""
+
+    async def call(admin: AsyncAdmin) -> None:
+        found = await admin.producers(topic)
+        if json_out:
+            print_json([producer.model_dump() for producer in found])
+        else:
+            out.print(producers_table(found))
+
+    _admin("topics producers", service_addr, call)
+
+
 @topics.command("delete")
-def topics_delete(topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650") -> None:
+def topics_delete(topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080") -> None:
     """Delete a topic, its WAL and its subscriptions."""
 
     async def call(admin: AsyncAdmin) -> None:
@@ -359,7 +378,7 @@ def topics_delete(topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1
 
 @topics.command("lookup")
 def topics_lookup(
-    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
     """The partitions of a topic and who owns each."""
 
@@ -401,7 +420,7 @@ def _subscriptions_table(found: list[Subscription]) -> Table:
 
 @subscriptions.command("list")
 def subscriptions_list(
-    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
     """The subscriptions of a topic: type, backlog, consumers (--json: cursors too)."""
 
@@ -419,7 +438,7 @@ def subscriptions_list(
 def subscriptions_delete(
     topic: TopicArg,
     subscription: Annotated[str, typer.Argument(help="The subscription.")],
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
 ) -> None:
     """Delete a subscription (its consumers are detached, its cursors removed)."""
 
@@ -435,7 +454,7 @@ def subscriptions_seek(
     topic: TopicArg,
     subscription: Annotated[str, typer.Argument(help="The subscription.")],
     to: Annotated[str, typer.Option("--to", help="earliest, latest, an offset or ts:<unix ms>.")],
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """Move a subscription's cursor in every partition (unacked messages are dropped)."""
@@ -468,7 +487,7 @@ def subscriptions_skip(
             "message blocking the partition at its cursor).",
         ),
     ] = None,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """Skip offsets of one partition on purpose (a range no copy holds intact): they are
@@ -494,7 +513,7 @@ def partitions_skip_upload(
         int | None,
         typer.Option("--to", help="The offset uploads go on from; omitted: past the damage."),
     ] = None,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """Let a partition's uploads go on past the damaged WAL range they stopped at (shown by
@@ -525,7 +544,7 @@ def partitions_move(
         bool,
         typer.Option("--unclean", help="Give up what only the old replicas held (they are gone)."),
     ] = False,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """Give a partition with no leader left a new replica set (docs/replication.md)."""

@@ -29,6 +29,7 @@ class SubType(StrEnum):
     exclusive = "exclusive"
     shared = "shared"
     failover = "failover"
+    key_shared = "key-shared"
 
 
 class Mode(StrEnum):
@@ -41,13 +42,20 @@ def consume(
     subscription: Annotated[
         str, typer.Option("--subscription", "-m", help="Subscription name (created if new).")
     ],
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     consumer_name: Annotated[
         str, typer.Option("--consumer", "-n", help="This consumer's name (logs, stats).")
     ] = "danube-cli",
     sub_type: Annotated[
         SubType, typer.Option("--sub-type", help="Subscription type of a new subscription.")
     ] = SubType.exclusive,
+    key_filters: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--key-filter",
+            help="key-shared only: take only keys matching this glob (user-*, eu-?); repeatable.",
+        ),
+    ] = None,
     start: Annotated[
         str,
         typer.Option(
@@ -80,6 +88,10 @@ def consume(
     """Consume messages from a subscription; prints and acks each one. The failure policy
     options are those of a new subscription (as ``admin subscriptions failure-policy set``);
     naming another policy than an existing subscription's is refused."""
+    if key_filters and sub_type is not SubType.key_shared:
+        raise typer.BadParameter(
+            "--key-filter needs --sub-type key-shared", param_hint="--key-filter"
+        )
     policy = fp.build_policy(
         max_redeliveries,
         ack_timeout_ms,
@@ -96,7 +108,8 @@ def consume(
             topic,
             subscription,
             name=consumer_name,
-            sub_type=sub_type.value,
+            sub_type=sub_type.value.replace("-", "_"),
+            key_filters=tuple(key_filters or ()),
             start=parse_position(start, "--start"),
             count=count,
             mode=mode.value,
@@ -115,6 +128,7 @@ async def _consume(
     *,
     name: str,
     sub_type: str,
+    key_filters: tuple[str, ...],
     start: Start,
     count: int | None,
     mode: str,
@@ -131,6 +145,7 @@ async def _consume(
             subscription,
             name=name,
             type=sub_type,
+            key_filters=key_filters,
             start=start,
             mode=mode,
             attach_timeout_s=timeout_s,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -18,9 +19,14 @@ COUNT_MAX = 10_000_000
 WINDOW = 10_000
 
 
+class AccessMode(StrEnum):
+    shared = "shared"
+    exclusive = "exclusive"
+
+
 def produce(
     topic: Topic,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     message: Annotated[
         str | None, typer.Option("--message", "-m", help="The message text.")
     ] = None,
@@ -65,6 +71,14 @@ def produce(
         typer.Option("--timeout", min=0.1, max=3600, help="Retry a batch for at most this (s)."),
     ] = 10.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
+    access_mode: Annotated[
+        AccessMode | None,
+        typer.Option(
+            "--access-mode",
+            help="Hold a producer session while producing; exclusive: refused while another "
+            "producer is connected, and fences every other producer until it ends.",
+        ),
+    ] = None,
 ) -> None:
     """Produce messages to a topic; prints `<partition> <offset>` per message."""
     if (message is None) == (file is None):
@@ -87,6 +101,7 @@ def produce(
             timeout_s=timeout_s,
             quiet=quiet,
             create=partitions is not None or not reliable,
+            access_mode=None if access_mode is None else access_mode.value,
         ),
     )
 
@@ -114,6 +129,7 @@ async def _produce(
     timeout_s: float,
     quiet: bool,
     create: bool,
+    access_mode: Literal["shared", "exclusive"] | None = None,
 ) -> None:
     async with AsyncDanubeClient(url) as client:
         if create:
@@ -133,9 +149,12 @@ async def _produce(
             dispatch=dispatch,
             linger_ms=0 if interval_s else 5,
             send_timeout_s=timeout_s,
+            access_mode=access_mode,
         )
         started = time.monotonic()
-        async with producer:
+        async with producer:  # opens the session (if any) now, closes it at the end
+            if producer.producer_id is not None:
+                err.print(f"producer session {producer.producer_id} ({access_mode})")
             if interval_s:
                 for index in range(count):
                     if index:

@@ -192,13 +192,23 @@ class SeekPartition(_Model):
     offset: int
 
 
+class ProducerInfo(_Model):
+    """An open producer session of a topic (docs/producers.md)."""
+
+    producer_id: str
+    name: str
+    access_mode: Literal["shared", "exclusive"]
+    created_ms: int
+
+
 class TopicDescription(_Model):
-    """Config, partitions (owner, offsets) and subscriptions of a topic."""
+    """Config, partitions (owner, offsets), subscriptions and producers of a topic."""
 
     name: str
     config: TopicConfig
     partitions: list[PartitionInfo]
     subscriptions: list[Subscription] = []
+    producers: list[ProducerInfo] = []
 
 
 class Lookup(_Model):
@@ -351,6 +361,11 @@ class AsyncAdmin:
         answer = await self._call("GET", f"/v1/topics/{_topic_path(topic)}/subscriptions")
         return _parse(_SubscriptionList, answer.body, "subscriptions").subscriptions
 
+    async def producers(self, topic: str | TopicName) -> list[ProducerInfo]:
+        """The open producer sessions of a topic."""
+        answer = await self._call("GET", f"/v1/topics/{_topic_path(topic)}/producers")
+        return _parse(_ProducerList, answer.body, "producers").producers
+
     async def delete_subscription(self, topic: str | TopicName, subscription: str) -> None:
         """Delete a subscription: its consumers are detached, its cursors removed;
         NotFoundError ``subscription_not_found``."""
@@ -451,6 +466,10 @@ class Move(_Model):
     unclean: bool
     continues_at: int | None = None
     given_up_from: int | None = None
+
+
+class _ProducerList(_Model):
+    producers: list[ProducerInfo]
 
 
 class _SubscriptionList(_Model):

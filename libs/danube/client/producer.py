@@ -13,6 +13,13 @@ in flight send faster but two batches may then be stored in either order.
 
 The queue is bounded (``max_pending_messages``): ``send()`` waits for room when it is full,
 so a producer faster than the server slows down rather than growing memory.
+
+Access mode (docs/producers.md): with ``access_mode`` set (``"shared"`` or ``"exclusive"``)
+the producer holds a producer session while it is open: opened by ``async with`` or the
+first ``send()`` (:class:`ConflictError` when the topic refuses it), kept alive by its own
+task, sent with every batch, closed by :meth:`AsyncProducer.close`. Once the server says
+the session is gone, every later batch fails with that error. Without an access mode there
+is no session, as before.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any, Literal
 import orjson
 
 from danube.client._http import HttpCore
+from danube.client._producer_session import AccessMode, ProducerSession
 from danube.client.batch import Accumulator
 from danube.client.errors import ClientError, ClosedError, InvalidArgumentError, ProtocolError
 from danube.client.messages import (
@@ -64,6 +72,8 @@ class ProducerOptions:
     max_inflight_batches: int = 1
     send_timeout_s: float = 30.0
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    # None: no producer session; "shared" / "exclusive": hold one (see the module docstring).
+    access_mode: AccessMode | None = None
 
     def __post_init__(self) -> None:
         check_producer_name(self.name)
@@ -74,6 +84,10 @@ class ProducerOptions:
         _check("max_inflight_batches", self.max_inflight_batches, 1, 64)
         _check("send_timeout_s", self.send_timeout_s, 0.001, 3600)
         _check("max_payload_bytes", self.max_payload_bytes, 1, 64 * 1024 * 1024)
+        if self.access_mode not in (None, "shared", "exclusive"):
+            raise InvalidArgumentError(
+                f"access_mode must be shared or exclusive, not {self.access_mode!r}"
+            )
 
 
 def _check(name: str, value: float, low: float, high: float) -> None:
@@ -95,15 +109,9 @@ class AsyncProducer:
         self.options = options
         self._http = http
         self._path = f"/v1/topics/{topic_path(topic)}/messages"
-        self._head = b"".join(
-            (
-                b'{"producer":',
-                orjson.dumps(options.name),
-                b',"dispatch":',
-                orjson.dumps(options.dispatch),
-                b',"messages":[',
-            )
-        )
+        self._head = _head(options, None)
+        self._session: ProducerSession | None = None
+        self._opening = asyncio.Lock()
         self._queue: Accumulator[_Pending] = Accumulator(
             max_messages=options.batch_max_messages,
             max_bytes=options.batch_max_bytes - _BODY_OVERHEAD_BYTES,
@@ -117,7 +125,33 @@ class AsyncProducer:
         self._sender: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> AsyncProducer:
+        await self.open()
         return self
+
+    async def open(self) -> str | None:
+        """Open the producer session if the producer has an access mode (once); its id.
+        :class:`ConflictError` ``exclusive_producer`` / ``producer_exists`` when refused."""
+        if self.options.access_mode is None:
+            return None
+        async with self._opening:
+            if self._closing:
+                raise ClosedError(f"producer of {self.topic} is closed")
+            if self._session is None:
+                self._session = await ProducerSession.open(
+                    self._http, self.topic, self.options.name, self.options.access_mode
+                )
+                self._head = _head(self.options, self._session.producer_id)
+            return self._session.producer_id
+
+    @property
+    def producer_id(self) -> str | None:
+        """The producer session's id, once opened."""
+        return None if self._session is None else self._session.producer_id
+
+    @property
+    def session_error(self) -> ClientError | None:
+        """Why the producer session ended (every later batch fails with it), if it did."""
+        return None if self._session is None else self._session.lost
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
@@ -153,6 +187,8 @@ class AsyncProducer:
         """:meth:`send` of a message :meth:`encode` made."""
         if self._closing:
             raise ClosedError(f"producer of {self.topic} is closed")
+        if self._session is None and self.options.access_mode is not None:
+            await self.open()
         await self._room.acquire()
         if self._closing:
             self._room.release()
@@ -197,8 +233,14 @@ class AsyncProducer:
             return
         self._closing = True
         self._wake.set()
-        if self._sender is not None:
-            await asyncio.shield(self._sender)
+        try:
+            if self._sender is not None:
+                await asyncio.shield(self._sender)
+        finally:
+            async with self._opening:
+                session, self._session = self._session, None
+            if session is not None:
+                await session.close()
 
     @property
     def pending(self) -> int:
@@ -255,6 +297,8 @@ class AsyncProducer:
         try:
             content = b"".join((self._head, b",".join(p.body for p in batch), b"]}"))
             try:
+                if self._session is not None and self._session.lost is not None:
+                    raise self._session.lost
                 answer = await self._http.request_retrying(
                     "POST", self._path, content=content, timeout_s=self.options.send_timeout_s
                 )
@@ -269,6 +313,16 @@ class AsyncProducer:
                     pending.future.set_result(result)
         finally:
             inflight.release()
+
+
+def _head(options: ProducerOptions, producer_id: str | None) -> bytes:
+    """The produce body up to the messages."""
+    parts = [b'{"producer":', orjson.dumps(options.name), b',"dispatch":']
+    parts.append(orjson.dumps(options.dispatch))
+    if producer_id is not None:
+        parts += [b',"producer_id":', orjson.dumps(producer_id)]
+    parts.append(b',"messages":[')
+    return b"".join(parts)
 
 
 def _results(answer: Any, count: int) -> list[SendResult]:

@@ -23,6 +23,7 @@ from danube.client.admin import (
     Durability,
     Lookup,
     Namespace,
+    ProducerInfo,
     Retention,
     SeekPartition,
     Subscription,
@@ -296,6 +297,10 @@ class Admin:
     def delete_namespace(self, ns: str) -> None:
         """Delete an empty namespace."""
         self._portal.call(self._admin.delete_namespace(ns))
+
+    def producers(self, topic: str | TopicName) -> list[ProducerInfo]:
+        """The open producer sessions of a topic."""
+        return self._portal.call(self._admin.producers(topic))
 
     def topics(self, ns: str = "default") -> list[str]:
         """The topics of a namespace."""

@@ -14,6 +14,8 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     subscriptions/<ns>/<topic>/<sub>/config                SubscriptionConfig
     subscriptions/<ns>/<topic>/<sub>/owner                 Owner        (dispatcher node + epoch)
     subscriptions/<ns>/<topic>/<sub>/cursors/<partition>   SubscriptionCursor
+    producers/<ns>/<topic>/<producer_id>                   ProducerRecord (session lease)
+    producers/<ns>/<topic>/exclusive                       producer id  (session lease)
     nodes/<kind>/<node_id>                                 NodeRecord   (leased)
     elections/<name>                                       candidate id (leased)
 
@@ -49,6 +51,9 @@ RETENTION_ELECTION = "retention"
 
 NAMESPACES_PREFIX = "namespaces/"
 SUBSCRIPTIONS_PREFIX = "subscriptions/"
+PRODUCERS_PREFIX = "producers/"
+# The record of a topic's exclusive producer; producer ids are hex, so never this word.
+EXCLUSIVE_PRODUCER = "exclusive"
 NODES_PREFIX = "nodes/"
 ELECTIONS_PREFIX = "elections/"
 
@@ -227,8 +232,10 @@ def subscription_cursors_prefix(topic: TopicName, subscription: str) -> str:
 
 
 def subscription_cursor_key(topic: TopicName, subscription: str, partition: TopicName) -> str:
-    """``subscriptions/<ns>/<t>/<sub>/cursors/<p>``: the subscription's position in ``p``."""
-    if partition.parent != topic:
+    """``subscriptions/<ns>/<t>/<sub>/cursors/<p>``: the subscription's position in ``p`` (a
+    partition of ``t``, or ``t`` itself: a subscription of one partition, as Danube's clients
+    make them, reads only it)."""
+    if partition != topic and partition.parent != topic:
         raise InvalidNameError(
             kind="partition", value=str(partition), reason=f"not a partition of {topic}"
         )
@@ -243,6 +250,37 @@ def parse_subscription_key(key: str) -> tuple[TopicName, str, str]:
             kind="subscription key", value=key, reason="not subscriptions/<ns>/<t>/<sub>/..."
         )
     return TopicName(parts[1], parts[2]), validate_segment("subscription", parts[3]), parts[4]
+
+
+# --- producer sessions: one key per session, plus the exclusive holder's --------------
+
+
+def producers_prefix(topic: TopicName) -> str:
+    """Every producer session of a topic (and its exclusive holder key)."""
+    return PRODUCERS_PREFIX + _segments(topic) + "/"
+
+
+def producer_key(topic: TopicName, producer_id: str) -> str:
+    """``producers/<ns>/<t>/<producer_id>``: one producer session, on the session's lease."""
+    if producer_id == EXCLUSIVE_PRODUCER:
+        raise InvalidNameError(kind="producer id", value=producer_id, reason="reserved")
+    return producers_prefix(topic) + validate_segment("producer id", producer_id)
+
+
+def exclusive_producer_key(topic: TopicName) -> str:
+    """``producers/<ns>/<t>/exclusive``: the id of the topic's exclusive producer, on that
+    producer's session lease (it vanishes with the session)."""
+    return producers_prefix(topic) + EXCLUSIVE_PRODUCER
+
+
+def parse_producer_key(key: str) -> tuple[TopicName, str]:
+    """The topic and last segment (a producer id, or ``exclusive``) of a producer key."""
+    parts = key.split("/")
+    if len(parts) != 4 or parts[0] != "producers":
+        raise InvalidNameError(
+            kind="producer key", value=key, reason="not producers/<ns>/<t>/<producer_id>"
+        )
+    return TopicName(parts[1], parts[2]), validate_segment("producer id", parts[3])
 
 
 # --- nodes and elections ---------------------------------------------------------------

@@ -24,6 +24,9 @@ Dispatch = Literal["reliable", "non_reliable"]
 # fsync on the WAL's periodic cadence (a crash may lose the last interval).
 Durability = Literal["fsync", "interval"]
 SubscriptionType = Literal["exclusive", "shared", "failover", "key_shared"]
+# Shared: any number of producers; exclusive: one, refusing every other (docs/producers.md).
+AccessMode = Literal["shared", "exclusive"]
+PRODUCER_NAME_CHARS_MAX = 256
 
 
 class _Record(BaseModel):
@@ -115,6 +118,15 @@ class PartitionState(_Record):
     # Set only by an operator's unclean move (docs/replication.md): the replicas of ``isr``
     # start an empty log at this offset and one of them claims; that claim clears it.
     restart_at: Offset | None = None
+
+
+class ProducerRecord(_Record):
+    """An open producer session (``producers/<ns>/<t>/<id>``), on the session's lease: it
+    lives as long as its client keeps the lease alive through any discovery instance."""
+
+    name: Annotated[str, Field(min_length=1, max_length=PRODUCER_NAME_CHARS_MAX)]
+    access_mode: AccessMode
+    created_ms: TimeMs
 
 
 class NodeRecord(_Record):

@@ -199,7 +199,7 @@ class MetaStore:
     async def commit(self, txn: Txn) -> TxnResult:
         """Send a transaction built with :meth:`txn`."""
         for op in (*txn.success, *txn.failure):
-            if isinstance(op, PutOp) and op.lease is not None:
+            if isinstance(op, PutOp) and isinstance(op.lease, Lease):
                 op.lease.ensure_alive()
         request = build_request(txn, self._key)
         response = await self._etcd.kv("txn", "Txn", request)
@@ -289,6 +289,19 @@ class MetaStore:
             yield granted
         finally:
             await granted.revoke()
+
+    async def grant_bare_lease(self, ttl_s: int) -> tuple[int, float]:
+        """Grant a lease that nobody here keeps alive; return its id and granted TTL. Its
+        holder (a producer session's client) refreshes it with :meth:`refresh_lease`
+        through whichever instance it reaches; :meth:`close` leaves it alone."""
+        if not 1 <= ttl_s <= LEASE_TTL_MAX_S:
+            raise MetaRequestError(f"lease ttl_s must be in 1..{LEASE_TTL_MAX_S}, not {ttl_s}")
+        lease_id, granted_ttl_s = await self._etcd.grant_lease(ttl_s)
+        return lease_id, float(granted_ttl_s)
+
+    async def refresh_lease(self, lease_id: int) -> float:
+        """Refresh a lease by id once; the TTL etcd restarted (<= 0: the lease is gone)."""
+        return await self._etcd.keep_alive_once(lease_id)
 
     async def revoke_lease(self, lease_id: int) -> bool:
         """Revoke a lease by id (its keys vanish); ``False`` if etcd no longer had it."""

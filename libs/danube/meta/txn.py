@@ -43,13 +43,16 @@ class Compare:
     target: CompareTarget
     op: CompareOp
     operand: bytes | int
+    prefix: bool = False  # every key under ``key`` must satisfy it (none: as if absent)
 
 
 @dataclass(frozen=True, slots=True)
 class PutOp:
     key: str
     value: bytes
-    lease: Lease | None = None
+    # A kept-alive Lease (checked alive before sending), or the bare id of a lease someone
+    # else keeps alive (a producer session: its client refreshes it through any instance).
+    lease: Lease | int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +108,16 @@ class Txn:
 
     # --- compares ------------------------------------------------------------------
 
-    def _compare(self, key: str, target: CompareTarget, op: CompareOp, operand: bytes | int) -> Txn:
-        _append(self.compares, Compare(key, target, op, operand), "compares")
+    def _compare(
+        self,
+        key: str,
+        target: CompareTarget,
+        op: CompareOp,
+        operand: bytes | int,
+        *,
+        prefix: bool = False,
+    ) -> Txn:
+        _append(self.compares, Compare(key, target, op, operand, prefix), "compares")
         return self
 
     def if_value(self, key: str, op: CompareOp, value: bytes) -> Txn:
@@ -137,9 +148,14 @@ class Txn:
         """The key exists."""
         return self.if_create_revision(key, ">", 0)
 
+    def if_prefix_empty(self, prefix: str) -> Txn:
+        """No key exists under ``prefix`` (etcd compares every key of the range, and an
+        empty range as one absent key)."""
+        return self._compare(prefix, "create_revision", "==", 0, prefix=True)
+
     # --- ops -------------------------------------------------------------------------
 
-    def then_put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Txn:
+    def then_put(self, key: str, value: bytes, *, lease: Lease | int | None = None) -> Txn:
         """Write ``key`` if the compares hold (attached to ``lease`` if given)."""
         _append(self.success, PutOp(key, check_value(key, value), lease), "then ops")
         return self
@@ -154,7 +170,7 @@ class Txn:
         _append(self.success, GetOp(key, prefix), "then ops")
         return self
 
-    def else_put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Txn:
+    def else_put(self, key: str, value: bytes, *, lease: Lease | int | None = None) -> Txn:
         """Write ``key`` if a compare fails."""
         _append(self.failure, PutOp(key, check_value(key, value), lease), "else ops")
         return self
@@ -198,8 +214,10 @@ def build_request(txn: Txn, full_key: Callable[[str], bytes]) -> Any:
     compares = []
     for c in txn.compares:
         target, field = _TARGETS[c.target]
+        key = full_key(c.key)
         pb = rpc.Compare(
-            key=full_key(c.key),
+            key=key,
+            range_end=prefix_range_end(key) if c.prefix else b"",
             result=getattr(rpc.Compare, _RESULTS[c.op]),
             target=getattr(rpc.Compare, target),
         )
@@ -216,7 +234,8 @@ def _request_op(op: Op, full_key: Callable[[str], bytes]) -> Any:
     rpc = aetcd.rpc
     key = full_key(op.key)
     if isinstance(op, PutOp):
-        lease_id = 0 if op.lease is None else op.lease.id
+        lease = op.lease
+        lease_id = lease if isinstance(lease, int) else 0 if lease is None else lease.id
         return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=op.value, lease=lease_id))
     range_end = prefix_range_end(key) if op.prefix else b""
     if isinstance(op, DeleteOp):

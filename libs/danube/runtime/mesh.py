@@ -104,7 +104,10 @@ def plan_mesh(
         for index in range(scale.get(service, 1)):
             specs.append(_service_spec(settings, service, index, data_dir, config_path))
     if any(spec.name.startswith("discovery") for spec in specs):
-        urls["http"] = f"http://{settings.discovery.host}:{settings.discovery.port}"
+        discovery = settings.discovery
+        urls["http"] = f"http://{discovery.host}:{discovery.port}"
+        if discovery.grpc_enabled:
+            urls["grpc"] = f"http://{discovery.host}:{discovery.grpc_port}"
     return MeshPlan(specs, urls)
 
 
@@ -118,9 +121,11 @@ def _service_spec(
         # The file the supervisor read, whatever $DANUBE_CONFIG says: every process reads it.
         env[CONFIG_PATH_ENV] = str(config_path.resolve())
     if service == "discovery":
-        # The public API's port is fixed; replicas beyond the first get free ports.
+        # The public APIs' ports are fixed; replicas beyond the first get free ports.
         port = settings.discovery.port if index == 0 else free_port()
         env[f"{section}__PORT"] = str(port)
+        if index > 0:  # and so is the gRPC API's
+            env[f"{section}__GRPC_PORT"] = str(free_port())
         ready_url = f"http://{settings.discovery.host}:{port}/readyz"
     else:
         port = free_port()

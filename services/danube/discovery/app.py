@@ -16,7 +16,9 @@ from danube.config import DanubeSettings
 from danube.discovery.api import Services, build_app
 from danube.discovery.catalog import Catalog
 from danube.discovery.controller import Controller
+from danube.discovery.grpc_api.server import GrpcServer
 from danube.discovery.produce import Limits, Producer
+from danube.discovery.producers import ProducerSessions
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import Lease, MetaError, MetaStore
@@ -63,6 +65,14 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         producer = Producer(
             bus, catalog, Limits.from_settings(settings), max_inflight=config.max_inflight_produce
         )
+        producers = ProducerSessions(
+            store,
+            catalog,
+            ttl_s=config.producer_session_ttl_s,
+            auto_create=config.auto_create_topics,
+        )
+        # Exclusive holders are known before the first produce is served.
+        producers_revision = await producers.load()
         services = Services(
             node_id=node_id,
             bus=bus,
@@ -73,6 +83,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             # One deadline for the data path: a consume call gets what a produce gets,
             # claims and retries included (a poll: its own wait plus a 2 s margin).
             dispatcher=DispatcherClient(bus, timeout_s=config.produce_timeout_s),
+            producers=producers,
             objects=ObjectStore.from_config(settings.wal_cloud.cloud),
             objects_root=settings.wal_cloud.uploader.root_prefix,
             streams=StreamSlots(config.max_streams),
@@ -102,13 +113,22 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 **uvicorn_limits(config),
             )
         )
+        grpc_server = None
+        if config.grpc_enabled:  # Danube's client API (docs/grpc-api.md)
+            grpc_server = GrpcServer(
+                services, producers, config, max_message_bytes=config.max_body_bytes
+            )
+            await grpc_server.start()
         address = f"{config.host}:{config.port}"
         await register_node(store, "discovery", node_id, address, lease)
         leaving = asyncio.Event()  # tells the controller to resign, however we leave
         async with asyncio.TaskGroup() as tg:
             http = tg.create_task(_serve_http(server), name="http")
+            if grpc_server is not None:
+                grpc_reaper = tg.create_task(grpc_server.run(), name="grpc-clients")
             tg.create_task(_announce_health(server, http, node_id, config.host), name="health")
             tg.create_task(controller.run(leaving), name="controller")
+            producer_view = tg.create_task(producers.follow(producers_revision), name="producers")
             registration = tg.create_task(
                 _stay_registered(store, node_id, address, lease, config.lease_ttl_s, leaving),
                 name="registration",
@@ -121,6 +141,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 wait.cancel()
             leaving.set()
             registration.cancel()
+            producer_view.cancel()
+            if grpc_server is not None:
+                grpc_reaper.cancel()
+                await grpc_server.stop()
             server.should_exit = True
     finally:
         await store.close()  # revokes the lease: our registration goes at once

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from danube.discovery.producer_models import ProducerId, ProducerOut
 from danube.frame import (
     MAX_ATTRIBUTE_NAME_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
@@ -34,6 +35,8 @@ PRODUCE_MESSAGES_CAP = 100_000
 Encoding = Literal["utf8", "base64"]
 # The dispatcher's own limits (danube.dispatcher.protocol), checked here for a clean 400.
 ACK_MESSAGES_CAP = 100_000
+KEY_FILTERS_MAX = 32
+KEY_FILTER_CHARS_MAX = 256
 NACK_DELAY_MS_CAP = 24 * 3600 * 1000
 # Credits one flow frame of a consumer stream may grant.
 FLOW_CREDITS_CAP = 10_000
@@ -121,6 +124,9 @@ class ProduceRequest(_Request):
     messages: Annotated[list[MessageIn], Field(min_length=1, max_length=PRODUCE_MESSAGES_CAP)]
     producer: Annotated[str, Field(max_length=MAX_PRODUCER_NAME_BYTES)] = "http"
     dispatch: Dispatch = "reliable"
+    # The producer session sending (docs/producers.md): required to produce to a topic held
+    # by an exclusive producer, which must be this one. Not a keep-alive.
+    producer_id: ProducerId | None = None
 
 
 class StartOffset(_Request):
@@ -170,10 +176,21 @@ class AttachRequest(_Request):
     ``start`` matter to the first attach, which creates the subscription."""
 
     name: Annotated[str, Field(min_length=1, max_length=128)]
-    type: Literal["exclusive", "shared", "failover"] = "exclusive"
+    type: Literal["exclusive", "shared", "failover", "key_shared"] = "exclusive"
     start: Position = "latest"
+    # key_shared only: glob patterns (fnmatch: *, ?, [...]) of the keys this consumer takes.
+    key_filters: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=KEY_FILTER_CHARS_MAX)]],
+        Field(max_length=KEY_FILTERS_MAX),
+    ] = []
     # Applied when this attach creates the subscription; another one: 409 policy_conflict.
     failure_policy: FailurePolicyIn | None = None
+
+    @model_validator(mode="after")
+    def _filters_need_key_shared(self) -> AttachRequest:
+        if self.key_filters and self.type != "key_shared":
+            raise ValueError(f"key_filters are for key_shared subscriptions, not {self.type}")
+        return self
 
 
 class SeekRequest(_Request):
@@ -482,6 +499,7 @@ class TopicDetail(_Response):
     config: TopicConfigOut
     partitions: list[PartitionDetail]
     subscriptions: list[SubscriptionOut]
+    producers: list[ProducerOut] = []
 
 
 class LookupOut(_Response):

@@ -44,16 +44,21 @@ class DispatcherClient:
         *,
         type: str = "exclusive",
         start: protocol.StartPosition = "latest",
+        key_filters: Sequence[str] = (),
         failure_policy: FailurePolicy | Mapping[str, Any] | None = None,
     ) -> str:
         """Attach a consumer; its consumer id. RemoteError ``subscription_taken`` when an
-        exclusive subscription already has its consumer. ``failure_policy`` is applied when
-        this attach creates the subscription; naming another one than an existing
-        subscription's is refused (RemoteError ``policy_conflict``), None keeps it."""
+        exclusive subscription already has its consumer. ``key_filters`` (glob patterns, only
+        with ``type="key_shared"``): the keys it takes; none, every key. ``failure_policy``
+        is applied when this attach creates the subscription; naming another one than an
+        existing subscription's is refused (RemoteError ``policy_conflict``), None keeps it."""
+        fields: dict[str, object] = {"consumer": consumer, "type": type, "start": start}
+        if key_filters:
+            fields["key_filters"] = list(key_filters)
         policy = _policy_body(failure_policy)
-        body = orjson.dumps(
-            {"consumer": consumer, "type": type, "start": start, "failure_policy": policy}
-        )
+        if policy is not None:
+            fields["failure_policy"] = policy
+        body = orjson.dumps(fields)
         reply = await self._request(topic, sub, DispatchOp.ATTACH, body, self.timeout_s)
         return str(orjson.loads(reply)["consumer_id"])
 

@@ -22,6 +22,7 @@ from danube.discovery.api import (
     failures,
     partitions,
     produce,
+    producers,
     stream,
     subscriptions,
 )
@@ -79,6 +80,7 @@ def build_app(
     failures.install(app)
     app.include_router(admin.router)
     app.include_router(produce.router)
+    app.include_router(producers.router)
     app.include_router(consume.router)
     app.include_router(stream.router)
     app.include_router(subscriptions.router)

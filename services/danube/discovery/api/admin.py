@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body, Response
 
 from danube.bus import Bus, BusError
 from danube.discovery.api.params import Namespace, Topic
+from danube.discovery.api.producers import producers_of
 from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.api.subscriptions import list_subscriptions
 from danube.discovery.catalog import user_topic
@@ -249,7 +250,11 @@ async def describe_topic(ns: Namespace, topic: Topic, services: ServicesDep) -> 
     ends = {p: offset.next_offset for p, offset in zip(names, offsets, strict=True)}
     subs = await list_subscriptions(services, name, names, ends)
     return TopicDetail(
-        name=str(name), config=_config_out(config), partitions=partitions, subscriptions=subs
+        name=str(name),
+        config=_config_out(config),
+        partitions=partitions,
+        subscriptions=subs,
+        producers=await producers_of(services.producers, name),
     )
 
 

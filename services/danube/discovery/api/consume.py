@@ -145,7 +145,13 @@ async def attach(
     policy = None if body.failure_policy is None else body.failure_policy.stored()
     check_dead_letter_topic(name, policy)
     dispatcher_id = await services.dispatcher.attach(
-        name, sub, body.name, type=body.type, start=start, failure_policy=policy
+        name,
+        sub,
+        body.name,
+        type=body.type,
+        start=start,
+        key_filters=body.key_filters,
+        failure_policy=policy,
     )
     return AttachResponse(consumer_id=consumer_id(name, sub, dispatcher_id))
 

@@ -52,3 +52,4 @@ ConsumerId = Annotated[
         json_schema_extra={"pattern": CONSUMER_ID_PATTERN, "minLength": 7},
     ),
 ]
+ProducerIdParam = Annotated[str, _segment("A producer session's id, as its open answered.")]

@@ -16,6 +16,9 @@ router = APIRouter(prefix="/v1")
 async def produce(
     ns: Namespace, topic: Topic, body: ProduceRequest, services: ServicesDep
 ) -> ProduceResponse:
-    """Store a batch of messages; one ``{partition, offset}`` per message, in order."""
+    """Store a batch of messages; one ``{partition, offset}`` per message, in order. 409
+    ``producer_fenced`` while an exclusive producer other than ``producer_id`` holds the
+    topic."""
     name = user_topic(ns, topic)
+    await services.producers.check(name, body.producer_id)
     return ProduceResponse(results=await services.producer.produce(name, body))

@@ -1,0 +1,77 @@
+"""Producer session routes: ``/v1/topics/{ns}/{topic}/producers[/{id}[/keepalive]]``
+(docs/producers.md). The logic is :class:`~danube.discovery.producers.ProducerSessions`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from danube.discovery.api.params import Namespace, ProducerIdParam, Topic
+from danube.discovery.api.state import ServicesDep
+from danube.discovery.catalog import user_topic
+from danube.discovery.errors import NotFoundError
+from danube.discovery.producer_models import ProducerList, ProducerOpen, ProducerOpened, ProducerOut
+from danube.discovery.producers import ProducerSessions
+from danube.meta import TopicName
+from danube.names import validate_segment
+
+router = APIRouter(prefix="/v1")
+
+
+@router.post("/topics/{ns}/{topic}/producers", status_code=201, response_model=ProducerOpened)
+async def open_producer(
+    ns: Namespace, topic: Topic, body: ProducerOpen, services: ServicesDep
+) -> ProducerOpened:
+    """Open a producer session (creating the topic when auto-creation is on); 409
+    ``exclusive_producer`` while an exclusive producer holds the topic, 409
+    ``producer_exists`` for an exclusive one while any producer is connected."""
+    session = await services.producers.open(
+        user_topic(ns, topic), body.name, access_mode=body.access_mode
+    )
+    return ProducerOpened(
+        producer_id=session.producer_id,
+        access_mode=session.access_mode,
+        session_ttl_ms=int(session.ttl_s * 1000),
+    )
+
+
+@router.post("/topics/{ns}/{topic}/producers/{producer_id}/keepalive", status_code=204)
+async def keepalive_producer(
+    ns: Namespace, topic: Topic, producer_id: ProducerIdParam, services: ServicesDep
+) -> Response:
+    """Keep the session alive for another TTL; 404 ``producer_not_found`` once it is gone
+    (expired, closed, or removed with its topic): open a new one."""
+    name = user_topic(ns, topic)
+    if not await services.producers.keepalive(name, validate_segment("producer id", producer_id)):
+        raise NotFoundError(
+            f"producer {producer_id} has no session on {name}", code="producer_not_found"
+        )
+    return Response(status_code=204)
+
+
+@router.delete("/topics/{ns}/{topic}/producers/{producer_id}", status_code=204)
+async def close_producer(
+    ns: Namespace, topic: Topic, producer_id: ProducerIdParam, services: ServicesDep
+) -> Response:
+    """Close the session at once (idempotent: a session already gone is not an error)."""
+    name = user_topic(ns, topic)
+    await services.producers.close(name, validate_segment("producer id", producer_id))
+    return Response(status_code=204)
+
+
+@router.get("/topics/{ns}/{topic}/producers", response_model=ProducerList)
+async def list_producers(ns: Namespace, topic: Topic, services: ServicesDep) -> ProducerList:
+    """The open producer sessions of the topic."""
+    return ProducerList(producers=await producers_of(services.producers, user_topic(ns, topic)))
+
+
+async def producers_of(sessions: ProducerSessions, topic: TopicName) -> list[ProducerOut]:
+    """The open sessions of ``topic`` as the API shows them (also in topic describe)."""
+    return [
+        ProducerOut(
+            producer_id=producer_id,
+            name=record.name,
+            access_mode=record.access_mode,
+            created_ms=record.created_ms,
+        )
+        for producer_id, record in await sessions.list_sessions(topic)
+    ]

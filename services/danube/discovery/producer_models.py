@@ -1,0 +1,55 @@
+"""The JSON bodies of the producer session routes (docs/http-api.md, docs/producers.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from danube.meta.records import PRODUCER_NAME_CHARS_MAX, AccessMode
+from danube.names import MAX_NAME_CHARS
+
+# A producer id as it travels in a body: a key segment (danube.names), checked again when
+# it is used in a key.
+ProducerId = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9_-]+$")
+]
+
+
+class ProducerOpen(BaseModel):
+    """``POST /v1/topics/{ns}/{topic}/producers``: open a producer session."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=PRODUCER_NAME_CHARS_MAX)]
+    access_mode: AccessMode = "shared"
+
+
+class ProducerOpened(BaseModel):
+    """The session opened: keep it alive at least every ``session_ttl_ms`` (better: a third
+    of it) with ``POST …/producers/{producer_id}/keepalive``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    producer_id: str
+    access_mode: AccessMode
+    session_ttl_ms: int
+
+
+class ProducerOut(BaseModel):
+    """One open producer session of a topic."""
+
+    model_config = ConfigDict(frozen=True)
+
+    producer_id: str
+    name: str
+    access_mode: AccessMode
+    created_ms: int
+
+
+class ProducerList(BaseModel):
+    """The open producer sessions of a topic."""
+
+    model_config = ConfigDict(frozen=True)
+
+    producers: list[ProducerOut]

@@ -1,0 +1,267 @@
+"""Producer sessions and access modes (docs/producers.md), enforced cluster-wide through etcd.
+
+A session is an etcd lease of ``discovery.producer_session_ttl_s`` and the key
+``producers/<ns>/<t>/<producer_id>`` on it; an exclusive session also holds
+``producers/<ns>/<t>/exclusive`` (value: its id) on the same lease. Both are written in one
+transaction that refuses:
+
+- an **exclusive** session while any key exists under the topic's ``producers/`` prefix (a
+  producer of any mode is connected): ``producer_exists``, or ``exclusive_producer`` when
+  the holder is itself exclusive;
+- a **shared** session while the exclusive key exists: ``exclusive_producer``.
+
+No instance keeps anything alive: the client refreshes the lease by id through whichever
+instance it reaches (:meth:`ProducerSessions.keepalive`), closing revokes it, and when the
+client goes silent etcd drops both keys after the TTL.
+
+etcd stays off the produce path: each instance keeps :class:`ExclusiveView`, the exclusive
+holder of every topic, read once at start and then fed by a watch on ``producers/``, so
+:meth:`ProducerSessions.check` is a dict lookup. The price is a window: once an exclusive
+session is created, an instance that has not yet received the watch event (typically a few
+milliseconds) still accepts a produce from another producer. The opening instance updates
+its own view at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+
+from danube.discovery.catalog import Catalog
+from danube.discovery.errors import ConflictError, NotFoundError
+from danube.discovery.models import TopicSpec
+from danube.meta import MetaError, MetaStore, TopicName, WatchEvent, decode_model, encode_model
+from danube.meta import keys as meta_keys
+from danube.meta.backoff import backoff_s
+from danube.meta.kv import KeyValue
+from danube.meta.records import AccessMode, ProducerRecord
+
+log = logging.getLogger(__name__)
+
+# 16 hex digits: unguessable enough to keep one client from closing another's session by
+# chance, short enough for a URL segment; never equal to meta_keys.EXCLUSIVE_PRODUCER.
+PRODUCER_ID_BYTES = 8
+SESSIONS_LISTED_MAX = 10_000
+_RETRY_BASE_S = 0.1
+_RETRY_CAP_S = 5.0
+
+
+def new_producer_id() -> str:
+    """A fresh producer id: 16 lowercase hex digits (a valid key segment)."""
+    return secrets.token_hex(PRODUCER_ID_BYTES)
+
+
+def refusal(requested: AccessMode, holder_exclusive: bool) -> ConflictError:
+    """The error that answers a session the topic's producers refuse."""
+    if holder_exclusive:
+        return ConflictError(
+            "the topic has an exclusive producer; retry once it closes or its session expires",
+            code="exclusive_producer",
+        )
+    assert requested == "exclusive", "a shared session is refused only by an exclusive one"
+    return ConflictError(
+        "the topic has producers; an exclusive producer needs it to have none",
+        code="producer_exists",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSession:
+    """A session just opened: what its client needs to keep it alive."""
+
+    topic: TopicName
+    producer_id: str
+    name: str
+    access_mode: AccessMode
+    ttl_s: float
+    created_ms: int
+
+
+class ExclusiveView:
+    """Which topics have an exclusive producer, as this instance has seen it (no I/O).
+
+    ``seen_revision`` is the etcd revision of the last change applied: a local update from
+    a transaction at revision R is applied only if the watch has not passed R yet (the
+    watch then delivers R and whatever followed, a delete included, in order)."""
+
+    def __init__(self) -> None:
+        self._holders: dict[TopicName, str] = {}
+        self.seen_revision = 0
+
+    def __len__(self) -> int:
+        return len(self._holders)
+
+    def holder(self, topic: TopicName) -> str | None:
+        """The id of the topic's exclusive producer, if it has one."""
+        return self._holders.get(topic)
+
+    def reset(self, kvs: list[KeyValue], revision: int) -> None:
+        """Replace everything with the keys under ``producers/`` read at ``revision``."""
+        holders: dict[TopicName, str] = {}
+        for kv in kvs:
+            with contextlib.suppress(ValueError):  # InvalidNameError: not ours, skipped
+                topic, last = meta_keys.parse_producer_key(kv.key)
+                if last == meta_keys.EXCLUSIVE_PRODUCER:
+                    holders[topic] = kv.value.decode("ascii", errors="replace")
+        self._holders = holders
+        self.seen_revision = revision
+
+    def apply(self, event: WatchEvent) -> None:
+        """Apply one watched change (other keys under ``producers/`` only move the revision).
+        A key that does not parse raises InvalidNameError (a ValueError)."""
+        self.seen_revision = max(self.seen_revision, event.mod_revision)
+        topic, last = meta_keys.parse_producer_key(event.key)
+        if last != meta_keys.EXCLUSIVE_PRODUCER:
+            return
+        if event.kind == "put":
+            self._holders[topic] = event.value.decode("ascii", errors="replace")
+        else:
+            self._holders.pop(topic, None)
+
+    def claimed(self, topic: TopicName, producer_id: str, revision: int) -> None:
+        """This instance created the exclusive key at ``revision``: see it before the watch."""
+        if revision > self.seen_revision:
+            self._holders[topic] = producer_id
+
+    def check(self, topic: TopicName, producer_id: str | None) -> None:
+        """Refuse (409 ``producer_fenced``) a produce from anyone but the exclusive holder."""
+        holder = self._holders.get(topic)
+        if holder is not None and holder != producer_id:
+            raise ConflictError(
+                f"topic {topic} has an exclusive producer; only it may produce",
+                code="producer_fenced",
+            )
+
+
+class ProducerSessions:
+    """Open, keep alive, close and list producer sessions; check produces against them."""
+
+    def __init__(
+        self, store: MetaStore, catalog: Catalog, *, ttl_s: int, auto_create: bool = True
+    ) -> None:
+        self.store = store
+        self.catalog = catalog
+        self.ttl_s = ttl_s
+        self.auto_create = auto_create
+        self.view = ExclusiveView()
+
+    # --- the view: loaded before serving, then followed -------------------------------
+
+    async def load(self) -> int:
+        """Read every exclusive holder; return the revision read at (watch from after it)."""
+        snapshot = await self.store.snapshot(meta_keys.PRODUCERS_PREFIX)
+        self.view.reset(snapshot.kvs, snapshot.revision)
+        return snapshot.revision
+
+    async def follow(self, revision: int) -> None:
+        """Keep the view current until cancelled. Any broken watch (compaction included)
+        is followed by a fresh read of the whole prefix, so no change is ever missed."""
+        failures = 0
+        while True:
+            try:
+                prefix = meta_keys.PRODUCERS_PREFIX
+                async with self.store.watch_prefix(prefix, start_revision=revision + 1) as events:
+                    async for event in events:
+                        failures = 0
+                        try:
+                            self.view.apply(event)
+                        except ValueError as exc:
+                            log.warning("producer watch: %s: %s", event.key, exc)
+            except MetaError as exc:
+                log.warning("producer watch broke: %s", exc)
+            failures += 1
+            await asyncio.sleep(backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S))
+            with contextlib.suppress(MetaError):
+                revision = await self.load()
+
+    # --- sessions ----------------------------------------------------------------------
+
+    async def open(
+        self, topic: TopicName, name: str, *, access_mode: AccessMode
+    ) -> ProducerSession:
+        """Open a session; ConflictError (409) ``producer_exists`` or ``exclusive_producer``
+        when the topic's producers refuse it. Creates the topic when auto-creation is on."""
+        await self._ensure_topic(topic)
+        producer_id = new_producer_id()
+        record = ProducerRecord(
+            name=name, access_mode=access_mode, created_ms=int(time.time() * 1000)
+        )
+        lease_id, ttl_s = await self.store.grant_bare_lease(self.ttl_s)
+        exclusive_key = meta_keys.exclusive_producer_key(topic)
+        txn = self.store.txn()
+        if access_mode == "exclusive":
+            txn.if_prefix_empty(meta_keys.producers_prefix(topic))
+            txn.then_put(exclusive_key, producer_id.encode(), lease=lease_id)
+        else:
+            txn.if_absent(exclusive_key)
+        txn.then_put(
+            meta_keys.producer_key(topic, producer_id), encode_model(record), lease=lease_id
+        )
+        txn.else_get(exclusive_key)
+        try:
+            result = await txn.commit()
+        except BaseException:
+            await self._revoke(lease_id)  # its keys may be written: let them go at once
+            raise
+        if not result.succeeded:
+            await self._revoke(lease_id)
+            raise refusal(access_mode, holder_exclusive=result.first_kv() is not None)
+        if access_mode == "exclusive":
+            self.view.claimed(topic, producer_id, result.revision)
+        log.info("producer %s (%s, %s) opened on %s", producer_id, name, access_mode, topic)
+        return ProducerSession(topic, producer_id, name, access_mode, ttl_s, record.created_ms)
+
+    async def keepalive(self, topic: TopicName, producer_id: str) -> bool:
+        """Refresh the session's lease; ``False`` when the session is gone (expired,
+        closed, or removed with its topic)."""
+        kv = await self.store.get(meta_keys.producer_key(topic, producer_id))
+        if kv is None or kv.lease_id == 0:
+            return False
+        return await self.store.refresh_lease(kv.lease_id) > 0
+
+    async def close(self, topic: TopicName, producer_id: str) -> None:
+        """Close the session (its keys vanish at once); nothing to do if it is gone."""
+        kv = await self.store.get(meta_keys.producer_key(topic, producer_id))
+        if kv is not None and kv.lease_id != 0:
+            await self.store.revoke_lease(kv.lease_id)
+            log.info("producer %s closed on %s", producer_id, topic)
+
+    async def list_sessions(self, topic: TopicName) -> list[tuple[str, ProducerRecord]]:
+        """The open sessions of a topic, by producer id."""
+        prefix = meta_keys.producers_prefix(topic)
+        kvs = await self.store.range(prefix, limit=SESSIONS_LISTED_MAX)
+        return [
+            (kv.key.removeprefix(prefix), decode_model(kv, ProducerRecord))
+            for kv in kvs
+            if kv.key.removeprefix(prefix) != meta_keys.EXCLUSIVE_PRODUCER
+        ]
+
+    async def check(self, topic: TopicName, producer_id: str | None) -> None:
+        """Refuse (409 ``producer_fenced``) a produce from anyone but the exclusive holder,
+        from this instance's view: no etcd round trip (``async`` only to match the other
+        front doors' calls). A ``producer_id`` is otherwise not checked."""
+        self.view.check(topic, producer_id)
+
+    async def _ensure_topic(self, topic: TopicName) -> None:
+        # A partition (``<t>-part-N``, as Danube's clients name them) exists when its topic
+        # has it; the gRPC front door creates or grows the topic before opening a session.
+        config = await self.catalog.cached_topic(topic.parent)
+        if config is not None and (topic.partition is None or topic.partition < config.partitions):
+            return
+        if topic.partition is not None:
+            raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+        if not self.auto_create:
+            raise NotFoundError(
+                f"topic {topic} does not exist and auto-creation is off", code="topic_not_found"
+            )
+        await self.catalog.create_topic(topic, TopicSpec())
+
+    async def _revoke(self, lease_id: int) -> None:
+        try:
+            await self.store.revoke_lease(lease_id)
+        except MetaError as exc:  # it expires after its TTL anyway
+            log.warning("could not revoke producer lease %x: %s", lease_id, exc)
