@@ -6,10 +6,10 @@ delivered again and not acked: it stays held by the subscription, and its partit
 delivered any more (fresh messages, and redeliveries of messages past it that were in
 flight when it blocked); offsets below it still are (redeliveries of earlier messages).
 Under key-shared, a poison message with a key is not filed here: it blocks only its key
-(danube.dispatcher.keyshared.deliverable stops at it). A partition unblocks when its held poison messages are acked (by any consumer of the
-subscription), skipped or sought past by an operator (their entries are dropped), or
-judged again under a changed policy (a higher ``max_redeliveries`` delivers them again;
-``drop`` or ``dead_letter`` disposes of them).
+(danube.dispatcher.keyshared.deliverable stops at it). A partition unblocks when its held
+poison messages are acked (by any consumer of the subscription), skipped or sought past by
+an operator (their entries are dropped), or judged again under a changed policy (a higher
+``max_redeliveries`` delivers them again; ``drop`` or ``dead_letter`` disposes of them).
 """
 
 from __future__ import annotations
