@@ -47,6 +47,8 @@ class DispatcherClient:
         """Attach a consumer; its consumer id. RemoteError ``subscription_taken`` when an
         exclusive subscription already has its consumer. ``key_filters`` (glob patterns, only
         with ``type="key_shared"``): the keys it takes; none, every key."""
+        if isinstance(key_filters, str):
+            raise TypeError("key_filters is a sequence of glob patterns, not one string")
         fields: dict[str, object] = {"consumer": consumer, "type": type, "start": start}
         if key_filters:
             fields["key_filters"] = list(key_filters)
