@@ -541,6 +541,9 @@ class MessageOut(_Response):
     publish_time_ms: int
     producer: str
     redelivery_count: int
+    # The schema the payload was checked against, when the topic has one (docs/schemas.md).
+    schema_id: int | None = None
+    schema_version: int | None = None
 
 
 class MessagesOut(_Response):

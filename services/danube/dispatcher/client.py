@@ -52,6 +52,8 @@ class DispatcherClient:
         with ``type="key_shared"``): the keys it takes; none, every key. ``failure_policy``
         is applied when this attach creates the subscription; naming another one than an
         existing subscription's is refused (RemoteError ``policy_conflict``), None keeps it."""
+        if isinstance(key_filters, str):
+            raise TypeError("key_filters is a sequence of glob patterns, not one string")
         fields: dict[str, object] = {"consumer": consumer, "type": type, "start": start}
         if key_filters:
             fields["key_filters"] = list(key_filters)

@@ -88,6 +88,8 @@ def message_out(topic: TopicName, message: protocol.PolledMessage) -> MessageOut
         publish_time_ms=record.publish_time_ms,
         producer=record.producer,
         redelivery_count=message.redelivery_count,
+        schema_id=record.schema_id,
+        schema_version=record.schema_version,
     )
 
 

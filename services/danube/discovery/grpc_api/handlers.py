@@ -251,9 +251,8 @@ class DanubeApi:
     async def _attach(
         self, topic: TopicName, sub: str, name: str, sub_type: str, filters: tuple[str, ...]
     ) -> str:
-        extra: dict[str, Any] = {"key_filters": list(filters)} if filters else {}
         return await self.services.dispatcher.attach(
-            topic, sub, name, type=sub_type, start="latest", **extra
+            topic, sub, name, type=sub_type, start="latest", key_filters=filters
         )
 
     async def _detach(self, entry: ConsumerEntry) -> None:
