@@ -44,7 +44,6 @@ from danube.dispatcher.events import (
     Action,
     ConsumerAttached,
     ConsumerDetached,
-    DeadLetter,
     Deliver,
     Event,
     FlushCursor,
@@ -59,7 +58,7 @@ from danube.dispatcher.events import (
     Seek,
     Tick,
 )
-from danube.dispatcher.poison import BlockBook
+from danube.dispatcher.poison import BlockBook, PoisonHandling
 from danube.dispatcher.redelivery import DeliverySettings
 
 log = logging.getLogger(__name__)
@@ -67,7 +66,7 @@ log = logging.getLogger(__name__)
 DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 
 
-class SubscriptionMachine:
+class SubscriptionMachine(PoisonHandling):
     """Delivery of one subscription: who gets which message, when it comes back, when the
     cursor moves. Deterministic for a given event sequence and ``rng``. Key-shared is the
     subclass :class:`~danube.dispatcher.keyed.KeySharedMachine`."""
@@ -137,21 +136,6 @@ class SubscriptionMachine:
         """Of :meth:`unacked`, those in flight (no ack timeout took them back)."""
         held = self._consumer(consumer_id).held
         return [key for key, entry in held.items() if entry.state == "in_flight"]
-
-    def blocked(self) -> dict[str, tuple[int, int]]:
-        """By partition, ``(offset, redelivery count)`` of its lowest poison message held
-        (failure policy ``block``): it blocks the partition, or under key-shared its key."""
-        found: dict[str, tuple[int, int]] = {}
-        for entry in self._entries.values():
-            if entry.state == "blocked":
-                lowest = found.get(entry.partition)
-                if lowest is None or entry.offset < lowest[0]:
-                    found[entry.partition] = (entry.offset, entry.redelivery_count)
-        return found
-
-    def blocked_at(self, partition: str) -> tuple[int, int] | None:
-        """:meth:`blocked` of one partition."""
-        return self.blocked().get(partition)
 
     def cursor(self, partition: str) -> PartitionCursor:
         """The cursor of ``partition``."""
@@ -433,42 +417,6 @@ class SubscriptionMachine:
             entry.state = "scheduled"
             due = now_s + delay_s
             heapq.heappush(self._scheduled, (due, entry.stamp, entry.partition, entry.offset))
-
-    def _poison(self, entry: Entry, actions: list[Action]) -> None:
-        """Dispose of a message refused more than ``max_redeliveries`` times by the
-        failure policy: hold it at its partition's head (a keyed one of a key-shared
-        subscription: at its key's, keyshared.deliverable), or move the cursor past it and
-        have it dead-lettered or dropped."""
-        self._release(entry)
-        if self.settings.poison_policy == "block":
-            entry.state = "blocked"
-            if entry.key is None:
-                self._blocked.block(entry.partition, entry.offset)
-            return
-        self._forget(entry)
-        self._partitions[entry.partition].cursor.ack(entry.offset)
-        dispose: Literal["dead_letter", "drop"] = (
-            "drop" if self.settings.poison_policy == "drop" else "dead_letter"
-        )
-        actions.append(DeadLetter(entry.message(), dispose=dispose))
-
-    def apply_settings(self, settings: DeliverySettings) -> list[Action]:
-        """Take new limits (a failure policy changed) from now on: later deliveries and
-        ack timeouts use them (deadlines already set stay). Poison messages held under
-        ``block`` are judged again: delivered once more when the new maximum allows it,
-        disposed of when the new policy no longer blocks."""
-        self.settings = settings
-        actions: list[Action] = []
-        for entry in [e for e in self._entries.values() if e.state == "blocked"]:
-            if entry.redelivery_count <= settings.max_redeliveries:
-                self._blocked.release(entry.partition, entry.offset)
-                entry.stamp = self._new_stamp()
-                self._make_ready(entry)
-            elif settings.poison_policy != "block":
-                self._blocked.release(entry.partition, entry.offset)
-                self._poison(entry, actions)
-        self._backpressure(actions)
-        return actions
 
     def _promote(self, now_s: float) -> None:
         scheduled = self._scheduled

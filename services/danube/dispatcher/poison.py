@@ -15,6 +15,11 @@ an operator (their entries are dropped), or judged again under a changed policy 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
+
+from danube.dispatcher.entries import Entry, PartitionQueue, Ref
+from danube.dispatcher.events import Action, DeadLetter
+from danube.dispatcher.redelivery import DeliverySettings
 
 
 class BlockBook:
@@ -59,3 +64,81 @@ class BlockBook:
 
     def __len__(self) -> int:
         return sum(len(offsets) for offsets in self._held.values())
+
+
+class PoisonHandling:
+    """The failure policy's share of the subscription machine (danube.dispatcher.delivery
+    mixes it in; its state and the transitions it uses are the machine's): what becomes
+    of a poison message, the blocks it holds, and a policy changed on a live machine."""
+
+    settings: DeliverySettings
+    _entries: dict[Ref, Entry]
+    _partitions: dict[str, PartitionQueue]
+    _blocked: BlockBook
+
+    # The machine's own transitions (danube.dispatcher.delivery.SubscriptionMachine).
+    def _release(self, entry: Entry) -> None:
+        raise NotImplementedError
+
+    def _forget(self, entry: Entry) -> None:
+        raise NotImplementedError
+
+    def _make_ready(self, entry: Entry) -> None:
+        raise NotImplementedError
+
+    def _new_stamp(self) -> int:
+        raise NotImplementedError
+
+    def _backpressure(self, actions: list[Action]) -> None:
+        raise NotImplementedError
+
+    def blocked(self) -> dict[str, tuple[int, int]]:
+        """By partition, ``(offset, redelivery count)`` of its lowest poison message held
+        (failure policy ``block``): it blocks the partition, or under key-shared its key."""
+        found: dict[str, tuple[int, int]] = {}
+        for entry in self._entries.values():
+            if entry.state == "blocked":
+                lowest = found.get(entry.partition)
+                if lowest is None or entry.offset < lowest[0]:
+                    found[entry.partition] = (entry.offset, entry.redelivery_count)
+        return found
+
+    def blocked_at(self, partition: str) -> tuple[int, int] | None:
+        """:meth:`blocked` of one partition."""
+        return self.blocked().get(partition)
+
+    def _poison(self, entry: Entry, actions: list[Action]) -> None:
+        """Dispose of a message refused more than ``max_redeliveries`` times by the
+        failure policy: hold it at its partition's head (a keyed one of a key-shared
+        subscription: at its key's, keyshared.deliverable), or move the cursor past it and
+        have it dead-lettered or dropped."""
+        self._release(entry)
+        if self.settings.poison_policy == "block":
+            entry.state = "blocked"
+            if entry.key is None:
+                self._blocked.block(entry.partition, entry.offset)
+            return
+        self._forget(entry)
+        self._partitions[entry.partition].cursor.ack(entry.offset)
+        dispose: Literal["dead_letter", "drop"] = (
+            "drop" if self.settings.poison_policy == "drop" else "dead_letter"
+        )
+        actions.append(DeadLetter(entry.message(), dispose=dispose))
+
+    def apply_settings(self, settings: DeliverySettings) -> list[Action]:
+        """Take new limits (a failure policy changed) from now on: later deliveries and
+        ack timeouts use them (deadlines already set stay). Poison messages held under
+        ``block`` are judged again: delivered once more when the new maximum allows it,
+        disposed of when the new policy no longer blocks."""
+        self.settings = settings
+        actions: list[Action] = []
+        for entry in [e for e in self._entries.values() if e.state == "blocked"]:
+            if entry.redelivery_count <= settings.max_redeliveries:
+                self._blocked.release(entry.partition, entry.offset)
+                entry.stamp = self._new_stamp()
+                self._make_ready(entry)
+            elif settings.poison_policy != "block":
+                self._blocked.release(entry.partition, entry.offset)
+                self._poison(entry, actions)
+        self._backpressure(actions)
+        return actions
