@@ -162,6 +162,8 @@ class ProducerSessions:
         is followed by a fresh read of the whole prefix, so no change is ever missed."""
         failures = 0
         while True:
+            # From the last change applied (events replayed after a break apply the same).
+            revision = max(revision, self.view.seen_revision)
             try:
                 prefix = meta_keys.PRODUCERS_PREFIX
                 async with self.store.watch_prefix(prefix, start_revision=revision + 1) as events:
