@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test check bench compose-smoke clean
+.PHONY: setup setup-interop run test check bench proto compose-smoke clean
 
 setup: $(STAMP)
 
@@ -18,8 +18,24 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/danube up $(ARGS)
 
-test: setup
+test: setup setup-interop
 	$(BIN)/pytest $(ARGS)
+
+# The official Danube client (tests/e2e/test_danube_client.py) in a virtual environment of
+# its own: its top-level package is `danube`, like ours.
+CLIENT_VENV  := .venv-danube-client
+CLIENT_STAMP := $(CLIENT_VENV)/.installed
+
+setup-interop: $(CLIENT_STAMP)
+
+$(CLIENT_STAMP): tests/interop/requirements.txt
+	$(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/python -m pip install --quiet -r tests/interop/requirements.txt
+	touch $(CLIENT_STAMP)
+
+# Regenerate the wire contract's message modules from libs/danube/wire/*.proto.
+proto: setup
+	$(BIN)/python -m danube.wire.generate
 
 check: setup
 	$(BIN)/ruff check .
@@ -53,4 +69,4 @@ compose-smoke: $(COMPOSE_STAMP)
 	$(BIN)/python tests/compose/compose_smoke.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) danube-data .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENT_VENV) danube-data .mypy_cache .ruff_cache

@@ -2,7 +2,7 @@
 checkpointed batches, safe to re-run.
 
     spark-submit spark_jobs/backfill_topic.py --topic /default/orders --to /default/replay \
-        --service-addr http://discovery:6650 --config danube.yml
+        --service-addr http://discovery:8080 --config danube.yml
 
 The options are `danube backfill topic --help`'s (docs/spark.md); spark-submit's own
 (--master, --conf ...) go before the script.

@@ -65,6 +65,7 @@ async def bench_mesh(
             "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": f"127.0.0.1:{etcd.spec.port}",
             "DANUBE_WAL_CLOUD__WAL__DIR": str(tmp / "wal"),
             "DANUBE_DISCOVERY__PORT": str(port),
+            "DANUBE_DISCOVERY__GRPC_PORT": str(free_port()),
             **(env or {}),
         }
         processes = []

@@ -37,6 +37,8 @@ def service_spec(
         f"{section}__LEASE_TTL_S": "3",
         f"{section}__{'PORT' if kind == 'discovery' else 'METRICS_PORT'}": str(port),
     }
+    if kind == "discovery":
+        base[f"{section}__GRPC_PORT"] = "0"  # a free port; tests that use it set one
     return ProcessSpec(
         node_id,
         [sys.executable, "-m", f"danube.{kind}"],

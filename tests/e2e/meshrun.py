@@ -53,11 +53,14 @@ class MeshRun:
     def __init__(self, argv: list[str], tmp_path: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_port = free_port()
+        self.grpc_url = f"http://127.0.0.1:{self.grpc_port}"  # Danube's gRPC client API
         self.env = {
             **os.environ,
             "DANUBE_BUS__SERVERS": f'["nats://127.0.0.1:{free_port()}"]',
             "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": f"127.0.0.1:{free_port()}",
             "DANUBE_DISCOVERY__PORT": str(self.port),
+            "DANUBE_DISCOVERY__GRPC_PORT": str(self.grpc_port),
             "DANUBE_SERVICE_ADDR": self.url,  # what the CLI talks to without -s
             "PATH": f"{Path(DANUBE).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "COLUMNS": "200",

@@ -61,6 +61,7 @@ def _consume_settings(
         ),
         discovery=DiscoveryConfig(
             port=free_port(),
+            grpc_port=0,  # a free port (the server tells which)
             lease_ttl_s=3,
             topic_cache_ttl_s=0.0,
             produce_timeout_s=produce_timeout_s,

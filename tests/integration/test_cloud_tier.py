@@ -254,7 +254,7 @@ async def test_deleting_a_topic_deletes_its_descriptors_checkpoint_and_objects(
     bus: Bus, store: MetaStore, settings: DanubeSettings
 ) -> None:
     settings = settings.model_copy(
-        update={"discovery": DiscoveryConfig(port=free_port(), lease_ttl_s=3)}
+        update={"discovery": DiscoveryConfig(port=free_port(), grpc_port=0, lease_ttl_s=3)}
     )
     await store.put_model(meta_keys.topic_key(TOPIC), TopicConfig(created_ms=1))
     objects = ObjectStore.from_config(settings.wal_cloud.cloud)

@@ -43,7 +43,7 @@ def _settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path) -> DanubeSet
             metadata=MetadataConfig(etcd_endpoint=etcd, prefix=prefix),
         ),
         ingest=IngestConfig(lease_ttl_s=LEASE_TTL_S, metrics_port=free_port()),
-        discovery=DiscoveryConfig(lease_ttl_s=LEASE_TTL_S),
+        discovery=DiscoveryConfig(lease_ttl_s=LEASE_TTL_S, grpc_port=0),
     )
 
 

@@ -64,6 +64,7 @@ def _settings(
         ingest=IngestConfig(lease_ttl_s=3, metrics_port=free_port(), max_message_bytes=MAX_PAYLOAD),
         discovery=DiscoveryConfig(
             port=free_port(),
+            grpc_port=0,
             lease_ttl_s=3,
             auto_create_topics=auto_create,
             max_body_bytes=MAX_BODY,

@@ -151,7 +151,9 @@ def _mesh_settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path) -> Danu
             metadata=MetadataConfig(etcd_endpoint=etcd, prefix=prefix),
         ),
         ingest=IngestConfig(lease_ttl_s=3, metrics_port=free_port()),
-        discovery=DiscoveryConfig(port=free_port(), lease_ttl_s=3, topic_cache_ttl_s=0.0),
+        discovery=DiscoveryConfig(
+            port=free_port(), grpc_port=0, lease_ttl_s=3, topic_cache_ttl_s=0.0
+        ),
     )
 
 

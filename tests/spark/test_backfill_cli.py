@@ -159,7 +159,7 @@ async def test_danube_backfill_topic_sends_then_a_rerun_sends_nothing(
             metadata=MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix),
         ),
         ingest=IngestConfig(lease_ttl_s=3, metrics_port=free_port()),
-        discovery=DiscoveryConfig(port=free_port(), lease_ttl_s=3),
+        discovery=DiscoveryConfig(port=free_port(), grpc_port=0, lease_ttl_s=3),
     )
     command = [
         str(BIN / "danube"), "backfill", "topic", "-t", str(SOURCE), "--to", "/default/copy",

@@ -26,7 +26,7 @@ NAMEISH = st.text(alphabet="ab-_09.-part/ é\n", max_size=20)
 @pytest.mark.parametrize(
     ("header", "name"),
     [
-        (b"127.0.0.1:6650", "127.0.0.1"),
+        (b"127.0.0.1:8080", "127.0.0.1"),
         (b"LocalHost", "localhost"),
         (b"[::1]:6650", "::1"),
         (b"[::1]", "::1"),
@@ -46,7 +46,7 @@ def test_hosts_allowed_by_default_are_the_loopback_names_and_the_bind_host() -> 
     assert DiscoveryConfig(allowed_hosts=["Discovery"]).hosts_allowed() == frozenset({"discovery"})
     assert DiscoveryConfig(allowed_hosts=["*"]).hosts_allowed() is None
     with pytest.raises(ValidationError):
-        DiscoveryConfig(allowed_hosts=["http://discovery:6650/"])
+        DiscoveryConfig(allowed_hosts=["http://discovery:8080/"])
 
 
 @pytest.mark.parametrize("value", [True, "3", 3.0, 3.5, None])

@@ -202,3 +202,12 @@ def test_txn_refuses_oversize_values_before_sending() -> None:
 )
 def test_prefix_range_end_covers_exactly_the_prefix(prefix: bytes, end: bytes) -> None:
     assert prefix_range_end(prefix) == end
+
+
+def test_cursor_key_of_a_subscription_of_one_partition() -> None:
+    p1 = ORDERS.partition_name(1)  # Danube's clients subscribe to each partition by name
+    assert keys.subscription_cursor_key(p1, "s", p1).endswith(
+        "/orders-part-1/s/cursors/orders-part-1"
+    )
+    with pytest.raises(InvalidNameError):
+        keys.subscription_cursor_key(p1, "s", ORDERS.partition_name(2))

@@ -78,7 +78,7 @@ def _when(ms: int) -> str:
 
 
 @app.command()
-def cluster(service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False) -> None:
+def cluster(service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False) -> None:
     """Registered nodes by service kind, and the controller's leader."""
 
     async def call(admin: AsyncAdmin) -> None:
@@ -115,7 +115,7 @@ def _show_namespace(found: Namespace, json_out: bool) -> None:
 
 @namespaces.command("list")
 def namespaces_list(
-    service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
     """Every namespace."""
 
@@ -132,7 +132,7 @@ def namespaces_list(
 
 @namespaces.command("get")
 def namespaces_get(
-    namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
     """One namespace's policy."""
 
@@ -168,7 +168,7 @@ def _policy(
 @namespaces.command("create")
 def namespaces_create(
     namespace: str,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     max_topics: MaxTopics = None,
     retention_minutes: RetentionMinutes = None,
     retention_mb: RetentionMb = None,
@@ -191,7 +191,7 @@ def namespaces_create(
 @namespaces.command("update")
 def namespaces_update(
     namespace: str,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     max_topics: MaxTopics = None,
     retention_minutes: RetentionMinutes = None,
     retention_mb: RetentionMb = None,
@@ -212,7 +212,7 @@ def namespaces_update(
 
 
 @namespaces.command("delete")
-def namespaces_delete(namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:6650") -> None:
+def namespaces_delete(namespace: str, service_addr: ServiceAddr = "http://127.0.0.1:8080") -> None:
     """Delete an empty namespace."""
 
     async def call(admin: AsyncAdmin) -> None:
@@ -228,7 +228,7 @@ def namespaces_delete(namespace: str, service_addr: ServiceAddr = "http://127.0.
 @topics.command("list")
 def topics_list(
     namespace: Annotated[str, typer.Argument(help="The namespace.")] = "default",
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """The topics of a namespace."""
@@ -247,7 +247,7 @@ def topics_list(
 @topics.command("create")
 def topics_create(
     topic: TopicArg,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     partitions: Annotated[int, typer.Option("--partitions", "-p", min=0, max=1024)] = 0,
     dispatch: Annotated[Dispatch, typer.Option(help="WAL + cloud, or in memory.")] = (
         Dispatch.reliable
@@ -322,7 +322,7 @@ def _opt(value: Any) -> str:
 
 @topics.command("describe")
 def topics_describe(
-    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
     """Config, partitions with owners and offsets, subscriptions, producers."""
 
@@ -362,7 +362,7 @@ def topics_producers(
 
 
 @topics.command("delete")
-def topics_delete(topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650") -> None:
+def topics_delete(topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080") -> None:
     """Delete a topic, its WAL and its subscriptions."""
 
     async def call(admin: AsyncAdmin) -> None:
@@ -374,7 +374,7 @@ def topics_delete(topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1
 
 @topics.command("lookup")
 def topics_lookup(
-    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
     """The partitions of a topic and who owns each."""
 
@@ -416,7 +416,7 @@ def _subscriptions_table(found: list[Subscription]) -> Table:
 
 @subscriptions.command("list")
 def subscriptions_list(
-    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:6650", json_out: Json = False
+    topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
     """The subscriptions of a topic: type, backlog, consumers (--json: cursors too)."""
 
@@ -434,7 +434,7 @@ def subscriptions_list(
 def subscriptions_delete(
     topic: TopicArg,
     subscription: Annotated[str, typer.Argument(help="The subscription.")],
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
 ) -> None:
     """Delete a subscription (its consumers are detached, its cursors removed)."""
 
@@ -450,7 +450,7 @@ def subscriptions_seek(
     topic: TopicArg,
     subscription: Annotated[str, typer.Argument(help="The subscription.")],
     to: Annotated[str, typer.Option("--to", help="earliest, latest, an offset or ts:<unix ms>.")],
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """Move a subscription's cursor in every partition (unacked messages are dropped)."""
@@ -479,7 +479,7 @@ def subscriptions_skip(
         int | None,
         typer.Option("--to", help="The offset to go on from; omitted: past the damaged range."),
     ] = None,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """Skip offsets of one partition on purpose (a range no copy holds intact): they are
@@ -505,7 +505,7 @@ def partitions_skip_upload(
         int | None,
         typer.Option("--to", help="The offset uploads go on from; omitted: past the damage."),
     ] = None,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """Let a partition's uploads go on past the damaged WAL range they stopped at (shown by
@@ -536,7 +536,7 @@ def partitions_move(
         bool,
         typer.Option("--unclean", help="Give up what only the old replicas held (they are gone)."),
     ] = False,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
     """Give a partition with no leader left a new replica set (docs/replication.md)."""

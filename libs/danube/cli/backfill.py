@@ -212,7 +212,7 @@ def parquet(
 def topic_backfill(
     topic: SourceTopic,
     to: Annotated[str, typer.Option("--to", help="Target topic: /<ns>/<topic>.")],
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     name: Annotated[
         str | None,
         typer.Option("--name", help="Names the checkpoints (default: from source and target)."),

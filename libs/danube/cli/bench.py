@@ -78,7 +78,7 @@ def _spec(kind: Kind, topic: str | None, **fields: Any) -> tuple[BenchSpec, bool
 
 @app.command("produce")
 def produce(
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     topic: BenchTopic = None,
     size: Size = 1024,
     batch_size: BatchSize = 1000,
@@ -109,7 +109,7 @@ def produce(
 
 @app.command("consume")
 def consume(
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     topic: BenchTopic = None,
     size: Size = 1024,
     batch_size: BatchSize = 1000,
@@ -136,7 +136,7 @@ def consume(
 
 @app.command("e2e")
 def e2e(
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     topic: BenchTopic = None,
     size: Size = 1024,
     batch_size: BatchSize = 1000,

@@ -40,7 +40,7 @@ def consume(
     subscription: Annotated[
         str, typer.Option("--subscription", "-m", help="Subscription name (created if new).")
     ],
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     consumer_name: Annotated[
         str, typer.Option("--consumer", "-n", help="This consumer's name (logs, stats).")
     ] = "danube-cli",

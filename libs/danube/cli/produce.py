@@ -26,7 +26,7 @@ class AccessMode(StrEnum):
 
 def produce(
     topic: Topic,
-    service_addr: ServiceAddr = "http://127.0.0.1:6650",
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
     message: Annotated[
         str | None, typer.Option("--message", "-m", help="The message text.")
     ] = None,

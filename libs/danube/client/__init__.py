@@ -3,7 +3,7 @@
 
 ::
 
-    async with AsyncDanubeClient("http://127.0.0.1:6650") as client:
+    async with AsyncDanubeClient("http://127.0.0.1:8080") as client:
         async with client.producer("/default/orders") as producer:
             stored = await producer.send_and_wait(b"hello", key="user-1")
         async with client.consumer("/default/orders", "billing", start="earliest") as consumer:

@@ -38,7 +38,7 @@ class Answer:
 
 class HttpCore:
     """Requests to one Danube server (any discovery instance): ``base_url`` such as
-    ``http://127.0.0.1:6650``. ``timeout_s`` bounds each request unless a call says otherwise."""
+    ``http://127.0.0.1:8080``. ``timeout_s`` bounds each request unless a call says otherwise."""
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
 from danube.names import TopicName
 
-DEFAULT_URL = "http://127.0.0.1:6650"
+DEFAULT_URL = "http://127.0.0.1:8080"
 # Longer than the server's own produce deadline (discovery.produce_timeout_s, 10 s), so a
 # slow produce ends with the server's answer (503 no_owner) rather than a client timeout.
 DEFAULT_TIMEOUT_S = 15.0

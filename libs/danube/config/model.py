@@ -178,7 +178,23 @@ class ServiceConfig(_Section):
 
 
 class DiscoveryConfig(ServiceConfig):
-    port: Annotated[int, Field(ge=1, le=65535)] = 6650
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080  # the HTTP API
+    # Danube's gRPC client API (docs/grpc-api.md): served on grpc_port (0: a free port),
+    # unless grpc_enabled is false. Lookups answer grpc_advertised_url — the address clients
+    # reach this instance (or the load balancer in front of all of them) by; None:
+    # http://<host>:<grpc_port>.
+    grpc_enabled: bool = True
+    grpc_port: Annotated[int, Field(ge=0, le=65535)] = 6650
+    grpc_advertised_url: (
+        Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9._:\[\]-]{1,253}$")] | None
+    ) = None
+    # gRPC calls one instance works on at once (the next gets RESOURCE_EXHAUSTED), and the
+    # idle time after which a producer or consumer this instance created is forgotten (its
+    # HealthCheck answers CLOSE: the client looks up and re-creates it).
+    grpc_max_concurrent_rpcs: Annotated[int, Field(ge=1, le=100_000)] = 4096
+    grpc_client_idle_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    # Producers and consumers one instance keeps for gRPC clients at once.
+    grpc_max_clients: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
     auto_create_topics: bool = True
     # A produce body (JSON, base64 inflates payloads by 4/3) is refused past this many bytes.
     max_body_bytes: Annotated[int, Field(ge=4096, le=256 * MiB)] = 16 * MiB

@@ -232,8 +232,10 @@ def subscription_cursors_prefix(topic: TopicName, subscription: str) -> str:
 
 
 def subscription_cursor_key(topic: TopicName, subscription: str, partition: TopicName) -> str:
-    """``subscriptions/<ns>/<t>/<sub>/cursors/<p>``: the subscription's position in ``p``."""
-    if partition.parent != topic:
+    """``subscriptions/<ns>/<t>/<sub>/cursors/<p>``: the subscription's position in ``p`` (a
+    partition of ``t``, or ``t`` itself: a subscription of one partition, as Danube's clients
+    make them, reads only it)."""
+    if partition != topic and partition.parent != topic:
         raise InvalidNameError(
             kind="partition", value=str(partition), reason=f"not a partition of {topic}"
         )

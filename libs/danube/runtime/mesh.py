@@ -118,9 +118,11 @@ def _service_spec(
         # The file the supervisor read, whatever $DANUBE_CONFIG says: every process reads it.
         env[CONFIG_PATH_ENV] = str(config_path.resolve())
     if service == "discovery":
-        # The public API's port is fixed; replicas beyond the first get free ports.
+        # The public APIs' ports are fixed; replicas beyond the first get free ports.
         port = settings.discovery.port if index == 0 else free_port()
         env[f"{section}__PORT"] = str(port)
+        if index > 0:  # and so is the gRPC API's
+            env[f"{section}__GRPC_PORT"] = str(free_port())
         ready_url = f"http://{settings.discovery.host}:{port}/readyz"
     else:
         port = free_port()

@@ -16,6 +16,7 @@ from danube.config import DanubeSettings
 from danube.discovery.api import Services, build_app
 from danube.discovery.catalog import Catalog
 from danube.discovery.controller import Controller
+from danube.discovery.grpc_api.server import GrpcServer
 from danube.discovery.produce import Limits, Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
@@ -112,11 +113,19 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 **uvicorn_limits(config),
             )
         )
+        grpc_server = None
+        if config.grpc_enabled:  # Danube's client API (docs/grpc-api.md)
+            grpc_server = GrpcServer(
+                services, producers, config, max_message_bytes=config.max_body_bytes
+            )
+            await grpc_server.start()
         address = f"{config.host}:{config.port}"
         await register_node(store, "discovery", node_id, address, lease)
         leaving = asyncio.Event()  # tells the controller to resign, however we leave
         async with asyncio.TaskGroup() as tg:
             http = tg.create_task(_serve_http(server), name="http")
+            if grpc_server is not None:
+                grpc_reaper = tg.create_task(grpc_server.run(), name="grpc-clients")
             tg.create_task(_announce_health(server, http, node_id, config.host), name="health")
             tg.create_task(controller.run(leaving), name="controller")
             producer_view = tg.create_task(producers.follow(producers_revision), name="producers")
@@ -133,6 +142,9 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             leaving.set()
             registration.cancel()
             producer_view.cancel()
+            if grpc_server is not None:
+                grpc_reaper.cancel()
+                await grpc_server.stop()
             server.should_exit = True
     finally:
         await store.close()  # revokes the lease: our registration goes at once

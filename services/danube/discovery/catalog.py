@@ -19,7 +19,7 @@ from danube.discovery.errors import BadRequestError, ConflictError, NotFoundErro
 from danube.discovery.models import NamespacePatch, NamespaceSpec, TopicSpec
 from danube.meta import MetaError, MetaStore, TopicName, decode_model, encode_model
 from danube.meta import keys as meta_keys
-from danube.meta.records import NamespacePolicy, RetentionPolicy, TopicConfig
+from danube.meta.records import PARTITIONS_MAX, NamespacePolicy, RetentionPolicy, TopicConfig
 from danube.names import InvalidNameError, validate_segment
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ TOPIC_CACHE_ENTRIES_MAX = 10_000
 # Deletes of one topic's records are sent in transactions of at most this many ops
 # (etcd refuses more than 128 per transaction).
 _DELETE_OPS_PER_TXN = 100
-_UPDATE_TRIES = 5  # compare-and-swap attempts of a namespace update racing another
+_UPDATE_TRIES = 5  # compare-and-swap attempts of an update racing another
 
 
 def now_ms() -> int:
@@ -234,6 +234,44 @@ class Catalog:
         self._remember(topic, existing)
         return existing, False
 
+    async def grow_partitions(self, topic: TopicName, count: int) -> TopicConfig:
+        """Give the partitioned topic at least ``count`` partitions (Danube's clients create a
+        producer per partition they name, ``<t>-part-N``, and expect it to exist). Never
+        shrinks; ConflictError ``not_partitioned`` for an unpartitioned topic, NotFoundError
+        when it does not exist. New partitions are placed on their first produce; an HTTP
+        subscription of the whole topic reads them once its dispatcher serves it again."""
+        if count > PARTITIONS_MAX:
+            raise BadRequestError(
+                f"{topic} cannot have {count} partitions (at most {PARTITIONS_MAX})",
+                code="too_many_partitions",
+            )
+        key = meta_keys.topic_key(topic)
+        for _ in range(_UPDATE_TRIES):
+            found = await self.store.get_model_kv(key, TopicConfig)
+            if found is None:
+                raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+            config, kv = found
+            if config.partitions == 0:
+                raise ConflictError(
+                    f"topic {topic} is not partitioned: it has no partition {count - 1}",
+                    code="not_partitioned",
+                )
+            if config.partitions >= count:
+                self._remember(topic, config)
+                return config
+            grown = config.model_copy(update={"partitions": count})
+            result = await (
+                self.store.txn()
+                .if_mod_revision(key, "==", kv.mod_revision)
+                .then_put(key, encode_model(grown))
+                .commit()
+            )
+            if result.succeeded:
+                log.info("topic %s grew to %d partitions", topic, count)
+                self._remember(topic, grown)
+                return grown
+        raise ConflictError(f"topic {topic} kept changing while growing", code="conflict")
+
     async def get_topic(self, topic: TopicName) -> TopicConfig:
         """The topic's config, read from etcd; NotFoundError if it does not exist."""
         found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
@@ -295,6 +333,9 @@ class Catalog:
         prefixes += [meta_keys.storage_prefix(p) for p in partitions]
         prefixes.append(meta_keys.subscriptions_prefix(topic))
         prefixes.append(meta_keys.producers_prefix(topic))  # sessions: their leases run out
+        if config.partitions > 0:  # what Danube's clients make per partition
+            prefixes += [meta_keys.subscriptions_prefix(p) for p in partitions]
+            prefixes += [meta_keys.producers_prefix(p) for p in partitions]
         for start in range(0, len(prefixes), _DELETE_OPS_PER_TXN):
             txn = self.store.txn()
             for prefix in prefixes[start : start + _DELETE_OPS_PER_TXN]:

@@ -40,6 +40,7 @@ from danube.discovery.routing import (
 )
 from danube.frame import Record, encode_record
 from danube.ingest.client import IngestClient
+from danube.meta.records import Dispatch
 
 log = logging.getLogger(__name__)
 
@@ -133,19 +134,37 @@ class Producer:
 
     async def produce(self, topic: TopicName, request: ProduceRequest) -> list[ProduceResult]:
         """Store the batch; one result per message, in message order."""
+        records = encode_batch(
+            request,
+            max_payload_bytes=self.limits.max_payload_bytes,
+            max_messages=self.limits.max_messages,
+            publish_time_ms=int(time.time() * 1000),
+        )
+        keys = [m.key for m in request.messages]
+        return await self.store(topic, records, keys, dispatch=request.dispatch)
+
+    async def store(
+        self,
+        topic: TopicName,
+        records: Sequence[bytes],
+        keys: Sequence[str | None],
+        *,
+        dispatch: Dispatch,
+    ) -> list[ProduceResult]:
+        """Store encoded records in ``topic``: a topic (routed over its partitions by key,
+        auto-created with ``dispatch`` when allowed) or one partition of an existing topic
+        (``<t>-part-N``, as Danube's clients name them). One result per record, in order."""
         if self._slots.locked():
             raise OverLimitError("too many produce requests in flight on this instance; retry")
         async with self._slots:
             started = time.perf_counter()
-            records = encode_batch(
-                request,
-                max_payload_bytes=self.limits.max_payload_bytes,
-                max_messages=self.limits.max_messages,
-                publish_time_ms=int(time.time() * 1000),
-            )
-            partitions = await self._partitions_of(topic, request)
-            routed = route([m.key for m in request.messages], partitions, self._robin)
-            names = topic.partitions(partitions)
+            if topic.partition is None:
+                partitions = await self._partitions_of(topic, dispatch)
+                routed = route(keys, partitions, self._robin)
+                names = topic.partitions(partitions)
+            else:
+                await self._check_partition(topic)
+                routed, names = [0] * len(records), [topic]
             offsets = await self._send(names, routed, records)
             metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
             metrics.MESSAGES_PRODUCED.inc(len(records))
@@ -154,7 +173,7 @@ class Producer:
                 for i, p in enumerate(routed)
             ]
 
-    async def _partitions_of(self, topic: TopicName, request: ProduceRequest) -> int:
+    async def _partitions_of(self, topic: TopicName, dispatch: Dispatch) -> int:
         config = await self.catalog.cached_topic(topic)
         if config is not None:
             return config.partitions
@@ -162,8 +181,16 @@ class Producer:
             raise NotFoundError(
                 f"topic {topic} does not exist and auto-creation is off", code="topic_not_found"
             )
-        created, _ = await self.catalog.create_topic(topic, TopicSpec(dispatch=request.dispatch))
+        created, _ = await self.catalog.create_topic(topic, TopicSpec(dispatch=dispatch))
         return created.partitions
+
+    async def _check_partition(self, partition: TopicName) -> None:
+        """A partition is written only while its topic exists and has it (a deleted topic's
+        partition is not brought back by a late produce)."""
+        config = await self.catalog.cached_topic(partition.parent)
+        assert partition.partition is not None
+        if config is None or config.partitions <= partition.partition:
+            raise NotFoundError(f"topic {partition} does not exist", code="topic_not_found")
 
     async def _send(
         self, names: Sequence[TopicName], routed: Sequence[int], records: Sequence[bytes]

@@ -249,8 +249,13 @@ class ProducerSessions:
         self.view.check(topic, producer_id)
 
     async def _ensure_topic(self, topic: TopicName) -> None:
-        if await self.catalog.cached_topic(topic) is not None:
+        # A partition (``<t>-part-N``, as Danube's clients name them) exists when its topic
+        # has it; the gRPC front door creates or grows the topic before opening a session.
+        config = await self.catalog.cached_topic(topic.parent)
+        if config is not None and (topic.partition is None or topic.partition < config.partitions):
             return
+        if topic.partition is not None:
+            raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
         if not self.auto_create:
             raise NotFoundError(
                 f"topic {topic} does not exist and auto-creation is off", code="topic_not_found"

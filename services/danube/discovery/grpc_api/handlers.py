@@ -1,0 +1,433 @@
+"""Danube's client API (DESIGN §10) over the same internals as the HTTP API: the produce
+path (danube.discovery.produce), the dispatcher client, the catalog.
+
+Topic names are Danube's: ``/<ns>/<topic>`` or a partition ``/<ns>/<topic>-part-N``.
+Danube's clients make one producer or consumer per partition, so a subscription made over
+gRPC on a partitioned topic is a subscription of each partition (as in Danube), kept by the
+dispatcher like any other; a topic they name by partition is created (or grown) to have it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from danube.discovery.api.state import Services
+from danube.discovery.catalog import user_topic
+from danube.discovery.errors import (
+    BadRequestError,
+    ConflictError,
+    NotFoundError,
+    OverLimitError,
+)
+from danube.discovery.grpc_api.clients import Clients, ConsumerEntry, ProducerEntry
+from danube.discovery.models import TopicSpec
+from danube.discovery.producers import ProducerSessions
+from danube.dispatcher import protocol
+from danube.errors import DanubeError
+from danube.frame import InvalidRecordError, Record, decode_record, encode_record
+from danube.meta import TopicName
+from danube.meta.backoff import backoff_s
+from danube.meta.records import AccessMode, Dispatch
+from danube.names import InvalidNameError, validate_segment
+from danube.wire import DanubeApi_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+SUBSCRIPTION_TYPES = {
+    pb.ConsumerRequest.Exclusive: "exclusive",
+    pb.ConsumerRequest.Shared: "shared",
+    pb.ConsumerRequest.Failover: "failover",
+    pb.ConsumerRequest.KeyShared: "key_shared",
+}
+DISPATCH: dict[int, Dispatch] = {pb.NonReliable: "non_reliable", pb.Reliable: "reliable"}
+ACCESS_MODES: dict[int, AccessMode] = {pb.Shared: "shared", pb.Exclusive: "exclusive"}
+NAME_CHARS_MAX = 256
+# A ReceiveMessages stream polls its dispatcher for at most this many messages at a time,
+# waiting at most this long: a batch is written (gRPC flow control: the client's window)
+# before the next is asked for, so a stream buffers one batch at most.
+RECEIVE_BATCH = 100
+RECEIVE_WAIT_MS = 5_000
+_REATTACH_BASE_S = 0.1
+_REATTACH_CAP_S = 2.0
+
+
+def parse_topic(value: str) -> TopicName:
+    """A topic or partition name as Danube's clients send it; BadRequestError otherwise."""
+    try:
+        name = TopicName.parse(value)
+        base = name.parent
+        user_topic(base.namespace, base.topic)  # the base must be a name a user may give
+    except InvalidNameError as exc:
+        raise BadRequestError(f"topic {value[:300]!r}: {exc.message}", code="invalid_name") from exc
+    return name
+
+
+def _client_name(kind: str, value: str) -> str:
+    if not value or len(value) > NAME_CHARS_MAX:
+        raise BadRequestError(
+            f"{kind} must have 1 to {NAME_CHARS_MAX} characters", code="invalid_name"
+        )
+    return value
+
+
+class DanubeApi:
+    """The handlers of Discovery, ProducerService, ConsumerService and HealthCheck."""
+
+    def __init__(
+        self,
+        services: Services,
+        sessions: ProducerSessions,
+        clients: Clients,
+        *,
+        advertised_url: str,
+    ) -> None:
+        self.services = services
+        self.sessions = sessions
+        self.clients = clients
+        self.advertised_url = advertised_url
+
+    # --- Discovery --------------------------------------------------------------------------
+
+    async def topic_lookup(self, request: Any, context: Any) -> Any:
+        parse_topic(request.topic)
+        # Any instance serves any topic: answer with ourselves, in proxy mode.
+        return pb.TopicLookupResponse(
+            request_id=request.request_id,
+            response_type=pb.TopicLookupResponse.Connect,
+            connect_url=self.advertised_url,
+            broker_url=self.advertised_url,
+            proxy=True,
+        )
+
+    async def topic_partitions(self, request: Any, context: Any) -> Any:
+        topic = parse_topic(request.topic)
+        names = [topic]
+        if topic.partition is None:
+            config = await self.services.catalog.cached_topic(topic)
+            if config is not None and config.partitions > 0:
+                names = topic.partitions(config.partitions)
+        return pb.TopicPartitionsResponse(
+            request_id=request.request_id, partitions=[str(n) for n in names]
+        )
+
+    # --- topics -------------------------------------------------------------------------------
+
+    async def _ensure_topic(self, topic: TopicName, dispatch: Dispatch) -> None:
+        """Make ``topic`` exist (auto-creation allowed): a plain topic as asked, a partition
+        by creating or growing its topic to have it."""
+        catalog = self.services.catalog
+        base = topic.parent
+        config = await catalog.cached_topic(base)
+        if config is None:
+            if not self.services.producer.limits.auto_create:
+                raise NotFoundError(
+                    f"topic {base} does not exist and auto-creation is off", code="topic_not_found"
+                )
+            count = 0 if topic.partition is None else topic.partition + 1
+            try:
+                config, _ = await catalog.create_topic(
+                    base, TopicSpec(partitions=count, dispatch=dispatch)
+                )
+            except ConflictError as exc:  # created meanwhile, with another partition count
+                if exc.code != "topic_exists":
+                    raise
+                config = await catalog.get_topic(base)
+        if topic.partition is not None and config.partitions <= topic.partition:
+            if not self.services.producer.limits.auto_create:
+                raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+            await catalog.grow_partitions(base, topic.partition + 1)
+
+    async def _topic_exists(self, topic: TopicName) -> bool:
+        config = await self.services.catalog.cached_topic(topic.parent)
+        if config is None:
+            return False
+        return topic.partition is None or topic.partition < config.partitions
+
+    # --- ProducerService ------------------------------------------------------------------------
+
+    async def create_producer(self, request: Any, context: Any) -> Any:
+        topic = parse_topic(request.topic_name)
+        name = _client_name("producer_name", request.producer_name)
+        access_mode = ACCESS_MODES.get(request.producer_access_mode)
+        dispatch = DISPATCH.get(request.dispatch_strategy)
+        if access_mode is None or dispatch is None:
+            raise BadRequestError("unknown access mode or dispatch strategy", code="bad_request")
+        await self._ensure_topic(topic, dispatch)
+        session = await self.sessions.open(topic, name, access_mode=access_mode)
+        entry = ProducerEntry(self.clients.new_id(), topic, name, access_mode, session.producer_id)
+        try:
+            self.clients.add_producer(entry)
+        except OverLimitError:
+            await self.sessions.close(topic, session.producer_id)
+            raise
+        log.info("gRPC producer %s (%s) on %s", name, access_mode, topic)
+        return pb.ProducerResponse(
+            request_id=request.request_id, producer_id=entry.id, producer_name=name
+        )
+
+    async def send_message(self, request: Any, context: Any) -> Any:
+        msg_id = request.msg_id
+        topic = parse_topic(msg_id.topic_name)
+        entry = self.clients.producers.get(msg_id.producer_id)
+        session_id = None
+        if entry is not None and entry.topic == topic:
+            entry.last_seen = time.monotonic()
+            session_id = entry.session_id
+        # Stateless past the entry: a producer this instance forgot (a restart) still sends,
+        # unless the topic has an exclusive producer that is not it.
+        await self.sessions.check(topic, session_id)
+        limit = self.services.producer.limits.max_payload_bytes
+        if len(request.payload) > limit:
+            raise BadRequestError(
+                f"payload is {len(request.payload)} bytes, over the limit of {limit}",
+                code="payload_too_large",
+            )
+        key = request.routing_key if request.HasField("routing_key") else None
+        try:
+            record = encode_record(
+                Record(
+                    payload=request.payload,
+                    publish_time_ms=request.publish_time or int(time.time() * 1000),
+                    producer=request.producer_name,
+                    key=key,
+                    attributes=dict(request.attributes),
+                    schema_id=request.schema_id if request.HasField("schema_id") else None,
+                    schema_version=(
+                        request.schema_version if request.HasField("schema_version") else None
+                    ),
+                )
+            )
+        except InvalidRecordError as exc:
+            raise BadRequestError(str(exc), code="invalid_record") from exc
+        await self.services.producer.store(topic, [record], [key], dispatch="reliable")
+        return pb.MessageResponse(request_id=request.request_id)
+
+    # --- ConsumerService ------------------------------------------------------------------------
+
+    async def subscribe(self, request: Any, context: Any) -> Any:
+        topic = parse_topic(request.topic_name)
+        name = _client_name("consumer_name", request.consumer_name)
+        try:
+            validate_segment("subscription", request.subscription)
+        except InvalidNameError as exc:
+            raise BadRequestError(exc.message, code="invalid_name") from exc
+        sub_type = SUBSCRIPTION_TYPES.get(request.subscription_type)
+        if sub_type is None:
+            raise BadRequestError("unknown subscription type", code="bad_request")
+        filters = tuple(request.key_filters)
+        if filters and sub_type != "key_shared":
+            raise BadRequestError(
+                "key_filters are for key-shared subscriptions", code="bad_request"
+            )
+        await self._ensure_topic(topic, "reliable")
+        dispatcher_id = await self._attach(topic, request.subscription, name, sub_type, filters)
+        entry = ConsumerEntry(
+            self.clients.new_id(),
+            topic,
+            request.subscription,
+            name,
+            sub_type,
+            filters,
+            dispatcher_id,
+        )
+        try:
+            self.clients.add_consumer(entry)
+        except OverLimitError:
+            await self._detach(entry)
+            raise
+        log.info("gRPC consumer %s (%s) on %s/%s", name, sub_type, topic, request.subscription)
+        return pb.ConsumerResponse(
+            request_id=request.request_id, consumer_id=entry.id, consumer_name=name
+        )
+
+    async def _attach(
+        self, topic: TopicName, sub: str, name: str, sub_type: str, filters: tuple[str, ...]
+    ) -> str:
+        extra: dict[str, Any] = {"key_filters": list(filters)} if filters else {}
+        return await self.services.dispatcher.attach(
+            topic, sub, name, type=sub_type, start="latest", **extra
+        )
+
+    async def _detach(self, entry: ConsumerEntry) -> None:
+        try:
+            await self.services.dispatcher.detach(
+                entry.topic, entry.subscription, entry.dispatcher_id
+            )
+        except DanubeError as exc:  # gone already, or its dispatcher is: it expires there
+            log.debug("detach of %s: %s", entry.name, exc)
+
+    async def receive_messages(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        entry = self.clients.consumers.get(request.consumer_id)
+        if entry is None or entry.closed is not None:
+            raise NotFoundError(
+                f"consumer {request.consumer_id} is not known here: subscribe again",
+                code="consumer_not_found",
+            )
+        streams = self.services.streams
+        if not streams.try_take():
+            raise OverLimitError("this instance holds its maximum of consumer streams")
+        entry.streams += 1
+        try:
+            async for message in self._deliveries(entry):
+                yield message
+        finally:
+            entry.streams -= 1
+            entry.last_seen = time.monotonic()
+            streams.give_back()
+
+    async def _deliveries(self, entry: ConsumerEntry) -> AsyncIterator[Any]:
+        dispatcher = self.services.dispatcher
+        failures = 0
+        while entry.closed is None:
+            try:
+                polled = await dispatcher.poll(
+                    entry.topic,
+                    entry.subscription,
+                    entry.dispatcher_id,
+                    max=RECEIVE_BATCH,
+                    wait_ms=RECEIVE_WAIT_MS,
+                )
+                failures = 0
+            except DanubeError as exc:
+                failures += 1
+                if exc.code == "consumer_not_found":
+                    await self._reattach(entry)  # its dispatcher restarted or it expired
+                elif not exc.retriable:
+                    entry.closed = exc.message
+                    raise
+                await asyncio.sleep(
+                    backoff_s(failures - 1, base_s=_REATTACH_BASE_S, cap_s=_REATTACH_CAP_S)
+                )
+                continue
+            entry.last_seen = time.monotonic()
+            for message in polled:
+                partition = TopicName(entry.topic.namespace, message.partition)
+                self.clients.delivered(partition, entry.subscription, message.offset, entry.id)
+                yield self._stream_message(entry, partition, message)
+
+    async def _reattach(self, entry: ConsumerEntry) -> None:
+        try:
+            entry.dispatcher_id = await self._attach(
+                entry.topic, entry.subscription, entry.name, entry.type, entry.key_filters
+            )
+            log.info(
+                "gRPC consumer %s attached again to %s/%s",
+                entry.name,
+                entry.topic,
+                entry.subscription,
+            )
+        except DanubeError as exc:
+            if not exc.retriable:  # e.g. another consumer took the exclusive subscription
+                entry.closed = exc.message
+                raise
+
+    def _stream_message(
+        self, entry: ConsumerEntry, partition: TopicName, message: protocol.PolledMessage
+    ) -> Any:
+        record = decode_record(message.record)
+        out = pb.StreamMessage(
+            request_id=message.offset,
+            msg_id=pb.MsgID(
+                topic_name=str(partition),
+                broker_addr=self.advertised_url,
+                topic_offset=message.offset,
+            ),
+            payload=record.payload,
+            publish_time=record.publish_time_ms,
+            producer_name=record.producer,
+            subscription_name=entry.subscription,
+            attributes=dict(record.attributes),
+        )
+        if record.key is not None:
+            out.routing_key = record.key
+        if record.schema_id is not None:
+            out.schema_id = record.schema_id
+        if record.schema_version is not None:
+            out.schema_version = record.schema_version
+        return out
+
+    def _ack_target(self, request: Any, *, forget: bool) -> tuple[ConsumerEntry, TopicName, int]:
+        msg_id = request.msg_id
+        partition = parse_topic(msg_id.topic_name)
+        entry = self.clients.holder(
+            partition, request.subscription_name, msg_id.topic_offset, forget=forget
+        )
+        if entry is None:
+            raise NotFoundError(
+                f"no consumer of {request.subscription_name} on {partition} here",
+                code="consumer_not_found",
+            )
+        entry.last_seen = time.monotonic()
+        return entry, partition, msg_id.topic_offset
+
+    async def ack(self, request: Any, context: Any) -> Any:
+        entry, partition, offset = self._ack_target(request, forget=True)
+        await self.services.dispatcher.ack(
+            entry.topic, entry.subscription, entry.dispatcher_id, [(partition.topic, offset)]
+        )
+        return pb.AckResponse(request_id=request.request_id)
+
+    async def nack(self, request: Any, context: Any) -> Any:
+        entry, partition, offset = self._ack_target(request, forget=True)
+        delay_ms = request.delay_ms if request.HasField("delay_ms") else 0
+        if request.HasField("reason"):
+            log.debug("nack of %s@%d: %s", partition, offset, request.reason[:200])
+        await self.services.dispatcher.nack(
+            entry.topic,
+            entry.subscription,
+            entry.dispatcher_id,
+            [(partition.topic, offset)],
+            delay_ms=min(delay_ms, protocol.NACK_DELAY_MS_MAX),
+        )
+        return pb.NackResponse(request_id=request.request_id)
+
+    # --- HealthCheck ------------------------------------------------------------------------------
+
+    async def health_check(self, request: Any, context: Any) -> Any:
+        ok = await self._healthy(request.client, request.id)
+        status = pb.HealthCheckResponse.OK if ok else pb.HealthCheckResponse.CLOSE
+        return pb.HealthCheckResponse(status=status)
+
+    async def _healthy(self, client: int, client_id: int) -> bool:
+        """OK while the producer or consumer is known here, its topic exists, and (a
+        producer) its session holds or (a consumer) it has not ended."""
+        now = time.monotonic()
+        if client == pb.HealthCheckRequest.Producer:
+            producer = self.clients.producers.get(client_id)
+            if producer is None:
+                return False
+            if not await self._topic_exists(producer.topic) or not await self.sessions.keepalive(
+                producer.topic, producer.session_id
+            ):
+                self.clients.producers.pop(client_id, None)
+                return False
+            producer.last_seen = now
+            return True
+        consumer = self.clients.consumers.get(client_id)
+        if consumer is None or consumer.closed is not None:
+            return False
+        if not await self._topic_exists(consumer.topic):
+            consumer.closed = "its topic was deleted"
+            return False
+        consumer.last_seen = now
+        return True
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    async def drop_idle(self) -> None:
+        """Forget producers and consumers their clients stopped checking on: close their
+        sessions, detach the consumers (their unacked messages go to the others)."""
+        producers, consumers = self.clients.idle(time.monotonic())
+        for producer in producers:
+            try:
+                await self.sessions.close(producer.topic, producer.session_id)
+            except DanubeError as exc:
+                log.debug("closing the session of %s: %s", producer.name, exc)
+        for consumer in consumers:
+            await self._detach(consumer)
+        if producers or consumers:
+            log.info("forgot %d idle gRPC producers, %d consumers", len(producers), len(consumers))

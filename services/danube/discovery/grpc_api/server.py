@@ -1,0 +1,204 @@
+"""The gRPC server of Danube's client API: binds the handlers (danube.discovery.grpc_api
+.handlers) to their method paths, gives every call a deadline, answers every error through
+one table (status.py), and forgets the producers and consumers of clients that went away."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from danube.config import DiscoveryConfig
+from danube.discovery.api.state import Services
+from danube.discovery.grpc_api.clients import Clients
+from danube.discovery.grpc_api.handlers import DanubeApi
+from danube.discovery.grpc_api.status import grpc_status
+from danube.discovery.producers import ProducerSessions
+from danube.wire import DanubeApi_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+Unary = Callable[[Any, Any], Awaitable[Any]]
+Streaming = Callable[[Any, Any], AsyncIterator[Any]]
+
+REAP_EVERY_S = 2.0
+# Calls a client gives no deadline get this one (a produce: its claims and retries fit).
+# Streams have none: they last as long as the client wants them.
+_MARGIN_S = 2.0
+
+
+def advertised_url(config: DiscoveryConfig, port: int) -> str:
+    """What lookups answer: the configured URL, else this host and the bound port."""
+    if config.grpc_advertised_url is not None:
+        return config.grpc_advertised_url
+    host = config.host
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+async def _fail(context: Any, exc: BaseException) -> None:
+    code, details = grpc_status(exc)
+    if code is grpc.StatusCode.INTERNAL:
+        log.error("gRPC call failed", exc_info=exc)
+    await context.abort(code, details)
+
+
+def _unary(fn: Unary, request_type: Any, response_type: Any, default_s: float) -> Any:
+    async def handle(request: Any, context: Any) -> Any:
+        remaining = context.time_remaining()
+        budget_s = default_s if remaining is None else min(remaining, default_s)
+        try:
+            async with asyncio.timeout(max(budget_s, 0.001)):
+                return await fn(request, context)
+        except Exception as exc:
+            await _fail(context, exc)
+
+    return grpc.unary_unary_rpc_method_handler(
+        handle,
+        request_deserializer=request_type.FromString,
+        response_serializer=response_type.SerializeToString,
+    )
+
+
+def _streaming(fn: Streaming, request_type: Any, response_type: Any) -> Any:
+    async def handle(request: Any, context: Any) -> None:
+        try:
+            async for item in fn(request, context):
+                await context.write(item)  # waits for the client's flow-control window
+        except Exception as exc:
+            await _fail(context, exc)
+
+    return grpc.unary_stream_rpc_method_handler(
+        handle,
+        request_deserializer=request_type.FromString,
+        response_serializer=response_type.SerializeToString,
+    )
+
+
+def method_handlers(api: DanubeApi, timeout_s: float) -> list[Any]:
+    """One generic handler per service, by Danube's method names."""
+    t = timeout_s + _MARGIN_S
+    return [
+        grpc.method_handlers_generic_handler(
+            "danube.Discovery",
+            {
+                "TopicLookup": _unary(
+                    api.topic_lookup, pb.TopicLookupRequest, pb.TopicLookupResponse, t
+                ),
+                "TopicPartitions": _unary(
+                    api.topic_partitions, pb.TopicLookupRequest, pb.TopicPartitionsResponse, t
+                ),
+            },
+        ),
+        grpc.method_handlers_generic_handler(
+            "danube.ProducerService",
+            {
+                "CreateProducer": _unary(
+                    api.create_producer, pb.ProducerRequest, pb.ProducerResponse, t
+                ),
+                "SendMessage": _unary(api.send_message, pb.StreamMessage, pb.MessageResponse, t),
+            },
+        ),
+        grpc.method_handlers_generic_handler(
+            "danube.ConsumerService",
+            {
+                "Subscribe": _unary(api.subscribe, pb.ConsumerRequest, pb.ConsumerResponse, t),
+                "ReceiveMessages": _streaming(
+                    api.receive_messages, pb.ReceiveRequest, pb.StreamMessage
+                ),
+                "Ack": _unary(api.ack, pb.AckRequest, pb.AckResponse, t),
+                "Nack": _unary(api.nack, pb.NackRequest, pb.NackResponse, t),
+            },
+        ),
+        grpc.method_handlers_generic_handler(
+            "danube.HealthCheck",
+            {
+                "HealthCheck": _unary(
+                    api.health_check, pb.HealthCheckRequest, pb.HealthCheckResponse, t
+                ),
+            },
+        ),
+    ]
+
+
+class GrpcServer:
+    """Danube's client API on ``config.grpc_port``. :meth:`start`, then :meth:`run` until
+    cancelled, then :meth:`stop`."""
+
+    def __init__(
+        self,
+        services: Services,
+        sessions: ProducerSessions,
+        config: DiscoveryConfig,
+        *,
+        max_message_bytes: int,
+    ) -> None:
+        self.services = services
+        self.sessions = sessions
+        self.config = config
+        self.max_message_bytes = max_message_bytes
+        self.clients = Clients(limit=config.grpc_max_clients, idle_s=config.grpc_client_idle_s)
+        self.port = 0
+        self.url = ""
+        self.api: DanubeApi | None = None
+        self._server: Any = None
+
+    async def start(self) -> None:
+        """Bind and serve; OSError when the port cannot be bound."""
+        config = self.config
+        server = grpc.aio.server(
+            maximum_concurrent_rpcs=config.grpc_max_concurrent_rpcs,
+            options=[
+                # Never share the port with another process (gRPC's default on Linux): a
+                # second instance on the same port must fail, not split the traffic.
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", self.max_message_bytes),
+                ("grpc.max_send_message_length", self.max_message_bytes),
+                ("grpc.max_concurrent_streams", 1000),
+                # Clients that vanish without closing are found by pings.
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.http2.max_pings_without_data", 0),
+                ("grpc.keepalive_permit_without_calls", 1),
+            ],
+        )
+        try:
+            port = server.add_insecure_port(f"{_bind_host(config.host)}:{config.grpc_port}")
+        except RuntimeError as exc:
+            raise OSError(f"cannot serve gRPC on {config.host}:{config.grpc_port}: {exc}") from exc
+        if port == 0:
+            raise OSError(f"cannot serve gRPC on {config.host}:{config.grpc_port}")
+        self.port = port
+        self.url = advertised_url(config, port)
+        self.api = DanubeApi(self.services, self.sessions, self.clients, advertised_url=self.url)
+        server.add_generic_rpc_handlers(method_handlers(self.api, config.produce_timeout_s))
+        await server.start()
+        self._server = server
+        log.info("gRPC API on %s:%d (advertised %s)", config.host, port, self.url)
+
+    async def run(self) -> None:
+        """Forget idle clients, every few seconds, until cancelled."""
+        assert self.api is not None
+        while True:
+            await asyncio.sleep(REAP_EVERY_S)
+            try:
+                await self.api.drop_idle()
+            except Exception:  # one bad round must not end the server
+                log.exception("dropping idle gRPC clients failed")
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop: no new calls; calls in flight get ``grace_s`` to finish."""
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+
+
+def _bind_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

@@ -1,0 +1,207 @@
+"""Danube's gRPC client API against real services (discovery, ingest, dispatcher in this
+process; real nats-server and etcd): what HealthCheck answers, access modes, status codes.
+The official client's round trips are in tests/e2e/test_danube_client.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from danube.config import DanubeSettings
+from danube.discovery import app as discovery_app
+from danube.dispatcher import app as dispatcher_app
+from danube.ingest import app as ingest_app
+from danube.runtime import free_port
+from danube.runtime.service import run_in_process
+from danube.wire import DanubeApi_pb2 as pb
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+OK, CLOSE = pb.HealthCheckResponse.OK, pb.HealthCheckResponse.CLOSE
+MeshSettings = Callable[..., DanubeSettings]  # the mesh_settings fixture (conftest.py)
+
+
+async def until_served(api: Api) -> None:
+    """The gRPC API answers (discovery serves it before it registers)."""
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                await api.lookup(pb.TopicLookupRequest(topic="/default/probe"))
+                return
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.05)
+
+
+class Api:
+    """Danube's methods by path, as its clients call them."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        def unary(path: str, request: Any, response: Any) -> Callable[..., Any]:
+            return channel.unary_unary(  # type: ignore[no-any-return]
+                path,
+                request_serializer=request.SerializeToString,
+                response_deserializer=response.FromString,
+            )
+
+        self.lookup = unary(
+            "/danube.Discovery/TopicLookup", pb.TopicLookupRequest, pb.TopicLookupResponse
+        )
+        self.partitions = unary(
+            "/danube.Discovery/TopicPartitions", pb.TopicLookupRequest, pb.TopicPartitionsResponse
+        )
+        self.create_producer = unary(
+            "/danube.ProducerService/CreateProducer", pb.ProducerRequest, pb.ProducerResponse
+        )
+        self.send = unary(
+            "/danube.ProducerService/SendMessage", pb.StreamMessage, pb.MessageResponse
+        )
+        self.subscribe = unary(
+            "/danube.ConsumerService/Subscribe", pb.ConsumerRequest, pb.ConsumerResponse
+        )
+        self.health = unary(
+            "/danube.HealthCheck/HealthCheck", pb.HealthCheckRequest, pb.HealthCheckResponse
+        )
+
+
+@asynccontextmanager
+async def grpc_mesh(
+    mesh_settings: MeshSettings,
+) -> AsyncIterator[tuple[Api, httpx.AsyncClient, str]]:
+    settings = mesh_settings()
+    grpc_port = free_port()
+    discovery = settings.discovery.model_copy(update={"grpc_port": grpc_port})
+    settings = settings.model_copy(update={"discovery": discovery})
+    base_url = f"http://127.0.0.1:{settings.discovery.port}"
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),
+        run_in_process(dispatcher_app.serve, settings, "disp-1", must_stop_cleanly=True),
+        run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True),
+        httpx.AsyncClient(base_url=base_url, timeout=30) as http,
+        grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel,
+    ):
+        api = Api(channel)
+        await until_served(api)
+        yield api, http, f"http://127.0.0.1:{grpc_port}"
+
+
+def producer_request(topic: str, name: str, mode: pb.ProducerAccessMode = pb.Shared) -> Any:
+    return pb.ProducerRequest(
+        request_id=1,
+        producer_name=name,
+        topic_name=topic,
+        producer_access_mode=mode,
+        dispatch_strategy=pb.Reliable,
+    )
+
+
+def message(topic: str, producer_id: int, payload: bytes, name: str = "p") -> Any:
+    return pb.StreamMessage(
+        request_id=7,
+        msg_id=pb.MsgID(producer_id=producer_id, topic_name=topic),
+        payload=payload,
+        producer_name=name,
+    )
+
+
+async def test_lookup_answers_this_instance_in_proxy_mode(mesh_settings: MeshSettings) -> None:
+    async with grpc_mesh(mesh_settings) as (api, _, url):
+        answer = await api.lookup(pb.TopicLookupRequest(request_id=3, topic="/default/any"))
+        assert answer.response_type == pb.TopicLookupResponse.Connect
+        assert (answer.connect_url, answer.broker_url, answer.proxy) == (url, url, True)
+        assert answer.request_id == 3
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await api.lookup(pb.TopicLookupRequest(request_id=4, topic="no-slashes"))
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert bad.value.details().startswith("invalid_name:")
+
+
+async def test_partitions_created_as_named_and_listed(mesh_settings: MeshSettings) -> None:
+    async with grpc_mesh(mesh_settings) as (api, http, _):
+        for index in (2, 0, 1):  # in any order, as concurrent creations come
+            await api.create_producer(
+                producer_request(f"/default/grown-part-{index}", f"p-{index}")
+            )
+        answer = await api.partitions(pb.TopicLookupRequest(request_id=1, topic="/default/grown"))
+        assert list(answer.partitions) == [f"/default/grown-part-{i}" for i in range(3)]
+        described = (await http.get("/v1/topics/default/grown")).json()
+        assert len(described["partitions"]) == 3
+        await api.create_producer(producer_request("/default/plain", "p"))
+        with pytest.raises(grpc.aio.AioRpcError) as bad:  # unpartitioned: no partition 1
+            await api.create_producer(producer_request("/default/plain-part-1", "p"))
+        assert bad.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert bad.value.details().startswith("not_partitioned:")
+
+
+async def test_health_check_closes_when_the_topic_goes(mesh_settings: MeshSettings) -> None:
+    async with grpc_mesh(mesh_settings) as (api, http, _):
+        unknown = await api.health(
+            pb.HealthCheckRequest(client=pb.HealthCheckRequest.Producer, id=42)
+        )
+        assert unknown.status == CLOSE
+        producer = await api.create_producer(producer_request("/default/hc", "hc-producer"))
+        consumer = await api.subscribe(
+            pb.ConsumerRequest(
+                request_id=1,
+                topic_name="/default/hc",
+                consumer_name="hc-consumer",
+                subscription="hc-sub",
+                subscription_type=pb.ConsumerRequest.Shared,
+            )
+        )
+        as_producer = pb.HealthCheckRequest(
+            client=pb.HealthCheckRequest.Producer, id=producer.producer_id
+        )
+        as_consumer = pb.HealthCheckRequest(
+            client=pb.HealthCheckRequest.Consumer, id=consumer.consumer_id
+        )
+        assert (await api.health(as_producer)).status == OK
+        assert (await api.health(as_consumer)).status == OK
+        await api.send(message("/default/hc", producer.producer_id, b"one"))
+        assert (await http.delete("/v1/topics/default/hc")).status_code == 204
+        assert (await api.health(as_producer)).status == CLOSE
+        assert (await api.health(as_consumer)).status == CLOSE
+
+
+async def test_exclusive_producer_refuses_others(mesh_settings: MeshSettings) -> None:
+    async with grpc_mesh(mesh_settings) as (api, _, _):
+        topic = "/default/solo"
+        holder = await api.create_producer(producer_request(topic, "first", pb.Exclusive))
+        for mode in (pb.Exclusive, pb.Shared):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await api.create_producer(producer_request(topic, "second", mode))
+            assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        await api.send(message(topic, holder.producer_id, b"mine"))
+        with pytest.raises(grpc.aio.AioRpcError) as fenced:  # a producer it does not know
+            await api.send(message(topic, 12345, b"not yours"))
+        assert fenced.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert fenced.value.details().startswith("producer_fenced:")
+
+
+async def test_bad_input_is_invalid_argument(mesh_settings: MeshSettings) -> None:
+    async with grpc_mesh(mesh_settings) as (api, _, _):
+        producer = await api.create_producer(producer_request("/default/limits", "p"))
+        too_big = b"x" * (mesh_settings().ingest.max_message_bytes + 1)
+        with pytest.raises(grpc.aio.AioRpcError) as big:
+            await api.send(message("/default/limits", producer.producer_id, too_big))
+        assert big.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert big.value.details().startswith("payload_too_large:")
+        with pytest.raises(grpc.aio.AioRpcError) as filters:
+            await api.subscribe(
+                pb.ConsumerRequest(
+                    topic_name="/default/limits",
+                    consumer_name="c",
+                    subscription="s",
+                    subscription_type=pb.ConsumerRequest.Shared,
+                    key_filters=["a*"],
+                )
+            )
+        assert filters.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.aio.AioRpcError) as empty:
+            await api.create_producer(producer_request("/default/limits", ""))
+        assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT

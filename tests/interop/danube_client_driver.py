@@ -1,0 +1,232 @@
+"""Scenarios run with the official Danube Python client (``danube-client`` from PyPI).
+
+Runs in the client's own virtual environment (its top-level package is also ``danube``), as
+``python danube_client_driver.py SCENARIO URL [ARGS...]``; prints one JSON object on the last
+line of stdout: what it sent and received, for the test to check. Nothing of the project is
+imported here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from danube import (
+    DanubeClientBuilder,
+    DispatchStrategy,
+    SubType,
+    UnrecoverableError,
+)
+
+TIME_LIMIT_S = 90.0
+
+
+async def client(url: str) -> Any:
+    return await DanubeClientBuilder().service_url(url).build()
+
+
+async def producer(c: Any, topic: str, name: str, partitions: int = 0) -> Any:
+    builder = (
+        c.new_producer()
+        .with_topic(topic)
+        .with_name(name)
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+    )
+    if partitions:
+        builder = builder.with_partitions(partitions)
+    p = builder.build()
+    await p.create()
+    return p
+
+
+async def consumer(c: Any, topic: str, name: str, sub: str, sub_type: Any, **kw: Any) -> Any:
+    builder = (
+        c.new_consumer()
+        .with_topic(topic)
+        .with_consumer_name(name)
+        .with_subscription(sub)
+        .with_subscription_type(sub_type)
+    )
+    for pattern in kw.get("filters", []):
+        builder = builder.with_key_filter(pattern)
+    cons = builder.build()
+    await cons.subscribe()
+    return cons
+
+
+def describe(m: Any) -> dict[str, Any]:
+    return {
+        "topic": m.msg_id.topic_name,
+        "offset": m.msg_id.topic_offset,
+        "payload": m.payload.decode(),
+        "attributes": dict(m.attributes),
+        "key": m.routing_key if m.HasField("routing_key") else None,
+        "producer": m.producer_name,
+        "at": time.monotonic(),
+    }
+
+
+async def take(queue: asyncio.Queue[Any], count: int, timeout_s: float) -> list[Any]:
+    got: list[Any] = []
+    async with asyncio.timeout(timeout_s):
+        while len(got) < count:
+            got.append(await queue.get())
+    return got
+
+
+async def roundtrip(url: str, topic: str) -> dict[str, Any]:
+    """Exclusive consumer first, then 10 messages with attributes; all received and acked."""
+    c = await client(url)
+    cons = await consumer(c, topic, "rt-consumer", "rt-sub", SubType.EXCLUSIVE)
+    queue = await cons.receive()
+    p = await producer(c, topic, "rt-producer")
+    for i in range(10):
+        await p.send(f"hello-{i}".encode(), {"index": str(i), "kind": "roundtrip"})
+    got = await take(queue, 10, 30)
+    for m in got:
+        await cons.ack(m)
+    await cons.close()
+    return {"received": [describe(m) for m in got]}
+
+
+async def partitioned(url: str, topic: str) -> dict[str, Any]:
+    """with_partitions(3), keyed sends: every message received, per-key order."""
+    c = await client(url)
+    p = await producer(c, topic, "part-producer", partitions=3)
+    cons = await consumer(c, topic, "part-consumer", "part-sub", SubType.EXCLUSIVE)
+    queue = await cons.receive()
+    sent = []
+    for i in range(60):
+        key = f"key-{i % 6}"
+        await p.send_with_key(f"{key}:{i}".encode(), {}, key)
+        sent.append(f"{key}:{i}")
+    got = await take(queue, len(sent), 30)
+    for m in got:
+        await cons.ack(m)
+    await cons.close()
+    return {"sent": sent, "received": [describe(m) for m in got]}
+
+
+async def key_shared(url: str, topic: str) -> dict[str, Any]:
+    """Two key-shared consumers: each key on exactly one of them."""
+    c = await client(url)
+    consumers = [
+        await consumer(c, topic, f"ks-{i}", "ks-sub", SubType.KEY_SHARED) for i in range(2)
+    ]
+    queues = [await cons.receive() for cons in consumers]
+    p = await producer(c, topic, "ks-producer")
+    total = 100
+    for i in range(total):
+        key = f"k{i % 10}"
+        await p.send_with_key(f"{key}:{i}".encode(), {}, key)
+    by_consumer: dict[str, list[dict[str, Any]]] = {"ks-0": [], "ks-1": []}
+    received = 0
+    async with asyncio.timeout(30):
+        while received < total:
+            for name, cons, queue in zip(by_consumer, consumers, queues, strict=True):
+                while not queue.empty():
+                    m = queue.get_nowait()
+                    by_consumer[name].append(describe(m))
+                    await cons.ack(m)
+                    received += 1
+            await asyncio.sleep(0.01)
+    for cons in consumers:
+        await cons.close()
+    return {"by_consumer": by_consumer}
+
+
+async def exclusive_refused(url: str, topic: str) -> dict[str, Any]:
+    """A second exclusive consumer on the same subscription is refused."""
+    c = await client(url)
+    first = await consumer(c, topic, "ex-1", "ex-sub", SubType.EXCLUSIVE)
+    try:
+        await consumer(c, topic, "ex-2", "ex-sub", SubType.EXCLUSIVE)
+    except UnrecoverableError as exc:
+        outcome = {"refused": True, "error": str(exc)}
+    else:
+        outcome = {"refused": False, "error": None}
+    await first.close()
+    return outcome
+
+
+async def nack_delay(url: str, topic: str) -> dict[str, Any]:
+    """A message nacked with a delay comes again, not before the delay."""
+    c = await client(url)
+    cons = await consumer(c, topic, "nack-consumer", "nack-sub", SubType.EXCLUSIVE)
+    queue = await cons.receive()
+    p = await producer(c, topic, "nack-producer")
+    await p.send(b"nack-me", {})
+    (first,) = await take(queue, 1, 30)
+    nacked_at = time.monotonic()
+    await cons.nack(first, 1000, "try later")
+    (again,) = await take(queue, 1, 30)
+    redelivered_after_s = time.monotonic() - nacked_at
+    await cons.ack(again)
+    await cons.close()
+    return {
+        "first": describe(first),
+        "again": describe(again),
+        "redelivered_after_s": redelivered_after_s,
+    }
+
+
+async def survive(url: str, topic: str, seconds: str) -> dict[str, Any]:
+    """Produce and consume for ``seconds`` while the test kills services: what was sent
+    (acknowledged by the broker) and what was received."""
+    c = await client(url)
+    cons = await consumer(c, topic, "sv-consumer", "sv-sub", SubType.EXCLUSIVE)
+    queue = await cons.receive()
+    p = await producer(c, topic, "sv-producer")
+    acked: list[str] = []
+    received: list[str] = []
+    errors: list[str] = []
+    stop = time.monotonic() + float(seconds)
+    print("ready", flush=True)  # the test starts killing after this line
+
+    async def drain() -> None:
+        while True:
+            m = await queue.get()
+            received.append(m.payload.decode())
+            await cons.ack(m)
+
+    draining = asyncio.create_task(drain())
+    i = 0
+    while time.monotonic() < stop:
+        body = f"sv-{i}"
+        try:
+            await p.send(body.encode(), {})
+            acked.append(body)
+            i += 1
+        except Exception as exc:  # a send the broker did not acknowledge: try it again
+            errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            await asyncio.sleep(0.2)
+    deadline = time.monotonic() + 45
+    while not set(acked) <= set(received) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)  # polled: the drain task appends
+    draining.cancel()
+    await cons.close()
+    return {"acked": acked, "received": received, "errors": errors[-20:]}
+
+
+SCENARIOS = {
+    "roundtrip": roundtrip,
+    "partitioned": partitioned,
+    "key_shared": key_shared,
+    "exclusive_refused": exclusive_refused,
+    "nack_delay": nack_delay,
+    "survive": survive,
+}
+
+
+async def main(argv: list[str]) -> None:
+    scenario, url, *args = argv[1:]
+    async with asyncio.timeout(TIME_LIMIT_S):
+        result = await SCENARIOS[scenario](url, *args)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv))
