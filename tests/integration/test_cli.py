@@ -294,3 +294,29 @@ async def test_produce_with_an_exclusive_session_and_list_producers(
     assert out.splitlines() == [f"{topic} {i}" for i in range(1, 4)]
     assert "producer session" in err
     assert (await consume_http.get("/v1/topics/default/excl/producers")).json() == {"producers": []}
+
+
+async def test_consume_key_shared_with_key_filters(consume_http: httpx.AsyncClient) -> None:
+    url = _url(consume_http)
+    messages = [{"payload": f"m{i}", "key": ("user-1", "order-1")[i % 2]} for i in range(6)]
+    produced = await consume_http.post(
+        "/v1/topics/default/ks-cli/messages", json={"messages": messages}
+    )
+    assert produced.status_code == 200, produced.text
+    code, out, err = await _danube(
+        "consume", "-s", url, "-t", "/default/ks-cli", "-m", "ks", "--start", "earliest",
+        "--sub-type", "key-shared", "--key-filter", "user-*", "--key-filter", "eu-?",
+        "-c", "3", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "(key_shared," in err
+    got = [json.loads(line) for line in out.splitlines()]
+    assert [(m["offset"], m["key"]) for m in got] == [(0, "user-1"), (2, "user-1"), (4, "user-1")]
+    listed = await consume_http.get("/v1/topics/default/ks-cli/subscriptions")
+    assert [s["type"] for s in listed.json()["subscriptions"]] == ["key_shared"]
+
+    code, _, err = await _danube(
+        "consume", "-s", url, "-t", "/default/ks-cli", "-m", "other", "--key-filter", "a*",
+    )  # fmt: skip
+    assert code != 0
+    assert "--key-filter needs --sub-type key-shared" in err

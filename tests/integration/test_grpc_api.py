@@ -71,11 +71,12 @@ class Api:
 
 @asynccontextmanager
 async def grpc_mesh(
-    mesh_settings: MeshSettings,
+    mesh_settings: MeshSettings, **discovery_settings: Any
 ) -> AsyncIterator[tuple[Api, httpx.AsyncClient, str]]:
+    """The services in this process; ``discovery_settings`` override discovery's."""
     settings = mesh_settings()
     grpc_port = free_port()
-    discovery = settings.discovery.model_copy(update={"grpc_port": grpc_port})
+    discovery = settings.discovery.model_copy(update={"grpc_port": grpc_port, **discovery_settings})
     settings = settings.model_copy(update={"discovery": discovery})
     base_url = f"http://127.0.0.1:{settings.discovery.port}"
     async with (
@@ -205,3 +206,34 @@ async def test_bad_input_is_invalid_argument(mesh_settings: MeshSettings) -> Non
         with pytest.raises(grpc.aio.AioRpcError) as empty:
             await api.create_producer(producer_request("/default/limits", ""))
         assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_producer_whose_session_lapsed_is_closed_and_fenced(
+    mesh_settings: MeshSettings,
+) -> None:
+    """A shared producer that stops checking in loses its session; an exclusive producer
+    then takes the topic: the old one's HealthCheck answers CLOSE and its sends are fenced."""
+    async with grpc_mesh(mesh_settings, producer_session_ttl_s=1) as (api, _, _):
+        topic = "/default/lapsed"
+        old = await api.create_producer(producer_request(topic, "old"))
+        check = pb.HealthCheckRequest(client=pb.HealthCheckRequest.Producer, id=old.producer_id)
+        assert (await api.health(check)).status == OK
+        new = await _exclusive_once_free(api, topic)
+        assert (await api.health(check)).status == CLOSE
+        with pytest.raises(grpc.aio.AioRpcError) as fenced:
+            await api.send(message(topic, old.producer_id, b"late", name="old"))
+        assert fenced.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        await api.send(message(topic, new.producer_id, b"mine", name="new"))
+
+
+async def _exclusive_once_free(api: Api, topic: str) -> Any:
+    """An exclusive producer, once the other producers' sessions ran out."""
+    codes = []
+    async with asyncio.timeout(20):  # no check-ins: etcd expires the sessions' leases
+        while True:
+            try:
+                return await api.create_producer(producer_request(topic, "new", pb.Exclusive))
+            except grpc.aio.AioRpcError as exc:
+                codes.append(exc.code())
+            assert set(codes) == {grpc.StatusCode.ALREADY_EXISTS}
+            await asyncio.sleep(0.2)

@@ -56,8 +56,22 @@ def test_requests_are_validated_with_the_field_named() -> None:
     assert caught.value.code == "bad_request"
     assert caught.value.status == 400
     assert "max" in caught.value.message
-    with pytest.raises(protocol.BadRequestError):
-        protocol.parse(b'{"consumer":"c","type":"key_shared"}', protocol.AttachRequest)
+    keyed = protocol.parse(
+        b'{"consumer":"c","type":"key_shared","key_filters":["user-*"]}', protocol.AttachRequest
+    )
+    assert (keyed.type, keyed.key_filters) == ("key_shared", ["user-*"])
+    with pytest.raises(protocol.BadRequestError, match="key_filters"):
+        protocol.parse(
+            b'{"consumer":"c","type":"shared","key_filters":["a"]}', protocol.AttachRequest
+        )
+    too_many = b'{"consumer":"c","type":"key_shared","key_filters":[%s]}' % b",".join(
+        b'"k"' for _ in range(33)
+    )
+    with pytest.raises(protocol.BadRequestError, match="key_filters"):
+        protocol.parse(too_many, protocol.AttachRequest)
+    too_long = b'{"consumer":"c","type":"key_shared","key_filters":["%s"]}' % (b"x" * 257)
+    with pytest.raises(protocol.BadRequestError, match="key_filters"):
+        protocol.parse(too_long, protocol.AttachRequest)
     with pytest.raises(protocol.BadRequestError):
         protocol.parse(b"not json", protocol.DetachRequest)
 

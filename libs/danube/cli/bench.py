@@ -13,6 +13,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from danube.cli import benchgrpc
 from danube.cli._common import Json, ServiceAddr, err, out, print_json, run
 from danube.cli.benchrun import (
     BenchSpec,
@@ -167,6 +168,60 @@ def e2e(
         receiver_queue_size=queue,
     )
     run("bench e2e", _bench(service_addr, spec, own, partitions, json_out))
+
+
+@app.command("grpc")
+def grpc(
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
+    grpc_addr: Annotated[
+        str, typer.Option("--grpc-addr", help="Danube's gRPC API (discovery.grpc_port).")
+    ] = "http://127.0.0.1:6650",
+    size: Size = 1024,
+    count: Annotated[
+        int, typer.Option("--count", "-n", min=1, help="Messages per protocol.")
+    ] = 5000,
+    producers: Producers = 1,
+    json_out: Json = False,
+) -> None:
+    """gRPC against HTTP, one message per call: produce msgs/s and latency, consume msgs/s."""
+
+    async def go() -> int:
+        result = await benchgrpc.compare(
+            service_addr, grpc_addr, size=size, count=count, producers=producers
+        )
+        if json_out:
+            print_json(result)
+        else:
+            out.print(_protocols_table(result))
+        return 0
+
+    run("bench grpc", go())
+
+
+def _protocols_table(result: dict[str, Any]) -> Table:
+    title = (
+        f"danube bench grpc — {result['messages']} msgs of {result['message_size_bytes']} B, "
+        f"{result['producers']} producer(s), one message per call"
+    )
+    table = Table("measure", "gRPC", "HTTP", title=title)
+    grpc_, http = result["grpc"], result["http"]
+    table.add_row(
+        "produce msgs/s",
+        f"{grpc_['produce_msgs_per_s']:,.0f}",
+        f"{http['produce_msgs_per_s']:,.0f}",
+    )
+    for q in ("p50", "p99"):
+        table.add_row(
+            f"produce {q} (ms)",
+            f"{grpc_['produce_latency_ms'][q]:.2f}",
+            f"{http['produce_latency_ms'][q]:.2f}",
+        )
+    table.add_row(
+        "consume msgs/s",
+        f"{grpc_['consume_msgs_per_s']:,.0f}",
+        f"{http['consume_msgs_per_s']:,.0f}",
+    )
+    return table
 
 
 async def _bench(url: str, spec: BenchSpec, own: bool, partitions: int, json_out: bool) -> int:

@@ -28,6 +28,7 @@ class SubType(StrEnum):
     exclusive = "exclusive"
     shared = "shared"
     failover = "failover"
+    key_shared = "key-shared"
 
 
 class Mode(StrEnum):
@@ -47,6 +48,13 @@ def consume(
     sub_type: Annotated[
         SubType, typer.Option("--sub-type", help="Subscription type of a new subscription.")
     ] = SubType.exclusive,
+    key_filters: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--key-filter",
+            help="key-shared only: take only keys matching this glob (user-*, eu-?); repeatable.",
+        ),
+    ] = None,
     start: Annotated[
         str,
         typer.Option(
@@ -70,6 +78,10 @@ def consume(
     ] = False,
 ) -> None:
     """Consume messages from a subscription; prints and acks each one."""
+    if key_filters and sub_type is not SubType.key_shared:
+        raise typer.BadParameter(
+            "--key-filter needs --sub-type key-shared", param_hint="--key-filter"
+        )
     run(
         "consume",
         _consume(
@@ -77,7 +89,8 @@ def consume(
             topic,
             subscription,
             name=consumer_name,
-            sub_type=sub_type.value,
+            sub_type=sub_type.value.replace("-", "_"),
+            key_filters=tuple(key_filters or ()),
             start=parse_position(start, "--start"),
             count=count,
             mode=mode.value,
@@ -95,6 +108,7 @@ async def _consume(
     *,
     name: str,
     sub_type: str,
+    key_filters: tuple[str, ...],
     start: Start,
     count: int | None,
     mode: str,
@@ -110,6 +124,7 @@ async def _consume(
             subscription,
             name=name,
             type=sub_type,
+            key_filters=key_filters,
             start=start,
             mode=mode,
             attach_timeout_s=timeout_s,

@@ -36,7 +36,10 @@ from danube.names import InvalidNameError, TopicName, validate_segment
 
 log = logging.getLogger(__name__)
 
-SubscriptionType = Literal["exclusive", "shared", "failover"]
+SubscriptionType = Literal["exclusive", "shared", "failover", "key_shared"]
+_TYPES = ("exclusive", "shared", "failover", "key_shared")
+KEY_FILTERS_MAX = 32  # the server's limits on key filters
+KEY_FILTER_CHARS_MAX = 256
 Mode = Literal["stream", "poll"]
 # Where a new subscription starts: "latest", "earliest", an offset or a Timestamp.
 Start = Position
@@ -48,7 +51,9 @@ DETACH_TIMEOUT_S = 5.0
 @dataclass(frozen=True, slots=True)
 class ConsumerOptions:
     """How a consumer attaches, receives and acks. ``type`` and ``start`` matter only to
-    the first attach, which creates the subscription; later ones resume from its cursor."""
+    the first attach, which creates the subscription; later ones resume from its cursor.
+    ``key_filters`` (``key_shared`` only): glob patterns (``user-*``, ``eu-west-?``) of
+    the message keys this consumer takes; none, every key."""
 
     name: str = "danube-client"
     type: SubscriptionType = "exclusive"
@@ -62,12 +67,24 @@ class ConsumerOptions:
     reattach: bool = True
     reconnect_timeout_s: float = 60.0
     attach_timeout_s: float = 30.0
+    key_filters: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.name) <= 128:
             raise InvalidArgumentError(f"consumer name must be 1..128 chars, got {self.name!r}")
-        if self.type not in ("exclusive", "shared", "failover"):
-            raise InvalidArgumentError(f"type: exclusive, shared or failover, not {self.type!r}")
+        if self.type not in _TYPES:
+            raise InvalidArgumentError(f"type: one of {', '.join(_TYPES)}, not {self.type!r}")
+        if isinstance(self.key_filters, str):
+            raise InvalidArgumentError("key_filters is a sequence of patterns, not one string")
+        if self.key_filters and self.type != "key_shared":
+            raise InvalidArgumentError(f"key_filters need type key_shared, not {self.type!r}")
+        if len(self.key_filters) > KEY_FILTERS_MAX or not all(
+            1 <= len(p) <= KEY_FILTER_CHARS_MAX for p in self.key_filters
+        ):
+            raise InvalidArgumentError(
+                f"key_filters: at most {KEY_FILTERS_MAX} patterns, "
+                f"each of 1..{KEY_FILTER_CHARS_MAX} chars"
+            )
         if self.mode not in ("stream", "poll"):
             raise InvalidArgumentError(f"mode must be stream or poll, got {self.mode!r}")
         position_json(self.start)  # raises for a bad one
@@ -83,7 +100,14 @@ class ConsumerOptions:
 
     def attach_body(self) -> dict[str, Any]:
         """The attach request's body."""
-        return {"name": self.name, "type": self.type, "start": position_json(self.start)}
+        body: dict[str, Any] = {
+            "name": self.name,
+            "type": self.type,
+            "start": position_json(self.start),
+        }
+        if self.key_filters:
+            body["key_filters"] = list(self.key_filters)
+        return body
 
 
 class AsyncConsumer:

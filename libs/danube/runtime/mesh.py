@@ -104,7 +104,10 @@ def plan_mesh(
         for index in range(scale.get(service, 1)):
             specs.append(_service_spec(settings, service, index, data_dir, config_path))
     if any(spec.name.startswith("discovery") for spec in specs):
-        urls["http"] = f"http://{settings.discovery.host}:{settings.discovery.port}"
+        discovery = settings.discovery
+        urls["http"] = f"http://{discovery.host}:{discovery.port}"
+        if discovery.grpc_enabled:
+            urls["grpc"] = f"http://{discovery.host}:{discovery.grpc_port}"
     return MeshPlan(specs, urls)
 
 

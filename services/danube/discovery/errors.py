@@ -127,6 +127,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "subscription_type_mismatch": 409,
     "unsupported_start": 400,
     "unsupported_operation": 400,  # a seek of a non-reliable subscription (no cursor)
+    "unsupported_subscription_type": 400,  # key_shared on a non-reliable topic
     "offset_out_of_range": 400,
     "position_unavailable": 503,
     "data_damaged": 500,  # no intact copy of a range: an operator repairs or skips it

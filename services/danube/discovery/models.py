@@ -34,6 +34,8 @@ PRODUCE_MESSAGES_CAP = 100_000
 Encoding = Literal["utf8", "base64"]
 # The dispatcher's own limits (danube.dispatcher.protocol), checked here for a clean 400.
 ACK_MESSAGES_CAP = 100_000
+KEY_FILTERS_MAX = 32
+KEY_FILTER_CHARS_MAX = 256
 NACK_DELAY_MS_CAP = 24 * 3600 * 1000
 # Credits one flow frame of a consumer stream may grant.
 FLOW_CREDITS_CAP = 10_000
@@ -173,8 +175,19 @@ class AttachRequest(_Request):
     ``start`` matter to the first attach, which creates the subscription."""
 
     name: Annotated[str, Field(min_length=1, max_length=128)]
-    type: Literal["exclusive", "shared", "failover"] = "exclusive"
+    type: Literal["exclusive", "shared", "failover", "key_shared"] = "exclusive"
     start: Position = "latest"
+    # key_shared only: glob patterns (fnmatch: *, ?, [...]) of the keys this consumer takes.
+    key_filters: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=KEY_FILTER_CHARS_MAX)]],
+        Field(max_length=KEY_FILTERS_MAX),
+    ] = []
+
+    @model_validator(mode="after")
+    def _filters_need_key_shared(self) -> AttachRequest:
+        if self.key_filters and self.type != "key_shared":
+            raise ValueError(f"key_filters are for key_shared subscriptions, not {self.type}")
+        return self
 
 
 class SeekRequest(_Request):
@@ -520,6 +533,9 @@ class MessageOut(_Response):
     publish_time_ms: int
     producer: str
     redelivery_count: int
+    # The schema the payload was checked against, when the topic has one (docs/schemas.md).
+    schema_id: int | None = None
+    schema_version: int | None = None
 
 
 class MessagesOut(_Response):

@@ -42,10 +42,15 @@ class DispatcherClient:
         *,
         type: str = "exclusive",
         start: protocol.StartPosition = "latest",
+        key_filters: Sequence[str] = (),
     ) -> str:
         """Attach a consumer; its consumer id. RemoteError ``subscription_taken`` when an
-        exclusive subscription already has its consumer."""
-        body = orjson.dumps({"consumer": consumer, "type": type, "start": start})
+        exclusive subscription already has its consumer. ``key_filters`` (glob patterns, only
+        with ``type="key_shared"``): the keys it takes; none, every key."""
+        fields: dict[str, object] = {"consumer": consumer, "type": type, "start": start}
+        if key_filters:
+            fields["key_filters"] = list(key_filters)
+        body = orjson.dumps(fields)
         reply = await self._request(topic, sub, DispatchOp.ATTACH, body, self.timeout_s)
         return str(orjson.loads(reply)["consumer_id"])
 

@@ -23,12 +23,11 @@ from __future__ import annotations
 import heapq
 import logging
 import random
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Literal
 
 from danube.dispatcher.cursor import CursorState, PartitionCursor
+from danube.dispatcher.entries import ConsumerWindow, Entry, PartitionQueue, Ref
 from danube.dispatcher.errors import (
     ConsumerExistsError,
     ConsumerNotFoundError,
@@ -60,50 +59,15 @@ from danube.dispatcher.redelivery import DeliverySettings, redelivery_delay_s
 
 log = logging.getLogger(__name__)
 
-DeliveryType = Literal["exclusive", "shared", "failover"]
-_State = Literal["fresh", "in_flight", "scheduled", "ready"]
-_Key = tuple[str, int]
-
-
-@dataclass(slots=True)
-class _Entry:
-    partition: str
-    offset: int
-    payload: object
-    state: _State = "fresh"
-    redelivery_count: int = 0
-    # The consumer whose window it counts against: the one it is in flight to, or the one
-    # an ack timeout took it back from (until it is delivered again).
-    consumer_id: str | None = None
-    # Bumped at every state change: a heap item whose stamp differs is stale (lazy deletion).
-    stamp: int = 0
-
-    def message(self) -> Message:
-        return Message(self.partition, self.offset, self.payload, self.redelivery_count)
-
-
-@dataclass(slots=True)
-class _Partition:
-    cursor: PartitionCursor
-    fresh: deque[_Entry] = field(default_factory=deque)
-    paused: bool = False
-
-
-@dataclass(slots=True)
-class _Consumer:
-    consumer_id: str
-    name: str
-    # Its window: given to it and not acked (in flight, or taken back by an ack timeout and
-    # not yet delivered again), in delivery order.
-    held: dict[_Key, _Entry] = field(default_factory=dict)
-    # Of those, the ones due again, lowest offset first (stamped like ``_ready``): it takes
-    # them back before anything else, whatever room its window has left.
-    ready: list[tuple[int, str, int]] = field(default_factory=list)
+DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 
 
 class SubscriptionMachine:
     """Delivery of one subscription: who gets which message, when it comes back, when the
-    cursor moves. Deterministic for a given event sequence and ``rng``."""
+    cursor moves. Deterministic for a given event sequence and ``rng``. Key-shared is the
+    subclass :class:`~danube.dispatcher.keyed.KeySharedMachine`."""
+
+    served_types: tuple[DeliveryType, ...] = ("exclusive", "shared", "failover")
 
     def __init__(
         self,
@@ -113,7 +77,7 @@ class SubscriptionMachine:
         *,
         rng: Callable[[], float] = random.random,
     ) -> None:
-        if delivery_type not in ("exclusive", "shared", "failover"):
+        if delivery_type not in self.served_types:
             raise DispatcherError(
                 f"unsupported subscription type {delivery_type!r}",
                 code="unsupported_subscription_type",
@@ -123,11 +87,11 @@ class SubscriptionMachine:
         self.delivery_type: DeliveryType = delivery_type
         self.settings = settings or DeliverySettings()
         self._rng = rng
-        self._partitions = {name: _Partition(cursor) for name, cursor in cursors.items()}
+        self._partitions = {name: PartitionQueue(cursor) for name, cursor in cursors.items()}
         self._order = list(self._partitions)
         self._next_partition = 0  # round-robin over partitions for fresh messages
-        self._consumers: dict[str, _Consumer] = {}  # in attach order: failover's succession
-        self._entries: dict[_Key, _Entry] = {}
+        self._consumers: dict[str, ConsumerWindow] = {}  # in attach order: failover's succession
+        self._entries: dict[Ref, Entry] = {}
         self._stamp = 0
         self._deadlines: list[tuple[float, int, str, int]] = []  # ack timeouts
         self._scheduled: list[tuple[float, int, str, int]] = []  # redeliveries not yet due
@@ -143,8 +107,8 @@ class SubscriptionMachine:
 
     @property
     def active_consumer(self) -> str | None:
-        """The consumer that receives (exclusive, failover); ``None`` for shared."""
-        if self.delivery_type == "shared" or not self._consumers:
+        """The consumer that receives (exclusive, failover); ``None`` for (key) shared."""
+        if self.delivery_type in ("shared", "key_shared") or not self._consumers:
             return None
         return next(iter(self._consumers))
 
@@ -240,7 +204,7 @@ class SubscriptionMachine:
             raise SubscriptionTakenError(
                 f"the exclusive subscription is taken by consumer {holder!r}", holder=holder
             )
-        self._consumers[event.consumer_id] = _Consumer(event.consumer_id, event.name)
+        self._consumers[event.consumer_id] = ConsumerWindow(event.consumer_id, event.name)
 
     def _detach(self, event: ConsumerDetached, actions: list[Action]) -> None:
         consumer = self._consumers.get(event.consumer_id)
@@ -277,9 +241,9 @@ class SubscriptionMachine:
             return
         for offset, payload in messages:
             if cursor.observe(offset):
-                entry = _Entry(event.partition, offset, payload)
+                entry = Entry(event.partition, offset, payload)
                 self._entries[(event.partition, offset)] = entry
-                partition.fresh.append(entry)
+                self._enqueue(partition, entry)
         if event.next_offset is not None:
             cursor.skip_to(event.next_offset)
 
@@ -288,13 +252,17 @@ class SubscriptionMachine:
         if self.active_consumer not in (None, event.consumer_id):
             return  # a failover standby receives nothing until it becomes active
         self._promote(event.now_s)
-        wanted = event.max_messages
+        batch = self._take(consumer, event.max_messages, event.now_s)
+        if batch:
+            actions.append(Deliver(consumer.consumer_id, tuple(batch)))
+
+    def _take(self, consumer: ConsumerWindow, wanted: int, now_s: float) -> list[Message]:
         batch: list[Message] = []
         # Its own due redeliveries first: they are already counted in its window.
         while wanted > 0 and consumer.ready:
             entry = self._due(heapq.heappop(consumer.ready))
             if entry is not None and entry.consumer_id == consumer.consumer_id:
-                batch.append(self._send(entry, consumer, event.now_s))
+                batch.append(self._send(entry, consumer, now_s))
                 wanted -= 1
         # Then, as its window allows, other due redeliveries (the oldest messages of the
         # subscription), then fresh messages.
@@ -302,7 +270,7 @@ class SubscriptionMachine:
         while room > 0 and self._ready:
             entry = self._due(heapq.heappop(self._ready))
             if entry is not None:
-                batch.append(self._send(entry, consumer, event.now_s))
+                batch.append(self._send(entry, consumer, now_s))
                 room -= 1
         idle, count = 0, len(self._order)
         while room > 0 and idle < count:
@@ -313,14 +281,13 @@ class SubscriptionMachine:
                 idle += 1
                 continue
             idle = 0
-            batch.append(self._send(fresh.popleft(), consumer, event.now_s))
+            batch.append(self._send(fresh.popleft(), consumer, now_s))
             room -= 1
-        if batch:
-            actions.append(Deliver(consumer.consumer_id, tuple(batch)))
+        return batch
 
     def _ack(self, event: Ack, actions: list[Action]) -> None:
         self._consumer(event.consumer_id)
-        ignored: dict[_Key, None] = {}
+        ignored: dict[Ref, None] = {}
         for key in event.refs:
             entry = self._entries.get(key)
             # Any consumer may ack a delivered message (a late ack after a redelivery to
@@ -331,8 +298,7 @@ class SubscriptionMachine:
                 if partition is None or not partition.cursor.is_acked(key[1]):
                     ignored[key] = None
                 continue
-            self._release(entry)
-            del self._entries[key]
+            self._forget(entry)
             self._partitions[entry.partition].cursor.ack(entry.offset)
         if ignored:
             actions.append(NotInFlight(event.consumer_id, tuple(ignored)))
@@ -374,8 +340,8 @@ class SubscriptionMachine:
         for name, offset in event.offsets.items():
             partition = self._partition(name)
             for key in [k for k in self._entries if k[0] == name]:
-                entry = self._entries.pop(key)
-                self._release(entry)
+                entry = self._entries[key]
+                self._forget(entry)
                 entry.stamp = -1  # heap items of a dropped entry must never match again
             partition.fresh.clear()
             partition.cursor.reset(offset)
@@ -384,7 +350,7 @@ class SubscriptionMachine:
 
     # --- transitions ---------------------------------------------------------------------
 
-    def _send(self, entry: _Entry, consumer: _Consumer, now_s: float) -> Message:
+    def _send(self, entry: Entry, consumer: ConsumerWindow, now_s: float) -> Message:
         if entry.consumer_id != consumer.consumer_id:
             self._release(entry)  # leaves the window of the consumer an ack timeout took it from
         entry.state = "in_flight"
@@ -395,7 +361,15 @@ class SubscriptionMachine:
         heapq.heappush(self._deadlines, (deadline, entry.stamp, entry.partition, entry.offset))
         return entry.message()
 
-    def _release(self, entry: _Entry) -> None:
+    def _enqueue(self, partition: PartitionQueue, entry: Entry) -> None:
+        partition.fresh.append(entry)
+
+    def _forget(self, entry: Entry) -> None:
+        """The entry is done with (acked, dead-lettered, dropped by a seek)."""
+        self._release(entry)
+        del self._entries[(entry.partition, entry.offset)]
+
+    def _release(self, entry: Entry) -> None:
         if entry.consumer_id is not None:
             consumer = self._consumers.get(entry.consumer_id)
             if consumer is not None:
@@ -404,7 +378,7 @@ class SubscriptionMachine:
 
     def _redeliver(
         self,
-        entry: _Entry,
+        entry: Entry,
         delay_s: float,
         now_s: float,
         actions: list[Action],
@@ -418,8 +392,7 @@ class SubscriptionMachine:
         entry.redelivery_count += 1
         entry.stamp = self._new_stamp()
         if entry.redelivery_count > self.settings.max_redeliveries:
-            self._release(entry)
-            del self._entries[(entry.partition, entry.offset)]
+            self._forget(entry)
             self._partitions[entry.partition].cursor.ack(entry.offset)
             actions.append(DeadLetter(entry.message()))
         elif delay_s <= 0:
@@ -438,7 +411,7 @@ class SubscriptionMachine:
                 continue
             self._make_ready(entry)
 
-    def _make_ready(self, entry: _Entry) -> None:
+    def _make_ready(self, entry: Entry) -> None:
         entry.state = "ready"
         item = (entry.offset, entry.partition, entry.stamp)
         heapq.heappush(self._ready, item)
@@ -446,7 +419,7 @@ class SubscriptionMachine:
         if holder is not None:
             heapq.heappush(holder.ready, item)
 
-    def _due(self, item: tuple[int, str, int]) -> _Entry | None:
+    def _due(self, item: tuple[int, str, int]) -> Entry | None:
         """The entry a ready-heap item stands for, None when the item is stale."""
         offset, name, stamp = item
         entry = self._entries.get((name, offset))
@@ -454,7 +427,9 @@ class SubscriptionMachine:
             return None
         return entry
 
-    def _flush(self, name: str, partition: _Partition, now_s: float, actions: list[Action]) -> None:
+    def _flush(
+        self, name: str, partition: PartitionQueue, now_s: float, actions: list[Action]
+    ) -> None:
         cursor = partition.cursor
         state = cursor.state()
         cursor.mark_flushed(now_s)
@@ -482,7 +457,7 @@ class SubscriptionMachine:
         self._stamp += 1
         return self._stamp
 
-    def _consumer(self, consumer_id: str) -> _Consumer:
+    def _consumer(self, consumer_id: str) -> ConsumerWindow:
         consumer = self._consumers.get(consumer_id)
         if consumer is None:
             raise ConsumerNotFoundError(
@@ -490,7 +465,7 @@ class SubscriptionMachine:
             )
         return consumer
 
-    def _partition(self, name: str) -> _Partition:
+    def _partition(self, name: str) -> PartitionQueue:
         partition = self._partitions.get(name)
         if partition is None:
             raise UnknownPartitionError(f"the subscription does not read {name!r}", partition=name)

@@ -28,10 +28,12 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerAttached:
-    """A consumer joins; refused with ``SubscriptionTakenError`` on a taken exclusive one."""
+    """A consumer joins; refused with ``SubscriptionTakenError`` on a taken exclusive one.
+    ``key_filters`` (key-shared only): glob patterns of the keys it takes; none, every key."""
 
     consumer_id: str
     name: str
+    key_filters: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,7 +160,10 @@ class FanoutRuntime:
 
     async def _activate(self, config: SubscriptionConfig) -> None:
         if config.type == "key_shared":
-            raise protocol.BadRequestError("key_shared subscriptions are not served yet")
+            raise protocol.BadRequestError(
+                "key_shared is served on reliable topics only",
+                code="unsupported_subscription_type",
+            )
         self.fanout = Fanout(config.type, self.config.non_reliable_buffer_messages)
         for partition in await self.store.partitions():
             subject = self.bus.subjects.live(partition)
@@ -210,6 +213,11 @@ class FanoutRuntime:
 
     async def attach(self, request: protocol.AttachRequest) -> str:
         """Add a consumer (creating the subscription on its first attach); its id."""
+        if request.type == "key_shared":
+            raise protocol.BadRequestError(
+                f"{self.store.topic} is non-reliable: key_shared is served on reliable topics only",
+                code="unsupported_subscription_type",
+            )
         async with self._activate_lock:
             if self.fanout is None:
                 config = await self.store.create_config(

@@ -4,7 +4,8 @@ Control bodies are small JSON documents; a poll reply carries the records as the
 danube.frame frames (CRC-checked end to end), after a JSON head that says where each came
 from. All integers little-endian::
 
-    attach request   {"consumer": name, "type": "exclusive"|"shared"|"failover", "start": S}
+    attach request   {"consumer": name, "type": "exclusive"|"shared"|"failover"|"key_shared",
+                      "start": S, "key_filters": [glob, ...]}   key_filters: key_shared only
                      S: "latest" | "earliest" | {"offset": N} | {"timestamp_ms": T}
     attach reply     {"consumer_id": id}
     poll request     {"consumer_id": id, "max": n, "wait_ms": ms}
@@ -38,9 +39,10 @@ from dataclasses import dataclass
 from typing import Annotated, Literal, TypeVar
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from danube.dispatcher.errors import DispatcherError
+from danube.dispatcher.keyshared import FILTER_CHARS_MAX, FILTERS_MAX
 from danube.frame import append_frame, decode_frames
 
 _U32 = struct.Struct("<I")
@@ -102,8 +104,19 @@ class AttachRequest(_Body):
     """A consumer joins a subscription (created on the first attach with ``type``)."""
 
     consumer: Annotated[str, Field(min_length=1, max_length=128)]
-    type: Literal["exclusive", "shared", "failover"] = "exclusive"
+    type: Literal["exclusive", "shared", "failover", "key_shared"] = "exclusive"
     start: Position = "latest"
+    # Glob patterns of the keys a key-shared consumer takes (danube.dispatcher.keyshared).
+    key_filters: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=FILTER_CHARS_MAX)]],
+        Field(max_length=FILTERS_MAX),
+    ] = []
+
+    @model_validator(mode="after")
+    def _filters_need_key_shared(self) -> AttachRequest:
+        if self.key_filters and self.type != "key_shared":
+            raise ValueError(f"key_filters are for key_shared subscriptions, not {self.type}")
+        return self
 
 
 class PollRequest(_Body):

@@ -45,6 +45,7 @@ from danube.dispatcher.events import (
     ResumeReading,
     Tick,
 )
+from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
 from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
@@ -119,8 +120,6 @@ class SubscriptionRuntime:
     ) -> None:
         """Serve ``config``: partitions without a stored cursor start at ``resolved`` (the
         first attach resolves its start before creating the config), else at ``start``."""
-        if config.type == "key_shared":
-            raise protocol.BadRequestError("key_shared subscriptions are not served yet")
         partitions = await self.store.partitions()
         stored = await self.store.load_cursors(partitions)
         missing = [p for p in partitions if p not in stored and p not in (resolved or {})]
@@ -146,9 +145,7 @@ class SubscriptionRuntime:
                 # so the caller's retry claims afresh rather than meet this one again.
                 self.fail(str(exc))
                 raise
-        self.machine = SubscriptionMachine(
-            config.type, cursors, DeliverySettings.from_config(self.config)
-        )
+        self.machine = new_machine(config.type, cursors, DeliverySettings.from_config(self.config))
         for name, partition in self._partitions.items():
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
@@ -231,7 +228,9 @@ class SubscriptionRuntime:
                 code="subscription_type_mismatch",
             )
         consumer_id = uuid.uuid4().hex
-        await self.handle(ConsumerAttached(consumer_id, request.consumer))
+        await self.handle(
+            ConsumerAttached(consumer_id, request.consumer, tuple(request.key_filters))
+        )
         self._last_seen[consumer_id] = time.monotonic()
         metrics.CONSUMERS.inc()
         return consumer_id

@@ -87,6 +87,8 @@ def message_out(topic: TopicName, message: protocol.PolledMessage) -> MessageOut
         publish_time_ms=record.publish_time_ms,
         producer=record.producer,
         redelivery_count=message.redelivery_count,
+        schema_id=record.schema_id,
+        schema_version=record.schema_version,
     )
 
 
@@ -142,7 +144,7 @@ async def attach(
         body.start if isinstance(body.start, str) else body.start.model_dump()
     )
     dispatcher_id = await services.dispatcher.attach(
-        name, sub, body.name, type=body.type, start=start
+        name, sub, body.name, type=body.type, start=start, key_filters=body.key_filters
     )
     return AttachResponse(consumer_id=consumer_id(name, sub, dispatcher_id))
 

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from danube.discovery.errors import OverLimitError
+from danube.discovery.grpc_api.acks import AckBatcher
 from danube.meta import TopicName
 
 # Deliveries remembered to route an ack (which names no consumer) to the consumer that got
@@ -47,6 +48,7 @@ class ConsumerEntry:
     last_seen: float = field(default_factory=time.monotonic)
     streams: int = 0  # ReceiveMessages calls open on it
     closed: str | None = None  # why it ended (its HealthCheck answers CLOSE)
+    acks: AckBatcher | None = None  # made by the front door with the consumer
 
 
 class Clients:

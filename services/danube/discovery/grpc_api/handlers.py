@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import Any
 
 from danube.discovery.api.state import Services
@@ -23,6 +24,7 @@ from danube.discovery.errors import (
     NotFoundError,
     OverLimitError,
 )
+from danube.discovery.grpc_api.acks import AckBatcher
 from danube.discovery.grpc_api.clients import Clients, ConsumerEntry, ProducerEntry
 from danube.discovery.models import TopicSpec
 from danube.discovery.producers import ProducerSessions
@@ -48,8 +50,9 @@ ACCESS_MODES: dict[int, AccessMode] = {pb.Shared: "shared", pb.Exclusive: "exclu
 NAME_CHARS_MAX = 256
 # A ReceiveMessages stream polls its dispatcher for at most this many messages at a time,
 # waiting at most this long: a batch is written (gRPC flow control: the client's window)
-# before the next is asked for, so a stream buffers one batch at most.
-RECEIVE_BATCH = 100
+# before the next is asked for, so a stream buffers one batch at most (one poll reply: at
+# most a bus message, 1 MiB by default).
+RECEIVE_BATCH = 1000
 RECEIVE_WAIT_MS = 5_000
 _REATTACH_BASE_S = 0.1
 _REATTACH_CAP_S = 2.0
@@ -234,6 +237,7 @@ class DanubeApi:
             filters,
             dispatcher_id,
         )
+        entry.acks = AckBatcher(partial(self._send_acks, entry))
         try:
             self.clients.add_consumer(entry)
         except OverLimitError:
@@ -366,10 +370,14 @@ class DanubeApi:
 
     async def ack(self, request: Any, context: Any) -> Any:
         entry, partition, offset = self._ack_target(request, forget=True)
-        await self.services.dispatcher.ack(
-            entry.topic, entry.subscription, entry.dispatcher_id, [(partition.topic, offset)]
-        )
+        assert entry.acks is not None
+        await entry.acks.ack((partition.topic, offset))
         return pb.AckResponse(request_id=request.request_id)
+
+    async def _send_acks(self, entry: ConsumerEntry, refs: Sequence[tuple[str, int]]) -> None:
+        await self.services.dispatcher.ack(
+            entry.topic, entry.subscription, entry.dispatcher_id, refs
+        )
 
     async def nack(self, request: Any, context: Any) -> Any:
         entry, partition, offset = self._ack_target(request, forget=True)

@@ -1,0 +1,160 @@
+"""`danube bench grpc`: Danube's gRPC API against the HTTP API, in one run, the way each is
+used one message at a time (Danube's clients send one unary ``SendMessage`` per message).
+
+Per protocol: ``producers`` senders each send ``count / producers`` messages of ``size``
+bytes, one at a time (HTTP: the SDK's producer, each send awaited before the next);
+send→stored latency per message; then the topic is consumed from where the subscription
+started (gRPC: ``ReceiveMessages`` with an ``Ack`` per message; HTTP: the SDK's stream
+consumer), timed until every message arrived. Durability is the topic's (reliable, fsync).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from danube.cli.benchrun import Latencies, payload_of
+from danube.client import AsyncDanubeClient, AsyncProducer
+from danube.wire.client import WireClient
+
+ACKS_IN_FLIGHT = 256
+CONSUME_TIMEOUT_S = 120.0
+
+
+async def grpc_produce_consume(
+    grpc_url: str, topic: str, *, size: int, count: int, producers: int
+) -> dict[str, Any]:
+    """Single-message produce over gRPC, then consume it all; rates and latencies."""
+    payload = payload_of(size)
+    latency = Latencies()
+    async with WireClient(grpc_url) as client:
+        consumer_id = await client.subscribe(topic, "bench-consumer", "bench-grpc", "exclusive")
+        ids = [await client.create_producer(topic, f"bench-{i}") for i in range(producers)]
+
+        async def send_all(producer_id: int, name: str, n: int) -> None:
+            for _ in range(n):
+                started = time.perf_counter()
+                await client.send(topic, producer_id, name, payload)
+                latency.add(time.perf_counter() - started)
+
+        shares = [
+            count // producers + (1 if i < count % producers else 0) for i in range(producers)
+        ]
+        started = time.monotonic()
+        async with asyncio.TaskGroup() as tg:
+            for i, (producer_id, n) in enumerate(zip(ids, shares, strict=True)):
+                tg.create_task(send_all(producer_id, f"bench-{i}", n))
+        produce_s = time.monotonic() - started
+
+        received = 0
+        acks: set[asyncio.Task[None]] = set()
+        slots = asyncio.Semaphore(ACKS_IN_FLIGHT)
+
+        def acked(task: asyncio.Task[None]) -> None:
+            acks.discard(task)
+            slots.release()
+
+        started = time.monotonic()
+        async with asyncio.timeout(CONSUME_TIMEOUT_S):
+            async for message in client.receive(consumer_id):
+                received += 1
+                await slots.acquire()
+                task = asyncio.create_task(client.ack(message))
+                acks.add(task)
+                task.add_done_callback(acked)
+                if received == count:
+                    break
+            await asyncio.gather(*acks)
+        consume_s = time.monotonic() - started
+    return {
+        "produced": count,
+        "produce_msgs_per_s": round(count / produce_s, 1),
+        "produce_latency_ms": latency.summary_ms(),
+        "consumed": received,
+        "consume_msgs_per_s": round(received / consume_s, 1),
+    }
+
+
+async def http_produce_consume(
+    http_url: str, topic: str, *, size: int, count: int, producers: int
+) -> dict[str, Any]:
+    """The same over HTTP with the SDK: each sender sends one message and waits for its
+    offset before the next (no batching); then the SDK's stream consumer, acking each."""
+    payload = payload_of(size)
+    latency = Latencies()
+    async with AsyncDanubeClient(http_url) as client:
+        senders = [
+            client.producer(topic, name=f"bench-{i}", linger_ms=0.0) for i in range(producers)
+        ]
+
+        async def send_all(producer: AsyncProducer, n: int) -> None:
+            for _ in range(n):
+                started = time.perf_counter()
+                await producer.send_and_wait(payload)
+                latency.add(time.perf_counter() - started)
+
+        shares = _shares(count, producers)
+        started = time.monotonic()
+        async with asyncio.TaskGroup() as tg:
+            for producer, n in zip(senders, shares, strict=True):
+                tg.create_task(send_all(producer, n))
+        produce_s = time.monotonic() - started
+        for producer in senders:
+            await producer.close()
+
+        received = 0
+        started = time.monotonic()
+        consumer = client.consumer(topic, "bench-http", start="earliest")
+        async with consumer, asyncio.timeout(CONSUME_TIMEOUT_S):
+            while received < count:
+                message = await consumer.receive()
+                consumer.ack(message)  # acks go in the background, batched
+                received += 1
+        consume_s = time.monotonic() - started
+    return {
+        "produced": count,
+        "produce_msgs_per_s": round(count / produce_s, 1),
+        "produce_latency_ms": latency.summary_ms(),
+        "consumed": received,
+        "consume_msgs_per_s": round(received / consume_s, 1),
+    }
+
+
+def _shares(count: int, producers: int) -> list[int]:
+    return [count // producers + (1 if i < count % producers else 0) for i in range(producers)]
+
+
+async def compare(
+    http_url: str, grpc_url: str, *, size: int, count: int, producers: int
+) -> dict[str, Any]:
+    """Both protocols on fresh topics of the same mesh, gRPC first."""
+    run_id = uuid.uuid4().hex[:8]
+    grpc_topic, http_topic = f"/default/bench-grpc-{run_id}", f"/default/bench-http-{run_id}"
+    async with AsyncDanubeClient(http_url) as admin:
+        await admin.admin.create_topic(grpc_topic, partitions=0)
+        try:
+            over_grpc = await grpc_produce_consume(
+                grpc_url, grpc_topic, size=size, count=count, producers=producers
+            )
+        finally:
+            await admin.admin.delete_topic(grpc_topic)
+    async with AsyncDanubeClient(http_url) as admin:
+        await admin.admin.create_topic(http_topic, partitions=0)
+        try:
+            over_http = await http_produce_consume(
+                http_url, http_topic, size=size, count=count, producers=producers
+            )
+        finally:
+            await admin.admin.delete_topic(http_topic)
+    return {
+        "bench": "grpc",
+        "message_size_bytes": size,
+        "messages": count,
+        "producers": producers,
+        "durability": "reliable, fsync",
+        "grpc": over_grpc,
+        "http": over_http,
+        "errors": 0,
+    }

@@ -1,0 +1,131 @@
+"""A small client of Danube's gRPC API (what `danube bench grpc` drives): the methods by
+their paths, the message classes of :mod:`danube.wire`. Danube's own clients are the full
+ones; this one does no lookups (any front door serves any topic) and no reconnects."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import grpc
+
+from danube.wire import DanubeApi_pb2 as pb
+
+SUBSCRIPTION_TYPES = {
+    "exclusive": pb.ConsumerRequest.Exclusive,
+    "shared": pb.ConsumerRequest.Shared,
+    "failover": pb.ConsumerRequest.Failover,
+    "key_shared": pb.ConsumerRequest.KeyShared,
+}
+
+
+def target_of(url: str) -> str:
+    """``host:port`` of ``http://host:port`` (what gRPC dials)."""
+    return url.removeprefix("http://").removeprefix("https://").rstrip("/")
+
+
+class WireClient:
+    """Calls on one channel; ``async with WireClient(url) as client``."""
+
+    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+        self.timeout_s = timeout_s
+        self.channel = grpc.aio.insecure_channel(target_of(url))
+        self._request_id = 0
+
+        def unary(path: str, request: Any, response: Any) -> Any:
+            return self.channel.unary_unary(
+                path,
+                request_serializer=request.SerializeToString,
+                response_deserializer=response.FromString,
+            )
+
+        self._create = unary(
+            "/danube.ProducerService/CreateProducer", pb.ProducerRequest, pb.ProducerResponse
+        )
+        self._send = unary(
+            "/danube.ProducerService/SendMessage", pb.StreamMessage, pb.MessageResponse
+        )
+        self._subscribe = unary(
+            "/danube.ConsumerService/Subscribe", pb.ConsumerRequest, pb.ConsumerResponse
+        )
+        self._ack = unary("/danube.ConsumerService/Ack", pb.AckRequest, pb.AckResponse)
+        self._receive = self.channel.unary_stream(
+            "/danube.ConsumerService/ReceiveMessages",
+            request_serializer=pb.ReceiveRequest.SerializeToString,
+            response_deserializer=pb.StreamMessage.FromString,
+        )
+
+    async def __aenter__(self) -> WireClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.channel.close()
+
+    def _next_id(self) -> int:
+        self._request_id += 1
+        return self._request_id
+
+    async def create_producer(
+        self, topic: str, name: str, *, exclusive: bool = False, reliable: bool = True
+    ) -> int:
+        request = pb.ProducerRequest(
+            request_id=self._next_id(),
+            producer_name=name,
+            topic_name=topic,
+            producer_access_mode=pb.Exclusive if exclusive else pb.Shared,
+            dispatch_strategy=pb.Reliable if reliable else pb.NonReliable,
+        )
+        reply = await self._create(request, timeout=self.timeout_s)
+        return int(reply.producer_id)
+
+    async def send(
+        self,
+        topic: str,
+        producer_id: int,
+        producer_name: str,
+        payload: bytes,
+        *,
+        key: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+        publish_time_ms: int = 0,
+    ) -> None:
+        """One message; returns once the front door answered (stored as the topic says)."""
+        message = pb.StreamMessage(
+            request_id=self._next_id(),
+            msg_id=pb.MsgID(producer_id=producer_id, topic_name=topic),
+            payload=payload,
+            publish_time=publish_time_ms,
+            producer_name=producer_name,
+            attributes=dict(attributes or {}),
+        )
+        if key is not None:
+            message.routing_key = key
+        await self._send(message, timeout=self.timeout_s)
+
+    async def subscribe(self, topic: str, consumer: str, subscription: str, sub_type: str) -> int:
+        request = pb.ConsumerRequest(
+            request_id=self._next_id(),
+            topic_name=topic,
+            consumer_name=consumer,
+            subscription=subscription,
+            subscription_type=SUBSCRIPTION_TYPES[sub_type],
+        )
+        reply = await self._subscribe(request, timeout=self.timeout_s)
+        return int(reply.consumer_id)
+
+    async def receive(self, consumer_id: int) -> AsyncIterator[Any]:
+        """The consumer's messages as the server streams them, until cancelled."""
+        call = self._receive(pb.ReceiveRequest(request_id=self._next_id(), consumer_id=consumer_id))
+        try:
+            async for message in call:
+                yield message
+        finally:
+            call.cancel()
+
+    async def ack(self, message: Any) -> None:
+        request = pb.AckRequest(
+            request_id=self._next_id(),
+            msg_id=message.msg_id,
+            subscription_name=message.subscription_name,
+        )
+        await self._ack(request, timeout=self.timeout_s)
