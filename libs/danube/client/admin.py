@@ -193,9 +193,11 @@ class SeekPartition(_Model):
 
 
 class ProducerInfo(_Model):
-    """An open producer session of a topic (docs/producers.md)."""
+    """An open producer session of a topic (docs/producers.md); ``topic`` names the
+    partition when it was opened on one."""
 
     producer_id: str
+    topic: str = ""
     name: str
     access_mode: Literal["shared", "exclusive"]
     created_ms: int
