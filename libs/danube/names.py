@@ -152,3 +152,23 @@ class TopicName:
 def topic_name(topic: TopicName | str) -> TopicName:
     """Accept a :class:`TopicName` or its string form; raise :class:`InvalidNameError` if bad."""
     return topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+
+
+# Schema registry subjects are key segments too, with dots: Confluent's usual names
+# (``orders-value``, ``com.acme.User``).
+_SUBJECT_RE = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def validate_subject(subject: str) -> str:
+    """Return ``subject`` if valid: letters, digits, ``.``, ``_``, ``-``; at most
+    :data:`~danube.names.MAX_NAME_CHARS` characters; not ``.`` or ``..``."""
+    if not subject:
+        raise InvalidNameError(kind="subject", value=subject, reason="empty")
+    if len(subject) > MAX_NAME_CHARS:
+        raise InvalidNameError(
+            kind="subject", value=subject[:64] + "...", reason=f"longer than {MAX_NAME_CHARS}"
+        )
+    if _SUBJECT_RE.fullmatch(subject) is None or subject in (".", ".."):
+        allowed = "only letters, digits, '.', '_' and '-' are allowed"
+        raise InvalidNameError(kind="subject", value=subject, reason=allowed)
+    return subject

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from danube.cli import admin, backfill, bench
+from danube.cli import admin, backfill, bench, schemas
 from danube.cli import up as up_command
 from danube.cli.consume import consume
 from danube.cli.produce import produce
@@ -46,6 +46,9 @@ def up(
 app.command()(produce)
 app.command()(consume)
 app.add_typer(admin.app, name="admin")
+app.add_typer(schemas.app, name="schemas")
+# `danube admin topics schema get|set` (kept in cli/schemas.py, next to the registry's).
+admin.topics.add_typer(schemas.topic_schema, name="schema")
 app.add_typer(bench.app, name="bench")
 app.add_typer(backfill.app, name="backfill")
 

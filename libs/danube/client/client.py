@@ -16,6 +16,7 @@ from danube.client.errors import ClosedError, InvalidArgumentError
 from danube.client.messages import topic_name
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
+from danube.client.schemas import AsyncSchemas
 from danube.names import TopicName
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -53,6 +54,7 @@ class AsyncDanubeClient:
             url, timeout_s=timeout_s, retry=retry or RetryPolicy(), transport=transport
         )
         self.admin = AsyncAdmin(self._http)
+        self.schemas = AsyncSchemas(self._http)
         self._producers: list[AsyncProducer] = []
         self._consumers: list[AsyncConsumer] = []
         self._closed = False

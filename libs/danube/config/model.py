@@ -196,6 +196,16 @@ class DiscoveryConfig(ServiceConfig):
     # Producers and consumers one instance keeps for gRPC clients at once.
     grpc_max_clients: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
     auto_create_topics: bool = True
+    # The schema registry's compatibility mode for subjects that set none (docs/schemas.md).
+    schema_compatibility: Literal[
+        "none",
+        "backward",
+        "forward",
+        "full",
+        "backward_transitive",
+        "forward_transitive",
+        "full_transitive",
+    ] = "backward"
     # A produce body (JSON, base64 inflates payloads by 4/3) is refused past this many bytes.
     max_body_bytes: Annotated[int, Field(ge=4096, le=256 * MiB)] = 16 * MiB
     # Messages in one HTTP produce request (split into bus requests of at most

@@ -16,6 +16,12 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     subscriptions/<ns>/<topic>/<sub>/cursors/<partition>   SubscriptionCursor
     producers/<ns>/<topic>/<scope>_<producer_id>           ProducerRecord (session lease)
     producers/<ns>/<topic>/x_<scope>                       producer id  (session lease)
+    schemas/next_id                                        the next schema id (a counter)
+    schemas/ids/<schema_id:020>                            the subject of a schema id
+    schemas/subjects/<subject>/subject                     SchemaSubject (id, type, mode)
+    schemas/subjects/<subject>/versions/<version:010>      SchemaVersionRecord
+    schemas/subjects/<subject>/fingerprints/<sha256>       version number (live versions)
+    schemas/topics/<ns>/<topic>                            TopicSchemaRecord (binding)
     nodes/<kind>/<node_id>                                 NodeRecord   (leased)
     elections/<name>                                       candidate id (leased)
 
@@ -35,7 +41,13 @@ from __future__ import annotations
 import re
 from typing import Literal, get_args
 
-from danube.names import MAX_NAME_CHARS, InvalidNameError, TopicName, validate_segment
+from danube.names import (
+    MAX_NAME_CHARS,
+    InvalidNameError,
+    TopicName,
+    validate_segment,
+    validate_subject,
+)
 
 # Node ids are often host names, so dots are allowed too (the one departure from the segment
 # rule of danube.names, which names every other key segment here).
@@ -56,6 +68,9 @@ PRODUCERS_PREFIX = "producers/"
 # Before the scope in an exclusive holder's key (``x_all``, ``x_p3``); no scope starts with x.
 EXCLUSIVE_PREFIX = "x_"
 NODES_PREFIX = "nodes/"
+SCHEMAS_PREFIX = "schemas/"
+SCHEMA_NEXT_ID_KEY = "schemas/next_id"
+VERSION_DIGITS = 10
 ELECTIONS_PREFIX = "elections/"
 
 
@@ -349,3 +364,45 @@ def parse_node_key(key: str) -> tuple[ServiceKind, str]:
 def election_key(name: str) -> str:
     """``elections/<name>``: the leader of ``name``; its value is the leader's candidate id."""
     return ELECTIONS_PREFIX + validate_segment("election", name)
+
+
+# --- the schema registry (docs/schemas.md) ---------------------------------------------
+
+
+def schema_id_key(schema_id: int) -> str:
+    """``schemas/ids/<schema_id:020>``: the subject the schema id names."""
+    return f"{SCHEMAS_PREFIX}ids/{format_offset(schema_id)}"
+
+
+def subject_prefix(subject: str) -> str:
+    """Every record of one subject."""
+    return f"{SCHEMAS_PREFIX}subjects/{validate_subject(subject)}/"
+
+
+def subject_key(subject: str) -> str:
+    """``schemas/subjects/<subject>/subject``: its schema id, type and mode."""
+    return subject_prefix(subject) + "subject"
+
+
+def schema_versions_prefix(subject: str) -> str:
+    """The versions of a subject, in version order."""
+    return subject_prefix(subject) + "versions/"
+
+
+def schema_version_key(subject: str, version: int) -> str:
+    """``schemas/subjects/<subject>/versions/<version:010>``: one version (immutable)."""
+    if not 1 <= version < 10**VERSION_DIGITS:
+        raise InvalidNameError(kind="version", value=str(version), reason="outside 1..10**10-1")
+    return f"{schema_versions_prefix(subject)}{version:0{VERSION_DIGITS}d}"
+
+
+def schema_fingerprint_key(subject: str, fingerprint: str) -> str:
+    """``schemas/subjects/<subject>/fingerprints/<sha256 hex>``: the live version with it."""
+    if re.fullmatch(r"[0-9a-f]{64}", fingerprint) is None:
+        raise InvalidNameError(kind="fingerprint", value=fingerprint, reason="not sha256 hex")
+    return subject_prefix(subject) + "fingerprints/" + fingerprint
+
+
+def topic_schema_key(topic: TopicName) -> str:
+    """``schemas/topics/<ns>/<topic>``: the subject a topic is bound to, and its policy."""
+    return SCHEMAS_PREFIX + "topics/" + _segments(topic)

@@ -190,3 +190,59 @@ class SubscriptionCursor(_Record):
     next_offset: Offset
     acked_beyond: Annotated[tuple[Offset, ...], Field(max_length=10_000)] = ()
     updated_ms: TimeMs
+
+
+# --- the schema registry (docs/schemas.md) ---------------------------------------------
+
+SchemaTypeName = Literal["bytes", "string", "number", "json_schema", "avro", "protobuf"]
+CompatibilityModeName = Literal[
+    "none",
+    "backward",
+    "forward",
+    "full",
+    "backward_transitive",
+    "forward_transitive",
+    "full_transitive",
+]
+ValidationPolicy = Literal["none", "warn", "enforce"]
+SchemaId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+SchemaVersionNumber = Annotated[int, Field(ge=1, le=10**10 - 1)]
+SCHEMA_TAGS_MAX = 32
+
+
+class SchemaSubject(_Record):
+    """A subject: its schema id (shared by all its versions), type, compatibility mode
+    (None: the cluster's default) and the number its next version takes (never reused)."""
+
+    schema_id: SchemaId
+    schema_type: SchemaTypeName
+    compatibility_mode: CompatibilityModeName | None = None
+    next_version: SchemaVersionNumber
+    created_ms: TimeMs
+
+
+class SchemaVersionRecord(_Record):
+    """One version of a subject, immutable once written (but for ``deleted_ms``: a deleted
+    version stays readable by id and version, for the records that carry it)."""
+
+    version: SchemaVersionNumber
+    schema_type: SchemaTypeName
+    definition: Annotated[str, Field(max_length=256 * 1024)]
+    fingerprint: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    description: Annotated[str, Field(max_length=4096)] = ""
+    created_by: Annotated[str, Field(max_length=256)] = ""
+    tags: Annotated[
+        tuple[Annotated[str, Field(max_length=128)], ...], Field(max_length=SCHEMA_TAGS_MAX)
+    ] = ()
+    created_ms: TimeMs
+    deleted_ms: TimeMs | None = None
+
+
+class TopicSchemaRecord(_Record):
+    """A topic bound to a subject: payloads are checked against the subject's versions by
+    ``validation_policy`` (none, warn, enforce) when ``payload_validation`` is on."""
+
+    subject: Annotated[str, Field(min_length=1, max_length=255)]
+    validation_policy: ValidationPolicy = "none"
+    payload_validation: bool = False
+    updated_ms: TimeMs

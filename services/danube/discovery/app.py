@@ -19,6 +19,7 @@ from danube.discovery.controller import Controller
 from danube.discovery.grpc_api.server import GrpcServer
 from danube.discovery.produce import Limits, Producer
 from danube.discovery.producers import ProducerSessions
+from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import Lease, MetaError, MetaStore
@@ -84,6 +85,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             # claims and retries included (a poll: its own wait plus a 2 s margin).
             dispatcher=DispatcherClient(bus, timeout_s=config.produce_timeout_s),
             producers=producers,
+            schemas=SchemaRegistry(store, default_mode=config.schema_compatibility),
             objects=ObjectStore.from_config(settings.wal_cloud.cloud),
             objects_root=settings.wal_cloud.uploader.root_prefix,
             streams=StreamSlots(config.max_streams),

@@ -23,6 +23,7 @@ from danube.discovery.api import (
     partitions,
     produce,
     producers,
+    schemas,
     stream,
     subscriptions,
 )
@@ -86,6 +87,7 @@ def build_app(
     app.include_router(subscriptions.router)
     app.include_router(failure_policy.router)
     app.include_router(partitions.router)
+    app.include_router(schemas.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -13,6 +13,7 @@ from danube.bus import Bus
 from danube.discovery.catalog import Catalog
 from danube.discovery.produce import Producer
 from danube.discovery.producers import ProducerSessions
+from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.stream_protocol import StreamSlots
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
@@ -45,6 +46,8 @@ class Services:
     dispatcher: DispatcherClient
     # Producer sessions and access modes; every front door checks a produce against them.
     producers: ProducerSessions
+    # The schema registry and topic bindings (docs/schemas.md).
+    schemas: SchemaRegistry
     # Object storage, to delete a deleted topic's objects (None: leave them).
     objects: ObjectStore | None = None
     objects_root: str = ""  # wal_cloud.uploader.root_prefix: where topics' objects live
