@@ -20,6 +20,7 @@ from danube.ingest import app as ingest_app
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.wire import DanubeApi_pb2 as pb
+from danube.wire import SchemaRegistry_pb2 as sr
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -66,6 +67,23 @@ class Api:
         )
         self.health = unary(
             "/danube.HealthCheck/HealthCheck", pb.HealthCheckRequest, pb.HealthCheckResponse
+        )
+        registry = "/danube_schema.SchemaRegistry/"
+        self.register = unary(
+            registry + "RegisterSchema", sr.RegisterSchemaRequest, sr.RegisterSchemaResponse
+        )
+        self.configure = unary(
+            registry + "ConfigureTopicSchema",
+            sr.ConfigureTopicSchemaRequest,
+            sr.ConfigureTopicSchemaResponse,
+        )
+        self.update_policy = unary(
+            registry + "UpdateTopicValidationPolicy",
+            sr.UpdateTopicValidationPolicyRequest,
+            sr.UpdateTopicValidationPolicyResponse,
+        )
+        self.latest = unary(
+            registry + "GetLatestSchema", sr.GetLatestSchemaRequest, sr.GetSchemaResponse
         )
 
 
@@ -237,3 +255,39 @@ async def _exclusive_once_free(api: Api, topic: str) -> Any:
                 codes.append(exc.code())
             assert set(codes) == {grpc.StatusCode.ALREADY_EXISTS}
             await asyncio.sleep(0.2)
+
+
+async def test_schema_enforce_and_warn_over_grpc(mesh_settings: MeshSettings) -> None:
+    async with grpc_mesh(mesh_settings) as (api, http, _):
+        definition = b'{"type": "object", "required": ["id"]}'
+        registered = await api.register(
+            sr.RegisterSchemaRequest(
+                subject="g-value", schema_type="json_schema", schema_definition=definition
+            )
+        )
+        assert (registered.version, registered.is_new_version) == (1, True)
+        latest = await api.latest(sr.GetLatestSchemaRequest(subject="g-value"))
+        assert (latest.schema_id, latest.schema_definition) == (registered.schema_id, definition)
+        topic = "/default/g-checked"
+        producer = await api.create_producer(producer_request(topic, "p"))
+        await api.configure(
+            sr.ConfigureTopicSchemaRequest(
+                topic_name=topic,
+                schema_subject="g-value",
+                validation_policy="Enforce",  # Danube's clients may capitalise
+                enable_payload_validation=True,
+            )
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await api.send(message(topic, producer.producer_id, b'{"no": "id"}'))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith("schema_violation: messages[0]")
+        await api.send(message(topic, producer.producer_id, b'{"id": 1}'))
+        await api.update_policy(
+            sr.UpdateTopicValidationPolicyRequest(
+                topic_name=topic, validation_policy="warn", enable_payload_validation=True
+            )
+        )
+        await api.send(message(topic, producer.producer_id, b"[]"))  # stored, counted
+        described = (await http.get("/v1/topics/default/g-checked")).json()
+        assert described["partitions"][0]["offsets"]["next_offset"] == 2

@@ -127,6 +127,9 @@ class ProduceRequest(_Request):
     # The producer session sending (docs/producers.md): required to produce to a topic held
     # by an exclusive producer, which must be this one. Not a keep-alive.
     producer_id: ProducerId | None = None
+    # The version of the topic's schema subject the payloads were written with (checked and
+    # stamped on every record: docs/schemas.md); None: the latest. Ignored without a schema.
+    schema_version: Annotated[int, Field(ge=1, le=2**31)] | None = None
 
 
 class StartOffset(_Request):
