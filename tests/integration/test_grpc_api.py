@@ -21,6 +21,7 @@ from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire import SchemaRegistry_pb2 as sr
+from danube.wire.client import unary_method
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -44,11 +45,7 @@ class Api:
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         def unary(path: str, request: Any, response: Any) -> Callable[..., Any]:
-            return channel.unary_unary(  # type: ignore[no-any-return]
-                path,
-                request_serializer=request.SerializeToString,
-                response_deserializer=response.FromString,
-            )
+            return unary_method(channel, path, request, response)  # type: ignore[no-any-return]
 
         self.lookup = unary(
             "/danube.Discovery/TopicLookup", pb.TopicLookupRequest, pb.TopicLookupResponse

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from danube.config.model import CompatibilityModeName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.keys import OFFSET_MAX, ServiceKind
 
@@ -195,15 +196,6 @@ class SubscriptionCursor(_Record):
 # --- the schema registry (docs/schemas.md) ---------------------------------------------
 
 SchemaTypeName = Literal["bytes", "string", "number", "json_schema", "avro", "protobuf"]
-CompatibilityModeName = Literal[
-    "none",
-    "backward",
-    "forward",
-    "full",
-    "backward_transitive",
-    "forward_transitive",
-    "full_transitive",
-]
 ValidationPolicy = Literal["none", "warn", "enforce"]
 SchemaId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 SchemaVersionNumber = Annotated[int, Field(ge=1, le=10**10 - 1)]
