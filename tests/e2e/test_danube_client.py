@@ -106,6 +106,20 @@ def test_nack_with_delay_is_redelivered(mesh: MeshRun) -> None:
     assert result["redelivered_after_s"] >= 0.9
 
 
+def test_json_schema_enforced_for_a_schema_producer(mesh: MeshRun) -> None:
+    result = drive(mesh, "schema_enforce", "/default/grpc-schema")
+    assert result["schema_id"] == result["same_id_again"] > 0
+    assert result["configured"][0] is True
+    assert result["refused"] is not None
+    assert "INVALID_ARGUMENT" in result["refused"]
+    assert "schema_violation" in result["refused"]
+    assert "id" in result["refused"]  # the missing property is named
+    assert result["received"]["payload"] == '{"id": 1, "item": "book"}'
+    assert result["received"]["offset"] == 0  # the refused one stored nothing
+    assert result["received_schema"] == [result["schema_id"], 1]
+    assert result["topic_config"] == ["grpc-schema-value", "enforce", result["schema_id"]]
+
+
 def test_clients_come_back_after_ingest_and_dispatcher_are_killed(mesh: MeshRun) -> None:
     """The owning ingest and dispatcher are SIGKILLed mid-stream (the supervisor restarts
     them): the client's producer and consumer carry on by themselves, and every message the

@@ -20,6 +20,8 @@ from danube.ingest import app as ingest_app
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.wire import DanubeApi_pb2 as pb
+from danube.wire import SchemaRegistry_pb2 as sr
+from danube.wire.client import unary_method
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -43,11 +45,7 @@ class Api:
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         def unary(path: str, request: Any, response: Any) -> Callable[..., Any]:
-            return channel.unary_unary(  # type: ignore[no-any-return]
-                path,
-                request_serializer=request.SerializeToString,
-                response_deserializer=response.FromString,
-            )
+            return unary_method(channel, path, request, response)  # type: ignore[no-any-return]
 
         self.lookup = unary(
             "/danube.Discovery/TopicLookup", pb.TopicLookupRequest, pb.TopicLookupResponse
@@ -67,15 +65,33 @@ class Api:
         self.health = unary(
             "/danube.HealthCheck/HealthCheck", pb.HealthCheckRequest, pb.HealthCheckResponse
         )
+        registry = "/danube_schema.SchemaRegistry/"
+        self.register = unary(
+            registry + "RegisterSchema", sr.RegisterSchemaRequest, sr.RegisterSchemaResponse
+        )
+        self.configure = unary(
+            registry + "ConfigureTopicSchema",
+            sr.ConfigureTopicSchemaRequest,
+            sr.ConfigureTopicSchemaResponse,
+        )
+        self.update_policy = unary(
+            registry + "UpdateTopicValidationPolicy",
+            sr.UpdateTopicValidationPolicyRequest,
+            sr.UpdateTopicValidationPolicyResponse,
+        )
+        self.latest = unary(
+            registry + "GetLatestSchema", sr.GetLatestSchemaRequest, sr.GetSchemaResponse
+        )
 
 
 @asynccontextmanager
 async def grpc_mesh(
-    mesh_settings: MeshSettings,
+    mesh_settings: MeshSettings, **discovery_settings: Any
 ) -> AsyncIterator[tuple[Api, httpx.AsyncClient, str]]:
+    """The services in this process; ``discovery_settings`` override discovery's."""
     settings = mesh_settings()
     grpc_port = free_port()
-    discovery = settings.discovery.model_copy(update={"grpc_port": grpc_port})
+    discovery = settings.discovery.model_copy(update={"grpc_port": grpc_port, **discovery_settings})
     settings = settings.model_copy(update={"discovery": discovery})
     base_url = f"http://127.0.0.1:{settings.discovery.port}"
     async with (
@@ -205,3 +221,70 @@ async def test_bad_input_is_invalid_argument(mesh_settings: MeshSettings) -> Non
         with pytest.raises(grpc.aio.AioRpcError) as empty:
             await api.create_producer(producer_request("/default/limits", ""))
         assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_producer_whose_session_lapsed_is_closed_and_fenced(
+    mesh_settings: MeshSettings,
+) -> None:
+    """A shared producer that stops checking in loses its session; an exclusive producer
+    then takes the topic: the old one's HealthCheck answers CLOSE and its sends are fenced."""
+    async with grpc_mesh(mesh_settings, producer_session_ttl_s=1) as (api, _, _):
+        topic = "/default/lapsed"
+        old = await api.create_producer(producer_request(topic, "old"))
+        check = pb.HealthCheckRequest(client=pb.HealthCheckRequest.Producer, id=old.producer_id)
+        assert (await api.health(check)).status == OK
+        new = await _exclusive_once_free(api, topic)
+        assert (await api.health(check)).status == CLOSE
+        with pytest.raises(grpc.aio.AioRpcError) as fenced:
+            await api.send(message(topic, old.producer_id, b"late", name="old"))
+        assert fenced.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        await api.send(message(topic, new.producer_id, b"mine", name="new"))
+
+
+async def _exclusive_once_free(api: Api, topic: str) -> Any:
+    """An exclusive producer, once the other producers' sessions ran out."""
+    codes = []
+    async with asyncio.timeout(20):  # no check-ins: etcd expires the sessions' leases
+        while True:
+            try:
+                return await api.create_producer(producer_request(topic, "new", pb.Exclusive))
+            except grpc.aio.AioRpcError as exc:
+                codes.append(exc.code())
+            assert set(codes) == {grpc.StatusCode.ALREADY_EXISTS}
+            await asyncio.sleep(0.2)
+
+
+async def test_schema_enforce_and_warn_over_grpc(mesh_settings: MeshSettings) -> None:
+    async with grpc_mesh(mesh_settings) as (api, http, _):
+        definition = b'{"type": "object", "required": ["id"]}'
+        registered = await api.register(
+            sr.RegisterSchemaRequest(
+                subject="g-value", schema_type="json_schema", schema_definition=definition
+            )
+        )
+        assert (registered.version, registered.is_new_version) == (1, True)
+        latest = await api.latest(sr.GetLatestSchemaRequest(subject="g-value"))
+        assert (latest.schema_id, latest.schema_definition) == (registered.schema_id, definition)
+        topic = "/default/g-checked"
+        producer = await api.create_producer(producer_request(topic, "p"))
+        await api.configure(
+            sr.ConfigureTopicSchemaRequest(
+                topic_name=topic,
+                schema_subject="g-value",
+                validation_policy="Enforce",  # Danube's clients may capitalise
+                enable_payload_validation=True,
+            )
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await api.send(message(topic, producer.producer_id, b'{"no": "id"}'))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith("schema_violation: messages[0]")
+        await api.send(message(topic, producer.producer_id, b'{"id": 1}'))
+        await api.update_policy(
+            sr.UpdateTopicValidationPolicyRequest(
+                topic_name=topic, validation_policy="warn", enable_payload_validation=True
+            )
+        )
+        await api.send(message(topic, producer.producer_id, b"[]"))  # stored, counted
+        described = (await http.get("/v1/topics/default/g-checked")).json()
+        assert described["partitions"][0]["offsets"]["next_offset"] == 2

@@ -1,6 +1,7 @@
 """Producer access modes on real etcd, NATS, one ingest and two discovery instances: an
 exclusive producer refuses others (sessions and produces), DELETE and expiry free the topic,
-keep-alives hold it, and a session opened on one instance is enforced on the other."""
+keep-alives hold it, a session opened on one instance is enforced on the other, and
+sessions of partitions and of their whole topic exclude each other."""
 
 from __future__ import annotations
 
@@ -24,9 +25,14 @@ from danube.config import (
     WalConfig,
 )
 from danube.discovery import app as discovery_app
+from danube.discovery.catalog import Catalog
+from danube.discovery.errors import ConflictError
+from danube.discovery.models import TopicSpec
+from danube.discovery.producers import ProducerSessions
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
+from danube.meta.records import AccessMode
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 
@@ -49,7 +55,11 @@ def _settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path, ttl_s: int) 
         ),
         ingest=IngestConfig(lease_ttl_s=3, metrics_port=free_port()),
         discovery=DiscoveryConfig(
-            port=free_port(), lease_ttl_s=3, topic_cache_ttl_s=0.0, producer_session_ttl_s=ttl_s
+            port=free_port(),
+            grpc_port=0,  # a free port
+            lease_ttl_s=3,
+            topic_cache_ttl_s=0.0,
+            producer_session_ttl_s=ttl_s,
         ),
     )
 
@@ -267,3 +277,45 @@ async def test_prefix_compare_sees_only_its_prefix(store: MetaStore) -> None:
     result = await store.txn().if_prefix_empty(orders).then_put(orders + "y", b"2").commit()
     assert not result.succeeded
     assert [kv.key for kv in await store.range(orders)] == [orders + "x"]
+
+
+async def test_partitions_and_their_topic_exclude_each_other(store: MetaStore) -> None:
+    """Danube's clients hold sessions per partition (the gRPC front door), HTTP producers on
+    the whole topic: one etcd prefix per topic makes each mode hold across both."""
+    catalog = Catalog(store, cache_ttl_s=0.0)
+    await catalog.ensure_default_namespace()
+    orders = TopicName("default", "orders")
+    await catalog.create_topic(orders, TopicSpec(partitions=2))
+    p0, p1 = orders.partitions(2)
+    sessions = ProducerSessions(store, catalog, ttl_s=15)
+
+    async def refused(topic: TopicName, mode: AccessMode) -> str:
+        with pytest.raises(ConflictError) as error:
+            await sessions.open(topic, "x", access_mode=mode)
+        return error.value.code
+
+    one = await sessions.open(p1, "one", access_mode="exclusive")
+    zero = await sessions.open(p0, "zero", access_mode="exclusive")  # another partition
+    assert await refused(p1, "shared") == "exclusive_producer"
+    assert await refused(orders, "shared") == "exclusive_producer"
+    assert await refused(orders, "exclusive") == "exclusive_producer"
+    await sessions.check(p1, one.producer_id)
+    for topic, producer_id in ((p1, zero.producer_id), (orders, one.producer_id)):
+        with pytest.raises(ConflictError):  # a whole-topic produce may reach either partition
+            await sessions.check(topic, producer_id)
+    listed = await sessions.list_sessions(orders)
+    assert sorted((str(t), i) for t, i, _ in listed) == sorted(
+        [(str(p0), zero.producer_id), (str(p1), one.producer_id)]
+    )
+    assert [i for _, i, _ in await sessions.list_sessions(p1)] == [one.producer_id]
+
+    await sessions.close(p1, one.producer_id)
+    await sessions.close(p0, zero.producer_id)
+    whole = await sessions.open(orders, "whole", access_mode="shared")
+    assert await refused(p1, "exclusive") == "producer_exists"  # the shared one reaches p1
+    await sessions.close(orders, whole.producer_id)
+    await sessions.open(p1, "one", access_mode="exclusive")
+
+    # Deleting the topic removes its partitions' sessions too.
+    await catalog.delete_topic(orders)
+    assert await store.range(meta_keys.producers_prefix(orders)) == []

@@ -17,6 +17,7 @@ from typing import Any
 from danube import (
     DanubeClientBuilder,
     DispatchStrategy,
+    SchemaType,
     SubType,
     UnrecoverableError,
 )
@@ -211,6 +212,65 @@ async def survive(url: str, topic: str, seconds: str) -> dict[str, Any]:
     return {"acked": acked, "received": received, "errors": errors[-20:]}
 
 
+async def schema_enforce(url: str, topic: str) -> dict[str, Any]:
+    """A JSON schema registered, a producer with its subject, the topic set to enforce: a
+    valid payload is stored (with the schema's id and version), one missing a required field
+    is refused."""
+    c = await client(url)
+    registry = c.schema()
+    definition = json.dumps(
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "item": {"type": "string"}},
+            "required": ["id"],
+        }
+    ).encode()
+    subject = f"{topic.rsplit('/', 1)[1]}-value"
+    schema_id = await (
+        registry.register_schema(subject)
+        .with_type(SchemaType.JSON_SCHEMA)
+        .with_schema_data(definition)
+        .execute()
+    )
+    again = await (
+        registry.register_schema(subject)
+        .with_type(SchemaType.JSON_SCHEMA)
+        .with_schema_data(definition)
+        .execute()
+    )
+    configured = await registry.configure_topic_schema(topic, subject, "enforce", True)
+    cons = await consumer(c, topic, "schema-consumer", "schema-sub", SubType.EXCLUSIVE)
+    queue = await cons.receive()
+    p = (
+        c.new_producer()
+        .with_topic(topic)
+        .with_name("schema-producer")
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+        .with_schema_subject(subject)
+        .build()
+    )
+    await p.create()
+    await p.send(b'{"id": 1, "item": "book"}', {})
+    try:
+        await p.send(b'{"item": "no id"}', {})
+        refused = None
+    except Exception as exc:  # the client raises the gRPC error as it came
+        refused = str(exc)
+    (got,) = await take(queue, 1, 30)
+    await cons.ack(got)
+    config = await registry.get_topic_schema_config(topic)
+    await cons.close()
+    return {
+        "schema_id": schema_id,
+        "same_id_again": again,
+        "configured": list(configured),
+        "refused": refused,
+        "received": describe(got),
+        "received_schema": [got.schema_id, got.schema_version],
+        "topic_config": [config.schema_subject, config.validation_policy, config.schema_id],
+    }
+
+
 SCENARIOS = {
     "roundtrip": roundtrip,
     "partitioned": partitioned,
@@ -218,6 +278,7 @@ SCENARIOS = {
     "exclusive_refused": exclusive_refused,
     "nack_delay": nack_delay,
     "survive": survive,
+    "schema_enforce": schema_enforce,
 }
 
 

@@ -122,6 +122,8 @@ def test_message_and_error_frames() -> None:
         "publish_time_ms": 1700,
         "producer": "p",
         "redelivery_count": 2,
+        "schema_id": None,
+        "schema_version": None,
     }
     refused = StreamProtocolError("no", code="too_many_credits")
     assert json.loads(error_frame(refused)) == {

@@ -89,6 +89,7 @@ class DispatchOp(StrEnum):
     SKIP = "skip"
     STATS = "stats"
     DELETE = "delete"
+    POLICY = "policy"  # read or replace the subscription's failure policy
 
 
 def validate_op(op: str) -> str:

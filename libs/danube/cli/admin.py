@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from danube.cli import failure_policy
 from danube.cli._common import Json, ServiceAddr, err, out, parse_position, print_json, run
 from danube.cli.producers_table import producers_table
 from danube.client import AsyncAdmin, AsyncDanubeClient, Retention
@@ -42,11 +43,14 @@ namespaces = typer.Typer(help="List, show, create and delete namespaces.", no_ar
 topics = typer.Typer(
     help="List, create, describe, delete and look up topics.", no_args_is_help=True
 )
-subscriptions = typer.Typer(help="List, delete, seek and skip subscriptions.", no_args_is_help=True)
+subscriptions = typer.Typer(
+    help="List, delete, seek and skip subscriptions; their failure policy.", no_args_is_help=True
+)
 partitions = typer.Typer(help="Move a partition to other ingest nodes.", no_args_is_help=True)
 app.add_typer(namespaces, name="namespaces")
 app.add_typer(topics, name="topics")
 app.add_typer(subscriptions, name="subscriptions")
+subscriptions.add_typer(failure_policy.app, name="failure-policy")
 app.add_typer(partitions, name="partitions")
 
 # Each admin request, retries included (an unreachable server fails within this).
@@ -477,7 +481,11 @@ def subscriptions_skip(
     ] = None,
     to: Annotated[
         int | None,
-        typer.Option("--to", help="The offset to go on from; omitted: past the damaged range."),
+        typer.Option(
+            "--to",
+            help="The offset to go on from; omitted: past the damaged range (or the poison "
+            "message blocking the partition at its cursor).",
+        ),
     ] = None,
     service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from danube.cli.benchrun import Latencies, payload_of
@@ -131,23 +132,20 @@ async def compare(
 ) -> dict[str, Any]:
     """Both protocols on fresh topics of the same mesh, gRPC first."""
     run_id = uuid.uuid4().hex[:8]
-    grpc_topic, http_topic = f"/default/bench-grpc-{run_id}", f"/default/bench-http-{run_id}"
-    async with AsyncDanubeClient(http_url) as admin:
-        await admin.admin.create_topic(grpc_topic, partitions=0)
-        try:
-            over_grpc = await grpc_produce_consume(
-                grpc_url, grpc_topic, size=size, count=count, producers=producers
-            )
-        finally:
-            await admin.admin.delete_topic(grpc_topic)
-    async with AsyncDanubeClient(http_url) as admin:
-        await admin.admin.create_topic(http_topic, partitions=0)
-        try:
-            over_http = await http_produce_consume(
-                http_url, http_topic, size=size, count=count, producers=producers
-            )
-        finally:
-            await admin.admin.delete_topic(http_topic)
+    over_grpc = await _on_fresh_topic(
+        http_url,
+        f"/default/bench-grpc-{run_id}",
+        lambda topic: grpc_produce_consume(
+            grpc_url, topic, size=size, count=count, producers=producers
+        ),
+    )
+    over_http = await _on_fresh_topic(
+        http_url,
+        f"/default/bench-http-{run_id}",
+        lambda topic: http_produce_consume(
+            http_url, topic, size=size, count=count, producers=producers
+        ),
+    )
     return {
         "bench": "grpc",
         "message_size_bytes": size,
@@ -158,3 +156,15 @@ async def compare(
         "http": over_http,
         "errors": 0,
     }
+
+
+async def _on_fresh_topic(
+    http_url: str, topic: str, run: Callable[[str], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """``run(topic)`` on a topic created for it and deleted after."""
+    async with AsyncDanubeClient(http_url) as admin:
+        await admin.admin.create_topic(topic, partitions=0)
+        try:
+            return await run(topic)
+        finally:
+            await admin.admin.delete_topic(topic)

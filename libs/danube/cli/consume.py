@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import base64
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
+from danube.cli import failure_policy as fp
 from danube.cli._common import (
     Json,
     ServiceAddr,
@@ -76,12 +77,30 @@ def consume(
     no_ack: Annotated[
         bool, typer.Option("--no-ack", help="Do not ack (the messages come again).")
     ] = False,
+    max_redeliveries: fp.MaxRedeliveries = None,
+    ack_timeout_ms: fp.AckTimeoutMs = None,
+    backoff: fp.BackoffOpt = None,
+    backoff_base_ms: fp.BackoffBaseMs = None,
+    backoff_max_ms: fp.BackoffMaxMs = None,
+    poison: fp.PoisonOpt = None,
+    dead_letter_topic: fp.DeadLetterTopic = None,
 ) -> None:
-    """Consume messages from a subscription; prints and acks each one."""
+    """Consume messages from a subscription; prints and acks each one. The failure policy
+    options are those of a new subscription (as ``admin subscriptions failure-policy set``);
+    naming another policy than an existing subscription's is refused."""
     if key_filters and sub_type is not SubType.key_shared:
         raise typer.BadParameter(
             "--key-filter needs --sub-type key-shared", param_hint="--key-filter"
         )
+    policy = fp.build_policy(
+        max_redeliveries,
+        ack_timeout_ms,
+        backoff,
+        backoff_base_ms,
+        backoff_max_ms,
+        poison,
+        dead_letter_topic,
+    )
     run(
         "consume",
         _consume(
@@ -97,6 +116,7 @@ def consume(
             json_out=json_out,
             timeout_s=timeout_s,
             ack=not no_ack,
+            policy=None if policy is None else policy.body(),
         ),
     )
 
@@ -115,6 +135,7 @@ async def _consume(
     json_out: bool,
     timeout_s: float,
     ack: bool,
+    policy: dict[str, Any] | None = None,
 ) -> None:
     received = 0
     async with (
@@ -128,6 +149,7 @@ async def _consume(
             start=start,
             mode=mode,
             attach_timeout_s=timeout_s,
+            failure_policy=policy,
         ) as consumer,
     ):
         err.print(

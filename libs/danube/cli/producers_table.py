@@ -11,11 +11,12 @@ from danube.client import ProducerInfo
 
 def producers_table(producers: list[ProducerInfo]) -> Table:
     """One row per open producer session."""
-    table = Table("producer id", "name", "access mode", "since")
+    table = Table("producer id", "topic", "name", "access mode", "since")
     for producer in producers:
         since = datetime.fromtimestamp(producer.created_ms / 1000, UTC)
         table.add_row(
             producer.producer_id,
+            producer.topic,
             producer.name,
             producer.access_mode,
             since.strftime("%Y-%m-%d %H:%M:%S UTC"),

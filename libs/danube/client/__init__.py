@@ -17,7 +17,10 @@
 
 from danube.client.admin import (
     AsyncAdmin,
+    Backoff,
     Cluster,
+    FailurePolicy,
+    FailurePolicyInfo,
     Lookup,
     Namespace,
     ProducerInfo,
@@ -76,6 +79,7 @@ __all__ = [
     "AsyncDanubeClient",
     "AsyncProducer",
     "AsyncSchemas",
+    "Backoff",
     "BadRequestError",
     "ClientError",
     "ClosedError",
@@ -86,6 +90,8 @@ __all__ = [
     "ConsumerOptions",
     "DanubeClient",
     "DeadlineExceededError",
+    "FailurePolicy",
+    "FailurePolicyInfo",
     "InvalidArgumentError",
     "InvalidMessageError",
     "Lookup",

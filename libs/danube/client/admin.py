@@ -130,6 +130,38 @@ class SubscriptionPartition(_Model):
     acked_beyond: int = 0
     end_offset: int | None = None
     backlog: int | None = None
+    blocked_offset: int | None = None  # a poison message holds it (failure policy "block")
+
+
+class Backoff(_Model):
+    """The redelivery backoff of a failure policy (None: the cluster's)."""
+
+    kind: Literal["fixed", "exponential"] = "exponential"
+    base_ms: int | None = None
+    max_ms: int | None = None
+
+
+class FailurePolicy(_Model):
+    """A subscription's failure policy (docs/http-api.md, "Failure policy"); a field None
+    takes the cluster's value."""
+
+    max_redeliveries: int | None = None
+    ack_timeout_ms: int | None = None
+    backoff: Backoff | None = None
+    poison_policy: Literal["block", "drop", "dead_letter"] | None = None
+    dead_letter_topic: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The policy as a request body gives it (unset fields left out)."""
+        return self.model_dump(exclude_none=True)
+
+
+class FailurePolicyInfo(_Model):
+    """A subscription's failure policy as set (None: never set) and as in effect."""
+
+    subscription: str
+    policy: FailurePolicy | None = None
+    effective: FailurePolicy
 
 
 class SubscriptionConsumer(_Model):
@@ -149,6 +181,8 @@ class Subscription(_Model):
     backlog: int = 0
     partitions: list[SubscriptionPartition] = []
     consumers: list[SubscriptionConsumer] = []
+    failure_policy: FailurePolicy | None = None  # as set (None: the cluster's)
+    effective_failure_policy: FailurePolicy | None = None  # in effect, when served
 
 
 class SeekPartition(_Model):
@@ -159,9 +193,11 @@ class SeekPartition(_Model):
 
 
 class ProducerInfo(_Model):
-    """An open producer session of a topic (docs/producers.md)."""
+    """An open producer session of a topic (docs/producers.md); ``topic`` names the
+    partition when it was opened on one."""
 
     producer_id: str
+    topic: str = ""
     name: str
     access_mode: Literal["shared", "exclusive"]
     created_ms: int
@@ -337,6 +373,22 @@ class AsyncAdmin:
         NotFoundError ``subscription_not_found``."""
         path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
         await self._call("DELETE", path)
+
+    async def failure_policy(self, topic: str | TopicName, subscription: str) -> FailurePolicyInfo:
+        """The subscription's failure policy, as set and as in effect; NotFoundError
+        ``subscription_not_found``."""
+        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
+        answer = await self._call("GET", f"{path}/failure-policy")
+        return _parse(FailurePolicyInfo, answer.body, "failure policy")
+
+    async def set_failure_policy(
+        self, topic: str | TopicName, subscription: str, policy: FailurePolicy
+    ) -> FailurePolicyInfo:
+        """Replace the subscription's failure policy (fields None: the cluster's); the
+        dispatcher serving it applies it at once. A value out of bounds: ApiError 400."""
+        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
+        answer = await self._call("PUT", f"{path}/failure-policy", body=policy.body())
+        return _parse(FailurePolicyInfo, answer.body, "set failure policy")
 
     async def move_partition(
         self, partition: str | TopicName, replicas: list[str], *, unclean: bool = False

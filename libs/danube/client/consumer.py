@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -68,6 +69,9 @@ class ConsumerOptions:
     reconnect_timeout_s: float = 60.0
     attach_timeout_s: float = 30.0
     key_filters: tuple[str, ...] = ()
+    # The failure policy of a subscription this attach creates (docs/http-api.md), as
+    # FailurePolicy.body() gives it; another one than an existing subscription's: 409.
+    failure_policy: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.name) <= 128:
@@ -107,6 +111,8 @@ class ConsumerOptions:
         }
         if self.key_filters:
             body["key_filters"] = list(self.key_filters)
+        if self.failure_policy is not None:
+            body["failure_policy"] = dict(self.failure_policy)
         return body
 
 

@@ -125,6 +125,8 @@ class ReceivedMessage:
     publish_time_ms: int
     producer: str
     redelivery_count: int
+    schema_id: int | None = None  # the schema the payload was checked against, if any
+    schema_version: int | None = None
     _consumer: Acknowledger | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -218,6 +220,11 @@ def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) ->
     return value
 
 
+def _optional_int(data: Mapping[str, Any], name: str) -> int | None:
+    value = data.get(name)
+    return None if value is None else int(_field(data, name, int))
+
+
 def decode_message(data: Any, consumer: Acknowledger | None = None) -> ReceivedMessage:
     """A delivered message from its JSON object (long-poll or stream frame)."""
     if not isinstance(data, dict):
@@ -248,5 +255,7 @@ def decode_message(data: Any, consumer: Acknowledger | None = None) -> ReceivedM
         publish_time_ms=_field(data, "publish_time_ms", int),
         producer=_field(data, "producer", str),
         redelivery_count=_field(data, "redelivery_count", int),
+        schema_id=_optional_int(data, "schema_id"),
+        schema_version=_optional_int(data, "schema_version"),
         _consumer=consumer,
     )

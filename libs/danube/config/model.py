@@ -177,6 +177,18 @@ class ServiceConfig(_Section):
     max_connections: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
 
 
+# The schema registry's compatibility modes (danube.schemas.compat says what each checks).
+CompatibilityModeName = Literal[
+    "none",
+    "backward",
+    "forward",
+    "full",
+    "backward_transitive",
+    "forward_transitive",
+    "full_transitive",
+]
+
+
 class DiscoveryConfig(ServiceConfig):
     port: Annotated[int, Field(ge=1, le=65535)] = 8080  # the HTTP API
     # Danube's gRPC client API (docs/grpc-api.md): served on grpc_port (0: a free port),
@@ -197,15 +209,7 @@ class DiscoveryConfig(ServiceConfig):
     grpc_max_clients: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
     auto_create_topics: bool = True
     # The schema registry's compatibility mode for subjects that set none (docs/schemas.md).
-    schema_compatibility: Literal[
-        "none",
-        "backward",
-        "forward",
-        "full",
-        "backward_transitive",
-        "forward_transitive",
-        "full_transitive",
-    ] = "backward"
+    schema_compatibility: CompatibilityModeName = "backward"
     # A produce body (JSON, base64 inflates payloads by 4/3) is refused past this many bytes.
     max_body_bytes: Annotated[int, Field(ge=4096, le=256 * MiB)] = 16 * MiB
     # Messages in one HTTP produce request (split into bus requests of at most

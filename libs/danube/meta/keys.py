@@ -14,8 +14,8 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     subscriptions/<ns>/<topic>/<sub>/config                SubscriptionConfig
     subscriptions/<ns>/<topic>/<sub>/owner                 Owner        (dispatcher node + epoch)
     subscriptions/<ns>/<topic>/<sub>/cursors/<partition>   SubscriptionCursor
-    producers/<ns>/<topic>/<producer_id>                   ProducerRecord (session lease)
-    producers/<ns>/<topic>/exclusive                       producer id  (session lease)
+    producers/<ns>/<topic>/<scope>_<producer_id>           ProducerRecord (session lease)
+    producers/<ns>/<topic>/x_<scope>                       producer id  (session lease)
     schemas/next_id                                        the next schema id (a counter)
     schemas/ids/<schema_id:020>                            the subject of a schema id
     schemas/subjects/<subject>/subject                     SchemaSubject (id, type, mode)
@@ -25,6 +25,7 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     nodes/<kind>/<node_id>                                 NodeRecord   (leased)
     elections/<name>                                       candidate id (leased)
 
+``<scope>`` is ``all`` (a producer of the whole topic) or ``p<N>`` (of its partition ``N``).
 ``<partition>`` is the topic segment of a partition: the topic itself when it is not
 partitioned, ``<topic>-part-<i>`` when it is. Records of one kind sit at one depth and every
 prefix helper ends in ``/``, so a prefix range never catches a sibling (``orders`` vs
@@ -64,8 +65,8 @@ RETENTION_ELECTION = "retention"
 NAMESPACES_PREFIX = "namespaces/"
 SUBSCRIPTIONS_PREFIX = "subscriptions/"
 PRODUCERS_PREFIX = "producers/"
-# The record of a topic's exclusive producer; producer ids are hex, so never this word.
-EXCLUSIVE_PRODUCER = "exclusive"
+# Before the scope in an exclusive holder's key (``x_all``, ``x_p3``); no scope starts with x.
+EXCLUSIVE_PREFIX = "x_"
 NODES_PREFIX = "nodes/"
 SCHEMAS_PREFIX = "schemas/"
 SCHEMA_NEXT_ID_KEY = "schemas/next_id"
@@ -267,35 +268,69 @@ def parse_subscription_key(key: str) -> tuple[TopicName, str, str]:
     return TopicName(parts[1], parts[2]), validate_segment("subscription", parts[3]), parts[4]
 
 
-# --- producer sessions: one key per session, plus the exclusive holder's --------------
+# --- producer sessions: every session of a topic and of its partitions under one prefix -
+
+
+def _producer_scope(topic: TopicName) -> str:
+    """``all`` for a whole topic, ``p<N>`` for its partition ``N``."""
+    return "all" if topic.partition is None else f"p{topic.partition}"
+
+
+def _parse_producer_scope(base: TopicName, scope: str) -> TopicName:
+    if scope == "all":
+        return base
+    digits = scope[1:]
+    if (
+        scope[:1] != "p"
+        or not digits.isascii()
+        or not digits.isdigit()
+        or str(int(digits)) != digits
+    ):
+        raise InvalidNameError(kind="producer scope", value=scope, reason="not all or p<N>")
+    return base.partition_name(int(digits))
 
 
 def producers_prefix(topic: TopicName) -> str:
-    """Every producer session of a topic (and its exclusive holder key)."""
-    return PRODUCERS_PREFIX + _segments(topic) + "/"
+    """``producers/<ns>/<t>/``: the sessions of a topic *and of its partitions* (a partition
+    names its topic's prefix), so one range compare sees every producer of the topic."""
+    return PRODUCERS_PREFIX + _segments(topic.parent) + "/"
+
+
+def producer_scope_prefix(topic: TopicName) -> str:
+    """The sessions opened on exactly ``topic`` (a whole topic, or one partition)."""
+    return producers_prefix(topic) + _producer_scope(topic) + "_"
 
 
 def producer_key(topic: TopicName, producer_id: str) -> str:
-    """``producers/<ns>/<t>/<producer_id>``: one producer session, on the session's lease."""
-    if producer_id == EXCLUSIVE_PRODUCER:
-        raise InvalidNameError(kind="producer id", value=producer_id, reason="reserved")
-    return producers_prefix(topic) + validate_segment("producer id", producer_id)
+    """``producers/<ns>/<t>/<scope>_<producer_id>``: one session (scope ``all``, or ``p<N>``
+    for one partition), on the session's lease."""
+    return producer_scope_prefix(topic) + validate_segment("producer id", producer_id)
+
+
+def exclusive_producers_prefix(topic: TopicName) -> str:
+    """The exclusive holders of a topic and of its partitions."""
+    return producers_prefix(topic) + EXCLUSIVE_PREFIX
 
 
 def exclusive_producer_key(topic: TopicName) -> str:
-    """``producers/<ns>/<t>/exclusive``: the id of the topic's exclusive producer, on that
-    producer's session lease (it vanishes with the session)."""
-    return producers_prefix(topic) + EXCLUSIVE_PRODUCER
+    """``producers/<ns>/<t>/x_<scope>``: the id of the exclusive producer of ``topic`` (the
+    whole topic, or one partition), on that producer's session lease."""
+    return exclusive_producers_prefix(topic) + _producer_scope(topic)
 
 
-def parse_producer_key(key: str) -> tuple[TopicName, str]:
-    """The topic and last segment (a producer id, or ``exclusive``) of a producer key."""
+def parse_producer_key(key: str) -> tuple[TopicName, str | None]:
+    """The topic or partition of a producer key, and its producer id (``None`` for an
+    exclusive holder's key, whose value is the id)."""
     parts = key.split("/")
     if len(parts) != 4 or parts[0] != "producers":
         raise InvalidNameError(
-            kind="producer key", value=key, reason="not producers/<ns>/<t>/<producer_id>"
+            kind="producer key", value=key, reason="not producers/<ns>/<t>/<scope>_<id>"
         )
-    return TopicName(parts[1], parts[2]), validate_segment("producer id", parts[3])
+    base, last = TopicName(parts[1], parts[2]), parts[3]
+    if last.startswith(EXCLUSIVE_PREFIX):
+        return _parse_producer_scope(base, last.removeprefix(EXCLUSIVE_PREFIX)), None
+    scope, _, producer_id = last.partition("_")
+    return _parse_producer_scope(base, scope), validate_segment("producer id", producer_id)
 
 
 # --- nodes and elections ---------------------------------------------------------------

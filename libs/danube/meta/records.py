@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from danube.config.model import CompatibilityModeName
+from danube.meta.failure_policy import FailurePolicy
 from danube.meta.keys import OFFSET_MAX, ServiceKind
 
 Offset = Annotated[int, Field(ge=0, le=OFFSET_MAX)]
@@ -171,11 +173,14 @@ class UploaderCheckpoint(_Record):
 
 
 class SubscriptionConfig(_Record):
-    """A subscription: its delivery type and where a cursor-less partition starts."""
+    """A subscription: its delivery type, where a cursor-less partition starts and its
+    failure policy."""
 
     type: SubscriptionType
     initial_position: Literal["latest", "earliest"] = "latest"
     created_ms: TimeMs
+    # None: the cluster's (danube.meta.failure_policy); set at the first attach or by admin.
+    failure_policy: FailurePolicy | None = None
 
 
 class SubscriptionCursor(_Record):
@@ -191,15 +196,6 @@ class SubscriptionCursor(_Record):
 # --- the schema registry (docs/schemas.md) ---------------------------------------------
 
 SchemaTypeName = Literal["bytes", "string", "number", "json_schema", "avro", "protobuf"]
-CompatibilityModeName = Literal[
-    "none",
-    "backward",
-    "forward",
-    "full",
-    "backward_transitive",
-    "forward_transitive",
-    "full_transitive",
-]
 ValidationPolicy = Literal["none", "warn", "enforce"]
 SchemaId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 SchemaVersionNumber = Annotated[int, Field(ge=1, le=10**10 - 1)]

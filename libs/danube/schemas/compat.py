@@ -22,21 +22,15 @@ another type than the one it is checked against fails with ``type_changed``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import get_args
 
+from danube.config.model import CompatibilityModeName
 from danube.schemas import avro, json_schema, protobuf
 from danube.schemas.errors import SchemaError
 from danube.schemas.types import ParsedSchema
 
-CompatibilityMode = Literal[
-    "none",
-    "backward",
-    "forward",
-    "full",
-    "backward_transitive",
-    "forward_transitive",
-    "full_transitive",
-]
+CompatibilityMode = CompatibilityModeName
+
 COMPATIBILITY_MODES: tuple[CompatibilityMode, ...] = get_args(CompatibilityMode)
 
 

@@ -19,6 +19,16 @@ SUBSCRIPTION_TYPES = {
 }
 
 
+def unary_method(channel: grpc.aio.Channel, path: str, request: Any, response: Any) -> Any:
+    """A callable for the unary method at ``path`` (``/package.Service/Method``) taking
+    ``request`` messages and answering ``response`` ones."""
+    return channel.unary_unary(
+        path,
+        request_serializer=request.SerializeToString,
+        response_deserializer=response.FromString,
+    )
+
+
 def target_of(url: str) -> str:
     """``host:port`` of ``http://host:port`` (what gRPC dials)."""
     return url.removeprefix("http://").removeprefix("https://").rstrip("/")
@@ -33,11 +43,7 @@ class WireClient:
         self._request_id = 0
 
         def unary(path: str, request: Any, response: Any) -> Any:
-            return self.channel.unary_unary(
-                path,
-                request_serializer=request.SerializeToString,
-                response_deserializer=response.FromString,
-            )
+            return unary_method(self.channel, path, request, response)
 
         self._create = unary(
             "/danube.ProducerService/CreateProducer", pb.ProducerRequest, pb.ProducerResponse

@@ -19,6 +19,7 @@ from danube.discovery.controller import Controller
 from danube.discovery.grpc_api.server import GrpcServer
 from danube.discovery.produce import Limits, Producer
 from danube.discovery.producers import ProducerSessions
+from danube.discovery.schema_gate import SchemaGate
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.dispatcher.client import DispatcherClient
@@ -63,8 +64,14 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         catalog = Catalog(store, cache_ttl_s=config.topic_cache_ttl_s)
         await catalog.ensure_default_namespace()
         controller = Controller(settings, node_id=node_id, store=store)
+        schemas = SchemaRegistry(store, default_mode=config.schema_compatibility)
         producer = Producer(
-            bus, catalog, Limits.from_settings(settings), max_inflight=config.max_inflight_produce
+            bus,
+            catalog,
+            Limits.from_settings(settings),
+            max_inflight=config.max_inflight_produce,
+            # Bindings and versions cached as topic configs are: etcd off the produce path.
+            schemas=SchemaGate(schemas, cache_ttl_s=config.topic_cache_ttl_s),
         )
         producers = ProducerSessions(
             store,
@@ -85,7 +92,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             # claims and retries included (a poll: its own wait plus a 2 s margin).
             dispatcher=DispatcherClient(bus, timeout_s=config.produce_timeout_s),
             producers=producers,
-            schemas=SchemaRegistry(store, default_mode=config.schema_compatibility),
+            schemas=schemas,
             objects=ObjectStore.from_config(settings.wal_cloud.cloud),
             objects_root=settings.wal_cloud.uploader.root_prefix,
             streams=StreamSlots(config.max_streams),

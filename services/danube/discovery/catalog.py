@@ -332,10 +332,11 @@ class Catalog:
         prefixes = [meta_keys.partition_prefix(p) for p in partitions]
         prefixes += [meta_keys.storage_prefix(p) for p in partitions]
         prefixes.append(meta_keys.subscriptions_prefix(topic))
-        prefixes.append(meta_keys.producers_prefix(topic))  # sessions: their leases run out
+        # Producer sessions of the topic and of its partitions (one prefix): their leases
+        # run out.
+        prefixes.append(meta_keys.producers_prefix(topic))
         if config.partitions > 0:  # what Danube's clients make per partition
             prefixes += [meta_keys.subscriptions_prefix(p) for p in partitions]
-            prefixes += [meta_keys.producers_prefix(p) for p in partitions]
         for start in range(0, len(prefixes), _DELETE_OPS_PER_TXN):
             txn = self.store.txn()
             for prefix in prefixes[start : start + _DELETE_OPS_PER_TXN]:

@@ -122,6 +122,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "lease_lost": 503,
     "subscription_taken": 409,
     "consumer_exists": 409,
+    "policy_conflict": 409,
     "consumer_not_found": 404,
     "subscription_not_found": 404,
     "subscription_type_mismatch": 409,

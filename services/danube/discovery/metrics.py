@@ -20,3 +20,8 @@ STREAMS_OPEN = Gauge("danube_discovery_streams_open", "Consumer streams (WebSock
 STREAM_MESSAGES = Counter(
     "danube_discovery_stream_messages", "Messages pushed to consumer streams (WebSocket)"
 )
+SCHEMA_VIOLATIONS = Counter(
+    "danube_discovery_schema_violations",
+    "Produced payloads that failed their topic's schema (policy warn: stored; enforce: refused)",
+    ["policy"],
+)

@@ -18,6 +18,7 @@ from danube.frame import (
     MAX_KEY_BYTES,
     MAX_PRODUCER_NAME_BYTES,
 )
+from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
 from danube.meta.records import (
     PARTITIONS_MAX,
     REPLICAS_MAX,
@@ -126,6 +127,9 @@ class ProduceRequest(_Request):
     # The producer session sending (docs/producers.md): required to produce to a topic held
     # by an exclusive producer, which must be this one. Not a keep-alive.
     producer_id: ProducerId | None = None
+    # The version of the topic's schema subject the payloads were written with (checked and
+    # stamped on every record: docs/schemas.md); None: the latest. Ignored without a schema.
+    schema_version: Annotated[int, Field(ge=1, le=2**31)] | None = None
 
 
 class StartOffset(_Request):
@@ -182,6 +186,8 @@ class AttachRequest(_Request):
         list[Annotated[str, Field(min_length=1, max_length=KEY_FILTER_CHARS_MAX)]],
         Field(max_length=KEY_FILTERS_MAX),
     ] = []
+    # Applied when this attach creates the subscription; another one: 409 policy_conflict.
+    failure_policy: FailurePolicyIn | None = None
 
     @model_validator(mode="after")
     def _filters_need_key_shared(self) -> AttachRequest:
@@ -391,6 +397,8 @@ class SubscriptionPartitionOut(_Response):
     acked_beyond: int
     end_offset: int | None
     backlog: int | None
+    # A poison message holds the partition (failure policy "block"): its offset.
+    blocked_offset: int | None = None
 
 
 class SubscriptionConsumerOut(_Response):
@@ -412,6 +420,9 @@ class SubscriptionOut(_Response):
     backlog: int
     partitions: list[SubscriptionPartitionOut]
     consumers: list[SubscriptionConsumerOut]
+    # As set (null: the cluster's) and, when a dispatcher serves it, as in effect there.
+    failure_policy: FailurePolicy | None = None
+    effective_failure_policy: FailurePolicy | None = None
 
 
 class SubscriptionList(_Response):
@@ -533,6 +544,9 @@ class MessageOut(_Response):
     publish_time_ms: int
     producer: str
     redelivery_count: int
+    # The schema the payload was checked against, when the topic has one (docs/schemas.md).
+    schema_id: int | None = None
+    schema_version: int | None = None
 
 
 class MessagesOut(_Response):

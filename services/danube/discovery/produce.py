@@ -38,6 +38,7 @@ from danube.discovery.routing import (
     route,
     split,
 )
+from danube.discovery.schema_gate import SchemaGate, Stamp
 from danube.frame import Record, encode_record
 from danube.ingest.client import IngestClient
 from danube.meta.records import Dispatch
@@ -76,27 +77,56 @@ def decode_payload(message: MessageIn, index: int, max_payload_bytes: int) -> by
 
 
 def encode_batch(
-    request: ProduceRequest, *, max_payload_bytes: int, max_messages: int, publish_time_ms: int
+    request: ProduceRequest,
+    *,
+    max_payload_bytes: int,
+    max_messages: int,
+    publish_time_ms: int,
+    schema: Stamp | None = None,
 ) -> list[bytes]:
     """Every message as an encoded record, in order, or the first message's error."""
+    payloads = decode_payloads(
+        request, max_payload_bytes=max_payload_bytes, max_messages=max_messages
+    )
+    return encode_records(request, payloads, publish_time_ms=publish_time_ms, schema=schema)
+
+
+def decode_payloads(
+    request: ProduceRequest, *, max_payload_bytes: int, max_messages: int
+) -> list[bytes]:
+    """Every message's payload bytes, in order, or the first message's error."""
     if len(request.messages) > max_messages:
         raise TooLargeError(
             f"{len(request.messages)} messages, over the limit of {max_messages} per request",
             code="too_many_messages",
             limit=max_messages,
         )
-    records: list[bytes] = []
-    for index, message in enumerate(request.messages):
-        payload = decode_payload(message, index, max_payload_bytes)
-        record = Record(
-            payload=payload,
-            publish_time_ms=publish_time_ms,
-            producer=request.producer,
-            key=message.key,
-            attributes=message.attributes,
+    return [decode_payload(m, i, max_payload_bytes) for i, m in enumerate(request.messages)]
+
+
+def encode_records(
+    request: ProduceRequest,
+    payloads: Sequence[bytes],
+    *,
+    publish_time_ms: int,
+    schema: Stamp | None = None,
+) -> list[bytes]:
+    """The messages with their decoded ``payloads`` as encoded records, stamped with the
+    schema they were checked against; InvalidRecordError (400) names the field."""
+    return [
+        encode_record(
+            Record(
+                payload=payload,
+                publish_time_ms=publish_time_ms,
+                producer=request.producer,
+                key=message.key,
+                attributes=message.attributes,
+                schema_id=None if schema is None else schema.schema_id,
+                schema_version=None if schema is None else schema.version,
+            )
         )
-        records.append(encode_record(record))  # InvalidRecordError (400) names the field
-    return records
+        for message, payload in zip(request.messages, payloads, strict=True)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,21 +154,36 @@ class Limits:
 class Producer:
     """Produces HTTP batches through the bus; at most ``max_inflight`` at once."""
 
-    def __init__(self, bus: Bus, catalog: Catalog, limits: Limits, *, max_inflight: int) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        catalog: Catalog,
+        limits: Limits,
+        *,
+        max_inflight: int,
+        schemas: SchemaGate | None = None,
+    ) -> None:
         self.bus = bus
         self.catalog = catalog
         self.limits = limits
+        self.schemas = schemas
         self.client = IngestClient(bus)
         self._robin = RoundRobin()
         self._slots = asyncio.Semaphore(max_inflight)
 
     async def produce(self, topic: TopicName, request: ProduceRequest) -> list[ProduceResult]:
-        """Store the batch; one result per message, in message order."""
-        records = encode_batch(
+        """Store the batch; one result per message, in message order. A topic with a schema
+        checks the payloads first (:mod:`danube.discovery.schema_gate`)."""
+        payloads = decode_payloads(
             request,
             max_payload_bytes=self.limits.max_payload_bytes,
             max_messages=self.limits.max_messages,
-            publish_time_ms=int(time.time() * 1000),
+        )
+        stamp = None
+        if self.schemas is not None:
+            stamp = await self.schemas.admit(topic, payloads, version=request.schema_version)
+        records = encode_records(
+            request, payloads, publish_time_ms=int(time.time() * 1000), schema=stamp
         )
         keys = [m.key for m in request.messages]
         return await self.store(topic, records, keys, dispatch=request.dispatch)

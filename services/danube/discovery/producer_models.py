@@ -37,11 +37,13 @@ class ProducerOpened(BaseModel):
 
 
 class ProducerOut(BaseModel):
-    """One open producer session of a topic."""
+    """One open producer session of a topic; ``topic`` names the partition when it was
+    opened on one (as Danube's clients do)."""
 
     model_config = ConfigDict(frozen=True)
 
     producer_id: str
+    topic: str
     name: str
     access_mode: AccessMode
     created_ms: int

@@ -1,21 +1,22 @@
 """Producer sessions and access modes (docs/producers.md), enforced cluster-wide through etcd.
 
 A session is an etcd lease of ``discovery.producer_session_ttl_s`` and the key
-``producers/<ns>/<t>/<producer_id>`` on it; an exclusive session also holds
-``producers/<ns>/<t>/exclusive`` (value: its id) on the same lease. Both are written in one
-transaction that refuses:
+``producers/<ns>/<t>/<scope>_<producer_id>`` on it (scope ``all``: the whole topic; ``p<N>``:
+its partition N, as Danube's clients produce); an exclusive session also holds
+``producers/<ns>/<t>/x_<scope>`` (value: its id) on the same lease. A topic and its
+partitions share one prefix, and both keys are written in one transaction that refuses:
 
-- an **exclusive** session while any key exists under the topic's ``producers/`` prefix (a
-  producer of any mode is connected): ``producer_exists``, or ``exclusive_producer`` when
-  the holder is itself exclusive;
-- a **shared** session while the exclusive key exists: ``exclusive_producer``.
+- an **exclusive** session while any producer reaches its scope (on the whole topic: any
+  session of the topic or a partition; on a partition: a session of the whole topic or of
+  that partition): ``producer_exists``, or ``exclusive_producer`` when one is exclusive;
+- a **shared** session while an exclusive producer reaches its scope: ``exclusive_producer``.
 
 No instance keeps anything alive: the client refreshes the lease by id through whichever
 instance it reaches (:meth:`ProducerSessions.keepalive`), closing revokes it, and when the
 client goes silent etcd drops both keys after the TTL.
 
 etcd stays off the produce path: each instance keeps :class:`ExclusiveView`, the exclusive
-holder of every topic, read once at start and then fed by a watch on ``producers/``, so
+holders of every topic, read once at start and then fed by a watch on ``producers/``, so
 :meth:`ProducerSessions.check` is a dict lookup. The price is a window: once an exclusive
 session is created, an instance that has not yet received the watch event (typically a few
 milliseconds) still accepts a produce from another producer. The opening instance updates
@@ -39,11 +40,12 @@ from danube.meta import keys as meta_keys
 from danube.meta.backoff import backoff_s
 from danube.meta.kv import KeyValue
 from danube.meta.records import AccessMode, ProducerRecord
+from danube.meta.txn import Txn
 
 log = logging.getLogger(__name__)
 
 # 16 hex digits: unguessable enough to keep one client from closing another's session by
-# chance, short enough for a URL segment; never equal to meta_keys.EXCLUSIVE_PRODUCER.
+# chance, short enough for a URL segment.
 PRODUCER_ID_BYTES = 8
 SESSIONS_LISTED_MAX = 10_000
 _RETRY_BASE_S = 0.1
@@ -81,60 +83,85 @@ class ProducerSession:
     created_ms: int
 
 
+def covers(holder: TopicName, topic: TopicName) -> bool:
+    """Whether an exclusive producer of ``holder`` excludes others from ``topic``: the whole
+    topic covers its partitions, and a producer of the whole topic reaches every partition."""
+    if holder.parent != topic.parent:
+        return False
+    return holder.partition is None or topic.partition in (None, holder.partition)
+
+
 class ExclusiveView:
-    """Which topics have an exclusive producer, as this instance has seen it (no I/O).
+    """The exclusive producers of every topic and partition, as this instance has seen them
+    (no I/O); keyed by topic, then by scope (``None``: the whole topic, ``N``: partition N).
 
     ``seen_revision`` is the etcd revision of the last change applied: a local update from
     a transaction at revision R is applied only if the watch has not passed R yet (the
     watch then delivers R and whatever followed, a delete included, in order)."""
 
     def __init__(self) -> None:
-        self._holders: dict[TopicName, str] = {}
+        self._holders: dict[TopicName, dict[int | None, str]] = {}
         self.seen_revision = 0
 
     def __len__(self) -> int:
-        return len(self._holders)
+        return sum(len(scopes) for scopes in self._holders.values())
 
     def holder(self, topic: TopicName) -> str | None:
-        """The id of the topic's exclusive producer, if it has one."""
-        return self._holders.get(topic)
+        """The id of the exclusive producer of exactly ``topic`` (or partition), if any."""
+        return self._holders.get(topic.parent, {}).get(topic.partition)
+
+    def holders_over(self, topic: TopicName) -> list[str]:
+        """The exclusive producers a produce to ``topic`` must come from: for a partition,
+        the whole topic's and the partition's; for a whole topic, every one of it."""
+        scopes = self._holders.get(topic.parent, {})
+        return [h for scope, h in scopes.items() if covers(_scoped(topic, scope), topic)]
 
     def reset(self, kvs: list[KeyValue], revision: int) -> None:
         """Replace everything with the keys under ``producers/`` read at ``revision``."""
-        holders: dict[TopicName, str] = {}
+        self._holders = {}
         for kv in kvs:
             with contextlib.suppress(ValueError):  # InvalidNameError: not ours, skipped
-                topic, last = meta_keys.parse_producer_key(kv.key)
-                if last == meta_keys.EXCLUSIVE_PRODUCER:
-                    holders[topic] = kv.value.decode("ascii", errors="replace")
-        self._holders = holders
+                topic, producer_id = meta_keys.parse_producer_key(kv.key)
+                if producer_id is None:
+                    self._set(topic, kv.value.decode("ascii", errors="replace"))
         self.seen_revision = revision
 
     def apply(self, event: WatchEvent) -> None:
-        """Apply one watched change (other keys under ``producers/`` only move the revision).
-        A key that does not parse raises InvalidNameError (a ValueError)."""
+        """Apply one watched change (session keys only move the revision). A key that does
+        not parse raises InvalidNameError (a ValueError)."""
         self.seen_revision = max(self.seen_revision, event.mod_revision)
-        topic, last = meta_keys.parse_producer_key(event.key)
-        if last != meta_keys.EXCLUSIVE_PRODUCER:
+        topic, producer_id = meta_keys.parse_producer_key(event.key)
+        if producer_id is not None:
             return
         if event.kind == "put":
-            self._holders[topic] = event.value.decode("ascii", errors="replace")
+            self._set(topic, event.value.decode("ascii", errors="replace"))
         else:
-            self._holders.pop(topic, None)
+            scopes = self._holders.get(topic.parent, {})
+            scopes.pop(topic.partition, None)
+            if not scopes:
+                self._holders.pop(topic.parent, None)
 
     def claimed(self, topic: TopicName, producer_id: str, revision: int) -> None:
         """This instance created the exclusive key at ``revision``: see it before the watch."""
         if revision > self.seen_revision:
-            self._holders[topic] = producer_id
+            self._set(topic, producer_id)
 
     def check(self, topic: TopicName, producer_id: str | None) -> None:
-        """Refuse (409 ``producer_fenced``) a produce from anyone but the exclusive holder."""
-        holder = self._holders.get(topic)
-        if holder is not None and holder != producer_id:
-            raise ConflictError(
-                f"topic {topic} has an exclusive producer; only it may produce",
-                code="producer_fenced",
-            )
+        """Refuse (409 ``producer_fenced``) a produce from anyone but the exclusive holders."""
+        for holder in self.holders_over(topic):
+            if holder != producer_id:
+                raise ConflictError(
+                    f"{topic} has an exclusive producer; only it may produce",
+                    code="producer_fenced",
+                )
+
+    def _set(self, topic: TopicName, producer_id: str) -> None:
+        self._holders.setdefault(topic.parent, {})[topic.partition] = producer_id
+
+
+def _scoped(topic: TopicName, scope: int | None) -> TopicName:
+    base = topic.parent
+    return base if scope is None else base.partition_name(scope)
 
 
 class ProducerSessions:
@@ -162,6 +189,8 @@ class ProducerSessions:
         is followed by a fresh read of the whole prefix, so no change is ever missed."""
         failures = 0
         while True:
+            # From the last change applied (events replayed after a break apply the same).
+            revision = max(revision, self.view.seen_revision)
             try:
                 prefix = meta_keys.PRODUCERS_PREFIX
                 async with self.store.watch_prefix(prefix, start_revision=revision + 1) as events:
@@ -191,17 +220,14 @@ class ProducerSessions:
             name=name, access_mode=access_mode, created_ms=int(time.time() * 1000)
         )
         lease_id, ttl_s = await self.store.grant_bare_lease(self.ttl_s)
-        exclusive_key = meta_keys.exclusive_producer_key(topic)
-        txn = self.store.txn()
+        txn = _open_txn(self.store.txn(), topic, access_mode)
         if access_mode == "exclusive":
-            txn.if_prefix_empty(meta_keys.producers_prefix(topic))
-            txn.then_put(exclusive_key, producer_id.encode(), lease=lease_id)
-        else:
-            txn.if_absent(exclusive_key)
-        txn.then_put(
-            meta_keys.producer_key(topic, producer_id), encode_model(record), lease=lease_id
-        )
-        txn.else_get(exclusive_key)
+            txn.then_put(
+                meta_keys.exclusive_producer_key(topic), producer_id.encode(), lease=lease_id
+            )
+        key = meta_keys.producer_key(topic, producer_id)
+        txn.then_put(key, encode_model(record), lease=lease_id)
+        txn.else_get(meta_keys.exclusive_producers_prefix(topic), prefix=True)
         try:
             result = await txn.commit()
         except BaseException:
@@ -209,7 +235,9 @@ class ProducerSessions:
             raise
         if not result.succeeded:
             await self._revoke(lease_id)
-            raise refusal(access_mode, holder_exclusive=result.first_kv() is not None)
+            holders = [meta_keys.parse_producer_key(kv.key)[0] for kv in result.responses[0].kvs]
+            in_the_way = any(covers(holder, topic) for holder in holders)
+            raise refusal(access_mode, holder_exclusive=in_the_way)
         if access_mode == "exclusive":
             self.view.claimed(topic, producer_id, result.revision)
         log.info("producer %s (%s, %s) opened on %s", producer_id, name, access_mode, topic)
@@ -230,15 +258,16 @@ class ProducerSessions:
             await self.store.revoke_lease(kv.lease_id)
             log.info("producer %s closed on %s", producer_id, topic)
 
-    async def list_sessions(self, topic: TopicName) -> list[tuple[str, ProducerRecord]]:
-        """The open sessions of a topic, by producer id."""
-        prefix = meta_keys.producers_prefix(topic)
-        kvs = await self.store.range(prefix, limit=SESSIONS_LISTED_MAX)
-        return [
-            (kv.key.removeprefix(prefix), decode_model(kv, ProducerRecord))
-            for kv in kvs
-            if kv.key.removeprefix(prefix) != meta_keys.EXCLUSIVE_PRODUCER
-        ]
+    async def list_sessions(self, topic: TopicName) -> list[tuple[TopicName, str, ProducerRecord]]:
+        """The open sessions of a topic (and of its partitions), or of one partition:
+        ``(topic or partition, producer id, record)``."""
+        kvs = await self.store.range(meta_keys.producers_prefix(topic), limit=SESSIONS_LISTED_MAX)
+        listed = []
+        for kv in kvs:
+            scoped, producer_id = meta_keys.parse_producer_key(kv.key)
+            if producer_id is not None and (topic.partition is None or scoped == topic):
+                listed.append((scoped, producer_id, decode_model(kv, ProducerRecord)))
+        return listed
 
     async def check(self, topic: TopicName, producer_id: str | None) -> None:
         """Refuse (409 ``producer_fenced``) a produce from anyone but the exclusive holder,
@@ -265,3 +294,19 @@ class ProducerSessions:
             await self.store.revoke_lease(lease_id)
         except MetaError as exc:  # it expires after its TTL anyway
             log.warning("could not revoke producer lease %x: %s", lease_id, exc)
+
+
+def _open_txn(txn: Txn, topic: TopicName, access_mode: AccessMode) -> Txn:
+    """The compares of a session's open (docs/producers.md, Sessions): an exclusive session
+    needs no producer that reaches ``topic``; a shared one, no exclusive producer that does."""
+    if topic.partition is None:
+        if access_mode == "exclusive":  # nobody on the topic nor on any of its partitions
+            return txn.if_prefix_empty(meta_keys.producers_prefix(topic))
+        return txn.if_prefix_empty(meta_keys.exclusive_producers_prefix(topic))
+    whole = topic.parent
+    txn.if_absent(meta_keys.exclusive_producer_key(whole))
+    txn.if_absent(meta_keys.exclusive_producer_key(topic))
+    if access_mode == "exclusive":  # no session of the whole topic, nor of this partition
+        txn.if_prefix_empty(meta_keys.producer_scope_prefix(whole))
+        txn.if_prefix_empty(meta_keys.producer_scope_prefix(topic))
+    return txn

@@ -7,12 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from danube.meta.records import (
-    SCHEMA_TAGS_MAX,
-    CompatibilityModeName,
-    SchemaTypeName,
-    ValidationPolicy,
-)
+from danube.config.model import CompatibilityModeName
+from danube.meta.records import SCHEMA_TAGS_MAX, SchemaTypeName, ValidationPolicy
 from danube.schemas import DEFINITION_BYTES_MAX
 
 # Characters; the byte size of the UTF-8 definition is checked too (413 schema_too_large).

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -20,6 +21,7 @@ from danube.bus.subjects import DispatchOp
 from danube.dispatcher import protocol
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
+from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
 
 _RETRY_BASE_S = 0.02
 _RETRY_CAP_S = 0.5
@@ -43,13 +45,21 @@ class DispatcherClient:
         type: str = "exclusive",
         start: protocol.StartPosition = "latest",
         key_filters: Sequence[str] = (),
+        failure_policy: FailurePolicy | Mapping[str, Any] | None = None,
     ) -> str:
         """Attach a consumer; its consumer id. RemoteError ``subscription_taken`` when an
         exclusive subscription already has its consumer. ``key_filters`` (glob patterns, only
-        with ``type="key_shared"``): the keys it takes; none, every key."""
+        with ``type="key_shared"``): the keys it takes; none, every key. ``failure_policy``
+        is applied when this attach creates the subscription; naming another one than an
+        existing subscription's is refused (RemoteError ``policy_conflict``), None keeps it."""
+        if isinstance(key_filters, str):
+            raise TypeError("key_filters is a sequence of glob patterns, not one string")
         fields: dict[str, object] = {"consumer": consumer, "type": type, "start": start}
         if key_filters:
             fields["key_filters"] = list(key_filters)
+        policy = _policy_body(failure_policy)
+        if policy is not None:
+            fields["failure_policy"] = policy
         body = orjson.dumps(fields)
         reply = await self._request(topic, sub, DispatchOp.ATTACH, body, self.timeout_s)
         return str(orjson.loads(reply)["consumer_id"])
@@ -130,6 +140,19 @@ class DispatcherClient:
             return None
         return protocol.parse(reply.body, protocol.SubscriptionStats)
 
+    async def failure_policy(
+        self,
+        topic: TopicName,
+        sub: str,
+        policy: FailurePolicy | Mapping[str, Any] | None = None,
+    ) -> protocol.PolicyReply:
+        """Replace the subscription's failure policy with ``policy`` (applied at once by
+        the dispatcher serving it), or read it (None). RemoteError
+        ``subscription_not_found``; ``bad_request`` for a policy out of bounds."""
+        body = orjson.dumps({"policy": _policy_body(policy)})
+        reply = await self._request(topic, sub, DispatchOp.POLICY, body, self.timeout_s)
+        return protocol.parse(reply, protocol.PolicyReply)
+
     async def delete(self, topic: TopicName, sub: str) -> None:
         """Delete the subscription (consumers detached, config, cursors and owner key
         removed); the next attach creates it afresh."""
@@ -186,3 +209,13 @@ class DispatcherClient:
             await self.bus.request(
                 self.bus.subjects.subscription_ownership(topic, sub), b"", timeout_s=remaining_s
             )
+
+
+def _policy_body(policy: FailurePolicy | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A failure policy as a request body carries it (a mapping is checked first:
+    BadRequestError naming the bad field)."""
+    if policy is None:
+        return None
+    if not isinstance(policy, FailurePolicy):
+        policy = protocol.parse(orjson.dumps(dict(policy)), FailurePolicyIn).stored()
+    return policy.model_dump(exclude_none=True)

@@ -67,14 +67,19 @@ async def seek(served: Served, position: protocol.StartPosition) -> dict[str, in
 
 async def skip(served: Served, name: str, to_offset: int | None) -> protocol.SkipReply:
     """Move partition ``name``'s cursor forward on purpose (to ``to_offset``, or past the
-    damage stopping it: damage.skip_target); what is held of it is dropped."""
+    damage stopping it: damage.skip_target, or past the poison message blocking it when it
+    is at the cursor); what is held of it is dropped."""
     served.check_serving()
     machine = served.subscription()
     partition = served.partitions.get(name)
     if partition is None:
         raise protocol.BadRequestError(f"no partition {name!r} in {served.store.topic}")
     before = machine.cursor(name).next_offset
-    target = skip_target(str(partition), before, to_offset, served.damage.get(str(partition)))
+    damage = served.damage.get(str(partition))
+    blocked = machine.blocked_at(name)
+    if to_offset is None and damage is None and blocked is not None and blocked[0] == before:
+        to_offset = before + 1  # past the poison message at the head (failure policy block)
+    target = skip_target(str(partition), before, to_offset, damage)
     await resolve_all(served.ingest, served.cloud, [partition], {"offset": target})  # <= end
     served.check_serving()
     await served.handle(Seek({name: target}, time.monotonic()))

@@ -1,6 +1,8 @@
-"""Dead letters: a message refused ``max_redeliveries`` times goes, as it was stored, to the
-unpartitioned ``/ns/<topic><suffix>`` — a topic like any other (created with the source
-topic's durability and replication on the first letter)."""
+"""Poison messages let go (failure policy ``dead_letter`` or ``drop``): a message refused
+more than ``max_redeliveries`` times goes, as it was stored, to its dead-letter topic — the
+policy's ``dead_letter_topic``, by default the unpartitioned ``/ns/<topic><suffix>`` — a
+topic like any other (created with the source topic's durability and replication on the
+first letter); or it is only counted as dropped."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ log = logging.getLogger(__name__)
 DEAD_LETTER_TIMEOUT_S = 10.0
 
 
-def dead_letter_topic(partition: TopicName, suffix: str) -> TopicName:
-    """``/ns/t-part-k`` (or ``/ns/t``) dead-letters to the unpartitioned ``/ns/t<suffix>``."""
+def dead_letter_topic(partition: TopicName, suffix: str, named: str | None = None) -> TopicName:
+    """``named`` (``/ns/t``) when the failure policy names one, else ``/ns/t-part-k`` (or
+    ``/ns/t``) dead-letters to the unpartitioned ``/ns/t<suffix>``."""
+    if named is not None:
+        return TopicName.parse(named)
     return TopicName(partition.namespace, partition.base + suffix)
 
 
@@ -27,12 +32,19 @@ async def send_dead_letter(
     partition: TopicName,
     offset: int,
     record: bytes,
-    suffix: str,
+    topic: TopicName,
 ) -> None:
-    """Store ``record`` (``partition``@``offset``) in the dead-letter topic, durably; raises
-    what failed (the caller must not store a cursor past it then)."""
-    topic = dead_letter_topic(partition, suffix)
+    """Store ``record`` (``partition``@``offset``) in the dead-letter ``topic``, durably;
+    raises what failed (the caller must not store a cursor past it then)."""
     await store.ensure_topic_like_ours(topic)
     await ingest.produce(topic, [record], timeout_s=DEAD_LETTER_TIMEOUT_S)
     metrics.DEAD_LETTERED.inc()
     log.info("dead-lettered %s@%d to %s", partition, offset, topic)
+
+
+def drop(partition: TopicName, offset: int, redelivery_count: int) -> None:
+    """Count a poison message dropped (acked without being processed)."""
+    metrics.POISON_DROPPED.inc()
+    log.warning(
+        "dropped poison message %s@%d after %d redeliveries", partition, offset, redelivery_count
+    )

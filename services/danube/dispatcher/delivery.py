@@ -6,7 +6,11 @@ Each message the subscription holds is an entry in exactly one state::
     fresh ──poll──> in_flight ──ack──> (gone; cursor acked)
                       │  ^
      ack timeout,     │  └──poll── ready <──due── scheduled
-     nack, detach ────┴──> (count + 1) ──> scheduled | ready | dead-lettered (count > max)
+     nack, detach ────┴──> (count + 1) ──> scheduled | ready | poison (count > max)
+
+A poison message is disposed of by the failure policy's ``poison_policy``: dead-lettered
+or dropped (the cursor moves past it), or ``blocked`` (held at the head of its partition:
+danube.dispatcher.poison).
 
 A consumer's window (``max_unacked_per_consumer``) counts the messages it was given and did
 not ack: in flight, and also those taken back from it by an ack timeout until they are
@@ -40,7 +44,6 @@ from danube.dispatcher.events import (
     Action,
     ConsumerAttached,
     ConsumerDetached,
-    DeadLetter,
     Deliver,
     Event,
     FlushCursor,
@@ -55,14 +58,15 @@ from danube.dispatcher.events import (
     Seek,
     Tick,
 )
-from danube.dispatcher.redelivery import DeliverySettings, redelivery_delay_s
+from danube.dispatcher.poison import BlockBook, PoisonHandling
+from danube.dispatcher.redelivery import DeliverySettings
 
 log = logging.getLogger(__name__)
 
 DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 
 
-class SubscriptionMachine:
+class SubscriptionMachine(PoisonHandling):
     """Delivery of one subscription: who gets which message, when it comes back, when the
     cursor moves. Deterministic for a given event sequence and ``rng``. Key-shared is the
     subclass :class:`~danube.dispatcher.keyed.KeySharedMachine`."""
@@ -97,6 +101,7 @@ class SubscriptionMachine:
         self._scheduled: list[tuple[float, int, str, int]] = []  # redeliveries not yet due
         self._ready: list[tuple[int, str, int]] = []  # due redeliveries, lowest offset first
         self._over_held = False
+        self._blocked = BlockBook()  # poison messages held at their partition's head
 
     # --- inspection ----------------------------------------------------------------------
 
@@ -159,8 +164,14 @@ class SubscriptionMachine:
             for key, entry in consumer.held.items():
                 assert self._entries.get(key) is entry, f"{key} held but not an entry"
                 assert entry.consumer_id == consumer.consumer_id, f"{key} held by two"
+        for key in self._blocked.held():
+            assert self._entries[key].state == "blocked", f"{key} held but not blocked"
         for key, entry in self._entries.items():
             assert key == (entry.partition, entry.offset), f"{key} filed as {entry}"
+            if entry.state == "blocked":
+                assert entry.consumer_id is None, f"{key} blocked in a window"
+                keyed = entry.key is not None  # a keyed one holds back its key only
+                assert keyed or not self._blocked.passable(*key), f"{key} blocked, not held"
             if entry.state == "fresh" or entry.consumer_id is None:
                 assert entry.state != "in_flight", f"{key} in flight to nobody"
                 continue
@@ -258,26 +269,36 @@ class SubscriptionMachine:
 
     def _take(self, consumer: ConsumerWindow, wanted: int, now_s: float) -> list[Message]:
         batch: list[Message] = []
+        # Due redeliveries past a blocked partition's poison message wait (poison.py).
+        held_back: list[tuple[list[tuple[int, str, int]], tuple[int, str, int]]] = []
         # Its own due redeliveries first: they are already counted in its window.
         while wanted > 0 and consumer.ready:
-            entry = self._due(heapq.heappop(consumer.ready))
-            if entry is not None and entry.consumer_id == consumer.consumer_id:
+            item = heapq.heappop(consumer.ready)
+            entry = self._due(item)
+            if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
+                held_back.append((consumer.ready, item))
+            elif entry is not None and entry.consumer_id == consumer.consumer_id:
                 batch.append(self._send(entry, consumer, now_s))
                 wanted -= 1
         # Then, as its window allows, other due redeliveries (the oldest messages of the
         # subscription), then fresh messages.
         room = min(wanted, self.settings.max_unacked_per_consumer - len(consumer.held))
         while room > 0 and self._ready:
-            entry = self._due(heapq.heappop(self._ready))
-            if entry is not None:
+            item = heapq.heappop(self._ready)
+            entry = self._due(item)
+            if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
+                held_back.append((self._ready, item))
+            elif entry is not None:
                 batch.append(self._send(entry, consumer, now_s))
                 room -= 1
+        for heap, item in held_back:
+            heapq.heappush(heap, item)
         idle, count = 0, len(self._order)
         while room > 0 and idle < count:
             name = self._order[self._next_partition]
             self._next_partition = (self._next_partition + 1) % count
             fresh = self._partitions[name].fresh
-            if not fresh:
+            if not fresh or self._blocked.boundary(name) is not None:
                 idle += 1
                 continue
             idle = 0
@@ -299,6 +320,7 @@ class SubscriptionMachine:
                     ignored[key] = None
                 continue
             self._forget(entry)
+            self._blocked.release(entry.partition, entry.offset)  # an operator's way out
             self._partitions[entry.partition].cursor.ack(entry.offset)
         if ignored:
             actions.append(NotInFlight(event.consumer_id, tuple(ignored)))
@@ -322,12 +344,7 @@ class SubscriptionMachine:
             entry = self._entries.get((name, offset))
             if entry is None or entry.stamp != stamp or entry.state != "in_flight":
                 continue
-            delay_s = redelivery_delay_s(
-                entry.redelivery_count,
-                base_s=self.settings.redelivery_base_s,
-                cap_s=self.settings.redelivery_max_s,
-                rng=self._rng,
-            )
+            delay_s = self.settings.delay_s(entry.redelivery_count, self._rng)
             # Still the consumer's (it may still work on it): counted in its window until
             # it is delivered again, so one that never acks is never given more.
             self._redeliver(entry, delay_s, now_s, actions, keep_window=True)
@@ -344,6 +361,7 @@ class SubscriptionMachine:
                 self._forget(entry)
                 entry.stamp = -1  # heap items of a dropped entry must never match again
             partition.fresh.clear()
+            self._blocked.clear(name)
             partition.cursor.reset(offset)
             actions.append(ReadFrom(name, offset))
             self._flush(name, partition, event.now_s, actions)
@@ -392,9 +410,7 @@ class SubscriptionMachine:
         entry.redelivery_count += 1
         entry.stamp = self._new_stamp()
         if entry.redelivery_count > self.settings.max_redeliveries:
-            self._forget(entry)
-            self._partitions[entry.partition].cursor.ack(entry.offset)
-            actions.append(DeadLetter(entry.message()))
+            self._poison(entry, actions)
         elif delay_s <= 0:
             self._make_ready(entry)
         else:

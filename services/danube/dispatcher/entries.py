@@ -12,7 +12,8 @@ from typing import Literal
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.events import Message
 
-EntryState = Literal["fresh", "in_flight", "scheduled", "ready"]
+# "blocked": a poison message held under failure policy block (danube.dispatcher.poison).
+EntryState = Literal["fresh", "in_flight", "scheduled", "ready", "blocked"]
 Ref = tuple[str, int]
 
 

@@ -6,6 +6,7 @@
     └── DispatcherError              "dispatcher_error"                    500
         ├── SubscriptionTakenError   "subscription_taken"                  409
         ├── ConsumerExistsError      "consumer_exists"                     409
+        ├── PolicyConflictError      "policy_conflict"                     409
         ├── ConsumerNotFoundError    "consumer_not_found"                  404
         ├── SubscriptionNotFoundError "subscription_not_found"             404
         ├── UnknownPartitionError    "unknown_partition"                   500
@@ -53,6 +54,14 @@ class ConsumerExistsError(DispatcherError):
     def __init__(self, message: str, *, consumer_id: str) -> None:
         super().__init__(message)
         self.consumer_id = consumer_id
+
+
+class PolicyConflictError(DispatcherError):
+    """An attach names another failure policy than the existing subscription's (an attach
+    never changes it: the admin route does)."""
+
+    code = "policy_conflict"
+    status = 409
 
 
 class ConsumerNotFoundError(DispatcherError):

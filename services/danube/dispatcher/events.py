@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from danube.dispatcher.cursor import CursorState
 
@@ -118,9 +119,11 @@ class Deliver:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Publish ``message`` to the dead-letter topic; the cursor has already moved past it."""
+    """A poison message: publish it to the dead-letter topic (``dispose`` ``dead_letter``)
+    or count it as dropped (``drop``); the cursor has already moved past it."""
 
     message: Message
+    dispose: Literal["dead_letter", "drop"] = "dead_letter"
 
 
 @dataclass(frozen=True, slots=True)

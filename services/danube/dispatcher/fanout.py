@@ -300,6 +300,14 @@ class FanoutRuntime:
             code="unsupported_operation",
         )
 
+    async def failure_policy(self, policy: object) -> protocol.PolicyReply:
+        """Refused: a non-reliable subscription never redelivers, so it has no failure policy."""
+        raise protocol.BadRequestError(
+            f"{self.store.topic} is non-reliable: its subscriptions never redeliver and have "
+            f"no failure policy (asked for {policy!r})",
+            code="unsupported_operation",
+        )
+
     async def stats(self) -> protocol.SubscriptionStats:
         """The consumers and what is buffered for each (no cursors, no backlog)."""
         fanout = self._fanout()

@@ -76,6 +76,9 @@ class SubscriptionHandlers:
         if op == DispatchOp.STATS:
             protocol.parse(request.body, protocol.EmptyRequest)
             return protocol.encode(await runtime.stats())
+        if op == DispatchOp.POLICY:
+            policy = protocol.parse(request.body, protocol.PolicyRequest)
+            return protocol.encode(await runtime.failure_policy(policy.policy))
         if op == DispatchOp.DELETE:
             protocol.parse(request.body, protocol.EmptyRequest)
             await runtime.delete()

@@ -153,7 +153,7 @@ def deliverable(entries: Sequence[H], consumer_id: str) -> Iterator[H]:
     if blocked_by(entries, consumer_id) is not None:
         return
     for entry in entries:
-        if entry.state == "scheduled":
+        if entry.state in ("scheduled", "blocked"):  # blocked: a poison message (policy)
             return
         if entry.state != "in_flight":
             yield entry

@@ -20,6 +20,10 @@ NACKED = Counter("danube_dispatcher_nacked_messages", "Message nacks received")
 DEAD_LETTERED = Counter(
     "danube_dispatcher_dead_lettered_messages", "Messages moved to a dead-letter topic"
 )
+POISON_DROPPED = Counter(
+    "danube_dispatcher_poison_dropped_messages",
+    "Poison messages acked without delivery by a failure policy's poison_policy drop",
+)
 DROPPED = Counter(
     "danube_dispatcher_dropped_messages",
     "Non-reliable messages not delivered: a consumer's buffer was full (slow_consumer), "

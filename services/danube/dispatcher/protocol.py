@@ -5,8 +5,11 @@ danube.frame frames (CRC-checked end to end), after a JSON head that says where 
 from. All integers little-endian::
 
     attach request   {"consumer": name, "type": "exclusive"|"shared"|"failover"|"key_shared",
-                      "start": S, "key_filters": [glob, ...]}   key_filters: key_shared only
+                      "start": S, "key_filters": [glob, ...], "failure_policy": P | null}
+                     key_filters: key_shared only
                      S: "latest" | "earliest" | {"offset": N} | {"timestamp_ms": T}
+                     P: danube.meta.failure_policy.FailurePolicy (applied when the attach
+                     creates the subscription; another one than stored: policy_conflict)
     attach reply     {"consumer_id": id}
     poll request     {"consumer_id": id, "max": n, "wait_ms": ms}
     poll reply       [u32 head_len][head: JSON list of {"partition", "offset",
@@ -24,9 +27,14 @@ from. All integers little-endian::
     stats request    {} (or empty)
     stats reply      {"type", "partitions": [{"partition", "next_offset", "read_position",
                      "acked_beyond", "wal_start", "wal_next", "backlog"}],
-                     "consumers": [{"consumer_id", "name", "unacked"}]}
+                     "consumers": [{"consumer_id", "name", "unacked"}],
+                     "failure_policy": P (effective), "dropped", "dead_lettered"}
+                     a partition blocked by a poison message (policy "block") also has
+                     "blocked_offset" and "blocked_redeliveries"
     delete request   {} (or empty)
     delete reply     {"ok": true}
+    policy request   {"policy": P} replaces the failure policy; {} (or empty) reads it
+    policy reply     {"policy": P | null, "effective": P with every field set}
 
 A body that does not parse is refused with ``bad_request`` (:class:`BadRequestError`).
 """
@@ -44,6 +52,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from danube.dispatcher.errors import DispatcherError
 from danube.dispatcher.keyshared import FILTER_CHARS_MAX, FILTERS_MAX
 from danube.frame import append_frame, decode_frames
+from danube.meta.failure_policy import FailurePolicy
 
 _U32 = struct.Struct("<I")
 
@@ -111,6 +120,7 @@ class AttachRequest(_Body):
         list[Annotated[str, Field(min_length=1, max_length=FILTER_CHARS_MAX)]],
         Field(max_length=FILTERS_MAX),
     ] = []
+    failure_policy: FailurePolicy | None = None
 
     @model_validator(mode="after")
     def _filters_need_key_shared(self) -> AttachRequest:
@@ -162,6 +172,12 @@ class SkipRequest(_Body):
     to_offset: Annotated[int | None, Field(ge=0, le=2**64 - 1)] = None
 
 
+class PolicyRequest(_Body):
+    """Replace the subscription's failure policy with ``policy``; ``None``: read it."""
+
+    policy: FailurePolicy | None = None
+
+
 class EmptyRequest(_Body):
     """A request with nothing to say (stats, delete): ``{}`` or an empty body."""
 
@@ -180,6 +196,14 @@ class SkipReply(_Reply):
     to_offset: int
 
 
+class PolicyReply(_Reply):
+    """A subscription's failure policy as stored (``None``: never set, all the cluster's)
+    and as in effect (every field set)."""
+
+    policy: FailurePolicy | None
+    effective: FailurePolicy
+
+
 class PartitionStats(_Reply):
     """One partition of a subscription: its cursor, the WAL's ends (``None`` when its ingest
     owner did not answer) and the backlog between them (danube.dispatcher.backlog)."""
@@ -192,6 +216,9 @@ class PartitionStats(_Reply):
     wal_next: int | None
     backlog: int | None
     damaged: str | None = None  # offsets no copy holds intact stop this partition (which)
+    # A poison message holds the partition (failure policy "block"): its offset and count.
+    blocked_offset: int | None = None
+    blocked_redeliveries: int | None = None
 
 
 class ConsumerStats(_Reply):
@@ -208,6 +235,9 @@ class SubscriptionStats(_Reply):
     type: str
     partitions: list[PartitionStats]
     consumers: list[ConsumerStats]
+    failure_policy: FailurePolicy | None = None  # in effect (None from older dispatchers)
+    dropped: int = 0  # poison messages dropped since this dispatcher serves it
+    dead_lettered: int = 0  # and dead-lettered
 
 
 _M = TypeVar("_M", bound=BaseModel)

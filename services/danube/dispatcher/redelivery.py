@@ -1,4 +1,6 @@
-"""The limits of delivery and the redelivery delay after an ack timeout."""
+"""The limits of delivery and the redelivery delay after an ack timeout: the cluster's
+``dispatcher`` config, overridden per subscription by its failure policy
+(danube.meta.failure_policy)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,12 @@ from dataclasses import dataclass
 
 from danube.config import DispatcherConfig
 from danube.meta.backoff import backoff_s
+from danube.meta.failure_policy import (
+    BackoffKind,
+    FailurePolicy,
+    PoisonPolicy,
+    ResolvedPolicy,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,9 +24,10 @@ class DeliverySettings:
     - ``max_unacked_per_consumer``: the flow-control window; a consumer is given nothing
       more while this many of its messages are unacked;
     - ``ack_timeout_s``: an unacked message is taken back this long after its delivery;
-    - ``redelivery_base_s`` / ``redelivery_max_s``: the backoff after an ack timeout;
+    - ``redelivery_base_s`` / ``redelivery_max_s``: the backoff after an ack timeout,
+      ``backoff_kind`` ``fixed`` (always the base) or ``exponential`` (:func:`redelivery_delay_s`);
     - ``max_redeliveries``: a message is delivered at most ``1 + max_redeliveries`` times,
-      then dead-lettered;
+      then disposed of by ``poison_policy`` (``dead_letter``, ``drop`` or ``block``);
     - ``max_held``: messages the subscription holds in memory (buffered, in flight, waiting
       for a redelivery) before it pauses reading; it resumes at half.
     """
@@ -29,6 +38,8 @@ class DeliverySettings:
     redelivery_max_s: float = 60.0
     max_redeliveries: int = 5
     max_held: int = 10_000
+    poison_policy: PoisonPolicy = "dead_letter"
+    backoff_kind: BackoffKind = "exponential"
 
     def __post_init__(self) -> None:
         if self.max_unacked_per_consumer < 1 or self.max_held < 2:
@@ -39,16 +50,50 @@ class DeliverySettings:
             raise ValueError("max_redeliveries must be >= 0")
 
     @classmethod
-    def from_config(cls, config: DispatcherConfig) -> DeliverySettings:
-        """The machine's limits from the service config."""
+    def from_config(
+        cls, config: DispatcherConfig, policy: FailurePolicy | None = None
+    ) -> DeliverySettings:
+        """The machine's limits from the service config and the subscription's failure
+        policy (its unset fields: the config's)."""
+        resolved = resolve_policy(config, policy)
         return cls(
             max_unacked_per_consumer=config.max_unacked_per_consumer,
-            ack_timeout_s=config.ack_timeout_s,
-            redelivery_base_s=config.redelivery_base_s,
-            redelivery_max_s=max(config.redelivery_max_s, config.redelivery_base_s),
-            max_redeliveries=config.max_redeliveries,
+            ack_timeout_s=resolved.ack_timeout_ms / 1000,
+            redelivery_base_s=resolved.backoff_base_ms / 1000,
+            redelivery_max_s=resolved.backoff_max_ms / 1000,
+            max_redeliveries=resolved.max_redeliveries,
             max_held=max(config.max_held_messages, 2),
+            poison_policy=resolved.poison_policy,
+            backoff_kind=resolved.backoff_kind,
         )
+
+    def delay_s(self, attempt: int, rng: Callable[[], float]) -> float:
+        """The wait before redelivery number ``attempt`` (0-based) after an ack timeout."""
+        if self.backoff_kind == "fixed":
+            return self.redelivery_base_s
+        return redelivery_delay_s(
+            attempt, base_s=self.redelivery_base_s, cap_s=self.redelivery_max_s, rng=rng
+        )
+
+
+def cluster_policy(config: DispatcherConfig) -> ResolvedPolicy:
+    """The cluster's failure policy: what a subscription's unset fields take."""
+    base_ms = max(1, round(config.redelivery_base_s * 1000))
+    return ResolvedPolicy(
+        max_redeliveries=config.max_redeliveries,
+        ack_timeout_ms=max(1, round(config.ack_timeout_s * 1000)),
+        backoff_kind="exponential",
+        backoff_base_ms=base_ms,
+        backoff_max_ms=max(base_ms, round(config.redelivery_max_s * 1000)),
+        poison_policy="dead_letter",
+        dead_letter_topic=None,
+    )
+
+
+def resolve_policy(config: DispatcherConfig, policy: FailurePolicy | None) -> ResolvedPolicy:
+    """``policy`` with its unset fields from the cluster's config (all of them for None)."""
+    defaults = cluster_policy(config)
+    return defaults if policy is None else policy.resolve(defaults)
 
 
 def redelivery_delay_s(

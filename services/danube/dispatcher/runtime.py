@@ -20,10 +20,9 @@ from typing import Any
 from danube.bus import Bus
 from danube.cloud_reader.client import CloudClient
 from danube.config import DispatcherConfig
-from danube.dispatcher import cursors_admin, metrics, protocol
+from danube.dispatcher import cursors_admin, deadletter, metrics, policy_admin, protocol
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.damage import DamageBook
-from danube.dispatcher.deadletter import send_dead_letter
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.errors import SubscriptionNotFoundError
@@ -53,6 +52,7 @@ from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.ingest.client import IngestClient
 from danube.meta import TopicName
+from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,9 @@ class SubscriptionRuntime:
         self.ingest = IngestClient(bus)
         self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
+        self.stored_config: SubscriptionConfig | None = None  # as last read or written
+        self.dropped = 0  # poison messages dropped / dead-lettered while served here
+        self.dead_lettered = 0
         self.damage = DamageBook()  # partitions stopped at offsets no copy holds intact
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
@@ -145,7 +148,10 @@ class SubscriptionRuntime:
                 # so the caller's retry claims afresh rather than meet this one again.
                 self.fail(str(exc))
                 raise
-        self.machine = new_machine(config.type, cursors, DeliverySettings.from_config(self.config))
+        self.stored_config = config
+        self.machine = new_machine(
+            config.type, cursors, DeliverySettings.from_config(self.config, config.failure_policy)
+        )
         for name, partition in self._partitions.items():
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
@@ -217,10 +223,13 @@ class SubscriptionRuntime:
                         type=request.type,
                         initial_position=initial,
                         created_ms=int(time.time() * 1000),
+                        failure_policy=request.failure_policy,
                     )
                 )
                 resolved = dict(zip(partitions, offsets, strict=True))
                 await self._activate(config, request.start, resolved)
+            assert self.stored_config is not None
+            policy_admin.check_attach(self.stored_config, request.failure_policy)
         machine = self._machine()
         if request.type != machine.delivery_type:
             raise protocol.BadRequestError(
@@ -322,11 +331,21 @@ class SubscriptionRuntime:
         """Partition ``name``'s cursor forward on purpose (cursors_admin.skip)."""
         return await cursors_admin.skip(self, name, to_offset)
 
+    async def failure_policy(self, policy: FailurePolicy | None) -> protocol.PolicyReply:
+        """Replace the failure policy with ``policy`` and apply it now, or (None) read it
+        (danube.dispatcher.policy_admin)."""
+        async with self._activate_lock:
+            if policy is None:
+                return await policy_admin.read(self)
+            return await policy_admin.replace(self, policy)
+
     async def stats(self) -> protocol.SubscriptionStats:
-        """Cursors, WAL ends, backlog and damage per partition; consumers and what they hold."""
+        """Cursors, WAL ends, backlog, damage and blocking poison messages per partition;
+        consumers and what they hold; the failure policy in effect."""
         self.check_serving()
         machine = self.subscription()
-        return await subscription_stats(self.ingest, machine, self._partitions, self.damage)
+        found = await subscription_stats(self.ingest, machine, self._partitions, self.damage)
+        return policy_admin.with_policy(self, found)
 
     async def delete(self) -> None:
         """Delete the subscription: detach every consumer, stop reading, delete its keys
@@ -432,16 +451,18 @@ class SubscriptionRuntime:
                 await self._flush(flushes)
 
     async def _dead_letter(self, letter: DeadLetter) -> None:
-        partition = self._partitions[letter.message.partition]
+        message = letter.message
+        partition = self._partitions[message.partition]
+        if letter.dispose == "drop":
+            deadletter.drop(partition, message.offset, message.redelivery_count)
+            self.dropped += 1
+            return
+        topic = policy_admin.dead_letter_target(self, partition)
         try:
-            await send_dead_letter(
-                self.store,
-                self.ingest,
-                partition,
-                letter.message.offset,
-                _bytes(letter.message.payload),
-                self.config.dead_letter_suffix,
+            await deadletter.send_dead_letter(
+                self.store, self.ingest, partition, message.offset, _bytes(message.payload), topic
             )
+            self.dead_lettered += 1
         except Exception as exc:
             # The cursor already moved past it in memory: stop before a write stores that,
             # so the next owner delivers it again from the stored cursor.

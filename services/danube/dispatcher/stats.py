@@ -26,6 +26,7 @@ async def subscription_stats(
 ) -> protocol.SubscriptionStats:
     """Cursors, WAL ends, backlog and damage per partition; consumers and what they hold."""
     names = list(partitions)
+    poison = machine.blocked()  # poison messages held (failure policy block)
     ends = await asyncio.gather(*(_wal_offsets(ingest, partitions[n]) for n in names))
     lines = []
     for name, wal in zip(names, ends, strict=True):
@@ -33,6 +34,10 @@ async def subscription_stats(
         found = damage.get(str(partitions[name]))
         if found is not None:
             line = line.model_copy(update={"damaged": found.describe()})
+        blocked = poison.get(name)
+        if blocked is not None:
+            offset, count = blocked
+            line = line.model_copy(update={"blocked_offset": offset, "blocked_redeliveries": count})
         lines.append(line)
     consumers = [
         protocol.ConsumerStats(consumer_id=cid, name=name, unacked=unacked)

@@ -141,6 +141,20 @@ class SubscriptionStore:
         stored = await self.load_config()
         return config if stored is None else stored
 
+    async def write_config(self, config: SubscriptionConfig) -> None:
+        """Replace the stored config (a failure policy changed), fenced on our owner key
+        like a cursor write; NotOwnerError (nothing written) if it is no longer ours."""
+        if self.claim is None:
+            raise NotOwnerError(f"{self.topic}/{self.sub}: not claimed")
+        result = await (
+            self.store.txn()
+            .if_mod_revision(self.owner_key, "==", self.claim.revision)
+            .then_put(self.config_key, encode_model(config))
+            .commit()
+        )
+        if not result.succeeded:
+            raise NotOwnerError(f"{self.topic}/{self.sub}: the owner key changed; fenced")
+
     async def load_cursors(self, partitions: list[TopicName]) -> dict[TopicName, CursorState]:
         """The stored cursor of each partition that has one."""
         found: dict[TopicName, CursorState] = {}

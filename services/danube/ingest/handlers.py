@@ -75,9 +75,12 @@ class PartitionHandlers:
                 metrics.PRODUCE_ERRORS.labels("bad_request").inc()
                 raise protocol.BadRequestError(f"record {index}: {exc}") from exc
         # The bus cancels a handler at the caller's deadline; an append already handed to
-        # the WAL must still complete (or fail) as a whole, so it is shielded.
+        # the WAL must still complete (or fail) as a whole, so it is shielded (and its
+        # outcome read when nobody waits for it any more: a fenced leader's refusal).
+        append = asyncio.ensure_future(self.partition.produce(records))
+        append.add_done_callback(_outcome_read)
         try:
-            first = await asyncio.shield(self.partition.produce(records))
+            first = await asyncio.shield(append)
         except (leadership.NotEnoughReplicasError, DiskFullError) as exc:
             metrics.PRODUCE_ERRORS.labels(exc.code).inc()
             raise
@@ -214,3 +217,10 @@ async def serve_deletes(
             log.exception("could not delete the WAL of %s", name)
 
     return await bus.subscribe(bus.subjects.all_of_kind(Kind.WAL_DELETE), delete)
+
+
+def _outcome_read(task: asyncio.Future[int]) -> None:
+    """Read a shielded append's outcome, so one whose caller gave up is not reported as an
+    exception never retrieved; the caller, when still there, gets it as well."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("an append ended with %r", task.exception())

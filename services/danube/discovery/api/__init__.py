@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from danube.discovery.api import (
     admin,
     consume,
+    failure_policy,
     failures,
     partitions,
     produce,
@@ -84,6 +85,7 @@ def build_app(
     app.include_router(consume.router)
     app.include_router(stream.router)
     app.include_router(subscriptions.router)
+    app.include_router(failure_policy.router)
     app.include_router(partitions.router)
     app.include_router(schemas.router)
 

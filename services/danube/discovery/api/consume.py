@@ -15,6 +15,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from danube.discovery.api.failure_policy import check_dead_letter_topic
 from danube.discovery.api.params import (
     DISPATCHER_ID_CHARS_MAX,
     ConsumerId,
@@ -87,6 +88,8 @@ def message_out(topic: TopicName, message: protocol.PolledMessage) -> MessageOut
         publish_time_ms=record.publish_time_ms,
         producer=record.producer,
         redelivery_count=message.redelivery_count,
+        schema_id=record.schema_id,
+        schema_version=record.schema_version,
     )
 
 
@@ -141,8 +144,16 @@ async def attach(
     start: protocol.StartPosition = (
         body.start if isinstance(body.start, str) else body.start.model_dump()
     )
+    policy = None if body.failure_policy is None else body.failure_policy.stored()
+    check_dead_letter_topic(name, policy)
     dispatcher_id = await services.dispatcher.attach(
-        name, sub, body.name, type=body.type, start=start, key_filters=body.key_filters
+        name,
+        sub,
+        body.name,
+        type=body.type,
+        start=start,
+        key_filters=body.key_filters,
+        failure_policy=policy,
     )
     return AttachResponse(consumer_id=consumer_id(name, sub, dispatcher_id))
 

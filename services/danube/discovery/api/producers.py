@@ -60,18 +60,20 @@ async def close_producer(
 
 @router.get("/topics/{ns}/{topic}/producers", response_model=ProducerList)
 async def list_producers(ns: Namespace, topic: Topic, services: ServicesDep) -> ProducerList:
-    """The open producer sessions of the topic."""
+    """The open producer sessions of the topic and of its partitions."""
     return ProducerList(producers=await producers_of(services.producers, user_topic(ns, topic)))
 
 
 async def producers_of(sessions: ProducerSessions, topic: TopicName) -> list[ProducerOut]:
-    """The open sessions of ``topic`` as the API shows them (also in topic describe)."""
+    """The open sessions of ``topic`` and its partitions as the API shows them (also in
+    topic describe)."""
     return [
         ProducerOut(
             producer_id=producer_id,
+            topic=str(scoped),
             name=record.name,
             access_mode=record.access_mode,
             created_ms=record.created_ms,
         )
-        for producer_id, record in await sessions.list_sessions(topic)
+        for scoped, producer_id, record in await sessions.list_sessions(topic)
     ]

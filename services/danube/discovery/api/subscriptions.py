@@ -101,6 +101,7 @@ def summarize(
                 acked_beyond=now.acked_beyond,
                 end_offset=now.wal_next,
                 backlog=now.backlog,
+                blocked_offset=now.blocked_offset,
             )
         else:
             cursor = stored.cursors.get(partition.topic)
@@ -132,6 +133,8 @@ def summarize(
             )
             for c in consumers
         ],
+        failure_policy=stored.config.failure_policy,
+        effective_failure_policy=None if live is None else live.failure_policy,
     )
 
 

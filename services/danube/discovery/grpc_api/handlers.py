@@ -190,6 +190,15 @@ class DanubeApi:
                 code="payload_too_large",
             )
         key = request.routing_key if request.HasField("routing_key") else None
+        stamp = None
+        gate = self.services.producer.schemas
+        if gate is not None:  # a topic with a schema: checked and stamped (docs/schemas.md)
+            stamp = await gate.admit(
+                topic,
+                [request.payload],
+                schema_id=request.schema_id if request.HasField("schema_id") else None,
+                version=request.schema_version if request.HasField("schema_version") else None,
+            )
         try:
             record = encode_record(
                 Record(
@@ -198,10 +207,8 @@ class DanubeApi:
                     producer=request.producer_name,
                     key=key,
                     attributes=dict(request.attributes),
-                    schema_id=request.schema_id if request.HasField("schema_id") else None,
-                    schema_version=(
-                        request.schema_version if request.HasField("schema_version") else None
-                    ),
+                    schema_id=None if stamp is None else stamp.schema_id,
+                    schema_version=None if stamp is None else stamp.version,
                 )
             )
         except InvalidRecordError as exc:
@@ -251,9 +258,8 @@ class DanubeApi:
     async def _attach(
         self, topic: TopicName, sub: str, name: str, sub_type: str, filters: tuple[str, ...]
     ) -> str:
-        extra: dict[str, Any] = {"key_filters": list(filters)} if filters else {}
         return await self.services.dispatcher.attach(
-            topic, sub, name, type=sub_type, start="latest", **extra
+            topic, sub, name, type=sub_type, start="latest", key_filters=filters
         )
 
     async def _detach(self, entry: ConsumerEntry) -> None:

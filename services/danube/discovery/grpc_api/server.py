@@ -16,9 +16,11 @@ from danube.config import DiscoveryConfig
 from danube.discovery.api.state import Services
 from danube.discovery.grpc_api.clients import Clients
 from danube.discovery.grpc_api.handlers import DanubeApi
+from danube.discovery.grpc_api.schema_registry import SchemaRegistryApi
 from danube.discovery.grpc_api.status import grpc_status
 from danube.discovery.producers import ProducerSessions
 from danube.wire import DanubeApi_pb2 as pb
+from danube.wire import SchemaRegistry_pb2 as sr
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,51 @@ def _streaming(fn: Streaming, request_type: Any, response_type: Any) -> Any:
     )
 
 
-def method_handlers(api: DanubeApi, timeout_s: float) -> list[Any]:
+_SCHEMA_METHODS = [
+    ("RegisterSchema", "register_schema", sr.RegisterSchemaRequest, sr.RegisterSchemaResponse),
+    ("GetSchema", "get_schema", sr.GetSchemaRequest, sr.GetSchemaResponse),
+    ("GetLatestSchema", "get_latest_schema", sr.GetLatestSchemaRequest, sr.GetSchemaResponse),
+    ("ListVersions", "list_versions", sr.ListVersionsRequest, sr.ListVersionsResponse),
+    (
+        "CheckCompatibility",
+        "check_compatibility",
+        sr.CheckCompatibilityRequest,
+        sr.CheckCompatibilityResponse,
+    ),
+    (
+        "DeleteSchemaVersion",
+        "delete_schema_version",
+        sr.DeleteSchemaVersionRequest,
+        sr.DeleteSchemaVersionResponse,
+    ),
+    (
+        "SetCompatibilityMode",
+        "set_compatibility_mode",
+        sr.SetCompatibilityModeRequest,
+        sr.SetCompatibilityModeResponse,
+    ),
+    (
+        "ConfigureTopicSchema",
+        "configure_topic_schema",
+        sr.ConfigureTopicSchemaRequest,
+        sr.ConfigureTopicSchemaResponse,
+    ),
+    (
+        "UpdateTopicValidationPolicy",
+        "update_topic_validation_policy",
+        sr.UpdateTopicValidationPolicyRequest,
+        sr.UpdateTopicValidationPolicyResponse,
+    ),
+    (
+        "GetTopicSchemaConfig",
+        "get_topic_schema_config",
+        sr.GetTopicSchemaConfigRequest,
+        sr.GetTopicSchemaConfigResponse,
+    ),
+]
+
+
+def method_handlers(api: DanubeApi, registry: SchemaRegistryApi, timeout_s: float) -> list[Any]:
     """One generic handler per service, by Danube's method names."""
     t = timeout_s + _MARGIN_S
     return [
@@ -115,6 +161,13 @@ def method_handlers(api: DanubeApi, timeout_s: float) -> list[Any]:
                 ),
                 "Ack": _unary(api.ack, pb.AckRequest, pb.AckResponse, t),
                 "Nack": _unary(api.nack, pb.NackRequest, pb.NackResponse, t),
+            },
+        ),
+        grpc.method_handlers_generic_handler(
+            "danube_schema.SchemaRegistry",
+            {
+                name: _unary(getattr(registry, handler), request, response, t)
+                for name, handler, request, response in _SCHEMA_METHODS
             },
         ),
         grpc.method_handlers_generic_handler(
@@ -178,7 +231,10 @@ class GrpcServer:
         self.port = port
         self.url = advertised_url(config, port)
         self.api = DanubeApi(self.services, self.sessions, self.clients, advertised_url=self.url)
-        server.add_generic_rpc_handlers(method_handlers(self.api, config.produce_timeout_s))
+        registry = SchemaRegistryApi(self.services.schemas)
+        server.add_generic_rpc_handlers(
+            method_handlers(self.api, registry, config.produce_timeout_s)
+        )
         await server.start()
         self._server = server
         log.info("gRPC API on %s:%d (advertised %s)", config.host, port, self.url)
