@@ -57,7 +57,7 @@ class TopicSchema:
 
 class _Mismatch(Exception):
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
+        super().__init__(f"{path}: {reason}" if path else reason)
 
 
 class PayloadDecoder:
@@ -99,18 +99,18 @@ class PayloadDecoder:
 
     def _read_avro(self, payload: bytes, version: int | None) -> Any:
         if version is None:
-            raise _Mismatch("$", "no schema version on the record (written before binding?)")
+            raise _Mismatch("", "no schema version on the record (written before binding?)")
         if version not in self.schema.definitions:
-            raise _Mismatch("$", f"version {version} of {self.schema.subject} is not registered")
+            raise _Mismatch("", f"version {version} of {self.schema.subject} is not registered")
         reader = None if version == self.schema.latest else self._parsed(self.schema.latest)
         buffer = io.BytesIO(payload)
         try:
             datum = fastavro.schemaless_reader(buffer, self._parsed(version), reader)
         except Exception as exc:  # fastavro raises EOFError, ValueError, its own errors...
-            raise _Mismatch("$", f"not Avro of version {version}: {exc!r}") from None
+            raise _Mismatch("", f"not Avro of version {version}: {exc!r}") from None
         if buffer.tell() != len(payload):
             left = len(payload) - buffer.tell()
-            raise _Mismatch("$", f"{left} bytes left over after an Avro datum of version {version}")
+            raise _Mismatch("", f"{left} bytes left over after an Avro datum of version {version}")
         return datum
 
     def columns(

@@ -73,7 +73,7 @@ def spark_schema(value_type: pa.DataType | None = None) -> StructType:
     of ``value_type``, see :mod:`danube.spark.schema_types`) and ``decode_error``."""
     if value_type is None:
         return SCHEMA
-    value = from_arrow_type(value_type, prefer_timestamp_ntz=False)
+    value = from_arrow_type(value_type, prefer_timestamp_ntz=True)
     return StructType(
         [
             *SCHEMA.fields,
