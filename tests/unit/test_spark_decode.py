@@ -65,7 +65,7 @@ EVERYTHING = {
         {
             "name": "inner",
             "type": {"type": "record", "name": "In", "fields": [{"name": "x", "type": "int"}]},
-        },  # noqa: E501
+        },
         {"name": "again", "type": ["null", "In"]},
         {"name": "day", "type": {"type": "int", "logicalType": "date"}},
         {"name": "at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
@@ -75,7 +75,7 @@ EVERYTHING = {
         {
             "name": "price",
             "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
-        },  # noqa: E501
+        },
         {"name": "uid", "type": {"type": "string", "logicalType": "uuid"}},
     ],
 }
@@ -189,7 +189,7 @@ def test_json_schema_types_map_to_arrow() -> None:
                 "type": "record",
                 "name": "Node",
                 "fields": [{"name": "next", "type": ["null", "Node"]}],
-            },  # noqa: E501
+            },
             "$.next: record Node contains itself",
         ),
         ({"type": "array", "items": "null"}, "$[]: a null type alone"),
@@ -237,6 +237,7 @@ def test_avro_payloads_decode_every_type() -> None:
     decoder = PayloadDecoder(_topic("avro", EVERYTHING))
     value, error = decoder.decode(_avro(EVERYTHING, datum), 7, 1)
     assert error is None
+    assert value["tod"] == 3_723_004
     column, errors = decoder.columns([_avro(EVERYTHING, datum)], [7], [1])
     row = column.to_pylist()[0]
     assert row == {
@@ -261,7 +262,8 @@ def test_avro_reads_every_writer_version_with_the_latest_as_reader() -> None:
     # Read as version 2, a version-1 payload ends early: the stamp is what makes it right.
     value, error = decoder.decode(old, 7, 2)
     assert value is None
-    assert error is not None and error.startswith("not Avro of version 2")
+    assert error is not None
+    assert error.startswith("not Avro of version 2")
 
 
 def test_bad_avro_payloads_give_a_decode_error_and_a_null_value() -> None:
@@ -327,7 +329,7 @@ def test_batches_carry_value_and_decode_error_columns() -> None:
     ]
     frames, _ = decode_frames(
         b"".join(encode_frame(i, encode_record(r)) for i, r in enumerate(records))
-    )  # noqa: E501
+    )
     builder = BatchBuilder("/ns/t", 0, "obj", decoder=PayloadDecoder(topic))
     for frame in frames:
         builder.add(frame)
