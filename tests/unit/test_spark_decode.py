@@ -25,6 +25,7 @@ from danube.spark.decode import PayloadDecoder, TopicSchema
 from danube.spark.errors import UnsupportedSchemaError
 from danube.spark.schema_types import (
     avro_arrow_type,
+    column_type,
     json_schema_arrow_type,
     list_of,
     map_of,
@@ -160,13 +161,17 @@ def _topic(schema_type: str, *definitions: Any, latest: int | None = None) -> To
 def test_avro_types_map_to_arrow_and_spark_and_back() -> None:
     assert avro_arrow_type(_text(EVERYTHING)) == EVERYTHING_ARROW
     assert avro_arrow_type('"string"') == pa.string()
-    for value_type in (EVERYTHING_ARROW, ORDER_ARROW, pa.string()):
+    column = column_type(EVERYTHING_ARROW)
+    assert all(column.field(i).nullable for i in range(column.num_fields))
+    assert column.field("inner").type == pa.struct([pa.field("x", pa.int32(), nullable=True)])
+    assert column.field("tags").type == EVERYTHING_ARROW.field("tags").type  # items keep theirs
+    for value_type in (column, column_type(ORDER_ARROW), pa.string()):
         # What PySpark expects of a batch for the Spark schema is the schema the batch has.
         assert to_arrow_schema(spark_schema(value_type), timezone="UTC").equals(
             arrow_schema(value_type)
         )
     assert (
-        spark_schema(EVERYTHING_ARROW)
+        spark_schema(column)
         .simpleString()
         .endswith(
             "counts:map<string,bigint>,inner:struct<x:int>,again:struct<x:int>,day:date,"

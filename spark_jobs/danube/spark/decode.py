@@ -32,7 +32,7 @@ import fastavro
 import orjson
 import pyarrow as pa
 
-from danube.spark.schema_types import arrow_type_of, parse_avro
+from danube.spark.schema_types import arrow_type_of, column_type, parse_avro
 
 DECODED_TYPES = ("avro", "json_schema")
 _INT_RANGE = {pa.int32(): 2**31, pa.int64(): 2**63}
@@ -50,9 +50,13 @@ class TopicSchema:
     latest: int  # the latest live version: the type of the value column
     definitions: Mapping[int, str]  # version → definition
 
-    def value_type(self) -> pa.DataType:
-        """The Arrow type of the ``value`` column."""
+    def strict_type(self) -> pa.DataType:
+        """The latest version's type, with its required fields not null."""
         return arrow_type_of(self.schema_type, self.definitions[self.latest])
+
+    def value_type(self) -> pa.DataType:
+        """The Arrow type of the ``value`` column (struct fields nullable)."""
+        return column_type(self.strict_type())
 
 
 class _Mismatch(Exception):
@@ -67,7 +71,8 @@ class PayloadDecoder:
         if schema.schema_type not in DECODED_TYPES:
             raise ValueError(f"{schema.schema_type} payloads are not decoded")
         self.schema = schema
-        self.value_type = schema.value_type()
+        self._strict = schema.strict_type()  # what a payload must fit
+        self.value_type = column_type(self._strict)
         self._avro: dict[int, Any] = {}  # version → parsed schema, parsed when first needed
 
     def _parsed(self, version: int) -> Any:
@@ -93,7 +98,7 @@ class PayloadDecoder:
                     datum = orjson.loads(payload)
                 except orjson.JSONDecodeError as exc:
                     return None, f"not JSON: {exc}"
-            return conform(datum, self.value_type, "$"), None
+            return conform(datum, self._strict, "$"), None
         except _Mismatch as exc:
             return None, str(exc)
 

@@ -7,7 +7,7 @@ Avro                                        Arrow (Spark)
 boolean, int, long, float, double           bool, int32, int64, float32, float64
 string, enum; ``uuid``                      string
 bytes, fixed                                binary
-record                                      struct (fields not null unless a null union)
+record                                      struct (a field is required unless a null union)
 array, map                                  list, map<string, _>
 ``["null", T]`` / ``[T, "null"]``           T, nullable
 ``date``                                    date32 (date)
@@ -20,9 +20,11 @@ array, map                                  list, map<string, _>
 JSON Schema: ``type`` string, integer (int64), number (float64), boolean, array (with one
 ``items`` schema), object with ``properties`` (a struct: a property is nullable unless it is
 ``required``) or with only an ``additionalProperties`` schema (a map); ``["T", "null"]`` makes
-T nullable. Anything else (other unions, recursive Avro types, ``$ref``, ``oneOf``, an
-object with no properties...) is refused with :class:`UnsupportedSchemaError` naming the
-path in the schema (``$.address.zip``, ``$.tags[]`` for items, ``$.attrs{}`` for map values).
+T nullable. The column's type is the one here with every struct field nullable
+(:func:`column_type`); decoding checks what is required. Anything else (other unions,
+recursive Avro types, ``$ref``, ``oneOf``, an object with no properties...) is refused
+with :class:`UnsupportedSchemaError` naming the path in the schema (``$.address.zip``,
+``$.tags[]`` for items, ``$.attrs{}`` for map values).
 """
 
 from __future__ import annotations
@@ -236,6 +238,31 @@ def _json_object(schema: dict[str, Any], path: str) -> pa.DataType:
         arrow, nullable = _json(sub, f"{path}.{name}")
         fields.append(pa.field(name, arrow, nullable=nullable or name not in required))
     return pa.struct(fields)
+
+
+def column_type(strict: pa.DataType) -> pa.DataType:
+    """``strict`` with every struct field nullable: the ``value`` column's type.
+
+    Decoding checks required fields against ``strict`` (a missing one is a decode error),
+    but the column cannot say so: a null struct (an optional record, or ``value`` itself
+    when a payload does not decode) with not-null fields is refused by Arrow when PySpark
+    collects it (``toArrow``, ``toPandas``: "nulls in input cannot be viewed as
+    non-nullable"). List items and map values keep their nullability.
+    """
+    if pa.types.is_struct(strict):
+        return pa.struct(
+            [
+                pa.field(strict.field(i).name, column_type(strict.field(i).type), nullable=True)
+                for i in range(strict.num_fields)
+            ]
+        )
+    if pa.types.is_map(strict):
+        value = strict.item_field
+        return map_of(column_type(value.type), value.nullable)
+    if pa.types.is_list(strict):
+        item = strict.value_field
+        return list_of(column_type(item.type), item.nullable)
+    return strict
 
 
 def arrow_type_of(schema_type: str, definition: str) -> pa.DataType:
