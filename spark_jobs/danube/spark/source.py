@@ -111,9 +111,10 @@ class DanubeDataSource(DataSource):
     def schema(self) -> StructType:
         """The columns (see :mod:`danube.spark.arrow`); with ``decode=schema``, those of the
         topic's registered schema too (etcd is read here, once)."""
-        options = parse_options(dict(self.options))
-        if options.decode == "none":
-            return SCHEMA
+        given = {name.lower(): str(value) for name, value in dict(self.options).items()}
+        if given.get("decode", "none").strip().lower() in ("", "none"):
+            return SCHEMA  # the options are checked by reader(), as before decode existed
+        options = parse_options(given)
         return spark_schema(self._topic_schema(options, None).value_type())
 
     def _topic_schema(self, options: ReadOptions, metadata: MetadataConfig | None) -> TopicSchema:
