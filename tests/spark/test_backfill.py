@@ -72,6 +72,7 @@ def _row(m: Message) -> dict[str, Any]:
         "key": m.key,
         "attributes": m.attributes,
         "payload": m.payload,
+        "schema": (m.schema_id, m.schema_version),
         "date": datetime.fromtimestamp(m.publish_time_ms / 1000, UTC).date().isoformat(),
     }
 
@@ -87,6 +88,7 @@ def _parquet_rows(output: Path) -> list[dict[str, Any]]:
             "key": row["key"],
             "attributes": dict(row["attributes"]),
             "payload": row["payload"],
+            "schema": (row["schema_id"], row["schema_version"]),
             "date": str(row["date"]),
         }
         for row in dataset.to_table().to_pylist()

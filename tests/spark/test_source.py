@@ -100,7 +100,8 @@ async def test_every_message_is_read_exactly_with_objects_cut_into_sub_ranges(
     df = _read(spark, config_file, max_partition_bytes=64 * 1024, chunk_bytes=4096)
     assert df.schema.simpleString() == (
         "struct<topic:string,partition:int,offset:bigint,publish_time:timestamp,"
-        "producer:string,key:string,attributes:map<string,string>,payload:binary>"
+        "producer:string,key:string,attributes:map<string,string>,payload:binary,"
+        "schema_id:bigint,schema_version:int>"
     )
     tasks = await _in_thread(lambda: df.rdd.getNumPartitions())
     assert tasks > objects  # objects of ~100 KB were cut at index entries

@@ -28,6 +28,8 @@ class Message:
     key: str | None
     attributes: dict[str, str]
     payload: bytes
+    schema_id: int | None = None
+    schema_version: int | None = None
 
     def row(self) -> tuple[int, int, str | None, str]:
         """(partition, offset, key, sha256 of the payload): what tests compare."""
@@ -80,6 +82,14 @@ async def write_tier(
     return written
 
 
+async def upload(
+    store: MetaStore, objects: ObjectStore, topic: TopicName, messages: list[Message]
+) -> None:
+    """Create ``topic`` (no partitions) and upload ``messages`` (offsets from 0) as one object."""
+    await store.put_model(meta_keys.topic_key(topic), TopicConfig(partitions=0, created_ms=1))
+    await _upload(store, objects, topic, messages, 4096)
+
+
 async def _upload(
     store: MetaStore,
     objects: ObjectStore,
@@ -96,6 +106,8 @@ async def _upload(
             producer=m.producer,
             key=m.key,
             attributes=m.attributes,
+            schema_id=m.schema_id,
+            schema_version=m.schema_version,
         )
         frame = encode_frame(m.offset, encode_record(record))
         builder.add(m.offset, len(body), len(frame))

@@ -224,7 +224,14 @@ def test_batches_hold_every_field_and_filter_on_publish_time() -> None:
     records = [
         Record(payload=b"a", publish_time_ms=1000, producer="p", key=None),
         Record(payload=b"", publish_time_ms=2000, producer="q", key="", attributes={"x": "1"}),
-        Record(payload=b"\x00\xff", publish_time_ms=3000, producer="r", key="k"),
+        Record(
+            payload=b"\x00\xff",
+            publish_time_ms=3000,
+            producer="r",
+            key="k",
+            schema_id=2**32 - 1,
+            schema_version=3,
+        ),
     ]
     frames, _ = decode_frames(b"".join(_frame(5 + i, r) for i, r in enumerate(records)))
     builder = BatchBuilder("/ns/t", 2, "key", start_time_ms=2000, end_time_ms=3001)
@@ -242,9 +249,14 @@ def test_batches_hold_every_field_and_filter_on_publish_time() -> None:
             "key": key,
             "attributes": attributes,
             "payload": payload,
+            "schema_id": schema_id,
+            "schema_version": version,
         }
-        for i, (offset, producer, key, attributes, payload) in enumerate(
-            [(6, "q", "", [("x", "1")], b""), (7, "r", "k", [], b"\x00\xff")]
+        for i, (offset, producer, key, attributes, payload, schema_id, version) in enumerate(
+            [
+                (6, "q", "", [("x", "1")], b"", None, None),
+                (7, "r", "k", [], b"\x00\xff", 2**32 - 1, 3),
+            ]
         )
     ]
     times = [t.timestamp() for t in batch.column("publish_time").to_pylist()]

@@ -93,13 +93,15 @@ def _source_options(
 def _check(command: str, options: dict[str, str]) -> None:
     """Check the options, the config and the topic here, before Spark starts: a typo costs
     one clear line, not a JVM start and a wrapped stack."""
-    from danube.spark.catalog import read_partitions
+    from danube.spark.catalog import read_partitions, read_topic_schema
     from danube.spark.options import load_source_settings, parse_options
 
     def check() -> None:
         parsed = parse_options(options)
         settings = load_source_settings(parsed)
         asyncio.run(read_partitions(settings.wal_cloud.metadata, parsed.topic))
+        if parsed.decode == "schema":
+            asyncio.run(read_topic_schema(settings.wal_cloud.metadata, parsed.topic))
 
     _guard(command, check)
 
@@ -170,6 +172,14 @@ def parquet(
     end_offset: EndOffset = None,
     start_time: StartTime = None,
     end_time: EndTime = None,
+    decode: Annotated[
+        str,
+        typer.Option(
+            "--decode",
+            help="schema: add value/decode_error columns decoded with the topic's registered "
+            "Avro or JSON Schema (docs/spark.md); none: payloads only.",
+        ),
+    ] = "none",
     master: Master = None,
     spark_log: SparkLog = DEFAULT_SPARK_LOG,
     json_output: Json = False,
@@ -183,6 +193,7 @@ def parquet(
     options = _source_options(
         topic, config, etcd, prefix, start_offset, end_offset, start_time, end_time
     )
+    options["decode"] = decode
     _check("parquet", options)
     spark = _session(master, spark_log)
     try:

@@ -10,6 +10,7 @@
           .option("config", "danube.yml")         # or etcd_endpoint, prefix, wal_cloud.<key>
           .option("topic", "/default/orders")
           .option("start_offset", 1000).option("end_offset", 2000)
+          .option("decode", "schema")             # + value/decode_error, typed by the registry
           .load())
 
 Install with the ``spark`` extra (``pip install 'danube-mesh[spark]'``). docs/spark.md has the
@@ -22,6 +23,7 @@ from danube.spark.errors import (
     InvalidOptionError,
     SparkJobError,
     TopicNotReadableError,
+    UnsupportedSchemaError,
 )
 from danube.spark.options import ReadOptions, parse_options
 from danube.spark.session import spark_session
@@ -37,6 +39,7 @@ __all__ = [
     "ReadOptions",
     "SparkJobError",
     "TopicNotReadableError",
+    "UnsupportedSchemaError",
     "parse_options",
     "register",
     "spark_session",

@@ -5,6 +5,8 @@
         ├── InvalidOptionError       "invalid_option": option, reason   a bad source or job option
         ├── TopicNotReadableError    "topic_not_readable": topic         unknown, or non-reliable
         ├── InconsistentTierError    "inconsistent_tier": partition      descriptors that overlap
+        ├── UnsupportedSchemaError   "unsupported_schema": path, reason  a registered schema with
+        │                                                                no Spark type (decode)
         └── BackfillStateError       "backfill_state": key               a checkpoint that does
                                                                          not fit this run
 
@@ -63,3 +65,14 @@ class BackfillStateError(SparkJobError):
     def __init__(self, key: str, reason: str) -> None:
         super().__init__(f"backfill checkpoint {key}: {reason}")
         self.key = key
+
+
+class UnsupportedSchemaError(SparkJobError):
+    """A registered schema that has no Spark type here (where in it, and why)."""
+
+    code = "unsupported_schema"
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason

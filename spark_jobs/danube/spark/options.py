@@ -4,8 +4,10 @@ docs/spark.md has the table. In short: ``topic`` (required), where the mesh is (
 ``etcd_endpoint``, ``prefix``, any ``wal_cloud.<key>`` of the config file), what to read
 (``start_offset``/``end_offset``, ``start_time``/``end_time``: each range includes its start
 and excludes its end) and how (``split``, ``max_partition_bytes``, ``min_partitions``,
-``chunk_bytes``, ``batch_rows``, ``clock_skew_ms``). Spark hands options over lower-cased;
-an unknown option fails rather than being ignored, so a typo cannot silently widen a read.
+``chunk_bytes``, ``batch_rows``, ``clock_skew_ms``) and whether to decode payloads with the
+topic's registered schema (``decode``: ``none`` or ``schema``). Spark hands options over
+lower-cased; an unknown option fails rather than being ignored, so a typo cannot silently
+widen a read.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ MiB = 1024 * 1024
 MAX_OFFSET = 2**63 - 1  # Spark's offset column is a signed long
 
 Split = Literal["size", "object", "partition"]
+Decode = Literal["none", "schema"]
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * MiB  # as Spark's own spark.sql.files.maxPartitionBytes
 DEFAULT_CHUNK_BYTES = 8 * MiB
@@ -51,6 +54,7 @@ _KNOWN = frozenset(
         "chunk_bytes",
         "batch_rows",
         "clock_skew_ms",
+        "decode",
         # Spark adds this one itself for load(path); a path means nothing here.
         "path",
     }
@@ -72,6 +76,7 @@ class ReadOptions:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     batch_rows: int = DEFAULT_BATCH_ROWS
     clock_skew_ms: int = DEFAULT_CLOCK_SKEW_MS
+    decode: Decode = "none"  # "schema": add value/decode_error from the registered schema
     config_path: str | None = None
     # DANUBE_* variable names → values: how the options reach the config loader.
     overrides: Mapping[str, str] = field(default_factory=dict)
@@ -116,8 +121,13 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     splits: dict[str, Split] = {"size": "size", "object": "object", "partition": "partition"}
     if split not in splits:
         raise InvalidOptionError("split", f"'size', 'object' or 'partition', not {split!r}")
+    decode = given.get("decode", "none").strip().lower() or "none"
+    decodes: dict[str, Decode] = {"none": "none", "schema": "schema"}
+    if decode not in decodes:
+        raise InvalidOptionError("decode", f"'none' or 'schema', not {decode!r}")
     return ReadOptions(
         topic=topic,
+        decode=decodes[decode],
         start_offset=start_offset,
         end_offset=end_offset,
         start_time_ms=start_time,

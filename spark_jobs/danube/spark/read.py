@@ -18,18 +18,23 @@ import pyarrow as pa
 
 from danube.config import CloudConfig
 from danube.spark.arrow import BatchBuilder
+from danube.spark.decode import PayloadDecoder, TopicSchema
 from danube.spark.options import ReadOptions
 from danube.spark.plan import ObjectSlice, Task
 from danube.storage import ObjectScan, ObjectStore
 
 
-def read_task(cloud: CloudConfig, task: Task, options: ReadOptions) -> Iterator[pa.RecordBatch]:
-    """The rows of every slice of ``task``, in order, in batches of ``options.batch_rows``."""
+def read_task(
+    cloud: CloudConfig, task: Task, options: ReadOptions, decoding: TopicSchema | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The rows of every slice of ``task``, in order, in batches of ``options.batch_rows``;
+    with ``decoding``, each payload decoded with the topic's registered schema too."""
+    decoder = None if decoding is None else PayloadDecoder(decoding)
     loop = asyncio.new_event_loop()
     try:
         objects = ObjectStore.from_config(cloud)
         for piece in task:
-            yield from _read_slice(loop, objects, piece, options)
+            yield from _read_slice(loop, objects, piece, options, decoder)
     finally:
         loop.close()
 
@@ -53,7 +58,11 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _read_slice(
-    loop: asyncio.AbstractEventLoop, objects: ObjectStore, piece: ObjectSlice, options: ReadOptions
+    loop: asyncio.AbstractEventLoop,
+    objects: ObjectStore,
+    piece: ObjectSlice,
+    options: ReadOptions,
+    decoder: PayloadDecoder | None,
 ) -> Iterator[pa.RecordBatch]:
     descriptor = piece.descriptor
     scan = ObjectScan(descriptor, piece.from_offset, to_offset=piece.to_offset)
@@ -63,6 +72,7 @@ def _read_slice(
         descriptor.key,
         start_time_ms=options.start_time_ms,
         end_time_ms=options.end_time_ms,
+        decoder=decoder,
     )
     reads = _Prefetch(loop, objects, descriptor.key)
     try:

@@ -10,6 +10,11 @@ Where each step runs:
 - ``DanubeReader.read`` runs in the executors, once per input partition, with the
   descriptors of its objects and the ``wal_cloud.cloud`` section pickled into it: it reads
   object storage only (:mod:`danube.spark.read`).
+
+With ``decode=schema`` the schema depends on the topic's registered schema: ``schema()``
+looks it up in etcd (:func:`danube.spark.catalog.read_topic_schema`) and keeps it on the
+data source, which Spark pickles after ``schema()`` and before ``reader()``; the reader
+ships it to the executors (:mod:`danube.spark.decode`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -33,7 +39,8 @@ from pyspark.sql.types import (
 )
 
 from danube.config import CloudConfig, MetadataConfig
-from danube.spark.catalog import read_partitions
+from danube.spark.catalog import read_partitions, read_topic_schema
+from danube.spark.decode import TopicSchema
 from danube.spark.errors import InvalidOptionError
 from danube.spark.options import ReadOptions, load_source_settings, parse_options
 from danube.spark.plan import Task, plan_tasks
@@ -55,8 +62,25 @@ SCHEMA = StructType(
             "attributes", MapType(StringType(), StringType(), valueContainsNull=False), False
         ),
         StructField("payload", BinaryType(), nullable=False),
+        StructField("schema_id", LongType(), nullable=True),
+        StructField("schema_version", IntegerType(), nullable=True),
     ]
 )
+
+
+def spark_schema(value_type: pa.DataType | None = None) -> StructType:
+    """:data:`SCHEMA`, and with ``decode=schema`` the ``value`` column (of the Spark type
+    of ``value_type``, see :mod:`danube.spark.schema_types`) and ``decode_error``."""
+    if value_type is None:
+        return SCHEMA
+    value = from_arrow_type(value_type, prefer_timestamp_ntz=True)
+    return StructType(
+        [
+            *SCHEMA.fields,
+            StructField("value", value, nullable=True),
+            StructField("decode_error", StringType(), nullable=True),
+        ]
+    )
 
 
 class ReadTask(InputPartition):
@@ -85,25 +109,51 @@ class DanubeDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        """Always the same columns (see :mod:`danube.spark.arrow`)."""
-        return SCHEMA
+        """The columns (see :mod:`danube.spark.arrow`); with ``decode=schema``, those of the
+        topic's registered schema too (etcd is read here, once)."""
+        given = {name.lower(): str(value) for name, value in dict(self.options).items()}
+        if given.get("decode", "none").strip().lower() in ("", "none"):
+            return SCHEMA  # the options are checked by reader(), as before decode existed
+        options = parse_options(given)
+        return spark_schema(self._topic_schema(options, None).value_type())
+
+    def _topic_schema(self, options: ReadOptions, metadata: MetadataConfig | None) -> TopicSchema:
+        found: TopicSchema | None = getattr(self, "_decoding", None)
+        if found is None:
+            if metadata is None:
+                metadata = load_source_settings(options).wal_cloud.metadata
+            found = asyncio.run(read_topic_schema(metadata, options.topic))
+            self._decoding = found  # pickled with the data source, for reader()
+        return found
 
     def reader(self, schema: StructType) -> DanubeReader:
         """Check the options and load the settings; nothing is read yet."""
-        if schema != SCHEMA:
-            raise InvalidOptionError("schema", "the danube format has a fixed schema")
         options = parse_options(dict(self.options))
         settings = load_source_settings(options)
-        return DanubeReader(options, settings.wal_cloud.metadata, settings.wal_cloud.cloud)
+        decoding = None
+        if options.decode == "schema":
+            decoding = self._topic_schema(options, settings.wal_cloud.metadata)
+        if schema != spark_schema(None if decoding is None else decoding.value_type()):
+            raise InvalidOptionError("schema", "the danube format has the schema it gives")
+        return DanubeReader(
+            options, settings.wal_cloud.metadata, settings.wal_cloud.cloud, decoding
+        )
 
 
 class DanubeReader(DataSourceReader):
     """Plans from etcd on the driver; reads objects in the executors."""
 
-    def __init__(self, options: ReadOptions, metadata: MetadataConfig, cloud: CloudConfig):
+    def __init__(
+        self,
+        options: ReadOptions,
+        metadata: MetadataConfig,
+        cloud: CloudConfig,
+        decoding: TopicSchema | None = None,
+    ):
         self.options = options
         self.metadata = metadata
         self.cloud = cloud
+        self.decoding = decoding  # the registered schema, with decode=schema
 
     def partitions(self) -> Sequence[InputPartition]:
         """The input partitions :func:`danube.spark.plan.plan_tasks` makes (see ``split``)."""
@@ -117,7 +167,7 @@ class DanubeReader(DataSourceReader):
         """The rows of one input partition, as Arrow record batches."""
         if not isinstance(partition, ReadTask):
             raise TypeError(f"not a danube input partition: {partition!r}")
-        return read_task(self.cloud, partition.slices, self.options)
+        return read_task(self.cloud, partition.slices, self.options, self.decoding)
 
 
 def register(spark: SparkSession) -> None:

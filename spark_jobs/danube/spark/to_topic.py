@@ -130,7 +130,13 @@ def backfill_to_topic(spark: SparkSession, job: TopicBackfillJob) -> TopicBackfi
     )
     asyncio.run(sender.prepare(restart=job.restart))
     started = time.perf_counter()
-    rows = spark.read.format(FORMAT).options(**job.source_options).option("split", "partition")
+    # Payloads go as they are: never decoded (decode is ignored), whatever the options say.
+    rows = (
+        spark.read.format(FORMAT)
+        .options(**job.source_options)
+        .option("split", "partition")
+        .option("decode", "none")
+    )
     summary = rows.load().mapInArrow(sender, RESULT_SCHEMA).collect()
     return TopicBackfill(
         sent=sum(row["sent"] for row in summary),
