@@ -122,6 +122,8 @@ async def test_credits_bound_the_push_and_more_credits_bring_the_rest_in_order(
         "publish_time_ms": got[0]["publish_time_ms"],
         "producer": "p1",
         "redelivery_count": 0,
+        "schema_id": None,
+        "schema_version": None,
     }
     assert got[0]["publish_time_ms"] > 0
 
