@@ -47,6 +47,7 @@ check: setup
 # API over 1M messages. Against a running mesh: `.venv/bin/danube bench e2e`.
 bench: setup
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
+	$(BIN)/pytest -q -m soak tests/
 	$(BIN)/python tests/bench/bench_wal.py
 	$(BIN)/python tests/bench/bench_ingest.py
 	$(BIN)/python tests/bench/bench_dispatch_latency.py

@@ -10,15 +10,16 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from danube.bus import Bus, TopicName
+from danube.bus import Bus, NoRespondersError, TopicName
 from danube.frame import Record, decode_record, encode_record
-from danube.ingest.client import IngestClient
+from danube.ingest.client import FetchReply, IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
 from danube.runtime import ProcessSpec, ServerProcess
 from tests.history import History
 
+READ_LEADER_WAIT_S = 10.0  # a read waits this long for a new leader to serve
 # Short leases and lag bounds keep each failover round to a few seconds.
 NODE_ENV = {
     "DANUBE_INGEST__LEASE_TTL_S": "2",
@@ -158,7 +159,7 @@ async def read_all(
     offsets: list[int] = []
     offset = 0
     while True:
-        reply = await client.fetch(partition, offset, max_count=5000)
+        reply = await _fetch(client, partition, offset)
         assert not reply.below_wal_start
         for frame in reply.frames:
             msg_id = decode_record(frame.payload).payload.decode()
@@ -169,6 +170,18 @@ async def read_all(
         if reply.next_offset == offset:
             return offsets
         offset = reply.next_offset
+
+
+async def _fetch(client: IngestClient, partition: TopicName, offset: int) -> FetchReply:
+    """A fetch that waits (10 s at most) for a leader to serve: a new leader's owner key is
+    written before it subscribes to its partition's subjects, so a read between the two
+    finds no responder."""
+    async with asyncio.timeout(READ_LEADER_WAIT_S):
+        while True:
+            try:
+                return await client.fetch(partition, offset, max_count=5000)
+            except NoRespondersError:
+                await asyncio.sleep(0.05)
 
 
 class Tailer:

@@ -134,6 +134,7 @@ def test_leader_frozen_a_b_a_at_factor_2(mesh_at: Callable[[int], MeshRun]) -> N
     mesh.interrupt()
 
 
+@pytest.mark.soak  # 90 s; test_replication.py's SIGKILL rounds at factor 3 run in make test
 def test_leader_moves_under_a_producer_at_factor_3(mesh_at: Callable[[int], MeshRun]) -> None:
     mesh = mesh_at(3)
     topic = "/default/moving"

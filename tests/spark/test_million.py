@@ -48,7 +48,7 @@ from danube.runtime.service import run_in_process
 from danube.spark.parquet import backfill_to_parquet
 from danube.uploader import app as uploader_app
 
-# A few minutes per backend: e2e (it still runs in `make test`).
+# A few minutes per backend: e2e.
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
 
 TOPIC = TopicName("default", "million")
@@ -176,6 +176,11 @@ def _spark_rows(spark: SparkSession, options: dict[str, str], **more: Any) -> li
     return sorted(zip(*columns, strict=True))
 
 
+# On the S3 server in `make test`; on the local filesystem as well in `make bench` (a soak:
+# 3 minutes each).
+@pytest.mark.parametrize(
+    "cloud_config", [pytest.param("fs", marks=pytest.mark.soak), "s3"], indirect=True
+)
 async def test_a_million_messages_read_by_spark_equal_what_a_consumer_receives(
     spark: SparkSession,
     bus: Bus,

@@ -13,7 +13,6 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from danube.cli import benchgrpc
 from danube.cli._common import Json, ServiceAddr, err, out, print_json, run
 from danube.cli.benchrun import (
     BenchSpec,
@@ -184,6 +183,8 @@ def grpc(
     json_out: Json = False,
 ) -> None:
     """gRPC against HTTP, one message per call: produce msgs/s and latency, consume msgs/s."""
+
+    from danube.cli import benchgrpc  # grpc only for this command: the CLI starts lean
 
     async def go() -> int:
         result = await benchgrpc.compare(
