@@ -114,6 +114,7 @@ class BenchSpec:
     rate: float = 0.0  # messages per second, all producers together (0: as fast as it goes)
     mode: Mode = "stream"
     receiver_queue_size: int = 1000
+    payload: bytes | None = None  # what every message carries (default: size_bytes of text)
 
 
 def payload_of(size: int) -> bytes:
@@ -131,7 +132,7 @@ class _Producing:
         self.stamp = stamp
         self.latency = Latencies()
         self.last_error: ClientError | None = None
-        self.payload = payload_of(spec.size_bytes)
+        self.payload = spec.payload if spec.payload is not None else payload_of(spec.size_bytes)
 
     def _settled(self, started_ns: int) -> Callable[[asyncio.Future[Any]], None]:
         def done(future: asyncio.Future[Any]) -> None:
