@@ -198,12 +198,23 @@ async def test_bench_e2e_json_counts_and_latencies(consume_http: httpx.AsyncClie
     assert consumed["msgs_per_s"] > 0
 
 
+# Runs a command with SIGINT as a terminal's foreground job has it: a test run started in the
+# background (a non-interactive shell's `&`) ignores SIGINT, and children inherit that.
+WITH_DEFAULT_SIGINT = (
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+)
+
+
 async def test_ctrl_c_stops_consume_after_acking_what_it_printed(
     consume_http: httpx.AsyncClient,
 ) -> None:
     url = _url(consume_http)
     process = await asyncio.create_subprocess_exec(
-        DANUBE, "consume", "-s", url, "-t", "tail", "-m", "s", "--start", "earliest",
+        *WITH_DEFAULT_SIGINT, DANUBE,
+        "consume", "-s", url, "-t", "tail", "-m", "s", "--start", "earliest",
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
