@@ -3,7 +3,6 @@ nats-server and etcd: the consume API tests (long-poll and WebSocket) share it."
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -27,8 +26,7 @@ from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
-
-READY_TIMEOUT_S = 20.0
+from tests.readiness import until_ready
 
 
 def _consume_settings(
@@ -87,20 +85,6 @@ def mesh_settings(
     return settings
 
 
-async def _until_ready(http: httpx.AsyncClient, task: asyncio.Task[None]) -> None:
-    async with asyncio.timeout(READY_TIMEOUT_S):
-        while True:
-            if task.done():
-                task.result()
-                raise AssertionError("discovery stopped before it was ready")
-            try:
-                if (await http.get("/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
-
-
 ConsumeMesh = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 
@@ -120,7 +104,7 @@ def consume_mesh(mesh_settings: MeshSettings) -> ConsumeMesh:
             run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True) as task,
             httpx.AsyncClient(base_url=base_url, timeout=30) as client,
         ):
-            await _until_ready(client, task)
+            await until_ready(client, task)
             yield client
 
     return start

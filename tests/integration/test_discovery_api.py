@@ -35,13 +35,13 @@ from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
+from tests.readiness import until_ready
 
 pytestmark = pytest.mark.integration
 
 MAX_PAYLOAD = 64 * 1024
 MAX_BODY = 256 * 1024
 MAX_MESSAGES = 50
-READY_TIMEOUT_S = 20.0
 ONE = {"messages": [{"payload": "x"}]}
 B64_OK = base64.b64encode(b"ok").decode()
 
@@ -73,20 +73,6 @@ def _settings(
             produce_timeout_s=produce_timeout_s,
         ),
     )
-
-
-async def _until_ready(http: httpx.AsyncClient, task: asyncio.Task[None]) -> None:
-    async with asyncio.timeout(READY_TIMEOUT_S):
-        while True:
-            if task.done():
-                task.result()  # raises what made it stop
-                raise AssertionError("discovery stopped before it was ready")
-            try:
-                if (await http.get("/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
 
 
 @dataclass
@@ -134,7 +120,7 @@ def mesh_for(
                 ) as task,
                 httpx.AsyncClient(base_url=base_url, timeout=30) as http,
             ):
-                await _until_ready(http, task)
+                await until_ready(http, task)
                 yield Mesh(http, bus, store, IngestClient(bus), settings)
         finally:
             await store.close()

@@ -35,10 +35,10 @@ from danube.meta import keys as meta_keys
 from danube.meta.records import AccessMode
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
+from tests.readiness import until_ready
 
 pytestmark = pytest.mark.integration
 
-READY_TIMEOUT_S = 20.0
 # Bounds the waits on etcd's lease expiry (TTL 1 s, raised by etcd to its minimum of 2 s,
 # checked by etcd every 0.5 s).
 EXPIRY_WAIT_S = 10.0
@@ -62,20 +62,6 @@ def _settings(nats_url: str, etcd: str, prefix: str, wal_dir: Path, ttl_s: int) 
             producer_session_ttl_s=ttl_s,
         ),
     )
-
-
-async def _until_ready(http: httpx.AsyncClient, task: asyncio.Task[None]) -> None:
-    async with asyncio.timeout(READY_TIMEOUT_S):
-        while True:
-            if task.done():
-                task.result()
-                raise AssertionError("discovery stopped before it was ready")
-            try:
-                if (await http.get("/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
 
 
 @dataclass
@@ -107,8 +93,8 @@ def mesh_for(nats_url: str, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{one.discovery.port}") as a,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{two.discovery.port}") as b,
         ):
-            await _until_ready(a, ta)
-            await _until_ready(b, tb)
+            await until_ready(a, ta)
+            await until_ready(b, tb)
             yield Mesh(a, b, store)
 
     return start
