@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from danube.discovery.api import (
     admin,
+    console,
     consume,
     failure_policy,
     failures,
@@ -27,6 +28,7 @@ from danube.discovery.api import (
     stream,
     subscriptions,
 )
+from danube.discovery import console as console_files
 from danube.discovery.api.middleware import (
     BodyLimitMiddleware,
     HostCheckMiddleware,
@@ -88,6 +90,8 @@ def build_app(
     app.include_router(failure_policy.router)
     app.include_router(partitions.router)
     app.include_router(schemas.router)
+    app.include_router(console.router)
+    app.include_router(console_files.build_router())
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
