@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup setup-interop run test check bench proto compose-smoke clean
+.PHONY: setup setup-interop browser run test check bench proto compose-smoke clean
 
 setup: $(STAMP)
 
@@ -18,8 +18,13 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/danube up $(ARGS)
 
-test: setup setup-interop
+test: setup setup-interop browser
 	$(BIN)/pytest $(ARGS)
+
+# The console's browser test (tests/integration/test_console_browser.py) drives Debian's
+# chromium through Playwright (never a browser download): installed once, needs root.
+browser:
+	@command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 
 # The official Danube client (tests/e2e/test_danube_client.py) in a virtual environment of
 # its own: its top-level package is `danube`, like ours.

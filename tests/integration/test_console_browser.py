@@ -12,11 +12,19 @@ import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import Browser, Dialog, Page, Request, async_playwright, expect
+from playwright.async_api import (
+    Browser,
+    Dialog,
+    Page,
+    Request,
+    Route,
+    ViewportSize,
+    async_playwright,
+    expect,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +41,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-VIEWPORT = {"width": 1440, "height": 900}
+VIEWPORT: ViewportSize = {"width": 1440, "height": 900}
 WAIT_MS = 15_000
 RATE_ABOVE_ZERO = re.compile(r"^(?!0$)[0-9.]+$")
 
@@ -166,9 +174,10 @@ async def test_console_drives_a_topic_through_the_public_api(
     sent.clear()
     await page.click("#peek-button")
     await expect(peeked).to_have_count(4)
-    assert sent and all(h.get("authorization") == "Bearer secret-token" for h in sent)
+    assert sent
+    assert all(h.get("authorization") == "Bearer secret-token" for h in sent)
 
-    async def refuse(route: Any) -> None:
+    async def refuse(route: Route) -> None:
         await route.fulfill(
             status=403,
             content_type="application/json",
@@ -177,9 +186,7 @@ async def test_console_drives_a_topic_through_the_public_api(
 
     await page.route("**/peek?*", refuse)
     await page.click("#peek-button")
-    await expect(page.locator("#error")).to_have_text(
-        "403 forbidden: principal ops may not peek"
-    )
+    await expect(page.locator("#error")).to_have_text("403 forbidden: principal ops may not peek")
     await page.unroute("**/peek?*")
     await page.click("#token-clear")
     await expect(page.locator("#token-state")).to_have_text("no token")

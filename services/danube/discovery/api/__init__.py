@@ -15,6 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from danube.discovery import console as console_files
 from danube.discovery.api import (
     admin,
     console,
@@ -28,7 +29,6 @@ from danube.discovery.api import (
     stream,
     subscriptions,
 )
-from danube.discovery import console as console_files
 from danube.discovery.api.middleware import (
     BodyLimitMiddleware,
     HostCheckMiddleware,

@@ -524,7 +524,8 @@ async function topicPage(ns, topic) {
       list.map((sub) => subscriptionRow(ns, topic, sub, describe)), { id: "subscriptions-table" }));
   }
   every(STATS_INTERVAL_MS, sample);
-  await every(REFRESH_INTERVAL_MS, describe);
+  // Same cadence as the counters, so the tables and the cards agree.
+  await every(STATS_INTERVAL_MS, describe);
 }
 
 function subscriptionRow(ns, topic, sub, reload) {
