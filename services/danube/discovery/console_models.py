@@ -13,10 +13,8 @@ class _Response(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
-class PartitionStatsOut(BaseModel):
+class PartitionStatsOut(_Response):
     """One partition's counters, as its leader answers them (``null``: it did not, in 1 s)."""
-
-    model_config = ConfigDict(frozen=True)
 
     name: str
     next_offset: int | None

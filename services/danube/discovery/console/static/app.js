@@ -253,7 +253,9 @@ function namespaceRow(ns, reload) {
 // --- topics ------------------------------------------------------------------------------------
 
 async function topicsPage(nsParam) {
+  const mine = generation;
   const namespaces = (await api("GET", "/v1/namespaces").catch((e) => { showError(e); return { namespaces: [] }; })).namespaces;
+  if (mine !== generation) return; // the route changed while asking
   const ns = nsParam || (namespaces.includes("default") ? "default" : namespaces[0]);
   const pick = h("select", { id: "topics-ns", onchange: () => { location.hash = `#/topics/${enc(pick.value)}`; } },
     namespaces.map((n) => h("option", { value: n, selected: n === ns }, n)));
