@@ -110,6 +110,7 @@ def test_etcd_stall_never_stops_a_service(
 
         consumed = _consume_all(url, len(acked))
         assert consumed == [(offset, f"m{offset}") for offset in acked]
+        print(f"etcd stalls: {len(acked)} acknowledged, all consumed; {refused} refused")
     finally:
         for process in processes.values():
             process.stop()
