@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup setup-interop run test check bench proto compose-smoke clean
+.PHONY: setup setup-interop setup-tools run test check bench proto compose-smoke clean
 
 setup: $(STAMP)
 
@@ -18,8 +18,20 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/danube up $(ARGS)
 
-test: setup setup-interop
+test: setup setup-interop setup-tools
 	$(BIN)/pytest $(ARGS)
+
+# Two command-line tools the unit tests run (Debian packages, installed once when missing):
+# kubectl renders deploy/kubernetes (tests/unit/test_kubernetes_manifests.py), promtool
+# checks deploy/observability/alerts.yml (tests/unit/test_observability_files.py).
+# apt-get needs root: run as root or with sudo available.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+setup-tools:
+	@command -v kubectl >/dev/null || { $(SUDO) apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends kubernetes-client; }
+	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
 
 # The official Danube client (tests/e2e/test_danube_client.py) in a virtual environment of
 # its own: its top-level package is `danube`, like ours.
