@@ -321,11 +321,13 @@ def test_every_image_is_a_variable_with_a_pinned_default() -> None:
         if name in SERVICE_ORDER:
             continue  # built here (deploy/Dockerfile)
         repository, _, tag = match["default"].rpartition(":")
-        assert repository and tag != "latest", name
+        assert repository, name
+        assert tag != "latest", name
         assert re.search(r"\d+\.\d+\.\d+|^\d+\.\d+$", tag), f"{name}: {tag} is not pinned"
     images = {name: services(BASE)[name]["image"] for name in ("etcd", "s3", "nats")}
     assert "gcr.io/etcd-development/etcd:" in images["etcd"]  # etcd's own registry
-    assert "bitnami" not in repr(services(BASE)) and "minio" not in repr(services(BASE))
+    assert "bitnami" not in repr(services(BASE))
+    assert "minio" not in repr(services(BASE))
 
 
 def test_healthchecks_need_no_shell_where_the_image_has_none() -> None:

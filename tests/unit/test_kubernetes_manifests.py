@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
@@ -149,7 +149,8 @@ def test_each_mesh_service_loads_its_settings_and_is_probed_where_it_listens(
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/port"] == str(port), kind
         requests = main["resources"]["requests"]
-        assert requests["cpu"] and requests["memory"], kind
+        assert requests["cpu"], kind
+        assert requests["memory"], kind
         if kind == "ingest":
             assert settings.wal_cloud.wal.dir == Path("/var/lib/danube/wal/ingest-0")
         if overlay == "production":
@@ -180,9 +181,7 @@ def test_every_mesh_workload_has_a_disruption_budget(overlay: str) -> None:
     for kind, workload in mesh_workloads(overlay):
         labels = workload["spec"]["template"]["metadata"]["labels"]
         matching = [
-            b
-            for b in budgets
-            if b["spec"]["selector"]["matchLabels"].items() <= labels.items()
+            b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()
         ]
         assert len(matching) == 1, kind
         assert matching[0]["spec"]["maxUnavailable"] == 1, kind
