@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup setup-interop browser run test check bench proto compose-smoke clean
+.PHONY: setup setup-interop setup-tools run test check bench proto compose-smoke clean
 
 setup: $(STAMP)
 
@@ -18,13 +18,21 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/danube up $(ARGS)
 
-test: setup setup-interop browser
+test: setup setup-interop setup-tools
 	$(BIN)/pytest $(ARGS)
 
-# The console's browser test (tests/integration/test_console_browser.py) drives Debian's
-# chromium through Playwright (never a browser download): installed once, needs root.
-browser:
-	@command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+# Command-line tools the tests run (Debian packages, installed once when missing): kubectl
+# renders deploy/kubernetes (tests/unit/test_kubernetes_manifests.py), promtool checks
+# deploy/observability/alerts.yml (tests/unit/test_observability_files.py), chromium runs the
+# console's browser test through Playwright (tests/integration/test_console_browser.py; never
+# a browser download). apt-get needs root: run as root or with sudo available.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT  := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends
+
+setup-tools:
+	@command -v kubectl >/dev/null || { $(SUDO) apt-get update -qq && $(APT) kubernetes-client; }
+	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && $(APT) prometheus; }
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(APT) chromium; }
 
 # The official Danube client (tests/e2e/test_danube_client.py) in a virtual environment of
 # its own: its top-level package is `danube`, like ours.

@@ -1,5 +1,5 @@
-"""Create a bucket on an S3 server, idempotently: the compose smoke's stand-in for MinIO's
-`mc mb --ignore-existing`, run as the `minio-init` one-shot in the servers image.
+"""Create a bucket on an S3 server, idempotently: the compose smoke's stand-in for the
+bucket step of docker-compose.yml, run as the `s3-init` one-shot in the servers image.
 
 Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (boto3's own chain).
 Retries for a bounded time: the server may still be starting.

@@ -5,6 +5,7 @@ settings load from deploy/config/compose.yml plus its environment."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import types
 import typing
@@ -169,7 +170,7 @@ def stack(request: pytest.FixtureRequest) -> tuple[str, dict[str, dict[str, Any]
 def test_the_stack_has_every_mesh_service_and_its_backing_services() -> None:
     names = set(services(BASE))
     assert set(SERVICE_ORDER) <= names
-    assert {"nats", "etcd", "minio", "minio-init"} <= names
+    assert {"nats", "etcd", "s3", "s3-init"} <= names
     assert set(services(BASE, LOOPBACK, SMOKE)) == names  # overrides add no service
 
 
@@ -204,14 +205,14 @@ def test_the_loopback_servers_run_commands_that_exist() -> None:
     found = services(BASE, LOOPBACK)
     # The servers image is the mesh image plus the packages of the `local` and `dev` extras
     # that provide these; the venv of `make setup` has the same.
-    for name, binary in (("nats", "nats-server"), ("etcd", "etcd"), ("minio", "moto_server")):
+    for name, binary in (("nats", "nats-server"), ("etcd", "etcd"), ("s3", "moto_server")):
         assert found[name]["command"][0] == binary
         assert Path(find_binary(binary)).exists()
-    for name in ("nats", "etcd", "minio"):
+    for name in ("nats", "etcd", "s3"):
         test = found[name]["healthcheck"]["test"]
         assert test[:4] == HEALTHCHECK, name
         assert test[4].startswith("--url=http://127.0.0.1:"), name
-    init = found["minio-init"]
+    init = found["s3-init"]
     assert init["entrypoint"] == ["python", "/opt/danube-servers/make_bucket.py"]
     dockerfile = (REPO / "deploy/compose/servers.Dockerfile").read_text()
     assert "make_bucket.py /opt/danube-servers/" in dockerfile
@@ -221,6 +222,8 @@ def test_the_loopback_servers_run_commands_that_exist() -> None:
 def test_the_loopback_override_keeps_every_container_on_the_host_loopback() -> None:
     found = services(BASE, LOOPBACK)
     for name, service in found.items():
+        if service.get("profiles"):
+            continue  # the observability profile: not started by the smoke
         assert service["network_mode"] == "host", name
         assert service["pull_policy"] == "never", name
         assert not service.get("ports"), f"{name}: host networking publishes nothing"
@@ -265,7 +268,7 @@ def test_each_mesh_service_loads_its_settings(
         section = getattr(settings, name)
         if combination == "base":
             assert settings.bus.servers == ["nats://nats:4222"]
-            assert cloud.endpoint == "http://minio:9000"
+            assert cloud.endpoint == "http://s3:8333"
             assert section.host == "0.0.0.0"
             assert name == "discovery" or section.metrics_port == 9100
         else:
@@ -302,3 +305,68 @@ def test_the_image_runs_as_a_user_and_checks_its_health() -> None:
     for source in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.MULTILINE):
         for path in source.split():
             assert (REPO / path).exists(), path
+
+
+# --- the images a user pulls --------------------------------------------------------------
+
+_IMAGE = re.compile(r"^\$\{(?P<variable>[A-Z0-9_]+_IMAGE):-(?P<default>[^}]+)\}$")
+
+
+def test_every_image_is_a_variable_with_a_pinned_default() -> None:
+    """Each image can be swapped (the smoke does, with local stand-ins) and its default is
+    a version, never `latest` or a bare major: what users pull is what was chosen."""
+    for name, service in services(BASE).items():
+        match = _IMAGE.match(service["image"])
+        assert match is not None, f"{name}: {service['image']}"
+        if name in SERVICE_ORDER:
+            continue  # built here (deploy/Dockerfile)
+        repository, _, tag = match["default"].rpartition(":")
+        assert repository, name
+        assert tag != "latest", name
+        assert re.search(r"\d+\.\d+\.\d+|^\d+\.\d+$", tag), f"{name}: {tag} is not pinned"
+    images = {name: services(BASE)[name]["image"] for name in ("etcd", "s3", "nats")}
+    assert "gcr.io/etcd-development/etcd:" in images["etcd"]  # etcd's own registry
+    assert "bitnami" not in repr(services(BASE))
+    assert "minio" not in repr(services(BASE))
+
+
+def test_healthchecks_need_no_shell_where_the_image_has_none() -> None:
+    found = services(BASE)
+    # etcd's image is distroless: etcdctl itself, by absolute path, as a CMD (no CMD-SHELL).
+    assert found["etcd"]["healthcheck"]["test"][:2] == ["CMD", "/usr/local/bin/etcdctl"]
+    assert found["etcd"]["command"][0] == "/usr/local/bin/etcd"
+    for name in ("nats", "s3"):  # alpine images: busybox wget
+        assert found[name]["healthcheck"]["test"][:2] == ["CMD", "wget"], name
+
+
+def test_the_s3_identity_and_the_mesh_share_the_keys() -> None:
+    compose = load(BASE)
+    identities = interpolate(compose["configs"]["s3-identities"]["content"], {})
+    (identity,) = json.loads(identities)["identities"]
+    (keys,) = identity["credentials"]
+    env = mesh_environment(services(BASE)["ingest"], "ingest-0")
+    assert keys["accessKey"] == env["DANUBE_WAL_CLOUD__CLOUD__ACCESS_KEY"]
+    assert keys["secretKey"] == env["DANUBE_WAL_CLOUD__CLOUD__SECRET_KEY"]
+    s3 = services(BASE)["s3"]
+    assert "-s3.config=/etc/seaweedfs/s3.json" in s3["command"]
+    assert s3["configs"] == [{"source": "s3-identities", "target": "/etc/seaweedfs/s3.json"}]
+
+
+def test_the_minio_override_keeps_the_mesh_settings_valid() -> None:
+    found = services(BASE, REPO / "deploy/compose/minio.yml")
+    assert found["s3"]["image"].startswith("${MINIO_IMAGE:?")
+    for name in SERVICE_ORDER:
+        env = mesh_environment(found[name], f"{name}-0")
+        assert env["DANUBE_WAL_CLOUD__CLOUD__ENDPOINT"] == "http://s3:9000"
+
+
+def test_the_observability_profile_mounts_what_exists() -> None:
+    found = services(BASE)
+    for name in ("prometheus", "grafana"):
+        assert found[name]["profiles"] == ["observability"], name
+        for volume in found[name]["volumes"]:
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (REPO / source).exists(), f"{name}: {source}"
+    for service in SERVICE_ORDER:
+        assert "observability" not in found[service].get("profiles", [])

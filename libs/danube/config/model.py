@@ -300,3 +300,17 @@ class DispatcherConfig(ServiceConfig):
     # Messages buffered per consumer of a non-reliable subscription; a full buffer drops its
     # oldest message (counted), so a slow consumer slows nobody.
     non_reliable_buffer_messages: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+
+
+class MetricsConfig(_Section):
+    """Per-topic and per-subscription Prometheus series, with bounded label sets: each
+    process labels the first ``topics_max`` topics (and ``subscriptions_max``
+    subscriptions) it sees by name; the rest are summed under ``topic="_other"`` (or
+    ``subscription="_other"``), so a cluster with a million topics still exports a
+    bounded number of series (docs/operations.md, Metrics)."""
+
+    topics_max: Annotated[int, Field(ge=0, le=100_000)] = 100
+    subscriptions_max: Annotated[int, Field(ge=0, le=100_000)] = 200
+    # How often gauges that need a question to another service (a subscription's backlog,
+    # a partition's upload lag) are recomputed; counters move at once.
+    sample_interval_s: Annotated[float, Field(gt=0, le=3600)] = 15.0

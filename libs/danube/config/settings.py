@@ -40,6 +40,7 @@ from danube.config.model import (
     DiscoveryConfig,
     DispatcherConfig,
     IngestConfig,
+    MetricsConfig,
     RetentionServiceConfig,
     UploaderServiceConfig,
     WalCloudConfig,
@@ -168,6 +169,7 @@ class DanubeSettings(BaseSettings):
     retention: RetentionServiceConfig = RetentionServiceConfig()
     cloud_reader: CloudReaderConfig = CloudReaderConfig()
     dispatcher: DispatcherConfig = DispatcherConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import Counter
+
 from danube.bus import Bus
 from danube.config import ConfigError, DanubeSettings, load_settings
 from danube.config.model import ServiceConfig
@@ -30,6 +32,7 @@ from danube.meta.aio import wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.keys import ServiceKind
 from danube.meta.records import NodeRecord
+from danube.runtime import topic_metrics
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import HealthServer
 from danube.runtime.listener import AcceptBackoffLoop, raise_open_files_limit
@@ -40,6 +43,10 @@ log = logging.getLogger(__name__)
 
 NODE_ID_ENV = "DANUBE_NODE_ID"
 Serve = Callable[[DanubeSettings, str, asyncio.Event], Coroutine[Any, Any, None]]
+
+# Counted before the process ends for it (a supervisor restarts it): the alert rules also
+# watch process restarts, as a scrape may miss this last increment.
+LEASES_LOST = Counter("danube_node_lease_losses", "Node leases lost (etcd expired them)", ["kind"])
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -174,6 +181,7 @@ async def node_session(
     ``config.metrics_port``, register ``nodes/<kind>/<node_id>``; on exit close everything
     (closing the store revokes the lease: our keys go at once). Raises :class:`LeaseLost`
     after the block when the lease was lost rather than ``stop`` set."""
+    topic_metrics.configure(settings.metrics)
     bus = await Bus.connect(settings.bus, name=node_id)
     try:
         store = await MetaStore.connect(settings.wal_cloud.metadata)
@@ -182,6 +190,7 @@ async def node_session(
         raise
     try:
         lease = await store.grant_lease(config.lease_ttl_s)
+        lease.on_lost(lambda _: LEASES_LOST.labels(kind).inc())
         async with asyncio.TaskGroup() as tasks:
             session = NodeSession(node_id, bus, store, lease, tasks)
             health = HealthServer(

@@ -9,6 +9,7 @@ import logging
 from danube.config import DanubeSettings
 from danube.dispatcher.handlers import serve_claims
 from danube.dispatcher.node import DispatcherNode
+from danube.dispatcher.sampling import SubscriptionSampler
 from danube.runtime.service import LeaseLost, node_session, wait_for_any
 
 log = logging.getLogger(__name__)
@@ -23,9 +24,14 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         node = DispatcherNode(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
         claims = await serve_claims(s.bus, node)
         watcher = s.tasks.create_task(node.watch_owners(), name="subscription-watch")
+        sampler = s.tasks.create_task(
+            SubscriptionSampler(node.runtimes).run(settings.metrics.sample_interval_s),
+            name="subscription-metrics",
+        )
         s.started.set()
         log.info("dispatcher %s up", node_id)
         await wait_for_any(stop, s.lease.lost)
         watcher.cancel()
+        sampler.cancel()
         await claims.drain()
         await node.close(release=s.lease.alive)

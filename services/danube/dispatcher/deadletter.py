@@ -12,6 +12,7 @@ from danube.dispatcher import metrics
 from danube.dispatcher.store import SubscriptionStore
 from danube.ingest.client import IngestClient
 from danube.meta import TopicName
+from danube.runtime.topic_metrics import subscription_labels
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ async def send_dead_letter(
     await store.ensure_topic_like_ours(topic)
     await ingest.produce(topic, [record], timeout_s=DEAD_LETTER_TIMEOUT_S)
     metrics.DEAD_LETTERED.inc()
+    metrics.SUB_DEAD_LETTERED.labels(*subscription_labels(store.topic, store.sub)).inc()
     log.info("dead-lettered %s@%d to %s", partition, offset, topic)
 
 

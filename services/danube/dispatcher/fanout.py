@@ -30,6 +30,7 @@ from danube.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenErr
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.frame import CorruptFrameError, decode_frames
 from danube.meta.records import SubscriptionConfig
+from danube.runtime.topic_metrics import subscription_labels
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +255,9 @@ class FanoutRuntime:
             taken = fanout.take(request.consumer_id, request.max, max_bytes)
             if taken:
                 metrics.DELIVERED.inc(len(taken))
+                labels = subscription_labels(self.store.topic, self.store.sub)
+                metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(taken))
+                metrics.SUB_BYTES_OUT.labels(*labels).inc(sum(len(m.record) for m in taken))
                 return [protocol.PolledMessage(m.partition, m.offset, 0, m.record) for m in taken]
             remaining_s = deadline - loop.time()
             if remaining_s <= 0 or self.closing or self.failed:

@@ -55,3 +55,39 @@ DAMAGED_PARTITIONS = Gauge(
 SKIPPED_OFFSETS = Counter(
     "danube_dispatcher_skipped_offsets", "Offsets an operator skipped (subscriptions skip)"
 )
+
+# Per subscription, the labels capped by metrics.topics_max and metrics.subscriptions_max
+# (danube.runtime.topic_metrics). The gauges are sampled every metrics.sample_interval_s.
+SUB_MESSAGES_OUT = Counter(
+    "danube_subscription_messages_out",
+    "Messages handed to the subscription's consumers (redeliveries included)",
+    ["topic", "subscription"],
+)
+SUB_BYTES_OUT = Counter(
+    "danube_subscription_bytes_out",
+    "Record bytes handed to the subscription's consumers",
+    ["topic", "subscription"],
+)
+SUB_REDELIVERED = Counter(
+    "danube_subscription_redelivered_messages",
+    "Deliveries with a redelivery count above 0",
+    ["topic", "subscription"],
+)
+SUB_DEAD_LETTERED = Counter(
+    "danube_subscription_dead_lettered_messages",
+    "Messages moved to a dead-letter topic",
+    ["topic", "subscription"],
+)
+SUB_BACKLOG = Gauge(
+    "danube_subscription_backlog_messages",
+    "Messages not acknowledged yet, between the cursor and the partitions' committed end",
+    ["topic", "subscription"],
+)
+SUB_UNACKED = Gauge(
+    "danube_subscription_unacked_messages",
+    "Messages delivered to consumers and not acknowledged yet",
+    ["topic", "subscription"],
+)
+SUB_CONSUMERS = Gauge(
+    "danube_subscription_consumers", "Consumers attached", ["topic", "subscription"]
+)

@@ -50,6 +50,10 @@ class DispatcherNode:
         """``(topic, subscription)`` of every subscription served."""
         return list(self._served)
 
+    def runtimes(self) -> list[AnyRuntime]:
+        """The runtime of every subscription served."""
+        return [served.runtime for served in self._served.values()]
+
     async def ensure_serving(self, topic: TopicName, sub: str) -> AnyRuntime:
         """Claim ``sub`` of ``topic`` (if not ours yet), resume it and answer its subjects."""
         key = (topic, sub)

@@ -54,6 +54,7 @@ from danube.ingest.client import IngestClient
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
+from danube.runtime.topic_metrics import subscription_labels
 
 log = logging.getLogger(__name__)
 
@@ -261,14 +262,20 @@ class SubscriptionRuntime:
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
                 messages = [m for d in delivered for m in d.messages]
-                metrics.DELIVERED.inc(len(messages))
-                metrics.REDELIVERED.inc(sum(1 for m in messages if m.redelivery_count))
-                return [
+                polled = [
                     protocol.PolledMessage(
                         m.partition, m.offset, m.redelivery_count, _bytes(m.payload)
                     )
                     for m in messages
                 ]
+                redelivered = sum(1 for m in messages if m.redelivery_count)
+                metrics.DELIVERED.inc(len(messages))
+                metrics.REDELIVERED.inc(redelivered)
+                labels = subscription_labels(self.store.topic, self.store.sub)
+                metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(messages))
+                metrics.SUB_BYTES_OUT.labels(*labels).inc(sum(len(m.record) for m in polled))
+                metrics.SUB_REDELIVERED.labels(*labels).inc(redelivered)
+                return polled
             damaged = self.damage.error()
             if damaged is not None:
                 raise damaged  # never silent empty polls while a partition is stopped

@@ -55,3 +55,19 @@ WAL_DISK_FULL = Gauge(
     "1 while appends are refused for lack of space in the WAL directory",
     ["wal_dir"],
 )
+
+# Per topic (a partitioned topic's partitions summed), the label capped by metrics.topics_max
+# (danube.runtime.topic_metrics): publish rate is rate(danube_topic_messages_in_total).
+TOPIC_MESSAGES_IN = Counter(
+    "danube_topic_messages_in", "Messages made durable on the partitions this node leads", ["topic"]
+)
+TOPIC_BYTES_IN = Counter(
+    "danube_topic_bytes_in",
+    "Payload bytes made durable on the partitions this node leads",
+    ["topic"],
+)
+WAL_DISK_FREE = Gauge(
+    "danube_ingest_wal_disk_free_bytes",
+    "Free bytes on the file system of the WAL directory (read at each scrape)",
+    ["wal_dir"],
+)

@@ -65,6 +65,7 @@ class Node:
         metrics.OPEN_SEGMENT_FILES.set_function(lambda: ops.open_count)
         metrics.SEGMENT_FILE_REOPENS.set_function(lambda: ops.reopens)
         metrics.WAL_DISK_FULL.labels(str(wal_root)).set_function(lambda: int(ops.disk_full))
+        metrics.WAL_DISK_FREE.labels(str(wal_root)).set_function(lambda: _free_bytes(wal_root))
         self._replicas: dict[TopicName, Replica] = {}
         self._tasks: dict[TopicName, asyncio.Task[None]] = {}
         metrics.SEGMENTS.set_function(lambda: sum(p.wal.stats().segments for p in self.partitions))
@@ -254,3 +255,11 @@ class Node:
         """Stop every replica; ``release`` hands leadership on (clean shutdown)."""
         for name in list(self._replicas):
             await self._stop_replica(name, release=release)
+
+
+def _free_bytes(path: Path) -> float:
+    """Free bytes on the WAL's file system (at scrape time; NaN before the directory exists)."""
+    try:
+        return float(shutil.disk_usage(path).free)
+    except OSError:
+        return float("nan")

@@ -28,6 +28,7 @@ from danube.ingest.leadership import NotEnoughReplicasError, NotLeaderError, Ter
 from danube.ingest.wal import Wal, WalFailedError
 from danube.meta import Lease, MetaStore, TopicName
 from danube.meta.backoff import backoff_s
+from danube.runtime.topic_metrics import topic_label
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,11 @@ class Partition:
 
     def _on_durable(self, first_offset: int, payloads: Sequence[bytes]) -> None:
         metrics.APPENDED_MESSAGES.inc(len(payloads))
-        metrics.APPENDED_BYTES.inc(sum(map(len, payloads)))
+        size_bytes = sum(map(len, payloads))
+        metrics.APPENDED_BYTES.inc(size_bytes)
+        topic = topic_label(self.name)
+        metrics.TOPIC_MESSAGES_IN.labels(topic).inc(len(payloads))
+        metrics.TOPIC_BYTES_IN.labels(topic).inc(size_bytes)
         metrics.BATCH_MESSAGES.observe(len(payloads))
         self._advance()
         if len(self._live) >= LIVE_QUEUE_BATCHES_MAX:

@@ -51,10 +51,13 @@ class Listed:
 
 @dataclass(frozen=True, slots=True)
 class CloudOutcome:
-    """What one partition's cloud pass deleted."""
+    """What one partition's cloud pass deleted, and what it kept (``kept_*``: the
+    partition's objects listed and not deleted, for the cloud-tier size metrics)."""
 
     objects: int
     size_bytes: int
+    kept_objects: int = 0
+    kept_bytes: int = 0
 
 
 async def list_objects(store: MetaStore, partition: TopicName) -> tuple[list[Listed], bool]:
@@ -138,12 +141,13 @@ class CloudRetention:
     ) -> CloudOutcome:
         """Delete the partition's objects that the topic's retention ``policy`` lets go."""
         limits = Limits.of(policy.time_minutes, policy.size_mb)
-        if limits.unlimited:
-            return CloudOutcome(0, 0)
+        # Listed even with no limit: the kept objects are the topic's cloud-tier size.
         listed, complete = await list_objects(self._store, partition)
-        count = plan_object_expiry(
-            [entry.item for entry in listed], complete=complete, limits=limits, now_ms=now_ms
-        )
+        count = 0
+        if not limits.unlimited:
+            count = plan_object_expiry(
+                [entry.item for entry in listed], complete=complete, limits=limits, now_ms=now_ms
+            )
         deleted, size_bytes = 0, 0
         for entry in listed[:count]:
             if not await self._delete_descriptor(entry, fence):
@@ -165,7 +169,10 @@ class CloudRetention:
                     else None,
                 },
             )
-        return CloudOutcome(deleted, size_bytes)
+        kept = listed[deleted:]
+        return CloudOutcome(
+            deleted, size_bytes, len(kept), sum(entry.item.size_bytes for entry in kept)
+        )
 
     async def _delete_descriptor(self, entry: Listed, fence: Fence) -> bool:
         """Delete the descriptor if it is unchanged and this node still leads."""

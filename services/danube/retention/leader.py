@@ -28,6 +28,7 @@ from danube.retention.cloud import CloudRetention, Fence
 from danube.retention.errors import DeposedError
 from danube.retention.policy import Limits, reliable_partitions
 from danube.retention.wal import enforce_wal
+from danube.runtime.topic_metrics import GaugeSnapshot, topic_label
 from danube.storage import ObjectStore, StorageError
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ class PassReport:
     object_bytes_deleted: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     deposed: bool = False
+    # The objects kept, per partition: ``(objects, bytes)``.
+    cloud_tier: dict[TopicName, tuple[int, int]] = field(default_factory=dict)
 
     def failed(self, stage: str) -> None:
         """Count a failed step of ``stage``."""
@@ -84,6 +87,8 @@ class Retention:
         self._store = store
         self._ingest = IngestClient(bus)
         self._cloud = CloudRetention(store, objects)
+        self._cloud_bytes = GaugeSnapshot(metrics.TOPIC_CLOUD_BYTES)
+        self._cloud_objects = GaugeSnapshot(metrics.TOPIC_CLOUD_OBJECTS)
         self._clock = clock
         self._election = Election(
             store, meta_keys.RETENTION_ELECTION, node_id, ttl_s=settings.retention.lease_ttl_s
@@ -155,6 +160,12 @@ class Retention:
             raise DeposedError(f"the term ended ({term.lost_reason}) during a pass")
         self.passes += 1
         metrics.RUNS.inc()
+        self._cloud_bytes.publish(
+            ((topic_label(p),), size) for p, (_, size) in report.cloud_tier.items()
+        )
+        self._cloud_objects.publish(
+            ((topic_label(p),), count) for p, (count, _) in report.cloud_tier.items()
+        )
         log.debug("retention pass done: %s", report)
         return report
 
@@ -187,6 +198,7 @@ class Retention:
         else:
             report.objects_deleted += deleted.objects
             report.object_bytes_deleted += deleted.size_bytes
+            report.cloud_tier[partition] = (deleted.kept_objects, deleted.kept_bytes)
 
 
 async def _for_each(

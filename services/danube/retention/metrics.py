@@ -20,3 +20,12 @@ OBJECT_BYTES_DELETED = Counter(
     "danube_retention_object_bytes_deleted", "Bytes of objects deleted from storage"
 )
 LEADER = Gauge("danube_retention_leader", "1 while this node leads retention, else 0")
+
+# Per topic, as of the leader's last pass; the label capped by metrics.topics_max
+# (danube.runtime.topic_metrics).
+TOPIC_CLOUD_BYTES = Gauge(
+    "danube_topic_cloud_bytes", "Bytes of the topic's objects in object storage", ["topic"]
+)
+TOPIC_CLOUD_OBJECTS = Gauge(
+    "danube_topic_cloud_objects", "The topic's objects in object storage", ["topic"]
+)

@@ -33,3 +33,15 @@ DAMAGED_OFFSETS = Gauge(
     "Offsets of the damaged WAL range a partition's uploads are stopped at (0: none)",
     ["partition"],
 )
+
+# Per partition, the topic label capped by metrics.topics_max (danube.runtime.topic_metrics).
+PARTITION_LAG_OFFSETS = Gauge(
+    "danube_partition_upload_lag_messages",
+    "Durable messages of the partition not uploaded yet",
+    ["topic", "partition"],
+)
+PARTITION_LAG_SECONDS = Gauge(
+    "danube_partition_upload_lag_seconds",
+    "Time since the partition was last fully uploaded",
+    ["topic", "partition"],
+)

@@ -26,6 +26,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Owner
 from danube.meta.topics import read_topics
+from danube.runtime.topic_metrics import GaugeSnapshot, partition_labels
 from danube.storage import ObjectStore
 from danube.uploader import metrics
 from danube.uploader.upload import (
@@ -77,6 +78,8 @@ class UploaderNode:
         self.ingest = IngestClient(bus)
         self._workers: dict[TopicName, _Worker] = {}
         self._uploads = asyncio.Semaphore(MAX_CONCURRENT_UPLOADS)
+        self._lag_offsets = GaugeSnapshot(metrics.PARTITION_LAG_OFFSETS)
+        self._lag_seconds = GaugeSnapshot(metrics.PARTITION_LAG_SECONDS)
         # Releases a fenced worker started from inside itself (it cannot await its own
         # cancel): held here so they are not garbage-collected, their errors logged, and
         # close() waits for them.
@@ -208,7 +211,9 @@ class UploaderNode:
                 async with self._uploads:
                     await self._measure_lag(worker)
                     await uploader.cycle()
+                    await self._measure_lag(worker)  # what arrived during the cycle
                 worker.caught_up_at = started
+                self._publish_lag()
                 failures = 0
             except DataLostError as exc:
                 log.error("%s", exc)
@@ -256,3 +261,9 @@ class UploaderNode:
         workers = self._workers.values()
         metrics.LAG_SECONDS.set(max((now - w.caught_up_at for w in workers), default=0.0))
         metrics.LAG_OFFSETS.set(max((w.lag_offsets for w in workers), default=0))
+        self._lag_offsets.publish(
+            (partition_labels(p), w.lag_offsets) for p, w in self._workers.items()
+        )
+        self._lag_seconds.publish(
+            (partition_labels(p), now - w.caught_up_at) for p, w in self._workers.items()
+        )
