@@ -7,13 +7,23 @@ import asyncio
 import json
 import sys
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from danube.client import ApiError, ClientError, Position, Timestamp, TransportError
+from danube.client import (
+    ApiError,
+    AsyncDanubeClient,
+    ClientError,
+    ClientTls,
+    Position,
+    Timestamp,
+    TransportError,
+)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -36,6 +46,56 @@ Topic = Annotated[
     str, typer.Option("--topic", "-t", help="Topic: /<namespace>/<topic>, or <topic> in default.")
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+# TLS of every client command (`danube --ca-file ca.pem produce ...`): options of the root
+# command, or their environment variables (docs/security.md#tls).
+CaFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca-file",
+        envvar="DANUBE_CA_FILE",
+        help="PEM CA bundle to verify an https:// server with (default: the system's).",
+    ),
+]
+CertFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--cert-file",
+        envvar="DANUBE_CERT_FILE",
+        help="PEM client certificate (chain) for a server that requires one (mTLS).",
+    ),
+]
+KeyFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--key-file", envvar="DANUBE_KEY_FILE", help="PEM private key of --cert-file."
+    ),
+]
+
+
+def client_tls_of(
+    ca_file: Path | None, cert_file: Path | None, key_file: Path | None
+) -> ClientTls | None:
+    """The SDK's TLS options from the root command's; None when none is given."""
+    if ca_file is None and cert_file is None and key_file is None:
+        return None
+    if (cert_file is None) != (key_file is None):
+        raise typer.BadParameter("--cert-file and --key-file go together", param_hint="--key-file")
+    return ClientTls(ca_file=ca_file, cert_file=cert_file, key_file=key_file)
+
+
+def client_tls() -> ClientTls | None:
+    """The TLS options the root command was given (its ``obj``), if any."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return None
+    tls = context.find_root().obj
+    return tls if isinstance(tls, ClientTls) else None
+
+
+def connect(url: str, **options: Any) -> AsyncDanubeClient:
+    """The SDK client of a command: ``url`` with the command line's TLS options."""
+    return AsyncDanubeClient(url, tls=client_tls(), **options)
 
 
 def fail(command: str, message: str, code: int = EXIT_ERROR) -> typer.Exit:
