@@ -7,10 +7,10 @@ import asyncio
 import json
 import sys
 from collections.abc import Coroutine
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -67,30 +67,33 @@ CertFile = Annotated[
 ]
 KeyFile = Annotated[
     Path | None,
-    typer.Option(
-        "--key-file", envvar="DANUBE_KEY_FILE", help="PEM private key of --cert-file."
-    ),
+    typer.Option("--key-file", envvar="DANUBE_KEY_FILE", help="PEM private key of --cert-file."),
 ]
 
 
-def client_tls_of(
+# Set once by the root command from its options; read by every client command.
+_client_tls: ContextVar[ClientTls | None] = ContextVar("danube_client_tls", default=None)
+
+
+def use_client_tls(
     ca_file: Path | None, cert_file: Path | None, key_file: Path | None
 ) -> ClientTls | None:
-    """The SDK's TLS options from the root command's; None when none is given."""
-    if ca_file is None and cert_file is None and key_file is None:
-        return None
-    if (cert_file is None) != (key_file is None):
-        raise typer.BadParameter("--cert-file and --key-file go together", param_hint="--key-file")
-    return ClientTls(ca_file=ca_file, cert_file=cert_file, key_file=key_file)
+    """Make the root command's TLS options those of the client commands; None when none
+    is given."""
+    tls = None
+    if ca_file is not None or cert_file is not None or key_file is not None:
+        if (cert_file is None) != (key_file is None):
+            raise typer.BadParameter(
+                "--cert-file and --key-file go together", param_hint="--key-file"
+            )
+        tls = ClientTls(ca_file=ca_file, cert_file=cert_file, key_file=key_file)
+    _client_tls.set(tls)
+    return tls
 
 
 def client_tls() -> ClientTls | None:
-    """The TLS options the root command was given (its ``obj``), if any."""
-    context = click.get_current_context(silent=True)
-    if context is None:
-        return None
-    tls = context.find_root().obj
-    return tls if isinstance(tls, ClientTls) else None
+    """The TLS options the root command was given, if any."""
+    return _client_tls.get()
 
 
 def connect(url: str, **options: Any) -> AsyncDanubeClient:

@@ -13,7 +13,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from danube.cli._common import client_tls, connect, Json, ServiceAddr, err, out, print_json, run
+from danube.cli._common import Json, ServiceAddr, client_tls, connect, err, out, print_json, run
 from danube.cli.benchrun import (
     BenchSpec,
     Kind,

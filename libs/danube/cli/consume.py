@@ -22,7 +22,7 @@ from danube.cli._common import (
     print_json,
     run,
 )
-from danube.client import AsyncDanubeClient, ReceivedMessage
+from danube.client import ReceivedMessage
 from danube.client.consumer import Start
 
 

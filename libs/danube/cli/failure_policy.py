@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 import typer
 from rich.table import Table
 
-from danube.cli._common import connect, Json, ServiceAddr, err, out, print_json, run
-from danube.client import AsyncDanubeClient, Backoff, FailurePolicy, FailurePolicyInfo
+from danube.cli._common import Json, ServiceAddr, connect, err, out, print_json, run
+from danube.client import Backoff, FailurePolicy, FailurePolicyInfo
 
 app = typer.Typer(help="Show or replace a subscription's failure policy.", no_args_is_help=True)
 

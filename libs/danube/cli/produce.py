@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from danube.cli._common import connect, ServiceAddr, Topic, err, out, parse_attributes, run
-from danube.client import AsyncDanubeClient, SendResult
+from danube.cli._common import ServiceAddr, Topic, connect, err, out, parse_attributes, run
+from danube.client import SendResult
 
 COUNT_MAX = 10_000_000
 WINDOW = 10_000

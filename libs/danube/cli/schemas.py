@@ -11,8 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from danube.cli._common import connect, Json, ServiceAddr, err, out, print_json, run
-from danube.client import AsyncDanubeClient
+from danube.cli._common import Json, ServiceAddr, connect, err, out, print_json, run
 from danube.client.schemas import AsyncSchemas, SchemaVersion
 
 # Each request, retries included (an unreachable server fails within this).

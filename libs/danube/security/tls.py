@@ -117,7 +117,8 @@ class FileWatch:
 
 
 def _files(config: TlsConfig) -> list[Path]:
-    assert config.cert_file is not None and config.key_file is not None
+    assert config.cert_file is not None
+    assert config.key_file is not None
     paths = [config.cert_file, config.key_file]
     if config.client_ca_file is not None:
         paths.append(config.client_ca_file)
@@ -133,7 +134,8 @@ _VERIFY_MODES = {
 
 def _server_context(config: TlsConfig) -> ssl.SSLContext:
     """A server context from the files of ``config``; :class:`TlsError` if they do not load."""
-    assert config.cert_file is not None and config.key_file is not None
+    assert config.cert_file is not None
+    assert config.key_file is not None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -191,7 +193,8 @@ def grpc_server_credentials(config: TlsConfig) -> grpc.ServerCredentials:
     watch = FileWatch(_files(config), config.reload_check_interval_s)
 
     def load() -> Any:
-        assert config.cert_file is not None and config.key_file is not None
+        assert config.cert_file is not None
+        assert config.key_file is not None
         try:
             chain = config.cert_file.read_bytes()
             key = config.key_file.read_bytes()

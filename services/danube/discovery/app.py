@@ -205,7 +205,12 @@ async def _stay_registered(
 
 
 async def _announce_health(
-    server: uvicorn.Server, http: asyncio.Task[None], node_id: str, host: str, *, tls: bool
+    server: uvicorn.Server,
+    http: asyncio.Task[None],
+    node_id: str,
+    host: str,
+    *,
+    tls: bool = False,
 ) -> None:
     """Once the API listens, write the health file (if one is named) with its /readyz URL."""
     try:
@@ -214,7 +219,9 @@ async def _announce_health(
         # A server that never listened ends the service through the http task (HttpStopped).
         log.warning("no health file written: %s", exc)
         return
-    await asyncio.to_thread(write_health_file, node_id, probe_url(host, bound_port(server), tls=tls))
+    await asyncio.to_thread(
+        write_health_file, node_id, probe_url(host, bound_port(server), tls=tls)
+    )
 
 
 async def _serve_http(server: uvicorn.Server) -> None:
