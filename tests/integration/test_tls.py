@@ -25,6 +25,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 from websockets.asyncio.client import connect
 
+from danube.cli import benchgrpc
 from danube.client import AsyncDanubeClient, ClientTls, TransportError
 from danube.config import DanubeSettings, ServiceConfig, TlsConfig
 from danube.config.model import ClientAuthMode
@@ -32,6 +33,7 @@ from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
 from danube.runtime import free_port
+from danube.runtime.healthcheck import check, probe_url, read_health_url, write_health_file
 from danube.runtime.http import HealthServer, bound_port, wait_started
 from danube.runtime.listener import PrincipalWebSocketProtocol, uvicorn_limits, uvicorn_tls
 from danube.runtime.service import run_in_process
@@ -220,6 +222,12 @@ async def test_https_produce_lookup_stream_and_grpc_with_the_ca(
             with pytest.raises(grpc.aio.AioRpcError) as failed:
                 await insecure.create_producer("/default/secure", "h")
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+
+        # `danube bench grpc` over TLS on both APIs.
+        result = await benchgrpc.compare(
+            url, grpc_url, size=16, count=5, producers=1, tls=ClientTls(ca_file=pki.ca.cert)
+        )
+        assert (result["grpc"]["consumed"], result["http"]["consumed"]) == (5, 5)
 
         # Ingest's health and metrics port serves HTTPS too.
         health_url = f"https://127.0.0.1:{settings.ingest.metrics_port}"
@@ -417,6 +425,12 @@ async def test_health_server_over_tls(pki: LocalPki) -> None:
         url = f"https://127.0.0.1:{health.port}"
         async with httpx.AsyncClient(verify=client_context(pki.ca.cert)) as http:
             assert (await http.get(f"{url}/healthz")).json() == {"status": "ok"}
+        # The container healthcheck follows the https:// URL the service writes.
+        probe = probe_url("127.0.0.1", health.port, tls=True)
+        assert probe == f"{url}/readyz"
+        path = write_health_file("n1", probe, path=pki.dir / "health.json")
+        assert path is not None
+        assert await asyncio.to_thread(check, read_health_url(path)) is None
         async with httpx.AsyncClient(trust_env=False) as plain:
             with pytest.raises(httpx.TransportError):
                 await plain.get(f"http://127.0.0.1:{health.port}/healthz")

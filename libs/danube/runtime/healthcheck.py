@@ -80,7 +80,8 @@ def read_health_url(path: Path) -> str:
     return url
 
 
-def _probe_context() -> ssl.SSLContext:
+def probe_context() -> ssl.SSLContext:
+    """The TLS context of a readiness probe of this machine: no certificate checked."""
     # The probe asks a process on this machine whether it is ready, sends nothing secret
     # and trusts nothing it answers beyond the status: who holds the certificate does not
     # matter (the health file names 127.0.0.1, which the certificate need not list).
@@ -94,7 +95,7 @@ def check(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
     """``None`` when ``url`` answers 2xx, else what went wrong. An ``https://`` URL is
     probed without checking the server's certificate (a readiness probe of this machine;
     a listener that requires client certificates cannot be probed this way)."""
-    context = _probe_context() if url.startswith("https://") else None
+    context = probe_context() if url.startswith("https://") else None
     try:
         with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
             status = int(response.status)
