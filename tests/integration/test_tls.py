@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket
 from websockets.asyncio.client import connect
 
 from danube.cli import benchgrpc
-from danube.client import AsyncDanubeClient, ClientTls, TransportError
+from danube.client import AsyncDanubeClient, ClientTls, DanubeClient, TransportError
 from danube.config import DanubeSettings, ServiceConfig, TlsConfig
 from danube.config.model import ClientAuthMode
 from danube.discovery import app as discovery_app
@@ -257,6 +257,13 @@ async def test_mtls_required_on_discovery_refuses_clients_without_a_certificate(
             await client.admin.create_topic("/default/mutual", partitions=0)
             async with client.producer("/default/mutual") as producer:
                 assert (await producer.send_and_wait(b"x")).offset == 0
+
+        # The blocking client takes the same options.
+        def blocking_lookup() -> int:
+            with DanubeClient(url, tls=tls) as client:
+                return len(client.admin.lookup("/default/mutual").partitions)
+
+        assert await asyncio.to_thread(blocking_lookup) == 1
 
         # The CLI: TLS options of the root command, or their environment variables.
         code, out, err = await danube(
