@@ -63,3 +63,24 @@ def test_without_a_file_everything_goes_under_the_data_dir(tmp_path: Path) -> No
     wal_dir, root = _child(envs["ingest-0"])
     assert wal_dir == tmp_path / "data" / "wal" / "ingest-0"
     assert root == str(tmp_path / "data" / "objects")
+
+
+def test_services_with_tls_are_probed_and_announced_over_https(tmp_path: Path) -> None:
+    config = tmp_path / "tls.yml"
+    tls = "  tls: {cert_file: s.pem, key_file: k.pem}\n"
+    config.write_text(f"discovery:\n{tls}ingest:\n{tls}")
+    plan = plan_mesh(
+        load_settings(config, environ={}),
+        data_dir=tmp_path / "data",
+        scale={},
+        services=["discovery", "ingest", "uploader"],
+        config_path=config,
+    )
+    ready = {spec.name: spec.ready_url or "" for spec in plan.specs}
+    assert ready["discovery-0"].startswith("https://127.0.0.1:8080/")
+    assert ready["ingest-0"].startswith("https://127.0.0.1:")
+    assert ready["uploader-0"].startswith("http://127.0.0.1:")
+    assert (plan.urls["http"], plan.urls["grpc"]) == (
+        "https://127.0.0.1:8080",
+        "https://127.0.0.1:6650",
+    )

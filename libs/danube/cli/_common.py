@@ -7,13 +7,23 @@ import asyncio
 import json
 import sys
 from collections.abc import Coroutine
+from contextvars import ContextVar
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from danube.client import ApiError, ClientError, Position, Timestamp, TransportError
+from danube.client import (
+    ApiError,
+    AsyncDanubeClient,
+    ClientError,
+    ClientTls,
+    Position,
+    Timestamp,
+    TransportError,
+)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -36,6 +46,59 @@ Topic = Annotated[
     str, typer.Option("--topic", "-t", help="Topic: /<namespace>/<topic>, or <topic> in default.")
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+# TLS of every client command (`danube --ca-file ca.pem produce ...`): options of the root
+# command, or their environment variables (docs/security.md#tls).
+CaFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca-file",
+        envvar="DANUBE_CA_FILE",
+        help="PEM CA bundle to verify an https:// server with (default: the system's).",
+    ),
+]
+CertFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--cert-file",
+        envvar="DANUBE_CERT_FILE",
+        help="PEM client certificate (chain) for a server that requires one (mTLS).",
+    ),
+]
+KeyFile = Annotated[
+    Path | None,
+    typer.Option("--key-file", envvar="DANUBE_KEY_FILE", help="PEM private key of --cert-file."),
+]
+
+
+# Set once by the root command from its options; read by every client command.
+_client_tls: ContextVar[ClientTls | None] = ContextVar("danube_client_tls", default=None)
+
+
+def use_client_tls(
+    ca_file: Path | None, cert_file: Path | None, key_file: Path | None
+) -> ClientTls | None:
+    """Make the root command's TLS options those of the client commands; None when none
+    is given."""
+    tls = None
+    if ca_file is not None or cert_file is not None or key_file is not None:
+        if (cert_file is None) != (key_file is None):
+            raise typer.BadParameter(
+                "--cert-file and --key-file go together", param_hint="--key-file"
+            )
+        tls = ClientTls(ca_file=ca_file, cert_file=cert_file, key_file=key_file)
+    _client_tls.set(tls)
+    return tls
+
+
+def client_tls() -> ClientTls | None:
+    """The TLS options the root command was given, if any."""
+    return _client_tls.get()
+
+
+def connect(url: str, **options: Any) -> AsyncDanubeClient:
+    """The SDK client of a command: ``url`` with the command line's TLS options."""
+    return AsyncDanubeClient(url, tls=client_tls(), **options)
 
 
 def fail(command: str, message: str, code: int = EXIT_ERROR) -> typer.Exit:

@@ -11,9 +11,9 @@ import typer
 from rich.table import Table
 
 from danube.cli import failure_policy
-from danube.cli._common import Json, ServiceAddr, err, out, parse_position, print_json, run
+from danube.cli._common import Json, ServiceAddr, connect, err, out, parse_position, print_json, run
 from danube.cli.producers_table import producers_table
-from danube.client import AsyncAdmin, AsyncDanubeClient, Retention
+from danube.client import AsyncAdmin, Retention
 from danube.client.admin import Namespace, Subscription, TopicDescription
 
 # The server's bound (danube.meta.records.REPLICAS_MAX); it answers 400 past it anyway.
@@ -71,7 +71,7 @@ class Durability(StrEnum):
 
 def _admin(command: str, url: str, call: Callable[[AsyncAdmin], Awaitable[None]]) -> None:
     async def main() -> None:
-        async with AsyncDanubeClient(url, timeout_s=ADMIN_TIMEOUT_S) as client:
+        async with connect(url, timeout_s=ADMIN_TIMEOUT_S) as client:
             await call(client.admin)
 
     run(f"admin {command}", main())

@@ -13,7 +13,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from danube.cli._common import Json, ServiceAddr, err, out, print_json, run
+from danube.cli._common import Json, ServiceAddr, client_tls, connect, err, out, print_json, run
 from danube.cli.benchrun import (
     BenchSpec,
     Kind,
@@ -188,7 +188,12 @@ def grpc(
 
     async def go() -> int:
         result = await benchgrpc.compare(
-            service_addr, grpc_addr, size=size, count=count, producers=producers
+            service_addr,
+            grpc_addr,
+            size=size,
+            count=count,
+            producers=producers,
+            tls=client_tls(),  # `danube --ca-file/--cert-file/--key-file`, both APIs
         )
         if json_out:
             print_json(result)
@@ -227,7 +232,7 @@ def _protocols_table(result: dict[str, Any]) -> Table:
 
 async def _bench(url: str, spec: BenchSpec, own: bool, partitions: int, json_out: bool) -> int:
     meter = Meter(total=spec.count, duration_s=spec.duration_s)
-    async with AsyncDanubeClient(url) as client:
+    async with connect(url) as client:
         if own or partitions:
             await client.admin.create_topic(spec.topic, partitions=partitions)
         try:

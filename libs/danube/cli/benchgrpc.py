@@ -17,20 +17,34 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from danube.cli.benchrun import Latencies, payload_of
-from danube.client import AsyncDanubeClient, AsyncProducer
-from danube.wire.client import WireClient
+from danube.client import AsyncDanubeClient, AsyncProducer, ClientTls
+from danube.wire.client import WireClient, channel_credentials
 
 ACKS_IN_FLIGHT = 256
 CONSUME_TIMEOUT_S = 120.0
 
 
+def _grpc_credentials(tls: ClientTls | None) -> Any:
+    """TLS credentials of the gRPC channel from the CLI's CA and client certificate; None
+    without (an https:// URL alone: WireClient uses gRPC's default roots)."""
+    if tls is None:
+        return None
+    return channel_credentials(tls.ca_file, tls.cert_file, tls.key_file)
+
+
 async def grpc_produce_consume(
-    grpc_url: str, topic: str, *, size: int, count: int, producers: int
+    grpc_url: str,
+    topic: str,
+    *,
+    size: int,
+    count: int,
+    producers: int,
+    tls: ClientTls | None = None,
 ) -> dict[str, Any]:
     """Single-message produce over gRPC, then consume it all; rates and latencies."""
     payload = payload_of(size)
     latency = Latencies()
-    async with WireClient(grpc_url) as client:
+    async with WireClient(grpc_url, credentials=_grpc_credentials(tls)) as client:
         consumer_id = await client.subscribe(topic, "bench-consumer", "bench-grpc", "exclusive")
         ids = [await client.create_producer(topic, f"bench-{i}") for i in range(producers)]
 
@@ -79,13 +93,19 @@ async def grpc_produce_consume(
 
 
 async def http_produce_consume(
-    http_url: str, topic: str, *, size: int, count: int, producers: int
+    http_url: str,
+    topic: str,
+    *,
+    size: int,
+    count: int,
+    producers: int,
+    tls: ClientTls | None = None,
 ) -> dict[str, Any]:
     """The same over HTTP with the SDK: each sender sends one message and waits for its
     offset before the next (no batching); then the SDK's stream consumer, acking each."""
     payload = payload_of(size)
     latency = Latencies()
-    async with AsyncDanubeClient(http_url) as client:
+    async with AsyncDanubeClient(http_url, tls=tls) as client:
         senders = [
             client.producer(topic, name=f"bench-{i}", linger_ms=0.0) for i in range(producers)
         ]
@@ -128,23 +148,32 @@ def _shares(count: int, producers: int) -> list[int]:
 
 
 async def compare(
-    http_url: str, grpc_url: str, *, size: int, count: int, producers: int
+    http_url: str,
+    grpc_url: str,
+    *,
+    size: int,
+    count: int,
+    producers: int,
+    tls: ClientTls | None = None,
 ) -> dict[str, Any]:
-    """Both protocols on fresh topics of the same mesh, gRPC first."""
+    """Both protocols on fresh topics of the same mesh, gRPC first; ``tls`` the CA and
+    client certificate of both APIs when they serve TLS."""
     run_id = uuid.uuid4().hex[:8]
     over_grpc = await _on_fresh_topic(
         http_url,
         f"/default/bench-grpc-{run_id}",
         lambda topic: grpc_produce_consume(
-            grpc_url, topic, size=size, count=count, producers=producers
+            grpc_url, topic, size=size, count=count, producers=producers, tls=tls
         ),
+        tls,
     )
     over_http = await _on_fresh_topic(
         http_url,
         f"/default/bench-http-{run_id}",
         lambda topic: http_produce_consume(
-            http_url, topic, size=size, count=count, producers=producers
+            http_url, topic, size=size, count=count, producers=producers, tls=tls
         ),
+        tls,
     )
     return {
         "bench": "grpc",
@@ -159,10 +188,13 @@ async def compare(
 
 
 async def _on_fresh_topic(
-    http_url: str, topic: str, run: Callable[[str], Awaitable[dict[str, Any]]]
+    http_url: str,
+    topic: str,
+    run: Callable[[str], Awaitable[dict[str, Any]]],
+    tls: ClientTls | None,
 ) -> dict[str, Any]:
     """``run(topic)`` on a topic created for it and deleted after."""
-    async with AsyncDanubeClient(http_url) as admin:
+    async with AsyncDanubeClient(http_url, tls=tls) as admin:
         await admin.admin.create_topic(topic, partitions=0)
         try:
             return await run(topic)

@@ -15,13 +15,14 @@ from danube.cli._common import (
     Json,
     ServiceAddr,
     Topic,
+    connect,
     err,
     out,
     parse_position,
     print_json,
     run,
 )
-from danube.client import AsyncDanubeClient, ReceivedMessage
+from danube.client import ReceivedMessage
 from danube.client.consumer import Start
 
 
@@ -139,7 +140,7 @@ async def _consume(
 ) -> None:
     received = 0
     async with (
-        AsyncDanubeClient(url) as client,
+        connect(url) as client,
         client.consumer(
             topic,
             subscription,

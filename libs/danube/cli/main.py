@@ -9,6 +9,7 @@ import typer
 
 from danube.cli import admin, backfill, bench, schemas
 from danube.cli import up as up_command
+from danube.cli._common import CaFile, CertFile, KeyFile, use_client_tls
 from danube.cli.consume import consume
 from danube.cli.produce import produce
 
@@ -21,8 +22,14 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    ca_file: CaFile = None,
+    cert_file: CertFile = None,
+    key_file: KeyFile = None,
+) -> None:
     """Danube mesh: a pub/sub broker as services over a NATS bus."""
+    # The client commands connect with these (danube.cli._common.connect).
+    use_client_tls(ca_file, cert_file, key_file)
 
 
 @app.command()

@@ -11,8 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from danube.cli._common import Json, ServiceAddr, err, out, print_json, run
-from danube.client import AsyncDanubeClient
+from danube.cli._common import Json, ServiceAddr, connect, err, out, print_json, run
 from danube.client.schemas import AsyncSchemas, SchemaVersion
 
 # Each request, retries included (an unreachable server fails within this).
@@ -62,7 +61,7 @@ SchemaOpt = Annotated[str | None, typer.Option("--schema", help="The definition 
 
 def _call(command: str, url: str, call: Callable[[AsyncSchemas], Awaitable[int | None]]) -> None:
     async def main() -> int | None:
-        async with AsyncDanubeClient(url, timeout_s=SCHEMAS_TIMEOUT_S) as client:
+        async with connect(url, timeout_s=SCHEMAS_TIMEOUT_S) as client:
             return await call(client.schemas)
 
     run(command, main())

@@ -69,6 +69,7 @@ from danube.client.schemas import (
     TopicSchema,
 )
 from danube.client.sync import Admin, Consumer, DanubeClient, Producer, Schemas
+from danube.client.tls import ClientTls
 
 __all__ = [
     "DEFAULT_URL",
@@ -82,6 +83,7 @@ __all__ = [
     "Backoff",
     "BadRequestError",
     "ClientError",
+    "ClientTls",
     "ClosedError",
     "Cluster",
     "Compatibility",

@@ -4,6 +4,7 @@ every failure to :mod:`danube.client.errors`. Tests plug a fake in through ``tra
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ class HttpCore:
         timeout_s: float,
         retry: RetryPolicy,
         transport: httpx.AsyncBaseTransport | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -56,9 +58,15 @@ class HttpCore:
         limits = httpx.Limits(
             max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS
         )
+        # The one context of https:// requests and wss:// streams (None: the system's CAs).
+        self.ssl_context = ssl_context
         # trust_env=False: a proxy set for the shell must not catch a broker on localhost.
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, transport=transport, limits=limits, trust_env=False
+            base_url=self.base_url,
+            transport=transport,
+            limits=limits,
+            trust_env=False,
+            verify=ssl_context if ssl_context is not None else True,
         )
 
     def ws_url(self, path: str) -> str:
@@ -97,7 +105,12 @@ class HttpCore:
         except httpx.TimeoutException as exc:
             raise TransportError(f"{method} {path}: no answer within {timeout:.1f} s") from exc
         except httpx.TransportError as exc:
-            raise TransportError(f"{method} {path}: {self.base_url}: {exc!r}") from exc
+            # A certificate refused (either way) stays refused: no point in retrying.
+            tls_refused = _caused_by(exc, ssl.SSLError)
+            raise TransportError(
+                f"{method} {path}: {self.base_url}: {exc!r}",
+                retriable=False if tls_refused else None,
+            ) from exc
         return _decode(method, path, response)
 
     async def request_retrying(
@@ -128,6 +141,17 @@ class HttpCore:
     async def aclose(self) -> None:
         """Close the connections."""
         await self._client.aclose()
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(8):  # a cause chain is short; a cycle must not loop
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _decode(method: str, path: str, response: httpx.Response) -> Answer:

@@ -184,6 +184,9 @@ class StreamSource:
                 open_timeout=OPEN_TIMEOUT_S,
                 close_timeout=CLOSE_TIMEOUT_S,
                 max_size=MAX_FRAME_BYTES,
+                # wss://: the client's TLS context (CA, client certificate), else the
+                # default one (True); ws:// takes none.
+                ssl=(self.http.ssl_context or True) if url.startswith("wss://") else None,
             ) as ws:
                 self.outstanding = 0
                 self.recovery.connected()

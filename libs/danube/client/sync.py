@@ -45,6 +45,7 @@ from danube.client.schemas import (
     TopicSchema,
     ValidationPolicy,
 )
+from danube.client.tls import ClientTls
 from danube.names import TopicName
 
 _T = TypeVar("_T")
@@ -102,12 +103,18 @@ class DanubeClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self._portal = _Portal()
         try:
             self._client: AsyncDanubeClient = self._portal.call(
                 _construct(
-                    AsyncDanubeClient, url, timeout_s=timeout_s, retry=retry, transport=transport
+                    AsyncDanubeClient,
+                    url,
+                    timeout_s=timeout_s,
+                    retry=retry,
+                    transport=transport,
+                    tls=tls,
                 )
             )
         except BaseException:

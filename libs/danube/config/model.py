@@ -10,9 +10,9 @@ fails at start instead of being ignored.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 MiB = 1024 * 1024
 
@@ -161,6 +161,43 @@ class BusConfig(_Section):
     subject_prefix: str = Field(default="danube", pattern=r"^[A-Za-z0-9_-]+$")
 
 
+ClientAuthMode = Literal["none", "optional", "required"]
+
+
+class TlsConfig(_Section):
+    """TLS on a service's listeners (docs/security.md#tls): off unless ``cert_file`` is set.
+
+    The certificate chain and key are PEM files, re-read when their modification time
+    changes (checked at most every ``reload_check_interval_s``, on a new connection), so a
+    renewed certificate is served without a restart. With ``client_ca_file``, client
+    certificates are checked against it: ``client_auth`` ``required`` refuses a client
+    without one, ``optional`` lets it in unauthenticated; a verified certificate's subject
+    is the connection's transport principal (danube.security.tls)."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+    client_auth: ClientAuthMode = "none"
+    reload_check_interval_s: Annotated[float, Field(ge=0, le=3600)] = 5.0  # 0: every handshake
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together: set both, or neither")
+        if self.cert_file is None and self.client_ca_file is not None:
+            raise ValueError("client_ca_file needs cert_file and key_file (TLS is off without)")
+        if self.client_auth != "none" and self.client_ca_file is None:
+            raise ValueError(f"client_auth {self.client_auth!r} needs client_ca_file")
+        if self.client_auth == "none" and self.client_ca_file is not None:
+            raise ValueError("client_ca_file is set but client_auth is 'none': say which")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the listeners speak TLS."""
+        return self.cert_file is not None
+
+
 class ServiceConfig(_Section):
     """What every service process has: where it serves health and metrics."""
 
@@ -175,6 +212,8 @@ class ServiceConfig(_Section):
     header_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
     keep_alive_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
     max_connections: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
+    # TLS on every listener of the process (health/metrics; discovery's HTTP and gRPC APIs).
+    tls: TlsConfig = TlsConfig()
 
 
 # The schema registry's compatibility modes (danube.schemas.compat says what each checks).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 import tempfile
 import urllib.error
@@ -30,13 +31,14 @@ _FILE_BYTES_MAX = 4096
 _ANY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
 
 
-def probe_url(host: str, port: int, path: str = "/readyz") -> str:
-    """The URL that reaches a server bound to ``host:port`` from the same machine."""
+def probe_url(host: str, port: int, path: str = "/readyz", *, tls: bool = False) -> str:
+    """The URL that reaches a server bound to ``host:port`` from the same machine
+    (``https://`` when it serves TLS)."""
     if host in _ANY_ADDRESS:
         host = "127.0.0.1"
     elif ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}{path}"
+    return f"{'https' if tls else 'http'}://{host}:{port}{path}"
 
 
 def write_health_file(node_id: str, url: str, *, path: Path | None = None) -> Path | None:
@@ -73,15 +75,29 @@ def read_health_url(path: Path) -> str:
         url = json.loads(data)["url"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"health file {path} is not a health file: {exc}") from exc
-    if not isinstance(url, str) or not url.startswith("http://"):
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ValueError(f"health file {path}: bad url {url!r}")
     return url
 
 
+def probe_context() -> ssl.SSLContext:
+    """The TLS context of a readiness probe of this machine: no certificate checked."""
+    # The probe asks a process on this machine whether it is ready, sends nothing secret
+    # and trusts nothing it answers beyond the status: who holds the certificate does not
+    # matter (the health file names 127.0.0.1, which the certificate need not list).
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def check(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """``None`` when ``url`` answers 2xx, else what went wrong."""
+    """``None`` when ``url`` answers 2xx, else what went wrong. An ``https://`` URL is
+    probed without checking the server's certificate (a readiness probe of this machine;
+    a listener that requires client certificates cannot be probed this way)."""
+    context = probe_context() if url.startswith("https://") else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
             status = int(response.status)
     except urllib.error.HTTPError as exc:
         status = exc.code

@@ -3,7 +3,8 @@
 ``GET /healthz`` answers 200 while the process runs; ``GET /readyz`` answers 200 only
 while the service's readiness check passes (its bus and etcd connections are up), else
 503; ``GET /metrics`` is the Prometheus text exposition. The supervisor and container
-healthchecks probe these. Served by uvicorn inside the service's own event loop; the
+healthchecks probe these. Over HTTPS when the service's ``tls`` section sets a
+certificate (danube.security.tls). Served by uvicorn inside the service's own event loop; the
 service, not uvicorn, owns the process's signals.
 """
 
@@ -23,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from danube.config.model import ServiceConfig
-from danube.runtime.listener import uvicorn_limits
+from danube.runtime.listener import uvicorn_limits, uvicorn_tls
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class HealthServer:
     def __init__(
         self, host: str, port: int, ready: ReadyCheck, limits: ServiceConfig | None = None
     ) -> None:
+        """``limits``: the service's section, whose listener limits and ``tls`` apply."""
+        limits = limits or ServiceConfig()
         config = uvicorn.Config(
             health_app(ready),
             host=host,
@@ -72,7 +75,8 @@ class HealthServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
-            **uvicorn_limits(limits or ServiceConfig()),
+            **uvicorn_limits(limits),
+            **uvicorn_tls(limits.tls),  # HTTPS when the service's tls section says so
         )
         self._server = _Server(config)
 

@@ -29,8 +29,10 @@ from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from danube.config.model import ServiceConfig
+from danube.config.model import ServiceConfig, TlsConfig
+from danube.security.tls import ServerTls, with_transport_principal
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ class _GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # Over TLS, each request's scope carries the client certificate's principal.
+        self.app = with_transport_principal(self.app, transport)
         self._head_timer: asyncio.TimerHandle | None = None
         if len(self.connections) > self.max_connections:
             transport.abort()  # the descriptor goes now; the client sees a reset
@@ -83,6 +87,24 @@ class _GuardedH11Protocol(H11Protocol):
         self._head_timer = None
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
             self.transport.close()
+
+
+class PrincipalWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol (``ws="websockets-sansio"``) whose scopes carry the
+    client certificate's principal, as the HTTP requests of the connection did."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.app = with_transport_principal(self.app, transport)
+
+
+def uvicorn_tls(config: TlsConfig) -> dict[str, Any]:
+    """Keyword arguments of ``uvicorn.Config`` that serve TLS as ``config`` says (none when
+    it is off); the certificate follows its files (danube.security.tls.ServerTls)."""
+    if not config.enabled:
+        return {}
+    tls = ServerTls(config)  # loads the files now: a bad path fails the start, clearly
+    return {"ssl_context_factory": lambda _config, _default: tls.context}
 
 
 def uvicorn_limits(config: ServiceConfig) -> dict[str, Any]:

@@ -105,9 +105,10 @@ def plan_mesh(
             specs.append(_service_spec(settings, service, index, data_dir, config_path))
     if any(spec.name.startswith("discovery") for spec in specs):
         discovery = settings.discovery
-        urls["http"] = f"http://{discovery.host}:{discovery.port}"
+        scheme = "https" if discovery.tls.enabled else "http"
+        urls["http"] = f"{scheme}://{discovery.host}:{discovery.port}"
         if discovery.grpc_enabled:
-            urls["grpc"] = f"http://{discovery.host}:{discovery.grpc_port}"
+            urls["grpc"] = f"{scheme}://{discovery.host}:{discovery.grpc_port}"
     return MeshPlan(specs, urls)
 
 
@@ -126,11 +127,13 @@ def _service_spec(
         env[f"{section}__PORT"] = str(port)
         if index > 0:  # and so is the gRPC API's
             env[f"{section}__GRPC_PORT"] = str(free_port())
-        ready_url = f"http://{settings.discovery.host}:{port}/readyz"
+        tls = settings.discovery.tls.enabled
+        ready_url = f"{'https' if tls else 'http'}://{settings.discovery.host}:{port}/readyz"
     else:
         port = free_port()
         env[f"{section}__METRICS_PORT"] = str(port)
-        ready_url = f"http://127.0.0.1:{port}/readyz"
+        tls = getattr(settings, service).tls.enabled
+        ready_url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/readyz"
     argv = [sys.executable, "-m", f"danube.{service}"]
     return ProcessSpec(name, argv, port, env=env, ready_url=ready_url)
 

@@ -25,6 +25,7 @@ from typing import IO
 
 from danube.config.model import S3Cloud
 from danube.errors import DanubeError
+from danube.runtime.healthcheck import probe_context
 
 LOOPBACK = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
@@ -120,9 +121,11 @@ def moto_cloud(endpoint: str, bucket: str, prefix: str = "danube") -> S3Cloud:
 
 
 def probe(url: str, timeout_s: float = 1.0) -> bool:
-    """True when ``url`` answers with a 2xx status."""
+    """True when ``url`` answers with a 2xx status (an ``https://`` one: whatever its
+    certificate, as the container healthcheck probes: danube.runtime.healthcheck)."""
+    context = probe_context() if url.startswith("https://") else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
             return 200 <= int(response.status) < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False

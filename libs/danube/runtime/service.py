@@ -203,7 +203,8 @@ async def node_session(
             await health.wait_started(serving, HEALTH_START_TIMEOUT_S)
             # The real port, not 0 ("any free port"): what the node registry and the
             # container healthcheck (the health file) point at.
-            await asyncio.to_thread(write_health_file, node_id, probe_url(config.host, health.port))
+            url = probe_url(config.host, health.port, tls=config.tls.enabled)
+            await asyncio.to_thread(write_health_file, node_id, url)
             address = f"{config.host}:{health.port}"
             await register_node(store, kind, node_id, address, lease)
             yield session

@@ -5,6 +5,7 @@ ones; this one does no lookups (any front door serves any topic) and no reconnec
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -34,12 +35,41 @@ def target_of(url: str) -> str:
     return url.removeprefix("http://").removeprefix("https://").rstrip("/")
 
 
-class WireClient:
-    """Calls on one channel; ``async with WireClient(url) as client``."""
+def channel_credentials(
+    ca_file: str | Path | None = None,
+    cert_file: str | Path | None = None,
+    key_file: str | Path | None = None,
+) -> grpc.ChannelCredentials:
+    """TLS credentials of a channel: trust ``ca_file`` (None: gRPC's default roots) and show
+    the client certificate ``cert_file`` with ``key_file`` (mTLS) when given."""
+    if (cert_file is None) != (key_file is None):
+        raise ValueError("cert_file and key_file go together: give both or neither")
+    return grpc.ssl_channel_credentials(
+        root_certificates=Path(ca_file).read_bytes() if ca_file is not None else None,
+        private_key=Path(key_file).read_bytes() if key_file is not None else None,
+        certificate_chain=Path(cert_file).read_bytes() if cert_file is not None else None,
+    )
 
-    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+
+class WireClient:
+    """Calls on one channel; ``async with WireClient(url) as client``. ``credentials``
+    (see :func:`channel_credentials`) make it a TLS channel; an ``https://`` URL without
+    them uses TLS with gRPC's default roots."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 30.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.timeout_s = timeout_s
-        self.channel = grpc.aio.insecure_channel(target_of(url))
+        if credentials is None and url.startswith("https://"):
+            credentials = grpc.ssl_channel_credentials()
+        if credentials is not None:
+            self.channel = grpc.aio.secure_channel(target_of(url), credentials)
+        else:
+            self.channel = grpc.aio.insecure_channel(target_of(url))
         self._request_id = 0
 
         def unary(path: str, request: Any, response: Any) -> Any:

@@ -27,7 +27,7 @@ from danube.meta import Lease, MetaError, MetaStore
 from danube.meta.backoff import backoff_s
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import bound_port, wait_started
-from danube.runtime.listener import uvicorn_limits
+from danube.runtime.listener import PrincipalWebSocketProtocol, uvicorn_limits, uvicorn_tls
 from danube.runtime.service import HEALTH_START_TIMEOUT_S, register_node
 from danube.storage import ObjectStore
 
@@ -114,12 +114,15 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 lifespan="off",
                 # Consumer streams: fail at start, not at the first upgrade, when the
                 # WebSocket package is missing; client frames past the limit close with 1009.
-                ws="websockets-sansio",
+                # (uvicorn's "websockets-sansio", its scopes carrying the TLS principal)
+                ws=PrincipalWebSocketProtocol,
                 ws_max_size=FRAME_BYTES_MAX,
                 ws_ping_interval=STREAM_PING_INTERVAL_S,
                 ws_ping_timeout=STREAM_PING_INTERVAL_S,
                 # Slow request heads, idle and surplus connections: docs/configuration.md.
                 **uvicorn_limits(config),
+                # HTTPS (and the WebSocket streams as wss) when discovery.tls sets a cert.
+                **uvicorn_tls(config.tls),
             )
         )
         grpc_server = None
@@ -135,14 +138,23 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             http = tg.create_task(_serve_http(server), name="http")
             if grpc_server is not None:
                 grpc_reaper = tg.create_task(grpc_server.run(), name="grpc-clients")
-            tg.create_task(_announce_health(server, http, node_id, config.host), name="health")
+            tg.create_task(
+                _announce_health(server, http, node_id, config.host, tls=config.tls.enabled),
+                name="health",
+            )
             tg.create_task(controller.run(leaving), name="controller")
             producer_view = tg.create_task(producers.follow(producers_revision), name="producers")
             registration = tg.create_task(
                 _stay_registered(store, node_id, address, lease, config.lease_ttl_s, leaving),
                 name="registration",
             )
-            log.info("discovery %s serving on %s:%d", node_id, config.host, config.port)
+            log.info(
+                "discovery %s serving on %s://%s:%d",
+                node_id,
+                "https" if config.tls.enabled else "http",
+                config.host,
+                config.port,
+            )
             waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
             waits.append(asyncio.shield(http))
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -193,7 +205,12 @@ async def _stay_registered(
 
 
 async def _announce_health(
-    server: uvicorn.Server, http: asyncio.Task[None], node_id: str, host: str
+    server: uvicorn.Server,
+    http: asyncio.Task[None],
+    node_id: str,
+    host: str,
+    *,
+    tls: bool = False,
 ) -> None:
     """Once the API listens, write the health file (if one is named) with its /readyz URL."""
     try:
@@ -202,7 +219,9 @@ async def _announce_health(
         # A server that never listened ends the service through the http task (HttpStopped).
         log.warning("no health file written: %s", exc)
         return
-    await asyncio.to_thread(write_health_file, node_id, probe_url(host, bound_port(server)))
+    await asyncio.to_thread(
+        write_health_file, node_id, probe_url(host, bound_port(server), tls=tls)
+    )
 
 
 async def _serve_http(server: uvicorn.Server) -> None:

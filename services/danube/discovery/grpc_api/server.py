@@ -19,6 +19,7 @@ from danube.discovery.grpc_api.handlers import DanubeApi
 from danube.discovery.grpc_api.schema_registry import SchemaRegistryApi
 from danube.discovery.grpc_api.status import grpc_status
 from danube.discovery.producers import ProducerSessions
+from danube.security.tls import grpc_server_credentials
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire import SchemaRegistry_pb2 as sr
 
@@ -34,7 +35,8 @@ _MARGIN_S = 2.0
 
 
 def advertised_url(config: DiscoveryConfig, port: int) -> str:
-    """What lookups answer: the configured URL, else this host and the bound port."""
+    """What lookups answer: the configured URL, else this host and the bound port
+    (``https://`` when the API serves TLS)."""
     if config.grpc_advertised_url is not None:
         return config.grpc_advertised_url
     host = config.host
@@ -42,7 +44,7 @@ def advertised_url(config: DiscoveryConfig, port: int) -> str:
         host = socket.gethostname()
     elif ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"{'https' if config.tls.enabled else 'http'}://{host}:{port}"
 
 
 async def _fail(context: Any, exc: BaseException) -> None:
@@ -222,8 +224,12 @@ class GrpcServer:
                 ("grpc.keepalive_permit_without_calls", 1),
             ],
         )
+        address = f"{_bind_host(config.host)}:{config.grpc_port}"
         try:
-            port = server.add_insecure_port(f"{_bind_host(config.host)}:{config.grpc_port}")
+            if config.tls.enabled:  # discovery.tls, its files followed (danube.security.tls)
+                port = server.add_secure_port(address, grpc_server_credentials(config.tls))
+            else:
+                port = server.add_insecure_port(address)
         except RuntimeError as exc:
             raise OSError(f"cannot serve gRPC on {config.host}:{config.grpc_port}: {exc}") from exc
         if port == 0:
