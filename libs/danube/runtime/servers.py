@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -48,6 +48,9 @@ class ProcessSpec:
     ready_url: str | None = None
     ready_timeout_s: float = 30.0
     stop_timeout_s: float = 10.0
+    # Run by the supervisor once, when the process is first ready, before the next one
+    # starts (e.g. turning etcd's authentication on); a failure stops the whole start.
+    on_first_ready: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
 
 
 def find_binary(name: str) -> str:
@@ -69,9 +72,14 @@ def free_port(host: str = LOOPBACK) -> int:
         return port
 
 
-def nats_spec(*, port: int, monitor_port: int, host: str = LOOPBACK) -> ProcessSpec:
-    """nats-server on ``host:port``, its monitoring endpoint used as readiness probe."""
+def nats_spec(
+    *, port: int, monitor_port: int, host: str = LOOPBACK, config_file: Path | None = None
+) -> ProcessSpec:
+    """nats-server on ``host:port``, its monitoring endpoint used as readiness probe;
+    ``config_file`` adds the rest (users and permissions: danube.runtime.secure)."""
     argv = [find_binary("nats-server"), "-a", host, "-p", str(port), "-m", str(monitor_port)]
+    if config_file is not None:
+        argv += ["-c", str(config_file)]
     return ProcessSpec("nats", argv, port, ready_url=f"http://{host}:{monitor_port}/healthz")
 
 
