@@ -97,7 +97,8 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
     async with httpx.AsyncClient(base_url=mesh.url, timeout=10) as http:
         cluster = await http.get("/v1/cluster")
         metrics = await http.get("/metrics")
-    assert cluster.status_code == 200 and "ingest" in cluster.json()["nodes"]
+    assert cluster.status_code == 200
+    assert "ingest" in cluster.json()["nodes"]
     assert metrics.status_code == 200
     mesh.interrupt()
     log = mesh.log()
@@ -112,10 +113,11 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
     # nats-server logged is the spy's (services would also log it, as "permissions
     # violation", through their bus's error callback).
     violations = [line for line in log.splitlines() if "violation" in line.lower()]
-    assert len(violations) == 1 and 'Subject "danube.disp.>"' in violations[0], violations
+    assert len(violations) == 1, violations
+    assert 'Subject "danube.disp.>"' in violations[0]
 
     # The same data directory without --secure is refused (its etcd asks for credentials).
-    plain = subprocess.run(
+    plain = subprocess.run(  # noqa: ASYNC221 (the test has nothing else to do meanwhile)
         [DANUBE, "up", "--data-dir", str(tmp_path / "data")],
         cwd=ROOT,
         env=mesh.env,

@@ -10,6 +10,7 @@ from pathlib import Path
 import nats
 import nats.errors
 import pytest
+from nats.aio.msg import Msg
 
 from danube.bus import Bus, BusTimeoutError, NotConnectedError, Request
 from danube.config import BusConfig
@@ -74,7 +75,9 @@ async def test_wrong_password_is_refused_and_not_echoed(
     secure_nats: str, credentials: MeshCredentials
 ) -> None:
     guess = "not-the-password-0123456789"
-    config = BusConfig(servers=[secure_nats], user="ingest", password=guess, max_reconnect_attempts=0)
+    config = BusConfig(
+        servers=[secure_nats], user="ingest", password=guess, max_reconnect_attempts=0
+    )
     with pytest.raises(NotConnectedError) as raised:
         await Bus.connect(config, name="ingest-0", timeout_s=2)
     assert guess not in str(raised.value)
@@ -126,7 +129,7 @@ async def test_a_kind_cannot_read_another_kinds_subjects_or_replies(
     try:
         seen: list[str] = []
 
-        async def spy_cb(msg: nats.aio.msg.Msg) -> None:
+        async def spy_cb(msg: Msg) -> None:
             seen.append(msg.subject)
 
         await spy.subscribe("danube.disp.>", cb=spy_cb)

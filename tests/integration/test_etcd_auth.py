@@ -121,5 +121,6 @@ async def test_setup_again_and_etcd_restart_keep_the_mesh_logged_in(
         etcd.start()
         await store.put("k", b"2")
         found = await store.get("k")
-        assert found is not None and found.value == b"2"
+        assert found is not None
+        assert found.value == b"2"
     assert "auth token is no longer valid; logging in again" in caplog.text
