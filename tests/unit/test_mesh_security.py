@@ -101,3 +101,12 @@ def test_the_secure_plan_gives_each_kind_its_own_login(tmp_path: Path) -> None:
     plain = plan_mesh(settings, data_dir=tmp_path / "plain", services=["ingest"])
     assert "-c" not in plain.specs[0].argv
     assert not any("PASSWORD" in key for spec in plain.specs for key in spec.env)
+
+
+def test_docs_security_shows_the_table_the_code_has() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    for kind in KIND_PERMISSIONS:
+        allowed = bus_permissions(kind, user=kind, subject_prefix="danube")
+        publish = ", ".join(f"`{s}`" for s in allowed.publish) or "nothing"
+        subscribe = ", ".join(f"`{s}`" for s in allowed.subscribe)
+        assert f"| `{kind}` | {publish} | {subscribe} |" in doc, kind
