@@ -1,5 +1,6 @@
 """etcd with authentication as ``danube up --secure`` sets it up: anonymous and wrong logins
-refused, the mesh user confined to the metadata prefix, a restart of etcd survived."""
+refused, the mesh user confined to the metadata prefix, a restart of etcd survived; and the
+client over (mutual) TLS."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from danube.config import MetadataConfig
-from danube.meta import MetaAuthError, MetaStore
+from danube.meta import MetaAuthError, MetaError, MetaStore
 from danube.runtime import ServerProcess, etcd_spec, free_port
 from danube.runtime.secure import (
     ETCD_MESH_USER,
@@ -19,6 +20,7 @@ from danube.runtime.secure import (
     enable_etcd_auth,
     ensure_credentials,
 )
+from danube.runtime.servers import ServerTls
 
 pytestmark = pytest.mark.integration
 
@@ -124,3 +126,92 @@ async def test_setup_again_and_etcd_restart_keep_the_mesh_logged_in(
         assert found is not None
         assert found.value == b"2"
     assert "auth token is no longer valid; logging in again" in caplog.text
+
+
+def _write_pki(directory: Path) -> tuple[Path, Path, Path, Path, Path]:
+    """A test CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files:
+    (ca, server cert, server key, client cert, client key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def builder(
+        subject: str, issuer: str, key: ec.EllipticCurvePrivateKey
+    ) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(name(subject))
+            .issuer_name(name(issuer))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        builder("danube test ca", "danube test ca", ca_key)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = []
+    for subject, usage in (("etcd", "server"), ("danube-mesh", "client")):
+        key = ec.generate_private_key(ec.SECP256R1())
+        eku = (
+            ExtendedKeyUsageOID.SERVER_AUTH
+            if usage == "server"
+            else (ExtendedKeyUsageOID.CLIENT_AUTH)
+        )
+        cert = (
+            builder(subject, "danube test ca", key)
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+            .add_extension(x509.ExtendedKeyUsage([eku]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        cert_path, key_path = directory / f"{subject}.pem", directory / f"{subject}-key.pem"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        paths += [cert_path, key_path]
+    ca_path = directory / "ca.pem"
+    ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return ca_path, paths[0], paths[1], paths[2], paths[3]
+
+
+async def test_etcd_over_mutual_tls_with_a_login(
+    tmp_path: Path, credentials: MeshCredentials
+) -> None:
+    ca, server_cert, server_key, client_cert, client_key = _write_pki(tmp_path)
+    tls = ServerTls(cert_file=server_cert, key_file=server_key, client_ca_file=ca)
+    port = free_port()
+    spec = etcd_spec(data_dir=tmp_path / "etcd", client_port=port, peer_port=free_port(), tls=tls)
+    with ServerProcess(spec, tmp_path / "etcd.log"):
+        address = f"127.0.0.1:{port}"
+        secured = {"ca_file": ca, "cert_file": client_cert, "key_file": client_key}
+        async with await MetaStore.connect(
+            MetadataConfig.model_validate({"etcd_endpoint": address, **secured})
+        ) as store:
+            await store.put("over-tls", b"1")
+        plain = MetadataConfig(etcd_endpoint=address, request_timeout_s=2)
+        with pytest.raises(MetaError):  # a plain-text client gets nowhere
+            await MetaStore.connect(plain)
+        no_client_cert = MetadataConfig(etcd_endpoint=address, ca_file=ca, request_timeout_s=2)
+        with pytest.raises(MetaError):  # mutual TLS: no certificate, no connection
+            await MetaStore.connect(no_client_cert)

@@ -83,11 +83,28 @@ def nats_spec(
     return ProcessSpec("nats", argv, port, ready_url=f"http://{host}:{monitor_port}/healthz")
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """PEM files for a server's TLS listener; ``client_ca_file`` also asks clients for a
+    certificate signed by that CA (mutual TLS)."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+
 def etcd_spec(
-    *, data_dir: Path, client_port: int, peer_port: int, host: str = LOOPBACK
+    *,
+    data_dir: Path,
+    client_port: int,
+    peer_port: int,
+    host: str = LOOPBACK,
+    tls: ServerTls | None = None,
 ) -> ProcessSpec:
-    """A single-member etcd cluster with its data under ``data_dir``."""
-    client = f"http://{host}:{client_port}"
+    """A single-member etcd cluster with its data under ``data_dir``; with ``tls``, clients
+    talk TLS to it (health then answers on a plain metrics port of its own)."""
+    scheme = "http" if tls is None else "https"
+    client = f"{scheme}://{host}:{client_port}"
     peer = f"http://{host}:{peer_port}"
     argv = [
         find_binary("etcd"),
@@ -100,7 +117,15 @@ def etcd_spec(
         f"--initial-cluster=danube={peer}",
         "--log-level=warn",
     ]
-    return ProcessSpec("etcd", argv, client_port, ready_url=f"{client}/health")
+    ready_url = f"{client}/health"
+    if tls is not None:
+        metrics = f"http://{host}:{free_port(host)}"
+        argv += [f"--cert-file={tls.cert_file}", f"--key-file={tls.key_file}"]
+        argv.append(f"--listen-metrics-urls={metrics}")
+        if tls.client_ca_file is not None:
+            argv += ["--client-cert-auth", f"--trusted-ca-file={tls.client_ca_file}"]
+        ready_url = f"{metrics}/health"
+    return ProcessSpec("etcd", argv, client_port, ready_url=ready_url)
 
 
 def s3_spec(*, port: int, host: str = LOOPBACK) -> ProcessSpec:
