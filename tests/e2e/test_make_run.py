@@ -53,6 +53,7 @@ def test_make_run_starts_servers_and_ctrl_c_stops_them(tmp_path: Path) -> None:
         output = log_path.read_text(errors="replace")
         assert "nats-server" in output  # the nats process's own lines, labelled
         assert "etcd ready" in output
+        assert "security: OFF" in output  # zero-config mode says so in its banner
         assert (tmp_path / "data" / "etcd").is_dir()
         descendants = set(process_tree(make.pid))
         assert len(descendants) >= 3  # danube up, nats-server, etcd

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import aetcd
+import aetcd.exceptions
 import aetcd.rpc
 import pytest
 
 from danube.errors import DanubeError
 from danube.meta.errors import (
     LeaseLostError,
+    MetaAuthError,
     MetaError,
     MetaRequestError,
     MetaTimeoutError,
@@ -58,7 +60,13 @@ def chained(outer: Exception, cause: BaseException) -> Exception:
          MetaRequestError, "meta_bad_request", False),
         (aetcd.RevisionCompactedError(17), WatchCompactedError, "revision_compacted", False),
         (rpc_error(Status.PERMISSION_DENIED, "etcdserver: permission denied"),
-         MetaError, "meta_error", False),
+         MetaAuthError, "meta_unauthorized", False),
+        (rpc_error(Status.INVALID_ARGUMENT, "etcdserver: user name is empty"),
+         MetaAuthError, "meta_unauthorized", False),
+        (chained(aetcd.exceptions.UnauthenticatedError("etcdserver: invalid auth token"),
+                 rpc_error(Status.UNAUTHENTICATED, "etcdserver: invalid auth token")),
+         MetaAuthError, "meta_unauthorized", False),
+        (rpc_error(Status.UNKNOWN, "etcdserver: something else"), MetaError, "meta_error", False),
     ],
 )  # fmt: skip
 def test_failures_map_to_typed_errors(

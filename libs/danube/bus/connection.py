@@ -28,6 +28,7 @@ from danube.bus.errors import (
     PayloadTooLargeError,
 )
 from danube.bus.messages import Handler, MessageCallback, Reply
+from danube.bus.permissions import inbox_prefix
 from danube.bus.protocol import (
     TIMEOUT_HEADER,
     check_timeout,
@@ -51,6 +52,7 @@ from danube.bus.subscription import (
     adapt_callback,
 )
 from danube.config.model import BusConfig
+from danube.config.secrets import read_password
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +108,13 @@ class Bus:
             "closed_cb": bus._on_closed,
             "lame_duck_mode_cb": bus._on_lame_duck,
         }
+        if config.user is not None:
+            # The password goes to nats-py only; the per-user inbox keeps replies private
+            # (danube.bus.permissions: only this user may subscribe to it).
+            options["user"] = config.user
+            options["password"] = read_password(config.password, config.password_file, key="bus")
+            options["inbox_prefix"] = inbox_prefix(config.user)
+        servers = [_redacted(url) for url in config.servers]
         try:
             async with asyncio.timeout(deadline_s):
                 await bus._nc.connect(**options)
@@ -115,7 +124,7 @@ class Bus:
                 async with asyncio.timeout(_CLOSE_GRACE_S):
                     await bus._nc.close()
             raise NotConnectedError(
-                f"cannot connect to {config.servers} within {deadline_s} s: {exc!r}"
+                f"cannot connect to {servers} within {deadline_s} s: {_describe(exc)}"
             ) from exc
         logger.info("bus %s: connected to %s", name, _url(bus._nc))
         return bus
@@ -354,7 +363,24 @@ class Bus:
 
 def _url(nc: NatsClient) -> str:
     url = nc.connected_url
-    return "?" if url is None else url.netloc
+    if url is None:
+        return "?"
+    return f"{url.hostname}:{url.port}"  # never the netloc: it may carry user:password@
+
+
+def _redacted(server: str) -> str:
+    """A server URL fit for a message: any ``user:password@`` replaced."""
+    scheme, sep, rest = server.rpartition("://")
+    _, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}{'***@' if at else ''}{host}"
+
+
+def _describe(exc: BaseException) -> str:
+    """What went wrong at connect, worded for an operator (nats-py's own text never holds
+    the password: it reports the server's 'Authorization Violation')."""
+    if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
+        return "the server refused the credentials (authorization violation)"
+    return repr(exc)
 
 
 def _check_concrete(subject: str) -> None:

@@ -45,9 +45,19 @@ def up(
         list[str] | None,
         typer.Option("--scale", help="SERVICE=COUNT, e.g. --scale ingest=2 (repeatable)."),
     ] = None,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="Credentials for every service (made under DATA_DIR/secure), NATS subject "
+            "permissions per service, etcd authentication (docs/security.md).",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole mesh on this machine until Ctrl-C."""
-    raise typer.Exit(up_command.run(config=config, data_dir=data_dir, scale=scale or []))
+    raise typer.Exit(
+        up_command.run(config=config, data_dir=data_dir, scale=scale or [], secure=secure)
+    )
 
 
 app.command()(produce)

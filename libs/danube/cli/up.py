@@ -14,6 +14,7 @@ from rich.markup import escape
 from danube.config import ConfigError, load_settings
 from danube.errors import DanubeError
 from danube.runtime.mesh import MeshPlan, parse_scale, plan_mesh
+from danube.runtime.secure import SECURE_DIR_NAME, prepare_secure_mesh
 from danube.runtime.supervisor import Supervisor
 
 _COLORS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan")
@@ -44,19 +45,27 @@ class _SupervisorLog(logging.Handler):
         self.printer.line("supervisor", record.getMessage())
 
 
-def run(*, config: Path | None, data_dir: Path, scale: list[str]) -> int:
+def run(*, config: Path | None, data_dir: Path, scale: list[str], secure: bool = False) -> int:
     """Run the mesh until SIGINT/SIGTERM; return the process exit code."""
     console = Console(stderr=False)
     printer = _Printer(console)
     try:
         settings = load_settings(config)
+        if not secure and (data_dir / SECURE_DIR_NAME).is_dir():
+            # etcd there asks for credentials: without them every service would fail.
+            raise ValueError(
+                f"{data_dir} holds a mesh started with --secure; "
+                "start it with --secure again, or use another --data-dir"
+            )
+        secured = prepare_secure_mesh(settings, data_dir.resolve()) if secure else None
         plan = plan_mesh(
             settings,
             data_dir=data_dir.resolve(),
             scale=parse_scale(scale),
             config_path=config,
+            secure=secured,
         )
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, OSError) as exc:
         console.print(f"[red]danube up:[/] {escape(str(exc))}")
         return 2
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -96,4 +105,13 @@ async def _announce(
     printer.line("supervisor", f"mesh ready: {len(plan.specs)} processes, data in {data_dir}")
     for name, url in plan.urls.items():
         printer.line("supervisor", f"  {name:<6} {url}")
+    if plan.secure is None:
+        printer.line(
+            "supervisor",
+            "security: OFF (no credentials on NATS or etcd, loopback only); "
+            "`make run ARGS=--secure` turns it on",
+        )
+    else:
+        for line in plan.secure.banner:
+            printer.line("supervisor", line)
     printer.line("supervisor", "press Ctrl-C to stop")

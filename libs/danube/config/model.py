@@ -21,6 +21,29 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A user name travels into NATS subjects (the per-user reply inbox) and etcd role names.
+UserName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class _Credentials(_Section):
+    """A user and its password: inline (best from the environment, e.g.
+    ``DANUBE_BUS__PASSWORD``) or in a file (``password_file``, read when connecting).
+    The password is a SecretStr: repr, logs and error messages show ``**********``."""
+
+    user: UserName | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_password_with_a_user(self) -> _Credentials:
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("set password or password_file, not both")
+        has_password = self.password is not None or self.password_file is not None
+        if has_password != (self.user is not None):
+            raise ValueError("user and a password (password or password_file) go together")
+        return self
+
+
 # --- wal_cloud.wal -------------------------------------------------------------------
 
 
@@ -128,13 +151,28 @@ CloudConfig = Annotated[
 ]
 
 
-class MetadataConfig(_Section):
-    """Where the metadata store (etcd) is."""
+class MetadataConfig(_Credentials):
+    """Where the metadata store (etcd) is, and how to log in to it.
+
+    ``user`` with ``password``/``password_file``: etcd authentication (docs/security.md).
+    ``ca_file``: talk TLS, checking etcd's certificate against this CA; ``cert_file`` and
+    ``key_file`` add a client certificate (etcd's ``--client-cert-auth``)."""
 
     etcd_endpoint: str = Field(default="127.0.0.1:2379", pattern=r"^[^\s:/]+:\d{1,5}$")
     in_memory: bool = False  # accepted for Danube compatibility; the mesh always uses etcd
     prefix: str = Field(default="/danube", pattern=r"^/[A-Za-z0-9_/-]*[A-Za-z0-9_-]$")
     request_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _tls_files_together(self) -> MetadataConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        if self.cert_file is not None and self.ca_file is None:
+            raise ValueError("a client certificate (cert_file) needs ca_file: TLS")
+        return self
 
 
 class WalCloudConfig(_Section):
@@ -149,8 +187,12 @@ class WalCloudConfig(_Section):
 # --- the mesh: bus and services --------------------------------------------------------
 
 
-class BusConfig(_Section):
-    """The NATS connection every service opens."""
+class BusConfig(_Credentials):
+    """The NATS connection every service opens.
+
+    ``user`` with ``password``/``password_file``: NATS user/password authentication; the
+    reply inbox of requests is then ``_INBOX.<user>`` (danube.bus.permissions), so that
+    one user's replies are out of another's reach."""
 
     servers: list[str] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"], min_length=1)
     connect_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0

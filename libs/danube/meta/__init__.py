@@ -15,6 +15,7 @@ docs/metadata.md describes the layout and the transaction patterns.
 from danube.meta.election import Election, Leadership
 from danube.meta.errors import (
     LeaseLostError,
+    MetaAuthError,
     MetaDecodeError,
     MetaError,
     MetaRequestError,
@@ -43,6 +44,7 @@ __all__ = [
     "Lease",
     "LeaseBackend",
     "LeaseLostError",
+    "MetaAuthError",
     "MetaDecodeError",
     "MetaError",
     "MetaRequestError",

@@ -9,6 +9,8 @@
         ├── MetaTimeoutError         "timeout": no answer within the deadline            (retriable)
         ├── MetaRequestError         "meta_bad_request": etcd refused the request as invalid
         │                            ("response_too_large": an answer over gRPC's limit)
+        ├── MetaAuthError            "meta_unauthorized": no, wrong or expired credentials,
+        │                            or the user's role does not cover the key
         ├── MetaDecodeError          "corrupt_metadata": key, reason (a stored value is bad)
         ├── LeaseLostError           "lease_lost": lease_id (expired, revoked or not found)
         └── WatchError               "watch_error": resume_revision
@@ -59,6 +61,27 @@ class MetaRequestError(MetaError):
     """etcd refused the request itself (too large, too many operations, bad argument)."""
 
     code = "meta_bad_request"
+
+
+class MetaAuthError(MetaError):
+    """etcd refused who we are (no user, a wrong password, a token it no longer knows) or
+    what we asked (the user's role does not cover the key). etcd's own text says which; it
+    never holds the password."""
+
+    code = "meta_unauthorized"
+
+
+# etcd's messages for authentication and authorization failures (etcdserver/api/v3rpc/
+# rpctypes): gRPC codes alone do not tell them apart from other bad requests.
+AUTH_FAILURE_DETAILS = (
+    "user name is empty",
+    "authentication failed",
+    "invalid auth token",
+    "permission denied",
+    "auth: revision in header is old",
+    "user name not found",
+)
+INVALID_TOKEN_DETAIL = "invalid auth token"
 
 
 class MetaDecodeError(MetaError):
@@ -152,6 +175,8 @@ def map_error(exc: BaseException, *, op: str, resume_revision: int | None = None
     status = aetcd.rpc.StatusCode
     code, details = rpc_error.code(), str(rpc_error.details())
     message = f"etcd {op}: {details}"
+    if any(detail in details for detail in AUTH_FAILURE_DETAILS):
+        return MetaAuthError(message)
     if code == status.NOT_FOUND and "lease not found" in details:
         return LeaseLostError(message, lease_id=None)
     if code == status.RESOURCE_EXHAUSTED and "larger than max" in details:

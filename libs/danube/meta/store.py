@@ -20,7 +20,7 @@ import aetcd.rpc
 from pydantic import BaseModel
 
 from danube.config.model import MetadataConfig
-from danube.meta.client import EtcdClient
+from danube.meta.client import EtcdClient, EtcdLogin
 from danube.meta.errors import LeaseLostError, MetaRequestError
 from danube.meta.kv import KeyValue, M, check_value, decode_model, encode_model, kv_from_pb
 from danube.meta.lease import Lease
@@ -58,7 +58,11 @@ class MetaStore:
     @classmethod
     async def connect(cls, config: MetadataConfig) -> MetaStore:
         """Open a connection to ``config.etcd_endpoint`` and check etcd answers."""
-        etcd = EtcdClient(config.etcd_endpoint, request_timeout_s=config.request_timeout_s)
+        etcd = EtcdClient(
+            config.etcd_endpoint,
+            request_timeout_s=config.request_timeout_s,
+            login=EtcdLogin.from_config(config),
+        )
         store = cls(etcd, prefix=config.prefix)
         try:
             await etcd.connect()

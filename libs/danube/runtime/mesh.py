@@ -16,6 +16,7 @@ under ``wal_cloud.wal.dir`` when that is set, else under ``<data dir>/wal``; wit
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from danube.config import CONFIG_PATH_ENV, DanubeSettings, FsCloud
+from danube.runtime.secure import SecureMesh
 from danube.runtime.servers import ProcessSpec, etcd_spec, free_port, nats_spec
 
 # Dependency order: a service starts after everything before it is ready.
@@ -39,6 +41,7 @@ class MeshPlan:
 
     specs: list[ProcessSpec]
     urls: dict[str, str] = field(default_factory=dict)
+    secure: SecureMesh | None = None
 
 
 def available_services() -> list[str]:
@@ -84,32 +87,45 @@ def plan_mesh(
     scale: Mapping[str, int] | None = None,
     services: list[str] | None = None,
     config_path: Path | None = None,
+    secure: SecureMesh | None = None,
 ) -> MeshPlan:
     """The processes of a one-machine mesh for ``settings`` (read from ``config_path``, if
-    any, which every service then reads too), servers first."""
+    any, which every service then reads too), servers first; ``secure``: with the servers
+    asking for, and every service given, the credentials it holds."""
     nats_host, nats_port = _host_port(settings.bus.servers[0])
     etcd_host, etcd_port = _host_port(settings.wal_cloud.metadata.etcd_endpoint)
+    etcd = etcd_spec(
+        host=etcd_host,
+        data_dir=data_dir / "etcd",
+        client_port=etcd_port,
+        peer_port=free_port(etcd_host),
+    )
+    if secure is not None:
+        etcd = dataclasses.replace(etcd, on_first_ready=secure.etcd_setup)
     specs = [
-        nats_spec(host=nats_host, port=nats_port, monitor_port=free_port(nats_host)),
-        etcd_spec(
-            host=etcd_host,
-            data_dir=data_dir / "etcd",
-            client_port=etcd_port,
-            peer_port=free_port(etcd_host),
+        nats_spec(
+            host=nats_host,
+            port=nats_port,
+            monitor_port=free_port(nats_host),
+            config_file=None if secure is None else secure.nats_config,
         ),
+        etcd,
     ]
     urls = {"nats": f"nats://{nats_host}:{nats_port}", "etcd": f"http://{etcd_host}:{etcd_port}"}
     scale = scale or {}
     for service in available_services() if services is None else services:
         for index in range(scale.get(service, 1)):
-            specs.append(_service_spec(settings, service, index, data_dir, config_path))
+            spec = _service_spec(settings, service, index, data_dir, config_path)
+            if secure is not None:
+                spec = dataclasses.replace(spec, env={**spec.env, **secure.env_for(service)})
+            specs.append(spec)
     if any(spec.name.startswith("discovery") for spec in specs):
         discovery = settings.discovery
         scheme = "https" if discovery.tls.enabled else "http"
         urls["http"] = f"{scheme}://{discovery.host}:{discovery.port}"
         if discovery.grpc_enabled:
             urls["grpc"] = f"{scheme}://{discovery.host}:{discovery.grpc_port}"
-    return MeshPlan(specs, urls)
+    return MeshPlan(specs, urls, secure)
 
 
 def _service_spec(

@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -49,6 +49,9 @@ class ProcessSpec:
     ready_url: str | None = None
     ready_timeout_s: float = 30.0
     stop_timeout_s: float = 10.0
+    # Run by the supervisor once, when the process is first ready, before the next one
+    # starts (e.g. turning etcd's authentication on); a failure stops the whole start.
+    on_first_ready: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
 
 
 def find_binary(name: str) -> str:
@@ -70,17 +73,39 @@ def free_port(host: str = LOOPBACK) -> int:
         return port
 
 
-def nats_spec(*, port: int, monitor_port: int, host: str = LOOPBACK) -> ProcessSpec:
-    """nats-server on ``host:port``, its monitoring endpoint used as readiness probe."""
+def nats_spec(
+    *, port: int, monitor_port: int, host: str = LOOPBACK, config_file: Path | None = None
+) -> ProcessSpec:
+    """nats-server on ``host:port``, its monitoring endpoint used as readiness probe;
+    ``config_file`` adds the rest (users and permissions: danube.runtime.secure)."""
     argv = [find_binary("nats-server"), "-a", host, "-p", str(port), "-m", str(monitor_port)]
+    if config_file is not None:
+        argv += ["-c", str(config_file)]
     return ProcessSpec("nats", argv, port, ready_url=f"http://{host}:{monitor_port}/healthz")
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """PEM files for a server's TLS listener; ``client_ca_file`` also asks clients for a
+    certificate signed by that CA (mutual TLS)."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+
 def etcd_spec(
-    *, data_dir: Path, client_port: int, peer_port: int, host: str = LOOPBACK
+    *,
+    data_dir: Path,
+    client_port: int,
+    peer_port: int,
+    host: str = LOOPBACK,
+    tls: ServerTls | None = None,
 ) -> ProcessSpec:
-    """A single-member etcd cluster with its data under ``data_dir``."""
-    client = f"http://{host}:{client_port}"
+    """A single-member etcd cluster with its data under ``data_dir``; with ``tls``, clients
+    talk TLS to it (health then answers on a plain metrics port of its own)."""
+    scheme = "http" if tls is None else "https"
+    client = f"{scheme}://{host}:{client_port}"
     peer = f"http://{host}:{peer_port}"
     argv = [
         find_binary("etcd"),
@@ -93,7 +118,15 @@ def etcd_spec(
         f"--initial-cluster=danube={peer}",
         "--log-level=warn",
     ]
-    return ProcessSpec("etcd", argv, client_port, ready_url=f"{client}/health")
+    ready_url = f"{client}/health"
+    if tls is not None:
+        metrics = f"http://{host}:{free_port(host)}"
+        argv += [f"--cert-file={tls.cert_file}", f"--key-file={tls.key_file}"]
+        argv.append(f"--listen-metrics-urls={metrics}")
+        if tls.client_ca_file is not None:
+            argv += ["--client-cert-auth", f"--trusted-ca-file={tls.client_ca_file}"]
+        ready_url = f"{metrics}/health"
+    return ProcessSpec("etcd", argv, client_port, ready_url=ready_url)
 
 
 def s3_spec(*, port: int, host: str = LOOPBACK) -> ProcessSpec:

@@ -202,11 +202,24 @@ class Supervisor:
         finally:
             ready.cancel()
             stopped.cancel()
-        if child.ready.is_set() or stop.is_set():
+        if stop.is_set():
             return None
+        if child.ready.is_set():
+            return await self._first_ready(child)
         return ServerError(
             f"{child.spec.name} did not become ready in {child.spec.ready_timeout_s:.0f}s"
         )
+
+    async def _first_ready(self, child: _Child) -> ServerError | None:
+        hook = child.spec.on_first_ready
+        if hook is None:
+            return None
+        try:
+            async with asyncio.timeout(child.spec.ready_timeout_s):
+                await hook()
+        except Exception as exc:  # reported as the start's failure, as a probe timeout is
+            return ServerError(f"{child.spec.name}: setup after start failed: {exc}")
+        return None
 
     async def _stop_all(self) -> None:
         for child in reversed(self._children):

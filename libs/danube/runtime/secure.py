@@ -1,0 +1,286 @@
+"""``danube up --secure``: credentials for the mesh's own connections, and servers that ask.
+
+Under ``<data dir>/secure/`` (mode 0700, every file 0600), made once and reused:
+
+- ``nats-<kind>.password``: one NATS user per service kind, named after the kind, allowed
+  only the subjects of :mod:`danube.bus.permissions`; ``nats.conf`` is nats-server's
+  ``authorization`` block built from that table (rewritten at every start);
+- ``etcd-root.password`` and ``etcd-mesh.password``: etcd's ``root`` user (kept for setup
+  and the operator) and the ``danube-mesh`` user the services log in as, whose role may
+  read and write only the metadata prefix (``wal_cloud.metadata.prefix``).
+
+:func:`prepare_secure_mesh` is the one place a secured mesh is put together: what each
+server gets, what each service process gets in its environment, and what the banner says.
+Services receive paths only (``*_PASSWORD_FILE``), never a secret in an environment
+variable, a command line or a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aetcd
+import aetcd.rpc
+
+from danube.bus.permissions import KIND_PERMISSIONS, nats_authorization
+from danube.config import DanubeSettings
+from danube.config.secrets import read_password
+from danube.meta.client import EtcdClient, EtcdLogin
+from danube.meta.errors import MetaError
+from danube.meta.txn import prefix_range_end
+
+__all__ = [
+    "ETCD_MESH_ROLE",
+    "ETCD_MESH_USER",
+    "ETCD_ROOT_USER",
+    "SECURE_DIR_NAME",
+    "MeshCredentials",
+    "SecureMesh",
+    "enable_etcd_auth",
+    "ensure_credentials",
+    "prepare_secure_mesh",
+    "write_nats_config",
+]
+
+log = logging.getLogger(__name__)
+
+SECURE_DIR_NAME = "secure"
+ETCD_ROOT_USER = "root"  # etcd requires this name for the user that holds the root role
+ETCD_MESH_USER = "danube-mesh"
+ETCD_MESH_ROLE = "danube-mesh"
+_SECRET_BYTES = 32  # of randomness per password (43 URL-safe characters)
+_ETCD_SETUP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class MeshCredentials:
+    """Where the secrets of one secured mesh live (see the module docstring)."""
+
+    dir: Path
+
+    def nats_password_file(self, kind: str) -> Path:
+        """The password of service kind ``kind``'s NATS user."""
+        return self.dir / f"nats-{kind}.password"
+
+    @property
+    def nats_config(self) -> Path:
+        """nats-server's configuration file (its ``authorization`` block)."""
+        return self.dir / "nats.conf"
+
+    @property
+    def etcd_root_password_file(self) -> Path:
+        """The password of etcd's ``root`` user."""
+        return self.dir / "etcd-root.password"
+
+    @property
+    def etcd_mesh_password_file(self) -> Path:
+        """The password of the ``danube-mesh`` etcd user every service logs in as."""
+        return self.dir / "etcd-mesh.password"
+
+    def all_files(self) -> list[Path]:
+        """Every secret file (what a test greps the logs for)."""
+        files = [self.nats_password_file(kind) for kind in KIND_PERMISSIONS]
+        return [*files, self.etcd_root_password_file, self.etcd_mesh_password_file]
+
+
+def _read(path: Path) -> str:
+    password = read_password(None, path, key=str(path.name))
+    assert password is not None  # a file was named
+    return password
+
+
+def _create_secret(path: Path) -> None:
+    """Write a fresh random password to ``path`` (0600) unless it exists already."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as file:
+        file.write(secrets.token_urlsafe(_SECRET_BYTES) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``, mode 0600 from the first byte (temp file, rename)."""
+    temp = path.with_name(path.name + ".tmp")
+    temp.unlink(missing_ok=True)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    temp.replace(path)
+
+
+def ensure_credentials(data_dir: Path) -> MeshCredentials:
+    """The credentials under ``data_dir/secure``, made (0700 directory, 0600 files) where
+    missing; existing ones are kept, so a restarted mesh logs in with what etcd knows."""
+    credentials = MeshCredentials(data_dir / SECURE_DIR_NAME)
+    credentials.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    credentials.dir.chmod(0o700)  # also when it existed with laxer bits
+    for path in credentials.all_files():
+        _create_secret(path)
+        path.chmod(0o600)
+    return credentials
+
+
+def write_nats_config(credentials: MeshCredentials, *, subject_prefix: str) -> Path:
+    """Write nats-server's ``authorization`` block (JSON is valid NATS config) and return
+    its path. Addresses and ports stay on nats-server's command line."""
+    passwords = {kind: _read(credentials.nats_password_file(kind)) for kind in KIND_PERMISSIONS}
+    config = {"authorization": nats_authorization(passwords, subject_prefix=subject_prefix)}
+    _write_private(credentials.nats_config, json.dumps(config, indent=2) + "\n")
+    return credentials.nats_config
+
+
+async def enable_etcd_auth(
+    endpoint: str, credentials: MeshCredentials, *, prefix: str, timeout_s: float
+) -> None:
+    """Make etcd at ``endpoint`` ask for credentials: users ``root`` and ``danube-mesh``
+    (role ``danube-mesh``: read and write under ``prefix``), then ``auth enable``.
+
+    Idempotent: when auth is on already (a restarted mesh), it logs in as root and makes
+    sure the users, role and grant are there, with the passwords of ``credentials``."""
+    root_password = _read(credentials.etcd_root_password_file)
+    mesh_password = _read(credentials.etcd_mesh_password_file)
+    try:
+        await _setup_etcd(endpoint, timeout_s, EtcdLogin(), root_password, mesh_password, prefix)
+    except MetaError as exc:
+        if "user name is empty" not in str(exc):
+            raise
+        # Auth is on already: the same steps, as root.
+        login = EtcdLogin(user=ETCD_ROOT_USER, password=root_password)
+        await _setup_etcd(endpoint, timeout_s, login, root_password, mesh_password, prefix)
+
+
+async def _setup_etcd(
+    endpoint: str,
+    timeout_s: float,
+    login: EtcdLogin,
+    root_password: str,
+    mesh_password: str,
+    prefix: str,
+) -> None:
+    etcd = EtcdClient(endpoint, request_timeout_s=timeout_s, login=login)
+    rpc = aetcd.rpc
+    start = (prefix.rstrip("/") + "/").encode()
+    permission = rpc.Permission(
+        permType=rpc.Permission.READWRITE, key=start, range_end=prefix_range_end(start)
+    )
+    # (what, etcd Auth method, request); "already exists" is what a second run hears.
+    steps: list[tuple[str, str, object]] = [
+        ("root role", "RoleAdd", rpc.AuthRoleAddRequest(name="root")),
+        ("root grant", "UserGrantRole", rpc.AuthUserGrantRoleRequest(user="root", role="root")),
+        ("mesh role", "RoleAdd", rpc.AuthRoleAddRequest(name=ETCD_MESH_ROLE)),
+        (
+            "mesh permission",
+            "RoleGrantPermission",
+            rpc.AuthRoleGrantPermissionRequest(name=ETCD_MESH_ROLE, perm=permission),
+        ),
+        (
+            "mesh grant",
+            "UserGrantRole",
+            rpc.AuthUserGrantRoleRequest(user=ETCD_MESH_USER, role=ETCD_MESH_ROLE),
+        ),
+        ("auth enable", "AuthEnable", rpc.AuthEnableRequest()),
+    ]
+    try:
+        await etcd.connect()
+        await _upsert_user(etcd, ETCD_ROOT_USER, root_password)
+        await _upsert_user(etcd, ETCD_MESH_USER, mesh_password)
+        for what, method, request in steps:
+            try:
+                await etcd.auth(f"auth setup: {what}", method, request)
+            except MetaError as exc:
+                if "already exists" not in str(exc):
+                    raise
+        log.info("etcd auth on: user %s may read and write %s", ETCD_MESH_USER, prefix)
+    finally:
+        await etcd.close()
+
+
+async def _upsert_user(etcd: EtcdClient, name: str, password: str) -> None:
+    rpc = aetcd.rpc
+    try:
+        await etcd.auth(
+            f"auth setup: user {name}",
+            "UserAdd",
+            rpc.AuthUserAddRequest(name=name, password=password),
+        )
+    except MetaError as exc:
+        if "already exists" not in str(exc):
+            raise
+        await etcd.auth(
+            f"auth setup: password of {name}",
+            "UserChangePassword",
+            rpc.AuthUserChangePasswordRequest(name=name, password=password),
+        )
+
+
+@dataclass
+class SecureMesh:
+    """What ``--secure`` adds to a mesh plan (built by :func:`prepare_secure_mesh`)."""
+
+    credentials: MeshCredentials
+    nats_config: Path
+    # Environment of every service process, and of each kind's on top.
+    common_env: dict[str, str] = field(default_factory=dict)
+    kind_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Run once etcd first answers, before any service starts.
+    etcd_setup: Callable[[], Awaitable[None]] | None = None
+    banner: list[str] = field(default_factory=list)
+
+    def env_for(self, kind: str) -> dict[str, str]:
+        """The environment service ``kind`` gets from the secured plan."""
+        return {**self.common_env, **self.kind_env.get(kind, {})}
+
+
+def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
+    """Credentials, server configuration, service environments and banner of a secured mesh.
+
+    The one place ``--secure`` is assembled; TLS certificates (a local CA and server
+    certificates) and an admin token for the public APIs belong here too: add their paths
+    to ``common_env`` (every service) or ``kind_env["discovery"]``, and a banner line.
+    """
+    credentials = ensure_credentials(data_dir)
+    nats_config = write_nats_config(credentials, subject_prefix=settings.bus.subject_prefix)
+    metadata = settings.wal_cloud.metadata
+    common_env = {
+        "DANUBE_WAL_CLOUD__METADATA__USER": ETCD_MESH_USER,
+        "DANUBE_WAL_CLOUD__METADATA__PASSWORD_FILE": str(credentials.etcd_mesh_password_file),
+    }
+    kind_env = {
+        kind: {
+            "DANUBE_BUS__USER": kind,
+            "DANUBE_BUS__PASSWORD_FILE": str(credentials.nats_password_file(kind)),
+        }
+        for kind in KIND_PERMISSIONS
+    }
+
+    async def etcd_setup() -> None:
+        await enable_etcd_auth(
+            metadata.etcd_endpoint,
+            credentials,
+            prefix=metadata.prefix,
+            timeout_s=max(metadata.request_timeout_s, _ETCD_SETUP_TIMEOUT_S),
+        )
+
+    banner = [
+        "security: ON inside the mesh: NATS user and subject permissions per service kind,",
+        f"  etcd auth (user {ETCD_MESH_USER}); credentials in {credentials.dir} (0600)",
+    ]
+    return SecureMesh(
+        credentials=credentials,
+        nats_config=nats_config,
+        common_env=common_env,
+        kind_env=kind_env,
+        etcd_setup=etcd_setup,
+        banner=banner,
+    )
