@@ -55,3 +55,12 @@ DAMAGED_PARTITIONS = Gauge(
 SKIPPED_OFFSETS = Counter(
     "danube_dispatcher_skipped_offsets", "Offsets an operator skipped (subscriptions skip)"
 )
+POLICY_REFUSALS = Counter(
+    "danube_dispatcher_policy_refusals",
+    "Attaches refused by a topic's policies (docs/policies.md), by reason",
+    ["reason"],
+)
+BACKLOG_EVICTED = Counter(
+    "danube_dispatcher_backlog_evicted_messages",
+    "Messages a subscription's cursor was moved past by a backlog quota of policy evict_oldest",
+)
