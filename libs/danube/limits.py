@@ -102,7 +102,9 @@ def for_partition(policies: Policies, partitions: int) -> PartitionLimits:
         rate_msgs_s=_share(policies.publish_rate_msgs_s, count),
         rate_bytes_s=_share(policies.publish_rate_bytes_s, count),
         backlog_quota=policies.backlog_quota_messages,
-        backlog_refuse=(policies.backlog_quota_policy or "refuse") == "refuse",
+        # A quota set with no policy refuses (the default).
+        backlog_refuse=policies.backlog_quota_messages is not None
+        and (policies.backlog_quota_policy or "refuse") == "refuse",
     )
 
 
