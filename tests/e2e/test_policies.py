@@ -53,7 +53,7 @@ async def _mesh(services: Callable[..., ServerProcess]) -> AsyncIterator[Mesh]:
 
 
 def _ok(answer: httpx.Response, *statuses: int) -> Any:
-    assert answer.status_code in (statuses or (200, 201)), answer.text
+    assert answer.status_code in (statuses or (200, 201, 204)), answer.text
     return answer.json() if answer.content else None
 
 
