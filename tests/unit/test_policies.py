@@ -50,7 +50,8 @@ def test_limits_travel_in_headers_and_back() -> None:
     evict = for_partition(
         Policies(backlog_quota_messages=7, backlog_quota_policy="evict_oldest"), 0
     )
-    assert evict.empty and evict.headers() == {}
+    assert evict.empty
+    assert evict.headers() == {}
     # A malformed header is no limit rather than a refused produce.
     assert PartitionLimits.from_headers({"Rate-Msgs": "-3", "Rate-Bytes": "x"}).empty
 
@@ -104,7 +105,7 @@ def test_policy_bounds_are_checked_and_name_the_field() -> None:
         PoliciesSpec.model_validate({"max_producers": 0})
     with pytest.raises(ValidationError, match="backlog_quota_policy"):
         PoliciesSpec.model_validate({"backlog_quota_policy": "drop"})
-    with pytest.raises(BadRequestError, match="policies.max_message_bytes"):
+    with pytest.raises(BadRequestError, match=r"policies\.max_message_bytes"):
         check_message_size(PoliciesSpec(max_message_bytes=2000), 1000)
     check_message_size(PoliciesSpec(max_message_bytes=1000), 1000)
 
