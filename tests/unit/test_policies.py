@@ -5,8 +5,10 @@ Retry-After, and the request models' bounds."""
 from __future__ import annotations
 
 import pytest
+import typer
 from pydantic import ValidationError
 
+from danube.cli.policies import parse_policies
 from danube.discovery.errors import BadRequestError
 from danube.discovery.policy_models import PoliciesSpec, check_message_size
 from danube.ingest.ratelimit import BURST_S, PublishRate, TokenBucket
@@ -114,3 +116,17 @@ def test_a_patch_replaces_only_the_fields_it_gives() -> None:
     current = Policies(max_producers=3, publish_rate_msgs_s=50)
     patch = PoliciesSpec.model_validate({"publish_rate_msgs_s": None, "max_subscriptions": 2})
     assert patch.applied_to(current) == Policies(max_producers=3, max_subscriptions=2)
+
+
+def test_the_cli_reads_policies_as_key_value_pairs() -> None:
+    found = parse_policies(["max_producers=3", "backlog_quota_policy=evict_oldest"])
+    assert found is not None
+    assert found.body() == {"max_producers": 3, "backlog_quota_policy": "evict_oldest"}
+    unset = parse_policies(["publish_rate_msgs_s=none"])
+    assert unset is not None
+    assert unset.body() == {"publish_rate_msgs_s": None}
+    assert parse_policies(None) is None
+    with pytest.raises(typer.BadParameter, match="max_producer"):
+        parse_policies(["max_producer=3"])
+    with pytest.raises(typer.BadParameter, match="integer"):
+        parse_policies(["max_producers=many"])
