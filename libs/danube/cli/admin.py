@@ -12,6 +12,7 @@ from rich.table import Table
 
 from danube.cli import failure_policy
 from danube.cli._common import Json, ServiceAddr, connect, err, out, parse_position, print_json, run
+from danube.cli.policies import PolicyOption, parse_policies, policies_text
 from danube.cli.producers_table import producers_table
 from danube.client import AsyncAdmin, Retention
 from danube.client.admin import Namespace, Subscription, TopicDescription
@@ -113,7 +114,7 @@ def _show_namespace(found: Namespace, json_out: bool) -> None:
         f"{retention.time_minutes or '-'} min / {retention.size_mb or '-'} MB, "
         f"replication {found.replication_factor or 'default'} "
         f"(min in sync {found.min_insync_replicas or 'default'}), "
-        f"created {_when(found.created_ms)}"
+        f"created {_when(found.created_ms)}; policies: {policies_text(found.policies)}"
     )
 
 
@@ -157,12 +158,14 @@ def _policy(
     retention_mb: int | None,
     replication_factor: int | None,
     min_insync_replicas: int | None,
+    policy: list[str] | None = None,
 ) -> dict[str, Any]:
     """The namespace policy fields given on the command line (the rest are left out)."""
     given: dict[str, Any] = {
         "max_topics": max_topics,
         "replication_factor": replication_factor,
         "min_insync_replicas": min_insync_replicas,
+        "policies": parse_policies(policy),
     }
     if retention_minutes is not None or retention_mb is not None:
         given["retention"] = Retention(time_minutes=retention_minutes, size_mb=retention_mb)
@@ -178,16 +181,22 @@ def namespaces_create(
     retention_mb: RetentionMb = None,
     replication_factor: ReplicationFactor = None,
     min_insync_replicas: MinInsync = None,
+    policy: PolicyOption = None,
     json_out: Json = False,
 ) -> None:
     """Create a namespace (idempotent; 409 if it exists with another policy); the
-    replication options are the defaults of its new topics."""
-    policy = _policy(
-        max_topics, retention_minutes, retention_mb, replication_factor, min_insync_replicas
+    replication options and policies are the defaults of its topics."""
+    given = _policy(
+        max_topics,
+        retention_minutes,
+        retention_mb,
+        replication_factor,
+        min_insync_replicas,
+        policy,
     )
 
     async def call(admin: AsyncAdmin) -> None:
-        _show_namespace(await admin.create_namespace(namespace, **policy), json_out)
+        _show_namespace(await admin.create_namespace(namespace, **given), json_out)
 
     _admin("namespaces create", service_addr, call)
 
@@ -201,12 +210,18 @@ def namespaces_update(
     retention_mb: RetentionMb = None,
     replication_factor: ReplicationFactor = None,
     min_insync_replicas: MinInsync = None,
+    policy: PolicyOption = None,
     json_out: Json = False,
 ) -> None:
-    """Change a namespace's policy (only the options given); its topics that set none of
-    their own follow it."""
+    """Change a namespace's policy (only the options given; ``--policy KEY=none`` unsets
+    one); its topics that set none of their own follow it."""
     changes = _policy(
-        max_topics, retention_minutes, retention_mb, replication_factor, min_insync_replicas
+        max_topics,
+        retention_minutes,
+        retention_mb,
+        replication_factor,
+        min_insync_replicas,
+        policy,
     )
 
     async def call(admin: AsyncAdmin) -> None:
@@ -261,9 +276,12 @@ def topics_create(
     ),
     replication_factor: ReplicationFactor = None,
     min_insync_replicas: MinInsync = None,
+    policy: PolicyOption = None,
     json_out: Json = False,
 ) -> None:
-    """Create a topic (idempotent; 409 if it exists with another config)."""
+    """Create a topic (idempotent; 409 if it exists with another config); ``--policy``
+    sets its own policies (the rest come from its namespace)."""
+    policies = parse_policies(policy)
 
     async def call(admin: AsyncAdmin) -> None:
         created = await admin.create_topic(
@@ -273,6 +291,7 @@ def topics_create(
             durability="fsync" if durability is Durability.fsync else "interval",
             replication_factor=replication_factor,
             min_insync_replicas=min_insync_replicas,
+            policies=policies,
         )
         if json_out:
             print_json(created.model_dump())
@@ -340,6 +359,10 @@ def topics_describe(
             f"{found.name}: {config.partitions} partitions, {config.dispatch}, "
             f"{config.durability}, created {_when(config.created_ms)}"
         )
+        out.print(
+            f"policies: {policies_text(config.policies)}; in effect: "
+            f"{policies_text(config.effective_policies)}"
+        )
         out.print(_describe_table(found))
         if found.subscriptions:
             out.print(_subscriptions_table(found.subscriptions))
@@ -347,6 +370,32 @@ def topics_describe(
             out.print(producers_table(found.producers))
 
     _admin("topics describe", service_addr, call)
+
+
+@topics.command("update")
+def topics_update(
+    topic: TopicArg,
+    policy: PolicyOption = None,
+    service_addr: ServiceAddr = "http://127.0.0.1:8080",
+    json_out: Json = False,
+) -> None:
+    """Change a topic's policies in place (``--policy KEY=VALUE``; ``KEY=none`` unsets
+    one, so its namespace's applies)."""
+    policies = parse_policies(policy)
+    if policies is None:
+        raise typer.BadParameter("give at least one --policy KEY=VALUE")
+
+    async def call(admin: AsyncAdmin) -> None:
+        updated = await admin.update_topic_policies(topic, policies)
+        if json_out:
+            print_json(updated.model_dump())
+            return
+        out.print(
+            f"{updated.name}: policies: {policies_text(updated.config.policies)}; in effect: "
+            f"{policies_text(updated.config.effective_policies)}"
+        )
+
+    _admin("topics update", service_addr, call)
 
 
 @topics.command("producers")

@@ -35,6 +35,24 @@ class Retention(_Model):
     size_mb: int | None = None
 
 
+class Policies(_Model):
+    """A topic's or namespace's limits (docs/policies.md); None: not set (inherited from
+    the namespace, else the cluster's: no limit)."""
+
+    max_producers: int | None = None
+    max_subscriptions: int | None = None
+    max_consumers_per_subscription: int | None = None
+    publish_rate_msgs_s: int | None = None
+    publish_rate_bytes_s: int | None = None
+    max_message_bytes: int | None = None
+    backlog_quota_messages: int | None = None
+    backlog_quota_policy: Literal["refuse", "evict_oldest"] | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The fields set, as a request body (a PATCH replaces exactly these)."""
+        return self.model_dump(exclude_unset=True)
+
+
 class Node(_Model):
     node_id: str
     address: str | None = None
@@ -59,6 +77,7 @@ class Namespace(_Model):
     created_ms: int
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
+    policies: Policies = Policies()
 
 
 class TopicConfig(_Model):
@@ -69,6 +88,8 @@ class TopicConfig(_Model):
     created_ms: int
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
+    policies: Policies = Policies()  # the topic's own
+    effective_policies: Policies = Policies()  # in effect: the namespace's where unset
 
 
 class Topic(_Model):
@@ -276,10 +297,14 @@ class AsyncAdmin:
         retention: Retention | None = None,
         replication_factor: int | None = None,
         min_insync_replicas: int | None = None,
+        policies: Policies | None = None,
     ) -> Namespace:
         """Create a namespace (idempotent); ConflictError ``namespace_exists`` when it
-        exists with another policy. The replication settings are its topics' defaults."""
+        exists with another policy. The replication settings and ``policies`` are its
+        topics' defaults."""
         body: dict[str, Any] = {}
+        if policies is not None:
+            body["policies"] = policies.body()
         if max_topics is not None:
             body["max_topics"] = max_topics
         if retention is not None:
@@ -294,10 +319,15 @@ class AsyncAdmin:
     async def update_namespace(self, ns: str, **changes: Any) -> Namespace:
         """Change a namespace's policy: each keyword given (``max_topics``, ``retention`` —
         a :class:`Retention` —, ``replication_factor``, ``min_insync_replicas``; None resets
-        a replication default) replaces the stored value; topics that set none of their own
+        a replication default; ``policies`` — a :class:`Policies` whose fields set replace
+        the stored ones) replaces the stored value; topics that set none of their own
         follow it."""
         body = {
-            key: value.model_dump() if isinstance(value, Retention) else value
+            key: value.model_dump()
+            if isinstance(value, Retention)
+            else value.body()
+            if isinstance(value, Policies)
+            else value
             for key, value in changes.items()
         }
         answer = await self._call("PATCH", f"/v1/namespaces/{_namespace(ns)}", body)
@@ -325,15 +355,18 @@ class AsyncAdmin:
         retention: Retention | None = None,
         replication_factor: int | None = None,
         min_insync_replicas: int | None = None,
+        policies: Policies | None = None,
     ) -> Topic:
         """Create a topic (idempotent: ``created`` False when it existed with this config);
         ConflictError ``topic_exists`` when it exists with another. A replication setting
-        left None takes the namespace's (or the cluster's) default."""
+        or policy left None takes the namespace's (or the cluster's) default."""
         body: dict[str, Any] = {
             "partitions": partitions,
             "dispatch": dispatch,
             "durability": durability,
         }
+        if policies is not None:
+            body["policies"] = policies.body()
         if retention is not None:
             body["retention"] = retention.model_dump()
         if replication_factor is not None:
@@ -343,6 +376,13 @@ class AsyncAdmin:
         answer = await self._call("PUT", f"/v1/topics/{_topic_path(topic)}", body)
         created = _parse(Topic, answer.body, "create topic")
         return created.model_copy(update={"created": answer.status == 201})
+
+    async def update_topic_policies(self, topic: str | TopicName, policies: Policies) -> Topic:
+        """Change a topic's policies in place: the fields set in ``policies`` replace the
+        stored ones (set one to None to unset it: the namespace's applies again)."""
+        body = {"policies": policies.body()}
+        answer = await self._call("PATCH", f"/v1/topics/{_topic_path(topic)}", body)
+        return _parse(Topic, answer.body, "update topic")
 
     async def describe_topic(self, topic: str | TopicName) -> TopicDescription:
         """Config, partitions with owners and offsets, subscriptions."""

@@ -23,6 +23,7 @@ from danube.client.admin import (
     Durability,
     Lookup,
     Namespace,
+    Policies,
     ProducerInfo,
     Retention,
     SeekPartition,
@@ -342,6 +343,10 @@ class Admin:
                 retention=retention,
             )
         )
+
+    def update_topic_policies(self, topic: str | TopicName, policies: Policies) -> Topic:
+        """Change a topic's policies in place (the fields set replace the stored ones)."""
+        return self._portal.call(self._admin.update_topic_policies(topic, policies))
 
     def describe_topic(self, topic: str | TopicName) -> TopicDescription:
         """Config, partitions with owners and offsets, subscriptions."""

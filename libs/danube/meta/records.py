@@ -41,6 +41,37 @@ class RetentionPolicy(_Record):
     size_mb: Annotated[int, Field(ge=1)] | None = None
 
 
+# Bounds of the policies (docs/policies.md); what a limit may be set to at most.
+POLICY_COUNT_MAX = 1_000_000  # producers, subscriptions, consumers
+RATE_MSGS_MAX = 10_000_000  # messages per second
+RATE_BYTES_MAX = 10 * 2**30  # bytes per second
+BACKLOG_MESSAGES_MAX = 2**62
+BacklogPolicy = Literal["refuse", "evict_oldest"]
+PolicyCount = Annotated[int, Field(ge=1, le=POLICY_COUNT_MAX)]
+
+
+class Policies(_Record):
+    """The limits a topic holds to (docs/policies.md). ``None``: not set here, so the
+    namespace's value applies, else the cluster's (no limit, and ``ingest.max_message_bytes``
+    for the message size)."""
+
+    max_producers: PolicyCount | None = None
+    max_subscriptions: PolicyCount | None = None
+    max_consumers_per_subscription: PolicyCount | None = None
+    publish_rate_msgs_s: Annotated[int, Field(ge=1, le=RATE_MSGS_MAX)] | None = None
+    publish_rate_bytes_s: Annotated[int, Field(ge=1, le=RATE_BYTES_MAX)] | None = None
+    max_message_bytes: Annotated[int, Field(ge=1)] | None = None
+    backlog_quota_messages: Annotated[int, Field(ge=1, le=BACKLOG_MESSAGES_MAX)] | None = None
+    backlog_quota_policy: BacklogPolicy | None = None
+
+    def over(self, fallback: Policies | None) -> Policies:
+        """Each field this one leaves unset taken from ``fallback`` (topic over namespace)."""
+        if fallback is None:
+            return self
+        mine = self.model_dump(exclude_none=True)
+        return Policies.model_validate({**fallback.model_dump(exclude_none=True), **mine})
+
+
 REPLICAS_MAX = 7
 ReplicationFactor = Annotated[int, Field(ge=1, le=REPLICAS_MAX)]
 NodeId = Annotated[str, Field(min_length=1, max_length=128)]
@@ -55,6 +86,8 @@ class NamespacePolicy(_Record):
     retention: RetentionPolicy = RetentionPolicy()
     replication_factor: ReplicationFactor | None = None
     min_insync_replicas: ReplicationFactor | None = None
+    # What its topics hold to where they set nothing of their own.
+    policies: Policies = Policies()
 
 
 class TopicConfig(_Record):
@@ -69,6 +102,8 @@ class TopicConfig(_Record):
     # message durably before it is acknowledged. None: the namespace's, else the cluster's.
     replication_factor: ReplicationFactor | None = None
     min_insync_replicas: ReplicationFactor | None = None
+    # Its own limits; what it leaves unset comes from its namespace (Policies.over).
+    policies: Policies = Policies()
 
 
 class Owner(_Record):

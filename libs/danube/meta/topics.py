@@ -9,7 +9,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.errors import MetaDecodeError
 from danube.meta.keys import ServiceKind
 from danube.meta.kv import decode_model, encode_model
-from danube.meta.records import NamespacePolicy, TopicConfig
+from danube.meta.records import NamespacePolicy, Policies, TopicConfig
 from danube.meta.store import MetaStore
 from danube.names import InvalidNameError, TopicName
 
@@ -61,3 +61,13 @@ async def live_nodes(store: MetaStore, kind: ServiceKind) -> set[str]:
         meta_keys.parse_node_key(kv.key)[1]
         for kv in await store.range(meta_keys.nodes_prefix(kind))
     }
+
+
+async def read_policies(store: MetaStore, topic: TopicName) -> Policies:
+    """The policies in effect for ``topic`` (or its partition): the topic's own over its
+    namespace's (docs/policies.md), read from etcd; none when neither exists."""
+    base = topic.parent
+    config = await store.get_model(meta_keys.topic_key(base), TopicConfig)
+    namespace = await store.get_model(meta_keys.namespace_key(base.namespace), NamespacePolicy)
+    own = Policies() if config is None else config.policies
+    return own.over(None if namespace is None else namespace.policies)

@@ -155,6 +155,11 @@ class Txn:
 
     # --- ops -------------------------------------------------------------------------
 
+    def if_prefix_unchanged_since(self, prefix: str, revision: int) -> Txn:
+        """No key under ``prefix`` was created or changed after ``revision`` (a count read at
+        ``revision`` still holds, but for deletes)."""
+        return self._compare(prefix, "mod_revision", "<", revision + 1, prefix=True)
+
     def then_put(self, key: str, value: bytes, *, lease: Lease | int | None = None) -> Txn:
         """Write ``key`` if the compares hold (attached to ``lease`` if given)."""
         _append(self.success, PutOp(key, check_value(key, value), lease), "then ops")

@@ -17,15 +17,23 @@ from dataclasses import dataclass
 
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
 from danube.discovery.models import NamespacePatch, NamespaceSpec, TopicSpec
+from danube.discovery.policy_models import TopicPatch
 from danube.meta import MetaError, MetaStore, TopicName, decode_model, encode_model
 from danube.meta import keys as meta_keys
-from danube.meta.records import PARTITIONS_MAX, NamespacePolicy, RetentionPolicy, TopicConfig
+from danube.meta.records import (
+    PARTITIONS_MAX,
+    NamespacePolicy,
+    Policies,
+    RetentionPolicy,
+    TopicConfig,
+)
 from danube.names import InvalidNameError, validate_segment
 
 log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "default"
 TOPIC_CACHE_ENTRIES_MAX = 10_000
+NAMESPACES_CACHED_MAX = 10_000
 # Deletes of one topic's records are sent in transactions of at most this many ops
 # (etcd refuses more than 128 per transaction).
 _DELETE_OPS_PER_TXN = 100
@@ -59,6 +67,7 @@ def _same_topic(existing: TopicConfig, spec: TopicSpec) -> bool:
         and existing.retention == spec.retention.policy()
         and existing.replication_factor == spec.replication_factor
         and existing.min_insync_replicas == spec.min_insync_replicas
+        and existing.policies == spec.policies.stored()
     )
 
 
@@ -68,12 +77,19 @@ def _same_namespace(existing: NamespacePolicy, spec: NamespaceSpec) -> bool:
         and existing.retention == spec.retention.policy()
         and existing.replication_factor == spec.replication_factor
         and existing.min_insync_replicas == spec.min_insync_replicas
+        and existing.policies == spec.policies.stored()
     )
 
 
 @dataclass(frozen=True, slots=True)
 class _Cached:
     config: TopicConfig
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _CachedNamespace:
+    policy: NamespacePolicy | None
     expires_at: float
 
 
@@ -84,6 +100,7 @@ class Catalog:
         self.store = store
         self._cache_ttl_s = cache_ttl_s
         self._cache: OrderedDict[TopicName, _Cached] = OrderedDict()
+        self._namespaces: dict[str, _CachedNamespace] = {}  # bounded: NAMESPACES_CACHED_MAX
         self._lock = asyncio.Lock()  # serialises cache fills only, never an etcd write
 
     # --- namespaces ----------------------------------------------------------------
@@ -104,6 +121,7 @@ class Catalog:
             retention=spec.retention.policy(),
             replication_factor=spec.replication_factor,
             min_insync_replicas=spec.min_insync_replicas,
+            policies=spec.policies.stored(),
         )
         result = (
             await self.store.txn()
@@ -146,6 +164,8 @@ class Catalog:
                 changes["retention"] = (
                     RetentionPolicy() if retention is None else retention.policy()
                 )
+            if patch.policies is not None:
+                changes["policies"] = patch.policies.applied_to(current.policies)
             updated = NamespacePolicy.model_validate({**current.model_dump(), **changes})
             result = await (
                 self.store.txn()
@@ -155,6 +175,7 @@ class Catalog:
             )
             if result.succeeded:
                 log.info("namespace %s updated: %s", name, sorted(changes))
+                self._remember_namespace(name, updated)
                 return updated
         raise ConflictError(f"namespace {name} changed during the update", code="conflict")
 
@@ -201,6 +222,7 @@ class Catalog:
             created_ms=now_ms(),
             replication_factor=spec.replication_factor,
             min_insync_replicas=spec.min_insync_replicas,
+            policies=spec.policies.stored(),
         )
         policy = await self.get_namespace(topic.namespace)
         existing = await self.store.get_model(key, TopicConfig)
@@ -271,6 +293,60 @@ class Catalog:
                 self._remember(topic, grown)
                 return grown
         raise ConflictError(f"topic {topic} kept changing while growing", code="conflict")
+
+    async def update_topic(self, topic: TopicName, patch: TopicPatch) -> TopicConfig:
+        """Apply ``patch`` to the topic's policies (compare-and-swap on its revision, a few
+        tries); NotFoundError if it does not exist. Other instances see it within their
+        cache's TTL (``discovery.topic_cache_ttl_s``), this one at once."""
+        key = meta_keys.topic_key(topic)
+        for _ in range(_UPDATE_TRIES):
+            found = await self.store.get_model_kv(key, TopicConfig)
+            if found is None:
+                raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+            config, kv = found
+            updated = config.model_copy(
+                update={"policies": patch.policies.applied_to(config.policies)}
+            )
+            result = await (
+                self.store.txn()
+                .if_mod_revision(key, "==", kv.mod_revision)
+                .then_put(key, encode_model(updated))
+                .commit()
+            )
+            if result.succeeded:
+                log.info("topic %s policies updated: %s", topic, updated.policies)
+                self._remember(topic, updated)
+                return updated
+        raise ConflictError(f"topic {topic} changed during the update", code="conflict")
+
+    async def effective_policies(self, topic: TopicName) -> tuple[TopicConfig | None, Policies]:
+        """The topic's config (``None`` before it exists) and the policies in effect for it:
+        its own over its namespace's, both from the caches (the produce path's view)."""
+        config = await self.cached_topic(topic.parent)
+        namespace = await self.cached_namespace(topic.namespace)
+        fallback = None if namespace is None else namespace.policies
+        own = Policies() if config is None else config.policies
+        return config, own.over(fallback)
+
+    async def cached_namespace(self, name: str) -> NamespacePolicy | None:
+        """The namespace's policy from the cache while fresh, else etcd (else, when etcd
+        fails, the stale one); ``None`` if it does not exist."""
+        hit = self._namespaces.get(name)
+        if hit is not None and hit.expires_at > time.monotonic():
+            return hit.policy
+        try:
+            found = await self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy)
+        except MetaError:
+            if hit is None:
+                raise
+            return hit.policy
+        self._remember_namespace(name, found)
+        return found
+
+    def _remember_namespace(self, name: str, policy: NamespacePolicy | None) -> None:
+        if len(self._namespaces) >= NAMESPACES_CACHED_MAX and name not in self._namespaces:
+            self._namespaces.clear()  # rare: a cache refills from etcd
+        self._namespaces[name] = _CachedNamespace(policy, time.monotonic() + self._cache_ttl_s)
 
     async def get_topic(self, topic: TopicName) -> TopicConfig:
         """The topic's config, read from etcd; NotFoundError if it does not exist."""

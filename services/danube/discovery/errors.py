@@ -12,12 +12,14 @@
         ├── NotFoundError          "namespace_not_found", "topic_not_found",
         │                          "subscription_not_found"                       404
         ├── ConflictError          "topic_exists", "namespace_exists",
-        │                          "namespace_not_empty", "namespace_protected"   409
+        │                          "namespace_not_empty", "namespace_protected",
+        │                          "too_many_producers"                           409
         ├── TooLargeError          "payload_too_large", "body_too_large",
         │                          "too_many_messages"                            413
         ├── UnsupportedMediaTypeError  "unsupported_media_type"                  415
-        ├── OverLimitError         "too_many_requests", "too_many_streams"
-        │                          (retriable)                                    429
+        ├── OverLimitError         "too_many_requests", "too_many_streams",
+        │                          "rate_limited", "backlog_quota_exceeded"
+        │                          (retriable; Retry-After when it is known)      429
         └── UnavailableError       "no_owner", "unavailable"  (retriable)         503
 
 Errors of the other packages keep their own class and code; :func:`http_status` gives them
@@ -91,11 +93,19 @@ class UnsupportedMediaTypeError(DiscoveryError):
 
 
 class OverLimitError(DiscoveryError):
-    """This instance is at its limit of concurrent work; retry later (or elsewhere)."""
+    """Over a limit: this instance's concurrent work, or a topic's publish rate or backlog
+    quota (docs/policies.md); retry later. ``retry_after_s``: when, if known (answered as
+    ``Retry-After``)."""
 
     code = "too_many_requests"
     status = 429
     retriable = True
+
+    def __init__(
+        self, message: str, *, code: str | None = None, retry_after_s: int | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
 
 
 class UnavailableError(DiscoveryError):
@@ -121,6 +131,10 @@ _STATUS_BY_CODE: dict[str, int] = {
     "meta_unavailable": 503,
     "lease_lost": 503,
     "subscription_taken": 409,
+    "too_many_subscriptions": 409,  # policies (docs/policies.md)
+    "too_many_consumers": 409,
+    "rate_limited": 429,
+    "backlog_quota_exceeded": 429,
     "consumer_exists": 409,
     "policy_conflict": 409,
     "consumer_not_found": 404,

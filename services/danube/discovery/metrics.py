@@ -25,3 +25,8 @@ SCHEMA_VIOLATIONS = Counter(
     "Produced payloads that failed their topic's schema (policy warn: stored; enforce: refused)",
     ["policy"],
 )
+POLICY_REFUSALS = Counter(
+    "danube_discovery_policy_refusals",
+    "Requests refused by a topic's policies (docs/policies.md), by reason",
+    ["reason"],
+)

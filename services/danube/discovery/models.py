@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from danube.discovery.policy_models import PoliciesSpec
 from danube.discovery.producer_models import ProducerId, ProducerOut
 from danube.frame import (
     MAX_ATTRIBUTE_NAME_BYTES,
@@ -24,6 +25,7 @@ from danube.meta.records import (
     REPLICAS_MAX,
     Dispatch,
     Durability,
+    Policies,
     RetentionPolicy,
     SubscriptionType,
 )
@@ -77,6 +79,8 @@ class NamespaceSpec(_Request):
     # The defaults of the namespace's new topics (docs/replication.md); null: the cluster's.
     replication_factor: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
     min_insync_replicas: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
+    # What the namespace's topics hold to where they set nothing (docs/policies.md).
+    policies: PoliciesSpec = PoliciesSpec()
 
 
 class NamespacePatch(_Request):
@@ -87,6 +91,8 @@ class NamespacePatch(_Request):
     retention: RetentionSpec | None = None
     replication_factor: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
     min_insync_replicas: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
+    # The policy fields given replace the stored ones; null unsets one.
+    policies: PoliciesSpec | None = None
 
 
 class TopicSpec(_Request):
@@ -100,6 +106,8 @@ class TopicSpec(_Request):
     # acknowledged (docs/replication.md); null: the namespace's, else the cluster's.
     replication_factor: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
     min_insync_replicas: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
+    # Its limits (docs/policies.md); what it leaves unset: the namespace's, else none.
+    policies: PoliciesSpec = PoliciesSpec()
 
 
 class MessageIn(_Request):
@@ -308,6 +316,7 @@ class NamespaceOut(_Response):
     created_ms: int
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
+    policies: Policies = Policies()
 
 
 class NamespaceList(_Response):
@@ -337,6 +346,9 @@ class TopicConfigOut(_Response):
     created_ms: int
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
+    # The topic's own policies, and those in effect (the namespace's where it sets none).
+    policies: Policies = Policies()
+    effective_policies: Policies = Policies()
 
 
 class TopicOut(_Response):

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from danube.bus import Bus, NoRespondersError, TopicName
+from danube.bus import Bus, NoRespondersError, RemoteError, TopicName
 from danube.config import DanubeSettings
 from danube.discovery import metrics
 from danube.discovery.catalog import Catalog
@@ -41,6 +41,13 @@ from danube.discovery.routing import (
 from danube.discovery.schema_gate import SchemaGate, Stamp
 from danube.frame import Record, encode_record
 from danube.ingest.client import IngestClient
+from danube.limits import (
+    BACKLOG_QUOTA_EXCEEDED,
+    RATE_LIMITED,
+    PartitionLimits,
+    for_partition,
+    retry_after_ms,
+)
 from danube.meta.records import Dispatch
 
 log = logging.getLogger(__name__)
@@ -174,11 +181,15 @@ class Producer:
     async def produce(self, topic: TopicName, request: ProduceRequest) -> list[ProduceResult]:
         """Store the batch; one result per message, in message order. A topic with a schema
         checks the payloads first (:mod:`danube.discovery.schema_gate`)."""
-        payloads = decode_payloads(
-            request,
-            max_payload_bytes=self.limits.max_payload_bytes,
-            max_messages=self.limits.max_messages,
-        )
+        try:
+            payloads = decode_payloads(
+                request,
+                max_payload_bytes=await self.max_message_bytes(topic),
+                max_messages=self.limits.max_messages,
+            )
+        except TooLargeError as exc:
+            metrics.POLICY_REFUSALS.labels(exc.code).inc()
+            raise
         stamp = None
         if self.schemas is not None:
             stamp = await self.schemas.admit(topic, payloads, version=request.schema_version)
@@ -187,6 +198,15 @@ class Producer:
         )
         keys = [m.key for m in request.messages]
         return await self.store(topic, records, keys, dispatch=request.dispatch)
+
+    async def max_message_bytes(self, topic: TopicName) -> int:
+        """The largest payload ``topic`` takes: its policy's (docs/policies.md), never more
+        than the cluster's ``ingest.max_message_bytes``."""
+        _, policies = await self.catalog.effective_policies(topic)
+        return min(
+            policies.max_message_bytes or self.limits.max_payload_bytes,
+            self.limits.max_payload_bytes,
+        )
 
     async def store(
         self,
@@ -208,9 +228,11 @@ class Producer:
                 routed = route(keys, partitions, self._robin)
                 names = topic.partitions(partitions)
             else:
-                await self._check_partition(topic)
+                partitions = await self._check_partition(topic)
                 routed, names = [0] * len(records), [topic]
-            offsets = await self._send(names, routed, records)
+            _, policies = await self.catalog.effective_policies(topic)
+            limits = for_partition(policies, partitions)
+            offsets = await self._send(names, routed, records, limits)
             metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
             metrics.MESSAGES_PRODUCED.inc(len(records))
             return [
@@ -229,16 +251,21 @@ class Producer:
         created, _ = await self.catalog.create_topic(topic, TopicSpec(dispatch=dispatch))
         return created.partitions
 
-    async def _check_partition(self, partition: TopicName) -> None:
+    async def _check_partition(self, partition: TopicName) -> int:
         """A partition is written only while its topic exists and has it (a deleted topic's
-        partition is not brought back by a late produce)."""
+        partition is not brought back by a late produce); the topic's partition count."""
         config = await self.catalog.cached_topic(partition.parent)
         assert partition.partition is not None
         if config is None or config.partitions <= partition.partition:
             raise NotFoundError(f"topic {partition} does not exist", code="topic_not_found")
+        return config.partitions
 
     async def _send(
-        self, names: Sequence[TopicName], routed: Sequence[int], records: Sequence[bytes]
+        self,
+        names: Sequence[TopicName],
+        routed: Sequence[int],
+        records: Sequence[bytes],
+        limits: PartitionLimits,
     ) -> list[int]:
         max_request_bytes = self.bus.max_payload_bytes - BUS_HEADROOM_BYTES
         sizes = [len(r) for r in records]
@@ -268,7 +295,7 @@ class Producer:
                 if remaining_s <= 0:
                     raise UnavailableError(f"no durable answer from {names[partition]} in time")
                 first = await self._produce_chunk(
-                    names[partition], [records[i] for i in chunk.indexes], remaining_s
+                    names[partition], [records[i] for i in chunk.indexes], remaining_s, limits
                 )
                 for position, index in enumerate(chunk.indexes):
                     offsets[index] = first + position
@@ -282,10 +309,23 @@ class Producer:
         return offsets
 
     async def _produce_chunk(
-        self, partition: TopicName, records: list[bytes], timeout_s: float
+        self,
+        partition: TopicName,
+        records: list[bytes],
+        timeout_s: float,
+        limits: PartitionLimits,
     ) -> int:
         try:
-            return await self.client.produce(partition, records, timeout_s=timeout_s)
+            return await self.client.produce(partition, records, timeout_s=timeout_s, limits=limits)
+        except RemoteError as exc:
+            if exc.code not in (RATE_LIMITED, BACKLOG_QUOTA_EXCEEDED):
+                raise
+            metrics.POLICY_REFUSALS.labels(exc.code).inc()
+            # Retry-After is in whole seconds: at least 1.
+            wait_ms = retry_after_ms(exc.message) or 1000
+            raise OverLimitError(
+                exc.message, code=exc.code, retry_after_s=max(1, -(-wait_ms // 1000))
+            ) from None
         except TimeoutError as exc:
             raise UnavailableError(
                 f"no owner of {partition} answered within the produce deadline", code="no_owner"

@@ -32,6 +32,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from danube.discovery import metrics
 from danube.discovery.catalog import Catalog
 from danube.discovery.errors import ConflictError, NotFoundError
 from danube.discovery.models import TopicSpec
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 PRODUCER_ID_BYTES = 8
 SESSIONS_LISTED_MAX = 10_000
 _RETRY_BASE_S = 0.1
+_OPEN_TRIES = 5  # opens racing others under a max_producers limit
 _RETRY_CAP_S = 5.0
 
 
@@ -213,14 +215,29 @@ class ProducerSessions:
         self, topic: TopicName, name: str, *, access_mode: AccessMode
     ) -> ProducerSession:
         """Open a session; ConflictError (409) ``producer_exists`` or ``exclusive_producer``
-        when the topic's producers refuse it. Creates the topic when auto-creation is on."""
+        when the topic's producers refuse it, ``too_many_producers`` at the topic's
+        ``max_producers``. Creates the topic when auto-creation is on."""
         await self._ensure_topic(topic)
+        for _ in range(_OPEN_TRIES):
+            session = await self._try_open(topic, name, access_mode)
+            if session is not None:
+                return session
+        raise ConflictError(f"{topic}: producers kept changing; retry", code="conflict")
+
+    async def _try_open(
+        self, topic: TopicName, name: str, access_mode: AccessMode
+    ) -> ProducerSession | None:
+        """One attempt of :meth:`open`; ``None`` when another session was opened between
+        the count and the transaction (count again)."""
+        limit, counted = await self._producer_room(topic)
         producer_id = new_producer_id()
         record = ProducerRecord(
             name=name, access_mode=access_mode, created_ms=int(time.time() * 1000)
         )
         lease_id, ttl_s = await self.store.grant_bare_lease(self.ttl_s)
         txn = _open_txn(self.store.txn(), topic, access_mode)
+        if counted is not None:  # the count read still holds when this commits
+            txn.if_prefix_unchanged_since(meta_keys.producer_scope_prefix(topic), counted)
         if access_mode == "exclusive":
             txn.then_put(
                 meta_keys.exclusive_producer_key(topic), producer_id.encode(), lease=lease_id
@@ -237,11 +254,30 @@ class ProducerSessions:
             await self._revoke(lease_id)
             holders = [meta_keys.parse_producer_key(kv.key)[0] for kv in result.responses[0].kvs]
             in_the_way = any(covers(holder, topic) for holder in holders)
-            raise refusal(access_mode, holder_exclusive=in_the_way)
+            if in_the_way or access_mode == "exclusive" or limit is None:
+                raise refusal(access_mode, holder_exclusive=in_the_way)
+            return None  # another session opened meanwhile: the limit may be reached now
         if access_mode == "exclusive":
             self.view.claimed(topic, producer_id, result.revision)
         log.info("producer %s (%s, %s) opened on %s", producer_id, name, access_mode, topic)
         return ProducerSession(topic, producer_id, name, access_mode, ttl_s, record.created_ms)
+
+    async def _producer_room(self, topic: TopicName) -> tuple[int | None, int | None]:
+        """The topic's ``max_producers`` (docs/policies.md) and the etcd revision the
+        sessions of ``topic`` (its scope: the whole topic, or one partition) were counted
+        at; ConflictError ``too_many_producers`` when they are at the limit."""
+        _, policies = await self.catalog.effective_policies(topic)
+        limit = policies.max_producers
+        if limit is None:
+            return None, None
+        snapshot = await self.store.snapshot(meta_keys.producer_scope_prefix(topic))
+        if len(snapshot.kvs) >= limit:
+            metrics.POLICY_REFUSALS.labels("too_many_producers").inc()
+            raise ConflictError(
+                f"{topic} has {len(snapshot.kvs)} producers, its max_producers is {limit}",
+                code="too_many_producers",
+            )
+        return limit, snapshot.revision
 
     async def keepalive(self, topic: TopicName, producer_id: str) -> bool:
         """Refresh the session's lease; ``False`` when the session is gone (expired,

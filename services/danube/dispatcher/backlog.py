@@ -22,17 +22,9 @@ from collections.abc import Iterable
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.protocol import PartitionStats
 from danube.ingest.client import WalOffsets
+from danube.limits import backlog
 
-
-def backlog(next_offset: int, acked_beyond: Iterable[int], end_offset: int | None) -> int | None:
-    """Unacked offsets in ``[next_offset, end_offset)``; ``None`` when the end is unknown
-    (the partition's ingest owner did not answer). A cursor at or past the end has none."""
-    if end_offset is None:
-        return None
-    if end_offset <= next_offset:
-        return 0
-    acked = sum(1 for offset in acked_beyond if next_offset <= offset < end_offset)
-    return end_offset - next_offset - acked
+__all__ = ["backlog", "partition_stats", "total"]
 
 
 def total(backlogs: Iterable[int | None]) -> int:

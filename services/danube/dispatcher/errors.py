@@ -149,3 +149,10 @@ class DataDamagedError(DispatcherError):
         self.from_offset = from_offset
         self.to_offset = to_offset
         self.files = files
+
+
+class PolicyLimitError(DispatcherError):
+    """A topic's policy refuses the attach (docs/policies.md): ``too_many_subscriptions``,
+    ``too_many_consumers`` (409)."""
+
+    code = "policy_limit"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from danube.bus import Bus, Message, MessageCallback, Subscription
 from danube.config import DispatcherConfig
-from danube.dispatcher import metrics, protocol
+from danube.dispatcher import metrics, policies, protocol
 from danube.dispatcher.delivery import DeliveryType
 from danube.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenError
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
@@ -219,6 +219,7 @@ class FanoutRuntime:
                 f"{self.store.topic} is non-reliable: key_shared is served on reliable topics only",
                 code="unsupported_subscription_type",
             )
+        limits = await policies.policies_of(self.store)  # docs/policies.md
         async with self._activate_lock:
             if self.fanout is None:
                 config = await self.store.create_config(
@@ -226,7 +227,8 @@ class FanoutRuntime:
                         type=request.type,
                         initial_position="latest",
                         created_ms=int(time.time() * 1000),
-                    )
+                    ),
+                    max_subscriptions=limits.max_subscriptions,
                 )
                 await self._activate(config)
         fanout = self._fanout()
@@ -235,6 +237,8 @@ class FanoutRuntime:
                 f"the subscription is {fanout.delivery_type}, not {request.type}",
                 code="subscription_type_mismatch",
             )
+        where = f"{self.store.topic}/{self.store.sub}"
+        policies.check_consumers(limits, len(self._last_seen), where)
         consumer_id = uuid.uuid4().hex
         fanout.attach(consumer_id)
         self._names[consumer_id] = request.consumer

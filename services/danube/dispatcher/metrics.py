@@ -91,3 +91,12 @@ SUB_UNACKED = Gauge(
 SUB_CONSUMERS = Gauge(
     "danube_subscription_consumers", "Consumers attached", ["topic", "subscription"]
 )
+POLICY_REFUSALS = Counter(
+    "danube_dispatcher_policy_refusals",
+    "Attaches refused by a topic's policies (docs/policies.md), by reason",
+    ["reason"],
+)
+BACKLOG_EVICTED = Counter(
+    "danube_dispatcher_backlog_evicted_messages",
+    "Messages a subscription's cursor was moved past by a backlog quota of policy evict_oldest",
+)

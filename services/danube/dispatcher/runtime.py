@@ -20,7 +20,14 @@ from typing import Any
 from danube.bus import Bus
 from danube.cloud_reader.client import CloudClient
 from danube.config import DispatcherConfig
-from danube.dispatcher import cursors_admin, deadletter, metrics, policy_admin, protocol
+from danube.dispatcher import (
+    cursors_admin,
+    deadletter,
+    metrics,
+    policies,
+    policy_admin,
+    protocol,
+)
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.delivery import SubscriptionMachine
@@ -158,6 +165,7 @@ class SubscriptionRuntime:
             self._readers[name] = reader
             self._spawn(reader.run(), f"reader-{partition}")
         self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
+        self._spawn(policies.evict_loop(self), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
@@ -211,7 +219,9 @@ class SubscriptionRuntime:
     # --- requests --------------------------------------------------------------------------
 
     async def attach(self, request: protocol.AttachRequest) -> str:
-        """Add a consumer (creating the subscription on its first attach); its id."""
+        """Add a consumer (creating the subscription on its first attach); its id. The
+        topic's policies may refuse it (``too_many_subscriptions``, ``too_many_consumers``)."""
+        limits = await policies.policies_of(self.store)
         async with self._activate_lock:
             self.check_serving()
             if self.machine is None:
@@ -225,7 +235,8 @@ class SubscriptionRuntime:
                         initial_position=initial,
                         created_ms=int(time.time() * 1000),
                         failure_policy=request.failure_policy,
-                    )
+                    ),
+                    max_subscriptions=limits.max_subscriptions,
                 )
                 resolved = dict(zip(partitions, offsets, strict=True))
                 await self._activate(config, request.start, resolved)
@@ -237,6 +248,8 @@ class SubscriptionRuntime:
                 f"the subscription is {machine.delivery_type}, not {request.type}",
                 code="subscription_type_mismatch",
             )
+        where = f"{self.store.topic}/{self.store.sub}"
+        policies.check_consumers(limits, len(self._last_seen), where)
         consumer_id = uuid.uuid4().hex
         await self.handle(
             ConsumerAttached(consumer_id, request.consumer, tuple(request.key_filters))

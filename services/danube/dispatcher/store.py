@@ -12,8 +12,9 @@ import logging
 import time
 from dataclasses import dataclass
 
+from danube.dispatcher import metrics
 from danube.dispatcher.cursor import CursorState
-from danube.dispatcher.errors import DispatcherError
+from danube.dispatcher.errors import DispatcherError, PolicyLimitError
 from danube.meta import Lease, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Dispatch, Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
@@ -134,12 +135,31 @@ class SubscriptionStore:
         """The subscription's config, ``None`` before its first attach."""
         return await self.store.get_model(self.config_key, SubscriptionConfig)
 
-    async def create_config(self, config: SubscriptionConfig) -> SubscriptionConfig:
-        """Write ``config`` unless one exists; return the one that is stored."""
+    async def create_config(
+        self, config: SubscriptionConfig, *, max_subscriptions: int | None = None
+    ) -> SubscriptionConfig:
+        """Write ``config`` unless one exists; return the one that is stored. A new one
+        that is not among the first ``max_subscriptions`` of its topic by creation is
+        deleted again: PolicyLimitError ``too_many_subscriptions`` (two created at once see
+        the same order, so exactly the later one is refused)."""
         if await self.store.create_model(self.config_key, config):
+            if max_subscriptions is not None:
+                await self._check_rank(max_subscriptions)
             return config
         stored = await self.load_config()
         return config if stored is None else stored
+
+    async def _check_rank(self, limit: int) -> None:
+        kvs = await self.store.range(meta_keys.subscriptions_prefix(self.topic))
+        configs = sorted((kv.create_revision, kv.key) for kv in kvs if kv.key.endswith("/config"))
+        rank = next((i for i, (_, key) in enumerate(configs) if key == self.config_key), None)
+        if rank is not None and rank >= limit:
+            await self.store.delete(self.config_key)
+            metrics.POLICY_REFUSALS.labels("too_many_subscriptions").inc()
+            raise PolicyLimitError(
+                f"{self.topic} has its maximum of {limit} subscriptions (max_subscriptions)",
+                code="too_many_subscriptions",
+            )
 
     async def write_config(self, config: SubscriptionConfig) -> None:
         """Replace the stored config (a failure policy changed), fenced on our owner key

@@ -20,6 +20,7 @@ from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, Top
 from danube.frame import Frame, decode_frames
 from danube.ingest import protocol
 from danube.ingest.wal.results import SegmentInfo
+from danube.limits import BACKLOG_QUOTA_EXCEEDED, RATE_LIMITED, PartitionLimits
 from danube.meta.backoff import backoff_s
 
 # The code of danube.ingest.leadership.PartitionUnavailableError: no in-sync replica of the
@@ -33,7 +34,9 @@ _RETRY_CAP_S = 0.5
 # Retriable, but not within one request: a full disk stays full, and a partition with no live
 # in-sync replica stays without a leader, for longer than a produce deadline, so the producer
 # hears it at once (and retries on its own schedule).
-_RETRY_LATER_CODES = frozenset({"disk_full", UNAVAILABLE})
+# A partition over its rate or backlog quota (danube.limits) is answered at once too: the
+# producer is told to slow down, not held.
+_RETRY_LATER_CODES = frozenset({"disk_full", UNAVAILABLE, RATE_LIMITED, BACKLOG_QUOTA_EXCEEDED})
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,19 @@ class IngestClient:
         self.bus = bus
 
     async def produce(
-        self, partition: TopicName, records: Sequence[bytes], *, timeout_s: float
+        self,
+        partition: TopicName,
+        records: Sequence[bytes],
+        *,
+        timeout_s: float,
+        limits: PartitionLimits | None = None,
     ) -> int:
         """Append encoded records; return the first offset. Retries retriable failures
-        (no owner yet, owner moving) with jittered backoff until ``timeout_s`` runs out."""
+        (no owner yet, owner moving) with jittered backoff until ``timeout_s`` runs out.
+        ``limits``: the partition's share of its topic's policies, enforced by its leader
+        (``rate_limited`` and ``backlog_quota_exceeded`` are raised at once)."""
         body = protocol.encode_produce_request(records)
+        headers = None if limits is None or limits.empty else limits.headers()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         attempt = 0
@@ -76,7 +87,7 @@ class IngestClient:
         while True:
             try:
                 first, _ = protocol.decode_produce_reply(
-                    await self._attempt(partition, body, deadline)
+                    await self._attempt(partition, body, deadline, headers)
                 )
                 return first
             except NoRespondersError:
@@ -95,7 +106,13 @@ class IngestClient:
                 raise TimeoutError(f"produce to {partition}: no durable answer in {timeout_s}s")
             await asyncio.sleep(delay_s)
 
-    async def _attempt(self, partition: TopicName, body: bytes, deadline: float) -> bytes:
+    async def _attempt(
+        self,
+        partition: TopicName,
+        body: bytes,
+        deadline: float,
+        headers: dict[str, str] | None = None,
+    ) -> bytes:
         """One produce request. When it is slow, ask in parallel whether a leader can come
         at all: a frozen leader keeps its bus subscription (so the request finds a
         responder that never answers) though its lease, and leadership, are gone; with no
@@ -104,7 +121,9 @@ class IngestClient:
         loop = asyncio.get_running_loop()
         remaining_s = max(deadline - loop.time(), 0.001)
         subject = self.bus.subjects.produce(partition)
-        request = asyncio.ensure_future(self.bus.request(subject, body, timeout_s=remaining_s))
+        request = asyncio.ensure_future(
+            self.bus.request(subject, body, timeout_s=remaining_s, headers=headers)
+        )
         probe: asyncio.Future[tuple[bool, RemoteError | None]] | None = None
         try:
             await asyncio.wait({request}, timeout=min(_PROBE_AFTER_S, remaining_s))

@@ -14,10 +14,15 @@ import orjson
 
 from danube.bus import Bus, Kind, Message, Request, Responder, Subscription, TopicName
 from danube.config import DanubeSettings
+from danube.errors import DanubeError
 from danube.frame import FRAME_HEADER_BYTES, decode_record
 from danube.ingest import leadership, metrics, protocol, timeseek
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES
+from danube.ingest.quota import BacklogGuard
+from danube.ingest.ratelimit import PublishRate
 from danube.ingest.wal import BelowWalStartError, DiskFullError, WalCorruptionError
+from danube.limits import RATE_LIMITED, PartitionLimits, rate_limited_message
+from danube.meta import MetaStore
 
 if TYPE_CHECKING:
     from danube.ingest.partition import Partition
@@ -34,12 +39,24 @@ _FETCH_REPLY_MARGIN_BYTES = 4096
 _REPL_WAIT_MAX_S = 5.0
 
 
+class RateLimitedError(DanubeError):
+    """The partition is over its publish rate; the message says how long to wait."""
+
+    code = RATE_LIMITED
+    retriable = True
+
+
 class PartitionHandlers:
     """Request handlers of one partition led by this node."""
 
-    def __init__(self, partition: Partition, settings: DanubeSettings, *, node_id: str) -> None:
+    def __init__(
+        self, partition: Partition, settings: DanubeSettings, *, node_id: str, store: MetaStore
+    ) -> None:
         self.partition = partition
         self.node_id = node_id
+        # The policies a produce carries (danube.limits): held here, the only writer.
+        self.rate = PublishRate()
+        self.backlog = BacklogGuard(store, partition.name)
         self.max_record_bytes = settings.ingest.max_message_bytes + RECORD_OVERHEAD_BYTES
         self.max_records = settings.ingest.max_batch_messages
 
@@ -74,6 +91,9 @@ class PartitionHandlers:
             except Exception as exc:
                 metrics.PRODUCE_ERRORS.labels("bad_request").inc()
                 raise protocol.BadRequestError(f"record {index}: {exc}") from exc
+        limits = PartitionLimits.from_headers(request.headers)
+        if not limits.empty:
+            await self._admit(limits, records)
         # The bus cancels a handler at the caller's deadline; an append already handed to
         # the WAL must still complete (or fail) as a whole, so it is shielded (and its
         # outcome read when nobody waits for it any more: a fenced leader's refusal).
@@ -85,6 +105,24 @@ class PartitionHandlers:
             metrics.PRODUCE_ERRORS.labels(exc.code).inc()
             raise
         return protocol.encode_produce_reply(first, len(records))
+
+    async def _admit(self, limits: PartitionLimits, records: list[bytes]) -> None:
+        """Refuse a produce over the partition's backlog quota or publish rate (checked in
+        that order: a refused produce takes no tokens)."""
+        if limits.refuses:
+            assert limits.backlog_quota is not None
+            try:
+                await self.backlog.check(limits.backlog_quota, self.partition.high_watermark)
+            except DanubeError as exc:
+                metrics.PRODUCE_ERRORS.labels(exc.code).inc()
+                raise
+        size = sum(len(r) for r in records)
+        wait_ms = self.rate.admit(
+            limits.rate_msgs_s, limits.rate_bytes_s, len(records), size, time.monotonic()
+        )
+        if wait_ms:
+            metrics.PRODUCE_ERRORS.labels(RATE_LIMITED).inc()
+            raise RateLimitedError(rate_limited_message(str(self.partition.name), wait_ms))
 
     def _limits(self, max_bytes: int, max_count: int) -> tuple[int, int]:
         # The WAL counts payload bytes; the reply carries a frame header per message too, and

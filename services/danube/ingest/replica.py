@@ -273,7 +273,7 @@ class Replica:
             high_watermark=self.high_watermark,
             on_fenced=self._on_fenced,
         )
-        handlers = PartitionHandlers(partition, ctx.settings, node_id=ctx.node_id)
+        handlers = PartitionHandlers(partition, ctx.settings, node_id=ctx.node_id, store=ctx.store)
         responders = await handlers.serve(ctx.bus)
         tasks = [
             asyncio.create_task(partition.publish_live(), name=f"live-{self.name}"),

@@ -35,12 +35,14 @@ from danube.discovery.models import (
     TopicOut,
     TopicSpec,
 )
+from danube.discovery.policy_models import PoliciesSpec, TopicPatch, check_message_size
 from danube.meta import MetaStore, TopicName, decode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import (
     NamespacePolicy,
     NodeRecord,
     Owner,
+    Policies,
     TopicConfig,
     UploaderCheckpoint,
 )
@@ -65,10 +67,11 @@ def _namespace_out(name: str, policy: NamespacePolicy) -> NamespaceOut:
         created_ms=policy.created_ms,
         replication_factor=policy.replication_factor,
         min_insync_replicas=policy.min_insync_replicas,
+        policies=policy.policies,
     )
 
 
-def _config_out(config: TopicConfig) -> TopicConfigOut:
+def _config_out(config: TopicConfig, namespace: Policies | None = None) -> TopicConfigOut:
     return TopicConfigOut(
         partitions=config.partitions,
         dispatch=config.dispatch,
@@ -77,7 +80,23 @@ def _config_out(config: TopicConfig) -> TopicConfigOut:
         created_ms=config.created_ms,
         replication_factor=config.replication_factor,
         min_insync_replicas=config.min_insync_replicas,
+        policies=config.policies,
+        effective_policies=config.policies.over(namespace),
     )
+
+
+def _check_policies(services: Services, policies: PoliciesSpec | None) -> None:
+    check_message_size(policies, services.producer.limits.max_payload_bytes)
+
+
+async def _namespace_policies(services: Services, namespace: str) -> Policies | None:
+    found = await services.catalog.cached_namespace(namespace)
+    return None if found is None else found.policies
+
+
+async def _topic_out(services: Services, name: TopicName, config: TopicConfig) -> TopicOut:
+    namespace = await _namespace_policies(services, name.namespace)
+    return TopicOut(name=str(name), config=_config_out(config, namespace))
 
 
 async def _owners(
@@ -177,7 +196,9 @@ async def put_namespace(
 ) -> NamespaceOut:
     """Create a namespace: 201 when created, 200 when it exists with the same policy."""
     validate_segment("namespace", ns)
-    policy, created = await services.catalog.create_namespace(ns, spec or NamespaceSpec())
+    spec = spec or NamespaceSpec()
+    _check_policies(services, spec.policies)
+    policy, created = await services.catalog.create_namespace(ns, spec)
     response.status_code = 201 if created else 200
     return _namespace_out(ns, policy)
 
@@ -189,6 +210,7 @@ async def patch_namespace(
     """Change a namespace's policy: the fields given replace the stored ones. Topics that
     set no retention (or replication) of their own follow the namespace's."""
     validate_segment("namespace", ns)
+    _check_policies(services, patch.policies)
     return _namespace_out(ns, await services.catalog.update_namespace(ns, patch))
 
 
@@ -226,9 +248,22 @@ async def put_topic(
     """Create a topic: 201 when created, 200 when it exists with the same config, 409 when
     it exists with another."""
     name = user_topic(ns, topic)
-    config, created = await services.catalog.create_topic(name, spec or TopicSpec())
+    spec = spec or TopicSpec()
+    _check_policies(services, spec.policies)
+    config, created = await services.catalog.create_topic(name, spec)
     response.status_code = 201 if created else 200
-    return TopicOut(name=str(name), config=_config_out(config))
+    return await _topic_out(services, name, config)
+
+
+@router.patch("/topics/{ns}/{topic}", response_model=TopicOut)
+async def patch_topic(
+    ns: Namespace, topic: Topic, patch: TopicPatch, services: ServicesDep
+) -> TopicOut:
+    """Change a topic's policies in place (docs/policies.md): the fields given replace the
+    stored ones, ``null`` unsets one (the namespace's applies again)."""
+    name = user_topic(ns, topic)
+    _check_policies(services, patch.policies)
+    return await _topic_out(services, name, await services.catalog.update_topic(name, patch))
 
 
 @router.get("/topics/{ns}/{topic}", response_model=TopicDetail)
@@ -249,9 +284,10 @@ async def describe_topic(ns: Namespace, topic: Topic, services: ServicesDep) -> 
     ]
     ends = {p: offset.next_offset for p, offset in zip(names, offsets, strict=True)}
     subs = await list_subscriptions(services, name, names, ends)
+    namespace = await services.catalog.get_namespace(name.namespace)
     return TopicDetail(
         name=str(name),
-        config=_config_out(config),
+        config=_config_out(config, namespace.policies),
         partitions=partitions,
         subscriptions=subs,
         producers=await producers_of(services.producers, name),

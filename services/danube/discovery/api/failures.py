@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from danube.discovery.errors import (
+    OverLimitError,
     UnsupportedMediaTypeError,
     error_body,
     http_status,
@@ -56,7 +57,10 @@ async def _on_danube_error(_: Request, exc: Exception) -> Response:
     status = http_status(exc)
     if status >= 500:
         log.warning("answered %d: %r", status, exc)
-    return JSONResponse(error_body(exc), status_code=status)
+    headers = None
+    if isinstance(exc, OverLimitError) and exc.retry_after_s is not None:
+        headers = {"Retry-After": str(exc.retry_after_s)}
+    return JSONResponse(error_body(exc), status_code=status, headers=headers)
 
 
 async def _on_bug(_: Request, exc: Exception) -> Response:

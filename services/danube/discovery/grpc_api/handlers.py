@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from functools import partial
 from typing import Any
 
+from danube.discovery import metrics
 from danube.discovery.api.state import Services
 from danube.discovery.catalog import user_topic
 from danube.discovery.errors import (
@@ -183,8 +184,9 @@ class DanubeApi:
         # Stateless past the entry: a producer this instance forgot (a restart) still sends,
         # unless the topic has an exclusive producer that is not it.
         await self.sessions.check(topic, session_id)
-        limit = self.services.producer.limits.max_payload_bytes
+        limit = await self.services.producer.max_message_bytes(topic)  # the topic's policy
         if len(request.payload) > limit:
+            metrics.POLICY_REFUSALS.labels("payload_too_large").inc()
             raise BadRequestError(
                 f"payload is {len(request.payload)} bytes, over the limit of {limit}",
                 code="payload_too_large",

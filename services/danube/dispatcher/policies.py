@@ -1,0 +1,113 @@
+"""A topic's policies where a dispatcher holds them (docs/policies.md): the number of
+subscriptions of a topic and of consumers of a subscription, and the backlog quota of
+policy ``evict_oldest`` (a subscription's cursor moved forward so that it keeps at most
+the quota unacknowledged).
+
+The quota ``refuse`` is held at the partition's ingest leader instead (the produce is
+refused there); eviction is here because the live cursor is here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import Protocol
+
+from danube.dispatcher import metrics
+from danube.dispatcher.delivery import SubscriptionMachine
+from danube.dispatcher.errors import PolicyLimitError
+from danube.dispatcher.events import Action, Event, Seek
+from danube.dispatcher.store import SubscriptionStore
+from danube.ingest.client import IngestClient
+from danube.limits import backlog
+from danube.meta import MetaError, TopicName
+from danube.meta.records import Policies
+from danube.meta.topics import read_policies
+
+log = logging.getLogger(__name__)
+
+# How often a subscription looks at its backlog against an evict_oldest quota (Pulsar's
+# backlogQuotaCheckInterval is a minute; a second keeps the backlog close to the quota).
+EVICT_CHECK_S = 1.0
+_WAL_TIMEOUT_S = 2.0
+
+
+async def policies_of(store: SubscriptionStore) -> Policies:
+    """The policies in effect for the subscription's topic."""
+    return await read_policies(store.store, store.topic)
+
+
+def check_consumers(policies: Policies, attached: int, where: str) -> None:
+    """PolicyLimitError ``too_many_consumers`` when ``attached`` is at the limit."""
+    limit = policies.max_consumers_per_subscription
+    if limit is not None and attached >= limit:
+        metrics.POLICY_REFUSALS.labels("too_many_consumers").inc()
+        raise PolicyLimitError(
+            f"{where} has {attached} consumers, its max_consumers_per_subscription is {limit}",
+            code="too_many_consumers",
+        )
+
+
+class Evictable(Protocol):
+    """What of a served subscription (danube.dispatcher.runtime) eviction uses."""
+
+    store: SubscriptionStore
+    ingest: IngestClient
+
+    @property
+    def partitions(self) -> dict[str, TopicName]:
+        """Its partitions by short name."""
+        ...
+
+    def subscription(self) -> SubscriptionMachine:
+        """Its state machine."""
+        ...
+
+    async def handle(self, event: Event) -> list[Action]:
+        """Feed ``event`` to the machine and carry out what it decides."""
+        ...
+
+
+async def evict_loop(served: Evictable) -> None:
+    """Every ``EVICT_CHECK_S``, move each partition's cursor forward to keep at most the
+    quota unacknowledged, while the topic's backlog quota policy is ``evict_oldest``."""
+    while True:
+        await asyncio.sleep(EVICT_CHECK_S * random.uniform(0.9, 1.1))
+        try:
+            policies = await policies_of(served.store)
+        except MetaError as exc:
+            log.debug("backlog quota: cannot read policies: %s", exc)
+            continue
+        quota = policies.backlog_quota_messages
+        if quota is None or policies.backlog_quota_policy != "evict_oldest":
+            continue
+        for name, partition in served.partitions.items():
+            await _evict(served, name, partition, quota)
+
+
+async def _evict(served: Evictable, name: str, partition: TopicName, quota: int) -> None:
+    try:
+        end = (await served.ingest.wal_offsets(partition, timeout_s=_WAL_TIMEOUT_S)).durable_next
+    except Exception as exc:  # no leader right now: looked at again next time
+        log.debug("backlog quota: no end of %s: %s", partition, exc)
+        return
+    cursor = served.subscription().cursor(name)
+    behind = backlog(cursor.next_offset, cursor.acked_beyond, end) or 0
+    if behind <= quota:
+        return
+    before = cursor.next_offset
+    target = end - quota
+    await served.handle(Seek({name: target}, time.monotonic()))
+    metrics.BACKLOG_EVICTED.inc(target - before)
+    log.warning(
+        "%s/%s: backlog of %d over the quota of %d in %s: evicted offsets %d..%d",
+        served.store.topic,
+        served.store.sub,
+        behind,
+        quota,
+        partition,
+        before,
+        target - 1,
+    )
