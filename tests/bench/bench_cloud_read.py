@@ -19,7 +19,6 @@ import boto3
 
 from danube.bus import Bus, TopicName
 from danube.cloud_reader import app as cloud_reader_app
-from danube.cloud_reader.client import CloudClient
 from danube.config import (
     BusConfig,
     CloudConfig,
@@ -32,7 +31,6 @@ from danube.config import (
 from danube.config.model import FsCloud
 from danube.frame import Record, encode_record
 from danube.ingest import app as ingest_app
-from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
@@ -40,6 +38,8 @@ from danube.runtime import ServerProcess, etcd_spec, free_port, moto_cloud, nats
 from danube.runtime.servers import MOTO_ACCESS_KEY, MOTO_REGION
 from danube.runtime.service import run_in_process
 from danube.uploader import app as uploader_app
+from danube.wire.cloud.client import CloudClient
+from danube.wire.ingest.client import IngestClient
 
 TOPIC = TopicName("default", "catchup")
 

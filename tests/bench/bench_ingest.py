@@ -16,8 +16,8 @@ from danube.bus import Bus, TopicName
 from danube.config import BusConfig, DanubeSettings, MetadataConfig, WalCloudConfig, WalConfig
 from danube.frame import Record, encode_record
 from danube.ingest import app
-from danube.ingest.client import IngestClient
 from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec
+from danube.wire.ingest.client import IngestClient
 
 DURATION_S = 3.0
 SCENARIOS = [(1, 1), (1, 100), (100, 1), (100, 10)]  # (producers, records per request)

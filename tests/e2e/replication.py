@@ -12,11 +12,11 @@ from pathlib import Path
 
 from danube.bus import Bus, NoRespondersError, TopicName
 from danube.frame import Record, decode_record, encode_record
-from danube.ingest.client import FetchReply, IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
 from danube.runtime import ProcessSpec, ServerProcess
+from danube.wire.ingest.client import FetchReply, IngestClient
 from tests.history import History
 
 READ_LEADER_WAIT_S = 10.0  # a read waits this long for a new leader to serve

@@ -25,7 +25,6 @@ import pytest
 from danube.bus import Bus, TopicName
 from danube.config import BusConfig, MetadataConfig
 from danube.frame import Record, encode_record
-from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
@@ -33,6 +32,7 @@ from danube.runtime import ProcessSpec, ServerProcess, etcd_spec, free_port, mot
 from danube.runtime.servers import MOTO_ACCESS_KEY, MOTO_REGION
 from danube.storage import ObjectStore
 from danube.uploader.verify import verify_partition
+from danube.wire.ingest.client import IngestClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

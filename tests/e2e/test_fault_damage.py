@@ -20,8 +20,8 @@ import pytest
 
 from danube.bus import Bus, TopicName
 from danube.config import BusConfig
-from danube.ingest.client import IngestClient
 from danube.runtime import ServerProcess
+from danube.wire.ingest.client import IngestClient
 
 from meshrun import DANUBE
 

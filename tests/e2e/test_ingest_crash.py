@@ -14,8 +14,8 @@ import pytest
 from danube.bus import Bus, TopicName
 from danube.config import BusConfig
 from danube.frame import Record, decode_record, encode_record
-from danube.ingest.client import IngestClient
 from danube.runtime import ProcessSpec, ServerProcess
+from danube.wire.ingest.client import IngestClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -15,13 +15,13 @@ from danube.bus import Bus, TopicName
 from danube.config import BusConfig, MetadataConfig
 from danube.config.model import FsCloud
 from danube.frame import Record, encode_record
-from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
 from danube.runtime import ProcessSpec, ServerProcess
 from danube.storage import ObjectStore
 from danube.uploader.verify import verify_partition
+from danube.wire.ingest.client import IngestClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

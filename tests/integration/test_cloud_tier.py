@@ -18,7 +18,6 @@ from prometheus_client import REGISTRY
 
 from danube.bus import Bus, TopicName
 from danube.cloud_reader import app as cloud_reader_app
-from danube.cloud_reader.client import CloudClient
 from danube.config import (
     BusConfig,
     CloudConfig,
@@ -36,11 +35,8 @@ from danube.config import (
 )
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
-from danube.dispatcher.client import DispatcherClient
 from danube.frame import Record, decode_frames, decode_record, encode_record
 from danube.ingest import app as ingest_app
-from danube.ingest import protocol as ingest_protocol
-from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
@@ -48,6 +44,10 @@ from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor, ObjectStore, topic_prefix
 from danube.uploader import app as uploader_app
+from danube.wire.cloud.client import CloudClient
+from danube.wire.dispatcher.client import DispatcherClient
+from danube.wire.ingest import protocol as ingest_protocol
+from danube.wire.ingest.client import IngestClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -18,15 +18,15 @@ from danube.config import (
     DanubeSettings,
 )
 from danube.dispatcher import app as dispatcher_app
-from danube.dispatcher.client import DispatcherClient
-from danube.dispatcher.protocol import PolledMessage
 from danube.frame import Record, decode_record, encode_record
 from danube.ingest import app as ingest_app
-from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionCursor, TopicConfig
 from danube.runtime.service import run_in_process
+from danube.wire.dispatcher.client import DispatcherClient
+from danube.wire.dispatcher.protocol import PolledMessage
+from danube.wire.ingest.client import IngestClient
 
 pytestmark = pytest.mark.integration
 

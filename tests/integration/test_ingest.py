@@ -24,14 +24,15 @@ from danube.config import (
     WalConfig,
 )
 from danube.frame import Record, decode_frames, decode_record, encode_record
-from danube.ingest import app, protocol
-from danube.ingest.client import IngestClient
-from danube.ingest.protocol import Damaged
+from danube.ingest import app
 from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Assignment, Owner, PartitionState
 from danube.runtime import free_port
+from danube.wire.ingest import protocol
+from danube.wire.ingest.client import IngestClient
+from danube.wire.ingest.protocol import Damaged
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,6 @@ from prometheus_client import REGISTRY
 
 from danube.bus import Bus, TopicName
 from danube.cloud_reader import app as cloud_reader_app
-from danube.cloud_reader.client import CloudClient
 from danube.config import (
     BusConfig,
     CloudConfig,
@@ -37,7 +36,6 @@ from danube.config import (
 )
 from danube.frame import Record, append_frame, encode_record
 from danube.ingest import app as ingest_app
-from danube.ingest.client import IngestClient, WalListing
 from danube.meta import Election, MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import RetentionPolicy, TopicConfig, UploaderCheckpoint
@@ -48,6 +46,8 @@ from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor, ObjectStore, SparseIndexBuilder, object_key
 from danube.uploader import app as uploader_app
+from danube.wire.cloud.client import CloudClient
+from danube.wire.ingest.client import IngestClient, WalListing
 
 pytestmark = pytest.mark.integration
 

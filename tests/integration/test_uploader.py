@@ -24,7 +24,6 @@ from danube.config import (
 )
 from danube.frame import Record, decode_frames, encode_record
 from danube.ingest import app as ingest_app
-from danube.ingest.client import IngestClient
 from danube.meta import MetaStore, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
@@ -34,6 +33,7 @@ from danube.storage import ObjectDescriptor, ObjectStore
 from danube.uploader import app as uploader_app
 from danube.uploader import upload
 from danube.uploader.verify import verify_partition
+from danube.wire.ingest.client import IngestClient
 
 pytestmark = pytest.mark.integration
 

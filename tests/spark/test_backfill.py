@@ -34,7 +34,6 @@ from danube.discovery import app as discovery_app
 from danube.discovery.routing import partition_for_key
 from danube.frame import decode_record
 from danube.ingest import app as ingest_app
-from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig
@@ -52,6 +51,7 @@ from danube.spark.to_topic import (
     backfill_to_topic,
 )
 from danube.storage import ObjectStore
+from danube.wire.ingest.client import IngestClient
 
 from tiers import ROOT_PREFIX, Message, write_tier
 

@@ -29,12 +29,12 @@ from danube.config import (
 from danube.config.model import FsCloud
 from danube.discovery import app as discovery_app
 from danube.ingest import app as ingest_app
-from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.names import TopicName
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectStore
+from danube.wire.ingest.client import IngestClient
 
 from tiers import write_tier
 

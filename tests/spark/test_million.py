@@ -35,11 +35,8 @@ from danube.config import (
     WalConfig,
 )
 from danube.dispatcher import app as dispatcher_app
-from danube.dispatcher.client import DispatcherClient
 from danube.frame import Record, decode_record, encode_record
 from danube.ingest import app as ingest_app
-from danube.ingest import protocol as ingest_protocol
-from danube.ingest.client import IngestClient
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
@@ -47,6 +44,9 @@ from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.spark.parquet import backfill_to_parquet
 from danube.uploader import app as uploader_app
+from danube.wire.dispatcher.client import DispatcherClient
+from danube.wire.ingest import protocol as ingest_protocol
+from danube.wire.ingest.client import IngestClient
 
 # A few minutes per backend: e2e.
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]

@@ -9,21 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from danube.cloud_reader.client import CloudFetchReply
 from danube.cloud_reader.reader import resume_after
 from danube.dispatcher import tiers
 from danube.dispatcher.damage import DamageBook, skip_target
-from danube.dispatcher.errors import DataDamagedError
-from danube.dispatcher.protocol import BadRequestError
 from danube.frame import FRAME_HEADER_BYTES, Frame, append_frame
-from danube.ingest import protocol
-from danube.ingest.client import FetchReply
-from danube.ingest.protocol import Damaged
 from danube.ingest.wal import WalCorruptionError
 from danube.ingest.wal.fileops import OsFileOps
 from danube.ingest.wal.reader import read_messages
 from danube.ingest.wal.segment import Segment, segment_name
 from danube.storage import ObjectDescriptor, SparseIndexBuilder, object_key
+from danube.wire.cloud.client import CloudFetchReply
+from danube.wire.dispatcher.errors import DataDamagedError
+from danube.wire.dispatcher.protocol import BadRequestError
+from danube.wire.ingest import protocol
+from danube.wire.ingest.client import FetchReply
+from danube.wire.ingest.protocol import Damaged
 
 pytestmark = pytest.mark.unit
 

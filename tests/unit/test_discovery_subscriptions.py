@@ -6,10 +6,10 @@ import pytest
 from pydantic import BaseModel
 
 from danube.discovery.api.subscriptions import StoredSubscription, group_records, summarize
-from danube.dispatcher import protocol
 from danube.meta import KeyValue, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionConfig, SubscriptionCursor
+from danube.wire.dispatcher import protocol
 
 pytestmark = pytest.mark.unit
 

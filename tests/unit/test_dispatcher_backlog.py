@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from danube.dispatcher.backlog import backlog, partition_stats, total
+from danube.dispatcher.backlog import partition_stats
 from danube.dispatcher.cursor import CursorState, PartitionCursor
-from danube.ingest.client import WalOffsets
+from danube.wire.ingest.client import WalOffsets
+from danube.wire.limits import backlog, total
 
 pytestmark = pytest.mark.unit
 

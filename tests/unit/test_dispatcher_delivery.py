@@ -11,11 +11,6 @@ from hypothesis import strategies as st
 
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.delivery import DeliveryType, SubscriptionMachine
-from danube.dispatcher.errors import (
-    ConsumerExistsError,
-    ConsumerNotFoundError,
-    SubscriptionTakenError,
-)
 from danube.dispatcher.events import (
     Ack,
     Action,
@@ -36,6 +31,11 @@ from danube.dispatcher.events import (
     Tick,
 )
 from danube.dispatcher.redelivery import DeliverySettings, redelivery_delay_s
+from danube.wire.dispatcher.errors import (
+    ConsumerExistsError,
+    ConsumerNotFoundError,
+    SubscriptionTakenError,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from danube.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenError
 from danube.dispatcher.fanout import Buffered, Fanout
+from danube.wire.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenError
 
 pytestmark = pytest.mark.unit
 

@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.dispatcher.keyshared import (
-    FILTERS_MAX,
     HashRing,
     KeyFilter,
     blocked_by,
     deliverable,
     stable_hash,
 )
+from danube.wire.dispatcher.protocol import FILTERS_MAX
 
 pytestmark = pytest.mark.unit
 

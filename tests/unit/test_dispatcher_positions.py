@@ -9,10 +9,10 @@ import asyncio
 import pytest
 
 from danube.bus import NoRespondersError
-from danube.dispatcher.errors import OffsetOutOfRangeError, PositionUnavailableError
 from danube.dispatcher.positions import check_offset, resolve_all, resolve_start
-from danube.ingest.client import WalOffsets
 from danube.meta import TopicName
+from danube.wire.dispatcher.errors import OffsetOutOfRangeError, PositionUnavailableError
+from danube.wire.ingest.client import WalOffsets
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from danube.bus import TopicName
-from danube.dispatcher import protocol
 from danube.dispatcher.deadletter import dead_letter_topic
 from danube.frame import Record, decode_record, encode_record
+from danube.wire.dispatcher import protocol
 
 pytestmark = pytest.mark.unit
 

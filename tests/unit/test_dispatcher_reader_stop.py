@@ -15,8 +15,8 @@ from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.events import Action, MessagesAvailable, PauseReading
 from danube.dispatcher.readers import PartitionReader
 from danube.frame import append_frame, decode_frames
-from danube.ingest.client import FetchReply
 from danube.meta import TopicName
+from danube.wire.ingest.client import FetchReply
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,6 @@ from pydantic import ValidationError
 from danube.config import DispatcherConfig
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.errors import PolicyConflictError
 from danube.dispatcher.events import (
     Ack,
     Action,
@@ -32,6 +31,7 @@ from danube.dispatcher.policy_admin import check_attach
 from danube.dispatcher.redelivery import DeliverySettings, cluster_policy, resolve_policy
 from danube.meta.failure_policy import Backoff, FailurePolicy, FailurePolicyIn
 from danube.meta.records import SubscriptionConfig
+from danube.wire.dispatcher.errors import PolicyConflictError
 
 pytestmark = pytest.mark.unit
 

@@ -7,9 +7,9 @@ from typing import Any
 import orjson
 import pytest
 
-from danube.ingest import protocol
-from danube.ingest.client import WalListing
-from danube.ingest.wal.results import SegmentInfo
+from danube.wire.ingest import protocol
+from danube.wire.ingest.client import WalListing
+from danube.wire.ingest.protocol import SegmentInfo
 
 pytestmark = pytest.mark.unit
 

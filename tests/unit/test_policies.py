@@ -12,14 +12,14 @@ from danube.cli.policies import parse_policies
 from danube.discovery.errors import BadRequestError
 from danube.discovery.policy_models import PoliciesSpec, check_message_size
 from danube.ingest.ratelimit import BURST_S, PublishRate, TokenBucket
-from danube.limits import (
+from danube.meta.records import Policies
+from danube.wire.limits import (
     PartitionLimits,
     backlog,
     for_partition,
     rate_limited_message,
     retry_after_ms,
 )
-from danube.meta.records import Policies
 
 
 def test_topic_policies_override_the_namespace_field_by_field() -> None:

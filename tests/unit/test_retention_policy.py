@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from danube.ingest.wal.results import SegmentInfo
 from danube.meta.records import NamespacePolicy, RetentionPolicy, TopicConfig
 from danube.names import TopicName
 from danube.retention.policy import (
@@ -18,6 +17,7 @@ from danube.retention.policy import (
     plan_wal_drop,
     reliable_partitions,
 )
+from danube.wire.ingest.protocol import SegmentInfo
 
 pytestmark = pytest.mark.unit
 

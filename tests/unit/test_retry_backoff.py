@@ -12,9 +12,7 @@ import pytest
 
 from danube.bus import NoRespondersError, Subjects
 from danube.config import DanubeSettings
-from danube.dispatcher.client import DispatcherClient
 from danube.dispatcher.readers import PartitionReader
-from danube.ingest.client import FetchReply
 from danube.ingest.node import Node as IngestNode
 from danube.meta import TopicName
 from danube.meta import keys as meta_keys
@@ -23,6 +21,8 @@ from danube.meta.errors import MetaUnavailableError
 from danube.storage.errors import StorageUnavailableError
 from danube.uploader.node import UploaderNode, _Worker
 from danube.uploader.upload import UploadFencedError
+from danube.wire.dispatcher.client import DispatcherClient
+from danube.wire.ingest.client import FetchReply
 
 pytestmark = pytest.mark.unit
 

@@ -1,8 +1,17 @@
-"""Danube's client protocol: the gRPC wire contract (``DanubeApi.proto``,
-``SchemaRegistry.proto``) and the message classes generated from it.
+"""The contracts between the mesh's parts: what crosses a process boundary.
 
-The ``*_pb2.py`` / ``*_pb2.pyi`` modules are generated (``make proto``, i.e.
-``python -m danube.wire.generate``) and committed; a unit test regenerates them and fails
-when they drift from the ``.proto`` files. Service stubs are not generated: the front door
-binds its handlers itself (danube.discovery.grpc_api), tests call methods by path.
+- Danube's client protocol, the gRPC wire contract (``DanubeApi.proto``,
+  ``SchemaRegistry.proto``) and the message classes generated from it. The ``*_pb2.py`` /
+  ``*_pb2.pyi`` modules are generated (``make proto``, i.e. ``python -m danube.wire.generate``)
+  and committed; a unit test regenerates them and fails when they drift from the ``.proto``
+  files. Service stubs are not generated: the front door binds its handlers itself
+  (danube.discovery.grpc_api), tests call methods by path.
+- The services' bus contracts, one package per service that answers requests: its bodies,
+  status codes and the client its callers use: ``danube.wire.ingest`` (produce, WAL fetch,
+  replication), ``danube.wire.dispatcher`` (subscriptions; its errors and their HTTP
+  statuses), ``danube.wire.cloud`` (the cloud reader), and ``danube.wire.limits`` (the
+  policy limits a produce carries to a partition's leader, and backlog arithmetic).
+
+A service imports the libs and itself only, never another service
+(tests/unit/test_service_imports.py): what two services share lives here.
 """

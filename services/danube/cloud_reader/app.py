@@ -13,9 +13,9 @@ from danube.cloud_reader import metrics
 from danube.cloud_reader.reader import CloudReader
 from danube.config import DanubeSettings
 from danube.frame import FRAME_HEADER_BYTES
-from danube.ingest import protocol
 from danube.runtime.service import LeaseLost, node_session, wait_for_any
 from danube.storage import CorruptObjectError, ObjectStore
+from danube.wire.ingest import protocol
 
 log = logging.getLogger(__name__)
 

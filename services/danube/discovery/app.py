@@ -22,7 +22,6 @@ from danube.discovery.producers import ProducerSessions
 from danube.discovery.schema_gate import SchemaGate
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
-from danube.dispatcher.client import DispatcherClient
 from danube.meta import Lease, MetaError, MetaStore
 from danube.meta.backoff import backoff_s
 from danube.runtime.healthcheck import probe_url, write_health_file
@@ -30,6 +29,7 @@ from danube.runtime.http import bound_port, wait_started
 from danube.runtime.listener import PrincipalWebSocketProtocol, uvicorn_limits, uvicorn_tls
 from danube.runtime.service import HEALTH_START_TIMEOUT_S, register_node
 from danube.storage import ObjectStore
+from danube.wire.dispatcher.client import DispatcherClient
 
 log = logging.getLogger(__name__)
 

@@ -30,15 +30,14 @@ from danube.meta.records import (
     SubscriptionType,
 )
 from danube.names import MAX_TOPIC_NAME_CHARS, TOPIC_NAME_PATTERN
+from danube.wire.dispatcher.protocol import FILTER_CHARS_MAX, FILTERS_MAX
 
 # A hard cap on the list whatever the settings say; discovery.max_produce_messages is the
 # configured limit (checked with its own 413).
 PRODUCE_MESSAGES_CAP = 100_000
 Encoding = Literal["utf8", "base64"]
-# The dispatcher's own limits (danube.dispatcher.protocol), checked here for a clean 400.
+# The dispatcher's own limits (danube.wire.dispatcher.protocol), checked here for a clean 400.
 ACK_MESSAGES_CAP = 100_000
-KEY_FILTERS_MAX = 32
-KEY_FILTER_CHARS_MAX = 256
 NACK_DELAY_MS_CAP = 24 * 3600 * 1000
 # Credits one flow frame of a consumer stream may grant.
 FLOW_CREDITS_CAP = 10_000
@@ -191,8 +190,8 @@ class AttachRequest(_Request):
     start: Position = "latest"
     # key_shared only: glob patterns (fnmatch: *, ?, [...]) of the keys this consumer takes.
     key_filters: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=KEY_FILTER_CHARS_MAX)]],
-        Field(max_length=KEY_FILTERS_MAX),
+        list[Annotated[str, Field(min_length=1, max_length=FILTER_CHARS_MAX)]],
+        Field(max_length=FILTERS_MAX),
     ] = []
     # Applied when this attach creates the subscription; another one: 409 policy_conflict.
     failure_policy: FailurePolicyIn | None = None

@@ -40,15 +40,15 @@ from danube.discovery.routing import (
 )
 from danube.discovery.schema_gate import SchemaGate, Stamp
 from danube.frame import Record, encode_record
-from danube.ingest.client import IngestClient
-from danube.limits import (
+from danube.meta.records import Dispatch
+from danube.wire.ingest.client import IngestClient
+from danube.wire.limits import (
     BACKLOG_QUOTA_EXCEEDED,
     RATE_LIMITED,
     PartitionLimits,
     for_partition,
     retry_after_ms,
 )
-from danube.meta.records import Dispatch
 
 log = logging.getLogger(__name__)
 

@@ -17,20 +17,12 @@ delivered again after a restart, so they are pending once more).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from danube.dispatcher.cursor import PartitionCursor
-from danube.dispatcher.protocol import PartitionStats
-from danube.ingest.client import WalOffsets
-from danube.limits import backlog
+from danube.wire.dispatcher.protocol import PartitionStats
+from danube.wire.ingest.client import WalOffsets
+from danube.wire.limits import backlog
 
-__all__ = ["backlog", "partition_stats", "total"]
-
-
-def total(backlogs: Iterable[int | None]) -> int:
-    """The sum over partitions whose backlog is known (an unknown one counts as 0: its
-    own entry says ``None``)."""
-    return sum(b for b in backlogs if b is not None)
+__all__ = ["partition_stats"]
 
 
 def partition_stats(name: str, cursor: PartitionCursor, wal: WalOffsets | None) -> PartitionStats:

@@ -8,15 +8,16 @@ import logging
 import time
 from typing import Protocol
 
-from danube.cloud_reader.client import CloudClient
-from danube.dispatcher import metrics, protocol
+from danube.dispatcher import metrics
 from danube.dispatcher.damage import DamageBook, skip_target
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import Action, Event, Seek
 from danube.dispatcher.positions import resolve_all
 from danube.dispatcher.store import SubscriptionStore
-from danube.ingest.client import IngestClient
 from danube.meta import TopicName
+from danube.wire.cloud.client import CloudClient
+from danube.wire.dispatcher import protocol
+from danube.wire.ingest.client import IngestClient
 
 log = logging.getLogger(__name__)
 

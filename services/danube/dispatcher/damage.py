@@ -16,9 +16,9 @@ partition's cursor past the range on purpose (:func:`skip_target`).
 
 from __future__ import annotations
 
-from danube.dispatcher.errors import DataDamagedError
-from danube.dispatcher.protocol import BadRequestError
 from danube.dispatcher.tiers import Damage
+from danube.wire.dispatcher.errors import DataDamagedError
+from danube.wire.dispatcher.protocol import BadRequestError
 
 
 class DamageBook:

@@ -10,9 +10,9 @@ import logging
 
 from danube.dispatcher import metrics
 from danube.dispatcher.store import SubscriptionStore
-from danube.ingest.client import IngestClient
 from danube.meta import TopicName
 from danube.runtime.topic_metrics import subscription_labels
+from danube.wire.ingest.client import IngestClient
 
 log = logging.getLogger(__name__)
 

@@ -32,13 +32,6 @@ from typing import Literal
 
 from danube.dispatcher.cursor import CursorState, PartitionCursor
 from danube.dispatcher.entries import ConsumerWindow, Entry, PartitionQueue, Ref
-from danube.dispatcher.errors import (
-    ConsumerExistsError,
-    ConsumerNotFoundError,
-    DispatcherError,
-    SubscriptionTakenError,
-    UnknownPartitionError,
-)
 from danube.dispatcher.events import (
     Ack,
     Action,
@@ -60,6 +53,13 @@ from danube.dispatcher.events import (
 )
 from danube.dispatcher.poison import BlockBook, PoisonHandling
 from danube.dispatcher.redelivery import DeliverySettings
+from danube.wire.dispatcher.errors import (
+    ConsumerExistsError,
+    ConsumerNotFoundError,
+    DispatcherError,
+    SubscriptionTakenError,
+    UnknownPartitionError,
+)
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.errors import AckNotDurableError
 from danube.dispatcher.events import Action
+from danube.wire.dispatcher.errors import AckNotDurableError
 
 
 class AckDurability:

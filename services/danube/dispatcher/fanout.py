@@ -24,13 +24,14 @@ from dataclasses import dataclass
 
 from danube.bus import Bus, Message, MessageCallback, Subscription
 from danube.config import DispatcherConfig
-from danube.dispatcher import metrics, policies, protocol
+from danube.dispatcher import metrics, policies
 from danube.dispatcher.delivery import DeliveryType
-from danube.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenError
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.frame import CorruptFrameError, decode_frames
 from danube.meta.records import SubscriptionConfig
 from danube.runtime.topic_metrics import subscription_labels
+from danube.wire.dispatcher import protocol
+from danube.wire.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenError
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ import orjson
 
 from danube.bus import Bus, Kind, Request, Responder
 from danube.bus.subjects import DispatchOp
-from danube.dispatcher import protocol
 from danube.dispatcher.fanout import FanoutRuntime
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.meta import TopicName
+from danube.wire.dispatcher import protocol
 
 if TYPE_CHECKING:
     from danube.dispatcher.node import DispatcherNode

@@ -24,9 +24,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from fnmatch import translate
 from typing import Protocol, TypeVar
 
+from danube.wire.dispatcher.protocol import FILTER_CHARS_MAX, FILTERS_MAX
+
 POINTS_PER_CONSUMER = 64
-FILTERS_MAX = 32
-FILTER_CHARS_MAX = 256
 
 
 def stable_hash(text: str) -> int:

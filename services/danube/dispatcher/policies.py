@@ -17,14 +17,14 @@ from typing import Protocol
 
 from danube.dispatcher import metrics
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.errors import PolicyLimitError
 from danube.dispatcher.events import Action, Event, Seek
 from danube.dispatcher.store import SubscriptionStore
-from danube.ingest.client import IngestClient
-from danube.limits import backlog
 from danube.meta import MetaError, TopicName
 from danube.meta.records import Policies
 from danube.meta.topics import read_policies
+from danube.wire.dispatcher.errors import PolicyLimitError
+from danube.wire.ingest.client import IngestClient
+from danube.wire.limits import backlog
 
 log = logging.getLogger(__name__)
 

@@ -13,16 +13,16 @@ import logging
 from typing import Protocol
 
 from danube.config import DispatcherConfig
-from danube.dispatcher import protocol
 from danube.dispatcher.deadletter import dead_letter_topic
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.errors import PolicyConflictError
 from danube.dispatcher.events import Action
 from danube.dispatcher.redelivery import DeliverySettings, resolve_policy
 from danube.dispatcher.store import SubscriptionStore
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
+from danube.wire.dispatcher import protocol
+from danube.wire.dispatcher.errors import PolicyConflictError
 
 log = logging.getLogger(__name__)
 

@@ -27,16 +27,16 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from danube.bus import BusError, NoRespondersError
-from danube.dispatcher import protocol
-from danube.dispatcher.errors import OffsetOutOfRangeError, PositionUnavailableError
-from danube.ingest.client import WalOffsets
 from danube.meta import TopicName
+from danube.wire.dispatcher import protocol
+from danube.wire.dispatcher.errors import OffsetOutOfRangeError, PositionUnavailableError
+from danube.wire.ingest.client import WalOffsets
 
 STATS_TIMEOUT_S = 5.0
 
 
 class IngestView(Protocol):
-    """What resolving needs of :class:`~danube.ingest.client.IngestClient`."""
+    """What resolving needs of :class:`~danube.wire.ingest.client.IngestClient`."""
 
     async def wal_offsets(self, partition: TopicName, *, timeout_s: float = ...) -> WalOffsets: ...
 
@@ -46,7 +46,7 @@ class IngestView(Protocol):
 
 
 class CloudView(Protocol):
-    """What resolving needs of :class:`~danube.cloud_reader.client.CloudClient`."""
+    """What resolving needs of :class:`~danube.wire.cloud.client.CloudClient`."""
 
     async def offset_for_time(
         self, partition: TopicName, timestamp_ms: int, *, timeout_s: float = ...

@@ -19,11 +19,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from danube.bus import BusError, Message, NoRespondersError, RemoteError, Subscription
-from danube.cloud_reader.client import CloudClient
 from danube.dispatcher import metrics, tiers
 from danube.dispatcher.events import MessagesAvailable
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
+from danube.wire.cloud.client import CloudClient
 
 if TYPE_CHECKING:
     from danube.dispatcher.runtime import SubscriptionRuntime

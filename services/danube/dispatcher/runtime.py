@@ -18,7 +18,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from danube.bus import Bus
-from danube.cloud_reader.client import CloudClient
 from danube.config import DispatcherConfig
 from danube.dispatcher import (
     cursors_admin,
@@ -26,13 +25,11 @@ from danube.dispatcher import (
     metrics,
     policies,
     policy_admin,
-    protocol,
 )
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.durability import AckDurability
-from danube.dispatcher.errors import SubscriptionNotFoundError
 from danube.dispatcher.events import (
     Ack,
     Action,
@@ -57,11 +54,14 @@ from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
-from danube.ingest.client import IngestClient
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
 from danube.runtime.topic_metrics import subscription_labels
+from danube.wire.cloud.client import CloudClient
+from danube.wire.dispatcher import protocol
+from danube.wire.dispatcher.errors import SubscriptionNotFoundError
+from danube.wire.ingest.client import IngestClient
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ import logging
 from collections.abc import Callable, Iterable
 
 from danube.dispatcher import metrics
-from danube.dispatcher.backlog import total
 from danube.dispatcher.handlers import AnyRuntime
-from danube.dispatcher.protocol import SubscriptionStats
 from danube.errors import DanubeError
 from danube.runtime.topic_metrics import GaugeSnapshot, subscription_labels
+from danube.wire.dispatcher.protocol import SubscriptionStats
+from danube.wire.limits import total
 
 log = logging.getLogger(__name__)
 

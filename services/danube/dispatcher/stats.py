@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 
 from danube.bus import BusError
-from danube.dispatcher import protocol
 from danube.dispatcher.backlog import partition_stats
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.ingest.client import IngestClient, WalOffsets
 from danube.meta import TopicName
+from danube.wire.dispatcher import protocol
+from danube.wire.ingest.client import IngestClient, WalOffsets
 
 # Stats ask each partition's ingest owner for its WAL ends; a slow one is shown as unknown.
 WAL_STATS_TIMEOUT_S = 1.0

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from danube.dispatcher import metrics
 from danube.dispatcher.cursor import CursorState
-from danube.dispatcher.errors import DispatcherError, PolicyLimitError
 from danube.meta import Lease, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Dispatch, Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
 from danube.meta.topics import create_topic_if_absent
+from danube.wire.dispatcher.errors import DispatcherError, PolicyLimitError
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from danube.cloud_reader.client import CloudFetchReply
-from danube.ingest.client import FetchReply
-from danube.ingest.protocol import Damaged
+from danube.wire.cloud.client import CloudFetchReply
+from danube.wire.ingest.client import FetchReply
+from danube.wire.ingest.protocol import Damaged
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,11 @@ import orjson
 
 from danube.bus import BusError
 from danube.frame import Frame, decode_frames
-from danube.ingest import metrics, protocol
+from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory, divergence
 from danube.ingest.wal import DiskFullError
 from danube.meta.backoff import backoff_s
+from danube.wire.ingest import protocol
 
 if TYPE_CHECKING:
     from danube.ingest.replica import Replica

@@ -16,13 +16,14 @@ from danube.bus import Bus, Kind, Message, Request, Responder, Subscription, Top
 from danube.config import DanubeSettings
 from danube.errors import DanubeError
 from danube.frame import FRAME_HEADER_BYTES, decode_record
-from danube.ingest import leadership, metrics, protocol, timeseek
+from danube.ingest import leadership, metrics, timeseek
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES
 from danube.ingest.quota import BacklogGuard
 from danube.ingest.ratelimit import PublishRate
 from danube.ingest.wal import BelowWalStartError, DiskFullError, WalCorruptionError
-from danube.limits import RATE_LIMITED, PartitionLimits, rate_limited_message
 from danube.meta import MetaStore
+from danube.wire.ingest import protocol
+from danube.wire.limits import RATE_LIMITED, PartitionLimits, rate_limited_message
 
 if TYPE_CHECKING:
     from danube.ingest.partition import Partition
@@ -54,7 +55,7 @@ class PartitionHandlers:
     ) -> None:
         self.partition = partition
         self.node_id = node_id
-        # The policies a produce carries (danube.limits): held here, the only writer.
+        # The policies a produce carries (danube.wire.limits): held here, the only writer.
         self.rate = PublishRate()
         self.backlog = BacklogGuard(store, partition.name)
         self.max_record_bytes = settings.ingest.max_message_bytes + RECORD_OVERHEAD_BYTES

@@ -2,7 +2,7 @@
 
 A produce that carries a quota is refused (``backlog_quota_exceeded``, retriable) while some
 subscription of the partition has that many messages or more unacknowledged: the backlog of
-each subscription is counted exactly (:func:`danube.limits.backlog`) between its stored
+each subscription is counted exactly (:func:`danube.wire.limits.backlog`) between its stored
 cursor and the partition's committed end. Cursors are read from etcd, at most every
 ``CURSORS_FRESH_S`` (etcd stays off the produce path but for that read, and only for
 topics with a quota); a dispatcher stores a cursor before it answers an ack, so producers
@@ -16,12 +16,12 @@ import logging
 import time
 
 from danube.errors import DanubeError
-from danube.limits import BACKLOG_QUOTA_EXCEEDED, backlog
 from danube.meta import MetaError, MetaStore, TopicName, decode_model
 from danube.meta import keys as meta_keys
 from danube.meta.errors import MetaDecodeError
 from danube.meta.records import SubscriptionCursor
 from danube.names import InvalidNameError
+from danube.wire.limits import BACKLOG_QUOTA_EXCEEDED, backlog
 
 log = logging.getLogger(__name__)
 

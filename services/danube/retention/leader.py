@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from danube.bus import Bus, BusError
 from danube.config import DanubeSettings
-from danube.ingest.client import IngestClient
 from danube.meta import Election, Leadership, MetaError, MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.aio import until_stopped, wait_any
@@ -30,6 +29,7 @@ from danube.retention.policy import Limits, reliable_partitions
 from danube.retention.wal import enforce_wal
 from danube.runtime.topic_metrics import GaugeSnapshot, topic_label
 from danube.storage import ObjectStore, StorageError
+from danube.wire.ingest.client import IngestClient
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from danube.ingest.wal.results import SegmentInfo
 from danube.meta.records import NamespacePolicy, RetentionPolicy, TopicConfig
 from danube.names import TopicName
+from danube.wire.ingest.protocol import SegmentInfo
 
 MIB = 1024 * 1024
 MS_PER_MINUTE = 60_000

@@ -13,13 +13,13 @@ import logging
 from dataclasses import dataclass
 
 from danube.bus import NoRespondersError
-from danube.ingest.client import IngestClient
-from danube.ingest.protocol import STATS_SEGMENTS_MAX
 from danube.meta import MetaDecodeError, MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import UploaderCheckpoint
 from danube.retention import metrics
 from danube.retention.policy import Limits, plan_wal_drop
+from danube.wire.ingest.client import IngestClient
+from danube.wire.ingest.protocol import STATS_SEGMENTS_MAX
 
 log = logging.getLogger(__name__)
 

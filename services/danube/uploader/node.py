@@ -20,7 +20,6 @@ import time
 
 from danube.bus import Bus, Message, MessageCallback, NoRespondersError, Subscription, TopicName
 from danube.config import DanubeSettings
-from danube.ingest.client import IngestClient
 from danube.meta import Lease, MetaStore, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.backoff import backoff_s
@@ -35,6 +34,7 @@ from danube.uploader.upload import (
     UploadFencedError,
     WalDamagedError,
 )
+from danube.wire.ingest.client import IngestClient
 
 log = logging.getLogger(__name__)
 

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from danube.bus import TopicName
 from danube.config import UploaderConfig
 from danube.frame import Frame, FrameError, append_frame, record_publish_time_ms
-from danube.ingest.client import IngestClient
-from danube.ingest.protocol import Damaged
 from danube.meta import MetaStore, Txn, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import DamagedRange, UploaderCheckpoint
 from danube.storage import ObjectDescriptor, ObjectStore, SparseIndexBuilder, object_key
 from danube.uploader import metrics
+from danube.wire.ingest.client import IngestClient
+from danube.wire.ingest.protocol import Damaged
 
 log = logging.getLogger(__name__)
 

@@ -40,10 +40,10 @@ from danube.discovery.console_models import (
 )
 from danube.errors import DanubeError
 from danube.frame import FrameError, decode_record
-from danube.ingest.client import IngestClient
 from danube.meta import MetaDecodeError, TopicName, decode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Assignment, PartitionState
+from danube.wire.ingest.client import IngestClient
 
 router = APIRouter(prefix="/v1", tags=["console"])
 

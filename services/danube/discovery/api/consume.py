@@ -36,10 +36,10 @@ from danube.discovery.models import (
     MessagesOut,
     TopicSpec,
 )
-from danube.dispatcher import protocol
 from danube.frame import decode_record
 from danube.meta import TopicName
 from danube.names import SEGMENT_CHARS, InvalidNameError, validate_segment
+from danube.wire.dispatcher import protocol
 
 router = APIRouter(prefix="/v1", tags=["consume"])
 

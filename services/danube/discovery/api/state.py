@@ -15,9 +15,9 @@ from danube.discovery.produce import Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.stream_protocol import StreamSlots
-from danube.dispatcher.client import DispatcherClient
 from danube.meta import MetaStore
 from danube.storage import ObjectStore
+from danube.wire.dispatcher.client import DispatcherClient
 
 
 class ControllerView(Protocol):

@@ -36,15 +36,15 @@ from danube.discovery.models import (
     SubscriptionOut,
     SubscriptionPartitionOut,
 )
-from danube.dispatcher import protocol
-from danube.dispatcher.backlog import backlog, total
-from danube.dispatcher.client import DispatcherClient
 from danube.errors import DanubeError
-from danube.ingest.client import IngestClient
 from danube.meta import KeyValue, TopicName, decode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
 from danube.names import validate_segment
+from danube.wire.dispatcher import protocol
+from danube.wire.dispatcher.client import DispatcherClient
+from danube.wire.ingest.client import IngestClient
+from danube.wire.limits import backlog, total
 
 router = APIRouter(prefix="/v1", tags=["subscriptions"])
 

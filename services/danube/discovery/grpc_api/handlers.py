@@ -29,7 +29,6 @@ from danube.discovery.grpc_api.acks import AckBatcher
 from danube.discovery.grpc_api.clients import Clients, ConsumerEntry, ProducerEntry
 from danube.discovery.models import TopicSpec
 from danube.discovery.producers import ProducerSessions
-from danube.dispatcher import protocol
 from danube.errors import DanubeError
 from danube.frame import InvalidRecordError, Record, decode_record, encode_record
 from danube.meta import TopicName
@@ -37,6 +36,7 @@ from danube.meta.backoff import backoff_s
 from danube.meta.records import AccessMode, Dispatch
 from danube.names import InvalidNameError, validate_segment
 from danube.wire import DanubeApi_pb2 as pb
+from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)
 

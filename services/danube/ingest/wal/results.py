@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from danube.wire.ingest.protocol import SegmentInfo
+
+__all__ = ["FetchResult", "SegmentInfo", "WalStats"]
+
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
@@ -38,23 +42,5 @@ class WalStats:
     failed: bool
 
     def as_dict(self) -> dict[str, int | bool]:
-        """The fields by name (for JSON stats replies)."""
-        return {field.name: getattr(self, field.name) for field in fields(self)}
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentInfo:
-    """One segment as retention sees it (``Wal.segment_infos``)."""
-
-    first_offset: int
-    next_offset: int | None
-    """The offset after its last frame; ``None`` when not known (never for a sealed segment
-    with a successor: then it is the successor's first offset)."""
-    size_bytes: int
-    sealed: bool
-    modified_ms: int
-    """The file's mtime: when its newest frame was written (ms since the epoch)."""
-
-    def as_dict(self) -> dict[str, int | bool | None]:
         """The fields by name (for JSON stats replies)."""
         return {field.name: getattr(self, field.name) for field in fields(self)}

@@ -18,10 +18,10 @@ import orjson
 
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError
 from danube.bus.subjects import DispatchOp
-from danube.dispatcher import protocol
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
+from danube.wire.dispatcher import protocol
 
 _RETRY_BASE_S = 0.02
 _RETRY_CAP_S = 0.5

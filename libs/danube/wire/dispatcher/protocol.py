@@ -49,10 +49,13 @@ from typing import Annotated, Literal, TypeVar
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from danube.dispatcher.errors import DispatcherError
-from danube.dispatcher.keyshared import FILTER_CHARS_MAX, FILTERS_MAX
 from danube.frame import append_frame, decode_frames
 from danube.meta.failure_policy import FailurePolicy
+from danube.wire.dispatcher.errors import DispatcherError
+
+# A key-shared consumer's key filters (glob patterns): how many, and how long each.
+FILTERS_MAX = 32
+FILTER_CHARS_MAX = 256
 
 _U32 = struct.Struct("<I")
 

@@ -18,10 +18,10 @@ import orjson
 
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, TopicName
 from danube.frame import Frame, decode_frames
-from danube.ingest import protocol
-from danube.ingest.wal.results import SegmentInfo
-from danube.limits import BACKLOG_QUOTA_EXCEEDED, RATE_LIMITED, PartitionLimits
 from danube.meta.backoff import backoff_s
+from danube.wire.ingest import protocol
+from danube.wire.ingest.protocol import SegmentInfo
+from danube.wire.limits import BACKLOG_QUOTA_EXCEEDED, RATE_LIMITED, PartitionLimits
 
 # The code of danube.ingest.leadership.PartitionUnavailableError: no in-sync replica of the
 # partition is alive, so retrying within one request's deadline cannot help.
@@ -34,7 +34,7 @@ _RETRY_CAP_S = 0.5
 # Retriable, but not within one request: a full disk stays full, and a partition with no live
 # in-sync replica stays without a leader, for longer than a produce deadline, so the producer
 # hears it at once (and retries on its own schedule).
-# A partition over its rate or backlog quota (danube.limits) is answered at once too: the
+# A partition over its rate or backlog quota (danube.wire.limits) is answered at once too: the
 # producer is told to slow down, not held.
 _RETRY_LATER_CODES = frozenset({"disk_full", UNAVAILABLE, RATE_LIMITED, BACKLOG_QUOTA_EXCEEDED})
 

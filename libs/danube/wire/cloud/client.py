@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from danube.bus import Bus, TopicName
 from danube.frame import Frame, decode_frames
-from danube.ingest import protocol
+from danube.wire.ingest import protocol
 
 
 @dataclass(frozen=True)

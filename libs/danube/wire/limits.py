@@ -129,3 +129,9 @@ def backlog(next_offset: int, acked_beyond: Iterable[int], end_offset: int | Non
         return 0
     acked = sum(1 for offset in acked_beyond if next_offset <= offset < end_offset)
     return end_offset - next_offset - acked
+
+
+def total(backlogs: Iterable[int | None]) -> int:
+    """The sum over partitions whose backlog is known (an unknown one counts as 0: its
+    own entry says ``None``)."""
+    return sum(b for b in backlogs if b is not None)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import IntEnum
 
 from danube.errors import DanubeError
@@ -329,3 +329,21 @@ def decode_repl_reply(body: bytes) -> ReplFetchReply:
         int(end),
         memoryview(body)[_REPL_REPLY_HEAD.size :],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """One segment as retention sees it (``Wal.segment_infos``)."""
+
+    first_offset: int
+    next_offset: int | None
+    """The offset after its last frame; ``None`` when not known (never for a sealed segment
+    with a successor: then it is the successor's first offset)."""
+    size_bytes: int
+    sealed: bool
+    modified_ms: int
+    """The file's mtime: when its newest frame was written (ms since the epoch)."""
+
+    def as_dict(self) -> dict[str, int | bool | None]:
+        """The fields by name (for JSON stats replies)."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}

@@ -1,0 +1,72 @@
+"""Services talk over the bus, never through each other's code: a service package imports the
+libs (danube.bus, danube.meta, danube.wire, ...) and itself only. The contracts between
+services (subjects, bodies, clients, status codes) live in danube.wire."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+SERVICES_ROOT = Path(__file__).resolve().parents[2] / "services" / "danube"
+SERVICES = sorted(p.name for p in SERVICES_ROOT.iterdir() if (p / "__init__.py").exists())
+
+
+def _imported_modules(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            # `from danube import ingest` names a package through its parent.
+            if node.module == "danube":
+                found.extend((node.lineno, f"danube.{alias.name}") for alias in node.names)
+    return found
+
+
+def _foreign_imports(service: str) -> list[str]:
+    others = {f"danube.{name}" for name in SERVICES if name != service}
+    problems = []
+    for path in sorted((SERVICES_ROOT / service).rglob("*.py")):
+        for line, module in _imported_modules(path):
+            if any(module == o or module.startswith(f"{o}.") for o in others):
+                problems.append(f"{path.relative_to(SERVICES_ROOT)}:{line} imports {module}")
+    return problems
+
+
+def test_the_services_are_found() -> None:
+    assert {"discovery", "ingest", "dispatcher", "uploader", "retention", "cloud_reader"} <= set(
+        SERVICES
+    )
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_a_service_imports_no_other_service(service: str) -> None:
+    assert _foreign_imports(service) == []
+
+
+def test_the_libs_import_no_service() -> None:
+    libs = SERVICES_ROOT.parents[1] / "libs" / "danube"
+    services = {f"danube.{name}" for name in SERVICES}
+    problems = [
+        f"{path.relative_to(libs)}:{line} imports {module}"
+        for path in sorted(libs.rglob("*.py"))
+        for line, module in _imported_modules(path)
+        if any(module == s or module.startswith(f"{s}.") for s in services)
+    ]
+    assert problems == []
+
+
+def test_the_check_sees_a_foreign_import(tmp_path: Path) -> None:
+    source = tmp_path / "mod.py"
+    source.write_text("from danube import ingest\nfrom danube.wire.dispatcher.client import X\n")
+    assert [m for _, m in _imported_modules(source)] == [
+        "danube",
+        "danube.ingest",
+        "danube.wire.dispatcher.client",
+    ]
