@@ -13,7 +13,7 @@ from danube.discovery.catalog import Catalog
 from danube.discovery.errors import BadRequestError, OverLimitError, http_status
 from danube.discovery.models import ProduceRequest
 from danube.discovery.produce import Limits, Producer
-from danube.meta.records import TopicConfig
+from danube.meta.records import Policies, TopicConfig
 
 pytestmark = pytest.mark.unit
 
@@ -36,6 +36,11 @@ class BlockingCatalog:
         self.entered.set()
         await self.release.wait()
         raise BadRequestError("stop here")  # the test only cares about admission
+
+    async def effective_policies(self, topic: TopicName) -> tuple[None, Policies]:
+        """The first lookup of an admitted produce: blocks like ``cached_topic``."""
+        await self.cached_topic(topic)
+        return None, Policies()
 
 
 def _producer(catalog: Any, max_inflight: int) -> Producer:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from danube.bus import Bus, NoRespondersError, RemoteError, TopicName
@@ -40,7 +41,7 @@ from danube.discovery.routing import (
 )
 from danube.discovery.schema_gate import SchemaGate, Stamp
 from danube.frame import Record, encode_record
-from danube.meta.records import Dispatch
+from danube.meta.records import Dispatch, Policies
 from danube.wire.ingest.client import IngestClient
 from danube.wire.limits import (
     BACKLOG_QUOTA_EXCEEDED,
@@ -179,34 +180,58 @@ class Producer:
         self._slots = asyncio.Semaphore(max_inflight)
 
     async def produce(self, topic: TopicName, request: ProduceRequest) -> list[ProduceResult]:
-        """Store the batch; one result per message, in message order. A topic with a schema
+        """Store the batch; one result per message, in message order. A bad batch is refused
+        before any lookup, a full instance before any work (429); a topic with a schema
         checks the payloads first (:mod:`danube.discovery.schema_gate`)."""
         try:
             payloads = decode_payloads(
                 request,
-                max_payload_bytes=await self.max_message_bytes(topic),
+                max_payload_bytes=self.limits.max_payload_bytes,
                 max_messages=self.limits.max_messages,
             )
         except TooLargeError as exc:
             metrics.POLICY_REFUSALS.labels(exc.code).inc()
             raise
-        stamp = None
-        if self.schemas is not None:
-            stamp = await self.schemas.admit(topic, payloads, version=request.schema_version)
-        records = encode_records(
-            request, payloads, publish_time_ms=int(time.time() * 1000), schema=stamp
-        )
-        keys = [m.key for m in request.messages]
-        return await self.store(topic, records, keys, dispatch=request.dispatch)
+        async with self._admitted():
+            _, policies = await self.catalog.effective_policies(topic)
+            limit = self._max_message_bytes(policies)
+            for index, payload in enumerate(payloads):
+                if len(payload) > limit:
+                    metrics.POLICY_REFUSALS.labels("payload_too_large").inc()
+                    raise TooLargeError(
+                        f"messages[{index}].payload is {len(payload)} bytes, over the limit "
+                        f"of {limit}",
+                        code="payload_too_large",
+                        limit=limit,
+                    )
+            stamp = None
+            if self.schemas is not None:
+                stamp = await self.schemas.admit(topic, payloads, version=request.schema_version)
+            records = encode_records(
+                request, payloads, publish_time_ms=int(time.time() * 1000), schema=stamp
+            )
+            keys = [m.key for m in request.messages]
+            return await self._store(topic, records, keys, request.dispatch, policies)
 
     async def max_message_bytes(self, topic: TopicName) -> int:
         """The largest payload ``topic`` takes: its policy's (docs/policies.md), never more
         than the cluster's ``ingest.max_message_bytes``."""
         _, policies = await self.catalog.effective_policies(topic)
+        return self._max_message_bytes(policies)
+
+    def _max_message_bytes(self, policies: Policies) -> int:
         return min(
             policies.max_message_bytes or self.limits.max_payload_bytes,
             self.limits.max_payload_bytes,
         )
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self) -> AsyncIterator[None]:
+        """One of the instance's ``max_inflight`` produce slots, or 429 at once."""
+        if self._slots.locked():
+            raise OverLimitError("too many produce requests in flight on this instance; retry")
+        async with self._slots:
+            yield
 
     async def store(
         self,
@@ -219,26 +244,33 @@ class Producer:
         """Store encoded records in ``topic``: a topic (routed over its partitions by key,
         auto-created with ``dispatch`` when allowed) or one partition of an existing topic
         (``<t>-part-N``, as Danube's clients name them). One result per record, in order."""
-        if self._slots.locked():
-            raise OverLimitError("too many produce requests in flight on this instance; retry")
-        async with self._slots:
-            started = time.perf_counter()
-            if topic.partition is None:
-                partitions = await self._partitions_of(topic, dispatch)
-                routed = route(keys, partitions, self._robin)
-                names = topic.partitions(partitions)
-            else:
-                partitions = await self._check_partition(topic)
-                routed, names = [0] * len(records), [topic]
+        async with self._admitted():
             _, policies = await self.catalog.effective_policies(topic)
-            limits = for_partition(policies, partitions)
-            offsets = await self._send(names, routed, records, limits)
-            metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
-            metrics.MESSAGES_PRODUCED.inc(len(records))
-            return [
-                ProduceResult(partition=str(names[p]), offset=offsets[i])
-                for i, p in enumerate(routed)
-            ]
+            return await self._store(topic, records, keys, dispatch, policies)
+
+    async def _store(
+        self,
+        topic: TopicName,
+        records: Sequence[bytes],
+        keys: Sequence[str | None],
+        dispatch: Dispatch,
+        policies: Policies,
+    ) -> list[ProduceResult]:
+        started = time.perf_counter()
+        if topic.partition is None:
+            partitions = await self._partitions_of(topic, dispatch)
+            routed = route(keys, partitions, self._robin)
+            names = topic.partitions(partitions)
+        else:
+            partitions = await self._check_partition(topic)
+            routed, names = [0] * len(records), [topic]
+        limits = for_partition(policies, partitions)
+        offsets = await self._send(names, routed, records, limits)
+        metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
+        metrics.MESSAGES_PRODUCED.inc(len(records))
+        return [
+            ProduceResult(partition=str(names[p]), offset=offsets[i]) for i, p in enumerate(routed)
+        ]
 
     async def _partitions_of(self, topic: TopicName, dispatch: Dispatch) -> int:
         config = await self.catalog.cached_topic(topic)
