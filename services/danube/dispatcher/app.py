@@ -22,7 +22,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
     subscription was fenced; a restart claims afresh)."""
     async with node_session(settings, "dispatcher", node_id, settings.dispatcher, stop) as s:
         node = DispatcherNode(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
-        claims = await serve_claims(s.bus, node)
+        claims = await serve_claims(s.bus, node_id, node.ensure_serving)
         watcher = s.tasks.create_task(node.watch_owners(), name="subscription-watch")
         sampler = s.tasks.create_task(
             SubscriptionSampler(node.runtimes).run(settings.metrics.sample_interval_s),

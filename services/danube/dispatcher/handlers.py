@@ -4,7 +4,7 @@ claim request any dispatcher of the queue group may answer."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 import orjson
 
@@ -14,9 +14,6 @@ from danube.dispatcher.fanout import FanoutRuntime
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.meta import TopicName
 from danube.wire.dispatcher import protocol
-
-if TYPE_CHECKING:
-    from danube.dispatcher.node import DispatcherNode
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +83,22 @@ class SubscriptionHandlers:
         raise protocol.BadRequestError(f"unknown dispatcher operation {op!r}", code="unknown_op")
 
 
-async def serve_claims(bus: Bus, node: DispatcherNode) -> Responder:
+async def serve_claims(
+    bus: Bus, node_id: str, ensure_serving: Callable[[TopicName, str], Awaitable[AnyRuntime]]
+) -> Responder:
     """Answer claim requests for subscriptions nobody serves (one dispatcher of the queue
-    group takes each): a request that finds no responders asks here, then retries."""
+    group takes each): a request that finds no responders asks here, then retries.
+    ``ensure_serving`` is the node's (danube.dispatcher.node): claim and serve, or the
+    runtime already served."""
 
     async def claim(request: Request) -> bytes:
         parsed = bus.subjects.parse(request.subject)
         if parsed.subscription is None:
             raise protocol.BadRequestError(f"no subscription in {request.subject}")
-        runtime = await node.ensure_serving(parsed.name, parsed.subscription)
+        runtime = await ensure_serving(parsed.name, parsed.subscription)
         claim_ = runtime.store.claim
         epoch = 0 if claim_ is None else claim_.epoch
-        return orjson.dumps({"node_id": node.node_id, "epoch": epoch})
+        return orjson.dumps({"node_id": node_id, "epoch": epoch})
 
     return await bus.serve(
         bus.subjects.all_of_kind(Kind.SUBSCRIPTION_OWNERSHIP),

@@ -16,17 +16,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from danube.bus import BusError, Message, NoRespondersError, RemoteError, Subscription
+from danube.bus import Bus, BusError, Message, NoRespondersError, RemoteError, Subscription
 from danube.dispatcher import metrics, tiers
-from danube.dispatcher.events import MessagesAvailable
+from danube.dispatcher.damage import DamageBook
+from danube.dispatcher.delivery import SubscriptionMachine
+from danube.dispatcher.events import Action, MessagesAvailable
+from danube.dispatcher.store import SubscriptionStore
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.wire.cloud.client import CloudClient
-
-if TYPE_CHECKING:
-    from danube.dispatcher.runtime import SubscriptionRuntime
+from danube.wire.ingest.client import IngestClient
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,29 @@ _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
 
 
+class ReaderHost(Protocol):
+    """What a reader needs of the subscription it feeds (danube.dispatcher.runtime's
+    SubscriptionRuntime is one): named here so that readers never import the runtime."""
+
+    @property
+    def bus(self) -> Bus: ...
+    @property
+    def ingest(self) -> IngestClient: ...
+    @property
+    def store(self) -> SubscriptionStore: ...
+    @property
+    def machine(self) -> SubscriptionMachine | None: ...
+    @property
+    def damage(self) -> DamageBook: ...
+    def feed(self, event: MessagesAvailable) -> list[Action]: ...
+    async def run_actions(self, actions: list[Action]) -> None: ...
+    def notify(self) -> None: ...
+
+
 class PartitionReader:
     """Feeds one partition of a subscription to its machine until cancelled."""
 
-    def __init__(self, runtime: SubscriptionRuntime, partition: TopicName, name: str) -> None:
+    def __init__(self, runtime: ReaderHost, partition: TopicName, name: str) -> None:
         self.runtime = runtime
         self.partition = partition
         self.name = name

@@ -16,20 +16,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
-from danube.bus import BusError
+from danube.bus import Bus, BusError
+from danube.config import DanubeSettings
 from danube.frame import Frame, decode_frames
 from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory, divergence
-from danube.ingest.wal import DiskFullError
+from danube.ingest.wal import DiskFullError, Wal
+from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.wire.ingest import protocol
-
-if TYPE_CHECKING:
-    from danube.ingest.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +40,40 @@ class _Restart(Exception):
     """Find the divergence again (the leader says this follower is past its end)."""
 
 
+class NodeView(Protocol):
+    """What a fetcher uses of its node (danube.ingest.replica.NodeContext is one)."""
+
+    @property
+    def settings(self) -> DanubeSettings: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def bus(self) -> Bus: ...
+
+
+class Follower(Protocol):
+    """The replica a fetcher copies into (danube.ingest.replica.Replica is one): named here
+    so that the fetcher never imports the replica that owns it."""
+
+    high_watermark: int
+
+    @property
+    def name(self) -> TopicName: ...
+    @property
+    def ctx(self) -> NodeView: ...
+    @property
+    def wal(self) -> Wal | None: ...
+    @property
+    def history(self) -> EpochHistory | None: ...
+    async def truncate(self, end: int) -> int: ...
+    async def store_history(self, history: EpochHistory) -> None: ...
+    def follow_ended(self) -> None: ...
+
+
 class Fetcher:
     """Copies one leader epoch's log into a replica."""
 
-    def __init__(self, replica: Replica, leader: str, epoch: int) -> None:
+    def __init__(self, replica: Follower, leader: str, epoch: int) -> None:
         self.replica = replica
         self.leader = leader
         self.epoch = epoch
