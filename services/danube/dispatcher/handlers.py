@@ -10,8 +10,7 @@ import orjson
 
 from danube.bus import Bus, Kind, Request, Responder
 from danube.bus.subjects import DispatchOp
-from danube.dispatcher.fanout import FanoutRuntime
-from danube.dispatcher.runtime import SubscriptionRuntime
+from danube.dispatcher.served import ServedSubscription
 from danube.meta import TopicName
 from danube.wire.dispatcher import protocol
 
@@ -25,15 +24,11 @@ OPS_CONCURRENCY = 256
 _REPLY_MARGIN_S = 0.25
 _OK = b'{"ok":true}'
 
-# Reliable subscriptions (cursors, redelivery) and non-reliable ones (fan-out from memory)
-# answer the same operations.
-AnyRuntime = SubscriptionRuntime | FanoutRuntime
-
 
 class SubscriptionHandlers:
     """Request handlers of one subscription (one responder over all its ops)."""
 
-    def __init__(self, runtime: AnyRuntime) -> None:
+    def __init__(self, runtime: ServedSubscription) -> None:
         self.runtime = runtime
 
     async def serve(self, bus: Bus, topic: TopicName, sub: str) -> Responder:
@@ -84,7 +79,9 @@ class SubscriptionHandlers:
 
 
 async def serve_claims(
-    bus: Bus, node_id: str, ensure_serving: Callable[[TopicName, str], Awaitable[AnyRuntime]]
+    bus: Bus,
+    node_id: str,
+    ensure_serving: Callable[[TopicName, str], Awaitable[ServedSubscription]],
 ) -> Responder:
     """Answer claim requests for subscriptions nobody serves (one dispatcher of the queue
     group takes each): a request that finds no responders asks here, then retries.

@@ -9,8 +9,9 @@ from danube.bus import Bus, Responder
 from danube.config import DanubeSettings
 from danube.dispatcher import metrics
 from danube.dispatcher.fanout import FanoutRuntime
-from danube.dispatcher.handlers import AnyRuntime, SubscriptionHandlers
+from danube.dispatcher.handlers import SubscriptionHandlers
 from danube.dispatcher.runtime import SubscriptionRuntime
+from danube.dispatcher.served import ServedSubscription
 from danube.dispatcher.store import SubscriptionStore
 from danube.meta import Lease, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
@@ -24,7 +25,7 @@ _Key = tuple[TopicName, str]
 
 
 class _Served:
-    def __init__(self, runtime: AnyRuntime, responder: Responder) -> None:
+    def __init__(self, runtime: ServedSubscription, responder: Responder) -> None:
         self.runtime = runtime
         self.responder = responder
 
@@ -50,11 +51,11 @@ class DispatcherNode:
         """``(topic, subscription)`` of every subscription served."""
         return list(self._served)
 
-    def runtimes(self) -> list[AnyRuntime]:
+    def runtimes(self) -> list[ServedSubscription]:
         """The runtime of every subscription served."""
         return [served.runtime for served in self._served.values()]
 
-    async def ensure_serving(self, topic: TopicName, sub: str) -> AnyRuntime:
+    async def ensure_serving(self, topic: TopicName, sub: str) -> ServedSubscription:
         """Claim ``sub`` of ``topic`` (if not ours yet), resume it and answer its subjects."""
         key = (topic, sub)
         async with self._locks.hold(key):
@@ -67,7 +68,7 @@ class DispatcherNode:
             store = SubscriptionStore(self.store, topic, sub)
             await store.claim_owner(self.node_id, self.lease)
             config = self.settings.dispatcher
-            runtime: AnyRuntime
+            runtime: ServedSubscription
             if await store.dispatch() == "non_reliable":
                 runtime = FanoutRuntime(store, self.bus, config, on_failed=self._on_failed)
             else:
@@ -83,7 +84,7 @@ class DispatcherNode:
             metrics.SUBSCRIPTIONS.labels(runtime.dispatch).inc()
             return runtime
 
-    def _on_failed(self, runtime: AnyRuntime, reason: str) -> None:
+    def _on_failed(self, runtime: ServedSubscription, reason: str) -> None:
         """Stop answering a failed subscription's subjects, so a claim finds a live owner."""
         key = (runtime.store.topic, runtime.store.sub)
         served = self._served.get(key)
@@ -95,7 +96,7 @@ class DispatcherNode:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _retire(self, key: _Key, runtime: AnyRuntime) -> None:
+    async def _retire(self, key: _Key, runtime: ServedSubscription) -> None:
         async with self._locks.hold(key):
             served = self._served.get(key)
             if served is not None and served.runtime is runtime:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from danube.dispatcher import metrics
-from danube.dispatcher.handlers import AnyRuntime
+from danube.dispatcher.served import ServedSubscription
 from danube.errors import DanubeError
 from danube.runtime.topic_metrics import GaugeSnapshot, subscription_labels
 from danube.wire.dispatcher.protocol import SubscriptionStats
@@ -29,7 +29,7 @@ _Row = tuple[tuple[str, ...], float]
 class SubscriptionSampler:
     """Publishes the gauges of the subscriptions ``served()`` returns."""
 
-    def __init__(self, served: Callable[[], Iterable[AnyRuntime]]) -> None:
+    def __init__(self, served: Callable[[], Iterable[ServedSubscription]]) -> None:
         self._served = served
         self._backlog = GaugeSnapshot(metrics.SUB_BACKLOG)
         self._unacked = GaugeSnapshot(metrics.SUB_UNACKED)
@@ -61,7 +61,7 @@ class SubscriptionSampler:
         self._consumers.publish(consumers)
 
 
-async def _stats(runtime: AnyRuntime) -> SubscriptionStats | None:
+async def _stats(runtime: ServedSubscription) -> SubscriptionStats | None:
     try:
         async with asyncio.timeout(STATS_TIMEOUT_S):
             return await runtime.stats()

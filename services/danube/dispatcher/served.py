@@ -1,0 +1,46 @@
+"""What a served subscription answers, whichever way it delivers: the interface the bus
+handlers, the node and the metrics sampler use. :class:`SubscriptionRuntime` (reliable:
+cursors, redelivery) and :class:`FanoutRuntime` (non-reliable: fan-out from memory) are the
+two kinds (mypy checks both against it where the node builds them)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from danube.dispatcher.store import SubscriptionStore
+from danube.meta.failure_policy import FailurePolicy
+from danube.wire.dispatcher import protocol
+
+
+class ServedSubscription(Protocol):
+    """One subscription this dispatcher serves."""
+
+    dispatch: str
+    """``"reliable"`` or ``"non_reliable"`` (a metric label)."""
+    store: SubscriptionStore
+    failed: bool
+    """Fenced or broken: it answers nothing more."""
+    deleted: bool
+    """A delete began (for good)."""
+
+    # Life cycle (danube.dispatcher.node).
+    async def start(self) -> None: ...
+    def fail(self, reason: str) -> None: ...
+    def begin_stop(self) -> None: ...
+    async def stop(self) -> None: ...
+
+    # The operations of the bus (danube.dispatcher.handlers).
+    async def attach(self, request: protocol.AttachRequest) -> str: ...
+    async def poll(
+        self, request: protocol.PollRequest, wait_s: float
+    ) -> list[protocol.PolledMessage]: ...
+    async def ack(
+        self, request: protocol.AckRequest, timeout_s: float
+    ) -> list[tuple[str, int]]: ...
+    async def nack(self, request: protocol.AckRequest) -> None: ...
+    async def detach(self, consumer_id: str) -> None: ...
+    async def seek(self, position: protocol.StartPosition) -> dict[str, int]: ...
+    async def skip(self, name: str, to_offset: int | None) -> protocol.SkipReply: ...
+    async def failure_policy(self, policy: FailurePolicy | None) -> protocol.PolicyReply: ...
+    async def stats(self) -> protocol.SubscriptionStats: ...
+    async def delete(self) -> None: ...
