@@ -26,6 +26,7 @@ from prometheus_client import Counter
 from danube.bus import Bus
 from danube.config import ConfigError, DanubeSettings, load_settings
 from danube.config.model import ServiceConfig
+from danube.errors import DanubeError
 from danube.meta import Lease, MetaError, MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.aio import wait_any
@@ -148,10 +149,12 @@ async def wait_for_any(*events: asyncio.Event) -> None:
     await wait_any(*events)
 
 
-class LeaseLost(Exception):
+class LeaseLost(DanubeError):
     """The node lease expired before the service was asked to stop: everything it held was
     fenced; the service starts over in this process (new connections, lease, registration
     and claims) once etcd answers again."""
+
+    code = "lease_lost"
 
 
 @dataclass

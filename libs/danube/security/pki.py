@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from danube.errors import DanubeError
+
 __all__ = [
     "CA_VALID_DAYS",
     "CERT_VALID_DAYS",
@@ -55,8 +57,10 @@ _NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 DEFAULT_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
-class PkiError(Exception):
+class PkiError(DanubeError):
     """A certificate could not be issued or read (bad name, unreadable file)."""
+
+    code = "pki_error"
 
 
 @dataclass(frozen=True, slots=True)

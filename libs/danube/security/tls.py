@@ -38,6 +38,7 @@ import grpc
 from starlette.requests import HTTPConnection
 
 from danube.config.model import TlsConfig
+from danube.errors import DanubeError
 
 __all__ = [
     "TLS_PRINCIPAL_SCOPE_KEY",
@@ -68,9 +69,11 @@ Send = Callable[[Any], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class TlsError(Exception):
+class TlsError(DanubeError):
     """The TLS files of a listener cannot be loaded at start (missing, unreadable, a key
     that does not match its certificate)."""
+
+    code = "tls_error"
 
 
 class FileWatch:

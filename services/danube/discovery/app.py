@@ -22,6 +22,7 @@ from danube.discovery.producers import ProducerSessions
 from danube.discovery.schema_gate import SchemaGate
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
+from danube.errors import DanubeError
 from danube.meta import Lease, MetaError, MetaStore
 from danube.meta.backoff import backoff_s
 from danube.runtime.healthcheck import probe_url, write_health_file
@@ -38,8 +39,10 @@ log = logging.getLogger(__name__)
 STREAM_PING_INTERVAL_S = 20.0
 
 
-class HttpStopped(Exception):
+class HttpStopped(DanubeError):
     """The HTTP server could not start (port taken) or stopped without being asked."""
+
+    code = "http_stopped"
 
 
 class _Server(uvicorn.Server):

@@ -7,6 +7,7 @@ import asyncio
 import logging
 
 from danube.config import DanubeSettings
+from danube.errors import DanubeError
 from danube.ingest.handlers import serve_claims, serve_deletes
 from danube.ingest.node import Node
 from danube.runtime.service import LeaseLost, node_session, wait_for_any
@@ -16,8 +17,10 @@ log = logging.getLogger(__name__)
 __all__ = ["LeaseLost", "WalFailed", "serve"]
 
 
-class WalFailed(Exception):
+class WalFailed(DanubeError):
     """A WAL write or fsync failed: the process exits and recovers the WAL on restart."""
+
+    code = "wal_failed"
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:

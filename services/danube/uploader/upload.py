@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from danube.bus import TopicName
 from danube.config import UploaderConfig
+from danube.errors import DanubeError
 from danube.frame import Frame, FrameError, append_frame, record_publish_time_ms
 from danube.meta import MetaStore, Txn, encode_model
 from danube.meta import keys as meta_keys
@@ -76,18 +77,26 @@ class PublishTimes:
         return self._low, self._high
 
 
-class UploadError(Exception):
+class UploadError(DanubeError):
     """An upload that cannot go on now; the next cycle starts again from the checkpoint."""
+
+    code = "upload_failed"
+    retriable = True
 
 
 class UploadFencedError(UploadError):
     """The checkpoint or the assignment changed under us: another uploader has the partition."""
 
+    code = "upload_fenced"
+    retriable = False
 
-class DataLostError(Exception):
+
+class DataLostError(DanubeError):
     """Offsets not yet uploaded are gone from the WAL (below its start): nothing can bring
     them back; the uploader records the loss (:meth:`PartitionUploader.skip_lost`) and moves
     on."""
+
+    code = "data_lost"
 
     def __init__(self, partition: TopicName, offset: int, wal_start: int) -> None:
         super().__init__(
@@ -96,10 +105,12 @@ class DataLostError(Exception):
         self.wal_start = wal_start
 
 
-class WalDamagedError(Exception):
+class WalDamagedError(DanubeError):
     """The WAL's copy of the next offsets to upload is damaged: everything before it is
     uploaded; the uploader records the range (:meth:`PartitionUploader.record_damage`) and
     tries again each interval (a repaired or skipped range lets it go on)."""
+
+    code = "wal_damaged"
 
     def __init__(self, partition: TopicName, damaged: Damaged) -> None:
         super().__init__(f"{partition}: cannot upload past damaged WAL {damaged}")
