@@ -41,6 +41,7 @@ from danube.config.model import (
     DispatcherConfig,
     IngestConfig,
     RetentionServiceConfig,
+    SecurityConfig,
     UploaderServiceConfig,
     WalCloudConfig,
 )
@@ -168,6 +169,7 @@ class DanubeSettings(BaseSettings):
     retention: RetentionServiceConfig = RetentionServiceConfig()
     cloud_reader: CloudReaderConfig = CloudReaderConfig()
     dispatcher: DispatcherConfig = DispatcherConfig()
+    security: SecurityConfig = SecurityConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -21,6 +21,7 @@ from danube.discovery.produce import Limits, Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.schema_gate import SchemaGate
 from danube.discovery.schemas import SchemaRegistry
+from danube.discovery.security import SecurityGate
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.dispatcher.client import DispatcherClient
 from danube.meta import Lease, MetaError, MetaStore
@@ -81,6 +82,9 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         )
         # Exclusive holders are known before the first produce is served.
         producers_revision = await producers.load()
+        # Roles and bindings too, before the first request is decided (docs/security.md).
+        security = SecurityGate.from_config(settings.security, store)
+        security_revision = await security.load()
         services = Services(
             node_id=node_id,
             bus=bus,
@@ -98,6 +102,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             streams=StreamSlots(config.max_streams),
             # Three chances to be heard before the dispatcher expires an idle consumer.
             stream_keepalive_s=settings.dispatcher.consumer_session_timeout_s / 3,
+            security=security,
         )
         app = build_app(
             services,
@@ -138,6 +143,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             tg.create_task(_announce_health(server, http, node_id, config.host), name="health")
             tg.create_task(controller.run(leaving), name="controller")
             producer_view = tg.create_task(producers.follow(producers_revision), name="producers")
+            security_view = tg.create_task(security.follow(security_revision), name="security")
             registration = tg.create_task(
                 _stay_registered(store, node_id, address, lease, config.lease_ttl_s, leaving),
                 name="registration",
@@ -151,6 +157,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             leaving.set()
             registration.cancel()
             producer_view.cancel()
+            security_view.cancel()
             if grpc_server is not None:
                 grpc_reaper.cancel()
                 await grpc_server.stop()

@@ -25,3 +25,13 @@ SCHEMA_VIOLATIONS = Counter(
     "Produced payloads that failed their topic's schema (policy warn: stored; enforce: refused)",
     ["policy"],
 )
+AUTHZ_DENIED = Counter(
+    "danube_discovery_authz_denied",
+    "Requests refused for a missing permission (HTTP 403 / gRPC PERMISSION_DENIED)",
+    ["permission"],
+)
+AUTHN_FAILED = Counter(
+    "danube_discovery_authn_failed",
+    "Requests refused for missing or invalid credentials (HTTP 401 / gRPC UNAUTHENTICATED)",
+    ["code"],
+)
