@@ -45,10 +45,12 @@ from danube.client.errors import (
     InvalidMessageError,
     NotFoundError,
     OverLimitError,
+    PermissionDeniedError,
     ProtocolError,
     ServerError,
     TooLargeError,
     TransportError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from danube.client.messages import (
@@ -100,6 +102,7 @@ __all__ = [
     "Namespace",
     "NotFoundError",
     "OverLimitError",
+    "PermissionDeniedError",
     "Position",
     "Producer",
     "ProducerInfo",
@@ -123,5 +126,6 @@ __all__ = [
     "TopicDescription",
     "TopicSchema",
     "TransportError",
+    "UnauthenticatedError",
     "UnavailableError",
 ]

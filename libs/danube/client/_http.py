@@ -47,6 +47,7 @@ class HttpCore:
         timeout_s: float,
         retry: RetryPolicy,
         transport: httpx.AsyncBaseTransport | None = None,
+        token: str | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -56,9 +57,17 @@ class HttpCore:
         limits = httpx.Limits(
             max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS
         )
+        # Sent on every request and WebSocket upgrade (security.enabled servers).
+        self.auth_headers: dict[str, str] = (
+            {} if token is None else {"authorization": f"Bearer {token}"}
+        )
         # trust_env=False: a proxy set for the shell must not catch a broker on localhost.
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, transport=transport, limits=limits, trust_env=False
+            base_url=self.base_url,
+            transport=transport,
+            limits=limits,
+            trust_env=False,
+            headers=self.auth_headers,
         )
 
     def ws_url(self, path: str) -> str:

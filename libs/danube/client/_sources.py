@@ -184,6 +184,7 @@ class StreamSource:
                 open_timeout=OPEN_TIMEOUT_S,
                 close_timeout=CLOSE_TIMEOUT_S,
                 max_size=MAX_FRAME_BYTES,
+                additional_headers=self.http.auth_headers,
             ) as ws:
                 self.outstanding = 0
                 self.recovery.connected()

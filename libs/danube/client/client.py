@@ -17,6 +17,7 @@ from danube.client.messages import topic_name
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
 from danube.client.schemas import AsyncSchemas
+from danube.client.security import AsyncSecurity
 from danube.names import TopicName
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -34,7 +35,8 @@ def _options(kind: type[Any], base: Any, overrides: dict[str, Any]) -> Any:
 
 class AsyncDanubeClient:
     """Talks to any discovery instance at ``url``. ``timeout_s`` bounds each request;
-    ``retry`` is the backoff of every retry loop; ``transport`` replaces the network (tests).
+    ``retry`` is the backoff of every retry loop; ``transport`` replaces the network (tests);
+    ``token`` is a bearer token sent with every request (a server with security enabled).
 
     Use as ``async with AsyncDanubeClient(url) as client:``; :meth:`close` closes every
     producer and consumer made from it, then the connections."""
@@ -46,14 +48,20 @@ class AsyncDanubeClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        token: str | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise InvalidArgumentError(f"url must start with http:// or https://, got {url!r}")
         self.url = url
         self._http = HttpCore(
-            url, timeout_s=timeout_s, retry=retry or RetryPolicy(), transport=transport
+            url,
+            timeout_s=timeout_s,
+            retry=retry or RetryPolicy(),
+            transport=transport,
+            token=token,
         )
         self.admin = AsyncAdmin(self._http)
+        self.security = AsyncSecurity(self._http)
         self.schemas = AsyncSchemas(self._http)
         self._producers: list[AsyncProducer] = []
         self._consumers: list[AsyncConsumer] = []

@@ -102,12 +102,18 @@ class DanubeClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        token: str | None = None,
     ) -> None:
         self._portal = _Portal()
         try:
             self._client: AsyncDanubeClient = self._portal.call(
                 _construct(
-                    AsyncDanubeClient, url, timeout_s=timeout_s, retry=retry, transport=transport
+                    AsyncDanubeClient,
+                    url,
+                    timeout_s=timeout_s,
+                    retry=retry,
+                    transport=transport,
+                    token=token,
                 )
             )
         except BaseException:
