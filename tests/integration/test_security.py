@@ -6,8 +6,12 @@ the token."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import os
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -84,7 +88,9 @@ def _error(answer: httpx.Response) -> dict[str, str]:
     return error
 
 
-async def test_anonymous_and_bad_tokens_get_401(mesh_settings: MeshSettings, tmp_path: Path) -> None:
+async def test_anonymous_and_bad_tokens_get_401(
+    mesh_settings: MeshSettings, tmp_path: Path
+) -> None:
     async with secured_mesh(mesh_settings, tmp_path) as mesh:
         http = mesh.http
         assert (await http.get("/healthz")).status_code == 200  # probes stay open
@@ -360,3 +366,101 @@ async def test_api_key_exchange_metrics_and_audit(
         text = record.getMessage() + repr(vars(record))
         assert token.token not in text
         assert created.api_key not in text
+
+
+# --- the CLI ----------------------------------------------------------------------------
+
+DANUBE = str(Path(sys.executable).parent / "danube")
+
+
+async def _danube(*args: str, token: str | None = None) -> tuple[int, str, str]:
+    """Run `danube ARGS` (with $DANUBE_TOKEN when ``token``); exit code, stdout, stderr."""
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env.pop("DANUBE_TOKEN", None)
+    if token is not None:
+        env["DANUBE_TOKEN"] = token
+    process = await asyncio.create_subprocess_exec(
+        DANUBE,
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    async with asyncio.timeout(60):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_cli_tokens_roles_bindings_api_keys(
+    mesh_settings: MeshSettings, tmp_path: Path
+) -> None:
+    async with secured_mesh(mesh_settings, tmp_path) as mesh:
+        url = mesh.base_url
+        code, out, err = await _danube(
+            "admin", "security", "tokens", "create", "--principal", ADMIN,
+            "--keys-dir", str(mesh.keys_dir), "--issuer", ISS, "--audience", AUD, "--ttl", "10m",
+        )  # fmt: skip
+        assert code == 0, err
+        root = out.strip()
+        code, _, err = await _danube("admin", "namespaces", "list", "-s", url)
+        assert code == 1
+        assert "unauthenticated" in err
+        code, out, err = await _danube("--token", root, "admin", "namespaces", "list", "-s", url)
+        assert code == 0, err
+        assert "default" in out.split()
+        security = ("admin", "security")
+        for args in (
+            ("roles", "create", "ops", "--permissions", "ManageTopic,Lookup", "-s", url),
+            ("bindings", "create", "b-ops", "--principal", "ops", "--roles", "ops",
+             "--scope", "namespace", "--resource", "default", "-s", url),
+        ):  # fmt: skip
+            code, _, err = await _danube(*security, *args, token=root)
+            assert code == 0, err
+        code, out, err = await _danube(*security, "roles", "list", "--json", "-s", url, token=root)
+        assert code == 0, err
+        assert json.loads(out) == [
+            {"name": "ops", "permissions": ["Lookup", "ManageTopic"], "created_ms": ANY_INT}
+        ]
+        code, out, _ = await _danube(*security, "bindings", "list", "--json", "-s", url, token=root)
+        assert [(b["id"], b["scope"], b["resource"]) for b in json.loads(out)] == [
+            ("b-ops", "namespace", "default")
+        ]
+        code, out, err = await _danube(
+            *security, "api-keys", "create", "--principal", "ops", "--json", "-s", url, token=root
+        )
+        assert code == 0, err
+        made = json.loads(out)
+        code, out, err = await _danube(
+            *security, "tokens", "exchange", "--api-key", made["api_key"], "-s", url
+        )
+        assert code == 0, err
+        ops = out.strip()
+        code, _, err = await _danube(
+            "admin", "topics", "create", "/default/ops-t", "-s", url, token=ops
+        )
+        assert code == 0, err
+        code, _, err = await _danube(
+            "admin", "topics", "create", "/other/ops-t", "-s", url, token=ops
+        )
+        assert code == 1
+        assert "permission_denied" in err
+        assert "ManageTopic" in err
+        code, _, err = await _danube(*security, "roles", "delete", "ops", "-s", url, token=root)
+        assert code == 1
+        assert "role_in_use" in err
+        for args in (("bindings", "delete", "b-ops"), ("roles", "delete", "ops"),
+                     ("api-keys", "revoke", made["id"])):  # fmt: skip
+            code, _, err = await _danube(*security, *args, "-s", url, token=root)
+            assert code == 0, err
+        code, out, _ = await _danube(*security, "roles", "list", "--json", "-s", url, token=root)
+        assert json.loads(out) == []
+
+
+class _AnyInt:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int)
+
+
+ANY_INT: Any = _AnyInt()

@@ -96,7 +96,8 @@ def test_rotation_old_key_verifies_while_listed(tmp_path: Path) -> None:
     old_token = issue_token(old, "alice", 60, issuer=ISS, audience=AUD)
     new = generate_key(tmp_path, kid="k2")
     keys = load_keys(tmp_path)
-    assert keys.signing is not None and keys.signing.kid == "k2"  # the newest signs
+    assert keys.signing is not None
+    assert keys.signing.kid == "k2"
     new_token = issue_token(keys.signing, "bob", 60, issuer=ISS, audience=AUD)
     assert _verifier(tmp_path).verify(old_token).principal == "alice"
     assert _verifier(tmp_path).verify(new_token).kid == "k2"
@@ -108,14 +109,16 @@ def test_rotation_old_key_verifies_while_listed(tmp_path: Path) -> None:
     (tmp_path / "k1.pub.pem").write_bytes(public_pem(old))
     assert _verifier(tmp_path).verify(old_token).principal == "alice"
     signing = load_keys(tmp_path).signing
-    assert signing is not None and public_pem(signing) == public_pem(new)
+    assert signing is not None
+    assert public_pem(signing) == public_pem(new)
 
 
 def test_api_key_is_stored_hashed_and_checked(tmp_path: Path) -> None:
     key_id, api_key, digest = new_api_key()
     assert parse_api_key(api_key)[0] == key_id
     secret = parse_api_key(api_key)[1]
-    assert secret not in digest and api_key not in digest
+    assert secret not in digest
+    assert api_key not in digest
     record = ApiKeyRecord(id=key_id, principal="svc", secret_sha256=digest, created_ms=0)
     check_secret(record, secret, now_ms=1)
     with pytest.raises(UnauthenticatedError):
@@ -135,7 +138,7 @@ OTHER_NS = Resource.topic(TopicName("other", "orders"))
 def _policy(scope: str, resource: str) -> Policy:
     return Policy.of(
         [Role(name="writer", permissions=[P.Produce, P.Lookup])],
-        [Binding(id="b1", principal="alice", roles=["writer"], scope=scope, resource=resource)],  # type: ignore[arg-type]
+        [Binding(id="b1", principal="alice", roles=["writer"], scope=scope, resource=resource)],
     )
 
 
@@ -162,8 +165,11 @@ def test_binding_reaches_its_scope_and_below_only(
 def test_default_deny_and_super_admin() -> None:
     policy = Policy()
     decision = decide(policy, "alice", P.ManageCluster, Resource.cluster())
-    assert not decision.allowed and "ManageCluster" in decision.reason
-    admin = decide(policy, "root", P.ManageCluster, Resource.cluster(), super_admins={"root"})
+    assert not decision.allowed
+    assert "ManageCluster" in decision.reason
+    admin = decide(
+        policy, "root", P.ManageCluster, Resource.cluster(), super_admins=frozenset({"root"})
+    )
     assert admin.allowed
 
 
@@ -186,7 +192,7 @@ def test_every_http_route_has_a_permission_rule() -> None:
         if hasattr(route, "original_router"):  # an included router (FastAPI 0.16x)
             routes.extend(route.original_router.routes)
         elif isinstance(route, APIRoute):
-            served |= {(method, route.path) for method in route.methods}
+            served |= {(method, route.path) for method in route.methods or ()}
         elif isinstance(route, APIWebSocketRoute):
             served.add(("WEBSOCKET", route.path))
     served = {(m, p.replace(":int", "")) for m, p in served}

@@ -36,6 +36,30 @@ Topic = Annotated[
     str, typer.Option("--topic", "-t", help="Topic: /<namespace>/<topic>, or <topic> in default.")
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="DANUBE_TOKEN",
+        help="Bearer token sent with every request (a server with security enabled).",
+        show_default=False,
+    ),
+]
+
+# The bearer token of this invocation (`danube --token ...` or $DANUBE_TOKEN), set once by
+# the root command before any subcommand runs.
+_token: str | None = None
+
+
+def set_token(token: str | None) -> None:
+    """Remember the invocation's bearer token (the root command's ``--token``)."""
+    global _token
+    _token = token or None
+
+
+def bearer_token() -> str | None:
+    """The invocation's bearer token, if any: every client the CLI makes sends it."""
+    return _token
 
 
 def fail(command: str, message: str, code: int = EXIT_ERROR) -> typer.Exit:

@@ -11,7 +11,16 @@ import typer
 from rich.table import Table
 
 from danube.cli import failure_policy
-from danube.cli._common import Json, ServiceAddr, err, out, parse_position, print_json, run
+from danube.cli._common import (
+    Json,
+    ServiceAddr,
+    bearer_token,
+    err,
+    out,
+    parse_position,
+    print_json,
+    run,
+)
 from danube.cli.producers_table import producers_table
 from danube.client import AsyncAdmin, AsyncDanubeClient, Retention
 from danube.client.admin import Namespace, Subscription, TopicDescription
@@ -71,7 +80,9 @@ class Durability(StrEnum):
 
 def _admin(command: str, url: str, call: Callable[[AsyncAdmin], Awaitable[None]]) -> None:
     async def main() -> None:
-        async with AsyncDanubeClient(url, timeout_s=ADMIN_TIMEOUT_S) as client:
+        async with AsyncDanubeClient(
+            url, timeout_s=ADMIN_TIMEOUT_S, token=bearer_token()
+        ) as client:
             await call(client.admin)
 
     run(f"admin {command}", main())

@@ -13,7 +13,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from danube.cli._common import Json, ServiceAddr, err, out, print_json, run
+from danube.cli._common import Json, ServiceAddr, bearer_token, err, out, print_json, run
 from danube.cli.benchrun import (
     BenchSpec,
     Kind,
@@ -227,7 +227,7 @@ def _protocols_table(result: dict[str, Any]) -> Table:
 
 async def _bench(url: str, spec: BenchSpec, own: bool, partitions: int, json_out: bool) -> int:
     meter = Meter(total=spec.count, duration_s=spec.duration_s)
-    async with AsyncDanubeClient(url) as client:
+    async with AsyncDanubeClient(url, token=bearer_token()) as client:
         if own or partitions:
             await client.admin.create_topic(spec.topic, partitions=partitions)
         try:

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from danube.cli._common import bearer_token
 from danube.cli.benchrun import Latencies, payload_of
 from danube.client import AsyncDanubeClient, AsyncProducer
 from danube.wire.client import WireClient
@@ -30,7 +31,7 @@ async def grpc_produce_consume(
     """Single-message produce over gRPC, then consume it all; rates and latencies."""
     payload = payload_of(size)
     latency = Latencies()
-    async with WireClient(grpc_url) as client:
+    async with WireClient(grpc_url, token=bearer_token()) as client:
         consumer_id = await client.subscribe(topic, "bench-consumer", "bench-grpc", "exclusive")
         ids = [await client.create_producer(topic, f"bench-{i}") for i in range(producers)]
 
@@ -85,7 +86,7 @@ async def http_produce_consume(
     offset before the next (no batching); then the SDK's stream consumer, acking each."""
     payload = payload_of(size)
     latency = Latencies()
-    async with AsyncDanubeClient(http_url) as client:
+    async with AsyncDanubeClient(http_url, token=bearer_token()) as client:
         senders = [
             client.producer(topic, name=f"bench-{i}", linger_ms=0.0) for i in range(producers)
         ]
@@ -162,7 +163,7 @@ async def _on_fresh_topic(
     http_url: str, topic: str, run: Callable[[str], Awaitable[dict[str, Any]]]
 ) -> dict[str, Any]:
     """``run(topic)`` on a topic created for it and deleted after."""
-    async with AsyncDanubeClient(http_url) as admin:
+    async with AsyncDanubeClient(http_url, token=bearer_token()) as admin:
         await admin.admin.create_topic(topic, partitions=0)
         try:
             return await run(topic)

@@ -15,6 +15,7 @@ from danube.cli._common import (
     Json,
     ServiceAddr,
     Topic,
+    bearer_token,
     err,
     out,
     parse_position,
@@ -139,7 +140,7 @@ async def _consume(
 ) -> None:
     received = 0
     async with (
-        AsyncDanubeClient(url) as client,
+        AsyncDanubeClient(url, token=bearer_token()) as client,
         client.consumer(
             topic,
             subscription,

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import typer
 from rich.table import Table
 
-from danube.cli._common import Json, ServiceAddr, err, out, print_json, run
+from danube.cli._common import Json, ServiceAddr, bearer_token, err, out, print_json, run
 from danube.client import AsyncDanubeClient, Backoff, FailurePolicy, FailurePolicyInfo
 
 app = typer.Typer(help="Show or replace a subscription's failure policy.", no_args_is_help=True)
@@ -144,7 +144,9 @@ def get(
     """A subscription's failure policy: as set and as in effect (unset: the cluster's)."""
 
     async def main() -> None:
-        async with AsyncDanubeClient(service_addr, timeout_s=ADMIN_TIMEOUT_S) as client:
+        async with AsyncDanubeClient(
+            service_addr, timeout_s=ADMIN_TIMEOUT_S, token=bearer_token()
+        ) as client:
             _show(await client.admin.failure_policy(topic, subscription), json_out)
 
     run("admin subscriptions failure-policy get", main())
@@ -177,7 +179,9 @@ def set_(
     )
 
     async def main() -> None:
-        async with AsyncDanubeClient(service_addr, timeout_s=ADMIN_TIMEOUT_S) as client:
+        async with AsyncDanubeClient(
+            service_addr, timeout_s=ADMIN_TIMEOUT_S, token=bearer_token()
+        ) as client:
             info = await client.admin.set_failure_policy(
                 topic, subscription, policy or FailurePolicy()
             )

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from danube.cli import admin, backfill, bench, schemas
+from danube.cli import admin, backfill, bench, schemas, security
 from danube.cli import up as up_command
+from danube.cli._common import TokenOption, set_token
 from danube.cli.consume import consume
 from danube.cli.produce import produce
 
@@ -21,8 +22,9 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(token: TokenOption = None) -> None:
     """Danube mesh: a pub/sub broker as services over a NATS bus."""
+    set_token(token)
 
 
 @app.command()
@@ -49,6 +51,8 @@ app.add_typer(admin.app, name="admin")
 app.add_typer(schemas.app, name="schemas")
 # `danube admin topics schema get|set` (kept in cli/schemas.py, next to the registry's).
 admin.topics.add_typer(schemas.topic_schema, name="schema")
+# `danube admin security roles|bindings|api-keys|tokens` (cli/security.py).
+admin.app.add_typer(security.app, name="security")
 app.add_typer(bench.app, name="bench")
 app.add_typer(backfill.app, name="backfill")
 

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from danube.cli._common import ServiceAddr, Topic, err, out, parse_attributes, run
+from danube.cli._common import ServiceAddr, Topic, bearer_token, err, out, parse_attributes, run
 from danube.client import AsyncDanubeClient, SendResult
 
 COUNT_MAX = 10_000_000
@@ -131,7 +131,7 @@ async def _produce(
     create: bool,
     access_mode: Literal["shared", "exclusive"] | None = None,
 ) -> None:
-    async with AsyncDanubeClient(url) as client:
+    async with AsyncDanubeClient(url, token=bearer_token()) as client:
         if create:
             created = await client.admin.create_topic(
                 topic,

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from danube.cli._common import Json, ServiceAddr, err, out, print_json, run
+from danube.cli._common import Json, ServiceAddr, bearer_token, err, out, print_json, run
 from danube.client import AsyncDanubeClient
 from danube.client.schemas import AsyncSchemas, SchemaVersion
 
@@ -62,7 +62,9 @@ SchemaOpt = Annotated[str | None, typer.Option("--schema", help="The definition 
 
 def _call(command: str, url: str, call: Callable[[AsyncSchemas], Awaitable[int | None]]) -> None:
     async def main() -> int | None:
-        async with AsyncDanubeClient(url, timeout_s=SCHEMAS_TIMEOUT_S) as client:
+        async with AsyncDanubeClient(
+            url, timeout_s=SCHEMAS_TIMEOUT_S, token=bearer_token()
+        ) as client:
             return await call(client.schemas)
 
     run(command, main())

@@ -13,7 +13,7 @@ a decision never waits on etcd.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -192,7 +192,7 @@ def decide(
     permission: Permission,
     resource: Resource,
     *,
-    super_admins: frozenset[str] | Mapping[str, object] = frozenset(),
+    super_admins: frozenset[str] = frozenset(),
 ) -> Decision:
     """Whether ``principal`` may ``permission`` on ``resource``: default deny."""
     if principal in super_admins:
