@@ -22,6 +22,8 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
 
 from danube.client import AsyncDanubeClient, PermissionDeniedError, UnauthenticatedError
 from danube.config import DanubeSettings, SecurityConfig
@@ -113,6 +115,21 @@ async def test_anonymous_and_bad_tokens_get_401(
             answer = await call
             assert answer.status_code == 401, answer.text
             assert _error(answer)["code"] == "unauthenticated"
+        # A consumer stream (WebSocket) is refused the way a stream ends: 4401, then 4403.
+        ws_url = (
+            mesh.base_url.replace("http://", "ws://") + "/v1/consumers/default.kept.s.d1/stream"
+        )
+        for headers, close_code, code in (
+            ({}, 4401, "unauthenticated"),
+            (mesh.auth("alice"), 4403, "permission_denied"),
+        ):
+            async with ws_connect(ws_url, additional_headers=headers, proxy=None) as ws:
+                frame = json.loads(await ws.recv())
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws.recv()
+            assert frame["error"]["code"] == code
+            assert closed.value.rcvd is not None
+            assert closed.value.rcvd.code == close_code
         other_dir = tmp_path / "forger"
         forged_same_kid = generate_key(other_dir, kid="k-new")
         unknown_kid = generate_key(other_dir, kid="k-unknown")
@@ -450,9 +467,9 @@ async def test_cli_tokens_roles_bindings_api_keys(
         code, _, err = await _danube(*security, "roles", "delete", "ops", "-s", url, token=root)
         assert code == 1
         assert "role_in_use" in err
-        for args in (("bindings", "delete", "b-ops"), ("roles", "delete", "ops"),
+        for cleanup in (("bindings", "delete", "b-ops"), ("roles", "delete", "ops"),
                      ("api-keys", "revoke", made["id"])):  # fmt: skip
-            code, _, err = await _danube(*security, *args, "-s", url, token=root)
+            code, _, err = await _danube(*security, *cleanup, "-s", url, token=root)
             assert code == 0, err
         code, out, _ = await _danube(*security, "roles", "list", "--json", "-s", url, token=root)
         assert json.loads(out) == []

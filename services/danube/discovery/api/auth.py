@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from starlette.exceptions import WebSocketException
 from starlette.requests import HTTPConnection
 
 from danube.discovery.api.consume import parse_consumer_id
 from danube.discovery.api.state import services_of
-from danube.discovery.errors import BadRequestError, ws_close_code
+from danube.discovery.errors import BadRequestError
 from danube.discovery.security import SecurityGate
 from danube.names import InvalidNameError, TopicName
 from danube.security import Permission, PermissionDeniedError, Resource, SecurityError
@@ -159,7 +158,7 @@ def _template(connection: HTTPConnection) -> tuple[str, str]:
 async def guard(connection: HTTPConnection) -> None:
     """The app-wide dependency: authenticate, then authorize the route's permission on its
     resource (401 / 403 with the one error body). The principal is left in
-    ``connection.state.principal``."""
+    ``connection.state.principal``; a WebSocket's refusal in ``connection.state.refusal``."""
     gate = services_of(connection).security
     if not gate.enabled:
         connection.state.principal = "anonymous"
@@ -180,6 +179,8 @@ async def guard(connection: HTTPConnection) -> None:
         resource = rule.resource(connection.path_params)
         gate.authorize(principal, rule.permission, resource, action=f"{method} {path}")
     except (SecurityError, BadRequestError) as exc:
-        if connection.scope["type"] == "websocket":
-            raise WebSocketException(ws_close_code(exc), exc.message) from exc
-        raise
+        if connection.scope["type"] != "websocket":
+            raise
+        # A WebSocket is refused the way a stream ends (api/stream.py): accepted, told why in
+        # an error frame, closed with 4401 / 4403. A WebSocket route must check this first.
+        connection.state.refusal = exc
