@@ -204,9 +204,12 @@ class SecurityGate:
         self._seen_revision = snapshot.revision
         return snapshot.revision
 
-    def apply(self, event: WatchEvent) -> None:
-        """One change of ``security/``: a role or binding put or deleted."""
-        self._seen_revision = max(self._seen_revision, event.mod_revision)
+    def apply(self, event: WatchEvent, *, watched: bool = True) -> None:
+        """One change of ``security/``: a role or binding put or deleted. ``watched``: it
+        came from the watch (where a resumed watch starts); a write of this instance applied
+        at once is not, so a broken watch never skips another instance's earlier change."""
+        if watched:
+            self._seen_revision = max(self._seen_revision, event.mod_revision)
         key = event.key
         if key.startswith(meta_keys.SECURITY_ROLES_PREFIX):
             name = key[len(meta_keys.SECURITY_ROLES_PREFIX) :]

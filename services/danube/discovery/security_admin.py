@@ -48,9 +48,9 @@ class SecurityAdmin:
 
     def _applied(self, key: str, value: bytes | None, revision: int) -> None:
         if value is None:
-            self.gate.apply(WatchEvent("delete", key, b"", revision, 0, 0))
+            self.gate.apply(WatchEvent("delete", key, b"", revision, 0, 0), watched=False)
         else:
-            self.gate.apply(WatchEvent("put", key, value, revision, revision, 0))
+            self.gate.apply(WatchEvent("put", key, value, revision, revision, 0), watched=False)
 
     # --- roles -----------------------------------------------------------------------------
 

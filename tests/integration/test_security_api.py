@@ -481,3 +481,47 @@ class _AnyInt:
 
 
 ANY_INT: Any = _AnyInt()
+
+
+# --- another instance's gate follows the writes (etcd watch) ----------------------------
+
+
+async def test_a_second_gate_follows_roles_and_bindings(store: Any, tmp_path: Path) -> None:
+    from danube.discovery.security import SecurityGate
+    from danube.discovery.security_admin import SecurityAdmin
+    from danube.meta import TopicName
+    from danube.security import Binding, Permission, PermissionDeniedError, Resource, Role
+
+    generate_key(tmp_path / "keys")
+    config = SecurityConfig(enabled=True, keys_dir=tmp_path / "keys")
+    writer = SecurityGate.from_config(config, store)
+    follower = SecurityGate.from_config(config, store)
+    await writer.load()
+    revision = await follower.load()
+    orders = Resource.topic(TopicName("shop", "orders"))
+    following = asyncio.create_task(follower.follow(revision))
+    try:
+        admin = SecurityAdmin(store, writer)
+        await admin.put_role(Role(name="writer", permissions=[Permission.Produce]))
+        await admin.put_binding(
+            Binding(id="b", principal="app", roles=["writer"], scope="namespace", resource="shop")
+        )
+        writer.authorize("app", Permission.Produce, orders, action="test")  # at once here
+        async with asyncio.timeout(10):
+            while True:  # and within a watch round trip there
+                try:
+                    follower.authorize("app", Permission.Produce, orders, action="test")
+                    break
+                except PermissionDeniedError:
+                    await asyncio.sleep(0.02)
+        await admin.delete_binding("b")
+        async with asyncio.timeout(10):
+            while True:
+                try:
+                    follower.authorize("app", Permission.Produce, orders, action="test")
+                except PermissionDeniedError:
+                    break
+                await asyncio.sleep(0.02)
+        assert "b" not in follower.policy.bindings
+    finally:
+        following.cancel()
