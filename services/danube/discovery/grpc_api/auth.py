@@ -90,17 +90,18 @@ METHODS: dict[str, Rule] = {
 
 
 def tls_principal_of(context: Any) -> str | None:
-    """The verified client certificate's subject of a call under mTLS (the TLS listener's
-    auth context), else None."""
+    """The verified client certificate's common name (else its first subjectAltName) of a
+    call under mTLS, from its auth context; None without one. Same keys as the TLS branch's
+    ``danube.security.tls.grpc_tls_principal``, which replaces this at the merge."""
     try:
         auth = context.auth_context() or {}
     except (AttributeError, RuntimeError):
         return None
-    for name in ("x509_subject", "x509_common_name"):
-        values = auth.get(name)
-        if values:
-            value = values[0]
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    for name in ("x509_common_name", "x509_subject_alternative_name"):
+        for value in auth.get(name) or ():
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            if text:
+                return text
     return None
 
 
