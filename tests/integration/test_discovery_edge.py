@@ -169,7 +169,7 @@ async def test_405_answers_allow_every_method_of_the_path(consume_http: httpx.As
     # Was: no Allow header.
     expected = {
         "/v1/namespaces/default": "DELETE, GET, PATCH, PUT",
-        "/v1/topics/default/t": "DELETE, GET, PUT",
+        "/v1/topics/default/t": "DELETE, GET, PATCH, PUT",
         "/v1/consumers/default.t.s.x/ack": "POST",
         "/healthz": "GET",
     }

@@ -46,6 +46,31 @@ Topic = Annotated[
     str, typer.Option("--topic", "-t", help="Topic: /<namespace>/<topic>, or <topic> in default.")
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="DANUBE_TOKEN",
+        help="Bearer token sent with every request (a server with security enabled).",
+        show_default=False,
+    ),
+]
+
+# The bearer token of this invocation (`danube --token ...` or $DANUBE_TOKEN), set once by
+# the root command before any subcommand runs.
+_token: str | None = None
+
+
+def set_token(token: str | None) -> None:
+    """Remember the invocation's bearer token (the root command's ``--token``)."""
+    global _token
+    _token = token or None
+
+
+def bearer_token() -> str | None:
+    """The invocation's bearer token, if any: every client the CLI makes sends it."""
+    return _token
+
 
 # TLS of every client command (`danube --ca-file ca.pem produce ...`): options of the root
 # command, or their environment variables (docs/security.md#tls).
@@ -97,8 +122,8 @@ def client_tls() -> ClientTls | None:
 
 
 def connect(url: str, **options: Any) -> AsyncDanubeClient:
-    """The SDK client of a command: ``url`` with the command line's TLS options."""
-    return AsyncDanubeClient(url, tls=client_tls(), **options)
+    """The SDK client of a command: ``url`` with the command line's TLS options and token."""
+    return AsyncDanubeClient(url, tls=client_tls(), token=bearer_token(), **options)
 
 
 def fail(command: str, message: str, code: int = EXIT_ERROR) -> typer.Exit:

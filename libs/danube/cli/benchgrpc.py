@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from danube.cli._common import bearer_token
 from danube.cli.benchrun import Latencies, payload_of
 from danube.client import AsyncDanubeClient, AsyncProducer, ClientTls
 from danube.wire.client import WireClient, channel_credentials
@@ -44,7 +45,9 @@ async def grpc_produce_consume(
     """Single-message produce over gRPC, then consume it all; rates and latencies."""
     payload = payload_of(size)
     latency = Latencies()
-    async with WireClient(grpc_url, credentials=_grpc_credentials(tls)) as client:
+    async with WireClient(
+        grpc_url, credentials=_grpc_credentials(tls), token=bearer_token()
+    ) as client:
         consumer_id = await client.subscribe(topic, "bench-consumer", "bench-grpc", "exclusive")
         ids = [await client.create_producer(topic, f"bench-{i}") for i in range(producers)]
 
@@ -105,7 +108,7 @@ async def http_produce_consume(
     offset before the next (no batching); then the SDK's stream consumer, acking each."""
     payload = payload_of(size)
     latency = Latencies()
-    async with AsyncDanubeClient(http_url, tls=tls) as client:
+    async with AsyncDanubeClient(http_url, tls=tls, token=bearer_token()) as client:
         senders = [
             client.producer(topic, name=f"bench-{i}", linger_ms=0.0) for i in range(producers)
         ]
@@ -194,7 +197,7 @@ async def _on_fresh_topic(
     tls: ClientTls | None,
 ) -> dict[str, Any]:
     """``run(topic)`` on a topic created for it and deleted after."""
-    async with AsyncDanubeClient(http_url, tls=tls) as admin:
+    async with AsyncDanubeClient(http_url, tls=tls, token=bearer_token()) as admin:
         await admin.admin.create_topic(topic, partitions=0)
         try:
             return await run(topic)

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from danube.cli import admin, backfill, bench, schemas
+from danube.cli import admin, backfill, bench, schemas, security
 from danube.cli import up as up_command
-from danube.cli._common import CaFile, CertFile, KeyFile, use_client_tls
+from danube.cli._common import CaFile, CertFile, KeyFile, TokenOption, set_token, use_client_tls
 from danube.cli.consume import consume
 from danube.cli.produce import produce
 
@@ -26,10 +26,12 @@ def _root(
     ca_file: CaFile = None,
     cert_file: CertFile = None,
     key_file: KeyFile = None,
+    token: TokenOption = None,
 ) -> None:
     """Danube mesh: a pub/sub broker as services over a NATS bus."""
     # The client commands connect with these (danube.cli._common.connect).
     use_client_tls(ca_file, cert_file, key_file)
+    set_token(token)
 
 
 @app.command()
@@ -66,6 +68,8 @@ app.add_typer(admin.app, name="admin")
 app.add_typer(schemas.app, name="schemas")
 # `danube admin topics schema get|set` (kept in cli/schemas.py, next to the registry's).
 admin.topics.add_typer(schemas.topic_schema, name="schema")
+# `danube admin security roles|bindings|api-keys|tokens` (cli/security.py).
+admin.app.add_typer(security.app, name="security")
 app.add_typer(bench.app, name="bench")
 app.add_typer(backfill.app, name="backfill")
 

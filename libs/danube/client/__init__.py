@@ -46,10 +46,12 @@ from danube.client.errors import (
     InvalidMessageError,
     NotFoundError,
     OverLimitError,
+    PermissionDeniedError,
     ProtocolError,
     ServerError,
     TooLargeError,
     TransportError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from danube.client.messages import (
@@ -103,6 +105,7 @@ __all__ = [
     "Namespace",
     "NotFoundError",
     "OverLimitError",
+    "PermissionDeniedError",
     "Policies",
     "Position",
     "Producer",
@@ -127,5 +130,6 @@ __all__ = [
     "TopicDescription",
     "TopicSchema",
     "TransportError",
+    "UnauthenticatedError",
     "UnavailableError",
 ]

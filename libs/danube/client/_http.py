@@ -49,6 +49,7 @@ class HttpCore:
         retry: RetryPolicy,
         transport: httpx.AsyncBaseTransport | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -60,6 +61,10 @@ class HttpCore:
         )
         # The one context of https:// requests and wss:// streams (None: the system's CAs).
         self.ssl_context = ssl_context
+        # Sent on every request and WebSocket upgrade (security.enabled servers).
+        self.auth_headers: dict[str, str] = (
+            {} if token is None else {"authorization": f"Bearer {token}"}
+        )
         # trust_env=False: a proxy set for the shell must not catch a broker on localhost.
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
@@ -67,6 +72,7 @@ class HttpCore:
             limits=limits,
             trust_env=False,
             verify=ssl_context if ssl_context is not None else True,
+            headers=self.auth_headers,
         )
 
     def ws_url(self, path: str) -> str:

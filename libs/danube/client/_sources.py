@@ -187,6 +187,7 @@ class StreamSource:
                 # wss://: the client's TLS context (CA, client certificate), else the
                 # default one (True); ws:// takes none.
                 ssl=(self.http.ssl_context or True) if url.startswith("wss://") else None,
+                additional_headers=self.http.auth_headers,
             ) as ws:
                 self.outstanding = 0
                 self.recovery.connected()

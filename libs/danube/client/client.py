@@ -17,6 +17,7 @@ from danube.client.messages import topic_name
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
 from danube.client.schemas import AsyncSchemas
+from danube.client.security import AsyncSecurity
 from danube.client.tls import ClientTls
 from danube.names import TopicName
 
@@ -38,6 +39,7 @@ class AsyncDanubeClient:
     ``retry`` is the backoff of every retry loop; ``transport`` replaces the network (tests);
     ``tls`` is the CA and client certificate of an ``https://`` server (None: the system's
     CAs, no client certificate).
+    ``token`` is a bearer token sent with every request (a server with security enabled).
 
     Use as ``async with AsyncDanubeClient(url) as client:``; :meth:`close` closes every
     producer and consumer made from it, then the connections."""
@@ -50,6 +52,7 @@ class AsyncDanubeClient:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         tls: ClientTls | None = None,
+        token: str | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise InvalidArgumentError(f"url must start with http:// or https://, got {url!r}")
@@ -60,8 +63,10 @@ class AsyncDanubeClient:
             retry=retry or RetryPolicy(),
             transport=transport,
             ssl_context=tls.ssl_context() if tls is not None else None,
+            token=token,
         )
         self.admin = AsyncAdmin(self._http)
+        self.security = AsyncSecurity(self._http)
         self.schemas = AsyncSchemas(self._http)
         self._producers: list[AsyncProducer] = []
         self._consumers: list[AsyncConsumer] = []

@@ -17,6 +17,8 @@
         │                            not the API (a bug on one side)
         └── ApiError                 the server's ``{"error": {"code", "message"}}`` and status
             ├── BadRequestError      400  invalid_name, invalid_request, invalid_partition...
+            ├── UnauthenticatedError 401  unauthenticated, invalid_token, token_expired...
+            ├── PermissionDeniedError 403 permission_denied (the message names the permission)
             ├── NotFoundError        404  topic_not_found, namespace_not_found,
             │                             consumer_not_found...
             ├── ConflictError        409  topic_exists, subscription_taken...
@@ -102,6 +104,15 @@ class BadRequestError(ApiError):
     """400: the request is wrong; the same request fails again."""
 
 
+class UnauthenticatedError(ApiError):
+    """401: no token, or a token the server refuses (expired, another issuer or audience,
+    signed by a key it does not list)."""
+
+
+class PermissionDeniedError(ApiError):
+    """403: the token's principal lacks the permission the message names."""
+
+
 class NotFoundError(ApiError):
     """404: the namespace, topic, consumer or route does not exist."""
 
@@ -132,6 +143,8 @@ class ServerError(ApiError):
 
 _BY_STATUS: dict[int, type[ApiError]] = {
     400: BadRequestError,
+    401: UnauthenticatedError,
+    403: PermissionDeniedError,
     404: NotFoundError,
     405: BadRequestError,
     409: ConflictError,

@@ -105,6 +105,7 @@ class DanubeClient:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         tls: ClientTls | None = None,
+        token: str | None = None,
     ) -> None:
         self._portal = _Portal()
         try:
@@ -116,6 +117,7 @@ class DanubeClient:
                     retry=retry,
                     transport=transport,
                     tls=tls,
+                    token=token,
                 )
             )
         except BaseException:

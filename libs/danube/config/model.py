@@ -329,6 +329,34 @@ class DiscoveryConfig(ServiceConfig):
         return frozenset(h.lower() for h in self.allowed_hosts)
 
 
+# --- security ---------------------------------------------------------------------
+
+
+class SecurityConfig(_Section):
+    """Authentication and authorization of the front doors (docs/security.md). Off by
+    default: every request is served as before, anonymous."""
+
+    enabled: bool = False
+    # Tokens must carry these as ``iss`` and ``aud``; tokens issued here carry them too.
+    issuer: str = Field(default="danube", min_length=1, max_length=256)
+    audience: str = Field(default="danube", min_length=1, max_length=256)
+    # Ed25519 keys, one file per key id: <kid>.pem (private) or <kid>.pub.pem (public).
+    keys_dir: Path | None = None
+    # The key that signs tokens issued for API keys (default: the greatest private key id).
+    signing_kid: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    # Principals that every permission is granted to (bootstrap, break-glass).
+    super_admins: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
+        default_factory=list, max_length=100
+    )
+    # Tokens issued for API keys live this long, and no longer than the maximum.
+    token_ttl_s: Annotated[int, Field(ge=10, le=31 * 86_400)] = 3600
+    token_max_ttl_s: Annotated[int, Field(ge=10, le=366 * 86_400)] = 86_400
+    # A verified token is trusted this long without checking its signature again (never
+    # past its expiry); bounded by token_cache_entries.
+    token_cache_s: Annotated[float, Field(ge=0, le=300)] = 30.0
+    token_cache_entries: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
+
+
 class IngestConfig(ServiceConfig):
     # A produce request travels in one NATS message (max_payload, 1 MiB by default).
     max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 512 * 1024

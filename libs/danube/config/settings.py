@@ -42,6 +42,7 @@ from danube.config.model import (
     IngestConfig,
     MetricsConfig,
     RetentionServiceConfig,
+    SecurityConfig,
     UploaderServiceConfig,
     WalCloudConfig,
 )
@@ -170,6 +171,7 @@ class DanubeSettings(BaseSettings):
     cloud_reader: CloudReaderConfig = CloudReaderConfig()
     dispatcher: DispatcherConfig = DispatcherConfig()
     metrics: MetricsConfig = MetricsConfig()
+    security: SecurityConfig = SecurityConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -22,6 +22,9 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     schemas/subjects/<subject>/versions/<version:010>      SchemaVersionRecord
     schemas/subjects/<subject>/fingerprints/<sha256>       version number (live versions)
     schemas/topics/<ns>/<topic>                            TopicSchemaRecord (binding)
+    security/roles/<role>                                  security.Role
+    security/bindings/<binding_id>                         security.Binding
+    security/api_keys/<key_id>                             security.apikeys.ApiKeyRecord
     nodes/<kind>/<node_id>                                 NodeRecord   (leased)
     elections/<name>                                       candidate id (leased)
 
@@ -72,6 +75,12 @@ SCHEMAS_PREFIX = "schemas/"
 SCHEMA_NEXT_ID_KEY = "schemas/next_id"
 VERSION_DIGITS = 10
 ELECTIONS_PREFIX = "elections/"
+SECURITY_PREFIX = "security/"
+SECURITY_ROLES_PREFIX = "security/roles/"
+SECURITY_BINDINGS_PREFIX = "security/bindings/"
+SECURITY_API_KEYS_PREFIX = "security/api_keys/"
+# Role and binding names, API key ids (hex): one segment each.
+_SECURITY_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 def validate_node_id(node_id: str) -> str:
@@ -406,3 +415,24 @@ def schema_fingerprint_key(subject: str, fingerprint: str) -> str:
 def topic_schema_key(topic: TopicName) -> str:
     """``schemas/topics/<ns>/<topic>``: the subject a topic is bound to, and its policy."""
     return SCHEMAS_PREFIX + "topics/" + _segments(topic)
+
+
+def _security_name(kind: str, name: str) -> str:
+    if _SECURITY_NAME_RE.fullmatch(name) is None:
+        raise InvalidNameError(kind=kind, value=name, reason="1 to 128 of A-Z a-z 0-9 _ -")
+    return name
+
+
+def role_key(name: str) -> str:
+    """``security/roles/<role>``."""
+    return SECURITY_ROLES_PREFIX + _security_name("role", name)
+
+
+def binding_key(binding_id: str) -> str:
+    """``security/bindings/<binding_id>``."""
+    return SECURITY_BINDINGS_PREFIX + _security_name("binding", binding_id)
+
+
+def api_key_key(key_id: str) -> str:
+    """``security/api_keys/<key_id>``."""
+    return SECURITY_API_KEYS_PREFIX + _security_name("api key id", key_id)

@@ -1,2 +1,59 @@
-"""Security of the mesh's front doors: TLS and mTLS (:mod:`danube.security.tls`), and a
-local certificate authority for one machine (:mod:`danube.security.pki`)."""
+"""Security of the mesh's front doors (docs/security.md).
+
+- :mod:`danube.security.tls`: TLS and mTLS on every listener, certificates reloaded on
+  change, the transport principal of a client certificate;
+- :mod:`danube.security.pki`: a local certificate authority for one machine
+  (``danube up --secure``);
+- :mod:`danube.security.tokens`: Ed25519 keys by id, :func:`issue_token`,
+  :func:`ensure_signing_key`, :class:`TokenVerifier`;
+- :mod:`danube.security.apikeys`: API keys, stored hashed, exchanged for tokens;
+- :mod:`danube.security.rbac`: :class:`Permission`, :class:`Resource`, roles, bindings and
+  the one pure decision, :func:`decide`;
+- :mod:`danube.security.errors`: 401 and 403 as errors.
+
+Discovery wires them (``danube.discovery.security``); the CLI signs tokens with them.
+"""
+
+from danube.security.errors import PermissionDeniedError, SecurityError, UnauthenticatedError
+from danube.security.rbac import (
+    MANAGEMENT,
+    Binding,
+    Decision,
+    Permission,
+    Policy,
+    Resource,
+    Role,
+    decide,
+)
+from danube.security.tokens import (
+    Claims,
+    KeySet,
+    SigningKey,
+    TokenVerifier,
+    ensure_signing_key,
+    generate_key,
+    issue_token,
+    load_keys,
+)
+
+__all__ = [
+    "MANAGEMENT",
+    "Binding",
+    "Claims",
+    "Decision",
+    "KeySet",
+    "Permission",
+    "PermissionDeniedError",
+    "Policy",
+    "Resource",
+    "Role",
+    "SecurityError",
+    "SigningKey",
+    "TokenVerifier",
+    "UnauthenticatedError",
+    "decide",
+    "ensure_signing_key",
+    "generate_key",
+    "issue_token",
+    "load_keys",
+]

@@ -54,7 +54,8 @@ def channel_credentials(
 class WireClient:
     """Calls on one channel; ``async with WireClient(url) as client``. ``credentials``
     (see :func:`channel_credentials`) make it a TLS channel; an ``https://`` URL without
-    them uses TLS with gRPC's default roots."""
+    them uses TLS with gRPC's default roots. ``token``: a bearer token sent as
+    ``authorization`` metadata on every call, as Danube's clients do."""
 
     def __init__(
         self,
@@ -62,8 +63,12 @@ class WireClient:
         *,
         timeout_s: float = 30.0,
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        self.metadata: tuple[tuple[str, str], ...] = (
+            () if token is None else (("authorization", f"Bearer {token}"),)
+        )
         if credentials is None and url.startswith("https://"):
             credentials = grpc.ssl_channel_credentials()
         if credentials is not None:
@@ -80,6 +85,9 @@ class WireClient:
         )
         self._send = unary(
             "/danube.ProducerService/SendMessage", pb.StreamMessage, pb.MessageResponse
+        )
+        self._lookup = unary(
+            "/danube.Discovery/TopicLookup", pb.TopicLookupRequest, pb.TopicLookupResponse
         )
         self._subscribe = unary(
             "/danube.ConsumerService/Subscribe", pb.ConsumerRequest, pb.ConsumerResponse
@@ -101,6 +109,11 @@ class WireClient:
         self._request_id += 1
         return self._request_id
 
+    async def lookup(self, topic: str) -> Any:
+        """The TopicLookupResponse of ``topic``."""
+        request = pb.TopicLookupRequest(request_id=self._next_id(), topic=topic)
+        return await self._lookup(request, timeout=self.timeout_s, metadata=self.metadata)
+
     async def create_producer(
         self, topic: str, name: str, *, exclusive: bool = False, reliable: bool = True
     ) -> int:
@@ -111,7 +124,7 @@ class WireClient:
             producer_access_mode=pb.Exclusive if exclusive else pb.Shared,
             dispatch_strategy=pb.Reliable if reliable else pb.NonReliable,
         )
-        reply = await self._create(request, timeout=self.timeout_s)
+        reply = await self._create(request, timeout=self.timeout_s, metadata=self.metadata)
         return int(reply.producer_id)
 
     async def send(
@@ -136,7 +149,7 @@ class WireClient:
         )
         if key is not None:
             message.routing_key = key
-        await self._send(message, timeout=self.timeout_s)
+        await self._send(message, timeout=self.timeout_s, metadata=self.metadata)
 
     async def subscribe(self, topic: str, consumer: str, subscription: str, sub_type: str) -> int:
         request = pb.ConsumerRequest(
@@ -146,12 +159,15 @@ class WireClient:
             subscription=subscription,
             subscription_type=SUBSCRIPTION_TYPES[sub_type],
         )
-        reply = await self._subscribe(request, timeout=self.timeout_s)
+        reply = await self._subscribe(request, timeout=self.timeout_s, metadata=self.metadata)
         return int(reply.consumer_id)
 
     async def receive(self, consumer_id: int) -> AsyncIterator[Any]:
         """The consumer's messages as the server streams them, until cancelled."""
-        call = self._receive(pb.ReceiveRequest(request_id=self._next_id(), consumer_id=consumer_id))
+        call = self._receive(
+            pb.ReceiveRequest(request_id=self._next_id(), consumer_id=consumer_id),
+            metadata=self.metadata,
+        )
         try:
             async for message in call:
                 yield message
@@ -164,4 +180,4 @@ class WireClient:
             msg_id=message.msg_id,
             subscription_name=message.subscription_name,
         )
-        await self._ack(request, timeout=self.timeout_s)
+        await self._ack(request, timeout=self.timeout_s, metadata=self.metadata)

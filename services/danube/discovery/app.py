@@ -21,6 +21,7 @@ from danube.discovery.produce import Limits, Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.schema_gate import SchemaGate
 from danube.discovery.schemas import SchemaRegistry
+from danube.discovery.security import SecurityGate
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.errors import DanubeError
 from danube.meta import Lease, MetaError, MetaStore
@@ -84,6 +85,9 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         )
         # Exclusive holders are known before the first produce is served.
         producers_revision = await producers.load()
+        # Roles and bindings too, before the first request is decided (docs/security.md).
+        security = SecurityGate.from_config(settings.security, store)
+        security_revision = await security.load()
         services = Services(
             node_id=node_id,
             bus=bus,
@@ -101,6 +105,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             streams=StreamSlots(config.max_streams),
             # Three chances to be heard before the dispatcher expires an idle consumer.
             stream_keepalive_s=settings.dispatcher.consumer_session_timeout_s / 3,
+            security=security,
         )
         app = build_app(
             services,
@@ -147,6 +152,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             )
             tg.create_task(controller.run(leaving), name="controller")
             producer_view = tg.create_task(producers.follow(producers_revision), name="producers")
+            security_view = tg.create_task(security.follow(security_revision), name="security")
             registration = tg.create_task(
                 _stay_registered(store, node_id, address, lease, config.lease_ttl_s, leaving),
                 name="registration",
@@ -166,6 +172,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             leaving.set()
             registration.cancel()
             producer_view.cancel()
+            security_view.cancel()
             if grpc_server is not None:
                 grpc_reaper.cancel()
                 await grpc_server.stop()

@@ -22,7 +22,9 @@
         │                          (retriable; Retry-After when it is known)      429
         └── UnavailableError       "no_owner", "unavailable"  (retriable)         503
 
-Errors of the other packages keep their own class and code; :func:`http_status` gives them
+Errors of the other packages keep their own class and code (``danube.security``:
+``unauthenticated``, ``invalid_token``, ``token_expired``, ``invalid_api_key`` 401,
+``permission_denied`` 403); :func:`http_status` gives them
 a status by their code (``invalid_name``, ``invalid_record`` and ``offset_out_of_range``
 400, ``payload_too_large`` 413, bus and etcd failures and ``position_unavailable`` 503...),
 so a handler simply lets them propagate. Every error body is
@@ -146,6 +148,12 @@ _STATUS_BY_CODE: dict[str, int] = {
     "offset_out_of_range": 400,
     "position_unavailable": 503,
     "data_damaged": 500,  # no intact copy of a range: an operator repairs or skips it
+    # danube.security: no or bad credentials, then a missing permission.
+    "unauthenticated": 401,
+    "invalid_token": 401,
+    "token_expired": 401,
+    "invalid_api_key": 401,
+    "permission_denied": 403,
 }
 
 
@@ -153,6 +161,8 @@ _STATUS_BY_CODE: dict[str, int] = {
 # not serve, a body that does not parse or is not JSON).
 _CODE_BY_STATUS: dict[int, str] = {
     400: "invalid_json",  # FastAPI: a body that is not JSON (not UTF-8, nested too deep)
+    401: "unauthenticated",
+    403: "permission_denied",
     404: "not_found",
     405: "method_not_allowed",
     413: "body_too_large",

@@ -30,3 +30,13 @@ POLICY_REFUSALS = Counter(
     "Requests refused by a topic's policies (docs/policies.md), by reason",
     ["reason"],
 )
+AUTHZ_DENIED = Counter(
+    "danube_discovery_authz_denied",
+    "Requests refused for a missing permission (HTTP 403 / gRPC PERMISSION_DENIED)",
+    ["permission"],
+)
+AUTHN_FAILED = Counter(
+    "danube_discovery_authn_failed",
+    "Requests refused for missing or invalid credentials (HTTP 401 / gRPC UNAUTHENTICATED)",
+    ["code"],
+)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -26,9 +26,11 @@ from danube.discovery.api import (
     produce,
     producers,
     schemas,
+    security,
     stream,
     subscriptions,
 )
+from danube.discovery.api.auth import guard
 from danube.discovery.api.middleware import (
     BodyLimitMiddleware,
     HostCheckMiddleware,
@@ -43,7 +45,8 @@ __all__ = ["ControllerView", "Services", "build_app"]
 # Every operation may answer these, each with the one error body; 405 (with ``Allow``) is
 # the answer to a method a path does not serve, 415 to a body not sent as JSON.
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody} for status in (400, 404, 405, 409, 413, 415, 429, 500, 503)
+    status: {"model": ErrorBody}
+    for status in (400, 401, 403, 404, 405, 409, 413, 415, 429, 500, 503)
 }
 
 
@@ -77,6 +80,9 @@ def build_app(
         version="1",
         summary="Publish/subscribe over HTTP: topics, lookup, produce, consume",
         responses=_ERRORS,
+        # Every route: authenticated and authorized by its row in api/auth.py (a no-op
+        # while security is off).
+        dependencies=[Depends(guard)],
     )
     app.state.services = services
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -92,6 +98,7 @@ def build_app(
     app.include_router(schemas.router)
     app.include_router(console.router)
     app.include_router(console_files.build_router())
+    app.include_router(security.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -14,6 +14,7 @@ from danube.discovery.catalog import Catalog
 from danube.discovery.produce import Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
+from danube.discovery.security import SecurityGate
 from danube.discovery.stream_protocol import StreamSlots
 from danube.meta import MetaStore
 from danube.storage import ObjectStore
@@ -57,6 +58,8 @@ class Services:
     # A stream with no credits still tells the dispatcher its consumer is alive this often,
     # well within dispatcher.consumer_session_timeout_s.
     stream_keepalive_s: float = 20.0
+    # Authentication and authorization of both front doors (off: everything allowed).
+    security: SecurityGate = field(default_factory=SecurityGate.disabled)
 
 
 def services_of(connection: HTTPConnection) -> Services:

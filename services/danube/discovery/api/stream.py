@@ -92,6 +92,10 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
     same socket. Ends with an error frame and a close code when something goes wrong."""
     services = services_of(websocket)
     await websocket.accept()
+    refusal = getattr(websocket.state, "refusal", None)  # api/auth.py: 4401 / 4403
+    if refusal is not None:
+        await _close(websocket, refusal)
+        return
     if not services.streams.try_take():
         limit = services.streams.limit
         refusal = OverLimitError(

@@ -8,12 +8,14 @@ import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import grpc
 
 from danube.config import DiscoveryConfig
 from danube.discovery.api.state import Services
+from danube.discovery.grpc_api.auth import guard
 from danube.discovery.grpc_api.clients import Clients
 from danube.discovery.grpc_api.handlers import DanubeApi
 from danube.discovery.grpc_api.schema_registry import SchemaRegistryApi
@@ -27,6 +29,14 @@ log = logging.getLogger(__name__)
 
 Unary = Callable[[Any, Any], Awaitable[Any]]
 Streaming = Callable[[Any, Any], AsyncIterator[Any]]
+# Authentication and authorization of one call, before its handler (grpc_api/auth.py):
+# (method "<service>/<name>", request, context); raises to refuse.
+Check = Callable[[str, Any, Any], None]
+
+
+def _allow_all(method: str, request: Any, context: Any) -> None:
+    return None
+
 
 REAP_EVERY_S = 2.0
 # Calls a client gives no deadline get this one (a produce: its claims and retries fit).
@@ -54,11 +64,19 @@ async def _fail(context: Any, exc: BaseException) -> None:
     await context.abort(code, details)
 
 
-def _unary(fn: Unary, request_type: Any, response_type: Any, default_s: float) -> Any:
+def _unary(
+    fn: Unary,
+    request_type: Any,
+    response_type: Any,
+    default_s: float,
+    check: Check = _allow_all,
+    method: str = "",
+) -> Any:
     async def handle(request: Any, context: Any) -> Any:
         remaining = context.time_remaining()
         budget_s = default_s if remaining is None else min(remaining, default_s)
         try:
+            check(method, request, context)
             async with asyncio.timeout(max(budget_s, 0.001)):
                 return await fn(request, context)
         except Exception as exc:
@@ -71,9 +89,12 @@ def _unary(fn: Unary, request_type: Any, response_type: Any, default_s: float) -
     )
 
 
-def _streaming(fn: Streaming, request_type: Any, response_type: Any) -> Any:
+def _streaming(
+    fn: Streaming, request_type: Any, response_type: Any, check: Check, method: str
+) -> Any:
     async def handle(request: Any, context: Any) -> None:
         try:
+            check(method, request, context)
             async for item in fn(request, context):
                 await context.write(item)  # waits for the client's flow-control window
         except Exception as exc:
@@ -130,56 +151,55 @@ _SCHEMA_METHODS = [
 ]
 
 
-def method_handlers(api: DanubeApi, registry: SchemaRegistryApi, timeout_s: float) -> list[Any]:
-    """One generic handler per service, by Danube's method names."""
+def method_handlers(
+    api: DanubeApi, registry: SchemaRegistryApi, timeout_s: float, check: Check = _allow_all
+) -> list[Any]:
+    """One generic handler per service, by Danube's method names; ``check`` runs before
+    every handler (authentication and authorization)."""
     t = timeout_s + _MARGIN_S
+    unary: dict[str, dict[str, tuple[Unary, Any, Any]]] = {
+        "danube.Discovery": {
+            "TopicLookup": (api.topic_lookup, pb.TopicLookupRequest, pb.TopicLookupResponse),
+            "TopicPartitions": (
+                api.topic_partitions,
+                pb.TopicLookupRequest,
+                pb.TopicPartitionsResponse,
+            ),
+        },
+        "danube.ProducerService": {
+            "CreateProducer": (api.create_producer, pb.ProducerRequest, pb.ProducerResponse),
+            "SendMessage": (api.send_message, pb.StreamMessage, pb.MessageResponse),
+        },
+        "danube.ConsumerService": {
+            "Subscribe": (api.subscribe, pb.ConsumerRequest, pb.ConsumerResponse),
+            "Ack": (api.ack, pb.AckRequest, pb.AckResponse),
+            "Nack": (api.nack, pb.NackRequest, pb.NackResponse),
+        },
+        "danube_schema.SchemaRegistry": {
+            name: (getattr(registry, handler), request, response)
+            for name, handler, request, response in _SCHEMA_METHODS
+        },
+        "danube.HealthCheck": {
+            "HealthCheck": (api.health_check, pb.HealthCheckRequest, pb.HealthCheckResponse),
+        },
+    }
+    handlers: dict[str, dict[str, Any]] = {
+        service: {
+            name: _unary(fn, request, response, t, check, f"{service}/{name}")
+            for name, (fn, request, response) in methods.items()
+        }
+        for service, methods in unary.items()
+    }
+    handlers["danube.ConsumerService"]["ReceiveMessages"] = _streaming(
+        api.receive_messages,
+        pb.ReceiveRequest,
+        pb.StreamMessage,
+        check,
+        "danube.ConsumerService/ReceiveMessages",
+    )
     return [
-        grpc.method_handlers_generic_handler(
-            "danube.Discovery",
-            {
-                "TopicLookup": _unary(
-                    api.topic_lookup, pb.TopicLookupRequest, pb.TopicLookupResponse, t
-                ),
-                "TopicPartitions": _unary(
-                    api.topic_partitions, pb.TopicLookupRequest, pb.TopicPartitionsResponse, t
-                ),
-            },
-        ),
-        grpc.method_handlers_generic_handler(
-            "danube.ProducerService",
-            {
-                "CreateProducer": _unary(
-                    api.create_producer, pb.ProducerRequest, pb.ProducerResponse, t
-                ),
-                "SendMessage": _unary(api.send_message, pb.StreamMessage, pb.MessageResponse, t),
-            },
-        ),
-        grpc.method_handlers_generic_handler(
-            "danube.ConsumerService",
-            {
-                "Subscribe": _unary(api.subscribe, pb.ConsumerRequest, pb.ConsumerResponse, t),
-                "ReceiveMessages": _streaming(
-                    api.receive_messages, pb.ReceiveRequest, pb.StreamMessage
-                ),
-                "Ack": _unary(api.ack, pb.AckRequest, pb.AckResponse, t),
-                "Nack": _unary(api.nack, pb.NackRequest, pb.NackResponse, t),
-            },
-        ),
-        grpc.method_handlers_generic_handler(
-            "danube_schema.SchemaRegistry",
-            {
-                name: _unary(getattr(registry, handler), request, response, t)
-                for name, handler, request, response in _SCHEMA_METHODS
-            },
-        ),
-        grpc.method_handlers_generic_handler(
-            "danube.HealthCheck",
-            {
-                "HealthCheck": _unary(
-                    api.health_check, pb.HealthCheckRequest, pb.HealthCheckResponse, t
-                ),
-            },
-        ),
+        grpc.method_handlers_generic_handler(service, methods)
+        for service, methods in handlers.items()
     ]
 
 
@@ -238,8 +258,9 @@ class GrpcServer:
         self.url = advertised_url(config, port)
         self.api = DanubeApi(self.services, self.sessions, self.clients, advertised_url=self.url)
         registry = SchemaRegistryApi(self.services.schemas)
+        check = partial(guard, self.services.security, self.clients)
         server.add_generic_rpc_handlers(
-            method_handlers(self.api, registry, config.produce_timeout_s)
+            method_handlers(self.api, registry, config.produce_timeout_s, check)
         )
         await server.start()
         self._server = server

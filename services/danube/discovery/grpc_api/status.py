@@ -26,6 +26,8 @@ _BY_CODE: dict[str, grpc.StatusCode] = {
 
 _BY_HTTP_STATUS: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
     409: grpc.StatusCode.FAILED_PRECONDITION,
     413: grpc.StatusCode.INVALID_ARGUMENT,  # not RESOURCE_EXHAUSTED: clients would retry it

@@ -1,0 +1,249 @@
+"""The one gate of both front doors (docs/security.md): who is asking (authentication) and
+may they (authorization), answered from memory.
+
+:class:`SecurityGate` holds the token verifier and the RBAC :class:`~danube.security.Policy`,
+loaded from etcd before serving and kept current by a watch (:meth:`SecurityGate.follow`),
+so no request waits on etcd for a decision. HTTP (``danube.discovery.api.auth``) and gRPC
+(``danube.discovery.grpc_api.auth``) map each route or method to a permission and resource
+and call :meth:`SecurityGate.authorize`; it counts denials and writes the audit log.
+
+With ``security.enabled`` false the gate lets everything through, anonymous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+
+from danube.config import SecurityConfig
+from danube.discovery import metrics
+from danube.meta import MetaError, MetaStore, WatchEvent
+from danube.meta import keys as meta_keys
+from danube.meta.backoff import backoff_s
+from danube.meta.kv import decode_model
+from danube.security import (
+    MANAGEMENT,
+    Binding,
+    Permission,
+    PermissionDeniedError,
+    Policy,
+    Resource,
+    Role,
+    TokenVerifier,
+    UnauthenticatedError,
+    decide,
+    load_keys,
+)
+from danube.security.tokens import SigningKey
+
+log = logging.getLogger(__name__)
+# One line per management decision and per denial: principal, action, resource, allowed.
+audit = logging.getLogger("danube.audit")
+
+ANONYMOUS = "anonymous"
+_RETRY_BASE_S = 0.1
+_RETRY_CAP_S = 5.0
+
+
+class SecurityGate:
+    """Authentication and authorization for one discovery instance."""
+
+    def __init__(
+        self,
+        config: SecurityConfig,
+        *,
+        store: MetaStore | None = None,
+        verifier: TokenVerifier | None = None,
+        signing: SigningKey | None = None,
+    ) -> None:
+        if config.enabled and verifier is None:
+            raise ValueError("security enabled without token keys (security.keys_dir)")
+        self.config = config
+        self.store = store
+        self.verifier = verifier
+        self.signing = signing
+        self.super_admins = frozenset(config.super_admins)
+        self.policy = Policy()
+        self._seen_revision = 0
+        # sha256(token) -> (principal, trusted until): not the token itself, so a heap dump
+        # of the cache holds no credential.
+        self._verified: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
+
+    @classmethod
+    def disabled(cls) -> SecurityGate:
+        """A gate that allows everything (``security.enabled: false``)."""
+        return cls(SecurityConfig())
+
+    @classmethod
+    def from_config(cls, config: SecurityConfig, store: MetaStore) -> SecurityGate:
+        """The gate of ``config``: its keys read from ``security.keys_dir`` when enabled
+        (ValueError naming what is missing)."""
+        if not config.enabled:
+            return cls(config, store=store)
+        if config.keys_dir is None:
+            raise ValueError("security.enabled needs security.keys_dir")
+        keys = load_keys(config.keys_dir, signing_kid=config.signing_kid)
+        verifier = TokenVerifier(keys.public, issuer=config.issuer, audience=config.audience)
+        return cls(config, store=store, verifier=verifier, signing=keys.signing)
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    # --- authentication --------------------------------------------------------------------
+
+    def authenticate(self, authorization: str | None, tls_principal: str | None = None) -> str:
+        """The principal of a request: the ``sub`` of its bearer token (``authorization`` is
+        the header's value), else the verified client-certificate subject, else
+        UnauthenticatedError. ``"anonymous"`` when security is off."""
+        if not self.enabled:
+            return ANONYMOUS
+        try:
+            if authorization:
+                return self._bearer(authorization)
+            if tls_principal:
+                return tls_principal
+            raise UnauthenticatedError(
+                "authentication required: send Authorization: Bearer <token>"
+            )
+        except UnauthenticatedError as exc:
+            metrics.AUTHN_FAILED.labels(exc.code).inc()
+            audit.warning(
+                "audit: unauthenticated (%s)",
+                exc.code,
+                extra={"audit": True, "allowed": False, "reason": exc.message},
+            )
+            raise
+
+    def _bearer(self, authorization: str) -> str:
+        scheme, _, token = authorization.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise UnauthenticatedError(
+                "Authorization must be 'Bearer <token>'", code="invalid_token"
+            )
+        assert self.verifier is not None
+        digest = hashlib.sha256(token.encode("utf-8", "replace")).digest()
+        now = time.time()
+        cached = self._verified.get(digest)
+        if cached is not None and now < cached[1]:
+            return cached[0]
+        claims = self.verifier.verify(token)
+        if self.config.token_cache_entries > 0 and self.config.token_cache_s > 0:
+            self._verified[digest] = (
+                claims.principal,
+                min(now + self.config.token_cache_s, claims.expires_at_s),
+            )
+            self._verified.move_to_end(digest)
+            while len(self._verified) > self.config.token_cache_entries:
+                self._verified.popitem(last=False)
+        return claims.principal
+
+    # --- authorization ---------------------------------------------------------------------
+
+    def authorize(
+        self, principal: str, permission: Permission, resource: Resource, *, action: str
+    ) -> None:
+        """Nothing when ``principal`` may ``permission`` on ``resource``, else
+        PermissionDeniedError naming the permission. ``action`` (``"DELETE
+        /v1/topics/{ns}/{topic}"``, ``"grpc Subscribe"``) goes to the audit log."""
+        if not self.enabled:
+            return
+        decision = decide(
+            self.policy, principal, permission, resource, super_admins=self.super_admins
+        )
+        if decision.allowed and permission not in MANAGEMENT:
+            return  # the data path: not logged when allowed
+        fields = {
+            "audit": True,
+            "principal": principal,
+            "action": action,
+            "permission": permission.value,
+            "resource": str(resource),
+            "allowed": decision.allowed,
+            "reason": decision.reason,
+        }
+        audit.info(
+            "audit: %s %s %s on %s: %s",
+            principal,
+            action,
+            permission.value,
+            resource,
+            "allowed" if decision.allowed else "denied",
+            extra=fields,
+        )
+        if not decision.allowed:
+            metrics.AUTHZ_DENIED.labels(permission.value).inc()
+            raise PermissionDeniedError(
+                f"permission {permission.value} required on {resource}: {decision.reason}",
+                permission=permission.value,
+                resource=str(resource),
+            )
+
+    # --- the policy view: loaded before serving, then followed -----------------------------
+
+    async def load(self) -> int:
+        """Read every role and binding; return the revision read at."""
+        assert self.store is not None
+        snapshot = await self.store.snapshot(meta_keys.SECURITY_PREFIX)
+        roles: list[Role] = []
+        bindings: list[Binding] = []
+        for kv in snapshot.kvs:
+            try:
+                if kv.key.startswith(meta_keys.SECURITY_ROLES_PREFIX):
+                    roles.append(decode_model(kv, Role))
+                elif kv.key.startswith(meta_keys.SECURITY_BINDINGS_PREFIX):
+                    bindings.append(decode_model(kv, Binding))
+            except (ValueError, MetaError) as exc:
+                log.warning("security record %s ignored: %s", kv.key, exc)
+        self.policy = Policy.of(roles, bindings)
+        self._seen_revision = snapshot.revision
+        return snapshot.revision
+
+    def apply(self, event: WatchEvent, *, watched: bool = True) -> None:
+        """One change of ``security/``: a role or binding put or deleted. ``watched``: it
+        came from the watch (where a resumed watch starts); a write of this instance applied
+        at once is not, so a broken watch never skips another instance's earlier change."""
+        if watched:
+            self._seen_revision = max(self._seen_revision, event.mod_revision)
+        key = event.key
+        if key.startswith(meta_keys.SECURITY_ROLES_PREFIX):
+            name = key[len(meta_keys.SECURITY_ROLES_PREFIX) :]
+            if event.kind == "delete":
+                self.policy.delete_role(name)
+            else:
+                self.policy.put_role(Role.model_validate_json(event.value))
+        elif key.startswith(meta_keys.SECURITY_BINDINGS_PREFIX):
+            binding_id = key[len(meta_keys.SECURITY_BINDINGS_PREFIX) :]
+            if event.kind == "delete":
+                self.policy.delete_binding(binding_id)
+            else:
+                self.policy.put_binding(Binding.model_validate_json(event.value))
+
+    async def follow(self, revision: int) -> None:
+        """Keep the policy current until cancelled; a broken watch is followed by a fresh
+        read of the whole prefix, so no change is missed."""
+        assert self.store is not None
+        failures = 0
+        while True:
+            revision = max(revision, self._seen_revision)
+            try:
+                async with self.store.watch_prefix(
+                    meta_keys.SECURITY_PREFIX, start_revision=revision + 1
+                ) as events:
+                    async for event in events:
+                        failures = 0
+                        try:
+                            self.apply(event)
+                        except (ValueError, MetaError) as exc:
+                            log.warning("security watch: %s: %s", event.key, exc)
+            except MetaError as exc:
+                log.warning("security watch broke: %s", exc)
+            failures += 1
+            await asyncio.sleep(backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S))
+            with contextlib.suppress(MetaError):
+                revision = await self.load()
