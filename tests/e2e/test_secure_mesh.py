@@ -1,10 +1,13 @@
 """``make run ARGS=--secure``: the whole mesh with NATS users and subject permissions per
-service kind and etcd authentication; a round trip works through it, outsiders are refused,
-and the generated secrets appear in no log line nor in ``/v1/cluster`` or ``/metrics``."""
+service kind, etcd authentication, TLS on the front doors and tokens with RBAC; a round trip
+works through it with the admin's token, outsiders are refused (anonymous delete, read and
+seek get 401, a principal without bindings 403, plain HTTP nothing), and the generated
+secrets appear in no log line nor in ``/v1/cluster`` or ``/metrics``."""
 
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +19,8 @@ import pytest
 
 from danube.config import MetadataConfig
 from danube.meta import MetaAuthError, MetaStore
-from danube.runtime.secure import ETCD_MESH_USER, MeshCredentials
+from danube.runtime.secure import ADMIN_PRINCIPAL, ETCD_MESH_USER, MeshCredentials
+from danube.security import issue_token, load_keys
 
 from meshrun import DANUBE, ROOT, MeshRun
 
@@ -39,8 +43,48 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
     assert "security: ON" in mesh.log()
     credentials = MeshCredentials(tmp_path / "data" / "secure")
     secrets = {path.name: path.read_text().strip() for path in credentials.all_files()}
+    admin_token = (credentials.dir / "admin.token").read_text().strip()
+    secrets["admin.token"] = admin_token
     nats_url = json.loads(mesh.env["DANUBE_BUS__SERVERS"])[0]
     etcd_endpoint = mesh.env["DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT"]
+    ca_file = credentials.dir / "pki" / "ca.pem"
+    https_url = mesh.url.replace("http://", "https://")
+    assert f"DANUBE_CA_FILE={ca_file}" in mesh.log()  # the banner says how to reach it
+    # The CLI as the banner tells the admin to run it: CA and token from the environment.
+    mesh.env.update(
+        DANUBE_SERVICE_ADDR=https_url, DANUBE_CA_FILE=str(ca_file), DANUBE_TOKEN=admin_token
+    )
+
+    # Outsiders at the front door: plain HTTP gets no answer; no token is 401 on deleting,
+    # reading from the start and seeking; a valid token of a principal without a binding
+    # is 403 naming the permission it lacks.
+    with pytest.raises(httpx.TransportError):
+        async with httpx.AsyncClient(base_url=mesh.url, timeout=5) as plain_http:
+            await plain_http.get("/v1/cluster")
+    _ok(mesh, "danube admin topics create /default/guarded")
+    keys = load_keys(credentials.dir / "keys")
+    assert keys.signing is not None
+    stranger = issue_token(keys.signing, "mallory", 600, issuer="danube", audience="danube")
+    async with httpx.AsyncClient(
+        base_url=https_url, verify=ssl.create_default_context(cafile=ca_file), timeout=10
+    ) as anon:
+        attempts = {
+            "delete": await anon.delete("/v1/topics/default/guarded"),
+            "read": await anon.post(
+                "/v1/topics/default/guarded/subscriptions/peek/consumers",
+                json={"name": "c", "start": "earliest"},
+            ),
+            "seek": await anon.post(
+                "/v1/topics/default/guarded/subscriptions/s/seek",
+                json={"position": "earliest"},
+            ),
+        }
+        assert {k: r.status_code for k, r in attempts.items()} == dict.fromkeys(attempts, 401)
+        denied = await anon.delete(
+            "/v1/topics/default/guarded", headers={"authorization": f"Bearer {stranger}"}
+        )
+        assert denied.status_code == 403, denied.text
+        assert "ManageTopic" in denied.json()["error"]["message"]
 
     # A produce and a consume from the start (the dispatcher catches up from ingest's WAL).
     produced = {
@@ -94,9 +138,16 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
         assert any(kv.key.startswith("nodes/ingest/") for kv in await store.range("nodes/"))
 
     # Nothing the mesh prints or serves holds a secret.
-    async with httpx.AsyncClient(base_url=mesh.url, timeout=10) as http:
+    async with httpx.AsyncClient(
+        base_url=https_url,
+        verify=ssl.create_default_context(cafile=ca_file),
+        headers={"authorization": f"Bearer {admin_token}"},
+        timeout=10,
+    ) as http:
         cluster = await http.get("/v1/cluster")
         metrics = await http.get("/metrics")
+        whoami = await http.get("/v1/security/whoami")
+    assert whoami.json()["principal"] == ADMIN_PRINCIPAL, whoami.text
     assert cluster.status_code == 200
     assert "ingest" in cluster.json()["nodes"]
     assert metrics.status_code == 200

@@ -108,7 +108,8 @@ async def _announce(
     if plan.secure is None:
         printer.line(
             "supervisor",
-            "security: OFF (no credentials on NATS or etcd, loopback only); "
+            "security: OFF (plain HTTP and gRPC, no tokens, no credentials on NATS or etcd; "
+            "loopback only); "
             "`make run ARGS=--secure` turns it on",
         )
     else:

@@ -115,13 +115,16 @@ def plan_mesh(
     scale = scale or {}
     for service in available_services() if services is None else services:
         for index in range(scale.get(service, 1)):
-            spec = _service_spec(settings, service, index, data_dir, config_path)
+            spec = _service_spec(
+                settings, service, index, data_dir, config_path, tls=secure is not None
+            )
             if secure is not None:
                 spec = dataclasses.replace(spec, env={**spec.env, **secure.env_for(service)})
             specs.append(spec)
     if any(spec.name.startswith("discovery") for spec in specs):
         discovery = settings.discovery
-        scheme = "https" if discovery.tls.enabled else "http"
+        # A secured mesh serves TLS with its own certificates (danube.runtime.secure).
+        scheme = "https" if discovery.tls.enabled or secure is not None else "http"
         urls["http"] = f"{scheme}://{discovery.host}:{discovery.port}"
         if discovery.grpc_enabled:
             urls["grpc"] = f"{scheme}://{discovery.host}:{discovery.grpc_port}"
@@ -129,8 +132,16 @@ def plan_mesh(
 
 
 def _service_spec(
-    settings: DanubeSettings, service: str, index: int, data_dir: Path, config_path: Path | None
+    settings: DanubeSettings,
+    service: str,
+    index: int,
+    data_dir: Path,
+    config_path: Path | None,
+    *,
+    tls: bool = False,
 ) -> ProcessSpec:
+    """One service instance; ``tls``: its listener serves TLS whatever the settings say (a
+    secured mesh gives it certificates through its environment)."""
     name = f"{service}-{index}"
     section = f"DANUBE_{service.upper()}"
     env = {"DANUBE_NODE_ID": name, **_data_env(settings, service, name, data_dir)}
@@ -143,12 +154,12 @@ def _service_spec(
         env[f"{section}__PORT"] = str(port)
         if index > 0:  # and so is the gRPC API's
             env[f"{section}__GRPC_PORT"] = str(free_port())
-        tls = settings.discovery.tls.enabled
+        tls = tls or settings.discovery.tls.enabled
         ready_url = f"{'https' if tls else 'http'}://{settings.discovery.host}:{port}/readyz"
     else:
         port = free_port()
         env[f"{section}__METRICS_PORT"] = str(port)
-        tls = getattr(settings, service).tls.enabled
+        tls = tls or getattr(settings, service).tls.enabled
         ready_url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/readyz"
     argv = [sys.executable, "-m", f"danube.{service}"]
     return ProcessSpec(name, argv, port, env=env, ready_url=ready_url)

@@ -34,6 +34,8 @@ from danube.config.secrets import read_password
 from danube.meta.client import EtcdClient, EtcdLogin
 from danube.meta.errors import MetaError
 from danube.meta.txn import prefix_range_end
+from danube.security.pki import DEFAULT_HOSTS, LocalPki, ensure_local_pki
+from danube.security.tokens import ensure_signing_key, issue_token
 
 __all__ = [
     "ETCD_MESH_ROLE",
@@ -56,6 +58,8 @@ ETCD_MESH_USER = "danube-mesh"
 ETCD_MESH_ROLE = "danube-mesh"
 _SECRET_BYTES = 32  # of randomness per password (43 URL-safe characters)
 _ETCD_SETUP_TIMEOUT_S = 10.0
+ADMIN_PRINCIPAL = "admin"  # the super-admin of a secured one-machine mesh
+ADMIN_TOKEN_TTL_S = 7 * 24 * 3600  # issued afresh at every start
 
 
 @dataclass(frozen=True)
@@ -230,6 +234,9 @@ class SecureMesh:
 
     credentials: MeshCredentials
     nats_config: Path
+    pki: LocalPki
+    """The local CA, the server certificate of every listener, the admin's client one."""
+    admin_token_file: Path
     # Environment of every service process, and of each kind's on top.
     common_env: dict[str, str] = field(default_factory=dict)
     kind_env: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -243,11 +250,14 @@ class SecureMesh:
 
 
 def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
-    """Credentials, server configuration, service environments and banner of a secured mesh.
+    """Credentials, certificates, server configuration, service environments and banner of
+    a secured mesh: the one place ``--secure`` is assembled.
 
-    The one place ``--secure`` is assembled; TLS certificates (a local CA and server
-    certificates) and an admin token for the public APIs belong here too: add their paths
-    to ``common_env`` (every service) or ``kind_env["discovery"]``, and a banner line.
+    Inside: a NATS user per service kind and etcd auth. The public side: a local CA whose
+    server certificate every listener serves (discovery's HTTP, WebSocket and gRPC APIs and
+    each service's health/metrics port), client certificates optional on discovery (mTLS;
+    the certificate's subject is the principal), bearer tokens and RBAC on, and an admin
+    token (principal ``admin``, a super-admin) with a matching client certificate.
     """
     credentials = ensure_credentials(data_dir)
     nats_config = write_nats_config(credentials, subject_prefix=settings.bus.subject_prefix)
@@ -256,13 +266,42 @@ def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
         "DANUBE_WAL_CLOUD__METADATA__USER": ETCD_MESH_USER,
         "DANUBE_WAL_CLOUD__METADATA__PASSWORD_FILE": str(credentials.etcd_mesh_password_file),
     }
+    pki = ensure_local_pki(
+        credentials.dir / "pki",
+        hosts=_hosts(settings.discovery.host),
+        clients=(ADMIN_PRINCIPAL,),
+    )
     kind_env = {
         kind: {
             "DANUBE_BUS__USER": kind,
             "DANUBE_BUS__PASSWORD_FILE": str(credentials.nats_password_file(kind)),
+            f"DANUBE_{kind.upper()}__TLS__CERT_FILE": str(pki.server.cert),
+            f"DANUBE_{kind.upper()}__TLS__KEY_FILE": str(pki.server.key),
         }
         for kind in KIND_PERMISSIONS
     }
+    keys_dir = credentials.dir / "keys"
+    signing = ensure_signing_key(keys_dir)
+    security = settings.security
+    admin_token = issue_token(
+        signing,
+        ADMIN_PRINCIPAL,
+        ADMIN_TOKEN_TTL_S,
+        issuer=security.issuer,
+        audience=security.audience,
+    )
+    _write_private(credentials.dir / "admin.token", admin_token + "\n")
+    kind_env["discovery"].update(
+        {
+            "DANUBE_DISCOVERY__TLS__CLIENT_CA_FILE": str(pki.ca.cert),
+            "DANUBE_DISCOVERY__TLS__CLIENT_AUTH": "optional",
+            "DANUBE_SECURITY__ENABLED": "true",
+            "DANUBE_SECURITY__KEYS_DIR": str(keys_dir),
+            "DANUBE_SECURITY__SUPER_ADMINS": json.dumps(
+                sorted({*security.super_admins, ADMIN_PRINCIPAL})
+            ),
+        }
+    )
 
     async def etcd_setup() -> None:
         await enable_etcd_auth(
@@ -272,15 +311,30 @@ def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
             timeout_s=max(metadata.request_timeout_s, _ETCD_SETUP_TIMEOUT_S),
         )
 
+    token_file = credentials.dir / "admin.token"
     banner = [
         "security: ON inside the mesh: NATS user and subject permissions per service kind,",
         f"  etcd auth (user {ETCD_MESH_USER}); credentials in {credentials.dir} (0600)",
+        "security: ON at the front doors: TLS on every listener (CA "
+        f"{pki.ca.cert}), tokens and RBAC",
+        f"  admin: export DANUBE_CA_FILE={pki.ca.cert} DANUBE_TOKEN=$(cat {token_file})",
+        f"  (or mTLS: --cert-file {pki.clients[ADMIN_PRINCIPAL].cert} "
+        f"--key-file {pki.clients[ADMIN_PRINCIPAL].key})",
     ]
     return SecureMesh(
         credentials=credentials,
         nats_config=nats_config,
+        pki=pki,
+        admin_token_file=token_file,
         common_env=common_env,
         kind_env=kind_env,
         etcd_setup=etcd_setup,
         banner=banner,
     )
+
+
+def _hosts(bind: str) -> tuple[str, ...]:
+    """The names the server certificate covers: loopback's, and the bound host unless it
+    binds every address."""
+    extra = () if bind in ("", "0.0.0.0", "::") or bind in DEFAULT_HOSTS else (bind.strip("[]"),)
+    return (*DEFAULT_HOSTS, *extra)
