@@ -10,9 +10,12 @@ import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from danube.security import issue_token, load_keys
 
 from meshrun import DANUBE, ROOT, MeshRun
 
@@ -34,9 +37,11 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshRun]:
         run.kill()
 
 
-def drive(mesh: MeshRun, scenario: str, *args: str, timeout_s: float = 120) -> dict[str, Any]:
+def drive(
+    mesh: MeshRun, scenario: str, *args: str, timeout_s: float = 120, url: str | None = None
+) -> dict[str, Any]:
     done = subprocess.run(
-        [str(CLIENT_PYTHON), str(DRIVER), scenario, mesh.grpc_url, *args],
+        [str(CLIENT_PYTHON), str(DRIVER), scenario, url or mesh.grpc_url, *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -149,3 +154,33 @@ def test_clients_come_back_after_ingest_and_dispatcher_are_killed(mesh: MeshRun)
     lost = sorted(set(result["acked"]) - set(result["received"]), key=lambda s: int(s[3:]))
     assert lost == [], f"acknowledged but never received: {lost[:10]} (errors: {result['errors']})"
     assert len(result["acked"]) > 20
+
+
+def test_tls_and_token_with_danube_s_client(tmp_path: Path) -> None:
+    """A mesh started with --secure, reached the way Danube's users reach a secured broker:
+    ``with_tls(ca)`` + ``with_token(jwt)``; a token whose principal has no binding is refused."""
+    secure = MeshRun([DANUBE, "up", "--data-dir", str(tmp_path / "data"), "--secure"], tmp_path)
+    try:
+        secure.wait_ready()
+        secrets = tmp_path / "data" / "secure"
+        token = (secrets / "admin.token").read_text().strip()
+        keys = load_keys(secrets / "keys")
+        assert keys.signing is not None
+        stranger = issue_token(keys.signing, "stranger", 600, issuer="danube", audience="danube")
+        url = secure.grpc_url.replace("http://", "https://")
+        result = drive(
+            secure,
+            "secured",
+            "/default/grpc-secured",
+            str(secrets / "pki" / "ca.pem"),
+            token,
+            stranger,
+            url=url,
+        )
+    finally:
+        secure.kill()
+    assert [m["payload"] for m in result["received"]] == [f"secret-{i}" for i in range(5)]
+    assert [m["offset"] for m in result["received"]] == list(range(5))
+    assert result["refused"] is not None
+    assert "PERMISSION_DENIED" in result["refused"] or "Produce" in result["refused"]
+    assert "Produce" in result["refused"], result["refused"]

@@ -271,7 +271,32 @@ async def schema_enforce(url: str, topic: str) -> dict[str, Any]:
     }
 
 
+async def secured(url: str, topic: str, ca_file: str, token: str, stranger: str) -> dict[str, Any]:
+    """Over TLS with a bearer token (``with_tls`` + ``with_token``): 5 messages round trip;
+    then a token whose principal has no binding: the producer is refused."""
+    c = await DanubeClientBuilder().service_url(url).with_tls(ca_file).with_token(token).build()
+    cons = await consumer(c, topic, "sec-consumer", "sec-sub", SubType.EXCLUSIVE)
+    queue = await cons.receive()
+    p = await producer(c, topic, "sec-producer")
+    for i in range(5):
+        await p.send(f"secret-{i}".encode(), {})
+    got = await take(queue, 5, 30)
+    for m in got:
+        await cons.ack(m)
+    await cons.close()
+    outsider = (
+        await DanubeClientBuilder().service_url(url).with_tls(ca_file).with_token(stranger).build()
+    )
+    refused = None
+    try:
+        await producer(outsider, topic, "stranger-producer")
+    except Exception as exc:  # the client wraps the gRPC status in its own errors
+        refused = f"{type(exc).__name__}: {exc}"
+    return {"received": [describe(m) for m in got], "refused": refused}
+
+
 SCENARIOS = {
+    "secured": secured,
     "roundtrip": roundtrip,
     "partitioned": partitioned,
     "key_shared": key_shared,
