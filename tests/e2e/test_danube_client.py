@@ -182,5 +182,4 @@ def test_tls_and_token_with_danube_s_client(tmp_path: Path) -> None:
     assert [m["payload"] for m in result["received"]] == [f"secret-{i}" for i in range(5)]
     assert [m["offset"] for m in result["received"]] == list(range(5))
     assert result["refused"] is not None
-    assert "PERMISSION_DENIED" in result["refused"] or "Produce" in result["refused"]
     assert "Produce" in result["refused"], result["refused"]
