@@ -69,6 +69,7 @@ bench: setup
 	$(BIN)/python tests/bench/bench_spark.py
 	$(BIN)/python tests/bench/bench_replication.py
 	$(BIN)/python tests/bench/bench_schema.py
+	$(BIN)/python tests/bench/bench_security.py
 
 # The compose stack on this machine, end to end (tests/compose/compose_smoke.py): needs
 # root (it may apt-get install docker.io and debootstrap, and start dockerd) and no image

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -45,10 +46,14 @@ async def bench_mesh(
     env: dict[str, str] | None = None,
     *,
     etcd_port: int | None = None,
+    tls: ssl.SSLContext | None = None,
+    headers: dict[str, str] | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """Start ``services`` (discovery among them) and yield an HTTP client of discovery,
     ready; everything is stopped on exit. Logs go to ``tmp/<service>.log``. ``etcd_port``:
-    where etcd listens (for a benchmark that reads metadata itself); a free port if None."""
+    where etcd listens (for a benchmark that reads metadata itself); a free port if None.
+    ``tls``: discovery serves HTTPS (its certificates in ``env``), trusted by this context;
+    ``headers``: sent with every request (a bearer token)."""
     await asyncio.to_thread(tmp.mkdir, parents=True, exist_ok=True)
     nats = ServerProcess(nats_spec(port=free_port(), monitor_port=free_port()), tmp / "nats.log")
     etcd = ServerProcess(
@@ -85,7 +90,11 @@ async def bench_mesh(
         try:
             limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
             async with httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{port}", timeout=30, limits=limits
+                base_url=f"{'https' if tls else 'http'}://127.0.0.1:{port}",
+                timeout=30,
+                limits=limits,
+                verify=tls if tls is not None else True,
+                headers=headers,
             ) as http:
                 await until_ready(http)
                 yield http
