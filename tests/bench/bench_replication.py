@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from mesh import bench_mesh
+from mesh import bench_mesh, bench_produce
 
-DANUBE = str(Path(sys.executable).parent / "danube")
-DURATION_S = "8"
+DURATION_S = 8.0
 SHAPES = {
     "batched": ["--batch-size", "1000", "--inflight", "4"],
     "single": ["--batch-size", "1", "--linger-ms", "0", "--inflight", "1"],
@@ -23,32 +20,6 @@ SHAPES = {
     # pace the mesh keeps up with, latency is one produce's own.
     "single-paced": ["--batch-size", "1", "--linger-ms", "0", "--rate", "100"],
 }
-
-
-async def _run(url: str, args: list[str]) -> dict[str, object]:
-    out = await asyncio.to_thread(
-        subprocess.run,
-        [
-            DANUBE,
-            "bench",
-            "produce",
-            "-s",
-            url,
-            "--size",
-            "1024",
-            "-d",
-            DURATION_S,
-            "--json",
-            *args,
-        ],
-        capture_output=True,
-        check=False,
-        text=True,
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"danube bench failed ({out.returncode}): {out.stderr[-2000:]}")
-    result: dict[str, object] = json.loads(out.stdout)
-    return result
 
 
 async def main() -> None:
@@ -63,7 +34,7 @@ async def main() -> None:
             async with bench_mesh(Path(tmp) / f"factor-{factor}", services, env) as http:
                 url = str(http.base_url).rstrip("/")
                 for shape, args in SHAPES.items():
-                    results[(factor, shape)] = await _run(url, args)
+                    results[(factor, shape)] = await bench_produce(url, args, duration_s=DURATION_S)
     for shape in SHAPES:
         one, three = results[(1, shape)], results[(3, shape)]
         rate1, rate3 = float(one["msgs_per_s"]), float(three["msgs_per_s"])  # type: ignore[arg-type]

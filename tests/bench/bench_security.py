@@ -7,41 +7,22 @@ request, 4 in flight) and single (one message per request, one in flight)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from danube.security import ensure_signing_key, issue_token
 from danube.security.pki import ensure_local_pki
 
-from mesh import bench_mesh
+from mesh import bench_mesh, bench_produce
 
-DANUBE = str(Path(sys.executable).parent / "danube")
-DURATION_S = "6"
+DURATION_S = 6.0
 ROUNDS = 3
-COMMON = ["--size", "1024", "-d", DURATION_S, "--json"]
 SHAPES = {
     "batched": ["--batch-size", "1000", "--inflight", "4"],
     "single": ["--batch-size", "1", "--linger-ms", "0", "--inflight", "1"],
 }
-
-
-async def _bench(url: str, args: list[str], env_args: list[str]) -> dict[str, object]:
-    out = await asyncio.to_thread(
-        subprocess.run,
-        [DANUBE, *env_args, "bench", "produce", "-s", url, *COMMON, *args],
-        capture_output=True,
-        check=False,
-        text=True,
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"danube bench failed ({out.returncode}): {out.stderr[-2000:]}")
-    result: dict[str, object] = json.loads(out.stdout)
-    return result
 
 
 async def main() -> None:
@@ -81,7 +62,7 @@ async def main() -> None:
             for _ in range(ROUNDS):
                 for shape, args in SHAPES.items():
                     for name, (url, cli) in meshes.items():
-                        result = await _bench(url, args, cli)
+                        result = await bench_produce(url, args, duration_s=DURATION_S, cli=cli)
                         rates.setdefault((name, shape), []).append(float(result["msgs_per_s"]))  # type: ignore[arg-type]
                         latency = result.get("latency_ms") or {}
                         p50.setdefault((name, shape), []).append(float(latency["p50"]))  # type: ignore[index]

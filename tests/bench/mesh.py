@@ -106,3 +106,25 @@ async def bench_mesh(
                     process.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     process.kill()
+
+
+DANUBE = str(Path(sys.executable).parent / "danube")
+
+
+async def bench_produce(
+    url: str, args: list[str], *, duration_s: float, cli: list[str] | None = None
+) -> dict[str, object]:
+    """``danube [cli...] bench produce -s url`` with 1 KiB messages for ``duration_s`` and
+    ``args``; its JSON result."""
+    command = [DANUBE, *(cli or []), "bench", "produce", "-s", url, "--size", "1024"]
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [*command, "-d", str(duration_s), "--json", *args],
+        capture_output=True,
+        check=False,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"danube bench failed ({out.returncode}): {out.stderr[-2000:]}")
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
