@@ -1,16 +1,22 @@
 """Limits on every HTTP listener of the mesh (discovery's API, each service's health port).
 
 uvicorn bounds the idle time *between* requests (``timeout_keep_alive``), the size of a
-request head (``h11_max_incomplete_event_size``) and, once a request head is complete, the
-requests in progress (``limit_concurrency``, a 503). It has no deadline on the head itself:
+request head (under h11 only) and, once a request head is complete, the requests in
+progress (``limit_concurrency``, a 503). It has no deadline on the head itself:
 a client that sends one header byte a second holds its connection, and a descriptor, for
 ever, and a thousand of them exhaust the process (issue 14: discovery lost its etcd lease
-that way). Neither h11 nor httptools has one either. So the protocol here adds two:
+that way). Neither h11 nor httptools has one either. So the protocols here add two:
 
 - ``header_timeout_s``: a connection that has not sent a whole request head this long after
   it opened (or after its previous response) is closed;
 - ``max_connections``: a connection past this many open ones is closed as it is accepted,
   before it costs more than the moment its descriptor lives.
+
+Listeners parse HTTP with httptools (C; the pure-Python h11 cost discovery a large share of
+its CPU per request: docs/performance.md). httptools has no bound on a request head's size
+either (it buffers a header line until its end), so the protocol also answers uvicorn's 400
+and closes a connection whose unfinished head is past ``HEAD_BYTES_MAX`` (what
+``h11_max_incomplete_event_size`` did under h11).
 
 And when ``accept()`` fails for lack of descriptors, :class:`AcceptBackoffLoop` stops
 accepting on that socket for a second after one log line; CPython 3.11's own loop goes on
@@ -27,8 +33,7 @@ import resource
 import socket
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from danube.config.model import ServiceConfig, TlsConfig
@@ -36,26 +41,30 @@ from danube.security.tls import ServerTls, with_transport_principal
 
 log = logging.getLogger(__name__)
 
-# A request head (request line and headers) larger than this is refused (uvicorn's default).
+# A request head (request line and headers) larger than this is refused (uvicorn's h11 default).
 HEAD_BYTES_MAX = 16 * 1024
 ACCEPT_RETRY_S = 1.0
 """After an accept() out of descriptors (or memory), the socket is not read for this long."""
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
-class _GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on request heads and a cap on connections."""
+class _GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline on request heads, a bound on their size
+    and a cap on connections."""
 
     header_timeout_s: float = 10.0
     max_connections: int = 1024
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        # Over TLS, each request's scope carries the client certificate's principal.
         self.app = with_transport_principal(self.app, transport)
         self._head_timer: asyncio.TimerHandle | None = None
+        # Between the end of a request (or the connection's start) and the end of the next
+        # head: the bytes received meanwhile, bounded by HEAD_BYTES_MAX.
+        self._in_head = True
+        self._head_bytes = 0
         if len(self.connections) > self.max_connections:
-            transport.abort()  # the descriptor goes now; the client sees a reset
+            transport.abort()
             return
         self._arm_head_timer()
 
@@ -64,13 +73,28 @@ class _GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        counted = self._in_head
+        if counted:
+            self._head_bytes += len(data)
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
-            self._disarm_head_timer()  # the head is in: the request runs under its own limits
+        # Checked after parsing: a chunk that ends the head and carries body bytes is fine.
+        too_large = counted and self._in_head and self._head_bytes > HEAD_BYTES_MAX
+        if too_large and not self.transport.is_closing():
+            self.send_400_response("Request head too large.")
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._disarm_head_timer()  # the head is in: the request runs under its own limits
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+        self._head_bytes = 0
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+        if not self.transport.is_closing() and self._in_head and not self.pipeline:
             self._arm_head_timer()
 
     def _arm_head_timer(self) -> None:
@@ -85,7 +109,7 @@ class _GuardedH11Protocol(H11Protocol):
 
     def _head_too_slow(self) -> None:
         self._head_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        if self._in_head and not self.transport.is_closing():
             self.transport.close()
 
 
@@ -110,14 +134,13 @@ def uvicorn_tls(config: TlsConfig) -> dict[str, Any]:
 def uvicorn_limits(config: ServiceConfig) -> dict[str, Any]:
     """Keyword arguments of ``uvicorn.Config`` that put ``config``'s limits on a listener."""
     protocol = type(
-        "GuardedH11Protocol",
-        (_GuardedH11Protocol,),
+        "GuardedHttpToolsProtocol",
+        (_GuardedHttpToolsProtocol,),
         {"header_timeout_s": config.header_timeout_s, "max_connections": config.max_connections},
     )
     return {
         "http": protocol,
         "timeout_keep_alive": config.keep_alive_timeout_s,
-        "h11_max_incomplete_event_size": HEAD_BYTES_MAX,
         # Requests past this wait in the kernel's queue, not in ours.
         "backlog": min(2048, config.max_connections),
     }

@@ -75,8 +75,13 @@ def node_id_for(kind: str) -> tuple[str, Slot | None]:
     return f"{kind}-{socket.gethostname()}", None
 
 
-def run_service(kind: str, serve: Serve) -> None:
-    """Run ``serve`` as this process's main task and exit with its outcome."""
+def run_service(
+    kind: str,
+    serve: Serve,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = AcceptBackoffLoop,
+) -> None:
+    """Run ``serve`` as this process's main task, on a loop of ``loop_factory``, and exit
+    with its outcome."""
     configure_logging(kind)
     try:
         node_id, slot = node_id_for(kind)
@@ -94,7 +99,7 @@ def run_service(kind: str, serve: Serve) -> None:
         log.error("bad configuration: %s", exc)
         sys.exit(EXIT_BAD_CONFIG)
     try:
-        with asyncio.Runner(loop_factory=AcceptBackoffLoop) as runner:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(_main(serve, settings, node_id))
     except Exception:
         log.exception("%s %s failed", kind, node_id)

@@ -120,6 +120,8 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 log_level="warning",
                 access_log=False,
                 lifespan="off",
+                # Nothing reads a proxy's X-Forwarded-*: one ASGI layer less per request.
+                proxy_headers=False,
                 # Consumer streams: fail at start, not at the first upgrade, when the
                 # WebSocket package is missing; client frames past the limit close with 1009.
                 # (uvicorn's "websockets-sansio", its scopes carrying the TLS principal)

@@ -31,11 +31,7 @@ from danube.discovery.api import (
     subscriptions,
 )
 from danube.discovery.api.auth import guard
-from danube.discovery.api.middleware import (
-    BodyLimitMiddleware,
-    HostCheckMiddleware,
-    MetricsMiddleware,
-)
+from danube.discovery.api.middleware import ApiFront
 from danube.discovery.api.state import ControllerView, Services, services_of
 from danube.discovery.models import ErrorBody, ReadyOut
 from danube.meta import MetaError
@@ -133,9 +129,8 @@ def build_app(
         """Prometheus text exposition."""
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
-    # The last added is outermost: metrics see every answer, the body limit's 413 and the
-    # Host check's 400 included.
-    app.add_middleware(BodyLimitMiddleware, limit_bytes=max_body_bytes)
-    app.add_middleware(HostCheckMiddleware, allowed=allowed_hosts)
-    app.add_middleware(MetricsMiddleware)
+    # Metrics see every answer, the body limit's 413 and the Host check's 400 included.
+    app.add_middleware(
+        ApiFront, allowed=allowed_hosts, limit_bytes=max_body_bytes, services=services
+    )
     return app

@@ -53,14 +53,20 @@ def _answer(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-async def _on_danube_error(_: Request, exc: Exception) -> Response:
+def danube_error_answer(exc: Exception) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+    """The status, body and extra headers a mesh error or a timeout is answered with."""
     status = http_status(exc)
     if status >= 500:
         log.warning("answered %d: %r", status, exc)
     headers = None
     if isinstance(exc, OverLimitError) and exc.retry_after_s is not None:
         headers = {"Retry-After": str(exc.retry_after_s)}
-    return JSONResponse(error_body(exc), status_code=status, headers=headers)
+    return status, error_body(exc), headers
+
+
+async def _on_danube_error(_: Request, exc: Exception) -> Response:
+    status, body, headers = danube_error_answer(exc)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def _on_bug(_: Request, exc: Exception) -> Response:

@@ -1,5 +1,5 @@
-"""Plain ASGI middleware of the public API: the Host check, the request body limit and
-request metrics.
+"""The plain ASGI layer of the public API (:class:`ApiFront`): the Host check, the request
+body limit and request metrics, in one pass.
 
 The Host check refuses a request whose ``Host`` header names a host that is not allowed
 (``discovery.allowed_hosts``): a web page whose DNS name was rebound to this address sends
@@ -21,6 +21,13 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from danube.discovery import metrics
+from danube.discovery.api.produce import (
+    PRODUCE_TEMPLATE,
+    answer_headers,
+    fast_produce,
+    is_fast_produce,
+)
+from danube.discovery.api.state import Services
 from danube.discovery.errors import BadRequestError, TooLargeError, error_body, http_status
 
 # Open to any Host: what probes and scrapers ask for.
@@ -43,13 +50,12 @@ async def _send_error(send: Send, error: Exception) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_too_large(send: Send, limit_bytes: int) -> None:
-    error = TooLargeError(
+def _too_large(limit_bytes: int) -> TooLargeError:
+    return TooLargeError(
         f"request body over the limit of {limit_bytes} bytes",
         code="body_too_large",
         limit=limit_bytes,
     )
-    await _send_error(send, error)
 
 
 def host_name(header: bytes) -> str:
@@ -62,86 +68,43 @@ def host_name(header: bytes) -> str:
     return host
 
 
-class HostCheckMiddleware:
-    """Refuse requests and WebSocket upgrades whose ``Host`` is not in ``allowed`` (None:
-    any is), with 400 ``host_not_allowed`` (a WebSocket: closed before it opens, 403)."""
+class ApiFront:
+    """The one ASGI layer around the app: the Host check, the body limit and request metrics
+    in one pass (three nested layers cost a coroutine and a closure each per request).
 
-    def __init__(self, app: ASGIApp, *, allowed: frozenset[str] | None) -> None:
+    Refuses requests and WebSocket upgrades whose ``Host`` is not in ``allowed`` (None: any
+    is) with 400 ``host_not_allowed`` (a WebSocket: closed before it opens, 403); request
+    bodies over ``limit_bytes`` with 413 ``body_too_large``; counts every answered request by
+    method, route template and status, these refusals included."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        allowed: frozenset[str] | None,
+        limit_bytes: int,
+        services: Services | None = None,
+    ) -> None:
+        """``services``: serve produce requests with JSON bodies here
+        (:func:`~danube.discovery.api.produce.fast_produce`); None: all go to ``app``."""
         self.app = app
         self.allowed = allowed
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.allowed is None
-            or scope["type"] not in ("http", "websocket")
-            or scope["path"] in UNCHECKED_PATHS
-        ):
-            await self.app(scope, receive, send)
-            return
-        headers = [value for name, value in scope["headers"] if name == b"host"]
-        host = host_name(headers[0]) if len(headers) == 1 else None
-        if host in self.allowed:
-            await self.app(scope, receive, send)
-            return
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        shown = "no Host header" if host is None else f"Host {host[:100]!r}"
-        await _send_error(
-            send,
-            BadRequestError(
-                f"{shown} is not allowed (discovery.allowed_hosts)", code="host_not_allowed"
-            ),
-        )
-
-
-class BodyLimitMiddleware:
-    """Refuse request bodies over ``limit_bytes`` with 413 ``body_too_large``."""
-
-    def __init__(self, app: ASGIApp, *, limit_bytes: int) -> None:
-        self.app = app
         self.limit_bytes = limit_bytes
+        self.services = services
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        kind = scope["type"]
+        if kind == "websocket":
+            if self._host_refusal(scope) is not None:
+                await send({"type": "websocket.close", "code": 1008})
+                return
             await self.app(scope, receive, send)
             return
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = -1
-                if declared > self.limit_bytes:
-                    await _send_too_large(send, self.limit_bytes)
-                    return
-        seen = 0
-
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit_bytes:
-                    # FastAPI re-raises an HTTPException met while reading the body; the
-                    # app's handler turns it into our error body.
-                    raise HTTPException(413, f"request body over {self.limit_bytes} bytes")
-            return message
-
-        await self.app(scope, limited_receive, send)
-
-
-class MetricsMiddleware:
-    """Count answered requests by method, route template and status."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if kind != "http":
             await self.app(scope, receive, send)
             return
         status = 500
+        template: str | None = None
 
         async def recording_send(message: Message) -> None:
             nonlocal status
@@ -150,8 +113,101 @@ class MetricsMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, recording_send)
+            refusal: Exception | None = self._host_refusal(scope)
+            declared = _content_length(scope) if refusal is None else None
+            if refusal is None and declared is not None and declared > self.limit_bytes:
+                refusal = _too_large(self.limit_bytes)
+            if refusal is not None:
+                await _send_error(recording_send, refusal)
+            elif (
+                self.services is not None
+                and declared is not None
+                and declared >= 0
+                and is_fast_produce(scope)
+            ):
+                if await self._fast_produce(self.services, scope, receive, recording_send):
+                    template = PRODUCE_TEMPLATE
+            elif declared is not None and declared >= 0:
+                # The server delivers no more than the declared length: nothing to count.
+                await self.app(scope, receive, recording_send)
+            else:
+                await self.app(scope, self._limited(receive), recording_send)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            if template is None:
+                template = getattr(scope.get("route"), "path", None) or "unmatched"
             metrics.HTTP_REQUESTS.labels(scope["method"], template, str(status)).inc()
+
+    async def _fast_produce(
+        self, services: Services, scope: Scope, receive: Receive, send: Send
+    ) -> bool:
+        """Answer a produce here and return True, or hand it, its body replayed, to the app
+        and return False."""
+        received: list[Message] = []
+        while True:
+            message = await receive()
+            received.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        answer = None
+        if message["type"] == "http.request":
+            body = b"".join(m.get("body", b"") for m in received)
+            answer = await fast_produce(services, scope, body)
+        if answer is None:
+            replay = iter(received)
+
+            async def replay_receive() -> Message:
+                return next(replay, None) or await receive()
+
+            await self.app(scope, replay_receive, send)
+            return False
+        status, body, extra = answer
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": answer_headers(body, extra),
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        return True
+
+    def _host_refusal(self, scope: Scope) -> BadRequestError | None:
+        if self.allowed is None or scope["path"] in UNCHECKED_PATHS:
+            return None
+        headers = [value for name, value in scope["headers"] if name == b"host"]
+        host = host_name(headers[0]) if len(headers) == 1 else None
+        if host in self.allowed:
+            return None
+        shown = "no Host header" if host is None else f"Host {host[:100]!r}"
+        return BadRequestError(
+            f"{shown} is not allowed (discovery.allowed_hosts)", code="host_not_allowed"
+        )
+
+    def _limited(self, receive: Receive) -> Receive:
+        """``receive`` failing once a body sent without a length (chunked) passes the limit."""
+        limit_bytes = self.limit_bytes
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit_bytes:
+                    # FastAPI re-raises an HTTPException met while reading the body; the
+                    # app's handler turns it into our error body.
+                    raise HTTPException(413, f"request body over {limit_bytes} bytes")
+            return message
+
+        return limited_receive
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The declared body length; None without the header, -1 when it is not a number."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return -1
+    return None

@@ -1,0 +1,104 @@
+"""The httptools listener's own limits on a real socket: a request head past HEAD_BYTES_MAX
+is answered 400 and closed, a head slower than header_timeout_s is closed, a connection past
+max_connections is closed at accept, and keep-alive requests are served one after another."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from danube.config.model import ServiceConfig
+from danube.runtime import free_port
+from danube.runtime.http import HealthServer
+from danube.runtime.listener import HEAD_BYTES_MAX
+
+pytestmark = pytest.mark.integration
+
+HEADER_TIMEOUT_S = 0.5
+
+
+@pytest.fixture
+async def port() -> AsyncIterator[int]:
+    port = free_port()
+    limits = ServiceConfig(header_timeout_s=HEADER_TIMEOUT_S, max_connections=3)
+    server = HealthServer("127.0.0.1", port, lambda: True, limits)
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(10):
+        while not server.started:  # noqa: ASYNC110 - uvicorn exposes only a flag
+            await asyncio.sleep(0.01)
+    yield port
+    server.stop()
+    await asyncio.wait_for(task, 5)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _oversized_head(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        filler = b"X-Filler: " + b"a" * 1000 + b"\r\n"
+        try:
+            for _ in range(HEAD_BYTES_MAX // len(filler) + 4):
+                sock.sendall(filler)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return _read_all(sock)
+
+
+def _slow_head_closed_after_s(port: int) -> float:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        assert _read_all(sock) == b""
+        return time.monotonic() - started
+
+
+def _keep_alive(port: int) -> bytes:
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request * 2 + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        return _read_all(sock)
+
+
+async def test_a_head_past_the_bound_is_answered_400_and_closed(port: int) -> None:
+    answer = await asyncio.to_thread(_oversized_head, port)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:100]
+
+
+async def test_a_slow_head_is_closed_after_the_header_timeout(port: int) -> None:
+    closed_after_s = await asyncio.to_thread(_slow_head_closed_after_s, port)
+    assert HEADER_TIMEOUT_S * 0.9 <= closed_after_s < HEADER_TIMEOUT_S + 3
+
+
+async def test_pipelined_keep_alive_requests_are_all_answered(port: int) -> None:
+    answer = await asyncio.to_thread(_keep_alive, port)
+    assert answer.count(b"HTTP/1.1 200 OK") == 3
+    assert answer.count(b'{"status":"ok"}') == 3
+
+
+async def test_connections_past_the_cap_are_closed_at_accept(port: int) -> None:
+    held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+    try:
+        await asyncio.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+        with extra:
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert await asyncio.to_thread(_read_all, extra) == b""
+    finally:
+        for sock in held:
+            sock.close()

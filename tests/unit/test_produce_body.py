@@ -1,0 +1,80 @@
+"""The produce body's fast reader: what it takes equals what ProduceRequest makes of it, and
+everything the model would refuse (or that it is not sure of) is left to the model (None)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from danube.discovery.models import ProduceRequest
+from danube.discovery.produce_body import parse_produce, produce_answer
+from danube.frame import MAX_ATTRIBUTES, MAX_KEY_BYTES, MAX_PRODUCER_NAME_BYTES
+
+TAKEN: list[dict[str, Any]] = [
+    {"messages": [{"payload": "a"}]},
+    {"messages": [{"payload": "aGk=", "encoding": "base64", "key": "k", "attributes": {"a": "b"}}]},
+    {"messages": [{"payload": "x", "key": None}], "producer": "p", "dispatch": "non_reliable"},
+    {"messages": [{"payload": "x"}] * 3, "producer_id": "p-1_x", "schema_version": 2},
+    {"messages": [{"payload": "x", "key": "k" * MAX_KEY_BYTES}], "schema_version": None},
+]
+
+LEFT: list[Any] = [
+    {},
+    [],
+    {"messages": []},
+    {"messages": [{"payload": 1}]},
+    {"messages": [{"payload": "x", "extra": 1}]},
+    {"messages": [{"payload": "x"}], "extra": 1},
+    {"messages": [{"payload": "x", "encoding": "hex"}]},
+    {"messages": [{"payload": "x", "key": "k" * (MAX_KEY_BYTES + 1)}]},
+    {"messages": [{"payload": "x", "key": 5}]},
+    {"messages": [{"payload": "x", "attributes": None}]},
+    {"messages": [{"payload": "x", "attributes": {"a": 1}}]},
+    {
+        "messages": [
+            {"payload": "x", "attributes": {str(i): "v" for i in range(MAX_ATTRIBUTES + 1)}}
+        ]
+    },
+    {"messages": [{"payload": "x"}], "producer": "p" * (MAX_PRODUCER_NAME_BYTES + 1)},
+    {"messages": [{"payload": "x"}], "dispatch": "sometimes"},
+    {"messages": [{"payload": "x"}], "producer_id": "no spaces"},
+    {"messages": [{"payload": "x"}], "schema_version": 0},
+    {"messages": [{"payload": "x"}], "schema_version": True},
+    {"messages": [{"payload": "x"}], "schema_version": 2**31 + 1},
+]
+
+
+@pytest.mark.parametrize("body", TAKEN)
+def test_a_valid_body_reads_as_the_model_reads_it(body: dict[str, Any]) -> None:
+    fast = parse_produce(orjson.dumps(body))
+    assert fast is not None
+    model = ProduceRequest.model_validate(body)
+    assert fast == model
+    assert fast.model_fields_set == model.model_fields_set
+    for ours, theirs in zip(fast.messages, model.messages, strict=True):
+        assert ours.model_fields_set == theirs.model_fields_set
+
+
+@pytest.mark.parametrize("body", LEFT)
+def test_a_body_the_model_refuses_is_left_to_it(body: Any) -> None:
+    assert parse_produce(orjson.dumps(body)) is None
+    with pytest.raises(ValidationError):
+        ProduceRequest.model_validate(body)
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b'{"messages": [{"payload": "\\ud800"}]}', b"NaN"])
+def test_what_orjson_does_not_read_is_left_to_the_model(raw: bytes) -> None:
+    assert parse_produce(raw) is None
+
+
+def test_the_answer_is_the_produce_response_json() -> None:
+    answer = orjson.loads(produce_answer([("/default/t", 4), ("/default/t", 5)]))
+    assert answer == {
+        "results": [
+            {"partition": "/default/t", "offset": 4},
+            {"partition": "/default/t", "offset": 5},
+        ]
+    }
