@@ -112,14 +112,15 @@ DANUBE = str(Path(sys.executable).parent / "danube")
 
 
 async def bench_produce(
-    url: str, args: list[str], *, duration_s: float, cli: list[str] | None = None
+    url: str, args: list[str], *, duration_s: float | None = None, cli: list[str] | None = None
 ) -> dict[str, object]:
-    """``danube [cli...] bench produce -s url`` with 1 KiB messages for ``duration_s`` and
-    ``args``; its JSON result."""
+    """``danube [cli...] bench produce -s url`` with 1 KiB messages and ``args`` (for
+    ``duration_s`` when given; else ``args`` say how many); its JSON result."""
     command = [DANUBE, *(cli or []), "bench", "produce", "-s", url, "--size", "1024"]
+    length = [] if duration_s is None else ["-d", str(duration_s)]
     out = await asyncio.to_thread(
         subprocess.run,
-        [*command, "-d", str(duration_s), "--json", *args],
+        [*command, *length, "--json", *args],
         capture_output=True,
         check=False,
         text=True,
