@@ -33,6 +33,7 @@ from danube.discovery.api.middleware import (
     BodyLimitMiddleware,
     HostCheckMiddleware,
     MetricsMiddleware,
+    TraceMiddleware,
 )
 from danube.discovery.api.state import ControllerView, Services, services_of
 from danube.discovery.models import ErrorBody, ReadyOut
@@ -127,8 +128,9 @@ def build_app(
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     # The last added is outermost: metrics see every answer, the body limit's 413 and the
-    # Host check's 400 included.
+    # Host check's 400 included; every answer, those too, carries its trace id.
     app.add_middleware(BodyLimitMiddleware, limit_bytes=max_body_bytes)
     app.add_middleware(HostCheckMiddleware, allowed=allowed_hosts)
     app.add_middleware(MetricsMiddleware)
+    app.add_middleware(TraceMiddleware)
     return app

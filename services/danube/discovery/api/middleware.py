@@ -1,5 +1,9 @@
-"""Plain ASGI middleware of the public API: the Host check, the request body limit and
-request metrics.
+"""Plain ASGI middleware of the public API: the trace id, the Host check, the request body
+limit and request metrics.
+
+The trace id (danube.trace) comes from the request's ``traceparent`` or ``x-request-id``
+header, else is made here; it is bound for the whole request, so every log line of it and
+every bus message it sends carry it, and it is echoed in the ``X-Request-Id`` response header.
 
 The Host check refuses a request whose ``Host`` header names a host that is not allowed
 (``discovery.allowed_hosts``): a web page whose DNS name was rebound to this address sends
@@ -20,6 +24,7 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from danube import trace
 from danube.discovery import metrics
 from danube.discovery.errors import BadRequestError, TooLargeError, error_body, http_status
 
@@ -155,3 +160,32 @@ class MetricsMiddleware:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             metrics.HTTP_REQUESTS.labels(scope["method"], template, str(status)).inc()
+
+
+class TraceMiddleware:
+    """Bind the request's trace id around the app; echo it in ``X-Request-Id`` (an HTTP
+    response, or the WebSocket handshake's accept)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        wanted = (trace.TRACEPARENT_HEADER.encode(), trace.HTTP_HEADER.encode())
+        headers = {
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in scope["headers"]
+            if name in wanted
+        }
+        trace_id = trace.incoming(headers)
+        echoed = (trace.HTTP_HEADER.encode(), trace_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] in ("http.response.start", "websocket.accept"):
+                message = {**message, "headers": [*message.get("headers", []), echoed]}
+            await send(message)
+
+        with trace.bound(trace_id):
+            await self.app(scope, receive, send_with_id)
