@@ -2,9 +2,11 @@
 
 :class:`Engine` uses a running engine if one answers; otherwise it installs Debian's
 ``docker.io`` if ``dockerd`` is missing (root, ``apt-get``) and starts ``dockerd`` itself,
-then stops it on exit, and only then. The engine it starts gets no bridge and touches no
-iptables rule (``--bridge=none --iptables=false``): the smoke's containers use the host's
-network and loopback only, and the shared machine's firewall stays as it was.
+then stops it on exit, and only then. The engine it starts has its defaults, the default
+bridge and its iptables rules included, as a user's engine has: compose's project network is
+a bridge of it. ``iptables=False`` starts it with ``--iptables=false`` for a machine without
+a usable iptables (containers still reach each other on the bridge, and the published port
+through docker-proxy; they get no NAT to the outside, which the smoke does not need).
 
 :class:`ComposeStack` is one compose project: ``up`` with ``--wait`` and a deadline, then
 ``down -v`` and a sweep by project label of whatever compose left (containers, volumes,
@@ -77,8 +79,9 @@ def _connect() -> DockerClient | None:
 class Engine:
     """A Docker engine for the smoke: the running one, or a ``dockerd`` started here."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, *, iptables: bool = True) -> None:
         self.run_dir = run_dir
+        self.iptables = iptables
         self.started_here = False
         self._dockerd: subprocess.Popen[bytes] | None = None
         self._client: DockerClient | None = None
@@ -114,9 +117,7 @@ class Engine:
             self._dockerd = subprocess.Popen(
                 [
                     "dockerd",
-                    "--bridge=none",
-                    "--iptables=false",
-                    "--ip6tables=false",
+                    *([] if self.iptables else ["--iptables=false", "--ip6tables=false"]),
                     f"--pidfile={self.run_dir / 'dockerd.pid'}",
                     "--log-level=warn",
                 ],
