@@ -19,7 +19,6 @@ from pydantic import BaseModel
 
 from danube.config import PROCESS_VARIABLES, DanubeSettings, S3Cloud, load_settings
 from danube.runtime.mesh import SERVICE_ORDER
-from danube.runtime.servers import find_binary
 
 pytestmark = pytest.mark.unit
 
@@ -214,15 +213,18 @@ def test_the_standins_provide_what_the_file_asks_of_the_real_images() -> None:
     etcd = (STANDINS / "etcd.Dockerfile").read_text()
     assert found["etcd"]["command"][0] == "/usr/local/bin/etcd"
     assert found["etcd"]["healthcheck"]["test"][1] == "/usr/local/bin/etcdctl"
-    assert "COPY etcd etcdctl /usr/local/bin/" in etcd and "FROM scratch" in etcd
+    assert "COPY etcd etcdctl /usr/local/bin/" in etcd
+    assert "FROM scratch" in etcd
     weed = (STANDINS / "seaweedfs.Dockerfile").read_text()
-    assert 'ENTRYPOINT ["/usr/bin/weed"]' in weed and "/usr/bin/wget" in weed
+    assert 'ENTRYPOINT ["/usr/bin/weed"]' in weed
+    assert "/usr/bin/wget" in weed
     assert found["s3"]["command"][0] == "server"
     assert found["s3"]["healthcheck"]["test"][:2] == ["CMD", "wget"]
     assert found["s3-init"]["entrypoint"] == ["/bin/sh", "-c"]
     script = found["s3-init"]["command"][0]
     assert script.count("weed shell -master=s3:9333") == 2
-    assert '"s3.bucket.list"' in script and '"s3.bucket.create -name $$S3_BUCKET"' in script
+    assert '"s3.bucket.list"' in script
+    assert '"s3.bucket.create -name $$S3_BUCKET"' in script
 
 
 def test_the_smoke_override_sets_only_mesh_settings() -> None:

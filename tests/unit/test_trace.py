@@ -44,7 +44,8 @@ def test_incoming_id(headers: dict[str, str], expected: str | None) -> None:
 
 
 def test_bus_headers_follow_the_context_and_tasks_inherit_it() -> None:
-    assert trace.current() is None and trace.bus_headers() == {}
+    assert trace.current() is None
+    assert trace.bus_headers() == {}
 
     async def current_later() -> str | None:
         await asyncio.sleep(0)
