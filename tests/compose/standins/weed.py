@@ -1,4 +1,4 @@
-#!/opt/danube/bin/python
+#!/opt/weed/bin/python
 """Stand-in for SeaweedFS's ``weed`` in the compose smoke's local S3 image (not SeaweedFS).
 
 It answers the two ways docker-compose.yml runs the real image, on the same ports:
