@@ -71,9 +71,11 @@ bench: setup
 	$(BIN)/python tests/bench/bench_schema.py
 	$(BIN)/python tests/bench/bench_security.py
 
-# The compose stack on this machine, end to end (tests/compose/compose_smoke.py): needs
-# root (it may apt-get install docker.io and debootstrap, and start dockerd) and no image
-# registry; builds local images, runs `docker compose up --scale ...`, round-trips
+# docker-compose.yml itself on this machine, end to end (tests/compose/compose_smoke.py):
+# needs root (it may apt-get install docker.io, debootstrap and busybox-static, and start
+# dockerd with its default bridge networking) and no image registry; builds the mesh image
+# and local stand-ins of the nats, etcd and S3 images (passed by the file's own image
+# variables), runs `docker compose up --wait --scale ...` on the engine's bridge, round-trips
 # messages through the published port, tears everything down. Not part of `make test`.
 COMPOSE_STAMP := $(VENV)/.compose-installed
 

@@ -1,23 +1,33 @@
-"""`make compose-smoke`: the compose stack, scaled, on this machine, end to end.
+"""`make compose-smoke`: the real docker-compose.yml, scaled, on this machine, end to end.
 
-Needs root (it may install docker.io and debootstrap, and start dockerd) and no image
-registry. Steps, each bounded, all within ``--timeout-s``:
+Needs root (it may install docker.io, debootstrap and busybox-static, and start dockerd) and
+no image registry. It runs the file users run, on the engine's default (bridge) networking:
+compose's project network, container DNS names (nats, etcd, s3), the published port of
+discovery, the healthchecks and one-shot of the file. What differs from a user's run, and
+only that: the images are local stand-ins, passed by the variables the file has (NATS_IMAGE,
+ETCD_IMAGE, S3_IMAGE, DANUBE_IMAGE), and tests/compose/smoke.yml adds environment settings
+(only those: checked here) that make the tiers move in seconds. Steps, each bounded, all
+within ``--timeout-s``:
 
-1. a Docker engine (the running one, else ``dockerd`` started here: smoke_engine.py);
+1. a Docker engine (the running one, else ``dockerd`` started here with its defaults:
+   smoke_engine.py);
 2. local images: a debootstrap'd Debian base, a wheelhouse, the mesh image from
-   deploy/Dockerfile and the servers image (smoke_images.py);
-3. ``compose up --wait`` of docker-compose.yml + deploy/compose/loopback.yml (local
-   images, host network, loopback ports) + tests/compose/smoke.yml (fast tiers), with
-   ``--scale ingest=2 --scale dispatcher=3 --scale cloud_reader=2``;
-4. through discovery's port: every replica registered under its own node id; produce
-   keyed messages to a 2-partition topic, consume them all; wait until every partition is
-   uploaded and the WAL dropped what it uploaded; read everything again from the earliest
-   offset with a new subscription (the dropped part comes from object storage, as the
-   cloud readers' /metrics show); each ingest replica has its own WAL directory on the
-   shared volume; then both ingest containers are recreated (as an upgrade does), come back
-   as the same nodes ingest-0 and ingest-1, and the live subscription gets exactly the
-   messages produced after that;
-5. ``compose down -v`` and a sweep of anything left by label; dockerd stopped if started.
+   deploy/Dockerfile, and stand-ins of nats, etcd and SeaweedFS (smoke_images.py);
+3. ``compose up --wait --scale ingest=2 --scale dispatcher=3 --scale cloud_reader=2`` of
+   docker-compose.yml + tests/compose/smoke.yml; every container on the project's bridge
+   network, every long-running one healthy, the bucket one-shot exited 0;
+4. through discovery's published port: every replica registered under its own node id;
+   produce keyed messages to a 2-partition topic, consume them all; wait until every
+   partition is uploaded and the WAL dropped what it uploaded; read everything again from
+   the earliest offset with a new subscription (the dropped part comes from object storage,
+   as the cloud readers' /metrics, scraped at their container addresses, show); a produce
+   with an x-request-id gets it back in the response and finds it as the trace id of log
+   lines of discovery and ingest (smoke.yml sets their DANUBE_LOG_LEVEL to debug); each ingest
+   replica has its own WAL directory on the shared volume; then both ingest containers are
+   recreated (as an upgrade does), come back as the same nodes ingest-0 and ingest-1, and
+   the live subscription gets exactly the messages produced after that;
+5. ``compose down -v`` and a sweep of anything left by label (containers, volumes, the
+   network); dockerd stopped if started here.
 
 Exit 0 with a timing summary, or 1 with what failed; the containers' logs are kept.
 """
@@ -31,6 +41,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tarfile
 import tempfile
@@ -44,6 +55,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
+import yaml
 from docker.models.containers import Container
 
 from danube.client import AsyncConsumer, AsyncDanubeClient, ReceivedMessage
@@ -57,18 +69,25 @@ from smoke_images import (
     ensure_base_image,
     ensure_wheelhouse,
     mesh_context,
-    servers_context,
+    standin_context,
 )
 
 REPO = Path(__file__).resolve().parents[2]
-COMPOSE_FILES = (
-    REPO / "docker-compose.yml",
-    REPO / "deploy/compose/loopback.yml",
-    REPO / "tests/compose/smoke.yml",
-)
+COMPOSE_FILE = REPO / "docker-compose.yml"
+SMOKE_OVERRIDE = REPO / "tests/compose/smoke.yml"
 MESH_IMAGE = "danube-mesh:smoke"
-SERVERS_IMAGE = "danube-servers:smoke"
+# The stand-ins, by the variable of docker-compose.yml that names the image, with their
+# stand-in file under tests/compose/standins/.
+STANDIN_IMAGES = {
+    "NATS_IMAGE": ("danube-standin/nats:smoke", "nats"),
+    "ETCD_IMAGE": ("danube-standin/etcd:smoke", "etcd"),
+    "S3_IMAGE": ("danube-standin/seaweedfs:smoke", "seaweedfs"),
+}
+# Published ports of docker-compose.yml, by their variable: the defaults unless taken here.
+PUBLISHED_PORTS = {"DANUBE_API_PORT": 8080, "DANUBE_GRPC_PORT": 6650}
+METRICS_PORT = 9100  # deploy/config/compose.yml: every service but discovery
 SCALE = {"ingest": 2, "dispatcher": 3, "cloud_reader": 2}
+BACKING = {"nats": 1, "etcd": 1, "s3": 1}
 NODE_COUNTS = {**SCALE, "uploader": 1, "retention": 1, "discovery": 1}
 TOPIC = "/default/compose-smoke"
 PARTITIONS = 2
@@ -244,8 +263,13 @@ async def after_recreate(url: str, timings: Timings) -> dict[str, str]:
 
 
 def check_containers(stack: ComposeStack) -> None:
-    """Replicas as scaled, every long-running container healthy."""
-    for service, count in NODE_COUNTS.items():
+    """Replicas as scaled, every long-running container healthy (the backing services by
+    the healthchecks of docker-compose.yml), the bucket one-shot exited 0."""
+    (bucket,) = stack.containers("s3-init")
+    exit_code = bucket.attrs["State"]["ExitCode"]
+    if bucket.status != "exited" or exit_code != 0:
+        raise SmokeError(f"s3-init is {bucket.status}, exit code {exit_code}")
+    for service, count in {**BACKING, **NODE_COUNTS}.items():
         running = [c for c in stack.containers(service) if c.status == "running"]
         if len(running) != count:
             raise SmokeError(f"{service}: {len(running)} containers running, expected {count}")
@@ -268,14 +292,70 @@ def container_files(container: Container, path: str) -> dict[str, bytes]:
         }
 
 
+def address_of(container: Container) -> str:
+    """The container's address on its (one) network: reachable from this host, as any
+    address on an engine's bridge is."""
+    (network,) = container.attrs["NetworkSettings"]["Networks"].values()
+    address: str = network["IPAddress"]
+    if not address:
+        raise SmokeError(f"{container.name} has no address")
+    return address
+
+
 def metrics_of(container: Container) -> str:
-    """A container's /metrics text, at the port its health file names (host network: the
-    same loopback address from here)."""
-    (health,) = container_files(container, "/run/danube/health.json").values()
-    url = json.loads(health)["url"].removesuffix("/readyz") + "/metrics"
+    """A mesh container's /metrics text, at its address and the metrics port of
+    deploy/config/compose.yml (what Prometheus scrapes in the observability profile)."""
+    url = f"http://{address_of(container)}:{METRICS_PORT}/metrics"
     with urllib.request.urlopen(url, timeout=5) as response:
         text: str = response.read().decode()
     return text
+
+
+def check_networks(stack: ComposeStack) -> str:
+    """Every container on the project's own network, a bridge of the engine (compose's
+    default), none on the host's network; the network's name."""
+    expected = f"{stack.project}_default"
+    network = stack.client.networks.get(expected)
+    if network.attrs["Driver"] != "bridge":
+        raise SmokeError(f"{expected} is a {network.attrs['Driver']} network, not a bridge")
+    for container in stack.containers():
+        mode = container.attrs["HostConfig"]["NetworkMode"]
+        names = set(container.attrs["NetworkSettings"]["Networks"])
+        if mode == "host" or names != {expected}:
+            raise SmokeError(f"{container.name}: network mode {mode}, networks {names}")
+    return expected
+
+
+def check_override(path: Path) -> list[str]:
+    """What tests/compose/smoke.yml changes: environment settings of mesh services, and
+    nothing else (no image, network, port, command, healthcheck or volume); their names."""
+    doc = yaml.safe_load(path.read_text())
+    settings: set[str] = set()
+    for key, value in doc.items():
+        if key.startswith("x-"):
+            continue  # an anchor
+        if key != "services":
+            raise SmokeError(f"{path.name} sets {key!r}: only services' environment is allowed")
+        for service, fields in value.items():
+            if set(fields) != {"environment"}:
+                raise SmokeError(f"{path.name} sets {sorted(fields)} of {service}")
+            if not all(name.startswith("DANUBE_") for name in fields["environment"]):
+                raise SmokeError(f"{path.name}: {service} gets more than DANUBE_* settings")
+            settings |= set(fields["environment"])
+    return sorted(settings)
+
+
+def published_ports() -> dict[str, str]:
+    """The port variables to set: none when the file's defaults are free on this machine,
+    else free ports for those taken (another mesh may be running here)."""
+    env = {}
+    for variable, default in PUBLISHED_PORTS.items():
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", default))
+            except OSError:
+                env[variable] = str(free_port())
+    return env
 
 
 def check_cloud_reads(stack: ComposeStack, topic: TopicDescription) -> int:
@@ -292,15 +372,53 @@ def check_cloud_reads(stack: ComposeStack, topic: TopicDescription) -> int:
     return int(served)
 
 
-def check_wal_directories(stack: ComposeStack) -> None:
-    """Each ingest replica wrote its WAL under its own node id on the shared volume (once
-    it owns a partition: the topic's two went one to each)."""
+def check_trace(stack: ComposeStack, url: str) -> int:
+    """A produce with an ``x-request-id`` through the published port: the id comes back in
+    the response header and is the ``trace_id`` of log lines of discovery and of the ingest
+    node it reached over the bus (their JSON lines, as ``docker compose logs`` shows them);
+    how many lines carry it."""
+    trace_id = f"compose-smoke-{os.getpid()}"
+    request = urllib.request.Request(
+        f"{url}/v1/topics/default/compose-smoke-traced/messages",
+        data=json.dumps({"messages": [{"payload": "traced"}]}).encode(),
+        headers={"content-type": "application/json", "x-request-id": trace_id},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        echoed = response.headers.get("x-request-id")
+    if echoed != trace_id:
+        raise SmokeError(f"sent x-request-id {trace_id}, the response has {echoed}")
+    marker = f'"trace_id":"{trace_id}"'
+    deadline = time.monotonic() + 10.0
+    while True:
+        found = {
+            service: [
+                line
+                for container in stack.containers(service)
+                for line in container.logs().decode(errors="replace").splitlines()
+                if marker in line
+            ]
+            for service in ("discovery", "ingest")
+        }
+        if all(found.values()):
+            return sum(len(lines) for lines in found.values())
+        if time.monotonic() > deadline:
+            counts = {service: len(lines) for service, lines in found.items()}
+            raise SmokeError(f"log lines with trace id {trace_id}: {counts}")
+        time.sleep(0.5)
+
+
+def check_wal_directories(stack: ComposeStack, owners: set[str]) -> list[str]:
+    """The ingest replicas keep their WALs on the shared volume, each under its own node id:
+    a directory for every partition owner, none but the replicas' ids; the directories."""
     directories: set[str] = set()
     for container in stack.containers("ingest"):
         for name in container_files(container, "/var/lib/danube/wal"):
             directories.add(name.split("/")[1])  # wal/<node id>/<topic>/...
-    if directories != {f"ingest-{n}" for n in range(SCALE["ingest"])}:
-        raise SmokeError(f"WAL directories on the ingest volume: {sorted(directories)}")
+    replicas = {f"ingest-{n}" for n in range(SCALE["ingest"])}
+    if not owners <= directories <= replicas:
+        raise SmokeError(f"WAL directories {sorted(directories)}, owners {sorted(owners)}")
+    return sorted(directories)
 
 
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
@@ -326,12 +444,14 @@ def run_async(coro: Coroutine[Any, Any, _T]) -> _T:
         signal.alarm(max(1, int(left_s - (time.monotonic() - began))))
 
 
-def run(timeout_s: int, cache_dir: Path, run_dir: Path, *, fresh: bool) -> Timings:
+def run(
+    timeout_s: int, cache_dir: Path, run_dir: Path, *, fresh: bool, iptables: bool = True
+) -> Timings:
     timings = Timings()
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.alarm(timeout_s)
     try:
-        with Engine(run_dir) as engine:
+        with Engine(run_dir, iptables=iptables) as engine:
             client = engine.client
             how = "started here" if engine.started_here else "already running"
             print(f"compose-smoke: docker engine {how}", flush=True)
@@ -351,27 +471,29 @@ def run(timeout_s: int, cache_dir: Path, run_dir: Path, *, fresh: bool) -> Timin
                 )
             size_mb = client.images.get(mesh).attrs["Size"] / 1e6
             print(f"compose-smoke: {mesh} is {size_mb:.0f} MB (base {base})", flush=True)
-            with timings.step("servers image (nats, etcd, moto)"):
-                build_image(
-                    client,
-                    servers_context(REPO, wheels, servers),
-                    tag=SERVERS_IMAGE,
-                    dockerfile="Dockerfile",
-                    buildargs={"MESH_IMAGE": MESH_IMAGE},
-                    log_path=run_dir / "build.log",
-                    fresh=fresh,
-                )
-            ports = {
-                name: str(free_port())
-                for name in ("NATS", "NATS_MONITOR", "ETCD", "ETCD_PEER", "S3", "API")
-            }
-            env = {f"LOOPBACK_{name}_PORT": port for name, port in ports.items()}
-            env |= {"DANUBE_IMAGE": MESH_IMAGE, "SERVERS_IMAGE": SERVERS_IMAGE}
+            env = {"DANUBE_IMAGE": MESH_IMAGE}
+            for variable, (tag, kind) in STANDIN_IMAGES.items():
+                with timings.step(f"stand-in {kind} image"):
+                    build_image(
+                        client,
+                        standin_context(REPO, kind, wheels=wheels, requirements=servers),
+                        tag=tag,
+                        dockerfile="Dockerfile",
+                        buildargs={"BASE_IMAGE": base} if kind == "seaweedfs" else {},
+                        log_path=run_dir / "build.log",
+                        fresh=fresh,
+                    )
+                env[variable] = tag
+            env |= published_ports()
+            api_port = env.get("DANUBE_API_PORT", str(PUBLISHED_PORTS["DANUBE_API_PORT"]))
+            overridden = check_override(SMOKE_OVERRIDE)
+            print(f"compose-smoke: variables {env}", flush=True)
+            print(f"compose-smoke: {SMOKE_OVERRIDE.name} sets only {overridden}", flush=True)
             stack = ComposeStack(
                 client,
                 compose_command(),
                 project=f"danube-smoke-{os.getpid()}",
-                files=COMPOSE_FILES,
+                files=(COMPOSE_FILE, SMOKE_OVERRIDE),
                 env=env,
                 cwd=REPO,
                 log_dir=run_dir / "logs",
@@ -381,10 +503,21 @@ def run(timeout_s: int, cache_dir: Path, run_dir: Path, *, fresh: bool) -> Timin
                 with timings.step(f"compose up --wait {scale}"):
                     stack.up(scale=SCALE, wait_timeout_s=WAIT_HEALTHY_S)
                 check_containers(stack)
-                topic = run_async(round_trip(f"http://127.0.0.1:{ports['API']}", timings))
+                network = check_networks(stack)
+                print(f"compose-smoke: every container on bridge network {network}", flush=True)
+                url = f"http://127.0.0.1:{api_port}"  # the port discovery publishes
+                topic = run_async(round_trip(url, timings))
+                traced = check_trace(stack, url)
+                print(
+                    f"compose-smoke: {traced} log lines of discovery and ingest carry the "
+                    "produce's x-request-id",
+                    flush=True,
+                )
                 served = check_cloud_reads(stack, topic)
                 print(f"compose-smoke: cloud readers served {served} messages", flush=True)
-                check_wal_directories(stack)
+                owners = {p.owner.node_id for p in topic.partitions if p.owner is not None}
+                wals = check_wal_directories(stack, owners)
+                print(f"compose-smoke: WAL directories {wals}, owners {sorted(owners)}", flush=True)
                 before = {c.name: c.id for c in stack.containers("ingest")}
                 with timings.step("compose up --force-recreate ingest (an upgrade)"):
                     stack.recreate("ingest", replicas=SCALE["ingest"], wait_timeout_s=120)
@@ -392,9 +525,10 @@ def run(timeout_s: int, cache_dir: Path, run_dir: Path, *, fresh: bool) -> Timin
                 if set(before.values()) & set(after.values()):
                     raise SmokeError(f"ingest containers not replaced: {before} {after}")
                 check_containers(stack)
-                owners = run_async(after_recreate(f"http://127.0.0.1:{ports['API']}", timings))
-                print(f"compose-smoke: owners after recreate {owners}", flush=True)
-                check_wal_directories(stack)
+                check_networks(stack)
+                owned = run_async(after_recreate(url, timings))
+                print(f"compose-smoke: owners after recreate {owned}", flush=True)
+                check_wal_directories(stack, set(owned.values()) - {"none"})
             finally:
                 with timings.step("compose down -v (and sweep)"):
                     stack.close()
@@ -413,10 +547,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="build the base image, the wheelhouse and both images again, with no cache",
     )
+    parser.add_argument(
+        "--no-iptables",
+        action="store_true",
+        help="start dockerd (when none runs) with --iptables=false: bridge networking "
+        "without the engine's firewall rules, for a machine where they cannot be set",
+    )
     args = parser.parse_args(argv)
     run_dir = Path(tempfile.mkdtemp(prefix="danube-compose-smoke-"))
     try:
-        timings = run(args.timeout_s, args.cache_dir, run_dir, fresh=args.fresh)
+        timings = run(
+            args.timeout_s, args.cache_dir, run_dir, fresh=args.fresh, iptables=not args.no_iptables
+        )
     except (SmokeError, SmokeTimeout) as exc:
         print(f"compose-smoke: FAILED: {exc}\ncompose-smoke: logs in {run_dir}", file=sys.stderr)
         return 1

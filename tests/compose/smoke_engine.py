@@ -2,9 +2,15 @@
 
 :class:`Engine` uses a running engine if one answers; otherwise it installs Debian's
 ``docker.io`` if ``dockerd`` is missing (root, ``apt-get``) and starts ``dockerd`` itself,
-then stops it on exit, and only then. The engine it starts gets no bridge and touches no
-iptables rule (``--bridge=none --iptables=false``): the smoke's containers use the host's
-network and loopback only, and the shared machine's firewall stays as it was.
+then stops it on exit, and only then. The engine it starts has its defaults, the default
+bridge and its iptables rules included, as a user's engine has: compose's project network is
+a bridge of it. ``iptables=False`` starts it with ``--iptables=false`` for a machine without
+a usable iptables (containers still reach each other on the bridge, and the published port
+through docker-proxy; they get no NAT to the outside, which the smoke does not need). An
+engine started here leaves the machine as it found it: the firewall rules it added (its
+chains, the FORWARD policy it sets to DROP) are replaced by those saved before it started
+(``iptables-save`` / ``iptables-restore``), and its ``docker0`` bridge is deleted if there
+was none before.
 
 :class:`ComposeStack` is one compose project: ``up`` with ``--wait`` and a deadline, then
 ``down -v`` and a sweep by project label of whatever compose left (containers, volumes,
@@ -77,10 +83,13 @@ def _connect() -> DockerClient | None:
 class Engine:
     """A Docker engine for the smoke: the running one, or a ``dockerd`` started here."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, *, iptables: bool = True) -> None:
         self.run_dir = run_dir
+        self.iptables = iptables
         self.started_here = False
         self._dockerd: subprocess.Popen[bytes] | None = None
+        self._saved_rules: bytes | None = None
+        self._had_bridge = True
         self._client: DockerClient | None = None
 
     @property
@@ -109,14 +118,14 @@ class Engine:
             raise SmokeError("no Docker engine answers, and starting dockerd needs root")
         if shutil.which("dockerd") is None:
             apt_install(["docker.io"])
+        self._saved_rules = _iptables_save() if self.iptables else None
+        self._had_bridge = Path("/sys/class/net/docker0").exists()
         log_path = self.run_dir / "dockerd.log"
         with log_path.open("ab") as log:
             self._dockerd = subprocess.Popen(
                 [
                     "dockerd",
-                    "--bridge=none",
-                    "--iptables=false",
-                    "--ip6tables=false",
+                    *([] if self.iptables else ["--iptables=false", "--ip6tables=false"]),
                     f"--pidfile={self.run_dir / 'dockerd.pid'}",
                     "--log-level=warn",
                 ],
@@ -136,15 +145,29 @@ class Engine:
         self._client = client
 
     def _stop_dockerd(self) -> None:
-        if self._dockerd is None or self._dockerd.poll() is not None:
+        if self._dockerd is None:
             return
-        # dockerd stops its containerd and containers itself on SIGTERM.
-        self._dockerd.send_signal(signal.SIGTERM)
-        try:
-            self._dockerd.wait(DOCKERD_STOP_S)
-        except subprocess.TimeoutExpired:
-            self._dockerd.kill()
-            self._dockerd.wait()
+        if self._dockerd.poll() is None:
+            # dockerd stops its containerd and containers itself on SIGTERM.
+            self._dockerd.send_signal(signal.SIGTERM)
+            try:
+                self._dockerd.wait(DOCKERD_STOP_S)
+            except subprocess.TimeoutExpired:
+                self._dockerd.kill()
+                self._dockerd.wait()
+        if self._saved_rules is not None:
+            subprocess.run(["iptables-restore"], input=self._saved_rules, timeout=30, check=False)
+        if not self._had_bridge and Path("/sys/class/net/docker0").exists():
+            subprocess.run(["ip", "link", "delete", "docker0"], timeout=30, check=False)
+
+
+def _iptables_save() -> bytes | None:
+    """This machine's IPv4 firewall rules as ``iptables-restore`` takes them, or None if
+    they cannot be read (then none are restored)."""
+    if shutil.which("iptables-save") is None:
+        return None
+    done = subprocess.run(["iptables-save"], capture_output=True, timeout=30, check=False)
+    return done.stdout if done.returncode == 0 else None
 
 
 def compose_command() -> list[str]:

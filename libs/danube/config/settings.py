@@ -67,8 +67,16 @@ ENV_NESTED_DELIMITER = "__"
 CONFIG_PATH_ENV = "DANUBE_CONFIG"
 # The other DANUBE_* variables that are not settings: read by a service's process entry
 # (danube.runtime.service, .slots, .healthcheck) before or beside the settings.
+# DANUBE_LOG_LEVEL: the service's log level (debug, info, warning, error), read once at start
+# by the process entry (danube.runtime.service), before any setting is.
 PROCESS_VARIABLES = frozenset(
-    {CONFIG_PATH_ENV, "DANUBE_NODE_ID", "DANUBE_NODE_SLOTS", "DANUBE_HEALTH_FILE"}
+    {
+        CONFIG_PATH_ENV,
+        "DANUBE_NODE_ID",
+        "DANUBE_NODE_SLOTS",
+        "DANUBE_HEALTH_FILE",
+        "DANUBE_LOG_LEVEL",
+    }
 )
 
 

@@ -2,7 +2,8 @@
 
 Libraries only call ``logging.getLogger(__name__)``; a process entry point calls
 ``configure_logging`` once. The supervisor prefixes each line with the process
-name, and log shippers can parse the JSON as is.
+name, and log shippers can parse the JSON as is. A line logged while a request is served
+carries that request's ``trace_id`` (danube.trace).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 from typing import Any
 
 import orjson
+
+from danube.trace import TraceIdFilter
 
 # LogRecord attributes that are not user-supplied `extra=` fields.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message"}
@@ -45,10 +48,20 @@ class JsonFormatter(logging.Formatter):
 def configure_logging(service: str, *, level: str = "INFO", json_lines: bool = True) -> None:
     """Send the root logger to stderr, as JSON lines unless ``json_lines`` is False."""
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(TraceIdFilter())
     if json_lines:
         handler.setFormatter(JsonFormatter(service))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(_PlainFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class _PlainFormatter(logging.Formatter):
+    """The human format, with `` [trace <id>]`` after a line logged within a request."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        trace_id = record.__dict__.get("trace_id")
+        return line if trace_id is None else f"{line} [trace {trace_id}]"

@@ -42,6 +42,9 @@ from danube.runtime.slots import SLOTS_ENV, Slot, SlotError, claim_slot
 
 log = logging.getLogger(__name__)
 
+LOG_LEVEL_ENV = "DANUBE_LOG_LEVEL"  # a process variable (danube.config.PROCESS_VARIABLES)
+LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR"})
+
 NODE_ID_ENV = "DANUBE_NODE_ID"
 Serve = Callable[[DanubeSettings, str, asyncio.Event], Coroutine[Any, Any, None]]
 
@@ -82,7 +85,11 @@ def run_service(
 ) -> None:
     """Run ``serve`` as this process's main task, on a loop of ``loop_factory``, and exit
     with its outcome."""
-    configure_logging(kind)
+    level = os.environ.get(LOG_LEVEL_ENV, "info").strip().upper() or "INFO"
+    if level not in LOG_LEVELS:
+        sys.stderr.write(f"{LOG_LEVEL_ENV}={level.lower()}: not one of {sorted(LOG_LEVELS)}\n")
+        sys.exit(EXIT_BAD_CONFIG)
+    configure_logging(kind, level=level)
     try:
         node_id, slot = node_id_for(kind)
     except SlotError as exc:

@@ -268,6 +268,7 @@ class Producer:
         offsets = await self._send(names, routed, records, limits)
         metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
         metrics.MESSAGES_PRODUCED.inc(len(records))
+        log.debug("produce: %d messages to %s stored", len(records), topic)
         return [
             ProduceResult(partition=str(names[p]), offset=offsets[i]) for i, p in enumerate(routed)
         ]

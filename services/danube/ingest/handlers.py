@@ -105,6 +105,13 @@ class PartitionHandlers:
         except (leadership.NotEnoughReplicasError, DiskFullError) as exc:
             metrics.PRODUCE_ERRORS.labels(exc.code).inc()
             raise
+        # Debug: one line per produce (its trace id added by the log filter).
+        log.debug(
+            "produce: %s appended %d records from offset %d",
+            self.partition.name,
+            len(records),
+            first,
+        )
         return protocol.encode_produce_reply(first, len(records))
 
     async def _admit(self, limits: PartitionLimits, records: list[bytes]) -> None:

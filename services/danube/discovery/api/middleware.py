@@ -1,5 +1,10 @@
-"""The plain ASGI layer of the public API (:class:`ApiFront`): the Host check, the request
-body limit and request metrics, in one pass.
+"""The plain ASGI layer of the public API (:class:`ApiFront`): the trace id, the Host check,
+the request body limit and request metrics, in one pass.
+
+The trace id (danube.trace) comes from the request's ``traceparent`` or ``x-request-id``
+header, else is made here; it is bound for the whole request, so every log line of it and
+every bus message it sends carry it, and it is echoed in the ``X-Request-Id`` response header
+(and the WebSocket handshake's accept).
 
 The Host check refuses a request whose ``Host`` header names a host that is not allowed
 (``discovery.allowed_hosts``): a web page whose DNS name was rebound to this address sends
@@ -20,6 +25,7 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from danube import trace
 from danube.discovery import metrics
 from danube.discovery.api.produce import (
     PRODUCE_TEMPLATE,
@@ -68,6 +74,17 @@ def host_name(header: bytes) -> str:
     return host
 
 
+_TRACE_HEADERS = (trace.TRACEPARENT_HEADER.encode(), trace.HTTP_HEADER.encode())
+
+
+def _trace_headers(scope: Scope) -> dict[str, str]:
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope["headers"]
+        if name in _TRACE_HEADERS
+    }
+
+
 class ApiFront:
     """The one ASGI layer around the app: the Host check, the body limit and request metrics
     in one pass (three nested layers cost a coroutine and a closure each per request).
@@ -93,6 +110,21 @@ class ApiFront:
         self.services = services
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        trace_id = trace.incoming(_trace_headers(scope))
+        echoed = (trace.HTTP_HEADER.encode(), trace_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] in ("http.response.start", "websocket.accept"):
+                message = {**message, "headers": [*message.get("headers", []), echoed]}
+            await send(message)
+
+        with trace.bound(trace_id):
+            await self._serve(scope, receive, send_with_id)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "websocket":
             if self._host_refusal(scope) is not None:

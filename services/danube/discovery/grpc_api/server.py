@@ -1,6 +1,7 @@
 """The gRPC server of Danube's client API: binds the handlers (danube.discovery.grpc_api
 .handlers) to their method paths, gives every call a deadline, answers every error through
-one table (status.py), and forgets the producers and consumers of clients that went away."""
+one table (status.py), binds each call's trace id (danube.trace), and forgets the producers
+and consumers of clients that went away."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from danube import trace
 from danube.config import DiscoveryConfig
 from danube.discovery.api.state import Services
 from danube.discovery.grpc_api.auth import guard
@@ -64,6 +66,20 @@ async def _fail(context: Any, exc: BaseException) -> None:
     await context.abort(code, details)
 
 
+def _trace_id(context: Any) -> str:
+    """The call's trace id (its ``traceparent`` or ``x-request-id`` metadata, else a new
+    one), echoed in the trailing metadata as ``x-request-id``."""
+    wanted = (trace.TRACEPARENT_HEADER, trace.HTTP_HEADER)
+    metadata = {
+        key: value
+        for key, value in (context.invocation_metadata() or ())
+        if key in wanted and isinstance(value, str)
+    }
+    trace_id = trace.incoming(metadata)
+    context.set_trailing_metadata(((trace.HTTP_HEADER, trace_id),))
+    return trace_id
+
+
 def _unary(
     fn: Unary,
     request_type: Any,
@@ -75,12 +91,13 @@ def _unary(
     async def handle(request: Any, context: Any) -> Any:
         remaining = context.time_remaining()
         budget_s = default_s if remaining is None else min(remaining, default_s)
-        try:
-            check(method, request, context)
-            async with asyncio.timeout(max(budget_s, 0.001)):
-                return await fn(request, context)
-        except Exception as exc:
-            await _fail(context, exc)
+        with trace.bound(_trace_id(context)):
+            try:
+                check(method, request, context)
+                async with asyncio.timeout(max(budget_s, 0.001)):
+                    return await fn(request, context)
+            except Exception as exc:
+                await _fail(context, exc)
 
     return grpc.unary_unary_rpc_method_handler(
         handle,
@@ -93,12 +110,13 @@ def _streaming(
     fn: Streaming, request_type: Any, response_type: Any, check: Check, method: str
 ) -> Any:
     async def handle(request: Any, context: Any) -> None:
-        try:
-            check(method, request, context)
-            async for item in fn(request, context):
-                await context.write(item)  # waits for the client's flow-control window
-        except Exception as exc:
-            await _fail(context, exc)
+        with trace.bound(_trace_id(context)):
+            try:
+                check(method, request, context)
+                async for item in fn(request, context):
+                    await context.write(item)  # waits for the client's flow-control window
+            except Exception as exc:
+                await _fail(context, exc)
 
     return grpc.unary_stream_rpc_method_handler(
         handle,
