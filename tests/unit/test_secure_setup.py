@@ -8,6 +8,7 @@ import json
 import stat
 from pathlib import Path
 
+import jwt
 import pytest
 from cryptography import x509
 from typer.testing import CliRunner
@@ -102,9 +103,7 @@ def test_a_second_run_changes_nothing_but_the_admin_token(tmp_path: Path) -> Non
     assert changed == {"admin.token"}
     # Both tokens are the admin's, signed by the one key the directory keeps.
     keys = load_keys(directory / "keys")
-    verifier = TokenVerifier(
-        dict(keys.public), issuer="danube", audience="danube"
-    )
+    verifier = TokenVerifier(dict(keys.public), issuer="danube", audience="danube")
     for snap in (first, second):
         assert verifier.verify(snap["admin.token"][0].decode().strip()).principal == "admin"
     # A new host name re-issues the server certificate only (same CA, same secrets).
@@ -167,3 +166,20 @@ def test_etcd_setup_refuses_a_directory_init_did_not_make(tmp_path: Path) -> Non
     )
     assert result.exit_code == 2
     assert "run `init` first" in result.output
+
+
+def test_a_fixed_signing_key_id_names_the_key_file_and_the_tokens(tmp_path: Path) -> None:
+    directory = tmp_path / "secure"
+    init(directory, "--signing-kid", "dev")
+    assert [path.name for path in (directory / "keys").iterdir()] == ["dev.pem"]
+    token = (directory / "admin.token").read_text().strip()
+    assert jwt.get_unverified_header(token)["kid"] == "dev"
+    init(directory, "--signing-kid", "other")  # a key exists: kept, not replaced
+    assert [path.name for path in (directory / "keys").iterdir()] == ["dev.pem"]
+    bad = CliRunner().invoke(
+        app,
+        ["admin", "security", "init", "--dir", str(tmp_path / "b"), "--signing-kid", "a/b"],
+        env={},
+    )
+    assert bad.exit_code == 1
+    assert "key id must be" in bad.output

@@ -57,6 +57,14 @@ def init(
         ),
     ] = None,
     token_ttl: Annotated[str, typer.Option(help="Lifetime of admin.token.")] = "7d",
+    signing_kid: Annotated[
+        str | None,
+        typer.Option(
+            help="Id of the signing key when DIR/keys has none: it is made as "
+            "keys/<id>.pem (default: k<UTC time>-<hex>). A fixed id lets a manifest name "
+            "the file (deploy/kubernetes/overlays/dev)."
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Lay out what a secured mesh needs in DIR, keeping what is there: NATS passwords per
@@ -72,8 +80,9 @@ def init(
             issuer=settings.security.issuer,
             audience=settings.security.audience,
             admin_token_ttl_s=ttl_s,
+            signing_kid=signing_kid,
         )
-    except (OSError, ConfigError, PkiError) as exc:
+    except (OSError, ValueError, ConfigError, PkiError) as exc:
         err.print(f"danube admin security init: {exc}")
         raise typer.Exit(EXIT_ERROR) from None
     err.print(f"secured mesh files in {files.credentials.dir}")
@@ -95,14 +104,15 @@ def etcd_setup(
     timeout_s: Annotated[float, typer.Option(help="Deadline of each etcd call.")] = 10.0,
     config: ConfigOption = None,
 ) -> None:
-    """Turn etcd's authentication on with the passwords in DIR (made by `init`): users root
-    and danube-mesh (read-write on the prefix only). Idempotent: run again, it logs in as
+    """Turn etcd's authentication on with the passwords in DIR (made by `init`; only
+    etcd-root.password and etcd-mesh.password are read): users root and danube-mesh
+    (read-write on the prefix only). Idempotent: run again, it logs in as
     root and takes over changed passwords."""
     metadata = _settings(config).wal_cloud.metadata
     target = endpoint or metadata.etcd_endpoint
     key_prefix = prefix or metadata.prefix
     credentials = MeshCredentials(dir)
-    missing = [str(path) for path in credentials.all_files() if not path.is_file()]
+    missing = [str(path) for path in credentials.etcd_files() if not path.is_file()]
     if missing:
         err.print(f"danube admin security etcd-setup: run `init` first; missing {missing[0]}")
         raise typer.Exit(EXIT_USAGE)

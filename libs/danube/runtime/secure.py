@@ -16,8 +16,9 @@ every secret 0600, made once and reused:
   the one file issued afresh at every run.
 
 :func:`ensure_secure_files` lays that directory out (idempotently) and is all that
-``danube admin security init`` does; :func:`prepare_secure_mesh` is the one place a secured mesh is put together: what each
-server gets, what each service process gets in its environment, and what the banner says.
+``danube admin security init`` does; :func:`service_environment` is what each service gets
+from those files; :func:`prepare_secure_mesh` is the one place ``danube up --secure`` is put
+together: what each server gets, each service process's environment, and the banner.
 Services receive paths only (``*_PASSWORD_FILE``), never a secret in an environment
 variable, a command line or a log line.
 """
@@ -28,8 +29,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Awaitable, Callable
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +98,10 @@ class MeshCredentials:
     def etcd_mesh_password_file(self) -> Path:
         """The password of the ``danube-mesh`` etcd user every service logs in as."""
         return self.dir / "etcd-mesh.password"
+
+    def etcd_files(self) -> list[Path]:
+        """The passwords etcd setup needs (``root``'s and the mesh user's)."""
+        return [self.etcd_root_password_file, self.etcd_mesh_password_file]
 
     def all_files(self) -> list[Path]:
         """Every secret file (what a test greps the logs for)."""
@@ -274,17 +278,20 @@ def ensure_secure_files(
     issuer: str,
     audience: str,
     admin_token_ttl_s: int = ADMIN_TOKEN_TTL_S,
+    signing_kid: str | None = None,
 ) -> SecureFiles:
     """Lay out under ``dir`` what a secured mesh needs (the module docstring lists it):
     what exists and is still usable is kept, what is missing is made, and a fresh admin
     token is issued. ``hosts`` are the names the server certificate covers besides
-    loopback's (a compose service name, a Kubernetes Service's DNS names)."""
+    loopback's (a compose service name, a Kubernetes Service's DNS names); ``signing_kid``
+    names the signing key when one has to be made (a fixed file name, for a manifest that
+    lists it)."""
     credentials = ensure_credentials_in(dir)
     nats_config = write_nats_config(credentials, subject_prefix=subject_prefix)
     wanted = list(dict.fromkeys([*DEFAULT_HOSTS, *hosts]))  # in order, once each
     pki = ensure_local_pki(credentials.dir / "pki", hosts=wanted, clients=(ADMIN_PRINCIPAL,))
     keys_dir = credentials.dir / "keys"
-    signing = ensure_signing_key(keys_dir)
+    signing = ensure_signing_key(keys_dir, signing_kid)
     admin_token = issue_token(
         signing, ADMIN_PRINCIPAL, admin_token_ttl_s, issuer=issuer, audience=audience
     )
@@ -366,7 +373,7 @@ def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
         issuer=security.issuer,
         audience=security.audience,
     )
-    credentials, pki, keys_dir = files.credentials, files.pki, files.keys_dir
+    credentials, pki = files.credentials, files.pki
     metadata = settings.wal_cloud.metadata
     kind_env = {
         kind: service_environment(files, kind, super_admins=security.super_admins)
