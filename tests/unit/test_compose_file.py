@@ -499,6 +499,16 @@ def test_etcd_setup_runs_once_etcd_answers_against_the_mesh_etcd(
         assert found["etcd"]["healthcheck"]["test"][-2:] == ["endpoint", "status"]
 
 
+def test_the_one_shots_run_the_image_the_mesh_runs() -> None:
+    """Built as the mesh's image is (never pulled by a name nobody publishes)."""
+    found = services(BASE)
+    for name in SECURE_ONE_SHOTS:
+        assert found[name]["image"] == found["ingest"]["image"], name
+        assert found[name]["build"] == found["ingest"]["build"], name
+        assert found[name]["command"][0] == "danube", name  # the image's console script
+    assert (REPO / "pyproject.toml").read_text().count('danube = "danube.cli.main:') == 1
+
+
 def test_nats_runs_with_the_generated_config(
     stack: tuple[str, dict[str, dict[str, Any]]],
 ) -> None:
