@@ -215,3 +215,36 @@ async def test_etcd_over_mutual_tls_with_a_login(
         no_client_cert = MetadataConfig(etcd_endpoint=address, ca_file=ca, request_timeout_s=2)
         with pytest.raises(MetaError):  # mutual TLS: no certificate, no connection
             await MetaStore.connect(no_client_cert)
+
+
+def test_the_etcd_setup_command_turns_auth_on_once_and_again(
+    etcd: ServerProcess, tmp_path: Path
+) -> None:
+    """`danube admin security init` then `etcd-setup` (what compose and Kubernetes run):
+    anonymous refused, the mesh user in; a second run (auth on already) succeeds too."""
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from danube.cli.main import app
+
+    directory = tmp_path / "secure"
+    runner = CliRunner()
+    made = runner.invoke(app, ["admin", "security", "init", "--dir", str(directory)], env={})
+    assert made.exit_code == 0, made.output
+    setup = ["admin", "security", "etcd-setup", "--dir", str(directory)]
+    env = {"DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": endpoint(etcd)}
+    for _ in range(2):
+        result = runner.invoke(app, setup, env=env)
+        assert result.exit_code == 0, result.output
+        assert f"etcd {endpoint(etcd)}: auth on" in result.output
+
+    async def check() -> None:
+        anonymous = MetadataConfig(etcd_endpoint=endpoint(etcd), request_timeout_s=3)
+        with pytest.raises(MetaAuthError):
+            await MetaStore.connect(anonymous)
+        credentials = MeshCredentials(directory)
+        async with await MetaStore.connect(mesh_config(etcd, credentials)) as store:
+            await store.put("k", b"v")
+
+    asyncio.run(check())

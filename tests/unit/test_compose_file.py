@@ -1,6 +1,7 @@
 """docker-compose.yml and its overrides, read as YAML (no Docker): every service has a
-healthcheck and a command that exists, DANUBE_* keys are settings, and each service's
-settings load from deploy/config/compose.yml plus its environment."""
+healthcheck and a command that exists, DANUBE_* keys are settings, each service's settings
+load from deploy/config/compose.yml plus its environment, and the mesh runs secured as
+`danube up --secure` does (the same settings, from the files security-init writes)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 import yaml
 from pydantic import BaseModel
 
+from danube.cli.main import app
 from danube.config import PROCESS_VARIABLES, DanubeSettings, S3Cloud, load_settings
 from danube.runtime.mesh import SERVICE_ORDER
+from danube.runtime.secure import ensure_secure_files, service_environment
 
 pytestmark = pytest.mark.unit
 
@@ -27,6 +31,8 @@ BASE = REPO / "docker-compose.yml"
 STANDINS = REPO / "tests/compose/standins"
 SMOKE = REPO / "tests/compose/smoke.yml"
 CONFIG_MOUNT = "/etc/danube"
+SECURE_MOUNT = "/run/danube/secure"  # the volume `secure`, written by security-init
+SECURE_ONE_SHOTS = ("security-init", "etcd-setup")
 HEALTHCHECK = ["CMD", "python", "-m", "danube.runtime.healthcheck"]
 
 
@@ -169,7 +175,7 @@ def stack(request: pytest.FixtureRequest) -> tuple[str, dict[str, dict[str, Any]
 def test_the_stack_has_every_mesh_service_and_its_backing_services() -> None:
     names = set(services(BASE))
     assert set(SERVICE_ORDER) <= names
-    assert {"nats", "etcd", "s3", "s3-init"} <= names
+    assert {"nats", "etcd", "s3", "s3-init", *SECURE_ONE_SHOTS} <= names
     assert set(services(BASE, SMOKE)) == names  # the smoke's override adds no service
 
 
@@ -290,9 +296,8 @@ def test_mesh_services_share_slots_and_ingest_keeps_its_wal_on_a_volume() -> Non
         assert mounts[env["DANUBE_NODE_SLOTS"]] == "node-slots", name
         assert mounts[CONFIG_MOUNT] == "./deploy/config", name
         assert set(mounts.values()) - {"./deploy/config"} <= declared
-    assert dict(v.split(":")[::-1] for v in found["ingest"]["volumes"][2:]) == {
-        "/var/lib/danube": "ingest-data"
-    }
+    ingest = dict(volume.split(":")[:2][::-1] for volume in found["ingest"]["volumes"])
+    assert ingest["/var/lib/danube"] == "ingest-data"
     assert "ports" in found["discovery"]  # the API, published
 
 
@@ -319,8 +324,8 @@ def test_every_image_is_a_variable_with_a_pinned_default() -> None:
     for name, service in services(BASE).items():
         match = _IMAGE.match(service["image"])
         assert match is not None, f"{name}: {service['image']}"
-        if name in SERVICE_ORDER:
-            continue  # built here (deploy/Dockerfile)
+        if match["variable"] == "DANUBE_IMAGE":
+            continue  # built here (deploy/Dockerfile): the mesh and its one-shots
         repository, _, tag = match["default"].rpartition(":")
         assert repository, name
         assert tag != "latest", name
@@ -371,3 +376,152 @@ def test_the_observability_profile_mounts_what_exists() -> None:
                 assert (REPO / source).exists(), f"{name}: {source}"
     for service in SERVICE_ORDER:
         assert "observability" not in found[service].get("profiles", [])
+
+
+# --- secured by default -------------------------------------------------------------------
+
+
+def mounts(service: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """target -> (source, read-only) of a service's volumes."""
+    found = {}
+    for volume in service.get("volumes", []):
+        source, target, *options = volume.split(":")
+        found[target] = (source, "ro" in options)
+    return found
+
+
+def waits_for(stack: Mapping[str, dict[str, Any]], name: str) -> dict[str, str]:
+    """Every service ``name`` waits on, directly or through another, with its condition."""
+    seen: dict[str, str] = {}
+    todo = [name]
+    while todo:
+        for other, condition in stack[todo.pop()].get("depends_on", {}).items():
+            if other not in seen:
+                seen[other] = condition["condition"]
+                todo.append(other)
+    return seen
+
+
+def parses(argv: list[str]) -> Any:
+    """``argv`` parsed by the `danube` command the image installs (its options, the
+    required ones present): the parsed context, whose ``params`` are the options' values."""
+    assert argv[0] == "danube", argv
+    command: Any = typer.main.get_command(app)
+    args = argv[1:]
+    while getattr(command, "commands", None) is not None:  # a group: descend
+        name, *args = args
+        assert name in command.commands, f"no command {name} in {argv}"
+        command = command.commands[name]
+    return command.make_context(argv[0], list(args))
+
+
+@pytest.fixture(scope="module")
+def secured_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    """What `danube up --secure` gives each kind, with its files where compose has them."""
+    made = tmp_path_factory.mktemp("secure") / "secure"
+    files = ensure_secure_files(made, subject_prefix="danube", issuer="danube", audience="danube")
+    return {
+        kind: {
+            key: value.replace(str(made), SECURE_MOUNT)
+            for key, value in service_environment(files, kind).items()
+        }
+        for kind in SERVICE_ORDER
+    }
+
+
+def test_each_mesh_service_runs_with_the_settings_of_up_secure(
+    stack: tuple[str, dict[str, dict[str, Any]]], secured_env: dict[str, dict[str, str]]
+) -> None:
+    _, found = stack
+    for name in SERVICE_ORDER:
+        service = found[name]
+        env = mesh_environment(service, f"{name}-0")
+        assert {key: env.get(key) for key in secured_env[name]} == secured_env[name], name
+        assert mounts(service)[SECURE_MOUNT] == ("secure", True), name
+        waits = waits_for(found, name)
+        for one_shot in SECURE_ONE_SHOTS:
+            assert waits[one_shot] == "service_completed_successfully", name
+        settings = load_settings(config_file(service, env), environ=env)
+        assert settings.bus.user == name
+        assert settings.bus.password_file == Path(f"{SECURE_MOUNT}/nats-{name}.password")
+        assert settings.wal_cloud.metadata.user == "danube-mesh"
+        assert getattr(settings, name).tls.cert_file == Path(f"{SECURE_MOUNT}/pki/server.pem")
+        assert not any("PASSWORD" in key and "FILE" not in key for key in env), name
+    discovery = mesh_environment(found["discovery"], "discovery-0")
+    settings = load_settings(config_file(found["discovery"], discovery), environ=discovery)
+    assert settings.security.enabled
+    assert settings.security.keys_dir == Path(f"{SECURE_MOUNT}/keys")
+    assert "admin" in settings.security.super_admins
+    assert settings.discovery.tls.client_ca_file == Path(f"{SECURE_MOUNT}/pki/ca.pem")
+    assert (settings.discovery.grpc_advertised_url or "").startswith("https://")
+
+
+def test_security_init_writes_the_volume_every_other_service_reads(
+    stack: tuple[str, dict[str, dict[str, Any]]],
+) -> None:
+    _, found = stack
+    init = found["security-init"]
+    assert mounts(init)[SECURE_MOUNT] == ("secure", False)  # the one writer
+    for name, service in found.items():
+        if name != "security-init" and SECURE_MOUNT in mounts(service):
+            assert mounts(service)[SECURE_MOUNT] == ("secure", True), name
+    command = interpolate(init["command"], {})
+    context = parses(command)
+    assert context.params["dir"] == Path(SECURE_MOUNT)
+    assert {"discovery", "localhost"} <= set(context.params["host"])
+    hosts = parses(interpolate(init["command"], {"DANUBE_PUBLIC_HOST": "mq.example"}))
+    assert "mq.example" in hosts.params["host"]
+    # Its settings (the subject prefix, token issuer and audience) load like the mesh's.
+    env = mesh_environment(init, "security-init")
+    load_settings(config_file(init, env), environ=env)
+    assert "secure" in load(BASE)["volumes"]
+
+
+def test_etcd_setup_runs_once_etcd_answers_against_the_mesh_etcd(
+    stack: tuple[str, dict[str, dict[str, Any]]],
+) -> None:
+    combination, found = stack
+    setup = found["etcd-setup"]
+    assert setup["depends_on"] == {
+        "etcd": {"condition": "service_healthy"},
+        "security-init": {"condition": "service_completed_successfully"},
+    }
+    assert parses(setup["command"]).params["dir"] == Path(SECURE_MOUNT)
+    assert mounts(setup)[SECURE_MOUNT] == ("secure", True)
+    env = mesh_environment(setup, "etcd-setup")
+    endpoint = load_settings(config_file(setup, env), environ=env).wal_cloud.metadata
+    mesh = mesh_environment(found["ingest"], "ingest-0")
+    expected = load_settings(config_file(found["ingest"], mesh), environ=mesh).wal_cloud.metadata
+    assert endpoint.etcd_endpoint == expected.etcd_endpoint
+    assert endpoint.prefix == expected.prefix
+    if combination == "base":
+        assert endpoint.etcd_endpoint == "etcd:2379"
+        # `endpoint health` reads a key, which etcd refuses without a login once auth is on.
+        assert found["etcd"]["healthcheck"]["test"][-2:] == ["endpoint", "status"]
+
+
+def test_the_one_shots_run_the_image_the_mesh_runs() -> None:
+    """Built as the mesh's image is (never pulled by a name nobody publishes)."""
+    found = services(BASE)
+    for name in SECURE_ONE_SHOTS:
+        assert found[name]["image"] == found["ingest"]["image"], name
+        assert found[name]["build"] == found["ingest"]["build"], name
+        assert found[name]["command"][0] == "danube", name  # the image's console script
+    assert (REPO / "pyproject.toml").read_text().count('danube = "danube.cli.main:') == 1
+
+
+def test_nats_runs_with_the_generated_config(
+    stack: tuple[str, dict[str, dict[str, Any]]],
+) -> None:
+    _, found = stack
+    nats = found["nats"]
+    assert f"--config={SECURE_MOUNT}/nats.conf" in nats["command"]
+    assert mounts(nats)[SECURE_MOUNT] == ("secure", True)
+    assert nats["depends_on"]["security-init"] == {"condition": "service_completed_successfully"}
+
+
+def test_the_image_owns_the_secure_mount_point() -> None:
+    """A named volume takes the mount point's owner and mode from the image: without it the
+    volume would be root's and security-init (uid 10001) could not write it."""
+    final_stage = (REPO / "deploy/Dockerfile").read_text().rsplit("\nFROM ", 1)[1]
+    assert f"install -d -o danube -g danube -m 0700 {SECURE_MOUNT}" in final_stage

@@ -3,10 +3,14 @@ against the Kubernetes 1.32 schemas (kubernetes-validate, strict): ingest a Stat
 with a volume per replica and its pod name as node id; every mesh workload probed on
 /readyz and /healthz at the port its settings listen on, with requests, a disruption
 budget and the object store keys from a Secret; every DANUBE_* variable a setting, and
-each service's settings load from the rendered ConfigMap plus its environment."""
+each service's settings load from the rendered ConfigMap plus its environment; secured by
+default: each workload mounts its kind's credentials and the certificate from Secrets and
+runs with the settings of `danube up --secure`, the dev overlay generates those Secrets from
+the files of `danube admin security init`, and a Job turns etcd's authentication on."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -17,10 +21,14 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+from cryptography import x509
+from typer.testing import CliRunner
 
+from danube.cli.main import app
 from danube.config import PROCESS_VARIABLES, S3Cloud, load_settings
 from danube.runtime.mesh import SERVICE_ORDER
-from tests.unit.test_compose_file import is_setting
+from danube.runtime.secure import ensure_secure_files, service_environment
+from tests.unit.test_compose_file import is_setting, parses
 
 pytestmark = pytest.mark.unit
 
@@ -31,6 +39,35 @@ KUBERNETES_VERSION = "1.32.0"  # the schemas validated against (docs/operations.
 MESH_IMAGES = ("danube-mesh", "registry.example.com/danube/danube-mesh")
 SECRET = "danube-object-store"
 WORKLOADS = {name: name.replace("_", "-") for name in SERVICE_ORDER}  # kind -> object name
+SECURE_MOUNT = "/run/danube/secure"
+KEYS_MOUNT = "/run/danube/keys"
+MESH_SECRETS = ("danube-tls", "danube-nats", "danube-etcd", "danube-signing-keys")
+# What docs/operations.md and the dev overlay's kustomization tell the operator to run.
+DEV_HOSTS = (
+    "discovery",
+    "discovery.danube-dev",
+    "discovery.danube-dev.svc",
+    "discovery.danube-dev.svc.cluster.local",
+)
+_tree: list[Path] = []  # the copy of deploy/kubernetes rendered (see the fixture below)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def secured_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """deploy/kubernetes copied, with the dev overlay's secure/ made by `danube admin
+    security init` as its kustomization documents (the repository holds no secret)."""
+    tree = tmp_path_factory.mktemp("kubernetes") / "kubernetes"
+    shutil.copytree(KUBERNETES, tree, ignore=shutil.ignore_patterns("secure"))
+    hosts = [arg for host in DEV_HOSTS for arg in ("--host", host)]
+    secure = tree / "overlays/dev/secure"
+    argv = ["admin", "security", "init", "--dir", str(secure), "--signing-kid", "dev", *hosts]
+    made = CliRunner().invoke(app, argv, env={})
+    assert made.exit_code == 0, made.output
+    _tree.append(tree)
+    render.cache_clear()
+    yield tree
+    _tree.clear()
+    render.cache_clear()
 
 
 @cache
@@ -39,8 +76,9 @@ def render(overlay: str) -> tuple[dict[str, Any], ...]:
     installs kubectl when missing)."""
     kubectl = shutil.which("kubectl")
     assert kubectl is not None, "kubectl not found: run `make setup-tools` (kubernetes-client)"
+    (tree,) = _tree
     result = subprocess.run(
-        [kubectl, "kustomize", str(KUBERNETES / "overlays" / overlay)],
+        [kubectl, "kustomize", str(tree / "overlays" / overlay)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -143,11 +181,15 @@ def test_each_mesh_service_loads_its_settings_and_is_probed_where_it_listens(
         section = getattr(settings, kind)
         assert section.host == "0.0.0.0", kind
         port = settings.discovery.port if kind == "discovery" else section.metrics_port
-        assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}, kind
-        assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}, kind
+        # TLS on every listener: kubelet probes over HTTPS (it verifies no certificate).
+        readiness = {"path": "/readyz", "port": port, "scheme": "HTTPS"}
+        assert main["readinessProbe"]["httpGet"] == readiness, kind
+        liveness = {"path": "/healthz", "port": port, "scheme": "HTTPS"}
+        assert main["livenessProbe"]["httpGet"] == liveness, kind
         assert str(port) in {str(p["containerPort"]) for p in main["ports"]}, kind
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/port"] == str(port), kind
+        assert annotations["prometheus.io/scheme"] == "https", kind
         requests = main["resources"]["requests"]
         assert requests["cpu"], kind
         assert requests["memory"], kind
@@ -194,7 +236,7 @@ def test_dev_includes_its_prerequisites_and_production_only_names_them() -> None
     assert ("Secret", SECRET) in dev
     assert ("Job", "s3-bucket") in dev
     production = {(doc["kind"], doc["metadata"]["name"]) for doc in render("production")}
-    assert not {name for _, name in production} & {"nats", "etcd", "s3", SECRET}
+    assert not {name for _, name in production} & {"nats", "etcd", "s3", SECRET, *MESH_SECRETS}
     replicas = {
         kind: workload["spec"]["replicas"] for kind, workload in mesh_workloads("production")
     }
@@ -202,3 +244,141 @@ def test_dev_includes_its_prerequisites_and_production_only_names_them() -> None
     assert all(count >= 2 for count in replicas.values())
     for doc in render("production"):
         assert doc["metadata"].get("namespace", "danube") == "danube"
+
+
+# --- secured by default -------------------------------------------------------------------
+
+
+def volume_files(workload: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each file the container sees from a Secret: path -> (Secret, key)."""
+    spec = workload["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for m in container(workload)["volumeMounts"]}
+    files: dict[str, tuple[str, str]] = {}
+    for volume in spec["volumes"]:
+        mount = mounts.get(volume["name"])
+        if mount is None:
+            continue
+        assert mount.get("readOnly") is True or "secret" not in repr(volume), volume["name"]
+        sources = [s["secret"] for s in volume.get("projected", {}).get("sources", [])]
+        if "secret" in volume:
+            sources.append({"name": volume["secret"]["secretName"], **volume["secret"]})
+        for secret in sources:
+            assert volume.get("projected", volume.get("secret", {})).get("defaultMode") == 0o440
+            for item in secret.get("items", [{"key": "*", "path": "*"}]):
+                files[f"{mount['mountPath']}/{item['path']}"] = (secret["name"], item["key"])
+    return files
+
+
+@pytest.fixture(scope="module")
+def secured_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    """What `danube up --secure` gives each kind, with the files where the pods have them."""
+    made = tmp_path_factory.mktemp("secure") / "secure"
+    files = ensure_secure_files(made, subject_prefix="danube", issuer="danube", audience="danube")
+    return {
+        kind: {
+            key: value.replace(str(made / "keys"), KEYS_MOUNT).replace(str(made), SECURE_MOUNT)
+            for key, value in service_environment(files, kind).items()
+        }
+        for kind in SERVICE_ORDER
+    }
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_mesh_workload_mounts_its_credentials_and_runs_secured(
+    overlay: str, secured_env: dict[str, dict[str, str]], tmp_path: Path
+) -> None:
+    for kind, workload in mesh_workloads(overlay):
+        env = environment(workload)
+        assert {key: env.get(key) for key in secured_env[kind]} == secured_env[kind], kind
+        files = volume_files(workload)
+        # Every path a setting names is a file of a Secret; its own NATS password only.
+        for key, value in secured_env[kind].items():
+            if value.startswith(SECURE_MOUNT):
+                assert value in files, f"{kind}: {key} -> {value}"
+        passwords = {path for path in files if "/nats-" in path}
+        assert passwords == {f"{SECURE_MOUNT}/nats-{kind}.password"}, kind
+        assert files[f"{SECURE_MOUNT}/pki/server.pem"] == ("danube-tls", "tls.crt"), kind
+        assert files[f"{SECURE_MOUNT}/etcd-mesh.password"] == ("danube-etcd", "etcd-mesh.password")
+        assert "etcd-root.password" not in repr(files), kind  # the Job's only
+        config = tmp_path / overlay / kind / "danube.yml"
+        config.parent.mkdir(parents=True)
+        config.write_text(config_text(overlay, workload))
+        settings = load_settings(config, environ=env | {"DANUBE_NODE_ID": f"{kind}-0"})
+        assert settings.bus.user == kind
+        assert getattr(settings, kind).tls.cert_file == Path(f"{SECURE_MOUNT}/pki/server.pem")
+        if kind == "discovery":
+            assert settings.security.enabled
+            assert settings.security.keys_dir == Path(KEYS_MOUNT)
+            assert files[f"{KEYS_MOUNT}/*"] == ("danube-signing-keys", "*")
+            assert (settings.discovery.grpc_advertised_url or "").startswith("https://")
+        else:
+            assert not settings.security.enabled
+            assert not any(path.startswith(KEYS_MOUNT) for path in files), kind
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_a_job_turns_etcd_auth_on_with_the_etcd_passwords_only(overlay: str) -> None:
+    job = find(overlay, "Job", "etcd-setup")
+    main = container(job)
+    assert main["image"].rsplit(":", 1)[0] in MESH_IMAGES
+    assert parses(main["command"]).params["dir"] == Path(SECURE_MOUNT)
+    files = volume_files(job)
+    assert files == {
+        f"{SECURE_MOUNT}/etcd-root.password": ("danube-etcd", "etcd-root.password"),
+        f"{SECURE_MOUNT}/etcd-mesh.password": ("danube-etcd", "etcd-mesh.password"),
+    }
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0  # the next apply runs it again
+    env = environment(job)
+    assert all(
+        key in PROCESS_VARIABLES or is_setting(key) for key in env if key != "DANUBE_NODE_ID"
+    )
+
+
+def _secret_data(overlay: str, name: str) -> dict[str, bytes]:
+    import base64
+
+    secret = find(overlay, "Secret", name)
+    return {key: base64.b64decode(value) for key, value in secret["data"].items()}
+
+
+def test_dev_generates_the_secrets_from_the_files_init_writes(secured_tree: Path) -> None:
+    secure = secured_tree / "overlays/dev/secure"
+    tls = _secret_data("dev", "danube-tls")
+    assert tls == {
+        "tls.crt": (secure / "pki/server.pem").read_bytes(),
+        "tls.key": (secure / "pki/server-key.pem").read_bytes(),
+        "ca.crt": (secure / "pki/ca.pem").read_bytes(),
+    }
+    san = x509.load_pem_x509_certificate(tls["tls.crt"]).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    assert set(DEV_HOSTS) <= set(san.value.get_values_for_type(x509.DNSName))
+    nats = _secret_data("dev", "danube-nats")
+    assert set(nats) == {f"nats-{kind}.password" for kind in SERVICE_ORDER}
+    for key, value in nats.items():
+        assert value == (secure / key).read_bytes()
+    assert set(_secret_data("dev", "danube-etcd")) == {"etcd-root.password", "etcd-mesh.password"}
+    assert set(_secret_data("dev", "danube-signing-keys")) == {"dev.pem"}
+    config = json.loads(_secret_data("dev", "danube-nats-config")["nats.conf"])
+    users = {user["user"] for user in config["authorization"]["users"]}
+    assert users == set(SERVICE_ORDER)
+    nats_server = container(find("dev", "Deployment", "nats"))
+    assert nats_server["args"][:2] == ["--config", "/etc/nats-auth/nats.conf"]
+    mounts = {m["name"]: m["mountPath"] for m in nats_server["volumeMounts"]}
+    volumes = find("dev", "Deployment", "nats")["spec"]["template"]["spec"]["volumes"]
+    (auth,) = [v for v in volumes if mounts.get(v["name"]) == "/etc/nats-auth"]
+    assert auth["secret"]["secretName"] == "danube-nats-config"
+
+
+def test_no_secret_is_committed_for_the_dev_overlay() -> None:
+    ignored = (REPO / ".gitignore").read_text().splitlines()
+    assert "deploy/kubernetes/overlays/dev/secure/" in ignored
+    tracked = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "deploy/kubernetes"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.split()
+    assert not [path for path in tracked if "/secure/" in path]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from danube.cli import admin, backfill, bench, schemas, security
+from danube.cli import admin, backfill, bench, schemas, secure_setup, security
 from danube.cli import up as up_command
 from danube.cli._common import CaFile, CertFile, KeyFile, TokenOption, set_token, use_client_tls
 from danube.cli.consume import consume
@@ -70,6 +70,9 @@ app.add_typer(schemas.app, name="schemas")
 admin.topics.add_typer(schemas.topic_schema, name="schema")
 # `danube admin security roles|bindings|api-keys|tokens` (cli/security.py).
 admin.app.add_typer(security.app, name="security")
+# `danube admin security init|etcd-setup`: a secured deployment's files (cli/secure_setup.py).
+security.app.command("init")(secure_setup.init)
+security.app.command("etcd-setup")(secure_setup.etcd_setup)
 app.add_typer(bench.app, name="bench")
 app.add_typer(backfill.app, name="backfill")
 

@@ -1,16 +1,24 @@
 """``danube up --secure``: credentials for the mesh's own connections, and servers that ask.
 
-Under ``<data dir>/secure/`` (mode 0700, every file 0600), made once and reused:
+Under one directory (``<data dir>/secure/`` for ``danube up --secure``; any directory for
+``danube admin security init``, which compose and Kubernetes deployments use), mode 0700,
+every secret 0600, made once and reused:
 
 - ``nats-<kind>.password``: one NATS user per service kind, named after the kind, allowed
   only the subjects of :mod:`danube.bus.permissions`; ``nats.conf`` is nats-server's
   ``authorization`` block built from that table (rewritten at every start);
 - ``etcd-root.password`` and ``etcd-mesh.password``: etcd's ``root`` user (kept for setup
   and the operator) and the ``danube-mesh`` user the services log in as, whose role may
-  read and write only the metadata prefix (``wal_cloud.metadata.prefix``).
+  read and write only the metadata prefix (``wal_cloud.metadata.prefix``);
+- ``pki/``: a local CA, a server certificate for loopback and the names asked for, and the
+  admin's client certificate (:func:`danube.security.pki.ensure_local_pki`);
+- ``keys/``: the token signing key; ``admin.token``: a token for ``admin`` (a super-admin),
+  the one file issued afresh at every run.
 
-:func:`prepare_secure_mesh` is the one place a secured mesh is put together: what each
-server gets, what each service process gets in its environment, and what the banner says.
+:func:`ensure_secure_files` lays that directory out (idempotently) and is all that
+``danube admin security init`` does; :func:`service_environment` is what each service gets
+from those files; :func:`prepare_secure_mesh` is the one place ``danube up --secure`` is put
+together: what each server gets, each service process's environment, and the banner.
 Services receive paths only (``*_PASSWORD_FILE``), never a secret in an environment
 variable, a command line or a log line.
 """
@@ -21,7 +29,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,10 +51,14 @@ __all__ = [
     "ETCD_ROOT_USER",
     "SECURE_DIR_NAME",
     "MeshCredentials",
+    "SecureFiles",
     "SecureMesh",
     "enable_etcd_auth",
     "ensure_credentials",
+    "ensure_credentials_in",
+    "ensure_secure_files",
     "prepare_secure_mesh",
+    "service_environment",
     "write_nats_config",
 ]
 
@@ -87,6 +99,10 @@ class MeshCredentials:
         """The password of the ``danube-mesh`` etcd user every service logs in as."""
         return self.dir / "etcd-mesh.password"
 
+    def etcd_files(self) -> list[Path]:
+        """The passwords etcd setup needs (``root``'s and the mesh user's)."""
+        return [self.etcd_root_password_file, self.etcd_mesh_password_file]
+
     def all_files(self) -> list[Path]:
         """Every secret file (what a test greps the logs for)."""
         files = [self.nats_password_file(kind) for kind in KIND_PERMISSIONS]
@@ -112,7 +128,14 @@ def _create_secret(path: Path) -> None:
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text``, mode 0600 from the first byte (temp file, rename)."""
+    """Replace ``path`` with ``text``, mode 0600 from the first byte (temp file, rename);
+    a file that holds ``text`` already is left alone (a second run changes nothing)."""
+    try:
+        if path.read_text() == text:
+            path.chmod(0o600)
+            return
+    except (OSError, UnicodeDecodeError):
+        pass  # missing or unreadable: written below
     temp = path.with_name(path.name + ".tmp")
     temp.unlink(missing_ok=True)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -124,9 +147,15 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def ensure_credentials(data_dir: Path) -> MeshCredentials:
-    """The credentials under ``data_dir/secure``, made (0700 directory, 0600 files) where
-    missing; existing ones are kept, so a restarted mesh logs in with what etcd knows."""
-    credentials = MeshCredentials(data_dir / SECURE_DIR_NAME)
+    """The credentials of ``danube up --secure``: :func:`ensure_credentials_in`
+    ``data_dir/secure``."""
+    return ensure_credentials_in(data_dir / SECURE_DIR_NAME)
+
+
+def ensure_credentials_in(dir: Path) -> MeshCredentials:
+    """The credentials under ``dir``, made (0700 directory, 0600 files) where missing;
+    existing ones are kept, so a restarted mesh logs in with what etcd knows."""
+    credentials = MeshCredentials(dir)
     credentials.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     credentials.dir.chmod(0o700)  # also when it existed with laxer bits
     for path in credentials.all_files():
@@ -228,6 +257,55 @@ async def _upsert_user(etcd: EtcdClient, name: str, password: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class SecureFiles:
+    """Everything a secured deployment reads, laid out by :func:`ensure_secure_files`."""
+
+    credentials: MeshCredentials
+    nats_config: Path
+    pki: LocalPki
+    """The local CA, the server certificate of every listener, the admin's client one."""
+    keys_dir: Path
+    """The token signing keys (``security.keys_dir``)."""
+    admin_token_file: Path
+
+
+def ensure_secure_files(
+    dir: Path,
+    *,
+    hosts: Sequence[str] = (),
+    subject_prefix: str,
+    issuer: str,
+    audience: str,
+    admin_token_ttl_s: int = ADMIN_TOKEN_TTL_S,
+    signing_kid: str | None = None,
+) -> SecureFiles:
+    """Lay out under ``dir`` what a secured mesh needs (the module docstring lists it):
+    what exists and is still usable is kept, what is missing is made, and a fresh admin
+    token is issued. ``hosts`` are the names the server certificate covers besides
+    loopback's (a compose service name, a Kubernetes Service's DNS names); ``signing_kid``
+    names the signing key when one has to be made (a fixed file name, for a manifest that
+    lists it)."""
+    credentials = ensure_credentials_in(dir)
+    nats_config = write_nats_config(credentials, subject_prefix=subject_prefix)
+    wanted = list(dict.fromkeys([*DEFAULT_HOSTS, *hosts]))  # in order, once each
+    pki = ensure_local_pki(credentials.dir / "pki", hosts=wanted, clients=(ADMIN_PRINCIPAL,))
+    keys_dir = credentials.dir / "keys"
+    signing = ensure_signing_key(keys_dir, signing_kid)
+    admin_token = issue_token(
+        signing, ADMIN_PRINCIPAL, admin_token_ttl_s, issuer=issuer, audience=audience
+    )
+    token_file = credentials.dir / "admin.token"
+    _write_private(token_file, admin_token + "\n")
+    return SecureFiles(
+        credentials=credentials,
+        nats_config=nats_config,
+        pki=pki,
+        keys_dir=keys_dir,
+        admin_token_file=token_file,
+    )
+
+
 @dataclass
 class SecureMesh:
     """What ``--secure`` adds to a mesh plan (built by :func:`prepare_secure_mesh`)."""
@@ -237,8 +315,7 @@ class SecureMesh:
     pki: LocalPki
     """The local CA, the server certificate of every listener, the admin's client one."""
     admin_token_file: Path
-    # Environment of every service process, and of each kind's on top.
-    common_env: dict[str, str] = field(default_factory=dict)
+    # Environment of each kind's service processes (service_environment).
     kind_env: dict[str, dict[str, str]] = field(default_factory=dict)
     # Run once etcd first answers, before any service starts.
     etcd_setup: Callable[[], Awaitable[None]] | None = None
@@ -246,7 +323,36 @@ class SecureMesh:
 
     def env_for(self, kind: str) -> dict[str, str]:
         """The environment service ``kind`` gets from the secured plan."""
-        return {**self.common_env, **self.kind_env.get(kind, {})}
+        return dict(self.kind_env.get(kind, {}))
+
+
+def service_environment(
+    files: SecureFiles, kind: str, *, super_admins: Sequence[str] = ()
+) -> dict[str, str]:
+    """The settings, as ``DANUBE_*`` variables, that service ``kind`` runs with in a mesh
+    secured with ``files``: its NATS user and the path of its password, the etcd mesh user
+    and the path of its password, its listener's certificate; discovery also the client CA
+    (client certificates optional: the subject is a principal), tokens and RBAC with
+    ``admin`` among the super-admins. Paths only, never a secret. docker-compose.yml and
+    deploy/kubernetes/ set the same (a unit test compares them)."""
+    credentials, pki = files.credentials, files.pki
+    env = {
+        "DANUBE_BUS__USER": kind,
+        "DANUBE_BUS__PASSWORD_FILE": str(credentials.nats_password_file(kind)),
+        "DANUBE_WAL_CLOUD__METADATA__USER": ETCD_MESH_USER,
+        "DANUBE_WAL_CLOUD__METADATA__PASSWORD_FILE": str(credentials.etcd_mesh_password_file),
+        f"DANUBE_{kind.upper()}__TLS__CERT_FILE": str(pki.server.cert),
+        f"DANUBE_{kind.upper()}__TLS__KEY_FILE": str(pki.server.key),
+    }
+    if kind == "discovery":
+        env |= {
+            "DANUBE_DISCOVERY__TLS__CLIENT_CA_FILE": str(pki.ca.cert),
+            "DANUBE_DISCOVERY__TLS__CLIENT_AUTH": "optional",
+            "DANUBE_SECURITY__ENABLED": "true",
+            "DANUBE_SECURITY__KEYS_DIR": str(files.keys_dir),
+            "DANUBE_SECURITY__SUPER_ADMINS": json.dumps(sorted({*super_admins, ADMIN_PRINCIPAL})),
+        }
+    return env
 
 
 def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
@@ -259,49 +365,20 @@ def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
     the certificate's subject is the principal), bearer tokens and RBAC on, and an admin
     token (principal ``admin``, a super-admin) with a matching client certificate.
     """
-    credentials = ensure_credentials(data_dir)
-    nats_config = write_nats_config(credentials, subject_prefix=settings.bus.subject_prefix)
-    metadata = settings.wal_cloud.metadata
-    common_env = {
-        "DANUBE_WAL_CLOUD__METADATA__USER": ETCD_MESH_USER,
-        "DANUBE_WAL_CLOUD__METADATA__PASSWORD_FILE": str(credentials.etcd_mesh_password_file),
-    }
-    pki = ensure_local_pki(
-        credentials.dir / "pki",
-        hosts=_hosts(settings.discovery.host),
-        clients=(ADMIN_PRINCIPAL,),
-    )
-    kind_env = {
-        kind: {
-            "DANUBE_BUS__USER": kind,
-            "DANUBE_BUS__PASSWORD_FILE": str(credentials.nats_password_file(kind)),
-            f"DANUBE_{kind.upper()}__TLS__CERT_FILE": str(pki.server.cert),
-            f"DANUBE_{kind.upper()}__TLS__KEY_FILE": str(pki.server.key),
-        }
-        for kind in KIND_PERMISSIONS
-    }
-    keys_dir = credentials.dir / "keys"
-    signing = ensure_signing_key(keys_dir)
     security = settings.security
-    admin_token = issue_token(
-        signing,
-        ADMIN_PRINCIPAL,
-        ADMIN_TOKEN_TTL_S,
+    files = ensure_secure_files(
+        data_dir / SECURE_DIR_NAME,
+        hosts=_hosts(settings.discovery.host),
+        subject_prefix=settings.bus.subject_prefix,
         issuer=security.issuer,
         audience=security.audience,
     )
-    _write_private(credentials.dir / "admin.token", admin_token + "\n")
-    kind_env["discovery"].update(
-        {
-            "DANUBE_DISCOVERY__TLS__CLIENT_CA_FILE": str(pki.ca.cert),
-            "DANUBE_DISCOVERY__TLS__CLIENT_AUTH": "optional",
-            "DANUBE_SECURITY__ENABLED": "true",
-            "DANUBE_SECURITY__KEYS_DIR": str(keys_dir),
-            "DANUBE_SECURITY__SUPER_ADMINS": json.dumps(
-                sorted({*security.super_admins, ADMIN_PRINCIPAL})
-            ),
-        }
-    )
+    credentials, pki = files.credentials, files.pki
+    metadata = settings.wal_cloud.metadata
+    kind_env = {
+        kind: service_environment(files, kind, super_admins=security.super_admins)
+        for kind in KIND_PERMISSIONS
+    }
 
     async def etcd_setup() -> None:
         await enable_etcd_auth(
@@ -311,7 +388,7 @@ def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
             timeout_s=max(metadata.request_timeout_s, _ETCD_SETUP_TIMEOUT_S),
         )
 
-    token_file = credentials.dir / "admin.token"
+    token_file = files.admin_token_file
     banner = [
         "security: ON inside the mesh: NATS user and subject permissions per service kind,",
         f"  etcd auth (user {ETCD_MESH_USER}); credentials in {credentials.dir} (0600)",
@@ -323,10 +400,9 @@ def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
     ]
     return SecureMesh(
         credentials=credentials,
-        nats_config=nats_config,
+        nats_config=files.nats_config,
         pki=pki,
         admin_token_file=token_file,
-        common_env=common_env,
         kind_env=kind_env,
         etcd_setup=etcd_setup,
         banner=banner,

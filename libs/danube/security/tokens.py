@@ -147,14 +147,15 @@ def generate_key(keys_dir: Path, kid: str | None = None) -> SigningKey:
     return SigningKey(kid, private)
 
 
-def ensure_signing_key(keys_dir: Path) -> SigningKey:
-    """The key that signs in ``keys_dir`` (the greatest private key id), made when the
-    directory has none: what ``danube up --secure`` calls before issuing its admin token."""
+def ensure_signing_key(keys_dir: Path, kid: str | None = None) -> SigningKey:
+    """The key that signs in ``keys_dir`` (the greatest private key id), made (with id
+    ``kid``, default :func:`new_kid`) when the directory has none: what ``danube up
+    --secure`` calls before issuing its admin token."""
     if keys_dir.is_dir():
         keys = load_keys(keys_dir) if any(keys_dir.iterdir()) else None
         if keys is not None and keys.signing is not None:
             return keys.signing
-    return generate_key(keys_dir)
+    return generate_key(keys_dir, kid)
 
 
 def public_pem(key: SigningKey) -> bytes:
