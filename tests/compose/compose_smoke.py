@@ -363,6 +363,32 @@ def check_secured(access: Access) -> None:
             raise SmokeError(f"a request without a token got {exc.code}, not 401") from exc
 
 
+def check_backing_secured(stack: ComposeStack) -> None:
+    """nats-server runs with security-init's nats.conf: it asks for a login and refuses a
+    client without one (the NATS protocol over a plain socket, at the container's address).
+    etcd has authentication on (etcd-setup): etcdctl in the etcd container, with no login,
+    gets its endpoint status (the healthcheck) but is refused a read of the mesh's prefix."""
+    (nats,) = stack.containers("nats")
+    with socket.create_connection((address_of(nats), 4222), timeout=10) as conn:
+        stream = conn.makefile("rwb")
+        info = stream.readline()
+        if not info.startswith(b"INFO ") or not json.loads(info[5:]).get("auth_required"):
+            raise SmokeError(f"nats-server asks for no login: {info[:200]!r}")
+        stream.write(b'CONNECT {"verbose":false,"pedantic":false}\r\nPING\r\n')
+        stream.flush()
+        answer = stream.readline()
+        if b"Authorization Violation" not in answer:
+            raise SmokeError(f"nats-server let a client in with no login: {answer[:200]!r}")
+    (etcd,) = stack.containers("etcd")
+    etcdctl = ["/usr/local/bin/etcdctl", "--endpoints=http://127.0.0.1:2379"]
+    status = etcd.exec_run([*etcdctl, "endpoint", "status"])
+    if status.exit_code != 0:
+        raise SmokeError(f"etcdctl endpoint status exited {status.exit_code}: {status.output!r}")
+    read = etcd.exec_run([*etcdctl, "get", "--prefix", "--keys-only", "/danube"])
+    if read.exit_code == 0:
+        raise SmokeError(f"etcd served a read with no login: {read.output!r}")
+
+
 def address_of(container: Container) -> str:
     """The container's address on its (one) network: reachable from this host, as any
     address on an engine's bridge is."""
@@ -580,6 +606,12 @@ def run(
                 with timings.step(f"compose up --wait {scale}"):
                     stack.up(scale=SCALE, wait_timeout_s=WAIT_HEALTHY_S)
                 check_containers(stack)
+                check_backing_secured(stack)
+                print(
+                    "compose-smoke: nats-server refuses a client with no login; etcd refuses "
+                    "a read with no login (etcdctl in the etcd container)",
+                    flush=True,
+                )
                 network = check_networks(stack)
                 print(f"compose-smoke: every container on bridge network {network}", flush=True)
                 # The port discovery publishes; its certificate names 127.0.0.1.
