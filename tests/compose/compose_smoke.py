@@ -3,10 +3,11 @@
 Needs root (it may install docker.io, debootstrap and busybox-static, and start dockerd) and
 no image registry. It runs the file users run, on the engine's default (bridge) networking:
 compose's project network, container DNS names (nats, etcd, s3), the published port of
-discovery, the healthchecks and one-shot of the file. What differs from a user's run, and
-only that: the images are local stand-ins, passed by the variables the file has (NATS_IMAGE,
-ETCD_IMAGE, S3_IMAGE, DANUBE_IMAGE), and tests/compose/smoke.yml adds environment settings
-(only those: checked here) that make the tiers move in seconds. Steps, each bounded, all
+discovery, the healthchecks and one-shots of the file, and its security (TLS, tokens, the
+logins of nats and etcd). What differs from a user's run, and only that: the images are
+local stand-ins, passed by the variables the file has (NATS_IMAGE, ETCD_IMAGE, S3_IMAGE,
+DANUBE_IMAGE), and tests/compose/smoke.yml adds environment settings (only those: checked
+here) that make the tiers move in seconds. Steps, each bounded, all
 within ``--timeout-s``:
 
 1. a Docker engine (the running one, else ``dockerd`` started here with its defaults:
