@@ -3,10 +3,11 @@
 Needs root (it may install docker.io, debootstrap and busybox-static, and start dockerd) and
 no image registry. It runs the file users run, on the engine's default (bridge) networking:
 compose's project network, container DNS names (nats, etcd, s3), the published port of
-discovery, the healthchecks and one-shot of the file. What differs from a user's run, and
-only that: the images are local stand-ins, passed by the variables the file has (NATS_IMAGE,
-ETCD_IMAGE, S3_IMAGE, DANUBE_IMAGE), and tests/compose/smoke.yml adds environment settings
-(only those: checked here) that make the tiers move in seconds. Steps, each bounded, all
+discovery, the healthchecks and one-shots of the file, and its security (TLS, tokens, the
+logins of nats and etcd). What differs from a user's run, and only that: the images are
+local stand-ins, passed by the variables the file has (NATS_IMAGE, ETCD_IMAGE, S3_IMAGE,
+DANUBE_IMAGE), and tests/compose/smoke.yml adds environment settings (only those: checked
+here) that make the tiers move in seconds. Steps, each bounded, all
 within ``--timeout-s``:
 
 1. a Docker engine (the running one, else ``dockerd`` started here with its defaults:
@@ -15,12 +16,17 @@ within ``--timeout-s``:
    deploy/Dockerfile, and stand-ins of nats, etcd and SeaweedFS (smoke_images.py);
 3. ``compose up --wait --scale ingest=2 --scale dispatcher=3 --scale cloud_reader=2`` of
    docker-compose.yml + tests/compose/smoke.yml; every container on the project's bridge
-   network, every long-running one healthy, the bucket one-shot exited 0;
-4. through discovery's published port: every replica registered under its own node id;
+   network, every long-running one healthy, the one-shots (security-init, etcd-setup,
+   s3-init) exited 0; the CA and the admin token security-init wrote, read out of the
+   volume ``secure`` through the discovery container that mounts it;
+4. through discovery's published port, over HTTPS verified with that CA and with the admin
+   token as ``authorization: Bearer`` on every call: every replica registered under its own
+   node id;
    produce keyed messages to a 2-partition topic, consume them all; wait until every
    partition is uploaded and the WAL dropped what it uploaded; read everything again from
    the earliest offset with a new subscription (the dropped part comes from object storage,
-   as the cloud readers' /metrics, scraped at their container addresses, show); a produce
+   as the cloud readers' /metrics, scraped over HTTPS at their container addresses, show); a
+   produce
    with an x-request-id gets it back in the response and finds it as the trace id of log
    lines of discovery and ingest (smoke.yml sets their DANUBE_LOG_LEVEL to debug); each ingest
    replica has its own WAL directory on the shared volume; then both ingest containers are
@@ -36,16 +42,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import io
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import sys
 import tarfile
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections import defaultdict
 from collections.abc import Coroutine, Iterator
@@ -60,6 +69,7 @@ from docker.models.containers import Container
 
 from danube.client import AsyncConsumer, AsyncDanubeClient, ReceivedMessage
 from danube.client.admin import AsyncAdmin, TopicDescription
+from danube.client.tls import ClientTls
 from danube.runtime import free_port
 
 from smoke_engine import ComposeStack, Engine, SmokeError, compose_command
@@ -88,6 +98,10 @@ PUBLISHED_PORTS = {"DANUBE_API_PORT": 8080, "DANUBE_GRPC_PORT": 6650}
 METRICS_PORT = 9100  # deploy/config/compose.yml: every service but discovery
 SCALE = {"ingest": 2, "dispatcher": 3, "cloud_reader": 2}
 BACKING = {"nats": 1, "etcd": 1, "s3": 1}
+# The one-shots of docker-compose.yml: each must have run and exited 0.
+ONE_SHOTS = ("security-init", "etcd-setup", "s3-init")
+# What security-init writes into the volume `secure`, as the mesh containers mount it.
+SECURE_DIR = "/run/danube/secure"
 NODE_COUNTS = {**SCALE, "uploader": 1, "retention": 1, "discovery": 1}
 TOPIC = "/default/compose-smoke"
 PARTITIONS = 2
@@ -104,6 +118,27 @@ _T = TypeVar("_T")
 
 class SmokeTimeout(Exception):
     """The whole run took longer than ``--timeout-s``."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """How to reach the secured mesh from this host: discovery's URL (its published port),
+    the CA file that verifies every listener's certificate, and the admin's bearer token."""
+
+    url: str
+    ca_file: Path
+    token: str
+
+    def client(self) -> AsyncDanubeClient:
+        return AsyncDanubeClient(self.url, tls=ClientTls(ca_file=self.ca_file), token=self.token)
+
+    def ssl_context(self, *, check_hostname: bool = True) -> ssl.SSLContext:
+        """A context that verifies a listener's certificate against the CA; without
+        ``check_hostname`` the chain only (a container's bridge address is not one of the
+        certificate's names: localhost, 127.0.0.1, discovery, $DANUBE_PUBLIC_HOST)."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.check_hostname = check_hostname
+        return context
 
 
 @dataclass
@@ -204,9 +239,9 @@ async def wait_for_tiers(admin: AsyncAdmin) -> TopicDescription:
         await asyncio.sleep(1.0)
 
 
-async def round_trip(url: str, timings: Timings) -> TopicDescription:
+async def round_trip(access: Access, timings: Timings) -> TopicDescription:
     """Produce, consume, wait for upload and WAL drop, read again from the earliest."""
-    async with AsyncDanubeClient(url) as client:
+    async with access.client() as client:
         admin = client.admin
         with timings.step("every replica registered"):
             ids = await wait_for_cluster(admin)
@@ -241,10 +276,10 @@ async def round_trip(url: str, timings: Timings) -> TopicDescription:
         return topic
 
 
-async def after_recreate(url: str, timings: Timings) -> dict[str, str]:
+async def after_recreate(access: Access, timings: Timings) -> dict[str, str]:
     """After the ingest containers were replaced: the same node ids again, and the live
     subscription gets exactly what is produced next (its cursor survived)."""
-    async with AsyncDanubeClient(url) as client:
+    async with access.client() as client:
         with timings.step("every replica registered again"):
             ids = await wait_for_cluster(client.admin)
         if ids["ingest"] != [f"ingest-{n}" for n in range(SCALE["ingest"])]:
@@ -264,11 +299,15 @@ async def after_recreate(url: str, timings: Timings) -> dict[str, str]:
 
 def check_containers(stack: ComposeStack) -> None:
     """Replicas as scaled, every long-running container healthy (the backing services by
-    the healthchecks of docker-compose.yml), the bucket one-shot exited 0."""
-    (bucket,) = stack.containers("s3-init")
-    exit_code = bucket.attrs["State"]["ExitCode"]
-    if bucket.status != "exited" or exit_code != 0:
-        raise SmokeError(f"s3-init is {bucket.status}, exit code {exit_code}")
+    the healthchecks of docker-compose.yml), every one-shot (the credentials, etcd's
+    authentication, the bucket) exited 0."""
+    for service in ONE_SHOTS:
+        shots = stack.containers(service)
+        if len(shots) != 1:
+            raise SmokeError(f"{service}: {len(shots)} containers, expected 1")
+        exit_code = shots[0].attrs["State"]["ExitCode"]
+        if shots[0].status != "exited" or exit_code != 0:
+            raise SmokeError(f"{service} is {shots[0].status}, exit code {exit_code}")
     for service, count in {**BACKING, **NODE_COUNTS}.items():
         running = [c for c in stack.containers(service) if c.status == "running"]
         if len(running) != count:
@@ -292,6 +331,65 @@ def container_files(container: Container, path: str) -> dict[str, bytes]:
         }
 
 
+def secure_access(stack: ComposeStack, url: str, run_dir: Path) -> Access:
+    """The CA certificate and the admin token security-init wrote into the volume
+    ``secure``, read through the running discovery container that mounts it (the engine's
+    archive API: the one-shot has exited, and a volume is read through a container using
+    it); the CA is written to ``run_dir`` for the clients."""
+    (discovery,) = stack.containers("discovery")
+    ca = container_files(discovery, f"{SECURE_DIR}/pki/ca.pem").get("ca.pem", b"")
+    token = container_files(discovery, f"{SECURE_DIR}/admin.token").get("admin.token", b"")
+    if b"BEGIN CERTIFICATE" not in ca or not token.strip():
+        raise SmokeError(f"no CA certificate or admin token under {SECURE_DIR} of discovery")
+    ca_file = run_dir / "danube-ca.pem"
+    ca_file.write_bytes(ca)
+    return Access(url=url, ca_file=ca_file, token=token.decode().strip())
+
+
+def check_secured(access: Access) -> None:
+    """Discovery is secured as docker-compose.yml says: plain HTTP is not served on its
+    port, and a request over HTTPS without a token is refused with 401."""
+    plain = access.url.replace("https://", "http://", 1)
+    try:
+        with urllib.request.urlopen(f"{plain}/v1/cluster", timeout=10) as response:
+            raise SmokeError(f"plain HTTP answered {response.status} at {plain}")
+    except (OSError, http.client.HTTPException):
+        pass  # not answered: TLS only (URLError, a reset, a bad status line)
+    request = urllib.request.Request(f"{access.url}/v1/cluster")
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=access.ssl_context()) as reply:
+            raise SmokeError(f"a request without a token got {reply.status}")
+    except urllib.error.HTTPError as exc:
+        if exc.code != 401:
+            raise SmokeError(f"a request without a token got {exc.code}, not 401") from exc
+
+
+def check_backing_secured(stack: ComposeStack) -> None:
+    """nats-server runs with security-init's nats.conf: it asks for a login and refuses a
+    client without one (the NATS protocol over a plain socket, at the container's address).
+    etcd has authentication on (etcd-setup): etcdctl in the etcd container, with no login,
+    gets its endpoint status (the healthcheck) but is refused a read of the mesh's prefix."""
+    (nats,) = stack.containers("nats")
+    with socket.create_connection((address_of(nats), 4222), timeout=10) as conn:
+        stream = conn.makefile("rwb")
+        info = stream.readline()
+        if not info.startswith(b"INFO ") or not json.loads(info[5:]).get("auth_required"):
+            raise SmokeError(f"nats-server asks for no login: {info[:200]!r}")
+        stream.write(b'CONNECT {"verbose":false,"pedantic":false}\r\nPING\r\n')
+        stream.flush()
+        answer = stream.readline()
+        if b"Authorization Violation" not in answer:
+            raise SmokeError(f"nats-server let a client in with no login: {answer[:200]!r}")
+    (etcd,) = stack.containers("etcd")
+    etcdctl = ["/usr/local/bin/etcdctl", "--endpoints=http://127.0.0.1:2379"]
+    status = etcd.exec_run([*etcdctl, "endpoint", "status"])
+    if status.exit_code != 0:
+        raise SmokeError(f"etcdctl endpoint status exited {status.exit_code}: {status.output!r}")
+    read = etcd.exec_run([*etcdctl, "get", "--prefix", "--keys-only", "/danube"])
+    if read.exit_code == 0:
+        raise SmokeError(f"etcd served a read with no login: {read.output!r}")
+
+
 def address_of(container: Container) -> str:
     """The container's address on its (one) network: reachable from this host, as any
     address on an engine's bridge is."""
@@ -302,11 +400,13 @@ def address_of(container: Container) -> str:
     return address
 
 
-def metrics_of(container: Container) -> str:
+def metrics_of(container: Container, access: Access) -> str:
     """A mesh container's /metrics text, at its address and the metrics port of
-    deploy/config/compose.yml (what Prometheus scrapes in the observability profile)."""
-    url = f"http://{address_of(container)}:{METRICS_PORT}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
+    deploy/config/compose.yml (what Prometheus scrapes in the observability profile), over
+    HTTPS: the certificate's chain verified against the CA (not its names)."""
+    url = f"https://{address_of(container)}:{METRICS_PORT}/metrics"
+    context = access.ssl_context(check_hostname=False)
+    with urllib.request.urlopen(url, timeout=5, context=context) as response:
         text: str = response.read().decode()
     return text
 
@@ -358,12 +458,12 @@ def published_ports() -> dict[str, str]:
     return env
 
 
-def check_cloud_reads(stack: ComposeStack, topic: TopicDescription) -> int:
+def check_cloud_reads(stack: ComposeStack, topic: TopicDescription, access: Access) -> int:
     """The replay's offsets below each WAL start came through the cloud readers: the
     messages they served, summed over the replicas."""
     served = 0.0
     for container in stack.containers("cloud_reader"):
-        for line in metrics_of(container).splitlines():
+        for line in metrics_of(container, access).splitlines():
             if line.startswith("danube_cloud_reader_messages_total "):
                 served += float(line.split()[1])
     below_wal = sum(p.offsets.wal_start or 0 for p in topic.partitions)
@@ -372,19 +472,23 @@ def check_cloud_reads(stack: ComposeStack, topic: TopicDescription) -> int:
     return int(served)
 
 
-def check_trace(stack: ComposeStack, url: str) -> int:
+def check_trace(stack: ComposeStack, access: Access) -> int:
     """A produce with an ``x-request-id`` through the published port: the id comes back in
     the response header and is the ``trace_id`` of log lines of discovery and of the ingest
     node it reached over the bus (their JSON lines, as ``docker compose logs`` shows them);
     how many lines carry it."""
     trace_id = f"compose-smoke-{os.getpid()}"
     request = urllib.request.Request(
-        f"{url}/v1/topics/default/compose-smoke-traced/messages",
+        f"{access.url}/v1/topics/default/compose-smoke-traced/messages",
         data=json.dumps({"messages": [{"payload": "traced"}]}).encode(),
-        headers={"content-type": "application/json", "x-request-id": trace_id},
+        headers={
+            "content-type": "application/json",
+            "x-request-id": trace_id,
+            "authorization": f"Bearer {access.token}",
+        },
         method="POST",
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
+    with urllib.request.urlopen(request, timeout=30, context=access.ssl_context()) as response:
         echoed = response.headers.get("x-request-id")
     if echoed != trace_id:
         raise SmokeError(f"sent x-request-id {trace_id}, the response has {echoed}")
@@ -503,17 +607,30 @@ def run(
                 with timings.step(f"compose up --wait {scale}"):
                     stack.up(scale=SCALE, wait_timeout_s=WAIT_HEALTHY_S)
                 check_containers(stack)
+                check_backing_secured(stack)
+                print(
+                    "compose-smoke: nats-server refuses a client with no login; etcd refuses "
+                    "a read with no login (etcdctl in the etcd container)",
+                    flush=True,
+                )
                 network = check_networks(stack)
                 print(f"compose-smoke: every container on bridge network {network}", flush=True)
-                url = f"http://127.0.0.1:{api_port}"  # the port discovery publishes
-                topic = run_async(round_trip(url, timings))
-                traced = check_trace(stack, url)
+                # The port discovery publishes; its certificate names 127.0.0.1.
+                access = secure_access(stack, f"https://127.0.0.1:{api_port}", run_dir)
+                check_secured(access)
+                print(
+                    "compose-smoke: discovery serves HTTPS only and refuses a request "
+                    "without a token (401); the admin token and CA come from the volume",
+                    flush=True,
+                )
+                topic = run_async(round_trip(access, timings))
+                traced = check_trace(stack, access)
                 print(
                     f"compose-smoke: {traced} log lines of discovery and ingest carry the "
                     "produce's x-request-id",
                     flush=True,
                 )
-                served = check_cloud_reads(stack, topic)
+                served = check_cloud_reads(stack, topic, access)
                 print(f"compose-smoke: cloud readers served {served} messages", flush=True)
                 owners = {p.owner.node_id for p in topic.partitions if p.owner is not None}
                 wals = check_wal_directories(stack, owners)
@@ -526,7 +643,7 @@ def run(
                     raise SmokeError(f"ingest containers not replaced: {before} {after}")
                 check_containers(stack)
                 check_networks(stack)
-                owned = run_async(after_recreate(url, timings))
+                owned = run_async(after_recreate(access, timings))
                 print(f"compose-smoke: owners after recreate {owned}", flush=True)
                 check_wal_directories(stack, set(owned.values()) - {"none"})
             finally:

@@ -235,7 +235,26 @@ class ComposeStack:
         args += ["--wait-timeout", str(wait_timeout_s)]
         for service, count in scale.items():
             args += ["--scale", f"{service}={count}"]
-        self.run(*args, timeout_s=wait_timeout_s + 60)
+        try:
+            self.run(*args, timeout_s=wait_timeout_s + 60)
+        except SmokeError as exc:
+            raise SmokeError(f"{exc}\n{self.health_report()}") from exc
+
+    def health_report(self) -> str:
+        """The last healthcheck results of every container that is not healthy: what the
+        probe said, not only that it failed."""
+        lines = []
+        for container in self.containers():
+            health = container.attrs["State"].get("Health")
+            if health is None or health.get("Status") == "healthy":
+                continue
+            lines.append(f"{container.name}: {health.get('Status')}")
+            for probe in health.get("Log", [])[-3:]:
+                output = str(probe.get("Output", "")).strip()[-300:]
+                lines.append(
+                    f"  {probe.get('Start', '')[:23]} exit {probe.get('ExitCode')}: {output}"
+                )
+        return "\n".join(lines) or "(every container with a healthcheck is healthy)"
 
     def recreate(self, service: str, *, replicas: int, wait_timeout_s: int) -> None:
         """Replace every container of ``service`` by a new one (what an upgrade does), and

