@@ -293,9 +293,9 @@ async def test_whoami_and_can_answer_what_the_principal_may_at_each_scope(
             ("topics-a", "topics", "namespace", "a"),
             ("broker-all", "broker", "cluster", ""),
         )
-        for binding, role, scope, resource in grants:
+        for binding, role, bound_at, on in grants:
             await root.security.create_binding(
-                binding, principal=binding, roles=[role], scope=scope, resource=resource
+                binding, principal=binding, roles=[role], scope=bound_at, resource=on
             )
         places = {  # query -> (scope, resource) the answer names
             "": ("cluster", ""),
