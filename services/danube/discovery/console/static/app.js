@@ -150,7 +150,7 @@ function every(ms, fn) {
 
 function mount(...children) {
   const main = document.getElementById("main");
-  main.replaceChildren(...children);
+  main.replaceChildren(...children.flat().filter((c) => c !== "" && c != null));
 }
 
 // --- who is asking and what they may do (decided by the server) -------------------------------
