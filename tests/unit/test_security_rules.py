@@ -1,6 +1,7 @@
 """Tokens (issue, verify, expiry, issuer, audience, wrong key, unknown kid, rotation), API
-keys, the RBAC decision at each scope, and that every HTTP route and gRPC method has a
-permission rule (default deny)."""
+keys, the RBAC decision at each scope, what a principal may ask about itself (its
+permissions and bindings, never counted as denials), and that every HTTP route and gRPC method
+has a permission rule (default deny)."""
 
 from __future__ import annotations
 
