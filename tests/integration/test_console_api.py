@@ -2,7 +2,8 @@
 console's files, on real NATS and etcd with ingest, dispatcher and discovery in-process:
 peek reads the newest messages without moving any cursor, bounds its count, previews binary
 as base64; stats count messages and bytes and report the subscriptions' backlog as the
-listing does; the page is served with its security headers."""
+listing does; the page is served with its security headers; with security off, whoami and
+can allow everything (so the page shows every button)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import base64
 
 import httpx
 import pytest
+
+from danube.security import Permission
 
 pytestmark = pytest.mark.integration
 
@@ -133,3 +136,16 @@ async def test_console_files_are_served_with_their_security_headers(
     paths = (await consume_http.get("/openapi.json")).json()["paths"]
     assert not any(p.startswith("/console") for p in paths)
     assert "/v1/topics/{ns}/{topic}/peek" in paths
+
+
+async def test_whoami_with_security_off_allows_everything(consume_http: httpx.AsyncClient) -> None:
+    # The console shows every page and button when security is off: the server says so.
+    doc = (await consume_http.get("/v1/security/whoami?namespace=default&topic=t")).json()
+    assert doc["security_enabled"] is False
+    assert doc["principal"] == "anonymous"
+    assert (doc["scope"], doc["resource"]) == ("topic", "/default/t")
+    assert doc["permissions"] == [p.value for p in Permission]
+    assert doc["grants"] == []
+    can = (await consume_http.get("/v1/security/can?permission=ManageCluster")).json()
+    assert can["allowed"] is True
+    assert can["reason"] == "security off"

@@ -26,13 +26,14 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from danube.client import AsyncDanubeClient, PermissionDeniedError, UnauthenticatedError
+from danube.client.security import Scope
 from danube.config import DanubeSettings, SecurityConfig
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
-from danube.security import SigningKey, generate_key, issue_token
+from danube.security import Permission, SigningKey, generate_key, issue_token
 from danube.wire.client import WireClient
 from tests.readiness import until_ready
 
@@ -277,6 +278,111 @@ async def test_each_permission_at_each_scope_over_http(
             method, path, json=body, headers=mesh.auth("u-Produce-cluster")
         )
         assert answer.status_code == 403
+
+
+async def test_whoami_and_can_answer_what_the_principal_may_at_each_scope(
+    mesh_settings: MeshSettings, tmp_path: Path
+) -> None:
+    async with secured_mesh(mesh_settings, tmp_path) as mesh, mesh.client(ADMIN) as root:
+        http = mesh.http
+        await root.security.create_role("reader", ["Consume", "Lookup"])
+        await root.security.create_role("topics", ["ManageTopic"])
+        await root.security.create_role("broker", ["ManageBroker"])
+        grants: tuple[tuple[str, str, Scope, str], ...] = (
+            ("reader-t1", "reader", "topic", "/a/t1"),
+            ("topics-a", "topics", "namespace", "a"),
+            ("broker-all", "broker", "cluster", ""),
+        )
+        for binding, role, bound_at, on in grants:
+            await root.security.create_binding(
+                binding, principal=binding, roles=[role], scope=bound_at, resource=on
+            )
+        places = {  # query -> (scope, resource) the answer names
+            "": ("cluster", ""),
+            "?namespace=a": ("namespace", "a"),
+            "?namespace=a&topic=t1": ("topic", "/a/t1"),
+            "?namespace=a&topic=t2-part-1": ("topic", "/a/t2"),  # a partition: its topic
+            "?namespace=b&topic=t1": ("topic", "/b/t1"),
+        }
+        held = {  # principal -> query -> permissions
+            "reader-t1": {"?namespace=a&topic=t1": ["Lookup", "Consume"]},
+            "topics-a": {
+                "?namespace=a": ["ManageTopic"],
+                "?namespace=a&topic=t1": ["ManageTopic"],
+                "?namespace=a&topic=t2-part-1": ["ManageTopic"],
+            },
+            "broker-all": {q: ["ManageBroker"] for q in places},
+            "nobody": {},
+        }
+        for principal, where in held.items():
+            for query, (scope, resource) in places.items():
+                answer = await http.get("/v1/security/whoami" + query, headers=mesh.auth(principal))
+                assert answer.status_code == 200, answer.text
+                doc = answer.json()
+                assert (doc["principal"], doc["scope"], doc["resource"]) == (
+                    principal,
+                    scope,
+                    resource,
+                )
+                assert doc["permissions"] == where.get(query, []), (principal, query)
+                assert doc["security_enabled"] is True
+                assert doc["super_admin"] is False
+                # can: the same decision, one permission at a time.
+                joiner = "&" if query else "?"
+                for permission in ("Consume", "ManageTopic", "ManageBroker"):
+                    answer = await http.get(
+                        f"/v1/security/can{query}{joiner}permission={permission}",
+                        headers=mesh.auth(principal),
+                    )
+                    assert answer.status_code == 200, answer.text
+                    can = answer.json()
+                    assert can["allowed"] is (permission in where.get(query, [])), (
+                        principal,
+                        query,
+                        permission,
+                        can,
+                    )
+                    assert (can["scope"], can["resource"]) == (scope, resource)
+                    assert can["permission"] == permission
+                    if not can["allowed"]:
+                        assert "no binding grants" in can["reason"]
+        # whoami lists the principal's own bindings (only its own) with what they grant.
+        mine = (await http.get("/v1/security/whoami", headers=mesh.auth("reader-t1"))).json()
+        assert mine["grants"] == [
+            {
+                "binding": "reader-t1",
+                "scope": "topic",
+                "resource": "/a/t1",
+                "roles": ["reader"],
+                "permissions": ["Lookup", "Consume"],
+            }
+        ]
+        # The SDK asks the same.
+        async with mesh.client("reader-t1") as reader:
+            me = await reader.security.whoami(namespace="a", topic="t1")
+            assert me.permissions == ["Lookup", "Consume"]
+            assert (await reader.security.can("Consume", namespace="a", topic="t1")).allowed
+            assert not (await reader.security.can("Consume", namespace="a")).allowed
+        # A super-admin holds everything everywhere, bound or not.
+        boss = (await http.get("/v1/security/whoami?namespace=b", headers=mesh.auth(ADMIN))).json()
+        assert boss["super_admin"] is True
+        assert boss["permissions"] == [p.value for p in Permission]
+        assert boss["grants"] == []
+        # Anonymous: 401 (the console asks for a token then); bad questions: 400.
+        for path in ("/v1/security/whoami", "/v1/security/can?permission=Consume"):
+            answer = await http.get(path)
+            assert answer.status_code == 401
+            assert _error(answer)["code"] == "unauthenticated"
+        for path in (
+            "/v1/security/whoami?topic=t1",
+            "/v1/security/whoami?namespace=a.b",
+            "/v1/security/can?permission=Consume&namespace=a&topic=t%2F1",
+        ):
+            answer = await http.get(path, headers=mesh.auth("nobody"))
+            assert answer.status_code == 400, (path, answer.text)
+            assert _error(answer)["code"] == "invalid_name"
+        answer = await http.get("/v1/security/can?permission=Fly", headers=mesh.auth("nobody"))
+        assert answer.status_code == 400, answer.text
 
 
 # --- gRPC -------------------------------------------------------------------------------

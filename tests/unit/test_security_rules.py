@@ -1,9 +1,11 @@
 """Tokens (issue, verify, expiry, issuer, audience, wrong key, unknown kid, rotation), API
-keys, the RBAC decision at each scope, and that every HTTP route and gRPC method has a
-permission rule (default deny)."""
+keys, the RBAC decision at each scope, what a principal may ask about itself (its
+permissions and bindings, never counted as denials), and that every HTTP route and gRPC method
+has a permission rule (default deny)."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -11,10 +13,14 @@ from typing import Any
 import pytest
 from fastapi.routing import APIRoute, APIWebSocketRoute
 
+from danube.config import SecurityConfig
+from danube.discovery import metrics
 from danube.discovery.api import build_app
 from danube.discovery.api.auth import AUTHENTICATED, PUBLIC, ROUTES
+from danube.discovery.console import load_static
 from danube.discovery.grpc_api.auth import METHODS
 from danube.discovery.grpc_api.server import method_handlers
+from danube.discovery.security import SecurityGate
 from danube.meta import TopicName
 from danube.security import (
     Binding,
@@ -182,6 +188,38 @@ def test_deleting_a_binding_or_role_takes_the_grant_away() -> None:
     policy.delete_binding("b1")
     assert not decide(policy, "alice", P.Produce, ORDERS).allowed
     assert policy.bindings_of("alice", ORDERS) == []
+
+
+def test_a_principals_own_bindings_and_what_they_grant() -> None:
+    policy = _policy("namespace", "shop")
+    policy.put_binding(Binding(id="b0", principal="alice", roles=["gone"], scope="cluster"))
+    policy.put_binding(Binding(id="b2", principal="bob", roles=["writer"], scope="cluster"))
+    assert [b.id for b in policy.bindings_for("alice")] == ["b0", "b1"]
+    assert policy.permissions_of(policy.bindings["b0"]) == []  # a role that does not exist
+    assert policy.permissions_of(policy.bindings["b1"]) == [P.Lookup, P.Produce]
+
+
+def test_the_gate_answers_questions_without_counting_them(tmp_path: Path) -> None:
+    assert SecurityGate.disabled().permissions("anyone", ORDERS) == list(Permission)
+    assert SecurityGate.disabled().grants("anyone") == []
+    generate_key(tmp_path)
+    verifier = TokenVerifier(load_keys(tmp_path).public, issuer="i", audience="a")
+    gate = SecurityGate(SecurityConfig(enabled=True), verifier=verifier)
+    gate.policy = _policy("namespace", "shop")
+    denied_before = metrics.AUTHZ_DENIED.labels("Produce")._value.get()
+    assert gate.permissions("alice", ORDERS) == [P.Lookup, P.Produce]
+    assert gate.permissions("alice", OTHER_NS) == []
+    assert gate.permissions("alice", Resource.cluster()) == []
+    assert not gate.decision("alice", P.Produce, OTHER_NS).allowed
+    assert metrics.AUTHZ_DENIED.labels("Produce")._value.get() == denied_before
+    assert [(b.id, p) for b, p in gate.grants("alice")] == [("b1", [P.Lookup, P.Produce])]
+
+
+def test_the_console_offers_every_permission_and_no_other() -> None:
+    source = load_static()["app.js"][0].decode()
+    listed = re.search(r"const PERMISSIONS = \[(.*?)\];", source, re.S)
+    assert listed is not None
+    assert re.findall(r'"(\w+)"', listed.group(1)) == [p.value for p in Permission]
 
 
 def test_every_http_route_has_a_permission_rule() -> None:

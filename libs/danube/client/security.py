@@ -8,6 +8,7 @@ timeout; ``POST`` and ``DELETE`` are tried once.
 from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
+from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -76,9 +77,38 @@ class Token(_Model):
     token_type: str = "Bearer"
 
 
+class Grant(_Model):
+    """One of the principal's own bindings and the permissions it grants."""
+
+    binding: str
+    scope: Scope
+    resource: str
+    roles: list[str]
+    permissions: list[str]
+
+
 class WhoAmI(_Model):
+    """Who the token stands for and what it may do on the resource asked about (the
+    cluster unless a namespace or topic was given)."""
+
     principal: str
     security_enabled: bool
+    super_admin: bool = False
+    scope: Scope = "cluster"
+    resource: str = ""
+    permissions: list[str] = []
+    grants: list[Grant] = []
+
+
+class Can(_Model):
+    """Whether the principal may one permission on one resource, and why."""
+
+    principal: str
+    permission: str
+    scope: Scope
+    resource: str
+    allowed: bool
+    reason: str
 
 
 class _Roles(_Model):
@@ -94,6 +124,11 @@ class _ApiKeys(_Model):
 
 
 _M = TypeVar("_M", bound=_Model)
+
+
+def _where(namespace: str | None, topic: str | None, *, joiner: str = "?") -> str:
+    query = {k: v for k, v in (("namespace", namespace), ("topic", topic)) if v is not None}
+    return joiner + urlencode(query) if query else ""
 
 
 def _parse(model: type[_M], body: Any, what: str) -> _M:
@@ -116,9 +151,21 @@ class AsyncSecurity:
             method, path, body=body, timeout_s=self._http.timeout_s
         )
 
-    async def whoami(self) -> WhoAmI:
-        """The principal this client's token stands for."""
-        return _parse(WhoAmI, (await self._call("GET", "/v1/security/whoami")).body, "whoami")
+    async def whoami(self, namespace: str | None = None, topic: str | None = None) -> WhoAmI:
+        """The principal this client's token stands for, the permissions it holds on the
+        cluster (or on ``namespace`` / its ``topic``) and its own bindings."""
+        path = "/v1/security/whoami" + _where(namespace, topic)
+        return _parse(WhoAmI, (await self._call("GET", path)).body, "whoami")
+
+    async def can(
+        self, permission: str, namespace: str | None = None, topic: str | None = None
+    ) -> Can:
+        """Whether this client's principal may ``permission`` on the cluster, ``namespace``
+        or its ``topic`` (the server's decision, not enforced)."""
+        path = f"/v1/security/can?permission={quote(permission)}" + _where(
+            namespace, topic, joiner="&"
+        )
+        return _parse(Can, (await self._call("GET", path)).body, "can")
 
     async def roles(self) -> list[Role]:
         body = (await self._call("GET", "/v1/security/roles")).body

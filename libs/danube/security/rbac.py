@@ -181,6 +181,18 @@ class Policy:
             found.extend(self._index.get(place, {}).get(principal, []))
         return found
 
+    def bindings_for(self, principal: str) -> list[Binding]:
+        """Every binding of ``principal``, by id (what it may ask about itself)."""
+        return sorted(
+            (b for b in self.bindings.values() if b.principal == principal), key=lambda b: b.id
+        )
+
+    def permissions_of(self, binding: Binding) -> list[Permission]:
+        """What ``binding`` grants: its roles' permissions (roles that exist), in
+        :class:`Permission` order."""
+        held = {p for name in binding.roles if (r := self.roles.get(name)) for p in r.permissions}
+        return [p for p in Permission if p in held]
+
     def roles_in_use(self, name: str) -> list[str]:
         """Ids of the bindings that name role ``name``."""
         return sorted(b.id for b in self.bindings.values() if name in b.roles)

@@ -28,6 +28,7 @@ from danube.meta.kv import decode_model
 from danube.security import (
     MANAGEMENT,
     Binding,
+    Decision,
     Permission,
     PermissionDeniedError,
     Policy,
@@ -183,6 +184,26 @@ class SecurityGate:
                 permission=permission.value,
                 resource=str(resource),
             )
+
+    # --- what a principal asks about itself (whoami, can): not audited, not counted ------
+
+    def decision(self, principal: str, permission: Permission, resource: Resource) -> Decision:
+        """The decision :meth:`authorize` would take, without acting on it: the console asks
+        this to show only what its user may do. Everything is allowed with security off."""
+        if not self.enabled:
+            return Decision(True, "security off")
+        return decide(self.policy, principal, permission, resource, super_admins=self.super_admins)
+
+    def permissions(self, principal: str, resource: Resource) -> list[Permission]:
+        """Every permission ``principal`` holds on ``resource``, in :class:`Permission` order."""
+        return [p for p in Permission if self.decision(principal, p, resource).allowed]
+
+    def grants(self, principal: str) -> list[tuple[Binding, list[Permission]]]:
+        """The principal's own bindings, each with the permissions it grants (none with
+        security off: everything is allowed, nothing is bound)."""
+        if not self.enabled:
+            return []
+        return [(b, self.policy.permissions_of(b)) for b in self.policy.bindings_for(principal)]
 
     # --- the policy view: loaded before serving, then followed -----------------------------
 

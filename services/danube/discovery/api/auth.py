@@ -144,8 +144,8 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/security/api-keys"): _rule(P.ManageCluster, _cluster),
     ("DELETE", "/v1/security/api-keys/{key_id}"): _rule(P.ManageCluster, _cluster),
 }
-# Any authenticated principal may: who am I.
-AUTHENTICATED = frozenset({("GET", "/v1/security/whoami")})
+# Any authenticated principal may ask about itself: who am I, what may I do.
+AUTHENTICATED = frozenset({("GET", "/v1/security/whoami"), ("GET", "/v1/security/can")})
 
 
 def principal_from_request(connection: HTTPConnection, gate: SecurityGate) -> str:

@@ -1,5 +1,6 @@
 """Security routes: roles, bindings and API keys under ``/v1/security`` (ManageCluster),
-who am I, and the exchange of an API key for a token (``POST /v1/auth/token``).
+who am I and what may I do (``whoami``, ``can``: any authenticated principal, about itself),
+and the exchange of an API key for a token (``POST /v1/auth/token``).
 docs/http-api.md and docs/security.md describe them."""
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from danube.discovery.api.state import ServicesDep, services_of
+from danube.discovery.errors import BadRequestError
 from danube.discovery.security_admin import SecurityAdmin
-from danube.security import Binding, Permission, Role
+from danube.names import InvalidNameError, TopicName, validate_segment
+from danube.security import Binding, Permission, Resource, Role
 from danube.security.apikeys import ApiKeyRecord
 from danube.security.rbac import NAME_RE, PRINCIPAL_RE, Scope
 
@@ -80,9 +83,57 @@ class TokenOut(BaseModel):
     expires_ms: int
 
 
+class Grant(BaseModel):
+    """One of the principal's bindings and what it grants."""
+
+    binding: str
+    scope: Scope
+    resource: str
+    roles: list[str]
+    permissions: list[Permission]
+
+
 class WhoAmI(BaseModel):
     principal: str
     security_enabled: bool
+    super_admin: bool = False
+    # The resource asked about (the cluster unless ?namespace= / ?topic= were given) and
+    # every permission the principal holds there, decided as the guard decides.
+    scope: Scope = "cluster"
+    resource: str = ""
+    permissions: list[Permission] = []
+    grants: list[Grant] = []
+
+
+class Can(BaseModel):
+    principal: str
+    permission: Permission
+    scope: Scope
+    resource: str
+    allowed: bool
+    reason: str
+
+
+NamespaceQ = Annotated[
+    str | None, Query(max_length=300, description="Ask about this namespace (or its topic).")
+]
+TopicQ = Annotated[
+    str | None, Query(max_length=300, description="Ask about this topic (needs namespace).")
+]
+
+
+def _resource(namespace: str | None, topic: str | None) -> Resource:
+    """The cluster, a namespace or a topic, from the query; 400 ``invalid_name``."""
+    try:
+        if topic is not None:
+            if namespace is None:
+                raise BadRequestError("topic needs its namespace", code="invalid_name")
+            return Resource.topic(TopicName(namespace, topic))
+        if namespace is not None:
+            return Resource.namespace(validate_segment("namespace", namespace))
+        return Resource.cluster()
+    except InvalidNameError as exc:
+        raise BadRequestError(exc.message, code="invalid_name") from exc
 
 
 def _admin(services: ServicesDep) -> SecurityAdmin:
@@ -94,11 +145,44 @@ def _key_out(record: ApiKeyRecord) -> ApiKeyOut:
 
 
 @router.get("/security/whoami", response_model=WhoAmI)
-async def whoami(request: Request) -> WhoAmI:
-    """The principal the request was authenticated as."""
+async def whoami(request: Request, namespace: NamespaceQ = None, topic: TopicQ = None) -> WhoAmI:
+    """The principal the request was authenticated as, the permissions it holds on the
+    cluster (or on ``namespace`` / its ``topic``), and its own bindings. Every permission
+    with security off."""
     gate = services_of(request).security
+    principal: str = getattr(request.state, "principal", "anonymous")
+    resource = _resource(namespace, topic)
     return WhoAmI(
-        principal=getattr(request.state, "principal", "anonymous"), security_enabled=gate.enabled
+        principal=principal,
+        security_enabled=gate.enabled,
+        super_admin=gate.enabled and principal in gate.super_admins,
+        scope=resource.scope,
+        resource=resource.name,
+        permissions=gate.permissions(principal, resource),
+        grants=[
+            Grant(binding=b.id, scope=b.scope, resource=b.resource, roles=b.roles, permissions=p)
+            for b, p in gate.grants(principal)
+        ],
+    )
+
+
+@router.get("/security/can", response_model=Can)
+async def can(
+    request: Request, permission: Permission, namespace: NamespaceQ = None, topic: TopicQ = None
+) -> Can:
+    """Whether the asking principal may ``permission`` on the cluster, ``namespace`` or its
+    ``topic``: the guard's own decision, answered (200) rather than enforced."""
+    gate = services_of(request).security
+    principal: str = getattr(request.state, "principal", "anonymous")
+    resource = _resource(namespace, topic)
+    decision = gate.decision(principal, permission, resource)
+    return Can(
+        principal=principal,
+        permission=permission,
+        scope=resource.scope,
+        resource=resource.name,
+        allowed=decision.allowed,
+        reason=decision.reason,
     )
 
 

@@ -1,7 +1,8 @@
 // The Danube admin console (docs/console.md). Plain JavaScript, no build step, no library:
 // every action is a call to the public JSON API (/v1/...), with the operator's bearer token
 // when one is set, so the page can do only what the CLI can. Names and payloads from the API
-// are put in the page as text nodes (never as HTML).
+// are put in the page as text nodes (never as HTML). What the principal may do is asked of the
+// server (GET /v1/security/whoami); the page only hides what it was told is not allowed.
 "use strict";
 
 const TOKEN_KEY = "danube.console.token";
@@ -10,6 +11,9 @@ const REFRESH_INTERVAL_MS = 5000; // tables: cluster, topic description, topic l
 const CHART_POINTS_MAX = 90;      // 3 minutes of 2 s samples
 const TOPIC_ROWS_MAX = 100;       // topics whose counters the list asks for at once
 const REQUEST_TIMEOUT_MS = 15000;
+// Danube's permission names, for the role form (the server validates every PUT).
+const PERMISSIONS = ["Lookup", "Produce", "Consume", "ManageNamespace", "ManageTopic",
+                     "ManageSchema", "ManageBroker", "ManageCluster"];
 
 // --- the API ------------------------------------------------------------------------------
 
@@ -96,6 +100,7 @@ function fmtTime(ms) { return ms ? new Date(ms).toISOString().replace("T", " ").
 function showError(exc) {
   const box = document.getElementById("error");
   if (!exc) { box.hidden = true; box.textContent = ""; return; }
+  if (exc.status === 401) { askToken(exc); return; } // no or a refused token: ask for one
   const status = exc.status ? `${exc.status} ${exc.code}: ` : "";
   box.textContent = status + exc.message;
   box.hidden = false;
@@ -145,7 +150,87 @@ function every(ms, fn) {
 
 function mount(...children) {
   const main = document.getElementById("main");
-  main.replaceChildren(...children);
+  main.replaceChildren(...children.flat().filter((c) => c !== "" && c != null));
+}
+
+// --- who is asking and what they may do (decided by the server) -------------------------------
+
+let me = null; // GET /v1/security/whoami: principal, permissions on the cluster, own bindings
+
+function whoami(ns, topic) {
+  const q = new URLSearchParams();
+  if (ns) q.set("namespace", ns);
+  if (topic) q.set("topic", topic);
+  const qs = q.toString();
+  return api("GET", "/v1/security/whoami" + (qs ? "?" + qs : ""));
+}
+// The permissions the principal holds on a namespace or a topic, as the server decides them.
+async function permissionsOn(ns, topic) { return new Set((await whoami(ns, topic)).permissions); }
+// A permission on the cluster (everything shows when the server could not tell).
+const may = (permission) => !me || me.permissions.includes(permission);
+
+const NAV_NEEDS = { cluster: "ManageBroker", namespaces: "ManageNamespace",
+                    schemas: "ManageSchema", security: "ManageCluster" };
+function showNav() {
+  document.querySelector("header nav").hidden = false;
+  for (const a of document.querySelectorAll("header nav a")) {
+    const need = NAV_NEEDS[a.dataset.page];
+    a.hidden = Boolean(need) && !may(need);
+  }
+  document.getElementById("principal").textContent =
+    me && me.security_enabled ? "as " + me.principal : "";
+}
+
+// The sign-in prompt: shown instead of the page when the API answers 401.
+function askToken(exc) {
+  generation++;
+  timers.forEach(clearInterval);
+  timers = [];
+  document.getElementById("error").hidden = true;
+  notice("");
+  document.querySelector("header nav").hidden = true;
+  document.getElementById("principal").textContent = "";
+  const field = h("input", { id: "login-token", type: "password", autocomplete: "off", size: 60,
+                             placeholder: "bearer token", required: true });
+  const why = token()
+    ? `The token was refused (${exc.code}: ${exc.message}). Give another one.`
+    : "Security is on: this cluster answers only requests that carry a bearer token.";
+  mount(h("section", { id: "login", class: "login" },
+    h("h1", {}, "Sign in with a token"),
+    h("p", { id: "login-reason" }, why),
+    h("form", { id: "login-form", class: "inline", onsubmit: (e) => {
+      e.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, field.value.trim());
+      showToken();
+      route();
+    } }, field, h("button", { type: "submit", class: "primary", id: "login-submit" }, "Sign in")),
+    h("p", { class: "muted" }, "Make one with `danube admin security tokens create --principal <name>` " +
+      "or exchange an API key with `danube admin security tokens exchange --api-key <key>`. " +
+      "It is kept in this tab only (sessionStorage).")));
+  field.focus();
+}
+
+function grantPlace(grant) {
+  if (grant.scope === "namespace") return h("a", { href: `#/topics/${enc(grant.resource)}` }, grant.resource);
+  if (grant.scope === "topic") {
+    const [, ns, topic] = grant.resource.split("/");
+    return h("a", { href: `#/topic/${enc(ns)}/${enc(topic)}` }, grant.resource);
+  }
+  return "everything";
+}
+
+async function accessPage() {
+  if (!me) { mount(h("h1", {}, "My access"), h("p", { class: "muted" }, "Unknown.")); return; }
+  const who = !me.security_enabled ? "Security is off: every request is served, as anonymous."
+    : me.super_admin ? `${me.principal} is a super-admin (security.super_admins): everything is allowed.`
+    : `Signed in as ${me.principal}.`;
+  mount(h("h1", {}, "My access"), h("p", { id: "me" }, who),
+    h("p", {}, "On the cluster: ", h("span", { id: "me-permissions" }, me.permissions.join(", ") || "nothing")),
+    h("h2", {}, "Bindings"),
+    me.grants.length ? table(["binding", "scope", "on", "roles", "permissions"], me.grants.map((g) =>
+      h("tr", { "data-grant": g.binding }, h("td", {}, g.binding), h("td", {}, g.scope),
+        h("td", {}, grantPlace(g)), h("td", {}, g.roles.join(", ")), h("td", {}, g.permissions.join(", ")))),
+      { id: "grants-table" }) : h("p", { class: "muted" }, "No bindings."));
 }
 
 // --- cluster ---------------------------------------------------------------------------------
@@ -205,7 +290,7 @@ async function namespacesPage() {
     await act(() => api("PUT", `/v1/namespaces/${enc(name.value)}`), `namespace ${name.value} created`);
     await load();
   } }, name, h("button", { type: "submit", class: "primary" }, "Create namespace"));
-  mount(h("h1", {}, "Namespaces"), create, list);
+  mount(h("h1", {}, "Namespaces"), may("ManageNamespace") ? create : "", list);
   async function load() {
     try {
       const names = (await api("GET", "/v1/namespaces")).namespaces;
@@ -254,9 +339,17 @@ function namespaceRow(ns, reload) {
 
 async function topicsPage(nsParam) {
   const mine = generation;
-  const namespaces = (await api("GET", "/v1/namespaces").catch((e) => { showError(e); return { namespaces: [] }; })).namespaces;
+  // Listing namespaces needs ManageNamespace on the cluster; without it, offer the namespaces
+  // the principal's own bindings name.
+  const namespaces = may("ManageNamespace")
+    ? (await api("GET", "/v1/namespaces").catch((e) => { showError(e); return { namespaces: [] }; })).namespaces
+    : [...new Set((me ? me.grants : []).filter((g) => g.scope !== "cluster")
+        .map((g) => (g.scope === "namespace" ? g.resource : g.resource.split("/")[1])))];
+  if (nsParam && !namespaces.includes(nsParam)) namespaces.push(nsParam);
   if (mine !== generation) return; // the route changed while asking
   const ns = nsParam || (namespaces.includes("default") ? "default" : namespaces[0]);
+  const held = ns ? await permissionsOn(ns).catch((e) => { showError(e); return new Set(); }) : new Set();
+  if (mine !== generation) return;
   const pick = h("select", { id: "topics-ns", onchange: () => { location.hash = `#/topics/${enc(pick.value)}`; } },
     namespaces.map((n) => h("option", { value: n, selected: n === ns }, n)));
   const search = h("input", { id: "topic-search", type: "search", placeholder: "search topics" });
@@ -272,6 +365,13 @@ async function topicsPage(nsParam) {
     if (created) { name.value = ""; await refresh(); }
   } }, name, h("label", {}, "partitions ", parts), dispatch,
      h("button", { type: "submit", class: "primary", id: "create-topic" }, "Create topic"));
+  if (!held.has("ManageTopic")) {
+    const granted = (me ? me.grants : []).filter((g) => g.scope === "topic" && g.resource.startsWith(`/${ns}/`));
+    mount(h("h1", {}, "Topics"), h("div", { class: "row" }, "Namespace ", pick),
+      h("p", { class: "muted", id: "topics-denied" }, ns ? `Listing the topics of ${ns} needs ManageTopic there.` : "No namespace."),
+      granted.length ? h("ul", { id: "granted-topics" }, granted.map((g) => h("li", {}, grantPlace(g)))) : "");
+    return;
+  }
   mount(h("h1", {}, "Topics"), h("div", { class: "row" }, "Namespace ", pick, search), create, list);
 
   let topics = [];
@@ -424,6 +524,9 @@ function preview(message) {
 // --- topic page ---------------------------------------------------------------------------------
 
 async function topicPage(ns, topic) {
+  const mine = generation;
+  const held = await permissionsOn(ns, topic).catch((e) => { showError(e); return new Set(); });
+  if (mine !== generation) return;
   const base = topicPath(ns, topic);
   const cards = h("div", { class: "cards" });
   const rateChart = chart("chart-rate", "messages/s", fmt);
@@ -449,17 +552,20 @@ async function topicPage(ns, topic) {
     act(async () => { await api("DELETE", base); location.hash = `#/topics/${enc(ns)}`; },
         `topic /${ns}/${topic} deleted`);
   } }, "Delete topic");
+  // Only what the principal may do: describing the topic and its counters need ManageTopic,
+  // producing Produce, peeking and seeking Consume.
+  const manage = held.has("ManageTopic");
   mount(
-    h("h1", {}, `/${ns}/${topic} `, del), cards,
-    h("div", { class: "charts" }, rateChart.el, bytesChart.el, backlogChart.el),
-    h("h2", {}, "Partitions"), partitions,
-    h("h2", {}, "Subscriptions"), subs,
+    h("h1", {}, `/${ns}/${topic} `, manage ? del : ""),
+    manage ? [cards, h("div", { class: "charts" }, rateChart.el, bytesChart.el, backlogChart.el),
+              h("h2", {}, "Partitions"), partitions, h("h2", {}, "Subscriptions"), subs]
+      : h("p", { class: "muted", id: "describe-denied" }, "Partitions, subscriptions and live counters need ManageTopic on this topic."),
     h("div", { class: "grid2" },
-      h("div", {}, h("h2", {}, "Produce a test message"), produce),
-      h("div", {}, h("h2", {}, "Peek the last messages"),
+      held.has("Produce") ? h("div", {}, h("h2", {}, "Produce a test message"), produce) : "",
+      held.has("Consume") ? h("div", {}, h("h2", {}, "Peek the last messages"),
         h("div", { class: "row" }, "last ", peekCount,
           h("button", { id: "peek-button", onclick: () => act(async () => showPeek(await api("GET", `${base}/peek?count=${enc(peekCount.value)}`))) }, "Peek")),
-        peekOut)));
+        peekOut) : ""));
 
   function showPeek(doc) {
     const rows = doc.messages.map((m) => {
@@ -523,14 +629,15 @@ async function topicPage(ns, topic) {
   function showSubscriptions(list) {
     if (!list.length) { subs.replaceChildren(h("p", { class: "muted" }, "No subscriptions.")); return; }
     subs.replaceChildren(table(["subscription", "type", "backlog", "consumers", "cursors", "seek", "skip", ""],
-      list.map((sub) => subscriptionRow(ns, topic, sub, describe)), { id: "subscriptions-table" }));
+      list.map((sub) => subscriptionRow(ns, topic, sub, describe, held)), { id: "subscriptions-table" }));
   }
+  if (!manage) return;
   every(STATS_INTERVAL_MS, sample);
   // Same cadence as the counters, so the tables and the cards agree.
   await every(STATS_INTERVAL_MS, describe);
 }
 
-function subscriptionRow(ns, topic, sub, reload) {
+function subscriptionRow(ns, topic, sub, reload, held) {
   const base = `${topicPath(ns, topic)}/subscriptions/${enc(sub.name)}`;
   const kind = h("select", { class: "seek-kind" },
     ["earliest", "latest", "offset", "time"].map((k) => h("option", { value: k }, k)));
@@ -568,7 +675,7 @@ function subscriptionRow(ns, topic, sub, reload) {
   return h("tr", { "data-subscription": sub.name },
     h("td", {}, sub.name), h("td", {}, sub.type), h("td", { class: "num sub-backlog" }, fmt(sub.backlog)),
     h("td", {}, consumers || h("span", { class: "muted" }, "none")), h("td", {}, cursors),
-    h("td", {}, h("div", { class: "row" }, kind, at, seek)),
+    h("td", {}, held.has("Consume") ? h("div", { class: "row" }, kind, at, seek) : ""),
     h("td", {}, h("div", { class: "row" }, skipPart, skipTo, skip)), h("td", {}, del));
 }
 
@@ -627,6 +734,70 @@ function diffView(oldText, newText) {
   return h("pre", { class: "diff" }, lines);
 }
 
+// --- security: roles and bindings (ManageCluster) ------------------------------------------------
+
+async function securityPage() {
+  const roles = h("div", { id: "roles" });
+  const bindings = h("div", { id: "bindings" });
+  const roleName = h("input", { id: "role-name", placeholder: "role name", required: true, pattern: "[A-Za-z0-9_\\-]{1,128}" });
+  const checks = PERMISSIONS.map((p) => h("input", { type: "checkbox", value: p, "data-permission": p }));
+  const roleForm = h("form", { id: "role-form", onsubmit: async (e) => {
+    e.preventDefault();
+    const permissions = checks.filter((c) => c.checked).map((c) => c.value);
+    if (!permissions.length) { showError(new ApiError(0, "no_permission", "tick at least one permission")); return; }
+    const done = await act(() => api("PUT", `/v1/security/roles/${enc(roleName.value)}`, { permissions }),
+      (doc) => `role ${doc.name} saved: ${doc.permissions.join(", ")}`);
+    if (done) { roleName.value = ""; checks.forEach((c) => { c.checked = false; }); await load(); }
+  } }, h("div", { class: "row" }, roleName, h("button", { type: "submit", class: "primary", id: "create-role" }, "Create role")),
+     h("div", { class: "row checks" }, checks.map((c) => h("label", {}, c, " ", c.value))));
+
+  const bindingId = h("input", { id: "binding-id", placeholder: "binding id", required: true, pattern: "[A-Za-z0-9_\\-]{1,128}" });
+  const principal = h("input", { id: "binding-principal", placeholder: "principal", required: true });
+  const roleChoice = h("select", { id: "binding-roles", multiple: true, size: 4, required: true });
+  const scope = h("select", { id: "binding-scope" }, ["cluster", "namespace", "topic"].map((x) => h("option", { value: x }, x)));
+  const resource = h("input", { id: "binding-resource", placeholder: "everything", disabled: true, size: 24 });
+  scope.addEventListener("change", () => {
+    resource.disabled = scope.value === "cluster";
+    resource.placeholder = { cluster: "everything", namespace: "namespace", topic: "/namespace/topic" }[scope.value];
+    if (resource.disabled) resource.value = "";
+  });
+  const bindingForm = h("form", { id: "binding-form", class: "inline", onsubmit: async (e) => {
+    e.preventDefault();
+    const body = { principal: principal.value, roles: Array.from(roleChoice.selectedOptions, (o) => o.value),
+                   scope: scope.value, resource: resource.value };
+    const done = await act(() => api("PUT", `/v1/security/bindings/${enc(bindingId.value)}`, body),
+      (doc) => `binding ${doc.id} saved: ${doc.principal} has ${doc.roles.join(", ")} on ${doc.scope === "cluster" ? "the cluster" : doc.scope + " " + doc.resource}`);
+    if (done) { bindingId.value = ""; principal.value = ""; resource.value = ""; await load(); }
+  } }, bindingId, principal, h("label", {}, "roles ", roleChoice), h("label", {}, "scope ", scope), resource,
+     h("button", { type: "submit", class: "primary", id: "create-binding" }, "Create binding"));
+
+  mount(h("h1", {}, "Security"),
+    h("h2", {}, "Roles"), roleForm, roles,
+    h("h2", {}, "Bindings"), bindingForm, bindings);
+
+  async function load() {
+    try {
+      const [r, b] = await Promise.all([api("GET", "/v1/security/roles"), api("GET", "/v1/security/bindings")]);
+      const chosen = new Set(Array.from(roleChoice.selectedOptions, (o) => o.value));
+      roleChoice.replaceChildren(...r.roles.map((x) => h("option", { value: x.name, selected: chosen.has(x.name) }, x.name)));
+      roles.replaceChildren(r.roles.length ? table(["role", "permissions", "created (UTC)", ""], r.roles.map((x) =>
+        h("tr", { "data-role": x.name }, h("td", {}, x.name), h("td", {}, x.permissions.join(", ")),
+          h("td", {}, fmtTime(x.created_ms)), h("td", {}, h("button", { class: "danger delete-role", onclick: () => {
+            if (!confirm(`Delete role ${x.name}?`)) return;
+            act(async () => { await api("DELETE", `/v1/security/roles/${enc(x.name)}`); await load(); }, `role ${x.name} deleted`);
+          } }, "Delete")))), { id: "roles-table" }) : h("p", { class: "muted" }, "No roles."));
+      bindings.replaceChildren(b.bindings.length ? table(["binding", "principal", "roles", "scope", "resource", "created (UTC)", ""],
+        b.bindings.map((x) => h("tr", { "data-binding": x.id }, h("td", {}, x.id), h("td", {}, x.principal),
+          h("td", {}, x.roles.join(", ")), h("td", {}, x.scope), h("td", {}, x.resource || "–"), h("td", {}, fmtTime(x.created_ms)),
+          h("td", {}, h("button", { class: "danger delete-binding", onclick: () => {
+            if (!confirm(`Delete binding ${x.id} (${x.principal})? Its grants end at once.`)) return;
+            act(async () => { await api("DELETE", `/v1/security/bindings/${enc(x.id)}`); await load(); }, `binding ${x.id} deleted`);
+          } }, "Delete")))), { id: "bindings-table" }) : h("p", { class: "muted" }, "No bindings."));
+    } catch (exc) { showError(exc); }
+  }
+  await load();
+}
+
 // --- routing --------------------------------------------------------------------------------------
 
 async function route() {
@@ -634,8 +805,19 @@ async function route() {
   timers.forEach(clearInterval);
   timers = [];
   showError(null);
+  const mine = generation;
+  try {
+    me = await whoami();
+  } catch (exc) {
+    if (mine !== generation) return;
+    me = null;
+    if (exc.status === 401) { askToken(exc); return; }
+    showError(exc); // an older server, say: show everything, the API still decides
+  }
+  if (mine !== generation) return;
+  showNav();
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
-  const page = parts[0] || "cluster";
+  const page = parts[0] || (may("ManageBroker") ? "cluster" : "access");
   for (const a of document.querySelectorAll("header nav a"))
     a.classList.toggle("active", a.dataset.page === (page === "topic" ? "topics" : page));
   try {
@@ -643,6 +825,8 @@ async function route() {
     else if (page === "topics") await topicsPage(parts[1]);
     else if (page === "topic" && parts.length >= 3) await topicPage(parts[1], parts[2]);
     else if (page === "schemas") await schemasPage(parts[1]);
+    else if (page === "security") await securityPage();
+    else if (page === "access") await accessPage();
     else await clusterPage();
   } catch (exc) { showError(exc); }
 }
