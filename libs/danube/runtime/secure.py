@@ -394,7 +394,9 @@ def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
         f"  etcd auth (user {ETCD_MESH_USER}); credentials in {credentials.dir} (0600)",
         "security: ON at the front doors: TLS on every listener (CA "
         f"{pki.ca.cert}), tokens and RBAC",
-        f"  admin: export DANUBE_CA_FILE={pki.ca.cert} DANUBE_TOKEN=$(cat {token_file})",
+        "  admin: export DANUBE_SERVICE_ADDR="
+        f"https://{settings.discovery.host}:{settings.discovery.port}",
+        f"         export DANUBE_CA_FILE={pki.ca.cert} DANUBE_TOKEN=$(cat {token_file})",
         f"  (or mTLS: --cert-file {pki.clients[ADMIN_PRINCIPAL].cert} "
         f"--key-file {pki.clients[ADMIN_PRINCIPAL].key})",
     ]
