@@ -201,7 +201,12 @@ async def get_role(name: Name, services: ServicesDep) -> Role:
     return await _admin(services).role(name)
 
 
-@router.put("/security/roles/{name}", response_model=Role, status_code=201)
+@router.put(
+    "/security/roles/{name}",
+    response_model=Role,
+    status_code=201,
+    responses={200: {"model": Role, "description": "It existed: its permissions replaced"}},
+)
 async def put_role(name: Name, body: RoleIn, services: ServicesDep, response: Response) -> Role:
     """Create a role (201) or replace its permissions (200)."""
     role = Role(name=name, permissions=sorted(set(body.permissions)))
@@ -244,7 +249,12 @@ async def get_binding(binding_id: Name, services: ServicesDep) -> Binding:
     return await _admin(services).binding(binding_id)
 
 
-@router.put("/security/bindings/{binding_id}", response_model=Binding, status_code=201)
+@router.put(
+    "/security/bindings/{binding_id}",
+    response_model=Binding,
+    status_code=201,
+    responses={200: {"model": Binding, "description": "It existed: replaced"}},
+)
 async def put_binding(
     binding_id: Name, body: BindingIn, services: ServicesDep, response: Response
 ) -> Binding:
