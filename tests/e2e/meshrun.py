@@ -84,7 +84,9 @@ class MeshRun:
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + MESH_READY_TIMEOUT_S
-        while "mesh ready" not in self.log():
+        # The announcement ends with this line (after "mesh ready", the URLs and the
+        # security banner): a test that reads the banner finds all of it.
+        while "press Ctrl-C to stop" not in self.log():
             assert self.process.poll() is None, self.log()
             assert time.monotonic() < deadline, self.log()
             time.sleep(0.1)

@@ -59,6 +59,7 @@ KIND_PERMISSIONS: dict[str, KindPermissions] = {
         publish=_kinds(
             Kind.PRODUCE,
             Kind.OWNERSHIP,
+            Kind.LEADER_PROBE,
             Kind.WAL_STATS,
             Kind.WAL_DELETE,
             Kind.DISPATCH,
@@ -79,6 +80,7 @@ KIND_PERMISSIONS: dict[str, KindPermissions] = {
             Kind.REPL_FETCH,
             Kind.REPL_EPOCHS,
             Kind.OWNERSHIP,
+            Kind.LEADER_PROBE,
         ),
     ),
     "uploader": KindPermissions(
@@ -104,6 +106,7 @@ KIND_PERMISSIONS: dict[str, KindPermissions] = {
             Kind.CLOUD_TIME,
             Kind.PRODUCE,
             Kind.OWNERSHIP,
+            Kind.LEADER_PROBE,
         ),
         subscribe=_kinds(Kind.LIVE, Kind.DISPATCH, Kind.SUBSCRIPTION_OWNERSHIP),
     ),

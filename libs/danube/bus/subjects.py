@@ -57,6 +57,9 @@ class Kind(StrEnum):
     CLOUD_FETCH = "cloud.fetch"  # request: read a range from object storage (queue group)
     CLOUD_TIME = "cloud.time"  # request: the first uploaded offset published at or after a time
     OWNERSHIP = "ctl.owner"  # publish: controller -> all, a partition changed owner
+    # request: a producer -> every ingest node (no queue group: the first answer wins, so a
+    # frozen node that holds its subscription cannot swallow it), can the partition lead?
+    LEADER_PROBE = "ctl.probe"
     SUBSCRIPTION_OWNERSHIP = "ctl.subowner"  # publish: controller -> all, a subscription moved
     DISPATCH = "disp"  # request: discovery -> the dispatcher owning a subscription
 
@@ -188,6 +191,11 @@ class Subjects:
     def ownership(self, topic: TopicLike) -> str:
         """Announcements that a partition changed owner, published by the controller."""
         return self.for_topic(Kind.OWNERSHIP, topic)
+
+    def leader_probe(self, topic: TopicLike) -> str:
+        """Requests asking whether the partition has, or may get, a leader; every ingest
+        node answers (the first answer wins)."""
+        return self.for_topic(Kind.LEADER_PROBE, topic)
 
     def subscription_ownership(self, topic: TopicLike, subscription: str) -> str:
         """Announcements that a subscription moved to another dispatcher."""

@@ -8,7 +8,7 @@ import logging
 
 from danube.config import DanubeSettings
 from danube.errors import DanubeError
-from danube.ingest.handlers import serve_claims, serve_deletes
+from danube.ingest.handlers import serve_claims, serve_deletes, serve_probes
 from danube.ingest.node import Node
 from danube.runtime.service import LeaseLost, node_session, wait_for_any
 
@@ -30,6 +30,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         node = Node(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
         revision = await node.load()
         claims = await serve_claims(s.bus, node.answer_claim)
+        probes = await serve_probes(s.bus, node.answer_probe)
         deletes = await serve_deletes(s.bus, node.delete_local)
         s.started.set()
         log.info("ingest %s keeps %d replicas", node_id, len(node.replicas))
@@ -39,6 +40,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         await wait_for_any(stop, s.lease.lost, node.failed)
         watcher.cancel()
         await claims.drain()
+        await probes.drain()
         await deletes.unsubscribe()
         await node.close(release=s.lease.alive)
     if node.failed.is_set():

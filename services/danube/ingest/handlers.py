@@ -249,6 +249,16 @@ async def serve_claims(bus: Bus, answer: Callable[[Request], Awaitable[bytes]]) 
     )
 
 
+async def serve_probes(bus: Bus, answer: Callable[[Request], Awaitable[bytes]]) -> Responder:
+    """Answer leader probes (``ctl.probe``, every node, no queue group): a producer whose
+    request is slow asks whether the partition has or may get a leader; every node reads
+    etcd and answers, the first answer wins, so a frozen node that still holds its
+    subscriptions cannot leave the question unanswered."""
+    return await bus.serve(
+        bus.subjects.all_of_kind(Kind.LEADER_PROBE), answer, queue=None, max_concurrency=16
+    )
+
+
 async def serve_deletes(
     bus: Bus, delete_local: Callable[[TopicName], Awaitable[bool]]
 ) -> Subscription:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
@@ -191,18 +192,24 @@ class Node:
             if view.owner is not None:
                 return orjson.dumps({"leader": view.owner.node_id, "epoch": view.owner.epoch})
             if not await self._may_get_leader(view):
-                break
+                raise _unavailable(name, assignment.replicas, view)
             if loop.time() >= deadline:
                 raise leadership.LeaderPendingError(
                     f"{name} has no leader yet (replicas {', '.join(assignment.replicas)})"
                 )
             await asyncio.sleep(_CLAIM_POLL_S)
-        state = view.state
-        in_sync = "none yet" if state is None else ", ".join(state.isr)
-        raise leadership.PartitionUnavailableError(
-            f"{name} has no leader: replicas {', '.join(assignment.replicas)}, in sync "
-            f"{in_sync}; no in-sync replica is alive (it comes back when one does)"
-        )
+
+    async def answer_probe(self, request: Request) -> bytes:
+        """Whether the partition has a leader, or may get one (read-only, at once):
+        PartitionUnavailableError when no in-sync replica is alive."""
+        name = self.bus.subjects.parse(request.subject).name
+        view = await leadership.read(self.store, name)
+        if view.owner is not None:
+            return orjson.dumps({"leader": view.owner.node_id, "epoch": view.owner.epoch})
+        if await self._may_get_leader(view):
+            return orjson.dumps({"leader": None})
+        replicas = [] if view.assignment is None else view.assignment.replicas
+        raise _unavailable(name, replicas, view)
 
     async def _may_get_leader(self, view: leadership.PartitionView) -> bool:
         """Whether a leader may come without an operator: the partition never had one, an
@@ -263,3 +270,13 @@ def _free_bytes(path: Path) -> float:
         return float(shutil.disk_usage(path).free)
     except OSError:
         return float("nan")
+
+
+def _unavailable(
+    name: TopicName, replicas: Sequence[str], view: leadership.PartitionView
+) -> leadership.PartitionUnavailableError:
+    in_sync = "none yet" if view.state is None else ", ".join(view.state.isr)
+    return leadership.PartitionUnavailableError(
+        f"{name} has no leader: replicas {', '.join(replicas)}, in sync {in_sync}; no in-sync "
+        "replica is alive (it comes back when one does)"
+    )

@@ -147,12 +147,13 @@ class IngestClient:
     async def _probe(
         self, partition: TopicName, deadline: float
     ) -> tuple[bool, RemoteError | None]:
-        """Ask one ingest node (a frozen one never answers: then ask again) whether the
-        partition has or gets a leader: ``(answered, the reason if it has none)``."""
+        """Ask every ingest node whether the partition has or may get a leader; the first
+        answer wins (a frozen node keeps its subscription but never answers):
+        ``(answered, the reason if it has none)``."""
         remaining_s = deadline - asyncio.get_running_loop().time()
         try:
             await self.bus.request(
-                self.bus.subjects.ownership(partition),
+                self.bus.subjects.leader_probe(partition),
                 b"",
                 timeout_s=max(min(remaining_s, _PROBE_TIMEOUT_S), 0.001),
             )
