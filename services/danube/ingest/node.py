@@ -206,7 +206,8 @@ class Node:
         view = await leadership.read(self.store, name)
         if view.owner is not None:
             return orjson.dumps({"leader": view.owner.node_id, "epoch": view.owner.epoch})
-        if await self._may_get_leader(view):
+        if await self._may_get_leader(view) or (await self._replication_of(name))[2]:
+            # A non-reliable partition holds nothing to lose: a claim moves it to a live node.
             return orjson.dumps({"leader": None})
         replicas = [] if view.assignment is None else view.assignment.replicas
         raise _unavailable(name, replicas, view)
