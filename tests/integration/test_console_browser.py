@@ -63,6 +63,21 @@ async def _api_backlog(http: httpx.AsyncClient, path: str) -> int:
     return int(sum(s["backlog"] or 0 for s in doc["subscriptions"]))
 
 
+async def open_page(browser: Browser) -> tuple[Page, list[str]]:
+    """A console page that accepts every confirmation, and the messages it was asked."""
+    page = await browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(WAIT_MS)
+    expect.set_options(timeout=WAIT_MS)
+    dialogs: list[str] = []
+
+    async def accept(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        await dialog.accept()
+
+    page.on("dialog", accept)
+    return page, dialogs
+
+
 async def _shot(page: Page, shots: Path, name: str) -> None:
     await page.screenshot(path=str(shots / f"console-{name}.png"))
 
@@ -74,16 +89,7 @@ async def test_console_drives_a_topic_through_the_public_api(
     base = str(http.base_url).rstrip("/")
     shots = tmp_path / "screenshots"
     shots.mkdir()
-    page = await browser.new_page(viewport=VIEWPORT)
-    page.set_default_timeout(WAIT_MS)
-    expect.set_options(timeout=WAIT_MS)
-    dialogs: list[str] = []
-
-    async def accept(dialog: Dialog) -> None:
-        dialogs.append(dialog.message)
-        await dialog.accept()
-
-    page.on("dialog", accept)
+    page, dialogs = await open_page(browser)
     sent: list[dict[str, str]] = []
 
     def record(request: Request) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Dialog, Page, expect
+from playwright.async_api import Browser, Page, expect
 
 from tests.integration.conftest import MeshSettings
-from tests.integration.test_console_browser import VIEWPORT, WAIT_MS, browser
+from tests.integration.test_console_browser import browser, open_page
 from tests.integration.test_security_api import ADMIN, secured_mesh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -47,16 +47,7 @@ async def test_console_asks_for_a_token_and_shows_only_what_the_principal_may(
             scope="topic",
             resource="/default/orders",
         )
-        page = await browser.new_page(viewport=VIEWPORT)
-        page.set_default_timeout(WAIT_MS)
-        expect.set_options(timeout=WAIT_MS)
-        dialogs: list[str] = []
-
-        async def accept(dialog: Dialog) -> None:
-            dialogs.append(dialog.message)
-            await dialog.accept()
-
-        page.on("dialog", accept)
+        page, dialogs = await open_page(browser)
 
         # No token: a sign-in prompt, not the pages.
         await page.goto(f"{mesh.base_url}/console")
