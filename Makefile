@@ -19,7 +19,7 @@ run: setup
 	$(BIN)/danube up $(ARGS)
 
 test: setup setup-interop setup-tools
-	$(BIN)/pytest $(ARGS)
+	$(BIN)/pytest --durations=40 $(ARGS)
 
 # Command-line tools the tests run (Debian packages, installed once when missing): kubectl
 # renders deploy/kubernetes (tests/unit/test_kubernetes_manifests.py), promtool checks
