@@ -4,6 +4,7 @@ fake election: etcd failures back off and retry, every term is resigned, ``stop`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -33,6 +34,23 @@ class FakeElection:
         self.resigns += 1
 
 
+async def _run(
+    election: FakeElection,
+    lead: Callable[[Leadership, asyncio.Event], Awaitable[None]],
+    stop: asyncio.Event,
+) -> None:
+    async with asyncio.timeout(5):
+        await run_as_leader(
+            election,  # type: ignore[arg-type]
+            lead,
+            stop,
+            cancel_timeout_s=1.0,
+            role="test",
+            base_s=0.001,
+            cap_s=0.002,
+        )
+
+
 async def test_it_retries_failures_leads_each_term_and_resigns_each_time() -> None:
     down = MetaUnavailableError("etcd down")
     election = FakeElection([down, down, None, None])
@@ -46,16 +64,7 @@ async def test_it_retries_failures_leads_each_term_and_resigns_each_time() -> No
         if len(terms) == 1:
             raise MetaUnavailableError("lost etcd while leading")  # backs off, campaigns again
 
-    async with asyncio.timeout(5):
-        await run_as_leader(
-            election,  # type: ignore[arg-type]
-            lead,
-            stop,
-            cancel_timeout_s=1.0,
-            role="test",
-            base_s=0.001,
-            cap_s=0.002,
-        )
+    await _run(election, lead, stop)
     assert terms == [3, 4]  # campaigns 1 and 2 failed
     assert election.campaigns == 4
     assert election.resigns == 4  # after every try, won or not
@@ -75,12 +84,5 @@ async def test_a_stop_during_the_campaign_returns_and_resigns() -> None:
     async def lead(term: Leadership, stop_: asyncio.Event) -> None:
         raise AssertionError("never elected")
 
-    async with asyncio.timeout(5):
-        await run_as_leader(
-            election,  # type: ignore[arg-type]
-            lead,
-            stop,
-            cancel_timeout_s=1.0,
-            role="test",
-        )
+    await _run(election, lead, stop)
     assert (election.campaigns, election.resigns) == (1, 1)

@@ -95,8 +95,6 @@ class Controller:
                 stop,
                 cancel_timeout_s=self._store.request_timeout_s,
                 role="controller",
-                base_s=_RETRY_BASE_S,
-                cap_s=_RETRY_CAP_S,
             )
         finally:
             log.info("controller %s stopped", self.node_id)

@@ -36,8 +36,6 @@ PARTITION_CONCURRENCY = 8
 """Partitions one pass works on at once: bounds the load on ingest nodes, etcd and storage."""
 WAL_REQUEST_TIMEOUT_S = 30.0
 """Deadline of one ``wal.stats`` or ``wal.drop`` request (a drop deletes files and fsyncs)."""
-_RETRY_BASE_S = 0.1
-_RETRY_CAP_S = 5.0
 # What a step may fail with and still leave the pass going (anything else is a bug).
 _STEP_ERRORS = (BusError, MetaError, StorageError)
 
@@ -107,8 +105,6 @@ class Retention:
             stop,
             cancel_timeout_s=self._store.request_timeout_s,
             role="retention",
-            base_s=_RETRY_BASE_S,
-            cap_s=_RETRY_CAP_S,
         )
 
     async def _lead(self, term: Leadership, stop: asyncio.Event) -> None:
