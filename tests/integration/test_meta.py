@@ -17,6 +17,7 @@ from danube.meta import (
     MetaStore,
     MetaUnavailableError,
     TopicName,
+    UpdateRacedError,
     WatchCompactedError,
     WatchEvent,
     keys,
@@ -193,6 +194,36 @@ async def test_compare_and_swap_succeeds_exactly_once_under_contention(store: Me
     assert current is not None
     assert current.value == f"node-{won.index(True)}".encode()
     assert current.version == 2
+
+
+async def test_update_model_retries_lost_races_and_counts_its_tries(store: MetaStore) -> None:
+    await store.put_model("t", TopicConfig(partitions=1, created_ms=1))
+
+    def grow(config: TopicConfig) -> TopicConfig:
+        return config.model_copy(update={"partitions": config.partitions + 1})
+
+    # Each round of the race has a winner: as many tries as contenders lets every one land.
+    updates = [store.update_model("t", TopicConfig, grow, tries=10) for _ in range(10)]
+    results = await asyncio.gather(*updates)
+    assert sorted(after.partitions for _, after in (r for r in results if r)) == list(range(2, 12))
+    # One try each: whoever lost its race is told so, and wrote nothing.
+    outcomes = await asyncio.gather(
+        *(store.update_model("t", TopicConfig, grow, tries=1) for _ in range(10)),
+        return_exceptions=True,
+    )
+    landed = [o for o in outcomes if isinstance(o, tuple)]
+    assert all(isinstance(o, UpdateRacedError) for o in outcomes if not isinstance(o, tuple))
+    final = await store.get_model("t", TopicConfig)
+    assert final is not None
+    assert final.partitions == 11 + len(landed)
+    # No change writes nothing; a missing key is None.
+    kv = await store.get("t")
+    assert kv is not None
+    assert await store.update_model("t", TopicConfig, lambda c: c, tries=1) == (final, final)
+    after = await store.get("t")
+    assert after is not None
+    assert after.mod_revision == kv.mod_revision
+    assert await store.update_model("absent", TopicConfig, grow, tries=3) is None
 
 
 async def test_create_succeeds_exactly_once_under_contention(store: MetaStore) -> None:

@@ -54,7 +54,6 @@ def test_requests_are_validated_with_the_field_named() -> None:
     with pytest.raises(protocol.BadRequestError) as caught:
         protocol.parse(b'{"consumer_id":"c","max":0}', protocol.PollRequest)
     assert caught.value.code == "bad_request"
-    assert caught.value.status == 400
     assert "max" in caught.value.message
     keyed = protocol.parse(
         b'{"consumer":"c","type":"key_shared","key_filters":["user-*"]}', protocol.AttachRequest

@@ -137,7 +137,7 @@ def test_an_attach_may_repeat_or_omit_the_policy_but_not_change_it() -> None:
     check_attach(stored, FailurePolicy(max_redeliveries=2))
     with pytest.raises(PolicyConflictError) as refused:
         check_attach(stored, FailurePolicy(max_redeliveries=3))
-    assert (refused.value.code, refused.value.status) == ("policy_conflict", 409)
+    assert refused.value.code == "policy_conflict"
     with pytest.raises(PolicyConflictError):
         check_attach(stored.model_copy(update={"failure_policy": None}), FailurePolicy())
 

@@ -76,4 +76,4 @@ async def test_the_dispatcher_node_forgets_the_locks_of_subscriptions_it_let_go(
     )
     for i in range(200):  # retiring a subscription that is not (or no longer) served here
         await node._retire((TopicName("ns", f"t{i}"), "sub"), runtime=None)  # type: ignore[arg-type]
-    assert len(node._locks) == 0
+    assert len(node._served.locks) == 0

@@ -3,7 +3,8 @@
 - :class:`MetaStore`: get/put/range/delete, JSON models, CAS transactions, leases, watches;
 - :class:`Lease`: keep-alive in an owned task, a ``lost`` event when it can no longer be
   relied on;
-- :class:`Election`: leader election on ``elections/<name>``;
+- :class:`Election`: leader election on ``elections/<name>``; :func:`run_as_leader`, the
+  campaign-lead-resign loop of a singleton role;
 - :mod:`danube.meta.keys` and :mod:`danube.meta.records`: the key layout and the values.
 
 :class:`TopicName` and :class:`InvalidNameError` are those of :mod:`danube.names` (the naming
@@ -12,7 +13,7 @@ rules of the whole mesh), re-exported for convenience.
 docs/metadata.md describes the layout and the transaction patterns.
 """
 
-from danube.meta.election import Election, Leadership
+from danube.meta.election import Election, Leadership, run_as_leader
 from danube.meta.errors import (
     LeaseLostError,
     MetaAuthError,
@@ -21,6 +22,7 @@ from danube.meta.errors import (
     MetaRequestError,
     MetaTimeoutError,
     MetaUnavailableError,
+    UpdateRacedError,
     WatchCompactedError,
     WatchError,
     WatchOverflowError,
@@ -57,6 +59,7 @@ __all__ = [
     "TopicName",
     "Txn",
     "TxnResult",
+    "UpdateRacedError",
     "Watch",
     "WatchCompactedError",
     "WatchError",
@@ -64,4 +67,5 @@ __all__ = [
     "WatchOverflowError",
     "decode_model",
     "encode_model",
+    "run_as_leader",
 ]

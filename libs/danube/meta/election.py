@@ -9,16 +9,19 @@ A term ends (:attr:`Leadership.lost` is set) as soon as the leader learns it may
 be leader: its lease is lost (see :mod:`.lease`), or the key was deleted or re-created by
 someone else. The leader's work must watch ``lost`` and stop. ``Leadership.revision`` (the
 key's create revision) grows with every term, so it serves as a fencing token.
+
+:func:`run_as_leader` is the loop every singleton role runs (the cluster controller,
+retention): campaign, lead while elected, resign, campaign again, until told to stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from danube.meta.aio import cancel_and_wait
+from danube.meta.aio import cancel_and_wait, until_stopped, wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.errors import LeaseLostError, MetaError, WatchCompactedError, WatchError
 from danube.meta.keys import election_key
@@ -257,3 +260,38 @@ class Election:
         lease, self._lease = self._lease, None
         if lease is not None:
             await lease.revoke()
+
+
+async def run_as_leader(
+    election: Election,
+    lead: Callable[[Leadership, asyncio.Event], Awaitable[None]],
+    stop: asyncio.Event,
+    *,
+    cancel_timeout_s: float,
+    role: str,
+    base_s: float = _RETRY_BASE_S,
+    cap_s: float = _RETRY_CAP_S,
+) -> None:
+    """Campaign, ``await lead(term, stop)`` while elected, resign, campaign again; return once
+    ``stop`` is set. ``lead`` returns when the term ends (or ``stop`` is set).
+
+    A ``MetaError`` from the campaign or from ``lead`` (etcd unreachable) is logged and retried
+    with capped, jittered backoff; a campaign that wins resets the count. Every term is
+    resigned when left, so another candidate takes over at once instead of after the lease
+    TTL. ``cancel_timeout_s``: how long a campaign cancelled by ``stop`` may take to let go
+    of its lease. ``role`` names the loop in logs.
+    """
+    failures = 0
+    while not stop.is_set():
+        try:
+            term = await until_stopped(election.campaign(), stop, cancel_timeout_s=cancel_timeout_s)
+            if term is None:
+                return
+            failures = 0
+            await lead(term, stop)
+        except MetaError as exc:
+            failures += 1
+            log.warning("%s %s: %s (attempt %d)", role, election.candidate_id, exc, failures)
+            await wait_any(stop, timeout_s=backoff_s(failures - 1, base_s=base_s, cap_s=cap_s))
+        finally:
+            await election.resign()

@@ -12,6 +12,7 @@
         ├── MetaAuthError            "meta_unauthorized": no, wrong or expired credentials,
         │                            or the user's role does not cover the key
         ├── MetaDecodeError          "corrupt_metadata": key, reason (a stored value is bad)
+        ├── UpdateRacedError         "update_raced": key, tries  (retriable; a CAS kept losing)
         ├── LeaseLostError           "lease_lost": lease_id (expired, revoked or not found)
         └── WatchError               "watch_error": resume_revision
             ├── WatchCompactedError  "revision_compacted": compact_revision
@@ -93,6 +94,19 @@ class MetaDecodeError(MetaError):
         super().__init__(f"bad value at {key!r}: {reason}")
         self.key = key
         self.reason = reason
+
+
+class UpdateRacedError(MetaError):
+    """A compare-and-swap update (:meth:`MetaStore.update_model`) found the key changed
+    between its read and its write ``tries`` times in a row; nothing was written."""
+
+    code = "update_raced"
+    retriable = True
+
+    def __init__(self, *, key: str, tries: int) -> None:
+        super().__init__(f"{key!r} changed during each of {tries} updates")
+        self.key = key
+        self.tries = tries
 
 
 class LeaseLostError(MetaError):

@@ -10,7 +10,7 @@ connection itself is :class:`~danube.meta.client.EtcdClient`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from danube.config.model import MetadataConfig
 from danube.meta.client import EtcdClient, EtcdLogin
-from danube.meta.errors import LeaseLostError, MetaRequestError
+from danube.meta.errors import LeaseLostError, MetaRequestError, UpdateRacedError
 from danube.meta.kv import KeyValue, M, check_value, decode_model, encode_model, kv_from_pb
 from danube.meta.lease import Lease
 from danube.meta.txn import PutOp, Txn, TxnResult, build_request, parse_response, prefix_range_end
@@ -249,6 +249,28 @@ class MetaStore:
         """The decoded value and its :class:`KeyValue` (for the revisions a CAS needs)."""
         kv = await self.get(key)
         return None if kv is None else (decode_model(kv, model), kv)
+
+    async def update_model(
+        self, key: str, model: type[M], change: Callable[[M], M], *, tries: int
+    ) -> tuple[M, M] | None:
+        """Read ``key`` as ``model``, write ``change(current)`` if the key is still as read
+        (compare-and-swap on its mod revision), again from the read on a race, at most
+        ``tries`` times: ``(before, after)``; ``None`` when the key does not exist.
+        ``change`` returning ``current`` itself writes nothing; what it raises propagates
+        (a refused change). UpdateRacedError when every try lost the race."""
+        for _ in range(tries):
+            found = await self.get_model_kv(key, model)
+            if found is None:
+                return None
+            current, kv = found
+            updated = change(current)
+            if updated is current:
+                return current, current
+            if await self.compare_and_swap(
+                key, encode_model(updated), expected_mod_revision=kv.mod_revision
+            ):
+                return current, updated
+        raise UpdateRacedError(key=key, tries=tries)
 
     async def put_model(self, key: str, value: BaseModel, *, lease: Lease | None = None) -> int:
         """Write ``value`` as JSON; return the revision of the write."""

@@ -175,13 +175,53 @@ class NodeSession:
     its bus and etcd connections, its node lease, and the task group its work runs in."""
 
     node_id: str
+    kind: ServiceKind
     bus: Bus
     store: MetaStore
     lease: Lease
     tasks: asyncio.TaskGroup
+    lease_ttl_s: int
+    renew_lease: bool = False
     started: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by the service once it serves: /readyz answers 200 from then on (while the bus
     is connected and the lease alive)."""
+    _renewal: asyncio.Task[None] | None = None
+
+    async def register(self, address: str) -> None:
+        """Announce this node at ``nodes/<kind>/<node_id>`` with ``address`` under the node
+        lease (:func:`register_node`); with ``renew_lease``, keep it announced through lost
+        leases from now on."""
+        await register_node(self.store, self.kind, self.node_id, address, self.lease)
+        if self.renew_lease and self._renewal is None:
+            self._renewal = self.tasks.create_task(
+                self._stay_registered(address), name="registration"
+            )
+
+    async def _stay_registered(self, address: str) -> None:
+        """Register again under a new lease each time the lease is lost (an etcd stall
+        longer than its TTL), once etcd answers."""
+        failures = 0
+        while True:
+            await self.lease.lost.wait()
+            log.warning("%s %s: node lease lost; registering again", self.kind, self.node_id)
+            while True:
+                try:
+                    lease = await self.store.grant_lease(self.lease_ttl_s)
+                    lease.on_lost(lambda _: LEASES_LOST.labels(self.kind).inc())
+                    self.lease = lease
+                    await register_node(self.store, self.kind, self.node_id, address, lease)
+                    log.info("%s %s registered again", self.kind, self.node_id)
+                    failures = 0
+                    break
+                except MetaError as exc:
+                    failures += 1
+                    if failures == 1:
+                        log.warning("%s: etcd does not answer yet: %s", self.node_id, exc)
+                    await asyncio.sleep(backoff_s(failures - 1, base_s=0.2, cap_s=5.0))
+
+    def _close(self) -> None:
+        if self._renewal is not None:
+            self._renewal.cancel()
 
 
 @asynccontextmanager
@@ -191,11 +231,21 @@ async def node_session(
     node_id: str,
     config: ServiceConfig,
     stop: asyncio.Event,
+    *,
+    health_server: bool = True,
+    renew_lease: bool = False,
 ) -> AsyncIterator[NodeSession]:
     """Connect to the bus and etcd, take a node lease, serve health on
     ``config.metrics_port``, register ``nodes/<kind>/<node_id>``; on exit close everything
     (closing the store revokes the lease: our keys go at once). Raises :class:`LeaseLost`
-    after the block when the lease was lost rather than ``stop`` set."""
+    after the block when the lease was lost rather than ``stop`` set.
+
+    ``health_server=False``: the service answers ``/readyz`` on a port of its own and
+    registers that address itself (:meth:`NodeSession.register`) once it listens; no health
+    server here. ``renew_lease``: the node lease guards nothing but the registration (the
+    service holds no claims under it), so losing it does not end the session: a new lease
+    is taken and the registration written again once etcd answers, and no
+    :class:`LeaseLost` is raised."""
     topic_metrics.configure(settings.metrics)
     bus = await Bus.connect(settings.bus, name=node_id)
     try:
@@ -207,27 +257,34 @@ async def node_session(
         lease = await store.grant_lease(config.lease_ttl_s)
         lease.on_lost(lambda _: LEASES_LOST.labels(kind).inc())
         async with asyncio.TaskGroup() as tasks:
-            session = NodeSession(node_id, bus, store, lease, tasks)
-            health = HealthServer(
-                config.host,
-                config.metrics_port,
-                ready=lambda: session.started.is_set() and bus.is_connected and lease.alive,
-                limits=config,
+            session = NodeSession(
+                node_id, kind, bus, store, lease, tasks, config.lease_ttl_s, renew_lease
             )
-            serving = tasks.create_task(health.serve(), name="health")
-            await health.wait_started(serving, HEALTH_START_TIMEOUT_S)
-            # The real port, not 0 ("any free port"): what the node registry and the
-            # container healthcheck (the health file) point at.
-            url = probe_url(config.host, health.port, tls=config.tls.enabled)
-            await asyncio.to_thread(write_health_file, node_id, url)
-            address = f"{config.host}:{health.port}"
-            await register_node(store, kind, node_id, address, lease)
-            yield session
-            health.stop()
+            try:
+                if not health_server:
+                    yield session
+                    return
+                health = HealthServer(
+                    config.host,
+                    config.metrics_port,
+                    ready=lambda: session.started.is_set() and bus.is_connected and lease.alive,
+                    limits=config,
+                )
+                serving = tasks.create_task(health.serve(), name="health")
+                await health.wait_started(serving, HEALTH_START_TIMEOUT_S)
+                # The real port, not 0 ("any free port"): what the node registry and the
+                # container healthcheck (the health file) point at.
+                url = probe_url(config.host, health.port, tls=config.tls.enabled)
+                await asyncio.to_thread(write_health_file, node_id, url)
+                await session.register(f"{config.host}:{health.port}")
+                yield session
+                health.stop()
+            finally:
+                session._close()
     finally:
         await store.close()
         await bus.close()
-    if lease.lost.is_set() and not stop.is_set():
+    if not renew_lease and lease.lost.is_set() and not stop.is_set():
         raise LeaseLost(f"{kind} {node_id}: node lease lost")
 
 

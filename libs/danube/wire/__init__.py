@@ -8,9 +8,12 @@
   (danube.discovery.grpc_api), tests call methods by path.
 - The services' bus contracts, one package per service that answers requests: its bodies,
   status codes and the client its callers use: ``danube.wire.ingest`` (produce, WAL fetch,
-  replication), ``danube.wire.dispatcher`` (subscriptions; its errors and their HTTP
-  statuses), ``danube.wire.cloud`` (the cloud reader), and ``danube.wire.limits`` (the
-  policy limits a produce carries to a partition's leader, and backlog arithmetic).
+  replication), ``danube.wire.dispatcher`` (subscriptions and their refusals),
+  ``danube.wire.cloud`` (the cloud reader), and ``danube.wire.limits`` (the policy limits a
+  produce carries to a partition's leader, and backlog arithmetic).
+- What they share: ``danube.wire.errors`` (``BadRequestError``, the one error of a body that
+  breaks its layout) and ``danube.wire.claim`` (the claim-and-retry request loop of the
+  clients). Errors carry codes, not HTTP statuses: the front door maps codes to statuses.
 
 A service imports the libs and itself only, never another service
 (tests/unit/test_service_imports.py): what two services share lives here.

@@ -11,7 +11,6 @@ from typing import Any
 
 import uvicorn
 
-from danube.bus import Bus
 from danube.config import DanubeSettings
 from danube.discovery.api import Services, build_app
 from danube.discovery.catalog import Catalog
@@ -24,12 +23,10 @@ from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.security import SecurityGate
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.errors import DanubeError
-from danube.meta import Lease, MetaError, MetaStore
-from danube.meta.backoff import backoff_s
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import bound_port, wait_started
 from danube.runtime.listener import PrincipalWebSocketProtocol, uvicorn_limits, uvicorn_tls
-from danube.runtime.service import HEALTH_START_TIMEOUT_S, register_node
+from danube.runtime.service import HEALTH_START_TIMEOUT_S, node_session
 from danube.storage import ObjectStore
 from danube.wire.dispatcher.client import DispatcherClient
 
@@ -54,17 +51,17 @@ class _Server(uvicorn.Server):
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
-    """Serve the API and run the controller until ``stop`` (through etcd outages: see
-    :func:`_stay_registered`)."""
+    """Serve the API and run the controller until ``stop`` (through etcd outages: the node
+    session renews a lost lease)."""
     config = settings.discovery
-    bus = await Bus.connect(settings.bus, name=node_id)
-    try:
-        store = await MetaStore.connect(settings.wal_cloud.metadata)
-    except BaseException:
-        await bus.close()
-        raise
-    try:
-        lease = await store.grant_lease(config.lease_ttl_s)
+    # The API answers /readyz itself; the node lease guards only the registration (the
+    # controller campaigns with a lease of its own), so losing it — an etcd stall longer
+    # than its TTL — does not stop the instance: the API goes on answering (503 where it
+    # needs etcd) and the registration comes back under a new lease once etcd answers.
+    async with node_session(
+        settings, "discovery", node_id, config, stop, health_server=False, renew_lease=True
+    ) as session:
+        bus, store = session.bus, session.store
         catalog = Catalog(store, cache_ttl_s=config.topic_cache_ttl_s)
         await catalog.ensure_default_namespace()
         controller = Controller(settings, node_id=node_id, store=store)
@@ -142,7 +139,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             )
             await grpc_server.start()
         address = f"{config.host}:{config.port}"
-        await register_node(store, "discovery", node_id, address, lease)
+        await session.register(address)
         leaving = asyncio.Event()  # tells the controller to resign, however we leave
         async with asyncio.TaskGroup() as tg:
             http = tg.create_task(_serve_http(server), name="http")
@@ -155,10 +152,6 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             tg.create_task(controller.run(leaving), name="controller")
             producer_view = tg.create_task(producers.follow(producers_revision), name="producers")
             security_view = tg.create_task(security.follow(security_revision), name="security")
-            registration = tg.create_task(
-                _stay_registered(store, node_id, address, lease, config.lease_ttl_s, leaving),
-                name="registration",
-            )
             log.info(
                 "discovery %s serving on %s://%s:%d",
                 node_id,
@@ -172,48 +165,15 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             for wait in waits:
                 wait.cancel()
             leaving.set()
-            registration.cancel()
             producer_view.cancel()
             security_view.cancel()
             if grpc_server is not None:
                 grpc_reaper.cancel()
                 await grpc_server.stop()
             server.should_exit = True
-    finally:
-        await store.close()  # revokes the lease: our registration goes at once
-        await bus.close()
+    # Leaving the session closed the store, which revoked the lease: our registration went.
     if not stop.is_set():
         raise HttpStopped(f"discovery {node_id}: the HTTP server stopped on its own")
-
-
-async def _stay_registered(
-    store: MetaStore,
-    node_id: str,
-    address: str,
-    lease: Lease,
-    ttl_s: int,
-    leaving: asyncio.Event,
-) -> None:
-    """Keep ``nodes/discovery/<id>`` registered. The node lease guards nothing else here
-    (the controller campaigns with a lease of its own), so losing it — an etcd stall longer
-    than its TTL — does not stop the instance: the API goes on answering (503 where it
-    needs etcd) and the registration comes back under a new lease once etcd answers."""
-    failures = 0
-    while not leaving.is_set():
-        await lease.lost.wait()
-        log.warning("discovery %s: node lease lost (%s); registering again", node_id, lease)
-        while not leaving.is_set():
-            try:
-                lease = await store.grant_lease(ttl_s)
-                await register_node(store, "discovery", node_id, address, lease)
-                log.info("discovery %s registered again", node_id)
-                failures = 0
-                break
-            except MetaError as exc:
-                failures += 1
-                if failures == 1:
-                    log.warning("discovery %s: etcd does not answer yet: %s", node_id, exc)
-                await asyncio.sleep(backoff_s(failures - 1, base_s=0.2, cap_s=5.0))
 
 
 async def _announce_health(

@@ -13,12 +13,20 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
 from danube.discovery.models import NamespacePatch, NamespaceSpec, TopicSpec
 from danube.discovery.policy_models import TopicPatch
-from danube.meta import MetaError, MetaStore, TopicName, decode_model, encode_model
+from danube.meta import (
+    MetaError,
+    MetaStore,
+    TopicName,
+    UpdateRacedError,
+    decode_model,
+    encode_model,
+)
 from danube.meta import keys as meta_keys
 from danube.meta.records import (
     PARTITIONS_MAX,
@@ -145,13 +153,13 @@ class Catalog:
     async def update_namespace(self, name: str, patch: NamespacePatch) -> NamespacePolicy:
         """Apply ``patch`` to the namespace's policy (compare-and-swap on its revision, a few
         tries); NotFoundError if it does not exist."""
-        key = meta_keys.namespace_key(name)
-        for _ in range(_UPDATE_TRIES):
-            found = await self.store.get_model_kv(key, NamespacePolicy)
-            if found is None:
-                raise NotFoundError(f"namespace {name} does not exist", code="namespace_not_found")
-            current, kv = found
-            given = patch.model_fields_set
+        given = patch.model_fields_set
+        fields = ("max_topics", "replication_factor", "min_insync_replicas", "retention")
+        changed = sorted(
+            [f for f in fields if f in given] + ["policies"] * (patch.policies is not None)
+        )
+
+        def change(current: NamespacePolicy) -> NamespacePolicy:
             if "max_topics" in given and patch.max_topics is None:
                 raise BadRequestError("max_topics cannot be null", code="invalid_request")
             changes: dict[str, object] = {
@@ -166,18 +174,21 @@ class Catalog:
                 )
             if patch.policies is not None:
                 changes["policies"] = patch.policies.applied_to(current.policies)
-            updated = NamespacePolicy.model_validate({**current.model_dump(), **changes})
-            result = await (
-                self.store.txn()
-                .if_mod_revision(key, "==", kv.mod_revision)
-                .then_put(key, encode_model(updated))
-                .commit()
-            )
-            if result.succeeded:
-                log.info("namespace %s updated: %s", name, sorted(changes))
-                self._remember_namespace(name, updated)
-                return updated
-        raise ConflictError(f"namespace {name} changed during the update", code="conflict")
+            return NamespacePolicy.model_validate({**current.model_dump(), **changes})
+
+        key = meta_keys.namespace_key(name)
+        try:
+            found = await self.store.update_model(key, NamespacePolicy, change, tries=_UPDATE_TRIES)
+        except UpdateRacedError:
+            raise ConflictError(
+                f"namespace {name} changed during the update", code="conflict"
+            ) from None
+        if found is None:
+            raise NotFoundError(f"namespace {name} does not exist", code="namespace_not_found")
+        updated = found[1]
+        log.info("namespace %s updated: %s", name, changed)
+        self._remember_namespace(name, updated)
+        return updated
 
     async def get_namespace(self, name: str) -> NamespacePolicy:
         """The namespace's policy; NotFoundError if it does not exist."""
@@ -267,57 +278,52 @@ class Catalog:
                 f"{topic} cannot have {count} partitions (at most {PARTITIONS_MAX})",
                 code="too_many_partitions",
             )
-        key = meta_keys.topic_key(topic)
-        for _ in range(_UPDATE_TRIES):
-            found = await self.store.get_model_kv(key, TopicConfig)
-            if found is None:
-                raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
-            config, kv = found
+
+        def grow(config: TopicConfig) -> TopicConfig:
             if config.partitions == 0:
                 raise ConflictError(
                     f"topic {topic} is not partitioned: it has no partition {count - 1}",
                     code="not_partitioned",
                 )
             if config.partitions >= count:
-                self._remember(topic, config)
                 return config
-            grown = config.model_copy(update={"partitions": count})
-            result = await (
-                self.store.txn()
-                .if_mod_revision(key, "==", kv.mod_revision)
-                .then_put(key, encode_model(grown))
-                .commit()
-            )
-            if result.succeeded:
-                log.info("topic %s grew to %d partitions", topic, count)
-                self._remember(topic, grown)
-                return grown
-        raise ConflictError(f"topic {topic} kept changing while growing", code="conflict")
+            return config.model_copy(update={"partitions": count})
+
+        before, grown = await self._change_topic(topic, grow, raced="kept changing while growing")
+        if grown is not before:
+            log.info("topic %s grew to %d partitions", topic, count)
+        return grown
 
     async def update_topic(self, topic: TopicName, patch: TopicPatch) -> TopicConfig:
         """Apply ``patch`` to the topic's policies (compare-and-swap on its revision, a few
         tries); NotFoundError if it does not exist. Other instances see it within their
         cache's TTL (``discovery.topic_cache_ttl_s``), this one at once."""
-        key = meta_keys.topic_key(topic)
-        for _ in range(_UPDATE_TRIES):
-            found = await self.store.get_model_kv(key, TopicConfig)
-            if found is None:
-                raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
-            config, kv = found
-            updated = config.model_copy(
+
+        def change(config: TopicConfig) -> TopicConfig:
+            return config.model_copy(
                 update={"policies": patch.policies.applied_to(config.policies)}
             )
-            result = await (
-                self.store.txn()
-                .if_mod_revision(key, "==", kv.mod_revision)
-                .then_put(key, encode_model(updated))
-                .commit()
+
+        _, updated = await self._change_topic(topic, change, raced="changed during the update")
+        log.info("topic %s policies updated: %s", topic, updated.policies)
+        return updated
+
+    async def _change_topic(
+        self, topic: TopicName, change: Callable[[TopicConfig], TopicConfig], *, raced: str
+    ) -> tuple[TopicConfig, TopicConfig]:
+        """Compare-and-swap the topic's config through ``change`` (a few tries) and cache
+        the result: ``(before, after)``. NotFoundError when the topic does not exist,
+        ConflictError ``"topic <topic> <raced>"`` when every try lost its race."""
+        try:
+            found = await self.store.update_model(
+                meta_keys.topic_key(topic), TopicConfig, change, tries=_UPDATE_TRIES
             )
-            if result.succeeded:
-                log.info("topic %s policies updated: %s", topic, updated.policies)
-                self._remember(topic, updated)
-                return updated
-        raise ConflictError(f"topic {topic} changed during the update", code="conflict")
+        except UpdateRacedError:
+            raise ConflictError(f"topic {topic} {raced}", code="conflict") from None
+        if found is None:
+            raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+        self._remember(topic, found[1])
+        return found
 
     async def effective_policies(self, topic: TopicName) -> tuple[TopicConfig | None, Policies]:
         """The topic's config (``None`` before it exists) and the policies in effect for it:

@@ -14,7 +14,6 @@ term's: a deposed leader's writes fail, however late they arrive.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from danube.config import DanubeSettings
@@ -29,9 +28,10 @@ from danube.meta import (
     TopicName,
     WatchError,
     decode_model,
+    run_as_leader,
 )
 from danube.meta import keys as meta_keys
-from danube.meta.aio import cancel_and_wait, until_stopped, wait_any
+from danube.meta.aio import cancel_and_wait, wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment, NodeRecord
 from danube.meta.topics import read_topics
@@ -88,28 +88,14 @@ class Controller:
         etcd failures are retried with capped, jittered backoff; leaving resigns, so
         another instance takes over at once instead of after the lease TTL.
         """
-        failures = 0
         try:
-            while not stop.is_set():
-                try:
-                    term = await until_stopped(
-                        self._election.campaign(),
-                        stop,
-                        cancel_timeout_s=self._store.request_timeout_s,
-                    )
-                    if term is None:
-                        return
-                    failures = 0
-                    await self._lead(term, stop)
-                except MetaError as exc:
-                    failures += 1
-                    log.warning("controller %s: %s (attempt %d)", self.node_id, exc, failures)
-                    delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(delay_s):
-                            await stop.wait()
-                finally:
-                    await self._election.resign()
+            await run_as_leader(
+                self._election,
+                self._lead,
+                stop,
+                cancel_timeout_s=self._store.request_timeout_s,
+                role="controller",
+            )
         finally:
             log.info("controller %s stopped", self.node_id)
 

@@ -25,9 +25,11 @@
 Errors of the other packages keep their own class and code (``danube.security``:
 ``unauthenticated``, ``invalid_token``, ``token_expired``, ``invalid_api_key`` 401,
 ``permission_denied`` 403); :func:`http_status` gives them
-a status by their code (``invalid_name``, ``invalid_record`` and ``offset_out_of_range``
-400, ``payload_too_large`` 413, bus and etcd failures and ``position_unavailable`` 503...),
-so a handler simply lets them propagate. Every error body is
+a status by their code (``invalid_name``, ``invalid_record``, ``bad_request`` of a bus
+contract and ``offset_out_of_range`` 400, ``payload_too_large`` 413, the dispatcher's
+refusals, bus and etcd failures and ``position_unavailable`` 503...), so a handler simply
+lets them propagate. The errors of other packages carry no status: this module is the one
+place codes become statuses. Every error body is
 ``{"error": {"code": "...", "message": "..."}}``.
 
 A consumer stream (WebSocket) cannot answer a status: it sends the same body as an error
@@ -118,7 +120,8 @@ class UnavailableError(DiscoveryError):
     retriable = True
 
 
-# Status of the codes other packages raise (danube.names, frame, bus, meta, ingest).
+# Status of the codes other packages raise (danube.names, frame, bus, meta, the contracts of
+# danube.wire: ingest's and the dispatcher's): the only place their statuses are written.
 _STATUS_BY_CODE: dict[str, int] = {
     "invalid_name": 400,
     "invalid_record": 400,
@@ -132,21 +135,25 @@ _STATUS_BY_CODE: dict[str, int] = {
     "not_owner": 503,
     "meta_unavailable": 503,
     "lease_lost": 503,
-    "subscription_taken": 409,
-    "too_many_subscriptions": 409,  # policies (docs/policies.md)
-    "too_many_consumers": 409,
     "rate_limited": 429,
     "backlog_quota_exceeded": 429,
+    # The dispatcher's (danube.wire.dispatcher.errors), and policies' (docs/policies.md).
+    "dispatcher_error": 500,
+    "subscription_taken": 409,
+    "too_many_subscriptions": 409,
+    "too_many_consumers": 409,
     "consumer_exists": 409,
     "policy_conflict": 409,
     "consumer_not_found": 404,
     "subscription_not_found": 404,
     "subscription_type_mismatch": 409,
+    "unknown_partition": 500,  # a wiring bug
     "unsupported_start": 400,
     "unsupported_operation": 400,  # a seek of a non-reliable subscription (no cursor)
     "unsupported_subscription_type": 400,  # key_shared on a non-reliable topic
     "offset_out_of_range": 400,
     "position_unavailable": 503,
+    "ack_not_durable": 503,
     "data_damaged": 500,  # no intact copy of a range: an operator repairs or skips it
     # danube.security: no or bad credentials, then a missing permission.
     "unauthenticated": 401,

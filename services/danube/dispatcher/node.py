@@ -15,9 +15,9 @@ from danube.dispatcher.served import ServedSubscription
 from danube.dispatcher.store import SubscriptionStore
 from danube.meta import Lease, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
-from danube.meta.aio import KeyedLocks
 from danube.meta.follow import follow_prefix
 from danube.meta.records import Owner
+from danube.runtime.owned import Owned
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +41,15 @@ class DispatcherNode:
         self.bus = bus
         self.store = store
         self.lease = lease
-        self._served: dict[_Key, _Served] = {}
-        self._locks: KeyedLocks[_Key] = KeyedLocks()  # one claim or retire at a time per key
+        self._served: Owned[_Key, _Served] = Owned(
+            lease, fence=lambda served, reason: served.runtime.fail(reason)
+        )
         self._retiring: set[asyncio.Task[None]] = set()
-        lease.on_lost(lambda _: self.fence_all("node lease lost"))
 
     @property
     def subscriptions(self) -> list[_Key]:
         """``(topic, subscription)`` of every subscription served."""
-        return list(self._served)
+        return self._served.served()
 
     def runtimes(self) -> list[ServedSubscription]:
         """The runtime of every subscription served."""
@@ -58,7 +58,7 @@ class DispatcherNode:
     async def ensure_serving(self, topic: TopicName, sub: str) -> ServedSubscription:
         """Claim ``sub`` of ``topic`` (if not ours yet), resume it and answer its subjects."""
         key = (topic, sub)
-        async with self._locks.hold(key):
+        async with self._served.locks.hold(key):
             served = self._served.get(key)
             if served is not None and not served.runtime.failed:
                 return served.runtime
@@ -80,7 +80,7 @@ class DispatcherNode:
                 await runtime.stop()
                 await store.release()
                 raise
-            self._served[key] = _Served(runtime, responder)
+            self._served.add(key, _Served(runtime, responder))
             metrics.SUBSCRIPTIONS.labels(runtime.dispatch).inc()
             return runtime
 
@@ -97,13 +97,13 @@ class DispatcherNode:
         task.add_done_callback(self._retiring.discard)
 
     async def _retire(self, key: _Key, runtime: ServedSubscription) -> None:
-        async with self._locks.hold(key):
+        async with self._served.locks.hold(key):
             served = self._served.get(key)
             if served is not None and served.runtime is runtime:
                 await self._stop_serving(key, release=self.lease.alive)
 
     async def _stop_serving(self, key: _Key, *, release: bool) -> None:
-        served = self._served.pop(key, None)
+        served = self._served.pop(key)
         if served is None:
             return
         metrics.SUBSCRIPTIONS.labels(served.runtime.dispatch).dec()
@@ -135,12 +135,11 @@ class DispatcherNode:
 
     def fence_all(self, reason: str) -> None:
         """Stop every subscription at once: no more deliveries or cursor writes."""
-        for served in list(self._served.values()):
-            served.runtime.fail(reason)
+        self._served.fence_all(reason)
 
     async def close(self, *, release: bool) -> None:
         """Stop serving everything; ``release`` hands the subscriptions on (clean stop)."""
-        for key in list(self._served):
+        for key in self._served.served():
             await self._stop_serving(key, release=release)
         for task in list(self._retiring):
             task.cancel()

@@ -27,7 +27,6 @@ class NotOwnerError(DispatcherError):
     """This dispatcher does not (or no longer) own the subscription; ask again."""
 
     code = "not_owner"
-    status = 503
     retriable = True
 
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -27,6 +28,7 @@ from danube.meta.aio import cancel_and_wait
 from danube.meta.follow import follow_prefix
 from danube.meta.records import Assignment, NamespacePolicy, Owner, TopicConfig
 from danube.meta.topics import live_nodes
+from danube.runtime.owned import Owned
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +69,9 @@ class Node:
         metrics.SEGMENT_FILE_REOPENS.set_function(lambda: ops.reopens)
         metrics.WAL_DISK_FULL.labels(str(wal_root)).set_function(lambda: int(ops.disk_full))
         metrics.WAL_DISK_FREE.labels(str(wal_root)).set_function(lambda: _free_bytes(wal_root))
-        self._replicas: dict[TopicName, Replica] = {}
-        self._tasks: dict[TopicName, asyncio.Task[None]] = {}
+        self._replicas: Owned[TopicName, _Kept] = Owned(
+            lease, fence=_fence_leader, on_count=metrics.PARTITIONS.set
+        )
         metrics.SEGMENTS.set_function(lambda: sum(p.wal.stats().segments for p in self.partitions))
         metrics.UNDER_REPLICATED.set_function(
             lambda: sum(1 for p in self.partitions if p.under_replicated)
@@ -76,36 +79,34 @@ class Node:
         metrics.FOLLOWER_LAG_MAX.set_function(
             lambda: max((p.max_follower_lag() for p in self.partitions), default=0)
         )
-        lease.on_lost(lambda _: self.fence_all("node lease lost"))
 
     def get(self, name: TopicName) -> Partition | None:
         """The partition if this node leads it."""
-        replica = self._replicas.get(name)
-        return None if replica is None else replica.partition
+        kept = self._replicas.get(name)
+        return None if kept is None else kept.replica.partition
 
     @property
     def partitions(self) -> list[Partition]:
         """The partitions this node leads."""
-        return [p for r in self._replicas.values() if (p := r.partition) is not None]
+        return [p for k in self._replicas.values() if (p := k.replica.partition) is not None]
 
     @property
     def replicas(self) -> dict[TopicName, Replica]:
-        return dict(self._replicas)
+        return {kept.replica.name: kept.replica for kept in self._replicas.values()}
 
     def wal_dir(self, name: TopicName) -> Path:
         return self.settings.wal_cloud.wal.dir / name.namespace / name.topic
 
     def ensure_replica(self, name: TopicName) -> Replica:
         """Start keeping a replica of ``name`` here (idempotent)."""
-        replica = self._replicas.get(name)
-        if replica is not None:
-            replica.kick()
-            return replica
+        kept = self._replicas.get(name)
+        if kept is not None:
+            kept.replica.kick()
+            return kept.replica
         replica = Replica(name, self.wal_dir(name), self.ctx)
-        self._replicas[name] = replica
+        # The task first runs once this returns: it is kept before it can end.
         task = asyncio.create_task(self._run(replica), name=f"replica-{name}")
-        self._tasks[name] = task
-        metrics.PARTITIONS.set(len(self._replicas))
+        self._replicas.add(name, _Kept(replica, task))
         return replica
 
     async def _run(self, replica: Replica) -> None:
@@ -114,19 +115,18 @@ class Node:
         except Exception:
             log.exception("replica of %s failed", replica.name)
         finally:
-            if self._replicas.get(replica.name) is replica:
-                del self._replicas[replica.name]
-                self._tasks.pop(replica.name, None)
-                metrics.PARTITIONS.set(len(self._replicas))
+            kept = self._replicas.get(replica.name)
+            if kept is not None and kept.replica is replica:
+                self._replicas.discard(replica.name, kept)
 
     async def _stop_replica(self, name: TopicName, *, release: bool) -> None:
-        replica, task = self._replicas.get(name), self._tasks.get(name)
-        if replica is None or task is None:
+        kept = self._replicas.get(name)
+        if kept is None:
             return
-        replica.stop(release=release)
-        await asyncio.wait({task}, timeout=30.0)
-        if not task.done():
-            await cancel_and_wait(task, timeout_s=10.0)
+        kept.replica.stop(release=release)
+        await asyncio.wait({kept.task}, timeout=30.0)
+        if not kept.task.done():
+            await cancel_and_wait(kept.task, timeout_s=10.0)
 
     # --- following etcd ------------------------------------------------------------------
 
@@ -149,7 +149,8 @@ class Node:
 
     def _on_partition_event(self, event: WatchEvent) -> None:
         name, record = meta_keys.parse_partition_key(event.key)
-        replica = self._replicas.get(name)
+        kept = self._replicas.get(name)
+        replica = None if kept is None else kept.replica
         if record == "assignment" and event.kind == "put" and self._names_me(event.value):
             self.ensure_replica(name)
         elif replica is not None and record in ("assignment", "state", "owner"):
@@ -256,13 +257,26 @@ class Node:
         return True
 
     def fence_all(self, reason: str) -> None:
-        for partition in self.partitions:
-            partition.fence(reason)
+        """Fence every partition this node leads: no more appends."""
+        self._replicas.fence_all(reason)
 
     async def close(self, *, release: bool) -> None:
         """Stop every replica; ``release`` hands leadership on (clean shutdown)."""
-        for name in list(self._replicas):
+        for name in self._replicas.served():
             await self._stop_replica(name, release=release)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A replica kept here and the task that runs it."""
+
+    replica: Replica
+    task: asyncio.Task[None]
+
+
+def _fence_leader(kept: _Kept, reason: str) -> None:
+    if kept.replica.partition is not None:
+        kept.replica.partition.fence(reason)
 
 
 def _free_bytes(path: Path) -> float:

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 
 from danube.bus import Bus, BusError
 from danube.config import DanubeSettings
-from danube.meta import Election, Leadership, MetaError, MetaStore, TopicName
+from danube.meta import Election, Leadership, MetaError, MetaStore, TopicName, run_as_leader
 from danube.meta import keys as meta_keys
-from danube.meta.aio import until_stopped, wait_any
-from danube.meta.backoff import backoff_s
+from danube.meta.aio import wait_any
 from danube.meta.records import RetentionPolicy
 from danube.meta.topics import read_namespaces, read_topics
 from danube.retention import metrics
@@ -37,8 +36,6 @@ PARTITION_CONCURRENCY = 8
 """Partitions one pass works on at once: bounds the load on ingest nodes, etcd and storage."""
 WAL_REQUEST_TIMEOUT_S = 30.0
 """Deadline of one ``wal.stats`` or ``wal.drop`` request (a drop deletes files and fsyncs)."""
-_RETRY_BASE_S = 0.1
-_RETRY_CAP_S = 5.0
 # What a step may fail with and still leave the pass going (anything else is a bug).
 _STEP_ERRORS = (BusError, MetaError, StorageError)
 
@@ -102,28 +99,23 @@ class Retention:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Campaign, lead while elected, campaign again; return once ``stop`` is set."""
-        failures = 0
-        while not stop.is_set():
-            try:
-                term = await until_stopped(
-                    self._election.campaign(), stop, cancel_timeout_s=self._store.request_timeout_s
-                )
-                if term is None:
-                    return
-                failures = 0
-                await self._lead(term, stop)
-            except MetaError as exc:
-                failures += 1
-                log.warning("retention %s: %s (attempt %d)", self.node_id, exc, failures)
-                delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
-                await wait_any(stop, timeout_s=delay_s)
-            finally:
-                metrics.LEADER.set(0)
-                await self._election.resign()
+        await run_as_leader(
+            self._election,
+            self._lead,
+            stop,
+            cancel_timeout_s=self._store.request_timeout_s,
+            role="retention",
+        )
 
     async def _lead(self, term: Leadership, stop: asyncio.Event) -> None:
         log.info("retention %s leads (term revision %d)", self.node_id, term.revision)
         metrics.LEADER.set(1)
+        try:
+            await self._passes(term, stop)
+        finally:
+            metrics.LEADER.set(0)
+
+    async def _passes(self, term: Leadership, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         while term.active and not stop.is_set():
             started = loop.time()

@@ -19,12 +19,10 @@ import orjson
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError
 from danube.bus.subjects import DispatchOp
 from danube.meta import TopicName
-from danube.meta.backoff import backoff_s
 from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
+from danube.wire.claim import request_with_claim
 from danube.wire.dispatcher import protocol
 
-_RETRY_BASE_S = 0.02
-_RETRY_CAP_S = 0.5
 # A long poll's request deadline is its wait plus this much for the reply to travel.
 _POLL_MARGIN_S = 2.0
 
@@ -177,33 +175,23 @@ class DispatcherClient:
         self, topic: TopicName, sub: str, op: DispatchOp, body: bytes, timeout_s: float
     ) -> bytes:
         subject = self.bus.subjects.dispatch(topic, sub, op)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        attempt = 0
-        refused: RemoteError | None = None
-        while True:
-            remaining_s = deadline - loop.time()
-            try:
-                reply = await self.bus.request(subject, body, timeout_s=max(remaining_s, 0.001))
-                return reply.body
-            except NoRespondersError:
-                await self._ask_claim(topic, sub, deadline)
-            except RemoteError as exc:
-                if not exc.retriable:
-                    raise
-                refused = exc
-            attempt += 1
-            delay_s = backoff_s(attempt, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
-            if loop.time() + delay_s >= deadline:
-                if refused is not None:
-                    raise refused  # the dispatcher's own reason (its code) says more
-                raise TimeoutError(f"{op} on {topic}/{sub}: no answer in {timeout_s}s")
-            await asyncio.sleep(delay_s)
+
+        async def attempt(deadline: float) -> bytes:
+            remaining_s = deadline - asyncio.get_running_loop().time()
+            reply = await self.bus.request(subject, body, timeout_s=max(remaining_s, 0.001))
+            return reply.body
+
+        return await request_with_claim(
+            attempt,
+            lambda deadline: self._ask_claim(topic, sub, deadline),
+            timeout_s=timeout_s,
+            timeout_message=f"{op} on {topic}/{sub}: no answer in {timeout_s}s",
+        )
 
     async def _ask_claim(self, topic: TopicName, sub: str, deadline: float) -> None:
         remaining_s = deadline - asyncio.get_running_loop().time()
         if remaining_s <= 0:
-            return
+            return None
         # No dispatcher up yet, or another one won: the retry finds out.
         with contextlib.suppress(NoRespondersError, RemoteError, BusTimeoutError):
             await self.bus.request(

@@ -1,19 +1,24 @@
-"""Errors of the dispatcher, each with the HTTP status the edge answers it with.
+"""Errors of the dispatcher: what it refuses, by code (they travel over the bus as codes).
 
 ::
 
     DanubeError
-    └── DispatcherError              "dispatcher_error"                    500
-        ├── SubscriptionTakenError   "subscription_taken"                  409
-        ├── ConsumerExistsError      "consumer_exists"                     409
-        ├── PolicyConflictError      "policy_conflict"                     409
-        ├── ConsumerNotFoundError    "consumer_not_found"                  404
-        ├── SubscriptionNotFoundError "subscription_not_found"             404
-        ├── UnknownPartitionError    "unknown_partition"                   500
-        ├── OffsetOutOfRangeError    "offset_out_of_range"                 400
-        ├── PositionUnavailableError "position_unavailable" (retriable)    503
-        ├── AckNotDurableError       "ack_not_durable" (retriable)         503
-        └── DataDamagedError         "data_damaged"                        500
+    └── DispatcherError              "dispatcher_error"
+        ├── SubscriptionTakenError   "subscription_taken"
+        ├── ConsumerExistsError      "consumer_exists"
+        ├── PolicyConflictError      "policy_conflict"
+        ├── ConsumerNotFoundError    "consumer_not_found"
+        ├── SubscriptionNotFoundError "subscription_not_found"
+        ├── UnknownPartitionError    "unknown_partition"
+        ├── OffsetOutOfRangeError    "offset_out_of_range"
+        ├── PositionUnavailableError "position_unavailable" (retriable)
+        ├── AckNotDurableError       "ack_not_durable" (retriable)
+        ├── DataDamagedError         "data_damaged"
+        └── PolicyLimitError         "too_many_subscriptions", "too_many_consumers"
+
+A body that breaks its layout is :class:`danube.wire.errors.BadRequestError`, the error of
+every contract. These carry no HTTP status: the front door answers each code with its own
+(danube.discovery.errors, the one table).
 
 ``SubscriptionTakenError`` is the refusal of a second consumer on an exclusive
 subscription; ``OffsetOutOfRangeError`` refuses a seek or start past a partition's end,
@@ -28,17 +33,15 @@ from danube.errors import DanubeError
 
 
 class DispatcherError(DanubeError):
-    """Root of the dispatcher errors; ``status`` is the HTTP status it is answered with."""
+    """Root of the dispatcher errors."""
 
     code = "dispatcher_error"
-    status = 500
 
 
 class SubscriptionTakenError(DispatcherError):
     """An exclusive subscription already has its consumer; ``holder`` is its id."""
 
     code = "subscription_taken"
-    status = 409
 
     def __init__(self, message: str, *, holder: str) -> None:
         super().__init__(message)
@@ -49,7 +52,6 @@ class ConsumerExistsError(DispatcherError):
     """A consumer id attached twice to one subscription."""
 
     code = "consumer_exists"
-    status = 409
 
     def __init__(self, message: str, *, consumer_id: str) -> None:
         super().__init__(message)
@@ -61,14 +63,12 @@ class PolicyConflictError(DispatcherError):
     never changes it: the admin route does)."""
 
     code = "policy_conflict"
-    status = 409
 
 
 class ConsumerNotFoundError(DispatcherError):
     """A poll, ack or nack by a consumer that is not attached (never was, or detached)."""
 
     code = "consumer_not_found"
-    status = 404
 
     def __init__(self, message: str, *, consumer_id: str) -> None:
         super().__init__(message)
@@ -79,14 +79,12 @@ class SubscriptionNotFoundError(DispatcherError):
     """A seek or stats of a subscription that does not exist (never attached, or deleted)."""
 
     code = "subscription_not_found"
-    status = 404
 
 
 class UnknownPartitionError(DispatcherError):
     """Messages for a partition the subscription does not read: a wiring bug."""
 
     code = "unknown_partition"
-    status = 500
 
     def __init__(self, message: str, *, partition: str) -> None:
         super().__init__(message)
@@ -99,7 +97,6 @@ class OffsetOutOfRangeError(DispatcherError):
     where the WAL begins (offsets below it are read from the cloud tier, so they are fine)."""
 
     code = "offset_out_of_range"
-    status = 400
 
     def __init__(
         self, message: str, *, partition: str, offset: int, wal_start: int, end: int
@@ -117,7 +114,6 @@ class PositionUnavailableError(DispatcherError):
     the WAL. Nothing changed; the same request may succeed later."""
 
     code = "position_unavailable"
-    status = 503
     retriable = True
 
 
@@ -127,7 +123,6 @@ class AckNotDurableError(DispatcherError):
     restart may deliver the message again; acking again is safe."""
 
     code = "ack_not_durable"
-    status = 503
     retriable = True
 
 
@@ -138,8 +133,7 @@ class DataDamagedError(DispatcherError):
     an operator skips it (``danube admin subscriptions skip``). ``files`` names the damaged
     WAL segment and/or object."""
 
-    code = "data_damaged"
-    status = 500  # not retriable: polling again gives the same answer until someone acts
+    code = "data_damaged"  # not retriable: polling again gives the same until someone acts
 
     def __init__(
         self, message: str, *, partition: str, from_offset: int, to_offset: int, files: list[str]

@@ -51,7 +51,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from danube.frame import append_frame, decode_frames
 from danube.meta.failure_policy import FailurePolicy
-from danube.wire.dispatcher.errors import DispatcherError
+
+# The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
+from danube.wire.errors import BadRequestError as BadRequestError
 
 # A key-shared consumer's key filters (glob patterns): how many, and how long each.
 FILTERS_MAX = 32
@@ -99,13 +101,6 @@ def check_position(position: StartPosition) -> StartPosition:
 
 
 Position = Annotated[StartPosition, AfterValidator(check_position)]
-
-
-class BadRequestError(DispatcherError):
-    """A request body that does not follow its layout; nothing changed."""
-
-    code = "bad_request"
-    status = 400
 
 
 class _Body(BaseModel):

@@ -18,7 +18,7 @@ import orjson
 
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, TopicName
 from danube.frame import Frame, decode_frames
-from danube.meta.backoff import backoff_s
+from danube.wire.claim import request_with_claim
 from danube.wire.ingest import protocol
 from danube.wire.ingest.protocol import SegmentInfo
 from danube.wire.limits import BACKLOG_QUOTA_EXCEEDED, RATE_LIMITED, PartitionLimits
@@ -26,11 +26,9 @@ from danube.wire.limits import BACKLOG_QUOTA_EXCEEDED, RATE_LIMITED, PartitionLi
 # The code of danube.ingest.leadership.PartitionUnavailableError: no in-sync replica of the
 # partition is alive, so retrying within one request's deadline cannot help.
 UNAVAILABLE = "partition_unavailable"
-_RETRY_BASE_S = 0.02
 # A produce unanswered after this long makes the client ask whether a leader exists at all.
 _PROBE_AFTER_S = 1.0
 _PROBE_TIMEOUT_S = 1.0
-_RETRY_CAP_S = 0.5
 # Retriable, but not within one request: a full disk stays full, and a partition with no live
 # in-sync replica stays without a leader, for longer than a produce deadline, so the producer
 # hears it at once (and retries on its own schedule).
@@ -80,31 +78,18 @@ class IngestClient:
         (``rate_limited`` and ``backlog_quota_exceeded`` are raised at once)."""
         body = protocol.encode_produce_request(records)
         headers = None if limits is None or limits.empty else limits.headers()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        attempt = 0
-        reason: RemoteError | None = None  # why the last attempt failed, if ingest said
-        while True:
-            try:
-                first, _ = protocol.decode_produce_reply(
-                    await self._attempt(partition, body, deadline, headers)
-                )
-                return first
-            except NoRespondersError:
-                reason = await self._ask_claim(partition, deadline) or reason
-                if reason is not None and reason.code in _RETRY_LATER_CODES:
-                    raise reason from None  # e.g. no in-sync replica is alive: wait for one
-            except RemoteError as exc:
-                if not exc.retriable or exc.code in _RETRY_LATER_CODES:
-                    raise
-                reason = exc
-            attempt += 1
-            delay_s = backoff_s(attempt, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S)
-            if loop.time() + delay_s >= deadline:
-                if reason is not None:
-                    raise reason
-                raise TimeoutError(f"produce to {partition}: no durable answer in {timeout_s}s")
-            await asyncio.sleep(delay_s)
+
+        async def attempt(deadline: float) -> int:
+            reply = await self._attempt(partition, body, deadline, headers)
+            return protocol.decode_produce_reply(reply)[0]
+
+        return await request_with_claim(
+            attempt,
+            lambda deadline: self._ask_claim(partition, deadline),
+            timeout_s=timeout_s,
+            timeout_message=f"produce to {partition}: no durable answer in {timeout_s}s",
+            give_up_codes=_RETRY_LATER_CODES,
+        )
 
     async def _attempt(
         self,

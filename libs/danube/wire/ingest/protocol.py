@@ -44,8 +44,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
 
-from danube.errors import DanubeError
 from danube.frame import append_frame
+
+# The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
+from danube.wire.errors import BadRequestError as BadRequestError
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -60,12 +62,6 @@ NODE_ID_BYTES_MAX = 255
 PRODUCE_COUNT_MAX = 100_000
 # A listed segment is about 110 bytes of JSON: 4096 of them stay far below NATS max_payload.
 STATS_SEGMENTS_MAX = 4096
-
-
-class BadRequestError(DanubeError):
-    """A body that does not follow its layout; nothing was stored."""
-
-    code = "bad_request"
 
 
 class FetchStatus(IntEnum):
