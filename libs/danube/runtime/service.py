@@ -38,6 +38,7 @@ from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import HealthServer
 from danube.runtime.listener import AcceptBackoffLoop, raise_open_files_limit
 from danube.runtime.logs import configure_logging
+from danube.runtime.looplag import watch_loop_lag
 from danube.runtime.slots import SLOTS_ENV, Slot, SlotError, claim_slot
 
 log = logging.getLogger(__name__)
@@ -215,6 +216,7 @@ async def node_session(
                 limits=config,
             )
             serving = tasks.create_task(health.serve(), name="health")
+            lag = tasks.create_task(watch_loop_lag(), name="loop-lag")
             await health.wait_started(serving, HEALTH_START_TIMEOUT_S)
             # The real port, not 0 ("any free port"): what the node registry and the
             # container healthcheck (the health file) point at.
@@ -223,6 +225,7 @@ async def node_session(
             address = f"{config.host}:{health.port}"
             await register_node(store, kind, node_id, address, lease)
             yield session
+            lag.cancel()
             health.stop()
     finally:
         await store.close()

@@ -29,6 +29,7 @@ from danube.meta.backoff import backoff_s
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import bound_port, wait_started
 from danube.runtime.listener import PrincipalWebSocketProtocol, uvicorn_limits, uvicorn_tls
+from danube.runtime.looplag import watch_loop_lag
 from danube.runtime.service import HEALTH_START_TIMEOUT_S, register_node
 from danube.storage import ObjectStore
 from danube.wire.dispatcher.client import DispatcherClient
@@ -153,6 +154,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 name="health",
             )
             tg.create_task(controller.run(leaving), name="controller")
+            loop_lag = tg.create_task(watch_loop_lag(), name="loop-lag")
             producer_view = tg.create_task(producers.follow(producers_revision), name="producers")
             security_view = tg.create_task(security.follow(security_revision), name="security")
             registration = tg.create_task(
@@ -173,6 +175,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 wait.cancel()
             leaving.set()
             registration.cancel()
+            loop_lag.cancel()
             producer_view.cancel()
             security_view.cancel()
             if grpc_server is not None:
