@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup setup-interop setup-tools setup-bench run test check bench proto compose-smoke clean
+.PHONY: setup setup-interop setup-tools setup-bench run test check bench bench-peers proto compose-smoke clean
 
 setup: $(STAMP)
 
@@ -63,7 +63,8 @@ check: setup
 # Benchmarks that print their numbers; the last two run against a mesh of real processes:
 # `danube bench` (produce, consume, e2e), then the Spark Parquet backfill against the consume
 # API over 1M messages; last, the mesh against its peers (JetStream and Redis Streams, fsync
-# before ack everywhere) side by side. Against a running mesh: `.venv/bin/danube bench e2e`.
+# before ack everywhere) side by side (PEERS_ARGS, e.g. `--quick` or `--mesh-args "..."`: see
+# its --help; alone: `make bench-peers`). Against a running mesh: `.venv/bin/danube bench e2e`.
 bench: setup setup-bench
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
 	$(BIN)/pytest -q -m soak tests/
@@ -76,6 +77,9 @@ bench: setup setup-bench
 	$(BIN)/python tests/bench/bench_replication.py
 	$(BIN)/python tests/bench/bench_schema.py
 	$(BIN)/python tests/bench/bench_security.py
+	$(BIN)/python tests/bench/bench_peers.py $(PEERS_ARGS)
+
+bench-peers: setup setup-bench
 	$(BIN)/python tests/bench/bench_peers.py $(PEERS_ARGS)
 
 # docker-compose.yml itself on this machine, end to end (tests/compose/compose_smoke.py):
