@@ -348,32 +348,38 @@ class Bench:
         out: dict[str, float] = {}
         c = self.counts
 
-        async def pair(
-            mesh: Callable[[], Awaitable[object]], *peers: Callable[[], Awaitable[object]]
-        ) -> None:
-            sides = [mesh, *peers] if mesh_first else [*peers, mesh]
-            for side in sides:
+        Side = Callable[[], Awaitable[object]]
+
+        async def pair(meshes: list[Side], peers: list[Side]) -> None:
+            for side in [*meshes, *peers] if mesh_first else [*peers, *meshes]:
                 await side()
 
         redis_, js = self.redis, self.js
         await pair(
-            partial(self._mesh_batched, out),
-            partial(self._peer, "batched.redis", out, partial(redis_pipelined, redis_, c.batched),
-                    c.batched, REDIS_SERVER),
-            partial(self._peer, "batched.jetstream", out, partial(js_async, js, c.batched_js),
-                    c.batched_js, JETSTREAM_SERVER),
+            [partial(self._mesh_batched, out)],
+            [
+                partial(self._peer, "batched.redis", out,
+                        partial(redis_pipelined, redis_, c.batched), c.batched, REDIS_SERVER),
+                partial(self._peer, "batched.jetstream", out,
+                        partial(js_async, js, c.batched_js), c.batched_js, JETSTREAM_SERVER),
+            ],
         )  # fmt: skip
         one = ["--batch-size", "1", "--linger-ms", "0", "--inflight", "1"]
         single, paced = [*one, "-n", str(c.single)], [*one, "-n", str(c.paced)]
         await pair(
-            partial(self._mesh, "single", "produce", single, out),
-            partial(self._mesh, "paced", "produce", [*paced, "--rate", str(PACED_RATE)], out),
-            partial(self._peer, "single.jetstream", out, partial(js_sync, js, c.single_peer)),
-            partial(self._peer, "single.redis", out, partial(redis_single, redis_, c.single_peer)),
-        )
+            [
+                partial(self._mesh, "single", "produce", single, out),
+                partial(self._mesh, "paced", "produce", [*paced, "--rate", str(PACED_RATE)], out),
+            ],
+            [
+                partial(self._peer, "single.jetstream", out, partial(js_sync, js, c.single_peer)),
+                partial(self._peer, "single.redis", out,
+                        partial(redis_single, redis_, c.single_peer)),
+            ],
+        )  # fmt: skip
         await pair(
-            partial(self._mesh, "consume", "consume", ["-n", str(c.consume)], out),
-            partial(self._peer, "consume.jetstream", out, partial(js_consume, js, c.consume_js)),
+            [partial(self._mesh, "consume", "consume", ["-n", str(c.consume)], out)],
+            [partial(self._peer, "consume.jetstream", out, partial(js_consume, js, c.consume_js))],
         )
         for rate in (1000, 5000):
             args = ["--rate", str(rate), "-d", str(c.e2e_s)]
