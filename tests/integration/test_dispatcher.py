@@ -192,6 +192,8 @@ async def test_nack_delay_then_dead_letter_after_max_redeliveries(
     topic = TopicName("default", "nacked")
     client = DispatcherClient(bus)
     dead_before = _sample("danube_dispatcher_dead_lettered_messages_total")
+    aged_before = _sample("danube_dispatcher_delivery_age_seconds_count")
+    reads_before = _sample("danube_dispatcher_fetch_seconds_count", tier="wal")
     async with mesh(settings):
         consumer = await client.attach(topic, "s", "c", type="exclusive")
         await _produce(bus, topic, [b"poison"])
@@ -218,6 +220,9 @@ async def test_nack_delay_then_dead_letter_after_max_redeliveries(
         await _produce(bus, topic, [b"next"])
         (after,) = await _poll_until(client, topic, "s", consumer, 1)
         assert (after.offset, after.redelivery_count) == (1, 0)
+        # Per-hop metrics: two first deliveries aged (redeliveries are not a hop), reads timed.
+        assert _sample("danube_dispatcher_delivery_age_seconds_count") == aged_before + 2
+        assert _sample("danube_dispatcher_fetch_seconds_count", tier="wal") > reads_before
         cursor_key = meta_keys.subscription_cursor_key(topic, "s", topic)
         async with asyncio.timeout(5):
             while True:

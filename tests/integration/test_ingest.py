@@ -84,6 +84,8 @@ async def test_claim_produce_fetch_live_and_stats(
 ) -> None:
     client = IngestClient(bus)
     appended_before = _appended_total()
+    commits_before = _sample("danube_ingest_commit_seconds_count")
+    writes_before = _sample("danube_ingest_write_seconds_count")
     live = await bus.subscribe(bus.subjects.live(P))
     settings = settings_for("a")
     async with running_node(settings, "node-a"):
@@ -111,6 +113,9 @@ async def test_claim_produce_fetch_live_and_stats(
         assert _appended_total() - appended_before == 3
         assert "danube_ingest_appended_messages_total" in text
         assert "danube_ingest_fsync_seconds_count" in text
+        # Per hop: each produce's commit timed once; at least one WAL write under them.
+        assert _sample("danube_ingest_commit_seconds_count") == commits_before + 2
+        assert _sample("danube_ingest_write_seconds_count") > writes_before
     await live.unsubscribe()
 
 
@@ -256,6 +261,10 @@ async def _read_until_damaged(client: IngestClient, served: list[int]) -> Damage
 
 def _appended_total() -> float:
     return REGISTRY.get_sample_value("danube_ingest_appended_messages_total") or 0.0
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
 
 
 def _http_get(url: str) -> str:

@@ -38,6 +38,7 @@ from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import HealthServer
 from danube.runtime.listener import AcceptBackoffLoop, raise_open_files_limit
 from danube.runtime.logs import configure_logging
+from danube.runtime.looplag import watch_loop_lag
 from danube.runtime.slots import SLOTS_ENV, Slot, SlotError, claim_slot
 
 log = logging.getLogger(__name__)
@@ -260,6 +261,7 @@ async def node_session(
             session = NodeSession(
                 node_id, kind, bus, store, lease, tasks, config.lease_ttl_s, renew_lease
             )
+            lag = tasks.create_task(watch_loop_lag(), name="loop-lag")
             try:
                 if not health_server:
                     yield session
@@ -280,6 +282,7 @@ async def node_session(
                 yield session
                 health.stop()
             finally:
+                lag.cancel()
                 session._close()
     finally:
         await store.close()

@@ -13,6 +13,15 @@ PRODUCE_SECONDS = Histogram(
     "Latency of a successful produce request, check to last durable answer",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
 )
+# Per hop of a produce (docs/operations.md, "Where a produce spends its time"): this whole
+# request, the bus request to ingest inside it, and danube_event_loop_lag_seconds for the
+# time ready work waits for this process's event loop.
+BUS_PRODUCE_SECONDS = Histogram(
+    "danube_discovery_bus_produce_seconds",
+    "One produce request over the bus to a partition's ingest leader, sent to answered "
+    "(failures too: a timeout counts its wait)",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+)
 MESSAGES_PRODUCED = Counter(
     "danube_discovery_messages_produced", "Messages acknowledged to HTTP producers"
 )

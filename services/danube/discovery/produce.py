@@ -349,7 +349,10 @@ class Producer:
         limits: PartitionLimits,
     ) -> int:
         try:
-            return await self.client.produce(partition, records, timeout_s=timeout_s, limits=limits)
+            with metrics.BUS_PRODUCE_SECONDS.time():
+                return await self.client.produce(
+                    partition, records, timeout_s=timeout_s, limits=limits
+                )
         except RemoteError as exc:
             if exc.code not in (RATE_LIMITED, BACKLOG_QUOTA_EXCEEDED):
                 raise

@@ -263,7 +263,9 @@ class FanoutRuntime:
                 labels = subscription_labels(self.store.topic, self.store.sub)
                 metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(taken))
                 metrics.SUB_BYTES_OUT.labels(*labels).inc(sum(len(m.record) for m in taken))
-                return [protocol.PolledMessage(m.partition, m.offset, 0, m.record) for m in taken]
+                polled = [protocol.PolledMessage(m.partition, m.offset, 0, m.record) for m in taken]
+                metrics.observe_delivery_age(polled)
+                return polled
             remaining_s = deadline - loop.time()
             if remaining_s <= 0 or self.closing or self.failed:
                 return []

@@ -3,7 +3,13 @@ their number is unbounded)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from danube.frame import CorruptRecordError, record_publish_time_ms
+from danube.wire.dispatcher.protocol import PolledMessage
 
 SUBSCRIPTIONS = Gauge(
     "danube_dispatcher_subscriptions", "Subscriptions this dispatcher serves", ["dispatch"]
@@ -38,6 +44,21 @@ ACK_SECONDS = Histogram(
     "danube_dispatcher_ack_seconds",
     "From an ack request to its cursor being stored",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+)
+# A message's way through the dispatcher (docs/operations.md, "Where a produce spends its
+# time"): each read for a subscription, and the age of what is handed to consumers.
+FETCH_SECONDS = Histogram(
+    "danube_dispatcher_fetch_seconds",
+    "One read for a subscription: from the partition's ingest leader (tier wal) or from "
+    "the cloud reader (tier cloud)",
+    ["tier"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+)
+DELIVERY_AGE_SECONDS = Histogram(
+    "danube_dispatcher_delivery_age_seconds",
+    "Age of the oldest first delivery of each batch handed to a consumer, since its publish "
+    "time (stamped by discovery: another host's clock)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0),
 )
 TIER_MESSAGES = Counter(
     "danube_dispatcher_read_messages",
@@ -100,3 +121,17 @@ BACKLOG_EVICTED = Counter(
     "danube_dispatcher_backlog_evicted_messages",
     "Messages a subscription's cursor was moved past by a backlog quota of policy evict_oldest",
 )
+
+
+def observe_delivery_age(batch: Sequence[PolledMessage]) -> None:
+    """Observe the age of the batch's first message delivered for the first time (in one
+    partition's offset order: its oldest; a redelivery's age is its redelivery delay, not a
+    hop). One record header read per batch, never per message."""
+    for message in batch:
+        if message.redelivery_count == 0:
+            try:
+                published_ms = record_publish_time_ms(message.record)
+            except CorruptRecordError:
+                return  # checked where it was written; a metric never fails a delivery
+            DELIVERY_AGE_SECONDS.observe(max(0.0, time.time() - published_ms / 1000))
+            return

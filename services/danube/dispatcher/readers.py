@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Protocol
 
 from danube.bus import Bus, BusError, Message, NoRespondersError, RemoteError, Subscription
@@ -133,6 +134,7 @@ class PartitionReader:
         machine = self.runtime.machine
         assert machine is not None
         position = machine.cursor(self.name).read_position
+        started_s = time.perf_counter()
         reply = await self.runtime.ingest.fetch(
             self.partition,
             position,
@@ -140,8 +142,10 @@ class PartitionReader:
             max_count=FETCH_MAX_COUNT,
             timeout_s=FETCH_TIMEOUT_S,
         )
+        metrics.FETCH_SECONDS.labels("wal").observe(time.perf_counter() - started_s)
         step = tiers.after_wal(position, reply)
         if isinstance(step, tiers.AskCloud):
+            started_s = time.perf_counter()
             cloud = await self.cloud.fetch(
                 self.partition,
                 position,
@@ -149,6 +153,7 @@ class PartitionReader:
                 max_count=FETCH_MAX_COUNT,
                 timeout_s=FETCH_TIMEOUT_S,
             )
+            metrics.FETCH_SECONDS.labels("cloud").observe(time.perf_counter() - started_s)
             outcome = tiers.after_cloud(str(self.partition), step, cloud)
             if isinstance(outcome, tiers.Blocked):
                 self._blocked(outcome.damage)

@@ -282,6 +282,7 @@ class SubscriptionRuntime:
                     for m in messages
                 ]
                 redelivered = sum(1 for m in messages if m.redelivery_count)
+                metrics.observe_delivery_age(polled)
                 metrics.DELIVERED.inc(len(messages))
                 metrics.REDELIVERED.inc(redelivered)
                 labels = subscription_labels(self.store.topic, self.store.sub)

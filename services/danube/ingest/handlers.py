@@ -100,6 +100,7 @@ class PartitionHandlers:
         # outcome read when nobody waits for it any more: a fenced leader's refusal).
         append = asyncio.ensure_future(self.partition.produce(records))
         append.add_done_callback(_outcome_read)
+        append.add_done_callback(metrics.commit_timer())
         try:
             first = await asyncio.shield(append)
         except (leadership.NotEnoughReplicasError, DiskFullError) as exc:

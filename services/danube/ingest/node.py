@@ -39,7 +39,11 @@ CLAIM_WAIT_S = 3.0
 
 class TimedFileOps(BoundedFileOps):
     """The real disk with the node's limits (open segment files, free space), every
-    fdatasync timed into the fsync latency histogram."""
+    write and fdatasync timed into their latency histograms."""
+
+    def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
+        with metrics.WRITE_SECONDS.time():
+            super().write(fd, data)
 
     def fdatasync(self, fd: int) -> None:
         with metrics.FSYNC_SECONDS.time():
