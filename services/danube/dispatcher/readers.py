@@ -133,7 +133,7 @@ class PartitionReader:
         machine = self.runtime.machine
         assert machine is not None
         position = machine.cursor(self.name).read_position
-        reply = await self.runtime.ingest.fetch(
+        reply = await self.runtime.ingest.fetch_frames(
             self.partition,
             position,
             max_bytes=FETCH_MAX_BYTES,

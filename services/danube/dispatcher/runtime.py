@@ -54,6 +54,7 @@ from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
+from danube.frame import RawFrame, verify_frame
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
@@ -277,7 +278,7 @@ class SubscriptionRuntime:
                 messages = [m for d in delivered for m in d.messages]
                 polled = [
                     protocol.PolledMessage(
-                        m.partition, m.offset, m.redelivery_count, _bytes(m.payload)
+                        m.partition, m.offset, m.redelivery_count, _frame(m.payload).data
                     )
                     for m in messages
                 ]
@@ -286,7 +287,7 @@ class SubscriptionRuntime:
                 metrics.REDELIVERED.inc(redelivered)
                 labels = subscription_labels(self.store.topic, self.store.sub)
                 metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(messages))
-                metrics.SUB_BYTES_OUT.labels(*labels).inc(sum(len(m.record) for m in polled))
+                metrics.SUB_BYTES_OUT.labels(*labels).inc(sum(m.record_bytes for m in polled))
                 metrics.SUB_REDELIVERED.labels(*labels).inc(redelivered)
                 return polled
             damaged = self.damage.error()
@@ -434,8 +435,8 @@ class SubscriptionRuntime:
 
     def feed(self, event: MessagesAvailable) -> list[Action]:
         """Readers hand their reads in here; returns the actions left to execute."""
-        for _, record in event.messages:
-            self._record_bytes_max = max(self._record_bytes_max, len(_bytes(record)))
+        for _, frame in event.messages:
+            self._record_bytes_max = max(self._record_bytes_max, len(_frame(frame).record))
         actions = self._machine().handle(event)
         self.notify()
         return actions
@@ -480,7 +481,13 @@ class SubscriptionRuntime:
         topic = policy_admin.dead_letter_target(self, partition)
         try:
             await deadletter.send_dead_letter(
-                self.store, self.ingest, partition, message.offset, _bytes(message.payload), topic
+                self.store,
+                self.ingest,
+                partition,
+                message.offset,
+                # Checked before it is stored again: never a corrupt record into a topic.
+                bytes(verify_frame(_frame(message.payload).data)),
+                topic,
             )
             self.dead_lettered += 1
         except Exception as exc:
@@ -524,8 +531,8 @@ class SubscriptionRuntime:
                     await self.detach(consumer_id)
 
 
-def _bytes(payload: object) -> bytes:
-    # The machine carries payloads opaquely; this runtime only ever gives it record bytes.
-    if not isinstance(payload, bytes):
-        raise TypeError(f"expected record bytes, got {type(payload).__name__}")
+def _frame(payload: object) -> RawFrame:
+    # The machine carries payloads opaquely; this runtime only ever gives it frames as read.
+    if not isinstance(payload, RawFrame):
+        raise TypeError(f"expected a frame, got {type(payload).__name__}")
     return payload
