@@ -41,7 +41,6 @@ A body that does not parse is refused with ``bad_request`` (:class:`BadRequestEr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Annotated, Literal, TypeVar
 
 import orjson
