@@ -98,8 +98,8 @@ async def _run(url: str, n: int, transport: str) -> dict[str, float]:
         async with client.producer("/default/crc") as producer:
             futures = [await producer.send(b"x" * PAYLOAD_BYTES) for _ in range(n)]
             await asyncio.gather(*futures)
-        counter = CrcCounter(codec.crc32c)
-        codec.crc32c = counter  # type: ignore[assignment]
+        counter = CrcCounter(getattr(codec, "crc32c"))  # noqa: B009 (not exported)
+        setattr(codec, "crc32c", counter)  # noqa: B010
         got = 0
         kwargs: dict[str, Any] = {} if transport == "default" else {"transport": transport}
         async with client.consumer(
@@ -109,7 +109,7 @@ async def _run(url: str, n: int, transport: str) -> dict[str, float]:
                 message = await consumer.receive(timeout_s=10)
                 message.ack()
                 got += 1
-        codec.crc32c = counter.real
+        setattr(codec, "crc32c", counter.real)  # noqa: B010
     return {"messages": got, "crc_calls_per_message": counter.calls / got}
 
 
