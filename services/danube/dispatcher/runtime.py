@@ -25,6 +25,7 @@ from danube.dispatcher import (
     metrics,
     policies,
     policy_admin,
+    tiers,
 )
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.damage import DamageBook
@@ -54,7 +55,7 @@ from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
-from danube.frame import RawFrame, verify_frame
+from danube.frame import verify_frame
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
@@ -161,6 +162,7 @@ class SubscriptionRuntime:
         self.machine = new_machine(
             config.type, cursors, DeliverySettings.from_config(self.config, config.failure_policy)
         )
+        self.machine.detach_payload = tiers.detached
         for name, partition in self._partitions.items():
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
@@ -278,7 +280,7 @@ class SubscriptionRuntime:
                 messages = [m for d in delivered for m in d.messages]
                 polled = [
                     protocol.PolledMessage(
-                        m.partition, m.offset, m.redelivery_count, _frame(m.payload).data
+                        m.partition, m.offset, m.redelivery_count, tiers.frame_of(m.payload).data
                     )
                     for m in messages
                 ]
@@ -436,7 +438,8 @@ class SubscriptionRuntime:
     def feed(self, event: MessagesAvailable) -> list[Action]:
         """Readers hand their reads in here; returns the actions left to execute."""
         for _, frame in event.messages:
-            self._record_bytes_max = max(self._record_bytes_max, len(_frame(frame).record))
+            size = len(tiers.frame_of(frame).record)
+            self._record_bytes_max = max(self._record_bytes_max, size)
         actions = self._machine().handle(event)
         self.notify()
         return actions
@@ -486,7 +489,7 @@ class SubscriptionRuntime:
                 partition,
                 message.offset,
                 # Checked before it is stored again: never a corrupt record into a topic.
-                bytes(verify_frame(_frame(message.payload).data)),
+                bytes(verify_frame(tiers.frame_of(message.payload).data)),
                 topic,
             )
             self.dead_lettered += 1
@@ -529,10 +532,3 @@ class SubscriptionRuntime:
                         self.store.sub,
                     )
                     await self.detach(consumer_id)
-
-
-def _frame(payload: object) -> RawFrame:
-    # The machine carries payloads opaquely; this runtime only ever gives it frames as read.
-    if not isinstance(payload, RawFrame):
-        raise TypeError(f"expected a frame, got {type(payload).__name__}")
-    return payload

@@ -103,3 +103,17 @@ def after_cloud(partition: str, ask: AskCloud, reply: CloudFetchReply) -> Feed |
         return Blocked(Damage(partition, position, wal.to_offset, (wal.file,)))
     messages = [(frame.offset, frame) for frame in reply.frames]
     return Feed(messages, position, max(reply.next_offset, position), "cloud")
+
+
+def frame_of(payload: object) -> RawFrame:
+    """The frame a machine entry carries (readers only ever hand it frames as read)."""
+    if not isinstance(payload, RawFrame):
+        raise TypeError(f"expected a frame, got {type(payload).__name__}")
+    return payload
+
+
+def detached(payload: object) -> object:
+    """A frame of its own (one copy) instead of a view that keeps a whole fetch reply alive:
+    for a message held back for a later redelivery."""
+    frame = frame_of(payload)
+    return RawFrame(frame.offset, memoryview(bytes(frame.data)))
