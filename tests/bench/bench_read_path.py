@@ -3,7 +3,7 @@ and ``--base`` (another tree of the project, e.g. ``git archive <commit> | tar -
 runs alternating, each on a fresh mesh (ingest, dispatcher, discovery as processes), the
 medians printed. Run::
 
-    .venv/bin/python -m tests.bench.bench_read_path --base DIR [-n 50000] [--runs 3]
+    .venv/bin/python tests/bench/bench_read_path.py --base DIR [-n 50000] [--runs 3]
         [--args "--transport json"]
 
 The base tree runs with ``PYTHONPATH`` pointing at its ``libs`` and ``services``, ahead of
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.bench.mesh import bench_mesh
+from mesh import bench_mesh
 
 SERVICES = ("ingest", "dispatcher", "discovery")
 

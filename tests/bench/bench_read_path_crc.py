@@ -3,7 +3,7 @@ and discovery in this process (on a nats-server and etcd of their own), ``danube
 crc32c wrapped by a counter, N messages produced, then consumed from the WAL's disk (the
 in-memory cache is off) through the SDK with ack each. Run::
 
-    .venv/bin/python -m tests.bench.bench_read_path_crc [-n 2000] [--transport json|binary]
+    .venv/bin/python tests/bench/bench_read_path_crc.py [-n 2000] [--transport json|binary]
 
 It prints the calls that covered a payload (one per frame computed or checked) per consumed
 message. Copies are counted by reading the code (docs/performance.md lists them hop by hop).

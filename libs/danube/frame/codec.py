@@ -317,6 +317,11 @@ class RawFrame(NamedTuple):
         """The frame's payload (the record bytes), unchecked."""
         return self.data[FRAME_HEADER_BYTES:]
 
+    @property
+    def size_bytes(self) -> int:
+        """Bytes this frame takes in the stream, header included."""
+        return len(self.data)
+
 
 def walk_frames(
     buf: BytesLike, start: int = 0, *, max_payload_bytes: int = MAX_FRAME_PAYLOAD_BYTES

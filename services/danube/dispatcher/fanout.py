@@ -47,7 +47,7 @@ class Buffered:
 
     partition: str
     offset: int
-    frame: memoryview
+    frame: bytes | memoryview
 
 
 class Fanout:

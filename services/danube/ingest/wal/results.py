@@ -20,9 +20,10 @@ class FetchResult:
     next_offset: int
 
     @property
-    def messages(self) -> list[tuple[int, memoryview]]:
-        """``(offset, payload)`` of each message: views of its frame, no copy."""
-        return [(offset, memoryview(frame)[FRAME_HEADER_BYTES:]) for offset, frame in self.frames]
+    def messages(self) -> list[tuple[int, bytes]]:
+        """``(offset, payload)`` of each message, copied out of its frame (for readers of a
+        few records: the fetch handlers pass :attr:`frames` on as they are)."""
+        return [(offset, bytes(frame[FRAME_HEADER_BYTES:])) for offset, frame in self.frames]
 
 
 @dataclass(frozen=True, slots=True)
