@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from danube.bus import Bus, NoRespondersError, TopicName
-from danube.frame import Record, decode_record, encode_record
+from danube.frame import Frame, Record, decode_record, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
@@ -172,7 +172,7 @@ async def read_all(
         offset = reply.next_offset
 
 
-async def _fetch(client: IngestClient, partition: TopicName, offset: int) -> FetchReply:
+async def _fetch(client: IngestClient, partition: TopicName, offset: int) -> FetchReply[Frame]:
     """A fetch that waits (10 s at most) for a leader to serve: a new leader's owner key is
     written before it subscribes to its partition's subjects, so a read between the two
     finds no responder."""

@@ -23,7 +23,7 @@ from danube.config import (
     WalCloudConfig,
     WalConfig,
 )
-from danube.frame import Record, decode_frames, decode_record, encode_record
+from danube.frame import Record, decode_record, encode_record
 from danube.ingest import app
 from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import MetaStore
@@ -96,13 +96,19 @@ async def test_claim_produce_fetch_live_and_stats(
         from_one = await client.fetch(P, 1, max_count=1)
         assert [f.offset for f in from_one.frames] == [1]
         assert from_one.next_offset == 2
-        seen: list[int] = []
+        # A reliable partition's live subject wakes readers up (durable_next), no payloads.
+        wakeups: list[protocol.Wakeup] = []
         async with asyncio.timeout(5):
-            while len(seen) < 3:
+            while not wakeups or wakeups[-1].next_offset < 3:
                 message = await live.next(timeout_s=5)
-                frames, _ = decode_frames(message.body)
-                seen.extend(frame.offset for frame in frames)
-        assert seen == [0, 1, 2]
+                wakeup = protocol.Wakeup.decode(message.body)
+                assert wakeup is not None, message.body
+                wakeups.append(wakeup)
+        assert [w.next_offset for w in wakeups] == sorted({w.next_offset for w in wakeups})
+        assert sum(w.count for w in wakeups) == 3
+        assert sum(w.payload_bytes for w in wakeups) == sum(
+            map(len, _records(b"one", b"two", b"three"))
+        )
         stats = orjson.loads((await bus.request(bus.subjects.wal_stats(P), b"")).body)
         assert stats["epoch"] == 1
         assert stats["partition"] == str(P)

@@ -12,7 +12,13 @@ import pytest
 from danube.cloud_reader.reader import resume_after
 from danube.dispatcher import tiers
 from danube.dispatcher.damage import DamageBook, skip_target
-from danube.frame import FRAME_HEADER_BYTES, Frame, append_frame
+from danube.frame import (
+    FRAME_HEADER_BYTES,
+    RawFrame,
+    append_frame,
+    encode_frame,
+    verify_frame,
+)
 from danube.ingest.wal import WalCorruptionError
 from danube.ingest.wal.fileops import OsFileOps
 from danube.ingest.wal.reader import read_messages
@@ -54,7 +60,7 @@ def read(
     files: MemoryFiles, segments: list[Segment], from_offset: int, *, limit: int
 ) -> tuple[list[tuple[int, bytes]], int]:
     plan = [(segment, segment.size_bytes) for segment in segments]
-    return read_messages(
+    frames, next_offset = read_messages(
         files,
         plan,
         from_offset,
@@ -63,6 +69,7 @@ def read(
         max_count=10**6,
         max_payload_bytes=1 << 16,
     )
+    return [(offset, bytes(verify_frame(frame))) for offset, frame in frames], next_offset
 
 
 def _flip(data: bytes, position: int) -> bytes:
@@ -111,20 +118,32 @@ def test_an_object_resumes_at_its_next_index_entry_after_a_bad_frame() -> None:
     assert resume_after(descriptor, 400) == 10  # in the last step: past the object
 
 
-def _frame(offset: int) -> Frame:
-    return Frame(offset, memoryview(b"x"))
+def _frame(offset: int) -> RawFrame:
+    return RawFrame(offset, memoryview(encode_frame(offset, b"x")))
+
+
+def _fed(step: object) -> list[tuple[int, bytes]]:
+    """The ``(offset, record)`` a Feed hands to the machine, each frame checked here."""
+    assert isinstance(step, tiers.Feed)
+    return [(offset, bytes(verify_frame(frame.data))) for offset, frame in step.messages]
 
 
 def test_the_tier_table() -> None:
     ok = FetchReply(False, 0, 12, [_frame(10), _frame(11)])
-    assert tiers.after_wal(10, ok) == tiers.Feed([(10, b"x"), (11, b"x")], 10, 12, "wal")
-    wal_bad = FetchReply(False, 0, 10, [], Damaged(10, 50, "seg.wal"))
+    fed = tiers.after_wal(10, ok)
+    assert isinstance(fed, tiers.Feed)
+    assert _fed(fed) == [(10, b"x"), (11, b"x")]
+    assert fed == tiers.Feed(fed.messages, 10, 12, "wal")
+    wal_bad: FetchReply[RawFrame] = FetchReply(False, 0, 10, [], Damaged(10, 50, "seg.wal"))
     ask = tiers.after_wal(10, wal_bad)
     assert ask == tiers.AskCloud(10, 0, Damaged(10, 50, "seg.wal"))
     assert isinstance(ask, tiers.AskCloud)
     # The object has it: read from the cloud tier.
     cloud_ok = CloudFetchReply(True, 11, [_frame(10)])
-    assert tiers.after_cloud(P, ask, cloud_ok) == tiers.Feed([(10, b"x")], 10, 11, "cloud")
+    from_cloud = tiers.after_cloud(P, ask, cloud_ok)
+    assert isinstance(from_cloud, tiers.Feed)
+    assert _fed(from_cloud) == [(10, b"x")]
+    assert from_cloud == tiers.Feed(from_cloud.messages, 10, 11, "cloud")
     # Not uploaded, or damaged too: blocked, naming both files, up to the nearer resume.
     blocked = tiers.after_cloud(P, ask, CloudFetchReply(False, 10, []))
     assert blocked == tiers.Blocked(tiers.Damage(P, 10, 50, ("seg.wal",)))

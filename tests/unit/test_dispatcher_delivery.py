@@ -157,6 +157,21 @@ def test_nack_with_delay_redelivers_after_the_delay_with_count_plus_one() -> Non
     assert [(msg.offset, msg.redelivery_count) for msg in again] == [(0, 1)]
 
 
+def test_a_message_held_back_for_later_keeps_only_what_detach_payload_gives() -> None:
+    """A delayed redelivery swaps its payload for a detached one (the runtime's own copy of a
+    frame, so one held message does not keep a whole fetch reply alive); one due at once
+    keeps the payload it had."""
+    m = machine("shared")
+    m.detach_payload = lambda payload: f"own {payload}"
+    feed(m, "p0", [0, 1])
+    m.handle(ConsumerAttached("c", "c"))
+    poll(m, "c", now_s=10.0)
+    m.handle(Nack("c", [("p0", 0)], delay_ms=2500, now_s=10.0))
+    m.handle(Nack("c", [("p0", 1)], delay_ms=0, now_s=10.0))
+    again = poll(m, "c", now_s=13.0)
+    assert sorted((msg.offset, msg.payload) for msg in again) == [(0, "own m0"), (1, "m1")]
+
+
 def test_ack_timeout_redelivers_with_growing_jittered_backoff() -> None:
     base, ack_timeout = 1.0, 5.0
     m = machine("shared", rng=0.25, ack_timeout_s=ack_timeout, redelivery_base_s=base,

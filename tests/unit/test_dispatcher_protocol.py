@@ -12,7 +12,8 @@ import pytest
 
 from danube.bus import TopicName
 from danube.dispatcher.deadletter import dead_letter_topic
-from danube.frame import Record, decode_record, encode_record
+from danube.frame import CorruptFrameError, Record, decode_record, encode_frame, encode_record
+from danube.wire import delivery
 from danube.wire.dispatcher import protocol
 
 pytestmark = pytest.mark.unit
@@ -20,30 +21,60 @@ pytestmark = pytest.mark.unit
 
 def _message(partition: str, offset: int, payload: bytes, count: int = 0) -> protocol.PolledMessage:
     record = encode_record(Record(payload=payload, publish_time_ms=5, producer="p"))
-    return protocol.PolledMessage(partition, offset, count, record)
+    return protocol.PolledMessage(partition, offset, count, encode_frame(offset, record))
 
 
 def test_poll_reply_round_trips_in_order() -> None:
     messages = [_message("t-part-1", 7, b"x", 2), _message("t-part-0", 3, b"", 0)]
-    decoded = protocol.decode_poll_reply(protocol.encode_poll_reply(messages))
-    assert decoded == messages
-    assert [decode_record(m.record).payload for m in decoded] == [b"x", b""]
+    batch = protocol.decode_poll_reply(protocol.encode_poll_reply(messages))
+    got = [(m.partition, m.offset, m.redelivery_count, bytes(m.frame)) for m in batch.messages]
+    assert got == [(m.partition, m.offset, m.redelivery_count, m.frame) for m in messages]
+    assert [decode_record(m.record).payload for m in batch.messages] == [b"x", b""]
+
+
+def test_poll_reply_carries_frames_unchanged() -> None:
+    """The frames in the reply are byte for byte the ones given: no re-framing."""
+    messages = [_message("t", 1, b"a" * 100), _message("t", 2, b"b")]
+    body = protocol.encode_poll_reply(messages)
+    assert body.endswith(b"".join(m.frame for m in messages))
 
 
 def test_empty_poll_reply() -> None:
-    assert protocol.decode_poll_reply(protocol.encode_poll_reply([])) == []
+    assert protocol.decode_poll_reply(protocol.encode_poll_reply([])).messages == []
 
 
-def test_poll_reply_with_head_and_frames_disagreeing_is_refused() -> None:
+def test_poll_reply_with_entries_and_frames_disagreeing_is_refused() -> None:
     body = protocol.encode_poll_reply([_message("t", 1, b"a"), _message("t", 2, b"b")])
-    (head_len,) = struct.unpack_from("<I", body)
-    one_head = b'[{"partition":"t","offset":1,"redelivery_count":0}]'
-    forged = struct.pack("<I", len(one_head)) + one_head + body[4 + head_len :]
+    # The count says 1 (it follows the version, one partition named "t": 1 + 2 + 2 + 1).
+    forged = body[:6] + struct.pack("<I", 1) + body[10:16] + body[22:]
     with pytest.raises(protocol.BadRequestError) as caught:
         protocol.decode_poll_reply(forged)
     assert caught.value.code == "bad_request"
     with pytest.raises(protocol.BadRequestError):
         protocol.decode_poll_reply(b"\x01\x00")
+    with pytest.raises(protocol.BadRequestError):
+        protocol.decode_poll_reply(body[:-1])  # a partial frame
+
+
+def test_a_corrupt_frame_is_found_by_whoever_reads_its_record() -> None:
+    body = bytearray(protocol.encode_poll_reply([_message("t", 1, b"abc"), _message("t", 2, b"d")]))
+    body[-3] ^= 0x01  # a bit of the last record
+    batch = protocol.decode_poll_reply(bytes(body))  # carried: split, not checked
+    assert decode_record(batch.messages[0].record).payload == b"abc"
+    with pytest.raises(CorruptFrameError):
+        _ = batch.messages[1].record
+
+
+def test_renaming_partitions_keeps_entries_and_frames() -> None:
+    messages = [_message("t-part-1", 7, b"x", 2), _message("t-part-0", 3, b"yy", 0)]
+    body = protocol.encode_poll_reply(messages)
+    renamed = delivery.rename_partitions(body, lambda name: f"/default/{name}")
+    got = delivery.decode_batch(renamed)
+    assert [(m.partition, m.offset, m.redelivery_count) for m in got] == [
+        ("/default/t-part-1", 7, 2),
+        ("/default/t-part-0", 3, 0),
+    ]
+    assert [bytes(m.frame) for m in got] == [m.frame for m in messages]
 
 
 def test_requests_are_validated_with_the_field_named() -> None:

@@ -14,7 +14,7 @@ from danube.bus import Subjects
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.events import Action, MessagesAvailable, PauseReading
 from danube.dispatcher.readers import PartitionReader
-from danube.frame import append_frame, decode_frames
+from danube.frame import RawFrame, append_frame, walk_frames
 from danube.meta import TopicName
 from danube.wire.ingest.client import FetchReply
 
@@ -55,13 +55,15 @@ class SwallowingIngest:
     def __init__(self) -> None:
         self.fetching = asyncio.Event()
 
-    async def fetch(self, partition: TopicName, from_offset: int, **limits: Any) -> FetchReply:
+    async def fetch_frames(
+        self, partition: TopicName, from_offset: int, **limits: Any
+    ) -> FetchReply[RawFrame]:
         self.fetching.set()
         with contextlib.suppress(asyncio.CancelledError):  # swallowed
             await asyncio.sleep(3600)
         body = bytearray()
         append_frame(body, from_offset, b"record")
-        frames, _ = decode_frames(bytes(body))
+        frames, _ = walk_frames(bytes(body))
         return FetchReply(False, 0, from_offset + 1, frames)  # a message: read on at once
 
 

@@ -22,6 +22,8 @@ from danube.frame import (
     decode_frames,
     encode_frame,
     scan_frames,
+    verify_frame,
+    walk_frames,
 )
 
 pytestmark = pytest.mark.unit
@@ -286,3 +288,24 @@ def test_start_outside_the_buffer_is_refused() -> None:
         decode_frames(stream, len(stream) + 1)
     with pytest.raises(ValueError, match="start"):
         scan_frames(stream, -1)
+
+
+def test_walk_frames_splits_whole_frames_without_copying_or_checking() -> None:
+    """A hop splits frames by their headers: views of the buffer, a partial tail left, a
+    flipped payload bit carried (found by verify_frame, where the record is decoded)."""
+    buf = bytearray(encode_frame(7, b"abc") + encode_frame(8, b"") + encode_frame(9, b"xy"))
+    buf[FRAME_HEADER_BYTES + 1] ^= 0x01  # a payload bit of offset 7
+    frames, end = walk_frames(bytes(buf[:-1]))  # offset 9 cut short
+    assert [(f.offset, bytes(f.data)) for f in frames] == [
+        (7, bytes(buf[: FRAME_HEADER_BYTES + 3])),
+        (8, encode_frame(8, b"")),
+    ]
+    assert end == 2 * FRAME_HEADER_BYTES + 3
+    assert frames[1].data.obj is not None  # a view, not a copy
+    assert bytes(verify_frame(frames[1].data)) == b""
+    with pytest.raises(CorruptFrameError):
+        verify_frame(frames[0].data)
+    with pytest.raises(CorruptFrameError):
+        verify_frame(encode_frame(1, b"abc")[:-1])  # the header's length disagrees
+    with pytest.raises(CorruptFrameError):
+        walk_frames(encode_frame(1, b"abcd"), max_payload_bytes=3)

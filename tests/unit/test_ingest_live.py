@@ -1,12 +1,14 @@
 """The live publisher of a led partition outlives bus failures: a publish that fails is retried
 with capped backoff (one warning per burst), a body the bus can never carry is dropped and
-counted, and the stream goes on in offset order."""
+counted, and the stream goes on in offset order. A non-reliable partition publishes frames; a
+reliable one a durable_next wake-up, no payloads."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +19,9 @@ from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.leadership import Term
 from danube.ingest.partition import Partition
+from danube.ingest.wal import Durability
 from danube.meta import TopicName
+from danube.wire.ingest import protocol
 
 pytestmark = pytest.mark.unit
 
@@ -25,9 +29,11 @@ PARTITION = TopicName("ns", "t")
 
 
 class FakeWal:
-    """Only what a leader's partition asks of its WAL: the durable end and its listener."""
+    """Only what a leader's partition asks of its WAL: the durable end and its listener, and
+    its durability (memory: a non-reliable partition, whose live subject carries frames)."""
 
-    def __init__(self) -> None:
+    def __init__(self, durability: Durability = Durability.MEMORY) -> None:
+        self.options = SimpleNamespace(durability=durability)
         self.durable_next = 0
         self._listener: Callable[[int, Sequence[bytes]], None] | None = None
 
@@ -149,6 +155,31 @@ async def test_a_body_the_bus_refuses_for_good_is_dropped_and_counted(
         assert not task.done()
         assert metrics.LIVE_DROPPED._value.get() == dropped_before + 1
         assert no_wait == []  # no retry of what can never fit
+    finally:
+        task.cancel()
+        await asyncio.wait({task})
+
+
+async def test_a_reliable_partition_publishes_one_wakeup_per_ready_run() -> None:
+    """Batches committed while the publisher was busy go out as one durable_next wake-up:
+    the next offset, how many messages and payload bytes, no records."""
+    wal = FakeWal(Durability.FSYNC)
+    bus = FlakyBus([])
+    partition = _partition(wal, bus)
+    wal.made_durable([b"a", b"bb"])
+    wal.made_durable([b"ccc"])
+    task = asyncio.create_task(partition.publish_live())
+    try:
+        async with asyncio.timeout(5):
+            await bus.got.wait()
+        assert [protocol.Wakeup.decode(body) for body in bus.published] == [
+            protocol.Wakeup(next_offset=3, count=3, payload_bytes=6)
+        ]
+        bus.got.clear()
+        wal.made_durable([b"d"])
+        async with asyncio.timeout(5):
+            await bus.got.wait()
+        assert protocol.Wakeup.decode(bus.published[-1]) == protocol.Wakeup(4, 1, 1)
     finally:
         task.cancel()
         await asyncio.wait({task})

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from danube.frame import Record, encode_record
+from danube.frame import Record, encode_frame, encode_record
 from danube.ingest.timeseek import offset_for_time
 from danube.ingest.wal import BelowWalStartError, FetchResult, segment_name
 
@@ -36,7 +36,7 @@ class FakeWal:
         found = [r for r in self.records if r[0] >= from_offset][:max_count]
         self.fetches.append((from_offset, len(found)))
         next_offset = found[-1][0] + 1 if found else max(from_offset, self.durable_next)
-        return FetchResult(found, next_offset)
+        return FetchResult([(o, encode_frame(o, r)) for o, r in found], next_offset)
 
 
 def _wal(times: list[list[int]], *, first: int = 0, gap: int = 0) -> FakeWal:

@@ -13,6 +13,7 @@ import pytest
 from danube.bus import NoRespondersError, Subjects
 from danube.config import DanubeSettings
 from danube.dispatcher.readers import PartitionReader
+from danube.frame import RawFrame
 from danube.ingest.node import Node as IngestNode
 from danube.meta import TopicName
 from danube.meta import keys as meta_keys
@@ -101,7 +102,9 @@ class _DownIngest:
     def __init__(self) -> None:
         self.fetches = 0
 
-    async def fetch(self, partition: TopicName, from_offset: int, **_: Any) -> FetchReply:
+    async def fetch_frames(
+        self, partition: TopicName, from_offset: int, **_: Any
+    ) -> FetchReply[RawFrame]:
         self.fetches += 1
         raise TimeoutError("fetch timed out")
 

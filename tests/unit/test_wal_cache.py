@@ -1,12 +1,26 @@
-"""The WAL's message cache: count and byte bounds, eviction order, fetch across gaps and limits."""
+"""The WAL's message cache: count and byte bounds, eviction order, fetch across gaps and limits,
+and the frames it serves (checked, offsets in their headers)."""
 
 from __future__ import annotations
 
 import pytest
 
+from danube.frame import verify_frame
 from danube.ingest.wal.cache import MessageCache
 
 pytestmark = pytest.mark.unit
+
+
+def fetch(
+    cache: MessageCache, from_offset: int, **limits: int
+) -> tuple[list[tuple[int, bytes]], int]:
+    """The cache's fetch with each frame checked and opened: ``(offset, payload)``."""
+    frames, next_offset = cache.fetch(from_offset, **limits)
+    out = []
+    for offset, frame in frames:
+        assert int.from_bytes(frame[:8], "little") == offset
+        out.append((offset, bytes(verify_frame(frame))))
+    return out, next_offset
 
 
 def filled(capacity: int, max_bytes: int, offsets: range) -> MessageCache:
@@ -18,7 +32,7 @@ def filled(capacity: int, max_bytes: int, offsets: range) -> MessageCache:
 def test_keeps_the_newest_messages_up_to_its_capacity() -> None:
     cache = filled(4, 1 << 20, range(10))
     assert (len(cache), cache.first_offset, cache.payload_bytes) == (4, 6, 4)
-    messages, next_offset = cache.fetch(6, limit_offset=10, max_bytes=1 << 20, max_count=100)
+    messages, next_offset = fetch(cache, 6, limit_offset=10, max_bytes=1 << 20, max_count=100)
     assert messages == [(6, b"6"), (7, b"7"), (8, b"8"), (9, b"9")]
     assert next_offset == 10
 
@@ -26,7 +40,7 @@ def test_keeps_the_newest_messages_up_to_its_capacity() -> None:
 def test_a_run_larger_than_the_capacity_keeps_only_its_tail() -> None:
     cache = MessageCache(3, 1 << 20)
     cache.extend(100, [b"a", b"b", b"c", b"d", b"e"])
-    assert cache.fetch(102, limit_offset=105, max_bytes=100, max_count=10)[0] == [
+    assert fetch(cache, 102, limit_offset=105, max_bytes=100, max_count=10)[0] == [
         (102, b"c"),
         (103, b"d"),
         (104, b"e"),
@@ -51,30 +65,30 @@ def test_fetch_skips_a_gap_and_stops_at_the_limit() -> None:
     cache = MessageCache(10, 1 << 20)
     cache.extend(0, [b"a", b"b"])
     cache.extend(7, [b"h", b"i"])  # offsets 2..6 are a gap (advance_to)
-    assert cache.fetch(3, limit_offset=9, max_bytes=100, max_count=10) == (
+    assert fetch(cache, 3, limit_offset=9, max_bytes=100, max_count=10) == (
         [(7, b"h"), (8, b"i")],
         9,
     )
     # The limit hides what is not durable yet: stop before it.
-    assert cache.fetch(1, limit_offset=8, max_bytes=100, max_count=10) == (
+    assert fetch(cache, 1, limit_offset=8, max_bytes=100, max_count=10) == (
         [(1, b"b"), (7, b"h")],
         8,
     )
     # Nothing below the limit at or after from_offset: skip to the limit.
-    assert cache.fetch(9, limit_offset=12, max_bytes=100, max_count=10) == ([], 12)
+    assert fetch(cache, 9, limit_offset=12, max_bytes=100, max_count=10) == ([], 12)
 
 
 def test_fetch_honours_count_and_bytes_but_always_returns_one() -> None:
     cache = filled(10, 1 << 20, range(10, 20))
-    assert cache.fetch(10, limit_offset=20, max_bytes=100, max_count=3) == (
+    assert fetch(cache, 10, limit_offset=20, max_bytes=100, max_count=3) == (
         [(10, b"10"), (11, b"11"), (12, b"12")],
         13,
     )
-    assert cache.fetch(10, limit_offset=20, max_bytes=5, max_count=10) == (
+    assert fetch(cache, 10, limit_offset=20, max_bytes=5, max_count=10) == (
         [(10, b"10"), (11, b"11")],
         12,
     )
-    assert cache.fetch(10, limit_offset=20, max_bytes=1, max_count=10) == ([(10, b"10")], 11)
+    assert fetch(cache, 10, limit_offset=20, max_bytes=1, max_count=10) == ([(10, b"10")], 11)
 
 
 def test_trim_below_forgets_older_messages() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from danube.frame import FRAME_HEADER_BYTES, append_frame
+from danube.frame import FRAME_HEADER_BYTES, append_frame, verify_frame
 from danube.ingest.wal import WalCorruptionError
 from danube.ingest.wal.fileops import OsFileOps
 from danube.ingest.wal.reader import read_messages
@@ -47,7 +47,7 @@ def read(
     files: MemoryFiles, segments: list[Segment], from_offset: int, **limits: int
 ) -> tuple[list[tuple[int, bytes]], int]:
     plan = [(segment, segment.size_bytes) for segment in segments]
-    return read_messages(
+    frames, next_offset = read_messages(
         files,
         plan,
         from_offset,
@@ -56,6 +56,12 @@ def read(
         max_count=limits.get("max_count", 10**6),
         max_payload_bytes=LIMIT,
     )
+    # The reader hands out whole frames as the segment holds them: check and open them here.
+    messages = []
+    for offset, frame in frames:
+        assert int.from_bytes(frame[:8], "little") == offset
+        messages.append((offset, bytes(verify_frame(frame))))
+    return messages, next_offset
 
 
 def read_or_error(
@@ -114,7 +120,8 @@ def test_a_frame_larger_than_one_read_is_read_whole() -> None:
         max_count=10,
         max_payload_bytes=len(big),
     )
-    assert (messages, next_offset) == ([(1, big)], 2)
+    assert [(o, bytes(verify_frame(f))) for o, f in messages] == [(1, big)]
+    assert next_offset == 2
 
 
 def test_no_flip_of_any_byte_yields_a_wrong_message() -> None:

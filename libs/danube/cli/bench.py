@@ -59,6 +59,12 @@ Partitions = Annotated[
     int, typer.Option("--partitions", "-p", min=0, max=1024, help="Partitions of a new topic.")
 ]
 ConsumeMode = Annotated[str, typer.Option("--mode", help="Consumer: stream or poll.")]
+ConsumeTransport = Annotated[
+    str,
+    typer.Option(
+        "--transport", help="Consumer: binary (delivery batches of frames) or json messages."
+    ),
+]
 Queue = Annotated[
     int, typer.Option("--queue", min=1, max=10_000, help="Consumer receive queue (credits).")
 ]
@@ -69,6 +75,9 @@ def _spec(kind: Kind, topic: str | None, **fields: Any) -> tuple[BenchSpec, bool
     if mode not in ("stream", "poll"):
         raise typer.BadParameter(f"stream or poll, not {mode!r}", param_hint="--mode")
     chosen: Mode = "stream" if mode == "stream" else "poll"
+    transport = fields.get("consume_transport", "binary")
+    if transport not in ("binary", "json"):
+        raise typer.BadParameter(f"binary or json, not {transport!r}", param_hint="--transport")
     own = topic is None
     name = topic or f"/default/bench-{uuid.uuid4().hex[:8]}"
     if fields.get("count") is not None:
@@ -119,6 +128,7 @@ def consume(
     partitions: Partitions = 0,
     mode: ConsumeMode = "stream",
     queue: Queue = 1000,
+    transport: ConsumeTransport = "binary",
     json_out: Json = False,
 ) -> None:
     """Fill a topic (untimed), then consume it from the start: msgs/s, MB/s."""
@@ -130,6 +140,7 @@ def consume(
         count=count,
         mode=mode,
         receiver_queue_size=queue,
+        consume_transport=transport,
     )
     run("bench consume", _bench(service_addr, spec, own, partitions, json_out))
 
@@ -149,6 +160,7 @@ def e2e(
     partitions: Partitions = 0,
     mode: ConsumeMode = "stream",
     queue: Queue = 1000,
+    transport: ConsumeTransport = "binary",
     json_out: Json = False,
 ) -> None:
     """Produce and consume at once: msgs/s, MB/s, send→delivered latency."""
@@ -165,6 +177,7 @@ def e2e(
         rate=rate,
         mode=mode,
         receiver_queue_size=queue,
+        consume_transport=transport,
     )
     run("bench e2e", _bench(service_addr, spec, own, partitions, json_out))
 

@@ -27,7 +27,7 @@ from danube.client import (
     DeadlineExceededError,
     ReceivedMessage,
 )
-from danube.client.consumer import Mode
+from danube.client.consumer import Mode, Transport
 
 # Latency samples kept per measure (reservoir sampling past it): bounded memory on any run.
 SAMPLES_MAX = 1_000_000
@@ -114,6 +114,7 @@ class BenchSpec:
     rate: float = 0.0  # messages per second, all producers together (0: as fast as it goes)
     mode: Mode = "stream"
     receiver_queue_size: int = 1000
+    consume_transport: Transport = "binary"  # how the consumer gets messages (not produce)
     payload: bytes | None = None  # what every message carries (default: size_bytes of text)
 
 
@@ -249,6 +250,7 @@ async def bench_consume(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
         start="earliest",
         mode=spec.mode,
         receiver_queue_size=spec.receiver_queue_size,
+        transport=spec.consume_transport,
     ) as consumer:
         seen: set[tuple[str, int]] = set()
         while len(seen) < spec.count:
@@ -261,6 +263,7 @@ async def bench_consume(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
     return {
         **_base(spec),
         "mode": spec.mode,
+        "consume_transport": spec.consume_transport,
         "messages": len(seen),
         "errors": meter.errors,
         "bytes": len(seen) * spec.size_bytes,
@@ -281,6 +284,7 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
         start="earliest",
         mode=spec.mode,
         receiver_queue_size=spec.receiver_queue_size,
+        transport=spec.consume_transport,
     ) as consumer:
         producers_done = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -323,6 +327,7 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
     return {
         **_base(spec),
         "mode": spec.mode,
+        "consume_transport": spec.consume_transport,
         "produced": meter.produced,
         "consumed": len(seen),
         "messages": len(seen),

@@ -90,12 +90,17 @@ class HttpCore:
         content: bytes | None = None,
         params: Mapping[str, str | int] | None = None,
         timeout_s: float | None = None,
+        accept: str | None = None,
     ) -> Answer:
         """One attempt: the answer, or the error the server answered, or
-        :class:`TransportError` when no answer came within the timeout."""
+        :class:`TransportError` when no answer came within the timeout. ``accept``: a media
+        type asked for besides JSON; an answer of that type has its raw bytes as body."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if body is not None:
             content = orjson.dumps(body)
+        headers = _JSON if content is not None else None
+        if accept is not None:
+            headers = {**(headers or {}), "accept": f"{accept}, application/json;q=0.5"}
         try:
             async with asyncio.timeout(timeout):
                 response = await self._client.request(
@@ -103,7 +108,7 @@ class HttpCore:
                     path,
                     content=content,
                     params=params,
-                    headers=_JSON if content is not None else None,
+                    headers=headers,
                     timeout=timeout,
                 )
         except TimeoutError as exc:
@@ -117,6 +122,9 @@ class HttpCore:
                 f"{method} {path}: {self.base_url}: {exc!r}",
                 retriable=False if tls_refused else None,
             ) from exc
+        content_type = response.headers.get("content-type", "")
+        if accept is not None and response.is_success and content_type.startswith(accept):
+            return Answer(response.status_code, response.content)
         return _decode(method, path, response)
 
     async def request_retrying(

@@ -10,6 +10,12 @@ the inbox, and ``receive()`` raises it once the queued messages are taken.
 **Credits** (stream): ``len(inbox) + outstanding credits <= capacity`` at all times. A new
 socket starts with no credits; the source grants the room left (``capacity - len(inbox)``) and
 grants again whenever at least half the capacity is free, like Pulsar's permits.
+
+**Transport**: ``binary`` (the default) asks for delivery batches (``Accept:
+application/x-danube-frames`` on a poll, the ``danube.frames.v1`` subprotocol on a stream):
+many messages per answer or WebSocket message, frames as the WAL holds them, checked here
+(danube.client._frames). A server that does not offer them answers JSON, which is read as
+before; ``json`` asks for JSON only.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from typing import Any
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.typing import Subprotocol
 
+from danube.client._frames import FrameChecker, decode_frames_batch
 from danube.client._http import HttpCore
 from danube.client._inbox import Inbox
 from danube.client._session import Session
@@ -35,8 +43,9 @@ from danube.client.errors import (
     error_from_body,
     status_of_close,
 )
-from danube.client.messages import Acknowledger, decode_message
+from danube.client.messages import ReceivedMessage, decode_message
 from danube.client.retry import RetryPolicy
+from danube.wire.delivery import MEDIA_TYPE, SUBPROTOCOL
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +133,18 @@ class PollSource:
         self,
         http: HttpCore,
         inbox: Inbox,
-        consumer: Acknowledger,
+        consumer: FrameChecker,
         recovery: Recovery,
         *,
         wait_ms: int,
+        binary: bool = True,
     ) -> None:
         self.http = http
         self.inbox = inbox
         self.consumer = consumer
         self.recovery = recovery
         self.wait_ms = wait_ms
+        self.binary = binary
 
     async def fill(self, consumer_id: str) -> None:
         """One poll: wait for room, ask for that many, queue what comes."""
@@ -145,8 +156,14 @@ class PollSource:
             params={"max": min(self.inbox.free, POLL_MAX), "wait_ms": self.wait_ms},
             # The server may hold the poll wait_ms, then take 2 s to reach the dispatcher.
             timeout_s=self.wait_ms / 1000 + self.http.timeout_s,
+            accept=MEDIA_TYPE if self.binary else None,
         )
         body = answer.body
+        if isinstance(body, bytes):
+            self.recovery.healthy()
+            for message in decode_frames_batch(body, self.consumer)[0]:
+                self.inbox.put(message)
+            return
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list):
             raise ProtocolError(f"poll answered {body!r:.200}")
@@ -159,12 +176,19 @@ class StreamSource:
     """``GET /v1/consumers/{id}/stream``: messages pushed as credits allow."""
 
     def __init__(
-        self, http: HttpCore, inbox: Inbox, consumer: Acknowledger, recovery: Recovery
+        self,
+        http: HttpCore,
+        inbox: Inbox,
+        consumer: FrameChecker,
+        recovery: Recovery,
+        *,
+        binary: bool = True,
     ) -> None:
         self.http = http
         self.inbox = inbox
         self.consumer = consumer
         self.recovery = recovery
+        self.binary = binary
         self.outstanding = 0  # credits granted on the current socket, not yet spent
         self._room = asyncio.Event()  # set when the application took a message
 
@@ -188,6 +212,7 @@ class StreamSource:
                 # default one (True); ws:// takes none.
                 ssl=(self.http.ssl_context or True) if url.startswith("wss://") else None,
                 additional_headers=self.http.auth_headers,
+                subprotocols=[Subprotocol(SUBPROTOCOL)] if self.binary else None,
             ) as ws:
                 self.outstanding = 0
                 self.recovery.connected()
@@ -205,6 +230,13 @@ class StreamSource:
         granting = asyncio.create_task(self._grant(ws), name="stream-credits")
         try:
             async for raw in ws:
+                if isinstance(raw, bytes):  # a delivery batch (danube.frames.v1)
+                    delivered = self._batch(raw)
+                    for message in delivered:
+                        self.inbox.put(message)
+                    if delivered:
+                        self.recovery.healthy()
+                    continue
                 try:
                     frame = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:
@@ -225,6 +257,12 @@ class StreamSource:
             granting.cancel()
             await asyncio.gather(granting, return_exceptions=True)
         return _close_error(ws.close_code, ws.close_reason or "", last_error)
+
+    def _batch(self, raw: bytes) -> list[ReceivedMessage]:
+        messages, sent = decode_frames_batch(raw, self.consumer)
+        # Every message of the batch spent a credit, the corrupt ones (nacked) too.
+        self.outstanding -= sent
+        return messages
 
     async def _grant(self, ws: ClientConnection) -> None:
         threshold = max(1, self.inbox.capacity // 2)

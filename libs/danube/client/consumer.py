@@ -32,7 +32,13 @@ from danube.client.errors import (
     InvalidArgumentError,
     ProtocolError,
 )
-from danube.client.messages import Position, ReceivedMessage, position_json, topic_path
+from danube.client.messages import (
+    MessageRef,
+    Position,
+    ReceivedMessage,
+    position_json,
+    topic_path,
+)
 from danube.names import InvalidNameError, TopicName, validate_segment
 
 log = logging.getLogger(__name__)
@@ -42,6 +48,9 @@ _TYPES = ("exclusive", "shared", "failover", "key_shared")
 KEY_FILTERS_MAX = 32  # the server's limits on key filters
 KEY_FILTER_CHARS_MAX = 256
 Mode = Literal["stream", "poll"]
+# How messages travel: delivery batches of frames, checked here ("binary", the fastest), or
+# one JSON object per message ("json", what curl and websocat users read).
+Transport = Literal["binary", "json"]
 # Where a new subscription starts: "latest", "earliest", an offset or a Timestamp.
 Start = Position
 
@@ -60,6 +69,7 @@ class ConsumerOptions:
     type: SubscriptionType = "exclusive"
     start: Start = "latest"
     mode: Mode = "stream"
+    transport: Transport = "binary"
     receiver_queue_size: int = 1000
     poll_wait_ms: int = 1000
     ack_interval_ms: float = 20.0
@@ -91,6 +101,8 @@ class ConsumerOptions:
             )
         if self.mode not in ("stream", "poll"):
             raise InvalidArgumentError(f"mode must be stream or poll, got {self.mode!r}")
+        if self.transport not in ("binary", "json"):
+            raise InvalidArgumentError(f"transport must be binary or json, not {self.transport!r}")
         position_json(self.start)  # raises for a bad one
         if not 1 <= self.receiver_queue_size <= RECEIVER_QUEUE_MAX:
             raise InvalidArgumentError(f"receiver_queue_size must be in 1..{RECEIVER_QUEUE_MAX}")
@@ -148,6 +160,7 @@ class AsyncConsumer:
         self._stream: StreamSource | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self.frames_corrupt = 0  # delivered frames that failed their check (nacked)
 
     @property
     def consumer_id(self) -> str:
@@ -179,12 +192,18 @@ class AsyncConsumer:
         recovery = Recovery(
             self._http.retry, self.options.reconnect_timeout_s, reattach=self.options.reattach
         )
+        binary = self.options.transport == "binary"
         if self.options.mode == "stream":
-            self._stream = StreamSource(self._http, self._inbox, self, recovery)
+            self._stream = StreamSource(self._http, self._inbox, self, recovery, binary=binary)
             fill = self._stream.fill
         else:
             fill = PollSource(
-                self._http, self._inbox, self, recovery, wait_ms=self.options.poll_wait_ms
+                self._http,
+                self._inbox,
+                self,
+                recovery,
+                wait_ms=self.options.poll_wait_ms,
+                binary=binary,
             ).fill
         name = f"consumer {self.topic} {self.subscription}"
         self._tasks = [
@@ -254,6 +273,12 @@ class AsyncConsumer:
         if not 0 <= delay_ms <= 86_400_000:
             raise InvalidArgumentError(f"delay_ms must be in 0..86400000, got {delay_ms}")
         self._in_loop(self._acks.nack, message.ref, delay_ms)
+
+    def corrupt(self, ref: MessageRef) -> None:
+        """A delivered frame failed its check (damaged on the way): counted, and nacked so
+        that it comes again, read afresh (the application never sees it)."""
+        self.frames_corrupt += 1
+        self._acks.nack(ref, 0)
 
     def _in_loop(self, queue: Any, *args: Any) -> None:
         if self._closed:

@@ -10,10 +10,13 @@ from danube.frame.codec import (
     Frame,
     FrameDecoder,
     FrameScan,
+    RawFrame,
     append_frame,
     decode_frames,
     encode_frame,
     scan_frames,
+    verify_frame,
+    walk_frames,
 )
 from danube.frame.errors import (
     CorruptFrameError,
@@ -57,6 +60,7 @@ __all__ = [
     "FrameScan",
     "FrameTooLargeError",
     "InvalidRecordError",
+    "RawFrame",
     "Record",
     "RecordFields",
     "UnsupportedRecordVersionError",
@@ -68,4 +72,6 @@ __all__ = [
     "encode_record",
     "record_publish_time_ms",
     "scan_frames",
+    "verify_frame",
+    "walk_frames",
 ]

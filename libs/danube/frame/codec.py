@@ -302,3 +302,69 @@ class FrameDecoder:
             return FRAME_HEADER_BYTES
         _offset, length, _crc = _HEADER.unpack_from(self._view, self._pos)
         return FRAME_HEADER_BYTES + int(length)
+
+
+class RawFrame(NamedTuple):
+    """One frame as it lies in the WAL or an object, header included: ``data`` views the
+    bytes it was found in. Hops that only carry a frame keep it so (no re-framing, no new
+    CRC); whoever decodes its record checks it first (:func:`verify_frame`)."""
+
+    offset: int
+    data: memoryview
+
+    @property
+    def record(self) -> memoryview:
+        """The frame's payload (the record bytes), unchecked."""
+        return self.data[FRAME_HEADER_BYTES:]
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes this frame takes in the stream, header included."""
+        return len(self.data)
+
+
+def walk_frames(
+    buf: BytesLike, start: int = 0, *, max_payload_bytes: int = MAX_FRAME_PAYLOAD_BYTES
+) -> tuple[list[RawFrame], int]:
+    """Split ``buf`` from ``start`` into whole frames by their headers, without checking a
+    CRC: for a hop that carries frames checked where they were read and checked again where
+    they are decoded. Returns ``(frames, end)`` as :func:`decode_frames` does; a length past
+    the limit raises :class:`CorruptFrameError`."""
+    _check_limit(max_payload_bytes)
+    view = _byte_view(buf, start)
+    end = len(view)
+    unpack = _HEADER.unpack_from
+    frames: list[RawFrame] = []
+    pos = start
+    while end - pos >= FRAME_HEADER_BYTES:
+        offset, length, _crc = unpack(view, pos)
+        if length > max_payload_bytes:
+            raise CorruptFrameError(
+                position=pos,
+                offset=offset,
+                reason=f"payload length {length} exceeds the limit {max_payload_bytes}",
+            )
+        stop = pos + FRAME_HEADER_BYTES + length
+        if stop > end:
+            break
+        frames.append(RawFrame(offset, view[pos:stop]))
+        pos = stop
+    return frames, pos
+
+
+def verify_frame(frame: BytesLike) -> memoryview:
+    """The payload of one whole frame (header included) once its CRC and length check;
+    :class:`CorruptFrameError` otherwise."""
+    view = memoryview(frame).cast("B")
+    if len(view) < FRAME_HEADER_BYTES:
+        raise CorruptFrameError(position=0, offset=None, reason=f"{len(view)}-byte frame")
+    offset, length, crc = _HEADER.unpack_from(view, 0)
+    if FRAME_HEADER_BYTES + length != len(view):
+        reason = f"header says {length} payload bytes, the frame holds {len(view) - 16}"
+        raise CorruptFrameError(position=0, offset=offset, reason=reason)
+    payload = view[FRAME_HEADER_BYTES:]
+    actual = crc32c(payload, crc32c(view[:_CRC_POS]))
+    if actual != crc:
+        reason = f"crc mismatch (stored {crc:#010x}, computed {actual:#010x})"
+        raise CorruptFrameError(position=0, offset=offset, reason=reason)
+    return payload

@@ -60,7 +60,10 @@ class FetchHandler:
         metrics.MESSAGES.inc(len(read.frames))
         metrics.BYTES.inc(sum(f.size_bytes for f in read.frames))
         reply = protocol.encode_fetch_reply(
-            status, 0, read.next_offset, [(f.offset, f.payload) for f in read.frames]
+            status,
+            0,
+            read.next_offset,
+            protocol.frame_messages([(f.offset, f.payload) for f in read.frames]),
         )
         metrics.READ_SECONDS.observe(time.monotonic() - started)
         return reply

@@ -90,6 +90,10 @@ class SubscriptionMachine(PoisonHandling):
             raise ValueError("a subscription reads at least one partition")
         self.delivery_type: DeliveryType = delivery_type
         self.settings = settings or DeliverySettings()
+        # Applied to the payload of a message scheduled for a later redelivery: the runtime
+        # hands in frames that view a whole fetch reply, and one message held back for long
+        # must not keep its whole reply alive (it keeps a copy of its own frame instead).
+        self.detach_payload: Callable[[object], object] = _same
         self._rng = rng
         self._partitions = {name: PartitionQueue(cursor) for name, cursor in cursors.items()}
         self._order = list(self._partitions)
@@ -415,6 +419,7 @@ class SubscriptionMachine(PoisonHandling):
             self._make_ready(entry)
         else:
             entry.state = "scheduled"
+            entry.payload = self.detach_payload(entry.payload)
             due = now_s + delay_s
             heapq.heappush(self._scheduled, (due, entry.stamp, entry.partition, entry.offset))
 
@@ -486,3 +491,7 @@ class SubscriptionMachine(PoisonHandling):
         if partition is None:
             raise UnknownPartitionError(f"the subscription does not read {name!r}", partition=name)
         return partition
+
+
+def _same(payload: object) -> object:
+    return payload

@@ -25,7 +25,7 @@ from danube.dispatcher.keyshared import (
     deliverable,
 )
 from danube.dispatcher.redelivery import DeliverySettings
-from danube.frame import FrameError, decode_record_fields
+from danube.frame import FrameError, RawFrame, decode_record_fields
 
 _PENDING = ("fresh", "ready")
 
@@ -163,9 +163,11 @@ class KeySharedMachine(SubscriptionMachine):
 
 
 def record_key(payload: object) -> str | None:
-    """The key of a record as the runtime hands it to the machine (encoded record bytes);
-    ``None`` for a record without a key, or one that does not decode (it is delivered as
-    keyless: the consumer's own decoding reports it)."""
+    """The key of a record as the runtime hands it to the machine (its frame as read, or the
+    record bytes); ``None`` for a record without a key, or one that does not decode (it is
+    delivered as keyless: the consumer's own check of the frame reports it)."""
+    if isinstance(payload, RawFrame):
+        payload = payload.record
     if not isinstance(payload, bytes | bytearray | memoryview):
         return None
     try:

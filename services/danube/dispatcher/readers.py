@@ -135,7 +135,7 @@ class PartitionReader:
         assert machine is not None
         position = machine.cursor(self.name).read_position
         started_s = time.perf_counter()
-        reply = await self.runtime.ingest.fetch(
+        reply = await self.runtime.ingest.fetch_frames(
             self.partition,
             position,
             max_bytes=FETCH_MAX_BYTES,

@@ -25,6 +25,7 @@ from danube.dispatcher import (
     metrics,
     policies,
     policy_admin,
+    tiers,
 )
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.damage import DamageBook
@@ -54,6 +55,7 @@ from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
+from danube.frame import verify_frame
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
@@ -160,6 +162,7 @@ class SubscriptionRuntime:
         self.machine = new_machine(
             config.type, cursors, DeliverySettings.from_config(self.config, config.failure_policy)
         )
+        self.machine.detach_payload = tiers.detached
         for name, partition in self._partitions.items():
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
@@ -277,7 +280,7 @@ class SubscriptionRuntime:
                 messages = [m for d in delivered for m in d.messages]
                 polled = [
                     protocol.PolledMessage(
-                        m.partition, m.offset, m.redelivery_count, _bytes(m.payload)
+                        m.partition, m.offset, m.redelivery_count, tiers.frame_of(m.payload).data
                     )
                     for m in messages
                 ]
@@ -287,7 +290,7 @@ class SubscriptionRuntime:
                 metrics.REDELIVERED.inc(redelivered)
                 labels = subscription_labels(self.store.topic, self.store.sub)
                 metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(messages))
-                metrics.SUB_BYTES_OUT.labels(*labels).inc(sum(len(m.record) for m in polled))
+                metrics.SUB_BYTES_OUT.labels(*labels).inc(sum(m.record_bytes for m in polled))
                 metrics.SUB_REDELIVERED.labels(*labels).inc(redelivered)
                 return polled
             damaged = self.damage.error()
@@ -435,8 +438,9 @@ class SubscriptionRuntime:
 
     def feed(self, event: MessagesAvailable) -> list[Action]:
         """Readers hand their reads in here; returns the actions left to execute."""
-        for _, record in event.messages:
-            self._record_bytes_max = max(self._record_bytes_max, len(_bytes(record)))
+        for _, frame in event.messages:
+            size = len(tiers.frame_of(frame).record)
+            self._record_bytes_max = max(self._record_bytes_max, size)
         actions = self._machine().handle(event)
         self.notify()
         return actions
@@ -481,7 +485,13 @@ class SubscriptionRuntime:
         topic = policy_admin.dead_letter_target(self, partition)
         try:
             await deadletter.send_dead_letter(
-                self.store, self.ingest, partition, message.offset, _bytes(message.payload), topic
+                self.store,
+                self.ingest,
+                partition,
+                message.offset,
+                # Checked before it is stored again: never a corrupt record into a topic.
+                bytes(verify_frame(tiers.frame_of(message.payload).data)),
+                topic,
             )
             self.dead_lettered += 1
         except Exception as exc:
@@ -523,10 +533,3 @@ class SubscriptionRuntime:
                         self.store.sub,
                     )
                     await self.detach(consumer_id)
-
-
-def _bytes(payload: object) -> bytes:
-    # The machine carries payloads opaquely; this runtime only ever gives it record bytes.
-    if not isinstance(payload, bytes):
-        raise TypeError(f"expected record bytes, got {type(payload).__name__}")
-    return payload

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from danube.frame import RawFrame
 from danube.wire.cloud.client import CloudFetchReply
 from danube.wire.ingest.client import FetchReply
 from danube.wire.ingest.protocol import Damaged
@@ -49,9 +50,10 @@ class Damage:
 
 @dataclass(frozen=True, slots=True)
 class Feed:
-    """Hand ``messages`` as the whole of ``[from_offset, next_offset)`` to the machine."""
+    """Hand ``messages`` as the whole of ``[from_offset, next_offset)`` to the machine: each
+    ``(offset, frame)``, the frame as the tier sent it (a view of its reply, no copy)."""
 
-    messages: list[tuple[int, bytes]]
+    messages: list[tuple[int, RawFrame]]
     from_offset: int
     next_offset: int
     tier: str  # "wal" or "cloud"
@@ -74,13 +76,13 @@ class Blocked:
     damage: Damage
 
 
-def after_wal(position: int, reply: FetchReply) -> Feed | AskCloud:
+def after_wal(position: int, reply: FetchReply[RawFrame]) -> Feed | AskCloud:
     """What a WAL fetch from ``position`` leads to."""
     if reply.damaged is not None:
         return AskCloud(position, reply.wal_start, reply.damaged)
     if reply.below_wal_start:
         return AskCloud(position, reply.wal_start, None)
-    messages = [(frame.offset, bytes(frame.payload)) for frame in reply.frames]
+    messages = [(frame.offset, frame) for frame in reply.frames]
     return Feed(messages, position, max(reply.next_offset, position), "wal")
 
 
@@ -99,5 +101,19 @@ def after_cloud(partition: str, ask: AskCloud, reply: CloudFetchReply) -> Feed |
         if wal is None:
             return Feed([], position, max(ask.wal_start, position), "cloud", gone=True)
         return Blocked(Damage(partition, position, wal.to_offset, (wal.file,)))
-    messages = [(frame.offset, bytes(frame.payload)) for frame in reply.frames]
+    messages = [(frame.offset, frame) for frame in reply.frames]
     return Feed(messages, position, max(reply.next_offset, position), "cloud")
+
+
+def frame_of(payload: object) -> RawFrame:
+    """The frame a machine entry carries (readers only ever hand it frames as read)."""
+    if not isinstance(payload, RawFrame):
+        raise TypeError(f"expected a frame, got {type(payload).__name__}")
+    return payload
+
+
+def detached(payload: object) -> object:
+    """A frame of its own (one copy) instead of a view that keeps a whole fetch reply alive:
+    for a message held back for a later redelivery."""
+    frame = frame_of(payload)
+    return RawFrame(frame.offset, memoryview(bytes(frame.data)))

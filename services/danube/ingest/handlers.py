@@ -161,7 +161,7 @@ class PartitionHandlers:
             resume = max(exc.resume_offset or hw, fetch.from_offset + 1)
             return protocol.encode_damaged_reply(wal.start_offset, resume, exc.segment)
         return protocol.encode_fetch_reply(
-            protocol.FetchStatus.OK, wal.start_offset, result.next_offset, result.messages
+            protocol.FetchStatus.OK, wal.start_offset, result.next_offset, result.frames
         )
 
     async def repl_fetch(self, request: Request) -> bytes:
@@ -199,7 +199,7 @@ class PartitionHandlers:
             wal.start_offset,
             partition.high_watermark,
             wal.durable_next,
-            result.messages,
+            result.frames,
         )
 
     async def repl_epochs(self, request: Request) -> bytes:

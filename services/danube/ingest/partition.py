@@ -25,10 +25,11 @@ from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.isr import IsrTracker
 from danube.ingest.leadership import NotEnoughReplicasError, NotLeaderError, Term, update_isr
-from danube.ingest.wal import Wal, WalFailedError
+from danube.ingest.wal import Durability, Wal, WalFailedError
 from danube.meta import Lease, MetaStore, TopicName
 from danube.meta.backoff import backoff_s
 from danube.runtime.topic_metrics import topic_label
+from danube.wire.ingest import protocol
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,9 @@ class Partition:
         self._live: deque[tuple[int, Sequence[bytes]]] = deque()
         self._live_ready = asyncio.Event()
         self._live_subject = bus.subjects.live(name)
+        # Non-reliable (memory) partitions fan out from the live subject: it carries their
+        # frames. Reliable ones carry a durable_next wake-up (danube.wire.ingest.protocol).
+        self._live_payloads = wal.options.durability is Durability.MEMORY
         self._remove_listener = wal.add_durable_listener(self._on_durable)
         self._advance()
 
@@ -255,13 +259,24 @@ class Partition:
         while True:
             await self._live_ready.wait()
             self._live_ready.clear()
+            wakeup: protocol.Wakeup | None = None
             while self._live:
                 first, payloads = self._live[0]
                 if first + len(payloads) > self.tracker.high_watermark:
                     break  # the next watermark move sets _live_ready again
                 self._live.popleft()
+                if not self._live_payloads:
+                    # Reliable readers fetch what they deliver (frames as the WAL holds
+                    # them); the live subject only wakes them: one small body for every
+                    # committed batch ready now.
+                    count = len(payloads) + (wakeup.count if wakeup else 0)
+                    size = sum(map(len, payloads)) + (wakeup.payload_bytes if wakeup else 0)
+                    wakeup = protocol.Wakeup(first + len(payloads), count, size)
+                    continue
                 for body, count in _frame_chunks(first, payloads, limit):
                     await self._publish_live_body(body, count)
+            if wakeup is not None:
+                await self._publish_live_body(wakeup.encode(), wakeup.count)
 
     async def _publish_live_body(self, body: bytes, count: int) -> None:
         """Publish one live body, retrying what may work later (the bus reconnecting) with

@@ -34,6 +34,7 @@ from danube.uploader.upload import (
     UploadFencedError,
     WalDamagedError,
 )
+from danube.wire.ingest import protocol
 from danube.wire.ingest.client import IngestClient
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,10 @@ class UploaderNode:
 
         async def on_live(message: Message) -> None:
             # Durable bytes since the last cycle: a full object's worth starts one early.
-            worker.live_bytes += len(message.body)
+            # A reliable partition's live subject carries a durable_next wake-up that
+            # says how many bytes its batch held; anything else is frames.
+            wakeup = protocol.Wakeup.decode(message.body)
+            worker.live_bytes += len(message.body) if wakeup is None else wakeup.payload_bytes
             if worker.live_bytes >= limit:
                 worker.wake.set()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from danube.bus import Bus, TopicName
-from danube.frame import Frame, decode_frames
+from danube.frame import RawFrame, walk_frames
 from danube.wire.ingest import protocol
 
 
@@ -19,7 +19,7 @@ class CloudFetchReply:
 
     in_cloud: bool
     next_offset: int
-    frames: list[Frame]
+    frames: list[RawFrame]  # as the cloud reader sent them: checked there, split here
     damaged: protocol.Damaged | None = None
 
 
@@ -38,7 +38,8 @@ class CloudClient:
         max_count: int = 10_000,
         timeout_s: float = 10.0,
     ) -> CloudFetchReply:
-        """CRC-checked frames from ``from_offset``: those before a bad frame, or, starting at
+        """Frames from ``from_offset`` (checked by the cloud reader; left unchecked and
+        uncopied here, for whoever decodes the records): those before a bad frame, or, starting at
         one, a reply with ``damaged`` naming the object and where intact frames resume."""
         request = protocol.FetchRequest(from_offset, max_bytes, max_count)
         reply = await self.bus.request(
@@ -48,7 +49,7 @@ class CloudClient:
         if status is protocol.FetchStatus.DAMAGED:
             damaged = protocol.Damaged(from_offset, next_offset, protocol.decode_damaged_file(body))
             return CloudFetchReply(True, from_offset, [], damaged)
-        frames, consumed = decode_frames(body)
+        frames, consumed = walk_frames(body)
         if consumed != len(body):
             raise protocol.BadRequestError(
                 f"cloud fetch reply ends in a partial frame ({partition})"

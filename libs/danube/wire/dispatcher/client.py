@@ -64,8 +64,9 @@ class DispatcherClient:
 
     async def poll(
         self, topic: TopicName, sub: str, consumer_id: str, *, max: int = 100, wait_ms: int = 1000
-    ) -> list[protocol.PolledMessage]:
-        """Up to ``max`` messages, waiting at most ``wait_ms`` for the first."""
+    ) -> protocol.PollBatch:
+        """Up to ``max`` messages, waiting at most ``wait_ms`` for the first: a delivery
+        batch, frames as the WAL holds them (not checked: see PolledMessage.record)."""
         body = protocol.encode(
             protocol.PollRequest(consumer_id=consumer_id, max=max, wait_ms=wait_ms)
         )

@@ -1,8 +1,9 @@
 """Bodies of the dispatcher bus API (subjects: ``subjects.dispatch(topic, sub, op)``).
 
-Control bodies are small JSON documents; a poll reply carries the records as they are, in
-danube.frame frames (CRC-checked end to end), after a JSON head that says where each came
-from. All integers little-endian::
+Control bodies are small JSON documents; a poll reply is a delivery batch
+(danube.wire.delivery): the frames as the WAL holds them, unchanged since they were read
+and checked there, after a binary head that says where each came from. All integers
+little-endian::
 
     attach request   {"consumer": name, "type": "exclusive"|"shared"|"failover"|"key_shared",
                       "start": S, "key_filters": [glob, ...], "failure_policy": P | null}
@@ -12,9 +13,7 @@ from. All integers little-endian::
                      creates the subscription; another one than stored: policy_conflict)
     attach reply     {"consumer_id": id}
     poll request     {"consumer_id": id, "max": n, "wait_ms": ms}
-    poll reply       [u32 head_len][head: JSON list of {"partition", "offset",
-                     "redelivery_count"}] then one frame per message (offset, record bytes),
-                     in the same order
+    poll reply       a delivery batch (danube.wire.delivery), partitions by topic segment
     ack / nack       {"consumer_id": id, "messages": [{"partition", "offset"}], "delay_ms": ms}
     ack reply        {"ok": true, "not_in_flight": [{"partition", "offset"}]}   refs the ack
                      did nothing for (never delivered...; absent from older dispatchers)
@@ -41,16 +40,14 @@ A body that does not parse is refused with ``bad_request`` (:class:`BadRequestEr
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Annotated, Literal, TypeVar
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from danube.frame import append_frame, decode_frames
 from danube.meta.failure_policy import FailurePolicy
+from danube.wire.delivery import BatchFormatError, DeliveredMessage, decode_batch, encode_batch
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
 from danube.wire.errors import BadRequestError as BadRequestError
@@ -58,8 +55,6 @@ from danube.wire.errors import BadRequestError as BadRequestError
 # A key-shared consumer's key filters (glob patterns): how many, and how long each.
 FILTERS_MAX = 32
 FILTER_CHARS_MAX = 256
-
-_U32 = struct.Struct("<I")
 
 POLL_MAX_MESSAGES = 10_000
 POLL_WAIT_MS_MAX = 30_000
@@ -273,53 +268,32 @@ def decode_ack_reply(body: bytes) -> list[tuple[str, int]]:
         raise BadRequestError(f"ack reply is not one: {body[:200]!r}") from exc
 
 
-@dataclass(frozen=True, slots=True)
-class PolledMessage:
-    """One message of a poll reply: ``record`` is the encoded danube.frame record."""
-
-    partition: str
-    offset: int
-    redelivery_count: int
-    record: bytes
+PolledMessage = DeliveredMessage
+"""One message of a poll reply: its ``frame`` as the WAL holds it, ``record`` checks it."""
 
 
 def encode_poll_reply(messages: Sequence[PolledMessage]) -> bytes:
-    """The JSON head, then one frame per message."""
-    head = orjson.dumps(
-        [
-            {"partition": m.partition, "offset": m.offset, "redelivery_count": m.redelivery_count}
-            for m in messages
-        ]
-    )
-    body = bytearray(_U32.pack(len(head)))
-    body += head
-    for message in messages:
-        append_frame(body, message.offset, message.record)
-    return bytes(body)
+    """A delivery batch of ``messages`` (their frames as they are)."""
+    return encode_batch(messages)
 
 
-def decode_poll_reply(body: bytes) -> list[PolledMessage]:
-    """The messages of a poll reply; BadRequestError if head and frames disagree."""
-    if len(body) < _U32.size:
-        raise BadRequestError(f"poll reply of {len(body)} bytes")
-    (head_len,) = _U32.unpack_from(body, 0)
-    end = _U32.size + head_len
-    if end > len(body):
-        raise BadRequestError("poll reply head runs past the body")
-    head = orjson.loads(body[_U32.size : end])
-    frames, consumed = decode_frames(body, end)
-    if not isinstance(head, list) or len(head) != len(frames) or consumed != len(body):
-        raise BadRequestError("poll reply head and frames disagree")
-    messages = []
-    for item, frame in zip(head, frames, strict=True):
-        if item["offset"] != frame.offset:
-            raise BadRequestError(f"poll reply: head offset {item['offset']} != {frame.offset}")
-        messages.append(
-            PolledMessage(
-                str(item["partition"]),
-                frame.offset,
-                int(item["redelivery_count"]),
-                bytes(frame.payload),
-            )
-        )
-    return messages
+class PollBatch(list[PolledMessage]):
+    """A poll reply: its messages (views of the body), in order, and its ``body`` (a
+    delivery batch, to pass on as it is)."""
+
+    def __init__(self, body: bytes, messages: list[PolledMessage]) -> None:
+        super().__init__(messages)
+        self.body = body
+
+    @property
+    def messages(self) -> list[PolledMessage]:
+        """The messages (the batch itself)."""
+        return self
+
+
+def decode_poll_reply(body: bytes) -> PollBatch:
+    """The messages of a poll reply; BadRequestError if it is not a delivery batch."""
+    try:
+        return PollBatch(body, decode_batch(body))
+    except BatchFormatError as exc:
+        raise BadRequestError(f"poll reply: {exc.message}") from exc

@@ -11,13 +11,14 @@ retries, all within the call's deadline; when no leader comes, it raises the rea
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import orjson
 
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, TopicName
-from danube.frame import Frame, decode_frames
+from danube.frame import Frame, RawFrame, decode_frames, walk_frames
 from danube.wire.claim import request_with_claim
 from danube.wire.ingest import protocol
 from danube.wire.ingest.protocol import SegmentInfo
@@ -37,15 +38,20 @@ _PROBE_TIMEOUT_S = 1.0
 _RETRY_LATER_CODES = frozenset({"disk_full", UNAVAILABLE, RATE_LIMITED, BACKLOG_QUOTA_EXCEEDED})
 
 
+F = TypeVar("F", Frame, RawFrame)
+
+
 @dataclass(frozen=True)
-class FetchReply:
+class FetchReply(Generic[F]):
     """A fetch answer. ``below_wal_start``: read ``[from, wal_start)`` from the cloud tier.
-    ``damaged``: the WAL has no intact frame in that range (read it from the cloud tier)."""
+    ``damaged``: the WAL has no intact frame in that range (read it from the cloud tier).
+    ``frames``: checked :class:`Frame` s (:meth:`IngestClient.fetch`), or :class:`RawFrame` s
+    as the WAL holds them (:meth:`IngestClient.fetch_frames`)."""
 
     below_wal_start: bool
     wal_start: int
     next_offset: int
-    frames: list[Frame]
+    frames: list[F]
     damaged: protocol.Damaged | None = None
 
 
@@ -199,23 +205,38 @@ class IngestClient:
         max_bytes: int = 1 << 20,
         max_count: int = 10_000,
         timeout_s: float = 5.0,
-    ) -> FetchReply:
+    ) -> FetchReply[Frame]:
         """Durable messages from ``from_offset`` on (CRC-checked), or where the WAL starts."""
+        body = await self._fetch(partition, from_offset, max_bytes, max_count, timeout_s)
+        return _fetch_reply(partition, from_offset, body, decode_frames)
+
+    async def fetch_frames(
+        self,
+        partition: TopicName,
+        from_offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        max_count: int = 10_000,
+        timeout_s: float = 5.0,
+    ) -> FetchReply[RawFrame]:
+        """:meth:`fetch`, the frames left as ingest sent them (checked where it read them,
+        to be checked by whoever decodes their records): split, not checked, not copied."""
+        body = await self._fetch(partition, from_offset, max_bytes, max_count, timeout_s)
+        return _fetch_reply(partition, from_offset, body, walk_frames)
+
+    async def _fetch(
+        self,
+        partition: TopicName,
+        from_offset: int,
+        max_bytes: int,
+        max_count: int,
+        timeout_s: float,
+    ) -> bytes:
         request = protocol.FetchRequest(from_offset, max_bytes, max_count)
         reply = await self.bus.request(
             self.bus.subjects.wal_fetch(partition), request.encode(), timeout_s=timeout_s
         )
-        status, wal_start, next_offset, body = protocol.decode_fetch_reply_head(reply.body)
-        if status is protocol.FetchStatus.DAMAGED:
-            file = protocol.decode_damaged_file(body)
-            damaged = protocol.Damaged(from_offset, next_offset, file)
-            return FetchReply(False, wal_start, from_offset, [], damaged)
-        frames, consumed = decode_frames(body)
-        if consumed != len(body):
-            raise protocol.BadRequestError(f"fetch reply ends in a partial frame ({partition})")
-        return FetchReply(
-            status is protocol.FetchStatus.BELOW_WAL_START, wal_start, next_offset, frames
-        )
+        return reply.body
 
     async def wal_segments(
         self, partition: TopicName, *, max_segments: int, timeout_s: float = 5.0
@@ -307,3 +328,22 @@ def _flag(value: object) -> bool:
     if type(value) is not bool:
         raise ValueError(f"expected true or false, got {value!r}")
     return value
+
+
+def _fetch_reply(
+    partition: TopicName,
+    from_offset: int,
+    reply: bytes,
+    split: Callable[[memoryview], tuple[list[F], int]],
+) -> FetchReply[F]:
+    status, wal_start, next_offset, body = protocol.decode_fetch_reply_head(reply)
+    if status is protocol.FetchStatus.DAMAGED:
+        file = protocol.decode_damaged_file(body)
+        damaged = protocol.Damaged(from_offset, next_offset, file)
+        return FetchReply(False, wal_start, from_offset, [], damaged)
+    frames, consumed = split(body)
+    if consumed != len(body):
+        raise protocol.BadRequestError(f"fetch reply ends in a partial frame ({partition})")
+    return FetchReply(
+        status is protocol.FetchStatus.BELOW_WAL_START, wal_start, next_offset, frames
+    )

@@ -1,8 +1,9 @@
 """Binary bodies of the ingest bus API (docs/bus.md lists the subjects).
 
 All integers little-endian. Payload bytes travel as they are: no base64, no JSON around
-them. Fetch replies and live messages carry danube.frame frames, so every reader checks
-the CRC of every message end to end, and the uploader can write them to objects as is::
+them. Fetch replies carry danube.frame frames exactly as the WAL holds them (checked once
+where they were read; the hops after carry them unchanged, and whoever decodes a record
+checks its frame), so the uploader can write them to objects as is::
 
     produce request   [u32 count] then count x ([u32 size][record bytes])
     produce reply     [u64 first_offset][u32 count]     offsets first..first+count-1
@@ -13,7 +14,11 @@ the CRC of every message end to end, and the uploader can write them to objects 
                       status 3 (damaged): no intact frame of this copy from from_offset
                       until next_offset (exclusive); instead of frames, the UTF-8 name of
                       the damaged file (WAL segment or object key): read the other tier
-    live message      frames of one durable batch (or a slice of it), in offset order
+    live message      non-reliable topic: frames of one durable batch (or a slice of it),
+                      in offset order
+                      reliable topic: a durable_next wake-up, [u64 next_offset][u32 count]
+                      [u64 payload_bytes]: offsets below next_offset are committed, the last
+                      batch held count messages of payload_bytes (readers fetch them)
     drop request      [u64 below_offset]
     drop reply        [u32 segments_removed][u64 wal_start]
     time request      [u64 timestamp_ms]
@@ -44,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
 
-from danube.frame import append_frame
+from danube.frame import encode_frame
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
 from danube.wire.errors import BadRequestError as BadRequestError
@@ -151,13 +156,46 @@ def encode_fetch_reply(
     status: FetchStatus,
     wal_start: int,
     next_offset: int,
-    messages: Sequence[tuple[int, bytes | memoryview]],
+    frames: Sequence[tuple[int, bytes | memoryview]],
 ) -> bytes:
-    """The reply head followed by one frame per message."""
-    body = bytearray(_FETCH_REPLY_HEAD.pack(status, wal_start, next_offset))
+    """The reply head followed by the ``(offset, whole frame)`` frames as they are: one copy,
+    into the reply, and no CRC computed."""
+    return b"".join(
+        [_FETCH_REPLY_HEAD.pack(status, wal_start, next_offset)] + [f for _, f in frames]
+    )
+
+
+def frame_messages(messages: Sequence[tuple[int, bytes | memoryview]]) -> list[tuple[int, bytes]]:
+    """``(offset, payload)`` messages framed, for a reply of a reader that holds payloads
+    rather than frames (the cloud reader)."""
+    out: list[tuple[int, bytes]] = []
     for offset, payload in messages:
-        append_frame(body, offset, payload)
-    return bytes(body)
+        out.append((offset, encode_frame(offset, payload)))
+    return out
+
+
+WAKEUP = struct.Struct("<QIQ")
+
+
+@dataclass(frozen=True, slots=True)
+class Wakeup:
+    """A reliable partition's live message: offsets below ``next_offset`` are committed; the
+    batch that moved it held ``count`` messages and ``payload_bytes`` bytes of records."""
+
+    next_offset: int
+    count: int
+    payload_bytes: int
+
+    def encode(self) -> bytes:
+        return WAKEUP.pack(self.next_offset, self.count, self.payload_bytes)
+
+    @classmethod
+    def decode(cls, body: bytes) -> Wakeup | None:
+        """The wake-up ``body`` is, or None when it is not one (a frames body)."""
+        if len(body) != WAKEUP.size:
+            return None
+        next_offset, count, size = WAKEUP.unpack(body)
+        return cls(int(next_offset), int(count), int(size))
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,15 +339,11 @@ def encode_repl_reply(
     wal_start: int,
     high_watermark: int,
     leader_end: int,
-    messages: Sequence[tuple[int, bytes | memoryview]] = (),
+    frames: Sequence[tuple[int, bytes | memoryview]] = (),
 ) -> bytes:
-    """The reply head followed by one frame per message."""
-    body = bytearray(
-        _REPL_REPLY_HEAD.pack(status, leader_epoch, wal_start, high_watermark, leader_end)
-    )
-    for offset, payload in messages:
-        append_frame(body, offset, payload)
-    return bytes(body)
+    """The reply head followed by the ``(offset, whole frame)`` frames as the WAL holds them."""
+    head = _REPL_REPLY_HEAD.pack(status, leader_epoch, wal_start, high_watermark, leader_end)
+    return b"".join([head] + [f for _, f in frames])
 
 
 def decode_repl_reply(body: bytes) -> ReplFetchReply:

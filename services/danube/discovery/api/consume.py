@@ -9,11 +9,12 @@ needed to find it again on any instance: ``<ns>.<topic>.<sub>.<dispatcher consum
 from __future__ import annotations
 
 import base64
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 
 from danube.discovery.api.failure_policy import check_dead_letter_topic
 from danube.discovery.api.params import (
@@ -36,10 +37,13 @@ from danube.discovery.models import (
     MessagesOut,
     TopicSpec,
 )
-from danube.frame import decode_record
+from danube.frame import CorruptFrameError, decode_record
 from danube.meta import TopicName
 from danube.names import SEGMENT_CHARS, InvalidNameError, validate_segment
+from danube.wire import delivery
 from danube.wire.dispatcher import protocol
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1", tags=["consume"])
 
@@ -72,7 +76,8 @@ def parse_consumer_id(value: str) -> tuple[TopicName, str, str]:
 
 def message_out(topic: TopicName, message: protocol.PolledMessage) -> MessageOut:
     """The public form of a polled message of ``topic``: the partition by its full name (as
-    produce answers it), the payload as text when it is UTF-8, else base64."""
+    produce answers it), the payload as text when it is UTF-8, else base64. Its frame is
+    checked here (CorruptFrameError), where its record is decoded."""
     record = decode_record(message.record)
     try:
         payload, encoding = record.payload.decode("utf-8"), "utf8"
@@ -158,18 +163,58 @@ async def attach(
     return AttachResponse(consumer_id=consumer_id(name, sub, dispatcher_id))
 
 
-@router.get("/consumers/{cid}/messages", response_model=MessagesOut)
+async def messages_out(
+    services: Services, topic: TopicName, sub: str, dispatcher_id: str, batch: protocol.PollBatch
+) -> list[MessageOut]:
+    """The public form of a polled batch. A message whose frame fails its check (damaged on
+    the way: it was checked where it was read) is left out and nacked, so that it comes
+    again, read afresh."""
+    out: list[MessageOut] = []
+    corrupt: list[tuple[str, int]] = []
+    for message in batch.messages:
+        try:
+            out.append(message_out(topic, message))
+        except CorruptFrameError as exc:
+            log.warning("%s@%d: %s; nacked", message.partition, message.offset, exc)
+            corrupt.append((message.partition, message.offset))
+    if corrupt:
+        await services.dispatcher.nack(topic, sub, dispatcher_id, corrupt, delay_ms=0)
+    return out
+
+
+def full_names(topic: TopicName) -> Callable[[str], str]:
+    """Renames a partition named by its topic segment (as the dispatcher names it) to its
+    full name (as produce answers it and acks take it)."""
+    return lambda segment: str(TopicName(topic.namespace, segment))
+
+
+def wants_frames(accept: str | None) -> bool:
+    """Whether an ``Accept`` header asks for delivery batches (danube.wire.delivery)."""
+    return accept is not None and delivery.MEDIA_TYPE in accept
+
+
+@router.get(
+    "/consumers/{cid}/messages",
+    response_model=MessagesOut,
+    responses={200: {"content": {delivery.MEDIA_TYPE: {}}}},
+)
 async def poll(
     cid: ConsumerId,
     services: ServicesDep,
     max: Annotated[int, Query(ge=1, le=POLL_MAX_MESSAGES)] = 100,
     wait_ms: Annotated[int, Query(ge=0, le=POLL_WAIT_MS_MAX)] = 1000,
-) -> MessagesOut:
+    accept: Annotated[str | None, Header()] = None,
+) -> Response:
     """Up to ``max`` messages, waiting at most ``wait_ms`` for the first (an empty list
-    when none came)."""
+    when none came). ``Accept: application/x-danube-frames``: one delivery batch, the
+    frames as the WAL holds them (docs/http-api.md), else JSON."""
     topic, sub, dispatcher_id = parse_consumer_id(cid)
-    polled = await services.dispatcher.poll(topic, sub, dispatcher_id, max=max, wait_ms=wait_ms)
-    return MessagesOut(messages=[message_out(topic, m) for m in polled])
+    batch = await services.dispatcher.poll(topic, sub, dispatcher_id, max=max, wait_ms=wait_ms)
+    if wants_frames(accept):
+        body = delivery.rename_partitions(batch.body, full_names(topic))
+        return Response(body, media_type=delivery.MEDIA_TYPE)
+    out = MessagesOut(messages=await messages_out(services, topic, sub, dispatcher_id, batch))
+    return Response(out.model_dump_json(), media_type="application/json")
 
 
 @router.post(

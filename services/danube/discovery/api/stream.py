@@ -8,7 +8,10 @@ One stream is three tasks in one TaskGroup, all ended when any of them ends:
   dispatcher before the next frame is read, so they keep the client's order;
 - ``pump`` long-polls the dispatcher for at most ``min(credits, POLL_BATCH_MAX)`` messages,
   only while credits remain, spends one credit per message and queues them for the writer;
-  with no credits it only tells the dispatcher, now and then, that the consumer is alive;
+  with no credits it only tells the dispatcher, now and then, that the consumer is alive.
+  A client that asked for the ``danube.frames.v1`` subprotocol gets each poll's messages as
+  one binary delivery batch (danube.wire.delivery: the frames as the WAL holds them, checked
+  by the client); others get one JSON text frame per message;
 - ``write`` is the one writer of the socket, draining a queue of ``SEND_QUEUE_BATCHES``
   batches: when the client reads slowly the pump waits on the full queue and stops polling.
 
@@ -31,8 +34,9 @@ from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from danube.discovery import metrics
 from danube.discovery.api.consume import (
-    message_out,
+    full_names,
     message_refs,
+    messages_out,
     not_in_flight,
     parse_consumer_id,
 )
@@ -57,6 +61,7 @@ from danube.discovery.stream_protocol import (
 )
 from danube.errors import DanubeError
 from danube.meta import TopicName
+from danube.wire import delivery
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +96,8 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
     """Push the consumer's messages as the client grants credits; it acks and nacks on the
     same socket. Ends with an error frame and a close code when something goes wrong."""
     services = services_of(websocket)
-    await websocket.accept()
+    frames = delivery.SUBPROTOCOL in websocket.scope.get("subprotocols", ())
+    await websocket.accept(subprotocol=delivery.SUBPROTOCOL if frames else None)
     refusal = getattr(websocket.state, "refusal", None)  # api/auth.py: 4401 / 4403
     if refusal is not None:
         await _close(websocket, refusal)
@@ -106,7 +112,7 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
         return
     metrics.STREAMS_OPEN.inc()
     try:
-        error = await _serve(websocket, services, cid)
+        error = await _serve(websocket, services, cid, frames)
     finally:
         metrics.STREAMS_OPEN.dec()
         services.streams.give_back()
@@ -114,11 +120,14 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
         await _close(websocket, error)
 
 
-async def _serve(websocket: WebSocket, services: Services, cid: str) -> BaseException | None:
-    """Serve one stream; the error it ended with, None when the client left."""
+async def _serve(
+    websocket: WebSocket, services: Services, cid: str, frames: bool
+) -> BaseException | None:
+    """Serve one stream; the error it ended with, None when the client left. ``frames``:
+    messages go as binary delivery batches."""
     try:
         topic, sub, dispatcher_id = parse_consumer_id(cid)
-        session = _Stream(websocket, services, topic, sub, dispatcher_id)
+        session = _Stream(websocket, services, topic, sub, dispatcher_id, frames)
         # An unknown consumer is told at once, not at the first credit.
         await session.touch()
         return await session.run()
@@ -160,8 +169,11 @@ class _Stream:
         topic: TopicName,
         sub: str,
         dispatcher_id: str,
+        frames: bool = False,
     ) -> None:
         self.websocket = websocket
+        self.services = services
+        self.frames = frames
         self.dispatcher = services.dispatcher
         self.keepalive_s = services.stream_keepalive_s
         self.topic = topic
@@ -169,7 +181,7 @@ class _Stream:
         self.dispatcher_id = dispatcher_id
         self.credits = Credits()
         self._granted = asyncio.Event()  # set by every flow frame; the pump waits on it
-        self._outbox: asyncio.Queue[list[str]] = asyncio.Queue(maxsize=SEND_QUEUE_BATCHES)
+        self._outbox: asyncio.Queue[list[str | bytes]] = asyncio.Queue(maxsize=SEND_QUEUE_BATCHES)
 
     async def touch(self) -> None:
         """Tell the dispatcher the consumer is alive; ``consumer_not_found`` if it is not."""
@@ -235,16 +247,25 @@ class _Stream:
                     self.topic, self.sub, self.dispatcher_id, max=wanted, wait_ms=POLL_WAIT_MS
                 )
             )
-            if not polled:
+            if not polled.messages:
                 continue
-            # Raises (a bug, the stream closes with 1011) rather than send past the credits.
-            self.credits.spend(len(polled))
+            if self.frames:
+                # Raises (a bug, the stream closes with 1011) rather than send past the credits.
+                self.credits.spend(len(polled.messages))
+                body = delivery.rename_partitions(polled.body, full_names(self.topic))
+                metrics.STREAM_MESSAGES.inc(len(polled.messages))
+                await self._outbox.put([body])
+                continue
             try:
-                frames = [message_frame(message_out(self.topic, m)) for m in polled]
+                out = await self._call(
+                    messages_out(self.services, self.topic, self.sub, self.dispatcher_id, polled)
+                )
+                texts: list[str | bytes] = [message_frame(m) for m in out]
             except DanubeError as exc:  # a record that does not decode
                 raise _Ended(exc) from None
-            metrics.STREAM_MESSAGES.inc(len(frames))
-            await self._outbox.put(frames)
+            self.credits.spend(len(texts))
+            metrics.STREAM_MESSAGES.inc(len(texts))
+            await self._outbox.put(texts)
 
     async def _wait_for_credits(self) -> None:
         self._granted.clear()
@@ -266,10 +287,13 @@ class _Stream:
 
     async def _write(self) -> None:
         while True:
-            for text in await self._outbox.get():
+            for frame in await self._outbox.get():
                 try:
                     async with asyncio.timeout(SEND_TIMEOUT_S):
-                        await self.websocket.send_text(text)
+                        if isinstance(frame, bytes):
+                            await self.websocket.send_bytes(frame)
+                        else:
+                            await self.websocket.send_text(frame)
                 except WebSocketDisconnect:
                     raise _Ended(None) from None
                 except TimeoutError:

@@ -316,7 +316,7 @@ class DanubeApi:
                 )
                 continue
             entry.last_seen = time.monotonic()
-            for message in polled:
+            for message in polled.messages:
                 partition = TopicName(entry.topic.namespace, message.partition)
                 self.clients.delivered(partition, entry.subscription, message.offset, entry.id)
                 yield self._stream_message(entry, partition, message)

@@ -4,6 +4,10 @@ Bounded twice: by message count (``cache_capacity``, Danube's key) and by payloa
 run of large messages cannot take gigabytes). The cache always holds a suffix of the durable
 log: every message from its oldest entry up to the durable end, in offset order, so a fetch
 that starts inside it can be served from it alone. In ``memory`` mode it is all there is.
+
+Messages are kept framed (``[u64 offset][u32 len][u32 crc32c][record]``, danube.frame): a
+fetch answers the frames as they are, whether read from a segment or from here, and no
+reader computes a CRC again for every fetch of the same message.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from collections.abc import Sequence
 from itertools import islice
 from operator import itemgetter
 
+from danube.frame import FRAME_HEADER_BYTES, encode_frame
+
 _first = itemgetter(0)
 
 
 class MessageCache:
-    """A bounded deque of ``(offset, payload)``; not thread-safe (used on the event loop only)."""
+    """A bounded deque of ``(offset, frame)``; not thread-safe (used on the event loop only)."""
 
     def __init__(self, capacity: int, max_bytes: int) -> None:
         self._capacity = capacity
@@ -31,7 +37,7 @@ class MessageCache:
 
     @property
     def payload_bytes(self) -> int:
-        """Payload bytes held."""
+        """Payload bytes held (frame headers not counted)."""
         return self._bytes
 
     @property
@@ -48,18 +54,21 @@ class MessageCache:
             payloads = payloads[skip:]
             first_offset += skip
         self._items.extend(
-            zip(range(first_offset, first_offset + len(payloads)), payloads, strict=True)
+            (offset, encode_frame(offset, payload))
+            for offset, payload in zip(
+                range(first_offset, first_offset + len(payloads)), payloads, strict=True
+            )
         )
         self._bytes += sum(map(len, payloads))
         items = self._items
         while len(items) > self._capacity or self._bytes > self._max_bytes:
-            self._bytes -= len(items.popleft()[1])
+            self._bytes -= len(items.popleft()[1]) - FRAME_HEADER_BYTES
 
     def trim_below(self, offset: int) -> None:
         """Forget every message below ``offset``."""
         items = self._items
         while items and items[0][0] < offset:
-            self._bytes -= len(items.popleft()[1])
+            self._bytes -= len(items.popleft()[1]) - FRAME_HEADER_BYTES
 
     def clear(self) -> None:
         """Forget everything."""
@@ -72,20 +81,21 @@ class MessageCache:
         """Messages from ``from_offset`` (at or after :attr:`first_offset`) below ``limit_offset``.
 
         At most ``max_count`` messages and ``max_bytes`` payload bytes (the first always fits).
-        Returns them and the offset to read next; offsets missing from the cache (a gap left by
-        ``advance_to``) are skipped, up to ``limit_offset`` if nothing follows.
+        Returns them as ``(offset, frame)`` and the offset to read next; offsets missing from
+        the cache (a gap left by ``advance_to``) are skipped, up to ``limit_offset`` if
+        nothing follows.
         """
         items = self._items
         start = bisect_left(items, from_offset, key=_first)
         out: list[tuple[int, bytes]] = []
         total = 0
-        for offset, payload in islice(items, start, None):
+        for offset, frame in islice(items, start, None):
             if offset >= limit_offset or len(out) >= max_count:
                 return out, offset
-            size = len(payload)
+            size = len(frame) - FRAME_HEADER_BYTES
             if out and total + size > max_bytes:
                 return out, offset
-            out.append((offset, payload))
+            out.append((offset, frame))
             total += size
         # The cache holds every durable message from its oldest on: none is left below the limit.
         return out, max(from_offset, limit_offset)

@@ -34,7 +34,7 @@ class _Budget:
     limit_offset: int  # offsets at or past this are not served (not durable yet)
     max_bytes: int
     max_count: int
-    messages: list[tuple[int, bytes]]
+    messages: list[tuple[int, memoryview]]  # (offset, the whole frame as read)
     payload_bytes: int = 0
 
     def full(self) -> bool:
@@ -42,12 +42,14 @@ class _Budget:
             bool(self.messages) and self.payload_bytes >= self.max_bytes
         )
 
-    def take(self, frame: Frame) -> bool:
-        """Add one message unless it would break ``max_bytes`` (the first always fits)."""
+    def take(self, frame: Frame, whole: memoryview) -> bool:
+        """Add one message unless it would break ``max_bytes`` (the first always fits).
+        ``whole`` is the checked frame, header included, as read: kept as is (a view of the
+        read buffer, no copy), so the fetch reply carries the very bytes of the WAL."""
         size = len(frame.payload)
         if self.messages and self.payload_bytes + size > self.max_bytes:
             return False
-        self.messages.append((frame.offset, bytes(frame.payload)))
+        self.messages.append((frame.offset, whole))
         self.payload_bytes += size
         return True
 
@@ -97,12 +99,13 @@ def read_messages(
     max_bytes: int,
     max_count: int,
     max_payload_bytes: int,
-) -> tuple[list[tuple[int, bytes]], int]:
+) -> tuple[list[tuple[int, memoryview]], int]:
     """Messages from ``from_offset`` on, across the planned ``(segment, readable end)`` pairs.
 
-    Returns the messages and the offset to read next: after the last one returned, or past a
-    gap that was skipped. Raises :class:`WalCorruptionError` when the very first message to
-    return sits at or past a bad frame.
+    Returns the messages, ``(offset, whole frame as read)`` (CRC checked here, once), and
+    the offset to read next: after the last one returned, or past a gap that was skipped.
+    Raises :class:`WalCorruptionError` when the very first message to return sits at or past
+    a bad frame.
     """
     budget = _Budget(limit_offset, max_bytes, max_count, [])
     want = from_offset
@@ -155,6 +158,7 @@ def _read_segment(
         size = min(end - pos, max(MIN_READ_BYTES, min(size, MAX_READ_BYTES), min_size))
         data = ops.read_at(segment.path, pos, size)
         frames, good_end, problem = _decode(data, max_payload_bytes)
+        view = memoryview(data)
         if not frames and problem is None:
             problem, needed = _incomplete(data, pos, end)
             if problem is None and min_size == 0:
@@ -170,7 +174,7 @@ def _read_segment(
                 break
             if frame.offset >= budget.limit_offset:
                 return expected, False
-            if frame.offset >= want and not budget.take(frame):
+            if frame.offset >= want and not budget.take(frame, view[at : at + frame.size_bytes]):
                 return expected, False
             expected += 1
             at += frame.size_bytes

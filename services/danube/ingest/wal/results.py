@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+from danube.frame import FRAME_HEADER_BYTES
 from danube.wire.ingest.protocol import SegmentInfo
 
 __all__ = ["FetchResult", "SegmentInfo", "WalStats"]
@@ -11,10 +13,17 @@ __all__ = ["FetchResult", "SegmentInfo", "WalStats"]
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    """Messages ``(offset, payload)`` in offset order, and the offset to fetch next."""
+    """Messages in offset order, each ``(offset, whole frame)`` as the WAL holds it (checked
+    where it was read), and the offset to fetch next."""
 
-    messages: list[tuple[int, bytes]]
+    frames: Sequence[tuple[int, bytes | memoryview]]
     next_offset: int
+
+    @property
+    def messages(self) -> list[tuple[int, bytes]]:
+        """``(offset, payload)`` of each message, copied out of its frame (for readers of a
+        few records: the fetch handlers pass :attr:`frames` on as they are)."""
+        return [(offset, bytes(frame[FRAME_HEADER_BYTES:])) for offset, frame in self.frames]
 
 
 @dataclass(frozen=True, slots=True)

@@ -347,7 +347,7 @@ class Wal:
         plan = self._segments.plan(from_offset)  # taken with `limit`, in the same loop step
         limits = {"limit_offset": limit, "max_bytes": max_bytes, "max_count": max_count}
         try:
-            messages, next_offset = await in_thread(
+            frames, next_offset = await in_thread(
                 "read",
                 self.options.io_timeout_s,
                 read_messages,
@@ -362,7 +362,7 @@ class Wal:
             if isinstance(exc, FileNotFoundError) and from_offset < start:  # dropped meanwhile
                 raise BelowWalStartError(offset=from_offset, start_offset=start) from exc
             raise WalIoError(f"WAL read failed: {exc}", op="read", path=exc.filename) from exc
-        return FetchResult(messages, next_offset)
+        return FetchResult(frames, next_offset)
 
     async def wait_for(self, offset: int, timeout_s: float) -> bool:
         """Wait until ``durable_next > offset``; False on timeout, failure or close."""
