@@ -88,11 +88,13 @@ class HttpCore:
         *,
         body: Any = None,
         content: bytes | None = None,
+        content_type: str | None = None,
         params: Mapping[str, str | int] | None = None,
         timeout_s: float | None = None,
     ) -> Answer:
         """One attempt: the answer, or the error the server answered, or
-        :class:`TransportError` when no answer came within the timeout."""
+        :class:`TransportError` when no answer came within the timeout. ``content`` is
+        sent as JSON unless ``content_type`` says otherwise."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if body is not None:
             content = orjson.dumps(body)
@@ -103,7 +105,13 @@ class HttpCore:
                     path,
                     content=content,
                     params=params,
-                    headers=_JSON if content is not None else None,
+                    headers=(
+                        None
+                        if content is None
+                        else _JSON
+                        if content_type is None
+                        else {"content-type": content_type}
+                    ),
                     timeout=timeout,
                 )
         except TimeoutError as exc:
@@ -126,6 +134,7 @@ class HttpCore:
         *,
         body: Any = None,
         content: bytes | None = None,
+        content_type: str | None = None,
         params: Mapping[str, str | int] | None = None,
         timeout_s: float,
         attempt_timeout_s: float | None = None,
@@ -137,7 +146,12 @@ class HttpCore:
 
         async def attempt(left_s: float) -> Answer:
             return await self.request(
-                method, path, content=content, params=params, timeout_s=min(cap, left_s)
+                method,
+                path,
+                content=content,
+                content_type=content_type,
+                params=params,
+                timeout_s=min(cap, left_s),
             )
 
         return await retrying(

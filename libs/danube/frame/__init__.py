@@ -21,6 +21,7 @@ from danube.frame.errors import (
     FrameError,
     FrameTooLargeError,
     InvalidRecordError,
+    TruncatedFramesError,
     UnsupportedRecordVersionError,
 )
 from danube.frame.record import (
@@ -59,6 +60,7 @@ __all__ = [
     "InvalidRecordError",
     "Record",
     "RecordFields",
+    "TruncatedFramesError",
     "UnsupportedRecordVersionError",
     "append_frame",
     "decode_frames",

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from danube.bus import Bus, NoRespondersError, RemoteError, TopicName
 from danube.config import DanubeSettings
@@ -40,9 +41,20 @@ from danube.discovery.routing import (
     split,
 )
 from danube.discovery.schema_gate import SchemaGate, Stamp
-from danube.frame import Record, encode_record
+from danube.frame import FRAME_HEADER_BYTES, Record, encode_record
+from danube.frame.produce import (
+    ProducedFrames,
+    frame_for_produce,
+    scan_frames_for_produce,
+    stamp_schema,
+)
 from danube.meta.records import Dispatch, Policies
 from danube.wire.ingest.client import IngestClient
+from danube.wire.ingest.protocol import (
+    FRAMED_HEAD_BYTES,
+    encode_framed_produce_request,
+    encode_produce_request,
+)
 from danube.wire.limits import (
     BACKLOG_QUOTA_EXCEEDED,
     RATE_LIMITED,
@@ -137,6 +149,27 @@ def encode_records(
     ]
 
 
+def _check_payload_sizes(sizes: Sequence[int], limit: int) -> None:
+    biggest = max(sizes)
+    if biggest > limit:
+        index = sizes.index(biggest)
+        raise TooLargeError(
+            f"messages[{index}].payload is {biggest} bytes, over the limit of {limit}",
+            code="payload_too_large",
+            limit=limit,
+        )
+
+
+def stamped_frames(frames: ProducedFrames, stamp: Stamp) -> ProducedFrames:
+    """``frames`` with every record stamped with the schema it was checked against (a copy:
+    the only path on which a binary body's records are written anew)."""
+    body = b"".join(
+        frame_for_produce(stamp_schema(frames.record(i), stamp.schema_id, stamp.version))
+        for i in range(len(frames))
+    )
+    return scan_frames_for_produce(body, max_count=len(frames), stamped=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one produce may carry, from the settings."""
@@ -213,6 +246,44 @@ class Producer:
             keys = [m.key for m in request.messages]
             return await self._store(topic, records, keys, request.dispatch, policies)
 
+    async def produce_frames(
+        self,
+        topic: TopicName,
+        frames: ProducedFrames,
+        *,
+        dispatch: Dispatch,
+        schema_version: int | None = None,
+    ) -> tuple[list[TopicName], list[int], list[int]]:
+        """:meth:`produce` of a binary body (checked frames, danube.frame.produce): the same
+        limits, policies, schema check and routing, with no record decoded or encoded again
+        unless the topic has a schema (then its records are stamped). The partitions, and
+        each message's partition index and offset, in message order."""
+        sizes = frames.payload_sizes
+        try:
+            if len(sizes) > self.limits.max_messages:
+                raise TooLargeError(
+                    f"over {self.limits.max_messages} messages, the limit per request",
+                    code="too_many_messages",
+                    limit=self.limits.max_messages,
+                )
+            _check_payload_sizes(sizes, self.limits.max_payload_bytes)
+        except TooLargeError as exc:
+            metrics.POLICY_REFUSALS.labels(exc.code).inc()
+            raise
+        async with self._admitted():
+            _, policies = await self.catalog.effective_policies(topic)
+            try:
+                _check_payload_sizes(sizes, self._max_message_bytes(policies))
+            except TooLargeError as exc:
+                metrics.POLICY_REFUSALS.labels(exc.code).inc()
+                raise
+            if self.schemas is not None:
+                payloads = [bytes(frames.payload(i)) for i in range(len(sizes))]
+                stamp = await self.schemas.admit(topic, payloads, version=schema_version)
+                if stamp is not None:
+                    frames = stamped_frames(frames, stamp)
+            return await self._stored(topic, _Frames(frames), frames.keys, dispatch, policies)
+
     async def max_message_bytes(self, topic: TopicName) -> int:
         """The largest payload ``topic`` takes: its policy's (docs/policies.md), never more
         than the cluster's ``ingest.max_message_bytes``."""
@@ -256,22 +327,38 @@ class Producer:
         dispatch: Dispatch,
         policies: Policies,
     ) -> list[ProduceResult]:
+        names, routed, offsets = await self._stored(
+            topic, _Records(records), keys, dispatch, policies
+        )
+        return [
+            ProduceResult(partition=str(names[p]), offset=offsets[i]) for i, p in enumerate(routed)
+        ]
+
+    async def _stored(
+        self,
+        topic: TopicName,
+        batch: Batch,
+        keys: Sequence[str | None],
+        dispatch: Dispatch,
+        policies: Policies,
+    ) -> tuple[list[TopicName], list[int], list[int]]:
+        """Route and send ``batch``: the partitions, each message's partition index and
+        offset, in message order."""
         started = time.perf_counter()
+        count = len(batch.sizes)
         if topic.partition is None:
             partitions = await self._partitions_of(topic, dispatch)
             routed = route(keys, partitions, self._robin)
             names = topic.partitions(partitions)
         else:
             partitions = await self._check_partition(topic)
-            routed, names = [0] * len(records), [topic]
+            routed, names = [0] * count, [topic]
         limits = for_partition(policies, partitions)
-        offsets = await self._send(names, routed, records, limits)
+        offsets = await self._send(names, routed, batch, limits)
         metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
-        metrics.MESSAGES_PRODUCED.inc(len(records))
-        log.debug("produce: %d messages to %s stored", len(records), topic)
-        return [
-            ProduceResult(partition=str(names[p]), offset=offsets[i]) for i, p in enumerate(routed)
-        ]
+        metrics.MESSAGES_PRODUCED.inc(count)
+        log.debug("produce: %d messages to %s stored", count, topic)
+        return names, routed, offsets
 
     async def _partitions_of(self, topic: TopicName, dispatch: Dispatch) -> int:
         config = await self.catalog.cached_topic(topic)
@@ -297,12 +384,12 @@ class Producer:
         self,
         names: Sequence[TopicName],
         routed: Sequence[int],
-        records: Sequence[bytes],
+        batch: Batch,
         limits: PartitionLimits,
     ) -> list[int]:
         max_request_bytes = self.bus.max_payload_bytes - BUS_HEADROOM_BYTES
-        sizes = [len(r) for r in records]
-        framing = REQUEST_HEAD_BYTES + RECORD_FRAMING_BYTES
+        sizes = batch.sizes
+        framing = batch.head_bytes + batch.framing_bytes
         too_big = [i for i, size in enumerate(sizes) if size + framing > max_request_bytes]
         if too_big:
             raise TooLargeError(
@@ -311,7 +398,7 @@ class Producer:
                 code="payload_too_large",
                 limit=max_request_bytes,
             )
-        offsets = [0] * len(records)
+        offsets = [0] * len(sizes)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.timeout_s
 
@@ -322,17 +409,22 @@ class Producer:
                 sizes,
                 max_request_bytes=max_request_bytes,
                 max_records=self.limits.max_batch_records,
+                head_bytes=batch.head_bytes,
+                framing_bytes=batch.framing_bytes,
             )
             for chunk in chunks:  # in order: a partition's offsets follow message order
                 remaining_s = deadline - loop.time()
                 if remaining_s <= 0:
                     raise UnavailableError(f"no durable answer from {names[partition]} in time")
                 first = await self._produce_chunk(
-                    names[partition], [records[i] for i in chunk.indexes], remaining_s, limits
+                    names[partition], batch.request(chunk.indexes), remaining_s, limits
                 )
                 for position, index in enumerate(chunk.indexes):
                     offsets[index] = first + position
 
+        if len(names) == 1:  # one partition: no task group to build
+            await send_partition(0, list(range(len(sizes))))
+            return offsets
         try:
             async with asyncio.TaskGroup() as tg:
                 for partition, indexes in group(routed).items():
@@ -344,12 +436,14 @@ class Producer:
     async def _produce_chunk(
         self,
         partition: TopicName,
-        records: list[bytes],
+        body: bytes,
         timeout_s: float,
         limits: PartitionLimits,
     ) -> int:
         try:
-            return await self.client.produce(partition, records, timeout_s=timeout_s, limits=limits)
+            return await self.client.produce_body(
+                partition, body, timeout_s=timeout_s, limits=limits
+            )
         except RemoteError as exc:
             if exc.code not in (RATE_LIMITED, BACKLOG_QUOTA_EXCEEDED):
                 raise
@@ -365,3 +459,57 @@ class Producer:
             ) from exc
         except NoRespondersError as exc:
             raise UnavailableError(f"no owner of {partition}", code="no_owner") from exc
+
+
+class Batch(Protocol):
+    """The messages of one produce as the bus requests to ingest carry them."""
+
+    @property
+    def sizes(self) -> Sequence[int]:
+        """Each message's encoded record size, in message order."""
+
+    @property
+    def head_bytes(self) -> int:
+        """The bytes of a request before its first record."""
+
+    @property
+    def framing_bytes(self) -> int:
+        """The bytes each record takes around it in a request."""
+
+    def request(self, indexes: Sequence[int]) -> bytes:
+        """The request body carrying messages ``indexes``, in that order."""
+
+
+class _Records:
+    """Encoded records, sent size-prefixed (the JSON and gRPC paths encode them here)."""
+
+    head_bytes = REQUEST_HEAD_BYTES
+    framing_bytes = RECORD_FRAMING_BYTES
+
+    def __init__(self, records: Sequence[bytes]) -> None:
+        self.records = records
+        self.sizes = [len(r) for r in records]
+
+    def request(self, indexes: Sequence[int]) -> bytes:
+        return encode_produce_request([self.records[i] for i in indexes])
+
+
+class _Frames:
+    """Produced frames (the binary body), passed on as they came: a run of consecutive
+    messages (all of them, for a topic of one partition) is one slice of the body."""
+
+    head_bytes = FRAMED_HEAD_BYTES
+    framing_bytes = FRAME_HEADER_BYTES
+
+    def __init__(self, frames: ProducedFrames) -> None:
+        self.frames = frames
+        starts, ends = frames.starts, frames.ends
+        self.sizes = [end - start for start, end in zip(starts, ends, strict=True)]
+
+    def request(self, indexes: Sequence[int]) -> bytes:
+        frames = self.frames
+        first, last = indexes[0], indexes[-1]
+        if last - first + 1 == len(indexes):  # consecutive: one slice
+            run = frames.body[frames.starts[first] - FRAME_HEADER_BYTES : frames.ends[last]]
+            return encode_framed_produce_request(len(indexes), [run])
+        return encode_framed_produce_request(len(indexes), frames.frames(indexes))
