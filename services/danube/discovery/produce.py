@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from danube.bus import Bus, NoRespondersError, RemoteError, TopicName
 from danube.config import DanubeSettings
@@ -32,29 +31,19 @@ from danube.discovery.errors import (
     UnavailableError,
 )
 from danube.discovery.models import MessageIn, ProduceRequest, ProduceResult, TopicSpec
-from danube.discovery.routing import (
-    RECORD_FRAMING_BYTES,
-    REQUEST_HEAD_BYTES,
-    RoundRobin,
-    group,
-    route,
-    split,
+from danube.discovery.produce_batch import (
+    Batch,
+    FramesBatch,
+    RecordsBatch,
+    check_payload_sizes,
+    stamped_frames,
 )
+from danube.discovery.routing import RoundRobin, group, route, split
 from danube.discovery.schema_gate import SchemaGate, Stamp
-from danube.frame import FRAME_HEADER_BYTES, Record, encode_record
-from danube.frame.produce import (
-    ProducedFrames,
-    frame_for_produce,
-    scan_frames_for_produce,
-    stamp_schema,
-)
+from danube.frame import Record, encode_record
+from danube.frame.produce import ProducedFrames
 from danube.meta.records import Dispatch, Policies
 from danube.wire.ingest.client import IngestClient
-from danube.wire.ingest.protocol import (
-    FRAMED_HEAD_BYTES,
-    encode_framed_produce_request,
-    encode_produce_request,
-)
 from danube.wire.limits import (
     BACKLOG_QUOTA_EXCEEDED,
     RATE_LIMITED,
@@ -147,27 +136,6 @@ def encode_records(
         )
         for message, payload in zip(request.messages, payloads, strict=True)
     ]
-
-
-def _check_payload_sizes(sizes: Sequence[int], limit: int) -> None:
-    biggest = max(sizes)
-    if biggest > limit:
-        index = sizes.index(biggest)
-        raise TooLargeError(
-            f"messages[{index}].payload is {biggest} bytes, over the limit of {limit}",
-            code="payload_too_large",
-            limit=limit,
-        )
-
-
-def stamped_frames(frames: ProducedFrames, stamp: Stamp) -> ProducedFrames:
-    """``frames`` with every record stamped with the schema it was checked against (a copy:
-    the only path on which a binary body's records are written anew)."""
-    body = b"".join(
-        frame_for_produce(stamp_schema(frames.record(i), stamp.schema_id, stamp.version))
-        for i in range(len(frames))
-    )
-    return scan_frames_for_produce(body, max_count=len(frames), stamped=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,14 +234,14 @@ class Producer:
                     code="too_many_messages",
                     limit=self.limits.max_messages,
                 )
-            _check_payload_sizes(sizes, self.limits.max_payload_bytes)
+            check_payload_sizes(sizes, self.limits.max_payload_bytes)
         except TooLargeError as exc:
             metrics.POLICY_REFUSALS.labels(exc.code).inc()
             raise
         async with self._admitted():
             _, policies = await self.catalog.effective_policies(topic)
             try:
-                _check_payload_sizes(sizes, self._max_message_bytes(policies))
+                check_payload_sizes(sizes, self._max_message_bytes(policies))
             except TooLargeError as exc:
                 metrics.POLICY_REFUSALS.labels(exc.code).inc()
                 raise
@@ -282,7 +250,7 @@ class Producer:
                 stamp = await self.schemas.admit(topic, payloads, version=schema_version)
                 if stamp is not None:
                     frames = stamped_frames(frames, stamp)
-            return await self._stored(topic, _Frames(frames), frames.keys, dispatch, policies)
+            return await self._stored(topic, FramesBatch(frames), frames.keys, dispatch, policies)
 
     async def max_message_bytes(self, topic: TopicName) -> int:
         """The largest payload ``topic`` takes: its policy's (docs/policies.md), never more
@@ -328,7 +296,7 @@ class Producer:
         policies: Policies,
     ) -> list[ProduceResult]:
         names, routed, offsets = await self._stored(
-            topic, _Records(records), keys, dispatch, policies
+            topic, RecordsBatch(records), keys, dispatch, policies
         )
         return [
             ProduceResult(partition=str(names[p]), offset=offsets[i]) for i, p in enumerate(routed)
@@ -459,57 +427,3 @@ class Producer:
             ) from exc
         except NoRespondersError as exc:
             raise UnavailableError(f"no owner of {partition}", code="no_owner") from exc
-
-
-class Batch(Protocol):
-    """The messages of one produce as the bus requests to ingest carry them."""
-
-    @property
-    def sizes(self) -> Sequence[int]:
-        """Each message's encoded record size, in message order."""
-
-    @property
-    def head_bytes(self) -> int:
-        """The bytes of a request before its first record."""
-
-    @property
-    def framing_bytes(self) -> int:
-        """The bytes each record takes around it in a request."""
-
-    def request(self, indexes: Sequence[int]) -> bytes:
-        """The request body carrying messages ``indexes``, in that order."""
-
-
-class _Records:
-    """Encoded records, sent size-prefixed (the JSON and gRPC paths encode them here)."""
-
-    head_bytes = REQUEST_HEAD_BYTES
-    framing_bytes = RECORD_FRAMING_BYTES
-
-    def __init__(self, records: Sequence[bytes]) -> None:
-        self.records = records
-        self.sizes = [len(r) for r in records]
-
-    def request(self, indexes: Sequence[int]) -> bytes:
-        return encode_produce_request([self.records[i] for i in indexes])
-
-
-class _Frames:
-    """Produced frames (the binary body), passed on as they came: a run of consecutive
-    messages (all of them, for a topic of one partition) is one slice of the body."""
-
-    head_bytes = FRAMED_HEAD_BYTES
-    framing_bytes = FRAME_HEADER_BYTES
-
-    def __init__(self, frames: ProducedFrames) -> None:
-        self.frames = frames
-        starts, ends = frames.starts, frames.ends
-        self.sizes = [end - start for start, end in zip(starts, ends, strict=True)]
-
-    def request(self, indexes: Sequence[int]) -> bytes:
-        frames = self.frames
-        first, last = indexes[0], indexes[-1]
-        if last - first + 1 == len(indexes):  # consecutive: one slice
-            run = frames.body[frames.starts[first] - FRAME_HEADER_BYTES : frames.ends[last]]
-            return encode_framed_produce_request(len(indexes), [run])
-        return encode_framed_produce_request(len(indexes), frames.frames(indexes))
