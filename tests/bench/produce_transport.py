@@ -27,7 +27,12 @@ ROWS = {
 }
 
 
-async def main(base: Path | None, rounds: int, rows: list[str]) -> None:
+def _scaled(args: list[str], scale: float) -> list[str]:
+    at = args.index("-n") + 1
+    return [*args[:at], str(max(1, int(int(args[at]) * scale))), *args[at + 1 :]]
+
+
+async def main(base: Path | None, rounds: int, rows: list[str], scale: float) -> None:
     async with AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-transport-")))
         meshes: dict[str, str] = {}
@@ -46,7 +51,7 @@ async def main(base: Path | None, rounds: int, rows: list[str]) -> None:
             results: dict[tuple[str, str], list[dict[str, object]]] = {c: [] for c in configs}
             for round_ in range(rounds + 1):
                 for mesh, transport in configs:
-                    args = [*ROWS[row], "--transport", transport]
+                    args = [*_scaled(ROWS[row], scale), "--transport", transport]
                     result = await bench_produce(meshes[mesh].rstrip("/"), args)
                     if round_:  # the first round warms up
                         results[(mesh, transport)].append(result)
@@ -77,5 +82,6 @@ if __name__ == "__main__":
     parser.add_argument("--base", type=Path, default=None)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", default="batched,single")
+    parser.add_argument("--scale", type=float, default=1.0, help="Multiply every -n by this.")
     options = parser.parse_args()
-    asyncio.run(main(options.base, options.rounds, options.rows.split(",")))
+    asyncio.run(main(options.base, options.rounds, options.rows.split(","), options.scale))
