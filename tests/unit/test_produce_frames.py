@@ -56,6 +56,7 @@ def _produced(record: Record) -> bytes:
     )
 
 
+@settings(max_examples=40)
 @given(st.lists(records, min_size=1, max_size=5))
 def test_produced_frames_are_the_wal_frames_of_offset_0_and_scan_back(batch: list[Record]) -> None:
     body = b"".join(_produced(r) for r in batch)
@@ -104,7 +105,7 @@ def test_the_codes_a_client_is_answered_with() -> None:
     assert len(scan_frames_for_produce(frame * 3, max_count=2)) == 3  # stops past the limit
 
 
-@settings(max_examples=200)
+@settings(max_examples=120)
 @given(records, st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=3))
 def test_the_record_check_agrees_with_the_decoder(
     record: Record, flips: list[tuple[int, int]]

@@ -10,10 +10,11 @@ any, gives the offsets, and stamps the schema of a topic that has one.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from danube.client.errors import InvalidMessageError, ProtocolError
-from danube.client.messages import Message, SendResult
+from danube.client.messages import Payload, SendResult
 from danube.frame.produce import encode_produce_frame
 from danube.frame.record import (
     MAX_ATTRIBUTE_NAME_BYTES,
@@ -37,10 +38,16 @@ def _utf8(what: str, value: object, limit_bytes: int) -> bytes:
     return raw
 
 
-def encode_frame(message: Message, *, producer: bytes, max_payload_bytes: int) -> bytes:
+def encode_frame(
+    payload: Payload,
+    key: str | None,
+    attributes: Mapping[str, str] | None,
+    *,
+    producer: bytes,
+    max_payload_bytes: int,
+) -> bytes:
     """One message as a produced frame; checks every limit of the record first (as the JSON
     form does), so a bad message fails alone instead of failing its batch."""
-    payload = message.payload
     if isinstance(payload, bytes):
         raw = payload
     elif isinstance(payload, str):
@@ -56,14 +63,13 @@ def encode_frame(message: Message, *, producer: bytes, max_payload_bytes: int) -
         raise InvalidMessageError(
             f"payload of {len(raw)} bytes is over {max_payload_bytes}", code="payload_too_large"
         )
-    key = None if message.key is None else _utf8("key", message.key, MAX_KEY_BYTES)
-    attributes: list[tuple[bytes, bytes]] = []
-    if message.attributes:
-        if len(message.attributes) > MAX_ATTRIBUTES:
-            count = len(message.attributes)
-            raise InvalidMessageError(f"{count} attributes, at most {MAX_ATTRIBUTES}")
-        for name, value in message.attributes.items():
-            attributes.append(
+    raw_key = None if key is None else _utf8("key", key, MAX_KEY_BYTES)
+    raw_attributes: list[tuple[bytes, bytes]] = []
+    if attributes:
+        if len(attributes) > MAX_ATTRIBUTES:
+            raise InvalidMessageError(f"{len(attributes)} attributes, at most {MAX_ATTRIBUTES}")
+        for name, value in attributes.items():
+            raw_attributes.append(
                 (
                     _utf8("attribute name", name, MAX_ATTRIBUTE_NAME_BYTES),
                     _utf8(f"attribute {name!r} value", value, MAX_ATTRIBUTE_VALUE_BYTES),
@@ -73,8 +79,8 @@ def encode_frame(message: Message, *, producer: bytes, max_payload_bytes: int) -
         raw,
         producer=producer,
         publish_time_ms=time.time_ns() // 1_000_000,
-        key=key,
-        attributes=attributes,
+        key=raw_key,
+        attributes=raw_attributes,
     )
 
 

@@ -182,15 +182,16 @@ class AsyncProducer:
         checked against every limit of a record: :class:`InvalidMessageError` for a message
         the server would refuse."""
         if isinstance(payload, Message):
-            message = payload
-        else:
-            message = Message(payload, key, attributes or {})
+            payload, key, attributes = payload.payload, payload.key, payload.attributes
         if self._binary:
             return encode_frame(
-                message,
+                payload,
+                key,
+                attributes,
                 producer=self._producer_raw,
                 max_payload_bytes=self.options.max_payload_bytes,
             )
+        message = Message(payload, key, attributes or {})
         return encode_message(message, max_payload_bytes=self.options.max_payload_bytes)
 
     async def send(

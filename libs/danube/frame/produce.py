@@ -72,15 +72,17 @@ def encode_produce_frame(
     attributes: Sequence[tuple[bytes, bytes]] = (),
 ) -> bytes:
     """One record (its text fields already UTF-8 and within their limits: the caller checks
-    them) framed with offset 0. ``key=None``: no key; ``b""``: an empty key."""
-    parts: list[BytesLike] = [b"", b"", producer]
-    if key is not None:
-        parts.append(key)
-    for name, value in attributes:
-        parts += (_LENGTH.pack(len(name)), name, _LENGTH.pack(len(value)), value)
-    parts.append(payload)
+    them) framed with offset 0. ``key=None``: no key; ``b""``: an empty key.
+
+    The producer's hot path: one ``join``, so the payload is copied once, and the CRC taken
+    over the parts rather than over a joined record."""
     payload_len = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
-    parts[1] = _RECORD.pack(
+    fields: list[BytesLike] = [producer]
+    if key is not None:
+        fields.append(key)
+    for name, value in attributes:
+        fields += (_LENGTH.pack(len(name)), name, _LENGTH.pack(len(value)), value)
+    head = _RECORD.pack(
         RECORD_VERSION,
         0 if key is None else _FLAG_KEY,
         publish_time_ms,
@@ -91,8 +93,11 @@ def encode_produce_frame(
         len(attributes),
         payload_len,
     )
-    record = b"".join(parts[1:])
-    return frame_for_produce(record)
+    text = fields[0] if len(fields) == 1 else b"".join(fields)
+    length = RECORD_HEADER_BYTES + len(text) + payload_len
+    crc = crc32c(head, crc32c(_FRAME_COVERED.pack(PRODUCE_OFFSET, length)))
+    crc = crc32c(payload, crc32c(text, crc))
+    return b"".join((_FRAME.pack(PRODUCE_OFFSET, length, crc), head, text, payload))
 
 
 def frame_for_produce(record: BytesLike) -> bytes:
