@@ -182,7 +182,8 @@ class AsyncProducer:
         checked against every limit of a record: :class:`InvalidMessageError` for a message
         the server would refuse."""
         if isinstance(payload, Message):
-            payload, key, attributes = payload.payload, payload.key, payload.attributes
+            message = payload
+            payload, key, attributes = message.payload, message.key, message.attributes
         if self._binary:
             return encode_frame(
                 payload,
