@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from danube.frame import FRAME_HEADER_BYTES, append_frame, decode_frames
+from danube.frame import FRAME_HEADER_BYTES, append_frame, decode_frames, encode_frame
 from danube.ingest.wal import (
     CHECKPOINT_NAME,
     AppendTooLargeError,
@@ -619,6 +619,20 @@ async def test_durable_listeners_get_each_batch_in_offset_order(tmp_path: Path) 
     await wal.append([b"not seen"])
     flat = [(first + i, p) for first, payloads in calls for i, p in enumerate(payloads)]
     assert flat == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (10, b"k")]
+    await wal.close()
+
+
+async def test_frames_listeners_get_the_frames_as_written(tmp_path: Path) -> None:
+    wal = await Wal.open(tmp_path / "p", options())
+    runs: list[tuple[int, list[bytes], bytes | None]] = []
+    wal.add_frames_listener(
+        lambda first, payloads, frames: runs.append((first, list(payloads), frames))
+    )
+    await wal.append([b"a", b"bc"])
+    await asyncio.gather(wal.append([b"d"]), wal.append([b"e"]))
+    for first, payloads, frames in runs:  # each run is one write here: its frames are given
+        assert frames == b"".join(encode_frame(first + i, p) for i, p in enumerate(payloads))
+    assert [p for _, payloads, _ in runs for p in payloads] == [b"a", b"bc", b"d", b"e"]
     await wal.close()
 
 

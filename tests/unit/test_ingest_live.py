@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from danube.bus import BusTimeoutError, NotConnectedError, PayloadTooLargeError, Subjects
-from danube.frame import decode_frames
+from danube.frame import decode_frames, encode_frame
 from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.leadership import Term
@@ -29,17 +29,19 @@ class FakeWal:
 
     def __init__(self) -> None:
         self.durable_next = 0
-        self._listener: Callable[[int, Sequence[bytes]], None] | None = None
+        self._listener: Callable[[int, Sequence[bytes], bytes | None], None] | None = None
 
-    def add_durable_listener(self, listener: Callable[[int, Sequence[bytes]], None]) -> Any:
+    def add_frames_listener(
+        self, listener: Callable[[int, Sequence[bytes], bytes | None], None]
+    ) -> Any:
         self._listener = listener
         return lambda: None
 
-    def made_durable(self, payloads: Sequence[bytes]) -> None:
+    def made_durable(self, payloads: Sequence[bytes], frames: bytes | None = None) -> None:
         first = self.durable_next
         self.durable_next += len(payloads)
         assert self._listener is not None
-        self._listener(first, payloads)
+        self._listener(first, payloads, frames)
 
 
 class FlakyBus:
@@ -149,6 +151,23 @@ async def test_a_body_the_bus_refuses_for_good_is_dropped_and_counted(
         assert not task.done()
         assert metrics.LIVE_DROPPED._value.get() == dropped_before + 1
         assert no_wait == []  # no retry of what can never fit
+    finally:
+        task.cancel()
+        await asyncio.wait({task})
+
+
+async def test_the_frames_the_wal_wrote_are_published_as_they_are() -> None:
+    wal = FakeWal()
+    bus = FlakyBus([])
+    partition = _partition(wal, bus)
+    task = asyncio.create_task(partition.publish_live())
+    try:
+        written = encode_frame(0, b"a") + encode_frame(1, b"b")
+        wal.made_durable([b"a", b"b"], written)
+        wal.made_durable([b"c"])  # no frames given: framed here
+        assert await _published_offsets(bus, 3) == [0, 1, 2]
+        assert bus.published[0] is written
+        assert bus.published[1] == encode_frame(2, b"c")
     finally:
         task.cancel()
         await asyncio.wait({task})

@@ -34,6 +34,7 @@ from danube.discovery.models import MessageIn, ProduceRequest, ProduceResult, To
 from danube.discovery.produce_batch import (
     Batch,
     FramesBatch,
+    LazyPayloads,
     RecordsBatch,
     check_payload_sizes,
     stamped_frames,
@@ -246,7 +247,7 @@ class Producer:
                 metrics.POLICY_REFUSALS.labels(exc.code).inc()
                 raise
             if self.schemas is not None:
-                payloads = [bytes(frames.payload(i)) for i in range(len(sizes))]
+                payloads = LazyPayloads(frames)
                 stamp = await self.schemas.admit(topic, payloads, version=schema_version)
                 if stamp is not None:
                     frames = stamped_frames(frames, stamp)

@@ -6,7 +6,7 @@ before they are sent. Pure, no I/O."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, overload
 
 from danube.discovery.errors import TooLargeError
 from danube.discovery.routing import RECORD_FRAMING_BYTES, REQUEST_HEAD_BYTES
@@ -35,6 +35,28 @@ def check_payload_sizes(sizes: Sequence[int], limit: int) -> None:
             code="payload_too_large",
             limit=limit,
         )
+
+
+class LazyPayloads(Sequence[bytes]):
+    """The payloads of produced frames, each copied out only when asked for: the schema gate
+    reads them for a topic with a schema only, and most topics have none."""
+
+    def __init__(self, frames: ProducedFrames) -> None:
+        self._frames = frames
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes]: ...
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(index, slice):
+            return [bytes(self._frames.payload(i)) for i in range(len(self))[index]]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return bytes(self._frames.payload(index % len(self)))
 
 
 def stamped_frames(frames: ProducedFrames, stamp: Stamp) -> ProducedFrames:

@@ -82,10 +82,10 @@ class Partition:
         self._fenced: str | None = None
         self._hw_event = asyncio.Event()
         self._isr_task: asyncio.Task[None] | None = None
-        self._live: deque[tuple[int, Sequence[bytes]]] = deque()
+        self._live: deque[tuple[int, Sequence[bytes], bytes | None]] = deque()
         self._live_ready = asyncio.Event()
         self._live_subject = bus.subjects.live(name)
-        self._remove_listener = wal.add_durable_listener(self._on_durable)
+        self._remove_listener = wal.add_frames_listener(self._on_durable)
         self._advance()
 
     # --- state -------------------------------------------------------------------------
@@ -233,7 +233,9 @@ class Partition:
 
     # --- live stream -------------------------------------------------------------------
 
-    def _on_durable(self, first_offset: int, payloads: Sequence[bytes]) -> None:
+    def _on_durable(
+        self, first_offset: int, payloads: Sequence[bytes], frames: bytes | None
+    ) -> None:
         metrics.APPENDED_MESSAGES.inc(len(payloads))
         size_bytes = sum(map(len, payloads))
         metrics.APPENDED_BYTES.inc(size_bytes)
@@ -245,7 +247,7 @@ class Partition:
         if len(self._live) >= LIVE_QUEUE_BATCHES_MAX:
             metrics.LIVE_DROPPED.inc(len(payloads))
             return
-        self._live.append((first_offset, payloads))
+        self._live.append((first_offset, payloads, frames))
         self._live_ready.set()
 
     async def publish_live(self) -> None:
@@ -256,10 +258,14 @@ class Partition:
             await self._live_ready.wait()
             self._live_ready.clear()
             while self._live:
-                first, payloads = self._live[0]
+                first, payloads, frames = self._live[0]
                 if first + len(payloads) > self.tracker.high_watermark:
                     break  # the next watermark move sets _live_ready again
                 self._live.popleft()
+                if frames is not None and len(frames) <= limit:
+                    # The frames as the WAL wrote them: no record framed twice.
+                    await self._publish_live_body(frames, len(payloads))
+                    continue
                 for body, count in _frame_chunks(first, payloads, limit):
                     await self._publish_live_body(body, count)
 

@@ -24,7 +24,7 @@ from danube.ingest.wal.errors import (
     WalIoError,
     WalTimeoutError,
 )
-from danube.ingest.wal.feed import DurableListener
+from danube.ingest.wal.feed import DurableListener, FramesListener
 from danube.ingest.wal.fileops import FileOps, OsFileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.recovery import TailCut
@@ -46,6 +46,7 @@ __all__ = [
     "DurableListener",
     "FetchResult",
     "FileOps",
+    "FramesListener",
     "OsFileOps",
     "PayloadTooLargeError",
     "SegmentInfo",

@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 
 DurableListener = Callable[[int, Sequence[bytes]], None]
 """Called with ``(first offset, payloads)``: consecutive offsets, just made durable, in order."""
+FramesListener = Callable[[int, Sequence[bytes], bytes | None], None]
+"""Called with ``(first offset, payloads, frames)``: ``frames`` are the run's frames as the
+writer wrote them (one write holding exactly this run), or ``None``."""
 
 
 class DurableFeed:
@@ -25,36 +28,50 @@ class DurableFeed:
     def __init__(self, cache: MessageCache) -> None:
         self.cache = cache
         self._listeners: list[DurableListener] = []
+        self._frames_listeners: list[FramesListener] = []
         self.messages = 0
         self.batches = 0
 
-    def add_listener(self, listener: DurableListener) -> Callable[[], None]:
-        """Register ``listener``; returns the function that removes it."""
-        self._listeners.append(listener)
+    def add_listener(
+        self, listener: DurableListener | FramesListener, *, with_frames: bool = False
+    ) -> Callable[[], None]:
+        """Register ``listener`` (a :data:`FramesListener` when ``with_frames``); returns the
+        function that removes it."""
+        listeners: list[Any] = self._frames_listeners if with_frames else self._listeners
+        listeners.append(listener)
 
         def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            if listener in listeners:
+                listeners.remove(listener)
 
         return remove
 
-    def publish(self, batch: Sequence[tuple[Any, ...]]) -> None:
-        """Feed a durable batch of ``(first offset, payloads, ...)`` appends, in offset order."""
+    def publish(self, batch: Sequence[tuple[Any, ...]], frames: Sequence[bytes] = ()) -> None:
+        """Feed a durable batch of ``(first offset, payloads, ...)`` appends, in offset order;
+        ``frames``: what the writer wrote for it (one entry per write)."""
         self.batches += 1
         run_first: int = batch[0][0]
         run = list(batch[0][1])  # a fresh list: listeners may keep it
+        runs = 1
         for item in batch[1:]:
             if item[0] != run_first + len(run):
-                self._run(run_first, run)
+                self._run(run_first, run, None)
                 run_first, run = item[0], []
+                runs += 1
             run.extend(item[1])
-        self._run(run_first, run)
+        # One run written in one write: those bytes are exactly its frames.
+        self._run(run_first, run, frames[0] if runs == 1 and len(frames) == 1 else None)
 
-    def _run(self, first: int, payloads: list[bytes]) -> None:
+    def _run(self, first: int, payloads: list[bytes], frames: bytes | None) -> None:
         self.messages += len(payloads)
         self.cache.extend(first, payloads)
         for listener in tuple(self._listeners):
             try:
                 listener(first, payloads)
             except Exception:  # one bad listener must not stop the writer or the others
+                log.exception("WAL durable listener failed", extra={"first_offset": first})
+        for frames_listener in tuple(self._frames_listeners):
+            try:
+                frames_listener(first, payloads, frames)
+            except Exception:
                 log.exception("WAL durable listener failed", extra={"first_offset": first})

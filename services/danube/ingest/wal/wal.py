@@ -33,7 +33,7 @@ from danube.ingest.wal.errors import (
     WalIoError,
     WalTimeoutError,
 )
-from danube.ingest.wal.feed import DurableFeed, DurableListener
+from danube.ingest.wal.feed import DurableFeed, DurableListener, FramesListener
 from danube.ingest.wal.fileops import FileOps, OsFileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.reader import read_messages
@@ -226,6 +226,11 @@ class Wal:
         not block (hand the messages to a bounded queue). Exceptions are logged, not raised.
         """
         return self._feed.add_listener(listener)
+
+    def add_frames_listener(self, listener: FramesListener) -> Callable[[], None]:
+        """:meth:`add_durable_listener` of a listener that also takes the run's frames as
+        written (``None`` when the run is not exactly one write: frame it yourself)."""
+        return self._feed.add_listener(listener, with_frames=True)
 
     # --- appending --------------------------------------------------------------------
 
@@ -448,8 +453,9 @@ class Wal:
 
     # --- what the writer tells us -----------------------------------------------------
 
-    def _durable(self, batch: list[Queued]) -> None:
-        """A batch is durable: publish the offset, fill the cache, call listeners, resolve."""
+    def _durable(self, batch: list[Queued], frames: Sequence[bytes] = ()) -> None:
+        """A batch is durable: publish the offset, fill the cache, call listeners, resolve.
+        ``frames``: the bytes the writer wrote for it, when it wrote any."""
         last_first, last_payloads = batch[-1][0], batch[-1][1]
         end = last_first + len(last_payloads)
         # With nothing queued, every offset below next_offset is durable or a gap (advance_to).
@@ -457,7 +463,7 @@ class Wal:
         self._advance_durable(
             end if commit is not None and not commit.idle else max(end, self._next_offset)
         )
-        self._feed.publish(batch)
+        self._feed.publish(batch, frames)
         for item in batch:
             future = item[3]
             if future is not None and not future.done():
