@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import orjson
@@ -311,10 +312,10 @@ async def test_batches_follow_send_order_and_limits(transport: str | None) -> No
         offset += len(payloads)
         return answer
 
-    chosen = {} if transport is None else {"transport": transport}
+    chosen: dict[str, Any] = {} if transport is None else {"transport": transport}
     async with (
         _client(handler) as client,
-        client.producer("t", batch_max_messages=4, **chosen) as p,
+        client.producer("t", None, batch_max_messages=4, **chosen) as p,
     ):
         futures = [await p.send(f"m{i}") for i in range(10)]
     binary = transport != "json"  # binary unless asked otherwise

@@ -3,7 +3,7 @@ second mesh running an older checkout (its ``libs`` and ``services`` first on PY
 alternating runs in one window: the numbers of docs/performance.md ("The binary produce
 body").
 
-    .venv/bin/python -m tests.bench.produce_transport [--base /path/to/old/checkout] [--rounds 3]
+    .venv/bin/python tests/bench/bench_produce_transport.py [--base OLD_CHECKOUT] [--rounds 3]
 
 Each row runs once to warm up, then ``--rounds`` times per configuration, A B C A B C ...;
 medians are printed as JSON on stdout (one line per configuration and row).
@@ -19,7 +19,7 @@ import tempfile
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from tests.bench.mesh import bench_mesh, bench_produce
+from mesh import bench_mesh, bench_produce
 
 ROWS = {
     "batched": ["--batch-size", "1000", "--inflight", "4", "-n", "100000"],
