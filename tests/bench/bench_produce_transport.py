@@ -32,7 +32,9 @@ def _scaled(args: list[str], scale: float) -> list[str]:
     return [*args[:at], str(max(1, int(int(args[at]) * scale))), *args[at + 1 :]]
 
 
-async def main(base: Path | None, rounds: int, rows: list[str], scale: float) -> None:
+async def main(
+    base: Path | None, rounds: int, rows: list[str], scale: float, order: list[str] | None
+) -> None:
     async with AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-transport-")))
         meshes: dict[str, str] = {}
@@ -47,6 +49,8 @@ async def main(base: Path | None, rounds: int, rows: list[str], scale: float) ->
         configs = [("new", "json"), ("new", "binary")]
         if base is not None:
             configs.insert(0, ("old", "json"))
+        if order:  # e.g. new:json,old:json — the runs' order within a round
+            configs = [(c.split(":")[0], c.split(":")[1]) for c in order]
         for row in rows:
             results: dict[tuple[str, str], list[dict[str, object]]] = {c: [] for c in configs}
             for round_ in range(rounds + 1):
@@ -83,5 +87,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", default="batched,single")
     parser.add_argument("--scale", type=float, default=1.0, help="Multiply every -n by this.")
+    parser.add_argument("--order", default="", help="mesh:transport,... (default: all)")
     options = parser.parse_args()
-    asyncio.run(main(options.base, options.rounds, options.rows.split(","), options.scale))
+    order = [c for c in options.order.split(",") if c]
+    asyncio.run(main(options.base, options.rounds, options.rows.split(","), options.scale, order))
