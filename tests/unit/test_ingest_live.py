@@ -14,6 +14,7 @@ import pytest
 from danube.bus import BusTimeoutError, NotConnectedError, PayloadTooLargeError, Subjects
 from danube.frame import decode_frames, encode_frame
 from danube.ingest import metrics
+from danube.ingest import partition as partition_module
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.leadership import Term
 from danube.ingest.partition import Partition
@@ -168,6 +169,30 @@ async def test_the_frames_the_wal_wrote_are_published_as_they_are() -> None:
         assert await _published_offsets(bus, 3) == [0, 1, 2]
         assert bus.published[0] is written
         assert bus.published[1] == encode_frame(2, b"c")
+    finally:
+        task.cancel()
+        await asyncio.wait({task})
+
+
+async def test_written_frames_over_a_bus_message_are_cut_on_frame_boundaries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def framed_again(*_: Any) -> Any:
+        raise AssertionError("written frames were framed again")
+
+    monkeypatch.setattr(partition_module, "_frame_chunks", framed_again)
+    wal = FakeWal()
+    bus = FlakyBus([])
+    bus.max_payload_bytes = 4096 + 1024  # the live body limit: 1024 bytes
+    partition = _partition(wal, bus)
+    task = asyncio.create_task(partition.publish_live())
+    try:
+        payloads = [bytes([i]) * 300 for i in range(5)]  # 316-byte frames: three per body
+        written = b"".join(encode_frame(i, p) for i, p in enumerate(payloads))
+        wal.made_durable(payloads, written)
+        assert await _published_offsets(bus, 5) == [0, 1, 2, 3, 4]
+        assert [len(decode_frames(b)[0]) for b in bus.published] == [3, 2]
+        assert b"".join(bus.published) == written
     finally:
         task.cancel()
         await asyncio.wait({task})

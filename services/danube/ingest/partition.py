@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -36,6 +37,9 @@ LIVE_QUEUE_BATCHES_MAX = 1024
 # A record's fields around its payload (producer, key, attributes) may add this much.
 RECORD_OVERHEAD_BYTES = 64 * 1024
 _LIVE_BODY_MARGIN_BYTES = 4096  # room for NATS headers inside max_payload
+# The length field of a frame header (danube.frame: u64 offset, u32 length, u32 crc).
+_FRAME_LENGTH = struct.Struct("<I")
+_FRAME_LENGTH_AT = 8
 
 
 class Partition:
@@ -262,11 +266,13 @@ class Partition:
                 if first + len(payloads) > self.tracker.high_watermark:
                     break  # the next watermark move sets _live_ready again
                 self._live.popleft()
-                if frames is not None and len(frames) <= limit:
-                    # The frames as the WAL wrote them: no record framed twice.
-                    await self._publish_live_body(frames, len(payloads))
-                    continue
-                for body, count in _frame_chunks(first, payloads, limit):
+                if frames is None:
+                    chunks = _frame_chunks(first, payloads, limit)
+                elif len(frames) <= limit:
+                    chunks = [(frames, len(payloads))]
+                else:  # the frames as the WAL wrote them, cut: no record framed twice
+                    chunks = _cut_frames(frames, limit)
+                for body, count in chunks:
                     await self._publish_live_body(body, count)
 
     async def _publish_live_body(self, body: bytes, count: int) -> None:
@@ -291,6 +297,27 @@ class Partition:
             if failures:
                 log.info("%s: live publish works again after %d failures", self.name, failures)
             return
+
+
+def _cut_frames(frames: bytes, limit_bytes: int) -> list[tuple[bytes, int]]:
+    """Whole frames (as the WAL wrote them) cut into bodies of at most the limit (a single
+    frame over it travels alone), each with the number of frames it holds: only the frame
+    headers are read."""
+    bodies: list[tuple[bytes, int]] = []
+    view = memoryview(frames)
+    start = pos = count = 0
+    end = len(frames)
+    while pos < end:
+        (length,) = _FRAME_LENGTH.unpack_from(view, pos + _FRAME_LENGTH_AT)
+        size = FRAME_HEADER_BYTES + length
+        if count and pos + size - start > limit_bytes:
+            bodies.append((bytes(view[start:pos]), count))
+            start, count = pos, 0
+        pos += size
+        count += 1
+    if count:
+        bodies.append((bytes(view[start:pos]), count))
+    return bodies
 
 
 def _frame_chunks(
