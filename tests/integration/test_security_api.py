@@ -30,6 +30,7 @@ from danube.client.security import Scope
 from danube.config import DanubeSettings, SecurityConfig
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
+from danube.frame.produce import encode_produce_frame
 from danube.ingest import app as ingest_app
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
@@ -42,6 +43,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 MeshSettings = Callable[..., DanubeSettings]  # the mesh_settings fixture (conftest.py)
 ISS, AUD = "danube-it", "danube-it-api"
 ADMIN = "root"
+BINARY = {"content-type": "application/vnd.danube.records"}
+BINARY_ONE = encode_produce_frame(b"x", producer=b"p", publish_time_ms=0)
 
 
 @dataclass
@@ -113,11 +116,19 @@ async def test_anonymous_and_bad_tokens_get_401(
             http.put("/v1/namespaces/taken"),
             # Produce is answered before routing (the fast path): the same check holds.
             http.post("/v1/topics/default/kept/messages", json={"messages": [{"payload": "x"}]}),
+            # And so does the binary body's.
+            http.post("/v1/topics/default/kept/messages", content=BINARY_ONE, headers=BINARY),
         ]
         for call in anonymous:
             answer = await call
             assert answer.status_code == 401, answer.text
             assert _error(answer)["code"] == "unauthenticated"
+        denied = await http.post(
+            "/v1/topics/default/kept/messages",
+            content=BINARY_ONE,
+            headers={**BINARY, **mesh.auth("alice")},
+        )
+        assert (denied.status_code, _error(denied)["code"]) == (403, "permission_denied")
         # A consumer stream (WebSocket) is refused the way a stream ends: 4401, then 4403.
         ws_url = (
             mesh.base_url.replace("http://", "ws://") + "/v1/consumers/default.kept.s.d1/stream"

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from danube.frame import FRAME_HEADER_BYTES, append_frame, decode_frames
+import danube.ingest.wal.cache as cache_module
+from danube.frame import FRAME_HEADER_BYTES, append_frame, decode_frames, encode_frame
 from danube.ingest.wal import (
     CHECKPOINT_NAME,
     AppendTooLargeError,
@@ -619,6 +620,23 @@ async def test_durable_listeners_get_each_batch_in_offset_order(tmp_path: Path) 
     await wal.append([b"not seen"])
     flat = [(first + i, p) for first, payloads in calls for i, p in enumerate(payloads)]
     assert flat == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (10, b"k")]
+    await wal.close()
+
+
+async def test_the_cache_keeps_the_frames_as_written_without_framing_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def framed_again(*_: object) -> bytes:
+        raise AssertionError("a written frame was framed again for the cache")
+
+    monkeypatch.setattr(cache_module, "encode_frame", framed_again)
+    wal = await Wal.open(tmp_path / "p", options())
+    await wal.append([b"a", b"bc"])
+    await asyncio.gather(wal.append([b"d"]), wal.append([b"e"]))
+    result = await wal.fetch(0, max_bytes=1 << 20, max_count=100)
+    assert [(offset, bytes(frame)) for offset, frame in result.frames] == [
+        (offset, encode_frame(offset, p)) for offset, p in enumerate([b"a", b"bc", b"d", b"e"])
+    ]
     await wal.close()
 
 

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from danube.dispatcher.metrics import observe_delivery_age
-from danube.frame import Record, encode_record
+from danube.frame import Record, encode_frame, encode_record
 from danube.wire.dispatcher.protocol import PolledMessage
 
 pytestmark = pytest.mark.unit
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 def _polled(offset: int, age_s: float, redelivery_count: int = 0) -> PolledMessage:
     published_ms = int((time.time() - age_s) * 1000)
     record = encode_record(Record(payload=b"x", publish_time_ms=published_ms, producer="p"))
-    return PolledMessage("/default/t", offset, redelivery_count, record)
+    return PolledMessage("/default/t", offset, redelivery_count, encode_frame(offset, record))
 
 
 def _age() -> tuple[float, float]:
@@ -39,6 +39,6 @@ def test_the_first_first_delivery_of_a_batch_is_aged_once() -> None:
 def test_redeliveries_and_unreadable_records_are_not_timed() -> None:
     count, _ = _age()
     observe_delivery_age([_polled(0, 5.0, 2)])
-    observe_delivery_age([PolledMessage("/default/t", 3, 0, b"")])  # no record header
+    observe_delivery_age([PolledMessage("/default/t", 3, 0, b"")])  # no frame, no record header
     observe_delivery_age([])
     assert _age()[0] == count

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import orjson
@@ -33,6 +34,8 @@ from danube.client.batch import Accumulator
 from danube.client.errors import error_from_body, status_of_close
 from danube.client.messages import decode_message, encode_message, position_json, topic_name
 from danube.client.retry import retrying
+from danube.frame import decode_record
+from danube.frame.produce import scan_frames_for_produce
 
 pytestmark = pytest.mark.unit
 
@@ -213,12 +216,26 @@ def test_options_are_checked() -> None:
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
-def _produce_ok(request: httpx.Request) -> httpx.Response:
-    body = json.loads(request.content)
-    count = len(body["messages"])
-    start = int(request.headers.get("x-start", "0"))
+def _payloads(request: httpx.Request) -> list[str]:
+    """The payloads of a produce, binary (the SDK's default) or JSON."""
+    if request.headers["content-type"] == "application/vnd.danube.records":
+        frames = scan_frames_for_produce(request.content, max_count=10_000)
+        return [decode_record(frames.record(i)).payload.decode() for i in range(len(frames))]
+    assert request.headers["content-type"] == "application/json"
+    return [m["payload"] for m in json.loads(request.content)["messages"]]
+
+
+def _stored(request: httpx.Request, start: int, count: int) -> httpx.Response:
+    """The answer of the body's kind: runs for a binary body, results for JSON."""
+    if request.headers["content-type"] == "application/vnd.danube.records":
+        runs = [{"partition": "/default/t", "offset": start, "count": count}]
+        return httpx.Response(200, json={"runs": runs})
     results = [{"partition": "/default/t", "offset": start + i} for i in range(count)]
     return httpx.Response(200, json={"results": results})
+
+
+def _produce_ok(request: httpx.Request) -> httpx.Response:
+    return _stored(request, int(request.headers.get("x-start", "0")), len(_payloads(request)))
 
 
 def _client(handler: Handler) -> AsyncDanubeClient:
@@ -280,20 +297,29 @@ async def test_retries_end_with_the_last_error_at_the_send_timeout() -> None:
         assert loop.time() - started < 2.0
 
 
-async def test_batches_follow_send_order_and_limits() -> None:
+@pytest.mark.parametrize("transport", [None, "binary", "json"])
+async def test_batches_follow_send_order_and_limits(transport: str | None) -> None:
     bodies: list[list[str]] = []
+    kinds: set[str] = set()
     offset = 0
 
     def handler(request: httpx.Request) -> httpx.Response:
         nonlocal offset
-        payloads = [m["payload"] for m in json.loads(request.content)["messages"]]
+        kinds.add(request.headers["content-type"])
+        payloads = _payloads(request)
         bodies.append(payloads)
-        results = [{"partition": "/default/t", "offset": offset + i} for i in range(len(payloads))]
+        answer = _stored(request, offset, len(payloads))
         offset += len(payloads)
-        return httpx.Response(200, json={"results": results})
+        return answer
 
-    async with _client(handler) as client, client.producer("t", batch_max_messages=4) as p:
+    chosen: dict[str, Any] = {} if transport is None else {"transport": transport}
+    async with (
+        _client(handler) as client,
+        client.producer("t", None, batch_max_messages=4, **chosen) as p,
+    ):
         futures = [await p.send(f"m{i}") for i in range(10)]
+    binary = transport != "json"  # binary unless asked otherwise
+    assert kinds == {"application/vnd.danube.records" if binary else "application/json"}
     assert [f.result().offset for f in futures] == list(range(10))
     assert [len(b) for b in bodies] == [4, 4, 2]
     assert [m for b in bodies for m in b] == [f"m{i}" for i in range(10)]

@@ -18,6 +18,7 @@ from danube.cli.benchrun import (
     BenchSpec,
     Kind,
     Meter,
+    Transport,
     bench_consume,
     bench_e2e,
     bench_produce,
@@ -59,6 +60,11 @@ Partitions = Annotated[
     int, typer.Option("--partitions", "-p", min=0, max=1024, help="Partitions of a new topic.")
 ]
 ConsumeMode = Annotated[str, typer.Option("--mode", help="Consumer: stream or poll.")]
+# The producers' body; any command that produces may take it (produce today).
+TransportOption = Annotated[
+    str, typer.Option("--transport", help="Produce body: binary (the default) or json.")
+]
+# How a consumer gets its messages (consume, e2e).
 ConsumeTransport = Annotated[
     str,
     typer.Option(
@@ -75,14 +81,21 @@ def _spec(kind: Kind, topic: str | None, **fields: Any) -> tuple[BenchSpec, bool
     if mode not in ("stream", "poll"):
         raise typer.BadParameter(f"stream or poll, not {mode!r}", param_hint="--mode")
     chosen: Mode = "stream" if mode == "stream" else "poll"
-    transport = fields.get("consume_transport", "binary")
-    if transport not in ("binary", "json"):
-        raise typer.BadParameter(f"binary or json, not {transport!r}", param_hint="--transport")
+    for key in ("transport", "consume_transport"):  # produce's body; consume's delivery
+        transport = fields.get(key, "binary")
+        if transport not in ("binary", "json"):
+            raise typer.BadParameter(f"binary or json, not {transport!r}", param_hint="--transport")
+        if key in fields:
+            fields[key] = _transport(transport)
     own = topic is None
     name = topic or f"/default/bench-{uuid.uuid4().hex[:8]}"
     if fields.get("count") is not None:
         fields["duration_s"] = None
     return BenchSpec(kind=kind, topic=name, mode=chosen, **fields), own
+
+
+def _transport(value: str) -> Transport:
+    return "json" if value == "json" else "binary"
 
 
 @app.command("produce")
@@ -98,9 +111,11 @@ def produce(
     count: Count = None,
     rate: Rate = 0.0,
     partitions: Partitions = 0,
+    transport: TransportOption = "binary",
     json_out: Json = False,
 ) -> None:
-    """Produce as fast as the mesh takes it: msgs/s, MB/s, send→stored latency."""
+    """Produce as fast as the mesh takes it: msgs/s, MB/s, send→stored latency, client
+    CPU."""
     spec, own = _spec(
         "produce",
         topic,
@@ -112,6 +127,7 @@ def produce(
         duration_s=duration,
         count=count,
         rate=rate,
+        transport=transport,
     )
     run("bench produce", _bench(service_addr, spec, own, partitions, json_out))
 
@@ -294,12 +310,27 @@ def _progress(kind: Kind, meter: Meter) -> Iterator[None]:
 
 def _table(result: dict[str, Any]) -> Table:
     table = Table("measure", "value", title=f"danube bench {result['bench']} — {result['topic']}")
-    names = ("messages", "produced", "consumed", "duplicates", "missing", "errors", "duration_s")
+    names = (
+        "transport",
+        "messages",
+        "produced",
+        "consumed",
+        "duplicates",
+        "missing",
+        "errors",
+        "duration_s",
+    )
     for name in names:
         if name in result:
             table.add_row(name, str(result[name]))
     table.add_row("msgs/s", f"{result['msgs_per_s']:,.0f}")
     table.add_row("MB/s", f"{result['mb_per_s']:.2f}")
+    if "client_cpu_s" in result:
+        table.add_row(
+            "client CPU",
+            f"{result['client_cpu_s']:.2f} s, {result['client_cpu_per_wall']:.2f} of wall, "
+            f"{result['client_cpu_us_per_msg']:.1f} µs/msg",
+        )
     for name in ("latency_ms", "produce_latency_ms"):
         summary = result.get(name)
         if summary:

@@ -7,6 +7,10 @@ delivery (a wall-clock stamp in attribute ``bench_ns``: producer and consumer ru
 process, so they share one clock). Without ``rate`` a run is closed-loop (as fast as the
 server takes it), so its latency includes queueing; ``rate`` sends at a fixed pace.
 MB is 10^6 bytes of payload.
+
+Client CPU: a run reports this process's CPU seconds over its timed part
+(``client_cpu_s``), their share of the wall time (``client_cpu_per_wall``: near 1.0, the
+client is what bounds the row) and per message (``client_cpu_us_per_msg``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from danube.client import (
     DeadlineExceededError,
     ReceivedMessage,
 )
-from danube.client.consumer import Mode, Transport
+from danube.client.consumer import Mode
 
 # Latency samples kept per measure (reservoir sampling past it): bounded memory on any run.
 SAMPLES_MAX = 1_000_000
@@ -37,6 +41,7 @@ RECEIVE_STEP_S = 0.2
 STAMP = "bench_ns"
 
 Kind = Literal["produce", "consume", "e2e"]
+Transport = Literal["binary", "json"]
 
 
 class Latencies:
@@ -116,6 +121,7 @@ class BenchSpec:
     receiver_queue_size: int = 1000
     consume_transport: Transport = "binary"  # how the consumer gets messages (not produce)
     payload: bytes | None = None  # what every message carries (default: size_bytes of text)
+    transport: Transport = "binary"  # the producers' body (danube.client ProducerOptions)
 
 
 def payload_of(size: int) -> bytes:
@@ -160,6 +166,7 @@ class _Producing:
             batch_max_messages=spec.batch_max_messages,
             max_inflight_batches=spec.inflight,
             max_pending_messages=max(10_000, 2 * spec.batch_max_messages * spec.inflight),
+            transport=spec.transport,
         )
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -200,6 +207,15 @@ def _rates(messages: int, size: int, elapsed_s: float) -> dict[str, float]:
     }
 
 
+def _cpu(messages: int, cpu_s: float, elapsed_s: float) -> dict[str, float]:
+    """This process's CPU over a timed part of a run (see the module docstring)."""
+    return {
+        "client_cpu_s": round(cpu_s, 3),
+        "client_cpu_per_wall": round(cpu_s / max(elapsed_s, 1e-9), 3),
+        "client_cpu_us_per_msg": round(cpu_s * 1e6 / max(messages, 1), 2),
+    }
+
+
 def _base(spec: BenchSpec) -> dict[str, Any]:
     return {
         "bench": spec.kind,
@@ -210,6 +226,7 @@ def _base(spec: BenchSpec) -> dict[str, Any]:
         "producers": spec.producers,
         "inflight_batches": spec.inflight,
         "rate": spec.rate or None,
+        "transport": spec.transport,
     }
 
 
@@ -218,7 +235,9 @@ async def bench_produce(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
     producing = _Producing(spec, meter, stamp=False)
     started = time.monotonic()
     meter.started = started
+    cpu_started = time.process_time()
     await producing.run_all(client)
+    cpu_s = time.process_time() - cpu_started
     elapsed = time.monotonic() - started
     return {
         **_base(spec),
@@ -227,6 +246,7 @@ async def bench_produce(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
         "last_error": str(producing.last_error) if producing.last_error else None,
         "bytes": meter.produced * spec.size_bytes,
         **_rates(meter.produced, spec.size_bytes, elapsed),
+        **_cpu(meter.produced, cpu_s, elapsed),
         "latency_ms": producing.latency.summary_ms(),
     }
 

@@ -88,17 +88,21 @@ class HttpCore:
         *,
         body: Any = None,
         content: bytes | None = None,
+        content_type: str | None = None,
         params: Mapping[str, str | int] | None = None,
         timeout_s: float | None = None,
         accept: str | None = None,
     ) -> Answer:
         """One attempt: the answer, or the error the server answered, or
-        :class:`TransportError` when no answer came within the timeout. ``accept``: a media
-        type asked for besides JSON; an answer of that type has its raw bytes as body."""
+        :class:`TransportError` when no answer came within the timeout. ``content`` is
+        sent as JSON unless ``content_type`` says otherwise; ``accept``: a media type asked
+        for besides JSON; an answer of that type has its raw bytes as body."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if body is not None:
             content = orjson.dumps(body)
-        headers = _JSON if content is not None else None
+        headers: dict[str, str] | None = None
+        if content is not None:
+            headers = _JSON if content_type is None else {"content-type": content_type}
         if accept is not None:
             headers = {**(headers or {}), "accept": f"{accept}, application/json;q=0.5"}
         try:
@@ -134,6 +138,7 @@ class HttpCore:
         *,
         body: Any = None,
         content: bytes | None = None,
+        content_type: str | None = None,
         params: Mapping[str, str | int] | None = None,
         timeout_s: float,
         attempt_timeout_s: float | None = None,
@@ -145,7 +150,12 @@ class HttpCore:
 
         async def attempt(left_s: float) -> Answer:
             return await self.request(
-                method, path, content=content, params=params, timeout_s=min(cap, left_s)
+                method,
+                path,
+                content=content,
+                content_type=content_type,
+                params=params,
+                timeout_s=min(cap, left_s),
             )
 
         return await retrying(

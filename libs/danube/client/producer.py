@@ -14,6 +14,12 @@ in flight send faster but two batches may then be stored in either order.
 The queue is bounded (``max_pending_messages``): ``send()`` waits for room when it is full,
 so a producer faster than the server slows down rather than growing memory.
 
+Transport: ``"binary"`` (the default) sends each batch as records framed as the WAL frames
+them (``application/vnd.danube.records``: no JSON, no base64, the server checks and routes
+without decoding payloads); ``"json"`` sends the JSON body of docs/http-api.md. Both store
+the same records and answer the same offsets (a binary record's ``publish_time_ms`` is this
+host's clock at ``send()``, a JSON one's the server's at the produce).
+
 Access mode (docs/producers.md): with ``access_mode`` set (``"shared"`` or ``"exclusive"``)
 the producer holds a producer session while it is open: opened by ``async with`` or the
 first ``send()`` (:class:`ConflictError` when the topic refuses it), kept alive by its own
@@ -34,6 +40,7 @@ import orjson
 
 from danube.client._http import HttpCore
 from danube.client._producer_session import AccessMode, ProducerSession
+from danube.client._records import RECORDS_TYPE, encode_frame, results_of_runs
 from danube.client.batch import Accumulator
 from danube.client.errors import ClientError, ClosedError, InvalidArgumentError, ProtocolError
 from danube.client.messages import (
@@ -50,6 +57,7 @@ from danube.names import TopicName
 log = logging.getLogger(__name__)
 
 Dispatch = Literal["reliable", "non_reliable"]
+Transport = Literal["binary", "json"]
 
 # The server's limits (docs/http-api.md, "Limits"): messages and bytes of one request.
 SERVER_MAX_MESSAGES = 10_000
@@ -74,6 +82,7 @@ class ProducerOptions:
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     # None: no producer session; "shared" / "exclusive": hold one (see the module docstring).
     access_mode: AccessMode | None = None
+    transport: Transport = "binary"
 
     def __post_init__(self) -> None:
         check_producer_name(self.name)
@@ -84,6 +93,8 @@ class ProducerOptions:
         _check("max_inflight_batches", self.max_inflight_batches, 1, 64)
         _check("send_timeout_s", self.send_timeout_s, 0.001, 3600)
         _check("max_payload_bytes", self.max_payload_bytes, 1, 64 * 1024 * 1024)
+        if self.transport not in ("binary", "json"):
+            raise InvalidArgumentError(f"transport must be binary or json, not {self.transport!r}")
         if self.access_mode not in (None, "shared", "exclusive"):
             raise InvalidArgumentError(
                 f"access_mode must be shared or exclusive, not {self.access_mode!r}"
@@ -97,7 +108,7 @@ def _check(name: str, value: float, low: float, high: float) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Pending:
-    body: bytes  # the message's JSON object
+    body: bytes  # the message's JSON object, or its frame (binary transport)
     future: asyncio.Future[SendResult]
 
 
@@ -109,7 +120,10 @@ class AsyncProducer:
         self.options = options
         self._http = http
         self._path = f"/v1/topics/{topic_path(topic)}/messages"
+        self._binary = options.transport == "binary"
+        self._producer_raw = options.name.encode("utf-8")
         self._head = _head(options, None)
+        self._params = _params(options, None)
         self._session: ProducerSession | None = None
         self._opening = asyncio.Lock()
         self._queue: Accumulator[_Pending] = Accumulator(
@@ -141,6 +155,7 @@ class AsyncProducer:
                     self._http, self.topic, self.options.name, self.options.access_mode
                 )
                 self._head = _head(self.options, self._session.producer_id)
+                self._params = _params(self.options, self._session.producer_id)
             return self._session.producer_id
 
     @property
@@ -163,12 +178,21 @@ class AsyncProducer:
         key: str | None = None,
         attributes: Mapping[str, str] | None = None,
     ) -> bytes:
-        """The message's JSON form, checked against every limit of a record:
-        :class:`InvalidMessageError` for a message the server would refuse."""
+        """The message's wire form (its frame, or its JSON object with ``transport="json"``),
+        checked against every limit of a record: :class:`InvalidMessageError` for a message
+        the server would refuse."""
         if isinstance(payload, Message):
             message = payload
-        else:
-            message = Message(payload, key, attributes or {})
+            payload, key, attributes = message.payload, message.key, message.attributes
+        if self._binary:
+            return encode_frame(
+                payload,
+                key,
+                attributes,
+                producer=self._producer_raw,
+                max_payload_bytes=self.options.max_payload_bytes,
+            )
+        message = Message(payload, key, attributes or {})
         return encode_message(message, max_payload_bytes=self.options.max_payload_bytes)
 
     async def send(
@@ -295,14 +319,25 @@ class AsyncProducer:
 
     async def _deliver(self, batch: list[_Pending], inflight: asyncio.Semaphore) -> None:
         try:
-            content = b"".join((self._head, b",".join(p.body for p in batch), b"]}"))
+            if self._binary:
+                content = b"".join([p.body for p in batch])
+            else:
+                content = b"".join((self._head, b",".join(p.body for p in batch), b"]}"))
             try:
                 if self._session is not None and self._session.lost is not None:
                     raise self._session.lost
                 answer = await self._http.request_retrying(
-                    "POST", self._path, content=content, timeout_s=self.options.send_timeout_s
+                    "POST",
+                    self._path,
+                    content=content,
+                    content_type=RECORDS_TYPE if self._binary else None,
+                    params=self._params if self._binary else None,
+                    timeout_s=self.options.send_timeout_s,
                 )
-                results = _results(answer.body, len(batch))
+                if self._binary:
+                    results = results_of_runs(answer.body, len(batch))
+                else:
+                    results = _results(answer.body, len(batch))
             except ClientError as exc:
                 for pending in batch:
                     if not pending.future.done():
@@ -323,6 +358,14 @@ def _head(options: ProducerOptions, producer_id: str | None) -> bytes:
         parts += [b',"producer_id":', orjson.dumps(producer_id)]
     parts.append(b',"messages":[')
     return b"".join(parts)
+
+
+def _params(options: ProducerOptions, producer_id: str | None) -> dict[str, str | int]:
+    """The query parameters of a binary produce (the JSON body's fields around messages)."""
+    params: dict[str, str | int] = {"dispatch": options.dispatch}
+    if producer_id is not None:
+        params["producer_id"] = producer_id
+    return params
 
 
 def _results(answer: Any, count: int) -> list[SendResult]:

@@ -24,6 +24,7 @@ from danube.frame.errors import (
     FrameError,
     FrameTooLargeError,
     InvalidRecordError,
+    TruncatedFramesError,
     UnsupportedRecordVersionError,
 )
 from danube.frame.record import (
@@ -63,6 +64,7 @@ __all__ = [
     "RawFrame",
     "Record",
     "RecordFields",
+    "TruncatedFramesError",
     "UnsupportedRecordVersionError",
     "append_frame",
     "decode_frames",

@@ -5,6 +5,7 @@
     DanubeError
     └── FrameError                      "frame_error": an invalid argument (offset out of range)
         ├── CorruptFrameError           "corrupt_frame": position, offset, reason  (decode side)
+        ├── TruncatedFramesError        "truncated_frames": position, reason       (decode side)
         ├── FrameTooLargeError          "frame_too_large": size_bytes, limit_bytes (encode side)
         ├── CorruptRecordError          "corrupt_record": reason                   (decode side)
         │   └── UnsupportedRecordVersionError  "unsupported_record_version": version
@@ -40,6 +41,19 @@ class CorruptFrameError(FrameError):
         super().__init__(f"corrupt frame {where}: {reason}")
         self.position = position
         self.offset = offset
+        self.reason = reason
+
+
+class TruncatedFramesError(FrameError):
+    """A body of frames that must be whole (a produce body) ends inside a frame, or is empty.
+
+    ``position`` is where the incomplete frame starts."""
+
+    code = "truncated_frames"
+
+    def __init__(self, *, position: int, reason: str) -> None:
+        super().__init__(f"truncated frames at byte {position}: {reason}")
+        self.position = position
         self.reason = reason
 
 

@@ -31,16 +31,18 @@ from danube.discovery.errors import (
     UnavailableError,
 )
 from danube.discovery.models import MessageIn, ProduceRequest, ProduceResult, TopicSpec
-from danube.discovery.routing import (
-    RECORD_FRAMING_BYTES,
-    REQUEST_HEAD_BYTES,
-    RoundRobin,
-    group,
-    route,
-    split,
+from danube.discovery.produce_batch import (
+    Batch,
+    FramesBatch,
+    LazyPayloads,
+    RecordsBatch,
+    check_payload_sizes,
+    stamped_frames,
 )
+from danube.discovery.routing import RoundRobin, group, route, split
 from danube.discovery.schema_gate import SchemaGate, Stamp
 from danube.frame import Record, encode_record
+from danube.frame.produce import ProducedFrames
 from danube.meta.records import Dispatch, Policies
 from danube.wire.ingest.client import IngestClient
 from danube.wire.limits import (
@@ -213,6 +215,44 @@ class Producer:
             keys = [m.key for m in request.messages]
             return await self._store(topic, records, keys, request.dispatch, policies)
 
+    async def produce_frames(
+        self,
+        topic: TopicName,
+        frames: ProducedFrames,
+        *,
+        dispatch: Dispatch,
+        schema_version: int | None = None,
+    ) -> tuple[list[TopicName], list[int], list[int]]:
+        """:meth:`produce` of a binary body (checked frames, danube.frame.produce): the same
+        limits, policies, schema check and routing, with no record decoded or encoded again
+        unless the topic has a schema (then its records are stamped). The partitions, and
+        each message's partition index and offset, in message order."""
+        sizes = frames.payload_sizes
+        try:
+            if len(sizes) > self.limits.max_messages:
+                raise TooLargeError(
+                    f"over {self.limits.max_messages} messages, the limit per request",
+                    code="too_many_messages",
+                    limit=self.limits.max_messages,
+                )
+            check_payload_sizes(sizes, self.limits.max_payload_bytes)
+        except TooLargeError as exc:
+            metrics.POLICY_REFUSALS.labels(exc.code).inc()
+            raise
+        async with self._admitted():
+            _, policies = await self.catalog.effective_policies(topic)
+            try:
+                check_payload_sizes(sizes, self._max_message_bytes(policies))
+            except TooLargeError as exc:
+                metrics.POLICY_REFUSALS.labels(exc.code).inc()
+                raise
+            if self.schemas is not None:
+                payloads = LazyPayloads(frames)
+                stamp = await self.schemas.admit(topic, payloads, version=schema_version)
+                if stamp is not None:
+                    frames = stamped_frames(frames, stamp)
+            return await self._stored(topic, FramesBatch(frames), frames.keys, dispatch, policies)
+
     async def max_message_bytes(self, topic: TopicName) -> int:
         """The largest payload ``topic`` takes: its policy's (docs/policies.md), never more
         than the cluster's ``ingest.max_message_bytes``."""
@@ -256,22 +296,38 @@ class Producer:
         dispatch: Dispatch,
         policies: Policies,
     ) -> list[ProduceResult]:
+        names, routed, offsets = await self._stored(
+            topic, RecordsBatch(records), keys, dispatch, policies
+        )
+        return [
+            ProduceResult(partition=str(names[p]), offset=offsets[i]) for i, p in enumerate(routed)
+        ]
+
+    async def _stored(
+        self,
+        topic: TopicName,
+        batch: Batch,
+        keys: Sequence[str | None],
+        dispatch: Dispatch,
+        policies: Policies,
+    ) -> tuple[list[TopicName], list[int], list[int]]:
+        """Route and send ``batch``: the partitions, each message's partition index and
+        offset, in message order."""
         started = time.perf_counter()
+        count = len(batch.sizes)
         if topic.partition is None:
             partitions = await self._partitions_of(topic, dispatch)
             routed = route(keys, partitions, self._robin)
             names = topic.partitions(partitions)
         else:
             partitions = await self._check_partition(topic)
-            routed, names = [0] * len(records), [topic]
+            routed, names = [0] * count, [topic]
         limits = for_partition(policies, partitions)
-        offsets = await self._send(names, routed, records, limits)
+        offsets = await self._send(names, routed, batch, limits)
         metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
-        metrics.MESSAGES_PRODUCED.inc(len(records))
-        log.debug("produce: %d messages to %s stored", len(records), topic)
-        return [
-            ProduceResult(partition=str(names[p]), offset=offsets[i]) for i, p in enumerate(routed)
-        ]
+        metrics.MESSAGES_PRODUCED.inc(count)
+        log.debug("produce: %d messages to %s stored", count, topic)
+        return names, routed, offsets
 
     async def _partitions_of(self, topic: TopicName, dispatch: Dispatch) -> int:
         config = await self.catalog.cached_topic(topic)
@@ -297,12 +353,12 @@ class Producer:
         self,
         names: Sequence[TopicName],
         routed: Sequence[int],
-        records: Sequence[bytes],
+        batch: Batch,
         limits: PartitionLimits,
     ) -> list[int]:
         max_request_bytes = self.bus.max_payload_bytes - BUS_HEADROOM_BYTES
-        sizes = [len(r) for r in records]
-        framing = REQUEST_HEAD_BYTES + RECORD_FRAMING_BYTES
+        sizes = batch.sizes
+        framing = batch.head_bytes + batch.framing_bytes
         too_big = [i for i, size in enumerate(sizes) if size + framing > max_request_bytes]
         if too_big:
             raise TooLargeError(
@@ -311,7 +367,7 @@ class Producer:
                 code="payload_too_large",
                 limit=max_request_bytes,
             )
-        offsets = [0] * len(records)
+        offsets = [0] * len(sizes)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.timeout_s
 
@@ -322,17 +378,22 @@ class Producer:
                 sizes,
                 max_request_bytes=max_request_bytes,
                 max_records=self.limits.max_batch_records,
+                head_bytes=batch.head_bytes,
+                framing_bytes=batch.framing_bytes,
             )
             for chunk in chunks:  # in order: a partition's offsets follow message order
                 remaining_s = deadline - loop.time()
                 if remaining_s <= 0:
                     raise UnavailableError(f"no durable answer from {names[partition]} in time")
                 first = await self._produce_chunk(
-                    names[partition], [records[i] for i in chunk.indexes], remaining_s, limits
+                    names[partition], batch.request(chunk.indexes), remaining_s, limits
                 )
                 for position, index in enumerate(chunk.indexes):
                     offsets[index] = first + position
 
+        if len(names) == 1:  # one partition: no task group to build
+            await send_partition(0, list(range(len(sizes))))
+            return offsets
         try:
             async with asyncio.TaskGroup() as tg:
                 for partition, indexes in group(routed).items():
@@ -344,14 +405,14 @@ class Producer:
     async def _produce_chunk(
         self,
         partition: TopicName,
-        records: list[bytes],
+        body: bytes,
         timeout_s: float,
         limits: PartitionLimits,
     ) -> int:
         try:
             with metrics.BUS_PRODUCE_SECONDS.time():
-                return await self.client.produce(
-                    partition, records, timeout_s=timeout_s, limits=limits
+                return await self.client.produce_body(
+                    partition, body, timeout_s=timeout_s, limits=limits
                 )
         except RemoteError as exc:
             if exc.code not in (RATE_LIMITED, BACKLOG_QUOTA_EXCEEDED):

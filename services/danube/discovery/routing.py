@@ -93,21 +93,24 @@ def split(
     *,
     max_request_bytes: int,
     max_records: int,
+    head_bytes: int = REQUEST_HEAD_BYTES,
+    framing_bytes: int = RECORD_FRAMING_BYTES,
 ) -> list[Chunk]:
     """Cut one partition's records into requests of at most ``max_records`` records and
     ``max_request_bytes`` bytes (framing included), keeping their order. ``sizes[i]`` is the
-    encoded size of record ``i`` of the batch; a record too big for any request raises
-    ValueError (the caller checks sizes before)."""
+    encoded size of record ``i`` of the batch; a request has a head of ``head_bytes`` and
+    each record ``framing_bytes`` around it (the defaults: the size-prefixed layout). A record
+    too big for any request raises ValueError (the caller checks sizes before)."""
     chunks: list[Chunk] = []
     current: list[int] = []
-    used = REQUEST_HEAD_BYTES
+    used = head_bytes
     for index in indexes:
-        size = sizes[index] + RECORD_FRAMING_BYTES
-        if REQUEST_HEAD_BYTES + size > max_request_bytes:
+        size = sizes[index] + framing_bytes
+        if head_bytes + size > max_request_bytes:
             raise ValueError(f"record {index} of {sizes[index]} bytes fits in no request")
         if current and (len(current) >= max_records or used + size > max_request_bytes):
             chunks.append(Chunk(partition, current))
-            current, used = [], REQUEST_HEAD_BYTES
+            current, used = [], head_bytes
         current.append(index)
         used += size
     if current:

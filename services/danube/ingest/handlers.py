@@ -15,7 +15,7 @@ import orjson
 from danube.bus import Bus, Kind, Message, Request, Responder, Subscription, TopicName
 from danube.config import DanubeSettings
 from danube.errors import DanubeError
-from danube.frame import FRAME_HEADER_BYTES, decode_record
+from danube.frame import FRAME_HEADER_BYTES
 from danube.ingest import leadership, metrics, timeseek
 from danube.ingest.partition import RECORD_OVERHEAD_BYTES
 from danube.ingest.quota import BacklogGuard
@@ -83,15 +83,9 @@ class PartitionHandlers:
             records = protocol.decode_produce_request(
                 request.body, max_record_bytes=self.max_record_bytes, max_count=self.max_records
             )
-        except protocol.BadRequestError as exc:
+        except protocol.BadRequestError as exc:  # every record was checked there
             metrics.PRODUCE_ERRORS.labels(exc.code).inc()
             raise
-        for index, record in enumerate(records):
-            try:
-                decode_record(record)  # check data before writing it
-            except Exception as exc:
-                metrics.PRODUCE_ERRORS.labels("bad_request").inc()
-                raise protocol.BadRequestError(f"record {index}: {exc}") from exc
         limits = PartitionLimits.from_headers(request.headers)
         if not limits.empty:
             await self._admit(limits, records)

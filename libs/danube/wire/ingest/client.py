@@ -83,6 +83,18 @@ class IngestClient:
         ``limits``: the partition's share of its topic's policies, enforced by its leader
         (``rate_limited`` and ``backlog_quota_exceeded`` are raised at once)."""
         body = protocol.encode_produce_request(records)
+        return await self.produce_body(partition, body, timeout_s=timeout_s, limits=limits)
+
+    async def produce_body(
+        self,
+        partition: TopicName,
+        body: bytes,
+        *,
+        timeout_s: float,
+        limits: PartitionLimits | None = None,
+    ) -> int:
+        """:meth:`produce` of a request body already packed (either layout of
+        :mod:`danube.wire.ingest.protocol`, e.g. produced frames passed on as they came)."""
         headers = None if limits is None or limits.empty else limits.headers()
 
         async def attempt(deadline: float) -> int:

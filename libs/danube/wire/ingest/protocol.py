@@ -6,6 +6,9 @@ where they were read; the hops after carry them unchanged, and whoever decodes a
 checks its frame), so the uploader can write them to objects as is::
 
     produce request   [u32 count] then count x ([u32 size][record bytes])
+                      or, framed: [u32 0xFFFFFFFF][u32 count] then count frames of offset 0
+                      (danube.frame.produce: CRC-checked; the leader frames each record
+                      again with its offset)
     produce reply     [u64 first_offset][u32 count]     offsets first..first+count-1
     fetch request     [u64 from_offset][u32 max_bytes][u32 max_count]
     fetch reply       [u8 status][u64 wal_start][u64 next_offset] then frames
@@ -49,7 +52,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
 
-from danube.frame import encode_frame
+from danube.frame import CorruptRecordError, FrameError, encode_frame
+from danube.frame.codec import BytesLike
+from danube.frame.produce import check_record, scan_frames_for_produce
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
 from danube.wire.errors import BadRequestError as BadRequestError
@@ -65,6 +70,9 @@ _REPL_REPLY_HEAD = struct.Struct("<BQQQQ")
 NODE_ID_BYTES_MAX = 255
 
 PRODUCE_COUNT_MAX = 100_000
+FRAMED_MARK = 0xFFFF_FFFF  # never a count (1..PRODUCE_COUNT_MAX): a framed produce request
+_FRAMED_HEAD = struct.Struct("<II")
+FRAMED_HEAD_BYTES = _FRAMED_HEAD.size
 # A listed segment is about 110 bytes of JSON: 4096 of them stay far below NATS max_payload.
 STATS_SEGMENTS_MAX = 4096
 
@@ -90,14 +98,28 @@ def encode_produce_request(records: Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
+def encode_framed_produce_request(count: int, frames: Sequence[BytesLike]) -> bytes:
+    """Pack ``count`` frames of offset 0 (danube.frame.produce), given as one or more runs of
+    whole frames, into one framed request body."""
+    return b"".join((_FRAMED_HEAD.pack(FRAMED_MARK, count), *frames))
+
+
+def framed_request_bytes(frame_bytes: int) -> int:
+    """The size of a framed request carrying ``frame_bytes`` of frames."""
+    return FRAMED_HEAD_BYTES + frame_bytes
+
+
 def decode_produce_request(
     body: bytes, *, max_record_bytes: int, max_count: int = PRODUCE_COUNT_MAX
 ) -> list[bytes]:
-    """The records of a produce request; BadRequestError if the layout or a size is off."""
+    """The records of a produce request of either layout, each checked as a record (nothing
+    built but the bytes to append); BadRequestError if the layout, a size or a record is off."""
     view = memoryview(body)
     if len(view) < _U32.size:
         raise BadRequestError("produce request shorter than its count field")
     (count,) = _U32.unpack_from(view, 0)
+    if count == FRAMED_MARK:
+        return _decode_framed(view, max_record_bytes=max_record_bytes, max_count=max_count)
     if not 1 <= count <= max_count:
         raise BadRequestError(f"produce request count {count} outside 1..{max_count}")
     records: list[bytes] = []
@@ -114,10 +136,39 @@ def decode_produce_request(
             )
         if pos + size > len(view):
             raise BadRequestError(f"record {index}: {size} bytes run past the end of the body")
+        try:
+            check_record(view, pos, pos + size)  # check data before writing it
+        except CorruptRecordError as exc:
+            raise BadRequestError(f"record {index}: {exc}") from exc
         records.append(bytes(view[pos : pos + size]))
         pos += size
     if pos != len(view):
         raise BadRequestError(f"{len(view) - pos} trailing bytes after {count} records")
+    return records
+
+
+def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -> list[bytes]:
+    if len(view) < FRAMED_HEAD_BYTES:
+        raise BadRequestError("framed produce request shorter than its head")
+    _, count = _FRAMED_HEAD.unpack_from(view, 0)
+    if not 1 <= count <= max_count:
+        raise BadRequestError(f"produce request count {count} outside 1..{max_count}")
+    try:
+        frames = scan_frames_for_produce(view[FRAMED_HEAD_BYTES:], max_count=count, stamped=True)
+    except FrameError as exc:
+        raise BadRequestError(f"framed produce request: {exc}") from exc
+    if len(frames) != count:
+        raise BadRequestError(f"framed produce request of {len(frames)} frames, not {count}")
+    body, starts, ends = frames.body, frames.starts, frames.ends
+    records = []
+    for index in range(count):
+        start, end = starts[index], ends[index]
+        if end - start > max_record_bytes:
+            raise BadRequestError(
+                f"record {index}: {end - start} bytes is over the {max_record_bytes}-byte limit",
+                code="payload_too_large",
+            )
+        records.append(bytes(body[start:end]))
     return records
 
 

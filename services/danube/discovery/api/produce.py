@@ -5,6 +5,11 @@ the API's ASGI layer (:class:`~danube.discovery.api.middleware.ApiFront`): orjso
 hand-checked bounds (:mod:`danube.discovery.produce_body`), orjson out, no FastAPI routing,
 dependency injection or pydantic per message. Anything it does not take as is goes to the
 FastAPI route below, which answers it as the OpenAPI says (every 400 and 415 included).
+
+A binary body (``Content-Type: application/vnd.danube.records``: records framed as the WAL
+frames them, :mod:`danube.frame.produce`) is answered by :func:`fast_produce` alone, every
+error included: the FastAPI route knows JSON only (sent chunked, without a
+``Content-Length``, a binary body reaches it and is answered 415).
 """
 
 from __future__ import annotations
@@ -23,6 +28,11 @@ from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.catalog import user_topic
 from danube.discovery.errors import error_body
 from danube.discovery.models import ProduceRequest, ProduceResponse
+from danube.discovery.produce_binary import (
+    parse_binary_params,
+    runs_answer,
+    scan_body,
+)
 from danube.discovery.produce_body import parse_produce, produce_answer
 from danube.errors import DanubeError
 from danube.security import Permission, Resource
@@ -34,6 +44,8 @@ router = APIRouter(prefix="/v1")
 PRODUCE_TEMPLATE = "/v1/topics/{ns}/{topic}/messages"
 _PRODUCE_PATH = re.compile(r"/v1/topics/([^/]+)/([^/]+)/messages")
 _JSON_TYPES = frozenset({b"application/json", b"application/json; charset=utf-8"})
+RECORDS_TYPE = "application/vnd.danube.records"
+_RECORDS_TYPE = RECORDS_TYPE.encode()
 
 Answer = tuple[int, bytes, dict[str, str] | None]
 
@@ -51,20 +63,31 @@ async def produce(
 
 
 def is_fast_produce(scope: Scope) -> bool:
-    """Whether :func:`fast_produce` may take this request: a produce with a JSON body."""
+    """Whether :func:`fast_produce` may take this request: a produce with a JSON or a
+    binary body."""
     if scope["method"] != "POST" or _PRODUCE_PATH.fullmatch(scope["path"]) is None:
         return False
     for name, value in scope["headers"]:
         if name == b"content-type":
-            return value.lower() in _JSON_TYPES
+            value = value.lower()
+            return value in _JSON_TYPES or value == _RECORDS_TYPE
+    return False
+
+
+def _is_binary(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return bool(value.lower() == _RECORDS_TYPE)
     return False
 
 
 async def fast_produce(services: Services, scope: Scope, body: bytes) -> Answer | None:
     """The answer to a produce request :func:`is_fast_produce` took, or None when the route
-    must answer it (a body or a name the full checks must refuse, with their message)."""
+    must answer it (a JSON body or a name the full checks must refuse, with their message)."""
     match = _PRODUCE_PATH.fullmatch(scope["path"])
     assert match is not None
+    if _is_binary(scope):
+        return await _binary_produce(services, scope, match[1], match[2], body)
     request = parse_produce(body)
     if request is None:
         return None
@@ -89,6 +112,37 @@ async def fast_produce(services: Services, scope: Scope, body: bytes) -> Answer 
         log.exception("produce to %s failed", name)
         return 500, orjson.dumps(error_body(Exception())), None
     return 200, produce_answer([(r.partition, r.offset) for r in results]), None
+
+
+async def _binary_produce(
+    services: Services, scope: Scope, ns: str, topic: str, body: bytes
+) -> Answer:
+    """A binary produce, answered here whatever happens (the route knows JSON only). The
+    order of checks is the JSON path's: the name, the body, authorization, the producer
+    session, then the producer's (limits, policies, schema, routing)."""
+    name = None
+    try:
+        name = user_topic(ns, topic)
+        params = parse_binary_params(scope["query_string"])
+        frames = scan_body(body, max_messages=services.producer.limits.max_messages)
+        authorize_before_routing(
+            scope,
+            services.security,
+            Permission.Produce,
+            Resource.topic(name),
+            action=f"POST {PRODUCE_TEMPLATE}",
+        )
+        await services.producers.check(name, params.producer_id)
+        names, routed, offsets = await services.producer.produce_frames(
+            name, frames, dispatch=params.dispatch, schema_version=params.schema_version
+        )
+    except (DanubeError, TimeoutError) as exc:
+        status, error, headers = danube_error_answer(exc)
+        return status, orjson.dumps(error), headers
+    except Exception:
+        log.exception("produce to %s failed", name)
+        return 500, orjson.dumps(error_body(Exception())), None
+    return 200, runs_answer(names, routed, offsets), None
 
 
 def answer_headers(body: bytes, extra: dict[str, str] | None) -> list[tuple[bytes, bytes]]:

@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from itertools import islice
 from operator import itemgetter
 
-from danube.frame import FRAME_HEADER_BYTES, encode_frame
+from danube.frame import FRAME_HEADER_BYTES, RawFrame, encode_frame, walk_frames
+
+_MAX_LENGTH = 2**32 - 1  # what a frame's u32 length field can carry
 
 _first = itemgetter(0)
 
@@ -45,20 +47,27 @@ class MessageCache:
         """The oldest offset held, or ``None`` when empty."""
         return self._items[0][0] if self._items else None
 
-    def extend(self, first_offset: int, payloads: Sequence[bytes]) -> None:
-        """Add messages with consecutive offsets from ``first_offset``, evicting the oldest."""
+    def extend(
+        self, first_offset: int, payloads: Sequence[bytes], written: bytes | None = None
+    ) -> None:
+        """Add messages with consecutive offsets from ``first_offset``, evicting the oldest.
+        ``written``: their frames as the WAL writer wrote them (one write holding exactly
+        this run), split by their headers instead of framed again (no CRC computed here)."""
         if self._capacity == 0:
             return
         skip = len(payloads) - self._capacity
         if skip > 0:  # only the newest `capacity` of a large run can stay: skip the rest
             payloads = payloads[skip:]
             first_offset += skip
-        self._items.extend(
-            (offset, encode_frame(offset, payload))
-            for offset, payload in zip(
-                range(first_offset, first_offset + len(payloads)), payloads, strict=True
+        offsets = range(first_offset, first_offset + len(payloads))
+        frames = _split(written, len(payloads)) if written is not None and skip <= 0 else None
+        if frames is not None:
+            self._items.extend((frame.offset, bytes(frame.data)) for frame in frames)
+        else:
+            self._items.extend(
+                (offset, encode_frame(offset, payload))
+                for offset, payload in zip(offsets, payloads, strict=True)
             )
-        )
         self._bytes += sum(map(len, payloads))
         items = self._items
         while len(items) > self._capacity or self._bytes > self._max_bytes:
@@ -99,3 +108,9 @@ class MessageCache:
             total += size
         # The cache holds every durable message from its oldest on: none is left below the limit.
         return out, max(from_offset, limit_offset)
+
+
+def _split(written: bytes, count: int) -> list[RawFrame] | None:
+    """The ``count`` frames ``written`` holds, or None when it holds anything else."""
+    frames, end = walk_frames(written, max_payload_bytes=min(len(written), _MAX_LENGTH))
+    return frames if len(frames) == count and end == len(written) else None

@@ -34,7 +34,7 @@ _T = TypeVar("_T")
 
 Queued = tuple[int, Sequence[bytes], int, "asyncio.Future[None] | None"]
 """One queued append: first offset, payloads, frame bytes, its future (a tuple: the cheapest)."""
-DurableHook = Callable[[list[Queued]], None]
+DurableHook = Callable[[list[Queued], Sequence[bytes]], None]  # the batch, the frames written
 FailedHook = Callable[[str, bool, int], None]  # reason, closed (not failed), bytes released
 RefusedHook = Callable[[int, int], None]  # first offset refused, bytes released
 
@@ -175,7 +175,7 @@ class GroupCommit:
         for segment, end, next_offset in result.touched:
             segment.size_bytes = end
             segment.next_offset = next_offset
-        self._on_durable(batch)
+        self._on_durable(batch, result.frames)
 
     def _idle_timeout_s(self, writer: SegmentWriter) -> float | None:
         """Seconds until the next sync or age rotation is due (``None``: nothing scheduled)."""

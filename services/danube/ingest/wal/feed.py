@@ -30,29 +30,34 @@ class DurableFeed:
 
     def add_listener(self, listener: DurableListener) -> Callable[[], None]:
         """Register ``listener``; returns the function that removes it."""
-        self._listeners.append(listener)
+        listeners = self._listeners
+        listeners.append(listener)
 
         def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            if listener in listeners:
+                listeners.remove(listener)
 
         return remove
 
-    def publish(self, batch: Sequence[tuple[Any, ...]]) -> None:
-        """Feed a durable batch of ``(first offset, payloads, ...)`` appends, in offset order."""
+    def publish(self, batch: Sequence[tuple[Any, ...]], frames: Sequence[bytes] = ()) -> None:
+        """Feed a durable batch of ``(first offset, payloads, ...)`` appends, in offset order;
+        ``frames``: what the writer wrote for it (one entry per write)."""
         self.batches += 1
         run_first: int = batch[0][0]
         run = list(batch[0][1])  # a fresh list: listeners may keep it
+        runs = 1
         for item in batch[1:]:
             if item[0] != run_first + len(run):
-                self._run(run_first, run)
+                self._run(run_first, run, None)
                 run_first, run = item[0], []
+                runs += 1
             run.extend(item[1])
-        self._run(run_first, run)
+        # One run written in one write: those bytes are exactly its frames.
+        self._run(run_first, run, frames[0] if runs == 1 and len(frames) == 1 else None)
 
-    def _run(self, first: int, payloads: list[bytes]) -> None:
+    def _run(self, first: int, payloads: list[bytes], frames: bytes | None) -> None:
         self.messages += len(payloads)
-        self.cache.extend(first, payloads)
+        self.cache.extend(first, payloads, frames)
         for listener in tuple(self._listeners):
             try:
                 listener(first, payloads)

@@ -448,8 +448,9 @@ class Wal:
 
     # --- what the writer tells us -----------------------------------------------------
 
-    def _durable(self, batch: list[Queued]) -> None:
-        """A batch is durable: publish the offset, fill the cache, call listeners, resolve."""
+    def _durable(self, batch: list[Queued], frames: Sequence[bytes] = ()) -> None:
+        """A batch is durable: publish the offset, fill the cache, call listeners, resolve.
+        ``frames``: the bytes the writer wrote for it, when it wrote any."""
         last_first, last_payloads = batch[-1][0], batch[-1][1]
         end = last_first + len(last_payloads)
         # With nothing queued, every offset below next_offset is durable or a gap (advance_to).
@@ -457,7 +458,7 @@ class Wal:
         self._advance_durable(
             end if commit is not None and not commit.idle else max(end, self._next_offset)
         )
-        self._feed.publish(batch)
+        self._feed.publish(batch, frames)
         for item in batch:
             future = item[3]
             if future is not None and not future.done():

@@ -31,6 +31,9 @@ class BatchResult:
     """What one batch wrote: ``(segment, end position, next offset)`` for each segment touched."""
 
     touched: list[tuple[Segment, int, int]] = field(default_factory=list)
+    frames: list[bytes] = field(default_factory=list)
+    """The bytes written, one entry per write (in offset order): the batch's frames, which
+    the live stream publishes as they are rather than framing the records again."""
 
 
 class SegmentWriter:
@@ -159,6 +162,7 @@ class SegmentWriter:
         if self._fd is None or self.active is None or not buf:
             return
         self._ops.write(self._fd, buf)
+        result.frames.append(bytes(buf))
         self._written += len(buf)
         self._next = next_offset
         self.bytes_written += len(buf)

@@ -1,0 +1,107 @@
+"""The producer's binary body (``application/vnd.danube.records``, docs/http-api.md): each
+message a record framed as the WAL frames it, offset 0 (:mod:`danube.frame.produce`); and the
+answer's runs of offsets read back as one :class:`SendResult` per message.
+
+The record carries the producer's name and the time of ``send()`` (``publish_time_ms``,
+this host's clock); the server checks every frame's CRC and every record before storing
+any, gives the offsets, and stamps the schema of a topic that has one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from danube.client.errors import InvalidMessageError, ProtocolError
+from danube.client.messages import Payload, SendResult
+from danube.frame.produce import encode_produce_frame
+from danube.frame.record import (
+    MAX_ATTRIBUTE_NAME_BYTES,
+    MAX_ATTRIBUTE_VALUE_BYTES,
+    MAX_ATTRIBUTES,
+    MAX_KEY_BYTES,
+)
+
+RECORDS_TYPE = "application/vnd.danube.records"
+
+
+def _utf8(what: str, value: object, limit_bytes: int) -> bytes:
+    if not isinstance(value, str):
+        raise InvalidMessageError(f"{what} must be str")
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMessageError(f"{what} is not valid Unicode: {exc.reason}") from exc
+    if len(raw) > limit_bytes:
+        raise InvalidMessageError(f"{what} over {limit_bytes} bytes")
+    return raw
+
+
+def encode_frame(
+    payload: Payload,
+    key: str | None,
+    attributes: Mapping[str, str] | None,
+    *,
+    producer: bytes,
+    max_payload_bytes: int,
+) -> bytes:
+    """One message as a produced frame; checks every limit of the record first (as the JSON
+    form does), so a bad message fails alone instead of failing its batch."""
+    if isinstance(payload, bytes):
+        raw = payload
+    elif isinstance(payload, str):
+        try:
+            raw = payload.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidMessageError(f"payload is not valid Unicode: {exc.reason}") from exc
+    elif isinstance(payload, bytearray | memoryview):
+        raw = bytes(payload)
+    else:
+        raise InvalidMessageError(f"payload must be bytes or str, not {type(payload).__name__}")
+    if len(raw) > max_payload_bytes:
+        raise InvalidMessageError(
+            f"payload of {len(raw)} bytes is over {max_payload_bytes}", code="payload_too_large"
+        )
+    raw_key = None if key is None else _utf8("key", key, MAX_KEY_BYTES)
+    raw_attributes: list[tuple[bytes, bytes]] = []
+    if attributes:
+        if len(attributes) > MAX_ATTRIBUTES:
+            raise InvalidMessageError(f"{len(attributes)} attributes, at most {MAX_ATTRIBUTES}")
+        for name, value in attributes.items():
+            raw_attributes.append(
+                (
+                    _utf8("attribute name", name, MAX_ATTRIBUTE_NAME_BYTES),
+                    _utf8(f"attribute {name!r} value", value, MAX_ATTRIBUTE_VALUE_BYTES),
+                )
+            )
+    return encode_produce_frame(
+        raw,
+        producer=producer,
+        publish_time_ms=time.time_ns() // 1_000_000,
+        key=raw_key,
+        attributes=raw_attributes,
+    )
+
+
+def results_of_runs(answer: Any, count: int) -> list[SendResult]:
+    """One result per message from ``{"runs": [{"partition", "offset", "count"}, ...]}``."""
+    runs = answer.get("runs") if isinstance(answer, dict) else None
+    if not isinstance(runs, list) or len(runs) > count:
+        raise ProtocolError(f"produce answered {answer!r:.200} for {count} messages")
+    results: list[SendResult] = []
+    for run in runs:
+        if not isinstance(run, dict):
+            raise ProtocolError(f"produce run {run!r:.200} is not an object")
+        partition, first, size = run.get("partition"), run.get("offset"), run.get("count")
+        if (
+            not isinstance(partition, str)
+            or not isinstance(first, int)
+            or not isinstance(size, int)
+            or not 1 <= size <= count - len(results)
+        ):
+            raise ProtocolError(f"produce run {run!r:.200} is not partition, offset, count")
+        results += [SendResult(partition, offset) for offset in range(first, first + size)]
+    if len(results) != count:
+        raise ProtocolError(f"produce answered {len(results)} results for {count} messages")
+    return results

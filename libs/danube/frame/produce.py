@@ -1,0 +1,285 @@
+"""Produced frames: records framed as the WAL frames them, with offset 0, as a producer sends
+them (HTTP ``application/vnd.danube.records``) and discovery forwards them to ingest.
+
+A produce body is frames laid end to end, nothing before, between or after them::
+
+    frame   [u64 offset = 0][u32 length][u32 crc32c][record: length bytes]
+
+The frame layout is :mod:`danube.frame.codec`'s and the record layout
+:mod:`danube.frame.record`'s (docs/formats.md). A producer does not know the offsets; it sends
+0 in every frame and the CRC over that header and the record, so a body damaged on its way
+is refused (``corrupt_frame``) before anything is stored. The partition's leader gives the
+offsets, and frames each record again with its offset and the CRC of that header.
+
+:func:`scan_frames_for_produce` walks such a body once: every frame's CRC, every record's
+layout, UTF-8 and limits (as :func:`~danube.frame.decode_record_fields` checks them), without
+building the records: it keeps where each record lies, its payload size and its key (what
+routing needs). :func:`encode_produce_frame` is the producer's side: one record, framed,
+byte for byte what ``encode_frame(0, encode_record(record))`` gives.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from danube.frame.codec import FRAME_HEADER_BYTES, BytesLike
+from danube.frame.errors import (
+    CorruptFrameError,
+    CorruptRecordError,
+    TruncatedFramesError,
+    UnsupportedRecordVersionError,
+)
+from danube.frame.record import (
+    MAX_ATTRIBUTE_NAME_BYTES,
+    MAX_ATTRIBUTE_VALUE_BYTES,
+    MAX_ATTRIBUTES,
+    MAX_KEY_BYTES,
+    MAX_PRODUCER_NAME_BYTES,
+    RECORD_HEADER_BYTES,
+    RECORD_VERSION,
+)
+
+# The frame header (codec.py): offset u64, length u32, crc u32; the crc covers the first two.
+_FRAME = struct.Struct("<QII")
+_FRAME_COVERED = struct.Struct("<QI")
+# The record header (record.py): version, flags, publish_time_ms, schema_id, schema_version,
+# producer_len, key_len, attribute_count, payload_len.
+_RECORD = struct.Struct("<BBQIIHHHI")
+_LENGTH = struct.Struct("<H")
+_FLAG_KEY = 1
+_FLAG_SCHEMA_ID = 2
+_FLAG_SCHEMA_VERSION = 4
+_KNOWN_FLAGS = _FLAG_KEY | _FLAG_SCHEMA_ID | _FLAG_SCHEMA_VERSION
+_STAMP_FLAGS = _FLAG_SCHEMA_ID | _FLAG_SCHEMA_VERSION
+_STAMP = struct.Struct("<II")  # schema_id, schema_version
+_STAMP_AT = 10  # their position in the record header
+_FLAGS_AT = 1
+
+PRODUCE_OFFSET = 0
+"""The offset every produced frame carries: the leader gives the real ones."""
+
+
+def encode_produce_frame(
+    payload: BytesLike,
+    *,
+    producer: bytes,
+    publish_time_ms: int,
+    key: bytes | None = None,
+    attributes: Sequence[tuple[bytes, bytes]] = (),
+) -> bytes:
+    """One record (its text fields already UTF-8 and within their limits: the caller checks
+    them) framed with offset 0. ``key=None``: no key; ``b""``: an empty key.
+
+    The producer's hot path: one ``join``, so the payload is copied once, and the CRC taken
+    over the parts rather than over a joined record."""
+    payload_len = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
+    fields: list[BytesLike] = [producer]
+    if key is not None:
+        fields.append(key)
+    for name, value in attributes:
+        fields += (_LENGTH.pack(len(name)), name, _LENGTH.pack(len(value)), value)
+    head = _RECORD.pack(
+        RECORD_VERSION,
+        0 if key is None else _FLAG_KEY,
+        publish_time_ms,
+        0,
+        0,
+        len(producer),
+        0 if key is None else len(key),
+        len(attributes),
+        payload_len,
+    )
+    text = fields[0] if len(fields) == 1 else b"".join(fields)
+    length = RECORD_HEADER_BYTES + len(text) + payload_len
+    crc = crc32c(head, crc32c(_FRAME_COVERED.pack(PRODUCE_OFFSET, length)))
+    crc = crc32c(payload, crc32c(text, crc))
+    return b"".join((_FRAME.pack(PRODUCE_OFFSET, length, crc), head, text, payload))
+
+
+def frame_for_produce(record: BytesLike) -> bytes:
+    """``record`` (an encoded record) framed with offset 0."""
+    length = len(record) if not isinstance(record, memoryview) else record.nbytes
+    crc = crc32c(record, crc32c(_FRAME_COVERED.pack(PRODUCE_OFFSET, length)))
+    return _FRAME.pack(PRODUCE_OFFSET, length, crc) + bytes(record)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedFrames:
+    """What :func:`scan_frames_for_produce` found: record ``i`` spans
+    ``body[starts[i] : ends[i]]`` (its frame begins ``FRAME_HEADER_BYTES`` earlier)."""
+
+    body: memoryview
+    starts: list[int]
+    ends: list[int]
+    keys: list[str | None]
+    payload_sizes: list[int]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def record(self, index: int) -> memoryview:
+        """Record ``index`` as a view of the body."""
+        return self.body[self.starts[index] : self.ends[index]]
+
+    def payload(self, index: int) -> memoryview:
+        """The payload of record ``index`` (it ends the record)."""
+        end = self.ends[index]
+        return self.body[end - self.payload_sizes[index] : end]
+
+    def frames(self, indexes: Sequence[int]) -> list[memoryview]:
+        """The frames of records ``indexes``, as views (join them to send)."""
+        body, starts, ends = self.body, self.starts, self.ends
+        return [body[starts[i] - FRAME_HEADER_BYTES : ends[i]] for i in indexes]
+
+
+def scan_frames_for_produce(
+    body: BytesLike, *, max_count: int, stamped: bool = False
+) -> ProducedFrames:
+    """Check every frame and record of a produce body; where they lie, their keys and sizes.
+
+    Raises :class:`TruncatedFramesError` for a body that ends inside a frame (or is empty),
+    :class:`CorruptFrameError` for an offset other than 0 or a CRC that does not match, and
+    :class:`CorruptRecordError` for a record :func:`~danube.frame.decode_record_fields` would
+    refuse. Past ``max_count`` frames it stops, so ``len(result) == max_count + 1`` tells the
+    caller the body holds too many. Payload sizes are left to the caller's limits. A record
+    carrying a schema id or version is refused unless ``stamped`` (discovery stamps them,
+    from the topic's binding; a producer names a version, never stamps one).
+    """
+    view = memoryview(body)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    end = len(view)
+    if end == 0:
+        raise TruncatedFramesError(position=0, reason="an empty body holds no frame")
+    starts: list[int] = []
+    ends: list[int] = []
+    keys: list[str | None] = []
+    sizes: list[int] = []
+    unpack = _FRAME.unpack_from
+    pos = 0
+    while pos < end and len(starts) <= max_count:
+        if end - pos < FRAME_HEADER_BYTES:
+            raise TruncatedFramesError(position=pos, reason="the body ends inside a frame header")
+        offset, length, crc = unpack(view, pos)
+        start = pos + FRAME_HEADER_BYTES
+        stop = start + length
+        if stop > end:
+            raise TruncatedFramesError(
+                position=pos, reason=f"a {length}-byte record runs past the end of the body"
+            )
+        if offset != PRODUCE_OFFSET:
+            raise CorruptFrameError(
+                position=pos, offset=offset, reason="a produced frame carries offset 0"
+            )
+        record = view[start:stop]
+        actual = crc32c(record, crc32c(view[pos : pos + _FRAME_COVERED.size]))
+        if actual != crc:
+            raise CorruptFrameError(
+                position=pos,
+                offset=offset,
+                reason=f"crc mismatch (sent {crc:#010x}, computed {actual:#010x})",
+            )
+        try:
+            key, size = check_record(view, start, stop)
+            if not stamped and view[start + _FLAGS_AT] & _STAMP_FLAGS:
+                raise CorruptRecordError("a produced record carries no schema id or version")
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"record {len(starts)}: {exc.reason}") from None
+        starts.append(start)
+        ends.append(stop)
+        keys.append(key)
+        sizes.append(size)
+        pos = stop
+    return ProducedFrames(view, starts, ends, keys, sizes)
+
+
+def check_record(view: memoryview, start: int, end: int) -> tuple[str | None, int]:
+    """Check the record spanning ``view[start:end]`` as :func:`decode_record_fields` does,
+    building nothing but its key; ``(key, payload size)``. Raises like it."""
+    size = end - start
+    if size == 0:
+        raise CorruptRecordError("empty buffer")
+    if view[start] != RECORD_VERSION:
+        raise UnsupportedRecordVersionError(view[start])
+    if size < RECORD_HEADER_BYTES:
+        raise CorruptRecordError(
+            f"{size} bytes, shorter than the {RECORD_HEADER_BYTES}-byte header"
+        )
+    (_, flags, _, schema_id, schema_version, producer_len, key_len, count, payload_len) = (
+        _RECORD.unpack_from(view, start)
+    )
+    if flags & ~_KNOWN_FLAGS:
+        raise CorruptRecordError(f"unknown flags {flags:#04x}")
+    if key_len and not flags & _FLAG_KEY:
+        raise CorruptRecordError(f"key length is {key_len} but flagged absent")
+    if schema_id and not flags & _FLAG_SCHEMA_ID:
+        raise CorruptRecordError(f"schema_id is {schema_id} but flagged absent")
+    if schema_version and not flags & _FLAG_SCHEMA_VERSION:
+        raise CorruptRecordError(f"schema_version is {schema_version} but flagged absent")
+    if producer_len > MAX_PRODUCER_NAME_BYTES:
+        raise CorruptRecordError(f"producer length of {producer_len} exceeds the limit")
+    if key_len > MAX_KEY_BYTES:
+        raise CorruptRecordError(f"key length of {key_len} exceeds the limit")
+    if count > MAX_ATTRIBUTES:
+        raise CorruptRecordError(f"attribute count of {count} exceeds the limit")
+    pos = start + RECORD_HEADER_BYTES
+    key_at = pos + producer_len
+    text_end = key_at + key_len
+    if text_end > end:
+        raise CorruptRecordError("truncated in producer or key")
+    try:
+        if producer_len:
+            str(view[pos:key_at], "utf-8")
+        key = str(view[key_at:text_end], "utf-8") if flags & _FLAG_KEY else None
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError("producer or key is not valid UTF-8") from exc
+    pos = _check_attributes(view, text_end, end, count) if count else text_end
+    if end - pos != payload_len:
+        problem = "truncated in payload" if end - pos < payload_len else "trailing bytes"
+        raise CorruptRecordError(
+            f"{problem}: {end - pos} bytes left for a {payload_len}-byte payload"
+        )
+    return key, payload_len
+
+
+def _check_attributes(view: memoryview, pos: int, end: int, count: int) -> int:
+    """Check ``count`` attributes from ``pos``; the position after them."""
+    names: set[str] = set()
+    for index in range(count):
+        texts = []
+        for part, limit in (
+            ("name", MAX_ATTRIBUTE_NAME_BYTES),
+            ("value", MAX_ATTRIBUTE_VALUE_BYTES),
+        ):
+            if end - pos < _LENGTH.size:
+                raise CorruptRecordError(f"truncated in attribute {index} {part} length")
+            (size,) = _LENGTH.unpack_from(view, pos)
+            if size > limit:
+                raise CorruptRecordError(
+                    f"attribute {index} {part} length of {size} exceeds the limit"
+                )
+            pos += _LENGTH.size
+            if end - pos < size:
+                raise CorruptRecordError(f"truncated in attribute {index} {part}")
+            try:
+                texts.append(str(view[pos : pos + size], "utf-8"))
+            except UnicodeDecodeError as exc:
+                raise CorruptRecordError(f"attribute {index} {part} is not valid UTF-8") from exc
+            pos += size
+        if texts[0] in names:
+            raise CorruptRecordError(f"duplicate attribute name {texts[0]!r}")
+        names.add(texts[0])
+    return pos
+
+
+def stamp_schema(record: BytesLike, schema_id: int, version: int) -> bytes:
+    """``record`` with its schema id and version set (a topic bound to a schema stamps every
+    record it stores with what it was checked against): a copy, header patched."""
+    raw = bytearray(record)
+    raw[_FLAGS_AT] |= _STAMP_FLAGS
+    _STAMP.pack_into(raw, _STAMP_AT, schema_id, version)
+    return bytes(raw)

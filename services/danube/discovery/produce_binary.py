@@ -1,0 +1,110 @@
+"""The binary produce body (``application/vnd.danube.records``, docs/http-api.md): its query
+parameters, its frames checked once (:mod:`danube.frame.produce`) with their errors mapped to
+the HTTP answers, and the compact answer. Pure functions, no I/O.
+
+What the JSON body carries around its messages travels as query parameters:
+``producer_id``, ``dispatch`` and ``schema_version``; the producer name is in every record.
+The answer lists runs, not messages: consecutive messages stored in one partition at
+consecutive offsets are one ``{"partition", "offset", "count"}``, in message order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+import orjson
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from danube.discovery.errors import BadRequestError
+from danube.discovery.producer_models import ProducerId
+from danube.frame import FrameError
+from danube.frame.produce import ProducedFrames, scan_frames_for_produce
+from danube.meta import TopicName
+from danube.meta.records import Dispatch
+
+_PARAMS = frozenset({"producer_id", "dispatch", "schema_version"})
+_SCHEMA_VERSION_MAX = 2**31
+_QUERY_BYTES_MAX = 1024
+_PRODUCER_ID = TypeAdapter(ProducerId, config=ConfigDict(strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryParams:
+    """The query parameters of a binary produce."""
+
+    producer_id: str | None = None
+    dispatch: Dispatch = "reliable"
+    schema_version: int | None = None
+
+
+def parse_binary_params(query: bytes) -> BinaryParams:
+    """The parameters of ``query`` (the raw query string); 400 for an unknown or bad one."""
+    if not query:
+        return BinaryParams()
+    if len(query) > _QUERY_BYTES_MAX:
+        raise BadRequestError(f"query string over {_QUERY_BYTES_MAX} bytes")
+    try:
+        pairs = parse_qsl(query.decode("ascii"), keep_blank_values=True, strict_parsing=True)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRequestError(f"bad query string: {exc}", code="invalid_request") from exc
+    seen: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in _PARAMS:
+            raise BadRequestError(f"{name}: unknown query parameter", code="unknown_field")
+        if name in seen:
+            raise BadRequestError(f"{name}: given twice", code="invalid_request")
+        seen[name] = value
+    raw_dispatch = seen.get("dispatch", "reliable")
+    dispatch: Dispatch = "reliable" if raw_dispatch == "reliable" else "non_reliable"
+    if raw_dispatch != dispatch:
+        raise BadRequestError("dispatch: must be reliable or non_reliable", code="invalid_request")
+    producer_id = seen.get("producer_id")
+    if producer_id is not None:
+        try:
+            producer_id = _PRODUCER_ID.validate_python(producer_id)
+        except ValidationError as exc:
+            raise BadRequestError(
+                "producer_id: not a producer session id", code="invalid_request"
+            ) from exc
+    version = None
+    if "schema_version" in seen:
+        raw = seen["schema_version"]
+        if not raw.isdigit() or not 1 <= int(raw) <= _SCHEMA_VERSION_MAX:
+            raise BadRequestError(
+                f"schema_version: an integer in 1..{_SCHEMA_VERSION_MAX}", code="invalid_request"
+            )
+        version = int(raw)
+    return BinaryParams(producer_id, dispatch, version)
+
+
+def scan_body(body: bytes, *, max_messages: int) -> ProducedFrames:
+    """The checked frames of a binary body (at most ``max_messages + 1``: the producer
+    refuses more, 413 ``too_many_messages``); 400 with the frame error's code
+    (``truncated_frames``, ``corrupt_frame``, ``corrupt_record``)."""
+    try:
+        return scan_frames_for_produce(body, max_count=max_messages)
+    except FrameError as exc:
+        raise BadRequestError(str(exc), code=exc.code) from exc
+
+
+def runs_answer(names: Sequence[TopicName], routed: Sequence[int], offsets: Sequence[int]) -> bytes:
+    """``{"runs": [{"partition", "offset", "count"}, ...]}``: the messages' places in order,
+    consecutive offsets of one partition as one run."""
+    runs: list[list[int]] = []  # [partition index, first offset, count]
+    last: list[int] | None = None
+    for partition, offset in zip(routed, offsets, strict=True):
+        if last is not None and last[0] == partition and last[1] + last[2] == offset:
+            last[2] += 1
+        else:
+            last = [partition, offset, 1]
+            runs.append(last)
+    return orjson.dumps(
+        {
+            "runs": [
+                {"partition": str(names[p]), "offset": first, "count": count}
+                for p, first, count in runs
+            ]
+        }
+    )
