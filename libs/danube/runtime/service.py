@@ -40,6 +40,7 @@ from danube.runtime.listener import AcceptBackoffLoop, raise_open_files_limit
 from danube.runtime.logs import configure_logging
 from danube.runtime.looplag import watch_loop_lag
 from danube.runtime.slots import SLOTS_ENV, Slot, SlotError, claim_slot
+from danube.wire.sizes import check_message_fits
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,7 @@ async def node_session(
     topic_metrics.configure(settings.metrics)
     bus = await Bus.connect(settings.bus, name=node_id)
     try:
+        check_message_fits(bus.max_payload_bytes, settings.ingest.max_message_bytes)
         store = await MetaStore.connect(settings.wal_cloud.metadata)
     except BaseException:
         await bus.close()

@@ -16,6 +16,7 @@ from danube.frame import FRAME_HEADER_BYTES
 from danube.runtime.service import LeaseLost, node_session, wait_for_any
 from danube.storage import CorruptObjectError, ObjectStore
 from danube.wire.ingest import protocol
+from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,6 @@ __all__ = ["FetchHandler", "LeaseLost", "TimeHandler", "serve"]
 QUEUE = "cloud_reader"
 READ_CONCURRENCY = 16
 TIME_CONCURRENCY = 4  # a search may scan a whole object: few at once
-_REPLY_MARGIN_BYTES = 4096
 
 
 class FetchHandler:
@@ -38,7 +38,7 @@ class FetchHandler:
         started = time.monotonic()
         fetch = protocol.FetchRequest.decode(request.body)
         partition = self.bus.subjects.parse(request.subject).name
-        limit = self.bus.max_payload_bytes - _REPLY_MARGIN_BYTES
+        limit = body_limit(self.bus.max_payload_bytes)
         try:
             read = await self.reader.read(
                 partition,

@@ -52,11 +52,11 @@ from danube.wire.limits import (
     for_partition,
     retry_after_ms,
 )
+from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
 
 # Room for NATS headers (deadline...) inside the server's max_payload.
-BUS_HEADROOM_BYTES = 4096
 
 
 def decode_payload(message: MessageIn, index: int, max_payload_bytes: int) -> bytes:
@@ -356,7 +356,7 @@ class Producer:
         batch: Batch,
         limits: PartitionLimits,
     ) -> list[int]:
-        max_request_bytes = self.bus.max_payload_bytes - BUS_HEADROOM_BYTES
+        max_request_bytes = body_limit(self.bus.max_payload_bytes)
         sizes = batch.sizes
         framing = batch.head_bytes + batch.framing_bytes
         too_big = [i for i, size in enumerate(sizes) if size + framing > max_request_bytes]

@@ -29,10 +29,10 @@ from danube.ingest.wal import DiskFullError, Wal
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.wire.ingest import protocol
+from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
 
-_REPLY_MARGIN_BYTES = 8192
 _REQUEST_MARGIN_S = 5.0
 
 
@@ -122,7 +122,7 @@ class Fetcher:
         ctx = replica.ctx
         bus = ctx.bus
         wait_ms = int(ctx.settings.ingest.replica_fetch_wait_s * 1000)
-        max_bytes = max(bus.max_payload_bytes - _REPLY_MARGIN_BYTES, 4096)
+        max_bytes = max(body_limit(bus.max_payload_bytes), 4096)
         subject = bus.subjects.repl_fetch(replica.name)
         while True:
             wal = replica.wal

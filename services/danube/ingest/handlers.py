@@ -17,13 +17,13 @@ from danube.config import DanubeSettings
 from danube.errors import DanubeError
 from danube.frame import FRAME_HEADER_BYTES
 from danube.ingest import leadership, metrics, timeseek
-from danube.ingest.partition import RECORD_OVERHEAD_BYTES
 from danube.ingest.quota import BacklogGuard
 from danube.ingest.ratelimit import PublishRate
 from danube.ingest.wal import BelowWalStartError, DiskFullError, WalCorruptionError
 from danube.meta import MetaStore
 from danube.wire.ingest import protocol
 from danube.wire.limits import RATE_LIMITED, PartitionLimits, rate_limited_message
+from danube.wire.sizes import RECORD_OVERHEAD_BYTES, body_limit
 
 if TYPE_CHECKING:
     from danube.ingest.partition import Partition
@@ -36,7 +36,6 @@ INGEST_QUEUE = "ingest"
 PRODUCE_CONCURRENCY = 512
 FETCH_CONCURRENCY = 32
 REPL_CONCURRENCY = 16  # followers' long polls: a few per follower at most
-_FETCH_REPLY_MARGIN_BYTES = 4096
 _REPL_WAIT_MAX_S = 5.0
 
 
@@ -63,7 +62,7 @@ class PartitionHandlers:
 
     async def serve(self, bus: Bus) -> list[Responder]:
         subjects, name = bus.subjects, self.partition.name
-        self._fetch_limit_bytes = bus.max_payload_bytes - _FETCH_REPLY_MARGIN_BYTES
+        self._fetch_limit_bytes = body_limit(bus.max_payload_bytes)
         served: list[tuple[str, Callable[[Request], Awaitable[bytes]], int]] = [
             (subjects.produce(name), self.produce, PRODUCE_CONCURRENCY),
             (subjects.wal_fetch(name), self.fetch, FETCH_CONCURRENCY),

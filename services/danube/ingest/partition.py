@@ -30,13 +30,11 @@ from danube.meta import Lease, MetaStore, TopicName
 from danube.meta.backoff import backoff_s
 from danube.runtime.topic_metrics import topic_label
 from danube.wire.ingest import protocol
+from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
 
 LIVE_QUEUE_BATCHES_MAX = 1024
-# A record's fields around its payload (producer, key, attributes) may add this much.
-RECORD_OVERHEAD_BYTES = 64 * 1024
-_LIVE_BODY_MARGIN_BYTES = 4096  # room for NATS headers inside max_payload
 
 
 class Partition:
@@ -255,7 +253,7 @@ class Partition:
     async def publish_live(self) -> None:
         """Publish committed batches on the live subject, in offset order, until cancelled:
         a message is announced only once it can no longer disappear."""
-        limit = max(self._bus.max_payload_bytes - _LIVE_BODY_MARGIN_BYTES, 1024)
+        limit = max(body_limit(self._bus.max_payload_bytes), 1024)
         while True:
             await self._live_ready.wait()
             self._live_ready.clear()

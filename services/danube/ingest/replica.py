@@ -23,7 +23,7 @@ from danube.ingest import epochs, leadership, metrics
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.fetcher import Fetcher
 from danube.ingest.handlers import PartitionHandlers
-from danube.ingest.partition import RECORD_OVERHEAD_BYTES, Partition
+from danube.ingest.partition import Partition
 from danube.ingest.roles import Act, decide
 from danube.ingest.wal import Durability, FileOps, Wal, WalOptions
 from danube.ingest.wal.truncate import truncate_dir
@@ -32,6 +32,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
 from danube.meta.records import TopicConfig
+from danube.wire.sizes import RECORD_OVERHEAD_BYTES
 
 log = logging.getLogger(__name__)
 
