@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -77,6 +78,36 @@ def services(tmp_path: Path, spec_for: SpecFactory) -> Iterator[ServiceFactory]:
     def start(kind: str, node_id: str, **env: str) -> ServerProcess:
         spec = spec_for(kind, node_id, **env)
         process = ServerProcess(spec, tmp_path / f"{node_id}-{len(started)}.log")
+        started.append(process)
+        process.start()
+        return process
+
+    yield start
+    for process in reversed(started):
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def module_services(
+    tmp_path_factory: pytest.TempPathFactory, nats_url: str, etcd_endpoint: str
+) -> Iterator[ServiceFactory]:
+    """``services`` for one mesh shared by a module's tests (an etcd prefix of its own, data
+    in a module temp dir): for tests that need no isolation beyond their own topics."""
+    tmp = tmp_path_factory.mktemp("mesh")
+    prefix = f"/t-{uuid.uuid4().hex[:12]}"
+    started: list[ServerProcess] = []
+
+    def start(kind: str, node_id: str, **env: str) -> ServerProcess:
+        spec = service_spec(
+            kind,
+            node_id,
+            nats_url=nats_url,
+            etcd_endpoint=etcd_endpoint,
+            meta_prefix=prefix,
+            data_dir=tmp,
+            env=env,
+        )
+        process = ServerProcess(spec, tmp / f"{node_id}-{len(started)}.log")
         started.append(process)
         process.start()
         return process

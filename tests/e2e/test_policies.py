@@ -30,6 +30,26 @@ PRODUCERS_PER_DOOR = 4
 
 
 @dataclass
+class Processes:
+    dispatcher: ServerProcess
+    doors: list[ServerProcess]
+
+
+@pytest.fixture(scope="module")
+def processes(module_services: Callable[..., ServerProcess]) -> Processes:
+    """One mesh for the module: starting its four service processes was most of each test's
+    time. Each test uses topics (and namespaces) of its own, and each metric a test asserts
+    counts an event only that test causes (a refused consumer, evicted messages)."""
+    module_services("ingest", "ingest-0")
+    dispatcher = module_services(
+        "dispatcher", "dispatcher-0", DANUBE_DISPATCHER__CURSOR_FLUSH_INTERVAL_S="0.1"
+    )
+    env = {"DANUBE_DISCOVERY__TOPIC_CACHE_TTL_S": str(CACHE_TTL_S)}
+    doors = [module_services("discovery", f"discovery-{i}", **env) for i in range(2)]
+    return Processes(dispatcher, doors)
+
+
+@dataclass
 class Mesh:
     a: httpx.AsyncClient
     b: httpx.AsyncClient
@@ -37,19 +57,13 @@ class Mesh:
 
 
 @asynccontextmanager
-async def _mesh(services: Callable[..., ServerProcess]) -> AsyncIterator[Mesh]:
-    services("ingest", "ingest-0")
-    dispatcher = services(
-        "dispatcher", "dispatcher-0", DANUBE_DISPATCHER__CURSOR_FLUSH_INTERVAL_S="0.1"
-    )
-    env = {"DANUBE_DISCOVERY__TOPIC_CACHE_TTL_S": str(CACHE_TTL_S)}
-    doors = [services("discovery", f"discovery-{i}", **env) for i in range(2)]
-    urls = [f"http://127.0.0.1:{door.spec.port}" for door in doors]
+async def _mesh(processes: Processes) -> AsyncIterator[Mesh]:
+    urls = [f"http://127.0.0.1:{door.spec.port}" for door in processes.doors]
     async with (
         httpx.AsyncClient(base_url=urls[0], timeout=30) as a,
         httpx.AsyncClient(base_url=urls[1], timeout=30) as b,
     ):
-        yield Mesh(a, b, dispatcher)
+        yield Mesh(a, b, processes.dispatcher)
 
 
 def _ok(answer: httpx.Response, *statuses: int) -> Any:
@@ -86,9 +100,9 @@ async def _until(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
 
 
 async def test_publish_rate_holds_within_ten_per_cent_over_ten_seconds(
-    services: Callable[..., ServerProcess],
+    processes: Processes,
 ) -> None:
-    async with _mesh(services) as mesh:
+    async with _mesh(processes) as mesh:
         _ok(await mesh.a.put("/v1/namespaces/rl"))
         policies = {"publish_rate_msgs_s": RATE_MSGS_S}
         _ok(await mesh.a.put("/v1/topics/rl/t", json={"partitions": 2, "policies": policies}))
@@ -127,9 +141,9 @@ async def test_publish_rate_holds_within_ten_per_cent_over_ten_seconds(
 
 
 async def test_producers_subscriptions_consumers_and_message_size(
-    services: Callable[..., ServerProcess],
+    processes: Processes,
 ) -> None:
-    async with _mesh(services) as mesh:
+    async with _mesh(processes) as mesh:
         policies = {
             "max_producers": 3,
             "max_subscriptions": 2,
@@ -182,9 +196,9 @@ async def test_producers_subscriptions_consumers_and_message_size(
 
 
 async def test_inherited_policies_and_a_patch_of_a_live_limit(
-    services: Callable[..., ServerProcess],
+    processes: Processes,
 ) -> None:
-    async with _mesh(services) as mesh:
+    async with _mesh(processes) as mesh:
         ns = {"policies": {"max_message_bytes": 50, "max_producers": 7}}
         _ok(await mesh.a.put("/v1/namespaces/inh", json=ns))
         _ok(await mesh.a.put("/v1/topics/inh/t", json={"policies": {"max_producers": 2}}))
@@ -229,9 +243,9 @@ async def test_inherited_policies_and_a_patch_of_a_live_limit(
 
 
 async def test_backlog_quota_refuse_until_consumers_catch_up(
-    services: Callable[..., ServerProcess],
+    processes: Processes,
 ) -> None:
-    async with _mesh(services) as mesh:
+    async with _mesh(processes) as mesh:
         quota = {"backlog_quota_messages": 5, "backlog_quota_policy": "refuse"}
         _ok(await mesh.a.put("/v1/topics/default/bq", json={"policies": quota}))
         consumer = _ok(await _attach(mesh.a, "default/bq", "slow", "c1", "exclusive"))
@@ -256,9 +270,9 @@ async def test_backlog_quota_refuse_until_consumers_catch_up(
 
 
 async def test_backlog_quota_evict_oldest_moves_the_slowest_cursor(
-    services: Callable[..., ServerProcess],
+    processes: Processes,
 ) -> None:
-    async with _mesh(services) as mesh:
+    async with _mesh(processes) as mesh:
         quota = {"backlog_quota_messages": 5, "backlog_quota_policy": "evict_oldest"}
         _ok(await mesh.a.put("/v1/topics/default/ev", json={"policies": quota}))
         slow = _ok(await _attach(mesh.a, "default/ev", "slow", "c1", "exclusive"))
