@@ -118,8 +118,10 @@ async def test_dispatcher_sigkill_twice_delivers_every_offset_and_redelivers_onl
                         await asyncio.sleep(0.01)
                         assert not consumer.done(), consumer
                 dispatchers[-1].kill()  # SIGKILL
+                # The same node on a fresh port: the killed one's port may be taken by now.
                 restarted = ServerProcess(
-                    dispatcher_spec, tmp_path / f"dispatcher-{len(dispatchers)}.log"
+                    spec_for("dispatcher", "dispatcher-0"),
+                    tmp_path / f"dispatcher-{len(dispatchers)}.log",
                 )
                 dispatchers.append(restarted)
                 await asyncio.to_thread(restarted.start)

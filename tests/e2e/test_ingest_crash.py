@@ -60,7 +60,6 @@ async def _read_all(client: IngestClient) -> list[tuple[int, bytes]]:
 async def test_sigkill_rounds_lose_nothing_acknowledged(
     tmp_path: Path, nats_url: str, spec_for: Callable[..., ProcessSpec]
 ) -> None:
-    spec = spec_for("ingest", "ingest-crash-0")
     bus = await Bus.connect(BusConfig(servers=[nats_url]), name="crash-test")
     client = IngestClient(bus)
     acked: dict[int, bytes] = {}
@@ -69,6 +68,9 @@ async def test_sigkill_rounds_lose_nothing_acknowledged(
     producer = asyncio.create_task(_producer(client, acked, stop, sent))
     try:
         for round_ in range(ROUNDS):
+            # The same node (its data directory) on a fresh port each time: the killed
+            # one's port may be taken by now.
+            spec = spec_for("ingest", "ingest-crash-0")
             ingest = ServerProcess(spec, tmp_path / f"ingest-{round_}.log")
             await asyncio.to_thread(ingest.start)
             before = len(acked)
@@ -82,7 +84,7 @@ async def test_sigkill_rounds_lose_nothing_acknowledged(
         stop.set()
         await producer
 
-        ingest = ServerProcess(spec, tmp_path / "ingest-final.log")
+        ingest = ServerProcess(spec_for("ingest", "ingest-crash-0"), tmp_path / "ingest-final.log")
         await asyncio.to_thread(ingest.start)
         try:
             # Producing continues after the last acknowledged offset. (This also waits for

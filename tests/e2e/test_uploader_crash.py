@@ -63,7 +63,6 @@ async def test_uploader_sigkill_rounds_leave_every_offset_exactly_once(
         "DANUBE_WAL_CLOUD__UPLOADER__MAX_OBJECT_MB": "1",
     }
     services("ingest", "ingest-0", **cloud)
-    uploader_spec = spec_for("uploader", "uploader-0", **cloud)
     store = await MetaStore.connect(MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix))
     bus = await Bus.connect(BusConfig(servers=[nats_url]), name="upcrash-test")
     stop = asyncio.Event()
@@ -74,6 +73,8 @@ async def test_uploader_sigkill_rounds_leave_every_offset_exactly_once(
         producer = asyncio.create_task(_producer(IngestClient(bus), stop, durable))
         kills_mid_upload = 0
         for round_ in range(ROUNDS + 1):
+            # The same node on a fresh port each time: the killed one's may be taken by now.
+            uploader_spec = spec_for("uploader", "uploader-0", **cloud)
             uploader = ServerProcess(uploader_spec, tmp_path / f"uploader-{round_}.log")
             uploaders.append(uploader)
             await asyncio.to_thread(uploader.start)
