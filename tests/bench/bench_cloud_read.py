@@ -23,7 +23,6 @@ from typing import Any
 import boto3
 
 import danube.frame.codec as codec
-
 from danube.bus import Bus, TopicName
 from danube.cloud_reader import app as cloud_reader_app
 from danube.config import (
