@@ -50,6 +50,9 @@ from danube.storage import (
 log = logging.getLogger(__name__)
 
 _CACHED_PARTITIONS = 1024
+READ_MIN_BYTES = 64 * 1024
+"""The smallest range read: about one sparse-index step (what a seek may read before the
+wanted frame), so that reading a reply's last frames takes one request, not many."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,7 @@ class CloudReader:
         scan = ObjectScan(descriptor, from_offset)
         frames: list[RawFrame] = []
         used = 0
+        fed_to = scan.position  # the end of the bytes fed so far
         try:
             while True:
                 # Frames are checked as they are taken: a bad frame after the budget is full
@@ -168,10 +172,11 @@ class CloudReader:
                     used += frame.size_bytes
                     if len(frames) >= max_count or used >= max_bytes:
                         return CloudRead(True, frame.offset + 1, frames)
-                wanted = scan.next_range(self.chunk_bytes)
+                wanted = scan.next_range(self._read_size(max_bytes - used, fed_to - scan.position))
                 if wanted is None:
                     break
                 scan.feed(await self.objects.read_range(descriptor.key, *wanted))
+                fed_to = wanted[0] + wanted[1]
             scan.finish()
         except CorruptObjectError as exc:
             if frames:  # serve the good frames before it; a read from the bad one says so
@@ -180,6 +185,14 @@ class CloudReader:
             resume = max(resume_after(descriptor, position), from_offset + 1)
             return CloudRead(True, resume, [], exc)
         return CloudRead(True, descriptor.last_offset + 1, frames)
+
+    def _read_size(self, budget_bytes: int, partial_bytes: int) -> int:
+        """How much to read next: what is left of the reply's byte budget, not a whole chunk,
+        so that a read does not fetch and check frames it cannot serve (they would be read and
+        checked again by the next request). At least ``READ_MIN_BYTES``, and at least the
+        ``partial_bytes`` of a frame begun (a large frame takes a few doubling reads, not many
+        small ones); at most ``chunk_bytes``."""
+        return min(self.chunk_bytes, max(budget_bytes, READ_MIN_BYTES, partial_bytes))
 
 
 @dataclass(frozen=True, slots=True)
