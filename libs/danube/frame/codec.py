@@ -24,7 +24,7 @@ import struct
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 
@@ -116,9 +116,16 @@ def append_frame(
 
 
 def _decode_run(
-    view: memoryview, pos: int, max_payload_bytes: int, out: list[Frame], max_frames: int
+    view: memoryview,
+    pos: int,
+    max_payload_bytes: int,
+    out: list[Any],
+    max_frames: int,
+    whole: bool = False,
 ) -> tuple[int, tuple[int, str] | None]:
-    """Decode complete frames from ``view[pos:]`` into ``out``, at most ``max_frames``.
+    """Decode complete frames from ``view[pos:]`` into ``out``, at most ``max_frames``: each
+    a :class:`Frame` (its payload), or with ``whole`` a :class:`RawFrame` (the frame, header
+    included). ``out`` is typed loosely for that; the callers' own lists say which.
 
     Returns the position after the last good frame and, if decoding stopped on corruption,
     ``(header offset, reason)`` for the frame at that position. Stopping with no problem means
@@ -142,7 +149,7 @@ def _decode_run(
         actual = crc32c(payload, crc32c(view[pos : pos + _CRC_POS]))
         if actual != crc:
             return pos, (offset, f"crc mismatch (stored {crc:#010x}, computed {actual:#010x})")
-        append(Frame(offset, payload))
+        append(RawFrame(offset, view[pos:stop]) if whole else Frame(offset, payload))
         pos = stop
     return pos, None
 
@@ -263,7 +270,8 @@ class FrameDecoder:
             self._pending_bytes += len(chunk)
 
     def __iter__(self) -> Iterator[Frame]:
-        while (frames := self._next_run()) is not None:
+        frames: list[Frame] | None
+        while (frames := self._next_run(False)) is not None:
             for frame in frames:
                 # Advance before yielding, so a consumer that breaks out loses no frame.
                 self._pos += FRAME_HEADER_BYTES + len(frame.payload)
@@ -275,15 +283,14 @@ class FrameDecoder:
         each frame whole, header included, as it lies in the fed bytes: for a hop that passes
         the frames on unchanged rather than framing their payloads again. ``data`` views the
         decoder's immutable block, as :attr:`Frame.payload` does."""
-        while (frames := self._next_run()) is not None:
-            view = self._view  # the run's block: feeding more cannot replace it mid-run
+        frames: list[RawFrame] | None
+        while (frames := self._next_run(True)) is not None:
             for frame in frames:
-                start = self._pos
-                self._pos = start + FRAME_HEADER_BYTES + len(frame.payload)
-                yield RawFrame(frame.offset, view[start : self._pos])
+                self._pos += len(frame.data)  # before yielding, as in __iter__
+                yield frame
             self._end_run()
 
-    def _next_run(self) -> list[Frame] | None:
+    def _next_run(self, whole: bool) -> list[Any] | None:
         """Decode every complete frame buffered from ``_pos`` on, checked; ``None`` when none
         can complete until more bytes are fed. Raises the error a corrupt frame left."""
         if self._error is not None:
@@ -292,9 +299,9 @@ class FrameDecoder:
             return None
         if self._pending:
             self._join_pending()
-        frames: list[Frame] = []
+        frames: list[Any] = []
         end, problem = _decode_run(
-            self._view, self._pos, self._max_payload_bytes, frames, sys.maxsize
+            self._view, self._pos, self._max_payload_bytes, frames, sys.maxsize, whole
         )
         # Until the run is fully yielded, only a header's worth is known to be needed: a
         # consumer that stops early must find the remaining frames on its next iteration.
