@@ -18,6 +18,7 @@ from danube.frame import (
     FrameDecoder,
     FrameError,
     FrameTooLargeError,
+    RawFrame,
     append_frame,
     decode_frames,
     encode_frame,
@@ -319,7 +320,7 @@ def test_decoder_whole_frames_are_the_fed_bytes_whatever_the_chunking(
     included, views of the decoder's blocks that later feeds leave intact."""
     stream = stream_of(frames)
     decoder = FrameDecoder()
-    taken = []
+    taken: list[RawFrame] = []
     pos, i = 0, 0
     while pos < len(stream):
         size = chunk_sizes[i % len(chunk_sizes)]
