@@ -4,7 +4,10 @@ server (real nats-server, etcd; ingest, uploader and cloud_reader in this proces
 Run: .venv/bin/python tests/bench/bench_cloud_read.py [messages] [payload bytes]
 Defaults: 200 000 messages of 100 B, objects of at most 4 MiB. The reader follows
 next_offset from 0 with CloudClient.fetch (max 1 MiB / 10 000 messages per request, one
-request at a time) until the cloud says NOT_IN_CLOUD; prints msgs/s and MB/s of frame bytes.
+request at a time) until the cloud says NOT_IN_CLOUD, and checks each frame as the
+dispatcher's decoder would (verify_frame); prints msgs/s and MB/s of frame bytes, and the
+CRC32C computations per message (``danube.frame``'s crc32c wrapped by a counter during the
+read: the cloud reader's check of the object, any framing again, the decoder's check).
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import boto3
 
+import danube.frame.codec as codec
 from danube.bus import Bus, TopicName
 from danube.cloud_reader import app as cloud_reader_app
 from danube.config import (
@@ -29,7 +35,7 @@ from danube.config import (
     WalConfig,
 )
 from danube.config.model import FsCloud
-from danube.frame import Record, encode_record
+from danube.frame import Record, encode_record, verify_frame
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
@@ -42,6 +48,21 @@ from danube.wire.cloud.client import CloudClient
 from danube.wire.ingest.client import IngestClient
 
 TOPIC = TopicName("default", "catchup")
+
+
+class CrcCounter:
+    """Wraps codec.crc32c: counts the calls over at least ``min_bytes`` (a record's bytes,
+    not the 12-byte header prefix every frame CRC starts with)."""
+
+    def __init__(self, real: Callable[..., int], min_bytes: int) -> None:
+        self.real = real
+        self.min_bytes = min_bytes
+        self.calls = 0
+
+    def __call__(self, data: Any, value: int = 0) -> int:
+        if len(data) >= self.min_bytes:
+            self.calls += 1
+        return self.real(data, value)
 
 
 async def _run(tmp: Path, nats: str, etcd: str, cloud: CloudConfig, count: int, size: int) -> None:
@@ -78,20 +99,28 @@ async def _run(tmp: Path, nats: str, etcd: str, cloud: CloudConfig, count: int, 
             await asyncio.sleep(0.2)
         cloud_client = CloudClient(bus)
         offset, messages, frame_bytes = 0, 0, 0
+        counter = CrcCounter(getattr(codec, "crc32c"), size)  # noqa: B009 (not exported)
+        setattr(codec, "crc32c", counter)  # noqa: B010
         started = time.perf_counter()
-        while True:
-            reply = await cloud_client.fetch(TOPIC, offset)
-            if not reply.in_cloud:
-                break
-            messages += len(reply.frames)
-            frame_bytes += sum(f.size_bytes for f in reply.frames)
-            offset = reply.next_offset
-        elapsed = time.perf_counter() - started
+        try:
+            while True:
+                reply = await cloud_client.fetch(TOPIC, offset)
+                if not reply.in_cloud:
+                    break
+                for frame in reply.frames:
+                    verify_frame(frame.data)
+                messages += len(reply.frames)
+                frame_bytes += sum(f.size_bytes for f in reply.frames)
+                offset = reply.next_offset
+            elapsed = time.perf_counter() - started
+        finally:
+            setattr(codec, "crc32c", counter.real)  # noqa: B010
     await store.close()
     await bus.close()
     print(
         f"{cloud.backend:>3}: {messages} messages in {elapsed:.2f} s: "
-        f"{messages / elapsed:,.0f} msg/s, {frame_bytes / elapsed / 1e6:,.1f} MB/s"
+        f"{messages / elapsed:,.0f} msg/s, {frame_bytes / elapsed / 1e6:,.1f} MB/s, "
+        f"{counter.calls / max(messages, 1):.2f} CRC32C per message"
     )
 
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import pytest
+from crc32c import crc32c
 from prometheus_client import REGISTRY
 
-from danube.bus import Bus, TopicName
+import danube.frame.codec as codec
+from danube.bus import Bus, NoRespondersError, TopicName
 from danube.cloud_reader import app as cloud_reader_app
 from danube.config import (
     BusConfig,
@@ -35,14 +38,20 @@ from danube.config import (
 )
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
-from danube.frame import Record, decode_frames, decode_record, encode_record
+from danube.frame import Record, append_frame, decode_frames, decode_record, encode_record
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
-from danube.storage import ObjectDescriptor, ObjectStore, topic_prefix
+from danube.storage import (
+    ObjectDescriptor,
+    ObjectStore,
+    SparseIndexBuilder,
+    object_key,
+    topic_prefix,
+)
 from danube.uploader import app as uploader_app
 from danube.wire.cloud.client import CloudClient
 from danube.wire.dispatcher.client import DispatcherClient
@@ -248,6 +257,50 @@ async def test_a_flipped_byte_is_never_served_and_named_with_where_the_object_re
         assert [f.offset for f in after.frames] == list(
             range(descriptor.last_offset + 1, descriptor.last_offset + 6)
         )
+
+
+async def test_a_fetch_serves_the_objects_frames_unchanged_with_one_crc_each(
+    bus: Bus, store: MetaStore, settings: DanubeSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply carries the frames as they lie in the object, header and CRC included, for
+    whole objects and sub-ranges alike; the cloud reader computes one CRC per frame (its check
+    of the object), none to frame them again."""
+    objects = ObjectStore.from_config(settings.wal_cloud.cloud)
+    body, builder = bytearray(), SparseIndexBuilder()
+    for offset in range(1000, 1300):
+        position = len(body)
+        append_frame(body, offset, bytes([offset % 251]) * 200)
+        builder.add(offset, position, len(body) - position)
+    key = object_key("danube-data", TOPIC.namespace, TOPIC.topic, 1000, 1299)
+    await objects.write(key, bytes(body))
+    descriptor = ObjectDescriptor.from_builder(key, builder, created_ms=1)
+    await store.put(meta_keys.object_descriptor_key(TOPIC, 1000), descriptor.to_bytes())
+    calls = [0]
+
+    def counted(data: Any, value: int = 0) -> int:
+        calls[0] += len(data) >= 200  # over a payload, not a 12-byte header prefix
+        return crc32c(data, value)
+
+    async with run_in_process(cloud_reader_app.serve, settings, "cloud-u"):
+        cloud = CloudClient(bus)
+        for _ in range(100):  # until the reader answers (its queue group subscribed)
+            try:
+                await cloud.fetch(TOPIC, 1299, max_count=1)
+                break
+            except NoRespondersError:
+                await asyncio.sleep(0.05)
+        monkeypatch.setattr(codec, "crc32c", counted)
+        whole = await cloud.fetch(TOPIC, 0, max_count=1000)
+        assert calls[0] == 300
+        part = await cloud.fetch(TOPIC, 1150, max_count=20)
+    assert (whole.in_cloud, whole.next_offset) == (True, 1300)
+    assert b"".join(bytes(f.data) for f in whole.frames) == bytes(body)
+    assert [f.offset for f in part.frames] == list(range(1150, 1170))
+    assert part.next_offset == 1170
+    frame_bytes = len(body) // 300
+    assert b"".join(bytes(f.data) for f in part.frames) == bytes(
+        body[150 * frame_bytes : 170 * frame_bytes]
+    )
 
 
 async def test_deleting_a_topic_deletes_its_descriptors_checkpoint_and_objects(

@@ -18,6 +18,7 @@ from danube.frame import (
     FrameDecoder,
     FrameError,
     FrameTooLargeError,
+    RawFrame,
     append_frame,
     decode_frames,
     encode_frame,
@@ -309,3 +310,42 @@ def test_walk_frames_splits_whole_frames_without_copying_or_checking() -> None:
         verify_frame(encode_frame(1, b"abc")[:-1])  # the header's length disagrees
     with pytest.raises(CorruptFrameError):
         walk_frames(encode_frame(1, b"abcd"), max_payload_bytes=3)
+
+
+@given(frame_lists, st.lists(st.integers(min_value=1, max_value=64), min_size=1))
+def test_decoder_whole_frames_are_the_fed_bytes_whatever_the_chunking(
+    frames: list[tuple[int, bytes]], chunk_sizes: list[int]
+) -> None:
+    """The whole-frame mode yields each frame as it lies in the stream, header and CRC
+    included, views of the decoder's blocks that later feeds leave intact."""
+    stream = stream_of(frames)
+    decoder = FrameDecoder()
+    taken: list[RawFrame] = []
+    pos, i = 0, 0
+    while pos < len(stream):
+        size = chunk_sizes[i % len(chunk_sizes)]
+        decoder.feed(bytearray(stream[pos : pos + size]))
+        pos, i = pos + size, i + 1
+        taken.extend(decoder.whole_frames())
+    assert [f.offset for f in taken] == [offset for offset, _ in frames]
+    assert b"".join(bytes(f.data) for f in taken) == stream
+    assert [bytes(verify_frame(f.data)) for f in taken] == [p for _, p in frames]
+    assert decoder.position == len(stream)
+
+
+def test_decoder_whole_frames_are_checked_and_lose_nothing_when_stopped_early() -> None:
+    good = stream_of(SAMPLES)
+    bad = bytearray(encode_frame(5, b"payload"))
+    bad[-1] ^= 1
+    decoder = FrameDecoder(position=1000)
+    decoder.feed(good + bytes(bad))
+    first = next(decoder.whole_frames())
+    assert first.data.readonly
+    rest = decoder.whole_frames()
+    taken = [first, *(next(rest) for _ in SAMPLES[1:])]
+    assert b"".join(bytes(f.data) for f in taken) == good
+    with pytest.raises(CorruptFrameError) as info:
+        next(rest)  # never yielded: a frame whose CRC fails
+    assert (info.value.position, info.value.offset) == (1000 + len(good), 5)
+    with pytest.raises(CorruptFrameError):
+        list(decoder)  # broken for both modes

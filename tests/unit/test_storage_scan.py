@@ -122,6 +122,28 @@ def test_a_flipped_byte_fails_at_its_frame_after_the_good_ones() -> None:
     assert "crc mismatch" in error.reason
 
 
+def test_whole_frames_are_the_objects_bytes_with_the_same_checks() -> None:
+    """The cloud reader's mode: the wanted frames whole, as they lie in the object (sent on
+    unchanged), from the same seek and through the same checks as :meth:`frames`."""
+    body, descriptor = _object(100, 299)
+    scan = ObjectScan(descriptor, 163, to_offset=250)
+    start = descriptor.seek(163)
+    scan.feed(body[start : scan.read_end])
+    frames = list(scan.whole_frames())
+    scan.finish()
+    assert [f.offset for f in frames] == list(range(163, 251))
+    assert b"".join(bytes(f.data) for f in frames) == body[63 * FRAME_BYTES : 151 * FRAME_BYTES]
+    bad = bytearray(body)
+    bad[40 * FRAME_BYTES + 16 + 5] ^= 0x01  # a payload byte of offset 140
+    scan = ObjectScan(descriptor, 100)
+    scan.feed(bytes(bad))
+    taken: list[int] = []
+    with pytest.raises(CorruptObjectError) as failed:
+        taken.extend(frame.offset for frame in scan.whole_frames())
+    assert taken == list(range(100, 140))
+    assert (failed.value.position, failed.value.offset) == (40 * FRAME_BYTES, 140)
+
+
 def _raw(offsets: list[int]) -> bytes:
     return b"".join(encode_frame(o, b"%010d" % o + b"." * (PAYLOAD_BYTES - 10)) for o in offsets)
 

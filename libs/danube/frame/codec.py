@@ -24,7 +24,7 @@ import struct
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 
@@ -116,9 +116,16 @@ def append_frame(
 
 
 def _decode_run(
-    view: memoryview, pos: int, max_payload_bytes: int, out: list[Frame], max_frames: int
+    view: memoryview,
+    pos: int,
+    max_payload_bytes: int,
+    out: list[Any],
+    max_frames: int,
+    whole: bool = False,
 ) -> tuple[int, tuple[int, str] | None]:
-    """Decode complete frames from ``view[pos:]`` into ``out``, at most ``max_frames``.
+    """Decode complete frames from ``view[pos:]`` into ``out``, at most ``max_frames``: each
+    a :class:`Frame` (its payload), or with ``whole`` a :class:`RawFrame` (the frame, header
+    included). ``out`` is typed loosely for that; the callers' own lists say which.
 
     Returns the position after the last good frame and, if decoding stopped on corruption,
     ``(header offset, reason)`` for the frame at that position. Stopping with no problem means
@@ -142,7 +149,7 @@ def _decode_run(
         actual = crc32c(payload, crc32c(view[pos : pos + _CRC_POS]))
         if actual != crc:
             return pos, (offset, f"crc mismatch (stored {crc:#010x}, computed {actual:#010x})")
-        append(Frame(offset, payload))
+        append(RawFrame(offset, view[pos:stop]) if whole else Frame(offset, payload))
         pos = stop
     return pos, None
 
@@ -221,7 +228,8 @@ class FrameDecoder:
     tail buffered (see :attr:`buffered_bytes`) until more bytes are fed. A corrupt frame raises
     :class:`CorruptFrameError` after the good frames before it were yielded; the decoder then
     stays broken (every later iteration raises the same error), since a byte stream cannot be
-    resynchronised past a bad frame.
+    resynchronised past a bad frame. :meth:`whole_frames` iterates the same way and yields
+    each frame whole (a :class:`RawFrame`, header included) instead of its payload.
 
     Fed bytes are kept as immutable blocks; the incomplete tail is copied only when enough
     bytes arrived to complete it, so each byte is copied at most about twice whatever the chunk
@@ -242,6 +250,7 @@ class FrameDecoder:
         self._pending_bytes = 0
         self._need = FRAME_HEADER_BYTES  # bytes from _pos on needed to decode another frame
         self._error: CorruptFrameError | None = None
+        self._problem: CorruptFrameError | None = None  # where the current run stopped
 
     @property
     def buffered_bytes(self) -> int:
@@ -261,30 +270,56 @@ class FrameDecoder:
             self._pending_bytes += len(chunk)
 
     def __iter__(self) -> Iterator[Frame]:
-        while True:
-            if self._error is not None:
-                raise self._error
-            if len(self._block) - self._pos + self._pending_bytes < self._need:
-                return  # nothing can complete until more bytes are fed
-            if self._pending:
-                self._join_pending()
-            frames: list[Frame] = []
-            end, problem = _decode_run(
-                self._view, self._pos, self._max_payload_bytes, frames, sys.maxsize
-            )
-            # Until the run is fully yielded, only a header's worth is known to be needed: a
-            # consumer that stops early must find the remaining frames on its next iteration.
-            self._need = FRAME_HEADER_BYTES
+        frames: list[Frame] | None
+        while (frames := self._next_run(False)) is not None:
             for frame in frames:
                 # Advance before yielding, so a consumer that breaks out loses no frame.
                 self._pos += FRAME_HEADER_BYTES + len(frame.payload)
                 yield frame
-            if problem is not None:
-                self._error = CorruptFrameError(
-                    position=self._base + end, offset=problem[0], reason=problem[1]
-                )
-            else:
-                self._need = self._bytes_needed()
+            self._end_run()
+
+    def whole_frames(self) -> Iterator[RawFrame]:
+        """Iterate as ``iter(decoder)`` does, with the same checks (CRC, length), but yield
+        each frame whole, header included, as it lies in the fed bytes: for a hop that passes
+        the frames on unchanged rather than framing their payloads again. ``data`` views the
+        decoder's immutable block, as :attr:`Frame.payload` does."""
+        frames: list[RawFrame] | None
+        while (frames := self._next_run(True)) is not None:
+            for frame in frames:
+                self._pos += len(frame.data)  # before yielding, as in __iter__
+                yield frame
+            self._end_run()
+
+    def _next_run(self, whole: bool) -> list[Any] | None:
+        """Decode every complete frame buffered from ``_pos`` on, checked; ``None`` when none
+        can complete until more bytes are fed. Raises the error a corrupt frame left."""
+        if self._error is not None:
+            raise self._error
+        if len(self._block) - self._pos + self._pending_bytes < self._need:
+            return None
+        if self._pending:
+            self._join_pending()
+        frames: list[Any] = []
+        end, problem = _decode_run(
+            self._view, self._pos, self._max_payload_bytes, frames, sys.maxsize, whole
+        )
+        # Until the run is fully yielded, only a header's worth is known to be needed: a
+        # consumer that stops early must find the remaining frames on its next iteration.
+        self._need = FRAME_HEADER_BYTES
+        if problem is not None:
+            self._problem = CorruptFrameError(
+                position=self._base + end, offset=problem[0], reason=problem[1]
+            )
+        else:
+            self._problem = None
+        return frames
+
+    def _end_run(self) -> None:
+        """The run was yielded whole: keep its corruption, or note what the next frame needs."""
+        if self._problem is not None:
+            self._error = self._problem
+        else:
+            self._need = self._bytes_needed()
 
     def _join_pending(self) -> None:
         tail = self._view[self._pos :]

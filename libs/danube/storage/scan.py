@@ -3,7 +3,8 @@ the cloud_reader and the Spark source share.
 
 :class:`ObjectScan` does no I/O. Its caller range-reads the bytes the scan asks for
 (:meth:`ObjectScan.next_range`), feeds them (:meth:`ObjectScan.feed`) and takes the frames
-(:meth:`ObjectScan.frames`), so the same logic runs under the cloud_reader's event loop and in
+(:meth:`ObjectScan.frames`, or :meth:`ObjectScan.whole_frames` for the frames as they lie in
+the object, header included), so the same logic runs under the cloud_reader's event loop and in
 a Spark executor. A scan starts at the sparse-index entry at or before ``from_offset``
 (:meth:`ObjectDescriptor.seek`), so it reads less than one index step of frames it does not
 want; it never asks for bytes past the first index entry after ``to_offset`` (no wanted frame
@@ -19,16 +20,19 @@ and the offset; no frame at or after a bad one is ever yielded.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeVar
 
 from danube.frame import (
-    FRAME_HEADER_BYTES,
     MAX_FRAME_PAYLOAD_BYTES,
     CorruptFrameError,
     Frame,
     FrameDecoder,
+    RawFrame,
 )
 from danube.storage.descriptor import ObjectDescriptor
 from danube.storage.errors import CorruptObjectError
+
+_F = TypeVar("_F", Frame, RawFrame)  # a frame's payload, or the frame whole
 
 
 class ObjectScan:
@@ -103,15 +107,23 @@ class ObjectScan:
         Stopping the iteration early loses nothing: the next call goes on from there. Frames
         view the fed bytes (see :class:`~danube.frame.Frame`).
         """
+        return self._checked(iter(self._decoder))
+
+    def whole_frames(self) -> Iterator[RawFrame]:
+        """The same frames with the same checks as :meth:`frames`, each whole (header
+        included, as it lies in the object): for a reader that passes them on unchanged."""
+        return self._checked(self._decoder.whole_frames())
+
+    def _checked(self, decoded: Iterator[_F]) -> Iterator[_F]:
         if self._done:
             return
         descriptor = self.descriptor
         first, last = descriptor.first_offset, descriptor.last_offset
         try:
-            for frame in self._decoder:
+            for frame in decoded:
                 at = self._position
                 offset = frame.offset
-                self._position = at + FRAME_HEADER_BYTES + len(frame.payload)
+                self._position = at + frame.size_bytes
                 previous = self._previous
                 if previous is not None and offset <= previous:
                     raise CorruptObjectError(

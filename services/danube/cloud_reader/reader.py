@@ -16,6 +16,10 @@ descriptor has no publish times (written before they existed) is scanned, and if
 it is recent enough the search goes on with the next. ``T`` past every object: not found,
 with the offset after the last object (0 when there is none).
 
+Frames are served whole, as they lie in the object: checked here once (CRC, length, offset;
+:meth:`~danube.storage.ObjectScan.whole_frames`), then sent on as they are, header and CRC
+included, for whoever decodes their records to check again; nothing frames them anew.
+
 A frame whose CRC, length or offset is wrong is never served: a read answers the good frames
 before it; a read that starts at it answers no frame, the
 :class:`~danube.storage.CorruptObjectError` naming the object, the byte position and the
@@ -32,7 +36,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from danube.bus import TopicName
-from danube.frame import Frame, record_publish_time_ms
+from danube.frame import RawFrame, record_publish_time_ms
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.storage import (
@@ -46,16 +50,20 @@ from danube.storage import (
 log = logging.getLogger(__name__)
 
 _CACHED_PARTITIONS = 1024
+READ_MIN_BYTES = 64 * 1024
+"""The smallest range read: about one sparse-index step (what a seek may read before the
+wanted frame), so that reading a reply's last frames takes one request, not many."""
 
 
 @dataclass(frozen=True, slots=True)
 class CloudRead:
-    """The answer to one read: ``frames`` from one object (may be empty), ``next_offset``
-    where to continue; ``in_cloud`` False when no object holds ``from_offset`` or later."""
+    """The answer to one read: ``frames`` from one object (may be empty), each whole as it lies
+    in the object (checked, to be sent on unchanged), ``next_offset`` where to continue;
+    ``in_cloud`` False when no object holds ``from_offset`` or later."""
 
     in_cloud: bool
     next_offset: int
-    frames: list[Frame]
+    frames: list[RawFrame]
     damaged: CorruptObjectError | None = None
     """Set when the read starts at a bad frame: no frame; ``next_offset`` is where the
     object's intact frames resume (its next sparse-index entry, or past its end)."""
@@ -151,21 +159,24 @@ class CloudReader:
         self, descriptor: ObjectDescriptor, from_offset: int, max_bytes: int, max_count: int
     ) -> CloudRead:
         scan = ObjectScan(descriptor, from_offset)
-        frames: list[Frame] = []
+        frames: list[RawFrame] = []
         used = 0
+        fed_to = scan.position  # the end of the bytes fed so far
         try:
             while True:
                 # Frames are checked as they are taken: a bad frame after the budget is full
-                # is left for the read that gets there.
-                for frame in scan.frames():
+                # is left for the read that gets there. Taken whole, they go into the reply as
+                # they lie in the object: no framing again, no second CRC.
+                for frame in scan.whole_frames():
                     frames.append(frame)
                     used += frame.size_bytes
                     if len(frames) >= max_count or used >= max_bytes:
                         return CloudRead(True, frame.offset + 1, frames)
-                wanted = scan.next_range(self.chunk_bytes)
+                wanted = scan.next_range(self._read_size(max_bytes - used, fed_to - scan.position))
                 if wanted is None:
                     break
                 scan.feed(await self.objects.read_range(descriptor.key, *wanted))
+                fed_to = wanted[0] + wanted[1]
             scan.finish()
         except CorruptObjectError as exc:
             if frames:  # serve the good frames before it; a read from the bad one says so
@@ -174,6 +185,14 @@ class CloudReader:
             resume = max(resume_after(descriptor, position), from_offset + 1)
             return CloudRead(True, resume, [], exc)
         return CloudRead(True, descriptor.last_offset + 1, frames)
+
+    def _read_size(self, budget_bytes: int, partial_bytes: int) -> int:
+        """How much to read next: what is left of the reply's byte budget, not a whole chunk,
+        so that a read does not fetch and check frames it cannot serve (they would be read and
+        checked again by the next request). At least ``READ_MIN_BYTES``, and at least the
+        ``partial_bytes`` of a frame begun (a large frame takes a few doubling reads, not many
+        small ones); at most ``chunk_bytes``."""
+        return min(self.chunk_bytes, max(budget_bytes, READ_MIN_BYTES, partial_bytes))
 
 
 @dataclass(frozen=True, slots=True)
