@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
 
-from danube.frame import CorruptRecordError, FrameError, encode_frame
+from danube.frame import CorruptRecordError, FrameError
 from danube.frame.codec import BytesLike
 from danube.frame.produce import check_record, scan_frames_for_produce
 
@@ -214,15 +214,6 @@ def encode_fetch_reply(
     return b"".join(
         [_FETCH_REPLY_HEAD.pack(status, wal_start, next_offset)] + [f for _, f in frames]
     )
-
-
-def frame_messages(messages: Sequence[tuple[int, bytes | memoryview]]) -> list[tuple[int, bytes]]:
-    """``(offset, payload)`` messages framed, for a reply of a reader that holds payloads
-    rather than frames (the cloud reader)."""
-    out: list[tuple[int, bytes]] = []
-    for offset, payload in messages:
-        out.append((offset, encode_frame(offset, payload)))
-    return out
 
 
 WAKEUP = struct.Struct("<QIQ")
