@@ -456,6 +456,7 @@ class AsyncProducer:
                     content_type=RECORDS_TYPE if self._binary else None,
                     params=self._params if self._binary else None,
                     timeout_s=self.options.send_timeout_s,
+                    lean=True,
                 )
                 if self._binary:
                     results = results_of_runs(answer.body, len(items))
