@@ -74,7 +74,8 @@ async def test_pending_messages_stay_within_the_bound_and_senders_wait_for_room(
         fifth = asyncio.create_task(p.send("m4"))
         many = asyncio.create_task(p.send_many(["m5", "m6", "m7"]))
         await asyncio.sleep(0.05)
-        assert not fifth.done() and not many.done()  # no room until a batch settles
+        assert not fifth.done()  # no room until a batch settles
+        assert not many.done()
         assert p.pending == 4
         gate.set()
         group = await many
@@ -151,7 +152,8 @@ async def test_lean_posts_keep_their_connection_and_read_both_answer_forms() -> 
     assert (first.body, second.body) == ({"n": 1}, {"n": 2})
     assert seen[0].startswith(b"POST /p?a=1 HTTP/1.1\r\n")
     assert b"authorization: Bearer tok\r\n" in seen[0]
-    assert seen[0].endswith(b"\r\n\r\nabc") and seen[1].endswith(b"\r\n\r\nde")
+    assert seen[0].endswith(b"\r\n\r\nabc")
+    assert seen[1].endswith(b"\r\n\r\nde")
 
 
 async def test_a_connection_the_server_closed_is_replaced_and_errors_map() -> None:
@@ -171,7 +173,7 @@ async def test_a_connection_the_server_closed_is_replaced_and_errors_map() -> No
         await http.aclose()
     assert missing.value.code == "topic_not_found"
     assert len(seen) == 2  # the second request went once, on a new connection
+    dead = HttpCore(f"http://127.0.0.1:{port}", timeout_s=1, retry=FAST)
     with pytest.raises(TransportError):
-        dead = HttpCore(f"http://127.0.0.1:{port}", timeout_s=1, retry=FAST)
         await dead.request("POST", "/p", content=b"3", lean=True)
     await dead.aclose()
