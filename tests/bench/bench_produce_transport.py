@@ -26,6 +26,8 @@ from mesh import bench_mesh, bench_produce
 
 ROWS = {
     "batched": ["--batch-size", "1000", "--inflight", "4", "-n", "100000"],
+    # send_many(): one future per batch_size messages (this checkout's client only).
+    "batched_send_many": ["--batch-size", "1000", "--inflight", "4", "-n", "100000", "--send-many"],
     "single": ["--batch-size", "1", "--linger-ms", "0", "--inflight", "1", "-n", "500"],
     "paced": [
         *("--batch-size", "1", "--linger-ms", "0", "--inflight", "1"),
