@@ -5,7 +5,7 @@
 (:class:`danube.client.batch.Accumulator`: ``linger_ms``, ``batch_max_messages``,
 ``batch_max_bytes``) and posts them, retrying 429, 503 and transport failures with jittered
 backoff within ``send_timeout_s``; every future of a batch gets its message's result, or the
-batch's error.
+batch's error. :meth:`AsyncProducer.send_many` queues several messages under one future.
 
 Order: with ``max_inflight_batches=1`` (the default) batches go one after the other, so the
 offsets of a partition follow the order of ``send()`` calls, retries included. More batches
