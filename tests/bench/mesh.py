@@ -118,10 +118,16 @@ DANUBE = str(Path(sys.executable).parent / "danube")
 
 
 async def bench_produce(
-    url: str, args: list[str], *, duration_s: float | None = None, cli: list[str] | None = None
+    url: str,
+    args: list[str],
+    *,
+    duration_s: float | None = None,
+    cli: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, object]:
     """``danube [cli...] bench produce -s url`` with 1 KiB messages and ``args`` (for
-    ``duration_s`` when given; else ``args`` say how many); its JSON result."""
+    ``duration_s`` when given; else ``args`` say how many); its JSON result. ``env``: added
+    to the command's environment (``PYTHONPATH`` of another checkout: its client)."""
     command = [DANUBE, *(cli or []), "bench", "produce", "-s", url, "--size", "1024"]
     length = [] if duration_s is None else ["-d", str(duration_s)]
     out = await asyncio.to_thread(
@@ -130,6 +136,7 @@ async def bench_produce(
         capture_output=True,
         check=False,
         text=True,
+        env=None if env is None else {**os.environ, **env},
     )
     if out.returncode != 0:
         raise SystemExit(f"danube bench failed ({out.returncode}): {out.stderr[-2000:]}")

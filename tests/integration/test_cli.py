@@ -188,6 +188,14 @@ async def test_bench_e2e_json_counts_and_latencies(consume_http: httpx.AsyncClie
     produced = json.loads(out)
     assert (produced["messages"], produced["errors"]) == (3000, 0)
     assert produced["latency_ms"]["samples"] == 3000
+    code, out, err = await _danube(
+        "bench", "produce", "-s", url, "-n", "2500", "--batch-size", "1000", "--send-many",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    grouped = json.loads(out)
+    assert (grouped["messages"], grouped["errors"]) == (2500, 0)  # groups of 1000, 1000, 500
+    assert grouped["latency_ms"]["samples"] == 2500
 
     code, out, err = await _danube(
         "bench", "consume", "-s", url, "-n", "2000", "--mode", "poll", "--json"

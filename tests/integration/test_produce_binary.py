@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from danube.client import AsyncDanubeClient
+from danube.client._wire import WireAnswer
 from danube.frame import Record
 from danube.frame.produce import encode_produce_frame
 from tests.integration.test_discovery_api import (
@@ -187,15 +188,21 @@ async def test_a_schema_topic_checks_binary_payloads_and_the_sdk_sends_binary(
             (1, b'{"id": 2}', schema_id, 1),
         ]
 
-        # The SDK's default is the binary body (the server counts the route it served).
+        # The SDK's default is the binary body (its posts go over its lean HTTP client).
         seen: list[str] = []
-
-        async def log_type(request: httpx.Request) -> None:
-            seen.append(request.headers.get("content-type", ""))
-
         url = f"http://127.0.0.1:{mesh.settings.discovery.port}"
         async with AsyncDanubeClient(url) as client:
-            client._http._client.event_hooks["request"].append(log_type)
+            wire = client._http._wire
+            assert wire is not None
+            post = wire.request
+
+            async def log_type(
+                method: str, target: str, *, content_type: str, body: bytes
+            ) -> WireAnswer:
+                seen.append(content_type)
+                return await post(method, target, content_type=content_type, body=body)
+
+            wire.request = log_type  # type: ignore[method-assign]
             async with client.producer("/default/sdk", name="sdk") as producer:
                 results = [await producer.send_and_wait(p) for p in (b"a", b"b")]
             async with client.producer("/default/sdk", name="sdk", transport="json") as producer:

@@ -112,6 +112,14 @@ def produce(
     rate: Rate = 0.0,
     partitions: Partitions = 0,
     transport: TransportOption = "binary",
+    send_many: Annotated[
+        bool,
+        typer.Option(
+            "--send-many",
+            help="Queue --batch-size messages per send_many() call (one future each) "
+            "instead of one send() per message.",
+        ),
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """Produce as fast as the mesh takes it: msgs/s, MB/s, send→stored latency, client
@@ -128,6 +136,7 @@ def produce(
         count=count,
         rate=rate,
         transport=transport,
+        send_many=send_many,
     )
     run("bench produce", _bench(service_addr, spec, own, partitions, json_out))
 

@@ -122,6 +122,8 @@ class BenchSpec:
     consume_transport: Transport = "binary"  # how the consumer gets messages (not produce)
     payload: bytes | None = None  # what every message carries (default: size_bytes of text)
     transport: Transport = "binary"  # the producers' body (danube.client ProducerOptions)
+    # Produce through send_many() (batch_max_messages per call) rather than send() each.
+    send_many: bool = False
 
 
 def payload_of(size: int) -> bytes:
@@ -156,6 +158,23 @@ class _Producing:
 
         return done
 
+    def _group_settled(self, started_ns: int, count: int) -> Callable[[asyncio.Future[Any]], None]:
+        def done(future: asyncio.Future[Any]) -> None:
+            if future.cancelled():
+                return
+            error = future.exception()
+            if error is None:
+                self.meter.produced += count
+                latency_s = (time.perf_counter_ns() - started_ns) / 1e9
+                for _ in range(count):  # each message of the group waited this long
+                    self.latency.add(latency_s)
+            else:
+                self.meter.errors += count
+                if isinstance(error, ClientError):
+                    self.last_error = error
+
+        return done
+
     async def run(self, client: AsyncDanubeClient, share: int | None, index: int) -> None:
         """One producer's loop: ``share`` messages, or until the duration ends."""
         spec = self.spec
@@ -175,6 +194,15 @@ class _Producing:
         sent = 0
         async with producer:
             while (share is None or sent < share) and (end is None or loop.time() < end):
+                if spec.send_many and not pace and not self.stamp:
+                    count = spec.batch_max_messages
+                    if share is not None:
+                        count = min(count, share - sent)
+                    started_ns = time.perf_counter_ns()
+                    group = await producer.send_many([self.payload] * count)
+                    group.add_done_callback(self._group_settled(started_ns, count))
+                    sent += count
+                    continue
                 if pace:
                     delay = start + sent * pace - loop.time()
                     if delay > 0:

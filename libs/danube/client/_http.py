@@ -1,5 +1,9 @@
 """The SDK's one HTTP seam: an ``httpx.AsyncClient``, JSON in and out, and the mapping of
-every failure to :mod:`danube.client.errors`. Tests plug a fake in through ``transport``."""
+every failure to :mod:`danube.client.errors`. Tests plug a fake in through ``transport``.
+
+The producer's posts (``lean=True``) go through :mod:`danube.client._wire` instead (a kept-
+alive HTTP/1.1 connection, a fraction of httpx's CPU per request) unless a transport is
+plugged in; their answers and errors map the same way."""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import orjson
 
+from danube.client._wire import Http1Pool
 from danube.client.errors import (
     ClientError,
     DeadlineExceededError,
@@ -74,6 +80,12 @@ class HttpCore:
             verify=ssl_context if ssl_context is not None else True,
             headers=self.auth_headers,
         )
+        # The lean client of the producer's posts; none when a test plugs in a transport.
+        self._wire: Http1Pool | None = None
+        if transport is None:
+            self._wire = Http1Pool(
+                self.base_url, ssl_context=ssl_context, headers=self.auth_headers
+            )
 
     def ws_url(self, path: str) -> str:
         """The WebSocket URL of ``path`` on this server."""
@@ -92,14 +104,18 @@ class HttpCore:
         params: Mapping[str, str | int] | None = None,
         timeout_s: float | None = None,
         accept: str | None = None,
+        lean: bool = False,
     ) -> Answer:
         """One attempt: the answer, or the error the server answered, or
         :class:`TransportError` when no answer came within the timeout. ``content`` is
         sent as JSON unless ``content_type`` says otherwise; ``accept``: a media type asked
-        for besides JSON; an answer of that type has its raw bytes as body."""
+        for besides JSON; an answer of that type has its raw bytes as body. ``lean``: a
+        POST of ``content`` with a JSON answer, sent by the lean client when there is one."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if body is not None:
             content = orjson.dumps(body)
+        if lean and self._wire is not None and content is not None and accept is None:
+            return await self._lean(method, path, content, content_type, params, timeout)
         headers: dict[str, str] | None = None
         if content is not None:
             headers = _JSON if content_type is None else {"content-type": content_type}
@@ -142,6 +158,7 @@ class HttpCore:
         params: Mapping[str, str | int] | None = None,
         timeout_s: float,
         attempt_timeout_s: float | None = None,
+        lean: bool = False,
     ) -> Answer:
         """:meth:`request`, retrying 429, 503 and transport failures within ``timeout_s``."""
         if body is not None:
@@ -156,14 +173,44 @@ class HttpCore:
                 content_type=content_type,
                 params=params,
                 timeout_s=min(cap, left_s),
+                lean=lean,
             )
 
         return await retrying(
             attempt, timeout_s=timeout_s, policy=self.retry, what=f"{method} {path}"
         )
 
+    async def _lean(
+        self,
+        method: str,
+        path: str,
+        content: bytes,
+        content_type: str | None,
+        params: Mapping[str, str | int] | None,
+        timeout_s: float,
+    ) -> Answer:
+        assert self._wire is not None
+        timeout = timeout_s
+        target = path if not params else f"{path}?{urlencode(params)}"
+        try:
+            async with asyncio.timeout(timeout):
+                answer = await self._wire.request(
+                    method, target, content_type=content_type or "application/json", body=content
+                )
+        except TimeoutError as exc:
+            raise TransportError(f"{method} {path}: no answer within {timeout:.1f} s") from exc
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            tls_refused = _caused_by(exc, ssl.SSLError)
+            raise TransportError(
+                f"{method} {path}: {self.base_url}: {exc!r}",
+                retriable=False if tls_refused else None,
+            ) from exc
+        return _answer(method, path, answer.status, answer.body)
+
     async def aclose(self) -> None:
         """Close the connections."""
+        if self._wire is not None:
+            await self._wire.aclose()
         await self._client.aclose()
 
 
@@ -179,16 +226,22 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
 
 
 def _decode(method: str, path: str, response: httpx.Response) -> Answer:
-    shown = response.content[:_SHOWN_BYTES].decode("utf-8", "replace")
+    return _answer(method, path, response.status_code, response.content)
+
+
+def _answer(method: str, path: str, status: int, content: bytes) -> Answer:
+    success = 200 <= status < 300
     try:
-        decoded = orjson.loads(response.content) if response.content else None
+        decoded = orjson.loads(content) if content else None
     except orjson.JSONDecodeError:
-        if response.is_success:
+        shown = content[:_SHOWN_BYTES].decode("utf-8", "replace")
+        if success:
             raise ProtocolError(f"{method} {path}: answer is not JSON: {shown!r}") from None
         decoded = None
-    if response.is_success:
-        return Answer(response.status_code, decoded)
-    raise error_from_body(response.status_code, decoded, fallback=shown)
+    if success:
+        return Answer(status, decoded)
+    shown = content[:_SHOWN_BYTES].decode("utf-8", "replace")
+    raise error_from_body(status, decoded, fallback=shown)
 
 
 def deadline_error(what: str, timeout_s: float) -> ClientError:

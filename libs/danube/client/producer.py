@@ -5,7 +5,7 @@
 (:class:`danube.client.batch.Accumulator`: ``linger_ms``, ``batch_max_messages``,
 ``batch_max_bytes``) and posts them, retrying 429, 503 and transport failures with jittered
 backoff within ``send_timeout_s``; every future of a batch gets its message's result, or the
-batch's error.
+batch's error. :meth:`AsyncProducer.send_many` queues several messages under one future.
 
 Order: with ``max_inflight_batches=1`` (the default) batches go one after the other, so the
 offsets of a partition follow the order of ``send()`` calls, retries included. More batches
@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -106,14 +107,54 @@ def _check(name: str, value: float, low: float, high: float) -> None:
         raise InvalidArgumentError(f"{name} must be in {low}..{high}, got {value}")
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    body: bytes  # the message's JSON object, or its frame (binary transport)
-    future: asyncio.Future[SendResult]
+class _Group:
+    """The messages of one :meth:`AsyncProducer.send_many`: one future for all of them,
+    resolved when the last is settled (no future, callback or queue object per message)."""
+
+    __slots__ = ("error", "future", "left", "results")
+
+    def __init__(self, future: asyncio.Future[list[SendResult]], count: int) -> None:
+        self.future = future
+        self.results: list[SendResult | None] = [None] * count
+        self.left = count
+        self.error: BaseException | None = None
+
+    def settle(self, index: int, result: SendResult | None, error: BaseException | None) -> None:
+        self.results[index] = result
+        if error is not None and self.error is None:
+            self.error = error
+        self.left -= 1
+        if self.left == 0 and not self.future.done():
+            if self.error is not None:
+                self.future.set_exception(self.error)
+            else:
+                self.future.set_result(self.results)  # type: ignore[arg-type]
+
+
+# One queued message: its wire form and who wants its result, either its own future
+# (``send``) or its group and its index in the group (``send_many``). Tuples: the cheapest.
+_Single = tuple[bytes, "asyncio.Future[SendResult]"]
+_Grouped = tuple[bytes, _Group, int]
+_Queued = _Single | _Grouped
+
+
+class _Inflight:
+    """A batch taken from the queue: its messages, and the sequence number of its first
+    (what :meth:`AsyncProducer.flush` waits past)."""
+
+    __slots__ = ("first_seq", "items")
+
+    def __init__(self, items: list[_Queued], first_seq: int) -> None:
+        self.items = items
+        self.first_seq = first_seq
 
 
 class AsyncProducer:
-    """Sends messages to one topic in batches; use as ``async with`` or call :meth:`close`."""
+    """Sends messages to one topic in batches; use as ``async with`` or call :meth:`close`.
+
+    Per message, :meth:`send` costs an encode, a future and an entry in three lists; the
+    room in the queue is a counter (waiters only when it is full), and a batch settles its
+    messages in one pass when its answer comes."""
 
     def __init__(self, http: HttpCore, topic: TopicName, options: ProducerOptions) -> None:
         self.topic = topic
@@ -126,16 +167,20 @@ class AsyncProducer:
         self._params = _params(options, None)
         self._session: ProducerSession | None = None
         self._opening = asyncio.Lock()
-        self._queue: Accumulator[_Pending] = Accumulator(
+        self._queue: Accumulator[_Queued] = Accumulator(
             max_messages=options.batch_max_messages,
             max_bytes=options.batch_max_bytes - _BODY_OVERHEAD_BYTES,
             linger_s=options.linger_ms / 1000,
         )
-        self._room = asyncio.Semaphore(options.max_pending_messages)
+        # Accepted and not yet settled (queued or in flight): at most max_pending_messages.
+        self._pending = 0
+        self._room_waiters: deque[asyncio.Future[None]] = deque()
+        self._accepted = 0  # messages ever queued: the next one's sequence number
+        self._inflight: set[_Inflight] = set()
+        self._progress: list[asyncio.Future[None]] = []  # flushes waiting for a settle
         self._wake = asyncio.Event()
         self._flushing = False
         self._closing = False
-        self._unsettled: set[asyncio.Future[SendResult]] = set()
         self._sender: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> AsyncProducer:
@@ -209,25 +254,71 @@ class AsyncProducer:
 
     async def send_encoded(self, body: bytes) -> asyncio.Future[SendResult]:
         """:meth:`send` of a message :meth:`encode` made."""
+        if self._must_wait():
+            await self._room_for_one()
+        future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        self._enqueue((body, future), len(body) + 1)
+        return future
+
+    async def send_many(
+        self, messages: Iterable[Payload | Message]
+    ) -> asyncio.Future[list[SendResult]]:
+        """Queue several messages in order (waiting for room as :meth:`send` does) under one
+        future: it resolves to their results in order once every one is stored, or to the
+        first error of their batches (the others may be stored: a failed group may be sent
+        again, at-least-once). Every message is encoded and checked before any is queued,
+        so a bad one raises :class:`InvalidMessageError` here with nothing queued. The
+        cheaper way to send many: no future or callback per message."""
+        bodies = [self.encode(message) for message in messages]
+        future: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
+        if not bodies:
+            future.set_result([])
+            return future
+        group = _Group(future, len(bodies))
+        limit = self.options.max_pending_messages
+        index = 0
+        while index < len(bodies):
+            if self._must_wait():
+                await self._room_for_one()
+            room = min(limit - self._pending, len(bodies) - index)
+            for body in bodies[index : index + room]:
+                self._enqueue((body, group, index), len(body) + 1)
+                index += 1
+        return future
+
+    def _must_wait(self) -> bool:
+        """A send must not queue at once: closing, no room, or a session to open first."""
+        return (
+            self._closing
+            or self._pending >= self.options.max_pending_messages
+            or (self._session is None and self.options.access_mode is not None)
+        )
+
+    async def _room_for_one(self) -> None:
+        """Wait until one more message may be queued (the session opened, room in the
+        queue); :class:`ClosedError` once the producer is closing."""
         if self._closing:
             raise ClosedError(f"producer of {self.topic} is closed")
         if self._session is None and self.options.access_mode is not None:
             await self.open()
-        await self._room.acquire()
-        if self._closing:
-            self._room.release()
-            raise ClosedError(f"producer of {self.topic} is closed")
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[SendResult] = loop.create_future()
-        self._unsettled.add(future)
-        future.add_done_callback(self._settled)
-        self._queue.add(_Pending(body, future), len(body) + 1, loop.time())
+        while self._pending >= self.options.max_pending_messages:
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._room_waiters.append(waiter)
+            await waiter
+            if self._closing:
+                raise ClosedError(f"producer of {self.topic} is closed")
+
+    def _enqueue(self, item: _Queued, size_bytes: int) -> None:
+        queue = self._queue
+        self._pending += 1
+        self._accepted += 1
+        queue.add(item, size_bytes, asyncio.get_running_loop().time())
         if self._sender is None:
             self._sender = asyncio.create_task(self._run(), name=f"producer {self.topic}")
             self._sender.add_done_callback(self._sender_done)
-        if len(self._queue) == 1 or self._queue.full():
+        if len(queue) == 1 or queue.full():
             self._wake.set()
-        return future
 
     async def send_and_wait(
         self,
@@ -242,12 +333,20 @@ class AsyncProducer:
     async def flush(self) -> None:
         """Send every queued message now (no lingering) and wait until each is settled
         (stored or failed; the failures stay on their futures)."""
-        waiting = list(self._unsettled)
-        if not waiting:
-            return
-        self._flushing = True
-        self._wake.set()
-        await asyncio.wait(waiting)
+        target = self._accepted
+        while self._oldest_unsettled() < target:
+            self._flushing = True
+            self._wake.set()
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._progress.append(waiter)
+            await waiter
+
+    def _oldest_unsettled(self) -> int:
+        """The sequence number of the oldest message not settled (``_accepted``: none)."""
+        oldest = self._accepted - len(self._queue)
+        for batch in self._inflight:
+            oldest = min(oldest, batch.first_seq)
+        return oldest
 
     async def close(self) -> None:
         """Flush, then stop the sender; later sends raise :class:`ClosedError`."""
@@ -257,6 +356,7 @@ class AsyncProducer:
             return
         self._closing = True
         self._wake.set()
+        self._wake_waiters(self._room_waiters, len(self._room_waiters))
         try:
             if self._sender is not None:
                 await asyncio.shield(self._sender)
@@ -269,13 +369,27 @@ class AsyncProducer:
     @property
     def pending(self) -> int:
         """Messages queued or in flight (not yet settled)."""
-        return len(self._unsettled)
+        return self._pending
 
     # --- the sender ------------------------------------------------------------------------
 
-    def _settled(self, future: asyncio.Future[SendResult]) -> None:
-        self._unsettled.discard(future)
-        self._room.release()
+    @staticmethod
+    def _wake_waiters(waiters: deque[asyncio.Future[None]], count: int) -> None:
+        while waiters and count > 0:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                count -= 1
+
+    def _settled(self, count: int) -> None:
+        """``count`` messages settled: their room back, and flushes look again."""
+        self._pending -= count
+        if self._room_waiters:
+            self._wake_waiters(self._room_waiters, count)
+        progress, self._progress = self._progress, []
+        for waiter in progress:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _sender_done(self, task: asyncio.Task[None]) -> None:
         # The sender ends only on close; a bug (or a cancelled loop) must not leave
@@ -285,9 +399,13 @@ class AsyncProducer:
         if not task.cancelled() and task.exception() is not None:
             error = task.exception() or error
             log.error("producer of %s failed", self.topic, exc_info=error)
-        for future in list(self._unsettled):
-            if not future.done():
-                future.set_exception(error)
+        stranded = self._queue.take_all()
+        for batch in self._inflight:
+            stranded += batch.items
+        self._inflight.clear()
+        _fail(stranded, error)
+        self._settled(self._pending)
+        self._wake_waiters(self._room_waiters, len(self._room_waiters))
 
     async def _run(self) -> None:
         inflight = asyncio.Semaphore(self.options.max_inflight_batches)
@@ -300,7 +418,7 @@ class AsyncProducer:
                     return
                 tg.create_task(self._deliver(batch, inflight))
 
-    async def _next_batch(self) -> list[_Pending] | None:
+    async def _next_batch(self) -> _Inflight | None:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
@@ -309,7 +427,10 @@ class AsyncProducer:
                 if self._closing:
                     return None
             elif self._queue.due(now, flush=self._flushing or self._closing):
-                return self._queue.take()
+                first_seq = self._accepted - len(self._queue)
+                batch = _Inflight(self._queue.take(), first_seq)
+                self._inflight.add(batch)
+                return batch
             self._wake.clear()
             try:
                 async with asyncio.timeout(self._queue.wait_s(now)):
@@ -317,12 +438,14 @@ class AsyncProducer:
             except TimeoutError:
                 pass
 
-    async def _deliver(self, batch: list[_Pending], inflight: asyncio.Semaphore) -> None:
+    async def _deliver(self, batch: _Inflight, inflight: asyncio.Semaphore) -> None:
+        items = batch.items
         try:
             if self._binary:
-                content = b"".join([p.body for p in batch])
+                content = b"".join([item[0] for item in items])
             else:
-                content = b"".join((self._head, b",".join(p.body for p in batch), b"]}"))
+                joined = b",".join([item[0] for item in items])
+                content = b"".join((self._head, joined, b"]}"))
             try:
                 if self._session is not None and self._session.lost is not None:
                     raise self._session.lost
@@ -333,21 +456,39 @@ class AsyncProducer:
                     content_type=RECORDS_TYPE if self._binary else None,
                     params=self._params if self._binary else None,
                     timeout_s=self.options.send_timeout_s,
+                    lean=True,
                 )
                 if self._binary:
-                    results = results_of_runs(answer.body, len(batch))
+                    results = results_of_runs(answer.body, len(items))
                 else:
-                    results = _results(answer.body, len(batch))
+                    results = _results(answer.body, len(items))
             except ClientError as exc:
-                for pending in batch:
-                    if not pending.future.done():
-                        pending.future.set_exception(exc)
+                _fail(items, exc)
                 return
-            for pending, result in zip(batch, results, strict=True):
-                if not pending.future.done():
-                    pending.future.set_result(result)
+            _succeed(items, results)
         finally:
+            if batch in self._inflight:  # not already failed by _sender_done
+                self._inflight.discard(batch)
+                self._settled(len(items))
             inflight.release()
+
+
+def _succeed(items: list[_Queued], results: list[SendResult]) -> None:
+    for item, result in zip(items, results, strict=True):
+        target = item[1]
+        if isinstance(target, _Group):
+            target.settle(item[2], result, None)  # type: ignore[misc]
+        elif not target.done():
+            target.set_result(result)
+
+
+def _fail(items: list[_Queued], error: BaseException) -> None:
+    for item in items:
+        target = item[1]
+        if isinstance(target, _Group):
+            target.settle(item[2], None, error)  # type: ignore[misc]
+        elif not target.done():
+            target.set_exception(error)
 
 
 def _head(options: ProducerOptions, producer_id: str | None) -> bytes:

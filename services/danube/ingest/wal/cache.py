@@ -12,15 +12,17 @@ reader computes a CRC again for every fetch of the same message.
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 from itertools import islice
 from operator import itemgetter
 
-from danube.frame import FRAME_HEADER_BYTES, RawFrame, encode_frame, walk_frames
+from danube.frame import FRAME_HEADER_BYTES, encode_frame
 
-_MAX_LENGTH = 2**32 - 1  # what a frame's u32 length field can carry
+# A frame's header (danube.frame.codec): offset u64, length u32, crc u32.
+_HEADER = struct.Struct("<QII")
 
 _first = itemgetter(0)
 
@@ -62,7 +64,7 @@ class MessageCache:
         offsets = range(first_offset, first_offset + len(payloads))
         frames = _split(written, len(payloads)) if written is not None and skip <= 0 else None
         if frames is not None:
-            self._items.extend((frame.offset, bytes(frame.data)) for frame in frames)
+            self._items.extend(frames)
         else:
             self._items.extend(
                 (offset, encode_frame(offset, payload))
@@ -110,7 +112,18 @@ class MessageCache:
         return out, max(from_offset, limit_offset)
 
 
-def _split(written: bytes, count: int) -> list[RawFrame] | None:
-    """The ``count`` frames ``written`` holds, or None when it holds anything else."""
-    frames, end = walk_frames(written, max_payload_bytes=min(len(written), _MAX_LENGTH))
-    return frames if len(frames) == count and end == len(written) else None
+def _split(written: bytes, count: int) -> list[tuple[int, bytes]] | None:
+    """The ``count`` frames ``written`` holds as ``(offset, frame)``, or None when it holds
+    anything else. Slices of ``written`` itself: no frame object or view per message."""
+    unpack = _HEADER.unpack_from
+    frames: list[tuple[int, bytes]] = []
+    end = len(written)
+    pos = 0
+    while end - pos >= FRAME_HEADER_BYTES and len(frames) < count:
+        offset, length, _crc = unpack(written, pos)
+        stop = pos + FRAME_HEADER_BYTES + length
+        if stop > end:
+            return None
+        frames.append((offset, written[pos:stop]))
+        pos = stop
+    return frames if len(frames) == count and pos == end else None

@@ -1,0 +1,179 @@
+"""The producer's per-batch bookkeeping (send_many, the bound on pending messages, flush) over
+a fake transport, and the lean HTTP/1.1 client of its posts against a small local server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import httpx
+import orjson
+import pytest
+
+from danube.client import AsyncDanubeClient, NotFoundError, RetryPolicy
+from danube.client._http import HttpCore
+from danube.client.errors import TransportError
+from danube.frame.produce import scan_frames_for_produce
+
+pytestmark = pytest.mark.unit
+
+FAST = RetryPolicy(base_s=0.001, cap_s=0.004)
+
+
+def _counting_server(
+    offsets: list[int], gate: asyncio.Event | None = None
+) -> Callable[[httpx.Request], Awaitable[httpx.Response]]:
+    """A produce handler giving consecutive offsets (waiting on ``gate`` first)."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if gate is not None:
+            await gate.wait()
+        count = len(scan_frames_for_produce(request.content, max_count=10_000))
+        runs = [{"partition": "/default/t", "offset": offsets[0], "count": count}]
+        offsets[0] += count
+        return httpx.Response(200, json={"runs": runs})
+
+    return handler
+
+
+def _client(handler: Callable[[httpx.Request], Awaitable[httpx.Response]]) -> AsyncDanubeClient:
+    transport = httpx.MockTransport(handler)  # type: ignore[arg-type]
+    return AsyncDanubeClient("http://danube.test", transport=transport, retry=FAST)
+
+
+async def test_send_many_resolves_one_future_with_every_result_in_order() -> None:
+    async with (
+        _client(_counting_server([0])) as client,
+        client.producer("t", batch_max_messages=3) as p,
+    ):
+        single = await p.send("first")
+        group = await p.send_many([f"m{i}" for i in range(7)])
+        empty = await p.send_many([])
+        results = await group
+    assert (await single).offset == 0
+    assert [r.offset for r in results] == list(range(1, 8))  # spread over three batches
+    assert empty.result() == []
+    assert p.pending == 0
+
+
+async def test_send_many_fails_with_its_batchs_error() -> None:
+    async def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"error": {"code": "namespace_not_found", "message": ""}})
+
+    async with _client(refuse) as client, client.producer("/nowhere/t") as p:
+        group = await p.send_many(["a", "b"])
+        with pytest.raises(NotFoundError):
+            await group
+
+
+async def test_pending_messages_stay_within_the_bound_and_senders_wait_for_room() -> None:
+    gate = asyncio.Event()
+    async with _client(_counting_server([0], gate)) as client:
+        p = client.producer("t", max_pending_messages=4, batch_max_messages=2, linger_ms=0)
+        futures = [await p.send(f"m{i}") for i in range(4)]
+        fifth = asyncio.create_task(p.send("m4"))
+        many = asyncio.create_task(p.send_many(["m5", "m6", "m7"]))
+        await asyncio.sleep(0.05)
+        assert not fifth.done()  # no room until a batch settles
+        assert not many.done()
+        assert p.pending == 4
+        gate.set()
+        group = await many
+        assert [r.offset for r in await group] == [5, 6, 7]
+        assert (await (await fifth)).offset == 4
+        assert [f.result().offset for f in futures] == [0, 1, 2, 3]
+        await p.close()
+
+
+async def test_flush_waits_for_what_was_queued_before_it() -> None:
+    gate = asyncio.Event()
+    async with _client(_counting_server([0], gate)) as client:
+        p = client.producer("t", linger_ms=10_000)  # only a flush sends
+        future = await p.send("a")
+        flushing = asyncio.create_task(p.flush())
+        await asyncio.sleep(0.02)
+        assert not flushing.done()
+        gate.set()
+        await flushing
+        assert future.result().offset == 0
+        await p.close()
+
+
+# --- the lean HTTP/1.1 client ------------------------------------------------------------
+
+
+async def _serve(
+    answers: list[bytes], seen: list[bytes], close_after_first: bool
+) -> tuple[asyncio.Server, int]:
+    """A server answering each request with the next of ``answers`` (closing the first
+    connection after one answer when ``close_after_first``)."""
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        first = connections == 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                seen.append(head + await reader.readexactly(length))
+                writer.write(answers.pop(0))
+                await writer.drain()
+                if first and close_after_first:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def _json_answer(body: dict[str, object], chunked: bool = False) -> bytes:
+    raw = orjson.dumps(body)
+    if chunked:
+        half = len(raw) // 2
+        parts = [raw[:half], raw[half:]]
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in parts)
+        return b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw)
+
+
+async def test_lean_posts_keep_their_connection_and_read_both_answer_forms() -> None:
+    seen: list[bytes] = []
+    answers = [_json_answer({"n": 1}), _json_answer({"n": 2}, chunked=True), _json_answer({})]
+    server, port = await _serve(answers, seen, close_after_first=False)
+    async with server:
+        http = HttpCore(f"http://127.0.0.1:{port}", timeout_s=2, retry=FAST, token="tok")
+        first = await http.request("POST", "/p", content=b"abc", params={"a": 1}, lean=True)
+        second = await http.request("POST", "/p", content=b"de", lean=True)
+        await http.aclose()
+    assert (first.body, second.body) == ({"n": 1}, {"n": 2})
+    assert seen[0].startswith(b"POST /p?a=1 HTTP/1.1\r\n")
+    assert b"authorization: Bearer tok\r\n" in seen[0]
+    assert seen[0].endswith(b"\r\n\r\nabc")
+    assert seen[1].endswith(b"\r\n\r\nde")
+
+
+async def test_a_connection_the_server_closed_is_replaced_and_errors_map() -> None:
+    seen: list[bytes] = []
+    refused = orjson.dumps({"error": {"code": "topic_not_found", "message": "no"}})
+    answers = [
+        _json_answer({"n": 1}),
+        b"HTTP/1.1 404 Not Found\r\ncontent-length: %d\r\n\r\n%s" % (len(refused), refused),
+    ]
+    server, port = await _serve(answers, seen, close_after_first=True)
+    async with server:
+        http = HttpCore(f"http://127.0.0.1:{port}", timeout_s=2, retry=FAST)
+        await http.request("POST", "/p", content=b"1", lean=True)
+        await asyncio.sleep(0.05)  # the server has closed the kept-alive connection
+        with pytest.raises(NotFoundError) as missing:
+            await http.request("POST", "/p", content=b"2", lean=True)
+        await http.aclose()
+    assert missing.value.code == "topic_not_found"
+    assert len(seen) == 2  # the second request went once, on a new connection
+    dead = HttpCore(f"http://127.0.0.1:{port}", timeout_s=1, retry=FAST)
+    with pytest.raises(TransportError):
+        await dead.request("POST", "/p", content=b"3", lean=True)
+    await dead.aclose()
