@@ -3,9 +3,9 @@ in batches by one task, ``POST /v1/consumers/{id}/ack`` and ``/nack``.
 
 The server answers an ack only once the subscription's cursor holding it is stored, so one
 request per message would pace a consumer at one etcd write per message; a batch shares
-one. Acks go over HTTP even when messages come over the stream: each batch then gets a
-definite answer (a stream answers only failures, without saying which ack failed), and is
-retried on 429/503 (``ack_not_durable`` included: acking again is safe). An ack that still
+one, and goes as ``ranges`` of consecutive offsets (docs/http-api.md). Acks go over HTTP even
+when messages come over the stream: each batch then gets a definite answer (a stream answers
+only failures, without saying which ack failed), and is retried on 429/503 (``ack_not_durable`` included: acking again is safe). An ack that still
 fails is logged and counted; its message comes again (at-least-once).
 
 Up to ``INFLIGHT_MAX`` batches are under way at once: the next batch does not wait for the
@@ -140,9 +140,7 @@ class AckBatcher:
                 await self._send("nack", refs[start : start + self.batch_max], delay_ms)
 
     async def _send(self, kind: str, refs: list[MessageRef], delay_ms: int) -> None:
-        body: dict[str, object] = {
-            "messages": [{"partition": r.partition, "offset": r.offset} for r in refs]
-        }
+        body: dict[str, object] = {"ranges": ranges_of(refs)}
         if kind == "nack":
             body["delay_ms"] = delay_ms
         attach_again = self.session.reattach_enabled
@@ -173,3 +171,18 @@ class AckBatcher:
             else:
                 self.nacked += len(refs)
             return
+
+
+def ranges_of(refs: list[MessageRef]) -> list[dict[str, object]]:
+    """``refs`` as the ack body's ``ranges``: runs of consecutive offsets of one partition,
+    in their order (acks made in delivery order are a few runs, not an object each)."""
+    runs: list[dict[str, object]] = []
+    partition: str | None = None
+    last = -2
+    for ref in refs:
+        if ref.partition == partition and ref.offset == last + 1:
+            runs[-1]["last"] = last = ref.offset
+            continue
+        partition, last = ref.partition, ref.offset
+        runs.append({"partition": partition, "first": last, "last": last})
+    return runs
