@@ -10,8 +10,10 @@ dispatcher, discovery as processes), the medians printed. Run::
 An e2e run reports the produce→deliver p50 and p99 (ms), the produce (send→stored) p50
 and p99, and those of the delivery path alone (the produce's answer→delivered) besides the rate.
 
-The base tree runs with ``PYTHONPATH`` pointing at its ``libs`` and ``services``, ahead of
-this checkout's (the ``danube`` namespace takes each module from the first that has it).
+The base tree (and ``--this DIR``, when given: a frozen copy of this one, so that edits made
+while it runs do not leak into it) runs with ``PYTHONPATH`` pointing at its ``libs`` and
+``services``, ahead of this checkout's (the ``danube`` namespace takes each module from the
+first that has it).
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ def figures(result: dict[str, Any], e2e: bool) -> dict[str, float]:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", type=Path, required=True)
+    parser.add_argument(
+        "--this", type=Path, default=None, help="the tree compared with the base (default: here)"
+    )
     parser.add_argument("-n", type=int, default=50_000)
     parser.add_argument("--e2e", type=float, default=0.0, help="an e2e run at this rate")
     parser.add_argument("-d", type=float, default=5.0, help="an e2e run's duration (s)")
@@ -99,7 +104,7 @@ async def main() -> None:
     for _ in range(options.runs):
         for name, tree, extra in (
             ("base", options.base, options.base_args),
-            ("this", None, options.args),
+            ("this", options.this, options.args),
         ):
             got = figures(await one_run(tree, bench, shlex.split(extra)), e2e)
             results[name].append(got)

@@ -5,8 +5,9 @@ The server answers an ack only once the subscription's cursor holding it is stor
 request per message would pace a consumer at one etcd write per message; a batch shares
 one, and goes as ``ranges`` of consecutive offsets (docs/http-api.md). Acks go over HTTP even
 when messages come over the stream: each batch then gets a definite answer (a stream answers
-only failures, without saying which ack failed), and is retried on 429/503 (``ack_not_durable`` included: acking again is safe). An ack that still
-fails is logged and counted; its message comes again (at-least-once).
+only failures, without saying which ack failed), and is retried on 429/503
+(``ack_not_durable`` included: acking again is safe). An ack that still fails is logged and
+counted; its message comes again (at-least-once).
 
 Up to ``INFLIGHT_MAX`` batches are under way at once: the next batch does not wait for the
 answer to the one before (which waits for a cursor write), so a consumer's window
