@@ -97,10 +97,8 @@ async def _commit(runtime: FakeRuntime, count: int, *, wakeup: bool = True) -> N
     """Append ``count`` records and announce them on the live subject."""
     ingest = runtime.ingest
     ingest.records += [b"record"] * count
-    if wakeup:
-        body = Wakeup(len(ingest.records), count, 6 * count).encode()
-    else:  # a live body that is not a wake-up (frames)
-        body = b"\x00" * 64
+    # Without a wake-up: a live body that is not one (frames).
+    body = Wakeup(len(ingest.records), count, 6 * count).encode() if wakeup else b"\x00" * 64
     await runtime.bus.live(Message("live", body, {}))
     await asyncio.sleep(SETTLE_S)
 

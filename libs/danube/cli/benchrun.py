@@ -6,8 +6,9 @@ queue is full) to its stored offset; ``e2e`` also times each message from ``send
 delivery (a wall-clock stamp in attribute ``bench_ns``: producer and consumer run in this
 process, so they share one clock), and from the produce's answer to the delivery
 (``after_ack_ms``: the delivery path alone, 0 for a message delivered before its producer
-heard the answer, ``delivered_before_ack`` counts those). Without ``rate`` a run is closed-loop (as fast as the
-server takes it), so its latency includes queueing; ``rate`` sends at a fixed pace.
+heard the answer, ``delivered_before_ack`` counts those). Without ``rate`` a run is
+closed-loop (as fast as the server takes it), so its latency includes queueing; ``rate``
+sends at a fixed pace.
 MB is 10^6 bytes of payload.
 
 Client CPU: a run reports this process's CPU seconds over its timed part
