@@ -431,3 +431,41 @@ async def test_subscription_admin_refusals(http: httpx.AsyncClient) -> None:
 def http(consume_http: httpx.AsyncClient) -> httpx.AsyncClient:
     """The subscription admin tests' name for the consume mesh's client."""
     return consume_http
+
+
+async def test_ack_by_ranges_acks_every_offset_of_them_and_bad_ranges_are_400(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    path = "default/ranged/subscriptions/s"
+    cid = await _attach(consume_http, path, start="earliest")
+    messages = [{"payload": f"m{i}"} for i in range(6)]
+    produced = await consume_http.post(
+        "/v1/topics/default/ranged/messages", json={"messages": messages}
+    )
+    assert produced.status_code == 200, produced.text
+    got = await _poll_until(consume_http, cid, 6)
+    partition, offsets = got[0]["partition"], [m["offset"] for m in got]
+    bad_bodies = [
+        ({"ranges": [{"partition": partition, "first": 3, "last": 2}]}, "invalid_request"),
+        ({"ranges": []}, "invalid_request"),
+        ({"ranges": [{"partition": "/default/other", "first": 0, "last": 1}]}, "invalid_partition"),
+    ]
+    for body, code in bad_bodies:
+        refused = await consume_http.post(f"/v1/consumers/{cid}/ack", json=body)
+        assert _error(refused) == (400, code), body
+    # Two runs and one single ref: offsets 0-1, 3-4 and 5; offset 2 stays unacked.
+    body = {
+        "ranges": [
+            {"partition": partition, "first": offsets[0], "last": offsets[1]},
+            {"partition": partition, "first": offsets[3], "last": offsets[4]},
+        ],
+        "messages": [{"partition": partition, "offset": offsets[5]}],
+    }
+    acked = await consume_http.post(f"/v1/consumers/{cid}/ack", json=body)
+    assert acked.status_code == 204, acked.text
+    assert (await consume_http.delete(f"/v1/consumers/{cid}")).status_code == 204
+    again = await _attach(consume_http, path)
+    (left,) = await _poll_until(consume_http, again, 1)
+    assert (left["offset"], left["payload"]) == (offsets[2], "m2")
+    nothing = await consume_http.get(f"/v1/consumers/{again}/messages", params={"wait_ms": 300})
+    assert nothing.json() == {"messages": []}

@@ -4,8 +4,11 @@ with no terminal I/O (the command draws progress from :class:`Meter` and prints 
 Latencies: ``produce`` times each message from ``send()`` (which waits while the producer's
 queue is full) to its stored offset; ``e2e`` also times each message from ``send()`` to its
 delivery (a wall-clock stamp in attribute ``bench_ns``: producer and consumer run in this
-process, so they share one clock). Without ``rate`` a run is closed-loop (as fast as the
-server takes it), so its latency includes queueing; ``rate`` sends at a fixed pace.
+process, so they share one clock), and from the produce's answer to the delivery
+(``after_ack_ms``: the delivery path alone, 0 for a message delivered before its producer
+heard the answer, ``delivered_before_ack`` counts those). Without ``rate`` a run is
+closed-loop (as fast as the server takes it), so its latency includes queueing; ``rate``
+sends at a fixed pace.
 MB is 10^6 bytes of payload.
 
 Client CPU: a run reports this process's CPU seconds over its timed part
@@ -141,14 +144,18 @@ class _Producing:
         self.stamp = stamp
         self.latency = Latencies()
         self.last_error: ClientError | None = None
+        # By stamp, when the producer heard the answer (e2e; at most SAMPLES_MAX kept).
+        self.acked_ns: dict[str, int] = {}
         self.payload = spec.payload if spec.payload is not None else payload_of(spec.size_bytes)
 
-    def _settled(self, started_ns: int) -> Callable[[asyncio.Future[Any]], None]:
+    def _settled(self, started_ns: int, stamp: str | None) -> Callable[[asyncio.Future[Any]], None]:
         def done(future: asyncio.Future[Any]) -> None:
             if future.cancelled():
                 return
             error = future.exception()
             if error is None:
+                if stamp is not None and len(self.acked_ns) < SAMPLES_MAX:
+                    self.acked_ns[stamp] = time.time_ns()
                 self.meter.produced += 1
                 self.latency.add((time.perf_counter_ns() - started_ns) / 1e9)
             else:
@@ -207,10 +214,11 @@ class _Producing:
                     delay = start + sent * pace - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
-                attributes = {STAMP: str(time.time_ns())} if self.stamp else None
+                stamp = str(time.time_ns()) if self.stamp else None
+                attributes = {STAMP: stamp} if stamp is not None else None
                 started_ns = time.perf_counter_ns()
                 future = await producer.send(self.payload, attributes=attributes)
-                future.add_done_callback(self._settled(started_ns))
+                future.add_done_callback(self._settled(started_ns, stamp))
                 sent += 1
         # close() flushed: every future is settled.
 
@@ -324,6 +332,7 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
     """Produce and consume at once; send→stored and send→delivered latencies."""
     producing = _Producing(spec, meter, stamp=True)
     delivered = Latencies()
+    received_ns: dict[str, int] = {}
     seen: set[tuple[str, int]] = set()
     duplicates = 0
     async with client.consumer(
@@ -362,7 +371,10 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
             meter.consumed = len(seen)
             stamp = message.attributes.get(STAMP)
             if stamp is not None:
-                delivered.add((time.time_ns() - int(stamp)) / 1e9)
+                now_ns = time.time_ns()
+                delivered.add((now_ns - int(stamp)) / 1e9)
+                if len(received_ns) < SAMPLES_MAX:
+                    received_ns[stamp] = now_ns
 
         meter.started = time.monotonic()
         async with asyncio.TaskGroup() as tg:
@@ -372,6 +384,13 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
             await receiving
         elapsed = last_delivery - started
         await consumer.flush_acks()
+    after_ack = Latencies()
+    before_ack = 0
+    for stamp, got_ns in received_ns.items():
+        acked_ns = producing.acked_ns.get(stamp)
+        if acked_ns is not None:
+            before_ack += got_ns < acked_ns
+            after_ack.add(max(got_ns - acked_ns, 0) / 1e9)
     return {
         **_base(spec),
         "mode": spec.mode,
@@ -387,4 +406,6 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
         **_rates(len(seen), spec.size_bytes, elapsed),
         "latency_ms": delivered.summary_ms(),
         "produce_latency_ms": producing.latency.summary_ms(),
+        "after_ack_ms": after_ack.summary_ms(),
+        "delivered_before_ack": before_ack,
     }

@@ -3,10 +3,17 @@ in batches by one task, ``POST /v1/consumers/{id}/ack`` and ``/nack``.
 
 The server answers an ack only once the subscription's cursor holding it is stored, so one
 request per message would pace a consumer at one etcd write per message; a batch shares
-one. Acks go over HTTP even when messages come over the stream: each batch then gets a
-definite answer (a stream answers only failures, without saying which ack failed), and is
-retried on 429/503 (``ack_not_durable`` included: acking again is safe). An ack that still
-fails is logged and counted; its message comes again (at-least-once).
+one, and goes as ``ranges`` of consecutive offsets (docs/http-api.md). Acks go over HTTP even
+when messages come over the stream: each batch then gets a definite answer (a stream answers
+only failures, without saying which ack failed), and is retried on 429/503
+(``ack_not_durable`` included: acking again is safe). An ack that still fails is logged and
+counted; its message comes again (at-least-once).
+
+Up to ``INFLIGHT_MAX`` batches are under way at once: the next batch does not wait for the
+answer to the one before (which waits for a cursor write), so a consumer's window
+(``max_unacked_per_consumer``) frees at the pace acks are sent, not at one etcd write per
+batch. Order between batches does not matter: an ack names delivered messages, and a
+message a nack gives back is delivered (and acked) again only after that nack was handled.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ log = logging.getLogger(__name__)
 
 # The server takes at most this many refs per request.
 REFS_MAX = 100_000
+# Ack (and nack) requests under way at once.
+INFLIGHT_MAX = 4
 
 
 class AckBatcher:
@@ -51,6 +60,8 @@ class AckBatcher:
         self._acks: list[MessageRef] = []
         self._nacks: defaultdict[int, list[MessageRef]] = defaultdict(list)
         self._queued = 0
+        self._inflight = 0  # requests under way
+        self._slots = asyncio.Semaphore(INFLIGHT_MAX)
         self._wake = asyncio.Event()  # something queued
         self._hurry = asyncio.Event()  # a full batch waits, or a flush asked: no lingering
         self._idle = asyncio.Event()  # nothing queued, nothing in flight
@@ -85,27 +96,44 @@ class AckBatcher:
         await self._idle.wait()
 
     async def run(self) -> None:
-        """Send batches until cancelled."""
-        while True:
-            if not self._queued:
-                self._idle.set()
+        """Send batches until cancelled (the requests under way with it)."""
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                if not self._queued:
+                    if not self._inflight:
+                        self._idle.set()
+                    self._hurry.clear()
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                if not self._hurry.is_set():
+                    try:
+                        async with asyncio.timeout(self.interval_s):
+                            await self._hurry.wait()
+                    except TimeoutError:
+                        pass
                 self._hurry.clear()
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            if not self._hurry.is_set():
-                try:
-                    async with asyncio.timeout(self.interval_s):
-                        await self._hurry.wait()
-                except TimeoutError:
-                    pass
-            self._hurry.clear()
-            await self._send_queued()
+                await self._slots.acquire()
+                acks, self._acks = self._acks, []
+                nacks, self._nacks = self._nacks, defaultdict(list)
+                self._queued = 0
+                self._inflight += 1
+                tg.create_task(self._send_queued(acks, nacks))
 
-    async def _send_queued(self) -> None:
-        acks, self._acks = self._acks, []
-        nacks, self._nacks = self._nacks, defaultdict(list)
-        self._queued = 0
+    async def _send_queued(
+        self, acks: list[MessageRef], nacks: defaultdict[int, list[MessageRef]]
+    ) -> None:
+        try:
+            await self._send_batches(acks, nacks)
+        finally:
+            self._inflight -= 1
+            self._slots.release()
+            if not self._queued and not self._inflight:
+                self._idle.set()
+
+    async def _send_batches(
+        self, acks: list[MessageRef], nacks: defaultdict[int, list[MessageRef]]
+    ) -> None:
         for start in range(0, len(acks), self.batch_max):
             await self._send("ack", acks[start : start + self.batch_max], 0)
         for delay_ms, refs in nacks.items():
@@ -113,9 +141,7 @@ class AckBatcher:
                 await self._send("nack", refs[start : start + self.batch_max], delay_ms)
 
     async def _send(self, kind: str, refs: list[MessageRef], delay_ms: int) -> None:
-        body: dict[str, object] = {
-            "messages": [{"partition": r.partition, "offset": r.offset} for r in refs]
-        }
+        body: dict[str, object] = {"ranges": ranges_of(refs)}
         if kind == "nack":
             body["delay_ms"] = delay_ms
         attach_again = self.session.reattach_enabled
@@ -146,3 +172,18 @@ class AckBatcher:
             else:
                 self.nacked += len(refs)
             return
+
+
+def ranges_of(refs: list[MessageRef]) -> list[dict[str, object]]:
+    """``refs`` as the ack body's ``ranges``: runs of consecutive offsets of one partition,
+    in their order (acks made in delivery order are a few runs, not an object each)."""
+    runs: list[dict[str, object]] = []
+    partition: str | None = None
+    last = -2
+    for ref in refs:
+        if ref.partition == partition and ref.offset == last + 1:
+            runs[-1]["last"] = last = ref.offset
+            continue
+        partition, last = ref.partition, ref.offset
+        runs.append({"partition": partition, "first": last, "last": last})
+    return runs

@@ -41,6 +41,17 @@ class Inbox:
         self._items.append(message)
         self._ready.set()
 
+    def put_many(self, messages: list[ReceivedMessage]) -> None:
+        """Queue a delivered batch (one wake-up of the reader for all of it); ProtocolError,
+        nothing queued, when it does not fit."""
+        if len(self._items) + len(messages) > self.capacity:
+            raise ProtocolError(
+                f"the server sent {len(messages)} messages with room for {self.free}"
+            )
+        if messages:
+            self._items.extend(messages)
+            self._ready.set()
+
     def fail(self, error: BaseException) -> None:
         """The source ended: :meth:`get` raises ``error`` once the queue is drained."""
         self.failure = error

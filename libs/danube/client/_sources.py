@@ -161,8 +161,7 @@ class PollSource:
         body = answer.body
         if isinstance(body, bytes):
             self.recovery.healthy()
-            for message in decode_frames_batch(body, self.consumer)[0]:
-                self.inbox.put(message)
+            self.inbox.put_many(decode_frames_batch(body, self.consumer)[0])
             return
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list):
@@ -232,8 +231,7 @@ class StreamSource:
             async for raw in ws:
                 if isinstance(raw, bytes):  # a delivery batch (danube.frames.v1)
                     delivered = self._batch(raw)
-                    for message in delivered:
-                        self.inbox.put(message)
+                    self.inbox.put_many(delivered)
                     if delivered:
                         self.recovery.healthy()
                     continue

@@ -237,7 +237,8 @@ class AsyncConsumer:
         :class:`DeadlineExceededError` when none came, the source's error when it ended."""
         if self._closed:
             raise ClosedError(f"consumer of {self.topic} is closed")
-        await self.start()
+        if self._consumer_id is None:
+            await self.start()
         message = self._inbox.take_nowait()
         if message is None:
             deadline = asyncio.timeout(timeout_s)

@@ -234,11 +234,45 @@ class MessageRefIn(_Request):
     offset: Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
-class AckRequest(_Request):
-    """``POST /v1/consumers/{id}/ack`` and ``/nack``; ``delay_ms`` only matters to a nack."""
+class RefRangeIn(_Request):
+    """Delivered messages ``first..last`` (both included) of one partition (as polled)."""
 
-    messages: Annotated[list[MessageRefIn], Field(min_length=1, max_length=ACK_MESSAGES_CAP)]
+    partition: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=MAX_TOPIC_NAME_CHARS,
+            json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
+        ),
+    ]
+    first: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    last: Annotated[int, Field(ge=0, le=INT64_MAX)]
+
+    @model_validator(mode="after")
+    def _forwards(self) -> RefRangeIn:
+        if self.last < self.first:
+            raise ValueError(f"last ({self.last}) is below first ({self.first})")
+        return self
+
+
+class AckRequest(_Request):
+    """``POST /v1/consumers/{id}/ack`` and ``/nack``: ``messages`` one by one and ``ranges``
+    of consecutive offsets (a consumer that acks in delivery order sends a few ranges, not
+    an object per message), at least one ref and at most ``ACK_MESSAGES_CAP`` in all;
+    ``delay_ms`` only matters to a nack."""
+
+    messages: Annotated[list[MessageRefIn], Field(max_length=ACK_MESSAGES_CAP)] = []
+    ranges: Annotated[list[RefRangeIn], Field(max_length=ACK_MESSAGES_CAP)] = []
     delay_ms: Annotated[int, Field(ge=0, le=NACK_DELAY_MS_CAP)] = 0
+
+    @model_validator(mode="after")
+    def _some_refs(self) -> AckRequest:
+        if not self.messages and not self.ranges:
+            raise ValueError("name at least one message (messages or ranges)")
+        runs = sum(r.last - r.first + 1 for r in self.ranges)
+        if len(self.messages) + runs > ACK_MESSAGES_CAP:
+            raise ValueError(f"at most {ACK_MESSAGES_CAP} messages in one request")
+        return self
 
 
 # --- WebSocket stream frames from the client (GET /v1/consumers/{id}/stream) -----------

@@ -284,13 +284,13 @@ class FanoutRuntime:
         no ref is ever told as not in flight."""
         del timeout_s
         self._check_consumer(request.consumer_id)
-        metrics.ACKED.inc(len(request.messages))
+        metrics.ACKED.inc(request.count())
         return []
 
     async def nack(self, request: protocol.AckRequest) -> None:
         """Accepted; at-most-once, so the message is not delivered again."""
         self._check_consumer(request.consumer_id)
-        metrics.NACKED.inc(len(request.messages))
+        metrics.NACKED.inc(request.count())
 
     async def detach(self, consumer_id: str) -> None:
         """Remove a consumer; what was buffered for it is dropped."""

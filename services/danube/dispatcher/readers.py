@@ -29,6 +29,7 @@ from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.wire.cloud.client import CloudClient
 from danube.wire.ingest.client import IngestClient
+from danube.wire.ingest.protocol import Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,10 @@ class PartitionReader:
         self._wake = asyncio.Event()
         self._resumed = asyncio.Event()
         self._resumed.set()
+        # The highest committed end a live wake-up announced (None: a live body that was
+        # not a wake-up came, so the end is not known from the live subject). A fetch that
+        # reached it needs no follow-up fetch: the next wake-up says when there is more.
+        self.live_end: int | None = 0
 
     def set_paused(self, paused: bool) -> None:
         """Honour PauseReading / ResumeReading from the machine."""
@@ -83,7 +88,12 @@ class PartitionReader:
         """Fetch now rather than at the next idle poll."""
         self._wake.set()
 
-    async def _on_live(self, _message: Message) -> None:
+    async def _on_live(self, message: Message) -> None:
+        wakeup = Wakeup.decode(message.body)
+        if wakeup is None:
+            self.live_end = None
+        elif self.live_end is not None:
+            self.live_end = max(self.live_end, wakeup.next_offset)
         self._wake.set()
 
     async def run(self) -> None:
@@ -173,7 +183,15 @@ class PartitionReader:
         metrics.TIER_MESSAGES.labels(step.tier).inc(len(step.messages))
         event = MessagesAvailable(self.name, step.messages, position, step.next_offset)
         await self.runtime.run_actions(self.runtime.feed(event))
-        return bool(step.messages) or step.tier == "cloud"
+        return step.tier == "cloud" or (
+            bool(step.messages) and not self.reached_live_end(step.next_offset)
+        )
+
+    def reached_live_end(self, next_offset: int) -> bool:
+        """Whether a read up to ``next_offset`` took everything the wake-ups announced:
+        then a fetch right after would come back empty (a tailing reader would fetch twice
+        per wake-up), and the next wake-up (or the idle poll) says when to read again."""
+        return self.live_end is not None and 0 < self.live_end <= next_offset
 
     def _blocked(self, damage: tiers.Damage) -> None:
         """No intact copy at the read position: stop here, say so once (the loop asks both

@@ -320,7 +320,7 @@ class SubscriptionRuntime:
         self.check_serving()
         started_s = time.monotonic()
         self._seen(request.consumer_id)
-        refs = [(m.partition, m.offset) for m in request.messages]
+        refs = request.refs()
         actions = await self.handle(Ack(request.consumer_id, refs))
         ignored = [ref for a in actions if isinstance(a, NotInFlight) for ref in a.refs]
         metrics.ACKED.inc(len(refs) - len(ignored))
@@ -334,7 +334,7 @@ class SubscriptionRuntime:
         """Refuse messages: redelivered after ``delay_ms``."""
         self.check_serving()
         self._seen(request.consumer_id)
-        refs = [(m.partition, m.offset) for m in request.messages]
+        refs = request.refs()
         await self.handle(Nack(request.consumer_id, refs, request.delay_ms, time.monotonic()))
         metrics.NACKED.inc(len(refs))
 

@@ -166,10 +166,9 @@ class DispatcherClient:
         refs: Sequence[tuple[str, int]],
         delay_ms: int,
     ) -> bytes:
-        messages = [{"partition": p, "offset": o} for p, o in refs]
-        body = orjson.dumps(
-            {"consumer_id": consumer_id, "messages": messages, "delay_ms": delay_ms}
-        )
+        # Runs of offsets, not an object per ref: one parse per run at the dispatcher.
+        ranges = protocol.ref_ranges(refs)
+        body = orjson.dumps({"consumer_id": consumer_id, "ranges": ranges, "delay_ms": delay_ms})
         return await self._request(topic, sub, op, body, self.timeout_s)
 
     async def _request(

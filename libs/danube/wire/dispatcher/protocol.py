@@ -14,7 +14,10 @@ little-endian::
     attach reply     {"consumer_id": id}
     poll request     {"consumer_id": id, "max": n, "wait_ms": ms}
     poll reply       a delivery batch (danube.wire.delivery), partitions by topic segment
-    ack / nack       {"consumer_id": id, "messages": [{"partition", "offset"}], "delay_ms": ms}
+    ack / nack       {"consumer_id": id, "ranges": [[partition, first, last], ...],
+                      "messages": [{"partition", "offset"}], "delay_ms": ms}
+                     ranges: runs of consecutive offsets (what clients send); messages:
+                     single refs (older callers); at most REFS_MAX refs in all
     ack reply        {"ok": true, "not_in_flight": [{"partition", "offset"}]}   refs the ack
                      did nothing for (never delivered...; absent from older dispatchers)
     detach request   {"consumer_id": id}
@@ -40,8 +43,8 @@ A body that does not parse is refused with ``bad_request`` (:class:`BadRequestEr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Annotated, Literal, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -137,12 +140,63 @@ class MessageRef(_Body):
     offset: Annotated[int, Field(ge=0, le=2**64 - 1)]
 
 
+# A run of offsets of one partition: (partition segment, first offset, last offset).
+RefRange = tuple[
+    Annotated[str, Field(min_length=1, max_length=256)],
+    Annotated[int, Field(ge=0, le=_U64_MAX)],
+    Annotated[int, Field(ge=0, le=_U64_MAX)],
+]
+
+
 class AckRequest(_Body):
-    """Ack or nack ``messages``; ``delay_ms`` only matters to a nack."""
+    """Ack or nack ``messages`` and the offsets of ``ranges`` (runs of consecutive offsets:
+    a consumer acks most messages in delivery order, so a batch of acks is a few runs, not
+    one object per message); ``delay_ms`` only matters to a nack."""
 
     consumer_id: Annotated[str, Field(min_length=1, max_length=128)]
-    messages: Annotated[list[MessageRef], Field(max_length=REFS_MAX)]
+    messages: Annotated[list[MessageRef], Field(max_length=REFS_MAX)] = []
+    ranges: Annotated[list[RefRange], Field(max_length=REFS_MAX)] = []
     delay_ms: Annotated[int, Field(ge=0, le=NACK_DELAY_MS_MAX)] = 0
+
+    def refs(self) -> list[tuple[str, int]]:
+        """Every ``(partition, offset)`` named, ``messages`` first; BadRequestError for a
+        range that runs backwards or more than ``REFS_MAX`` refs in all."""
+        return [(m.partition, m.offset) for m in self.messages] + expand_ranges(
+            self.ranges, REFS_MAX - len(self.messages)
+        )
+
+    def count(self) -> int:
+        """How many refs the request names (a range running backwards counts none)."""
+        runs = sum(max(last - first + 1, 0) for _, first, last in self.ranges)
+        return len(self.messages) + runs
+
+
+def expand_ranges(ranges: Sequence[tuple[str, int, int]], refs_max: int) -> list[tuple[str, int]]:
+    """The ``(partition, offset)`` refs of ``ranges`` in their order; BadRequestError for a
+    range whose last offset is below its first, or past ``refs_max`` refs in all (checked
+    before anything is built)."""
+    total = 0
+    for partition, first, last in ranges:
+        if last < first:
+            raise BadRequestError(f"range {partition} {first}..{last} runs backwards")
+        total += last - first + 1
+    if total > refs_max:
+        raise BadRequestError(f"{total} refs in one request, at most {refs_max}")
+    return [(p, offset) for p, first, last in ranges for offset in range(first, last + 1)]
+
+
+def ref_ranges(refs: Iterable[tuple[str, int]]) -> list[tuple[str, int, int]]:
+    """``refs`` as runs of consecutive offsets of one partition, in their order (a ref that
+    does not continue the run before it starts a new one)."""
+    runs: list[list[Any]] = []
+    last: list[Any] | None = None
+    for partition, offset in refs:
+        if last is not None and last[0] == partition and last[2] + 1 == offset:
+            last[2] = offset
+        else:
+            last = [partition, offset, offset]
+            runs.append(last)
+    return [(p, first, end) for p, first, end in runs]
 
 
 class DetachRequest(_Body):

@@ -100,25 +100,39 @@ def message_out(topic: TopicName, message: protocol.PolledMessage) -> MessageOut
 
 def message_refs(topic: TopicName, body: AckRequest) -> list[tuple[str, int]]:
     """The ``(partition segment, offset)`` refs the dispatcher takes for an ack or nack body
-    of a consumer of ``topic``; BadRequestError ``invalid_partition`` when one names a
-    partition that is not the topic or one of its partitions."""
+    of a consumer of ``topic`` (``messages``, then the offsets of ``ranges``);
+    BadRequestError ``invalid_partition`` when one names a partition that is not the topic
+    or one of its partitions."""
     # The dispatcher names a partition by its topic segment; the API by its full name, as
     # polled. Another topic's partition is a caller mistake, refused before anything moves.
-    refs = []
-    for index, message in enumerate(body.messages):
-        try:
-            partition = TopicName.parse(message.partition)
-        except InvalidNameError as exc:
-            raise BadRequestError(
-                f"messages[{index}].partition: {exc.message}", code="invalid_partition"
-            ) from exc
-        if partition.parent != topic:
-            raise BadRequestError(
-                f"messages[{index}].partition {partition} is not a partition of {topic}",
-                code="invalid_partition",
-            )
-        refs.append((partition.topic, message.offset))
+    segments: dict[str, str] = {}  # each name checked once, however many refs name it
+
+    def segment(name: str, where: str) -> str:
+        found = segments.get(name)
+        if found is None:
+            found = segments[name] = _segment(topic, name, where)
+        return found
+
+    refs = [(segment(m.partition, f"messages[{i}]"), m.offset) for i, m in enumerate(body.messages)]
+    for i, run in enumerate(body.ranges):
+        name = segment(run.partition, f"ranges[{i}]")
+        refs += ((name, offset) for offset in range(run.first, run.last + 1))
     return refs
+
+
+def _segment(topic: TopicName, name: str, where: str) -> str:
+    try:
+        partition = TopicName.parse(name)
+    except InvalidNameError as exc:
+        raise BadRequestError(
+            f"{where}.partition: {exc.message}", code="invalid_partition"
+        ) from exc
+    if partition.parent != topic:
+        raise BadRequestError(
+            f"{where}.partition {partition} is not a partition of {topic}",
+            code="invalid_partition",
+        )
+    return partition.topic
 
 
 async def _ensure_topic(services: Services, topic: TopicName) -> None:

@@ -1,0 +1,153 @@
+"""A tailing partition reader fetches once per live wake-up: a read that reached the end the
+wake-ups announced is not followed by a fetch that could only come back empty; a read short
+of it (or a live subject that carries no wake-ups) reads on at once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from danube.bus import Message, Subjects
+from danube.dispatcher.damage import DamageBook
+from danube.dispatcher.events import Action, MessagesAvailable
+from danube.dispatcher.readers import PartitionReader
+from danube.frame import RawFrame, append_frame, walk_frames
+from danube.meta import TopicName
+from danube.wire.ingest.client import FetchReply
+from danube.wire.ingest.protocol import Wakeup
+
+pytestmark = pytest.mark.unit
+
+PARTITION = TopicName("ns", "t")
+SETTLE_S = 0.1  # well below readers.IDLE_POLL_S: no idle fetch falls in it
+
+
+class FakeLive:
+    async def unsubscribe(self) -> None:
+        return None
+
+
+class FakeBus:
+    subjects = Subjects()
+
+    def __init__(self) -> None:
+        self.live: Any = None
+
+    async def subscribe(self, subject: str, callback: Any, **_: Any) -> FakeLive:
+        self.live = callback
+        return FakeLive()
+
+
+class FakeCursor:
+    read_position = 0
+
+
+class FakeMachine:
+    def __init__(self) -> None:
+        self.cursor_ = FakeCursor()
+
+    def cursor(self, name: str) -> FakeCursor:
+        return self.cursor_
+
+
+class LogIngest:
+    """A committed log of records; a fetch answers at most ``max_count`` of them."""
+
+    def __init__(self, max_count: int) -> None:
+        self.records: list[bytes] = []
+        self.max_count = max_count
+        self.fetches: list[tuple[int, int]] = []  # (from, messages answered)
+
+    async def fetch_frames(
+        self, partition: TopicName, from_offset: int, **limits: Any
+    ) -> FetchReply[RawFrame]:
+        end = min(len(self.records), from_offset + self.max_count)
+        body = bytearray()
+        for offset in range(from_offset, end):
+            append_frame(body, offset, self.records[offset])
+        frames, _ = walk_frames(bytes(body))
+        self.fetches.append((from_offset, len(frames)))
+        return FetchReply(False, 0, max(end, from_offset), frames)
+
+
+class FakeRuntime:
+    def __init__(self, max_count: int) -> None:
+        self.bus = FakeBus()
+        self.machine = FakeMachine()
+        self.ingest = LogIngest(max_count)
+        self.damage = DamageBook()
+        self.fed: list[int] = []
+
+    def feed(self, event: MessagesAvailable) -> list[Action]:
+        assert event.next_offset is not None
+        self.fed += [offset for offset, _ in event.messages]
+        self.machine.cursor_.read_position = event.next_offset
+        return []
+
+    async def run_actions(self, actions: list[Action]) -> None:
+        return None
+
+    def notify(self) -> None:
+        return None
+
+
+async def _commit(runtime: FakeRuntime, count: int, *, wakeup: bool = True) -> None:
+    """Append ``count`` records and announce them on the live subject."""
+    ingest = runtime.ingest
+    ingest.records += [b"record"] * count
+    # Without a wake-up: a live body that is not one (frames).
+    body = Wakeup(len(ingest.records), count, 6 * count).encode() if wakeup else b"\x00" * 64
+    await runtime.bus.live(Message("live", body, {}))
+    await asyncio.sleep(SETTLE_S)
+
+
+async def _reader(runtime: FakeRuntime) -> asyncio.Task[None]:
+    reader = PartitionReader(runtime, PARTITION, PARTITION.topic)  # type: ignore[arg-type]
+    task = asyncio.create_task(reader.run())
+    await asyncio.sleep(SETTLE_S)  # subscribed, first (empty) fetch made
+    assert runtime.bus.live is not None
+    return task
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_one_fetch_per_wakeup_when_it_reaches_the_announced_end() -> None:
+    runtime = FakeRuntime(max_count=1000)
+    task = await _reader(runtime)
+    try:
+        runtime.ingest.fetches.clear()
+        await _commit(runtime, 3)
+        await _commit(runtime, 2)
+        assert runtime.ingest.fetches == [(0, 3), (3, 2)]
+        assert runtime.fed == [0, 1, 2, 3, 4]
+    finally:
+        await _stop(task)
+
+
+async def test_a_read_short_of_the_announced_end_reads_on_at_once() -> None:
+    runtime = FakeRuntime(max_count=2)
+    task = await _reader(runtime)
+    try:
+        runtime.ingest.fetches.clear()
+        await _commit(runtime, 5)
+        assert runtime.ingest.fetches == [(0, 2), (2, 2), (4, 1)]
+        assert runtime.fed == [0, 1, 2, 3, 4]
+    finally:
+        await _stop(task)
+
+
+async def test_without_wakeups_it_reads_until_a_fetch_comes_back_empty() -> None:
+    runtime = FakeRuntime(max_count=1000)
+    task = await _reader(runtime)
+    try:
+        runtime.ingest.fetches.clear()
+        await _commit(runtime, 3, wakeup=False)
+        assert runtime.ingest.fetches == [(0, 3), (3, 0)]
+        assert runtime.fed == [0, 1, 2]
+    finally:
+        await _stop(task)
