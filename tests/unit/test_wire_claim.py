@@ -69,7 +69,22 @@ async def test_no_responders_claims_then_retries_until_an_answer() -> None:
     assert await _call(server, clock) == 7
     assert server.claims == [102.0]  # one claim, for the no-responders only
     assert server.deadlines == [102.0] * 3  # one deadline for the whole call
-    assert len(clock.sleeps) == 2
+    assert len(clock.sleeps) == 1  # after the refusal; not after the claim that answered
+    assert all(0.01 <= delay_s <= 0.5 for delay_s in clock.sleeps)
+
+
+async def test_the_first_claim_that_answered_is_retried_at_once_later_ones_back_off() -> None:
+    # A first produce: no owner, the claim places one and answers; the retry finds it
+    # without a pause (a pause there was the tail of a light load).
+    clock, server = FakeClock(), FakeServer([NoRespondersError("s"), 7])
+    assert await _call(server, clock) == 7
+    assert server.claims == [102.0]
+    assert clock.sleeps == []
+    # The owner still does not answer after its claim: every later claim backs off.
+    clock, server = FakeClock(), FakeServer([NoRespondersError("s")] * 4 + [7])
+    assert await _call(server, clock) == 7
+    assert len(server.claims) == 4
+    assert len(clock.sleeps) == 3
     assert all(0.01 <= delay_s <= 0.5 for delay_s in clock.sleeps)
 
 

@@ -8,6 +8,11 @@ to claim the work and retries with capped, jittered backoff (danube.meta.backoff
 within one deadline; when the deadline cannot be met it raises the last reason the server
 gave (its code says more than a timeout), else ``TimeoutError``.
 
+A claim that answered (no reason given) is followed by the next attempt at once, not after
+a backoff: its owner serves now, and a first produce or attach should not pay a pause for
+the claim it needed (docs/performance.md, "The tail at a light load"). Only the first
+claim of a request is trusted this way; every later failure backs off.
+
 The transport is the two callables: ``attempt(deadline)`` makes one request, ``claim(deadline)``
 asks for an owner. Tests pass fakes of both (and of the clock and sleep): the loop itself
 does no I/O.
@@ -45,7 +50,8 @@ async def request_with_claim(
 
     - ``NoRespondersError``: ``claim(deadline)``; the RemoteError it returns (the queue
       group's reason there is no owner, if any) becomes the reason kept for the end, and is
-      raised at once when its code is in ``give_up_codes``.
+      raised at once when its code is in ``give_up_codes``. The first claim that returns
+      no reason is followed by the next attempt at once.
     - ``RemoteError``: raised at once unless retriable and not in ``give_up_codes`` (those
       are retriable, but not within one request: e.g. a full disk); else kept as the reason.
     - Anything else propagates. When the next backoff would pass the deadline: the kept
@@ -56,13 +62,18 @@ async def request_with_claim(
     deadline = now() + timeout_s
     failures = 0
     reason: RemoteError | None = None  # why the last attempt failed, if the server said
+    claimed = False  # a claim answered already: later ones back off
     while True:
         try:
             return await attempt(deadline)
         except NoRespondersError:
-            reason = await claim(deadline) or reason
+            refused = await claim(deadline)
+            reason = refused or reason
             if reason is not None and reason.code in give_up_codes:
                 raise reason from None
+            if refused is None and not claimed:
+                claimed = True
+                continue
         except RemoteError as exc:
             if not exc.retriable or exc.code in give_up_codes:
                 raise

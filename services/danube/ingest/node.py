@@ -180,7 +180,11 @@ class Node:
     async def answer_claim(self, request: Request) -> bytes:
         """Place the partition if it has no replica set yet, start our replica if we hold
         one, and wait (briefly) for a leader: PartitionUnavailableError when none can come
-        (no in-sync replica is alive), LeaderPendingError when one is slow to."""
+        (no in-sync replica is alive), LeaderPendingError when one is slow to.
+
+        When the leader is this node's replica, the answer waits until its handlers serve
+        (the requester retries at once, danube.wire.claim), woken by the replica itself
+        rather than by the next poll of etcd."""
         name = self.bus.subjects.parse(request.subject).name
         factor, min_insync, volatile = await self._replication_of(name)
         if volatile:
@@ -193,16 +197,31 @@ class Node:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CLAIM_WAIT_S
         while True:
+            kept = self._replicas.get(name)
+            # Taken before the read: a start of leading after it ends the wait below at once.
+            leading = None if kept is None else kept.replica.next_leading()
             view = await leadership.read(self.store, name)
-            if view.owner is not None:
-                return orjson.dumps({"leader": view.owner.node_id, "epoch": view.owner.epoch})
-            if not await self._may_get_leader(view):
+            owner = view.owner
+            if owner is not None and (kept is None or self._serves(name, owner)):
+                return orjson.dumps({"leader": owner.node_id, "epoch": owner.epoch})
+            if owner is None and not await self._may_get_leader(view):
                 raise _unavailable(name, assignment.replicas, view)
             if loop.time() >= deadline:
                 raise leadership.LeaderPendingError(
                     f"{name} has no leader yet (replicas {', '.join(assignment.replicas)})"
                 )
-            await asyncio.sleep(_CLAIM_POLL_S)
+            if leading is None:
+                await asyncio.sleep(_CLAIM_POLL_S)
+            else:
+                await asyncio.wait({leading}, timeout=_CLAIM_POLL_S)
+
+    def _serves(self, name: TopicName, owner: Owner) -> bool:
+        """Whether ``owner``'s handlers serve: another node's are its own business; ours
+        once our replica leads at the owner's epoch."""
+        if owner.node_id != self.node_id:
+            return True
+        partition = self.get(name)
+        return partition is not None and partition.term.epoch == owner.epoch
 
     async def answer_probe(self, request: Request) -> bytes:
         """Whether the partition has a leader, or may get one (read-only, at once):

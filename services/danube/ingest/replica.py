@@ -78,6 +78,7 @@ class Replica:
         self._wake = asyncio.Event()
         self._stopped = False
         self._release = False
+        self._next_leading: asyncio.Future[None] | None = None
 
     @property
     def partition(self) -> Partition | None:
@@ -87,6 +88,13 @@ class Replica:
     def kick(self) -> None:
         """Something about the partition changed in etcd: reconcile now."""
         self._wake.set()
+
+    def next_leading(self) -> asyncio.Future[None]:
+        """Done when this replica next starts leading, its handlers serving (a claim
+        request waits on it rather than polling etcd; never done if it does not lead)."""
+        if self._next_leading is None:
+            self._next_leading = asyncio.get_running_loop().create_future()
+        return self._next_leading
 
     # --- the reconcile loop --------------------------------------------------------------
 
@@ -284,6 +292,9 @@ class Replica:
             task.add_done_callback(_report_early_end)
         self.leading = _Leading(partition, responders, tasks)
         metrics.LEADER_ELECTIONS.inc()
+        started, self._next_leading = self._next_leading, None
+        if started is not None and not started.done():
+            started.set_result(None)
 
     def _on_fenced(self, partition: Partition, fatal: bool) -> None:
         if fatal:
