@@ -25,6 +25,7 @@ from danube.config import (
 )
 from danube.frame import Record, decode_record, encode_record
 from danube.ingest import app
+from danube.ingest import node as ingest_node
 from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
@@ -123,6 +124,27 @@ async def test_claim_produce_fetch_live_and_stats(
         assert _sample("danube_ingest_commit_seconds_count") == commits_before + 2
         assert _sample("danube_ingest_write_seconds_count") > writes_before
     await live.unsubscribe()
+
+
+async def test_a_claim_answers_once_its_leader_serves_not_at_its_next_poll(
+    bus: Bus, settings_for: Callable[[str], DanubeSettings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first produce to a partition pays its claim: the answer is woken by the replica
+    # starting to lead, not by the next poll of etcd (here an hour away), and comes only
+    # once the leader's handlers serve, so the requester's retry at once finds them.
+    monkeypatch.setattr(ingest_node, "_CLAIM_POLL_S", 3600.0)
+    async with running_node(settings_for("a"), "node-a"):
+        async with asyncio.timeout(10):
+            while True:
+                try:
+                    answer = await bus.request(bus.subjects.ownership(P), b"", timeout_s=10)
+                    break
+                except NoRespondersError:  # the node is not serving claims yet
+                    await asyncio.sleep(0.05)
+            assert orjson.loads(answer.body) == {"leader": "node-a", "epoch": 1}
+            body = protocol.encode_produce_request(_records(b"first"))
+            reply = await bus.request(bus.subjects.produce(P), body, timeout_s=5)
+            assert protocol.decode_produce_reply(reply.body) == (0, 1)
 
 
 async def test_bad_produce_body_is_refused_and_nothing_is_written(
