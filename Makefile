@@ -73,6 +73,7 @@ bench: setup setup-bench
 	$(BIN)/python tests/bench/bench_dispatch_latency.py
 	$(BIN)/python tests/bench/bench_cloud_read.py
 	$(BIN)/python tests/bench/bench_client.py
+	$(BIN)/python tests/bench/bench_first_produce.py
 	$(BIN)/python tests/bench/bench_produce_transport.py
 	$(BIN)/python tests/bench/bench_spark.py
 	$(BIN)/python tests/bench/bench_replication.py
