@@ -177,3 +177,17 @@ async def test_a_connection_the_server_closed_is_replaced_and_errors_map() -> No
     with pytest.raises(TransportError):
         await dead.request("POST", "/p", content=b"3", lean=True)
     await dead.aclose()
+
+
+async def test_an_answer_that_is_not_http_1_1_or_too_large_is_a_transport_error() -> None:
+    seen: list[bytes] = []
+    huge_head = b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * (70 * 1024) + b"\r\n\r\n"
+    answers = [b"SSH-2.0-OpenSSH_9.6\r\n\r\n", huge_head]
+    for answer in answers:
+        server, port = await _serve([answer], seen, close_after_first=True)
+        async with server:
+            http = HttpCore(f"http://127.0.0.1:{port}", timeout_s=2, retry=FAST)
+            with pytest.raises(TransportError):
+                await http.request("POST", "/p", content=b"x", lean=True)
+            await http.aclose()
+    assert len(seen) == 2  # each was asked once: a refused answer is not retried here
