@@ -43,7 +43,9 @@ def test_make_run_starts_servers_and_ctrl_c_stops_them(tmp_path: Path) -> None:
         )
     try:
         deadline = time.monotonic() + 90
-        while "mesh ready" not in log_path.read_text(errors="replace"):
+        # The announcement ends with this line (after "mesh ready", the URLs and the security
+        # banner): waiting for "mesh ready" alone raced the banner's next lines under load.
+        while "press Ctrl-C to stop" not in log_path.read_text(errors="replace"):
             assert make.poll() is None, log_path.read_text(errors="replace")
             assert time.monotonic() < deadline, log_path.read_text(errors="replace")
             time.sleep(0.1)
