@@ -31,16 +31,12 @@ from danube.frame.errors import (
     CorruptFrameError,
     CorruptRecordError,
     TruncatedFramesError,
-    UnsupportedRecordVersionError,
 )
 from danube.frame.record import (
-    MAX_ATTRIBUTE_NAME_BYTES,
-    MAX_ATTRIBUTE_VALUE_BYTES,
-    MAX_ATTRIBUTES,
-    MAX_KEY_BYTES,
-    MAX_PRODUCER_NAME_BYTES,
     RECORD_HEADER_BYTES,
     RECORD_VERSION,
+    read_attributes,
+    read_record_header,
 )
 
 # The frame header (codec.py): offset u64, length u32, crc u32; the crc covers the first two.
@@ -53,7 +49,6 @@ _LENGTH = struct.Struct("<H")
 _FLAG_KEY = 1
 _FLAG_SCHEMA_ID = 2
 _FLAG_SCHEMA_VERSION = 4
-_KNOWN_FLAGS = _FLAG_KEY | _FLAG_SCHEMA_ID | _FLAG_SCHEMA_VERSION
 _STAMP_FLAGS = _FLAG_SCHEMA_ID | _FLAG_SCHEMA_VERSION
 _STAMP = struct.Struct("<II")  # schema_id, schema_version
 _STAMP_AT = 10  # their position in the record header
@@ -200,32 +195,7 @@ def scan_frames_for_produce(
 def check_record(view: memoryview, start: int, end: int) -> tuple[str | None, int]:
     """Check the record spanning ``view[start:end]`` as :func:`decode_record_fields` does,
     building nothing but its key; ``(key, payload size)``. Raises like it."""
-    size = end - start
-    if size == 0:
-        raise CorruptRecordError("empty buffer")
-    if view[start] != RECORD_VERSION:
-        raise UnsupportedRecordVersionError(view[start])
-    if size < RECORD_HEADER_BYTES:
-        raise CorruptRecordError(
-            f"{size} bytes, shorter than the {RECORD_HEADER_BYTES}-byte header"
-        )
-    (_, flags, _, schema_id, schema_version, producer_len, key_len, count, payload_len) = (
-        _RECORD.unpack_from(view, start)
-    )
-    if flags & ~_KNOWN_FLAGS:
-        raise CorruptRecordError(f"unknown flags {flags:#04x}")
-    if key_len and not flags & _FLAG_KEY:
-        raise CorruptRecordError(f"key length is {key_len} but flagged absent")
-    if schema_id and not flags & _FLAG_SCHEMA_ID:
-        raise CorruptRecordError(f"schema_id is {schema_id} but flagged absent")
-    if schema_version and not flags & _FLAG_SCHEMA_VERSION:
-        raise CorruptRecordError(f"schema_version is {schema_version} but flagged absent")
-    if producer_len > MAX_PRODUCER_NAME_BYTES:
-        raise CorruptRecordError(f"producer length of {producer_len} exceeds the limit")
-    if key_len > MAX_KEY_BYTES:
-        raise CorruptRecordError(f"key length of {key_len} exceeds the limit")
-    if count > MAX_ATTRIBUTES:
-        raise CorruptRecordError(f"attribute count of {count} exceeds the limit")
+    flags, _, _, _, producer_len, key_len, count, payload_len = read_record_header(view, start, end)
     pos = start + RECORD_HEADER_BYTES
     key_at = pos + producer_len
     text_end = key_at + key_len
@@ -237,43 +207,13 @@ def check_record(view: memoryview, start: int, end: int) -> tuple[str | None, in
         key = str(view[key_at:text_end], "utf-8") if flags & _FLAG_KEY else None
     except UnicodeDecodeError as exc:
         raise CorruptRecordError("producer or key is not valid UTF-8") from exc
-    pos = _check_attributes(view, text_end, end, count) if count else text_end
+    pos = read_attributes(view, text_end, end, count, {}) if count else text_end
     if end - pos != payload_len:
         problem = "truncated in payload" if end - pos < payload_len else "trailing bytes"
         raise CorruptRecordError(
             f"{problem}: {end - pos} bytes left for a {payload_len}-byte payload"
         )
     return key, payload_len
-
-
-def _check_attributes(view: memoryview, pos: int, end: int, count: int) -> int:
-    """Check ``count`` attributes from ``pos``; the position after them."""
-    names: set[str] = set()
-    for index in range(count):
-        texts = []
-        for part, limit in (
-            ("name", MAX_ATTRIBUTE_NAME_BYTES),
-            ("value", MAX_ATTRIBUTE_VALUE_BYTES),
-        ):
-            if end - pos < _LENGTH.size:
-                raise CorruptRecordError(f"truncated in attribute {index} {part} length")
-            (size,) = _LENGTH.unpack_from(view, pos)
-            if size > limit:
-                raise CorruptRecordError(
-                    f"attribute {index} {part} length of {size} exceeds the limit"
-                )
-            pos += _LENGTH.size
-            if end - pos < size:
-                raise CorruptRecordError(f"truncated in attribute {index} {part}")
-            try:
-                texts.append(str(view[pos : pos + size], "utf-8"))
-            except UnicodeDecodeError as exc:
-                raise CorruptRecordError(f"attribute {index} {part} is not valid UTF-8") from exc
-            pos += size
-        if texts[0] in names:
-            raise CorruptRecordError(f"duplicate attribute name {texts[0]!r}")
-        names.add(texts[0])
-    return pos
 
 
 def stamp_schema(record: BytesLike, schema_id: int, version: int) -> bytes:

@@ -215,27 +215,9 @@ def decode_record_fields(buf: bytes | bytearray | memoryview) -> RecordFields:
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     end = len(view)
-    if end == 0:
-        raise CorruptRecordError("empty buffer")
-    if view[0] != RECORD_VERSION:
-        raise UnsupportedRecordVersionError(view[0])
-    if end < RECORD_HEADER_BYTES:
-        raise CorruptRecordError(f"{end} bytes, shorter than the {RECORD_HEADER_BYTES}-byte header")
-    (_, flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len) = (
-        _HEADER.unpack_from(view)
+    flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len = (
+        read_record_header(view, 0, end)
     )
-    if flags & ~_KNOWN_FLAGS:
-        raise CorruptRecordError(f"unknown flags {flags:#04x}")
-    # An absent field must be all zero, so that one record has exactly one encoding.
-    if key_len and not flags & _FLAG_KEY:
-        raise CorruptRecordError(f"key length is {key_len} but flagged absent")
-    if schema_id and not flags & _FLAG_SCHEMA_ID:
-        raise CorruptRecordError(f"schema_id is {schema_id} but flagged absent")
-    if schema_version and not flags & _FLAG_SCHEMA_VERSION:
-        raise CorruptRecordError(f"schema_version is {schema_version} but flagged absent")
-    _check(producer_len, MAX_PRODUCER_NAME_BYTES, "producer length")
-    _check(key_len, MAX_KEY_BYTES, "key length")
-    _check(count, MAX_ATTRIBUTES, "attribute count")
     pos = RECORD_HEADER_BYTES
     if end - pos < producer_len + key_len:
         raise CorruptRecordError("truncated in producer or key")
@@ -245,7 +227,7 @@ def decode_record_fields(buf: bytes | bytearray | memoryview) -> RecordFields:
     pos += key_len
     attributes: dict[str, str] = {}
     if count:
-        pos = _attributes(view, pos, count, attributes)
+        pos = read_attributes(view, pos, end, count, attributes)
     if end - pos != payload_len:
         problem = "truncated in payload" if end - pos < payload_len else "trailing bytes"
         raise CorruptRecordError(
@@ -262,9 +244,46 @@ def decode_record_fields(buf: bytes | bytearray | memoryview) -> RecordFields:
     )
 
 
-def _attributes(view: memoryview, pos: int, count: int, attributes: dict[str, str]) -> int:
-    """Decode ``count`` attributes from ``pos`` into ``attributes``; the position after them."""
-    end = len(view)
+def read_record_header(
+    view: memoryview, start: int, end: int
+) -> tuple[int, int, int, int, int, int, int, int]:
+    """The header of the record in ``view[start:end]`` once it holds together — version,
+    size, flags that agree with their fields, limits: the checks every reader of a record
+    shares (:func:`decode_record_fields`, and ``danube.frame.produce.check_record``, which
+    builds nothing). ``(flags, time_ms, schema_id, schema_version, producer_len, key_len,
+    attribute count, payload_len)``, a plain tuple (this runs once per record)."""
+    size = end - start
+    if size == 0:
+        raise CorruptRecordError("empty buffer")
+    if view[start] != RECORD_VERSION:
+        raise UnsupportedRecordVersionError(view[start])
+    if size < RECORD_HEADER_BYTES:
+        raise CorruptRecordError(
+            f"{size} bytes, shorter than the {RECORD_HEADER_BYTES}-byte header"
+        )
+    (_, flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len) = (
+        _HEADER.unpack_from(view, start)
+    )
+    if flags & ~_KNOWN_FLAGS:
+        raise CorruptRecordError(f"unknown flags {flags:#04x}")
+    # An absent field must be all zero, so that one record has exactly one encoding.
+    if key_len and not flags & _FLAG_KEY:
+        raise CorruptRecordError(f"key length is {key_len} but flagged absent")
+    if schema_id and not flags & _FLAG_SCHEMA_ID:
+        raise CorruptRecordError(f"schema_id is {schema_id} but flagged absent")
+    if schema_version and not flags & _FLAG_SCHEMA_VERSION:
+        raise CorruptRecordError(f"schema_version is {schema_version} but flagged absent")
+    _check(producer_len, MAX_PRODUCER_NAME_BYTES, "producer length")
+    _check(key_len, MAX_KEY_BYTES, "key length")
+    _check(count, MAX_ATTRIBUTES, "attribute count")
+    return flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len
+
+
+def read_attributes(
+    view: memoryview, pos: int, end: int, count: int, attributes: dict[str, str]
+) -> int:
+    """Decode ``count`` attributes from ``pos`` (before ``end``) into ``attributes``; the
+    position after them."""
     for index in range(count):
         texts = []
         for part, limit in (
