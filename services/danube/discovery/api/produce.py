@@ -35,6 +35,7 @@ from danube.discovery.produce_binary import (
 )
 from danube.discovery.produce_body import parse_produce, produce_answer
 from danube.errors import DanubeError
+from danube.meta import TopicName
 from danube.security import Permission, Resource
 
 log = logging.getLogger(__name__)
@@ -96,22 +97,36 @@ async def fast_produce(services: Services, scope: Scope, body: bytes) -> Answer 
     except DanubeError:
         return None  # the route's 400 names the rule
     try:
-        authorize_before_routing(
-            scope,
-            services.security,
-            Permission.Produce,
-            Resource.topic(name),
-            action=f"POST {PRODUCE_TEMPLATE}",
-        )
-        await services.producers.check(name, request.producer_id)
+        await _admit(services, scope, name, request.producer_id)
         results = await services.producer.produce(name, request)
-    except (DanubeError, TimeoutError) as exc:
+    except Exception as exc:
+        return _failed(exc, name)
+    return 200, produce_answer([(r.partition, r.offset) for r in results]), None
+
+
+async def _admit(
+    services: Services, scope: Scope, name: TopicName, producer_id: str | None
+) -> None:
+    """What both bodies check before routing: the principal may produce to ``name``, and a
+    producer session, if one is named, holds it."""
+    authorize_before_routing(
+        scope,
+        services.security,
+        Permission.Produce,
+        Resource.topic(name),
+        action=f"POST {PRODUCE_TEMPLATE}",
+    )
+    await services.producers.check(name, producer_id)
+
+
+def _failed(exc: Exception, name: TopicName | None) -> Answer:
+    """The answer to a produce that raised ``exc``: its error for ours (and timeouts), a
+    logged 500 for anything else."""
+    if isinstance(exc, DanubeError | TimeoutError):
         status, error, headers = danube_error_answer(exc)
         return status, orjson.dumps(error), headers
-    except Exception:
-        log.exception("produce to %s failed", name)
-        return 500, orjson.dumps(error_body(Exception())), None
-    return 200, produce_answer([(r.partition, r.offset) for r in results]), None
+    log.error("produce to %s failed", name, exc_info=exc)
+    return 500, orjson.dumps(error_body(Exception())), None
 
 
 async def _binary_produce(
@@ -125,23 +140,12 @@ async def _binary_produce(
         name = user_topic(ns, topic)
         params = parse_binary_params(scope["query_string"])
         frames = scan_body(body, max_messages=services.producer.limits.max_messages)
-        authorize_before_routing(
-            scope,
-            services.security,
-            Permission.Produce,
-            Resource.topic(name),
-            action=f"POST {PRODUCE_TEMPLATE}",
-        )
-        await services.producers.check(name, params.producer_id)
+        await _admit(services, scope, name, params.producer_id)
         names, routed, offsets = await services.producer.produce_frames(
             name, frames, dispatch=params.dispatch, schema_version=params.schema_version
         )
-    except (DanubeError, TimeoutError) as exc:
-        status, error, headers = danube_error_answer(exc)
-        return status, orjson.dumps(error), headers
-    except Exception:
-        log.exception("produce to %s failed", name)
-        return 500, orjson.dumps(error_body(Exception())), None
+    except Exception as exc:
+        return _failed(exc, name)
     return 200, runs_answer(names, routed, offsets), None
 
 
