@@ -66,10 +66,25 @@ def find_binary(name: str) -> str:
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
+    """A TCP port the OS picked, held for whoever binds it next with ``SO_REUSEADDR`` (every
+    server here does: Go's, uvicorn's, gRPC's, Python's HTTP servers).
+
+    A port that was merely free a moment ago can be handed out again before its server binds
+    it: ``danube up`` picks all its ports first, and two picks in a row land on the same port
+    about once in 14 000 (a dispatcher then never became ready in CI). So the port is left in
+    TIME_WAIT (a connection to it, closed from its side first): for a minute the kernel hands
+    it to no other ``bind(0)`` and no outgoing connection, while a server with ``SO_REUSEADDR``
+    binds it at once."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, 0))
+        listener.listen(1)
+        address = listener.getsockname()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as client:
+            client.connect(address)
+            accepted, _ = listener.accept()
+            accepted.close()  # the side that closes first keeps the port in TIME_WAIT
+        port: int = address[1]
         return port
 
 
