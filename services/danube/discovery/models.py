@@ -219,32 +219,29 @@ class SkipRequest(_Request):
     to_offset: Annotated[int, Field(ge=0, le=2**64 - 1)] | None = None
 
 
+# A partition's name as a poll answered it. The pattern is documented, and checked by the route
+# (400 invalid_partition).
+PolledPartition = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TOPIC_NAME_CHARS,
+        json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
+    ),
+]
+
+
 class MessageRefIn(_Request):
     """One delivered message: its partition (as polled) and offset."""
 
-    # The pattern is documented, and checked by the route (400 invalid_partition).
-    partition: Annotated[
-        str,
-        Field(
-            min_length=1,
-            max_length=MAX_TOPIC_NAME_CHARS,
-            json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
-        ),
-    ]
+    partition: PolledPartition
     offset: Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
 class RefRangeIn(_Request):
     """Delivered messages ``first..last`` (both included) of one partition (as polled)."""
 
-    partition: Annotated[
-        str,
-        Field(
-            min_length=1,
-            max_length=MAX_TOPIC_NAME_CHARS,
-            json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
-        ),
-    ]
+    partition: PolledPartition
     first: Annotated[int, Field(ge=0, le=INT64_MAX)]
     last: Annotated[int, Field(ge=0, le=INT64_MAX)]
 
