@@ -30,7 +30,13 @@ from danube.discovery.grpc_api.clients import Clients, ConsumerEntry, ProducerEn
 from danube.discovery.models import TopicSpec
 from danube.discovery.producers import ProducerSessions
 from danube.errors import DanubeError
-from danube.frame import InvalidRecordError, Record, decode_record, encode_record
+from danube.frame import (
+    CorruptFrameError,
+    InvalidRecordError,
+    Record,
+    decode_record,
+    encode_record,
+)
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.meta.records import AccessMode, Dispatch
@@ -316,10 +322,27 @@ class DanubeApi:
                 )
                 continue
             entry.last_seen = time.monotonic()
+            corrupt: list[tuple[str, int]] = []
             for message in polled.messages:
                 partition = TopicName(entry.topic.namespace, message.partition)
+                try:
+                    out = self._stream_message(entry, partition, message)
+                except CorruptFrameError as exc:  # damaged on the way: it comes again, read afresh
+                    log.warning("%s@%d: %s; nacked", partition, message.offset, exc)
+                    corrupt.append((message.partition, message.offset))
+                    continue
                 self.clients.delivered(partition, entry.subscription, message.offset, entry.id)
-                yield self._stream_message(entry, partition, message)
+                yield out
+            if corrupt:
+                await self._nack_corrupt(entry, corrupt)
+
+    async def _nack_corrupt(self, entry: ConsumerEntry, refs: list[tuple[str, int]]) -> None:
+        try:
+            await self.services.dispatcher.nack(
+                entry.topic, entry.subscription, entry.dispatcher_id, refs, delay_ms=0
+            )
+        except DanubeError as exc:  # left unacked: it comes again as any unacked message does
+            log.warning("nack of damaged frames of %s: %s", entry.topic, exc)
 
     async def _reattach(self, entry: ConsumerEntry) -> None:
         try:
