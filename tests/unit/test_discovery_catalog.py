@@ -155,8 +155,12 @@ async def test_a_refresh_does_not_replace_an_entry_written_meanwhile() -> None:
 async def test_refreshes_are_bounded_and_end_at_close() -> None:
     refresher = Refresher(max_running=2)
     gate = asyncio.Event()
-    started = [refresher.start(key, gate.wait) for key in ("a", "a", "b", "c")]
+
+    async def wait() -> None:
+        await gate.wait()
+
+    started = [refresher.start(key, wait) for key in ("a", "a", "b", "c")]
     assert started == [True, False, True, False]  # one per key, at most two at once
     await refresher.close()
     assert refresher.running == 0
-    assert not refresher.start("d", gate.wait)  # closed: takes no more
+    assert not refresher.start("d", wait)  # closed: takes no more
