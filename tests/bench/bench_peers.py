@@ -37,6 +37,7 @@ from typing import Any
 
 import nats
 import redis.asyncio as aioredis
+import uvloop
 from nats.js import JetStreamContext
 from rich.console import Console
 from rich.table import Table
@@ -561,4 +562,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse()))
+    # The peers' clients on uvloop, as `danube bench` is (danube.cli._common.run): both
+    # sides' Python clients on the same loop.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main(parse()))

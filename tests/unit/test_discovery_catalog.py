@@ -1,15 +1,19 @@
-"""The produce path's topic cache: fresh entries, and a stale one while etcd fails."""
+"""The produce path's topic cache: fresh entries, a stale one while etcd fails, and
+refresh-ahead (an entry in use is read again in the background before it expires, so no
+produce waits on etcd for it; one not in use still expires)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from danube.discovery.catalog import Catalog
+from danube.discovery.refresh import Refresher
 from danube.meta import TopicName
 from danube.meta.errors import MetaUnavailableError
-from danube.meta.records import TopicConfig
+from danube.meta.records import NamespacePolicy, TopicConfig
 
 pytestmark = pytest.mark.unit
 
@@ -40,3 +44,123 @@ async def test_a_stale_config_routes_produces_while_etcd_fails() -> None:
     assert store.reads == 2  # it did ask etcd first
     with pytest.raises(MetaUnavailableError):  # never seen: nothing to fall back on
         await catalog.cached_topic(TopicName("default", "other"))
+
+
+class GatedStore:
+    """Answers ``get_model`` only once the test opens the gate; counts the asks."""
+
+    def __init__(self) -> None:
+        self.partitions = 2
+        self.asked = 0
+        self.gate = asyncio.Event()
+
+    async def get_model(self, key: str, model: type[Any]) -> Any:
+        self.asked += 1
+        await self.gate.wait()
+        if model is NamespacePolicy:
+            return NamespacePolicy(created_ms=1)
+        return TopicConfig(partitions=self.partitions, created_ms=1)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+async def _settle() -> None:
+    for _ in range(5):  # a background read and its bookkeeping take a few loop turns
+        await asyncio.sleep(0)
+
+
+def _answered(task: asyncio.Task[Any]) -> bool:
+    """Whether a cache read finished without waiting on the store (its first step)."""
+    return task.done()
+
+
+async def test_an_entry_in_use_is_read_again_in_the_background_before_it_expires() -> None:
+    store, clock, refresher = GatedStore(), Clock(), Refresher()
+    catalog = Catalog(store, cache_ttl_s=2.0, refresher=refresher, clock=clock)  # type: ignore[arg-type]
+    store.gate.set()
+    assert (await catalog.cached_topic(TOPIC)) == TopicConfig(partitions=2, created_ms=1)
+    store.gate.clear()  # from here on, a read of etcd waits until the test opens the gate
+    store.partitions = 3
+
+    clock.now_s = 1.5  # past half its TTL: served from the cache, a refresh starts
+    hit = asyncio.ensure_future(catalog.cached_topic(TOPIC))
+    await asyncio.sleep(0)
+    assert _answered(hit)
+    assert hit.result() == TopicConfig(partitions=2, created_ms=1)
+    await _settle()
+    assert (store.asked, refresher.running) == (2, 1)  # its read waits at the gate
+    again = asyncio.ensure_future(catalog.cached_topic(TOPIC))  # one refresh per key
+    await asyncio.sleep(0)
+    assert _answered(again)
+    await _settle()
+    assert (store.asked, refresher.running) == (2, 1)
+    store.gate.set()
+    await _settle()
+    assert refresher.running == 0
+
+    # Past the first read's expiry (2.0) the refreshed entry answers, with no read inline
+    # (before: this produce waited on etcd).
+    store.gate.clear()
+    clock.now_s = 2.5
+    late = asyncio.ensure_future(catalog.cached_topic(TOPIC))
+    await asyncio.sleep(0)
+    assert _answered(late)
+    assert late.result() == TopicConfig(partitions=3, created_ms=1)
+    await refresher.close()
+    late.cancel()
+
+
+async def test_an_entry_nobody_asks_for_still_expires_and_is_read_inline() -> None:
+    store, clock, refresher = GatedStore(), Clock(), Refresher()
+    catalog = Catalog(store, cache_ttl_s=2.0, refresher=refresher, clock=clock)  # type: ignore[arg-type]
+    store.gate.set()
+    await catalog.cached_topic(TOPIC)
+    await catalog.cached_namespace("default")
+    store.gate.clear()
+    store.partitions = 3
+    clock.now_s = 2.0  # expired, never asked for in its second half: nothing refreshed it
+    read = asyncio.ensure_future(catalog.cached_topic(TOPIC))
+    await _settle()
+    assert not read.done()
+    assert refresher.running == 0
+    store.gate.set()
+    assert (await read) == TopicConfig(partitions=3, created_ms=1)
+    assert store.asked == 3
+    await refresher.close()
+
+
+async def test_a_refresh_does_not_replace_an_entry_written_meanwhile() -> None:
+    store, clock, refresher = GatedStore(), Clock(), Refresher()
+    catalog = Catalog(store, cache_ttl_s=2.0, refresher=refresher, clock=clock)  # type: ignore[arg-type]
+    store.gate.set()
+    await catalog.cached_topic(TOPIC)
+    store.gate.clear()
+    clock.now_s = 1.5
+    await catalog.cached_topic(TOPIC)  # starts a refresh, which reads 2 partitions
+    await _settle()
+    assert refresher.running == 1
+    catalog._remember(TOPIC, TopicConfig(partitions=5, created_ms=1))  # an update here
+    store.gate.set()
+    await _settle()
+    assert (await catalog.cached_topic(TOPIC)) == TopicConfig(partitions=5, created_ms=1)
+    await refresher.close()
+
+
+async def test_refreshes_are_bounded_and_end_at_close() -> None:
+    refresher = Refresher(max_running=2)
+    gate = asyncio.Event()
+
+    async def wait() -> None:
+        await gate.wait()
+
+    started = [refresher.start(key, wait) for key in ("a", "a", "b", "c")]
+    assert started == [True, False, True, False]  # one per key, at most two at once
+    await refresher.close()
+    assert refresher.running == 0
+    assert not refresher.start("d", wait)  # closed: takes no more

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import uvloop
 from rich.console import Console
 from rich.markup import escape
 
@@ -134,9 +135,11 @@ def fail(command: str, message: str, code: int = EXIT_ERROR) -> typer.Exit:
 
 def run(command: str, main: Coroutine[Any, Any, int | None]) -> None:
     """Run a command's coroutine; expected errors end it with one line and exit code 1,
-    a bad argument with 2, Ctrl-C with 130."""
+    a bad argument with 2, Ctrl-C with 130. On uvloop, as the services: a command is mostly
+    SDK round trips (``danube bench`` above all), each costing a few turns of the loop."""
     try:
-        code = asyncio.run(main)
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            code = runner.run(main)
     except KeyboardInterrupt:
         err.print(f"danube {command}: interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None

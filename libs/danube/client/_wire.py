@@ -153,7 +153,18 @@ class _StaleConnectionError(Exception):
 class _Parsed:
     """What httptools hands over while it parses one answer (its callbacks)."""
 
-    __slots__ = ("body", "done", "head_bytes", "headers", "headers_done", "size")
+    __slots__ = (
+        "body",
+        "done",
+        "head_bytes",
+        "headers",
+        "headers_done",
+        "keep_alive",
+        "parser",
+        "size",
+    )
+
+    parser: httptools.HttpResponseParser  # set once made: it takes this object
 
     def __init__(self) -> None:
         self.headers: dict[str, str] = {}
@@ -162,6 +173,7 @@ class _Parsed:
         self.head_bytes = 0
         self.headers_done = False
         self.done = False
+        self.keep_alive = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.head_bytes += len(name) + len(value) + 4
@@ -180,6 +192,10 @@ class _Parsed:
 
     def on_message_complete(self) -> None:
         self.done = True
+        # Asked here, while the answer is the parser's current message: once feed_data()
+        # returns, llhttp has reset for the next one and says False whatever the answer
+        # said (every request then paid a new connection: docs/performance.md).
+        self.keep_alive = self.parser.should_keep_alive()
 
 
 async def _read_answer(reader: asyncio.StreamReader, *, reused: bool) -> tuple[WireAnswer, bool]:
@@ -187,6 +203,7 @@ async def _read_answer(reader: asyncio.StreamReader, *, reused: bool) -> tuple[W
     ends before any byte of the answer came, :class:`_StaleConnectionError`."""
     parsed = _Parsed()
     parser = httptools.HttpResponseParser(parsed)
+    parsed.parser = parser
     received = 0
     while not parsed.done:
         try:
@@ -217,6 +234,6 @@ async def _read_answer(reader: asyncio.StreamReader, *, reused: bool) -> tuple[W
             raise AnswerError(f"answer headers over {HEAD_BYTES_MAX} bytes")
     if parser.get_http_version() != "1.1":
         raise AnswerError(f"not an HTTP/1.1 answer (HTTP/{parser.get_http_version()})")
-    keep = parsed.done and parser.should_keep_alive()
+    keep = parsed.done and parsed.keep_alive
     answer = WireAnswer(parser.get_status_code(), parsed.headers, b"".join(parsed.body))
     return answer, keep

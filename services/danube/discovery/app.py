@@ -18,6 +18,7 @@ from danube.discovery.controller import Controller
 from danube.discovery.grpc_api.server import GrpcServer
 from danube.discovery.produce import Limits, Producer
 from danube.discovery.producers import ProducerSessions
+from danube.discovery.refresh import Refresher
 from danube.discovery.schema_gate import SchemaGate
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.security import SecurityGate
@@ -62,7 +63,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         settings, "discovery", node_id, config, stop, health_server=False, renew_lease=True
     ) as session:
         bus, store = session.bus, session.store
-        catalog = Catalog(store, cache_ttl_s=config.topic_cache_ttl_s)
+        # Entries of topics in use are read again in the background, before they expire:
+        # a produce never waits on etcd for them (danube.discovery.refresh).
+        refresher = Refresher()
+        catalog = Catalog(store, cache_ttl_s=config.topic_cache_ttl_s, refresher=refresher)
         await catalog.ensure_default_namespace()
         controller = Controller(settings, node_id=node_id, store=store)
         schemas = SchemaRegistry(store, default_mode=config.schema_compatibility)
@@ -72,7 +76,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             Limits.from_settings(settings),
             max_inflight=config.max_inflight_produce,
             # Bindings and versions cached as topic configs are: etcd off the produce path.
-            schemas=SchemaGate(schemas, cache_ttl_s=config.topic_cache_ttl_s),
+            schemas=SchemaGate(schemas, cache_ttl_s=config.topic_cache_ttl_s, refresher=refresher),
         )
         producers = ProducerSessions(
             store,
@@ -171,6 +175,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 grpc_reaper.cancel()
                 await grpc_server.stop()
             server.should_exit = True
+        await refresher.close()
     # Leaving the session closed the store, which revoked the lease: our registration went.
     if not stop.is_set():
         raise HttpStopped(f"discovery {node_id}: the HTTP server stopped on its own")

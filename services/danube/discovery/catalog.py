@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
 from danube.discovery.models import NamespacePatch, NamespaceSpec, TopicSpec
 from danube.discovery.policy_models import TopicPatch
+from danube.discovery.refresh import Refresher, refresh_at
 from danube.meta import (
     MetaError,
     MetaStore,
@@ -93,20 +94,33 @@ def _same_namespace(existing: NamespacePolicy, spec: NamespaceSpec) -> bool:
 class _Cached:
     config: TopicConfig
     expires_at: float
+    refresh_at: float  # a hit from then on reads it again in the background (refresh.py)
 
 
 @dataclass(frozen=True, slots=True)
 class _CachedNamespace:
     policy: NamespacePolicy | None
     expires_at: float
+    refresh_at: float
 
 
 class Catalog:
     """Namespaces and topics of one cluster (one ``MetaStore``)."""
 
-    def __init__(self, store: MetaStore, *, cache_ttl_s: float) -> None:
+    def __init__(
+        self,
+        store: MetaStore,
+        *,
+        cache_ttl_s: float,
+        refresher: Refresher | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``refresher``: refresh-ahead of the produce path's entries (None: an entry is
+        read again only once expired, inline)."""
         self.store = store
         self._cache_ttl_s = cache_ttl_s
+        self._refresher = refresher
+        self._clock = clock
         self._cache: OrderedDict[TopicName, _Cached] = OrderedDict()
         self._namespaces: dict[str, _CachedNamespace] = {}  # bounded: NAMESPACES_CACHED_MAX
         self._lock = asyncio.Lock()  # serialises cache fills only, never an etcd write
@@ -338,7 +352,10 @@ class Catalog:
         """The namespace's policy from the cache while fresh, else etcd (else, when etcd
         fails, the stale one); ``None`` if it does not exist."""
         hit = self._namespaces.get(name)
-        if hit is not None and hit.expires_at > time.monotonic():
+        now = self._clock()
+        if hit is not None and hit.expires_at > now:
+            if hit.refresh_at <= now and self._refresher is not None:
+                self._refresher.start(("namespace", name), lambda: self._refresh_ns(name, hit))
             return hit.policy
         try:
             found = await self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy)
@@ -349,10 +366,18 @@ class Catalog:
         self._remember_namespace(name, found)
         return found
 
+    async def _refresh_ns(self, name: str, hit: _CachedNamespace) -> None:
+        found = await self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy)
+        if self._namespaces.get(name) is hit:  # else replaced meanwhile: keep the newer
+            self._remember_namespace(name, found)
+
     def _remember_namespace(self, name: str, policy: NamespacePolicy | None) -> None:
         if len(self._namespaces) >= NAMESPACES_CACHED_MAX and name not in self._namespaces:
             self._namespaces.clear()  # rare: a cache refills from etcd
-        self._namespaces[name] = _CachedNamespace(policy, time.monotonic() + self._cache_ttl_s)
+        now = self._clock()
+        self._namespaces[name] = _CachedNamespace(
+            policy, now + self._cache_ttl_s, refresh_at(now, self._cache_ttl_s)
+        )
 
     async def get_topic(self, topic: TopicName) -> TopicConfig:
         """The topic's config, read from etcd; NotFoundError if it does not exist."""
@@ -367,7 +392,10 @@ class Catalog:
         (else, when etcd fails, the stale cached one); ``None`` if the topic does not exist
         (absence is not cached)."""
         hit = self._cache.get(topic)
-        if hit is not None and hit.expires_at > time.monotonic():
+        now = self._clock()
+        if hit is not None and hit.expires_at > now:
+            if hit.refresh_at <= now and self._refresher is not None:
+                self._refresher.start(("topic", topic), lambda: self._refresh_topic(topic, hit))
             return hit.config
         try:
             async with self._lock:
@@ -384,8 +412,20 @@ class Catalog:
         self._remember(topic, found)
         return found
 
+    async def _refresh_topic(self, topic: TopicName, hit: _Cached) -> None:
+        found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
+        if self._cache.get(topic) is not hit:
+            return  # replaced meanwhile (an update or a delete here): keep the newer
+        if found is None:
+            self._cache.pop(topic, None)
+        else:
+            self._remember(topic, found)
+
     def _remember(self, topic: TopicName, config: TopicConfig) -> None:
-        self._cache[topic] = _Cached(config, time.monotonic() + self._cache_ttl_s)
+        now = self._clock()
+        self._cache[topic] = _Cached(
+            config, now + self._cache_ttl_s, refresh_at(now, self._cache_ttl_s)
+        )
         self._cache.move_to_end(topic)
         while len(self._cache) > TOPIC_CACHE_ENTRIES_MAX:
             self._cache.popitem(last=False)

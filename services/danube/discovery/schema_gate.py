@@ -22,12 +22,13 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from danube.discovery import metrics
 from danube.discovery.errors import BadRequestError, NotFoundError
+from danube.discovery.refresh import Refresher, refresh_at
 from danube.discovery.schemas import SchemaRegistry, SchemaVersion, TopicSchema
 from danube.meta import TopicName
 from danube.schemas.validate import Validator, compile_validator
@@ -53,14 +54,26 @@ class Stamp:
 class _Entry:
     value: object
     expires_at: float
+    refresh_at: float  # a hit from then on reads it again in the background (refresh.py)
 
 
 class SchemaGate:
     """Stamps and checks produced payloads of bound topics; cached per instance."""
 
-    def __init__(self, registry: SchemaRegistry, *, cache_ttl_s: float) -> None:
+    def __init__(
+        self,
+        registry: SchemaRegistry,
+        *,
+        cache_ttl_s: float,
+        refresher: Refresher | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``refresher``: refresh-ahead of bindings and versions (None: read again only
+        once expired, inline)."""
         self.registry = registry
         self.cache_ttl_s = cache_ttl_s
+        self._refresher = refresher
+        self._clock = clock
         self._bindings: OrderedDict[TopicName, _Entry] = OrderedDict()
         self._versions: OrderedDict[tuple[str, int | None], _Entry] = OrderedDict()
         self._warned: dict[TopicName, float] = {}
@@ -118,8 +131,11 @@ class SchemaGate:
 
     async def _binding(self, topic: TopicName) -> TopicSchema | None:
         hit = self._bindings.get(topic)
-        if hit is not None and hit.expires_at > time.monotonic():
+        now = self._clock()
+        if hit is not None and hit.expires_at > now:
             assert hit.value is None or isinstance(hit.value, TopicSchema)
+            if hit.refresh_at <= now and self._refresher is not None:
+                self._refresher.start(("binding", topic), lambda: self._refresh_binding(topic, hit))
             return hit.value
         binding = await self.registry.topic_schema(topic)
         self._remember(self._bindings, topic, binding)
@@ -128,8 +144,11 @@ class SchemaGate:
     async def _version(self, subject: str, version: int | None) -> SchemaVersion:
         key = (subject, version)
         hit = self._versions.get(key)
-        if hit is not None and hit.expires_at > time.monotonic():
+        now = self._clock()
+        if hit is not None and hit.expires_at > now:
             assert isinstance(hit.value, SchemaVersion)
+            if hit.refresh_at <= now and self._refresher is not None:
+                self._refresher.start(("version", key), lambda: self._refresh_version(key, hit))
             return hit.value
         try:
             if version is None:
@@ -145,6 +164,27 @@ class SchemaGate:
         self._remember(self._versions, key, found)
         return found
 
+    async def _refresh_binding(self, topic: TopicName, hit: _Entry) -> None:
+        binding = await self.registry.topic_schema(topic)
+        if self._bindings.get(topic) is hit:  # else replaced meanwhile: keep the newer
+            self._remember(self._bindings, topic, binding)
+
+    async def _refresh_version(self, key: tuple[str, int | None], hit: _Entry) -> None:
+        subject, version = key
+        try:
+            if version is None:
+                found: SchemaVersion | None = await self.registry.latest(subject)
+            else:
+                found = await self.registry.version(subject, version)
+        except NotFoundError:
+            found = None
+        if self._versions.get(key) is not hit:
+            return
+        if found is None or found.deleted:
+            self._versions.pop(key, None)  # the next produce reads it inline and is refused
+        else:
+            self._remember(self._versions, key, found)
+
     async def _validator(self, version: SchemaVersion) -> Validator:
         key = (version.schema_id, version.version)
         check = self._validators.get(key)
@@ -159,7 +199,8 @@ class SchemaGate:
         return check
 
     def _remember(self, cache: OrderedDict[K, _Entry], key: K, value: object) -> None:
-        cache[key] = _Entry(value, time.monotonic() + self.cache_ttl_s)
+        now = self._clock()
+        cache[key] = _Entry(value, now + self.cache_ttl_s, refresh_at(now, self.cache_ttl_s))
         cache.move_to_end(key)
         while len(cache) > CACHED_MAX:
             cache.popitem(last=False)

@@ -1,0 +1,73 @@
+"""Refresh-ahead for the produce path's caches (topic configs, namespace policies, schema
+bindings and versions).
+
+Each entry is kept ``cache_ttl_s`` (``discovery.topic_cache_ttl_s``). Without this, the
+first produce after an entry expired read etcd inline: one produce of every topic in use
+waited an etcd round trip (1-4 ms on a loaded machine, per cache) every TTL, which is the
+tail of one-message-at-a-time latency (docs/performance.md). With it, a hit on an entry
+past half its TTL is served from the cache and starts a read of the same key in the
+background that replaces the entry when it answers, so a topic in use never waits on etcd.
+
+Nothing is served older than it was before: an entry nobody asks for still expires at its
+TTL and the next ask reads etcd inline. A refresh replaces only the entry it was started for
+(a newer one, written by an update on this instance meanwhile, stays).
+
+Bounds: one refresh per key; at most ``max_running`` at once (past that an entry due is left
+to expire and be read inline, as without this). A refresh that fails leaves the entry to
+expire (the inline read then falls back as it does when etcd fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+
+log = logging.getLogger(__name__)
+
+REFRESHES_MAX = 64
+
+
+def refresh_at(now_s: float, ttl_s: float) -> float:
+    """When an entry read at ``now_s`` becomes due for a refresh: half its TTL on."""
+    return now_s + ttl_s / 2
+
+
+class Refresher:
+    """Background refreshes of cache entries, owned here: :meth:`close` ends them."""
+
+    def __init__(self, *, max_running: int = REFRESHES_MAX) -> None:
+        self.max_running = max_running
+        self._running: dict[Hashable, asyncio.Task[None]] = {}
+        self._closed = False
+
+    @property
+    def running(self) -> int:
+        """How many refreshes are in flight."""
+        return len(self._running)
+
+    def start(self, key: Hashable, refresh: Callable[[], Awaitable[None]]) -> bool:
+        """Run ``refresh()`` in the background unless one runs for ``key`` already, too many
+        run, or this is closed; whether it was started."""
+        if self._closed or key in self._running or len(self._running) >= self.max_running:
+            return False
+        task = asyncio.create_task(self._run(refresh), name=f"refresh {key}")
+        self._running[key] = task
+        task.add_done_callback(lambda _: self._running.pop(key, None))
+        return True
+
+    @staticmethod
+    async def _run(refresh: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await refresh()
+        except Exception as exc:  # the entry expires and is read inline: nothing lost
+            log.debug("cache refresh failed: %r", exc)
+
+    async def close(self) -> None:
+        """Cancel the refreshes in flight and take no more."""
+        self._closed = True
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

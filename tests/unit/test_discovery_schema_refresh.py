@@ -1,0 +1,67 @@
+"""The schema gate's binding cache on the produce path refreshes ahead: a topic in use has
+its binding read again in the background before it expires, so no produce waits on etcd."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from danube.discovery.refresh import Refresher
+from danube.discovery.schema_gate import SchemaGate
+from danube.meta import TopicName
+
+pytestmark = pytest.mark.unit
+
+TOPIC = TopicName("default", "t")
+
+
+class GatedRegistry:
+    """A topic with no schema, told only once the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.gate = asyncio.Event()
+
+    async def topic_schema(self, topic: TopicName) -> None:
+        self.asked += 1
+        await self.gate.wait()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_a_binding_in_use_is_read_again_before_it_expires() -> None:
+    registry, clock, refresher = GatedRegistry(), Clock(), Refresher()
+    gate = SchemaGate(registry, cache_ttl_s=2.0, refresher=refresher, clock=clock)  # type: ignore[arg-type]
+    registry.gate.set()
+    assert await gate.admit(TOPIC, [b"x"]) is None
+    registry.gate.clear()
+
+    clock.now_s = 1.5  # past half its TTL: answered from the cache, refreshed behind
+    hit = asyncio.ensure_future(gate.admit(TOPIC, [b"x"]))
+    await asyncio.sleep(0)
+    assert hit.done()
+    await _settle()
+    assert (registry.asked, refresher.running) == (2, 1)
+    registry.gate.set()
+    await _settle()
+    assert refresher.running == 0
+
+    registry.gate.clear()
+    clock.now_s = 2.5  # past the first read's expiry: the refreshed entry answers
+    late = asyncio.ensure_future(gate.admit(TOPIC, [b"x"]))
+    await asyncio.sleep(0)
+    assert late.done()
+    assert registry.asked == 2  # before: this produce read etcd inline (and waited here)
+    await refresher.close()
