@@ -33,6 +33,7 @@ from danube.frame.errors import (
     TruncatedFramesError,
 )
 from danube.frame.record import (
+    MAX_PRODUCER_NAME_BYTES,
     RECORD_HEADER_BYTES,
     RECORD_VERSION,
     read_attributes,
@@ -58,6 +59,9 @@ _FLAGS_AT = 1
 _HEADS = struct.Struct("<QIBBQIIHHHI")
 _COVERED_BYTES = _FRAME_COVERED.size
 _CRC = struct.Struct("<I")
+# What the scan reads at once: the whole frame header, then the record header.
+_SCANNED = struct.Struct("<QIIBBQIIHHHI")
+_SCANNED_BYTES = _SCANNED.size
 
 PRODUCE_OFFSET = 0
 """The offset every produced frame carries: the leader gives the real ones."""
@@ -164,8 +168,51 @@ def scan_frames_for_produce(
     keys: list[str | None] = []
     sizes: list[int] = []
     unpack = _FRAME.unpack_from
+    unpack_both = _SCANNED.unpack_from
     pos = 0
     while pos < end and len(starts) <= max_count:
+        # The common record first (no key, no attributes, no schema), in one unpack: what
+        # check_record checks of it, it checks here without a call per record (this loop
+        # runs for every produced message in discovery and again in ingest). Anything else,
+        # or anything wrong, takes the general path below, which says what is wrong.
+        if end - pos >= _SCANNED_BYTES:
+            (
+                offset,
+                length,
+                crc,
+                version,
+                flags,
+                _,
+                sid,
+                sver,
+                producer_len,
+                key_len,
+                count,
+                size,
+            ) = unpack_both(view, pos)
+            start = pos + FRAME_HEADER_BYTES
+            stop = start + length
+            if (
+                offset == PRODUCE_OFFSET
+                and stop <= end
+                and version == RECORD_VERSION
+                and not (flags or sid or sver or key_len or count)
+                and producer_len <= MAX_PRODUCER_NAME_BYTES
+                and length == RECORD_HEADER_BYTES + producer_len + size
+                and crc32c(view[start:stop], crc32c(view[pos : pos + _COVERED_BYTES])) == crc
+            ):
+                text_at = start + RECORD_HEADER_BYTES
+                try:
+                    str(view[text_at : text_at + producer_len], "utf-8")
+                except UnicodeDecodeError:
+                    pass  # the general path refuses it
+                else:
+                    starts.append(start)
+                    ends.append(stop)
+                    keys.append(None)
+                    sizes.append(size)
+                    pos = stop
+                    continue
         if end - pos < FRAME_HEADER_BYTES:
             raise TruncatedFramesError(position=pos, reason="the body ends inside a frame header")
         offset, length, crc = unpack(view, pos)
