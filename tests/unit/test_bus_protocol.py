@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from nats.protocol import command
 
-from danube.bus import BusError, RemoteError, Request
+from danube.bus import BusError, RemoteError, Request, _commands
 from danube.bus.protocol import (
     ERROR_CODE_HEADER,
     ERROR_MESSAGE_HEADER,
@@ -150,3 +151,16 @@ def test_headers_size_matches_the_wire_format() -> None:
     assert headers_size_bytes({}) == 0
     wire = b"NATS/1.0\r\nA: bc\r\nDanube-Deadline-Ms: 123\r\n\r\n"
     assert headers_size_bytes({"A": "bc", "Danube-Deadline-Ms": "123"}) == len(wire)
+
+
+@pytest.mark.parametrize("payload", [b"", b"x", b"\r\n" * 3, bytes(range(256)) * 4])
+def test_publish_commands_are_the_protocols_bytes(payload: bytes) -> None:
+    headers = bytearray(b"NATS/1.0\r\nDanube-Timeout-Ms: 250\r\n\r\n")
+    total = len(headers) + len(payload)
+    hpub = b"HPUB p.a _INBOX.r %d %d\r\n" % (len(headers), total) + headers + payload + b"\r\n"
+    assert _commands.hpub_command("p.a", "_INBOX.r", headers, payload) == hpub
+    pub = b"PUB p.a  %d\r\n" % len(payload) + payload + b"\r\n"  # no reply: nats-py's ""
+    assert _commands.pub_command("p.a", "", payload) == pub
+    _commands.install()
+    assert command.hpub_cmd is _commands.hpub_command
+    assert command.pub_cmd is _commands.pub_command

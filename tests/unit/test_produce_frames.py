@@ -105,6 +105,24 @@ def test_the_codes_a_client_is_answered_with() -> None:
     assert len(scan_frames_for_produce(frame * 3, max_count=2)) == 3  # stops past the limit
 
 
+def test_a_plain_record_that_only_looks_right_is_refused_with_its_reason() -> None:
+    # Plain records (no key, attributes or schema) are checked in the scan's own loop; one
+    # whose producer is not UTF-8, or whose lengths disagree, must still be refused, in its
+    # place among good ones, with the general check's reason.
+    good = encode_produce_frame(b"payload", producer=b"p", publish_time_ms=1)
+    keyed = encode_produce_frame(b"k!", producer=b"p", publish_time_ms=1, key=b"key")
+    frames = scan_frames_for_produce(good + keyed + good, max_count=3)
+    assert frames.keys == [None, "key", None]
+    assert frames.payload_sizes == [7, 2, 7]
+    bad_name = encode_produce_frame(b"payload", producer=b"\xff\xfe", publish_time_ms=1)
+    with pytest.raises(CorruptRecordError, match="record 1: producer or key is not valid UTF-8"):
+        scan_frames_for_produce(good + bad_name + good, max_count=3)
+    record = bytearray(good[16:])
+    record[24] = 8  # payload_len (the header's last field, at 24): one byte more than there is
+    with pytest.raises(CorruptRecordError, match="truncated in payload"):
+        scan_frames_for_produce(good + frame_for_produce(bytes(record)), max_count=2)
+
+
 @settings(max_examples=120)
 @given(records, st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=3))
 def test_the_record_check_agrees_with_the_decoder(

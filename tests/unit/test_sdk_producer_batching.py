@@ -56,6 +56,40 @@ async def test_send_many_resolves_one_future_with_every_result_in_order() -> Non
     assert p.pending == 0
 
 
+async def test_each_message_gets_its_own_result_across_partial_and_concurrent_batches() -> None:
+    # The server stores message "n" at offset 1000 + n and answers batches out of order
+    # (the first waits for the later ones), so a result lands on the wrong future if the
+    # queue's frames and their futures ever part (send() and send_many() mixed, more
+    # queued than one batch takes, three batches in flight).
+    seen: list[list[int]] = []
+    release = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        frames = scan_frames_for_produce(request.content, max_count=10_000)
+        numbers = [int(bytes(frames.payload(i))) for i in range(len(frames))]
+        seen.append(numbers)
+        if len(seen) == 1:
+            await release.wait()
+        elif len(seen) == 3:
+            release.set()
+        runs = [{"partition": "/default/t", "offset": 1000 + n, "count": 1} for n in numbers]
+        return httpx.Response(200, json={"runs": runs})
+
+    async with (
+        _client(handler) as client,
+        client.producer("t", batch_max_messages=4, max_inflight_batches=3) as p,
+    ):
+        singles = {n: await p.send(str(n)) for n in range(0, 3)}
+        group = await p.send_many([str(n) for n in range(3, 8)])
+        singles.update({n: await p.send(str(n)) for n in range(8, 13)})
+        results = await group
+    assert [r.offset for r in results] == [1003, 1004, 1005, 1006, 1007]
+    assert {n: f.result().offset for n, f in singles.items()} == {n: 1000 + n for n in singles}
+    assert [n for batch in seen for n in batch] == list(range(13))  # sent in order
+    assert [len(batch) for batch in seen] == [4, 4, 4, 1]
+    assert p.pending == 0
+
+
 async def test_send_many_fails_with_its_batchs_error() -> None:
     async def refuse(request: httpx.Request) -> httpx.Response:
         return httpx.Response(404, json={"error": {"code": "namespace_not_found", "message": ""}})

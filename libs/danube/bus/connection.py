@@ -20,6 +20,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.subscription import Subscription as NatsSubscription
 
 from danube import trace
+from danube.bus import _commands
 from danube.bus.errors import (
     BusError,
     BusTimeoutError,
@@ -91,6 +92,7 @@ class Bus:
         the background (``reconnect_wait_s`` apart, ``max_reconnect_attempts`` times, -1 for
         ever); publishes made meanwhile are buffered up to nats-py's pending size.
         """
+        _commands.install()  # every publish's command built with one copy of its payload
         bus = cls(NatsClient(), config, name)
         deadline_s = config.connect_timeout_s if timeout_s is None else timeout_s
         # nats-py annotates these durations as int but uses them as float seconds; passing

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, Any
@@ -273,6 +274,11 @@ async def _bench(url: str, spec: BenchSpec, own: bool, partitions: int, json_out
     async with connect(url) as client:
         if own or partitions:
             await client.admin.create_topic(spec.topic, partitions=partitions)
+        # The heap this process built to start (typer, rich, httpx, pydantic, ...) will not
+        # be freed: out of the cyclic GC's way, so that the full collections that the
+        # producer's futures, alive for a batch's round trip, set off do not walk it each
+        # time (measured: ~1 s of a 3 s produce run of 200 000 messages went to them).
+        gc.freeze()
         try:
             with _progress(spec.kind, meter):
                 result = await _RUNNERS[spec.kind](client, spec, meter)

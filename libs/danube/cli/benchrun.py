@@ -147,6 +147,9 @@ class _Producing:
         # By stamp, when the producer heard the answer (e2e; at most SAMPLES_MAX kept).
         self.acked_ns: dict[str, int] = {}
         self.payload = spec.payload if spec.payload is not None else payload_of(spec.size_bytes)
+        # When each unsettled future of a run without stamps was sent: one dict entry per
+        # message rather than a closure (an object the GC tracks) per message.
+        self._started_ns: dict[asyncio.Future[Any], int] = {}
 
     def _settled(self, started_ns: int, stamp: str | None) -> Callable[[asyncio.Future[Any]], None]:
         def done(future: asyncio.Future[Any]) -> None:
@@ -164,6 +167,17 @@ class _Producing:
                     self.last_error = error
 
         return done
+
+    def _done(self, future: asyncio.Future[Any]) -> None:
+        """:meth:`_settled` of a message without a stamp (its start in ``_started_ns``)."""
+        started_ns = self._started_ns.pop(future)
+        if future.cancelled():
+            return
+        if future.exception() is None:
+            self.meter.produced += 1
+            self.latency.add((time.perf_counter_ns() - started_ns) / 1e9)
+        else:
+            self._settled(started_ns, None)(future)
 
     def _group_settled(self, started_ns: int, count: int) -> Callable[[asyncio.Future[Any]], None]:
         def done(future: asyncio.Future[Any]) -> None:
@@ -218,7 +232,11 @@ class _Producing:
                 attributes = {STAMP: stamp} if stamp is not None else None
                 started_ns = time.perf_counter_ns()
                 future = await producer.send(self.payload, attributes=attributes)
-                future.add_done_callback(self._settled(started_ns, stamp))
+                if stamp is None:
+                    self._started_ns[future] = started_ns
+                    future.add_done_callback(self._done)
+                else:
+                    future.add_done_callback(self._settled(started_ns, stamp))
                 sent += 1
         # close() flushed: every future is settled.
 

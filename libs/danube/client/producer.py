@@ -131,28 +131,30 @@ class _Group:
                 self.future.set_result(self.results)  # type: ignore[arg-type]
 
 
-# One queued message: its wire form and who wants its result, either its own future
-# (``send``) or its group and its index in the group (``send_many``). Tuples: the cheapest.
-_Single = tuple[bytes, "asyncio.Future[SendResult]"]
-_Grouped = tuple[bytes, _Group, int]
-_Queued = _Single | _Grouped
+# Who wants a queued message's result: its own future (``send``) or its group and its
+# index in the group (``send_many``). Its wire form is kept beside it (``_bodies``), not
+# with it: a ``send()`` leaves no object but its future and its frame behind (every object
+# that outlives a batch's round trip is one more for the cyclic GC's full collections).
+_Grouped = tuple[_Group, int]
+_Queued = asyncio.Future[SendResult] | _Grouped
 
 
 class _Inflight:
-    """A batch taken from the queue: its messages, and the sequence number of its first
-    (what :meth:`AsyncProducer.flush` waits past)."""
+    """A batch taken from the queue: its messages (who waits for each, and its wire form),
+    and the sequence number of its first (what :meth:`AsyncProducer.flush` waits past)."""
 
-    __slots__ = ("first_seq", "items")
+    __slots__ = ("bodies", "first_seq", "items")
 
-    def __init__(self, items: list[_Queued], first_seq: int) -> None:
+    def __init__(self, items: list[_Queued], bodies: list[bytes], first_seq: int) -> None:
         self.items = items
+        self.bodies = bodies
         self.first_seq = first_seq
 
 
 class AsyncProducer:
     """Sends messages to one topic in batches; use as ``async with`` or call :meth:`close`.
 
-    Per message, :meth:`send` costs an encode, a future and an entry in three lists; the
+    Per message, :meth:`send` costs an encode, a future and an entry in four lists; the
     room in the queue is a counter (waiters only when it is full), and a batch settles its
     messages in one pass when its answer comes."""
 
@@ -172,6 +174,7 @@ class AsyncProducer:
             max_bytes=options.batch_max_bytes - _BODY_OVERHEAD_BYTES,
             linger_s=options.linger_ms / 1000,
         )
+        self._bodies: list[bytes] = []  # the wire form of each queued message, in order
         # Accepted and not yet settled (queued or in flight): at most max_pending_messages.
         self._pending = 0
         self._room_waiters: deque[asyncio.Future[None]] = deque()
@@ -250,14 +253,20 @@ class AsyncProducer:
         """Queue a message (waiting for room when the queue is full); the future resolves
         to where it was stored, or to the error of its batch. A message that breaks a limit
         raises :class:`InvalidMessageError` here, before anything is queued."""
-        return await self.send_encoded(self.encode(payload, key=key, attributes=attributes))
+        # send_encoded() spelled out: one coroutine per message, not two.
+        body = self.encode(payload, key=key, attributes=attributes)
+        if self._must_wait():
+            await self._room_for_one()
+        future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        self._enqueue(body, future)
+        return future
 
     async def send_encoded(self, body: bytes) -> asyncio.Future[SendResult]:
         """:meth:`send` of a message :meth:`encode` made."""
         if self._must_wait():
             await self._room_for_one()
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-        self._enqueue((body, future), len(body) + 1)
+        self._enqueue(body, future)
         return future
 
     async def send_many(
@@ -282,7 +291,7 @@ class AsyncProducer:
                 await self._room_for_one()
             room = min(limit - self._pending, len(bodies) - index)
             for body in bodies[index : index + room]:
-                self._enqueue((body, group, index), len(body) + 1)
+                self._enqueue(body, (group, index))
                 index += 1
         return future
 
@@ -309,11 +318,13 @@ class AsyncProducer:
             if self._closing:
                 raise ClosedError(f"producer of {self.topic} is closed")
 
-    def _enqueue(self, item: _Queued, size_bytes: int) -> None:
+    def _enqueue(self, body: bytes, target: _Queued) -> None:
         queue = self._queue
         self._pending += 1
         self._accepted += 1
-        queue.add(item, size_bytes, asyncio.get_running_loop().time())
+        self._bodies.append(body)
+        # +1: the comma between two JSON messages (a binary body's bound is as good).
+        queue.add(target, len(body) + 1, asyncio.get_running_loop().time())
         if self._sender is None:
             self._sender = asyncio.create_task(self._run(), name=f"producer {self.topic}")
             self._sender.add_done_callback(self._sender_done)
@@ -400,6 +411,7 @@ class AsyncProducer:
             error = task.exception() or error
             log.error("producer of %s failed", self.topic, exc_info=error)
         stranded = self._queue.take_all()
+        self._bodies = []
         for batch in self._inflight:
             stranded += batch.items
         self._inflight.clear()
@@ -428,7 +440,14 @@ class AsyncProducer:
                     return None
             elif self._queue.due(now, flush=self._flushing or self._closing):
                 first_seq = self._accepted - len(self._queue)
-                batch = _Inflight(self._queue.take(), first_seq)
+                items = self._queue.take()
+                bodies = self._bodies
+                if len(items) == len(bodies):
+                    self._bodies = []
+                else:
+                    bodies = bodies[: len(items)]
+                    del self._bodies[: len(items)]
+                batch = _Inflight(items, bodies, first_seq)
                 self._inflight.add(batch)
                 return batch
             self._wake.clear()
@@ -442,10 +461,9 @@ class AsyncProducer:
         items = batch.items
         try:
             if self._binary:
-                content = b"".join([item[0] for item in items])
+                content = b"".join(batch.bodies)
             else:
-                joined = b",".join([item[0] for item in items])
-                content = b"".join((self._head, joined, b"]}"))
+                content = b"".join((self._head, b",".join(batch.bodies), b"]}"))
             try:
                 if self._session is not None and self._session.lost is not None:
                     raise self._session.lost
@@ -474,19 +492,17 @@ class AsyncProducer:
 
 
 def _succeed(items: list[_Queued], results: list[SendResult]) -> None:
-    for item, result in zip(items, results, strict=True):
-        target = item[1]
-        if isinstance(target, _Group):
-            target.settle(item[2], result, None)  # type: ignore[misc]
+    for target, result in zip(items, results, strict=True):
+        if isinstance(target, tuple):
+            target[0].settle(target[1], result, None)
         elif not target.done():
             target.set_result(result)
 
 
 def _fail(items: list[_Queued], error: BaseException) -> None:
-    for item in items:
-        target = item[1]
-        if isinstance(target, _Group):
-            target.settle(item[2], None, error)  # type: ignore[misc]
+    for target in items:
+        if isinstance(target, tuple):
+            target[0].settle(target[1], None, error)
         elif not target.done():
             target.set_exception(error)
 

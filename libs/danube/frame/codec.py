@@ -35,7 +35,8 @@ BytesLike: TypeAlias = bytes | bytearray | memoryview
 # offset u64, length u32, crc u32; "<" means little-endian with no padding.
 _HEADER = struct.Struct("<QII")
 FRAME_HEADER_BYTES = _HEADER.size
-_CRC_POS = struct.calcsize("<QI")  # the crc is the last field; it covers the bytes before it
+_COVERED = struct.Struct("<QI")  # what the crc, the last field, covers: the fields before it
+_CRC_POS = _COVERED.size
 
 MAX_FRAME_PAYLOAD_BYTES = 8 * 1024 * 1024
 """Default limit on one frame's payload, on encode and decode; every call can override it."""
@@ -82,9 +83,9 @@ def _header(offset: int, payload: BytesLike, max_payload_bytes: int) -> tuple[by
     length = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
     if length > max_payload_bytes or length > _MAX_LENGTH:
         raise FrameTooLargeError(size_bytes=length, limit_bytes=min(max_payload_bytes, _MAX_LENGTH))
-    covered = _HEADER.pack(offset, length, 0)[:_CRC_POS]
     # Incremental crc32c: the header prefix then the payload, with no concatenated copy.
-    return _HEADER.pack(offset, length, crc32c(payload, crc32c(covered))), length
+    crc = crc32c(payload, crc32c(_COVERED.pack(offset, length)))
+    return _HEADER.pack(offset, length, crc), length
 
 
 def encode_frame(
