@@ -50,7 +50,13 @@ import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from danube.meta.failure_policy import FailurePolicy
-from danube.wire.delivery import BatchFormatError, DeliveredMessage, decode_batch, encode_batch
+from danube.wire.delivery import (
+    BatchFormatError,
+    DeliveredMessage,
+    batch_size,
+    decode_batch,
+    encode_batch,
+)
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
 from danube.wire.errors import BadRequestError as BadRequestError
@@ -331,23 +337,31 @@ def encode_poll_reply(messages: Sequence[PolledMessage]) -> bytes:
     return encode_batch(messages)
 
 
-class PollBatch(list[PolledMessage]):
-    """A poll reply: its messages (views of the body), in order, and its ``body`` (a
-    delivery batch, to pass on as it is)."""
+class PollBatch:
+    """A poll reply: its ``body`` (a delivery batch, to pass on as it is), how many messages
+    it holds (``len``; the layout checked) and, split only when asked, its ``messages``
+    (views of the body, in order): a hop that passes the batch on never builds them."""
 
-    def __init__(self, body: bytes, messages: list[PolledMessage]) -> None:
-        super().__init__(messages)
+    def __init__(self, body: bytes) -> None:
         self.body = body
+        self._count = batch_size(body)
+        self._messages: list[PolledMessage] | None = None
+
+    def __len__(self) -> int:
+        return self._count
 
     @property
     def messages(self) -> list[PolledMessage]:
-        """The messages (the batch itself)."""
-        return self
+        """The messages, split by their frames' headers (not checked: see
+        :attr:`PolledMessage.record`)."""
+        if self._messages is None:
+            self._messages = decode_batch(self.body)
+        return self._messages
 
 
 def decode_poll_reply(body: bytes) -> PollBatch:
-    """The messages of a poll reply; BadRequestError if it is not a delivery batch."""
+    """The poll reply in ``body``; BadRequestError if it is not a delivery batch."""
     try:
-        return PollBatch(body, decode_batch(body))
+        return PollBatch(body)
     except BatchFormatError as exc:
         raise BadRequestError(f"poll reply: {exc.message}") from exc

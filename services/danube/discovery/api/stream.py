@@ -247,13 +247,13 @@ class _Stream:
                     self.topic, self.sub, self.dispatcher_id, max=wanted, wait_ms=POLL_WAIT_MS
                 )
             )
-            if not polled.messages:
+            if not polled:
                 continue
             if self.frames:
                 # Raises (a bug, the stream closes with 1011) rather than send past the credits.
-                self.credits.spend(len(polled.messages))
+                self.credits.spend(len(polled))
                 body = delivery.rename_partitions(polled.body, full_names(self.topic))
-                metrics.STREAM_MESSAGES.inc(len(polled.messages))
+                metrics.STREAM_MESSAGES.inc(len(polled))
                 await self._outbox.put([body])
                 continue
             try:
