@@ -188,3 +188,20 @@ def test_an_ack_reply_names_the_refs_not_in_flight_and_an_older_one_none() -> No
     assert protocol.decode_ack_reply(b'{"ok":true}') == []
     with pytest.raises(protocol.BadRequestError):
         protocol.decode_ack_reply(b'{"ok":true,"not_in_flight":[{"offset":1}]}')
+
+
+def test_a_poll_reply_is_counted_without_being_split_and_split_when_asked() -> None:
+    messages = [_message("t-part-1", 7, b"x", 2), _message("t-part-0", 3, b"yy", 0)]
+    body = protocol.encode_poll_reply(messages)
+    assert delivery.batch_size(body) == 2
+    batch = protocol.decode_poll_reply(body)
+    assert len(batch) == 2 and batch.body is body
+    got = [(m.partition, m.offset, m.redelivery_count, bytes(m.frame)) for m in batch.messages]
+    assert got == [(m.partition, m.offset, m.redelivery_count, m.frame) for m in messages]
+    # An entry naming a partition the table does not hold (two are named).
+    bad = bytearray(body)
+    table_end = 3 + sum(2 + len(name) for name in ("t-part-1", "t-part-0"))
+    bad[table_end + 4 : table_end + 6] = struct.pack("<H", 2)
+    for refused in (bytes(bad), body + b"\x00", body[:-1]):
+        with pytest.raises(protocol.BadRequestError):
+            protocol.decode_poll_reply(refused)
