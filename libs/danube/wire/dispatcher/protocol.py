@@ -44,7 +44,7 @@ A body that does not parse is refused with ``bad_request`` (:class:`BadRequestEr
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -337,31 +337,41 @@ def encode_poll_reply(messages: Sequence[PolledMessage]) -> bytes:
     return encode_batch(messages)
 
 
-class PollBatch:
-    """A poll reply: its ``body`` (a delivery batch, to pass on as it is), how many messages
-    it holds (``len``; the layout checked) and, split only when asked, its ``messages``
-    (views of the body, in order): a hop that passes the batch on never builds them."""
+class PollBatch(list[PolledMessage]):
+    """A poll reply: its messages (views of the body), in order, and its ``body`` (a
+    delivery batch, to pass on as it is)."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, messages: list[PolledMessage]) -> None:
+        super().__init__(messages)
         self.body = body
-        self._count = batch_size(body)
-        self._messages: list[PolledMessage] | None = None
-
-    def __len__(self) -> int:
-        return self._count
 
     @property
     def messages(self) -> list[PolledMessage]:
-        """The messages, split by their frames' headers (not checked: see
-        :attr:`PolledMessage.record`)."""
-        if self._messages is None:
-            self._messages = decode_batch(self.body)
-        return self._messages
+        """The messages (the batch itself)."""
+        return self
 
 
 def decode_poll_reply(body: bytes) -> PollBatch:
-    """The poll reply in ``body``; BadRequestError if it is not a delivery batch."""
+    """The messages of a poll reply; BadRequestError if it is not a delivery batch."""
     try:
-        return PollBatch(body)
+        return PollBatch(body, decode_batch(body))
+    except BatchFormatError as exc:
+        raise BadRequestError(f"poll reply: {exc.message}") from exc
+
+
+class PolledFrames(NamedTuple):
+    """A poll reply to pass on as it is: its ``body`` (a delivery batch) and how many
+    messages it holds, its layout checked but not split into messages."""
+
+    body: bytes
+    size: int
+
+
+def check_poll_reply(body: bytes) -> PolledFrames:
+    """The poll reply in ``body``, checked as :func:`decode_poll_reply` checks it (without a
+    message built per frame: a hop that passes it on never needs them); BadRequestError if
+    it is not a delivery batch."""
+    try:
+        return PolledFrames(body, batch_size(body))
     except BatchFormatError as exc:
         raise BadRequestError(f"poll reply: {exc.message}") from exc
