@@ -68,8 +68,8 @@ def decode_frames_batch(body: bytes, consumer: FrameChecker) -> tuple[list[Recei
         offset, length, crc = unpack_frame(data, pos)
         if length > MAX_FRAME_PAYLOAD_BYTES:
             raise ProtocolError(f"delivery batch: a frame of {length} bytes")
-        pos_crc = pos + _CRC_AT
-        start = pos + FRAME_HEADER_BYTES
+        frame_at = pos
+        start = frame_at + FRAME_HEADER_BYTES
         pos = start + length
         if pos > end:
             raise ProtocolError(f"delivery batch: {count} entries, fewer whole frames")
@@ -77,7 +77,7 @@ def decode_frames_batch(body: bytes, consumer: FrameChecker) -> tuple[list[Recei
         entry_at += ENTRY_BYTES
         partition = names[index]
         try:
-            actual = crc32c(view[start:pos], crc32c(view[pos_crc - _CRC_AT : pos_crc]))
+            actual = crc32c(view[start:pos], crc32c(view[frame_at : frame_at + _CRC_AT]))
             if actual != crc:
                 reason = f"crc mismatch (stored {crc:#010x}, computed {actual:#010x})"
                 raise CorruptFrameError(position=0, offset=offset, reason=reason)
