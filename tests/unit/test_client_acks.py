@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from danube.client._acks import INFLIGHT_MAX, AckBatcher, ranges_of
-from danube.client.messages import MessageRef
 from danube.wire.dispatcher import protocol
 
 pytestmark = pytest.mark.unit
@@ -45,8 +44,8 @@ class FakeSession:
 
 
 def test_ranges_of_joins_consecutive_offsets_of_one_partition_in_order() -> None:
-    refs = [MessageRef("/ns/t-part-0", o) for o in (4, 5, 6, 9)]
-    refs += [MessageRef("/ns/t-part-1", 7), MessageRef("/ns/t-part-0", 10)]
+    refs = [("/ns/t-part-0", o) for o in (4, 5, 6, 9)]
+    refs += [("/ns/t-part-1", 7), ("/ns/t-part-0", 10)]
     assert ranges_of(refs) == [
         {"partition": "/ns/t-part-0", "first": 4, "last": 6},
         {"partition": "/ns/t-part-0", "first": 9, "last": 9},
@@ -86,7 +85,7 @@ async def test_batches_go_on_while_earlier_ones_wait_for_their_answer() -> None:
     try:
         for batch in range(INFLIGHT_MAX + 2):
             for offset in range(batch * 10, batch * 10 + 10):
-                batcher.ack(MessageRef("/ns/t", offset))
+                batcher.ack("/ns/t", offset)
             await asyncio.sleep(0.01)
         # INFLIGHT_MAX requests under way, none answered; the rest wait for a slot.
         assert http.under_way == http.most_under_way == INFLIGHT_MAX

@@ -188,3 +188,22 @@ def test_an_ack_reply_names_the_refs_not_in_flight_and_an_older_one_none() -> No
     assert protocol.decode_ack_reply(b'{"ok":true}') == []
     with pytest.raises(protocol.BadRequestError):
         protocol.decode_ack_reply(b'{"ok":true,"not_in_flight":[{"offset":1}]}')
+
+
+def test_a_poll_reply_passed_on_is_counted_and_checked_as_one_split_is() -> None:
+    messages = [_message("t-part-1", 7, b"x", 2), _message("t-part-0", 3, b"yy", 0)]
+    body = protocol.encode_poll_reply(messages)
+    assert protocol.check_poll_reply(body) == (body, 2)
+    assert protocol.check_poll_reply(protocol.encode_poll_reply([])).size == 0
+    # An entry naming a partition the table does not hold (two are named), a byte past the
+    # frames, a partial frame, entries and frames disagreeing, a cut table.
+    bad = bytearray(body)
+    table_end = 3 + sum(2 + len(name) for name in ("t-part-1", "t-part-0"))
+    bad[table_end + 4 : table_end + 6] = struct.pack("<H", 2)
+    fewer = body[:table_end] + struct.pack("<I", 1) + body[table_end + 4 : table_end + 10]
+    fewer += body[table_end + 16 :]
+    for refused in (bytes(bad), body + b"\x00", body[:-1], fewer, body[:5]):
+        with pytest.raises(protocol.BadRequestError):
+            protocol.check_poll_reply(refused)
+        with pytest.raises(protocol.BadRequestError):
+            protocol.decode_poll_reply(refused)

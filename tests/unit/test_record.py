@@ -24,10 +24,12 @@ from danube.frame import (
     UnsupportedRecordVersionError,
     decode_frames,
     decode_record,
+    decode_record_fields,
     encode_frame,
     encode_record,
     record_publish_time_ms,
 )
+from danube.frame.record import decode_record_at
 
 pytestmark = pytest.mark.unit
 
@@ -88,6 +90,27 @@ def test_round_trip(record: Record) -> None:
     assert decode_record(encoded) == record
 
 
+def at(raw: bytes) -> tuple[Any, ...]:
+    """decode_record_at of ``raw`` lying in a larger body, bytes before and after it."""
+    return decode_record_at(b"\x01before" + raw + b"after", 7, 7 + len(raw))
+
+
+@given(records)
+def test_decoding_in_place_gives_the_fields_decode_record_fields_gives(record: Record) -> None:
+    encoded = encode_record(record)
+    got = at(encoded)
+    assert got == tuple(decode_record_fields(encoded))
+    assert type(got[4]) is bytes  # the payload, a copy of its own
+
+
+def test_decoding_in_place_refuses_a_span_outside_the_buffer() -> None:
+    encoded = encode_record(SAMPLE)
+    with pytest.raises(CorruptRecordError, match="buffer"):
+        decode_record_at(encoded, 0, len(encoded) + 1)
+    with pytest.raises(CorruptRecordError, match="buffer"):
+        decode_record_at(encoded, 5, 4)
+
+
 def test_round_trip_inside_a_frame_detaches_the_payload() -> None:
     (frame,), _ = decode_frames(encode_frame(42, encode_record(SAMPLE)))
     record = decode_record(frame.payload)
@@ -134,12 +157,16 @@ def test_every_truncation_is_corrupt() -> None:
     for cut in range(len(encoded)):
         with pytest.raises(CorruptRecordError):
             decode_record(encoded[:cut])
+        with pytest.raises(CorruptRecordError):
+            at(encoded[:cut])
 
 
 @pytest.mark.parametrize("extra", [b"\x00", b"garbage"])
 def test_trailing_bytes_are_corrupt(extra: bytes) -> None:
     with pytest.raises(CorruptRecordError, match="trailing bytes"):
         decode_record(encode_record(SAMPLE) + extra)
+    with pytest.raises(CorruptRecordError, match="trailing bytes"):
+        at(encode_record(SAMPLE) + extra)
 
 
 @pytest.mark.parametrize(
@@ -159,6 +186,8 @@ def test_trailing_bytes_are_corrupt(extra: bytes) -> None:
 def test_garbled_records_are_corrupt(raw: bytes, match: str) -> None:
     with pytest.raises(CorruptRecordError, match=match):
         decode_record(raw)
+    with pytest.raises(CorruptRecordError, match=match):
+        at(raw)
 
 
 @pytest.mark.parametrize(
@@ -174,6 +203,8 @@ def test_garbled_records_are_corrupt(raw: bytes, match: str) -> None:
 def test_limits_are_enforced_on_decode(raw: bytes, match: str) -> None:
     with pytest.raises(CorruptRecordError, match=match):
         decode_record(raw)
+    with pytest.raises(CorruptRecordError, match=match):
+        at(raw)
 
 
 def at_limit_and_over(limit: int, char: str = "\u00e9") -> tuple[str, str]:

@@ -25,7 +25,6 @@ from collections import defaultdict
 from danube.client._http import HttpCore
 from danube.client._session import Session
 from danube.client.errors import ClientError
-from danube.client.messages import MessageRef
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +32,10 @@ log = logging.getLogger(__name__)
 REFS_MAX = 100_000
 # Ack (and nack) requests under way at once.
 INFLIGHT_MAX = 4
+
+# A delivered message as queued here: its partition and offset (a tuple, not a MessageRef:
+# one is made per received message).
+Ref = tuple[str, int]
 
 
 class AckBatcher:
@@ -57,8 +60,8 @@ class AckBatcher:
         self.acked = 0  # refs the server took
         self.nacked = 0
         self.failed = 0  # refs given up on (they come again)
-        self._acks: list[MessageRef] = []
-        self._nacks: defaultdict[int, list[MessageRef]] = defaultdict(list)
+        self._acks: list[Ref] = []
+        self._nacks: defaultdict[int, list[Ref]] = defaultdict(list)
         self._queued = 0
         self._inflight = 0  # requests under way
         self._slots = asyncio.Semaphore(INFLIGHT_MAX)
@@ -72,14 +75,14 @@ class AckBatcher:
         """Refs waiting to be sent."""
         return self._queued
 
-    def ack(self, ref: MessageRef) -> None:
+    def ack(self, partition: str, offset: int) -> None:
         """Queue an ack."""
-        self._acks.append(ref)
+        self._acks.append((partition, offset))
         self._queued_one()
 
-    def nack(self, ref: MessageRef, delay_ms: int) -> None:
+    def nack(self, partition: str, offset: int, delay_ms: int) -> None:
         """Queue a nack: redelivery after ``delay_ms``."""
-        self._nacks[delay_ms].append(ref)
+        self._nacks[delay_ms].append((partition, offset))
         self._queued_one()
 
     def _queued_one(self) -> None:
@@ -120,9 +123,7 @@ class AckBatcher:
                 self._inflight += 1
                 tg.create_task(self._send_queued(acks, nacks))
 
-    async def _send_queued(
-        self, acks: list[MessageRef], nacks: defaultdict[int, list[MessageRef]]
-    ) -> None:
+    async def _send_queued(self, acks: list[Ref], nacks: defaultdict[int, list[Ref]]) -> None:
         try:
             await self._send_batches(acks, nacks)
         finally:
@@ -131,16 +132,14 @@ class AckBatcher:
             if not self._queued and not self._inflight:
                 self._idle.set()
 
-    async def _send_batches(
-        self, acks: list[MessageRef], nacks: defaultdict[int, list[MessageRef]]
-    ) -> None:
+    async def _send_batches(self, acks: list[Ref], nacks: defaultdict[int, list[Ref]]) -> None:
         for start in range(0, len(acks), self.batch_max):
             await self._send("ack", acks[start : start + self.batch_max], 0)
         for delay_ms, refs in nacks.items():
             for start in range(0, len(refs), self.batch_max):
                 await self._send("nack", refs[start : start + self.batch_max], delay_ms)
 
-    async def _send(self, kind: str, refs: list[MessageRef], delay_ms: int) -> None:
+    async def _send(self, kind: str, refs: list[Ref], delay_ms: int) -> None:
         body: dict[str, object] = {"ranges": ranges_of(refs)}
         if kind == "nack":
             body["delay_ms"] = delay_ms
@@ -174,16 +173,16 @@ class AckBatcher:
             return
 
 
-def ranges_of(refs: list[MessageRef]) -> list[dict[str, object]]:
+def ranges_of(refs: list[Ref]) -> list[dict[str, object]]:
     """``refs`` as the ack body's ``ranges``: runs of consecutive offsets of one partition,
     in their order (acks made in delivery order are a few runs, not an object each)."""
     runs: list[dict[str, object]] = []
     partition: str | None = None
     last = -2
-    for ref in refs:
-        if ref.partition == partition and ref.offset == last + 1:
-            runs[-1]["last"] = last = ref.offset
+    for name, offset in refs:
+        if name == partition and offset == last + 1:
+            runs[-1]["last"] = last = offset
             continue
-        partition, last = ref.partition, ref.offset
+        partition, last = name, offset
         runs.append({"partition": partition, "first": last, "last": last})
     return runs

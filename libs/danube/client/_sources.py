@@ -189,11 +189,15 @@ class StreamSource:
         self.recovery = recovery
         self.binary = binary
         self.outstanding = 0  # credits granted on the current socket, not yet spent
-        self._room = asyncio.Event()  # set when the application took a message
+        # Credits are granted when at least this many are due (half the queue).
+        self.threshold = max(1, inbox.capacity // 2)
+        self._room = asyncio.Event()  # set when enough room to grant credits freed up
 
     def taken(self) -> None:
-        """The application took a message from the inbox: maybe time to grant credits."""
-        self._room.set()
+        """The application took a message from the inbox: wake the granting task once
+        there is enough room to grant (not on every message: a task switch each)."""
+        if self.inbox.capacity - len(self.inbox) - self.outstanding >= self.threshold:
+            self._room.set()
 
     async def fill(self, consumer_id: str) -> None:
         """One socket's life; always ends with the ClientError that closed it."""
@@ -263,13 +267,15 @@ class StreamSource:
         return messages
 
     async def _grant(self, ws: ClientConnection) -> None:
-        threshold = max(1, self.inbox.capacity // 2)
         while True:
-            room = min(CREDITS_MAX, self.inbox.capacity - len(self.inbox) - self.outstanding)
-            if room >= threshold:
-                await ws.send(orjson.dumps({"type": "flow", "credits": room}).decode())
-                self.outstanding += room
+            # Cleared before the room is read: a message taken from here on wakes us again.
             self._room.clear()
+            room = min(CREDITS_MAX, self.inbox.capacity - len(self.inbox) - self.outstanding)
+            if room >= self.threshold:
+                # Counted before the send, so that taken() meanwhile sees them granted.
+                self.outstanding += room
+                await ws.send(orjson.dumps({"type": "flow", "credits": room}).decode())
+                continue
             await self._room.wait()
 
 

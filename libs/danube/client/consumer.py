@@ -267,19 +267,19 @@ class AsyncConsumer:
 
     def ack(self, message: ReceivedMessage) -> None:
         """Acknowledge ``message``: queued, sent in a batch within ``ack_interval_ms``."""
-        self._in_loop(self._acks.ack, message.ref)
+        self._in_loop(self._acks.ack, message.partition, message.offset)
 
     def nack(self, message: ReceivedMessage, delay_ms: int = 0) -> None:
         """Ask for ``message`` again after ``delay_ms``: queued like an ack."""
         if not 0 <= delay_ms <= 86_400_000:
             raise InvalidArgumentError(f"delay_ms must be in 0..86400000, got {delay_ms}")
-        self._in_loop(self._acks.nack, message.ref, delay_ms)
+        self._in_loop(self._acks.nack, message.partition, message.offset, delay_ms)
 
     def corrupt(self, ref: MessageRef) -> None:
         """A delivered frame failed its check (damaged on the way): counted, and nacked so
         that it comes again, read afresh (the application never sees it)."""
         self.frames_corrupt += 1
-        self._acks.nack(ref, 0)
+        self._acks.nack(ref.partition, ref.offset, 0)
 
     def _in_loop(self, queue: Any, *args: Any) -> None:
         if self._closed:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -151,6 +151,72 @@ class ReceivedMessage:
         if self._consumer is None:
             raise InvalidMessageError("this message was not received through a consumer")
         return self._consumer
+
+
+# The fields of ReceivedMessage in order, each set by position in received_message().
+_RECEIVED_FIELDS = (
+    "partition",
+    "offset",
+    "payload",
+    "key",
+    "attributes",
+    "publish_time_ms",
+    "producer",
+    "redelivery_count",
+    "schema_id",
+    "schema_version",
+    "_consumer",
+)
+if tuple(item.name for item in fields(ReceivedMessage)) != _RECEIVED_FIELDS:
+    raise AssertionError("received_message() must set every field of ReceivedMessage")
+_RECEIVED_SETTERS: tuple[Any, ...] = tuple(
+    getattr(ReceivedMessage, name).__set__ for name in _RECEIVED_FIELDS
+)
+
+
+def received_message(
+    partition: str,
+    offset: int,
+    payload: bytes,
+    key: str | None,
+    attributes: Mapping[str, str],
+    publish_time_ms: int,
+    producer: str,
+    redelivery_count: int,
+    schema_id: int | None,
+    schema_version: int | None,
+    consumer: Acknowledger | None,
+) -> ReceivedMessage:
+    """``ReceivedMessage(...)`` with every field given, built as a decoder of many messages
+    needs it: the frozen dataclass's ``__init__`` goes through ``object.__setattr__`` once
+    per field, which cost more than decoding the record; this sets the slots directly (the
+    same object, equal to the one ``__init__`` builds)."""
+    message: ReceivedMessage = object.__new__(ReceivedMessage)
+    (
+        set_partition,
+        set_offset,
+        set_payload,
+        set_key,
+        set_attributes,
+        set_time,
+        set_producer,
+        set_redelivery,
+        set_schema_id,
+        set_schema_version,
+        set_consumer,
+    ) = _RECEIVED_SETTERS
+    set_partition(message, partition)
+    set_offset(message, offset)
+    set_payload(message, payload)
+    set_key(message, key)
+    set_attributes(message, attributes)
+    set_time(message, publish_time_ms)
+    set_producer(message, producer)
+    set_redelivery(message, redelivery_count)
+    set_schema_id(message, schema_id)
+    set_schema_version(message, schema_version)
+    set_consumer(message, consumer)
+    return message
 
 
 def _utf8_len(what: str, value: str) -> int:

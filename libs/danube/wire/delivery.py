@@ -22,9 +22,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from danube.errors import DanubeError
-from danube.frame import FRAME_HEADER_BYTES, verify_frame, walk_frames
+from danube.frame import FRAME_HEADER_BYTES, MAX_FRAME_PAYLOAD_BYTES, verify_frame, walk_frames
 
 MEDIA_TYPE = "application/x-danube-frames"
 """The media type of a delivery batch (HTTP ``Accept`` / ``Content-Type``)."""
@@ -36,6 +37,10 @@ _HEAD = struct.Struct("<BH")
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _ENTRY = struct.Struct("<HI")  # partition index, redelivery count
+ENTRY_BYTES = _ENTRY.size
+# A frame's length field (danube.frame): after its u64 offset.
+_FRAME_LENGTH = struct.Struct("<I")
+_FRAME_LENGTH_AT = 8
 PARTITIONS_MAX = 0xFFFF
 NAME_BYTES_MAX = 1024
 
@@ -109,23 +114,75 @@ def _table(view: memoryview) -> tuple[list[str], int]:
     return names, pos
 
 
-def decode_batch(body: bytes | memoryview) -> list[DeliveredMessage]:
-    """The messages of a batch, frames split by their headers (views of ``body``, not
-    checked); BatchFormatError when the layout is off."""
+class BatchHead(NamedTuple):
+    """A batch's layout before its frames: the partition names, the message count, where
+    the entries start and where the frames start (positions in ``view``)."""
+
+    view: memoryview
+    names: list[str]
+    message_count: int
+    entries_at: int
+    frames_at: int
+
+
+def read_head(body: bytes | memoryview) -> BatchHead:
+    """The head of a batch (table, count, entries within the body); BatchFormatError when
+    it is off. The frames are not looked at."""
     view = memoryview(body).cast("B")
     try:
         names, pos = _table(view)
-        if pos + _U32.size > len(view):
-            raise BatchFormatError("delivery batch: no count")
-        (count,) = _U32.unpack_from(view, pos)
-        pos += _U32.size
-        frames_at = pos + count * _ENTRY.size
-        if frames_at > len(view):
-            raise BatchFormatError(f"delivery batch: {count} entries run past the body")
+    except UnicodeDecodeError as exc:
+        raise BatchFormatError(f"delivery batch: {exc}") from exc
+    if pos + _U32.size > len(view):
+        raise BatchFormatError("delivery batch: no count")
+    (count,) = _U32.unpack_from(view, pos)
+    pos += _U32.size
+    frames_at = pos + count * _ENTRY.size
+    if frames_at > len(view):
+        raise BatchFormatError(f"delivery batch: {count} entries run past the body")
+    return BatchHead(view, names, count, pos, frames_at)
+
+
+def check_entries(head: BatchHead) -> None:
+    """BatchFormatError when an entry names a partition the table does not hold."""
+    entries = head.view[head.entries_at : head.frames_at]
+    if head.message_count and max(index for index, _ in _ENTRY.iter_unpack(entries)) >= len(
+        head.names
+    ):
+        raise BatchFormatError(f"delivery batch: a partition index past {len(head.names)}")
+
+
+def batch_size(body: bytes | memoryview) -> int:
+    """How many messages a batch holds, its layout checked as :func:`decode_batch` checks it
+    (entries, every frame whole, as many frames as entries, nothing after them) without a
+    message built per frame: for a hop that passes the batch on as it is."""
+    head = read_head(body)
+    check_entries(head)
+    view, pos, end = head.view, head.frames_at, len(head.view)
+    unpack = _FRAME_LENGTH.unpack_from
+    for _ in range(head.message_count):
+        if end - pos < FRAME_HEADER_BYTES:
+            raise BatchFormatError(
+                f"delivery batch: {head.message_count} entries, fewer whole frames"
+            )
+        (length,) = unpack(view, pos + _FRAME_LENGTH_AT)
+        if length > MAX_FRAME_PAYLOAD_BYTES:
+            raise BatchFormatError(f"delivery batch: a frame of {length} bytes")
+        pos += FRAME_HEADER_BYTES + length
+    if pos != end:
+        raise BatchFormatError(
+            f"delivery batch: {head.message_count} entries, not as many whole frames"
+        )
+    return head.message_count
+
+
+def decode_batch(body: bytes | memoryview) -> list[DeliveredMessage]:
+    """The messages of a batch, frames split by their headers (views of ``body``, not
+    checked); BatchFormatError when the layout is off."""
+    view, names, count, pos, frames_at = read_head(body)
+    try:
         frames, end = walk_frames(view, frames_at)
-    except (UnicodeDecodeError, DanubeError) as exc:
-        if isinstance(exc, BatchFormatError):
-            raise
+    except DanubeError as exc:
         raise BatchFormatError(f"delivery batch: {exc}") from exc
     if len(frames) != count or end != len(view):
         raise BatchFormatError(f"delivery batch: {count} entries, {len(frames)} whole frames")

@@ -67,12 +67,25 @@ class DispatcherClient:
     ) -> protocol.PollBatch:
         """Up to ``max`` messages, waiting at most ``wait_ms`` for the first: a delivery
         batch, frames as the WAL holds them (not checked: see PolledMessage.record)."""
+        reply = await self._poll(topic, sub, consumer_id, max=max, wait_ms=wait_ms)
+        return protocol.decode_poll_reply(reply)
+
+    async def poll_frames(
+        self, topic: TopicName, sub: str, consumer_id: str, *, max: int = 100, wait_ms: int = 1000
+    ) -> protocol.PolledFrames:
+        """:meth:`poll`, the reply to pass on as it is (binary delivery): its layout checked,
+        its message count, no message built per frame."""
+        reply = await self._poll(topic, sub, consumer_id, max=max, wait_ms=wait_ms)
+        return protocol.check_poll_reply(reply)
+
+    async def _poll(
+        self, topic: TopicName, sub: str, consumer_id: str, *, max: int, wait_ms: int
+    ) -> bytes:
         body = protocol.encode(
             protocol.PollRequest(consumer_id=consumer_id, max=max, wait_ms=wait_ms)
         )
         timeout_s = wait_ms / 1000 + _POLL_MARGIN_S
-        reply = await self._request(topic, sub, DispatchOp.POLL, body, timeout_s)
-        return protocol.decode_poll_reply(reply)
+        return await self._request(topic, sub, DispatchOp.POLL, body, timeout_s)
 
     async def ack(
         self, topic: TopicName, sub: str, consumer_id: str, refs: Sequence[tuple[str, int]]

@@ -44,13 +44,19 @@ A body that does not parse is refused with ``bad_request`` (:class:`BadRequestEr
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from danube.meta.failure_policy import FailurePolicy
-from danube.wire.delivery import BatchFormatError, DeliveredMessage, decode_batch, encode_batch
+from danube.wire.delivery import (
+    BatchFormatError,
+    DeliveredMessage,
+    batch_size,
+    decode_batch,
+    encode_batch,
+)
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
 from danube.wire.errors import BadRequestError as BadRequestError
@@ -349,5 +355,23 @@ def decode_poll_reply(body: bytes) -> PollBatch:
     """The messages of a poll reply; BadRequestError if it is not a delivery batch."""
     try:
         return PollBatch(body, decode_batch(body))
+    except BatchFormatError as exc:
+        raise BadRequestError(f"poll reply: {exc.message}") from exc
+
+
+class PolledFrames(NamedTuple):
+    """A poll reply to pass on as it is: its ``body`` (a delivery batch) and how many
+    messages it holds, its layout checked but not split into messages."""
+
+    body: bytes
+    size: int
+
+
+def check_poll_reply(body: bytes) -> PolledFrames:
+    """The poll reply in ``body``, checked as :func:`decode_poll_reply` checks it (without a
+    message built per frame: a hop that passes it on never needs them); BadRequestError if
+    it is not a delivery batch."""
+    try:
+        return PolledFrames(body, batch_size(body))
     except BatchFormatError as exc:
         raise BadRequestError(f"poll reply: {exc.message}") from exc

@@ -223,10 +223,12 @@ async def poll(
     when none came). ``Accept: application/x-danube-frames``: one delivery batch, the
     frames as the WAL holds them (docs/http-api.md), else JSON."""
     topic, sub, dispatcher_id = parse_consumer_id(cid)
-    batch = await services.dispatcher.poll(topic, sub, dispatcher_id, max=max, wait_ms=wait_ms)
+    dispatcher = services.dispatcher
     if wants_frames(accept):
-        body = delivery.rename_partitions(batch.body, full_names(topic))
+        frames = await dispatcher.poll_frames(topic, sub, dispatcher_id, max=max, wait_ms=wait_ms)
+        body = delivery.rename_partitions(frames.body, full_names(topic))
         return Response(body, media_type=delivery.MEDIA_TYPE)
+    batch = await dispatcher.poll(topic, sub, dispatcher_id, max=max, wait_ms=wait_ms)
     out = MessagesOut(messages=await messages_out(services, topic, sub, dispatcher_id, batch))
     return Response(out.model_dump_json(), media_type="application/json")
 

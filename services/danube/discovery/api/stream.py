@@ -242,19 +242,26 @@ class _Stream:
                 await self._wait_for_credits()
                 continue
             wanted = min(self.credits.available, POLL_BATCH_MAX)
+            if self.frames:
+                frames = await self._call(
+                    self.dispatcher.poll_frames(
+                        self.topic, self.sub, self.dispatcher_id, max=wanted, wait_ms=POLL_WAIT_MS
+                    )
+                )
+                if not frames.size:
+                    continue
+                # Raises (a bug, the stream closes with 1011) rather than send past the credits.
+                self.credits.spend(frames.size)
+                body = delivery.rename_partitions(frames.body, full_names(self.topic))
+                metrics.STREAM_MESSAGES.inc(frames.size)
+                await self._outbox.put([body])
+                continue
             polled = await self._call(
                 self.dispatcher.poll(
                     self.topic, self.sub, self.dispatcher_id, max=wanted, wait_ms=POLL_WAIT_MS
                 )
             )
             if not polled.messages:
-                continue
-            if self.frames:
-                # Raises (a bug, the stream closes with 1011) rather than send past the credits.
-                self.credits.spend(len(polled.messages))
-                body = delivery.rename_partitions(polled.body, full_names(self.topic))
-                metrics.STREAM_MESSAGES.inc(len(polled.messages))
-                await self._outbox.put([body])
                 continue
             try:
                 out = await self._call(
