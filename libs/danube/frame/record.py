@@ -27,13 +27,15 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from danube.frame.errors import (
     CorruptRecordError,
     InvalidRecordError,
     UnsupportedRecordVersionError,
 )
+
+_Bytes = TypeVar("_Bytes", bytes, memoryview)  # a buffer and its slices, of one type
 
 RECORD_VERSION = 1
 """The format version this module writes; it reads this one only (so far)."""
@@ -214,43 +216,22 @@ def decode_record_fields(buf: bytes | bytearray | memoryview) -> RecordFields:
     view = memoryview(buf)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
-    end = len(view)
-    flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len = (
-        read_record_header(view, 0, end)
+    time_ms, producer, key, attributes, payload, schema_id, schema_version = decode_record_at(
+        view, 0, len(view)
     )
-    pos = RECORD_HEADER_BYTES
-    if end - pos < producer_len + key_len:
-        raise CorruptRecordError("truncated in producer or key")
-    producer = _text(view, pos, producer_len, "producer")
-    pos += producer_len
-    key = _text(view, pos, key_len, "key") if flags & _FLAG_KEY else None
-    pos += key_len
-    attributes: dict[str, str] = {}
-    if count:
-        pos = read_attributes(view, pos, end, count, attributes)
-    if end - pos != payload_len:
-        problem = "truncated in payload" if end - pos < payload_len else "trailing bytes"
-        raise CorruptRecordError(
-            f"{problem}: {end - pos} bytes left for a {payload_len}-byte payload"
-        )
     return RecordFields(
-        time_ms,
-        producer,
-        key,
-        attributes,
-        bytes(view[pos:]),
-        schema_id if flags & _FLAG_SCHEMA_ID else None,
-        schema_version if flags & _FLAG_SCHEMA_VERSION else None,
+        time_ms, producer, key, attributes, bytes(payload), schema_id, schema_version
     )
 
 
 def decode_record_at(
-    data: bytes, start: int, end: int
-) -> tuple[int, str, str | None, dict[str, str], bytes, int | None, int | None]:
+    data: _Bytes, start: int, end: int
+) -> tuple[int, str, str | None, dict[str, str], _Bytes, int | None, int | None]:
     """:func:`decode_record_fields` of the record in ``data[start:end]``, with the same
     checks, as a plain tuple in the order of :class:`RecordFields`, with no view or slice of
     ``data`` made first: for a reader of many records in one body (a delivery batch), where
-    those cost as much as the decoding. The payload is one copy out of ``data``."""
+    those cost as much as the decoding. The payload is ``data[pos:end]``: one copy out of
+    ``bytes``, a view of a ``memoryview`` (of unsigned bytes)."""
     if not 0 <= start <= end <= len(data):
         raise CorruptRecordError(f"record at {start}..{end} of a {len(data)}-byte buffer")
     flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len = (
