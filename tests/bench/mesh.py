@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec
+from danube.runtime.servers import die_with_parent
 
 READY_TIMEOUT_S = 30.0
 
@@ -23,7 +24,11 @@ READY_TIMEOUT_S = 30.0
 def _start(service: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", f"danube.{service}"], env=env, stdout=out, stderr=out
+            [sys.executable, "-m", f"danube.{service}"],
+            env=env,
+            stdout=out,
+            stderr=out,
+            preexec_fn=die_with_parent,  # a bench killed by a signal leaves no service behind
         )
 
 
