@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
@@ -145,3 +147,62 @@ def test_reset_forgets_pending_and_acked_offsets() -> None:
     assert (cursor.next_offset, cursor.read_position, cursor.acked_beyond) == (2, 2, [])
     assert cursor.observe(2)
     assert cursor.observe(3)
+
+
+class _FourLookCursor(PartitionCursor):
+    """The cursor with ``observe`` as it was before its one-look fast path: the reference."""
+
+    def observe(self, offset: int) -> bool:
+        if offset < self._read_position:
+            return False
+        before = self.next_offset
+        self._read_position = offset + 1
+        if offset in self._acked:
+            self._after_move(before)
+            return False
+        self._pending_set.add(offset)
+        self._pending.append(offset)
+        self._after_move(before)
+        return True
+
+
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["observe", "ack", "skip", "flush"]), st.integers(0, 40)),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.integers(0, 10),
+    acked_beyond=st.lists(st.integers(0, 40), max_size=8),
+    ops=_OPS,
+)
+def test_observe_with_one_look_does_what_the_four_look_observe_did(
+    start: int, acked_beyond: list[int], ops: list[tuple[str, int]]
+) -> None:
+    state = CursorState(
+        next_offset=start, acked_beyond=tuple(sorted({a for a in acked_beyond if a > start}))
+    )
+    cursors = [PartitionCursor.from_state(state), _FourLookCursor.from_state(state)]
+    for op, offset in ops:
+        outcomes = []
+        for cursor in cursors:
+            if op == "observe":
+                outcomes.append(cursor.observe(offset))
+            elif op == "ack":
+                outcomes.append(cursor.ack(offset))
+            elif op == "skip":
+                cursor.skip_to(offset)
+            else:
+                cursor.mark_flushed(0.0)
+        new, old = cursors
+        assert outcomes[:1] == outcomes[1:]
+        assert (new.next_offset, new.read_position, new.dirty) == (
+            old.next_offset,
+            old.read_position,
+            old.dirty,
+        )
+        assert new.acked_beyond == old.acked_beyond
+        assert new.pending_count == old.pending_count
+        assert new.state() == old.state()

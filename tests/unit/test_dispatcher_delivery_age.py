@@ -10,15 +10,14 @@ from prometheus_client import REGISTRY
 
 from danube.dispatcher.metrics import observe_delivery_age
 from danube.frame import Record, encode_frame, encode_record
-from danube.wire.dispatcher.protocol import PolledMessage
 
 pytestmark = pytest.mark.unit
 
 
-def _polled(offset: int, age_s: float, redelivery_count: int = 0) -> PolledMessage:
+def _frame(offset: int, age_s: float) -> bytes:
     published_ms = int((time.time() - age_s) * 1000)
     record = encode_record(Record(payload=b"x", publish_time_ms=published_ms, producer="p"))
-    return PolledMessage("/default/t", offset, redelivery_count, encode_frame(offset, record))
+    return encode_frame(offset, record)
 
 
 def _age() -> tuple[float, float]:
@@ -30,7 +29,7 @@ def _age() -> tuple[float, float]:
 def test_the_first_first_delivery_of_a_batch_is_aged_once() -> None:
     count, total = _age()
     # A redelivery an hour old comes first: its age is its redelivery delay, not a hop.
-    observe_delivery_age([_polled(0, 3600.0, 1), _polled(1, 2.0), _polled(2, 1.0)])
+    observe_delivery_age([1, 0, 0], [_frame(0, 3600.0), _frame(1, 2.0), _frame(2, 1.0)])
     count_after, total_after = _age()
     assert count_after == count + 1
     assert total_after - total == pytest.approx(2.0, abs=0.5)
@@ -38,7 +37,7 @@ def test_the_first_first_delivery_of_a_batch_is_aged_once() -> None:
 
 def test_redeliveries_and_unreadable_records_are_not_timed() -> None:
     count, _ = _age()
-    observe_delivery_age([_polled(0, 5.0, 2)])
-    observe_delivery_age([PolledMessage("/default/t", 3, 0, b"")])  # no frame, no record header
-    observe_delivery_age([])
+    observe_delivery_age([2], [_frame(0, 5.0)])
+    observe_delivery_age([0], [b""])  # no frame, no record header
+    observe_delivery_age([], [])
     assert _age()[0] == count

@@ -39,6 +39,26 @@ def test_poll_reply_carries_frames_unchanged() -> None:
     assert body.endswith(b"".join(m.frame for m in messages))
 
 
+def test_a_poll_reply_from_columns_is_the_one_from_messages() -> None:
+    """The dispatcher's one-pass reply (columns, frames as views) is byte for byte the same."""
+    messages = [_message("b", 4, b"x", 1), _message("a", 2, b"yy"), _message("b", 5, b"", 3)]
+    body = protocol.encode_poll_columns(
+        [m.partition for m in messages],
+        [m.redelivery_count for m in messages],
+        [memoryview(m.frame) for m in messages],
+    )
+    assert body == protocol.encode_poll_reply(messages)
+    got = protocol.decode_poll_reply(body).messages
+    assert [(m.partition, m.offset, m.redelivery_count) for m in got] == [
+        ("b", 4, 1),
+        ("a", 2, 0),
+        ("b", 5, 3),
+    ]
+    assert protocol.encode_poll_columns([], [], []) == protocol.encode_poll_reply([])
+    with pytest.raises(ValueError, match="columns differ"):
+        protocol.encode_poll_columns(["a"], [0, 0], [messages[0].frame])
+
+
 def test_empty_poll_reply() -> None:
     assert protocol.decode_poll_reply(protocol.encode_poll_reply([])).messages == []
 

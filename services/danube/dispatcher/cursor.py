@@ -153,16 +153,24 @@ class PartitionCursor:
         """Record that ``offset`` exists (it was read); offsets between the read position and
         it do not exist. Returns whether it must be delivered: ``False`` for an offset read
         before (a duplicate) or acked before a restart."""
-        if offset < self._read_position:
+        read = self._read_position
+        if offset < read:
             return False
-        before = self.next_offset
+        # One look at the contiguous point, not four: every op leaves no ack below it
+        # (_compact), so it moves (and a compaction has work) only when nothing was pending
+        # (the point was the read position) and the read position passes it.
+        nothing_pending = self.next_offset == read
         self._read_position = offset + 1
         if offset in self._acked:
-            self._after_move(before)
+            if nothing_pending:  # the point moves past this acked offset
+                self._dirty = True
+                self._compact()
             return False
         self._pending_set.add(offset)
         self._pending.append(offset)
-        self._after_move(before)
+        if nothing_pending and offset != read:  # the point moves up to this offset
+            self._dirty = True
+            self._compact()
         return True
 
     def skip_to(self, offset: int) -> None:

@@ -254,11 +254,14 @@ class SubscriptionMachine(PoisonHandling):
                 cursor.read_position,
             )
             return
+        # A read is up to thousands of messages: the lookups are made once per read.
+        name, entries = event.partition, self._entries
+        observe, enqueue = cursor.observe, self._enqueue
         for offset, payload in messages:
-            if cursor.observe(offset):
-                entry = Entry(event.partition, offset, payload)
-                self._entries[(event.partition, offset)] = entry
-                self._enqueue(partition, entry)
+            if observe(offset):
+                entry = Entry(name, offset, payload)
+                entries[(name, offset)] = entry
+                enqueue(partition, entry)
         if event.next_offset is not None:
             cursor.skip_to(event.next_offset)
 

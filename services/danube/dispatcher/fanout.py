@@ -248,10 +248,9 @@ class FanoutRuntime:
         metrics.CONSUMERS.inc()
         return consumer_id
 
-    async def poll(
-        self, request: protocol.PollRequest, wait_s: float
-    ) -> list[protocol.PolledMessage]:
-        """Buffered messages for the consumer; waits up to ``wait_s`` for the first one."""
+    async def poll(self, request: protocol.PollRequest, wait_s: float) -> bytes:
+        """The poll reply (a delivery batch) of buffered messages for the consumer; waits up
+        to ``wait_s`` for the first one."""
         fanout = self._fanout()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
@@ -260,18 +259,19 @@ class FanoutRuntime:
             self._seen(request.consumer_id)
             taken = fanout.take(request.consumer_id, request.max, max_bytes)
             if taken:
+                frames = [m.frame for m in taken]
+                counts = [0] * len(taken)
                 metrics.DELIVERED.inc(len(taken))
                 labels = subscription_labels(self.store.topic, self.store.sub)
                 metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(taken))
                 metrics.SUB_BYTES_OUT.labels(*labels).inc(
-                    sum(len(m.frame) - FRAME_HEADER_BYTES for m in taken)
+                    sum(map(len, frames)) - FRAME_HEADER_BYTES * len(frames)
                 )
-                polled = [protocol.PolledMessage(m.partition, m.offset, 0, m.frame) for m in taken]
-                metrics.observe_delivery_age(polled)
-                return polled
+                metrics.observe_delivery_age(counts, frames)
+                return protocol.encode_poll_columns([m.partition for m in taken], counts, frames)
             remaining_s = deadline - loop.time()
             if remaining_s <= 0 or self.closing or self.failed:
-                return []
+                return protocol.encode_poll_columns([], [], [])
             changed = self._changed
             try:
                 async with asyncio.timeout(remaining_s):

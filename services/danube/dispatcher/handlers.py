@@ -47,7 +47,7 @@ class SubscriptionHandlers:
         if op == DispatchOp.POLL:
             poll = protocol.parse(request.body, protocol.PollRequest)
             wait_s = min(poll.wait_ms / 1000, request.remaining_s() - _REPLY_MARGIN_S)
-            return protocol.encode_poll_reply(await runtime.poll(poll, max(wait_s, 0.0)))
+            return await runtime.poll(poll, max(wait_s, 0.0))
         if op == DispatchOp.ACK:
             ack = protocol.parse(request.body, protocol.AckRequest)
             ignored = await runtime.ack(ack, request.remaining_s() - _REPLY_MARGIN_S)

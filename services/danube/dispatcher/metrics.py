@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from prometheus_client import Counter, Gauge, Histogram
 
 from danube.frame import FRAME_HEADER_BYTES, CorruptRecordError, record_publish_time_ms
-from danube.wire.dispatcher.protocol import PolledMessage
 
 SUBSCRIPTIONS = Gauge(
     "danube_dispatcher_subscriptions", "Subscriptions this dispatcher serves", ["dispatch"]
@@ -123,17 +122,18 @@ BACKLOG_EVICTED = Counter(
 )
 
 
-def observe_delivery_age(batch: Sequence[PolledMessage]) -> None:
-    """Observe the age of the batch's first message delivered for the first time (in one
-    partition's offset order: its oldest; a redelivery's age is its redelivery delay, not a
-    hop). One record header read per batch, never per message, and no CRC: the frame is
-    checked by whoever decodes it, and a metric never fails a delivery."""
-    for message in batch:
-        if message.redelivery_count == 0:
+def observe_delivery_age(
+    redelivery_counts: Sequence[int], frames: Sequence[bytes | memoryview]
+) -> None:
+    """Observe the age of the batch's first message delivered for the first time (message
+    ``i`` is ``frames[i]``, redelivered ``redelivery_counts[i]`` times; in one partition's
+    offset order: its oldest; a redelivery's age is its redelivery delay, not a hop). One
+    record header read per batch, never per message, and no CRC: the frame is checked by
+    whoever decodes it, and a metric never fails a delivery."""
+    for count, frame in zip(redelivery_counts, frames, strict=True):
+        if count == 0:
             try:
-                published_ms = record_publish_time_ms(
-                    memoryview(message.frame)[FRAME_HEADER_BYTES:]
-                )
+                published_ms = record_publish_time_ms(memoryview(frame)[FRAME_HEADER_BYTES:])
             except CorruptRecordError:
                 return
             DELIVERY_AGE_SECONDS.observe(max(0.0, time.time() - published_ms / 1000))

@@ -55,7 +55,7 @@ from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
-from danube.frame import verify_frame
+from danube.frame import FRAME_HEADER_BYTES, verify_frame
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
@@ -261,10 +261,9 @@ class SubscriptionRuntime:
         metrics.CONSUMERS.inc()
         return consumer_id
 
-    async def poll(
-        self, request: protocol.PollRequest, wait_s: float
-    ) -> list[protocol.PolledMessage]:
-        """Messages for the consumer; waits up to ``wait_s`` for the first one."""
+    async def poll(self, request: protocol.PollRequest, wait_s: float) -> bytes:
+        """The poll reply (a delivery batch) of messages for the consumer, built from the
+        machine's delivery in one pass; waits up to ``wait_s`` for the first one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         self.check_serving()
@@ -278,27 +277,25 @@ class SubscriptionRuntime:
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
                 messages = [m for d in delivered for m in d.messages]
-                polled = [
-                    protocol.PolledMessage(
-                        m.partition, m.offset, m.redelivery_count, tiers.frame_of(m.payload).data
-                    )
-                    for m in messages
-                ]
-                redelivered = sum(1 for m in messages if m.redelivery_count)
-                metrics.observe_delivery_age(polled)
+                partitions = [m.partition for m in messages]
+                counts = [m.redelivery_count for m in messages]
+                frames = tiers.frame_views([m.payload for m in messages])
+                redelivered = len(counts) - counts.count(0)
+                metrics.observe_delivery_age(counts, frames)
                 metrics.DELIVERED.inc(len(messages))
                 metrics.REDELIVERED.inc(redelivered)
                 labels = subscription_labels(self.store.topic, self.store.sub)
                 metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(messages))
-                metrics.SUB_BYTES_OUT.labels(*labels).inc(sum(m.record_bytes for m in polled))
+                record_bytes = sum(map(len, frames)) - FRAME_HEADER_BYTES * len(frames)
+                metrics.SUB_BYTES_OUT.labels(*labels).inc(record_bytes)
                 metrics.SUB_REDELIVERED.labels(*labels).inc(redelivered)
-                return polled
+                return protocol.encode_poll_columns(partitions, counts, frames)
             damaged = self.damage.error()
             if damaged is not None:
                 raise damaged  # never silent empty polls while a partition is stopped
             remaining_s = deadline - loop.time()
             if remaining_s <= 0 or self.closing or self.failed:
-                return []
+                return protocol.encode_poll_columns([], [], [])
             # Taken only now: this poll's own actions notified the one before. Redeliveries
             # fall due with time, not with an event: look again at least every other tick.
             changed = self._changed
@@ -438,8 +435,9 @@ class SubscriptionRuntime:
 
     def feed(self, event: MessagesAvailable) -> list[Action]:
         """Readers hand their reads in here; returns the actions left to execute."""
-        for _, frame in event.messages:
-            size = len(tiers.frame_of(frame).record)
+        if event.messages:
+            frames = tiers.frame_views([payload for _, payload in event.messages])
+            size = max(map(len, frames)) - FRAME_HEADER_BYTES
             self._record_bytes_max = max(self._record_bytes_max, size)
         actions = self._machine().handle(event)
         self.notify()

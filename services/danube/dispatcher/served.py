@@ -31,9 +31,10 @@ class ServedSubscription(Protocol):
 
     # The operations of the bus (danube.dispatcher.handlers).
     async def attach(self, request: protocol.AttachRequest) -> str: ...
-    async def poll(
-        self, request: protocol.PollRequest, wait_s: float
-    ) -> list[protocol.PolledMessage]: ...
+    async def poll(self, request: protocol.PollRequest, wait_s: float) -> bytes:
+        """The poll reply: a delivery batch (danube.wire.delivery)."""
+        ...
+
     async def ack(
         self, request: protocol.AckRequest, timeout_s: float
     ) -> list[tuple[str, int]]: ...

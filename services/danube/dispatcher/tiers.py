@@ -20,6 +20,7 @@ cannot serve the position, and only when neither has an intact copy is the range
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from danube.frame import RawFrame
@@ -110,6 +111,12 @@ def frame_of(payload: object) -> RawFrame:
     if not isinstance(payload, RawFrame):
         raise TypeError(f"expected a frame, got {type(payload).__name__}")
     return payload
+
+
+def frame_views(payloads: Iterable[object]) -> list[memoryview]:
+    """The whole frames (header included) machine entries carry, in order: what
+    :func:`frame_of` gives for each, in one pass over a delivery."""
+    return [p.data if isinstance(p, RawFrame) else frame_of(p).data for p in payloads]
 
 
 def detached(payload: object) -> object:

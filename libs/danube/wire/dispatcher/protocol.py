@@ -56,6 +56,7 @@ from danube.wire.delivery import (
     batch_size,
     decode_batch,
     encode_batch,
+    encode_columns,
 )
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
@@ -335,6 +336,17 @@ PolledMessage = DeliveredMessage
 def encode_poll_reply(messages: Sequence[PolledMessage]) -> bytes:
     """A delivery batch of ``messages`` (their frames as they are)."""
     return encode_batch(messages)
+
+
+def encode_poll_columns(
+    partitions: Sequence[str],
+    redelivery_counts: Sequence[int],
+    frames: Sequence[bytes | memoryview],
+) -> bytes:
+    """The poll reply of message ``i`` = ``frames[i]`` of ``partitions[i]`` (redelivered
+    ``redelivery_counts[i]`` times): what :func:`encode_poll_reply` gives for the same
+    messages, without a :data:`PolledMessage` built per message."""
+    return encode_columns(partitions, redelivery_counts, frames)
 
 
 class PollBatch(list[PolledMessage]):
