@@ -119,17 +119,66 @@ async def test_pending_messages_stay_within_the_bound_and_senders_wait_for_room(
         await p.close()
 
 
-async def test_flush_waits_for_what_was_queued_before_it() -> None:
-    gate = asyncio.Event()
-    async with _client(_counting_server([0], gate)) as client:
-        p = client.producer("t", linger_ms=10_000)  # only a flush sends
-        future = await p.send("a")
+def _recording_server(
+    seen: list[list[str]], gate: asyncio.Event, arrived: asyncio.Event
+) -> Callable[[httpx.Request], Awaitable[httpx.Response]]:
+    """A produce handler noting each batch's payloads as it comes (and setting
+    ``arrived``), then waiting on ``gate`` before answering consecutive offsets."""
+    offsets = [0]
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        frames = scan_frames_for_produce(request.content, max_count=10_000)
+        seen.append([bytes(frames.payload(i)).decode() for i in range(len(frames))])
+        arrived.set()
+        await gate.wait()
+        runs = [{"partition": "/default/t", "offset": offsets[0], "count": len(frames)}]
+        offsets[0] += len(frames)
+        return httpx.Response(200, json={"runs": runs})
+
+    return handler
+
+
+async def test_an_idle_producer_sends_at_once_and_batches_form_behind_one_in_flight() -> None:
+    # A 10 s linger: a lone send() on an idle pipe must not wait for it, while messages
+    # sent with a batch in flight wait for company (here: until that batch comes back,
+    # when the pipe is idle again and they go together).
+    seen: list[list[str]] = []
+    gate, arrived = asyncio.Event(), asyncio.Event()
+    async with _client(_recording_server(seen, gate, arrived)) as client:
+        p = client.producer("t", linger_ms=10_000, max_inflight_batches=2)
+        async with asyncio.timeout(2):
+            first = await p.send("a")
+            await arrived.wait()
+        assert seen == [["a"]]
+        later = [await p.send("b"), await p.send("c")]
+        await asyncio.sleep(0.05)
+        assert seen == [["a"]]  # room for a second batch in flight, but it lingers
+        gate.set()
+        async with asyncio.timeout(2):  # well before the linger
+            assert (await first).offset == 0
+            assert [(await f).offset for f in later] == [1, 2]
+        assert seen == [["a"], ["b", "c"]]
+        await p.close()
+
+
+async def test_flush_sends_a_lingering_batch_and_waits_for_what_was_queued_before_it() -> None:
+    seen: list[list[str]] = []
+    gate, arrived = asyncio.Event(), asyncio.Event()
+    async with _client(_recording_server(seen, gate, arrived)) as client:
+        p = client.producer("t", linger_ms=10_000, max_inflight_batches=2)
+        first = await p.send("a")  # goes at once and waits at the server
+        async with asyncio.timeout(2):
+            await arrived.wait()
+        second = await p.send("b")  # lingers behind it: only a flush sends it
+        await asyncio.sleep(0.02)
+        assert seen == [["a"]]
         flushing = asyncio.create_task(p.flush())
         await asyncio.sleep(0.02)
+        assert seen == [["a"], ["b"]]
         assert not flushing.done()
         gate.set()
         await flushing
-        assert future.result().offset == 0
+        assert (first.result().offset, second.result().offset) == (0, 1)
         await p.close()
 
 

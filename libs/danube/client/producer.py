@@ -3,9 +3,13 @@
 ``send()`` checks and encodes a message, queues it and returns a future of its
 :class:`SendResult`. One task per producer, the sender, turns the queue into batches
 (:class:`danube.client.batch.Accumulator`: ``linger_ms``, ``batch_max_messages``,
-``batch_max_bytes``) and posts them, retrying 429, 503 and transport failures with jittered
-backoff within ``send_timeout_s``; every future of a batch gets its message's result, or the
-batch's error. :meth:`AsyncProducer.send_many` queues several messages under one future.
+``batch_max_bytes``) and posts them. With no batch in flight the next one goes at once (an
+idle pipe gives a message nothing to wait for); while batches are in flight, messages
+gather behind them and a batch goes when full, when its oldest has waited ``linger_ms``, or
+when the last batch in flight comes back. Posts retry 429, 503 and transport failures with
+jittered backoff within ``send_timeout_s``; every future of a batch gets its message's
+result, or the batch's error. :meth:`AsyncProducer.send_many` queues several messages under
+one future.
 
 Order: with ``max_inflight_batches=1`` (the default) batches go one after the other, so the
 offsets of a partition follow the order of ``send()`` calls, retries included. More batches
@@ -438,7 +442,9 @@ class AsyncProducer:
                 self._flushing = False
                 if self._closing:
                     return None
-            elif self._queue.due(now, flush=self._flushing or self._closing):
+            # An idle pipe (no batch in flight) sends at once: lingering then only delays
+            # the message, company comes while a batch is in flight.
+            elif self._queue.due(now, flush=self._flushing or self._closing or not self._inflight):
                 first_seq = self._accepted - len(self._queue)
                 items = self._queue.take()
                 bodies = self._bodies
@@ -488,6 +494,8 @@ class AsyncProducer:
             if batch in self._inflight:  # not already failed by _sender_done
                 self._inflight.discard(batch)
                 self._settled(len(items))
+                if not self._inflight and self._queue:
+                    self._wake.set()  # the pipe is idle: a lingering batch goes now
             inflight.release()
 
 
