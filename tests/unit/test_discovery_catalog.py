@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from danube.discovery import refresh
 from danube.discovery.catalog import Catalog
 from danube.discovery.refresh import Refresher
 from danube.meta import TopicName
@@ -164,3 +165,34 @@ async def test_refreshes_are_bounded_and_end_at_close() -> None:
     await refresher.close()
     assert refresher.running == 0
     assert not refresher.start("d", wait)  # closed: takes no more
+
+
+async def test_an_expired_entry_answers_stale_when_etcd_stalls_past_the_stale_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """etcd frozen: a produce whose entries expired waits STALE_WAIT_S per cache, not etcd's
+    request deadline per cache (3 of them made a produce wait 15 s in an etcd stall test)."""
+    monkeypatch.setattr(refresh, "STALE_WAIT_S", 0.05)
+    store, clock = GatedStore(), Clock()
+    catalog = Catalog(store, cache_ttl_s=2.0, clock=clock)  # type: ignore[arg-type]
+    store.gate.set()
+    known = await catalog.cached_topic(TOPIC)
+    policy = await catalog.cached_namespace("default")
+    store.gate.clear()  # etcd stops answering
+    clock.now_s = 5.0
+    async with asyncio.timeout(1.0):  # before: it waited for the store for ever
+        assert await catalog.cached_topic(TOPIC) == known
+        assert await catalog.cached_namespace("default") == policy
+    store.gate.set()  # etcd back: the next ask reads it
+    store.partitions = 4
+    assert await catalog.cached_topic(TOPIC) == TopicConfig(partitions=4, created_ms=1)
+
+
+async def test_with_nothing_cached_an_etcd_stall_is_waited_out() -> None:
+    store, clock = GatedStore(), Clock()
+    catalog = Catalog(store, cache_ttl_s=2.0, clock=clock)  # type: ignore[arg-type]
+    read = asyncio.ensure_future(catalog.cached_topic(TOPIC))
+    await asyncio.sleep(0.1)
+    assert not read.done()  # no stale entry to answer: the read decides
+    store.gate.set()
+    assert (await read) == TopicConfig(partitions=2, created_ms=1)

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from danube.discovery import refresh
 from danube.discovery.refresh import Refresher
 from danube.discovery.schema_gate import SchemaGate
 from danube.meta import TopicName
@@ -65,3 +66,20 @@ async def test_a_binding_in_use_is_read_again_before_it_expires() -> None:
     assert late.done()
     assert registry.asked == 2  # before: this produce read etcd inline (and waited here)
     await refresher.close()
+
+
+async def test_an_expired_binding_answers_stale_when_etcd_stalls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """etcd frozen: a produce whose binding expired is admitted by the binding known a moment
+    ago after STALE_WAIT_S (before: it waited etcd's deadline, then failed the produce)."""
+    monkeypatch.setattr(refresh, "STALE_WAIT_S", 0.05)
+    registry, clock = GatedRegistry(), Clock()
+    gate = SchemaGate(registry, cache_ttl_s=2.0, clock=clock)  # type: ignore[arg-type]
+    registry.gate.set()
+    assert await gate.admit(TOPIC, [b"x"]) is None
+    registry.gate.clear()
+    clock.now_s = 5.0
+    async with asyncio.timeout(1.0):
+        assert await gate.admit(TOPIC, [b"x"]) is None
+    assert registry.asked == 2

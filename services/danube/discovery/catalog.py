@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
 from danube.discovery.models import NamespacePatch, NamespaceSpec, TopicSpec
 from danube.discovery.policy_models import TopicPatch
-from danube.discovery.refresh import Refresher, refresh_at
+from danube.discovery.refresh import Refresher, StaleError, read_or_stale, refresh_at
 from danube.meta import (
-    MetaError,
     MetaStore,
     TopicName,
     UpdateRacedError,
@@ -358,10 +357,12 @@ class Catalog:
                 self._refresher.start(("namespace", name), lambda: self._refresh_ns(name, hit))
             return hit.policy
         try:
-            found = await self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy)
-        except MetaError:
-            if hit is None:
-                raise
+            found = await read_or_stale(
+                lambda: self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy),
+                has_stale=hit is not None,
+            )
+        except StaleError:  # etcd stalls or fails: the policy known a moment ago
+            assert hit is not None
             return hit.policy
         self._remember_namespace(name, found)
         return found
@@ -398,19 +399,23 @@ class Catalog:
                 self._refresher.start(("topic", topic), lambda: self._refresh_topic(topic, hit))
             return hit.config
         try:
-            async with self._lock:
-                found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
-        except MetaError:
-            if hit is None:
-                raise
-            # etcd stalls: the config known a moment ago still routes the produce (a topic
-            # deleted meanwhile is fenced at ingest, whose owner key went with it).
+            found = await read_or_stale(
+                lambda: self._locked_get_topic(topic), has_stale=hit is not None
+            )
+        except StaleError:
+            assert hit is not None
+            # etcd stalls or fails: the config known a moment ago still routes the produce (a
+            # topic deleted meanwhile is fenced at ingest, whose owner key went with it).
             return hit.config
         if found is None:
             self._cache.pop(topic, None)
             return None
         self._remember(topic, found)
         return found
+
+    async def _locked_get_topic(self, topic: TopicName) -> TopicConfig | None:
+        async with self._lock:
+            return await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
 
     async def _refresh_topic(self, topic: TopicName, hit: _Cached) -> None:
         found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)

@@ -22,10 +22,40 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
+from typing import TypeVar
+
+from danube.errors import DanubeError
+from danube.meta import MetaError
 
 log = logging.getLogger(__name__)
 
 REFRESHES_MAX = 64
+STALE_WAIT_S = 1.0
+"""How long the read of an expired entry is waited for while the stale entry could answer.
+Past it (etcd stalled, or slower than this), the stale entry answers, as it does when etcd
+fails: a produce whose caches all expired during an etcd stall otherwise waited out etcd's
+request deadline once per cache (topic, namespace, schema binding: 3 times 5 s)."""
+
+T = TypeVar("T")
+
+
+class StaleError(DanubeError):
+    """The read of an expired entry failed or did not answer within ``STALE_WAIT_S``: the
+    caller answers from its stale entry (never reaches a client)."""
+
+    code = "stale"
+
+
+async def read_or_stale(read: Callable[[], Awaitable[T]], *, has_stale: bool) -> T:
+    """``read()``. With ``has_stale``, at most ``STALE_WAIT_S``, and :class:`StaleError` when
+    it fails with a MetaError or takes longer; without, as long as ``read()`` takes."""
+    if not has_stale:
+        return await read()
+    try:
+        async with asyncio.timeout(STALE_WAIT_S):
+            return await read()
+    except (MetaError, TimeoutError) as exc:
+        raise StaleError(f"read of an expired entry: {exc!r}") from exc
 
 
 def refresh_at(now_s: float, ttl_s: float) -> float:

@@ -28,7 +28,7 @@ from typing import TypeVar
 
 from danube.discovery import metrics
 from danube.discovery.errors import BadRequestError, NotFoundError
-from danube.discovery.refresh import Refresher, refresh_at
+from danube.discovery.refresh import Refresher, StaleError, read_or_stale, refresh_at
 from danube.discovery.schemas import SchemaRegistry, SchemaVersion, TopicSchema
 from danube.meta import TopicName
 from danube.schemas.validate import Validator, compile_validator
@@ -137,7 +137,14 @@ class SchemaGate:
             if hit.refresh_at <= now and self._refresher is not None:
                 self._refresher.start(("binding", topic), lambda: self._refresh_binding(topic, hit))
             return hit.value
-        binding = await self.registry.topic_schema(topic)
+        try:
+            binding = await read_or_stale(
+                lambda: self.registry.topic_schema(topic), has_stale=hit is not None
+            )
+        except StaleError:  # etcd stalls or fails: the binding known a moment ago
+            assert hit is not None
+            assert hit.value is None or isinstance(hit.value, TopicSchema)
+            return hit.value
         self._remember(self._bindings, topic, binding)
         return binding
 
