@@ -15,6 +15,7 @@ from danube.discovery.refresh import Refresher
 from danube.meta import TopicName
 from danube.meta.errors import MetaUnavailableError
 from danube.meta.records import NamespacePolicy, TopicConfig
+from tests.fake_clock import Clock, settle
 
 pytestmark = pytest.mark.unit
 
@@ -63,19 +64,6 @@ class GatedStore:
         return TopicConfig(partitions=self.partitions, created_ms=1)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
-async def _settle() -> None:
-    for _ in range(5):  # a background read and its bookkeeping take a few loop turns
-        await asyncio.sleep(0)
-
-
 def _answered(task: asyncio.Task[Any]) -> bool:
     """Whether a cache read finished without waiting on the store (its first step)."""
     return task.done()
@@ -94,15 +82,15 @@ async def test_an_entry_in_use_is_read_again_in_the_background_before_it_expires
     await asyncio.sleep(0)
     assert _answered(hit)
     assert hit.result() == TopicConfig(partitions=2, created_ms=1)
-    await _settle()
+    await settle()
     assert (store.asked, refresher.running) == (2, 1)  # its read waits at the gate
     again = asyncio.ensure_future(catalog.cached_topic(TOPIC))  # one refresh per key
     await asyncio.sleep(0)
     assert _answered(again)
-    await _settle()
+    await settle()
     assert (store.asked, refresher.running) == (2, 1)
     store.gate.set()
-    await _settle()
+    await settle()
     assert refresher.running == 0
 
     # Past the first read's expiry (2.0) the refreshed entry answers, with no read inline
@@ -127,7 +115,7 @@ async def test_an_entry_nobody_asks_for_still_expires_and_is_read_inline() -> No
     store.partitions = 3
     clock.now_s = 2.0  # expired, never asked for in its second half: nothing refreshed it
     read = asyncio.ensure_future(catalog.cached_topic(TOPIC))
-    await _settle()
+    await settle()
     assert not read.done()
     assert refresher.running == 0
     store.gate.set()
@@ -144,11 +132,11 @@ async def test_a_refresh_does_not_replace_an_entry_written_meanwhile() -> None:
     store.gate.clear()
     clock.now_s = 1.5
     await catalog.cached_topic(TOPIC)  # starts a refresh, which reads 2 partitions
-    await _settle()
+    await settle()
     assert refresher.running == 1
     catalog._remember(TOPIC, TopicConfig(partitions=5, created_ms=1))  # an update here
     store.gate.set()
-    await _settle()
+    await settle()
     assert (await catalog.cached_topic(TOPIC)) == TopicConfig(partitions=5, created_ms=1)
     await refresher.close()
 

@@ -11,6 +11,7 @@ from danube.discovery import refresh
 from danube.discovery.refresh import Refresher
 from danube.discovery.schema_gate import SchemaGate
 from danube.meta import TopicName
+from tests.fake_clock import Clock, settle
 
 pytestmark = pytest.mark.unit
 
@@ -29,19 +30,6 @@ class GatedRegistry:
         await self.gate.wait()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
-async def _settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
-
-
 async def test_a_binding_in_use_is_read_again_before_it_expires() -> None:
     registry, clock, refresher = GatedRegistry(), Clock(), Refresher()
     gate = SchemaGate(registry, cache_ttl_s=2.0, refresher=refresher, clock=clock)  # type: ignore[arg-type]
@@ -53,10 +41,10 @@ async def test_a_binding_in_use_is_read_again_before_it_expires() -> None:
     hit = asyncio.ensure_future(gate.admit(TOPIC, [b"x"]))
     await asyncio.sleep(0)
     assert hit.done()
-    await _settle()
+    await settle()
     assert (registry.asked, refresher.running) == (2, 1)
     registry.gate.set()
-    await _settle()
+    await settle()
     assert refresher.running == 0
 
     registry.gate.clear()
