@@ -6,6 +6,7 @@ secrets appear in no log line nor in ``/v1/cluster`` or ``/metrics``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import subprocess
@@ -111,16 +112,24 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
         await nats.connect(nats_url, allow_reconnect=False, connect_timeout=2)
     assert "authorization" in str(raised.value).lower()
     errors: list[Exception] = []
+    refused = asyncio.Event()
 
     async def on_error(exc: Exception) -> None:
         errors.append(exc)
+        if "permissions violation" in str(exc).lower():
+            refused.set()
 
     spy = await nats.connect(
         nats_url, user="ingest", password=secrets["nats-ingest.password"], error_cb=on_error
     )
     try:
         await spy.subscribe("danube.disp.>")  # the dispatcher's subjects
-        await spy.flush(timeout=2)
+        # Wait for the server's answer to the SUB itself, not for flush()'s PONG: nats-py 2.16
+        # writes flush()'s PING straight to the socket while the SUB still waits in its
+        # pending buffer, so the PONG can come back before the server has seen the SUB.
+        await asyncio.wait_for(refused.wait(), timeout=10)
+    except TimeoutError:
+        pass
     finally:
         await spy.close()
     assert any("permissions violation" in str(e).lower() for e in errors), errors
