@@ -724,3 +724,53 @@ async def test_close_gives_up_on_a_stuck_disk_after_its_deadline(tmp_path: Path)
             await stuck
     finally:
         ops.gate.set()
+
+
+async def test_an_append_cancelled_while_it_waits_for_room_is_still_written(
+    tmp_path: Path,
+) -> None:
+    ops = GatedOps()
+    wal = await Wal.open(
+        tmp_path / "p",
+        options(max_pending_bytes=FRAME_BYTES, max_frame_payload_bytes=PAYLOAD_BYTES),
+        file_ops=ops,
+    )
+    try:
+        ops.gate.clear()
+        queued = asyncio.create_task(wal.append([payload(0)]))
+        await poll(lambda: ops.fdatasyncs_entered == 1)
+        waiting = asyncio.create_task(wal.append([payload(1)]))
+        await poll(lambda: wal.stats().waiting_appends == 1)
+        queued.cancel()  # cancelled once queued
+        waiting.cancel()  # cancelled while it waits for room
+        results = await asyncio.gather(queued, waiting, return_exceptions=True)
+        assert all(isinstance(r, asyncio.CancelledError) for r in results)
+        ops.gate.set()
+        await poll(lambda: wal.durable_next == 2)
+        assert await fetch_all(wal, 0) == [(0, payload(0)), (1, payload(1))]
+        assert wal.stats().pending_bytes == 0
+    finally:
+        ops.gate.set()
+        await wal.close()
+
+
+async def test_failure_listeners_hear_a_failure_once_and_never_a_close(tmp_path: Path) -> None:
+    ops = GatedOps()
+    heard: list[str] = []
+    wal = await Wal.open(tmp_path / "p", options(), file_ops=ops)
+    wal.add_failure_listener(heard.append)
+    await wal.append([payload(0)])
+    ops.fail_fdatasync = True
+    for n in (1, 2):
+        with pytest.raises(WalFailedError):
+            await wal.append([payload(n)])
+    assert len(heard) == 1
+    assert "injected fdatasync failure" in heard[0]
+    await wal.close()
+
+    closed = await Wal.open(tmp_path / "q", options())
+    remove = closed.add_failure_listener(heard.append)
+    await closed.append([payload(0)])
+    await closed.close()
+    remove()
+    assert len(heard) == 1

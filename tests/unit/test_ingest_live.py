@@ -41,6 +41,9 @@ class FakeWal:
         self._listener = listener
         return lambda: None
 
+    def add_failure_listener(self, listener: Callable[[str], None]) -> Any:
+        return lambda: None
+
     def made_durable(self, payloads: Sequence[bytes]) -> None:
         first = self.durable_next
         self.durable_next += len(payloads)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
-
 from prometheus_client import Counter, Gauge, Histogram
 
 APPENDED_MESSAGES = Counter("danube_ingest_appended_messages", "Messages made durable")
@@ -90,15 +86,3 @@ WAL_DISK_FREE = Gauge(
     "Free bytes on the file system of the WAL directory (read at each scrape)",
     ["wal_dir"],
 )
-
-
-def commit_timer() -> Callable[[asyncio.Future[int]], None]:
-    """A done callback for a produce's append, started now: observes its commit time when
-    it succeeds (a refused or failed append is counted in PRODUCE_ERRORS, not timed)."""
-    started_s = time.perf_counter()
-
-    def done(append: asyncio.Future[int]) -> None:
-        if not append.cancelled() and append.exception() is None:
-            COMMIT_SECONDS.observe(time.perf_counter() - started_s)
-
-    return done

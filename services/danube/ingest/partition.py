@@ -88,6 +88,9 @@ class Partition:
         # frames. Reliable ones carry a durable_next wake-up (danube.wire.ingest.protocol).
         self._live_payloads = wal.options.durability is Durability.MEMORY
         self._remove_listener = wal.add_durable_listener(self._on_durable)
+        # A failed WAL fences at once, whether or not a produce of ours waits on it (its
+        # caller may have been cancelled at its deadline).
+        self._remove_failure_listener = wal.add_failure_listener(self._on_wal_failed)
         self._advance()
 
     # --- state -------------------------------------------------------------------------
@@ -112,10 +115,16 @@ class Partition:
             self._fenced = reason
             log.warning("%s fenced: %s", self.name, reason)
             self._remove_listener()
+            self._remove_failure_listener()
             self._hw_event.set()  # wake producers waiting for a commit
             if self._isr_task is not None:
                 self._isr_task.cancel()
             self._on_fenced(self, fatal)
+
+    def _on_wal_failed(self, reason: str) -> None:
+        # After a failed write or fsync the file's state is unknown ("fsyncgate"): never
+        # retry on the same descriptor; the node restarts and recovers from disk.
+        self.fence(f"WAL failed: {reason}", fatal=True)
 
     def _check_leader(self) -> None:
         if self._fenced is not None:
@@ -135,17 +144,20 @@ class Partition:
     # --- produce -----------------------------------------------------------------------
 
     async def produce(self, records: Sequence[bytes]) -> int:
-        """Append ``records``; return the first offset once the ISR holds them durably."""
+        """Append ``records``; return the first offset once the ISR holds them durably.
+
+        A caller cancelled while it waits leaves the append to finish (the WAL writes what
+        it queued; its failure fences through the WAL's failure listener)."""
         self._check_leader()
         self._check_insync("before the append")
         try:
             first = await self.wal.append(records)
-        except WalFailedError as exc:
-            # After a failed write or fsync the file's state is unknown ("fsyncgate"):
-            # never retry on the same descriptor; the node restarts and recovers from disk.
+        except WalFailedError as exc:  # failed before this append (the listener fenced it)
             self.fence(f"WAL failed: {exc}", fatal=True)
             raise
-        await self._committed(first + len(records))
+        end = first + len(records)
+        if self.tracker.high_watermark < end:  # replicas to wait for (never with factor 1)
+            await self._committed(end)
         self._check_leader()  # never acknowledge after leadership is gone
         self._check_insync("after the append (it may still be stored; a retry may duplicate)")
         return first
@@ -236,6 +248,19 @@ class Partition:
     # --- live stream -------------------------------------------------------------------
 
     def _on_durable(self, first_offset: int, payloads: Sequence[bytes]) -> None:
+        self._advance()
+        # Counted two loop steps later: the producers this commit answers resume in the next
+        # step and nats-py's flusher writes their replies in the one after; the counters,
+        # run cold after an idle spell, cost more than the rest of this callback.
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, self._count_durable, payloads)
+        if len(self._live) >= LIVE_QUEUE_BATCHES_MAX:
+            metrics.LIVE_DROPPED.inc(len(payloads))
+            return
+        self._live.append((first_offset, payloads))
+        self._live_ready.set()
+
+    def _count_durable(self, payloads: Sequence[bytes]) -> None:
         metrics.APPENDED_MESSAGES.inc(len(payloads))
         size_bytes = sum(map(len, payloads))
         metrics.APPENDED_BYTES.inc(size_bytes)
@@ -243,12 +268,6 @@ class Partition:
         metrics.TOPIC_MESSAGES_IN.labels(topic).inc(len(payloads))
         metrics.TOPIC_BYTES_IN.labels(topic).inc(size_bytes)
         metrics.BATCH_MESSAGES.observe(len(payloads))
-        self._advance()
-        if len(self._live) >= LIVE_QUEUE_BATCHES_MAX:
-            metrics.LIVE_DROPPED.inc(len(payloads))
-            return
-        self._live.append((first_offset, payloads))
-        self._live_ready.set()
 
     async def publish_live(self) -> None:
         """Publish committed batches on the live subject, in offset order, until cancelled:

@@ -1,20 +1,32 @@
-"""Group commit: the one writer task that owns the segment file.
+"""Group commit: the one writer thread that owns the segment file.
 
-Appends queue ``(first offset, payloads, frame bytes, future)``. The task takes everything
-queued (up to ``max_batch_bytes``; a larger single append goes alone), hands it to the
-:class:`SegmentWriter` in a worker thread (one write, and in ``fsync`` mode one fdatasync), and
-on success tells the WAL (``on_durable``), which publishes the batch and resolves the futures.
-Appends that arrive while the thread works queue up and form the next batch: the slower the
-disk, the larger the batches, the fewer fsyncs per message.
+Appends queue ``(first offset, payloads, frame bytes, future)`` from the event loop. A thread of
+its own takes everything queued (up to ``max_batch_bytes``; a larger single append goes alone),
+hands it to the :class:`SegmentWriter` (one write, and in ``fsync`` mode one fdatasync), and
+posts the outcome back to the loop in one ``call_soon_threadsafe``, where the WAL publishes the
+batch and resolves the futures (``on_durable``). Appends that arrive while the thread works
+queue up and form the next batch: the slower the disk, the larger the batches, the fewer
+fsyncs per message.
 
-Between batches and when idle, the task keeps the ``interval`` fsync cadence and seals a
+Why a thread of its own rather than a writer task calling ``asyncio.to_thread``: a single
+append then costs one thread wake-up out and one loop wake-up back, and no loop turn between
+them (the task needed one turn to be woken by the append, one to start the thread work, one to
+be woken by its result). The I/O deadline the task had (``io_timeout_s`` around each thread
+call) is kept by a watchdog on the loop: the thread notes when each piece of I/O starts, and a
+timer fails the WAL when one has run past the deadline (the thread cannot be stopped; whatever
+it finishes afterwards is ignored).
+
+Between batches and when idle, the thread keeps the ``interval`` fsync cadence and seals a
 segment that reached its maximum age, even when no append comes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -26,7 +38,7 @@ from danube.ingest.wal.errors import (
     WalTimeoutError,
 )
 from danube.ingest.wal.options import Durability, WalOptions
-from danube.ingest.wal.writer import SegmentWriter
+from danube.ingest.wal.writer import BatchResult, SegmentWriter
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +67,12 @@ async def in_thread(
 
 
 class GroupCommit:
-    """The writer task: batches queued appends into one write (and fdatasync) each."""
+    """The writer thread: batches queued appends into one write (and fdatasync) each.
+
+    Shared with the thread, under ``_cond``: the queue, ``_paused``, ``_halted``,
+    ``_stopping`` and what the thread is doing (``_busy_op``, ``_busy_since_s``,
+    ``_current``). Everything else is the event loop's.
+    """
 
     def __init__(
         self,
@@ -74,70 +91,109 @@ class GroupCommit:
         self._on_failed = on_failed
         self._on_refused = on_refused
         self._interval = options.durability is Durability.INTERVAL
+        self._cond = threading.Condition(threading.Lock())
         self._queue: list[Queued] = []
-        self._wakeup = asyncio.Event()
-        self._writing = False
+        self._paused = False  # a refused batch waits for the loop to refuse what followed it
+        self._halted = False  # failed or given up: the thread takes nothing more
         self._stopping = False
-        self._failed = False
-        self._task: asyncio.Task[None] | None = None
+        self._busy_op: str | None = None
+        self._busy_since_s = 0.0  # time.monotonic() when _busy_op started
+        self._current: list[Queued] = []  # the batch in the thread's hands
+        # The loop's own.
+        self._outstanding = 0  # appends submitted, not yet durable, refused or failed
+        self._gave_up = False  # failed, or closed before the thread finished: ignore it now
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ended: asyncio.Future[None] | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
 
     @property
     def idle(self) -> bool:
         """Nothing queued and nothing being written."""
-        return not self._queue and not self._writing
+        return self._outstanding == 0
 
     def start(self, name: str) -> None:
-        """Start the writer task (owned by this object; :meth:`stop` ends it)."""
-        self._task = asyncio.create_task(self._run(), name=name)
+        """Start the writer thread (owned by this object; :meth:`stop` ends it)."""
+        loop = self._loop = asyncio.get_running_loop()
+        self._ended = loop.create_future()
+        # A daemon: a thread stuck in the kernel on a dead disk must not hold the process.
+        threading.Thread(target=self._thread_main, name=name, daemon=True).start()
+        self._watchdog = loop.call_later(self._options.io_timeout_s, self._check_deadline)
 
     def submit(self, item: Queued) -> None:
         """Queue one append (its room in the pending budget was already taken)."""
-        self._queue.append(item)
-        self._wakeup.set()
+        self._outstanding += 1
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify()
 
     async def stop(self, timeout_s: float) -> bool:
-        """Write what is queued, then end the task; past ``timeout_s``, fail the rest as closed.
+        """Write what is queued, then end the thread; past ``timeout_s``, fail the rest as closed.
 
         Returns False when it had to give up (a write may still be running in its thread, so
         the file must not be touched again).
         """
-        self._stopping = True
-        self._wakeup.set()
-        task = self._task
-        if task is None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        ended = self._ended
+        if ended is None:
             return True
         try:
             async with asyncio.timeout(timeout_s):
-                await asyncio.shield(task)
+                await asyncio.shield(ended)
         except TimeoutError:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            with self._cond:
+                batch = self._current
+            self._fail("closed while writing", batch, closed=True)
             return False
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
         return True
 
-    async def _run(self) -> None:
-        writer = self.writer
+    # --- the thread ----------------------------------------------------------------------
+
+    def _thread_main(self) -> None:
         try:
-            while not self._failed:
-                if self._queue:
-                    await self._write(self._take_batch())
-                elif self._stopping:
-                    return
-                else:
-                    self._wakeup.clear()
-                    try:
-                        async with asyncio.timeout(self._idle_timeout_s(writer)):
-                            await self._wakeup.wait()
-                    except TimeoutError:
-                        pass
-                if not self._failed:
-                    await self._housekeeping(writer)
-        except asyncio.CancelledError:
-            self._fail("the writer was cancelled at close", closed=True)
-            raise
-        except Exception as exc:  # a bug: fail loudly rather than leave appenders hanging
+            self._serve()
+        except BaseException as exc:  # a bug: fail loudly rather than leave appenders hanging
             log.exception("WAL writer crashed")
-            self._fail(f"the writer crashed: {exc!r}")
+            with self._cond:
+                self._halted = True
+            self._post(self._fail, f"the writer crashed: {exc!r}")
+        finally:
+            self._post(self._thread_ended)
+
+    def _serve(self) -> None:
+        writer = self.writer
+        cond = self._cond
+        while True:
+            with cond:
+                batch = self._next_batch(writer)
+                if batch is None:
+                    return
+                if batch:
+                    self._busy_op, self._busy_since_s = "write", time.monotonic()
+                    self._current = batch
+            if batch and not self._write(batch):
+                return
+            if not self._housekeeping(writer):
+                return
+            with cond:
+                self._busy_op, self._current = None, []
+
+    def _next_batch(self, writer: SegmentWriter) -> list[Queued] | None:
+        """Under ``_cond``: the next batch; ``[]`` when housekeeping is due; ``None``: end."""
+        while not self._halted:
+            if self._queue and not self._paused:
+                return self._take_batch()
+            if self._stopping and not self._queue:
+                return None
+            timeout_s = self._idle_timeout_s(writer)
+            if timeout_s is not None and timeout_s <= 0:
+                return []
+            self._cond.wait(timeout_s)
+        return None
 
     def _take_batch(self) -> list[Queued]:
         queue = self._queue
@@ -154,28 +210,47 @@ class GroupCommit:
         del queue[:count]
         return batch
 
-    async def _write(self, batch: list[Queued]) -> None:
+    def _write(self, batch: list[Queued]) -> bool:
+        """Write one batch and post its outcome; False when the thread must end."""
         groups = [(first, payloads) for first, payloads, _nbytes, _future in batch]
-        self._writing = True
         try:
-            result = await in_thread(
-                "write", self._options.io_timeout_s, self.writer.write_batch, groups
-            )
+            result = self.writer.write_batch(groups)
         except DiskFullError as exc:
-            self._refuse(batch, exc)
-            return
-        except (OSError, WalTimeoutError) as exc:
-            self._fail(f"write failed: {exc}", batch)
-            return
-        except asyncio.CancelledError:
-            self._fail("closed while writing", batch, closed=True)
-            raise
-        finally:
-            self._writing = False
-        for segment, end, next_offset in result.touched:
-            segment.size_bytes = end
-            segment.next_offset = next_offset
-        self._on_durable(batch, result.frames)
+            with self._cond:
+                self._paused = True  # until the loop refused what queued behind it
+            self._post(self._refuse, batch, exc)
+            return True
+        except OSError as exc:
+            with self._cond:
+                self._halted = True
+            self._post(self._fail, f"write failed: {exc}", batch)
+            return False
+        self._post(self._complete, batch, result)
+        return True
+
+    def _housekeeping(self, writer: SegmentWriter) -> bool:
+        """``interval`` sync on cadence; seal a segment past its age even with no append."""
+        now = self._clock()
+        try:
+            interval_s = self._options.sync_interval_ms / 1000
+            if self._interval and writer.unsynced and now - writer.last_sync_at >= interval_s:
+                self._busy("fsync")
+                writer.sync()
+            age_due = writer.age_due()
+            if age_due is not None and now >= age_due:
+                self._busy("rotate")
+                writer.seal("age")
+        except OSError as exc:
+            with self._cond:
+                self._halted = True
+            self._post(self._fail, f"sync failed: {exc}")
+            return False
+        return True
+
+    def _busy(self, op: str) -> None:
+        with self._cond:
+            self._busy_op, self._busy_since_s = op, time.monotonic()
+            self._current = []  # the batch written before was posted already
 
     def _idle_timeout_s(self, writer: SegmentWriter) -> float | None:
         """Seconds until the next sync or age rotation is due (``None``: nothing scheduled)."""
@@ -187,25 +262,57 @@ class GroupCommit:
             due.append(age_due)
         return None if not due else max(min(due) - self._clock(), 0.0)
 
-    async def _housekeeping(self, writer: SegmentWriter) -> None:
-        """``interval`` sync on cadence; seal a segment past its age even with no append."""
-        now = self._clock()
+    def _post(self, callback: Callable[..., object], *args: Any) -> None:
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
+            self._loop.call_soon_threadsafe(callback, *args)
+
+    # --- back on the loop ----------------------------------------------------------------
+
+    def _complete(self, batch: list[Queued], result: BatchResult) -> None:
+        if self._gave_up:
+            return  # the watchdog gave up on this batch: its appenders were failed already
+        for segment, end, next_offset in result.touched:
+            segment.size_bytes = end
+            segment.next_offset = next_offset
+        self._outstanding -= len(batch)
+        self._on_durable(batch, result.frames)
+
+    def _thread_ended(self) -> None:
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
+
+    def _check_deadline(self) -> None:
+        """The watchdog: fail the WAL when the thread's current I/O passed ``io_timeout_s``."""
+        self._watchdog = None
+        if self._gave_up or self._ended is None or self._ended.done():
+            return
+        assert self._loop is not None
         timeout_s = self._options.io_timeout_s
-        try:
-            interval_s = self._options.sync_interval_ms / 1000
-            if self._interval and writer.unsynced and now - writer.last_sync_at >= interval_s:
-                await in_thread("fsync", timeout_s, writer.sync)
-            age_due = writer.age_due()
-            if age_due is not None and now >= age_due:
-                await in_thread("rotate", timeout_s, writer.seal, "age")
-        except (OSError, WalTimeoutError) as exc:
-            self._fail(f"sync failed: {exc}")
+        with self._cond:
+            op, since_s, batch = self._busy_op, self._busy_since_s, self._current
+        if op is not None:
+            overdue_s = time.monotonic() - since_s - timeout_s
+            if overdue_s >= 0:
+                exc = WalTimeoutError(op=op, timeout_s=timeout_s)
+                what = "write" if op == "write" else "sync"
+                self._fail(f"{what} failed: {exc}", batch)
+                return
+            self._watchdog = self._loop.call_later(-overdue_s, self._check_deadline)
+            return
+        self._watchdog = self._loop.call_later(timeout_s, self._check_deadline)
 
     def _refuse(self, batch: list[Queued], exc: DiskFullError) -> None:
         """No room: refuse the batch and everything queued behind it (their offsets follow
         it), nothing written; the WAL takes their offsets back and stays open."""
-        refused = [*batch, *self._queue]
-        self._queue = []
+        if self._gave_up:
+            return
+        with self._cond:
+            refused = [*batch, *self._queue]
+            self._queue = []
+            self._paused = False
+            self._cond.notify()
+        self._outstanding -= len(refused)
         for _first, _payloads, _nbytes, future in refused:
             if future is not None and not future.done():
                 future.set_exception(
@@ -218,11 +325,17 @@ class GroupCommit:
         self._on_refused(refused[0][0], sum(item[2] for item in refused))
 
     def _fail(self, reason: str, batch: Sequence[Queued] = (), *, closed: bool = False) -> None:
-        """Fail the batch and everything queued; a real failure stops the writer for good."""
-        if not closed:
-            self._failed = True
-        pending = [*batch, *self._queue]
-        self._queue = []
+        """Fail the batch and everything queued (as closed, or as a failure of the WAL); the
+        thread takes nothing more, and whatever it still finishes is ignored."""
+        if self._gave_up:
+            return
+        self._gave_up = True
+        with self._cond:
+            self._halted = True
+            pending = [*batch, *self._queue]
+            self._queue = []
+            self._cond.notify()
+        self._outstanding = 0
 
         def error() -> WalError:
             return WalClosedError(f"the WAL closed: {reason}") if closed else WalFailedError(reason)

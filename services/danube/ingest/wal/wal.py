@@ -1,11 +1,11 @@
 """The WAL of one topic partition: group-committed appends, reads, drops, recovery at open.
 
-One writer task owns the file. ``append`` takes room in the pending budget, gets its offsets
-and queues ``(first offset, payloads, bytes, future)``; the writer takes everything queued (up
-to ``max_batch_bytes``), writes it with one write (and, in ``fsync`` mode, one fdatasync) in a
-worker thread, then on the event loop publishes the new durable end, fills the cache, calls the
-durable listeners and resolves the futures. Appends that arrive while the thread writes form the
-next batch: that is the group commit. docs/wal.md tells the whole story.
+One writer thread owns the file. ``append`` takes room in the pending budget, gets its offsets
+and queues ``(first offset, payloads, bytes, future)``; the writer thread takes everything queued
+(up to ``max_batch_bytes``), writes it with one write (and, in ``fsync`` mode, one fdatasync),
+then, in one callback on the event loop, the WAL publishes the new durable end, resolves the
+futures, fills the cache and calls the durable listeners. Appends that arrive while the thread
+writes form the next batch: that is the group commit. docs/wal.md tells the whole story.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ class Wal:
         self._state = _State.OPEN
         self._closed = asyncio.Event()
         self._failure: str | None = None
+        self._failure_listeners: list[Callable[[str], None]] = []
         self._durable_event: asyncio.Event | None = None
         self._admin_lock = asyncio.Lock()  # one drop_below / advance_to checkpoint at a time
         self.recovery_cut: TailCut | None = None
@@ -227,6 +228,20 @@ class Wal:
         """
         return self._feed.add_listener(listener)
 
+    def add_failure_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(reason)`` once, on the event loop, when the WAL fails (a write,
+        fsync or checkpoint failed or passed its deadline; never at a close); returns its
+        remover. Whoever must stop on a failure learns of it here even when no append of its
+        own is waiting."""
+        listeners = self._failure_listeners
+        listeners.append(listener)
+
+        def remove() -> None:
+            if listener in listeners:
+                listeners.remove(listener)
+
+        return remove
+
     # --- appending --------------------------------------------------------------------
 
     async def append(self, payloads: Sequence[bytes]) -> int:
@@ -249,12 +264,31 @@ class Wal:
             self._durable([(first, payloads, nbytes, None)])
             return first
         if not self._admission.try_acquire(nbytes):
-            await self._admission.acquire(nbytes)  # backpressure: wait for room, in order
-            if self._failure is not None or self._state is not _State.OPEN:
-                self._admission.release(nbytes)
-                self._check_open()
+            # Backpressure: wait for room, in order. A caller cancelled meanwhile leaves its
+            # append to finish anyway (as one cancelled once queued does): the task is shielded.
+            waiting = asyncio.ensure_future(self._append_with_room(payloads, nbytes, commit))
+            waiting.add_done_callback(_outcome_read)
+            return await asyncio.shield(waiting)
+        # The hot path, with no task of its own: queued before the first wait, so a caller
+        # cancelled while it waits cancels only its future; the writer still writes the append
+        # and skips a future already done.
         first = self._next_offset
         self._next_offset = first + count
+        self._appends += 1
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        commit.submit((first, payloads, nbytes, future))
+        await future
+        return first
+
+    async def _append_with_room(
+        self, payloads: Sequence[bytes], nbytes: int, commit: GroupCommit
+    ) -> int:
+        await self._admission.acquire(nbytes)
+        if self._failure is not None or self._state is not _State.OPEN:
+            self._admission.release(nbytes)
+            self._check_open()
+        first = self._next_offset
+        self._next_offset = first + len(payloads)
         self._appends += 1
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         commit.submit((first, payloads, nbytes, future))
@@ -458,11 +492,14 @@ class Wal:
         self._advance_durable(
             end if commit is not None and not commit.idle else max(end, self._next_offset)
         )
-        self._feed.publish(batch, frames)
+        # The appenders first, then the listeners: both run before any appender resumes
+        # (a future's waiter resumes in a later step), but in the order they were woken, so
+        # a produce's reply goes out before the live wake-up the listener starts.
         for item in batch:
             future = item[3]
             if future is not None and not future.done():
                 future.set_result(None)
+        self._feed.publish(batch, frames)
         if commit is not None:
             self._admission.release(sum(item[2] for item in batch))
 
@@ -481,13 +518,20 @@ class Wal:
 
     def _failed(self, reason: str, closed: bool, released_bytes: int) -> None:
         """The writer failed (or was stopped at close) with appends still pending."""
-        if not closed and self._failure is None:
+        newly = not closed and self._failure is None
+        if newly:
             self._failure = reason
             log.error("WAL failed", extra={"wal_dir": str(self.directory), "reason": reason})
         self._admission.release(released_bytes)
         if self._failure is not None:
             self._admission.fail_waiters(lambda: WalFailedError(reason))
         self._advance_durable(self._durable_next)  # wake wait_for callers
+        if newly:
+            for listener in tuple(self._failure_listeners):
+                try:
+                    listener(reason)
+                except Exception:  # one bad listener must not stop the others
+                    log.exception("WAL failure listener failed")
 
     async def _checkpoint_io(self, op: str, call: Callable[..., object], **kwargs: Any) -> None:
         """Checkpoint work in a thread: a failed fsync fails the WAL (its state is unknown)."""
@@ -496,3 +540,10 @@ class Wal:
         except (OSError, WalTimeoutError) as exc:
             self._failed(f"{op} failed: {exc}", False, 0)
             raise WalFailedError(self._failure or str(exc)) from exc
+
+
+def _outcome_read(task: asyncio.Future[int]) -> None:
+    """Read a shielded append's outcome, so one whose caller gave up is not reported as an
+    exception never retrieved; the caller, when still there, gets it as well."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("an append ended with %r", task.exception())
