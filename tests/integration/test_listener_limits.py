@@ -1,6 +1,7 @@
 """The httptools listener's own limits on a real socket: a request head past HEAD_BYTES_MAX
 is answered 400 and closed, a head slower than header_timeout_s is closed, a connection past
-max_connections is closed at accept, and keep-alive requests are served one after another."""
+max_connections is closed at accept, and keep-alive requests are served one after another
+(a HEAD request's answer, whose head is held for a body that never comes, among them)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,24 @@ async def test_pipelined_keep_alive_requests_are_all_answered(port: int) -> None
     answer = await asyncio.to_thread(_keep_alive, port)
     assert answer.count(b"HTTP/1.1 200 OK") == 3
     assert answer.count(b'{"status":"ok"}') == 3
+
+
+def _head_then_get(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = sock.recv(65536)  # the HEAD's answer alone: its head is not held for ever
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        return first + b"|" + _read_all(sock)
+
+
+async def test_a_head_requests_answer_is_written_though_it_has_no_body(port: int) -> None:
+    answer = await asyncio.to_thread(_head_then_get, port)
+    first, _, second = answer.partition(b"|")
+    assert first.startswith(b"HTTP/1.1 "), first
+    assert first.endswith(b"\r\n\r\n"), first
+    assert b"content-length: " in first
+    assert second.startswith(b"HTTP/1.1 200 OK"), second
+    assert second.endswith(b'{"status":"ok"}'), second
 
 
 async def test_connections_past_the_cap_are_closed_at_accept(port: int) -> None:

@@ -33,8 +33,10 @@ class CapturingNats:
     max_payload: int = 1 << 20
     sent: list[FakeMsg] = field(default_factory=list)
 
-    async def request(self, subject: str, body: bytes, **kwargs: Any) -> FakeMsg:
-        headers: dict[str, str] = kwargs["headers"]
+    async def request_now(
+        self, subject: str, body: bytes, headers: dict[str, str] | None
+    ) -> FakeMsg:
+        assert headers is not None
         self.sent.append(FakeMsg(subject, body, dict(headers)))
         return FakeMsg(subject, b"", None)
 

@@ -16,11 +16,11 @@ from types import TracebackType
 from typing import Any
 
 import nats.errors
-from nats.aio.client import Client as NatsClient
 from nats.aio.subscription import Subscription as NatsSubscription
 
 from danube import trace
 from danube.bus import _commands
+from danube.bus._client import FastClient
 from danube.bus.errors import (
     BusError,
     BusTimeoutError,
@@ -67,7 +67,7 @@ class Bus:
     ``async with await Bus.connect(config, name="ingest") as bus: ...`` closes on the way out.
     """
 
-    def __init__(self, nc: NatsClient, config: BusConfig, name: str) -> None:
+    def __init__(self, nc: FastClient, config: BusConfig, name: str) -> None:
         """Wrap an unconnected client; use :meth:`connect` rather than this."""
         self._nc = nc
         self.config = config
@@ -93,7 +93,7 @@ class Bus:
         ever); publishes made meanwhile are buffered up to nats-py's pending size.
         """
         _commands.install()  # every publish's command built with one copy of its payload
-        bus = cls(NatsClient(), config, name)
+        bus = cls(FastClient(), config, name)
         deadline_s = config.connect_timeout_s if timeout_s is None else timeout_s
         # nats-py annotates these durations as int but uses them as float seconds; passing
         # them through an Any-typed mapping keeps sub-second settings without a type error.
@@ -185,7 +185,8 @@ class Bus:
         self._check_size(body, sent)
         try:
             async with asyncio.timeout(timeout_s):
-                msg = await self._nc.request(subject, body, timeout=timeout_s, headers=sent)
+                # The reply resolves its future in the read loop's turn (danube.bus._client).
+                msg = await self._nc.request_now(subject, body, sent)
         except nats.errors.NoRespondersError as exc:
             raise NoRespondersError(subject) from exc
         except TimeoutError as exc:  # nats-py's TimeoutError is a subclass
@@ -228,6 +229,7 @@ class Bus:
             subject, queue, responder.on_message, pending_msgs_limit, pending_bytes_limit
         )
         responder.attach(sub)
+        self._nc.serve_inline(sub._id, responder)  # a request taken in the read loop's turn
         self._counters[id(sub)] = responder
         self._responders.add(responder)
         await self.flush()
@@ -368,7 +370,7 @@ class Bus:
         logger.warning("bus %s: server %s is shutting down (lame duck)", self.name, _url(self._nc))
 
 
-def _url(nc: NatsClient) -> str:
+def _url(nc: FastClient) -> str:
     url = nc.connected_url
     if url is None:
         return "?"

@@ -102,6 +102,11 @@ class Responder(DropCounter):
         """How many handlers are running right now."""
         return len(self._tasks)
 
+    def can_take_now(self) -> bool:
+        """True when :meth:`on_message` would start a handler without waiting for a slot
+        (the connection then hands it a request in the read loop's turn)."""
+        return not self._slots.locked()
+
     def attach(self, sub: NatsSubscription) -> None:
         """Bind the NATS subscription that feeds :meth:`on_message` (done by the bus)."""
         self._sub = sub

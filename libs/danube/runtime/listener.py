@@ -31,6 +31,7 @@ import errno
 import logging
 import resource
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -86,6 +87,13 @@ class _GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._disarm_head_timer()  # the head is in: the request runs under its own limits
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and not isinstance(cycle.transport, HeadWithBody):
+            # The cycle's task has not run yet: its answer goes out through the wrapper,
+            # which writes a held head at the latest when the response completes.
+            held = HeadWithBody(cycle.transport, cycle.on_response)
+            cycle.transport = held  # type: ignore[assignment]
+            cycle.on_response = held.completed
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -111,6 +119,66 @@ class _GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = None
         if self._in_head and not self.transport.is_closing():
             self.transport.close()
+
+
+class HeadWithBody:
+    """The transport as one response of uvicorn's httptools protocol sees it: a response head
+    that announces a ``content-length`` is held back and written with the body's first
+    write, one ``send`` and one segment instead of two (uvicorn writes them apart: a
+    wake-up of the client for a head it cannot use alone, a system call of ours).
+
+    A head without a length (a chunked or streamed answer) goes at once, as a ``100
+    Continue`` does; a head still held when the response completes without a body write (a
+    ``HEAD`` request) or when the connection is closed is written first."""
+
+    __slots__ = ("_head", "_on_response", "_started", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, on_response: Callable[[], None]) -> None:
+        """``on_response``: the cycle's own completion callback, called by :meth:`completed`."""
+        self._transport = transport
+        self._on_response = on_response
+        self._head: bytes | None = None
+        self._started = False  # the response's head was written (or is held)
+
+    def write(self, data: bytes) -> None:
+        """Write ``data``, holding the response head as the class says."""
+        if self._head is not None:
+            head, self._head = self._head, None
+            if len(data) <= _JOINED_BYTES_MAX:
+                self._transport.write(head + data)
+            else:  # not copied to be joined
+                self._transport.writelines((head, data))
+            return
+        if not self._started and not data.startswith(_CONTINUE):
+            self._started = True
+            if _CONTENT_LENGTH in data:
+                self._head = data
+                return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write a held head now."""
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
+
+    def completed(self) -> None:
+        """The response is complete (the cycle's ``on_response``): a held head written."""
+        self.flush()
+        self._on_response()
+
+    def close(self) -> None:
+        """Close the connection, a held head written first."""
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+_CONTINUE = b"HTTP/1.1 100 "
+_JOINED_BYTES_MAX = 64 * 1024
+_CONTENT_LENGTH = b"\r\ncontent-length: "  # uvicorn writes header names in lower case
 
 
 class PrincipalWebSocketProtocol(WebSocketsSansIOProtocol):

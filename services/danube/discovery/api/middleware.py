@@ -75,6 +75,7 @@ def host_name(header: bytes) -> str:
 
 
 _TRACE_HEADERS = (trace.TRACEPARENT_HEADER.encode(), trace.HTTP_HEADER.encode())
+_ECHO_HEADER = trace.HTTP_HEADER.encode()
 
 
 def _trace_headers(scope: Scope) -> dict[str, str]:
@@ -110,38 +111,47 @@ class ApiFront:
         self.services = services
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        kind = scope["type"]
+        if kind == "http":
+            trace_id = trace.incoming(_trace_headers(scope))
+            with trace.bound(trace_id):
+                await self._serve_http(scope, receive, send, trace_id.encode())
+        elif kind == "websocket":
+            trace_id = trace.incoming(_trace_headers(scope))
+            with trace.bound(trace_id):
+                await self._serve_websocket(scope, receive, send, trace_id.encode())
+        else:
             await self.app(scope, receive, send)
+
+    async def _serve_websocket(
+        self, scope: Scope, receive: Receive, send: Send, trace_id: bytes
+    ) -> None:
+        if self._host_refusal(scope) is not None:
+            await send({"type": "websocket.close", "code": 1008})
             return
-        trace_id = trace.incoming(_trace_headers(scope))
-        echoed = (trace.HTTP_HEADER.encode(), trace_id.encode())
+        echoed = (_ECHO_HEADER, trace_id)
 
         async def send_with_id(message: Message) -> None:
-            if message["type"] in ("http.response.start", "websocket.accept"):
+            if message["type"] == "websocket.accept":
                 message = {**message, "headers": [*message.get("headers", []), echoed]}
             await send(message)
 
-        with trace.bound(trace_id):
-            await self._serve(scope, receive, send_with_id)
+        await self.app(scope, receive, send_with_id)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "websocket":
-            if self._host_refusal(scope) is not None:
-                await send({"type": "websocket.close", "code": 1008})
-                return
-            await self.app(scope, receive, send)
-            return
-        if kind != "http":
-            await self.app(scope, receive, send)
-            return
+    async def _serve_http(
+        self, scope: Scope, receive: Receive, send: Send, trace_id: bytes
+    ) -> None:
         status = 500
         template: str | None = None
 
-        async def recording_send(message: Message) -> None:
+        # One wrapper of ``send`` for everything but a fast produce (which answers itself):
+        # the trace id echoed, the status kept for the metrics.
+        async def answer(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                headers = [*message.get("headers", []), (_ECHO_HEADER, trace_id)]
+                message = {**message, "headers": headers}
             await send(message)
 
         try:
@@ -150,58 +160,64 @@ class ApiFront:
             if refusal is None and declared is not None and declared > self.limit_bytes:
                 refusal = _too_large(self.limit_bytes)
             if refusal is not None:
-                await _send_error(recording_send, refusal)
+                await _send_error(answer, refusal)
             elif (
                 self.services is not None
                 and declared is not None
                 and declared >= 0
                 and is_fast_produce(scope)
             ):
-                if await self._fast_produce(self.services, scope, receive, recording_send):
-                    template = PRODUCE_TEMPLATE
+                answered = await self._fast_produce(self.services, scope, receive, send, trace_id)
+                if isinstance(answered, int):
+                    status, template = answered, PRODUCE_TEMPLATE
+                else:
+                    await self._replay(scope, answered, receive, answer)
             elif declared is not None and declared >= 0:
                 # The server delivers no more than the declared length: nothing to count.
-                await self.app(scope, receive, recording_send)
+                await self.app(scope, receive, answer)
             else:
-                await self.app(scope, self._limited(receive), recording_send)
+                await self.app(scope, self._limited(receive), answer)
         finally:
             if template is None:
                 template = getattr(scope.get("route"), "path", None) or "unmatched"
             metrics.HTTP_REQUESTS.labels(scope["method"], template, str(status)).inc()
 
     async def _fast_produce(
-        self, services: Services, scope: Scope, receive: Receive, send: Send
-    ) -> bool:
-        """Answer a produce here and return True, or hand it, its body replayed, to the app
-        and return False."""
-        received: list[Message] = []
-        while True:
+        self, services: Services, scope: Scope, receive: Receive, send: Send, trace_id: bytes
+    ) -> int | list[Message]:
+        """Answer a produce here and return its status, or return the messages read so far
+        when the app must answer it (:meth:`_replay`)."""
+        message = await receive()
+        received = [message]
+        while message["type"] == "http.request" and message.get("more_body", False):
             message = await receive()
             received.append(message)
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
         answer = None
         if message["type"] == "http.request":
-            body = b"".join(m.get("body", b"") for m in received)
+            if len(received) == 1:
+                body = message.get("body", b"")
+            else:
+                body = b"".join(m.get("body", b"") for m in received)
             answer = await fast_produce(services, scope, body)
         if answer is None:
-            replay = iter(received)
-
-            async def replay_receive() -> Message:
-                return next(replay, None) or await receive()
-
-            await self.app(scope, replay_receive, send)
-            return False
+            return received
         status, body, extra = answer
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": answer_headers(body, extra),
-            }
-        )
+        headers = answer_headers(body, extra)
+        headers.append((_ECHO_HEADER, trace_id))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-        return True
+        return status
+
+    async def _replay(
+        self, scope: Scope, received: list[Message], receive: Receive, send: Send
+    ) -> None:
+        """Hand a produce :meth:`_fast_produce` did not answer to the app, its body replayed."""
+        replay = iter(received)
+
+        async def replay_receive() -> Message:
+            return next(replay, None) or await receive()
+
+        await self.app(scope, replay_receive, send)
 
     def _host_refusal(self, scope: Scope) -> BadRequestError | None:
         if self.allowed is None or scope["path"] in UNCHECKED_PATHS:
