@@ -155,6 +155,7 @@ class AckBatcher:
                     f"/v1/consumers/{consumer_id}/{kind}",
                     body=body,
                     timeout_s=self.timeout_s,
+                    lean=True,  # the kept-alive lean client: a fraction of httpx's CPU
                 )
             except ClientError as exc:
                 if exc.code == "consumer_not_found" and attach_again:
