@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -150,7 +152,19 @@ def test_reset_forgets_pending_and_acked_offsets() -> None:
 
 
 class _FourLookCursor(PartitionCursor):
-    """The cursor with ``observe`` as it was before its one-look fast path: the reference."""
+    """The cursor with ``observe`` as it was before its one-look fast path, and ``ack`` as
+    it was before its in-order fast path: the reference."""
+
+    def ack(self, offset: int) -> bool:
+        if offset not in self._pending_set:
+            return False
+        self._pending_set.discard(offset)
+        self._acked.add(offset)
+        heapq.heappush(self._acked_heap, offset)
+        self._acks_since_flush += 1
+        self._dirty = True
+        self._compact()
+        return True
 
     def observe(self, offset: int) -> bool:
         if offset < self._read_position:
@@ -167,7 +181,11 @@ class _FourLookCursor(PartitionCursor):
 
 
 _OPS = st.lists(
-    st.tuples(st.sampled_from(["observe", "ack", "skip", "flush"]), st.integers(0, 40)),
+    st.tuples(
+        # "ack_next": an ack of the contiguous point itself (acks in delivery order).
+        st.sampled_from(["observe", "ack", "ack_next", "ack_next", "skip", "flush"]),
+        st.integers(0, 40),
+    ),
     max_size=60,
 )
 
@@ -187,6 +205,8 @@ def test_observe_with_one_look_does_what_the_four_look_observe_did(
     cursors = [PartitionCursor.from_state(state), _FourLookCursor.from_state(state)]
     for op, offset in ops:
         outcomes = []
+        if op == "ack_next":
+            op, offset = "ack", cursors[0].next_offset
         for cursor in cursors:
             if op == "observe":
                 outcomes.append(cursor.observe(offset))
@@ -206,3 +226,4 @@ def test_observe_with_one_look_does_what_the_four_look_observe_did(
         assert new.acked_beyond == old.acked_beyond
         assert new.pending_count == old.pending_count
         assert new.state() == old.state()
+        assert new.should_flush(0.5) == old.should_flush(0.5)

@@ -199,6 +199,41 @@ def test_ack_timeout_redelivers_with_growing_jittered_backoff() -> None:
     assert len(set(delays)) == 5
 
 
+def test_a_poll_is_delivered_as_columns_and_its_batch_times_out_together() -> None:
+    m = machine("shared", ("p0", "p1"), ack_timeout_s=5.0, redelivery_base_s=1.0,
+                redelivery_max_s=1.0, backoff_kind="fixed")  # fmt: skip
+    feed(m, "p0", range(300))
+    feed(m, "p1", range(300))
+    m.handle(ConsumerAttached("c", "c"))
+    (first,) = [a for a in m.handle(Poll("c", 400, 0.0)) if isinstance(a, Deliver)]
+    sent = list(zip(first.partitions, first.offsets, strict=True))
+    assert len(sent) == 400
+    assert first.payloads == [f"m{o}" for o in first.offsets]
+    assert first.redelivery_counts == [0] * 400
+    assert refs(first.messages) == sent  # the message view of the same columns
+    # One ack deadline for the batch, not a heap item per message.
+    assert len(m._deadlines) == 1
+    (second,) = [a for a in m.handle(Poll("c", 400, 2.0)) if isinstance(a, Deliver)]
+    assert len(second.offsets) == 200
+    acked = sent[::2]
+    m.handle(Ack("c", acked))
+    m.handle(Tick(4.999))
+    assert len(m.in_flight("c")) == 600 - len(acked)  # nothing timed out yet
+    m.handle(Tick(5.0))  # the first batch's deadline: only its unacked ones come back
+    expected = [ref for ref in sent if ref not in set(acked)]
+    in_flight = set(m.in_flight("c"))
+    assert not in_flight & set(expected)
+    assert in_flight == set(zip(second.partitions, second.offsets, strict=True))
+    again = poll(m, "c", now_s=6.0, n=1000)
+    assert sorted(refs(again)) == sorted(expected)
+    assert {msg.redelivery_count for msg in again} == {1}
+    m.handle(Tick(7.0))  # the second batch's deadline takes it back, not the resent ones
+    assert set(m.in_flight("c")) == set(expected)
+    m.handle(Tick(11.0))  # the resent ones time out with the batch they were resent in
+    assert m.in_flight("c") == []
+    m.validate()
+
+
 @given(st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=8, max_size=8))
 def test_backoff_delays_stay_in_their_jitter_bounds_and_never_shrink(draws: list[float]) -> None:
     values = iter(draws)

@@ -87,8 +87,11 @@ class AckBatcher:
 
     def _queued_one(self) -> None:
         self._queued += 1
-        self._idle.clear()
-        self._wake.set()
+        if self._queued == 1:
+            # The first since the sender took a batch: while any stay queued, nothing sets
+            # _idle and the sender does not clear _wake, so later ones need not touch them.
+            self._idle.clear()
+            self._wake.set()
         if self._queued >= self.batch_max:
             self._hurry.set()
 
@@ -152,6 +155,7 @@ class AckBatcher:
                     f"/v1/consumers/{consumer_id}/{kind}",
                     body=body,
                     timeout_s=self.timeout_s,
+                    lean=True,  # the kept-alive lean client: a fraction of httpx's CPU
                 )
             except ClientError as exc:
                 if exc.code == "consumer_not_found" and attach_again:

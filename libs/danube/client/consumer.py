@@ -54,6 +54,9 @@ Transport = Literal["binary", "json"]
 # Where a new subscription starts: "latest", "earliest", an offset or a Timestamp.
 Start = Position
 
+# The running loop of this thread, None outside one (asyncio's own, without the raise).
+_running_loop = asyncio._get_running_loop
+
 RECEIVER_QUEUE_MAX = 10_000  # the server's cap on outstanding stream credits
 DETACH_TIMEOUT_S = 5.0
 
@@ -267,6 +270,11 @@ class AsyncConsumer:
 
     def ack(self, message: ReceivedMessage) -> None:
         """Acknowledge ``message``: queued, sent in a batch within ``ack_interval_ms``."""
+        # One call per message on the loop's own thread (the usual case): no queue function
+        # and arguments passed on through _in_loop.
+        if not self._closed and self._loop is not None and _running_loop() is self._loop:
+            self._acks.ack(message.partition, message.offset)
+            return
         self._in_loop(self._acks.ack, message.partition, message.offset)
 
     def nack(self, message: ReceivedMessage, delay_ms: int = 0) -> None:

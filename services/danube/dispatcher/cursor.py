@@ -185,13 +185,22 @@ class PartitionCursor:
     def ack(self, offset: int) -> bool:
         """Acknowledge an observed offset; ``False`` if it was not pending (already acked,
         never read, or not existing), which changes nothing."""
-        if offset not in self._pending_set:
+        pending_set = self._pending_set
+        if offset not in pending_set:
             return False
-        self._pending_set.discard(offset)
-        self._acked.add(offset)
-        heapq.heappush(self._acked_heap, offset)
+        pending_set.discard(offset)
         self._acks_since_flush += 1
         self._dirty = True
+        pending = self._pending
+        if pending[0] == offset:
+            # The contiguous point itself (acks in delivery order): the point moves past
+            # it, so there is nothing to remember beyond; acks it now reaches are dropped.
+            pending.popleft()
+            if self._acked_heap:
+                self._compact()
+            return True
+        self._acked.add(offset)
+        heapq.heappush(self._acked_heap, offset)
         self._compact()
         return True
 

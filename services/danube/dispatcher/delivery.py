@@ -40,7 +40,6 @@ from danube.dispatcher.events import (
     Deliver,
     Event,
     FlushCursor,
-    Message,
     MessagesAvailable,
     Nack,
     NotInFlight,
@@ -101,7 +100,9 @@ class SubscriptionMachine(PoisonHandling):
         self._consumers: dict[str, ConsumerWindow] = {}  # in attach order: failover's succession
         self._entries: dict[Ref, Entry] = {}
         self._stamp = 0
-        self._deadlines: list[tuple[float, int, str, int]] = []  # ack timeouts
+        # Ack timeouts, one per delivered batch: (deadline, the batch's stamp, its
+        # partitions, its offsets).
+        self._deadlines: list[tuple[float, int, list[str], list[int]]] = []
         self._scheduled: list[tuple[float, int, str, int]] = []  # redeliveries not yet due
         self._ready: list[tuple[int, str, int]] = []  # due redeliveries, lowest offset first
         self._over_held = False
@@ -270,12 +271,23 @@ class SubscriptionMachine(PoisonHandling):
         if self.active_consumer not in (None, event.consumer_id):
             return  # a failover standby receives nothing until it becomes active
         self._promote(event.now_s)
-        batch = self._take(consumer, event.max_messages, event.now_s)
+        # One stamp and one ack deadline for the whole batch (its messages leave together
+        # and time out together): no heap item per message, which a full collection would
+        # walk for the ack timeout's length, and no Message per message.
+        stamp = self._new_stamp()
+        batch = self._take(consumer, event.max_messages, stamp)
         if batch:
-            actions.append(Deliver(consumer.consumer_id, tuple(batch)))
+            partitions = [entry.partition for entry in batch]
+            offsets = [entry.offset for entry in batch]
+            deadline = event.now_s + self.settings.ack_timeout_s
+            heapq.heappush(self._deadlines, (deadline, stamp, partitions, offsets))
+            payloads = [entry.payload for entry in batch]
+            counts = [entry.redelivery_count for entry in batch]
+            actions.append(Deliver(consumer.consumer_id, partitions, offsets, payloads, counts))
 
-    def _take(self, consumer: ConsumerWindow, wanted: int, now_s: float) -> list[Message]:
-        batch: list[Message] = []
+    def _take(self, consumer: ConsumerWindow, wanted: int, stamp: int) -> list[Entry]:
+        """Up to ``wanted`` messages for ``consumer``, each sent (in flight) with ``stamp``."""
+        batch: list[Entry] = []
         # Due redeliveries past a blocked partition's poison message wait (poison.py).
         held_back: list[tuple[list[tuple[int, str, int]], tuple[int, str, int]]] = []
         # Its own due redeliveries first: they are already counted in its window.
@@ -285,7 +297,7 @@ class SubscriptionMachine(PoisonHandling):
             if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
                 held_back.append((consumer.ready, item))
             elif entry is not None and entry.consumer_id == consumer.consumer_id:
-                batch.append(self._send(entry, consumer, now_s))
+                batch.append(self._send(entry, consumer, stamp))
                 wanted -= 1
         # Then, as its window allows, other due redeliveries (the oldest messages of the
         # subscription), then fresh messages.
@@ -296,7 +308,7 @@ class SubscriptionMachine(PoisonHandling):
             if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
                 held_back.append((self._ready, item))
             elif entry is not None:
-                batch.append(self._send(entry, consumer, now_s))
+                batch.append(self._send(entry, consumer, stamp))
                 room -= 1
         for heap, item in held_back:
             heapq.heappush(heap, item)
@@ -309,26 +321,29 @@ class SubscriptionMachine(PoisonHandling):
                 idle += 1
                 continue
             idle = 0
-            batch.append(self._send(fresh.popleft(), consumer, now_s))
+            batch.append(self._send(fresh.popleft(), consumer, stamp))
             room -= 1
         return batch
 
     def _ack(self, event: Ack, actions: list[Action]) -> None:
         self._consumer(event.consumer_id)
         ignored: dict[Ref, None] = {}
+        # An ack is up to thousands of refs: the lookups are made once per ack.
+        entries, partitions = self._entries, self._partitions
+        forget, unblock = self._forget, self._blocked.release
         for key in event.refs:
-            entry = self._entries.get(key)
+            entry = entries.get(key)
             # Any consumer may ack a delivered message (a late ack after a redelivery to
             # another consumer still means it was processed); a never-delivered one may not.
             if entry is None or entry.state == "fresh":
-                partition = self._partitions.get(key[0])
+                partition = partitions.get(key[0])
                 # Acking twice is fine (a retried ack): only what was never delivered is told.
                 if partition is None or not partition.cursor.is_acked(key[1]):
                     ignored[key] = None
                 continue
-            self._forget(entry)
-            self._blocked.release(entry.partition, entry.offset)  # an operator's way out
-            self._partitions[entry.partition].cursor.ack(entry.offset)
+            forget(entry)
+            unblock(entry.partition, entry.offset)  # an operator's way out
+            partitions[entry.partition].cursor.ack(entry.offset)
         if ignored:
             actions.append(NotInFlight(event.consumer_id, tuple(ignored)))
 
@@ -345,16 +360,18 @@ class SubscriptionMachine(PoisonHandling):
                 self._release(entry)  # already coming back: it only leaves the window
 
     def _tick(self, now_s: float, actions: list[Action]) -> None:
-        deadlines = self._deadlines
+        deadlines, entries = self._deadlines, self._entries
         while deadlines and deadlines[0][0] <= now_s:
-            _, stamp, name, offset = heapq.heappop(deadlines)
-            entry = self._entries.get((name, offset))
-            if entry is None or entry.stamp != stamp or entry.state != "in_flight":
-                continue
-            delay_s = self.settings.delay_s(entry.redelivery_count, self._rng)
-            # Still the consumer's (it may still work on it): counted in its window until
-            # it is delivered again, so one that never acks is never given more.
-            self._redeliver(entry, delay_s, now_s, actions, keep_window=True)
+            _, stamp, names, offsets = heapq.heappop(deadlines)
+            for name, offset in zip(names, offsets, strict=True):
+                entry = entries.get((name, offset))
+                # Acked, or sent again since (a new stamp): not this deadline's any more.
+                if entry is None or entry.stamp != stamp or entry.state != "in_flight":
+                    continue
+                delay_s = self.settings.delay_s(entry.redelivery_count, self._rng)
+                # Still the consumer's (it may still work on it): counted in its window
+                # until it is delivered again, so one that never acks is never given more.
+                self._redeliver(entry, delay_s, now_s, actions, keep_window=True)
         self._promote(now_s)
         for name, partition in self._partitions.items():
             if partition.cursor.should_flush(now_s):
@@ -375,16 +392,16 @@ class SubscriptionMachine(PoisonHandling):
 
     # --- transitions ---------------------------------------------------------------------
 
-    def _send(self, entry: Entry, consumer: ConsumerWindow, now_s: float) -> Message:
+    def _send(self, entry: Entry, consumer: ConsumerWindow, stamp: int) -> Entry:
+        """``entry`` in flight to ``consumer`` with its batch's ``stamp`` (whose one ack
+        deadline :meth:`_poll` sets)."""
         if entry.consumer_id != consumer.consumer_id:
             self._release(entry)  # leaves the window of the consumer an ack timeout took it from
         entry.state = "in_flight"
         entry.consumer_id = consumer.consumer_id
-        entry.stamp = self._new_stamp()
+        entry.stamp = stamp
         consumer.held[(entry.partition, entry.offset)] = entry
-        deadline = now_s + self.settings.ack_timeout_s
-        heapq.heappush(self._deadlines, (deadline, entry.stamp, entry.partition, entry.offset))
-        return entry.message()
+        return entry
 
     def _enqueue(self, partition: PartitionQueue, entry: Entry) -> None:
         partition.fresh.append(entry)

@@ -111,10 +111,27 @@ Event = ConsumerAttached | ConsumerDetached | MessagesAvailable | Poll | Ack | N
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """Hand ``messages`` to the consumer (the answer to its poll)."""
+    """Hand messages to the consumer (the answer to its poll), as columns in delivery order:
+    the i-th message is ``partitions[i]@offsets[i]``. Columns, not a :class:`Message` each: a
+    poll hands out up to thousands, and the reply is built from the columns as they are.
+    Nobody changes the lists once the action is made."""
 
     consumer_id: str
-    messages: tuple[Message, ...]
+    partitions: list[str]
+    offsets: list[int]
+    payloads: list[object]
+    redelivery_counts: list[int]
+
+    def __post_init__(self) -> None:
+        size = len(self.partitions)
+        columns = (self.offsets, self.payloads, self.redelivery_counts)
+        assert all(len(column) == size for column in columns), "columns of different lengths"
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The messages one by one (for readers that want them so: tests, tools)."""
+        columns = (self.partitions, self.offsets, self.payloads, self.redelivery_counts)
+        return tuple(map(Message, *columns))
 
 
 @dataclass(frozen=True, slots=True)

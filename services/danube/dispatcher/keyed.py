@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.delivery import DeliveryType, SubscriptionMachine
 from danube.dispatcher.entries import ConsumerWindow, Entry, PartitionQueue, Ref
-from danube.dispatcher.events import Action, ConsumerAttached, ConsumerDetached, Message
+from danube.dispatcher.events import Action, ConsumerAttached, ConsumerDetached
 from danube.dispatcher.keyshared import (
     POINTS_PER_CONSUMER,
     HashRing,
@@ -123,8 +123,8 @@ class KeySharedMachine(SubscriptionMachine):
             del self._keyed[key]
             self._waiting.get(self._owner.pop(key), {}).pop(key, None)
 
-    def _take(self, consumer: ConsumerWindow, wanted: int, now_s: float) -> list[Message]:
-        batch: list[Message] = []
+    def _take(self, consumer: ConsumerWindow, wanted: int, stamp: int) -> list[Entry]:
+        batch: list[Entry] = []
         keys = self._waiting.get(consumer.consumer_id)
         window = self.settings.max_unacked_per_consumer
         cleared: list[str] = []
@@ -137,13 +137,13 @@ class KeySharedMachine(SubscriptionMachine):
                 full = entry.consumer_id != consumer.consumer_id and len(consumer.held) >= window
                 if len(batch) >= wanted or full:
                     break
-                batch.append(self._send(entry, consumer, now_s))
+                batch.append(self._send(entry, consumer, stamp))
             if not any(e.state in _PENDING for e in entries):
                 cleared.append(key)
         for key in cleared:
             del self._waiting[consumer.consumer_id][key]
         # Then messages without a key, as in shared.
-        return batch + super()._take(consumer, wanted - len(batch), now_s)
+        return batch + super()._take(consumer, wanted - len(batch), stamp)
 
     # --- routing -------------------------------------------------------------------------
 

@@ -276,16 +276,16 @@ class SubscriptionRuntime:
             delivered = [a for a in actions if isinstance(a, Deliver)]
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
-                messages = [m for d in delivered for m in d.messages]
-                partitions = [m.partition for m in messages]
-                counts = [m.redelivery_count for m in messages]
-                frames = tiers.frame_views([m.payload for m in messages])
+                # A poll's answer is one Deliver: its columns are the reply's.
+                (deliver,) = delivered
+                partitions, counts = deliver.partitions, deliver.redelivery_counts
+                frames = tiers.frame_views(deliver.payloads)
                 redelivered = len(counts) - counts.count(0)
                 metrics.observe_delivery_age(counts, frames)
-                metrics.DELIVERED.inc(len(messages))
+                metrics.DELIVERED.inc(len(frames))
                 metrics.REDELIVERED.inc(redelivered)
                 labels = subscription_labels(self.store.topic, self.store.sub)
-                metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(messages))
+                metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(frames))
                 record_bytes = sum(map(len, frames)) - FRAME_HEADER_BYTES * len(frames)
                 metrics.SUB_BYTES_OUT.labels(*labels).inc(record_bytes)
                 metrics.SUB_REDELIVERED.labels(*labels).inc(redelivered)
@@ -321,7 +321,10 @@ class SubscriptionRuntime:
         actions = await self.handle(Ack(request.consumer_id, refs))
         ignored = [ref for a in actions if isinstance(a, NotInFlight) for ref in a.refs]
         metrics.ACKED.inc(len(refs) - len(ignored))
-        acked = {partition for partition, _ in set(refs).difference(ignored)}
+        if ignored:
+            acked = {partition for partition, _ in set(refs).difference(ignored)}
+        else:  # the usual case: every partition named had an ack that counted
+            acked = request.partitions()
         what = f"{self.store.topic}/{self.store.sub}"
         await self._durability.wait(self._machine(), acked, timeout_s, what)
         metrics.ACK_SECONDS.observe(time.monotonic() - started_s)

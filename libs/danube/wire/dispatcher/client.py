@@ -107,6 +107,26 @@ class DispatcherClient:
         """Refuse ``(partition, offset)`` pairs: redelivered after ``delay_ms``."""
         await self._acks(topic, sub, DispatchOp.NACK, consumer_id, refs, delay_ms)
 
+    async def ack_ranges(
+        self, topic: TopicName, sub: str, consumer_id: str, ranges: Sequence[tuple[str, int, int]]
+    ) -> list[tuple[str, int]]:
+        """:meth:`ack` of ``(partition, first, last)`` runs of offsets as they came (an HTTP
+        or stream ack body's ``ranges``): passed on as runs, never one ref per offset."""
+        reply = await self._ack_runs(topic, sub, DispatchOp.ACK, consumer_id, ranges, 0)
+        return protocol.decode_ack_reply(reply)
+
+    async def nack_ranges(
+        self,
+        topic: TopicName,
+        sub: str,
+        consumer_id: str,
+        ranges: Sequence[tuple[str, int, int]],
+        *,
+        delay_ms: int = 0,
+    ) -> None:
+        """:meth:`nack` of ``(partition, first, last)`` runs of offsets."""
+        await self._ack_runs(topic, sub, DispatchOp.NACK, consumer_id, ranges, delay_ms)
+
     async def touch(self, topic: TopicName, sub: str, consumer_id: str) -> None:
         """Tell the subscription the consumer is alive without taking or acking anything (an
         ack of no message): its session does not expire. RemoteError ``consumer_not_found``
@@ -181,6 +201,17 @@ class DispatcherClient:
     ) -> bytes:
         # Runs of offsets, not an object per ref: one parse per run at the dispatcher.
         ranges = protocol.ref_ranges(refs)
+        return await self._ack_runs(topic, sub, op, consumer_id, ranges, delay_ms)
+
+    async def _ack_runs(
+        self,
+        topic: TopicName,
+        sub: str,
+        op: DispatchOp,
+        consumer_id: str,
+        ranges: Sequence[tuple[str, int, int]],
+        delay_ms: int,
+    ) -> bytes:
         body = orjson.dumps({"consumer_id": consumer_id, "ranges": ranges, "delay_ms": delay_ms})
         return await self._request(topic, sub, op, body, self.timeout_s)
 

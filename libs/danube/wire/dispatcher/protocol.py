@@ -172,6 +172,10 @@ class AckRequest(_Body):
             self.ranges, REFS_MAX - len(self.messages)
         )
 
+    def partitions(self) -> set[str]:
+        """The partitions the request names (one look per message and per range)."""
+        return {m.partition for m in self.messages} | {run[0] for run in self.ranges}
+
     def count(self) -> int:
         """How many refs the request names (a range running backwards counts none)."""
         runs = sum(max(last - first + 1, 0) for _, first, last in self.ranges)

@@ -98,11 +98,11 @@ def message_out(topic: TopicName, message: protocol.PolledMessage) -> MessageOut
     )
 
 
-def message_refs(topic: TopicName, body: AckRequest) -> list[tuple[str, int]]:
-    """The ``(partition segment, offset)`` refs the dispatcher takes for an ack or nack body
-    of a consumer of ``topic`` (``messages``, then the offsets of ``ranges``);
-    BadRequestError ``invalid_partition`` when one names a partition that is not the topic
-    or one of its partitions."""
+def message_ranges(topic: TopicName, body: AckRequest) -> list[tuple[str, int, int]]:
+    """The ``(partition segment, first, last)`` runs the dispatcher takes for an ack or nack
+    body of a consumer of ``topic`` (``messages`` each a run of one, then ``ranges`` as they
+    came: never one object per offset); BadRequestError ``invalid_partition`` when one names
+    a partition that is not the topic or one of its partitions."""
     # The dispatcher names a partition by its topic segment; the API by its full name, as
     # polled. Another topic's partition is a caller mistake, refused before anything moves.
     segments: dict[str, str] = {}  # each name checked once, however many refs name it
@@ -113,11 +113,15 @@ def message_refs(topic: TopicName, body: AckRequest) -> list[tuple[str, int]]:
             found = segments[name] = _segment(topic, name, where)
         return found
 
-    refs = [(segment(m.partition, f"messages[{i}]"), m.offset) for i, m in enumerate(body.messages)]
-    for i, run in enumerate(body.ranges):
-        name = segment(run.partition, f"ranges[{i}]")
-        refs += ((name, offset) for offset in range(run.first, run.last + 1))
-    return refs
+    runs = [
+        (segment(m.partition, f"messages[{i}]"), m.offset, m.offset)
+        for i, m in enumerate(body.messages)
+    ]
+    runs += (
+        (segment(run.partition, f"ranges[{i}]"), run.first, run.last)
+        for i, run in enumerate(body.ranges)
+    )
+    return runs
 
 
 def _segment(topic: TopicName, name: str, where: str) -> str:
@@ -248,8 +252,8 @@ async def ack(cid: ConsumerId, body: AckRequest, services: ServicesDep) -> Respo
     dropped by a seek, or not of the subscription's partitions): the ack did nothing for
     them."""
     topic, sub, dispatcher_id = parse_consumer_id(cid)
-    refs = message_refs(topic, body)
-    ignored = await services.dispatcher.ack(topic, sub, dispatcher_id, refs)
+    ranges = message_ranges(topic, body)
+    ignored = await services.dispatcher.ack_ranges(topic, sub, dispatcher_id, ranges)
     if not ignored:
         return Response(status_code=204)
     result = AckResult(not_in_flight=not_in_flight(topic, ignored))
@@ -266,8 +270,8 @@ def not_in_flight(topic: TopicName, refs: Sequence[tuple[str, int]]) -> list[Mes
 async def nack(cid: ConsumerId, body: AckRequest, services: ServicesDep) -> Response:
     """Refuse delivered messages: redelivered after ``delay_ms`` (or dead-lettered)."""
     topic, sub, dispatcher_id = parse_consumer_id(cid)
-    refs = message_refs(topic, body)
-    await services.dispatcher.nack(topic, sub, dispatcher_id, refs, delay_ms=body.delay_ms)
+    ranges = message_ranges(topic, body)
+    await services.dispatcher.nack_ranges(topic, sub, dispatcher_id, ranges, delay_ms=body.delay_ms)
     return Response(status_code=204)
 
 

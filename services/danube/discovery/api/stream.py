@@ -35,7 +35,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 from danube.discovery import metrics
 from danube.discovery.api.consume import (
     full_names,
-    message_refs,
+    message_ranges,
     messages_out,
     not_in_flight,
     parse_consumer_id,
@@ -219,13 +219,15 @@ class _Stream:
 
     async def _acknowledge(self, frame: AckFrame | NackFrame) -> None:
         try:
-            refs = message_refs(self.topic, frame)
+            ranges = message_ranges(self.topic, frame)
             if isinstance(frame, NackFrame):
-                await self.dispatcher.nack(
-                    self.topic, self.sub, self.dispatcher_id, refs, delay_ms=frame.delay_ms
+                await self.dispatcher.nack_ranges(
+                    self.topic, self.sub, self.dispatcher_id, ranges, delay_ms=frame.delay_ms
                 )
             else:
-                ignored = await self.dispatcher.ack(self.topic, self.sub, self.dispatcher_id, refs)
+                ignored = await self.dispatcher.ack_ranges(
+                    self.topic, self.sub, self.dispatcher_id, ranges
+                )
                 if ignored:
                     await self._outbox.put([error_frame(_not_in_flight(self.topic, ignored))])
         except (DanubeError, TimeoutError) as exc:
