@@ -108,6 +108,7 @@ async def test_a_reply_needs_no_subscription_task(client: Bus, server: Bus) -> N
     assert (await client.request(subject, b"first")).body == b"first"
     # The reply subscription's own task is gone: replies are resolved where they are read.
     reply_sub = client._nc._subs[client._nc._reply_sid]  # type: ignore[index]
+    assert reply_sub._wait_for_msgs_task is not None
     reply_sub._wait_for_msgs_task.cancel()
     replies = await asyncio.gather(*(client.request(subject, b"%d" % i) for i in range(20)))
     assert [r.body for r in replies] == [b"%d" % i for i in range(20)]

@@ -44,7 +44,7 @@ def machine(
     kind: DeliveryType,
     partitions: Sequence[str] = ("p0",),
     rng: float = 0.5,
-    **limits: float,
+    **limits: float | str,
 ) -> SubscriptionMachine:
     cursors = {name: PartitionCursor(0) for name in partitions}
     return SubscriptionMachine(
