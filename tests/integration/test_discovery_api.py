@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from danube.config import (
     WalConfig,
 )
 from danube.discovery import app as discovery_app
+from danube.discovery.produce import PLACE_TIMEOUT_S
 from danube.discovery.routing import partition_for_key
 from danube.frame import decode_record
 from danube.ingest import app as ingest_app
@@ -211,6 +213,37 @@ async def test_topic_create_idempotent_conflict_describe_lookup_delete(
         assert _error(await http.get("/v1/lookup/default/orders")) == (404, "topic_not_found")
         assert await mesh.store.range("partitions/default/orders-part-") == []
         assert _error(await http.delete("/v1/topics/default/orders")) == (404, "topic_not_found")
+
+
+async def test_a_created_topic_is_placed_before_its_first_produce(mesh_for: MeshFactory) -> None:
+    async with mesh_for() as mesh:
+        created = await mesh.http.put("/v1/topics/default/placed", json={"partitions": 3})
+        assert created.status_code == 201, created.text
+        # Every partition has its leader before anything was produced to it ...
+        lookup = (await mesh.http.get("/v1/lookup/default/placed")).json()["partitions"]
+        assert [p["name"] for p in lookup] == [f"/default/placed-part-{i}" for i in range(3)]
+        assert [p["owner"]["node_id"] for p in lookup] == ["ingest-1"] * 3
+        # ... and serving: a produce straight to a partition's subject needs no claim.
+        for index in range(3):
+            partition = TopicName.parse(f"/default/placed-part-{index}")
+            reply = await mesh.bus.request(mesh.bus.subjects.wal_stats(partition), b"", timeout_s=2)
+            assert orjson.loads(reply.body)["high_watermark"] == 0
+        body = {"messages": [{"payload": f"m{i}"} for i in range(3)]}
+        produced = await mesh.http.post("/v1/topics/default/placed/messages", json=body)
+        assert sorted(r["offset"] for r in produced.json()["results"]) == [0, 0, 0]
+
+
+async def test_a_topic_created_with_no_ingest_up_is_placed_by_its_first_produce(
+    mesh_for: MeshFactory,
+) -> None:
+    async with mesh_for(with_ingest=False) as mesh:
+        started = time.monotonic()
+        created = await mesh.http.put("/v1/topics/default/later", json={"partitions": 2})
+        assert created.status_code == 201, created.text
+        # No responder answers a claim at once: the creation does not wait out its bound.
+        assert time.monotonic() - started < PLACE_TIMEOUT_S
+        lookup = (await mesh.http.get("/v1/lookup/default/later")).json()["partitions"]
+        assert [p["owner"] for p in lookup] == [None, None]
 
 
 async def test_replication_settings_per_topic_and_inherited_from_the_namespace(

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from danube.bus import Bus, NoRespondersError, RemoteError, TopicName
+from danube.bus import Bus, BusError, NoRespondersError, RemoteError, TopicName
 from danube.config import DanubeSettings
 from danube.discovery import metrics
 from danube.discovery.catalog import Catalog
@@ -55,6 +55,11 @@ from danube.wire.limits import (
 from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
+
+# Placing a new topic's partitions at its creation (Producer.place): how long the creation
+# may wait for it in all, and how many claims go at once.
+PLACE_TIMEOUT_S = 1.0
+PLACE_CONCURRENCY = 16
 
 # Room for NATS headers (deadline...) inside the server's max_payload.
 
@@ -180,6 +185,36 @@ class Producer:
         self.client = IngestClient(bus)
         self._robin = RoundRobin()
         self._slots = asyncio.Semaphore(max_inflight)
+
+    async def place(self, topic: TopicName, partitions: int) -> None:
+        """Place a new topic's partitions now, so that its first produce does not pay their
+        claim (etcd transactions, the WAL's first segment and epoch file created and
+        fsynced: ~20-35 ms, with every message sent meanwhile queued behind it). Best
+        effort, within PLACE_TIMEOUT_S in all: a partition not placed here (no ingest node
+        up, too few for its replication factor, a slow claim) is placed by its first
+        produce, as before."""
+        slots = asyncio.Semaphore(PLACE_CONCURRENCY)
+        unplaced: list[str] = []
+
+        async def place_one(partition: TopicName) -> None:
+            try:
+                async with slots:
+                    reason = await self.client.place(partition, timeout_s=PLACE_TIMEOUT_S)
+            except BusError as exc:  # the bus itself (closed, reconnecting): not the creation's
+                unplaced.append(f"{partition}: {exc}")
+                return
+            if reason is not None:
+                unplaced.append(f"{partition}: {reason.code}")
+
+        names = topic.partitions(partitions)
+        try:
+            async with asyncio.timeout(PLACE_TIMEOUT_S), asyncio.TaskGroup() as tasks:
+                for partition in names:
+                    tasks.create_task(place_one(partition))
+        except TimeoutError:
+            unplaced.append(f"not all {len(names)} within {PLACE_TIMEOUT_S}s")
+        if unplaced:
+            log.info("topic %s: left to its first produce: %s", topic, "; ".join(unplaced))
 
     async def produce(self, topic: TopicName, request: ProduceRequest) -> list[ProduceResult]:
         """Store the batch; one result per message, in message order. A bad batch is refused

@@ -166,6 +166,15 @@ class IngestClient:
             return False, None
         return True, None
 
+    async def place(self, partition: TopicName, *, timeout_s: float) -> RemoteError | None:
+        """Ask the ``ingest`` queue group to place ``partition`` (its replica set, its
+        leader's claim) and wait, up to ``timeout_s``, until the leader serves: what a first
+        produce does before its first attempt. The reason when there can be no leader now
+        (e.g. ``not_enough_replicas``); None when placed, or when nobody answered in time
+        (the next produce claims again)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        return await self._ask_claim(partition, deadline)
+
     async def _ask_claim(self, partition: TopicName, deadline: float) -> RemoteError | None:
         """Ask an ingest node to place the partition and wait for its leader; the reason
         when it says there is none."""

@@ -251,6 +251,8 @@ async def put_topic(
     spec = spec or TopicSpec()
     _check_policies(services, spec.policies)
     config, created = await services.catalog.create_topic(name, spec)
+    if created:
+        await services.producer.place(name, config.partitions)
     response.status_code = 201 if created else 200
     return await _topic_out(services, name, config)
 

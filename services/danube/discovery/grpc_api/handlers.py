@@ -139,9 +139,11 @@ class DanubeApi:
                 )
             count = 0 if topic.partition is None else topic.partition + 1
             try:
-                config, _ = await catalog.create_topic(
+                config, created = await catalog.create_topic(
                     base, TopicSpec(partitions=count, dispatch=dispatch)
                 )
+                if created:  # placed now: the producer's first message does not claim them
+                    await self.services.producer.place(base, config.partitions)
             except ConflictError as exc:  # created meanwhile, with another partition count
                 if exc.code != "topic_exists":
                     raise
