@@ -1,6 +1,7 @@
 """A tailing partition reader fetches once per live wake-up: a read that reached the end the
 wake-ups announced is not followed by a fetch that could only come back empty; a read short
-of it (or a live subject that carries no wake-ups) reads on at once."""
+of it (or a live subject that carries no wake-ups) reads on at once; a wake-up that carries
+its frames from the read position is read without a fetch."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from danube.dispatcher.readers import PartitionReader
 from danube.frame import RawFrame, append_frame, walk_frames
 from danube.meta import TopicName
 from danube.wire.ingest.client import FetchReply
-from danube.wire.ingest.protocol import Wakeup
+from danube.wire.ingest.protocol import Carried, Wakeup
 
 pytestmark = pytest.mark.unit
 
@@ -79,10 +80,12 @@ class FakeRuntime:
         self.ingest = LogIngest(max_count)
         self.damage = DamageBook()
         self.fed: list[int] = []
+        self.frames: list[Any] = []
 
     def feed(self, event: MessagesAvailable) -> list[Action]:
         assert event.next_offset is not None
         self.fed += [offset for offset, _ in event.messages]
+        self.frames += [frame for _, frame in event.messages]
         self.machine.cursor_.read_position = event.next_offset
         return []
 
@@ -149,5 +152,56 @@ async def test_without_wakeups_it_reads_until_a_fetch_comes_back_empty() -> None
         await _commit(runtime, 3, wakeup=False)
         assert runtime.ingest.fetches == [(0, 3), (3, 0)]
         assert runtime.fed == [0, 1, 2]
+    finally:
+        await _stop(task)
+
+
+async def _commit_carried(runtime: FakeRuntime, count: int, *, payload: bytes = b"live") -> None:
+    """Append ``count`` records and announce them with their frames (protocol.Carried)."""
+    ingest = runtime.ingest
+    first = len(ingest.records)
+    ingest.records += [b"record"] * count  # what a fetch would answer: not the carried bytes
+    frames = bytearray()
+    for offset in range(first, first + count):
+        append_frame(frames, offset, payload)
+    wakeup = Wakeup(first + count, count, len(payload) * count)
+    body = Carried.encode(first, 0, wakeup, bytes(frames))
+    await runtime.bus.live(Message("live", body, {}))
+    await asyncio.sleep(SETTLE_S)
+
+
+def _payloads(runtime: FakeRuntime) -> list[bytes]:
+    return [bytes(frame.record) for frame in runtime.frames]
+
+
+async def test_a_wakeup_carrying_frames_at_the_read_position_is_taken_without_a_fetch() -> None:
+    runtime = FakeRuntime(max_count=1000)
+    task = await _reader(runtime)
+    try:
+        runtime.ingest.fetches.clear()
+        await _commit_carried(runtime, 3)
+        await _commit_carried(runtime, 2)
+        assert runtime.ingest.fetches == []
+        assert runtime.fed == [0, 1, 2, 3, 4]
+        assert _payloads(runtime) == [b"live"] * 5  # the carried frames, not a fetch's
+    finally:
+        await _stop(task)
+
+
+async def test_carried_frames_that_do_not_start_at_the_read_position_are_fetched() -> None:
+    """A reader behind (here: a commit announced by a plain wake-up it has not read) fetches
+    from its position; the carried frames it passed are dropped, never fed twice."""
+    runtime = FakeRuntime(max_count=1000)
+    task = await _reader(runtime)
+    try:
+        runtime.ingest.fetches.clear()
+        runtime.ingest.records += [b"record"] * 2  # offsets 0-1, no wake-up heard
+        await _commit_carried(runtime, 3)  # offsets 2-4 carried; the reader is at 0
+        assert runtime.ingest.fetches == [(0, 5)]
+        assert runtime.fed == [0, 1, 2, 3, 4]
+        await _commit_carried(runtime, 1)  # at its position now: taken
+        assert runtime.ingest.fetches == [(0, 5)]
+        assert runtime.fed == [0, 1, 2, 3, 4, 5]
+        assert _payloads(runtime) == [b"record"] * 5 + [b"live"]
     finally:
         await _stop(task)

@@ -1,7 +1,7 @@
 """The live publisher of a led partition outlives bus failures: a publish that fails is retried
 with capped backoff (one warning per burst), a body the bus can never carry is dropped and
 counted, and the stream goes on in offset order. A non-reliable partition publishes frames; a
-reliable one a durable_next wake-up, no payloads."""
+reliable one a durable_next wake-up, carrying its frames when the commits are small."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from danube.ingest.partition import Partition
 from danube.ingest.wal import Durability
 from danube.meta import TopicName
 from danube.wire.ingest import protocol
+from danube.wire.ingest.client import carried_reply
 
 pytestmark = pytest.mark.unit
 
@@ -35,6 +36,7 @@ class FakeWal:
     def __init__(self, durability: Durability = Durability.MEMORY) -> None:
         self.options = SimpleNamespace(durability=durability)
         self.durable_next = 0
+        self.start_offset = 0
         self._listener: Callable[[int, Sequence[bytes]], None] | None = None
 
     def add_durable_listener(self, listener: Callable[[int, Sequence[bytes]], None]) -> Any:
@@ -178,11 +180,47 @@ async def test_a_reliable_partition_publishes_one_wakeup_per_ready_run() -> None
         assert [protocol.Wakeup.decode(body) for body in bus.published] == [
             protocol.Wakeup(next_offset=3, count=3, payload_bytes=6)
         ]
+        # Small: the wake-up carries the run's frames, what a fetch from offset 0 answers.
+        carried = protocol.Carried.decode(bus.published[0])
+        assert carried is not None
+        assert carried.first_offset == 0
+        reply = carried_reply(PARTITION, carried)
+        assert (reply.below_wal_start, reply.damaged, reply.next_offset) == (False, None, 3)
+        frames = decode_frames(b"".join(bytes(frame.data) for frame in reply.frames))[0]
+        assert [(f.offset, bytes(f.payload)) for f in frames] == [
+            (0, b"a"),
+            (1, b"bb"),
+            (2, b"ccc"),
+        ]
         bus.got.clear()
         wal.made_durable([b"d"])
         async with asyncio.timeout(5):
             await bus.got.wait()
         assert protocol.Wakeup.decode(bus.published[-1]) == protocol.Wakeup(4, 1, 1)
+        assert protocol.Carried.decode(bus.published[-1]) is not None
+    finally:
+        task.cancel()
+        await asyncio.wait({task})
+
+
+async def test_a_large_commit_or_a_gap_is_a_plain_wakeup() -> None:
+    """Over LIVE_CARRY_BYTES_MAX the frames would cross the bus twice: a plain wake-up; a
+    run with a batch missing (dropped from a full live queue) too: readers then fetch."""
+    wal = FakeWal(Durability.FSYNC)
+    bus = FlakyBus([])
+    partition = _partition(wal, bus)
+    big = b"x" * (protocol.LIVE_CARRY_BYTES_MAX + 1)
+    task = asyncio.create_task(partition.publish_live())
+    try:
+        wal.made_durable([big])
+        async with asyncio.timeout(5):
+            await bus.got.wait()
+        assert bus.published[-1] == protocol.Wakeup(1, 1, len(big)).encode()
+        # A run with a batch missing between two others (dropped from a full live queue).
+        gap = partition._wakeup_body(protocol.Wakeup(4, 2, 2), [(1, [b"a"]), (3, [b"c"])])
+        assert gap == protocol.Wakeup(4, 2, 2).encode()
+        whole = partition._wakeup_body(protocol.Wakeup(4, 3, 3), [(1, [b"a", b"b"]), (3, [b"c"])])
+        assert protocol.Carried.decode(whole) is not None
     finally:
         task.cancel()
         await asyncio.wait({task})

@@ -64,6 +64,10 @@ TIER_MESSAGES = Counter(
     "Messages read for subscriptions, by the tier they came from (wal, cloud)",
     ["tier"],
 )
+LIVE_CARRIED = Counter(
+    "danube_dispatcher_live_carried_messages",
+    "Messages of the wal tier taken from a live wake-up that carried them (no fetch)",
+)
 DAMAGED_RANGES = Counter(
     "danube_dispatcher_damaged_ranges",
     "Offset ranges found damaged in every copy (counted once per range and subscription)",

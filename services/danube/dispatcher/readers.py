@@ -1,9 +1,11 @@
 """Reading one partition for a subscription, and where a new subscription starts.
 
-The live subject of the partition is only a wake-up signal: every message handed to the
-machine comes from a fetch of the ingest owner starting at the cursor's read position. A
-fetch is authoritative about the range it covers, so the switch from catching up to
-following live has no gap and no duplicate by construction.
+The live subject of the partition is a wake-up signal: every message handed to the
+machine comes from a fetch of the ingest owner starting at the cursor's read position, or
+from a wake-up that carried its frames (small commits: ``protocol.Carried``) when they
+start exactly at that position, which is what the fetch would have answered. Either is
+authoritative about the range it covers, so the switch from catching up to following live
+has no gap and no duplicate by construction.
 
 A read below the WAL's start (segments already dropped by retention) goes to the cloud tier
 (any cloud_reader): it answers frames of one object and where to continue, and the reader keeps
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from typing import Protocol
 
 from danube.bus import Bus, BusError, Message, NoRespondersError, RemoteError, Subscription
@@ -25,11 +28,12 @@ from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import Action, MessagesAvailable
 from danube.dispatcher.store import SubscriptionStore
+from danube.frame import RawFrame
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.wire.cloud.client import CloudClient
-from danube.wire.ingest.client import IngestClient
-from danube.wire.ingest.protocol import Wakeup
+from danube.wire.ingest.client import FetchReply, IngestClient, carried_reply
+from danube.wire.ingest.protocol import Carried, Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,7 @@ IDLE_POLL_S = 0.5  # a fetch at least this often even when no live wake-up came
 FETCH_TIMEOUT_S = 5.0
 FETCH_MAX_COUNT = 1000
 FETCH_MAX_BYTES = 1 << 20
+CARRIED_KEPT = 8  # wake-ups with frames kept for a read (a reader behind them fetches)
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
 
@@ -75,6 +80,9 @@ class PartitionReader:
         # not a wake-up came, so the end is not known from the live subject). A fetch that
         # reached it needs no follow-up fetch: the next wake-up says when there is more.
         self.live_end: int | None = 0
+        # Wake-ups that carried their frames, oldest first (at most CARRIED_KEPT): a read
+        # at one's first offset takes it instead of fetching.
+        self._carried: deque[Carried] = deque(maxlen=CARRIED_KEPT)
 
     def set_paused(self, paused: bool) -> None:
         """Honour PauseReading / ResumeReading from the machine."""
@@ -89,7 +97,10 @@ class PartitionReader:
         self._wake.set()
 
     async def _on_live(self, message: Message) -> None:
-        wakeup = Wakeup.decode(message.body)
+        carried = Carried.decode(message.body)
+        if carried is not None and carried.wakeup.count <= FETCH_MAX_COUNT:
+            self._carried.append(carried)
+        wakeup = carried.wakeup if carried is not None else Wakeup.decode(message.body)
         if wakeup is None:
             self.live_end = None
         elif self.live_end is not None:
@@ -144,15 +155,19 @@ class PartitionReader:
         machine = self.runtime.machine
         assert machine is not None
         position = machine.cursor(self.name).read_position
-        started_s = time.perf_counter()
-        reply = await self.runtime.ingest.fetch_frames(
-            self.partition,
-            position,
-            max_bytes=FETCH_MAX_BYTES,
-            max_count=FETCH_MAX_COUNT,
-            timeout_s=FETCH_TIMEOUT_S,
-        )
-        metrics.FETCH_SECONDS.labels("wal").observe(time.perf_counter() - started_s)
+        reply = self._carried_at(position)
+        if reply is None:
+            started_s = time.perf_counter()
+            reply = await self.runtime.ingest.fetch_frames(
+                self.partition,
+                position,
+                max_bytes=FETCH_MAX_BYTES,
+                max_count=FETCH_MAX_COUNT,
+                timeout_s=FETCH_TIMEOUT_S,
+            )
+            metrics.FETCH_SECONDS.labels("wal").observe(time.perf_counter() - started_s)
+        else:
+            metrics.LIVE_CARRIED.inc(len(reply.frames))
         step = tiers.after_wal(position, reply)
         if isinstance(step, tiers.AskCloud):
             started_s = time.perf_counter()
@@ -186,6 +201,16 @@ class PartitionReader:
         return step.tier == "cloud" or (
             bool(step.messages) and not self.reached_live_end(step.next_offset)
         )
+
+    def _carried_at(self, position: int) -> FetchReply[RawFrame] | None:
+        """The frames a wake-up carried from ``position`` on, as a fetch would answer them;
+        None when none starts there (then the reader fetches). Older ones are dropped."""
+        carried = self._carried
+        while carried and carried[0].wakeup.next_offset <= position:
+            carried.popleft()
+        if not carried or carried[0].first_offset != position:
+            return None
+        return carried_reply(self.partition, carried.popleft())
 
     def reached_live_end(self, next_offset: int) -> bool:
         """Whether a read up to ``next_offset`` took everything the wake-ups announced:

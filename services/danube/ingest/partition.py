@@ -277,23 +277,44 @@ class Partition:
             await self._live_ready.wait()
             self._live_ready.clear()
             wakeup: protocol.Wakeup | None = None
+            ready: list[tuple[int, Sequence[bytes]]] = []
             while self._live:
                 first, payloads = self._live[0]
                 if first + len(payloads) > self.tracker.high_watermark:
                     break  # the next watermark move sets _live_ready again
                 self._live.popleft()
                 if not self._live_payloads:
-                    # Reliable readers fetch what they deliver (frames as the WAL holds
-                    # them); the live subject only wakes them: one small body for every
-                    # committed batch ready now.
+                    # Reliable readers deliver frames as the WAL holds them; the live
+                    # subject wakes them: one body for every committed batch ready now,
+                    # with their frames when they are small (_wakeup_body).
                     count = len(payloads) + (wakeup.count if wakeup else 0)
                     size = sum(map(len, payloads)) + (wakeup.payload_bytes if wakeup else 0)
                     wakeup = protocol.Wakeup(first + len(payloads), count, size)
+                    ready.append((first, payloads))
                     continue
                 for body, count in _frame_chunks(first, payloads, limit):
                     await self._publish_live_body(body, count)
             if wakeup is not None:
-                await self._publish_live_body(wakeup.encode(), wakeup.count)
+                await self._publish_live_body(self._wakeup_body(wakeup, ready), wakeup.count)
+
+    def _wakeup_body(
+        self, wakeup: protocol.Wakeup, batches: Sequence[tuple[int, Sequence[bytes]]]
+    ) -> bytes:
+        """A plain wake-up, or one carrying the frames of ``batches`` (protocol.Carried)
+        when they are small and one run of offsets (a batch dropped from a full live queue
+        leaves a gap: then readers fetch)."""
+        if wakeup.payload_bytes > protocol.LIVE_CARRY_BYTES_MAX:
+            return wakeup.encode()
+        frames = bytearray()
+        expected = batches[0][0]
+        for first, payloads in batches:
+            if first != expected:
+                return wakeup.encode()
+            for index, payload in enumerate(payloads):
+                append_frame(frames, first + index, payload)
+            expected = first + len(payloads)
+        first_offset = batches[0][0]
+        return protocol.Carried.encode(first_offset, self.wal.start_offset, wakeup, bytes(frames))
 
     async def _publish_live_body(self, body: bytes, count: int) -> None:
         """Publish one live body, retrying what may work later (the bus reconnecting) with

@@ -351,10 +351,16 @@ def _flag(value: object) -> bool:
     return value
 
 
+def carried_reply(partition: TopicName, carried: protocol.Carried) -> FetchReply[RawFrame]:
+    """What a WAL fetch from ``carried.first_offset`` would answer, from the frames a live
+    wake-up carried (:meth:`IngestClient.fetch_frames`'s form)."""
+    return _fetch_reply(partition, carried.first_offset, carried.reply, walk_frames)
+
+
 def _fetch_reply(
     partition: TopicName,
     from_offset: int,
-    reply: bytes,
+    reply: bytes | memoryview,
     split: Callable[[memoryview], tuple[list[F], int]],
 ) -> FetchReply[F]:
     status, wal_start, next_offset, body = protocol.decode_fetch_reply_head(reply)

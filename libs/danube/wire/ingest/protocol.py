@@ -233,11 +233,54 @@ class Wakeup:
 
     @classmethod
     def decode(cls, body: bytes) -> Wakeup | None:
-        """The wake-up ``body`` is, or None when it is not one (a frames body)."""
+        """The wake-up ``body`` is or holds (:class:`Carried`), or None when it is neither
+        (a frames body)."""
         if len(body) != WAKEUP.size:
-            return None
+            carried = Carried.decode(body)
+            return None if carried is None else carried.wakeup
         next_offset, count, size = WAKEUP.unpack(body)
         return cls(int(next_offset), int(count), int(size))
+
+
+# A reliable partition's live message that carries the frames it announces: the mark, the
+# first offset, then the wake-up's fields, then a fetch reply body for the frames.
+CARRIED_MARK = b"DLWC"
+_CARRIED_HEAD = struct.Struct("<4sQQIQ")
+LIVE_CARRY_BYTES_MAX = 64 * 1024
+"""A commit (or the run of commits published at once) of at most this many payload bytes
+travels with its frames on the live subject: a reader at its first offset needs no fetch.
+Larger ones (the batched rate) stay a plain wake-up: the frames would cross the bus twice."""
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """A wake-up with its frames: offsets ``[first_offset, wakeup.next_offset)`` are
+    committed, and ``reply`` is what a WAL fetch from ``first_offset`` answers for them (a
+    fetch reply body), so a reader whose read position is ``first_offset`` takes them from
+    here. Ingest builds it from the records it just committed (docs/bus.md, live)."""
+
+    first_offset: int
+    wakeup: Wakeup
+    reply: memoryview
+
+    @staticmethod
+    def encode(first_offset: int, wal_start: int, wakeup: Wakeup, frames: bytes) -> bytes:
+        head = _CARRIED_HEAD.pack(
+            CARRIED_MARK, first_offset, wakeup.next_offset, wakeup.count, wakeup.payload_bytes
+        )
+        reply = _FETCH_REPLY_HEAD.pack(FetchStatus.OK, wal_start, wakeup.next_offset)
+        return b"".join((head, reply, frames))
+
+    @classmethod
+    def decode(cls, body: bytes) -> Carried | None:
+        """The carried wake-up ``body`` is, or None (a plain wake-up, a frames body)."""
+        if len(body) < _CARRIED_HEAD.size + _FETCH_REPLY_HEAD.size:
+            return None
+        mark, first, next_offset, count, size = _CARRIED_HEAD.unpack_from(body, 0)
+        if mark != CARRIED_MARK or not first < next_offset:
+            return None
+        wakeup = Wakeup(int(next_offset), int(count), int(size))
+        return cls(int(first), wakeup, memoryview(body)[_CARRIED_HEAD.size :])
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +310,7 @@ def decode_damaged_file(body: memoryview) -> str:
     return bytes(body).decode(errors="replace")
 
 
-def decode_fetch_reply_head(body: bytes) -> tuple[FetchStatus, int, int, memoryview]:
+def decode_fetch_reply_head(body: bytes | memoryview) -> tuple[FetchStatus, int, int, memoryview]:
     """``(status, wal_start, next_offset, frames)``; decode the frames with danube.frame."""
     if len(body) < _FETCH_REPLY_HEAD.size:
         raise BadRequestError(f"fetch reply of {len(body)} bytes")
