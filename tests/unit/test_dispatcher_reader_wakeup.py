@@ -156,8 +156,8 @@ async def test_without_wakeups_it_reads_until_a_fetch_comes_back_empty() -> None
         await _stop(task)
 
 
-async def _commit_carried(runtime: FakeRuntime, count: int, *, payload: bytes = b"live") -> None:
-    """Append ``count`` records and announce them with their frames (protocol.Carried)."""
+def _carried_body(runtime: FakeRuntime, count: int, payload: bytes = b"live") -> bytes:
+    """Append ``count`` records; the wake-up announcing them with their frames."""
     ingest = runtime.ingest
     first = len(ingest.records)
     ingest.records += [b"record"] * count  # what a fetch would answer: not the carried bytes
@@ -165,8 +165,12 @@ async def _commit_carried(runtime: FakeRuntime, count: int, *, payload: bytes = 
     for offset in range(first, first + count):
         append_frame(frames, offset, payload)
     wakeup = Wakeup(first + count, count, len(payload) * count)
-    body = Carried.encode(first, 0, wakeup, bytes(frames))
-    await runtime.bus.live(Message("live", body, {}))
+    return Carried.encode(first, 0, wakeup, bytes(frames))
+
+
+async def _commit_carried(runtime: FakeRuntime, count: int) -> None:
+    """Append ``count`` records and announce them with their frames (protocol.Carried)."""
+    await runtime.bus.live(Message("live", _carried_body(runtime, count), {}))
     await asyncio.sleep(SETTLE_S)
 
 
@@ -203,5 +207,34 @@ async def test_carried_frames_that_do_not_start_at_the_read_position_are_fetched
         assert runtime.ingest.fetches == [(0, 5)]
         assert runtime.fed == [0, 1, 2, 3, 4, 5]
         assert _payloads(runtime) == [b"record"] * 5 + [b"live"]
+    finally:
+        await _stop(task)
+
+
+async def test_a_paused_reader_keeps_no_carried_frames_and_fetches_when_it_resumes() -> None:
+    runtime = FakeRuntime(max_count=1000)
+    reader = PartitionReader(runtime, PARTITION, PARTITION.topic)  # type: ignore[arg-type]
+    task = asyncio.create_task(reader.run())
+    try:
+        await asyncio.sleep(SETTLE_S)
+        runtime.ingest.fetches.clear()
+        reader.set_paused(True)
+        await _commit_carried(runtime, 2)
+        assert len(reader._carried) == 0
+        reader.set_paused(False)
+        await asyncio.sleep(SETTLE_S)
+        assert runtime.ingest.fetches == [(0, 2)]
+        # Tailing: at most CARRIED_KEPT (the newest) wait for a read; a pause drops them.
+        reader.set_paused(True)
+        reader._resumed.set()  # hear wake-ups as a running reader does, without reading
+        for _ in range(3):
+            await runtime.bus.live(Message("live", _carried_body(runtime, 1), {}))
+        assert [c.first_offset for c in reader._carried] == [3, 4]
+        reader.set_paused(True)
+        assert len(reader._carried) == 0
+        reader.set_paused(False)
+        await asyncio.sleep(SETTLE_S)
+        assert runtime.ingest.fetches == [(0, 2), (2, 3)]
+        assert runtime.fed == [0, 1, 2, 3, 4]
     finally:
         await _stop(task)

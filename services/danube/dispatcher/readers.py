@@ -41,7 +41,9 @@ IDLE_POLL_S = 0.5  # a fetch at least this often even when no live wake-up came
 FETCH_TIMEOUT_S = 5.0
 FETCH_MAX_COUNT = 1000
 FETCH_MAX_BYTES = 1 << 20
-CARRIED_KEPT = 8  # wake-ups with frames kept for a read (a reader behind them fetches)
+# Wake-ups with frames kept for the next read (a tailing reader needs one, two when a second
+# came before it read): up to 2 x 64 KiB per reader; one behind them fetches instead.
+CARRIED_KEPT = 2
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
 
@@ -88,6 +90,7 @@ class PartitionReader:
         """Honour PauseReading / ResumeReading from the machine."""
         if paused:
             self._resumed.clear()
+            self._carried.clear()  # a paused reader would be behind them when it resumes
         else:
             self._resumed.set()
             self._wake.set()
@@ -98,7 +101,12 @@ class PartitionReader:
 
     async def _on_live(self, message: Message) -> None:
         carried = Carried.decode(message.body)
-        if carried is not None and carried.wakeup.count <= FETCH_MAX_COUNT:
+        # Kept for the next read unless paused (it would be behind them when it resumes).
+        if (
+            carried is not None
+            and self._resumed.is_set()
+            and carried.wakeup.count <= FETCH_MAX_COUNT
+        ):
             self._carried.append(carried)
         wakeup = carried.wakeup if carried is not None else Wakeup.decode(message.body)
         if wakeup is None:
