@@ -71,11 +71,19 @@ async def test_peek_reads_the_newest_messages_and_moves_no_cursor(
 async def test_peek_of_a_topic_never_produced_to_is_empty(
     consume_http: httpx.AsyncClient,
 ) -> None:
+    # Created through the API: its partition is placed at once, and answers with nothing.
     assert (await consume_http.put("/v1/topics/default/quiet")).status_code == 201
     doc = (await consume_http.get("/v1/topics/default/quiet/peek")).json()
-    # Nobody owns the partition yet: shown as not answering rather than failing.
-    assert doc["messages"] == []
-    assert doc["unavailable"] == ["/default/quiet"]
+    assert (doc["messages"], doc["unavailable"]) == ([], [])
+    # Created by a subscription: nobody owns its partition until a first produce, shown as
+    # not answering rather than failing.
+    attach = await consume_http.post(
+        "/v1/topics/default/unowned/subscriptions/s/consumers",
+        json={"name": "c", "type": "exclusive"},
+    )
+    assert attach.status_code == 201, attach.text
+    doc = (await consume_http.get("/v1/topics/default/unowned/peek")).json()
+    assert (doc["messages"], doc["unavailable"]) == ([], ["/default/unowned"])
 
 
 async def test_stats_count_messages_bytes_and_backlog(consume_http: httpx.AsyncClient) -> None:
