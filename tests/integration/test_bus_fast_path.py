@@ -155,7 +155,10 @@ async def test_requests_started_in_the_read_loop_keep_their_order_and_bound(
 
     await server.serve(subject, handler, max_concurrency=3)
     calls = [asyncio.create_task(client.request(subject, b"%d" % i)) for i in range(30)]
-    await asyncio.sleep(0.2)
+    async with asyncio.timeout(5):
+        while len(started) < 3:  # noqa: ASYNC110  (a plain predicate: there is no event to await)
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # time for a fourth to start, were the bound not kept
     assert started == [0, 1, 2]  # the rest wait in the pending queue
     gate.set()
     replies = await asyncio.gather(*calls)
@@ -181,7 +184,9 @@ async def test_requests_and_publishes_survive_a_server_restart(tmp_path: Path) -
         await serving.serve("fast.restart", echo)
         assert (await calling.request("fast.restart", b"before")).body == b"before"
         nats_server.stop()
-        await asyncio.sleep(0.2)
+        async with asyncio.timeout(10):  # both saw the server go
+            while serving.is_connected or calling.is_connected:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
         nats_server = ServerProcess(spec, tmp_path / "nats-2.log")
         nats_server.start()
         async with asyncio.timeout(10):

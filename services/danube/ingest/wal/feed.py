@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from danube.ingest.wal.cache import MessageCache
 
@@ -17,6 +17,21 @@ log = logging.getLogger(__name__)
 
 DurableListener = Callable[[int, Sequence[bytes]], None]
 """Called with ``(first offset, payloads)``: consecutive offsets, just made durable, in order."""
+
+
+_L = TypeVar("_L")
+
+
+def registered(listeners: list[_L], listener: _L) -> Callable[[], None]:
+    """Add ``listener`` to ``listeners``; the function that removes it (once, harmlessly
+    again)."""
+    listeners.append(listener)
+
+    def remove() -> None:
+        if listener in listeners:
+            listeners.remove(listener)
+
+    return remove
 
 
 class DurableFeed:
@@ -30,14 +45,7 @@ class DurableFeed:
 
     def add_listener(self, listener: DurableListener) -> Callable[[], None]:
         """Register ``listener``; returns the function that removes it."""
-        listeners = self._listeners
-        listeners.append(listener)
-
-        def remove() -> None:
-            if listener in listeners:
-                listeners.remove(listener)
-
-        return remove
+        return registered(self._listeners, listener)
 
     def publish(self, batch: Sequence[tuple[Any, ...]], frames: Sequence[bytes] = ()) -> None:
         """Feed a durable batch of ``(first offset, payloads, ...)`` appends, in offset order;

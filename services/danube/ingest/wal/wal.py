@@ -33,7 +33,7 @@ from danube.ingest.wal.errors import (
     WalIoError,
     WalTimeoutError,
 )
-from danube.ingest.wal.feed import DurableFeed, DurableListener
+from danube.ingest.wal.feed import DurableFeed, DurableListener, registered
 from danube.ingest.wal.fileops import FileOps, OsFileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.reader import read_messages
@@ -233,14 +233,7 @@ class Wal:
         fsync or checkpoint failed or passed its deadline; never at a close); returns its
         remover. Whoever must stop on a failure learns of it here even when no append of its
         own is waiting."""
-        listeners = self._failure_listeners
-        listeners.append(listener)
-
-        def remove() -> None:
-            if listener in listeners:
-                listeners.remove(listener)
-
-        return remove
+        return registered(self._failure_listeners, listener)
 
     # --- appending --------------------------------------------------------------------
 
@@ -258,9 +251,7 @@ class Wal:
         nbytes = self._frame_bytes(payloads)
         commit = self._commit
         if commit is None:  # memory mode: appended is durable
-            first = self._next_offset
-            self._next_offset = first + count
-            self._appends += 1
+            first = self._take_offsets(count)
             self._durable([(first, payloads, nbytes, None)])
             return first
         if not self._admission.try_acquire(nbytes):
@@ -272,13 +263,7 @@ class Wal:
         # The hot path, with no task of its own: queued before the first wait, so a caller
         # cancelled while it waits cancels only its future; the writer still writes the append
         # and skips a future already done.
-        first = self._next_offset
-        self._next_offset = first + count
-        self._appends += 1
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        commit.submit((first, payloads, nbytes, future))
-        await future
-        return first
+        return await self._queue(payloads, nbytes, commit)
 
     async def _append_with_room(
         self, payloads: Sequence[bytes], nbytes: int, commit: GroupCommit
@@ -287,9 +272,19 @@ class Wal:
         if self._failure is not None or self._state is not _State.OPEN:
             self._admission.release(nbytes)
             self._check_open()
+        return await self._queue(payloads, nbytes, commit)
+
+    def _take_offsets(self, count: int) -> int:
+        """The next ``count`` offsets for one append; the first of them."""
         first = self._next_offset
-        self._next_offset = first + len(payloads)
+        self._next_offset = first + count
         self._appends += 1
+        return first
+
+    async def _queue(self, payloads: Sequence[bytes], nbytes: int, commit: GroupCommit) -> int:
+        """Queue an append (its room taken) for the writer before any wait; its first offset
+        once durable."""
+        first = self._take_offsets(len(payloads))
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         commit.submit((first, payloads, nbytes, future))
         await future
