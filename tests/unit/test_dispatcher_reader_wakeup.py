@@ -238,3 +238,107 @@ async def test_a_paused_reader_keeps_no_carried_frames_and_fetches_when_it_resum
         assert runtime.fed == [0, 1, 2, 3, 4]
     finally:
         await _stop(task)
+
+
+class WatchedIngest(LogIngest):
+    """A LogIngest that says when a fetch was made."""
+
+    def __init__(self, max_count: int) -> None:
+        super().__init__(max_count)
+        self.fetched = asyncio.Event()
+
+    async def fetch_frames(
+        self, partition: TopicName, from_offset: int, **limits: Any
+    ) -> FetchReply[RawFrame]:
+        reply = await super().fetch_frames(partition, from_offset, **limits)
+        self.fetched.set()
+        return reply
+
+
+class HookedRuntime(FakeRuntime):
+    """Runs ``during_feed`` (a coroutine function) while the actions of each feed are carried
+    out: the reader is then between handing a read over and reading again."""
+
+    def __init__(self, max_count: int) -> None:
+        super().__init__(max_count)
+        self.ingest: WatchedIngest = WatchedIngest(max_count)
+        self.during_feed: Any = None
+
+    async def run_actions(self, actions: list[Action]) -> None:
+        if self.during_feed is not None:
+            await self.during_feed()
+
+
+async def _fetch_started(ingest: WatchedIngest, from_offset: int) -> None:
+    """Until a fetch from ``from_offset`` was made (bounded: fails the test if never)."""
+    async with asyncio.timeout(1.0):
+        while not any(start == from_offset for start, _ in ingest.fetches):
+            ingest.fetched.clear()
+            await ingest.fetched.wait()
+
+
+async def test_a_catching_up_reader_fetches_the_next_range_while_the_last_is_handed_over() -> None:
+    """The fetch from where a read ended is under way before that read's actions are done: a
+    reader that fetched only afterwards would never get past the first feed here."""
+    runtime = HookedRuntime(max_count=2)
+    runtime.ingest.records += [b"record"] * 5  # a backlog: no wake-up announced its end
+    seen: list[list[tuple[int, int]]] = []
+
+    async def during_feed() -> None:
+        position = runtime.machine.cursor_.read_position
+        if position < 5:
+            await _fetch_started(runtime.ingest, position)
+        seen.append(list(runtime.ingest.fetches))
+
+    runtime.during_feed = during_feed
+    task = await _reader(runtime)
+    try:
+        assert runtime.fed == [0, 1, 2, 3, 4]
+        # Each range fetched once, in order: the one sent ahead was the one read.
+        assert runtime.ingest.fetches == [(0, 2), (2, 2), (4, 1), (5, 0)]
+        assert seen[0] == [(0, 2), (2, 2)]
+    finally:
+        await _stop(task)
+
+
+async def test_a_pause_drops_the_fetch_sent_ahead_and_a_resumed_reader_fetches_anew() -> None:
+    runtime = HookedRuntime(max_count=2)
+    runtime.ingest.records += [b"record"] * 4
+    reader = PartitionReader(runtime, PARTITION, PARTITION.topic)  # type: ignore[arg-type]
+
+    async def pause_after_first_feed() -> None:
+        runtime.during_feed = None
+        reader.set_paused(True)  # as the machine does when it holds too many
+
+    runtime.during_feed = pause_after_first_feed
+    task = asyncio.create_task(reader.run())
+    try:
+        await asyncio.sleep(SETTLE_S)
+        assert runtime.fed == [0, 1]
+        assert reader._ahead is None  # dropped with the pause, its reply not kept
+        reader.set_paused(False)
+        await asyncio.sleep(SETTLE_S)
+        assert runtime.fed == [0, 1, 2, 3]  # nothing twice, nothing skipped
+        assert runtime.ingest.fetches[-2:] == [(2, 2), (4, 0)]
+    finally:
+        await _stop(task)
+
+
+async def test_a_fetch_sent_ahead_is_not_used_when_the_read_position_moved() -> None:
+    """A seek while a read is handed over: the reply fetched ahead (from the old end) is
+    dropped and the reader fetches from the new position."""
+    runtime = HookedRuntime(max_count=2)
+    runtime.ingest.records += [b"record"] * 4
+
+    async def seek_back_once() -> None:
+        runtime.during_feed = None
+        await _fetch_started(runtime.ingest, 2)
+        runtime.machine.cursor_.read_position = 0  # fed [0, 1]; then moved back to 0
+
+    runtime.during_feed = seek_back_once
+    task = await _reader(runtime)
+    try:
+        assert runtime.fed == [0, 1, 0, 1, 2, 3]
+        assert runtime.ingest.fetches[:3] == [(0, 2), (2, 2), (0, 2)]
+    finally:
+        await _stop(task)

@@ -306,8 +306,8 @@ async def bench_produce(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
 
 
 async def bench_consume(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) -> dict[str, Any]:
-    """Fill the topic with ``count`` messages (not timed), then time consuming them all from
-    the earliest offset (acking each)."""
+    """Fill the topic with ``count`` messages (not timed), attach a consumer (not timed),
+    then time consuming them all from the earliest offset (acking each)."""
     assert spec.count is not None
     meter.phase = "fill"
     fill = dataclasses.replace(spec, kind="produce", inflight=max(spec.inflight, 4), rate=0.0)
@@ -316,8 +316,6 @@ async def bench_consume(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
     if filling.last_error is not None:
         raise filling.last_error
     meter.phase = "consume"
-    started = time.monotonic()
-    meter.started = started
     async with client.consumer(
         spec.topic,
         "bench",
@@ -326,6 +324,10 @@ async def bench_consume(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
         receiver_queue_size=spec.receiver_queue_size,
         transport=spec.consume_transport,
     ) as consumer:
+        # Timed once the consumer is attached (its subscription created), as a JetStream
+        # pull consumer is created before the clock starts (tests/bench/bench_peers.py).
+        started = time.monotonic()
+        meter.started = started
         seen: set[tuple[str, int]] = set()
         while len(seen) < spec.count:
             message = await consumer.receive(DRAIN_TIMEOUT_S)

@@ -394,7 +394,10 @@ class DispatcherConfig(ServiceConfig):
     """Delivery limits of every subscription (danube.dispatcher.DeliverySettings and the
     cursor FlushPolicy are built from these)."""
 
-    max_unacked_per_consumer: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    # Room for the receiver queue (1000) and the acks a client has under way (the SDK sends
+    # up to 4 batches of up to 1000 at once): a window no larger than one ack batch makes a
+    # consumer stop and wait for every batch's ack (docs/performance.md, "Consume").
+    max_unacked_per_consumer: Annotated[int, Field(ge=1, le=100_000)] = 5000
     ack_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
     redelivery_base_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
     redelivery_max_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0

@@ -85,12 +85,15 @@ class PartitionReader:
         # Wake-ups that carried their frames, oldest first (at most CARRIED_KEPT): a read
         # at one's first offset takes it instead of fetching.
         self._carried: deque[Carried] = deque(maxlen=CARRIED_KEPT)
+        # The fetch sent ahead (see the module's docstring): its from offset and its task.
+        self._ahead: tuple[int, asyncio.Task[FetchReply[RawFrame]]] | None = None
 
     def set_paused(self, paused: bool) -> None:
         """Honour PauseReading / ResumeReading from the machine."""
         if paused:
             self._resumed.clear()
             self._carried.clear()  # a paused reader would be behind them when it resumes
+            self._drop_ahead()  # no reply held while the machine holds too many
         else:
             self._resumed.set()
             self._wake.set()
@@ -152,6 +155,7 @@ class PartitionReader:
                     async with asyncio.timeout(IDLE_POLL_S):
                         await self._wake.wait()
         finally:
+            self._drop_ahead()
             if live is not None:
                 with contextlib.suppress(Exception):
                     await live.unsubscribe()
@@ -165,15 +169,7 @@ class PartitionReader:
         position = machine.cursor(self.name).read_position
         reply = self._carried_at(position)
         if reply is None:
-            started_s = time.perf_counter()
-            reply = await self.runtime.ingest.fetch_frames(
-                self.partition,
-                position,
-                max_bytes=FETCH_MAX_BYTES,
-                max_count=FETCH_MAX_COUNT,
-                timeout_s=FETCH_TIMEOUT_S,
-            )
-            metrics.FETCH_SECONDS.labels("wal").observe(time.perf_counter() - started_s)
+            reply = await self._fetched_at(position)
         else:
             metrics.LIVE_CARRIED.inc(len(reply.frames))
         step = tiers.after_wal(position, reply)
@@ -204,11 +200,48 @@ class PartitionReader:
                 step.next_offset,
             )
         metrics.TIER_MESSAGES.labels(step.tier).inc(len(step.messages))
-        event = MessagesAvailable(self.name, step.messages, position, step.next_offset)
-        await self.runtime.run_actions(self.runtime.feed(event))
-        return step.tier == "cloud" or (
+        more = step.tier == "cloud" or (
             bool(step.messages) and not self.reached_live_end(step.next_offset)
         )
+        if more and step.tier == "wal":
+            self._fetch_ahead(step.next_offset)
+        event = MessagesAvailable(self.name, step.messages, position, step.next_offset)
+        await self.runtime.run_actions(self.runtime.feed(event))
+        return more
+
+    async def _fetched_at(self, position: int) -> FetchReply[RawFrame]:
+        """The WAL's answer to a fetch from ``position``: the one sent ahead from there, or
+        a fetch now (one sent ahead from elsewhere is dropped)."""
+        ahead = self._ahead
+        if ahead is not None and ahead[0] == position:
+            self._ahead = None
+            return await ahead[1]
+        self._drop_ahead()
+        return await self._fetch(position)
+
+    async def _fetch(self, position: int) -> FetchReply[RawFrame]:
+        started_s = time.perf_counter()
+        reply = await self.runtime.ingest.fetch_frames(
+            self.partition,
+            position,
+            max_bytes=FETCH_MAX_BYTES,
+            max_count=FETCH_MAX_COUNT,
+            timeout_s=FETCH_TIMEOUT_S,
+        )
+        metrics.FETCH_SECONDS.labels("wal").observe(time.perf_counter() - started_s)
+        return reply
+
+    def _fetch_ahead(self, position: int) -> None:
+        self._drop_ahead()
+        task = asyncio.create_task(self._fetch(position), name=f"fetch-ahead {self.partition}")
+        # Its outcome is taken by the read from `position`; one dropped unread is not an error.
+        task.add_done_callback(_consume_outcome)
+        self._ahead = (position, task)
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead[1].cancel()
+            self._ahead = None
 
     def _carried_at(self, position: int) -> FetchReply[RawFrame] | None:
         """The frames a wake-up carried from ``position`` on, as a fetch would answer them;
@@ -244,3 +277,9 @@ class PartitionReader:
         if cleared is not None:
             metrics.DAMAGED_PARTITIONS.dec()
             log.warning("%s: reads on past %s", self.partition, cleared.describe())
+
+
+def _consume_outcome(task: asyncio.Task[FetchReply[RawFrame]]) -> None:
+    """Mark a fetch sent ahead as seen (asyncio logs a task whose exception nobody read)."""
+    if not task.cancelled():
+        task.exception()

@@ -32,7 +32,7 @@ class DeliverySettings:
       for a redelivery) before it pauses reading; it resumes at half.
     """
 
-    max_unacked_per_consumer: int = 1000
+    max_unacked_per_consumer: int = 5000
     ack_timeout_s: float = 30.0
     redelivery_base_s: float = 1.0
     redelivery_max_s: float = 60.0
