@@ -486,3 +486,29 @@ def test_flush_dirty_writes_only_changed_cursors_with_increasing_seq() -> None:
     assert again == [FlushCursor("p0", CursorState(next_offset=3))]
     assert isinstance(again[0], FlushCursor)
     assert again[0].seq == seq_before + 2
+
+
+def test_a_machine_is_quiet_only_with_nothing_held_and_no_cursor_to_write() -> None:
+    """quiet() tells the runtime a Tick could change nothing (it then ticks rarely): never
+    while a message is held (an ack deadline or a redelivery could fall due) or a cursor
+    waits for its write."""
+    m = machine("exclusive", ack_timeout_s=30.0)
+    m.handle(ConsumerAttached("c", "c"))
+    assert m.quiet()
+    feed(m, "p0", [0, 1])
+    assert not m.quiet()  # buffered
+    got = poll(m, "c", now_s=1.0)
+    assert not m.quiet()  # in flight: its ack deadline is 31.0
+    m.handle(Ack("c", refs(got)))
+    assert not m.quiet()  # acked, the cursor not written yet
+    m.handle(Tick(3.0))  # written (flush interval 1 s)
+    assert m.quiet()
+    # The acked batch's deadline was dropped with the rest: a Tick at it finds nothing.
+    assert [a for a in m.handle(Tick(31.0)) if not isinstance(a, FlushCursor)] == []
+    feed(m, "p0", [2])
+    poll(m, "c", now_s=40.0)
+    m.handle(Nack("c", [("p0", 2)], 5_000, 40.0))
+    assert not m.quiet()  # a redelivery scheduled at 45.0
+    assert refs(poll(m, "c", now_s=44.0)) == []
+    m.handle(Tick(45.0))
+    assert refs(poll(m, "c", now_s=45.0)) == [("p0", 2)]

@@ -6,11 +6,13 @@ its frames from the read position is read without a fetch."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
 
 from danube.bus import Message, Subjects
+from danube.dispatcher import readers
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.events import Action, MessagesAvailable
 from danube.dispatcher.readers import PartitionReader
@@ -340,5 +342,52 @@ async def test_a_fetch_sent_ahead_is_not_used_when_the_read_position_moved() -> 
     try:
         assert runtime.fed == [0, 1, 0, 1, 2, 3]
         assert runtime.ingest.fetches[:3] == [(0, 2), (2, 2), (0, 2)]
+    finally:
+        await _stop(task)
+
+
+async def test_idle_polls_back_off_and_a_wakeup_brings_them_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no wake-up, the reader fetches anyway, each time after twice the wait of the last
+    idle fetch that found nothing, up to IDLE_POLL_MAX_S; a wake-up, or an idle fetch that
+    found something (its wake-up was lost), starts again from IDLE_POLL_S."""
+    monkeypatch.setattr(readers, "IDLE_POLL_S", 0.02)
+    monkeypatch.setattr(readers, "IDLE_POLL_MAX_S", 0.4)
+    runtime = HookedRuntime(max_count=1000)
+    reader = PartitionReader(runtime, PARTITION, PARTITION.topic)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    times: list[float] = []
+
+    async def fetches(count: int) -> list[float]:
+        """The gaps between the next ``count`` fetches (bounded: fails if they never come)."""
+        times.clear()
+        async with asyncio.timeout(5.0):
+            while len(times) < count + 1:
+                runtime.ingest.fetched.clear()
+                await runtime.ingest.fetched.wait()
+                times.append(loop.time())
+        return [b - a for a, b in itertools.pairwise(times)]
+
+    task = asyncio.create_task(reader.run())
+    try:
+        gaps = await fetches(5)  # 0.02, 0.04, 0.08, 0.16, 0.32 (a timer may fire ~1 ms early)
+        assert all(later >= 1.8 * earlier for earlier, later in itertools.pairwise(gaps)), gaps
+        assert (await fetches(1))[0] >= 0.39  # capped at IDLE_POLL_MAX_S
+        # A wake-up: read at once, then the waits start again from IDLE_POLL_S.
+        runtime.ingest.records += [b"record"] * 2
+        gaps_after = asyncio.create_task(fetches(2))
+        await asyncio.sleep(0)  # the task waits for the next fetch
+        await runtime.bus.live(Message("live", Wakeup(2, 2, 12).encode(), {}))
+        gaps = await gaps_after  # the read the wake-up made, then two idle ones
+        assert runtime.fed == [0, 1]
+        assert gaps[0] < 0.2, gaps  # 0.02, not the 0.4 it had backed off to
+        await fetches(4)  # backed off again
+        runtime.ingest.records += [b"record"]  # committed, its wake-up lost
+        async with asyncio.timeout(5.0):
+            while runtime.fed != [0, 1, 2]:
+                runtime.ingest.fetched.clear()
+                await runtime.ingest.fetched.wait()
+        assert reader.idle_wait_s() == 0.02
     finally:
         await _stop(task)

@@ -150,6 +150,16 @@ class SubscriptionMachine(PoisonHandling):
         """Every partition's cursor as it would be stored (for a final write on shutdown)."""
         return {name: p.cursor.state() for name, p in self._partitions.items()}
 
+    def quiet(self) -> bool:
+        """Whether a Tick has nothing to do but look: no message held (so no ack deadline or
+        redelivery can fall due) and no cursor waiting to be written. The time-ordered
+        heaps then hold only items of entries gone: they are emptied here."""
+        if self._entries or any(p.cursor.dirty for p in self._partitions.values()):
+            return False
+        self._deadlines.clear()
+        self._scheduled.clear()
+        return True
+
     def flush_dirty(self, partitions: Iterable[str], now_s: float) -> list[Action]:
         """A write of every dirty cursor among ``partitions`` now, whatever the flush policy
         (the caller wants them durable: acks answered only once stored)."""

@@ -29,8 +29,11 @@ from danube.wire.limits import backlog
 log = logging.getLogger(__name__)
 
 # How often a subscription looks at its backlog against an evict_oldest quota (Pulsar's
-# backlogQuotaCheckInterval is a minute; a second keeps the backlog close to the quota).
+# backlogQuotaCheckInterval is a minute; a second keeps the backlog close to the quota),
+# and how often it reads its topic's policies while they set no such quota (a quota set
+# later applies within that long; an etcd read a second for every subscription is not free).
 EVICT_CHECK_S = 1.0
+EVICT_POLICY_CHECK_S = 10.0
 _WAL_TIMEOUT_S = 2.0
 
 
@@ -72,9 +75,11 @@ class Evictable(Protocol):
 
 async def evict_loop(served: Evictable) -> None:
     """Every ``EVICT_CHECK_S``, move each partition's cursor forward to keep at most the
-    quota unacknowledged, while the topic's backlog quota policy is ``evict_oldest``."""
+    quota unacknowledged, while the topic's backlog quota policy is ``evict_oldest`` (read
+    every ``EVICT_POLICY_CHECK_S`` while it is not)."""
+    wait_s = EVICT_CHECK_S
     while True:
-        await asyncio.sleep(EVICT_CHECK_S * random.uniform(0.9, 1.1))
+        await asyncio.sleep(wait_s * random.uniform(0.9, 1.1))
         try:
             policies = await policies_of(served.store)
         except MetaError as exc:
@@ -82,7 +87,9 @@ async def evict_loop(served: Evictable) -> None:
             continue
         quota = policies.backlog_quota_messages
         if quota is None or policies.backlog_quota_policy != "evict_oldest":
+            wait_s = EVICT_POLICY_CHECK_S
             continue
+        wait_s = EVICT_CHECK_S
         for name, partition in served.partitions.items():
             await _evict(served, name, partition, quota)
 

@@ -37,7 +37,11 @@ from danube.wire.ingest.protocol import Carried, Wakeup
 
 log = logging.getLogger(__name__)
 
-IDLE_POLL_S = 0.5  # a fetch at least this often even when no live wake-up came
+# With no live wake-up, a fetch anyway after IDLE_POLL_S (a wake-up can be lost: a full
+# pending queue, a reconnect), then twice as long after each one that found nothing, up to
+# IDLE_POLL_MAX_S: an idle partition costs a fetch every few seconds, not two a second.
+IDLE_POLL_S = 0.5
+IDLE_POLL_MAX_S = 4.0
 FETCH_TIMEOUT_S = 5.0
 FETCH_MAX_COUNT = 1000
 FETCH_MAX_BYTES = 1 << 20
@@ -82,6 +86,8 @@ class PartitionReader:
         # not a wake-up came, so the end is not known from the live subject). A fetch that
         # reached it needs no follow-up fetch: the next wake-up says when there is more.
         self.live_end: int | None = 0
+        # Idle polls in a row that found nothing (each waits twice as long as the last).
+        self._idle_polls = 0
         # Wake-ups that carried their frames, oldest first (at most CARRIED_KEPT): a read
         # at one's first offset takes it instead of fetching.
         self._carried: deque[Carried] = deque(maxlen=CARRIED_KEPT)
@@ -119,7 +125,7 @@ class PartitionReader:
         self._wake.set()
 
     async def run(self) -> None:
-        """Fetch whenever woken (live traffic) or every IDLE_POLL_S; never returns."""
+        """Fetch whenever woken (live traffic), else after an idle wait; never returns."""
         bus = self.runtime.bus
         live: Subscription | None = None
         try:
@@ -151,9 +157,12 @@ class PartitionReader:
                     continue
                 if more:
                     continue
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(IDLE_POLL_S):
+                try:
+                    async with asyncio.timeout(self.idle_wait_s()):
                         await self._wake.wait()
+                    self._idle_polls = 0
+                except TimeoutError:
+                    self._idle_polls += 1
         finally:
             self._drop_ahead()
             if live is not None:
@@ -191,6 +200,8 @@ class PartitionReader:
         if not step.messages and step.next_offset <= position:
             return False
         self._unblocked()
+        if step.messages:
+            self._idle_polls = 0  # an idle poll found something: a wake-up was lost
         if step.gone:
             log.warning(
                 "%s: offsets %d..%d are in neither the WAL nor object storage; skipping to %d",
@@ -252,6 +263,10 @@ class PartitionReader:
         if not carried or carried[0].first_offset != position:
             return None
         return carried_reply(self.partition, carried.popleft())
+
+    def idle_wait_s(self) -> float:
+        """How long to wait for a wake-up before fetching anyway."""
+        return min(IDLE_POLL_S * (1 << min(self._idle_polls, 8)), IDLE_POLL_MAX_S)
 
     def reached_live_end(self, next_offset: int) -> bool:
         """Whether a read up to ``next_offset`` took everything the wake-ups announced:

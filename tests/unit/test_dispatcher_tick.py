@@ -1,0 +1,71 @@
+"""A subscription's tick loop: every TICK_INTERVAL_S while its machine holds messages or a
+cursor to write, every QUIET_TICK_S (or at its next event) while it is quiet, so that idle
+subscriptions cost the dispatcher next to nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from danube.dispatcher import runtime
+from danube.dispatcher.cursor import PartitionCursor
+from danube.dispatcher.delivery import SubscriptionMachine
+from danube.dispatcher.events import ConsumerAttached, Event, MessagesAvailable, Tick
+from danube.dispatcher.redelivery import DeliverySettings
+
+pytestmark = pytest.mark.unit
+
+
+class TickHost:
+    """What SubscriptionRuntime._tick_loop uses of its runtime, around a real machine."""
+
+    def __init__(self) -> None:
+        self.machine = SubscriptionMachine(
+            "exclusive", {"p0": PartitionCursor(0)}, DeliverySettings(), rng=lambda: 0.5
+        )
+        self.machine.handle(ConsumerAttached("c", "c"))
+        self.config = SimpleNamespace(consumer_session_timeout_s=60.0)
+        self._last_seen: dict[str, float] = {}
+        self._changed = asyncio.Event()
+        self.ticks = 0
+
+    def _machine(self) -> SubscriptionMachine:
+        return self.machine
+
+    def notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def handle(self, event: Event) -> list[Any]:
+        self.ticks += isinstance(event, Tick)
+        return self.machine.handle(event)
+
+
+async def _ticks_in(host: TickHost, seconds: float) -> int:
+    before = host.ticks
+    await asyncio.sleep(seconds)
+    return host.ticks - before
+
+
+async def test_a_quiet_subscription_ticks_rarely_and_an_event_wakes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runtime, "TICK_INTERVAL_S", 0.01)
+    monkeypatch.setattr(runtime, "QUIET_TICK_S", 0.2)
+    host = TickHost()
+    loop = asyncio.create_task(runtime.SubscriptionRuntime._tick_loop(host))  # type: ignore[arg-type]
+    try:
+        assert host.machine.quiet()
+        assert await _ticks_in(host, 0.5) <= 3  # every 0.2 s (50 at the busy interval)
+        # A message held: ack deadlines and cursor writes fall due with time.
+        host.machine.handle(MessagesAvailable("p0", [(0, b"m")]))
+        host.notify()  # as the runtime does on every event: the quiet wait ends now
+        await asyncio.sleep(0.05)
+        assert not host.machine.quiet()
+        assert await _ticks_in(host, 0.3) >= 10
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
