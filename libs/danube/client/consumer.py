@@ -75,7 +75,9 @@ class ConsumerOptions:
     transport: Transport = "binary"
     receiver_queue_size: int = 1000
     poll_wait_ms: int = 1000
-    ack_interval_ms: float = 20.0
+    # Acks wait this long to share one request (and one cursor write): Pulsar's
+    # acknowledgmentGroupTime. At 1 000 msg/s, 10 requests a second instead of 50.
+    ack_interval_ms: float = 100.0
     ack_batch_max: int = 1000
     ack_timeout_s: float = 30.0
     reattach: bool = True
