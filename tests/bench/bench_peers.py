@@ -45,6 +45,7 @@ from rich.table import Table
 from danube.runtime import ServerProcess, free_port, nats_spec
 from danube.runtime.servers import ProcessSpec
 
+from floor import floor_latencies, floor_server
 from mesh import DANUBE, bench_mesh
 from peers_report import (
     HEADER,
@@ -65,10 +66,12 @@ REDIS_SERVER, JETSTREAM_SERVER = "redis-server", "nats-server with JetStream"  #
 CLIENTS = {REDIS_SERVER: "Redis client (redis-py)", JETSTREAM_SERVER: "JetStream client (nats-py)"}
 JS_ASYNC_INFLIGHT = 1000
 JS_FETCH = 500
-# The mesh's one-at-a-time latency is taken at a pace it keeps up with: flat out, the SDK's
-# queue holds every message not sent yet, and its latency is that queue's. The peers' sync
-# publish waits for each ack before the next send, so theirs has no queue either.
+# One message at a time, two ways, the same for every side: a closed loop (each send waits
+# for the answer to the last: `danube bench produce --sync`, JetStream's sync publish, a
+# single XADD) and paced at PACED_RATE a second (every process idle between messages: what
+# an occasional producer sees, caches and disk cold).
 PACED_RATE = 50
+FLOOR = "the floor: Python, uvloop TCP, a writer thread, write + fdatasync (tests/bench/floor.py)"
 TABLE_WIDTH = 150  # wide enough for the peer labels when output goes to a file or a pipe
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -114,16 +117,25 @@ COMPARISONS = (
         "batched.jetstream.msgs_per_s",
     ),
     *(
-        Comparison("one message at a time", measure, mesh_key, peer, f"single.{peer_key}")
+        Comparison(row, measure, f"{key}.mesh.{unit}", peer, f"{key}.{peer_key}.{unit}")
+        for row, key, measures in (
+            (
+                "one message at a time, closed loop",
+                "single",
+                (("msg/s", "msgs_per_s"), ("p50 ms", "p50_ms"), ("p99 ms", "p99_ms")),
+            ),
+            (
+                f"one message at a time, {PACED_RATE}/s",
+                "paced",
+                (("p50 ms", "p50_ms"), ("p99 ms", "p99_ms")),
+            ),
+        )
         for peer, peer_key in (
             ("JetStream sync publish, sync_interval always", "jetstream"),
             ("Redis single XADD, appendfsync always", "redis"),
+            (FLOOR, "floor"),
         )
-        for measure, mesh_key, peer_key in (
-            ("msg/s", "single.mesh.msgs_per_s", f"{peer_key}.msgs_per_s"),
-            (f"p50 ms ({PACED_RATE}/s)", "paced.mesh.p50_ms", f"{peer_key}.p50_ms"),
-            (f"p99 ms ({PACED_RATE}/s)", "paced.mesh.p99_ms", f"{peer_key}.p99_ms"),
-        )
+        for measure, unit in measures
     ),
     Comparison(
         "consume, ack each",
@@ -224,11 +236,20 @@ async def redis_pipelined(client: aioredis.Redis, count: int) -> dict[str, float
     return {"msgs_per_s": count / elapsed}
 
 
-async def redis_single(client: aioredis.Redis, count: int) -> dict[str, float]:
+async def _paced(started: float, index: int, rate: float) -> None:
+    """Wait for the ``index``-th send of a run at ``rate`` a second (0: no wait)."""
+    if rate:
+        delay = started + index / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+async def redis_single(client: aioredis.Redis, count: int, rate: float = 0) -> dict[str, float]:
     key = f"bench-{uuid.uuid4().hex[:8]}"
     latencies = []
     started = time.perf_counter()
-    for _ in range(count):
+    for index in range(count):
+        await _paced(started, index, rate)
         sent = time.perf_counter()
         await client.xadd(key, {"p": PAYLOAD})
         latencies.append(time.perf_counter() - sent)
@@ -267,17 +288,24 @@ async def js_async(js: JetStreamContext, count: int) -> dict[str, float]:
     return {"msgs_per_s": count / elapsed}
 
 
-async def js_sync(js: JetStreamContext, count: int) -> dict[str, float]:
+async def js_sync(js: JetStreamContext, count: int, rate: float = 0) -> dict[str, float]:
     name = await _stream(js)
     latencies = []
     started = time.perf_counter()
-    for _ in range(count):
+    for index in range(count):
+        await _paced(started, index, rate)
         sent = time.perf_counter()
         await js.publish(name.lower(), PAYLOAD)
         latencies.append(time.perf_counter() - sent)
     elapsed = time.perf_counter() - started
     await js.delete_stream(name)
     return _latency_row(count, elapsed, latencies)
+
+
+async def floor(port: int, count: int, rate: float = 0) -> dict[str, float]:
+    started = time.perf_counter()
+    latencies = await floor_latencies(port, PAYLOAD, count, rate)
+    return _latency_row(count, time.perf_counter() - started, latencies)
 
 
 async def js_consume(js: JetStreamContext, count: int) -> dict[str, float]:
@@ -325,8 +353,10 @@ class Bench:
         js: JetStreamContext,
         counts: Counts,
         mesh_args: list[str],
+        floor_port: int,
     ) -> None:
         self.url = url
+        self.floor_port = floor_port
         self.mesh_pids = mesh_pids
         self.peer_pids = peer_pids
         self.redis = redis_client
@@ -366,7 +396,8 @@ class Bench:
             ],
         )  # fmt: skip
         one = ["--batch-size", "1", "--linger-ms", "0", "--inflight", "1"]
-        single, paced = [*one, "-n", str(c.single)], [*one, "-n", str(c.paced)]
+        single, paced = [*one, "--sync", "-n", str(c.single)], [*one, "-n", str(c.paced)]
+        floor_port = self.floor_port
         await pair(
             [
                 partial(self._mesh, "single", "produce", single, out),
@@ -376,6 +407,13 @@ class Bench:
                 partial(self._peer, "single.jetstream", out, partial(js_sync, js, c.single_peer)),
                 partial(self._peer, "single.redis", out,
                         partial(redis_single, redis_, c.single_peer)),
+                partial(self._peer, "single.floor", out, partial(floor, floor_port, c.single_peer)),
+                partial(self._peer, "paced.jetstream", out,
+                        partial(js_sync, js, c.paced, PACED_RATE)),
+                partial(self._peer, "paced.redis", out,
+                        partial(redis_single, redis_, c.paced, PACED_RATE)),
+                partial(self._peer, "paced.floor", out,
+                        partial(floor, floor_port, c.paced, PACED_RATE)),
             ],
         )  # fmt: skip
         await pair(
@@ -505,7 +543,7 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="danube-bench-peers-") as name:
         tmp = Path(name)
         redis_proc = redis_server(tmp)
-        with jetstream_server(tmp) as jetstream, redis_proc:
+        with jetstream_server(tmp) as jetstream, redis_proc, floor_server(tmp) as floor_proc:
             redis_client = aioredis.Redis(host="127.0.0.1", port=redis_proc.spec.port)
             await redis_ready(redis_client)
             nc = await nats.connect(f"nats://127.0.0.1:{jetstream.spec.port}")
@@ -520,7 +558,16 @@ async def main(args: argparse.Namespace) -> None:
             try:
                 async with bench_mesh(tmp / "mesh", services, pids=mesh_pids) as http:
                     url = str(http.base_url).rstrip("/")
-                    bench = Bench(url, mesh_pids, peer_pids, redis_client, js, counts, mesh_args)
+                    bench = Bench(
+                        url,
+                        mesh_pids,
+                        peer_pids,
+                        redis_client,
+                        js,
+                        counts,
+                        mesh_args,
+                        floor_proc.spec.port,
+                    )
                     info["danube_bench_start_cpu_s"] = await bench.measure_client_start()
                     for index in range(runs_max):
                         console.print(f"run {index + 1} of {runs_max} …", style="dim")

@@ -197,6 +197,20 @@ async def test_bench_e2e_json_counts_and_latencies(consume_http: httpx.AsyncClie
     assert (grouped["messages"], grouped["errors"]) == (2500, 0)  # groups of 1000, 1000, 500
     assert grouped["latency_ms"]["samples"] == 2500
 
+    # --sync: a closed loop, each message stored before the next is sent, so no message
+    # waits behind another: one takes at least its own latency (flat out, a queue forms).
+    code, out, err = await _danube(
+        "bench", "produce", "-s", url, "-n", "300", "--batch-size", "1", "--linger-ms", "0",
+        "--sync", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    closed = json.loads(out)
+    assert (closed["messages"], closed["errors"], closed["sync"]) == (300, 0, True)
+    per_message_ms = closed["duration_s"] * 1000 / closed["messages"]
+    assert per_message_ms >= 0.9 * closed["latency_ms"]["p50"]
+    code, _, err = await _danube("bench", "produce", "-s", url, "--sync", "--send-many")
+    assert code == 2 and "--sync" in err
+
     code, out, err = await _danube(
         "bench", "consume", "-s", url, "-n", "2000", "--mode", "poll", "--json"
     )

@@ -121,10 +121,20 @@ def produce(
             "instead of one send() per message.",
         ),
     ] = False,
+    sync: Annotated[
+        bool,
+        typer.Option(
+            "--sync",
+            help="Wait for each message to be stored before sending the next (a closed loop, "
+            "as a synchronous publish): latency without a queue in front of it.",
+        ),
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """Produce as fast as the mesh takes it: msgs/s, MB/s, send→stored latency, client
     CPU."""
+    if sync and send_many:
+        raise typer.BadParameter("--sync sends one message at a time", param_hint="--send-many")
     spec, own = _spec(
         "produce",
         topic,
@@ -138,6 +148,7 @@ def produce(
         rate=rate,
         transport=transport,
         send_many=send_many,
+        sync=sync,
     )
     run("bench produce", _bench(service_addr, spec, own, partitions, json_out))
 

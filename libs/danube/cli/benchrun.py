@@ -127,6 +127,8 @@ class BenchSpec:
     transport: Transport = "binary"  # the producers' body (danube.client ProducerOptions)
     # Produce through send_many() (batch_max_messages per call) rather than send() each.
     send_many: bool = False
+    # Each send awaited before the next (a closed loop, as a synchronous publish).
+    sync: bool = False
 
 
 def payload_of(size: int) -> bytes:
@@ -238,6 +240,10 @@ class _Producing:
                 else:
                     future.add_done_callback(self._settled(started_ns, stamp))
                 sent += 1
+                if spec.sync:
+                    # Settled (counted by its callback) before the next is sent; a failure
+                    # is counted there too and the loop goes on, as a paced one does.
+                    await asyncio.wait([future])
         # close() flushed: every future is settled.
 
     async def run_all(self, client: AsyncDanubeClient) -> None:
@@ -281,6 +287,7 @@ def _base(spec: BenchSpec) -> dict[str, Any]:
         "inflight_batches": spec.inflight,
         "rate": spec.rate or None,
         "transport": spec.transport,
+        "sync": spec.sync,
     }
 
 
