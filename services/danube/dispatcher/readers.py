@@ -20,7 +20,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 from danube.bus import Bus, BusError, Message, NoRespondersError, RemoteError, Subscription
 from danube.dispatcher import metrics, tiers
@@ -36,6 +37,8 @@ from danube.wire.ingest.client import FetchReply, IngestClient, carried_reply
 from danube.wire.ingest.protocol import Carried, Wakeup
 
 log = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
 
 # With no live wake-up, a fetch anyway after IDLE_POLL_S (a wake-up can be lost: a full
 # pending queue, a reconnect), then twice as long after each one that found nothing, up to
@@ -183,15 +186,7 @@ class PartitionReader:
             metrics.LIVE_CARRIED.inc(len(reply.frames))
         step = tiers.after_wal(position, reply)
         if isinstance(step, tiers.AskCloud):
-            started_s = time.perf_counter()
-            cloud = await self.cloud.fetch(
-                self.partition,
-                position,
-                max_bytes=FETCH_MAX_BYTES,
-                max_count=FETCH_MAX_COUNT,
-                timeout_s=FETCH_TIMEOUT_S,
-            )
-            metrics.FETCH_SECONDS.labels("cloud").observe(time.perf_counter() - started_s)
+            cloud = await self._timed("cloud", self.cloud.fetch, position)
             outcome = tiers.after_cloud(str(self.partition), step, cloud)
             if isinstance(outcome, tiers.Blocked):
                 self._blocked(outcome.damage)
@@ -231,15 +226,19 @@ class PartitionReader:
         return await self._fetch(position)
 
     async def _fetch(self, position: int) -> FetchReply[RawFrame]:
+        return await self._timed("wal", self.runtime.ingest.fetch_frames, position)
+
+    async def _timed(self, tier: str, fetch: Callable[..., Awaitable[_R]], position: int) -> _R:
+        """``fetch`` (a tier's client) from ``position`` with the reader's limits, timed."""
         started_s = time.perf_counter()
-        reply = await self.runtime.ingest.fetch_frames(
+        reply = await fetch(
             self.partition,
             position,
             max_bytes=FETCH_MAX_BYTES,
             max_count=FETCH_MAX_COUNT,
             timeout_s=FETCH_TIMEOUT_S,
         )
-        metrics.FETCH_SECONDS.labels("wal").observe(time.perf_counter() - started_s)
+        metrics.FETCH_SECONDS.labels(tier).observe(time.perf_counter() - started_s)
         return reply
 
     def _fetch_ahead(self, position: int) -> None:
