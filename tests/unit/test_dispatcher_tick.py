@@ -65,7 +65,7 @@ async def test_a_quiet_subscription_ticks_rarely_and_an_event_wakes_it(
         host.notify()  # as the runtime does on every event: the quiet wait ends now
         await asyncio.sleep(0.05)
         assert not host.machine.quiet()
-        assert await _ticks_in(host, 0.3) >= 10
+        assert await _ticks_in(host, 0.3) >= 6  # ~30 at 10 ms; quiet, at most 2
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
