@@ -397,7 +397,6 @@ class Bench:
         )  # fmt: skip
         one = ["--batch-size", "1", "--linger-ms", "0", "--inflight", "1"]
         single, paced = [*one, "--sync", "-n", str(c.single)], [*one, "-n", str(c.paced)]
-        floor_port = self.floor_port
         await pair(
             [
                 partial(self._mesh, "single", "produce", single, out),
@@ -407,13 +406,14 @@ class Bench:
                 partial(self._peer, "single.jetstream", out, partial(js_sync, js, c.single_peer)),
                 partial(self._peer, "single.redis", out,
                         partial(redis_single, redis_, c.single_peer)),
-                partial(self._peer, "single.floor", out, partial(floor, floor_port, c.single_peer)),
+                partial(self._peer, "single.floor", out,
+                        partial(floor, self.floor_port, c.single_peer)),
                 partial(self._peer, "paced.jetstream", out,
                         partial(js_sync, js, c.paced, PACED_RATE)),
                 partial(self._peer, "paced.redis", out,
                         partial(redis_single, redis_, c.paced, PACED_RATE)),
                 partial(self._peer, "paced.floor", out,
-                        partial(floor, floor_port, c.paced, PACED_RATE)),
+                        partial(floor, self.floor_port, c.paced, PACED_RATE)),
             ],
         )  # fmt: skip
         await pair(

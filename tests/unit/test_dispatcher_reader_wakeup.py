@@ -376,7 +376,8 @@ async def test_idle_polls_back_off_and_a_wakeup_brings_them_back(
         # makes a gap longer): without the backoff every gap would be 0.02.
         waits = (0.02, 0.04, 0.08, 0.16, 0.32)
         assert all(gap >= 0.9 * wait for gap, wait in zip(gaps, waits, strict=True)), gaps
-        assert (await fetches(1))[0] >= 0.39  # capped at IDLE_POLL_MAX_S
+        assert (await fetches(1))[0] >= 0.39
+        assert reader.idle_wait_s() == 0.4  # capped at IDLE_POLL_MAX_S (0.64 uncapped)
         # A wake-up: read at once, then the waits start again from IDLE_POLL_S.
         runtime.ingest.records += [b"record"] * 2
         gaps_after = asyncio.create_task(fetches(2))

@@ -152,13 +152,8 @@ class SubscriptionMachine(PoisonHandling):
 
     def quiet(self) -> bool:
         """Whether a Tick has nothing to do but look: no message held (so no ack deadline or
-        redelivery can fall due) and no cursor waiting to be written. The time-ordered
-        heaps then hold only items of entries gone: they are emptied here."""
-        if self._entries or any(p.cursor.dirty for p in self._partitions.values()):
-            return False
-        self._deadlines.clear()
-        self._scheduled.clear()
-        return True
+        redelivery can fall due) and no cursor waiting to be written."""
+        return not self._entries and not any(p.cursor.dirty for p in self._partitions.values())
 
     def flush_dirty(self, partitions: Iterable[str], now_s: float) -> list[Action]:
         """A write of every dirty cursor among ``partitions`` now, whatever the flush policy
@@ -371,6 +366,9 @@ class SubscriptionMachine(PoisonHandling):
 
     def _tick(self, now_s: float, actions: list[Action]) -> None:
         deadlines, entries = self._deadlines, self._entries
+        if not entries:  # what the time heaps hold belongs to entries gone: nothing to walk
+            deadlines.clear()
+            self._scheduled.clear()
         while deadlines and deadlines[0][0] <= now_s:
             _, stamp, names, offsets = heapq.heappop(deadlines)
             for name, offset in zip(names, offsets, strict=True):

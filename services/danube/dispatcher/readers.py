@@ -183,6 +183,7 @@ class PartitionReader:
         if reply is None:
             reply = await self._fetched_at(position)
         else:
+            self._drop_ahead()  # a fetch sent ahead from here would answer the same frames
             metrics.LIVE_CARRIED.inc(len(reply.frames))
         step = tiers.after_wal(position, reply)
         if isinstance(step, tiers.AskCloud):
