@@ -45,7 +45,14 @@ from rich.table import Table
 from danube.runtime import ServerProcess, free_port, nats_spec
 from danube.runtime.servers import ProcessSpec
 
-from floor import floor_latencies, floor_server
+from floor import (
+    bus_echo_server,
+    bus_round_trips,
+    fdatasync_latencies,
+    floor_latencies,
+    floor_server,
+    http_round_trips,
+)
 from mesh import DANUBE, bench_mesh
 from peers_report import (
     HEADER,
@@ -72,6 +79,8 @@ JS_FETCH = 500
 # an occasional producer sees, caches and disk cold).
 PACED_RATE = 50
 FLOOR = "the floor: Python, uvloop TCP, a writer thread, write + fdatasync (tests/bench/floor.py)"
+# What the mesh's one-at-a-time produce crosses before any of its services' work (floor.py).
+PATH = "the mesh's path, no work, closed loop"
 TABLE_WIDTH = 150  # wide enough for the peer labels when output goes to a file or a pipe
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -136,6 +145,21 @@ COMPARISONS = (
             (FLOOR, "floor"),
         )
         for measure, unit in measures
+    ),
+    *(
+        Comparison(PATH, measure, f"path.{part}.p50_ms")
+        for measure, part in (
+            ("HTTP hop p50 ms", "http"),
+            ("bus round trip p50 ms", "bus"),
+            ("fdatasync p50 ms", "fdatasync"),
+        )
+    ),
+    Comparison(
+        PATH,
+        "sum p50 ms",
+        "path.sum.p50_ms",
+        "JetStream sync publish, sync_interval always",
+        "single.jetstream.p50_ms",
     ),
     Comparison(
         "consume, ack each",
@@ -341,6 +365,15 @@ async def danube_bench(kind: str, url: str, args: list[str]) -> dict[str, Any]:
     return result
 
 
+@dataclass(frozen=True)
+class Floors:
+    """Where the floor rows are measured (floor.py)."""
+
+    port: int  # the floor server's
+    nats_url: str  # a nats-server with floor.py's bus echo responder on it
+    sync_file: Path  # the fdatasync part appends here (on the WAL's file system)
+
+
 class Bench:
     """One run's rows against a mesh at ``url`` and the two peers."""
 
@@ -353,10 +386,10 @@ class Bench:
         js: JetStreamContext,
         counts: Counts,
         mesh_args: list[str],
-        floor_port: int,
+        floors: Floors,
     ) -> None:
         self.url = url
-        self.floor_port = floor_port
+        self.floors = floors
         self.mesh_pids = mesh_pids
         self.peer_pids = peer_pids
         self.redis = redis_client
@@ -407,13 +440,14 @@ class Bench:
                 partial(self._peer, "single.redis", out,
                         partial(redis_single, redis_, c.single_peer)),
                 partial(self._peer, "single.floor", out,
-                        partial(floor, self.floor_port, c.single_peer)),
+                        partial(floor, self.floors.port, c.single_peer)),
+                partial(self._path, out),
                 partial(self._peer, "paced.jetstream", out,
                         partial(js_sync, js, c.paced, PACED_RATE)),
                 partial(self._peer, "paced.redis", out,
                         partial(redis_single, redis_, c.paced, PACED_RATE)),
                 partial(self._peer, "paced.floor", out,
-                        partial(floor, self.floor_port, c.paced, PACED_RATE)),
+                        partial(floor, self.floors.port, c.paced, PACED_RATE)),
             ],
         )  # fmt: skip
         await pair(
@@ -454,6 +488,22 @@ class Bench:
         # Less the command's own start (imports): the client's cost per message, not per run.
         spent_s = max(0.0, client_after - client_before - self.client_start_s)
         out["cpu_us_per_msg.danube bench client"] = spent_s * 1e6 / messages
+
+    async def _path(self, out: dict[str, float]) -> None:
+        """The mesh's path with no work (floor.py): its three parts alone, and the sum of
+        their medians."""
+        count, floors = self.counts.single_peer, self.floors
+        async with asyncio.timeout(ROW_TIMEOUT_S):
+            parts = {
+                "http": await http_round_trips(self.url, count),
+                "bus": await bus_round_trips(floors.nats_url, PAYLOAD, count),
+                "fdatasync": await asyncio.to_thread(
+                    fdatasync_latencies, floors.sync_file, PAYLOAD, count
+                ),
+            }
+        for part, latencies in parts.items():
+            out[f"path.{part}.p50_ms"] = quantile_ms(latencies, 0.50)
+        out["path.sum.p50_ms"] = sum(out[f"path.{part}.p50_ms"] for part in parts)
 
     async def _peer(
         self,
@@ -543,10 +593,17 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="danube-bench-peers-") as name:
         tmp = Path(name)
         redis_proc = redis_server(tmp)
-        with jetstream_server(tmp) as jetstream, redis_proc, floor_server(tmp) as floor_proc:
+        jetstream = jetstream_server(tmp)
+        nats_url = f"nats://127.0.0.1:{jetstream.spec.port}"
+        with (
+            jetstream,
+            redis_proc,
+            floor_server(tmp) as floor_proc,
+            bus_echo_server(tmp, nats_url),
+        ):
             redis_client = aioredis.Redis(host="127.0.0.1", port=redis_proc.spec.port)
             await redis_ready(redis_client)
-            nc = await nats.connect(f"nats://127.0.0.1:{jetstream.spec.port}")
+            nc = await nats.connect(nats_url)
             js = nc.jetstream(publish_async_max_pending=JS_ASYNC_INFLIGHT)
             peer_pids = {
                 REDIS_SERVER: redis_proc.pid or 0,
@@ -566,7 +623,7 @@ async def main(args: argparse.Namespace) -> None:
                         js,
                         counts,
                         mesh_args,
-                        floor_proc.spec.port,
+                        Floors(floor_proc.spec.port, nats_url, tmp / "fdatasync.dat"),
                     )
                     info["danube_bench_start_cpu_s"] = await bench.measure_client_start()
                     for index in range(runs_max):
