@@ -9,7 +9,9 @@ to back, the order swapped every run; ratios are taken inside a run, then the me
 `--runs` runs is shown (peers_report). Also the CPU microseconds per message of every mesh
 process, the peers' servers and the clients at the batched row (utime + stime from
 /proc/<pid>/stat, before and after; for `danube bench`, its children's rusage less its
-start-up, measured once with `--help`).
+start-up, measured once with `--help`). Beside the peers, two floors measured in the same
+runs (floor.py): a bare Python server doing only write + fdatasync, and the mesh's own path
+with no work (one HTTP hop, one bus round trip, one fdatasync, each timed alone).
 
     .venv/bin/python tests/bench/bench_peers.py [--quick] [--json out.json] [--mesh-args "..."]
 """
