@@ -8,13 +8,15 @@ import time
 
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
 from danube.discovery.security import SecurityGate
-from danube.meta import MetaStore, WatchEvent, encode_model
+from danube.meta import MetaStore, WatchEvent, decode_model, encode_model
 from danube.meta import keys as meta_keys
 from danube.names import InvalidNameError, TopicName, validate_segment
 from danube.security import Binding, Resource, Role, UnauthenticatedError, issue_token
 from danube.security.apikeys import ApiKeyRecord, check_secret, new_api_key, parse_api_key
 
 API_KEYS_MAX = 10_000
+# Reads and transactions a role delete makes while bindings keep being written meanwhile.
+_WRITE_ATTEMPTS = 5
 
 
 def _now_ms() -> int:
@@ -78,16 +80,36 @@ class SecurityAdmin:
         return role, old is None
 
     async def delete_role(self, name: str) -> None:
-        """Delete a role no binding names (409 ``role_in_use`` otherwise)."""
-        users = [b.id for b in await self.bindings() if name in b.roles]
-        if users:
-            raise ConflictError(
-                f"role {name!r} is used by bindings {', '.join(users[:10])}", code="role_in_use"
-            )
+        """Delete a role no binding names (409 ``role_in_use`` otherwise).
+
+        One transaction: the role goes only if no binding was written since the bindings
+        were read, so a binding naming it cannot be stored in between (put_binding checks
+        its roles in its own transaction); a binding written meanwhile makes it read again."""
         key = meta_keys.role_key(name)
-        if not await self.store.delete(key):
-            raise NotFoundError(f"no role {name!r}", code="role_not_found")
-        self._applied(key, None, 0)
+        prefix = meta_keys.SECURITY_BINDINGS_PREFIX
+        for _ in range(_WRITE_ATTEMPTS):
+            read = await self.store.snapshot(prefix)
+            users = [
+                binding.id
+                for binding in (decode_model(kv, Binding) for kv in read.kvs)
+                if name in binding.roles
+            ]
+            if users:
+                raise ConflictError(
+                    f"role {name!r} is used by bindings {', '.join(users[:10])}",
+                    code="role_in_use",
+                )
+            txn = self.store.txn().if_present(key).if_prefix_unchanged_since(prefix, read.revision)
+            result = await txn.then_delete(key).else_get(key).commit()
+            if result.succeeded:
+                self._applied(key, None, 0)
+                return
+            if result.first_kv() is None:
+                raise NotFoundError(f"no role {name!r}", code="role_not_found")
+        raise ConflictError(
+            f"the bindings changed while role {name!r} was being deleted; retry",
+            code="conflict",
+        )
 
     # --- bindings --------------------------------------------------------------------------
 
@@ -102,19 +124,29 @@ class SecurityAdmin:
         return binding
 
     async def put_binding(self, binding: Binding) -> tuple[Binding, bool]:
-        """Create or replace; 400 ``unknown_role`` when a role it names does not exist."""
+        """Create or replace; 400 ``unknown_role`` when a role it names does not exist (at
+        the write itself: one transaction with the roles' presence, see delete_role)."""
         resource = binding_resource(binding.scope, binding.resource)
-        for name in binding.roles:
-            if await self.store.get(meta_keys.role_key(name)) is None:
-                raise BadRequestError(f"no role {name!r}", code="unknown_role")
+        await self._check_roles(binding.roles)
         key = meta_keys.binding_key(binding.id)
         old = await self.store.get_model(key, Binding)
         created_ms = _now_ms() if old is None else old.created_ms
         binding = binding.model_copy(update={"resource": resource, "created_ms": created_ms})
         value = encode_model(binding)
-        revision = await self.store.put(key, value)
-        self._applied(key, value, revision)
+        txn = self.store.txn()
+        for name in binding.roles:
+            txn.if_present(meta_keys.role_key(name))
+        result = await txn.then_put(key, value).commit()
+        if not result.succeeded:  # a role was deleted since the check: name it
+            await self._check_roles(binding.roles)
+            raise BadRequestError("a role of the binding was deleted", code="unknown_role")
+        self._applied(key, value, result.revision)
         return binding, old is None
+
+    async def _check_roles(self, names: list[str]) -> None:
+        for name in names:
+            if await self.store.get(meta_keys.role_key(name)) is None:
+                raise BadRequestError(f"no role {name!r}", code="unknown_role")
 
     async def delete_binding(self, binding_id: str) -> None:
         key = meta_keys.binding_key(binding_id)
