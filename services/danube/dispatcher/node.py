@@ -121,16 +121,37 @@ class DispatcherNode:
         was deleted) or names another dispatcher, instead of at its next cursor write, which
         an idle subscription may never make: it would be kept, reading, for good. Runs
         until cancelled; a broken watch resumes where it stopped."""
-        await follow_prefix(self.store, meta_keys.SUBSCRIPTIONS_PREFIX, self._on_subscription_event)
+        await follow_prefix(
+            self.store,
+            meta_keys.SUBSCRIPTIONS_PREFIX,
+            self._on_subscription_event,
+            on_resync=self.recheck_owners,
+        )
 
     def _on_subscription_event(self, event: WatchEvent) -> None:
         topic, sub, record = meta_keys.parse_subscription_key(event.key)
-        served = self._served.get((topic, sub))
-        if record != "owner" or served is None:
+        if record == "owner":
+            self._check_owner((topic, sub), None if event.kind == "delete" else event.value)
+
+    async def recheck_owners(self) -> int:
+        """After owner changes were lost to the watch (etcd compacted them away): every
+        served subscription's owner key read again, as the watch would have seen it; the
+        revision read at (before the keys: a change after it comes again on the watch)."""
+        revision = await self.store.ping()
+        for key in self._served.served():
+            kv = await self.store.get(meta_keys.subscription_owner_key(*key))
+            self._check_owner(key, None if kv is None else kv.value)
+        return revision
+
+    def _check_owner(self, key: _Key, owner: bytes | None) -> None:
+        """Fence ``key`` if it is served here and its owner key (``None``: deleted) no
+        longer names this dispatcher."""
+        served = self._served.get(key)
+        if served is None:
             return
-        if event.kind == "delete":
+        if owner is None:
             served.runtime.fail("its owner key was deleted (the topic or subscription went)")
-        elif Owner.model_validate_json(event.value).node_id != self.node_id:
+        elif Owner.model_validate_json(owner).node_id != self.node_id:
             served.runtime.fail("another dispatcher owns it now")
 
     def fence_all(self, reason: str) -> None:

@@ -167,13 +167,24 @@ class Node:
 
     async def watch(self, *, start_revision: int | None = None) -> None:
         """Pass every change under ``partitions/`` to the replicas. Runs until cancelled;
-        a broken watch resumes where it stopped."""
+        a broken watch resumes where it stopped (or, when etcd compacted that away,
+        :meth:`resync` first)."""
         await follow_prefix(
             self.store,
             meta_keys.partitions_prefix(),
             self._on_partition_event,
             start_revision=start_revision,
+            on_resync=self.resync,
         )
+
+    async def resync(self) -> int:
+        """After changes were lost to the watch: the assignments read again (a replica
+        started for each new one) and every replica reconciling at once; the revision read
+        at."""
+        revision = await self.load()
+        for kept in self._replicas.values():
+            kept.replica.kick()
+        return revision
 
     # --- claim requests -------------------------------------------------------------------
 
