@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,13 @@ log = logging.getLogger(__name__)
 # Frame bytes accepted but not yet durable, per partition: producers wait beyond it.
 PENDING_BYTES_MIN = 64 * 1024 * 1024
 _POLL_S = 1.0  # re-read etcd at least this often while no leader is known (a safety net)
-_IDLE_POLL_S = 5.0
+# A replica with a role (leading, following) re-reads its keys this often besides the node's
+# watch, which wakes it on every change (and re-reads after a compaction): a safety net,
+# jittered so that a node's replicas, started together, do not read together. Each read is
+# an etcd range per replica: at 5 s, 300 idle partitions cost ingest and etcd ~5 % of a core
+# each (docs/performance.md).
+_IDLE_POLL_S = 30.0
+_IDLE_JITTER = 0.2
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,7 @@ class Replica:
         ctx = self.ctx
         if not ctx.lease.alive:
             self._demote("node lease lost")
-            return _IDLE_POLL_S
+            return _idle_poll_s()
         view = await leadership.read(ctx.store, self.name)
         leading_epoch = None if self.leading is None else self.leading.partition.term.epoch
         following = None if self._fetcher is None else self._fetcher.epoch
@@ -156,7 +163,7 @@ class Replica:
             self._stopped = True
             return None
         if act is Act.KEEP:
-            return _IDLE_POLL_S
+            return _idle_poll_s()
         if act is Act.DEMOTE:
             self._demote(f"epoch {leading_epoch} is over")
             await self._stop_leading()
@@ -166,7 +173,7 @@ class Replica:
             assert decision.epoch is not None
             await self._stop_following()
             self._start_following(decision.leader, decision.epoch)
-            return _IDLE_POLL_S
+            return _idle_poll_s()
         await self._stop_following()
         if act is Act.RESTART:
             assert view.state is not None
@@ -180,7 +187,7 @@ class Replica:
             if term is None:
                 return None  # lost a race: read again
             await self._start_leading(term)
-            return _IDLE_POLL_S
+            return _idle_poll_s()
         if act is Act.DELETE_STALE_OWNER:
             log.info("%s: deleting the owner key of an earlier incarnation", self.name)
             await leadership.delete_stale_owner(ctx.store, ctx.node_id, self.name, view)
@@ -352,6 +359,10 @@ class Replica:
         await self._stop_following()
         if self.wal is not None:
             await self.wal.close()
+
+
+def _idle_poll_s() -> float:
+    return _IDLE_POLL_S * random.uniform(1 - _IDLE_JITTER, 1 + _IDLE_JITTER)
 
 
 def _report_early_end(task: asyncio.Task[None]) -> None:
