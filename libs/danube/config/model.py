@@ -355,6 +355,9 @@ class SecurityConfig(_Section):
     # past its expiry); bounded by token_cache_entries.
     token_cache_s: Annotated[float, Field(ge=0, le=300)] = 30.0
     token_cache_entries: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
+    # keys_dir is looked at this often: keys added, replaced or removed there take effect
+    # without a restart (0: read at start only).
+    keys_reload_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
 
 
 class IngestConfig(ServiceConfig):

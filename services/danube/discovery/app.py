@@ -156,6 +156,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             tg.create_task(controller.run(leaving), name="controller")
             producer_view = tg.create_task(producers.follow(producers_revision), name="producers")
             security_view = tg.create_task(security.follow(security_revision), name="security")
+            keys_view = tg.create_task(security.follow_keys(), name="security-keys")
             log.info(
                 "discovery %s serving on %s://%s:%d",
                 node_id,
@@ -171,6 +172,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             leaving.set()
             producer_view.cancel()
             security_view.cancel()
+            keys_view.cancel()
             if grpc_server is not None:
                 grpc_reaper.cancel()
                 await grpc_server.stop()

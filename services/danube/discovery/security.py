@@ -18,6 +18,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
+from pathlib import Path
 
 from danube.config import SecurityConfig
 from danube.discovery import metrics
@@ -39,13 +40,27 @@ from danube.security import (
     decide,
     load_keys,
 )
-from danube.security.tokens import SigningKey
+from danube.security.tokens import KeySet, SigningKey
 
 log = logging.getLogger(__name__)
 # One line per management decision and per denial: principal, action, resource, allowed.
 audit = logging.getLogger("danube.audit")
 
 ANONYMOUS = "anonymous"
+
+Fingerprint = tuple[tuple[str, int, int, int], ...]
+
+
+def keys_fingerprint(keys_dir: Path) -> Fingerprint:
+    """What changes when a key file of ``keys_dir`` is added, removed or rewritten: each
+    file's name, inode, size and modification time."""
+    files = []
+    for path in keys_dir.iterdir():
+        stat = path.stat()
+        files.append((path.name, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(files))
+
+
 _RETRY_BASE_S = 0.1
 _RETRY_CAP_S = 5.0
 
@@ -70,6 +85,8 @@ class SecurityGate:
         self.super_admins = frozenset(config.super_admins)
         self.policy = Policy()
         self._seen_revision = 0
+        self._keys_seen: Fingerprint | None = None
+        self._keys_refused: str | None = None
         # sha256(token) -> (principal, trusted until): not the token itself, so a heap dump
         # of the cache holds no credential.
         self._verified: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
@@ -87,9 +104,58 @@ class SecurityGate:
             return cls(config, store=store)
         if config.keys_dir is None:
             raise ValueError("security.enabled needs security.keys_dir")
+        seen = keys_fingerprint(config.keys_dir)
         keys = load_keys(config.keys_dir, signing_kid=config.signing_kid)
         verifier = TokenVerifier(keys.public, issuer=config.issuer, audience=config.audience)
-        return cls(config, store=store, verifier=verifier, signing=keys.signing)
+        gate = cls(config, store=store, verifier=verifier, signing=keys.signing)
+        gate._keys_seen = seen
+        return gate
+
+    # --- keys ------------------------------------------------------------------------------
+
+    def _read_keys_if_changed(self) -> tuple[Fingerprint, KeySet | None]:
+        """Blocking (files): the directory's fingerprint, and its keys if it changed since
+        they were last taken (None: unchanged); what load_keys raises for a directory that
+        does not load (no key, a file that is not a key, say one half written)."""
+        keys_dir = self.config.keys_dir
+        assert keys_dir is not None
+        seen = keys_fingerprint(keys_dir)
+        if seen == self._keys_seen:
+            return seen, None
+        return seen, load_keys(keys_dir, signing_kid=self.config.signing_kid)
+
+    async def reload_keys(self) -> bool:
+        """Take the keys of ``security.keys_dir`` if its files changed; True if it did. A
+        removed key verifies nothing from then on: the tokens it signed are forgotten by the
+        cache of verified tokens too (cleared). A directory that does not load (no key, a
+        bad file, ``signing_kid`` gone) leaves the keys in use, logged once per reason; it
+        is read again at the next look."""
+        try:
+            seen, keys = await asyncio.to_thread(self._read_keys_if_changed)
+        except (OSError, ValueError) as exc:
+            if self._keys_refused != str(exc):
+                self._keys_refused = str(exc)
+                log.warning("security keys not reloaded, the ones in use stay: %s", exc)
+            return False
+        if keys is None:
+            return False
+        config = self.config
+        self.verifier = TokenVerifier(keys.public, issuer=config.issuer, audience=config.audience)
+        self.signing = keys.signing
+        self._verified.clear()
+        self._keys_seen, self._keys_refused = seen, None
+        signing = "none" if keys.signing is None else keys.signing.kid
+        log.info("security keys reloaded: verify %s, sign with %s", sorted(keys.public), signing)
+        return True
+
+    async def follow_keys(self) -> None:
+        """Look at ``security.keys_dir`` every ``keys_reload_s`` until cancelled."""
+        interval_s = self.config.keys_reload_s
+        if not self.enabled or interval_s <= 0:
+            return
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.reload_keys()
 
     @property
     def enabled(self) -> bool:
