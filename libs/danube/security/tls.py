@@ -26,7 +26,6 @@ Both answer ``None`` on a plain connection or one without a client certificate.
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 import threading
 import time
@@ -39,6 +38,7 @@ from starlette.requests import HTTPConnection
 
 from danube.config.model import TlsConfig
 from danube.errors import DanubeError
+from danube.security.files import FileStamp, file_stamp
 
 __all__ = [
     "TLS_PRINCIPAL_SCOPE_KEY",
@@ -94,16 +94,9 @@ class FileWatch:
         self._seen = self._stamp()
         self._next_check = clock() + interval_s
 
-    def _stamp(self) -> tuple[tuple[int, int, int] | None, ...]:
-        stamps: list[tuple[int, int, int] | None] = []
-        for path in self.paths:
-            try:
-                st = os.stat(path)
-            except OSError:
-                stamps.append(None)  # vanished while being replaced: a change too
-            else:
-                stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
-        return tuple(stamps)
+    def _stamp(self) -> tuple[FileStamp | None, ...]:
+        # None: vanished while being replaced, a change too.
+        return tuple(file_stamp(path) for path in self.paths)
 
     def changed(self) -> bool:
         """True once per change of the files (the first check after it)."""

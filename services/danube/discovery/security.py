@@ -18,7 +18,6 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from pathlib import Path
 
 from danube.config import SecurityConfig
 from danube.discovery import metrics
@@ -40,6 +39,7 @@ from danube.security import (
     decide,
     load_keys,
 )
+from danube.security.files import DirStamp, dir_stamp
 from danube.security.tokens import KeySet, SigningKey
 
 log = logging.getLogger(__name__)
@@ -47,19 +47,6 @@ log = logging.getLogger(__name__)
 audit = logging.getLogger("danube.audit")
 
 ANONYMOUS = "anonymous"
-
-Fingerprint = tuple[tuple[str, int, int, int], ...]
-
-
-def keys_fingerprint(keys_dir: Path) -> Fingerprint:
-    """What changes when a key file of ``keys_dir`` is added, removed or rewritten: each
-    file's name, inode, size and modification time."""
-    files = []
-    for path in keys_dir.iterdir():
-        stat = path.stat()
-        files.append((path.name, stat.st_ino, stat.st_size, stat.st_mtime_ns))
-    return tuple(sorted(files))
-
 
 _RETRY_BASE_S = 0.1
 _RETRY_CAP_S = 5.0
@@ -85,7 +72,7 @@ class SecurityGate:
         self.super_admins = frozenset(config.super_admins)
         self.policy = Policy()
         self._seen_revision = 0
-        self._keys_seen: Fingerprint | None = None
+        self._keys_seen: DirStamp | None = None
         self._keys_refused: str | None = None
         # sha256(token) -> (principal, trusted until): not the token itself, so a heap dump
         # of the cache holds no credential.
@@ -104,7 +91,7 @@ class SecurityGate:
             return cls(config, store=store)
         if config.keys_dir is None:
             raise ValueError("security.enabled needs security.keys_dir")
-        seen = keys_fingerprint(config.keys_dir)
+        seen = dir_stamp(config.keys_dir)
         keys = load_keys(config.keys_dir, signing_kid=config.signing_kid)
         verifier = TokenVerifier(keys.public, issuer=config.issuer, audience=config.audience)
         gate = cls(config, store=store, verifier=verifier, signing=keys.signing)
@@ -113,13 +100,13 @@ class SecurityGate:
 
     # --- keys ------------------------------------------------------------------------------
 
-    def _read_keys_if_changed(self) -> tuple[Fingerprint, KeySet | None]:
-        """Blocking (files): the directory's fingerprint, and its keys if it changed since
+    def _read_keys_if_changed(self) -> tuple[DirStamp, KeySet | None]:
+        """Blocking (files): the directory's stamp, and its keys if it changed since
         they were last taken (None: unchanged); what load_keys raises for a directory that
         does not load (no key, a file that is not a key, say one half written)."""
         keys_dir = self.config.keys_dir
         assert keys_dir is not None
-        seen = keys_fingerprint(keys_dir)
+        seen = dir_stamp(keys_dir)
         if seen == self._keys_seen:
             return seen, None
         return seen, load_keys(keys_dir, signing_kid=self.config.signing_kid)
