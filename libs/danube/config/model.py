@@ -316,6 +316,14 @@ class DiscoveryConfig(ServiceConfig):
     allowed_hosts: list[Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9._:-]{1,253})$")]] | None = (
         None
     )
+    # The controller's balancer (docs/controller.md): spreads ingest replicas and preferred
+    # leaders over the live, undrained nodes every balance_interval_s and when nodes come
+    # and go; at most balance_moves_max reassignments under way at once; a node is only
+    # relieved when it holds at least balance_slack more replicas than the least loaded.
+    balance_enabled: bool = True
+    balance_interval_s: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    balance_moves_max: Annotated[int, Field(ge=1, le=1000)] = 4
+    balance_slack: Annotated[int, Field(ge=1, le=1000)] = 2
 
     def hosts_allowed(self) -> frozenset[str] | None:
         """The Host names allowed, lowercase; None when any is."""
@@ -377,6 +385,15 @@ class IngestConfig(ServiceConfig):
     # Appends are refused (disk_full, retriable) rather than leave less than this free on
     # the WAL's filesystem: room for checkpoints and new segments, and a prompt error.
     disk_free_min_bytes: Annotated[int, Field(ge=0, le=2**50)] = 64 * MiB
+    # Elasticity (docs/replication.md, "Moving partitions"): the bytes/s a leader sends, over
+    # all its partitions, to replicas catching up outside the ISR (a reassignment's new
+    # copies), so a move never starves produce; a partition's assignment may set less.
+    catchup_bytes_s: Annotated[int, Field(ge=1024, le=2**40)] = 32 * MiB
+    # A controlled leadership transfer gives the chosen follower this long to hold the
+    # leader's whole log (appends wait meanwhile) before it is abandoned.
+    transfer_timeout_s: Annotated[float, Field(gt=0, le=60)] = 2.0
+    # A preferred leader must have been in sync this long before leadership moves back to it.
+    preferred_leader_settle_s: Annotated[float, Field(ge=0, le=3600)] = 2.0
 
 
 class UploaderServiceConfig(ServiceConfig):

@@ -26,6 +26,7 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     security/bindings/<binding_id>                         security.Binding
     security/api_keys/<key_id>                             security.apikeys.ApiKeyRecord
     nodes/<kind>/<node_id>                                 NodeRecord   (leased)
+    drains/<kind>/<node_id>                                DrainRecord  (an operator's drain)
     elections/<name>                                       candidate id (leased)
 
 ``<scope>`` is ``all`` (a producer of the whole topic) or ``p<N>`` (of its partition ``N``).
@@ -71,6 +72,7 @@ PRODUCERS_PREFIX = "producers/"
 # Before the scope in an exclusive holder's key (``x_all``, ``x_p3``); no scope starts with x.
 EXCLUSIVE_PREFIX = "x_"
 NODES_PREFIX = "nodes/"
+DRAINS_PREFIX = "drains/"
 SCHEMAS_PREFIX = "schemas/"
 SCHEMA_NEXT_ID_KEY = "schemas/next_id"
 VERSION_DIGITS = 10
@@ -368,6 +370,16 @@ def parse_node_key(key: str) -> tuple[ServiceKind, str]:
     if len(parts) != 3 or parts[0] != "nodes":
         raise InvalidNameError(kind="node key", value=key, reason="not nodes/<kind>/<node_id>")
     return _validate_kind(parts[1]), validate_node_id(parts[2])
+
+
+def drains_prefix(kind: ServiceKind | None = None) -> str:
+    """Every drained node, or those of one service kind."""
+    return DRAINS_PREFIX if kind is None else f"{DRAINS_PREFIX}{_validate_kind(kind)}/"
+
+
+def drain_key(kind: ServiceKind, node_id: str) -> str:
+    """``drains/<kind>/<node_id>``: the operator asked to move everything off the node."""
+    return drains_prefix(kind) + validate_node_id(node_id)
 
 
 def election_key(name: str) -> str:

@@ -117,24 +117,66 @@ class Owner(_Record):
 
 class Assignment(_Record):
     """A partition's replica set: the ingest nodes that keep a copy of its log, the
-    preferred leader first. Written once when the partition is placed (by the controller,
-    or by the ingest node that first gets a produce for it), changed only by an operator:
-    replicas never move on their own (docs/replication.md)."""
+    **preferred leader first** (the leader hands leadership to it once it is in sync:
+    docs/replication.md, "Moving partitions").
 
-    replicas: Annotated[tuple[NodeId, ...], Field(min_length=1, max_length=REPLICAS_MAX)]
+    A reassignment (KIP-455's shape) is written here too, so it survives any restart:
+    ``replicas`` is then the union of the old and the new set (the new set first, in its
+    order), ``adding`` the nodes that are catching up and ``removing`` the nodes that leave
+    once the new set is in sync and leads. The partition's leader completes it (writes
+    ``replicas`` = the target, ``retired`` = the nodes that left, whose copies are then
+    deleted); a cancel is a reassignment back to the original set. ``catchup_bytes_s`` caps
+    the bytes/s the leader sends to replicas outside the ISR (None: ``ingest.catchup_bytes_s``).
+    """
+
+    replicas: Annotated[tuple[NodeId, ...], Field(min_length=1, max_length=2 * REPLICAS_MAX)]
     min_insync_replicas: ReplicationFactor = 1
     assigned_ms: TimeMs
+    adding: Annotated[tuple[NodeId, ...], Field(max_length=REPLICAS_MAX)] = ()
+    removing: Annotated[tuple[NodeId, ...], Field(max_length=REPLICAS_MAX)] = ()
+    retired: Annotated[tuple[NodeId, ...], Field(max_length=2 * REPLICAS_MAX)] = ()
+    catchup_bytes_s: Annotated[int, Field(ge=1024)] | None = None
 
     @model_validator(mode="after")
     def _distinct(self) -> Assignment:
         if len(set(self.replicas)) != len(self.replicas):
             raise ValueError(f"replicas must be distinct nodes: {list(self.replicas)}")
-        if self.min_insync_replicas > len(self.replicas):
+        if not set(self.adding) <= set(self.replicas) or not set(self.removing) <= set(
+            self.replicas
+        ):
+            raise ValueError("adding and removing must be replicas")
+        if set(self.adding) & set(self.removing):
+            raise ValueError("a replica cannot be both added and removed")
+        if set(self.retired) & set(self.replicas):
+            raise ValueError("a retired node cannot be a replica")
+        if len(self.target) > REPLICAS_MAX:
+            raise ValueError(f"at most {REPLICAS_MAX} replicas")
+        if self.min_insync_replicas > len(self.target):
             raise ValueError(
                 f"min_insync_replicas {self.min_insync_replicas} is more than the "
-                f"{len(self.replicas)} replicas"
+                f"{len(self.target)} replicas"
             )
         return self
+
+    @property
+    def target(self) -> tuple[str, ...]:
+        """The replica set once the reassignment (if any) is done."""
+        return tuple(n for n in self.replicas if n not in self.removing)
+
+    @property
+    def original(self) -> tuple[str, ...]:
+        """The replica set before the reassignment (if any) began."""
+        return tuple(n for n in self.replicas if n not in self.adding)
+
+    @property
+    def moving(self) -> bool:
+        """A reassignment is under way."""
+        return bool(self.adding or self.removing)
+
+    @property
+    def preferred(self) -> str:
+        """The replica that should lead (the first of the target set)."""
+        return self.target[0]
 
 
 class PartitionState(_Record):
@@ -154,6 +196,24 @@ class PartitionState(_Record):
     # Set only by an operator's unclean move (docs/replication.md): the replicas of ``isr``
     # start an empty log at this offset and one of them claims; that claim clears it.
     restart_at: Offset | None = None
+    # A controlled leadership transfer (docs/replication.md): the leader of ``leader_epoch``
+    # stopped appending, saw ``transfer_to`` hold its whole log, deleted its owner key and
+    # wrote these. Only ``transfer_to`` may claim until ``transfer_ms`` is
+    # ``TRANSFER_HOLD_MS`` old (then any in-sync replica may: the target died).
+    transfer_to: NodeId | None = None
+    transfer_ms: TimeMs | None = None
+
+
+TRANSFER_HOLD_MS = 3000
+
+
+class DrainRecord(_Record):
+    """An operator's drain of a node (``drains/<kind>/<node_id>``): the controller moves
+    every replica (ingest) or subscription (dispatcher) off it and places nothing new there,
+    until the key is deleted (undrain)."""
+
+    node_id: NodeId
+    requested_ms: TimeMs
 
 
 class ProducerRecord(_Record):
