@@ -11,7 +11,7 @@ from danube.ingest.epochs import EpochHistory, EpochHistoryError, divergence
 from danube.ingest.isr import IsrTracker
 from danube.ingest.leadership import PartitionView
 from danube.ingest.roles import Act, decide
-from danube.meta.records import Assignment, Owner, PartitionState
+from danube.meta.records import TRANSFER_HOLD_MS, Assignment, Owner, PartitionState
 
 pytestmark = pytest.mark.unit
 
@@ -136,7 +136,12 @@ def _view(
 
 
 def _decide(view: PartitionView, **kw: object) -> Act:
-    args: dict[str, object] = {"leading_epoch": None, "following_epoch": None, "has_history": True}
+    args: dict[str, object] = {
+        "leading_epoch": None,
+        "following_epoch": None,
+        "has_history": True,
+        "now_ms": 10_000,
+    }
     args.update(kw)
     return decide("a", view, **args).act  # type: ignore[arg-type]
 
@@ -172,3 +177,24 @@ def test_after_an_unclean_move_the_new_set_restarts_and_the_rest_waits() -> None
         moved.assignment, 1, restart, 2, Owner(node_id="c", epoch=4, assigned_ms=1), 3
     )
     assert _decide(led) is Act.FOLLOW
+
+
+def test_during_a_transfer_only_the_named_replica_claims_until_the_hold_ends() -> None:
+    base = _view(replicas=("a", "b", "c"), state=("b", 3, ("a", "b", "c")))
+    assert base.state is not None
+
+    def handed(to: str, at_ms: int) -> PartitionView:
+        state = base.state.model_copy(update={"transfer_to": to, "transfer_ms": at_ms})  # type: ignore[union-attr]
+        return PartitionView(base.assignment, 1, state, 2, None, 0)
+
+    assert _decide(handed("a", 9_000)) is Act.CLAIM  # a is the one named
+    assert _decide(handed("c", 9_000)) is Act.WAIT  # c is: a must not race it
+    assert _decide(handed("c", 10_000 - TRANSFER_HOLD_MS)) is Act.CLAIM  # c never claimed
+    assert _decide(handed("z", 9_000)) is Act.CLAIM  # not a replica: nobody to wait for
+
+
+def test_a_replica_a_reassignment_retired_deletes_its_copy_others_only_stop() -> None:
+    retired = Assignment(replicas=("b", "c"), retired=("a",), assigned_ms=1)
+    view = PartitionView(retired, 1, None, 0, None, 0)
+    assert _decide(view) is Act.RETIRE
+    assert _decide(_view(replicas=("b", "c"))) is Act.STOP  # an unclean move: keep the files

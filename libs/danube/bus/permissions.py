@@ -69,7 +69,7 @@ KIND_PERMISSIONS: dict[str, KindPermissions] = {
     ),
     "ingest": KindPermissions(
         # live messages once durable; followers fetch from their leader.
-        publish=_kinds(Kind.LIVE, Kind.REPL_FETCH, Kind.REPL_EPOCHS),
+        publish=_kinds(Kind.LIVE, Kind.REPL_FETCH, Kind.REPL_EPOCHS, Kind.REPL_LEAVE),
         subscribe=_kinds(
             Kind.PRODUCE,
             Kind.WAL_FETCH,
@@ -79,6 +79,7 @@ KIND_PERMISSIONS: dict[str, KindPermissions] = {
             Kind.WAL_DELETE,
             Kind.REPL_FETCH,
             Kind.REPL_EPOCHS,
+            Kind.REPL_LEAVE,
             Kind.OWNERSHIP,
             Kind.LEADER_PROBE,
         ),

@@ -54,6 +54,7 @@ class Kind(StrEnum):
     WAL_DELETE = "wal.delete"  # publish: discovery -> every ingest, a topic was deleted
     REPL_FETCH = "repl.fetch"  # request: follower -> leader, frames from an offset (long poll)
     REPL_EPOCHS = "repl.epochs"  # request: follower -> leader, its leader-epoch history
+    REPL_LEAVE = "repl.leave"  # request: follower -> leader, it stops: out of the ISR now
     CLOUD_FETCH = "cloud.fetch"  # request: read a range from object storage (queue group)
     CLOUD_TIME = "cloud.time"  # request: the first uploaded offset published at or after a time
     OWNERSHIP = "ctl.owner"  # publish: controller -> all, a partition changed owner
@@ -178,6 +179,10 @@ class Subjects:
     def repl_epochs(self, topic: TopicLike) -> str:
         """Followers ask the leader for its leader-epoch history (to find where they diverge)."""
         return self.for_topic(Kind.REPL_EPOCHS, topic)
+
+    def repl_leave(self, topic: TopicLike) -> str:
+        """A follower that stops cleanly asks the leader to take it out of the ISR."""
+        return self.for_topic(Kind.REPL_LEAVE, topic)
 
     def cloud_fetch(self, topic: TopicLike) -> str:
         """Requests to read from object storage, served by the cloud_reader queue group."""

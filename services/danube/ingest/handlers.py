@@ -4,6 +4,7 @@ request any ingest node may answer, and topic deletes."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from danube.frame import FRAME_HEADER_BYTES
 from danube.ingest import leadership, metrics, timeseek
 from danube.ingest.quota import BacklogGuard
 from danube.ingest.ratelimit import PublishRate
+from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import BelowWalStartError, DiskFullError, WalCorruptionError
 from danube.meta import MetaStore
 from danube.wire.ingest import protocol
@@ -49,9 +51,19 @@ class PartitionHandlers:
     """Request handlers of one partition led by this node."""
 
     def __init__(
-        self, partition: Partition, settings: DanubeSettings, *, node_id: str, store: MetaStore
+        self,
+        partition: Partition,
+        settings: DanubeSettings,
+        *,
+        node_id: str,
+        store: MetaStore,
+        catchup: TokenBucket | None = None,
     ) -> None:
         self.partition = partition
+        # Catch-up fetches (followers outside the ISR) draw from the node's bucket and, when
+        # the partition's assignment sets one, from its own.
+        self.catchup = catchup
+        self._own_catchup: TokenBucket | None = None
         self.node_id = node_id
         # The policies a produce carries (danube.wire.limits): held here, the only writer.
         self.rate = PublishRate()
@@ -70,6 +82,7 @@ class PartitionHandlers:
             (subjects.wal_offset_for_time(name), self.offset_for_time, 4),
             (subjects.repl_fetch(name), self.repl_fetch, REPL_CONCURRENCY),
             (subjects.repl_epochs(name), self.repl_epochs, 4),
+            (subjects.repl_leave(name), self.repl_leave, 4),
         ]
         return [
             await bus.serve(subject, handler, max_concurrency=concurrency)
@@ -181,10 +194,21 @@ class PartitionHandlers:
             if partition.fenced:
                 return head(protocol.ReplStatus.WRONG_EPOCH)
         max_bytes, max_count = self._limits(fetch.max_bytes, 100_000)
+        buckets = self._catchup_buckets(fetch.follower)
+        if buckets:
+            max_bytes = await _throttle(buckets, max_bytes, fetch.wait_ms / 1000)
+            if partition.fenced:
+                return head(protocol.ReplStatus.WRONG_EPOCH)
         try:
             result = await wal.fetch(fetch.from_offset, max_bytes=max_bytes, max_count=max_count)
         except BelowWalStartError:
             return head(protocol.ReplStatus.BELOW_WAL_START)
+        if buckets:
+            sent = sum(len(frame) for _, frame in result.frames)
+            now_s = time.monotonic()
+            for bucket in buckets:
+                bucket.charge(sent, now_s)
+            metrics.CATCHUP_BYTES.inc(sent)
         return protocol.encode_repl_reply(
             protocol.ReplStatus.OK,
             epoch,
@@ -193,6 +217,28 @@ class PartitionHandlers:
             wal.durable_next,
             result.frames,
         )
+
+    def _catchup_buckets(self, follower: str) -> list[TokenBucket]:
+        """The buckets a fetch of ``follower`` draws from: none while it is in sync."""
+        if follower in self.partition.isr:
+            return []
+        buckets = [] if self.catchup is None else [self.catchup]
+        rate = self.partition.catchup_bytes_s
+        if rate is None:
+            self._own_catchup = None
+        else:
+            if self._own_catchup is None:
+                self._own_catchup = TokenBucket(rate, rate / 4, time.monotonic())
+            self._own_catchup.set_rate(rate)
+            buckets.append(self._own_catchup)
+        return buckets
+
+    async def repl_leave(self, request: Request) -> bytes:
+        """A follower stops (a clean shutdown): out of the ISR before the answer, so that
+        commits do not wait ``replica_lag_max_s`` for it."""
+        node = protocol.decode_node(request.body)
+        removed = await self.partition.remove_follower(node)
+        return orjson.dumps({"removed": removed})
 
     async def repl_epochs(self, request: Request) -> bytes:
         partition = self.partition
@@ -231,6 +277,27 @@ class PartitionHandlers:
             reply["segments"] = [info.as_dict() for info in infos]
             reply["now_ms"] = int(time.time() * 1000)  # ages by this host's clock, as mtimes
         return orjson.dumps(reply)
+
+
+async def _throttle(buckets: list[TokenBucket], want_bytes: int, wait_max_s: float) -> int:
+    """Wait (at most about ``wait_max_s``; a follower's fetch may wait that long anyway)
+    until every bucket allows a fetch; the bytes it may ask for."""
+    loop_wait_s = 0.0
+    deadline_s = time.monotonic() + max(wait_max_s, 0.05)
+    while True:
+        now_s = time.monotonic()
+        wait_s = max(bucket.wait_s(now_s) for bucket in buckets)
+        if wait_s <= 0 or now_s >= deadline_s:
+            break
+        pause_s = min(wait_s, deadline_s - now_s)
+        loop_wait_s += pause_s
+        await asyncio.sleep(pause_s)
+    if loop_wait_s:
+        metrics.CATCHUP_THROTTLED_SECONDS.inc(loop_wait_s)
+    now_s = time.monotonic()
+    if max(bucket.wait_s(now_s) for bucket in buckets) > 0:
+        return 1  # still in debt: one frame, the least a fetch can send
+    return min(bucket.grant(want_bytes, now_s) for bucket in buckets)
 
 
 async def serve_claims(bus: Bus, answer: Callable[[Request], Awaitable[bytes]]) -> Responder:

@@ -29,6 +29,7 @@ class FollowerView:
     caught_up_s: float = 0.0  # when it was last caught up
     fetched_s: float | None = None  # when it last fetched
     leader_end_at_fetch: int = 0  # the leader's end at that fetch
+    in_sync_since_s: float | None = None  # when it last entered the ISR (None: outside)
 
 
 class IsrTracker:
@@ -54,7 +55,35 @@ class IsrTracker:
             node: FollowerView(caught_up_s=now_s) for node in replicas if node != leader
         }
         self.isr: frozenset[str] = frozenset(isr) | {leader}
+        for node, view in self.followers.items():
+            if node in self.isr:
+                view.in_sync_since_s = now_s
         self.validate()
+
+    def set_replicas(self, replicas: Iterable[str], now_s: float) -> None:
+        """The replica set changed (a reassignment): new replicas are followed (outside
+        the ISR until they catch up); removed ones are forgotten (:meth:`to_shrink` then
+        names them if they are still in the ISR)."""
+        wanted = {node for node in replicas if node != self.leader}
+        for node in list(self.followers):
+            if node not in wanted:
+                del self.followers[node]
+        for node in wanted - self.followers.keys():
+            self.followers[node] = FollowerView(caught_up_s=now_s)
+
+    def ready_to_lead(self, node: str, now_s: float, *, settle_s: float) -> bool:
+        """Whether follower ``node`` may be handed leadership: in the ISR for ``settle_s``
+        at least, and fetching now (not merely not yet removed)."""
+        view = self.followers.get(node)
+        if view is None or node not in self.isr or view.in_sync_since_s is None:
+            return False
+        recent_s = max(1.0, self.lag_max_s / 2)
+        return (
+            now_s - view.in_sync_since_s >= settle_s
+            and view.fetched_s is not None
+            and now_s - view.fetched_s <= recent_s
+            and now_s - view.caught_up_s <= recent_s
+        )
 
     def on_fetch(self, node: str, fetch_offset: int, leader_end: int, now_s: float) -> None:
         """Follower ``node`` fetched from ``fetch_offset`` while the leader's end was
@@ -108,6 +137,10 @@ class IsrTracker:
         for node in new - self.isr:
             if node in self.followers:
                 self.followers[node].caught_up_s = now_s
+                self.followers[node].in_sync_since_s = now_s
+        for node in self.isr - new:
+            if node in self.followers:
+                self.followers[node].in_sync_since_s = None
         self.isr = new
         self.validate()
 

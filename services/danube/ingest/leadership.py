@@ -83,6 +83,7 @@ class Term:
     min_insync: int
     state_rev: int
     epoch_start: int
+    owner_rev: int = 0  # the owner key's revision (written with the claim)
 
 
 def _rev(found: tuple[object, KeyValue] | None) -> int:
@@ -167,6 +168,7 @@ async def claim(
         assignment.min_insync_replicas,
         result.revision,
         log_end,
+        result.revision,
     )
 
 
@@ -190,6 +192,77 @@ async def update_isr(store: MetaStore, node_id: str, term: Term, isr: tuple[str,
         raise NotLeaderError(f"{term.partition}: its state changed; epoch {term.epoch} is over")
     term.isr, term.state_rev = isr, result.revision
     log.info("%s: in sync now: %s", term.partition, ", ".join(isr))
+
+
+async def hand_over(store: MetaStore, node_id: str, term: Term, to: str) -> bool:
+    """A controlled transfer's one write: name ``to`` in the state and delete this leader's
+    owner key, compared on both keys' revisions (this term still holds). ``to``'s claim
+    follows (danube.ingest.roles); the other replicas wait for it. False: the term is over."""
+    state_key = meta_keys.partition_state_key(term.partition)
+    state = PartitionState(
+        leader=node_id,
+        leader_epoch=term.epoch,
+        isr=term.isr,
+        updated_ms=int(time.time() * 1000),
+        epoch_start=term.epoch_start,
+        transfer_to=to,
+        transfer_ms=int(time.time() * 1000),
+    )
+    owner_key = meta_keys.partition_owner_key(term.partition)
+    result = await (
+        store.txn()
+        .if_mod_revision(state_key, "==", term.state_rev)
+        .if_mod_revision(owner_key, "==", term.owner_rev)
+        .then_put(state_key, encode_model(state))
+        .then_delete(owner_key)
+        .commit()
+    )
+    if result.succeeded:
+        log.info("%s: leadership of epoch %d handed to %s", term.partition, term.epoch, to)
+    return result.succeeded
+
+
+async def complete_reassignment(
+    store: MetaStore, node_id: str, term: Term, assignment: Assignment, assignment_rev: int
+) -> Assignment | None:
+    """The leader ends a reassignment whose target set is in sync and leads: the replica
+    set becomes the target, the nodes that left are ``retired`` (they delete their copies)
+    and leave the ISR, in one transaction compared on the assignment's revision and on
+    this term's state. The new assignment; None if either changed meanwhile."""
+    done = Assignment(
+        replicas=assignment.target,
+        min_insync_replicas=assignment.min_insync_replicas,
+        assigned_ms=int(time.time() * 1000),
+        retired=assignment.removing,
+    )
+    isr = tuple(n for n in term.isr if n in done.replicas)
+    state = PartitionState(
+        leader=node_id,
+        leader_epoch=term.epoch,
+        isr=isr,
+        updated_ms=int(time.time() * 1000),
+        epoch_start=term.epoch_start,
+    )
+    assignment_key = meta_keys.partition_assignment_key(term.partition)
+    state_key = meta_keys.partition_state_key(term.partition)
+    result = await (
+        store.txn()
+        .if_mod_revision(assignment_key, "==", assignment_rev)
+        .if_mod_revision(state_key, "==", term.state_rev)
+        .then_put(assignment_key, encode_model(done))
+        .then_put(state_key, encode_model(state))
+        .commit()
+    )
+    if not result.succeeded:
+        return None
+    term.isr, term.state_rev = isr, result.revision
+    log.info(
+        "%s: reassigned to %s (%s left)",
+        term.partition,
+        ", ".join(done.replicas),
+        ", ".join(done.retired),
+    )
+    return done
 
 
 async def release(store: MetaStore, node_id: str, partition: TopicName, epoch: int) -> None:
@@ -285,7 +358,9 @@ __all__ = [
     "PartitionView",
     "Term",
     "claim",
+    "complete_reassignment",
     "delete_stale_owner",
+    "hand_over",
     "place",
     "read",
     "release",

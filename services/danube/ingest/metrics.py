@@ -86,3 +86,31 @@ WAL_DISK_FREE = Gauge(
     "Free bytes on the file system of the WAL directory (read at each scrape)",
     ["wal_dir"],
 )
+# Elasticity (docs/replication.md, "Moving partitions").
+CATCHUP_BYTES = Counter(
+    "danube_ingest_catchup_bytes",
+    "Frame bytes this node's leaders sent to replicas catching up outside the ISR",
+)
+CATCHUP_THROTTLED_SECONDS = Counter(
+    "danube_ingest_catchup_throttled_seconds",
+    "Time catch-up fetches waited for the throttle (ingest.catchup_bytes_s)",
+)
+TRANSFERS = Counter(
+    "danube_ingest_leader_transfers",
+    "Controlled leadership transfers this node's leaders began, by outcome",
+    ["outcome"],
+)
+TRANSFER_PAUSE_SECONDS = Histogram(
+    "danube_ingest_leader_transfer_pause_seconds",
+    "From a leader stopping its appends to its hand-over written (the produce pause's "
+    "first part; the new leader's claim is the rest)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+REASSIGNMENTS_COMPLETED = Counter(
+    "danube_ingest_reassignments_completed",
+    "Reassignments this node's leaders completed (the target set in sync and leading)",
+)
+RETIRED_COPIES = Counter(
+    "danube_ingest_retired_copies",
+    "Local copies of partitions deleted after a reassignment moved them away",
+)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from danube.config import DanubeSettings
 from danube.ingest import leadership, metrics
 from danube.ingest.partition import Partition
 from danube.ingest.replica import NodeContext, Replica
+from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import BoundedFileOps
 from danube.meta import Lease, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
@@ -68,7 +70,11 @@ class Node:
             free_min_bytes=settings.ingest.disk_free_min_bytes,
             wal_root=wal_root,
         )
-        self.ctx = NodeContext(settings, node_id, bus, store, lease, ops, on_fatal=self.failed.set)
+        rate_bytes_s = settings.ingest.catchup_bytes_s
+        catchup = TokenBucket(rate_bytes_s, rate_bytes_s / 4, time.monotonic())
+        self.ctx = NodeContext(
+            settings, node_id, bus, store, lease, ops, on_fatal=self.failed.set, catchup=catchup
+        )
         metrics.OPEN_SEGMENT_FILES.set_function(lambda: ops.open_count)
         metrics.SEGMENT_FILE_REOPENS.set_function(lambda: ops.reopens)
         metrics.WAL_DISK_FULL.labels(str(wal_root)).set_function(lambda: int(ops.disk_full))
@@ -140,8 +146,12 @@ class Node:
         snapshot = await self.store.snapshot(meta_keys.partitions_prefix())
         for kv in snapshot.kvs:
             name, record = meta_keys.parse_partition_key(kv.key)
-            if record == "assignment" and self._names_me(kv.value):
+            if record != "assignment":
+                continue
+            if self._names_me(kv.value):
                 self.ensure_replica(name)
+            elif self._retired_me(kv.value) and name not in self.replicas:
+                await self._delete_retired(name)
         return snapshot.revision
 
     def _names_me(self, value: bytes) -> bool:
@@ -150,6 +160,21 @@ class Node:
         except ValueError as exc:
             log.warning("bad assignment: %s", exc)
             return False
+
+    def _retired_me(self, value: bytes) -> bool:
+        try:
+            return self.node_id in Assignment.model_validate_json(value).retired
+        except ValueError:
+            return False
+
+    async def _delete_retired(self, name: TopicName) -> None:
+        """A reassignment completed while this node was away moved ``name`` off it: its
+        copy is of no use any more (the new replica set holds everything)."""
+        directory = self.wal_dir(name)
+        if await asyncio.to_thread(directory.exists):
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+            metrics.RETIRED_COPIES.inc()
+            log.info("%s: moved away by a reassignment while down; local copy deleted", name)
 
     def _on_partition_event(self, event: WatchEvent) -> None:
         name, record = meta_keys.parse_partition_key(event.key)
@@ -295,9 +320,17 @@ class Node:
         self._replicas.fence_all(reason)
 
     async def close(self, *, release: bool) -> None:
-        """Stop every replica; ``release`` hands leadership on (clean shutdown)."""
-        for name in self._replicas.served():
-            await self._stop_replica(name, release=release)
+        """Stop every replica, all at once; ``release`` (a clean shutdown) hands each
+        leadership to an in-sync follower and takes this node out of its leaders' ISRs."""
+        kept = [k for name in self._replicas.served() if (k := self._replicas.get(name))]
+        for k in kept:
+            k.replica.stop(release=release)
+        tasks = {k.task for k in kept}
+        if tasks:
+            await asyncio.wait(tasks, timeout=30.0)
+        for task in tasks:
+            if not task.done():
+                await cancel_and_wait(task, timeout_s=10.0)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,12 @@ this node still leads. Followers' fetches move the watermark (danube.ingest.isr)
 changes are written to etcd before they count. Committed batches go to the live publisher;
 a full live queue drops (counted): dispatchers catch up through fetch, so live delivery is
 an optimization, never the record.
+
+**Moving leadership** (docs/replication.md, "Moving partitions"): :meth:`transfer` stops
+taking appends (new produces are answered ``not_owner`` at once: retriable, the client
+retries and reaches the new leader), waits until the chosen in-sync follower holds the whole
+log and every produce under way is answered, then writes the hand-over
+(danube.ingest.leadership.hand_over) and fences itself; the follower's claim follows.
 """
 
 from __future__ import annotations
@@ -24,10 +30,18 @@ from danube.frame import FRAME_HEADER_BYTES, append_frame
 from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.isr import IsrTracker
-from danube.ingest.leadership import NotEnoughReplicasError, NotLeaderError, Term, update_isr
+from danube.ingest.leadership import (
+    NotEnoughReplicasError,
+    NotLeaderError,
+    Term,
+    complete_reassignment,
+    hand_over,
+    update_isr,
+)
 from danube.ingest.wal import Durability, Wal, WalFailedError
 from danube.meta import Lease, MetaStore, TopicName
 from danube.meta.backoff import backoff_s
+from danube.meta.records import Assignment
 from danube.runtime.topic_metrics import topic_label
 from danube.wire.ingest import protocol
 from danube.wire.sizes import body_limit
@@ -54,6 +68,7 @@ class Partition:
         lag_max_s: float,
         high_watermark: int,
         on_fenced: Callable[[Partition, bool], None],
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.name = name
         self.wal = wal
@@ -64,6 +79,17 @@ class Partition:
         self._node_id = node_id
         self._lease = lease
         self._on_fenced = on_fenced
+        self._on_change = on_change  # the ISR changed: the replica reconsiders transfers
+        self._transferring: str | None = None  # appends refused: leadership is moving here
+        self._inflight = 0  # produces between their checks and their answer
+        self._progress = asyncio.Event()  # a fetch, a commit or an answer: a transfer looks
+        # Every write of the partition's state (ISR changes, completing a reassignment, the
+        # hand-over) holds this: each compares on the state's revision, so two at once would
+        # make the loser believe its term was over.
+        self._state_lock = asyncio.Lock()
+        self._leaving: set[str] = set()  # followers that said they stop: out of the ISR
+        # The assignment's own cap on catch-up bytes/s (None: the node's alone).
+        self.catchup_bytes_s: int | None = None
         now = time.monotonic()
         epoch_start = history.entries[-1][1] if history.entries else 0
         self.tracker = IsrTracker(
@@ -127,6 +153,10 @@ class Partition:
         self.fence(f"WAL failed: {reason}", fatal=True)
 
     def _check_leader(self) -> None:
+        if self._transferring is not None:
+            raise NotLeaderError(
+                f"{self.name}: leadership is moving to {self._transferring}; send again"
+            )
         if self._fenced is not None:
             raise NotLeaderError(f"{self.name}: not led here any more ({self._fenced})")
         if not self._lease.alive:
@@ -150,22 +180,32 @@ class Partition:
         it queued; its failure fences through the WAL's failure listener)."""
         self._check_leader()
         self._check_insync("before the append")
+        self._inflight += 1
         try:
-            first = await self.wal.append(records)
-        except WalFailedError as exc:  # failed before this append (the listener fenced it)
-            self.fence(f"WAL failed: {exc}", fatal=True)
-            raise
-        end = first + len(records)
-        if self.tracker.high_watermark < end:  # replicas to wait for (never with factor 1)
-            await self._committed(end)
-        self._check_leader()  # never acknowledge after leadership is gone
-        self._check_insync("after the append (it may still be stored; a retry may duplicate)")
-        return first
+            try:
+                first = await self.wal.append(records)
+            except WalFailedError as exc:  # failed before this append (the listener fenced)
+                self.fence(f"WAL failed: {exc}", fatal=True)
+                raise
+            end = first + len(records)
+            if self.tracker.high_watermark < end:  # replicas to wait for (never at factor 1)
+                await self._committed(end)
+            if self._fenced is not None:  # never acknowledge after leadership is gone
+                raise NotLeaderError(f"{self.name}: not led here any more ({self._fenced})")
+            if not self._lease.alive:
+                self.fence("node lease lost")
+                raise NotLeaderError(f"{self.name}: this node's lease is lost")
+            self._check_insync("after the append (it may be stored; a retry may duplicate)")
+            return first
+        finally:
+            self._inflight -= 1
+            self._progress.set()
 
     async def _committed(self, end: int) -> None:
         deadline = asyncio.get_running_loop().time() + self.commit_timeout_s
         while self.tracker.high_watermark < end:
-            self._check_leader()
+            if self._fenced is not None:
+                raise NotLeaderError(f"{self.name}: not led here any more ({self._fenced})")
             self._hw_event.clear()
             remaining_s = deadline - asyncio.get_running_loop().time()
             if remaining_s <= 0:
@@ -182,13 +222,18 @@ class Partition:
         if self.tracker.advance(self.wal.durable_next) > before:
             self._hw_event.set()
             self._live_ready.set()
+            self._progress.set()
 
     # --- followers -----------------------------------------------------------------------
 
     def on_follower_fetch(self, node: str, fetch_offset: int) -> None:
         """Follower ``node`` holds everything below ``fetch_offset`` durably."""
+        self._leaving.discard(node)  # fetching again: a new incarnation of a node that left
         self.tracker.on_fetch(node, fetch_offset, self.wal.durable_next, time.monotonic())
         self._advance()
+        self._progress.set()
+        if self._transferring is not None:
+            return  # the ISR stays as the hand-over will write it
         if self.tracker.to_expand() and self._isr_task is None and not self.fenced:
             self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
 
@@ -197,27 +242,144 @@ class Partition:
         period_s = max(0.05, self.tracker.lag_max_s / 4)
         while not self.fenced:
             await asyncio.sleep(period_s)
-            if self.tracker.to_shrink(time.monotonic()) and self._isr_task is None:
+            shrink = self.tracker.to_shrink(time.monotonic())
+            if shrink and self._isr_task is None and self._transferring is None:
                 self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
 
     async def _change_isr(self) -> None:
         try:
-            now = time.monotonic()
-            isr = (self.tracker.isr - self.tracker.to_shrink(now)) | self.tracker.to_expand()
-            if isr == self.tracker.isr:
-                return
-            ordered = tuple(n for n in self.term.replicas if n in isr)
-            await update_isr(self._store, self._node_id, self.term, ordered)
-            change = "shrink" if len(ordered) < len(self.tracker.isr) else "expand"
-            self.tracker.set_isr(ordered, time.monotonic())
+            async with self._state_lock:
+                now = time.monotonic()
+                tracker = self.tracker
+                out = tracker.to_shrink(now) | self._leaving
+                isr = (tracker.isr - out) | (tracker.to_expand() - self._leaving)
+                if isr == tracker.isr or self.fenced:
+                    return
+                ordered = tuple(n for n in self.term.replicas if n in isr)
+                await update_isr(self._store, self._node_id, self.term, ordered)
+                change = "shrink" if len(ordered) < len(tracker.isr) else "expand"
+                tracker.set_isr(ordered, time.monotonic())
             metrics.ISR_CHANGES.labels(change).inc()
             self._advance()
+            self._on_change()
         except NotLeaderError as exc:
             self.fence(str(exc))
         except Exception as exc:  # etcd down: the next check tries again
             log.warning("%s: ISR change failed: %s", self.name, exc)
         finally:
             self._isr_task = None
+
+    # --- moving leadership and replicas ---------------------------------------------------
+
+    def set_assignment(self, assignment: Assignment) -> None:
+        """Take the partition's replica set as etcd holds it now (a reassignment added or
+        removed replicas): followed replicas and ``min_insync_replicas`` follow it."""
+        replicas = assignment.replicas
+        self.catchup_bytes_s = assignment.catchup_bytes_s
+        if (
+            replicas == self.term.replicas
+            and assignment.min_insync_replicas == self.term.min_insync
+        ):
+            return
+        self.catchup_bytes_s = assignment.catchup_bytes_s
+        self.term.replicas = replicas
+        self.term.min_insync = assignment.min_insync_replicas
+        self.tracker.set_replicas(replicas, time.monotonic())
+        log.info("%s: replicas now %s", self.name, ", ".join(replicas))
+
+    def transfer_target(self, assignment: Assignment, *, settle_s: float) -> str | None:
+        """To whom leadership should move now, if anyone: the first ready replica of the
+        target set when this node leaves it; else the preferred leader once it has been in
+        sync for ``settle_s``."""
+        now_s = time.monotonic()
+        me = self._node_id
+        if me not in assignment.target:
+            for node in assignment.target:
+                if self.tracker.ready_to_lead(node, now_s, settle_s=0.0):
+                    return node
+            return None
+        preferred = assignment.preferred
+        if preferred != me and self.tracker.ready_to_lead(preferred, now_s, settle_s=settle_s):
+            return preferred
+        return None
+
+    async def complete(self, assignment: Assignment, assignment_rev: int) -> bool:
+        """End a reassignment whose target set is in sync and led here; whether it ended."""
+        if not assignment.moving or self._node_id not in assignment.target:
+            return False
+        async with self._state_lock:
+            if not set(assignment.target) <= self.tracker.isr or self.fenced:
+                return False
+            done = await complete_reassignment(
+                self._store, self._node_id, self.term, assignment, assignment_rev
+            )
+            if done is None:
+                return False
+            self.set_assignment(done)
+            self.tracker.set_isr(self.term.isr, time.monotonic())
+        self._advance()
+        metrics.REASSIGNMENTS_COMPLETED.inc()
+        return True
+
+    async def transfer(self, to: str, *, timeout_s: float) -> bool:
+        """Hand leadership to follower ``to`` (see the module docstring); whether it was.
+        Appends are refused meanwhile; when ``to`` does not hold the whole log within
+        ``timeout_s`` the transfer is abandoned and appends resume."""
+        if self._fenced is not None or to not in self.tracker.followers:
+            return False
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + timeout_s
+        self._transferring = to
+        try:
+            while True:
+                end = self.wal.next_offset
+                view = self.tracker.followers.get(to)
+                if self._fenced is not None or view is None or to not in self.tracker.isr:
+                    metrics.TRANSFERS.labels("abandoned").inc()
+                    return False
+                held = view.end is not None and view.end >= end and self.wal.durable_next >= end
+                settled = self.tracker.high_watermark >= end and self._inflight == 0
+                if held and (settled or loop.time() >= deadline):
+                    break  # past the deadline, producers still waiting get not_owner
+                if loop.time() >= deadline:
+                    log.info("%s: transfer to %s abandoned: it did not catch up", self.name, to)
+                    metrics.TRANSFERS.labels("abandoned").inc()
+                    return False
+                self._progress.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(0.05, max(0.0, deadline - loop.time()))):
+                        await self._progress.wait()
+            async with self._state_lock:
+                handed = not self.fenced and await hand_over(
+                    self._store, self._node_id, self.term, to
+                )
+            if not handed:
+                metrics.TRANSFERS.labels("fenced").inc()
+                self.fence("its term ended during a transfer")
+                return False
+            metrics.TRANSFER_PAUSE_SECONDS.observe(loop.time() - started)
+            metrics.TRANSFERS.labels("done").inc()
+            self.fence(f"leadership handed to {to}")
+            return True
+        finally:
+            self._transferring = None
+
+    async def remove_follower(self, node: str, *, timeout_s: float = 5.0) -> bool:
+        """Follower ``node`` is stopping (a clean shutdown): take it out of the ISR now,
+        instead of after ``replica_lag_max_s`` without a fetch; whether it is out."""
+        if node == self._node_id:
+            return False
+        self._leaving.add(node)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while node in self.tracker.isr and not self.fenced and loop.time() < deadline:
+            if self._isr_task is None:
+                self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
+            await asyncio.wait({self._isr_task}, timeout=max(0.0, deadline - loop.time()))
+            if node in self.tracker.isr:
+                await asyncio.sleep(0.05)  # etcd refused for now: the next try backs off
+        return node not in self.tracker.isr
 
     @property
     def under_replicated(self) -> bool:

@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import logging
 import random
+import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +28,15 @@ from danube.ingest.fetcher import Fetcher
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.partition import Partition
 from danube.ingest.roles import Act, decide
+from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import Durability, FileOps, Wal, WalOptions
 from danube.ingest.wal.truncate import truncate_dir
 from danube.meta import Lease, MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
-from danube.meta.records import TopicConfig
+from danube.meta.records import Assignment, TopicConfig
+from danube.wire.ingest import protocol
 from danube.wire.sizes import RECORD_OVERHEAD_BYTES
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,10 @@ _POLL_S = 1.0  # re-read etcd at least this often while no leader is known (a sa
 # each (docs/performance.md).
 _IDLE_POLL_S = 30.0
 _IDLE_JITTER = 0.2
+# A leader with a move to make (a reassignment under way, a preferred leader catching up)
+# looks again this often besides the wake-ups of ISR changes and etcd.
+_MOVING_POLL_S = 0.5
+_LEAVE_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class NodeContext:
     lease: Lease
     file_ops: FileOps
     on_fatal: Callable[[], None]
+    catchup: TokenBucket  # the node's catch-up throttle (ingest.catchup_bytes_s)
 
 
 @dataclass
@@ -85,6 +94,8 @@ class Replica:
         self._wake = asyncio.Event()
         self._stopped = False
         self._release = False
+        self._retire = False  # a reassignment moved the partition away: delete the copy
+        self._assignment: Assignment | None = None  # as last read
         self._next_leading: asyncio.Future[None] | None = None
 
     @property
@@ -148,6 +159,7 @@ class Replica:
             self._demote("node lease lost")
             return _idle_poll_s()
         view = await leadership.read(ctx.store, self.name)
+        self._assignment = view.assignment
         leading_epoch = None if self.leading is None else self.leading.partition.term.epoch
         following = None if self._fetcher is None else self._fetcher.epoch
         decision = decide(
@@ -156,13 +168,17 @@ class Replica:
             leading_epoch=leading_epoch,
             following_epoch=following,
             has_history=self.history is not None,
+            now_ms=int(time.time() * 1000),
         )
         act = decision.act
-        if act is Act.STOP:
+        if act in (Act.STOP, Act.RETIRE):
             log.info("%s: not a replica here any more", self.name)
             self._stopped = True
+            self._retire = act is Act.RETIRE
             return None
         if act is Act.KEEP:
+            if self.leading is not None:
+                return await self._lead(view)
             return _idle_poll_s()
         if act is Act.DEMOTE:
             self._demote(f"epoch {leading_epoch} is over")
@@ -193,6 +209,28 @@ class Replica:
             await leadership.delete_stale_owner(ctx.store, ctx.node_id, self.name, view)
             return None
         return _POLL_S  # WAIT: no leader we may follow or become
+
+    async def _lead(self, view: leadership.PartitionView) -> float | None:
+        """A leader's step besides keeping its term: take the replica set as etcd holds it,
+        complete a reassignment whose target set is in sync, and hand leadership over when
+        this node leaves the set or the preferred leader is in sync (docs/replication.md,
+        "Moving partitions")."""
+        assert self.leading is not None
+        assert view.assignment is not None
+        partition, assignment = self.leading.partition, view.assignment
+        ingest = self.ctx.settings.ingest
+        partition.set_assignment(assignment)
+        if assignment.moving and await partition.complete(assignment, view.assignment_rev):
+            return None  # read the new assignment back
+        to = partition.transfer_target(assignment, settle_s=ingest.preferred_leader_settle_s)
+        if to is not None:
+            if await partition.transfer(to, timeout_s=ingest.transfer_timeout_s):
+                await self._stop_leading()
+                return None
+            return _MOVING_POLL_S
+        if assignment.moving or assignment.preferred != self.ctx.node_id:
+            return _MOVING_POLL_S
+        return _idle_poll_s()
 
     # --- the WAL ---------------------------------------------------------------------------
 
@@ -288,8 +326,11 @@ class Replica:
             lag_max_s=ctx.settings.ingest.replica_lag_max_s,
             high_watermark=self.high_watermark,
             on_fenced=self._on_fenced,
+            on_change=self.kick,
         )
-        handlers = PartitionHandlers(partition, ctx.settings, node_id=ctx.node_id, store=ctx.store)
+        handlers = PartitionHandlers(
+            partition, ctx.settings, node_id=ctx.node_id, store=ctx.store, catchup=ctx.catchup
+        )
         responders = await handlers.serve(ctx.bus)
         tasks = [
             asyncio.create_task(partition.publish_live(), name=f"live-{self.name}"),
@@ -346,8 +387,13 @@ class Replica:
     # --- the end -----------------------------------------------------------------------------
 
     async def close(self, *, release: bool = False) -> None:
-        """Stop every role and close the WAL; ``release`` hands leadership on at once."""
+        """Stop every role and close the WAL. ``release`` (a clean shutdown): hand
+        leadership to an in-sync follower first, or at least delete the owner key so
+        another may claim at once; as a follower, leave the ISR."""
         leading = self.leading
+        if release and leading is not None and self.ctx.lease.alive:
+            await self._hand_over_for_shutdown(leading.partition)
+            leading = self.leading
         await self._stop_leading()  # no acknowledgement after this: then hand over
         if release and leading is not None and self.ctx.lease.alive:
             try:
@@ -356,9 +402,46 @@ class Replica:
                 )
             except Exception as exc:
                 log.warning("could not release %s: %s", self.name, exc)
+        followed = self._fetcher is not None
         await self._stop_following()
+        if release and followed and self.ctx.lease.alive:
+            await self._leave_isr()
         if self.wal is not None:
             await self.wal.close()
+        if self._retire:
+            await asyncio.to_thread(shutil.rmtree, self.directory, True)
+            metrics.RETIRED_COPIES.inc()
+            log.info("%s: moved away by a reassignment; local copy deleted", self.name)
+
+    async def _hand_over_for_shutdown(self, partition: Partition) -> None:
+        """Transfer leadership to the first ready replica (the target set's order first)."""
+        assignment = self._assignment
+        order = list(assignment.target if assignment else ()) + list(partition.term.replicas)
+        now_s = time.monotonic()
+        for node in dict.fromkeys(order):
+            if node != self.ctx.node_id and partition.tracker.ready_to_lead(
+                node, now_s, settle_s=0.0
+            ):
+                timeout_s = self.ctx.settings.ingest.transfer_timeout_s
+                try:
+                    if await partition.transfer(node, timeout_s=timeout_s):
+                        return
+                except Exception as exc:  # etcd: fall back to releasing the owner key
+                    log.warning("%s: transfer to %s failed: %s", self.name, node, exc)
+                return
+
+    async def _leave_isr(self) -> None:
+        """Ask the leader to take this node out of the ISR now (its commits would wait
+        ``replica_lag_max_s`` for it otherwise); best effort."""
+        bus = self.ctx.bus
+        try:
+            await bus.request(
+                bus.subjects.repl_leave(self.name),
+                protocol.encode_node(self.ctx.node_id),
+                timeout_s=_LEAVE_TIMEOUT_S,
+            )
+        except Exception as exc:  # no leader now, or it is slow: it shrinks the ISR later
+            log.info("%s: could not leave the ISR at once: %s", self.name, exc)
 
 
 def _idle_poll_s() -> float:

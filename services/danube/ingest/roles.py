@@ -10,7 +10,13 @@ its own state: pure, tested on its own (tests/unit/test_ingest_replication.py).
   had a leader); else, if the owner key still names an earlier incarnation of this node,
   **delete** it so an eligible replica can claim; else **wait**;
 - after an operator's unclean move (``state.restart_at`` set, no leader): **restart** —
-  start an empty log at ``restart_at`` and claim — if this node is one of the new set.
+  start an empty log at ``restart_at`` and claim — if this node is one of the new set;
+- during a controlled transfer (the leader deleted its owner key and named
+  ``state.transfer_to``): only the named replica claims; the others **wait** until it
+  leads, or until the transfer is ``TRANSFER_HOLD_MS`` old (it died: any may claim).
+
+A node that is no replica any more and that the last reassignment **retired** (it left a
+partition whose new replica set held everything) stops and deletes its copy.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from dataclasses import dataclass
 from enum import Enum
 
 from danube.ingest.leadership import PartitionView
+from danube.meta.records import TRANSFER_HOLD_MS
 
 
 class Act(Enum):
     STOP = "stop"
+    RETIRE = "retire"  # stop and delete the local copy: a reassignment moved it away
     KEEP = "keep"
     DEMOTE = "demote"
     FOLLOW = "follow"
@@ -46,10 +54,13 @@ def decide(
     leading_epoch: int | None,
     following_epoch: int | None,
     has_history: bool,
+    now_ms: int,
 ) -> Decision:
-    """The next step of replica ``me`` (see the module docstring)."""
+    """The next step of replica ``me`` (see the module docstring); ``now_ms``: wall time."""
     assignment, state, owner = view.assignment, view.state, view.owner
     if assignment is None or me not in assignment.replicas:
+        if assignment is not None and me in assignment.retired:
+            return Decision(Act.RETIRE)
         return Decision(Act.STOP)
     if leading_epoch is not None:
         if owner is not None and (owner.node_id, owner.epoch) == (me, leading_epoch):
@@ -62,6 +73,14 @@ def decide(
     if state is not None and state.restart_at is not None:
         # An operator's unclean move: the new replicas start empty; any of them may claim.
         return Decision(Act.RESTART if me in state.isr else Act.WAIT)
+    if (
+        state is not None
+        and state.transfer_to is not None
+        and state.transfer_to != me
+        and state.transfer_to in assignment.replicas
+        and now_ms - (state.transfer_ms or 0) < TRANSFER_HOLD_MS
+    ):
+        return Decision(Act.WAIT)  # leadership is being handed to another replica
     never_led = state is None
     in_sync = never_led or me in state.isr  # type: ignore[union-attr]
     if in_sync and (has_history or never_led):

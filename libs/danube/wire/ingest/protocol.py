@@ -333,6 +333,23 @@ def decode_offset(body: bytes) -> int:
     return int(_U64.unpack(body)[0])
 
 
+NODE_ID_BYTES_MAX = 128
+
+
+def encode_node(node_id: str) -> bytes:
+    """A node id (``repl.leave``), UTF-8."""
+    return node_id.encode()
+
+
+def decode_node(body: bytes) -> str:
+    if not 0 < len(body) <= NODE_ID_BYTES_MAX:
+        raise BadRequestError(f"a node id of {len(body)} bytes")
+    try:
+        return bytes(body).decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise BadRequestError("a node id that is not UTF-8") from exc
+
+
 def encode_timestamp(timestamp_ms: int) -> bytes:
     return _U64.pack(timestamp_ms)
 
