@@ -86,7 +86,7 @@ async def _reassign(
         assigned_ms=int(time.time() * 1000),
         adding=tuple(n for n in target if n not in current.replicas),
         removing=tuple(n for n in union if n not in target),
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
     key = meta_keys.partition_assignment_key(partition)
     result = (

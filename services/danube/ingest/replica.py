@@ -228,7 +228,11 @@ class Replica:
                 await self._stop_leading()
                 return None
             return _MOVING_POLL_S
-        if assignment.moving or assignment.preferred != self.ctx.node_id:
+        # Look again soon while a move waits on time (a copy catching up, a preferred leader
+        # settling in the ISR); ISR changes wake this replica anyway.
+        preferred = assignment.preferred
+        settling = preferred != self.ctx.node_id and preferred in partition.isr
+        if assignment.moving or settling:
             return _MOVING_POLL_S
         return _idle_poll_s()
 

@@ -1,0 +1,198 @@
+"""Scale-out and drain with the whole mesh of real processes: 24 factor-1 partitions on one
+ingest node under a producer at ~2 000 msg/s and a consumer; two nodes join and the
+controller's balancer spreads the partitions (8 ± 2 each) by live moves; then one node is
+drained with `danube admin nodes drain` and ends up with nothing. The history checker
+judges every acknowledged and delivered message; produce latency and consumer stalls are
+measured and printed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from danube.config import MetadataConfig
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.records import Owner
+from danube.runtime import ProcessSpec, ServerProcess
+from tests.history import History
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+
+TOPIC = "elastic"
+PARTITIONS = 24
+RATE_MSG_S = 2000
+BATCH = 100
+SUB = "s"
+FAST = {
+    "DANUBE_INGEST__LEASE_TTL_S": "3",
+    "DANUBE_INGEST__PREFERRED_LEADER_SETTLE_S": "0.5",
+}
+DISCOVERY = {
+    "DANUBE_DISCOVERY__BALANCE_INTERVAL_S": "2",
+    "DANUBE_DISCOVERY__BALANCE_MOVES_MAX": "4",
+}
+
+
+@dataclass
+class Load:
+    history: History = field(default_factory=History)
+    latencies_s: list[tuple[float, float]] = field(default_factory=list)  # (sent at, took)
+    delivered_at: list[float] = field(default_factory=list)
+    sent: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+async def _produce(http: httpx.AsyncClient, load: Load, stop: asyncio.Event) -> None:
+    """~RATE_MSG_S messages a second in batches, paced; each batch retried until stored."""
+    loop = asyncio.get_running_loop()
+    period_s = BATCH / RATE_MSG_S
+    next_at = loop.time()
+    while not stop.is_set():
+        ids = [f"m{load.sent + i}" for i in range(BATCH)]
+        load.sent += BATCH
+        body = {"messages": [{"payload": i} for i in ids]}
+        started = loop.time()
+        while True:
+            response = await http.post(f"/v1/topics/default/{TOPIC}/messages", json=body)
+            if response.status_code == 200:
+                break
+            load.errors[str(response.status_code)] += 1
+            for msg_id in ids:
+                load.history.produced(msg_id, acked=False)
+            assert response.status_code in (429, 503), response.text
+            await asyncio.sleep(0.02)
+        load.latencies_s.append((started, loop.time() - started))
+        for msg_id, result in zip(ids, response.json()["results"], strict=True):
+            load.history.produced(
+                msg_id, partition=result["partition"], offset=result["offset"], acked=True
+            )
+        next_at += period_s
+        await asyncio.sleep(max(0.0, next_at - loop.time()))
+
+
+async def _consume(http: httpx.AsyncClient, load: Load, stop: asyncio.Event) -> None:
+    path = f"/v1/topics/default/{TOPIC}/subscriptions/{SUB}/consumers"
+    response = await http.post(path, json={"name": "c", "type": "exclusive", "start": "earliest"})
+    assert response.status_code == 201, response.text
+    consumer = response.json()["consumer_id"]
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        response = await http.get(
+            f"/v1/consumers/{consumer}/messages", params={"max": 1000, "wait_ms": 200}
+        )
+        assert response.status_code == 200, response.text
+        messages = response.json()["messages"]
+        if not messages:
+            continue
+        load.delivered_at.append(loop.time())
+        for m in messages:
+            load.history.delivered(m["payload"], partition=m["partition"], offset=m["offset"])
+        refs = [{"partition": m["partition"], "offset": m["offset"]} for m in messages]
+        ack = await http.post(f"/v1/consumers/{consumer}/ack", json={"messages": refs})
+        assert ack.status_code == 204, ack.text
+
+
+async def _leaders(store: MetaStore) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for kv in await store.range(meta_keys.partitions_prefix("default")):
+        if kv.key.endswith("/owner"):
+            counts[Owner.model_validate_json(kv.value).node_id] += 1
+    return counts
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def test_scale_out_then_drain_under_load(
+    tmp_path: Path,
+    spec_for: Callable[..., ProcessSpec],
+    services: Callable[..., ServerProcess],
+    etcd_endpoint: str,
+    meta_prefix: str,
+) -> None:
+    services("ingest", "ingest-0", **FAST)
+    discovery = services("discovery", "discovery-0", **DISCOVERY)
+    services("dispatcher", "dispatcher-0")
+    store = await MetaStore.connect(MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix))
+    load = Load()
+    stop = asyncio.Event()
+    base_url = f"http://127.0.0.1:{discovery.spec.port}"
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+            made = await http.put(f"/v1/topics/default/{TOPIC}", json={"partitions": PARTITIONS})
+            assert made.status_code in (200, 201), made.text
+            assert (await _leaders(store)) == {"ingest-0": PARTITIONS}
+            consumer = asyncio.create_task(_consume(http, load, stop))
+            producer = asyncio.create_task(_produce(http, load, stop))
+            await asyncio.sleep(3.0)
+            joined = asyncio.get_running_loop().time()
+            services("ingest", "ingest-1", **FAST)
+            services("ingest", "ingest-2", **FAST)
+            async with asyncio.timeout(120):
+                while True:
+                    counts = await _leaders(store)
+                    if sum(counts.values()) == PARTITIONS and all(
+                        6 <= counts[n] <= 10 for n in ("ingest-0", "ingest-1", "ingest-2")
+                    ):
+                        break
+                    assert not producer.done()
+                    assert not consumer.done()
+                    await asyncio.sleep(0.2)
+            balanced_s = asyncio.get_running_loop().time() - joined
+            window = [t for s, t in load.latencies_s if s >= joined]
+            print(
+                f"scale-out 1 -> 3 nodes, 24 partitions, {RATE_MSG_S} msg/s: balanced "
+                f"{dict(counts)} in {balanced_s:.1f}s; produce request p50 "
+                f"{_p(window, 0.5) * 1000:.1f} ms, p99 {_p(window, 0.99) * 1000:.1f} ms, "
+                f"max {max(window) * 1000:.1f} ms over {len(window)} requests"
+            )
+            # Drain ingest-2: everything it holds moves to the two others.
+            drained = await http.post("/v1/nodes/ingest-2/drain")
+            assert drained.status_code in (200, 202), drained.text
+            drain_started = asyncio.get_running_loop().time()
+            async with asyncio.timeout(120):
+                while True:
+                    counts = await _leaders(store)
+                    if counts["ingest-2"] == 0 and sum(counts.values()) == PARTITIONS:
+                        break
+                    await asyncio.sleep(0.2)
+            print(
+                f"drain of ingest-2: done in "
+                f"{asyncio.get_running_loop().time() - drain_started:.1f}s, leaders {dict(counts)}"
+            )
+            await asyncio.sleep(1.0)
+            stop.set()
+            await producer
+            # Everything acknowledged reaches the consumer.
+            acked = {p.msg_id for p in load.history.produces if p.acked}
+            async with asyncio.timeout(60):
+                while True:
+                    seen = {d.msg_id for d in load.history.deliveries}
+                    if acked <= seen:
+                        break
+                    await asyncio.sleep(0.1)
+                    if consumer.done():
+                        await consumer
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+    finally:
+        stop.set()
+        await store.close()
+    report = load.history.check()
+    assert report.ok, report.summary()
+    gaps = [b - a for a, b in zip(load.delivered_at, load.delivered_at[1:], strict=False)]
+    print(
+        f"consumer: longest gap between deliveries {max(gaps):.3f}s; produce errors "
+        f"{dict(load.errors)}; acknowledged {sum(1 for p in load.history.produces if p.acked)}"
+    )
+    assert max(gaps) < 1.0
+    assert max(t for _, t in load.latencies_s) < 2.0
