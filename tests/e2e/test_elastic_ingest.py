@@ -28,7 +28,6 @@ from replication import (
     connect,
     leader,
     read_all,
-    state,
     wait_isr,
 )
 
@@ -198,49 +197,62 @@ async def test_catch_up_respects_the_throttle(
         await bus.close()
 
 
-async def test_sigterm_hands_leadership_over_and_it_comes_back(
+async def _place(store: MetaStore, partition: TopicName, replicas: tuple[str, ...]) -> None:
+    """Write a replica set (as the controller's placement does), preferred leader first."""
+    assignment = Assignment(replicas=replicas, min_insync_replicas=2, assigned_ms=1)
+    assert await store.create_model(meta_keys.partition_assignment_key(partition), assignment)
+
+
+async def test_rolling_restart_hands_leadership_over_and_leaders_come_back(
     cluster: Callable[..., Cluster], nats_url: str, store: MetaStore
 ) -> None:
-    """Factor 3, min in-sync 2, a producer running: SIGTERM and restart each node in turn.
-    The leader hands over on SIGTERM (a controlled transfer, not a lease expiry), a stopping
-    follower leaves the ISR at once, and the longest wait for one acknowledgement stays
-    under a second; the restarted preferred leader gets its leadership back by transfer."""
+    """Factor 3, min in-sync 2, six partitions whose preferred leaders are spread over the
+    three nodes, a producer on each: SIGTERM and restart each node in turn. A stopping
+    leader hands over (a controlled transfer, not a lease expiry), a stopping follower
+    leaves the ISR at once, so the longest wait for one acknowledgement stays under a
+    second; afterwards each node leads its two preferred partitions again (by transfer)."""
     nodes = cluster(3, factor=3, min_insync=2)
-    partition = TopicName("default", "roll-part-0")
+    names = sorted(nodes.specs)
+    partitions = [TopicName("default", f"roll-part-{i}") for i in range(6)]
+    for i, partition in enumerate(partitions):
+        await _place(store, partition, tuple(names[(i + k) % 3] for k in range(3)))
     history = History()
     bus, client = await connect(nats_url, "elastic-roll")
-    producer = Producer(client, partition, history)
+    producers = [Producer(client, p, history) for p in partitions]
     try:
-        await producer.send(20)
-        await wait_isr(store, partition, 3)
-        preferred = (await _assignment(store, partition))[0].preferred
+        for producer in producers:
+            await producer.send(10)
+        for partition in partitions:
+            await wait_isr(store, partition, 3)
         longest: dict[str, float] = {}
-        for node in sorted(nodes.specs):
+        for node in names:
             stop = asyncio.Event()
-            running = asyncio.create_task(producer.run(stop))
+            running = [asyncio.create_task(p.run(stop)) for p in producers]
             await asyncio.sleep(0.3)
             await asyncio.to_thread(nodes.processes[node].stop)
             await asyncio.sleep(0.5)
             await asyncio.to_thread(nodes.start, node)
-            await wait_isr(store, partition, 3)
+            for partition in partitions:
+                await wait_isr(store, partition, 3)
             await asyncio.sleep(0.3)
             stop.set()
-            await running
-            longest[node] = producer.stalls[-1]
-        async with asyncio.timeout(20):
+            await asyncio.gather(*running)
+            longest[node] = max(p.stalls[-1] for p in producers)
+        async with asyncio.timeout(30):
             while True:
-                if (await leader(store, partition)).node_id == preferred:
+                leaders = [(await leader(store, p)).node_id for p in partitions]
+                if leaders == [names[i % 3] for i in range(6)]:
                     break
-                await asyncio.sleep(0.05)
-        found = await state(store, partition)
-        assert found is not None
-        await producer.send(5)
-        offsets = await read_all(client, partition, history)
-        report = history.check(expect_contiguous_from={str(partition): 0})
+                await asyncio.sleep(0.1)
+        for producer in producers:
+            await producer.send(3)
+        for partition in partitions:
+            offsets = await read_all(client, partition, history)
+            assert offsets == list(range(len(offsets)))
+        report = history.check(expect_contiguous_from={str(p): 0 for p in partitions})
         assert report.ok, report.summary()
-        assert offsets == list(range(len(offsets)))
         print(
-            "rolling restart, longest ack wait per node: "
+            "rolling restart (6 partitions, factor 3), longest ack wait per node: "
             + ", ".join(f"{n} {s:.3f}s" for n, s in longest.items())
         )
         assert max(longest.values()) < 1.0
