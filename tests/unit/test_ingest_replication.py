@@ -150,6 +150,9 @@ def test_each_replica_does_the_one_safe_thing() -> None:
     assert _decide(_view(replicas=("b",))) is Act.STOP
     assert _decide(_view()) is Act.CLAIM  # never led: every replica holds the same empty log
     assert _decide(_view(), has_history=False) is Act.CLAIM
+    # A new partition is claimed by its preferred leader first; the others wait a while.
+    assert _decide(_view(replicas=("b", "a")), now_ms=1 + TRANSFER_HOLD_MS - 1) is Act.WAIT
+    assert _decide(_view(replicas=("b", "a")), now_ms=1 + TRANSFER_HOLD_MS) is Act.CLAIM
     led = ("b", 3, ("a", "b"))
     assert _decide(_view(state=led, owner=("b", 3))) is Act.FOLLOW
     assert _decide(_view(state=led, owner=("b", 3)), following_epoch=3) is Act.KEEP

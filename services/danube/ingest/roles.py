@@ -11,6 +11,8 @@ its own state: pure, tested on its own (tests/unit/test_ingest_replication.py).
   **delete** it so an eligible replica can claim; else **wait**;
 - after an operator's unclean move (``state.restart_at`` set, no leader): **restart** —
   start an empty log at ``restart_at`` and claim — if this node is one of the new set;
+- a partition that never had a leader is claimed by its preferred leader (the first
+  replica) alone for ``TRANSFER_HOLD_MS`` after its placement, then by any replica;
 - during a controlled transfer (the leader deleted its owner key and named
   ``state.transfer_to``): only the named replica claims; the others **wait** until it
   leads, or until the transfer is ``TRANSFER_HOLD_MS`` old (it died: any may claim).
@@ -82,6 +84,12 @@ def decide(
     ):
         return Decision(Act.WAIT)  # leadership is being handed to another replica
     never_led = state is None
+    if (
+        never_led
+        and me != assignment.preferred
+        and now_ms - assignment.assigned_ms < TRANSFER_HOLD_MS
+    ):
+        return Decision(Act.WAIT)  # a new partition: its preferred leader claims first
     in_sync = never_led or me in state.isr  # type: ignore[union-attr]
     if in_sync and (has_history or never_led):
         return Decision(Act.CLAIM)
