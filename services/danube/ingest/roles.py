@@ -61,8 +61,8 @@ def decide(
     """The next step of replica ``me`` (see the module docstring); ``now_ms``: wall time."""
     assignment, state, owner = view.assignment, view.state, view.owner
     if assignment is None or me not in assignment.replicas:
-        if assignment is not None and me in assignment.retired:
-            return Decision(Act.RETIRE)
+        if assignment is not None and me in assignment.retired and leading_epoch is None:
+            return Decision(Act.RETIRE)  # (a leader is never retired: it completes moves)
         return Decision(Act.STOP)
     if leading_epoch is not None:
         if owner is not None and (owner.node_id, owner.epoch) == (me, leading_epoch):
