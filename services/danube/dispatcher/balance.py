@@ -143,7 +143,7 @@ class Balancer(Generic[K]):
         if census is None:
             return []
         owned = len(unacked)
-        total = max(census.total - census.owned.get(self.me, 0) + owned, owned)
+        total = self._total(census, owned)
         eligible = census.eligible(self.me)
         count = release_count(owned, total, eligible, drained=self.drained, policy=self.policy)
         return choose_release(unacked, count)
@@ -160,7 +160,7 @@ class Balancer(Generic[K]):
             return None
         at_s = self._released_s.get(key)
         held_off = at_s is not None and now_s - at_s < self.policy.holdoff_s
-        total = max(census.total - census.owned.get(self.me, 0) + owned, owned)
+        total = self._total(census, owned)
         return claim_refusal(
             owned,
             total,
@@ -169,6 +169,12 @@ class Balancer(Generic[K]):
             held_off=held_off,
             slack=self.policy.slack,
         )
+
+    def _total(self, census: Census, owned: int) -> int:
+        """The cluster's total as counted: our hand-overs since do not take from it
+        (someone else owns those a moment later), nor do our claims add to it (most are
+        of subscriptions counted as another's; a new one is the ``+ 1`` of the ceiling)."""
+        return max(census.total, owned)
 
     def held_off(self) -> Sequence[K]:
         """The subscriptions held off now (for stats and tests)."""
