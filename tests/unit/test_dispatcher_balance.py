@@ -185,3 +185,14 @@ def test_a_drained_dispatcher_ends_with_nothing(seed: int) -> None:
     assert counts[0] == 0
     assert sum(counts) == 40
     assert 18 <= counts[1] <= counts[2] <= 22, counts
+
+
+def test_a_dispatcher_leaving_ends_every_hold_off() -> None:
+    balancer: Balancer[str] = Balancer("d0", POLICY)
+    three = Census(live=frozenset({"d0", "d1", "d2"}), drained=frozenset(), owned={"d0": 3})
+    balancer.observe(three, 0.0)
+    balancer.released(["a", "b"], 0.0)
+    balancer.observe(three, 1.0)
+    assert balancer.refusal("a", 0, 1.0) is not None
+    balancer.observe(Census(live=frozenset({"d0", "d1"}), drained=frozenset()), 2.0)
+    assert balancer.refusal("a", 0, 2.0) is None

@@ -12,7 +12,8 @@ refuses claims (the claimant's retry reaches another member of the queue group):
 - of any subscription while it owns its ceiling (so a claim never takes it past the point
   where it would hand over again: no ping-pong; the ``+ 1`` counts a new subscription that
   nobody owns yet, so with accurate counts some eligible dispatcher always has room);
-- of a subscription it handed over less than ``holdoff_s`` ago (it would take it right back);
+- of a subscription it handed over less than ``holdoff_s`` ago (it would take it right back),
+  unless a dispatcher has left since (the one that took it, perhaps);
 - of any subscription while it is drained, which hands over everything.
 
 When no dispatcher is eligible (every live one is drained) nothing is handed over and no
@@ -124,7 +125,10 @@ class Balancer(Generic[K]):
     _released_s: dict[K, float] = field(default_factory=dict)
 
     def observe(self, census: Census, now_s: float) -> None:
-        """A new count; forgets hand-overs older than the hold-off."""
+        """A new count; forgets hand-overs older than the hold-off, and every one when a
+        dispatcher left (it may have been the one that took them: they need a home now)."""
+        if self.census is not None and self.census.live - census.live:
+            self._released_s.clear()
         self.census = census
         for key, at_s in list(self._released_s.items()):
             if now_s - at_s >= self.policy.holdoff_s:
