@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -30,6 +31,9 @@ _Key = tuple[TopicName, str]
 
 # One count of the cluster (three ranges) gets this long before the round is skipped.
 _CENSUS_TIMEOUT_S = 10.0
+# A refused claim asks for a count now (the refusal may rest on a stale one: a dispatcher
+# that just left still counted as live), at most this often.
+_RECOUNT_MIN_S = 0.5
 
 
 class _Served:
@@ -54,6 +58,7 @@ class DispatcherNode:
         )
         self._retiring: set[asyncio.Task[None]] = set()
         self._handing_over: set[asyncio.Task[None]] = set()
+        self._recount = asyncio.Event()
         config = settings.dispatcher
         self.balancer: Balancer[_Key] = Balancer(
             node_id,
@@ -112,21 +117,28 @@ class DispatcherNode:
         why = self.balancer.refusal(key, len(self._served), time.monotonic())
         if why is not None:
             metrics.CLAIMS_REFUSED.inc()
+            self._recount.set()
             raise ClaimRefusedError(f"{key[0]}/{key[1]}: not claimed here: {why}")
 
     async def balance(self) -> None:
         """Count the cluster and hand over what is beyond the fair share (everything when
         drained), every ``balance_interval_s`` (jittered ±20 %, the first round at once)
-        until cancelled. A round that cannot count (etcd away) changes nothing."""
+        until cancelled, and soon after a refused claim (at most every 0.5 s). A round
+        that cannot count (etcd away) changes nothing."""
         config = self.settings.dispatcher
         if not config.balance_enabled:
             return
         while True:
+            self._recount.clear()
             try:
                 await self.balance_once()
             except Exception as exc:
                 log.warning("dispatcher %s: balancing round failed: %s", self.node_id, exc)
-            await asyncio.sleep(config.balance_interval_s * random.uniform(0.8, 1.2))
+            await asyncio.sleep(_RECOUNT_MIN_S)
+            wait_s = config.balance_interval_s * random.uniform(0.8, 1.2) - _RECOUNT_MIN_S
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(wait_s, 0.0)):
+                    await self._recount.wait()
 
     async def balance_once(self) -> list[_Key]:
         """One round: count, decide (danube.dispatcher.balance), hand over; what it handed
