@@ -29,6 +29,7 @@ STATUS_BY_CODE = {
     "offset_out_of_range": 400,
     "position_unavailable": 503,
     "ack_not_durable": 503,
+    "claim_refused": 503,  # balancing: another member of the queue group may take it
     "data_damaged": 500,
     "not_owner": 503,  # danube.dispatcher.store
     "bad_request": 400,

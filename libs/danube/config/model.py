@@ -432,6 +432,17 @@ class DispatcherConfig(ServiceConfig):
     # Messages buffered per consumer of a non-reliable subscription; a full buffer drops its
     # oldest message (counted), so a slow consumer slows nobody.
     non_reliable_buffer_messages: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    # Fair share (docs/dispatcher.md, "Balancing, drain and handover"): every
+    # balance_interval_s (jittered ±20 %) a dispatcher counts the live, undrained dispatchers
+    # and the owned subscriptions; owning more than ceil(total / eligible) + balance_slack, it
+    # hands over down to ceil(total / eligible), at most balance_moves_max per round, and
+    # refuses (claim_refused, retriable) claims while at its share and, for
+    # balance_holdoff_s, claims of what it just handed over. A drained one hands over all.
+    balance_enabled: bool = True
+    balance_interval_s: Annotated[float, Field(gt=0, le=3600)] = 3.0
+    balance_slack: Annotated[int, Field(ge=0, le=1000)] = 1
+    balance_moves_max: Annotated[int, Field(ge=1, le=1000)] = 4
+    balance_holdoff_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
 
 
 class MetricsConfig(_Section):

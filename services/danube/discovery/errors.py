@@ -133,6 +133,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "timeout": 503,
     "deadline_exceeded": 503,
     "not_owner": 503,
+    "claim_refused": 503,
     "meta_unavailable": 503,
     "lease_lost": 503,
     "rate_limited": 429,

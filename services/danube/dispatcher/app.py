@@ -24,6 +24,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         node = DispatcherNode(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
         claims = await serve_claims(s.bus, node_id, node.ensure_serving)
         watcher = s.tasks.create_task(node.watch_owners(), name="subscription-watch")
+        balancer = s.tasks.create_task(node.balance(), name="subscription-balance")
         sampler = s.tasks.create_task(
             SubscriptionSampler(node.runtimes).run(settings.metrics.sample_interval_s),
             name="subscription-metrics",
@@ -32,6 +33,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         log.info("dispatcher %s up", node_id)
         await wait_for_any(stop, s.lease.lost)
         watcher.cancel()
+        balancer.cancel()
         sampler.cancel()
         await claims.drain()
         await node.close(release=s.lease.alive)

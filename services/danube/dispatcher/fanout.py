@@ -194,6 +194,11 @@ class FanoutRuntime:
         self.notify()
         self._on_failed(self, reason)
 
+    def unacked_count(self) -> int:
+        """Messages buffered for consumers (lost on a hand-over: at-most-once)."""
+        fanout = self.fanout
+        return 0 if fanout is None else sum(map(fanout.buffered, fanout.consumers))
+
     def begin_stop(self) -> None:
         """Make waiting polls answer now."""
         self.closing = True

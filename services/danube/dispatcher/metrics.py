@@ -142,3 +142,15 @@ def observe_delivery_age(
                 return
             DELIVERY_AGE_SECONDS.observe(max(0.0, time.time() - published_ms / 1000))
             return
+
+
+# Balancing (danube.dispatcher.balance): subscriptions handed over, and claims refused.
+HANDED_OVER = Counter(
+    "danube_dispatcher_handed_over_subscriptions",
+    "Subscriptions handed over while serving: beyond the fair share (balance) or drained (drain)",
+    ["reason"],
+)
+CLAIMS_REFUSED = Counter(
+    "danube_dispatcher_refused_claims",
+    "Claims refused (claim_refused, retriable): drained, at its fair share, or held off",
+)

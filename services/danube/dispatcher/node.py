@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
+import time
 
 from danube.bus import Bus, Responder
 from danube.config import DanubeSettings
 from danube.dispatcher import metrics
+from danube.dispatcher.balance import BalancePolicy, Balancer
+from danube.dispatcher.census import read_census
 from danube.dispatcher.fanout import FanoutRuntime
 from danube.dispatcher.handlers import SubscriptionHandlers
 from danube.dispatcher.runtime import SubscriptionRuntime
@@ -18,10 +23,17 @@ from danube.meta import keys as meta_keys
 from danube.meta.follow import follow_prefix
 from danube.meta.records import Owner
 from danube.runtime.owned import Owned
+from danube.wire.dispatcher.errors import ClaimRefusedError
 
 log = logging.getLogger(__name__)
 
 _Key = tuple[TopicName, str]
+
+# One count of the cluster (three ranges) gets this long before the round is skipped.
+_CENSUS_TIMEOUT_S = 10.0
+# A refused claim asks for a count now (the refusal may rest on a stale one: a dispatcher
+# that just left still counted as live), at most this often.
+_RECOUNT_MIN_S = 0.5
 
 
 class _Served:
@@ -45,6 +57,17 @@ class DispatcherNode:
             lease, fence=lambda served, reason: served.runtime.fail(reason)
         )
         self._retiring: set[asyncio.Task[None]] = set()
+        self._handing_over: set[asyncio.Task[None]] = set()
+        self._recount = asyncio.Event()
+        config = settings.dispatcher
+        self.balancer: Balancer[_Key] = Balancer(
+            node_id,
+            BalancePolicy(
+                slack=config.balance_slack,
+                moves_max=config.balance_moves_max,
+                holdoff_s=config.balance_holdoff_s,
+            ),
+        )
 
     @property
     def subscriptions(self) -> list[_Key]:
@@ -64,6 +87,8 @@ class DispatcherNode:
                 return served.runtime
             if served is not None:
                 await self._stop_serving(key, release=False)
+            else:
+                self._check_claim(key)
             self.lease.ensure_alive()
             store = SubscriptionStore(self.store, topic, sub)
             await store.claim_owner(self.node_id, self.lease)
@@ -83,6 +108,88 @@ class DispatcherNode:
             self._served.add(key, _Served(runtime, responder))
             metrics.SUBSCRIPTIONS.labels(runtime.dispatch).inc()
             return runtime
+
+    def _check_claim(self, key: _Key) -> None:
+        """ClaimRefusedError (retriable: the claimant asks the queue group again) when the
+        balancer will not take ``key`` now (docs/dispatcher.md, Balancing)."""
+        if not self.settings.dispatcher.balance_enabled:
+            return
+        why = self.balancer.refusal(key, len(self._served), time.monotonic())
+        if why is not None:
+            metrics.CLAIMS_REFUSED.inc()
+            self._recount.set()
+            raise ClaimRefusedError(f"{key[0]}/{key[1]}: not claimed here: {why}")
+
+    async def balance(self) -> None:
+        """Count the cluster and hand over what is beyond the fair share (everything when
+        drained), every ``balance_interval_s`` (jittered ±20 %, the first round at once)
+        until cancelled, and soon after a refused claim (at most every 0.5 s). A round
+        that cannot count (etcd away) changes nothing."""
+        config = self.settings.dispatcher
+        if not config.balance_enabled:
+            return
+        while True:
+            self._recount.clear()
+            try:
+                await self.balance_once()
+            except Exception as exc:
+                log.warning("dispatcher %s: balancing round failed: %s", self.node_id, exc)
+            await asyncio.sleep(_RECOUNT_MIN_S)
+            wait_s = config.balance_interval_s * random.uniform(0.8, 1.2) - _RECOUNT_MIN_S
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(wait_s, 0.0)):
+                    await self._recount.wait()
+
+    async def balance_once(self) -> list[_Key]:
+        """One round: count, decide (danube.dispatcher.balance), hand over; what it handed
+        over."""
+        if not self.lease.alive:
+            return []
+        async with asyncio.timeout(_CENSUS_TIMEOUT_S):
+            census = await read_census(self.store)
+        self.balancer.observe(census, time.monotonic())
+        unacked: dict[_Key, int] = {}
+        for key in self._served.served():
+            served = self._served.get(key)
+            if served is not None and not served.runtime.failed:
+                unacked[key] = served.runtime.unacked_count()
+        chosen = self.balancer.plan(unacked)
+        reason = "drain" if self.balancer.drained else "balance"
+        for key in chosen:
+            await self.hand_over(key, reason)
+        if chosen:
+            log.info(
+                "dispatcher %s handed over %d subscriptions (%s; %d live, %d drained, %d owned)",
+                self.node_id,
+                len(chosen),
+                reason,
+                len(census.live),
+                len(census.drained),
+                census.total,
+            )
+        return chosen
+
+    async def hand_over(self, key: _Key, reason: str) -> None:
+        """Stop serving ``key`` gracefully and release its owner key, as a clean stop
+        does: waiting polls answer, requests under way finish (an ack still waits for its
+        cursor write), the cursors are written a last time, then the owner key goes. The
+        consumers' next request finds no responder, claims, and the new owner (never this
+        one for ``balance_holdoff_s``) answers ``consumer_not_found``, on which clients
+        attach again and get the unacked messages again from the stored cursor."""
+        # Shielded: a hand-over cut short would leave the subscription neither served nor
+        # released (its consumers would wait for the lease); close() waits for it instead.
+        task = asyncio.get_running_loop().create_task(self._hand_over(key, reason))
+        self._handing_over.add(task)
+        task.add_done_callback(self._handing_over.discard)
+        await asyncio.shield(task)
+
+    async def _hand_over(self, key: _Key, reason: str) -> None:
+        self.balancer.released([key], time.monotonic())  # before: a claim racing it is refused
+        async with self._served.locks.hold(key):
+            if self._served.get(key) is None:
+                return
+            await self._stop_serving(key, release=True)
+        metrics.HANDED_OVER.labels(reason).inc()
 
     def _on_failed(self, runtime: ServedSubscription, reason: str) -> None:
         """Stop answering a failed subscription's subjects, so a claim finds a live owner."""
@@ -160,6 +267,7 @@ class DispatcherNode:
 
     async def close(self, *, release: bool) -> None:
         """Stop serving everything; ``release`` hands the subscriptions on (clean stop)."""
+        await asyncio.gather(*self._handing_over, return_exceptions=True)
         for key in self._served.served():
             await self._stop_serving(key, release=release)
         for task in list(self._retiring):

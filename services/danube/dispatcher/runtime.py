@@ -223,6 +223,12 @@ class SubscriptionRuntime:
                     "final cursor write of %s/%s failed: %s", self.store.topic, self.store.sub, exc
                 )
 
+    def unacked_count(self) -> int:
+        """Messages delivered and not acked, over every consumer."""
+        if self.machine is None:
+            return 0
+        return sum(unacked for _, _, unacked in self.machine.consumer_details())
+
     # --- requests --------------------------------------------------------------------------
 
     async def attach(self, request: protocol.AttachRequest) -> str:

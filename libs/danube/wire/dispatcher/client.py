@@ -22,6 +22,7 @@ from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
 from danube.wire.claim import request_with_claim
 from danube.wire.dispatcher import protocol
+from danube.wire.dispatcher.errors import ClaimRefusedError
 
 # A long poll's request deadline is its wait plus this much for the reply to travel.
 _POLL_MARGIN_S = 2.0
@@ -232,15 +233,23 @@ class DispatcherClient:
             timeout_message=f"{op} on {topic}/{sub}: no answer in {timeout_s}s",
         )
 
-    async def _ask_claim(self, topic: TopicName, sub: str, deadline: float) -> None:
+    async def _ask_claim(self, topic: TopicName, sub: str, deadline: float) -> RemoteError | None:
         remaining_s = deadline - asyncio.get_running_loop().time()
         if remaining_s <= 0:
             return None
         # No dispatcher up yet, or another one won: the retry finds out.
-        with contextlib.suppress(NoRespondersError, RemoteError, BusTimeoutError):
-            await self.bus.request(
-                self.bus.subjects.subscription_ownership(topic, sub), b"", timeout_s=remaining_s
-            )
+        with contextlib.suppress(NoRespondersError, BusTimeoutError):
+            try:
+                await self.bus.request(
+                    self.bus.subjects.subscription_ownership(topic, sub),
+                    b"",
+                    timeout_s=remaining_s,
+                )
+            except RemoteError as exc:
+                # A member that will not take it (balancing, drain): back off, then the
+                # queue group picks again; kept as the reason should the deadline pass.
+                return exc if exc.code == ClaimRefusedError.code else None
+        return None
 
 
 def _policy_body(policy: FailurePolicy | Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@
         ├── OffsetOutOfRangeError    "offset_out_of_range"
         ├── PositionUnavailableError "position_unavailable" (retriable)
         ├── AckNotDurableError       "ack_not_durable" (retriable)
+        ├── ClaimRefusedError        "claim_refused" (retriable)
         ├── DataDamagedError         "data_damaged"
         └── PolicyLimitError         "too_many_subscriptions", "too_many_consumers"
 
@@ -123,6 +124,15 @@ class AckNotDurableError(DispatcherError):
     restart may deliver the message again; acking again is safe."""
 
     code = "ack_not_durable"
+    retriable = True
+
+
+class ClaimRefusedError(DispatcherError):
+    """A dispatcher of the queue group will not claim the subscription now (it holds its
+    fair share, is drained, or just handed it over: docs/dispatcher.md, Balancing); the
+    claimant retries and the queue group picks another member."""
+
+    code = "claim_refused"
     retriable = True
 
 
