@@ -5,12 +5,16 @@ Discovery produces through :meth:`IngestClient.produce`; the uploader and dispat
 read through :meth:`IngestClient.fetch`. A produce that finds no leader asks the ingest
 queue group to place the partition (if it has no replicas yet) and waits for a leader, then
 retries, all within the call's deadline; when no leader comes, it raises the reason
-(``partition_unavailable``, ``not_enough_replicas``) rather than a bare timeout.
+(``partition_unavailable``, ``not_enough_replicas``) rather than a bare timeout. A produce
+whose leader dies with the request in flight is sent again to the next leader once a probe
+sees the leader move (danube.wire.leader_watch): answered within the lease TTL + 2 s, not at
+the deadline, and possibly stored twice (at least once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -22,13 +26,20 @@ from danube.frame import Frame, RawFrame, decode_frames, walk_frames
 from danube.wire.claim import request_with_claim
 from danube.wire.ingest import protocol
 from danube.wire.ingest.protocol import SegmentInfo
+from danube.wire.leader_watch import (
+    PROBE_AFTER_S,
+    PROBE_EVERY_S,
+    Leader,
+    await_watching_leader,
+)
 from danube.wire.limits import BACKLOG_QUOTA_EXCEEDED, RATE_LIMITED, PartitionLimits
+
+log = logging.getLogger(__name__)
 
 # The code of danube.ingest.leadership.PartitionUnavailableError: no in-sync replica of the
 # partition is alive, so retrying within one request's deadline cannot help.
 UNAVAILABLE = "partition_unavailable"
-# A produce unanswered after this long makes the client ask whether a leader exists at all.
-_PROBE_AFTER_S = 1.0
+# A probe (who leads?) waits this long for the first node's answer.
 _PROBE_TIMEOUT_S = 1.0
 # Retriable, but not within one request: a full disk stays full, and a partition with no live
 # in-sync replica stays without a leader, for longer than a produce deadline, so the producer
@@ -67,8 +78,18 @@ class WalOffsets:
 class IngestClient:
     """Produce to and fetch from the ingest node owning a partition."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        probe_after_s: float = PROBE_AFTER_S,
+        probe_every_s: float = PROBE_EVERY_S,
+    ) -> None:
+        """``probe_after_s``, ``probe_every_s``: when a slow produce first asks who leads,
+        then how often (danube.wire.leader_watch)."""
         self.bus = bus
+        self.probe_after_s = probe_after_s
+        self.probe_every_s = probe_every_s
 
     async def produce(
         self,
@@ -116,55 +137,46 @@ class IngestClient:
         deadline: float,
         headers: dict[str, str] | None = None,
     ) -> bytes:
-        """One produce request. When it is slow, ask in parallel whether a leader can come
-        at all: a frozen leader keeps its bus subscription (so the request finds a
-        responder that never answers) though its lease, and leadership, are gone; with no
+        """One produce request, watched while it is slow (danube.wire.leader_watch): every
+        second or so, ask who leads. The node holding the request may be gone (SIGKILL: it
+        never answers) or frozen (it keeps its bus subscription though its lease, and
+        leadership, are gone): once a probe names another leader or epoch than the first
+        probe did, or none, the request is abandoned with ``not_owner`` (retriable; it may
+        have been stored: at least once) and :meth:`produce_body` sends it again. With no
         in-sync replica alive the answer is ``partition_unavailable`` at once, not a bare
         timeout at the deadline."""
-        loop = asyncio.get_running_loop()
-        remaining_s = max(deadline - loop.time(), 0.001)
+        remaining_s = max(deadline - asyncio.get_running_loop().time(), 0.001)
         subject = self.bus.subjects.produce(partition)
-        request = asyncio.ensure_future(
-            self.bus.request(subject, body, timeout_s=remaining_s, headers=headers)
+        reply = await await_watching_leader(
+            self.bus.request(subject, body, timeout_s=remaining_s, headers=headers),
+            lambda probe_deadline: self._probe(partition, probe_deadline),
+            deadline=deadline,
+            subject=subject,
+            give_up_codes=_RETRY_LATER_CODES,
+            probe_after_s=self.probe_after_s,
+            probe_every_s=self.probe_every_s,
         )
-        probe: asyncio.Future[tuple[bool, RemoteError | None]] | None = None
-        try:
-            await asyncio.wait({request}, timeout=min(_PROBE_AFTER_S, remaining_s))
-            while not request.done():
-                probe = asyncio.ensure_future(self._probe(partition, deadline))
-                await asyncio.wait({request, probe}, return_when=asyncio.FIRST_COMPLETED)
-                if request.done():
-                    break
-                answered, reason = probe.result()
-                if reason is not None and reason.code in _RETRY_LATER_CODES:
-                    raise reason
-                if answered:
-                    break  # a leader is there (or coming): wait for the request
-            return (await request).body
-        finally:
-            for task in (request, probe):
-                if task is not None and not task.done():
-                    task.cancel()
-                    await asyncio.wait({task})  # never raises: the caller's own cancel stays
+        return reply.body
 
-    async def _probe(
-        self, partition: TopicName, deadline: float
-    ) -> tuple[bool, RemoteError | None]:
-        """Ask every ingest node whether the partition has or may get a leader; the first
-        answer wins (a frozen node keeps its subscription but never answers):
-        ``(answered, the reason if it has none)``."""
+    async def _probe(self, partition: TopicName, deadline: float) -> Leader | None:
+        """Ask every ingest node who leads the partition; the first answer wins (a frozen
+        node keeps its subscription but never answers). None when nobody answered; the
+        RemoteError when a node says none can (``partition_unavailable``)."""
         remaining_s = deadline - asyncio.get_running_loop().time()
         try:
-            await self.bus.request(
+            reply = await self.bus.request(
                 self.bus.subjects.leader_probe(partition),
                 b"",
                 timeout_s=max(min(remaining_s, _PROBE_TIMEOUT_S), 0.001),
             )
-        except RemoteError as exc:
-            return True, exc
         except (NoRespondersError, BusTimeoutError):
-            return False, None
-        return True, None
+            return None
+        try:
+            node_id, epoch = protocol.decode_probe_reply(reply.body)
+        except protocol.BadRequestError as exc:
+            log.warning("%s: %s", partition, exc)
+            return None  # nothing learned; the request is still awaited
+        return Leader(node_id, epoch)
 
     async def place(self, partition: TopicName, *, timeout_s: float) -> RemoteError | None:
         """Ask the ``ingest`` queue group to place ``partition`` (its replica set, its
