@@ -264,3 +264,15 @@ def test_probe_replies_decode_and_bad_ones_are_refused() -> None:
     for bad in (b"", b"[]", b'{"epoch": 1}', b'{"leader": "a"}', b'{"leader": 1, "epoch": 1}'):
         with pytest.raises(protocol.BadRequestError):
             protocol.decode_probe_reply(bad)
+
+
+def test_an_abandoned_produce_is_a_retriable_503_at_discovery_and_in_the_sdk() -> None:
+    """When even the retries find no leader by the produce deadline, discovery answers the
+    kept reason: 503 not_owner, which the SDK retries (docs/replication.md)."""
+    from danube.client.errors import api_error
+    from danube.discovery.errors import error_body, http_status
+
+    error = LeaderMovedError(subject="s", was=A1, now=NONE)
+    assert http_status(error) == 503
+    assert error_body(error)["error"]["code"] == "not_owner"
+    assert api_error(503, "not_owner", error.message).retriable
