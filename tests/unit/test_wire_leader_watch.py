@@ -210,6 +210,10 @@ class FakeBus:
             if not self.probe_replies:
                 raise BusTimeoutError(subject, timeout_s)
             return Reply(body=self.probe_replies.pop(0))
+        if subject == self.subjects.wal_fetch(P):
+            self.held = asyncio.get_running_loop().create_future()
+            async with asyncio.timeout(timeout_s):
+                return await self.held
         assert subject == self.subjects.produce(P)
         self.produces += 1
         if self.produces == 1:
@@ -256,6 +260,21 @@ async def test_a_produce_to_a_slow_leader_that_stays_is_sent_once() -> None:
     assert await client.produce(P, [b"r"], timeout_s=5.0) == 3
     await late
     assert bus.produces == 1  # probes named the same leader, then nobody answered them
+
+
+async def test_a_fetch_held_by_a_leader_that_died_is_given_up_when_the_leader_moves() -> None:
+    """Readers (dispatcher, uploader) fetch again on any bus error: a fetch held by a dead
+    leader ends with not_owner at the probe that sees the new leader, not at its timeout."""
+    bus = FakeBus([protocol.encode_probe_reply("a", 1), protocol.encode_probe_reply("b", 2)])
+    client = IngestClient(bus, probe_after_s=0.02, probe_every_s=0.02)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(LeaderMovedError) as raised:
+        await client.fetch(P, 0, timeout_s=5.0)
+    assert (raised.value.was, raised.value.now) == (A1, B2)
+    assert loop.time() - started < 1.0
+    assert bus.held is not None
+    assert bus.held.cancelled()
 
 
 def test_probe_replies_decode_and_bad_ones_are_refused() -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from danube.bus import RemoteError
 
@@ -110,16 +110,13 @@ async def await_watching_leader(
     must end by ``deadline`` on its own (a bus request's timeout): once no probe is left it
     is simply awaited. It is cancelled when this raises; the caller's cancel reaches both."""
     now = clock if clock is not None else asyncio.get_running_loop().time
-    pause = sleep if sleep is not None else asyncio.sleep  # looked up now: tests patch it
     pending = asyncio.ensure_future(request)
-    timer: asyncio.Future[object] | None = None
     asked: asyncio.Future[Leader | None] | None = None
     first: Leader | None = None
     try:
         next_at = now() + probe_after_s
         for _ in range(probes_max):
-            timer = asyncio.ensure_future(pause(max(next_at - now(), 0.0)))
-            await asyncio.wait({pending, timer}, return_when=asyncio.FIRST_COMPLETED)
+            await _wait(pending, max(next_at - now(), 0.0), sleep)
             if pending.done() or now() >= deadline:
                 break
             asked = asyncio.ensure_future(probe(deadline))
@@ -134,10 +131,33 @@ async def await_watching_leader(
             next_at = max(next_at + probe_every_s, now())
         return await pending
     finally:
-        for task in (pending, timer, asked):
+        for task in (pending, asked):
             if task is not None and not task.done():
-                task.cancel()
-                await asyncio.wait({task})  # never raises: the caller's own cancel stays
+                await _cancel(task)
+
+
+async def _wait(
+    pending: asyncio.Future[Any],
+    delay_s: float,
+    sleep: Callable[[float], Awaitable[object]] | None,
+) -> None:
+    """Until ``pending`` is done or ``delay_s`` passed. The real clock's timer is the
+    loop's own (no task per request: this is every produce's path); a fake ``sleep`` is
+    raced as a task."""
+    if sleep is None:
+        await asyncio.wait({pending}, timeout=delay_s)
+        return
+    timer = asyncio.ensure_future(sleep(delay_s))
+    try:
+        await asyncio.wait({pending, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not timer.done():
+            await _cancel(timer)
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    await asyncio.wait({task})  # never raises: the caller's own cancel stays
 
 
 def _answer(asked: asyncio.Future[Leader | None], give_up_codes: Collection[str]) -> Leader | None:

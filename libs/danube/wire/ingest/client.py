@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import orjson
 
-from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, TopicName
+from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, Reply, TopicName
 from danube.frame import Frame, RawFrame, decode_frames, walk_frames
 from danube.wire.claim import request_with_claim
 from danube.wire.ingest import protocol
@@ -147,8 +147,16 @@ class IngestClient:
         timeout at the deadline."""
         remaining_s = max(deadline - asyncio.get_running_loop().time(), 0.001)
         subject = self.bus.subjects.produce(partition)
+        request = self.bus.request(subject, body, timeout_s=remaining_s, headers=headers)
+        return await self._watched(partition, subject, request, deadline)
+
+    async def _watched(
+        self, partition: TopicName, subject: str, request: Awaitable[Reply], deadline: float
+    ) -> bytes:
+        """``request``'s reply body, given up with ``not_owner`` (LeaderMovedError) once
+        the partition's leader moved while it was in flight."""
         reply = await await_watching_leader(
-            self.bus.request(subject, body, timeout_s=remaining_s, headers=headers),
+            request,
             lambda probe_deadline: self._probe(partition, probe_deadline),
             deadline=deadline,
             subject=subject,
@@ -265,11 +273,13 @@ class IngestClient:
         max_count: int,
         timeout_s: float,
     ) -> bytes:
-        request = protocol.FetchRequest(from_offset, max_bytes, max_count)
-        reply = await self.bus.request(
-            self.bus.subjects.wal_fetch(partition), request.encode(), timeout_s=timeout_s
-        )
-        return reply.body
+        # A fetch held by a leader that died is given up once a probe sees the leader move
+        # (not_owner, retriable: readers fetch again, from the new leader), not at its timeout.
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        subject = self.bus.subjects.wal_fetch(partition)
+        fetch = protocol.FetchRequest(from_offset, max_bytes, max_count).encode()
+        request = self.bus.request(subject, fetch, timeout_s=timeout_s)
+        return await self._watched(partition, subject, request, deadline)
 
     async def wal_segments(
         self, partition: TopicName, *, max_segments: int, timeout_s: float = 5.0
