@@ -277,6 +277,40 @@ async def test_a_fetch_held_by_a_leader_that_died_is_given_up_when_the_leader_mo
     assert bus.held.cancelled()
 
 
+class SlowProbes:
+    """Answers every probe after 50 ms (leader a, epoch 1), counting them."""
+
+    def __init__(self) -> None:
+        self.subjects = Subjects()
+        self.probes = 0
+
+    async def request(self, subject: str, body: bytes, *, timeout_s: float) -> Reply:
+        assert subject == self.subjects.leader_probe(P)
+        self.probes += 1
+        await asyncio.sleep(0.05)
+        return Reply(body=protocol.encode_probe_reply("a", 1))
+
+
+async def test_slow_requests_of_a_partition_share_a_recent_probe() -> None:
+    """Requests waiting together ask once; a request sent after a probe began asks anew;
+    a waiter that leaves does not take the answer from the others."""
+    bus = SlowProbes()
+    client = IngestClient(bus)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    sent_at = loop.time()
+    deadline = sent_at + 5.0
+    leaving = asyncio.create_task(client._probe(P, deadline, sent_at=sent_at))
+    staying = [client._probe(P, deadline, sent_at=sent_at) for _ in range(9)]
+    await asyncio.sleep(0)
+    leaving.cancel()
+    assert await asyncio.gather(*staying) == [A1] * 9
+    assert bus.probes == 1
+    assert await client._probe(P, deadline, sent_at=loop.time()) == A1  # sent later
+    assert bus.probes == 2
+    await asyncio.sleep(0.3)
+    assert client._probes == {}  # forgotten once old
+
+
 def test_probe_replies_decode_and_bad_ones_are_refused() -> None:
     assert protocol.decode_probe_reply(protocol.encode_probe_reply("a", 3)) == ("a", 3)
     assert protocol.decode_probe_reply(protocol.encode_probe_reply(None)) == (None, None)

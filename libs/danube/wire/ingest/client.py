@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 UNAVAILABLE = "partition_unavailable"
 # A probe (who leads?) waits this long for the first node's answer.
 _PROBE_TIMEOUT_S = 1.0
+# Slow requests to one partition share a probe started this recently (and after they were
+# sent): in an outage every waiting request asks the same question, and every ingest node
+# answers each probe from etcd. One shared probe per partition and window, not one per request.
+_PROBE_SHARE_S = 0.25
 # Retriable, but not within one request: a full disk stays full, and a partition with no live
 # in-sync replica stays without a leader, for longer than a produce deadline, so the producer
 # hears it at once (and retries on its own schedule).
@@ -90,6 +94,9 @@ class IngestClient:
         self.bus = bus
         self.probe_after_s = probe_after_s
         self.probe_every_s = probe_every_s
+        # The latest probe of each partition with a slow request: (started at, its answer);
+        # forgotten _PROBE_SHARE_S after it ends, so it holds the partitions probed lately.
+        self._probes: dict[TopicName, tuple[float, asyncio.Task[Leader | None]]] = {}
 
     async def produce(
         self,
@@ -155,9 +162,10 @@ class IngestClient:
     ) -> bytes:
         """``request``'s reply body, given up with ``not_owner`` (LeaderMovedError) once
         the partition's leader moved while it was in flight."""
+        sent_at = asyncio.get_running_loop().time()
         reply = await await_watching_leader(
             request,
-            lambda probe_deadline: self._probe(partition, probe_deadline),
+            lambda probe_deadline: self._probe(partition, probe_deadline, sent_at=sent_at),
             deadline=deadline,
             subject=subject,
             give_up_codes=_RETRY_LATER_CODES,
@@ -166,7 +174,34 @@ class IngestClient:
         )
         return reply.body
 
-    async def _probe(self, partition: TopicName, deadline: float) -> Leader | None:
+    async def _probe(
+        self, partition: TopicName, deadline: float, *, sent_at: float
+    ) -> Leader | None:
+        """Who leads the partition: the answer of a probe started in the last
+        ``_PROBE_SHARE_S`` and not before the request was sent (``sent_at``), else of a new
+        one. A waiter's cancel leaves a shared probe to the others."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        latest = self._probes.get(partition)
+        if latest is None or latest[0] < max(sent_at, now - _PROBE_SHARE_S):
+            task = asyncio.create_task(self._ask_leader(partition, deadline))
+            latest = (now, task)
+            self._probes[partition] = latest
+            task.add_done_callback(lambda done: self._probe_done(partition, done))
+        return await asyncio.shield(latest[1])
+
+    def _probe_done(self, partition: TopicName, done: asyncio.Task[Leader | None]) -> None:
+        if not done.cancelled():
+            done.exception()  # read: a probe whose waiters all left must not warn
+
+        def forget() -> None:
+            latest = self._probes.get(partition)
+            if latest is not None and latest[1] is done:
+                del self._probes[partition]
+
+        asyncio.get_running_loop().call_later(_PROBE_SHARE_S, forget)
+
+    async def _ask_leader(self, partition: TopicName, deadline: float) -> Leader | None:
         """Ask every ingest node who leads the partition; the first answer wins (a frozen
         node keeps its subscription but never answers). None when nobody answered; the
         RemoteError when a node says none can (``partition_unavailable``)."""
