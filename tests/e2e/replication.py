@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from danube.bus import Bus, NoRespondersError, TopicName
+from danube.errors import DanubeError
 from danube.frame import Frame, Record, decode_record, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
@@ -216,3 +217,73 @@ async def connect(nats_url: str, name: str) -> tuple[Bus, IngestClient]:
 
     bus = await Bus.connect(BusConfig(servers=[nats_url]), name=name)
     return bus, IngestClient(bus)
+
+
+@dataclass
+class Send:
+    """One produce call: when it started and ended (loop time), and its answer."""
+
+    msg_id: str
+    started: float
+    ended: float | None = None
+    offset: int | None = None
+    error: str | None = None  # the error's code when it was refused
+
+
+class TimedProducer:
+    """Sends numbered single-message batches one at a time, each a single
+    ``IngestClient.produce`` with the whole produce deadline (as discovery gives it:
+    ``produce_timeout_s``), recording every call; a message refused with a retriable code is
+    sent again (as the SDK does) until acknowledged."""
+
+    def __init__(
+        self,
+        client: IngestClient,
+        partition: TopicName,
+        history: History,
+        *,
+        prefix: str,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.client = client
+        self.partition = partition
+        self.history = history
+        self.prefix = prefix
+        self.timeout_s = timeout_s
+        self.sends: list[Send] = []
+        self.number = 0
+
+    def in_flight_at(self, at: float) -> list[Send]:
+        """The calls started before ``at`` and not answered by then."""
+        return [s for s in self.sends if s.started < at and (s.ended is None or s.ended > at)]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.send_one()
+
+    async def send_one(self, *, total_s: float = 30.0) -> None:
+        msg_id = f"{self.prefix}{self.number}"
+        self.number += 1
+        record = encode_record(Record(payload=msg_id.encode(), publish_time_ms=1, producer="t"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total_s
+        while loop.time() < deadline:
+            send = Send(msg_id, loop.time())
+            self.sends.append(send)
+            try:
+                offset = await self.client.produce(
+                    self.partition, [record], timeout_s=self.timeout_s
+                )
+            except (DanubeError, TimeoutError) as exc:
+                send.ended = loop.time()
+                send.error = exc.code if isinstance(exc, DanubeError) else "timeout"
+                self.history.produced(msg_id, acked=False)
+                if isinstance(exc, DanubeError) and not exc.retriable:
+                    raise
+                await asyncio.sleep(0.05)
+                continue
+            send.ended = loop.time()
+            send.offset = offset
+            self.history.produced(msg_id, partition=str(self.partition), offset=offset, acked=True)
+            return
+        raise TimeoutError(f"{msg_id} never acknowledged in {total_s}s")

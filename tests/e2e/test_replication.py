@@ -1,6 +1,7 @@
 """Replicated partitions with real ingest processes: contiguous offsets across leader
-changes (kill, freeze), node loss with its disk, divergence truncated; every history checked
-by tests/history.py."""
+changes (kill, freeze), node loss with its disk, divergence truncated, a produce in flight at
+a leader's kill answered within the lease TTL + 2 s; every history checked by
+tests/history.py."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from danube.bus import TopicName
+from danube.client import AsyncDanubeClient, AsyncProducer
 from danube.config import MetadataConfig
 from danube.meta import MetaStore
-from danube.runtime import ProcessSpec
+from danube.runtime import ProcessSpec, ServerProcess
 from tests.history import History
 
 from meshrun import alive
@@ -22,7 +24,9 @@ from replication import (
     NODE_ENV,
     Cluster,
     Producer,
+    Send,
     Tailer,
+    TimedProducer,
     connect,
     leader,
     new_leader,
@@ -240,3 +244,101 @@ async def test_a_leader_truncates_frames_no_follower_got_when_it_returns(
         assert "truncated 1 messages at and past 10" in truncated
     finally:
         await bus.close()
+
+
+LEASE_TTL_S = float(NODE_ENV["DANUBE_INGEST__LEASE_TTL_S"])
+INFLIGHT_ROUNDS = 3
+# The bound a produce in flight at a leader's SIGKILL is answered within (docs/replication.md):
+# the dead leader's owner key expires with its lease, the next probe sees it gone, and the
+# request sent again reaches the next leader.
+INFLIGHT_ANSWER_S = LEASE_TTL_S + 2.0
+
+
+class SdkProducer:
+    """The SDK through a discovery process, one message at a time (``send_and_wait``, the
+    SDK's own retries of a 503 included), recording each send as :class:`Send`."""
+
+    def __init__(self, producer: AsyncProducer, history: History) -> None:
+        self.producer = producer
+        self.history = history
+        self.sends: list[Send] = []
+
+    def in_flight_at(self, at: float) -> list[Send]:
+        return [s for s in self.sends if s.started < at and (s.ended is None or s.ended > at)]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            send = Send(f"sdk-{len(self.sends)}", loop.time())
+            self.sends.append(send)
+            stored = await self.producer.send_and_wait(send.msg_id.encode())
+            send.ended, send.offset = loop.time(), stored.offset
+            self.history.produced(send.msg_id, partition=str(P), offset=stored.offset, acked=True)
+
+
+@pytest.mark.timeout(90)
+async def test_a_produce_in_flight_at_a_leader_kill_is_answered_within_the_ttl_plus_2s(
+    cluster: Callable[..., Cluster],
+    nats_url: str,
+    store: MetaStore,
+    services: Callable[..., ServerProcess],
+) -> None:
+    """Factor 3, min ISR 2, two producers sending one message at a time with the whole
+    produce deadline (10 s), and the SDK through a discovery process: SIGKILL the leader,
+    3 rounds. Every produce in flight at the kill is answered (here: stored) within the
+    lease TTL + 2 s, not at its deadline; its message reads back; nothing acknowledged is
+    lost."""
+    nodes = cluster(3, factor=3, min_insync=2)
+    discovery = services("discovery", "discovery-0")
+    history = History()
+    bus, client = await connect(nats_url, "repl-inflight")
+    producers = [TimedProducer(client, P, history, prefix=f"p{i}-") for i in range(2)]
+    loop = asyncio.get_running_loop()
+    in_flight: list[tuple[float, Send]] = []
+    sdk = AsyncDanubeClient(f"http://127.0.0.1:{discovery.spec.port}")
+    try:
+        # The topic whose only partition is P: the SDK and the bus producers share it.
+        await sdk.admin.create_topic(
+            P.parent, partitions=1, replication_factor=3, min_insync_replicas=2
+        )
+        await producers[0].send_one()
+        await wait_isr(store, P, 3)
+        async with sdk.producer(P.parent, linger_ms=0) as producer:
+            sdk_producer = SdkProducer(producer, history)
+            everyone: list[TimedProducer | SdkProducer] = [*producers, sdk_producer]
+            for _ in range(INFLIGHT_ROUNDS):
+                owner = await leader(store, P)
+                stop = asyncio.Event()
+                running = [asyncio.create_task(p.run(stop)) for p in everyone]
+                await asyncio.sleep(0.3)
+                killed_at = loop.time()
+                nodes.kill(owner.node_id)
+                await new_leader(store, P, owner.epoch)
+                # Long enough for the bound to pass, and for the retried sends to land.
+                await asyncio.sleep(max(0.0, killed_at + INFLIGHT_ANSWER_S + 0.2 - loop.time()))
+                stop.set()
+                await asyncio.gather(*running)
+                in_flight += [(killed_at, s) for p in everyone for s in p.in_flight_at(killed_at)]
+                await asyncio.to_thread(nodes.start, owner.node_id)
+                await wait_isr(store, P, 3)
+        offsets = await read_all(client, P, history)
+    finally:
+        await sdk.close()
+        await bus.close()
+    report = history.check(expect_contiguous_from={str(P): 0})
+    assert report.ok, report.summary()
+    assert offsets == list(range(len(offsets)))
+    answered_s = [s.ended - killed_at for killed_at, s in in_flight if s.ended is not None]
+    print(
+        f"in flight at {INFLIGHT_ROUNDS} leader kills: {len(in_flight)} produces "
+        f"({sum(s.msg_id.startswith('sdk-') for _, s in in_flight)} through the SDK), "
+        f"answered after the kill in max {max(answered_s, default=0):.2f}s "
+        f"(bound {INFLIGHT_ANSWER_S:.1f}s), outcomes {[s.error or 'stored' for _, s in in_flight]}"
+    )
+    assert in_flight, "no produce was in flight at any kill"
+    assert len(answered_s) == len(in_flight)
+    assert max(answered_s) <= INFLIGHT_ANSWER_S
+    delivered = {d.msg_id for d in history.deliveries}
+    for _, send in in_flight:
+        assert send.error in (None, "not_owner", "no_leader_yet", "not_enough_replicas")
+        assert send.msg_id in delivered  # stored, or sent again until stored

@@ -5,31 +5,46 @@ Discovery produces through :meth:`IngestClient.produce`; the uploader and dispat
 read through :meth:`IngestClient.fetch`. A produce that finds no leader asks the ingest
 queue group to place the partition (if it has no replicas yet) and waits for a leader, then
 retries, all within the call's deadline; when no leader comes, it raises the reason
-(``partition_unavailable``, ``not_enough_replicas``) rather than a bare timeout.
+(``partition_unavailable``, ``not_enough_replicas``) rather than a bare timeout. A produce
+whose leader dies with the request in flight is sent again to the next leader once a probe
+sees the leader move (danube.wire.leader_watch): answered within the lease TTL + 2 s, not at
+the deadline, and possibly stored twice (at least once).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import orjson
 
-from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, TopicName
+from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, Reply, TopicName
 from danube.frame import Frame, RawFrame, decode_frames, walk_frames
 from danube.wire.claim import request_with_claim
 from danube.wire.ingest import protocol
 from danube.wire.ingest.protocol import SegmentInfo
+from danube.wire.leader_watch import (
+    PROBE_AFTER_S,
+    PROBE_EVERY_S,
+    Leader,
+    await_watching_leader,
+)
 from danube.wire.limits import BACKLOG_QUOTA_EXCEEDED, RATE_LIMITED, PartitionLimits
+
+log = logging.getLogger(__name__)
 
 # The code of danube.ingest.leadership.PartitionUnavailableError: no in-sync replica of the
 # partition is alive, so retrying within one request's deadline cannot help.
 UNAVAILABLE = "partition_unavailable"
-# A produce unanswered after this long makes the client ask whether a leader exists at all.
-_PROBE_AFTER_S = 1.0
+# A probe (who leads?) waits this long for the first node's answer.
 _PROBE_TIMEOUT_S = 1.0
+# Slow requests to one partition share a probe started this recently (and after they were
+# sent): in an outage every waiting request asks the same question, and every ingest node
+# answers each probe from etcd. One shared probe per partition and window, not one per request.
+_PROBE_SHARE_S = 0.25
 # Retriable, but not within one request: a full disk stays full, and a partition with no live
 # in-sync replica stays without a leader, for longer than a produce deadline, so the producer
 # hears it at once (and retries on its own schedule).
@@ -67,8 +82,21 @@ class WalOffsets:
 class IngestClient:
     """Produce to and fetch from the ingest node owning a partition."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        probe_after_s: float = PROBE_AFTER_S,
+        probe_every_s: float = PROBE_EVERY_S,
+    ) -> None:
+        """``probe_after_s``, ``probe_every_s``: when a slow produce first asks who leads,
+        then how often (danube.wire.leader_watch)."""
         self.bus = bus
+        self.probe_after_s = probe_after_s
+        self.probe_every_s = probe_every_s
+        # The latest probe of each partition with a slow request: (started at, its answer);
+        # forgotten _PROBE_SHARE_S after it ends, so it holds the partitions probed lately.
+        self._probes: dict[TopicName, tuple[float, asyncio.Task[Leader | None]]] = {}
 
     async def produce(
         self,
@@ -116,55 +144,82 @@ class IngestClient:
         deadline: float,
         headers: dict[str, str] | None = None,
     ) -> bytes:
-        """One produce request. When it is slow, ask in parallel whether a leader can come
-        at all: a frozen leader keeps its bus subscription (so the request finds a
-        responder that never answers) though its lease, and leadership, are gone; with no
+        """One produce request, watched while it is slow (danube.wire.leader_watch): every
+        second or so, ask who leads. The node holding the request may be gone (SIGKILL: it
+        never answers) or frozen (it keeps its bus subscription though its lease, and
+        leadership, are gone): once a probe names another leader or epoch than the first
+        probe did, or none, the request is abandoned with ``not_owner`` (retriable; it may
+        have been stored: at least once) and :meth:`produce_body` sends it again. With no
         in-sync replica alive the answer is ``partition_unavailable`` at once, not a bare
         timeout at the deadline."""
-        loop = asyncio.get_running_loop()
-        remaining_s = max(deadline - loop.time(), 0.001)
+        remaining_s = max(deadline - asyncio.get_running_loop().time(), 0.001)
         subject = self.bus.subjects.produce(partition)
-        request = asyncio.ensure_future(
-            self.bus.request(subject, body, timeout_s=remaining_s, headers=headers)
+        request = self.bus.request(subject, body, timeout_s=remaining_s, headers=headers)
+        return await self._watched(partition, subject, request, deadline)
+
+    async def _watched(
+        self, partition: TopicName, subject: str, request: Awaitable[Reply], deadline: float
+    ) -> bytes:
+        """``request``'s reply body, given up with ``not_owner`` (LeaderMovedError) once
+        the partition's leader moved while it was in flight."""
+        sent_at = asyncio.get_running_loop().time()
+        reply = await await_watching_leader(
+            request,
+            lambda probe_deadline: self._probe(partition, probe_deadline, sent_at=sent_at),
+            deadline=deadline,
+            subject=subject,
+            give_up_codes=_RETRY_LATER_CODES,
+            probe_after_s=self.probe_after_s,
+            probe_every_s=self.probe_every_s,
         )
-        probe: asyncio.Future[tuple[bool, RemoteError | None]] | None = None
-        try:
-            await asyncio.wait({request}, timeout=min(_PROBE_AFTER_S, remaining_s))
-            while not request.done():
-                probe = asyncio.ensure_future(self._probe(partition, deadline))
-                await asyncio.wait({request, probe}, return_when=asyncio.FIRST_COMPLETED)
-                if request.done():
-                    break
-                answered, reason = probe.result()
-                if reason is not None and reason.code in _RETRY_LATER_CODES:
-                    raise reason
-                if answered:
-                    break  # a leader is there (or coming): wait for the request
-            return (await request).body
-        finally:
-            for task in (request, probe):
-                if task is not None and not task.done():
-                    task.cancel()
-                    await asyncio.wait({task})  # never raises: the caller's own cancel stays
+        return reply.body
 
     async def _probe(
-        self, partition: TopicName, deadline: float
-    ) -> tuple[bool, RemoteError | None]:
-        """Ask every ingest node whether the partition has or may get a leader; the first
-        answer wins (a frozen node keeps its subscription but never answers):
-        ``(answered, the reason if it has none)``."""
+        self, partition: TopicName, deadline: float, *, sent_at: float
+    ) -> Leader | None:
+        """Who leads the partition: the answer of a probe started in the last
+        ``_PROBE_SHARE_S`` and not before the request was sent (``sent_at``), else of a new
+        one. A waiter's cancel leaves a shared probe to the others."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        latest = self._probes.get(partition)
+        if latest is None or latest[0] < max(sent_at, now - _PROBE_SHARE_S):
+            task = asyncio.create_task(self._ask_leader(partition, deadline))
+            latest = (now, task)
+            self._probes[partition] = latest
+            task.add_done_callback(lambda done: self._probe_done(partition, done))
+        return await asyncio.shield(latest[1])
+
+    def _probe_done(self, partition: TopicName, done: asyncio.Task[Leader | None]) -> None:
+        if not done.cancelled():
+            done.exception()  # read: a probe whose waiters all left must not warn
+
+        def forget() -> None:
+            latest = self._probes.get(partition)
+            if latest is not None and latest[1] is done:
+                del self._probes[partition]
+
+        asyncio.get_running_loop().call_later(_PROBE_SHARE_S, forget)
+
+    async def _ask_leader(self, partition: TopicName, deadline: float) -> Leader | None:
+        """Ask every ingest node who leads the partition; the first answer wins (a frozen
+        node keeps its subscription but never answers). None when nobody answered; the
+        RemoteError when a node says none can (``partition_unavailable``)."""
         remaining_s = deadline - asyncio.get_running_loop().time()
         try:
-            await self.bus.request(
+            reply = await self.bus.request(
                 self.bus.subjects.leader_probe(partition),
                 b"",
                 timeout_s=max(min(remaining_s, _PROBE_TIMEOUT_S), 0.001),
             )
-        except RemoteError as exc:
-            return True, exc
         except (NoRespondersError, BusTimeoutError):
-            return False, None
-        return True, None
+            return None
+        try:
+            node_id, epoch = protocol.decode_probe_reply(reply.body)
+        except protocol.BadRequestError as exc:
+            log.warning("%s: %s", partition, exc)
+            return None  # nothing learned; the request is still awaited
+        return Leader(node_id, epoch)
 
     async def place(self, partition: TopicName, *, timeout_s: float) -> RemoteError | None:
         """Ask the ``ingest`` queue group to place ``partition`` (its replica set, its
@@ -253,11 +308,13 @@ class IngestClient:
         max_count: int,
         timeout_s: float,
     ) -> bytes:
-        request = protocol.FetchRequest(from_offset, max_bytes, max_count)
-        reply = await self.bus.request(
-            self.bus.subjects.wal_fetch(partition), request.encode(), timeout_s=timeout_s
-        )
-        return reply.body
+        # A fetch held by a leader that died is given up once a probe sees the leader move
+        # (not_owner, retriable: readers fetch again, from the new leader), not at its timeout.
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        subject = self.bus.subjects.wal_fetch(partition)
+        fetch = protocol.FetchRequest(from_offset, max_bytes, max_count).encode()
+        request = self.bus.request(subject, fetch, timeout_s=timeout_s)
+        return await self._watched(partition, subject, request, deadline)
 
     async def wal_segments(
         self, partition: TopicName, *, max_segments: int, timeout_s: float = 5.0

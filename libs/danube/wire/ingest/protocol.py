@@ -43,6 +43,11 @@ Control replies (claim, stats) are small JSON documents. A stats request is empt
 ``[u32 max_segments]`` to also list the oldest segments (for retention)::
 
     stats request     empty | [u32 max_segments]   1..STATS_SEGMENTS_MAX
+
+A leader probe (``ctl.probe``, answered by every ingest node from etcd) is empty; its reply::
+
+    probe reply       JSON {"leader": node_id, "epoch": E} | {"leader": null}
+                      (or the error partition_unavailable: no leader can come)
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
+
+import orjson
 
 from danube.frame import CorruptRecordError, FrameError
 from danube.frame.codec import BytesLike
@@ -321,6 +328,28 @@ def decode_fetch_reply_head(body: bytes | memoryview) -> tuple[FetchStatus, int,
         int(next_offset),
         memoryview(body)[_FETCH_REPLY_HEAD.size :],
     )
+
+
+def encode_probe_reply(node_id: str | None, epoch: int | None = None) -> bytes:
+    """A probe's answer: who leads (``node_id`` None: nobody now, one may come)."""
+    if node_id is None:
+        return orjson.dumps({"leader": None})
+    return orjson.dumps({"leader": node_id, "epoch": epoch})
+
+
+def decode_probe_reply(body: bytes) -> tuple[str | None, int | None]:
+    """``(leader node id, its epoch)`` of a probe's answer, ``(None, None)`` for none;
+    BadRequestError when it is not one."""
+    try:
+        doc = orjson.loads(body)
+        node_id, epoch = doc["leader"], doc.get("epoch")
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise BadRequestError(f"bad probe reply: {exc!r}") from exc
+    if node_id is None:
+        return None, None
+    if not isinstance(node_id, str) or type(epoch) is not int or epoch < 0:
+        raise BadRequestError(f"bad probe reply: leader {node_id!r}, epoch {epoch!r}")
+    return node_id, epoch
 
 
 def encode_offset(offset: int) -> bytes:
