@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from danube.meta.placement import NodeLoad, choose_replicas, node_loads, tie_break
 from danube.meta.reassign import ReassignError, cancel, check_target, completed, reassign
-from danube.meta.records import Assignment
+from danube.meta.records import REPLICAS_MAX, Assignment
 
 pytestmark = pytest.mark.unit
 
@@ -112,12 +112,11 @@ def test_any_chain_of_reassignments_keeps_the_original_and_ends_on_the_target(
     current = _record(*start)
     seen = set(start)
     for target in targets:
+        refused: str | None = None
         try:
             current = reassign(current, target, now_ms=2)
         except ReassignError as exc:
             refused = exc.code
-        else:
-            refused = None
         if refused is not None:
             assert refused == "too_many_replicas"
             continue
@@ -127,7 +126,7 @@ def test_any_chain_of_reassignments_keeps_the_original_and_ends_on_the_target(
         assert current.target == target
         assert set(start) <= set(current.original) <= seen
         assert set(current.replicas) == set(current.original) | set(target)
-    if current.moving:
+    if current.moving and len(current.original) <= REPLICAS_MAX:
         assert set(cancel(current, now_ms=3).target) == set(current.original)
         assert completed(current, now_ms=3).replicas == current.target
 

@@ -115,6 +115,12 @@ def cancel(current: Assignment, *, now_ms: int) -> Assignment:
     if not current.moving:
         raise ReassignError("no reassignment is under way", code="not_reassigning")
     original = current.original
+    if len(original) > REPLICAS_MAX:  # after steps back, the original holds leaving nodes too
+        raise ReassignError(
+            f"the set before this reassignment has {len(original)} nodes: reassign to the "
+            "nodes wanted instead",
+            code="too_many_replicas",
+        )
     return Assignment(
         replicas=(*original, *current.adding),
         min_insync_replicas=min(current.min_insync_replicas, len(original)),
