@@ -1,11 +1,17 @@
-"""Reassignments and drains through the HTTP API on real NATS and etcd with an in-process
-ingest node (the controller's balancer off, so only the requests write): start, repeat,
-list with progress, cancel; drain, status, undrain; every refusal with its status and code.
-Extra ingest nodes are registered records only: nothing carries the reassignments out here."""
+"""Reassignments and drains through the HTTP API and the `danube admin` commands on real NATS
+and etcd with an in-process ingest node (the controller's balancer off, so only the requests
+write): start, repeat, list with progress, cancel; drain, status, undrain; every refusal with
+its status and code. Extra ingest nodes are registered records only: nothing carries the
+reassignments out here."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +29,25 @@ from tests.readiness import until_ready
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 TOPIC = TopicName("default", "elastic")
+DANUBE = str(Path(sys.executable).parent / "danube")
+
+
+async def _danube(*args: str) -> tuple[int, str, str]:
+    """Run `danube ARGS`; its exit code, stdout and stderr."""
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env.pop("DANUBE_SERVICE_ADDR", None)
+    process = await asyncio.create_subprocess_exec(
+        DANUBE,
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    async with asyncio.timeout(60):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
 
 
 @pytest.fixture
@@ -149,3 +174,55 @@ async def test_drain_status_and_undrain(http: httpx.AsyncClient, store: MetaStor
     assert _error(await http.delete("/v1/nodes/ingest-1/drain")) == (404, "not_drained")
     assert (await http.get("/v1/nodes/ingest-1/drain")).json()["drained"] is False
     assert await store.get(meta_keys.drain_key("ingest", "ingest-1")) is None
+
+
+async def test_the_admin_commands_reassign_list_cancel_and_drain(
+    http: httpx.AsyncClient, store: MetaStore
+) -> None:
+    url = str(http.base_url).rstrip("/")
+    assert (await http.put("/v1/topics/default/cli", json={"partitions": 2})).status_code == 201
+    await _ghost(store, "ghost-1")
+
+    code, out, err = await _danube(
+        "admin", "partitions", "reassign", "/default/cli", "--partition", "1",
+        "--replicas", "ghost-1", "--catchup-bytes-s", "4096", "-s", url,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "/default/cli-part-1: reassigning ingest-1 -> ghost-1" in out
+    code, out, err = await _danube("admin", "partitions", "reassignments", "-s", url, "--json")
+    assert code == 0, err
+    [entry] = json.loads(out)["reassignments"]
+    assert entry["partition"] == "/default/cli-part-1"
+    assert entry["catchup_bytes_s"] == 4096
+    assert entry["progress"][0]["node_id"] == "ghost-1"
+    code, out, err = await _danube("admin", "partitions", "reassignments", "-s", url)
+    assert code == 0, err
+    assert "1 under way" in out
+    code, out, err = await _danube(
+        "admin", "partitions", "cancel-reassign", "/default/cli", "-p", "1", "-s", url
+    )
+    assert code == 0, err
+    assert "-> ingest-1" in out
+
+    code, out, err = await _danube(
+        "admin", "partitions", "reassign", "/default/cli", "-p", "0", "--replicas", "nobody",
+        "-s", url,
+    )  # fmt: skip
+    assert code == 1
+    assert "node_not_live" in err or "not live" in err
+
+    code, out, err = await _danube("admin", "nodes", "drain", "ingest-1", "-s", url)
+    assert code == 0, err
+    assert "ingest-1: draining; still holds 2 replicas" in out
+    code, out, err = await _danube(
+        "admin", "nodes", "drain-status", "ingest-1", "-s", url, "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["drained"] is True
+    code, out, err = await _danube("admin", "cluster", "-s", url)
+    assert "ingest-1 (drained)" in out
+    code, out, err = await _danube("admin", "nodes", "undrain", "ingest-1", "-s", url)
+    assert code == 0, err
+    code, out, err = await _danube("admin", "nodes", "undrain", "ingest-1", "-s", url)
+    assert code == 1
+    assert "not drained" in err
