@@ -168,6 +168,12 @@ async def test_drain_status_and_undrain(http: httpx.AsyncClient, store: MetaStor
     assert (await http.post("/v1/nodes/ghost-1/drain")).status_code == 201
     assert (await http.get("/v1/nodes/ghost-1/drain")).json()["done"] is True
     assert _error(await http.post("/v1/nodes/nobody/drain")) == (400, "node_not_live")
+    # A node lost for good that still holds replicas may be drained (they are copied anew).
+    lost = Assignment(replicas=("gone-1",), assigned_ms=1)
+    await store.put_model(meta_keys.partition_assignment_key(TopicName("default", "x")), lost)
+    gone = await http.post("/v1/nodes/gone-1/drain")
+    assert gone.status_code == 201
+    assert gone.json()["replicas"] == ["/default/x"]
     assert _error(await http.post("/v1/nodes/bad%20id/drain"))[0] == 400
 
     assert (await http.delete("/v1/nodes/ingest-1/drain")).status_code == 204

@@ -39,7 +39,9 @@ async def test_concurrent_placements_spread_and_skip_drained_nodes(store: MetaSt
     replicas = Counter(n for a in placed for n in a.replicas)
     leaders = Counter(a.replicas[0] for a in placed)
     assert "n4" not in replicas
-    assert set(leaders) == {"n1", "n2", "n3"}  # not every partition led by the claimer
+    # Not every partition prefers the claimer (how far they spread depends on which
+    # placements saw which: they run at once).
+    assert len(leaders) >= 2
     # Later placements see the earlier ones: the counts even out.
     more = [
         await leadership.place(store, p, first="n1", factor=2, min_insync=1)

@@ -190,3 +190,21 @@ def test_plans_are_deterministic() -> None:
     second = plan_balance(BalanceView(_cluster(30, ("a", "b")), nodes), moves_max=7, slack=2)
     assert first == second
     assert len(first.moves) == 7
+
+
+def test_a_move_toward_a_node_drained_meanwhile_is_redirected_without_budget() -> None:
+    moving = reassign(Assignment(replicas=("a",), assigned_ms=1), ("c",), now_ms=2)
+    parts = {
+        TopicName("ns", "t"): PartitionView(moving, "a", ("a",)),
+        TopicName("ns", "u"): _settled(("b",)),
+    }
+    plan = plan_balance(
+        BalanceView(parts, {"a": 100.0, "b": 0.0, "c": 0.0, "d": 0.0}, frozenset({"c"})),
+        moves_max=1,
+        slack=2,
+    )
+    assert [(m.partition.topic, m.target, m.reason) for m in plan.moves] == [("t", ("d",), "drain")]
+    assert plan.under_way == 1
+    redirected = reassign(moving, ("d",), now_ms=3)
+    assert redirected.adding == ("d",)
+    assert set(redirected.removing) == {"a", "c"}

@@ -5,7 +5,8 @@
 live leader and ISR; the live ingest nodes with their load; the drained nodes) and answers the
 reassignments to write, in three passes that share one budget:
 
-1. **drain**: every replica on a drained node goes to the best undrained live node;
+1. **drain**: every replica on a drained node goes to the best undrained live node (a
+   reassignment under way toward a drained node is redirected, taking no budget);
 2. **spread**: while the most loaded node holds at least ``slack`` more replicas than the
    least loaded, one of its replicas goes to a node that holds ``slack`` fewer (hysteresis: a
    state within ``slack`` plans nothing, so counts never flap);
@@ -19,7 +20,8 @@ still catching up the preferred leader; the leaders pass fixes the order later.
 
 Limits: at most ``moves_max`` reassignments under way at once (those already under way
 count); never a partition without a live leader (nothing would carry the move out), one
-already moving, or one that would end with fewer live nodes than its factor.
+already moving (but for the redirect above), or one that would end with fewer live nodes
+than its factor.
 """
 
 from __future__ import annotations
@@ -131,10 +133,16 @@ class _Planner:
         return result
 
     def drain(self) -> None:
+        """Replace drained nodes in target sets. A reassignment under way toward a drained
+        node is redirected at once (it is under way already: it takes no budget)."""
         drained = self.view.drained
-        for partition, found in self.sorted_partitions():
-            if self.budget <= 0:
-                return
+        for partition in sorted(self.view.partitions, key=str):
+            found = self.view.partitions[partition]
+            moving = found.assignment.moving
+            if partition in self.touched or found.leader not in self.view.nodes:
+                continue
+            if not moving and self.budget <= 0:
+                continue
             target = found.assignment.target
             staying = tuple(n for n in target if n not in drained)
             if len(staying) == len(target) or any(n not in self.view.nodes for n in staying):
@@ -153,7 +161,10 @@ class _Planner:
             new = (*staying, *homes)
             if target[0] != new[0]:
                 self.shift(new[0], leaders=1)
-            self.add(Move(partition, new, "drain"))
+            self.moves.append(Move(partition, new, "drain"))
+            self.touched.add(partition)
+            if not moving:
+                self.budget -= 1
 
     def spread(self) -> None:
         while self.budget > 0 and self._spread_one():
@@ -227,7 +238,7 @@ def plan_balance(view: BalanceView, *, moves_max: int, slack: int) -> BalancePla
     under_way = sum(1 for p in view.partitions.values() if p.assignment.moving)
     planner = _Planner(view, slack=slack, budget=moves_max - under_way, loads=loads)
     before = imbalance(loads)
-    if planner.budget > 0 and eligible:
+    if eligible:  # each pass keeps to the budget (a redirect takes none)
         planner.drain()
         planner.spread()
         planner.leaders()

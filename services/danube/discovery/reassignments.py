@@ -1,4 +1,4 @@
-"""An operator's reassignments and drains (docs/replication.md, "Reassignment";
+"""An operator's reassignments and drains (docs/replication.md, "Moving partitions";
 docs/operations.md, "Draining a node"): what the admin routes ask of etcd.
 
 A reassignment is one compare-and-swap of the partition's ``assignment`` record
@@ -191,7 +191,6 @@ async def under_way(bus: Bus, store: MetaStore) -> tuple[list[Reassignment], boo
                 tuple(_progress(n, isr, followers) for n in assignment.adding),
             )
         )
-    metrics.REASSIGNMENTS_UNDER_WAY.set(len(moving))
     return found, truncated
 
 
