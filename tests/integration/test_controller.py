@@ -1,5 +1,7 @@
 """The controller on real etcd: one leader among controllers (a deposed one cannot write);
-replica sets of deleted topics forgotten, and never moved when their nodes die."""
+replica sets of deleted topics forgotten, and never moved when their nodes die; the balancer
+writes reassignments (fenced, compared on the assignment) for a new node and a drain, within
+its moves limit, and none while switched off."""
 
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from danube.discovery.assignment import Plan
 from danube.discovery.controller import Controller, DeposedError
 from danube.meta import Leadership, MetaStore
 from danube.meta import keys as meta_keys
-from danube.meta.records import Assignment, NodeRecord, TopicConfig
+from danube.meta.reassign import completed
+from danube.meta.records import Assignment, DrainRecord, NodeRecord, Owner, TopicConfig
 from danube.runtime import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -163,3 +166,105 @@ async def test_replica_sets_never_move_and_are_forgotten_with_their_topic(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def _led_on(store: MetaStore, partition: TopicName, replicas: tuple[str, ...]) -> None:
+    """A partition with a replica set and a live leader (its owner key)."""
+    placed = Assignment(replicas=replicas, assigned_ms=1)
+    await store.put_model(meta_keys.partition_assignment_key(partition), placed)
+    owner = Owner(node_id=replicas[0], epoch=1, assigned_ms=1)
+    await store.put_model(meta_keys.partition_owner_key(partition), owner)
+
+
+async def _records(store: MetaStore) -> dict[TopicName, Assignment]:
+    found = {}
+    for kv in await store.range(meta_keys.partitions_prefix()):
+        partition, record = meta_keys.parse_partition_key(kv.key)
+        if record == "assignment":
+            found[partition] = Assignment.model_validate_json(kv.value)
+    return found
+
+
+async def test_the_balancer_reassigns_to_a_new_node_and_off_a_drained_one(
+    store: MetaStore, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    await store.put_model(
+        meta_keys.node_key("ingest", "node-p"),
+        NodeRecord(node_id="node-p", kind="ingest", started_ms=1),
+    )
+    await _create_topics(store)
+    for partition in PARTITIONS:
+        await _led_on(store, partition, ("node-p",))
+    settings = settings_for("ctl")
+    settings = settings.model_copy(
+        update={
+            "discovery": settings.discovery.model_copy(
+                update={"balance_moves_max": 2, "balance_interval_s": 0.2}
+            )
+        }
+    )
+    async with running_controller(settings, "ctl-1", store) as controller:
+        await _until(lambda: _true(controller.is_leader), timeout_s=10)
+        # A second node joins: at most 2 reassignments at once go its way.
+        await store.put_model(
+            meta_keys.node_key("ingest", "node-q"),
+            NodeRecord(node_id="node-q", kind="ingest", started_ms=1),
+        )
+
+        async def two_moving() -> bool:
+            records = await _records(store)
+            return sum(r.moving for r in records.values()) == 2
+
+        await _until(two_moving, timeout_s=5)
+        await asyncio.sleep(0.5)  # more rounds pass: still only 2 under way
+        records = await _records(store)
+        moving = {p: r for p, r in records.items() if r.moving}
+        assert len(moving) == 2
+        for record in moving.values():
+            assert record.adding == ("node-q",)
+            assert record.removing == ("node-p",)
+
+        # The leaders complete them (no ingest runs here: written as a leader would).
+        for partition, record in moving.items():
+            await store.put_model(
+                meta_keys.partition_assignment_key(partition), completed(record, now_ms=2)
+            )
+            owner = Owner(node_id="node-q", epoch=2, assigned_ms=2)
+            await store.put_model(meta_keys.partition_owner_key(partition), owner)
+
+        # An operator drains node-q: what it holds is reassigned back to node-p.
+        drain = DrainRecord(node_id="node-q", requested_ms=1)
+        await store.put_model(meta_keys.drain_key("ingest", "node-q"), drain)
+
+        async def drained_off() -> bool:
+            records = await _records(store)
+            return all(records[p].target == ("node-p",) for p in moving)
+
+        await _until(drained_off, timeout_s=5)
+        records = await _records(store)
+        for partition in moving:
+            assert records[partition].removing == ("node-q",)
+
+
+async def test_the_balancer_switched_off_writes_nothing(
+    store: MetaStore, settings_for: Callable[[str], DanubeSettings]
+) -> None:
+    for node_id in ("node-p", "node-q"):
+        record = NodeRecord(node_id=node_id, kind="ingest", started_ms=1)
+        await store.put_model(meta_keys.node_key("ingest", node_id), record)
+    await _create_topics(store)
+    for partition in PARTITIONS:
+        await _led_on(store, partition, ("node-p",))
+    settings = settings_for("ctl")
+    settings = settings.model_copy(
+        update={
+            "discovery": settings.discovery.model_copy(
+                update={"balance_enabled": False, "balance_interval_s": 0.1}
+            )
+        }
+    )
+    async with running_controller(settings, "ctl-1", store) as controller:
+        await _until(lambda: _true(controller.is_leader), timeout_s=10)
+        await asyncio.sleep(0.5)
+        assert controller.moves_started == 0
+        assert not any(r.moving for r in (await _records(store)).values())

@@ -47,7 +47,10 @@ topics = typer.Typer(
 subscriptions = typer.Typer(
     help="List, delete, seek and skip subscriptions; their failure policy.", no_args_is_help=True
 )
-partitions = typer.Typer(help="Move a partition to other ingest nodes.", no_args_is_help=True)
+partitions = typer.Typer(
+    help="Reassign a partition's replicas (live), move a leaderless one, skip damage.",
+    no_args_is_help=True,
+)
 app.add_typer(namespaces, name="namespaces")
 app.add_typer(topics, name="topics")
 app.add_typer(subscriptions, name="subscriptions")
@@ -94,7 +97,8 @@ def cluster(service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json 
         table = Table("service", "node", "address", "started")
         for kind, nodes in sorted(found.nodes.items()):
             for node in nodes:
-                table.add_row(kind, node.node_id, node.address or "", _when(node.started_ms))
+                name = f"{node.node_id} (drained)" if node.drained else node.node_id
+                table.add_row(kind, name, node.address or "", _when(node.started_ms))
         out.print(table)
         out.print(f"controller leader: {found.controller.leader or '(none)'}")
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from danube.cli import admin, backfill, bench, schemas, secure_setup, security
+from danube.cli import admin, backfill, bench, elastic, schemas, secure_setup, security
 from danube.cli import up as up_command
 from danube.cli._common import CaFile, CertFile, KeyFile, TokenOption, set_token, use_client_tls
 from danube.cli.consume import consume
@@ -65,6 +65,9 @@ def up(
 app.command()(produce)
 app.command()(consume)
 app.add_typer(admin.app, name="admin")
+# `danube admin partitions reassign|...` and `danube admin nodes drain|...` (cli/elastic.py).
+elastic.register(admin.partitions)
+admin.app.add_typer(elastic.nodes, name="nodes")
 app.add_typer(schemas.app, name="schemas")
 # `danube admin topics schema get|set` (kept in cli/schemas.py, next to the registry's).
 admin.topics.add_typer(schemas.topic_schema, name="schema")

@@ -35,6 +35,7 @@ from danube.client.admin import (
 )
 from danube.client.client import DEFAULT_URL, AsyncDanubeClient
 from danube.client.consumer import AsyncConsumer, ConsumerOptions
+from danube.client.elastic import DrainStatus, Reassignment, Reassignments, ReplicaAssignment
 from danube.client.errors import (
     ApiError,
     BadRequestError,
@@ -95,6 +96,7 @@ __all__ = [
     "ConsumerOptions",
     "DanubeClient",
     "DeadlineExceededError",
+    "DrainStatus",
     "FailurePolicy",
     "FailurePolicyInfo",
     "InvalidArgumentError",
@@ -112,8 +114,11 @@ __all__ = [
     "ProducerInfo",
     "ProducerOptions",
     "ProtocolError",
+    "Reassignment",
+    "Reassignments",
     "ReceivedMessage",
     "Registered",
+    "ReplicaAssignment",
     "Retention",
     "RetryPolicy",
     "SchemaVersion",

@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from danube.client._http import Answer, HttpCore
+from danube.client.elastic import ElasticAdmin
 from danube.client.errors import InvalidArgumentError, ProtocolError
 from danube.client.messages import Position, position_json, topic_name, topic_path
 from danube.names import InvalidNameError, TopicName, validate_segment
@@ -57,6 +58,7 @@ class Node(_Model):
     node_id: str
     address: str | None = None
     started_ms: int
+    drained: bool = False
 
 
 class Controller(_Model):
@@ -259,8 +261,9 @@ def _namespace(ns: str) -> str:
         raise InvalidArgumentError(exc.message, code="invalid_name") from exc
 
 
-class AsyncAdmin:
-    """Cluster, namespace and topic administration through one server."""
+class AsyncAdmin(ElasticAdmin):
+    """Cluster, namespace and topic administration through one server; reassignments and
+    drains (:class:`danube.client.elastic.ElasticAdmin`)."""
 
     def __init__(self, http: HttpCore) -> None:
         self._http = http

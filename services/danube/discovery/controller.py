@@ -4,20 +4,33 @@ Every discovery instance runs a :class:`Controller`; they campaign on ``election
 (:class:`danube.meta.Election`, lease TTL ``discovery.lease_ttl_s``) and exactly one leads.
 While it leads, it watches ``nodes/ingest/``, ``topics/`` and ``partitions/``; after any
 change (and at least every :data:`RESYNC_S`) it re-reads them, asks
-:func:`danube.discovery.assignment.plan` what to change and applies it: today, forgetting the
-replica sets and leadership state of partitions whose topic is gone. It never moves a
-replica (docs/replication.md: replicas are placed once, moved only by an operator). Each
+:func:`danube.discovery.assignment.plan` what to change and applies it: forgetting the
+replica sets and leadership state of partitions whose topic is gone. While
+``discovery.balance_enabled``, it also **balances** (:mod:`danube.discovery.balance`) when
+ingest nodes come, go or are drained and every ``discovery.balance_interval_s``: it writes
+reassignments (:mod:`danube.meta.reassign`) that the partitions' leaders carry out. Each
 write is one transaction that also compares the election key's create revision with the
-term's: a deposed leader's writes fail, however late they arrive.
+term's: a deposed leader's writes fail, however late they arrive; a reassignment is also
+compared on the assignment's mod revision.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from danube.config import DanubeSettings
+from danube.discovery import metrics
 from danube.discovery.assignment import ClusterView, Plan, partitions_of, plan
+from danube.discovery.balance import (
+    REASONS,
+    BalancePlan,
+    BalanceView,
+    Move,
+    PartitionView,
+    plan_balance,
+)
 from danube.meta import (
     Election,
     InvalidNameError,
@@ -27,13 +40,16 @@ from danube.meta import (
     MetaStore,
     TopicName,
     WatchError,
+    WatchEvent,
     decode_model,
+    encode_model,
     run_as_leader,
 )
 from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait, wait_any
 from danube.meta.backoff import backoff_s
-from danube.meta.records import Assignment, NodeRecord
+from danube.meta.reassign import ReassignError, reassign
+from danube.meta.records import Assignment, NodeRecord, Owner, PartitionState
 from danube.meta.topics import read_topics
 from danube.meta.txn import TXN_OPS_MAX
 
@@ -67,6 +83,16 @@ class Controller:
             store, meta_keys.CONTROLLER_ELECTION, node_id, ttl_s=settings.discovery.lease_ttl_s
         )
         self.plans_applied = 0  # plans that wrote something, for tests and logs
+        config = settings.discovery
+        self._balance_enabled = config.balance_enabled
+        self._balance_interval_s = config.balance_interval_s
+        self._balance_moves_max = config.balance_moves_max
+        self._balance_slack = config.balance_slack
+        self._balance_at = 0.0  # time.monotonic() of the next periodic balance
+        self._members_changed = True  # ingest nodes or drains changed since the last balance
+        self.moves_started = 0  # reassignments this instance wrote, for tests and logs
+        for reason in REASONS:  # every series from the start, at 0
+            metrics.REASSIGNMENTS_STARTED.labels(reason=reason)
 
     @property
     def is_leader(self) -> bool:
@@ -107,15 +133,19 @@ class Controller:
             asyncio.create_task(self._watch(prefix, dirty), name=f"controller-watch-{prefix}")
             for prefix in (
                 meta_keys.nodes_prefix("ingest"),
+                meta_keys.drains_prefix("ingest"),
                 meta_keys.topics_prefix(),
                 meta_keys.partitions_prefix(),
             )
         ]
+        self._members_changed = True
         try:
             await self._reconcile_loop(term, stop, dirty)
         finally:
             for task in watchers:
                 await cancel_and_wait(task, timeout_s=self._store.request_timeout_s)
+            metrics.BALANCE_IMBALANCE.set(0)  # only the leader reports them
+            metrics.REASSIGNMENTS_UNDER_WAY.set(0)
 
     async def _reconcile_loop(
         self, term: Leadership, stop: asyncio.Event, dirty: asyncio.Event
@@ -125,7 +155,7 @@ class Controller:
         dirty.set()
         failures = 0
         while term.active and not stop.is_set():
-            await wait_any(dirty, term.lost, stop, timeout_s=RESYNC_S)
+            await wait_any(dirty, term.lost, stop, timeout_s=self._wait_s())
             if not term.active or stop.is_set():
                 return
             await asyncio.sleep(DEBOUNCE_S)
@@ -156,6 +186,8 @@ class Controller:
                         failures = 0
                         if _relevant(event.key):
                             dirty.set()
+                        if _joins_or_leaves(event):
+                            self._members_changed = True
             except WatchError as exc:
                 log.info("controller watch on %s ended: %s; restarting", prefix, exc)
             except MetaError as exc:
@@ -163,15 +195,120 @@ class Controller:
             failures += 1
             await asyncio.sleep(backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=1.0))
 
+    def _wait_s(self) -> float:
+        """How long the loop may sleep without events: until the resync or the balance."""
+        if not self._balance_enabled:
+            return RESYNC_S
+        return max(0.0, min(RESYNC_S, self._balance_at - time.monotonic()))
+
     async def reconcile(self, term: Leadership) -> Plan:
-        """Read the cluster, plan, and write the plan fenced on ``term``; return the plan."""
+        """Read the cluster, plan, and write the plan fenced on ``term``; then balance when
+        it is due (nodes or drains changed, or ``balance_interval_s`` passed). Return the
+        plan of partitions forgotten."""
         view = await self.read_view()
         result = plan(view)
         if not result.empty:
             await self._apply(term, result)
             self.plans_applied += 1
             log.info("controller %s: forgot %d partitions", self.node_id, len(result.unassign))
+        now = time.monotonic()
+        if self._balance_enabled and (self._members_changed or now >= self._balance_at):
+            self._members_changed = False
+            self._balance_at = now + self._balance_interval_s
+            await self.balance(term, view.partitions)
         return result
+
+    async def balance(self, term: Leadership, partitions: frozenset[TopicName]) -> BalancePlan:
+        """Plan the balancer's reassignments and write them fenced on ``term``."""
+        view, revisions = await self.read_balance_view(partitions)
+        result = plan_balance(view, moves_max=self._balance_moves_max, slack=self._balance_slack)
+        metrics.BALANCE_IMBALANCE.set(result.imbalance)
+        started = 0
+        for move in result.moves:
+            current = view.partitions[move.partition].assignment
+            if await self._start_move(term, move, current, revisions[move.partition]):
+                started += 1
+        metrics.REASSIGNMENTS_UNDER_WAY.set(result.under_way + started)
+        if started:
+            self.moves_started += started
+            log.info(
+                "controller %s: started %d reassignments (%s); %d were under way",
+                self.node_id,
+                started,
+                ", ".join(
+                    f"{m.partition} -> {','.join(m.target)} ({m.reason})" for m in result.moves
+                ),
+                result.under_way,
+            )
+        return result
+
+    async def _start_move(
+        self, term: Leadership, move: Move, current: Assignment, revision: int
+    ) -> bool:
+        """Write one reassignment, compared on the assignment's revision (an operator or a
+        leader completing one meanwhile wins: the next round sees it)."""
+        if not term.active:
+            raise DeposedError(f"the term ended ({term.lost_reason})")
+        try:
+            record = reassign(current, move.target, now_ms=int(time.time() * 1000))
+        except ReassignError as exc:  # a planner bug, not a cluster state: say so, go on
+            log.error("controller: planned %s -> %s: %s", move.partition, move.target, exc)
+            return False
+        key = meta_keys.partition_assignment_key(move.partition)
+        election_key = meta_keys.election_key(meta_keys.CONTROLLER_ELECTION)
+        txn = self._store.txn().if_create_revision(election_key, "==", term.revision)
+        txn.if_mod_revision(key, "==", revision).then_put(key, encode_model(record))
+        if (await txn.commit()).succeeded:
+            metrics.REASSIGNMENTS_STARTED.labels(reason=move.reason).inc()
+            return True
+        election = await self._store.get(election_key)
+        if election is None or election.create_revision != term.revision:
+            raise DeposedError("the election key changed: another controller leads")
+        log.info("controller: the assignment of %s changed meanwhile; next round", move.partition)
+        return False
+
+    async def read_balance_view(
+        self, partitions: frozenset[TopicName]
+    ) -> tuple[BalanceView, dict[TopicName, int]]:
+        """What the balancer plans from, read from etcd now (only the partitions of
+        ``partitions``, those that exist), and each assignment's mod revision."""
+        nodes: dict[str, float | None] = {}
+        for kv in await self._store.range(meta_keys.nodes_prefix("ingest")):
+            try:
+                record = decode_model(kv, NodeRecord)
+            except MetaDecodeError:
+                continue  # a node the balancer cannot judge gets nothing new
+            nodes[record.node_id] = record.load
+        drains = meta_keys.drains_prefix("ingest")
+        drained = frozenset(kv.key[len(drains) :] for kv in await self._store.range(drains))
+        found: dict[TopicName, dict[str, object]] = {}
+        revisions: dict[TopicName, int] = {}
+        for kv in await self._store.range(meta_keys.partitions_prefix()):
+            try:
+                partition, name = meta_keys.parse_partition_key(kv.key)
+                if partition not in partitions:
+                    continue
+                if name == "assignment":
+                    found.setdefault(partition, {})[name] = decode_model(kv, Assignment)
+                    revisions[partition] = kv.mod_revision
+                elif name == "state":
+                    found.setdefault(partition, {})[name] = decode_model(kv, PartitionState)
+                elif name == "owner":
+                    found.setdefault(partition, {})[name] = decode_model(kv, Owner)
+            except (MetaDecodeError, InvalidNameError) as exc:
+                log.warning("controller: skipping %s: %s", kv.key, exc)
+        views: dict[TopicName, PartitionView] = {}
+        for partition, records in found.items():
+            assignment = records.get("assignment")
+            if not isinstance(assignment, Assignment):
+                continue
+            state, owner = records.get("state"), records.get("owner")
+            views[partition] = PartitionView(
+                assignment,
+                leader=owner.node_id if isinstance(owner, Owner) else None,
+                isr=state.isr if isinstance(state, PartitionState) else (),
+            )
+        return BalanceView(views, nodes, drained), revisions
 
     async def read_view(self) -> ClusterView:
         """The live ingest nodes, the partitions that exist, and who is assigned and owns
@@ -224,3 +361,13 @@ def _relevant(key: str) -> bool:
     if key.startswith(meta_keys.partitions_prefix()):
         return key.endswith("/assignment")
     return True
+
+
+def _joins_or_leaves(event: WatchEvent) -> bool:
+    """An ingest node registered or gone, or a drain asked or lifted (a node's load
+    report rewrites its key: the periodic balance sees that)."""
+    key = event.key
+    members = key.startswith(meta_keys.nodes_prefix("ingest")) or key.startswith(
+        meta_keys.drains_prefix("ingest")
+    )
+    return members and (event.kind == "delete" or event.create_revision == event.mod_revision)

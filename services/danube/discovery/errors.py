@@ -156,6 +156,13 @@ _STATUS_BY_CODE: dict[str, int] = {
     "position_unavailable": 503,
     "ack_not_durable": 503,
     "data_damaged": 500,  # no intact copy of a range: an operator repairs or skips it
+    # danube.meta.reassign: a reassignment the cluster cannot hold, or nothing to cancel.
+    "duplicate_replicas": 400,
+    "node_not_live": 400,
+    "node_drained": 400,
+    "factor_mismatch": 400,
+    "too_many_replicas": 400,
+    "not_reassigning": 409,
     # danube.security: no or bad credentials, then a missing permission.
     "unauthenticated": 401,
     "invalid_token": 401,

@@ -49,3 +49,17 @@ AUTHN_FAILED = Counter(
     "Requests refused for missing or invalid credentials (HTTP 401 / gRPC UNAUTHENTICATED)",
     ["code"],
 )
+# The controller's balancer (docs/controller.md, "Balancing"); only the leader sets them.
+BALANCE_IMBALANCE = Gauge(
+    "danube_discovery_balance_imbalance_replicas",
+    "Most minus fewest replicas held by a live undrained ingest node (as targets)",
+)
+REASSIGNMENTS_UNDER_WAY = Gauge(
+    "danube_discovery_reassignments_under_way",
+    "Partitions whose replica set is being reassigned, as the controller last counted",
+)
+REASSIGNMENTS_STARTED = Counter(
+    "danube_discovery_reassignments_started",
+    "Reassignments written, by reason: drain, spread, leader (the balancer's), operator, cancel",
+    ["reason"],
+)

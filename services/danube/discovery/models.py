@@ -557,6 +557,7 @@ class NodeOut(_Response):
     node_id: str
     address: str | None
     started_ms: int
+    drained: bool = False  # an operator drained it (ingest: docs/operations.md)
 
 
 class ControllerOut(_Response):

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from danube.errors import DanubeError
 from danube.meta import KeyValue, Lease, MetaStore, TopicName, Txn, encode_model
 from danube.meta import keys as meta_keys
-from danube.meta.records import Assignment, Owner, PartitionState
+from danube.meta.placement import choose_replicas, node_loads
+from danube.meta.records import Assignment, NodeRecord, Owner, PartitionState
 from danube.meta.topics import live_nodes
 
 log = logging.getLogger(__name__)
@@ -310,32 +311,40 @@ async def replace_volatile(store: MetaStore, partition: TopicName, node_id: str)
 async def place(
     store: MetaStore, partition: TopicName, *, first: str, factor: int, min_insync: int
 ) -> Assignment:
-    """Write the replica set of a partition that has none yet (``first`` leads by
-    preference, the others are the live ingest nodes holding the fewest replicas); return
-    the assignment etcd holds afterwards. NotEnoughReplicasError with fewer live nodes."""
+    """Write the replica set of a partition that has none yet; return the assignment etcd
+    holds afterwards. The nodes and their order (preferred leader first) are chosen by the
+    balancer's scores (danube.meta.placement: fewest replicas, then fewest preferred
+    leaderships, then bytes/s, then a hash of the partition's name, so concurrent placements
+    of one topic's partitions spread); never a drained node. ``first``, the node answering
+    the claim, counts as live even before its key is seen. NotEnoughReplicasError with fewer
+    live undrained nodes than ``factor``."""
     key = meta_keys.partition_assignment_key(partition)
     found = await store.get_model(key, Assignment)
     if found is not None:
         return found
-    live = sorted(await live_nodes(store, "ingest"))
-    if first not in live:
-        live.append(first)
-    if len(live) < factor:
+    nodes: dict[str, float | None] = {first: None}
+    for kv in await store.range(meta_keys.nodes_prefix("ingest")):
+        node_id = meta_keys.parse_node_key(kv.key)[1]
+        try:
+            nodes[node_id] = NodeRecord.model_validate_json(kv.value).load
+        except ValueError:
+            nodes[node_id] = None
+    drains = meta_keys.drains_prefix("ingest")
+    drained = {kv.key[len(drains) :] for kv in await store.range(drains)}
+    allowed = {node: load for node, load in nodes.items() if node not in drained}
+    if len(allowed) < factor:
         raise NotEnoughReplicasError(
             f"{partition}: replication factor {factor} needs {factor} ingest nodes, "
-            f"{len(live)} are live"
+            f"{len(allowed)} are live and not drained"
         )
-    held = dict.fromkeys(live, 0)
+    replica_sets: list[tuple[str, ...]] = []
     for kv in await store.range(meta_keys.partitions_prefix()):
         if kv.key.endswith("/assignment"):
             try:
-                for node in Assignment.model_validate_json(kv.value).replicas:
-                    if node in held:
-                        held[node] += 1
+                replica_sets.append(Assignment.model_validate_json(kv.value).target)
             except ValueError:
                 continue
-    others = sorted((n for n in live if n != first), key=lambda n: (held[n], n))
-    replicas = (first, *others[: factor - 1])
+    replicas = choose_replicas(str(partition), factor, node_loads(replica_sets, allowed))
     assignment = Assignment(
         replicas=replicas,
         min_insync_replicas=min(min_insync, factor),

@@ -21,6 +21,7 @@ from danube.discovery.api import (
     admin,
     console,
     consume,
+    elastic,
     failure_policy,
     failures,
     partitions,
@@ -111,6 +112,7 @@ def build_app(
     app.include_router(subscriptions.router)
     app.include_router(failure_policy.router)
     app.include_router(partitions.router)
+    app.include_router(elastic.router)
     app.include_router(schemas.router)
     app.include_router(console.router)
     app.include_router(console_files.build_router())

@@ -155,12 +155,20 @@ async def _offsets(
 
 @router.get("/cluster", response_model=ClusterOut)
 async def cluster(services: ServicesDep) -> ClusterOut:
-    """Registered nodes by service kind, and the controller's leader."""
+    """Registered nodes by service kind (ingest nodes an operator drained say so), and the
+    controller's leader."""
     nodes: dict[str, list[NodeOut]] = {kind: [] for kind in meta_keys.SERVICE_KINDS}
+    drains = meta_keys.drains_prefix()
+    drained = {kv.key[len(drains) :] for kv in await services.store.range(drains)}
     for kv in await services.store.range(meta_keys.nodes_prefix()):
         record = decode_model(kv, NodeRecord)
         nodes[record.kind].append(
-            NodeOut(node_id=record.node_id, address=record.address, started_ms=record.started_ms)
+            NodeOut(
+                node_id=record.node_id,
+                address=record.address,
+                started_ms=record.started_ms,
+                drained=f"{record.kind}/{record.node_id}" in drained,
+            )
         )
     leader = await services.controller.leader()
     return ClusterOut(nodes=nodes, controller=ControllerOut(leader=leader))

@@ -53,3 +53,10 @@ ConsumerId = Annotated[
     ),
 ]
 ProducerIdParam = Annotated[str, _segment("A producer session's id, as its open answered.")]
+NodeIdParam = Annotated[
+    str,
+    Path(
+        description="A node's id (NodeRecord.node_id): letters, digits, '.', '_' and '-'.",
+        json_schema_extra={"pattern": "^[A-Za-z0-9._-]{1,128}$", "minLength": 1},
+    ),
+]

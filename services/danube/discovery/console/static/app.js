@@ -258,7 +258,8 @@ async function clusterPage() {
           const role = node.node_id === cluster.controller.leader ? h("span", { class: "badge ok" }, "controller") : "";
           rows.push(h("tr", { "data-node": node.node_id },
             h("td", {}, kind), h("td", {}, node.node_id, " ", role), h("td", {}, node.address),
-            h("td", {}, fmtTime(node.started_ms)), h("td", {}, h("span", { class: "badge ok" }, "live")),
+            h("td", {}, fmtTime(node.started_ms)), h("td", {}, h("span", { class: "badge ok" }, "live"),
+              node.drained ? [" ", h("span", { class: "badge warn", title: "drained: its replicas move off, nothing new is placed on it" }, "drained")] : ""),
             h("td", { class: "num" }, share ? share.leader_of : ""),
             h("td", { class: "num" }, share ? share.replica_of : "")));
         }

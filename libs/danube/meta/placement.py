@@ -1,0 +1,73 @@
+"""How busy each ingest node is, and which nodes a partition's replicas should go to: pure,
+no I/O. Shared by the controller's balancer (discovery) and the placement of new partitions
+(ingest), so both judge a node the same way (docs/controller.md, "Balancing").
+
+A node's score is, in this order: the replicas it holds, the partitions it is the preferred
+leader of, its load (``NodeRecord.load``, appended bytes/s; unknown counts as 0), and last a
+**per-partition tie-break**: a hash of the partition's name and the node's id. Equal nodes are
+then ordered differently for each partition, so partitions of one topic placed at the same
+moment (by different ingest nodes, each reading the same counts) spread instead of all
+choosing the alphabetically first node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    """What one node carries: replicas (of target sets), preferred leaderships, load."""
+
+    replicas: int = 0
+    leaders: int = 0
+    load: float = 0.0
+
+
+def tie_break(partition: str, node: str) -> int:
+    """A stable number for ``(partition, node)``: the same on every process and run (not
+    Python's salted ``hash``), spread evenly over the nodes of one partition."""
+    digest = hashlib.blake2b(f"{partition}\x00{node}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def node_loads(
+    replica_sets: Iterable[tuple[str, ...]], nodes: Mapping[str, float | None]
+) -> dict[str, NodeLoad]:
+    """The load of each node of ``nodes`` (node -> bytes/s or None) given every partition's
+    replica set (preferred leader first; a set under reassignment counts as its target).
+    Nodes outside ``nodes`` are not counted."""
+    replicas = dict.fromkeys(nodes, 0)
+    leaders = dict.fromkeys(nodes, 0)
+    for replica_set in replica_sets:
+        for node in replica_set:
+            if node in replicas:
+                replicas[node] += 1
+        if replica_set and replica_set[0] in leaders:
+            leaders[replica_set[0]] += 1
+    return {
+        node: NodeLoad(replicas[node], leaders[node], float(nodes[node] or 0.0)) for node in nodes
+    }
+
+
+def replica_score(partition: str, node: str, load: NodeLoad) -> tuple[int, int, float, int]:
+    """Lower is a better home for one more replica of ``partition``."""
+    return (load.replicas, load.leaders, load.load, tie_break(partition, node))
+
+
+def leader_score(partition: str, node: str, load: NodeLoad) -> tuple[int, int, float, int]:
+    """Lower is a better preferred leader for ``partition``."""
+    return (load.leaders, load.replicas, load.load, tie_break(partition, node))
+
+
+def choose_replicas(partition: str, factor: int, loads: Mapping[str, NodeLoad]) -> tuple[str, ...]:
+    """The ``factor`` best nodes of ``loads`` for a new partition, its preferred leader first
+    (the fewest preferred leaderships among them). ``loads`` holds only the nodes allowed
+    (live, not drained); ValueError when there are fewer than ``factor``."""
+    if factor < 1 or len(loads) < factor:
+        raise ValueError(f"{partition}: factor {factor} needs {factor} nodes, {len(loads)} given")
+    chosen = sorted(loads, key=lambda n: replica_score(partition, n, loads[n]))[:factor]
+    leader = min(chosen, key=lambda n: leader_score(partition, n, loads[n]))
+    return (leader, *(n for n in chosen if n != leader))
