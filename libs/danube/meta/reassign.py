@@ -1,5 +1,5 @@
 """Reassignments of a partition's replica set as :class:`Assignment` records: pure, no I/O
-(docs/replication.md, "Reassignment"; the shape is KIP-455's).
+(docs/replication.md, "Moving partitions"; the shape is KIP-455's).
 
 Writing the record these functions return (compared on the key's mod revision) starts, changes
 or cancels a reassignment; the partition's leader carries it out and completes it

@@ -31,6 +31,7 @@ from danube.discovery.balance import (
     PartitionView,
     plan_balance,
 )
+from danube.discovery.partition_records import read_drained, read_partition_records
 from danube.meta import (
     Election,
     InvalidNameError,
@@ -49,7 +50,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait, wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.reassign import ReassignError, reassign
-from danube.meta.records import Assignment, NodeRecord, Owner, PartitionState
+from danube.meta.records import Assignment, NodeRecord
 from danube.meta.topics import read_topics
 from danube.meta.txn import TXN_OPS_MAX
 
@@ -279,35 +280,18 @@ class Controller:
             except MetaDecodeError:
                 continue  # a node the balancer cannot judge gets nothing new
             nodes[record.node_id] = record.load
-        drains = meta_keys.drains_prefix("ingest")
-        drained = frozenset(kv.key[len(drains) :] for kv in await self._store.range(drains))
-        found: dict[TopicName, dict[str, object]] = {}
-        revisions: dict[TopicName, int] = {}
-        for kv in await self._store.range(meta_keys.partitions_prefix()):
-            try:
-                partition, name = meta_keys.parse_partition_key(kv.key)
-                if partition not in partitions:
-                    continue
-                if name == "assignment":
-                    found.setdefault(partition, {})[name] = decode_model(kv, Assignment)
-                    revisions[partition] = kv.mod_revision
-                elif name == "state":
-                    found.setdefault(partition, {})[name] = decode_model(kv, PartitionState)
-                elif name == "owner":
-                    found.setdefault(partition, {})[name] = decode_model(kv, Owner)
-            except (MetaDecodeError, InvalidNameError) as exc:
-                log.warning("controller: skipping %s: %s", kv.key, exc)
         views: dict[TopicName, PartitionView] = {}
-        for partition, records in found.items():
-            assignment = records.get("assignment")
-            if not isinstance(assignment, Assignment):
+        revisions: dict[TopicName, int] = {}
+        for partition, records in (await read_partition_records(self._store)).items():
+            if records.assignment is None or partition not in partitions:
                 continue
-            state, owner = records.get("state"), records.get("owner")
             views[partition] = PartitionView(
-                assignment,
-                leader=owner.node_id if isinstance(owner, Owner) else None,
-                isr=state.isr if isinstance(state, PartitionState) else (),
+                records.assignment,
+                leader=None if records.owner is None else records.owner.node_id,
+                isr=() if records.state is None else records.state.isr,
             )
+            revisions[partition] = records.assignment_revision
+        drained = await read_drained(self._store)
         return BalanceView(views, nodes, drained), revisions
 
     async def read_view(self) -> ClusterView:

@@ -21,10 +21,11 @@ import orjson
 from danube.bus import Bus, BusError
 from danube.discovery import metrics
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
+from danube.discovery.partition_records import read_drained, read_partition_records
 from danube.meta import MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.reassign import cancel, check_target, reassign
-from danube.meta.records import Assignment, DrainRecord, Owner, PartitionState
+from danube.meta.records import Assignment, DrainRecord
 from danube.meta.topics import live_nodes
 
 log = logging.getLogger(__name__)
@@ -58,12 +59,6 @@ class Reassignment:
     progress: tuple[Progress, ...]  # one per node being added
 
 
-async def drained_nodes(store: MetaStore) -> frozenset[str]:
-    """The ingest nodes an operator drained."""
-    prefix = meta_keys.drains_prefix("ingest")
-    return frozenset(kv.key[len(prefix) :] for kv in await store.range(prefix))
-
-
 async def start(
     store: MetaStore,
     partition: TopicName,
@@ -84,9 +79,7 @@ async def start(
         )
     current, kv = found
     live = await live_nodes(store, "ingest")
-    check_target(
-        replicas, live=live, drained=await drained_nodes(store), factor=len(current.target)
-    )
+    check_target(replicas, live=live, drained=await read_drained(store), factor=len(current.target))
     record = reassign(
         current, replicas, catchup_bytes_s=catchup_bytes_s, now_ms=int(time.time() * 1000)
     )
@@ -121,30 +114,6 @@ async def _swap(
         raise ConflictError(f"the assignment of {partition} changed; ask again", code="conflict")
 
 
-async def _records(
-    store: MetaStore,
-) -> dict[TopicName, tuple[Assignment | None, PartitionState | None, Owner | None]]:
-    """Every partition's assignment, state and owner, in one range."""
-    found: dict[TopicName, list[Any]] = {}
-    readers: dict[str, tuple[int, type[Any]]] = {
-        "assignment": (0, Assignment),
-        "state": (1, PartitionState),
-        "owner": (2, Owner),
-    }
-    for kv in await store.range(meta_keys.partitions_prefix()):
-        partition, name = meta_keys.parse_partition_key(kv.key)
-        reader = readers.get(name)
-        if reader is None:
-            continue
-        try:
-            value = reader[1].model_validate_json(kv.value)
-        except ValueError as exc:
-            log.warning("skipping %s: %s", kv.key, exc)
-            continue
-        found.setdefault(partition, [None, None, None])[reader[0]] = value
-    return {p: (a, s, o) for p, (a, s, o) in found.items()}
-
-
 async def _followers(bus: Bus, partition: TopicName, gate: asyncio.Semaphore) -> dict[str, Any]:
     """The leader's view of its followers (``{node: {end, lag}}``), or {} when it does not
     answer in time."""
@@ -171,24 +140,27 @@ def _progress(node: str, isr: tuple[str, ...], followers: dict[str, Any]) -> Pro
 async def under_way(bus: Bus, store: MetaStore) -> tuple[list[Reassignment], bool]:
     """Every partition with a reassignment under way (by name, at most
     :data:`LIST_PARTITIONS_MAX`; the flag says some were left out), with its progress."""
-    records = await _records(store)
-    moving = sorted((p for p, (a, _, _) in records.items() if a is not None and a.moving), key=str)
+    records = await read_partition_records(store)
+    moving = sorted(
+        (p for p, r in records.items() if r.assignment is not None and r.assignment.moving),
+        key=str,
+    )
     truncated = len(moving) > LIST_PARTITIONS_MAX
     moving = moving[:LIST_PARTITIONS_MAX]
     gate = asyncio.Semaphore(STATS_CONCURRENCY)
     stats = await asyncio.gather(*(_followers(bus, p, gate) for p in moving))
     found = []
     for partition, followers in zip(moving, stats, strict=True):
-        assignment, state, owner = records[partition]
-        assert assignment is not None
-        isr = () if state is None else state.isr
+        kept = records[partition]
+        assert kept.assignment is not None
+        isr = () if kept.state is None else kept.state.isr
         found.append(
             Reassignment(
                 partition,
-                assignment,
-                None if owner is None else owner.node_id,
+                kept.assignment,
+                None if kept.owner is None else kept.owner.node_id,
                 isr,
-                tuple(_progress(n, isr, followers) for n in assignment.adding),
+                tuple(_progress(n, isr, followers) for n in kept.assignment.adding),
             )
         )
     return found, truncated
@@ -247,9 +219,9 @@ async def status(store: MetaStore, node_id: str) -> DrainStatus:
     meta_keys.validate_node_id(node_id)
     record = await store.get_model(meta_keys.drain_key("ingest", node_id), DrainRecord)
     held, leaving = [], []
-    for partition, (assignment, _, _) in sorted(
-        (await _records(store)).items(), key=lambda i: str(i[0])
-    ):
+    records = await read_partition_records(store)
+    for partition in sorted(records, key=str):
+        assignment = records[partition].assignment
         if assignment is not None and node_id in assignment.replicas:
             held.append(partition)
             if node_id in assignment.removing:
