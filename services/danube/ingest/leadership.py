@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from danube.errors import DanubeError
 from danube.meta import KeyValue, Lease, MetaStore, TopicName, Txn, encode_model
 from danube.meta import keys as meta_keys
+from danube.meta import reassign
 from danube.meta.placement import choose_replicas, node_loads
 from danube.meta.records import Assignment, NodeRecord, Owner, PartitionState
 from danube.meta.topics import live_nodes
@@ -230,12 +231,7 @@ async def complete_reassignment(
     set becomes the target, the nodes that left are ``retired`` (they delete their copies)
     and leave the ISR, in one transaction compared on the assignment's revision and on
     this term's state. The new assignment; None if either changed meanwhile."""
-    done = Assignment(
-        replicas=assignment.target,
-        min_insync_replicas=assignment.min_insync_replicas,
-        assigned_ms=int(time.time() * 1000),
-        retired=assignment.removing,
-    )
+    done = reassign.completed(assignment, now_ms=int(time.time() * 1000))
     isr = tuple(n for n in term.isr if n in done.replicas)
     state = PartitionState(
         leader=node_id,
