@@ -21,9 +21,8 @@ import time
 from dataclasses import dataclass
 
 from danube.errors import DanubeError
-from danube.meta import KeyValue, Lease, MetaStore, TopicName, Txn, encode_model
+from danube.meta import KeyValue, Lease, MetaStore, TopicName, Txn, encode_model, reassign
 from danube.meta import keys as meta_keys
-from danube.meta import reassign
 from danube.meta.placement import choose_replicas, node_loads
 from danube.meta.records import Assignment, NodeRecord, Owner, PartitionState
 from danube.meta.topics import live_nodes
