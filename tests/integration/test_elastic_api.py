@@ -20,7 +20,7 @@ from danube.discovery import app as discovery_app
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
-from danube.meta.records import Assignment, NodeRecord
+from danube.meta.records import Assignment, NodeRecord, Owner
 from danube.names import TopicName
 from danube.runtime.service import run_in_process
 from tests.integration.conftest import MeshSettings
@@ -169,6 +169,8 @@ async def test_drain_status_and_undrain(http: httpx.AsyncClient, store: MetaStor
     assert (await http.get("/v1/nodes/ghost-1/drain")).json()["done"] is True
     assert _error(await http.post("/v1/nodes/nobody/drain")) == (400, "node_not_live")
     # A node lost for good that still holds replicas may be drained (they are copied anew).
+    # (Of a topic that exists: the controller forgets the keys of a partition without one.)
+    assert (await http.put("/v1/topics/default/x")).status_code == 201
     lost = Assignment(replicas=("gone-1",), assigned_ms=1)
     await store.put_model(meta_keys.partition_assignment_key(TopicName("default", "x")), lost)
     gone = await http.post("/v1/nodes/gone-1/drain")
@@ -180,6 +182,34 @@ async def test_drain_status_and_undrain(http: httpx.AsyncClient, store: MetaStor
     assert _error(await http.delete("/v1/nodes/ingest-1/drain")) == (404, "not_drained")
     assert (await http.get("/v1/nodes/ingest-1/drain")).json()["drained"] is False
     assert await store.get(meta_keys.drain_key("ingest", "ingest-1")) is None
+
+
+async def test_a_dispatcher_is_drained_by_the_same_route(
+    http: httpx.AsyncClient, store: MetaStore
+) -> None:
+    """A dispatcher's drain key is written; its status lists the subscriptions it still
+    serves (its owner keys) until they are handed over; undrain deletes the key."""
+    record = NodeRecord(node_id="disp-1", kind="dispatcher", started_ms=1)
+    await store.put_model(meta_keys.node_key("dispatcher", "disp-1"), record)
+    owner_key = meta_keys.subscription_owner_key(TopicName("default", "owned"), "s")
+    await store.put_model(owner_key, Owner(node_id="disp-1", epoch=1, assigned_ms=1))
+    # A cursor of a partition whose name ends like an owner key is no owner key.
+    cursor = meta_keys.subscription_cursor_key(
+        TopicName("default", "owner"), "s", TopicName("default", "owner")
+    )
+    await store.put(cursor, b"{}")
+
+    drained = await http.post("/v1/nodes/disp-1/drain")
+    assert drained.status_code == 201, drained.text
+    body = drained.json()
+    assert (body["kinds"], body["replicas"]) == (["dispatcher"], [])
+    assert (body["subscriptions"], body["done"]) == (["/default/owned/s"], False)
+    assert await store.get(meta_keys.drain_key("dispatcher", "disp-1")) is not None
+    assert await store.get(meta_keys.drain_key("ingest", "disp-1")) is None
+    await store.delete(owner_key)  # handed over
+    assert (await http.get("/v1/nodes/disp-1/drain")).json()["done"] is True
+    assert (await http.delete("/v1/nodes/disp-1/drain")).status_code == 204
+    assert await store.get(meta_keys.drain_key("dispatcher", "disp-1")) is None
 
 
 async def test_the_admin_commands_reassign_list_cancel_and_drain(
@@ -219,7 +249,7 @@ async def test_the_admin_commands_reassign_list_cancel_and_drain(
 
     code, out, err = await _danube("admin", "nodes", "drain", "ingest-1", "-s", url)
     assert code == 0, err
-    assert "ingest-1: draining; still holds 2 replicas" in out
+    assert "ingest-1 (ingest): draining; still holds 2 replicas, 0 subscriptions" in out
     code, out, err = await _danube(
         "admin", "nodes", "drain-status", "ingest-1", "-s", url, "--json"
     )

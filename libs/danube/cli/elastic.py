@@ -16,7 +16,7 @@ from danube.client import AsyncAdmin, DrainStatus, ReplicaAssignment
 # Each admin request, retries included (an unreachable server fails within this).
 ADMIN_TIMEOUT_S = 5.0
 
-nodes = typer.Typer(help="Drain and undrain ingest nodes.", no_args_is_help=True)
+nodes = typer.Typer(help="Drain and undrain ingest nodes and dispatchers.", no_args_is_help=True)
 
 TopicArg = Annotated[
     str, typer.Argument(help="/<namespace>/<topic> (or /<namespace>/<topic>-part-<N>).")
@@ -141,16 +141,19 @@ def _show_drain(node_id: str, json_out: bool, found: DrainStatus) -> None:
     if json_out:
         print_json(found.model_dump())
         return
+    held = f"{len(found.replicas)} replicas, {len(found.subscriptions)} subscriptions"
     if not found.drained:
-        out.print(f"{node_id}: not drained; holds {len(found.replicas)} replicas")
+        out.print(f"{node_id}: not drained; holds {held}")
         return
     state = "done" if found.done else "draining"
     out.print(
-        f"{node_id}: {state}; still holds {len(found.replicas)} replicas, "
-        f"{len(found.leaving)} leaving now"
+        f"{node_id} ({', '.join(found.kinds)}): {state}; still holds {held}, "
+        f"{len(found.leaving)} replicas leaving now"
     )
     for partition in found.replicas:
         out.print(f"  {partition}" + (" (leaving)" if partition in found.leaving else ""))
+    for subscription in found.subscriptions:
+        out.print(f"  {subscription} (subscription)")
 
 
 @nodes.command("drain")

@@ -75,6 +75,8 @@ class DrainStatus(_Model):
     requested_ms: int | None = None
     replicas: list[str] = []
     leaving: list[str] = []
+    subscriptions: list[str] = []
+    kinds: list[str] = []
     done: bool = False
 
 

@@ -82,11 +82,14 @@ class ReassignmentList(_Response):
 
 class DrainOut(_Response):
     """A node's drain: when it was asked (null: not drained), the partitions it still holds
-    a replica of and those leaving it now; ``done`` once drained and holding nothing."""
+    a replica of and those leaving it now, the subscriptions it still serves (a dispatcher);
+    ``done`` once drained and holding nothing."""
 
     node_id: str
     drained: bool
     requested_ms: int | None
     replicas: list[str]
     leaving: list[str]
+    subscriptions: list[str]  # (a dispatcher) the subscriptions it still serves
+    kinds: list[str]  # the kinds it is drained as: ingest, dispatcher
     done: bool

@@ -3,7 +3,8 @@ docs/operations.md, "Draining a node"): what the admin routes ask of etcd.
 
 A reassignment is one compare-and-swap of the partition's ``assignment`` record
 (:mod:`danube.meta.reassign` builds it); the partition's leader carries it out. A drain is one
-key, ``drains/ingest/<node>``, that the controller's balancer acts on and placement honours.
+key, ``drains/<kind>/<node>``: for an ingest node the controller's balancer acts on it and
+placement honours it; a dispatcher hands its subscriptions over (docs/dispatcher.md).
 Progress is read from etcd (the record, ``state``) and from each partition's leader
 (``wal.stats``: the followers' ends and lag).
 """
@@ -24,8 +25,9 @@ from danube.discovery.errors import BadRequestError, ConflictError, NotFoundErro
 from danube.discovery.partition_records import read_drained, read_partition_records
 from danube.meta import MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
+from danube.meta.keys import ServiceKind
 from danube.meta.reassign import cancel, check_target, reassign
-from danube.meta.records import Assignment, DrainRecord
+from danube.meta.records import Assignment, DrainRecord, Owner
 from danube.meta.topics import live_nodes
 
 log = logging.getLogger(__name__)
@@ -169,55 +171,73 @@ async def under_way(bus: Bus, store: MetaStore) -> tuple[list[Reassignment], boo
 @dataclass(frozen=True)
 class DrainStatus:
     """A node's drain: asked when (None: not drained), the partitions it still holds a
-    replica of, and those of them leaving it now."""
+    replica of and those of them leaving it now, and (a dispatcher) the subscriptions it
+    still serves."""
 
     node_id: str
     requested_ms: int | None
     replicas: tuple[TopicName, ...]
     leaving: tuple[TopicName, ...]
+    subscriptions: tuple[str, ...] = ()
+    kinds: tuple[ServiceKind, ...] = ()
 
     @property
     def done(self) -> bool:
         """Drained and holding nothing."""
-        return self.requested_ms is not None and not self.replicas
+        return self.requested_ms is not None and not self.replicas and not self.subscriptions
+
+
+# The kinds of node a drain applies to: ingest (its replicas move by reassignment) and
+# dispatcher (its subscriptions are handed over: docs/dispatcher.md, "Balancing").
+DRAINABLE: tuple[ServiceKind, ...] = ("ingest", "dispatcher")
+
+
+async def _kinds_of(store: MetaStore, node_id: str) -> list[ServiceKind]:
+    """The drainable kinds ``node_id`` is: live as, or (ingest) still holding replicas as."""
+    kinds: list[ServiceKind] = [
+        kind for kind in DRAINABLE if node_id in await live_nodes(store, kind)
+    ]
+    if "ingest" not in kinds and (await _held(store, node_id))[0]:
+        kinds.insert(0, "ingest")  # a dead node holding replicas: they are copied elsewhere
+    return kinds
 
 
 async def drain(store: MetaStore, node_id: str) -> tuple[DrainRecord, bool]:
-    """Drain ``node_id``: the balancer moves every replica off it, placement skips it.
-    400 ``node_not_live`` for a node that is neither live nor holds a replica (a dead node
-    holding replicas may be drained: its replicas are copied from their leaders). Returns
-    the record and whether this call wrote it (draining twice changes nothing)."""
+    """Drain ``node_id``: an ingest node's replicas move off it (the balancer) and placement
+    skips it; a dispatcher hands its subscriptions over and claims no more. 400
+    ``node_not_live`` for a node that is none of these kinds (a dead ingest node holding
+    replicas may be drained: they are copied from their leaders). Returns the record and
+    whether this call wrote it (draining twice changes nothing)."""
     meta_keys.validate_node_id(node_id)
-    key = meta_keys.drain_key("ingest", node_id)
-    existing = await store.get_model(key, DrainRecord)
-    if existing is not None:
-        return existing, False
-    if node_id not in await live_nodes(store, "ingest"):
-        held = await status(store, node_id)
-        if not held.replicas:
-            raise BadRequestError(
-                f"{node_id} is not a live ingest node and holds no replica", code="node_not_live"
-            )
+    kinds = await _kinds_of(store, node_id)
+    if not kinds:
+        raise BadRequestError(
+            f"{node_id} is not a live ingest node or dispatcher and holds no replica",
+            code="node_not_live",
+        )
     record = DrainRecord(node_id=node_id, requested_ms=int(time.time() * 1000))
-    if not await store.create_model(key, record):
-        again = await store.get_model(key, DrainRecord)
-        return (record, False) if again is None else (again, False)
-    log.warning("ingest node %s drained by an operator", node_id)
-    return record, True
+    created = False
+    for kind in kinds:
+        key = meta_keys.drain_key(kind, node_id)
+        if await store.create_model(key, record):
+            created = True
+            log.warning("%s node %s drained by an operator", kind, node_id)
+        else:
+            record = await store.get_model(key, DrainRecord) or record
+    return record, created
 
 
 async def undrain(store: MetaStore, node_id: str) -> None:
     """Lift a drain (404 ``not_drained`` when there is none); moves under way go on."""
     meta_keys.validate_node_id(node_id)
-    if not await store.delete(meta_keys.drain_key("ingest", node_id)):
+    lifted = [kind for kind in DRAINABLE if await store.delete(meta_keys.drain_key(kind, node_id))]
+    if not lifted:
         raise NotFoundError(f"{node_id} is not drained", code="not_drained")
-    log.warning("ingest node %s undrained by an operator", node_id)
+    log.warning("%s node %s undrained by an operator", "/".join(lifted), node_id)
 
 
-async def status(store: MetaStore, node_id: str) -> DrainStatus:
-    """Where a node's drain stands (also for a node that is not drained)."""
-    meta_keys.validate_node_id(node_id)
-    record = await store.get_model(meta_keys.drain_key("ingest", node_id), DrainRecord)
+async def _held(store: MetaStore, node_id: str) -> tuple[list[TopicName], list[TopicName]]:
+    """The partitions ``node_id`` holds a replica of, and those leaving it now."""
     held, leaving = [], []
     records = await read_partition_records(store)
     for partition in sorted(records, key=str):
@@ -226,6 +246,41 @@ async def status(store: MetaStore, node_id: str) -> DrainStatus:
             held.append(partition)
             if node_id in assignment.removing:
                 leaving.append(partition)
+    return held, leaving
+
+
+async def _served(store: MetaStore, node_id: str) -> list[str]:
+    """The subscriptions (``/ns/topic/sub``) whose owner key names dispatcher ``node_id``."""
+    served = []
+    for kv in await store.range(meta_keys.SUBSCRIPTIONS_PREFIX):
+        try:
+            topic, subscription, record = meta_keys.parse_subscription_key(kv.key)
+            if record != "owner":
+                continue
+            owner = Owner.model_validate_json(kv.value)
+        except ValueError:
+            continue
+        if owner.node_id == node_id:
+            served.append(f"{topic}/{subscription}")
+    return sorted(served)
+
+
+async def status(store: MetaStore, node_id: str) -> DrainStatus:
+    """Where a node's drain stands (also for a node that is not drained)."""
+    meta_keys.validate_node_id(node_id)
+    requested: list[int] = []
+    kinds: list[ServiceKind] = []
+    for kind in DRAINABLE:
+        record = await store.get_model(meta_keys.drain_key(kind, node_id), DrainRecord)
+        if record is not None:
+            requested.append(record.requested_ms)
+            kinds.append(kind)
+    held, leaving = await _held(store, node_id)
     return DrainStatus(
-        node_id, None if record is None else record.requested_ms, tuple(held), tuple(leaving)
+        node_id,
+        min(requested) if requested else None,
+        tuple(held),
+        tuple(leaving),
+        tuple(await _served(store, node_id)),
+        tuple(kinds),
     )

@@ -104,6 +104,8 @@ def _drain_out(found: reassignments.DrainStatus) -> DrainOut:
         requested_ms=found.requested_ms,
         replicas=[str(p) for p in found.replicas],
         leaving=[str(p) for p in found.leaving],
+        subscriptions=list(found.subscriptions),
+        kinds=list(found.kinds),
         done=found.done,
     )
 
@@ -115,8 +117,9 @@ def _drain_out(found: reassignments.DrainStatus) -> DrainOut:
     responses={200: {"model": DrainOut, "description": "It was drained already"}},
 )
 async def drain(node_id: NodeIdParam, services: ServicesDep, response: Response) -> DrainOut:
-    """Drain an ingest node: every replica moves off it (the controller's balancer, within
-    its moves limit), nothing new is placed on it."""
+    """Drain a node: an ingest node's replicas move off it (the controller's balancer,
+    within its moves limit) and nothing new is placed on it; a dispatcher hands its
+    subscriptions over to the others and claims no more."""
     _, created = await reassignments.drain(services.store, node_id)
     response.status_code = 201 if created else 200
     return _drain_out(await reassignments.status(services.store, node_id))
