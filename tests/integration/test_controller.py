@@ -1,7 +1,7 @@
 """The controller on real etcd: one leader among controllers (a deposed one cannot write);
 replica sets of deleted topics forgotten, and never moved when their nodes die; the balancer
 writes reassignments (fenced, compared on the assignment) for a new node and a drain, within
-its moves limit, and none while switched off."""
+its moves limit, and only drains while switched off."""
 
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ async def test_the_balancer_reassigns_to_a_new_node_and_off_a_drained_one(
             assert records[partition].removing == ("node-q",)
 
 
-async def test_the_balancer_switched_off_writes_nothing(
+async def test_the_balancer_switched_off_spreads_nothing_but_drains(
     store: MetaStore, settings_for: Callable[[str], DanubeSettings]
 ) -> None:
     for node_id in ("node-p", "node-q"):
@@ -268,3 +268,15 @@ async def test_the_balancer_switched_off_writes_nothing(
         await asyncio.sleep(0.5)
         assert controller.moves_started == 0
         assert not any(r.moving for r in (await _records(store)).values())
+        # A drain is an operator's request: carried out with the balancer switched off.
+        drain = DrainRecord(node_id="node-p", requested_ms=1)
+        await store.put_model(meta_keys.drain_key("ingest", "node-p"), drain)
+
+        moves_max = settings.discovery.balance_moves_max
+
+        async def draining() -> bool:
+            records = await _records(store)
+            return sum(r.target == ("node-q",) for r in records.values()) == moves_max
+
+        await _until(draining, timeout_s=5)
+        assert all(r.removing == ("node-p",) for r in (await _records(store)).values() if r.moving)

@@ -230,8 +230,11 @@ def imbalance(loads: Mapping[str, NodeLoad]) -> int:
     return max(counts) - min(counts) if len(counts) > 1 else 0
 
 
-def plan_balance(view: BalanceView, *, moves_max: int, slack: int) -> BalancePlan:
-    """The reassignments to start now (see the module docstring)."""
+def plan_balance(
+    view: BalanceView, *, moves_max: int, slack: int, spread: bool = True
+) -> BalancePlan:
+    """The reassignments to start now (see the module docstring); ``spread`` False (the
+    balancer switched off): only drains, an operator's explicit request, are carried out."""
     eligible = {n: load for n, load in view.nodes.items() if n not in view.drained}
     targets = [p.assignment.target for p in view.partitions.values()]
     loads = node_loads(targets, eligible)
@@ -240,6 +243,7 @@ def plan_balance(view: BalanceView, *, moves_max: int, slack: int) -> BalancePla
     before = imbalance(loads)
     if eligible:  # each pass keeps to the budget (a redirect takes none)
         planner.drain()
-        planner.spread()
-        planner.leaders()
+        if spread:
+            planner.spread()
+            planner.leaders()
     return BalancePlan(tuple(planner.moves), under_way, before)

@@ -198,8 +198,6 @@ class Controller:
 
     def _wait_s(self) -> float:
         """How long the loop may sleep without events: until the resync or the balance."""
-        if not self._balance_enabled:
-            return RESYNC_S
         return max(0.0, min(RESYNC_S, self._balance_at - time.monotonic()))
 
     async def reconcile(self, term: Leadership) -> Plan:
@@ -213,7 +211,8 @@ class Controller:
             self.plans_applied += 1
             log.info("controller %s: forgot %d partitions", self.node_id, len(result.unassign))
         now = time.monotonic()
-        if self._balance_enabled and (self._members_changed or now >= self._balance_at):
+        # Switched off, the balancer still carries out drains (an operator asked for them).
+        if self._members_changed or now >= self._balance_at:
             self._members_changed = False
             self._balance_at = now + self._balance_interval_s
             await self.balance(term, view.partitions)
@@ -222,7 +221,12 @@ class Controller:
     async def balance(self, term: Leadership, partitions: frozenset[TopicName]) -> BalancePlan:
         """Plan the balancer's reassignments and write them fenced on ``term``."""
         view, revisions = await self.read_balance_view(partitions)
-        result = plan_balance(view, moves_max=self._balance_moves_max, slack=self._balance_slack)
+        result = plan_balance(
+            view,
+            moves_max=self._balance_moves_max,
+            slack=self._balance_slack,
+            spread=self._balance_enabled,
+        )
         metrics.BALANCE_IMBALANCE.set(result.imbalance)
         started = 0
         for move in result.moves:
