@@ -1,6 +1,7 @@
 """Dispatchers share subscriptions: 60 subscriptions with consumers polling and acking through
 discovery are served by one dispatcher; two more start and each serves 20 ± 5 within 60 s; then
-one of them gets SIGTERM and hands its share over. Per subscription, no acknowledged message is
+one of them gets SIGTERM and hands its share over, then another is drained through the admin
+route and hands everything over. Per subscription, no acknowledged message is
 lost (tests/history.py) and the duplicates stay within the in-flight windows of the hand-overs."""
 
 from __future__ import annotations
@@ -181,6 +182,19 @@ async def test_new_dispatchers_take_their_share_and_sigterm_hands_over(
         )
         sigterm_moves = sum(c.attaches for c in consumers) - attaches_before
 
+        # Drain (the admin route): dispatcher-1 hands everything to dispatcher-0.
+        drained = await http.post("/v1/nodes/dispatcher-1/drain")
+        assert drained.status_code == 201, drained.text
+        assert drained.json()["kinds"] == ["dispatcher"]
+        drain_s, _ = await _wait_for(
+            http,
+            dispatchers,
+            lambda c: c == {"dispatcher-0": SUBSCRIPTIONS, "dispatcher-1": 0},
+            BALANCE_WITHIN_S,
+        )
+        status = (await http.get("/v1/nodes/dispatcher-1/drain")).json()
+        assert (status["subscriptions"], status["done"]) == ([], True)
+
         # Drain: stop producing, wait until every consumer has every acked message.
         stop_producing.set()
         await producer
@@ -205,6 +219,7 @@ async def test_new_dispatchers_take_their_share_and_sigterm_hands_over(
         f"{counts}, {moves} subscriptions moved; settled {settled}"
         f"\nSIGTERM of dispatcher-2: its exit took {stop_s:.1f}s, all 60 served again "
         f"{sigterm_s:.1f}s later {after}, {sigterm_moves} re-attached"
+        f"\ndrain of dispatcher-1: every subscription on dispatcher-0 {drain_s:.1f}s later"
         f"\nmessages produced {len(produced)} (acked {len(acked)}), consumer re-attaches "
         f"{handovers}, duplicates {duplicates} (bound {handovers} x {POLL_MAX} = "
         f"{handovers * POLL_MAX})"

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from danube.ingest.isr import IsrTracker
+from danube.ingest.load import LoadMeter
 from danube.ingest.throttle import TokenBucket
 from danube.meta.records import Assignment
 
@@ -96,3 +97,17 @@ def test_a_reassignment_record_knows_its_target_and_origin() -> None:
         Assignment(replicas=("a",), retired=("a",), assigned_ms=1)
     with pytest.raises(ValueError, match="min_insync"):
         Assignment(replicas=("a", "b"), removing=("b",), min_insync_replicas=2, assigned_ms=1)
+
+
+def test_load_meter_reports_bytes_per_second_and_only_real_changes() -> None:
+    meter = LoadMeter(total_bytes=0.0, at_s=0.0)
+    rate = meter.rate(1_000_000.0, 10.0)
+    assert rate == 100_000.0
+    assert meter.worth_reporting(rate)  # the first report
+    meter.reported = rate
+    assert not meter.worth_reporting(110_000.0)  # within a fifth
+    assert meter.worth_reporting(130_000.0)
+    assert meter.rate(1_000_000.0, 10.0) == 0.0  # no time passed
+    assert meter.rate(500.0, 20.0) == 0.0  # a counter never goes back: no negative rate
+    meter.reported = 1000.0
+    assert not meter.worth_reporting(20_000.0)  # both under the floor: noise

@@ -9,6 +9,7 @@ import logging
 from danube.config import DanubeSettings
 from danube.errors import DanubeError
 from danube.ingest.handlers import serve_claims, serve_deletes, serve_probes
+from danube.ingest.load import report_load
 from danube.ingest.node import Node
 from danube.runtime.service import LeaseLost, node_session, wait_for_any
 
@@ -37,8 +38,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         watcher = s.tasks.create_task(
             node.watch(start_revision=revision + 1), name="partition-watch"
         )
+        reporter = s.tasks.create_task(report_load(s.store, node_id, s.lease), name="load-report")
         await wait_for_any(stop, s.lease.lost, node.failed)
         watcher.cancel()
+        reporter.cancel()
         await claims.drain()
         await probes.drain()
         await deletes.unsubscribe()
