@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from danube.config import MetadataConfig
+from danube.meta import MetaStore
 from danube.runtime import ProcessSpec, ServerProcess, free_port
 
 from meshrun import DANUBE, MeshRun
+from replication import NODE_ENV, Cluster
 
 ServiceFactory = Callable[..., ServerProcess]
 
@@ -136,3 +139,36 @@ def mesh_run(tmp_path: Path) -> Iterator[Callable[..., MeshRun]]:
     yield start
     for mesh in started:
         mesh.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, spec_for: SpecFactory) -> Iterator[Callable[..., Cluster]]:
+    """``cluster(nodes, factor=, min_insync=, **env)``: ingest nodes ``ingest-0…`` as real
+    processes with short leases (tests/e2e/replication.py), every one stopped at the end."""
+    made: list[Cluster] = []
+
+    def make(nodes: int, *, factor: int, min_insync: int, **env: str) -> Cluster:
+        full = {
+            **NODE_ENV,
+            "DANUBE_INGEST__REPLICATION_FACTOR": str(factor),
+            "DANUBE_INGEST__MIN_INSYNC_REPLICAS": str(min_insync),
+            **env,
+        }
+        specs = {f"ingest-{i}": spec_for("ingest", f"ingest-{i}", **full) for i in range(nodes)}
+        found = Cluster(specs, tmp_path)
+        made.append(found)
+        for node in specs:
+            found.start(node)
+        return found
+
+    yield make
+    for found in made:
+        found.stop_all()
+
+
+@pytest.fixture
+async def store(etcd_endpoint: str, meta_prefix: str) -> AsyncIterator[MetaStore]:
+    """A metadata store on the test's etcd prefix."""
+    found = await MetaStore.connect(MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix))
+    yield found
+    await found.close()

@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from danube.bus import TopicName
-from danube.config import MetadataConfig
 from danube.meta import MetaStore, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Assignment
-from danube.runtime import ProcessSpec
 from tests.history import History
 
 from replication import (
-    NODE_ENV,
     Cluster,
     Producer,
     Tailer,
@@ -33,38 +30,8 @@ from replication import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-
-@pytest.fixture
-def cluster(
-    tmp_path: Path, spec_for: Callable[..., ProcessSpec]
-) -> Iterator[Callable[..., Cluster]]:
-    made: list[Cluster] = []
-
-    def make(nodes: int, *, factor: int, min_insync: int, **env: str) -> Cluster:
-        full = {
-            **NODE_ENV,
-            "DANUBE_INGEST__REPLICATION_FACTOR": str(factor),
-            "DANUBE_INGEST__MIN_INSYNC_REPLICAS": str(min_insync),
-            "DANUBE_INGEST__PREFERRED_LEADER_SETTLE_S": "0.5",
-            **env,
-        }
-        specs = {f"ingest-{i}": spec_for("ingest", f"ingest-{i}", **full) for i in range(nodes)}
-        found = Cluster(specs, tmp_path)
-        made.append(found)
-        for node in specs:
-            found.start(node)
-        return found
-
-    yield make
-    for found in made:
-        found.stop_all()
-
-
-@pytest.fixture
-async def store(etcd_endpoint: str, meta_prefix: str) -> AsyncIterator[MetaStore]:
-    found = await MetaStore.connect(MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix))
-    yield found
-    await found.close()
+# A preferred leader gets its leadership back half a second after it is in sync (2 s default).
+SETTLE = {"DANUBE_INGEST__PREFERRED_LEADER_SETTLE_S": "0.5"}
 
 
 async def _assignment(store: MetaStore, partition: TopicName) -> tuple[Assignment, int]:
@@ -116,7 +83,7 @@ async def test_factor_1_partition_moves_to_another_node_under_load(
     node answers not_owner, the producer's retry reaches the new one), the assignment ends
     as [ingest-1] with ingest-0 retired and its copy deleted; nothing lost, offsets dense,
     and the longest wait for one acknowledgement under a second."""
-    nodes = cluster(2, factor=1, min_insync=1)
+    nodes = cluster(2, factor=1, min_insync=1, **SETTLE)
     partition = TopicName("default", "move-part-0")
     history = History()
     bus, client = await connect(nats_url, "elastic-move")
@@ -170,7 +137,7 @@ async def test_catch_up_respects_the_throttle(
 ) -> None:
     """A new replica of a partition holding ~3 MiB catches up at the assignment's
     catch-up limit (512 KiB/s): it takes at least the bytes over the rate (less a burst)."""
-    nodes = cluster(2, factor=1, min_insync=1)
+    nodes = cluster(2, factor=1, min_insync=1, **SETTLE)
     partition = TopicName("default", "throttle-part-0")
     bus, client = await connect(nats_url, "elastic-throttle")
     try:
@@ -211,7 +178,7 @@ async def test_rolling_restart_hands_leadership_over_and_leaders_come_back(
     leader hands over (a controlled transfer, not a lease expiry), a stopping follower
     leaves the ISR at once, so the longest wait for one acknowledgement stays under a
     second; afterwards each node leads its two preferred partitions again (by transfer)."""
-    nodes = cluster(3, factor=3, min_insync=2)
+    nodes = cluster(3, factor=3, min_insync=2, **SETTLE)
     names = sorted(nodes.specs)
     partitions = [TopicName("default", f"roll-part-{i}") for i in range(6)]
     for i, partition in enumerate(partitions):

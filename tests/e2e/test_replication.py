@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from danube.bus import TopicName
 from danube.client import AsyncDanubeClient, AsyncProducer
-from danube.config import MetadataConfig
 from danube.meta import MetaStore
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.runtime import ServerProcess
 from tests.history import History
 
 from meshrun import alive
@@ -39,38 +38,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 P = TopicName("default", "repl-part-0")
 
 
-@pytest.fixture
-def cluster(
-    tmp_path: Path, spec_for: Callable[..., ProcessSpec]
-) -> Iterator[Callable[..., Cluster]]:
-    made: list[Cluster] = []
-
-    def make(nodes: int, *, factor: int, min_insync: int) -> Cluster:
-        env = {
-            **NODE_ENV,
-            "DANUBE_INGEST__REPLICATION_FACTOR": str(factor),
-            "DANUBE_INGEST__MIN_INSYNC_REPLICAS": str(min_insync),
-        }
-        specs = {f"ingest-{i}": spec_for("ingest", f"ingest-{i}", **env) for i in range(nodes)}
-        found = Cluster(specs, tmp_path)
-        made.append(found)
-        for node in specs:
-            found.start(node)
-        return found
-
-    yield make
-    for found in made:
-        found.stop_all()
-
-
 ROUNDS = 10
-
-
-@pytest.fixture
-async def store(etcd_endpoint: str, meta_prefix: str) -> AsyncIterator[MetaStore]:
-    found = await MetaStore.connect(MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix))
-    yield found
-    await found.close()
 
 
 async def test_leader_sigkill_rounds_factor_3_lose_nothing(

@@ -11,10 +11,11 @@ A new route is one method: build the path, call :meth:`AsyncAdmin._call`, parse 
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
+from danube.client._answers import parse_answer as _parse
 from danube.client._http import Answer, HttpCore
 from danube.client.elastic import ElasticAdmin
 from danube.client.errors import InvalidArgumentError, ProtocolError
@@ -242,16 +243,6 @@ class Lookup(_Model):
     name: str
     dispatch: Dispatch
     partitions: list[PartitionInfo]
-
-
-_M = TypeVar("_M", bound=_Model)
-
-
-def _parse(model: type[_M], body: Any, what: str) -> _M:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise ProtocolError(f"{what}: unexpected answer: {exc.errors()[:1]}") from exc
 
 
 def _namespace(ns: str) -> str:

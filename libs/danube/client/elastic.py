@@ -5,12 +5,13 @@ progress, drain and undrain ingest nodes. :class:`ElasticAdmin` is part of
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
+from danube.client._answers import parse_answer as _parse
 from danube.client._http import HttpCore
-from danube.client.errors import InvalidArgumentError, ProtocolError
+from danube.client.errors import InvalidArgumentError
 from danube.client.messages import topic_name, topic_path
 from danube.names import InvalidNameError, TopicName, validate_segment
 
@@ -78,16 +79,6 @@ class DrainStatus(_Model):
     subscriptions: list[str] = []
     kinds: list[str] = []
     done: bool = False
-
-
-_M = TypeVar("_M", bound=_Model)
-
-
-def _parse(model: type[_M], body: Any, what: str) -> _M:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise ProtocolError(f"{what}: unexpected answer: {exc.errors()[:1]}") from exc
 
 
 def _node(node_id: str) -> str:

@@ -8,13 +8,14 @@ on 429, 503 and transport failures; a ``DELETE`` is tried once.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from danube.client._answers import parse_answer as _parse
 from danube.client._http import Answer, HttpCore
-from danube.client.errors import InvalidArgumentError, ProtocolError
+from danube.client.errors import InvalidArgumentError
 from danube.client.messages import topic_name, topic_path
 from danube.names import InvalidNameError, TopicName, validate_subject
 
@@ -83,16 +84,6 @@ class _Subjects(_Model):
 
 class _Mode(_Model):
     mode: str
-
-
-_M = TypeVar("_M", bound=_Model)
-
-
-def _parse(model: type[_M], body: Any, what: str) -> _M:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise ProtocolError(f"{what}: unexpected answer: {exc.errors()[:1]}") from exc
 
 
 def _subject(subject: str) -> str:

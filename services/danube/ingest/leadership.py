@@ -173,16 +173,26 @@ async def claim(
     )
 
 
-async def update_isr(store: MetaStore, node_id: str, term: Term, isr: tuple[str, ...]) -> None:
-    """Write a new ISR for ``term``; NotLeaderError if the state changed hands."""
-    key = meta_keys.partition_state_key(term.partition)
-    state = PartitionState(
+def _term_state(
+    node_id: str, term: Term, isr: tuple[str, ...], *, transfer_to: str | None = None
+) -> PartitionState:
+    """The state this leader writes during ``term``: ``isr``, and a transfer if any."""
+    now_ms = int(time.time() * 1000)
+    return PartitionState(
         leader=node_id,
         leader_epoch=term.epoch,
         isr=isr,
-        updated_ms=int(time.time() * 1000),
+        updated_ms=now_ms,
         epoch_start=term.epoch_start,
+        transfer_to=transfer_to,
+        transfer_ms=None if transfer_to is None else now_ms,
     )
+
+
+async def update_isr(store: MetaStore, node_id: str, term: Term, isr: tuple[str, ...]) -> None:
+    """Write a new ISR for ``term``; NotLeaderError if the state changed hands."""
+    key = meta_keys.partition_state_key(term.partition)
+    state = _term_state(node_id, term, isr)
     result = await (
         store.txn()
         .if_mod_revision(key, "==", term.state_rev)
@@ -200,15 +210,7 @@ async def hand_over(store: MetaStore, node_id: str, term: Term, to: str) -> bool
     owner key, compared on both keys' revisions (this term still holds). ``to``'s claim
     follows (danube.ingest.roles); the other replicas wait for it. False: the term is over."""
     state_key = meta_keys.partition_state_key(term.partition)
-    state = PartitionState(
-        leader=node_id,
-        leader_epoch=term.epoch,
-        isr=term.isr,
-        updated_ms=int(time.time() * 1000),
-        epoch_start=term.epoch_start,
-        transfer_to=to,
-        transfer_ms=int(time.time() * 1000),
-    )
+    state = _term_state(node_id, term, term.isr, transfer_to=to)
     owner_key = meta_keys.partition_owner_key(term.partition)
     result = await (
         store.txn()
@@ -232,13 +234,7 @@ async def complete_reassignment(
     this term's state. The new assignment; None if either changed meanwhile."""
     done = reassign.completed(assignment, now_ms=int(time.time() * 1000))
     isr = tuple(n for n in term.isr if n in done.replicas)
-    state = PartitionState(
-        leader=node_id,
-        leader_epoch=term.epoch,
-        isr=isr,
-        updated_ms=int(time.time() * 1000),
-        epoch_start=term.epoch_start,
-    )
+    state = _term_state(node_id, term, isr)
     assignment_key = meta_keys.partition_assignment_key(term.partition)
     state_key = meta_keys.partition_state_key(term.partition)
     result = await (
