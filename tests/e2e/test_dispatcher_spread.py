@@ -60,9 +60,13 @@ async def _attach(http: httpx.AsyncClient, consumer: Consumer) -> str:
 async def _consume(http: httpx.AsyncClient, consumer: Consumer, done: asyncio.Event) -> None:
     consumer_id = await _attach(http, consumer)
     while not done.is_set():
-        response = await http.get(
-            f"/v1/consumers/{consumer_id}/messages", params={"max": POLL_MAX, "wait_ms": 500}
-        )
+        try:
+            response = await http.get(
+                f"/v1/consumers/{consumer_id}/messages", params={"max": POLL_MAX, "wait_ms": 500}
+            )
+        except httpx.TransportError:  # a kept-alive connection the server closed as it was
+            await asyncio.sleep(0.05)  # reused (HTTP/1.1's race): ask again, as clients do
+            continue
         if response.status_code == 404:  # handed over: the new owner does not know us
             consumer_id = await _attach(http, consumer)
             continue
@@ -78,7 +82,10 @@ async def _consume(http: httpx.AsyncClient, consumer: Consumer, done: asyncio.Ev
             consumer.received.add((m["partition"], m["offset"]))
         if messages:
             refs = [{"partition": m["partition"], "offset": m["offset"]} for m in messages]
-            ack = await http.post(f"/v1/consumers/{consumer_id}/ack", json={"messages": refs})
+            try:
+                ack = await http.post(f"/v1/consumers/{consumer_id}/ack", json={"messages": refs})
+            except httpx.TransportError:
+                continue  # not known to be stored: these may and should come again
             # Not known to be stored (moving): these may and should come again.
             assert ack.status_code in (204, 404, 503), ack.text
 

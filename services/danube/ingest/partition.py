@@ -240,8 +240,10 @@ class Partition:
     async def maintain_isr(self) -> None:
         """Shrink the ISR of followers that stopped keeping up, until cancelled."""
         period_s = max(0.05, self.tracker.lag_max_s / 4)
-        while not self.fenced:
+        while True:  # ends by cancellation only (its owner reports any other end)
             await asyncio.sleep(period_s)
+            if self.fenced:
+                continue  # the replica stops leading and cancels this soon
             shrink = self.tracker.to_shrink(time.monotonic())
             if shrink and self._isr_task is None and self._transferring is None:
                 self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
