@@ -166,7 +166,8 @@ async def test_catch_up_respects_the_throttle(
 
 async def _place(store: MetaStore, partition: TopicName, replicas: tuple[str, ...]) -> None:
     """Write a replica set (as the controller's placement does), preferred leader first."""
-    assignment = Assignment(replicas=replicas, min_insync_replicas=2, assigned_ms=1)
+    now_ms = int(time.time() * 1000)  # the preferred leader claims first for a while
+    assignment = Assignment(replicas=replicas, min_insync_replicas=2, assigned_ms=now_ms)
     assert await store.create_model(meta_keys.partition_assignment_key(partition), assignment)
 
 

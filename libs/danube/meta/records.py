@@ -202,6 +202,10 @@ class PartitionState(_Record):
     # ``TRANSFER_HOLD_MS`` old (then any in-sync replica may: the target died).
     transfer_to: NodeId | None = None
     transfer_ms: TimeMs | None = None
+    # The leader that handed over stays a replica (a preferred-leader transfer): it held the
+    # whole log, so ``transfer_to``'s claim keeps it in the ISR (it follows at once). False
+    # (it leaves: a shutdown, a reassignment away): the claim drops it, as after a death.
+    transfer_from_stays: bool = False
 
 
 TRANSFER_HOLD_MS = 3000

@@ -143,7 +143,8 @@ async def claim(
     else:
         assert node_id in state.isr
         epoch = state.leader_epoch + 1
-        gone = state.leader if state.leader != node_id else None
+        handed_to_me = state.transfer_to == node_id and state.transfer_from_stays
+        gone = state.leader if state.leader != node_id and not handed_to_me else None
         isr = tuple(n for n in state.isr if n != gone and n in assignment.replicas)
     now_ms = int(time.time() * 1000)
     new_state = PartitionState(
@@ -205,12 +206,18 @@ async def update_isr(store: MetaStore, node_id: str, term: Term, isr: tuple[str,
     log.info("%s: in sync now: %s", term.partition, ", ".join(isr))
 
 
-async def hand_over(store: MetaStore, node_id: str, term: Term, to: str) -> bool:
+async def hand_over(
+    store: MetaStore, node_id: str, term: Term, to: str, *, stays: bool = False
+) -> bool:
     """A controlled transfer's one write: name ``to`` in the state and delete this leader's
     owner key, compared on both keys' revisions (this term still holds). ``to``'s claim
-    follows (danube.ingest.roles); the other replicas wait for it. False: the term is over."""
+    follows (danube.ingest.roles); the other replicas wait for it. ``stays``: this node
+    remains a replica and follows, so the claim keeps it in the ISR. False: the term is
+    over."""
     state_key = meta_keys.partition_state_key(term.partition)
-    state = _term_state(node_id, term, term.isr, transfer_to=to)
+    state = _term_state(node_id, term, term.isr, transfer_to=to).model_copy(
+        update={"transfer_from_stays": stays}
+    )
     owner_key = meta_keys.partition_owner_key(term.partition)
     result = await (
         store.txn()

@@ -323,10 +323,11 @@ class Partition:
         metrics.REASSIGNMENTS_COMPLETED.inc()
         return True
 
-    async def transfer(self, to: str, *, timeout_s: float) -> bool:
+    async def transfer(self, to: str, *, timeout_s: float, stays: bool = False) -> bool:
         """Hand leadership to follower ``to`` (see the module docstring); whether it was.
         Appends are refused meanwhile; when ``to`` does not hold the whole log within
-        ``timeout_s`` the transfer is abandoned and appends resume."""
+        ``timeout_s`` the transfer is abandoned and appends resume. ``stays``: this node
+        remains a replica (it follows ``to`` at once and stays in the ISR)."""
         if self._fenced is not None or to not in self.tracker.followers:
             return False
         loop = asyncio.get_running_loop()
@@ -354,7 +355,7 @@ class Partition:
                         await self._progress.wait()
             async with self._state_lock:
                 handed = not self.fenced and await hand_over(
-                    self._store, self._node_id, self.term, to
+                    self._store, self._node_id, self.term, to, stays=stays
                 )
             if not handed:
                 metrics.TRANSFERS.labels("fenced").inc()

@@ -224,7 +224,10 @@ class Replica:
             return None  # read the new assignment back
         to = partition.transfer_target(assignment, settle_s=ingest.preferred_leader_settle_s)
         if to is not None:
-            if await partition.transfer(to, timeout_s=ingest.transfer_timeout_s):
+            # A node that leaves the set, or stops, does not stay in the ISR it hands over.
+            stays = self.ctx.node_id in assignment.target and not self._stopped
+            timeout_s = ingest.transfer_timeout_s
+            if await partition.transfer(to, timeout_s=timeout_s, stays=stays):
                 await self._stop_leading()
                 return None
             return _MOVING_POLL_S
@@ -406,9 +409,10 @@ class Replica:
                 )
             except Exception as exc:
                 log.warning("could not release %s: %s", self.name, exc)
-        followed = self._fetcher is not None
         await self._stop_following()
-        if release and followed and self.ctx.lease.alive:
+        if release and self.ctx.lease.alive and not self._retire:
+            # Whether it followed or had just handed leadership over (its successor may
+            # count it in the ISR): out of the ISR now, not after replica_lag_max_s.
             await self._leave_isr()
         if self.wal is not None:
             await self.wal.close()
