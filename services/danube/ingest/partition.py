@@ -283,7 +283,6 @@ class Partition:
             and assignment.min_insync_replicas == self.term.min_insync
         ):
             return
-        self.catchup_bytes_s = assignment.catchup_bytes_s
         self.term.replicas = replicas
         self.term.min_insync = assignment.min_insync_replicas
         self.tracker.set_replicas(replicas, time.monotonic())
