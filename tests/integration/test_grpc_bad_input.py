@@ -16,7 +16,7 @@ import pytest
 
 from danube.discovery.grpc_api.handlers import DanubeApi
 from danube.frame import MAX_ATTRIBUTES, MAX_KEY_BYTES, MAX_PRODUCER_NAME_BYTES
-from danube.meta.records import PARTITIONS_MAX
+from danube.meta.records import PARTITIONS_MAX, SCHEMA_TAGS_MAX
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire import SchemaRegistry_pb2 as sr
 from danube.wire.dispatcher.protocol import FILTER_CHARS_MAX, FILTERS_MAX
@@ -31,6 +31,7 @@ ERROR_CODE_KEY = "danube-error-code"
 TOPIC = "/default/table"
 SUBJECT = "table-value"
 JSON_SCHEMA = b'{"type": "object"}'
+SUBJECT_ID = 1  # SUBJECT is the first subject of the test's etcd prefix
 BOOM_ID = 0xB00
 RECEIVE = "/danube.ConsumerService/ReceiveMessages"
 
@@ -157,7 +158,8 @@ def _spoiled(method: str, **fields: Any) -> bytes:
 
 def _field(tag: int, wire_type: int, payload: bytes) -> bytes:
     """One protobuf field, written by hand (tags and lengths below 128: one byte each)."""
-    assert tag < 16 and len(payload) < 128
+    assert tag < 16
+    assert len(payload) < 128
     head = bytes([tag << 3 | wire_type])
     return head + (bytes([len(payload)]) + payload if wire_type == 2 else payload)
 
@@ -236,56 +238,251 @@ EXCLUSIVE, KEY_SHARED = pb.ConsumerRequest.Exclusive, pb.ConsumerRequest.KeyShar
 def field_cases() -> list[Case]:
     """Each method's other fields: names, enums, limits, schema definitions."""
     rows: list[tuple[str, str, dict[str, Any], grpc.StatusCode, str]] = [
-        (P + "CreateProducer", "empty producer name", {"producer_name": ""}, BAD, "invalid_request"),
-        (P + "CreateProducer", "over-long producer name", {"producer_name": "p" * 257}, BAD, "invalid_request"),
-        (P + "CreateProducer", "unknown access mode", {"producer_access_mode": 7}, BAD, "invalid_request"),
-        (P + "CreateProducer", "unknown dispatch strategy", {"dispatch_strategy": 9}, BAD, "invalid_request"),
-        (P + "CreateProducer", "unknown namespace", {"topic_name": "/ghost/t"}, NOT_FOUND, "namespace_not_found"),
-        (P + "SendMessage", "over-long routing key", {"routing_key": "k" * (MAX_KEY_BYTES + 1)}, BAD, "invalid_record"),
-        (P + "SendMessage", "over-long producer name", {"producer_name": "é" * (MAX_PRODUCER_NAME_BYTES // 2 + 1)}, BAD, "invalid_record"),
-        (P + "SendMessage", "too many attributes", {"attributes": {f"a{i}": "v" for i in range(MAX_ATTRIBUTES + 1)}}, BAD, "invalid_record"),
+        (
+            P + "CreateProducer",
+            "empty producer name",
+            {"producer_name": ""},
+            BAD,
+            "invalid_request",
+        ),
+        (
+            P + "CreateProducer",
+            "over-long producer name",
+            {"producer_name": "p" * 257},
+            BAD,
+            "invalid_request",
+        ),
+        (
+            P + "CreateProducer",
+            "unknown access mode",
+            {"producer_access_mode": 7},
+            BAD,
+            "invalid_request",
+        ),
+        (
+            P + "CreateProducer",
+            "unknown dispatch strategy",
+            {"dispatch_strategy": 9},
+            BAD,
+            "invalid_request",
+        ),
+        (
+            P + "CreateProducer",
+            "unknown namespace",
+            {"topic_name": "/ghost/t"},
+            NOT_FOUND,
+            "namespace_not_found",
+        ),
+        (
+            P + "SendMessage",
+            "over-long routing key",
+            {"routing_key": "k" * (MAX_KEY_BYTES + 1)},
+            BAD,
+            "invalid_record",
+        ),
+        (
+            P + "SendMessage",
+            "over-long producer name",
+            {"producer_name": "é" * (MAX_PRODUCER_NAME_BYTES // 2 + 1)},
+            BAD,
+            "invalid_record",
+        ),
+        (
+            P + "SendMessage",
+            "too many attributes",
+            {"attributes": {f"a{i}": "v" for i in range(MAX_ATTRIBUTES + 1)}},
+            BAD,
+            "invalid_record",
+        ),
         (C + "Subscribe", "empty consumer name", {"consumer_name": ""}, BAD, "invalid_request"),
-        (C + "Subscribe", "over-long consumer name", {"consumer_name": "c" * 129}, BAD, "invalid_request"),
+        (
+            C + "Subscribe",
+            "over-long consumer name",
+            {"consumer_name": "c" * 129},
+            BAD,
+            "invalid_request",
+        ),
         (C + "Subscribe", "empty subscription", {"subscription": ""}, BAD, "invalid_name"),
-        (C + "Subscribe", "over-long subscription", {"subscription": "s" * 256}, BAD, "invalid_name"),
+        (
+            C + "Subscribe",
+            "over-long subscription",
+            {"subscription": "s" * 256},
+            BAD,
+            "invalid_name",
+        ),
         (C + "Subscribe", "bad subscription", {"subscription": "a.b"}, BAD, "invalid_name"),
-        (C + "Subscribe", "unknown subscription type", {"subscription_type": 9}, BAD, "invalid_request"),
-        (C + "Subscribe", "key filters, not key-shared", {"key_filters": ["a*"]}, BAD, "invalid_request"),
-        (C + "Subscribe", "over-long key filter", {"subscription_type": KEY_SHARED, "key_filters": ["k" * (FILTER_CHARS_MAX + 1)]}, BAD, "invalid_request"),
-        (C + "Subscribe", "too many key filters", {"subscription_type": KEY_SHARED, "key_filters": ["k"] * (FILTERS_MAX + 1)}, BAD, "invalid_request"),
-        (C + "Subscribe", "unknown namespace", {"topic_name": "/ghost/t"}, NOT_FOUND, "namespace_not_found"),
+        (
+            C + "Subscribe",
+            "unknown subscription type",
+            {"subscription_type": 9},
+            BAD,
+            "invalid_request",
+        ),
+        (
+            C + "Subscribe",
+            "key filters, not key-shared",
+            {"key_filters": ["a*"]},
+            BAD,
+            "invalid_request",
+        ),
+        (
+            C + "Subscribe",
+            "over-long key filter",
+            {"subscription_type": KEY_SHARED, "key_filters": ["k" * (FILTER_CHARS_MAX + 1)]},
+            BAD,
+            "invalid_request",
+        ),
+        (
+            C + "Subscribe",
+            "too many key filters",
+            {"subscription_type": KEY_SHARED, "key_filters": ["k"] * (FILTERS_MAX + 1)},
+            BAD,
+            "invalid_request",
+        ),
+        (
+            C + "Subscribe",
+            "unknown namespace",
+            {"topic_name": "/ghost/t"},
+            NOT_FOUND,
+            "namespace_not_found",
+        ),
         (C + "Ack", "empty subscription", {"subscription_name": ""}, BAD, "invalid_name"),
         (C + "Ack", "bad subscription", {"subscription_name": "a b"}, BAD, "invalid_name"),
         (C + "Ack", "nothing delivered", {}, NOT_FOUND, "consumer_not_found"),
         (C + "Nack", "empty subscription", {"subscription_name": ""}, BAD, "invalid_name"),
-        (C + "Nack", "over-long subscription", {"subscription_name": "s" * 256}, BAD, "invalid_name"),
+        (
+            C + "Nack",
+            "over-long subscription",
+            {"subscription_name": "s" * 256},
+            BAD,
+            "invalid_name",
+        ),
         (C + "ReceiveMessages", "unknown consumer", {}, NOT_FOUND, "consumer_not_found"),
-        ("/danube.HealthCheck/HealthCheck", "unknown client type", {"client": 5}, BAD, "invalid_request"),
+        (
+            "/danube.HealthCheck/HealthCheck",
+            "unknown client type",
+            {"client": 5},
+            BAD,
+            "invalid_request",
+        ),
         (R + "RegisterSchema", "empty subject", {"subject": ""}, BAD, "invalid_name"),
         (R + "RegisterSchema", "bad subject", {"subject": "a/b"}, BAD, "invalid_name"),
         (R + "RegisterSchema", "over-long subject", {"subject": "s" * 256}, BAD, "invalid_name"),
-        (R + "RegisterSchema", "unknown schema type", {"schema_type": "nope"}, BAD, "invalid_schema"),
-        (R + "RegisterSchema", "definition not JSON", {"schema_definition": b"{not json"}, BAD, "invalid_schema"),
-        (R + "RegisterSchema", "definition not UTF-8", {"schema_definition": NOT_UTF8}, BAD, "invalid_schema"),
-        (R + "RegisterSchema", "empty definition", {"schema_definition": b""}, BAD, "invalid_schema"),
-        (R + "RegisterSchema", "bad Avro", {"schema_type": "avro", "schema_definition": b'{"type": "record"}'}, BAD, "invalid_schema"),
-        (R + "RegisterSchema", "nested too deep", {"schema_definition": b"[" * 5000}, BAD, "invalid_schema"),
-        (R + "RegisterSchema", "over-long description", {"description": "d" * 4097}, BAD, "bad_request"),
+        (
+            R + "RegisterSchema",
+            "unknown schema type",
+            {"schema_type": "nope"},
+            BAD,
+            "invalid_schema",
+        ),
+        (
+            R + "RegisterSchema",
+            "definition not JSON",
+            {"schema_definition": b"{not json"},
+            BAD,
+            "invalid_schema",
+        ),
+        (
+            R + "RegisterSchema",
+            "definition not UTF-8",
+            {"schema_definition": NOT_UTF8},
+            BAD,
+            "invalid_schema",
+        ),
+        (
+            R + "RegisterSchema",
+            "empty definition",
+            {"schema_definition": b""},
+            BAD,
+            "invalid_schema",
+        ),
+        (
+            R + "RegisterSchema",
+            "bad Avro",
+            {"schema_type": "avro", "schema_definition": b'{"type": "record"}'},
+            BAD,
+            "invalid_schema",
+        ),
+        (
+            R + "RegisterSchema",
+            "nested too deep",
+            {"schema_definition": b"[" * 5000},
+            BAD,
+            "invalid_schema",
+        ),
+        (
+            R + "RegisterSchema",
+            "over-long description",
+            {"description": "d" * 4097},
+            BAD,
+            "bad_request",
+        ),
+        (
+            R + "RegisterSchema",
+            "too many tags",
+            {"tags": [f"t{i}" for i in range(SCHEMA_TAGS_MAX + 1)]},
+            BAD,
+            "bad_request",
+        ),
         (R + "GetSchema", "unknown schema id", {"schema_id": 2**63}, NOT_FOUND, "schema_not_found"),
+        (
+            R + "GetSchema",
+            "version 0",
+            {"schema_id": SUBJECT_ID, "version": 0},
+            BAD,
+            "invalid_version",
+        ),
+        (
+            R + "GetSchema",
+            "unknown version",
+            {"schema_id": SUBJECT_ID, "version": 99},
+            NOT_FOUND,
+            "schema_not_found",
+        ),
         (R + "GetLatestSchema", "empty subject", {"subject": ""}, BAD, "invalid_name"),
         (R + "GetLatestSchema", "bad subject", {"subject": "a b"}, BAD, "invalid_name"),
         (R + "ListVersions", "bad subject", {"subject": "a*b"}, BAD, "invalid_name"),
-        (R + "CheckCompatibility", "unknown mode", {"compatibility_mode": "sideways"}, BAD, "invalid_mode"),
-        (R + "CheckCompatibility", "definition not UTF-8", {"new_schema_definition": NOT_UTF8}, BAD, "invalid_schema"),
+        (
+            R + "CheckCompatibility",
+            "unknown mode",
+            {"compatibility_mode": "sideways"},
+            BAD,
+            "invalid_mode",
+        ),
+        (
+            R + "CheckCompatibility",
+            "definition not UTF-8",
+            {"new_schema_definition": NOT_UTF8},
+            BAD,
+            "invalid_schema",
+        ),
         (R + "CheckCompatibility", "bad subject", {"subject": ".."}, BAD, "invalid_name"),
         (R + "DeleteSchemaVersion", "version 0", {"version": 0}, BAD, "invalid_version"),
         (R + "DeleteSchemaVersion", "empty subject", {"subject": ""}, BAD, "invalid_name"),
-        (R + "SetCompatibilityMode", "unknown mode", {"compatibility_mode": "sideways"}, BAD, "invalid_mode"),
+        (
+            R + "SetCompatibilityMode",
+            "unknown mode",
+            {"compatibility_mode": "sideways"},
+            BAD,
+            "invalid_mode",
+        ),
         (R + "SetCompatibilityMode", "bad subject", {"subject": "a b"}, BAD, "invalid_name"),
-        (R + "ConfigureTopicSchema", "unknown policy", {"validation_policy": "strict"}, BAD, "invalid_policy"),
+        (
+            R + "ConfigureTopicSchema",
+            "unknown policy",
+            {"validation_policy": "strict"},
+            BAD,
+            "invalid_policy",
+        ),
         (R + "ConfigureTopicSchema", "empty subject", {"schema_subject": ""}, BAD, "invalid_name"),
-        (R + "UpdateTopicValidationPolicy", "unknown policy", {"validation_policy": "strict"}, BAD, "invalid_policy"),
-    ]  # fmt: skip
+        (
+            R + "UpdateTopicValidationPolicy",
+            "unknown policy",
+            {"validation_policy": "strict"},
+            BAD,
+            "invalid_policy",
+        ),
+    ]
     return [
         Case(m, name, _spoiled(m, **fields), status, code) for m, name, fields, status, code in rows
     ]
@@ -343,7 +540,8 @@ def _wrong(case: Case, status: grpc.StatusCode, details: str, code: str) -> str 
     if status in (S.INTERNAL, S.UNKNOWN):
         return f"{label}: {status.name} {details!r}"
     if (status, code) != (case.status, case.code):
-        return f"{label}: {status.name} {code!r} (expected {case.status.name} {case.code!r}) {details!r}"
+        expected = f"{case.status.name} {case.code!r}"
+        return f"{label}: {status.name} {code!r} (expected {expected}) {details!r}"
     if case.code and not details.startswith(f"{case.code}: "):
         return f"{label}: details {details!r} do not start with the code"
     if any(leak in details for leak in ("<class", "Error:", "Traceback", "pydantic")):
@@ -370,11 +568,12 @@ async def test_every_bad_input_has_its_documented_status_and_code(
 ) -> None:
     assert len(TABLE) > 200
     async with grpc_mesh(mesh_settings) as (api, http, _):
-        await api.register(
+        registered = await api.register(
             sr.RegisterSchemaRequest(
                 subject=SUBJECT, schema_type="json_schema", schema_definition=JSON_SCHEMA
             )
         )
+        assert registered.schema_id == SUBJECT_ID
         topics_before = (await http.get("/v1/namespaces/default/topics")).json()
         wrong = []
         for case in TABLE:
@@ -394,5 +593,6 @@ async def test_every_bad_input_has_its_documented_status_and_code(
             )
         assert (status, details, code) == (S.INTERNAL, "internal: internal error", "internal")
         logged = [r for r in caplog.records if "HealthCheck/HealthCheck failed" in r.getMessage()]
-        assert len(logged) == 1 and logged[0].exc_info is not None
+        assert len(logged) == 1
+        assert logged[0].exc_info is not None
         assert "secret internals" in str(logged[0].exc_info[1])

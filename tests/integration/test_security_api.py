@@ -430,8 +430,8 @@ async def test_grpc_checks_the_same_bindings(mesh_settings: MeshSettings, tmp_pa
             WireClient(mesh.grpc_url, timeout_s=10, token=reader_token) as reader,
         ):
             assert (await writer.lookup("/default/g")).proxy
+            lookup = writer.channel.unary_unary("/danube.Discovery/TopicLookup")
             with pytest.raises(grpc.aio.AioRpcError) as malformed:
-                lookup = writer.channel.unary_unary("/danube.Discovery/TopicLookup")
                 await lookup(garbage, metadata=writer.metadata)
             assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert (malformed.value.details() or "").startswith("invalid_request: ")
