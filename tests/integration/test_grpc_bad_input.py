@@ -32,6 +32,7 @@ TOPIC = "/default/table"
 SUBJECT = "table-value"
 JSON_SCHEMA = b'{"type": "object"}'
 SUBJECT_ID = 1  # SUBJECT is the first subject of the test's etcd prefix
+BOUND = "/default/bound"  # a topic bound to SUBJECT, enforced
 BOOM_ID = 0xB00
 RECEIVE = "/danube.ConsumerService/ReceiveMessages"
 
@@ -293,6 +294,41 @@ def field_cases() -> list[Case]:
             {"attributes": {f"a{i}": "v" for i in range(MAX_ATTRIBUTES + 1)}},
             BAD,
             "invalid_record",
+        ),
+        (
+            P + "SendMessage",
+            "another schema's id",
+            {"msg_id__topic_name": BOUND, "schema_id": 2**40},
+            BAD,
+            "schema_mismatch",
+        ),
+        (
+            P + "SendMessage",
+            "schema version 0",
+            {"msg_id__topic_name": BOUND, "schema_version": 0},
+            BAD,
+            "invalid_version",
+        ),
+        (
+            P + "SendMessage",
+            "unknown schema version",
+            {"msg_id__topic_name": BOUND, "schema_version": 2**32 - 1},
+            BAD,  # as over HTTP: the produce is wrong, not a lookup
+            "schema_not_found",
+        ),
+        (
+            P + "SendMessage",
+            "payload breaking the schema",
+            {"msg_id__topic_name": BOUND, "payload": b"[1, 2]"},
+            BAD,
+            "schema_violation",
+        ),
+        (
+            P + "SendMessage",
+            "payload not JSON",
+            {"msg_id__topic_name": BOUND, "payload": b"\xc3\x28"},
+            BAD,
+            "schema_violation",
         ),
         (C + "Subscribe", "empty consumer name", {"consumer_name": ""}, BAD, "invalid_request"),
         (
@@ -574,6 +610,14 @@ async def test_every_bad_input_has_its_documented_status_and_code(
             )
         )
         assert registered.schema_id == SUBJECT_ID
+        await api.configure(
+            sr.ConfigureTopicSchemaRequest(
+                topic_name=BOUND,
+                schema_subject=SUBJECT,
+                validation_policy="enforce",
+                enable_payload_validation=True,
+            )
+        )
         topics_before = (await http.get("/v1/namespaces/default/topics")).json()
         wrong = []
         for case in TABLE:
