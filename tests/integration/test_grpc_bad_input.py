@@ -33,6 +33,7 @@ SUBJECT = "table-value"
 JSON_SCHEMA = b'{"type": "object"}'
 SUBJECT_ID = 1  # SUBJECT is the first subject of the test's etcd prefix
 BOUND = "/default/bound"  # a topic bound to SUBJECT, enforced
+BODY_BYTES_MAX = 1024 * 1024  # discovery.max_body_bytes: gRPC's receive limit too
 BOOM_ID = 0xB00
 RECEIVE = "/danube.ConsumerService/ReceiveMessages"
 
@@ -603,7 +604,7 @@ async def test_every_bad_input_has_its_documented_status_and_code(
     mesh_settings: MeshSettings, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert len(TABLE) > 200
-    async with grpc_mesh(mesh_settings) as (api, http, _):
+    async with grpc_mesh(mesh_settings, max_body_bytes=BODY_BYTES_MAX) as (api, http, _):
         registered = await api.register(
             sr.RegisterSchemaRequest(
                 subject=SUBJECT, schema_type="json_schema", schema_definition=JSON_SCHEMA
@@ -628,6 +629,14 @@ async def test_every_bad_input_has_its_documented_status_and_code(
         assert wrong == []
         # A refused request changed nothing: no topic was created by any of them.
         assert (await http.get("/v1/namespaces/default/topics")).json() == topics_before
+
+        # Over the receive limit, gRPC itself refuses the message before any handler: its
+        # status, not ours (docs/grpc-api.md, "Bad input").
+        huge = _spoiled(P + "SendMessage", payload=b"x" * BODY_BYTES_MAX)
+        status, details, code = await _call(
+            api.channel, Case(P + "SendMessage", "over max_body_bytes", huge, OK, "")
+        )
+        assert (status, code) == (S.RESOURCE_EXHAUSTED, ""), details
 
         # A bug in a handler: INTERNAL, nothing said but "internal", logged with its trace.
         with caplog.at_level(logging.ERROR, logger="danube.discovery.grpc_api"):
