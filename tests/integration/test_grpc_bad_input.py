@@ -568,7 +568,10 @@ async def _call(channel: grpc.aio.Channel, case: Case) -> tuple[grpc.StatusCode,
         return OK, "", ""
     except grpc.aio.AioRpcError as exc:
         trailing = dict(exc.trailing_metadata() or ())
-        return exc.code(), exc.details() or "", str(trailing.get(ERROR_CODE_KEY, ""))
+        code = str(trailing.get(ERROR_CODE_KEY, ""))
+        if code and len(str(trailing.get("x-request-id", ""))) != 32:  # the trace id stays
+            code += " (no x-request-id)"
+        return exc.code(), exc.details() or "", code
 
 
 def _wrong(case: Case, status: grpc.StatusCode, details: str, code: str) -> str | None:
