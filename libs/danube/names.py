@@ -7,6 +7,9 @@
   :data:`MAX_TOPIC_NAME_CHARS` characters.
 - **Partition** ``N`` of a partitioned topic ``/<ns>/<t>`` is the topic ``/<ns>/<t>-part-N``
   (``N`` in decimal, no leading zero: ``t-part-03`` is a plain topic, not a partition).
+  A topic a user names is never shaped like a partition: ``-part-<N>``, and the negative index
+  ``-part--<N>`` that a client computing an index wrongly sends, are refused
+  (:func:`validate_user_topic`).
 
 A name that breaks a rule raises :class:`InvalidNameError` (``"invalid_name"``, never
 retriable: the same name is refused again). ``danube.bus`` adds its own tokens on top
@@ -36,13 +39,18 @@ SEGMENT_CHARS = "A-Za-z0-9_-"
 SEGMENT_PATTERN = f"^[{SEGMENT_CHARS}]+$"
 """A segment (its length aside), as a JSON Schema (ECMA 262) pattern."""
 
-USER_TOPIC_PATTERN = f"^(?![{SEGMENT_CHARS}]*-part-(0|[1-9][0-9]*)$)[{SEGMENT_CHARS}]+$"
-"""A topic segment a user may name: a segment not shaped like a partition (``-part-<N>``)."""
+# A partition index as a topic's suffix names it, or a negative one (reserved: never a topic).
+_PARTITION_SHAPED = f"[{SEGMENT_CHARS}]*-part-(0|[1-9][0-9]*|-[0-9]+)"
+
+USER_TOPIC_PATTERN = f"^(?!{_PARTITION_SHAPED}$)[{SEGMENT_CHARS}]+$"
+"""A topic segment a user may name: a segment not shaped like a partition (``-part-<N>``,
+``-part--<N>``)."""
 
 TOPIC_NAME_PATTERN = f"^/[{SEGMENT_CHARS}]+/[{SEGMENT_CHARS}]+$"
 """A whole topic name ``/<namespace>/<topic>`` (its length aside)."""
 
 _SEGMENT = re.compile(SEGMENT_PATTERN)
+_RESERVED_TOPIC = re.compile(_PARTITION_SHAPED)
 _PARTITION_SUFFIX = re.compile(r"(?P<base>[A-Za-z0-9_-]+)-part-(?P<index>0|[1-9][0-9]*)")
 
 
@@ -76,6 +84,21 @@ def validate_segment(kind: str, value: str, *, max_chars: int = MAX_NAME_CHARS) 
             kind=kind, value=value, reason="only letters, digits, '_' and '-' are allowed"
         )
     return value
+
+
+def validate_user_topic(topic: str) -> str:
+    """Return ``topic`` if a user may name a topic so: a valid segment not shaped like a
+    partition (``<t>-part-<N>`` would shadow partition N of ``<t>``; ``<t>-part--<N>`` is a
+    negative index), else raise :class:`InvalidNameError`."""
+    validate_segment("topic", topic)
+    if _RESERVED_TOPIC.fullmatch(topic) is not None:
+        raise InvalidNameError(
+            kind="topic",
+            value=topic,
+            reason="a name ending in -part-<N> (or a negative -part--<N>) is reserved for "
+            "the partitions of a topic",
+        )
+    return topic
 
 
 def _too_long(name: str) -> InvalidNameError:

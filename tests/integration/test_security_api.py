@@ -409,9 +409,13 @@ async def test_grpc_checks_the_same_bindings(mesh_settings: MeshSettings, tmp_pa
         await root.security.create_binding(
             "r", principal="reader-app", roles=["reader"], scope="topic", resource="/default/g"
         )
+        garbage = b"\xff" * 16  # no TopicLookupRequest: refused after authentication only
         async with WireClient(mesh.grpc_url, timeout_s=10) as anonymous:
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await anonymous.lookup("/default/g")
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await anonymous.channel.unary_unary("/danube.Discovery/TopicLookup")(garbage)
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
         expired = mesh.token("writer-app", now_s=time.time() - 3600)
         async with WireClient(mesh.grpc_url, timeout_s=10, token=expired) as late:
@@ -426,6 +430,11 @@ async def test_grpc_checks_the_same_bindings(mesh_settings: MeshSettings, tmp_pa
             WireClient(mesh.grpc_url, timeout_s=10, token=reader_token) as reader,
         ):
             assert (await writer.lookup("/default/g")).proxy
+            lookup = writer.channel.unary_unary("/danube.Discovery/TopicLookup")
+            with pytest.raises(grpc.aio.AioRpcError) as malformed:
+                await lookup(garbage, metadata=writer.metadata)
+            assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert (malformed.value.details() or "").startswith("invalid_request: ")
             consumer_id = await reader.subscribe("/default/g", "c", "sub", "exclusive")
             producer_id = await writer.create_producer("/default/g", "w")
             await writer.send("/default/g", producer_id, "w", b"hello")

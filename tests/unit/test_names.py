@@ -14,6 +14,7 @@ from danube.names import (
     TopicName,
     topic_name,
     validate_segment,
+    validate_user_topic,
 )
 
 pytestmark = pytest.mark.unit
@@ -188,3 +189,21 @@ def test_names_that_only_look_like_partitions_are_plain_topics(topic: str) -> No
 def test_only_the_last_suffix_makes_a_partition() -> None:
     name = TopicName("ns", "a-part-1-part-2")
     assert (name.base, name.partition) == ("a-part-1", 2)
+
+
+@pytest.mark.parametrize(
+    "topic",
+    ["orders-part-03", "orders-part-", "orders-part-x", "a-part--b", "a-part-1x", "part--1"],
+)
+def test_a_user_may_name_topics_that_only_look_like_partitions(topic: str) -> None:
+    assert validate_user_topic(topic) == topic
+
+
+@pytest.mark.parametrize(
+    "topic", ["orders-part-0", "orders-part-3", "x-part--1", "x-part--0", "a-part--1-part--2", ""]
+)
+def test_a_user_may_not_name_a_partition_nor_a_negative_one(topic: str) -> None:
+    with pytest.raises(InvalidNameError) as refused:
+        validate_user_topic(topic)
+    assert refused.value.code == "invalid_name"
+    assert refused.value.kind == "topic"

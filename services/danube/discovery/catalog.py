@@ -35,7 +35,7 @@ from danube.meta.records import (
     RetentionPolicy,
     TopicConfig,
 )
-from danube.names import InvalidNameError, validate_segment
+from danube.names import InvalidNameError, validate_segment, validate_user_topic
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +55,24 @@ def now_ms() -> int:
 
 def user_topic(namespace: str, topic: str) -> TopicName:
     """The topic a user names: valid segments, and not shaped like a partition
-    (``<t>-part-<N>`` would shadow partition N of ``<t>``)."""
+    (:func:`danube.names.validate_user_topic`)."""
     validate_segment("namespace", namespace)
-    name = TopicName(namespace, topic)
-    if name.partition is not None:
+    return TopicName(namespace, validate_user_topic(topic))
+
+
+def client_topic(value: str) -> TopicName:
+    """A topic or one of its partitions as Danube's clients name it, ``/<ns>/<t>`` or
+    ``/<ns>/<t>-part-N``: ``<t>`` a topic a user may name (:func:`user_topic`) and ``N`` a
+    partition a topic can have (below ``PARTITIONS_MAX``); InvalidNameError otherwise."""
+    name = TopicName.parse(value)
+    base = name.parent
+    user_topic(base.namespace, base.topic)
+    if name.partition is not None and name.partition >= PARTITIONS_MAX:
         raise InvalidNameError(
-            kind="topic",
-            value=topic,
-            reason="a name ending in -part-<N> is reserved for the partitions of a topic",
+            kind="partition",
+            value=str(name),
+            reason=f"a topic has at most {PARTITIONS_MAX} partitions (-part-0 to "
+            f"-part-{PARTITIONS_MAX - 1})",
         )
     return name
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import email.message
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,7 +30,7 @@ from danube.discovery.errors import (
     http_status,
     status_code,
 )
-from danube.discovery.models import UNION_TAG_MARK
+from danube.discovery.validation import location, validation_code, validation_message
 from danube.errors import DanubeError
 
 log = logging.getLogger(__name__)
@@ -90,36 +90,13 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     content_type = request.headers.get("content-type")
-    if any(_location(e)[:1] == ("body",) for e in errors) and not is_json(content_type):
+    if any(location(e)[:1] == ("body",) for e in errors) and not is_json(content_type):
         sent = f"Content-Type {content_type[:100]!r}" if content_type else "no Content-Type"
         refusal = UnsupportedMediaTypeError(
             f"the body must be JSON, sent with Content-Type: application/json (got {sent})"
         )
         return JSONResponse(error_body(refusal), status_code=http_status(refusal))
-    return _answer(400, _validation_code(errors), _validation_message(errors))
-
-
-def _location(error: Mapping[str, Any]) -> tuple[Any, ...]:
-    parts = error.get("loc", ())
-    return tuple(p for p in parts if not (isinstance(p, str) and p.startswith(UNION_TAG_MARK)))
-
-
-def _validation_code(errors: Sequence[Any]) -> str:
-    kinds = {str(error.get("type", "")) for error in errors}
-    if "json_invalid" in kinds:
-        return "invalid_json"
-    if "extra_forbidden" in kinds:
-        return "unknown_field"
-    return "invalid_request"
-
-
-def _validation_message(errors: Sequence[Any]) -> str:
-    if not errors:
-        return "invalid request"
-    first = errors[0]
-    where = ".".join(str(part) for part in _location(first)) or "request"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {first.get('msg', 'invalid')}{more}"
+    return _answer(400, validation_code(errors), validation_message(errors))
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:

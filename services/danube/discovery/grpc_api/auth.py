@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from danube.discovery.catalog import client_topic
 from danube.discovery.grpc_api.clients import Clients
-from danube.discovery.grpc_api.handlers import parse_topic
 from danube.discovery.security import SecurityGate
 from danube.security import Permission, Resource
 
@@ -36,13 +36,13 @@ def _cluster(_: Any, __: Clients) -> Resource:
 
 def _field(name: str) -> ResourceOf:
     def of(request: Any, _: Clients) -> Resource:
-        return Resource.topic(parse_topic(getattr(request, name)))
+        return Resource.topic(client_topic(getattr(request, name)))
 
     return of
 
 
 def _msg_id_topic(request: Any, _: Clients) -> Resource:
-    return Resource.topic(parse_topic(request.msg_id.topic_name))
+    return Resource.topic(client_topic(request.msg_id.topic_name))
 
 
 def _consumer(request: Any, clients: Clients) -> Resource | None:
@@ -118,12 +118,13 @@ def principal_from_call(context: Any, gate: SecurityGate) -> str:
 
 
 def guard(gate: SecurityGate, clients: Clients, method: str, request: Any, context: Any) -> None:
-    """Raise UnauthenticatedError or PermissionDeniedError unless the call may run."""
+    """Raise UnauthenticatedError or PermissionDeniedError unless the call may run.
+    ``request`` None (it did not decode; it is refused next): authentication only."""
     if not gate.enabled:
         return
     principal = principal_from_call(context, gate)
     rule = METHODS[method]
-    if rule.permission is None:
+    if rule.permission is None or request is None:
         return
     resource = rule.resource(request, clients)
     if resource is None:

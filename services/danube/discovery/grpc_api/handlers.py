@@ -18,13 +18,14 @@ from typing import Any
 
 from danube.discovery import metrics
 from danube.discovery.api.state import Services
-from danube.discovery.catalog import user_topic
+from danube.discovery.catalog import client_topic
 from danube.discovery.errors import (
     BadRequestError,
     ConflictError,
     NotFoundError,
     OverLimitError,
 )
+from danube.discovery.grpc_api import requests
 from danube.discovery.grpc_api.acks import AckBatcher
 from danube.discovery.grpc_api.clients import Clients, ConsumerEntry, ProducerEntry
 from danube.discovery.models import TopicSpec
@@ -39,22 +40,12 @@ from danube.frame import (
 )
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
-from danube.meta.records import AccessMode, Dispatch
-from danube.names import InvalidNameError, validate_segment
+from danube.meta.records import Dispatch
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)
 
-SUBSCRIPTION_TYPES = {
-    pb.ConsumerRequest.Exclusive: "exclusive",
-    pb.ConsumerRequest.Shared: "shared",
-    pb.ConsumerRequest.Failover: "failover",
-    pb.ConsumerRequest.KeyShared: "key_shared",
-}
-DISPATCH: dict[int, Dispatch] = {pb.NonReliable: "non_reliable", pb.Reliable: "reliable"}
-ACCESS_MODES: dict[int, AccessMode] = {pb.Shared: "shared", pb.Exclusive: "exclusive"}
-NAME_CHARS_MAX = 256
 # A ReceiveMessages stream polls its dispatcher for at most this many messages at a time,
 # waiting at most this long: a batch is written (gRPC flow control: the client's window)
 # before the next is asked for, so a stream buffers one batch at most (one poll reply: at
@@ -63,25 +54,6 @@ RECEIVE_BATCH = 1000
 RECEIVE_WAIT_MS = 5_000
 _REATTACH_BASE_S = 0.1
 _REATTACH_CAP_S = 2.0
-
-
-def parse_topic(value: str) -> TopicName:
-    """A topic or partition name as Danube's clients send it; BadRequestError otherwise."""
-    try:
-        name = TopicName.parse(value)
-        base = name.parent
-        user_topic(base.namespace, base.topic)  # the base must be a name a user may give
-    except InvalidNameError as exc:
-        raise BadRequestError(f"topic {value[:300]!r}: {exc.message}", code="invalid_name") from exc
-    return name
-
-
-def _client_name(kind: str, value: str) -> str:
-    if not value or len(value) > NAME_CHARS_MAX:
-        raise BadRequestError(
-            f"{kind} must have 1 to {NAME_CHARS_MAX} characters", code="invalid_name"
-        )
-    return value
 
 
 class DanubeApi:
@@ -103,7 +75,7 @@ class DanubeApi:
     # --- Discovery --------------------------------------------------------------------------
 
     async def topic_lookup(self, request: Any, context: Any) -> Any:
-        parse_topic(request.topic)
+        client_topic(request.topic)
         # Any instance serves any topic: answer with ourselves, in proxy mode.
         return pb.TopicLookupResponse(
             request_id=request.request_id,
@@ -114,7 +86,7 @@ class DanubeApi:
         )
 
     async def topic_partitions(self, request: Any, context: Any) -> Any:
-        topic = parse_topic(request.topic)
+        topic = client_topic(request.topic)
         names = [topic]
         if topic.partition is None:
             config = await self.services.catalog.cached_topic(topic)
@@ -162,13 +134,10 @@ class DanubeApi:
     # --- ProducerService ------------------------------------------------------------------------
 
     async def create_producer(self, request: Any, context: Any) -> Any:
-        topic = parse_topic(request.topic_name)
-        name = _client_name("producer_name", request.producer_name)
-        access_mode = ACCESS_MODES.get(request.producer_access_mode)
-        dispatch = DISPATCH.get(request.dispatch_strategy)
-        if access_mode is None or dispatch is None:
-            raise BadRequestError("unknown access mode or dispatch strategy", code="bad_request")
-        await self._ensure_topic(topic, dispatch)
+        topic = client_topic(request.topic_name)
+        wanted = requests.producer_open(request)
+        name, access_mode = wanted.name, wanted.access_mode
+        await self._ensure_topic(topic, requests.dispatch(request))
         session = await self.sessions.open(topic, name, access_mode=access_mode)
         entry = ProducerEntry(self.clients.new_id(), topic, name, access_mode, session.producer_id)
         try:
@@ -183,7 +152,7 @@ class DanubeApi:
 
     async def send_message(self, request: Any, context: Any) -> Any:
         msg_id = request.msg_id
-        topic = parse_topic(msg_id.topic_name)
+        topic = client_topic(msg_id.topic_name)
         entry = self.clients.producers.get(msg_id.producer_id)
         session_id = None
         if entry is not None and entry.topic == topic:
@@ -229,20 +198,10 @@ class DanubeApi:
     # --- ConsumerService ------------------------------------------------------------------------
 
     async def subscribe(self, request: Any, context: Any) -> Any:
-        topic = parse_topic(request.topic_name)
-        name = _client_name("consumer_name", request.consumer_name)
-        try:
-            validate_segment("subscription", request.subscription)
-        except InvalidNameError as exc:
-            raise BadRequestError(exc.message, code="invalid_name") from exc
-        sub_type = SUBSCRIPTION_TYPES.get(request.subscription_type)
-        if sub_type is None:
-            raise BadRequestError("unknown subscription type", code="bad_request")
-        filters = tuple(request.key_filters)
-        if filters and sub_type != "key_shared":
-            raise BadRequestError(
-                "key_filters are for key-shared subscriptions", code="bad_request"
-            )
+        topic = client_topic(request.topic_name)
+        requests.subscription(request.subscription)
+        wanted = requests.attach(request)
+        name, sub_type, filters = wanted.name, wanted.type, tuple(wanted.key_filters)
         await self._ensure_topic(topic, "reliable")
         dispatcher_id = await self._attach(topic, request.subscription, name, sub_type, filters)
         entry = ConsumerEntry(
@@ -389,7 +348,8 @@ class DanubeApi:
 
     def _ack_target(self, request: Any, *, forget: bool) -> tuple[ConsumerEntry, TopicName, int]:
         msg_id = request.msg_id
-        partition = parse_topic(msg_id.topic_name)
+        partition = client_topic(msg_id.topic_name)
+        requests.subscription(request.subscription_name, "subscription_name")
         entry = self.clients.holder(
             partition, request.subscription_name, msg_id.topic_offset, forget=forget
         )
@@ -429,15 +389,15 @@ class DanubeApi:
     # --- HealthCheck ------------------------------------------------------------------------------
 
     async def health_check(self, request: Any, context: Any) -> Any:
-        ok = await self._healthy(request.client, request.id)
+        ok = await self._healthy(requests.client_type(request), request.id)
         status = pb.HealthCheckResponse.OK if ok else pb.HealthCheckResponse.CLOSE
         return pb.HealthCheckResponse(status=status)
 
-    async def _healthy(self, client: int, client_id: int) -> bool:
+    async def _healthy(self, client: str, client_id: int) -> bool:
         """OK while the producer or consumer is known here, its topic exists, and (a
         producer) its session holds or (a consumer) it has not ended."""
         now = time.monotonic()
-        if client == pb.HealthCheckRequest.Producer:
+        if client == "producer":
             producer = self.clients.producers.get(client_id)
             if producer is None:
                 return False

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from danube.discovery.catalog import client_topic
 from danube.discovery.errors import NotFoundError
-from danube.discovery.grpc_api.handlers import parse_topic
 from danube.discovery.schemas import SchemaRegistry, SchemaVersion
 from danube.wire import SchemaRegistry_pb2 as sr
 
@@ -97,7 +97,7 @@ class SchemaRegistryApi:
         )
 
     async def configure_topic_schema(self, request: Any, context: Any) -> Any:
-        topic = parse_topic(request.topic_name).parent
+        topic = client_topic(request.topic_name).parent
         binding = await self.registry.bind_topic(
             topic,
             request.schema_subject,
@@ -110,7 +110,7 @@ class SchemaRegistryApi:
         )
 
     async def update_topic_validation_policy(self, request: Any, context: Any) -> Any:
-        topic = parse_topic(request.topic_name).parent
+        topic = client_topic(request.topic_name).parent
         binding = await self.registry.update_topic_policy(
             topic,
             validation_policy=request.validation_policy.lower(),
@@ -121,7 +121,7 @@ class SchemaRegistryApi:
         )
 
     async def get_topic_schema_config(self, request: Any, context: Any) -> Any:
-        topic = parse_topic(request.topic_name).parent
+        topic = client_topic(request.topic_name).parent
         binding = await self.registry.topic_schema(topic)
         if binding is None:
             raise NotFoundError(f"{topic} has no schema", code="topic_schema_not_found")

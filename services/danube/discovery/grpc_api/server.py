@@ -1,7 +1,9 @@
 """The gRPC server of Danube's client API: binds the handlers (danube.discovery.grpc_api
-.handlers) to their method paths, gives every call a deadline, answers every error through
-one table (status.py), binds each call's trace id (danube.trace), and forgets the producers
-and consumers of clients that went away."""
+.handlers) to their method paths, decodes every request without raising (requests.py: bytes
+that do not decode are refused INVALID_ARGUMENT, never UNKNOWN), gives every call a
+deadline, answers every error through one table (status.py; anything unexpected INTERNAL,
+logged, with nothing more said), binds each call's trace id (danube.trace), and forgets the
+producers and consumers of clients that went away."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from danube.discovery.api.state import Services
 from danube.discovery.grpc_api.auth import guard
 from danube.discovery.grpc_api.clients import Clients
 from danube.discovery.grpc_api.handlers import DanubeApi
+from danube.discovery.grpc_api.requests import Malformed, decoder
 from danube.discovery.grpc_api.schema_registry import SchemaRegistryApi
-from danube.discovery.grpc_api.status import grpc_status
+from danube.discovery.grpc_api.status import ERROR_CODE_KEY, grpc_status
 from danube.discovery.producers import ProducerSessions
 from danube.security.tls import grpc_server_credentials
 from danube.wire import DanubeApi_pb2 as pb
@@ -59,11 +62,15 @@ def advertised_url(config: DiscoveryConfig, port: int) -> str:
     return f"{'https' if config.tls.enabled else 'http'}://{host}:{port}"
 
 
-async def _fail(context: Any, exc: BaseException) -> None:
-    code, details = grpc_status(exc)
+async def _fail(context: Any, exc: BaseException, method: str, trace_id: str) -> None:
+    """Answer the call with ``exc``'s status (status.py): details ``<code>: <message>``, the
+    code also in the trailing metadata; anything unexpected is ``INTERNAL`` with nothing
+    more said, and logged with its traceback."""
+    code, error_code, details = grpc_status(exc)
     if code is grpc.StatusCode.INTERNAL:
-        log.error("gRPC call failed", exc_info=exc)
-    await context.abort(code, details)
+        log.error("gRPC call %s failed", method, exc_info=exc)
+    trailing = ((trace.HTTP_HEADER, trace_id), (ERROR_CODE_KEY, error_code))
+    await context.abort(code, details, trailing_metadata=trailing)
 
 
 def _trace_id(context: Any) -> str:
@@ -80,6 +87,15 @@ def _trace_id(context: Any) -> str:
     return trace_id
 
 
+def _admit(check: Check, method: str, request: Any, context: Any) -> None:
+    """Authenticate and authorize the call, then refuse a request that did not decode
+    (after authentication: a caller without credentials learns nothing more)."""
+    if isinstance(request, Malformed):
+        check(method, None, context)
+        raise request.error()
+    check(method, request, context)
+
+
 def _unary(
     fn: Unary,
     request_type: Any,
@@ -91,17 +107,18 @@ def _unary(
     async def handle(request: Any, context: Any) -> Any:
         remaining = context.time_remaining()
         budget_s = default_s if remaining is None else min(remaining, default_s)
-        with trace.bound(_trace_id(context)):
+        trace_id = _trace_id(context)
+        with trace.bound(trace_id):
             try:
-                check(method, request, context)
+                _admit(check, method, request, context)
                 async with asyncio.timeout(max(budget_s, 0.001)):
                     return await fn(request, context)
             except Exception as exc:
-                await _fail(context, exc)
+                await _fail(context, exc, method, trace_id)
 
     return grpc.unary_unary_rpc_method_handler(
         handle,
-        request_deserializer=request_type.FromString,
+        request_deserializer=decoder(request_type),
         response_serializer=response_type.SerializeToString,
     )
 
@@ -110,17 +127,18 @@ def _streaming(
     fn: Streaming, request_type: Any, response_type: Any, check: Check, method: str
 ) -> Any:
     async def handle(request: Any, context: Any) -> None:
-        with trace.bound(_trace_id(context)):
+        trace_id = _trace_id(context)
+        with trace.bound(trace_id):
             try:
-                check(method, request, context)
+                _admit(check, method, request, context)
                 async for item in fn(request, context):
                     await context.write(item)  # waits for the client's flow-control window
             except Exception as exc:
-                await _fail(context, exc)
+                await _fail(context, exc, method, trace_id)
 
     return grpc.unary_stream_rpc_method_handler(
         handle,
-        request_deserializer=request_type.FromString,
+        request_deserializer=decoder(request_type),
         response_serializer=response_type.SerializeToString,
     )
 

@@ -37,11 +37,16 @@ _BY_HTTP_STATUS: dict[int, grpc.StatusCode] = {
 }
 
 
-def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The status code and details ``exc`` is answered with: details are ``<code>: <message>``
-    as the HTTP API's error body has them (internals are not shown)."""
+ERROR_CODE_KEY = "danube-error-code"
+"""The trailing metadata key of a failed call's error code (the one its details start with)."""
+
+
+def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode, str, str]:
+    """The status code, error code and details ``exc`` is answered with: details are
+    ``<code>: <message>`` as the HTTP API's error body has them; anything unexpected is
+    ``INTERNAL``, ``internal: internal error`` (internals are not shown)."""
     error = error_body(exc)["error"]
     code = _BY_CODE.get(error["code"])
     if code is None:
         code = _BY_HTTP_STATUS.get(http_status(exc), grpc.StatusCode.INTERNAL)
-    return code, f"{error['code']}: {error['message']}"
+    return code, error["code"], f"{error['code']}: {error['message']}"
