@@ -1,21 +1,26 @@
-"""The per-client cap on gRPC calls on a real grpc.aio server: calls past the limit from one
-client address are refused with RESOURCE_EXHAUSTED (too_many_calls_from_client) before their
-handler and counted; unary and streaming calls both count, and a finished call gives its
-place back."""
+"""The per-client cap on gRPC calls, on a real grpc.aio server and on discovery's (with
+ingest and dispatcher in this process): calls past the limit from one client address are
+refused with RESOURCE_EXHAUSTED (too_many_calls_from_client) before their handler and
+counted; unary and streaming calls both count, and a finished call gives its place back.
+(A gRPC client cannot pick its source address, so a second address is the unit tests'.)"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 import pytest
 from prometheus_client import REGISTRY
 
+from danube.config import DanubeSettings
 from danube.runtime.grpc_limits import REFUSED_CODE, limit_calls_per_client
+from danube.wire import DanubeApi_pb2 as pb
+from tests.integration.test_grpc_api import Api, grpc_mesh, message, producer_request
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+MeshSettings = Callable[..., DanubeSettings]  # the mesh_settings fixture (conftest.py)
 
 LIMIT = 2
 LISTENER = "grpc-test"
@@ -111,3 +116,79 @@ async def test_calls_past_the_per_client_limit_are_refused_and_counted(
     assert await streaming.read() == b"last"
     assert await wait(b"5", timeout=5) == b"done:5"  # their places are given back
     assert _refused() - before == 2
+
+
+def _receiver(api: Api) -> Any:
+    return api.channel.unary_stream(
+        "/danube.ConsumerService/ReceiveMessages",
+        request_serializer=pb.ReceiveRequest.SerializeToString,
+        response_deserializer=pb.StreamMessage.FromString,
+    )
+
+
+async def test_discovery_refuses_a_clients_calls_past_its_limit(
+    mesh_settings: MeshSettings,
+) -> None:
+    """Discovery's own gRPC server with a per-client limit of 2: two open consumer streams
+    take it, so a third stream and even a lookup are refused; a closed stream gives its
+    place back."""
+    before = REGISTRY.get_sample_value(
+        "danube_listener_calls_refused_total", {"listener": "grpc", "reason": "per_client"}
+    )
+    async with grpc_mesh(mesh_settings, grpc_max_concurrent_rpcs_per_client=LIMIT) as (
+        api,
+        _,
+        _,
+    ):
+        topic = "/default/per-client"
+        consumers = [
+            await api.subscribe(
+                pb.ConsumerRequest(
+                    request_id=1,
+                    topic_name=topic,
+                    consumer_name=f"c{i}",
+                    subscription=f"sub-{i}",  # one each: every stream gets the message
+                    subscription_type=pb.ConsumerRequest.Exclusive,
+                )
+            )
+            for i in range(3)
+        ]
+        producer = await api.create_producer(producer_request(topic, "p"))
+        await api.send(message(topic, producer.producer_id, b"m"))
+        receive = _receiver(api)
+        streams = [
+            receive(pb.ReceiveRequest(request_id=2, consumer_id=c.consumer_id))
+            for c in consumers[:LIMIT]
+        ]
+        async with asyncio.timeout(15):
+            for stream in streams:  # both in progress: each has delivered
+                assert (await stream.read()).payload == b"m"
+
+        third = receive(pb.ReceiveRequest(request_id=2, consumer_id=consumers[2].consumer_id))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await third.read()
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert refused.value.details().startswith(f"{REFUSED_CODE}: 127.0.0.1 has 2 calls")
+        with pytest.raises(grpc.aio.AioRpcError) as refused_lookup:
+            await api.lookup(pb.TopicLookupRequest(request_id=3, topic=topic))
+        assert refused_lookup.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        streams[0].cancel()
+        async with asyncio.timeout(15):
+            while True:  # the server hears the cancel, then the place is free
+                third = receive(
+                    pb.ReceiveRequest(request_id=2, consumer_id=consumers[2].consumer_id)
+                )
+                try:
+                    assert (await third.read()).payload == b"m"
+                    break
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise
+                    await asyncio.sleep(0.05)
+        for stream in (streams[1], third):
+            stream.cancel()
+    after = REGISTRY.get_sample_value(
+        "danube_listener_calls_refused_total", {"listener": "grpc", "reason": "per_client"}
+    )
+    assert (after or 0.0) - (before or 0.0) >= 2

@@ -289,8 +289,9 @@ class DiscoveryConfig(ServiceConfig):
     grpc_max_concurrent_rpcs: Annotated[int, Field(ge=1, le=100_000)] = 4096
     # ... and that one client address has in progress at once (the next gets
     # RESOURCE_EXHAUSTED; the lower of the two applies). grpcio cannot see connections at
-    # accept, so per client it is calls, not connections, that are limited.
-    grpc_max_concurrent_rpcs_per_client: Annotated[int, Field(ge=1, le=100_000)] = 256
+    # accept, so per client it is calls, not connections, that are limited. A quarter of
+    # the instance: a consumer's open stream is a call, and its acks are calls too.
+    grpc_max_concurrent_rpcs_per_client: Annotated[int, Field(ge=1, le=100_000)] = 1024
     grpc_client_idle_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
     # Producers and consumers one instance keeps for gRPC clients at once.
     grpc_max_clients: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
