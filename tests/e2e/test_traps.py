@@ -82,8 +82,11 @@ def _readyz(port: int) -> httpx.Response:
     return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
 
 
-def _until_readyz(port: int, status: int, within_s: float = READY_WITHIN_S) -> httpx.Response:
-    """Poll ``/readyz`` until it answers ``status`` (or ``within_s`` passed: the last answer)."""
+def _until_readyz(
+    port: int, reasons: list[str], within_s: float = READY_WITHIN_S
+) -> httpx.Response:
+    """Poll ``/readyz`` until its reasons' codes are ``reasons`` ([]: ready), or ``within_s``
+    passed (then the last answer)."""
     deadline = time.monotonic() + within_s
     while True:
         try:
@@ -92,7 +95,8 @@ def _until_readyz(port: int, status: int, within_s: float = READY_WITHIN_S) -> h
             if time.monotonic() > deadline:
                 raise
         else:
-            if answer.status_code == status or time.monotonic() > deadline:
+            codes = [reason["code"] for reason in answer.json().get("reasons", [])]
+            if codes == reasons or time.monotonic() > deadline:
                 return answer
         time.sleep(0.1)
 
@@ -142,7 +146,7 @@ def test_readyz_is_503_disk_full_exactly_while_the_wal_is_below_its_reserve(
     ingest = ServerProcess(dataclasses.replace(spec, ready_url=None), tmp_path / "ingest.log")
     ingest.start()
     try:
-        answer = _until_readyz(spec.port, 503, within_s=30)  # the process starts meanwhile
+        answer = _until_readyz(spec.port, ["disk_full"], within_s=30)  # it starts meanwhile
         assert answer.status_code == 503, answer.text
         _assert_disk_full(answer.json(), wal_dir, total_bytes=128 * MiB)
         warnings = [
@@ -162,7 +166,7 @@ def test_readyz_is_503_disk_full_exactly_while_the_wal_is_below_its_reserve(
 
         ballast.unlink()
         freed = time.monotonic()
-        answer = _until_readyz(spec.port, 200)
+        answer = _until_readyz(spec.port, [])
         print(f"ready {time.monotonic() - freed:.2f} s after the ballast went")
         assert answer.status_code == 200, answer.text
         assert answer.json() == {"ready": True}
@@ -173,7 +177,7 @@ def test_readyz_is_503_disk_full_exactly_while_the_wal_is_below_its_reserve(
             assert first.status_code == 200, first.text
 
             ballast = _ballast_leaving(mount, 16 * MiB)
-            answer = _until_readyz(spec.port, 503)
+            answer = _until_readyz(spec.port, ["disk_full"])
             assert answer.status_code == 503, answer.text
             _assert_disk_full(answer.json(), wal_dir, total_bytes=128 * MiB)
             refused = _produce(http, "while full")  # what not ready means: refused
@@ -181,7 +185,7 @@ def test_readyz_is_503_disk_full_exactly_while_the_wal_is_below_its_reserve(
             assert refused.json()["error"]["code"] == "disk_full"
 
             ballast.unlink()
-            answer = _until_readyz(spec.port, 200)
+            answer = _until_readyz(spec.port, [])
             assert answer.status_code == 200, answer.text
             after = _produce(http, "after")
             assert after.status_code == 200, after.text

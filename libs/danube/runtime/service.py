@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,6 +263,7 @@ async def node_session(
     *,
     health_server: bool = True,
     renew_lease: bool = False,
+    ready_checks: Sequence[Callable[[], NotReady | None]] = (),
 ) -> AsyncIterator[NodeSession]:
     """Connect to the bus and etcd, take a node lease, serve health on
     ``config.metrics_port``, register ``nodes/<kind>/<node_id>``; on exit close everything
@@ -274,7 +275,8 @@ async def node_session(
     server here. ``renew_lease``: the node lease guards nothing but the registration (the
     service holds no claims under it), so losing it does not end the session: a new lease
     is taken and the registration written again once etcd answers, and no
-    :class:`LeaseLost` is raised."""
+    :class:`LeaseLost` is raised. ``ready_checks``: the service's own readiness conditions
+    (:attr:`NodeSession.ready_checks`), in force from the health server's first answer."""
     topic_metrics.configure(settings.metrics)
     bus = await Bus.connect(settings.bus, name=node_id)
     try:
@@ -290,6 +292,7 @@ async def node_session(
             session = NodeSession(
                 node_id, kind, bus, store, lease, tasks, config.lease_ttl_s, renew_lease
             )
+            session.ready_checks.extend(ready_checks)
             lag = tasks.create_task(watch_loop_lag(), name="loop-lag")
             try:
                 if not health_server:

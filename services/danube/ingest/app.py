@@ -32,9 +32,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
     await check_wal_volume(settings)
     room = DiskRoom(settings.wal_cloud.wal.dir, settings.ingest.disk_free_min_bytes)
     await room.read()
-    async with node_session(settings, "ingest", node_id, settings.ingest, stop) as s:
-        # Not ready while the WAL refuses every append for want of disk (docs/ingest.md).
-        s.ready_checks.append(room.not_ready)
+    # Not ready while the WAL refuses every append for want of disk (docs/ingest.md).
+    async with node_session(
+        settings, "ingest", node_id, settings.ingest, stop, ready_checks=[room.not_ready]
+    ) as s:
         disk = s.tasks.create_task(room.watch(), name="disk-room")
         node = Node(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
         revision = await node.load()
