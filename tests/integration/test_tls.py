@@ -35,7 +35,7 @@ from danube.ingest import app as ingest_app
 from danube.runtime import free_port
 from danube.runtime.healthcheck import check, probe_url, read_health_url, write_health_file
 from danube.runtime.http import HealthServer, bound_port, wait_started
-from danube.runtime.listener import PrincipalWebSocketProtocol, uvicorn_limits, uvicorn_tls
+from danube.runtime.listener import uvicorn_limits, uvicorn_tls
 from danube.runtime.service import run_in_process
 from danube.security.pki import CertPaths, LocalPki, create_ca, ensure_local_pki, issue_server_cert
 from danube.security.tls import (
@@ -109,8 +109,7 @@ async def whoami_server(tls: TlsConfig) -> AsyncIterator[int]:
             port=0,
             log_level="warning",
             lifespan="off",
-            ws=PrincipalWebSocketProtocol,
-            **uvicorn_limits(ServiceConfig()),
+            **uvicorn_limits(ServiceConfig(), listener="test"),
             **uvicorn_tls(tls),
         )
     )

@@ -249,11 +249,13 @@ class ServiceConfig(_Section):
     lease_ttl_s: Annotated[int, Field(ge=2, le=300)] = 10
     # Every HTTP listener (health/metrics; discovery's API): a connection must send a whole
     # request head within header_timeout_s (slow-header clients cannot pin descriptors), may
-    # idle keep_alive_timeout_s between requests, and at most max_connections are open at once
-    # (the next is closed at accept).
+    # idle keep_alive_timeout_s between requests, and at most max_connections are open at once,
+    # at most max_connections_per_client of them from one client address (the next is
+    # closed at accept; the lower of the two applies): one client cannot take them all.
     header_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
     keep_alive_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
     max_connections: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
+    max_connections_per_client: Annotated[int, Field(ge=1, le=1_000_000)] = 256
     # TLS on every listener of the process (health/metrics; discovery's HTTP and gRPC APIs).
     tls: TlsConfig = TlsConfig()
 
@@ -285,6 +287,11 @@ class DiscoveryConfig(ServiceConfig):
     # idle time after which a producer or consumer this instance created is forgotten (its
     # HealthCheck answers CLOSE: the client looks up and re-creates it).
     grpc_max_concurrent_rpcs: Annotated[int, Field(ge=1, le=100_000)] = 4096
+    # ... and that one client address has in progress at once (the next gets
+    # RESOURCE_EXHAUSTED; the lower of the two applies). grpcio cannot see connections at
+    # accept, so per client it is calls, not connections, that are limited. A quarter of
+    # the instance: a consumer's open stream is a call, and its acks are calls too.
+    grpc_max_concurrent_rpcs_per_client: Annotated[int, Field(ge=1, le=100_000)] = 1024
     grpc_client_idle_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
     # Producers and consumers one instance keeps for gRPC clients at once.
     grpc_max_clients: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000

@@ -1,8 +1,10 @@
 """The health and metrics endpoint every internal service serves.
 
-``GET /healthz`` answers 200 while the process runs; ``GET /readyz`` answers 200 only
-while the service's readiness check passes (its bus and etcd connections are up), else
-503; ``GET /metrics`` is the Prometheus text exposition. The supervisor and container
+``GET /healthz`` answers 200 while the process runs; ``GET /readyz`` answers 200
+``{"ready": true}`` only while the service's readiness check passes (its bus and etcd
+connections are up, and whatever the service adds: an ingest node's WAL disk above its
+reserve), else 503 ``{"ready": false, "reasons": [{"code": ..., "message": ..., ...}]}``;
+``GET /metrics`` is the Prometheus text exposition. The supervisor and container
 healthchecks probe these. Over HTTPS when the service's ``tls`` section sets a
 certificate (danube.security.tls). Served by uvicorn inside the service's own event loop; the
 service, not uvicorn, owns the process's signals.
@@ -14,7 +16,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -28,7 +31,32 @@ from danube.runtime.listener import uvicorn_limits, uvicorn_tls
 
 log = logging.getLogger(__name__)
 
-ReadyCheck = Callable[[], bool]
+
+@dataclass(frozen=True)
+class NotReady:
+    """One reason a service is not ready: a ``code`` (``starting``, ``bus_disconnected``,
+    ``lease_lost``, ``disk_full``, ...), a sentence, and the numbers behind it."""
+
+    code: str
+    message: str
+    details: Mapping[str, int | str] = field(default_factory=dict)
+
+    def body(self) -> dict[str, int | str]:
+        """The reason as ``/readyz`` shows it: ``code``, ``message``, then the details."""
+        return {"code": self.code, "message": self.message, **self.details}
+
+
+ReadyCheck = Callable[[], bool | Sequence[NotReady]]
+"""Ready: ``True`` or no reason; not ready: ``False`` or the reasons."""
+
+
+def readiness(ready: ReadyCheck) -> tuple[int, dict[str, object]]:
+    """The status and body ``/readyz`` answers for what ``ready`` says now."""
+    result = ready()
+    if result is True or (not isinstance(result, bool) and not result):
+        return 200, {"ready": True}
+    reasons = [] if isinstance(result, bool) else [reason.body() for reason in result]
+    return 503, {"ready": False, "reasons": reasons}
 
 
 def health_app(ready: ReadyCheck, registry: CollectorRegistry = REGISTRY) -> Starlette:
@@ -38,8 +66,8 @@ def health_app(ready: ReadyCheck, registry: CollectorRegistry = REGISTRY) -> Sta
         return JSONResponse({"status": "ok"})
 
     async def readyz(_: Request) -> Response:
-        ok = ready()
-        return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+        status, body = readiness(ready)
+        return JSONResponse(body, status_code=status)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
@@ -75,7 +103,7 @@ class HealthServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
-            **uvicorn_limits(limits),
+            **uvicorn_limits(limits, listener="health"),
             **uvicorn_tls(limits.tls),  # HTTPS when the service's tls section says so
         )
         self._server = _Server(config)

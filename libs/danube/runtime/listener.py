@@ -10,7 +10,12 @@ that way). Neither h11 nor httptools has one either. So the protocols here add t
 - ``header_timeout_s``: a connection that has not sent a whole request head this long after
   it opened (or after its previous response) is closed;
 - ``max_connections``: a connection past this many open ones is closed as it is accepted,
-  before it costs more than the moment its descriptor lives.
+  before it costs more than the moment its descriptor lives;
+- ``max_connections_per_client``: so is a connection from a client address that holds this
+  many already (one client cannot take the whole listener: danube.runtime.peers). A
+  connection upgraded to a WebSocket stays counted until it closes (the counted WebSocket
+  protocol below takes its count over). Both refusals are counted in
+  ``danube_listener_connections_refused_total{listener, reason}``.
 
 Listeners parse HTTP with httptools (C; the pure-Python h11 cost discovery a large share of
 its CPU per request: docs/performance.md). httptools has no bound on a request head's size
@@ -38,6 +43,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from danube.config.model import ServiceConfig, TlsConfig
+from danube.runtime.peers import (
+    CONNECTIONS_REFUSED,
+    MAX_CONNECTIONS,
+    PER_CLIENT,
+    PerClient,
+    address_of_peername,
+)
 from danube.security.tls import ServerTls, with_transport_principal
 
 log = logging.getLogger(__name__)
@@ -51,10 +63,15 @@ _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.
 
 class _GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a deadline on request heads, a bound on their size
-    and a cap on connections."""
+    and caps on connections (all of them, and those of one client address).
+
+    The class attributes are set per listener by :func:`uvicorn_limits`, ``per_client``
+    shared with that listener's :class:`CountedWebSocketProtocol`."""
 
     header_timeout_s: float = 10.0
     max_connections: int = 1024
+    listener: str = "http"
+    per_client: PerClient = PerClient(1024)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -64,14 +81,45 @@ class _GuardedHttpToolsProtocol(HttpToolsProtocol):
         # head: the bytes received meanwhile, bounded by HEAD_BYTES_MAX.
         self._in_head = True
         self._head_bytes = 0
+        # The address this connection is counted under in per_client, while it is.
+        self._counted_as: str | None = None
         if len(self.connections) > self.max_connections:
-            transport.abort()
+            self._refuse(transport, MAX_CONNECTIONS)
             return
+        address = address_of_peername(transport.get_extra_info("peername"))
+        if address is not None:
+            if not self.per_client.acquire(address):
+                self._refuse(transport, PER_CLIENT)
+                return
+            self._counted_as = address
         self._arm_head_timer()
+
+    def _refuse(self, transport: asyncio.Transport, reason: str) -> None:
+        CONNECTIONS_REFUSED.labels(self.listener, reason).inc()
+        transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        self._uncount()
         super().connection_lost(exc)
+
+    def _uncount(self) -> None:
+        address = getattr(self, "_counted_as", None)
+        if address is not None:
+            self._counted_as = None
+            self.per_client.release(address)
+
+    def handle_websocket_upgrade(self) -> None:
+        super().handle_websocket_upgrade()
+        # The transport now belongs to the WebSocket protocol: this one hears no
+        # connection_lost any more, so the connection's count goes over to it.
+        protocol = self.transport.get_protocol()
+        if isinstance(protocol, CountedWebSocketProtocol) and protocol.take_count(
+            self.per_client, self._counted_as
+        ):
+            self._counted_as = None
+        else:  # a protocol that would never give it back: uncounted rather than leaked
+            self._uncount()
 
     def data_received(self, data: bytes) -> None:
         counted = self._in_head
@@ -181,13 +229,29 @@ _JOINED_BYTES_MAX = 64 * 1024
 _CONTENT_LENGTH = b"\r\ncontent-length: "  # uvicorn writes header names in lower case
 
 
-class PrincipalWebSocketProtocol(WebSocketsSansIOProtocol):
+class CountedWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol (``ws="websockets-sansio"``) whose scopes carry the
-    client certificate's principal, as the HTTP requests of the connection did."""
+    client certificate's principal, as the HTTP requests of the connection did, and which
+    keeps the upgraded connection counted against its client address until it closes."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.app = with_transport_principal(self.app, transport)
+        self._count: tuple[PerClient, str] | None = None
+
+    def take_count(self, per_client: PerClient, address: str | None) -> bool:
+        """Hold the HTTP connection's count (``address`` in ``per_client``) until this
+        protocol hears the connection closed; ``False`` if there is none to hold."""
+        if address is None:
+            return False
+        self._count = (per_client, address)
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        count, self._count = getattr(self, "_count", None), None
+        if count is not None:
+            count[0].release(count[1])
+        super().connection_lost(exc)
 
 
 def uvicorn_tls(config: TlsConfig) -> dict[str, Any]:
@@ -199,15 +263,25 @@ def uvicorn_tls(config: TlsConfig) -> dict[str, Any]:
     return {"ssl_context_factory": lambda _config, _default: tls.context}
 
 
-def uvicorn_limits(config: ServiceConfig) -> dict[str, Any]:
-    """Keyword arguments of ``uvicorn.Config`` that put ``config``'s limits on a listener."""
+def uvicorn_limits(config: ServiceConfig, *, listener: str) -> dict[str, Any]:
+    """Keyword arguments of ``uvicorn.Config`` that put ``config``'s limits on a listener
+    (its HTTP and WebSocket protocols); ``listener`` names it in the refusal metric.
+
+    Each call makes one listener's protocols: call it once per server."""
+    per_client = min(config.max_connections_per_client, config.max_connections)
     protocol = type(
         "GuardedHttpToolsProtocol",
         (_GuardedHttpToolsProtocol,),
-        {"header_timeout_s": config.header_timeout_s, "max_connections": config.max_connections},
+        {
+            "header_timeout_s": config.header_timeout_s,
+            "max_connections": config.max_connections,
+            "listener": listener,
+            "per_client": PerClient(per_client),
+        },
     )
     return {
         "http": protocol,
+        "ws": CountedWebSocketProtocol,
         "timeout_keep_alive": config.keep_alive_timeout_s,
         # Requests past this wait in the kernel's queue, not in ours.
         "backlog": min(2048, config.max_connections),

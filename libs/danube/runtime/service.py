@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +37,7 @@ from danube.meta.records import NodeRecord
 from danube.runtime import topic_metrics
 from danube.runtime.allocator import keep_freed_memory
 from danube.runtime.healthcheck import probe_url, write_health_file
-from danube.runtime.http import HealthServer
+from danube.runtime.http import HealthServer, NotReady
 from danube.runtime.listener import AcceptBackoffLoop, raise_open_files_limit
 from danube.runtime.logs import configure_logging
 from danube.runtime.looplag import watch_loop_lag
@@ -117,6 +117,9 @@ def run_service(
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(_main(serve, settings, node_id))
+    except ConfigError as exc:  # found by the service at start (e.g. a volume too small)
+        log.error("bad configuration: %s", exc)
+        sys.exit(EXIT_BAD_CONFIG)
     except Exception:
         log.exception("%s %s failed", kind, node_id)
         sys.exit(EXIT_FAILED)
@@ -193,8 +196,25 @@ class NodeSession:
     renew_lease: bool = False
     started: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by the service once it serves: /readyz answers 200 from then on (while the bus
-    is connected and the lease alive)."""
+    is connected, the lease alive and every one of :attr:`ready_checks` passes)."""
+    ready_checks: list[Callable[[], NotReady | None]] = field(default_factory=list)
+    """The service's own readiness conditions: each returns why it is not ready, or None."""
     _renewal: asyncio.Task[None] | None = None
+
+    def not_ready(self) -> list[NotReady]:
+        """Why the service is not ready now (``/readyz``); empty when it is."""
+        reasons: list[NotReady] = []
+        if not self.started.is_set():
+            reasons.append(NotReady("starting", f"{self.kind} {self.node_id} is starting"))
+        if not self.bus.is_connected:
+            reasons.append(NotReady("bus_disconnected", "the bus (NATS) is not connected"))
+        if not self.lease.alive:
+            reasons.append(NotReady("lease_lost", "the node lease (etcd) is lost"))
+        for check in self.ready_checks:
+            reason = check()
+            if reason is not None:
+                reasons.append(reason)
+        return reasons
 
     async def register(self, address: str) -> None:
         """Announce this node at ``nodes/<kind>/<node_id>`` with ``address`` under the node
@@ -243,6 +263,7 @@ async def node_session(
     *,
     health_server: bool = True,
     renew_lease: bool = False,
+    ready_checks: Sequence[Callable[[], NotReady | None]] = (),
 ) -> AsyncIterator[NodeSession]:
     """Connect to the bus and etcd, take a node lease, serve health on
     ``config.metrics_port``, register ``nodes/<kind>/<node_id>``; on exit close everything
@@ -254,7 +275,8 @@ async def node_session(
     server here. ``renew_lease``: the node lease guards nothing but the registration (the
     service holds no claims under it), so losing it does not end the session: a new lease
     is taken and the registration written again once etcd answers, and no
-    :class:`LeaseLost` is raised."""
+    :class:`LeaseLost` is raised. ``ready_checks``: the service's own readiness conditions
+    (:attr:`NodeSession.ready_checks`), in force from the health server's first answer."""
     topic_metrics.configure(settings.metrics)
     bus = await Bus.connect(settings.bus, name=node_id)
     try:
@@ -270,6 +292,7 @@ async def node_session(
             session = NodeSession(
                 node_id, kind, bus, store, lease, tasks, config.lease_ttl_s, renew_lease
             )
+            session.ready_checks.extend(ready_checks)
             lag = tasks.create_task(watch_loop_lag(), name="loop-lag")
             try:
                 if not health_server:
@@ -278,7 +301,7 @@ async def node_session(
                 health = HealthServer(
                     config.host,
                     config.metrics_port,
-                    ready=lambda: session.started.is_set() and bus.is_connected and lease.alive,
+                    ready=session.not_ready,
                     limits=config,
                 )
                 serving = tasks.create_task(health.serve(), name="health")

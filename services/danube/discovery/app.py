@@ -26,7 +26,7 @@ from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.errors import DanubeError
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import bound_port, wait_started
-from danube.runtime.listener import PrincipalWebSocketProtocol, uvicorn_limits, uvicorn_tls
+from danube.runtime.listener import uvicorn_limits, uvicorn_tls
 from danube.runtime.service import HEALTH_START_TIMEOUT_S, node_session
 from danube.storage import ObjectStore
 from danube.wire.dispatcher.client import DispatcherClient
@@ -123,15 +123,16 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 lifespan="off",
                 # Nothing reads a proxy's X-Forwarded-*: one ASGI layer less per request.
                 proxy_headers=False,
-                # Consumer streams: fail at start, not at the first upgrade, when the
-                # WebSocket package is missing; client frames past the limit close with 1009.
-                # (uvicorn's "websockets-sansio", its scopes carrying the TLS principal)
-                ws=PrincipalWebSocketProtocol,
+                # Consumer streams: client frames past the limit close with 1009. (The
+                # protocol, uvicorn's "websockets-sansio" with the TLS principal in its
+                # scopes and its connections counted per client, is uvicorn_limits' ``ws``:
+                # a missing WebSocket package fails the start, not the first upgrade.)
                 ws_max_size=FRAME_BYTES_MAX,
                 ws_ping_interval=STREAM_PING_INTERVAL_S,
                 ws_ping_timeout=STREAM_PING_INTERVAL_S,
-                # Slow request heads, idle and surplus connections: docs/configuration.md.
-                **uvicorn_limits(config),
+                # Slow request heads, idle and surplus connections (all, and per client
+                # address): docs/configuration.md.
+                **uvicorn_limits(config, listener="http"),
                 # HTTPS (and the WebSocket streams as wss) when discovery.tls sets a cert.
                 **uvicorn_tls(config.tls),
             )

@@ -8,6 +8,7 @@ import logging
 
 from danube.config import DanubeSettings
 from danube.errors import DanubeError
+from danube.ingest.disk import DiskRoom, check_wal_volume
 from danube.ingest.handlers import serve_claims, serve_deletes, serve_probes
 from danube.ingest.load import report_load
 from danube.ingest.node import Node
@@ -26,8 +27,16 @@ class WalFailed(DanubeError):
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
     """Run the node until ``stop``; raise LeaseLost if its lease is lost first, WalFailed if
-    a WAL failed (the restart recovers it from disk)."""
-    async with node_session(settings, "ingest", node_id, settings.ingest, stop) as s:
+    a WAL failed (the restart recovers it from disk), ConfigError if the WAL's volume can
+    never take a write under the disk reserve (danube.ingest.disk)."""
+    await check_wal_volume(settings)
+    room = DiskRoom(settings.wal_cloud.wal.dir, settings.ingest.disk_free_min_bytes)
+    await room.read()
+    # Not ready while the WAL refuses every append for want of disk (docs/ingest.md).
+    async with node_session(
+        settings, "ingest", node_id, settings.ingest, stop, ready_checks=[room.not_ready]
+    ) as s:
+        disk = s.tasks.create_task(room.watch(), name="disk-room")
         node = Node(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
         revision = await node.load()
         claims = await serve_claims(s.bus, node.answer_claim)
@@ -42,6 +51,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         await wait_for_any(stop, s.lease.lost, node.failed)
         watcher.cancel()
         reporter.cancel()
+        disk.cancel()
         await claims.drain()
         await probes.drain()
         await deletes.unsubscribe()

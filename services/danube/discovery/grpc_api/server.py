@@ -26,6 +26,7 @@ from danube.discovery.grpc_api.requests import Malformed, decoder
 from danube.discovery.grpc_api.schema_registry import SchemaRegistryApi
 from danube.discovery.grpc_api.status import ERROR_CODE_KEY, grpc_status
 from danube.discovery.producers import ProducerSessions
+from danube.runtime.grpc_limits import limit_calls_per_client
 from danube.security.tls import grpc_server_credentials
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire import SchemaRegistry_pb2 as sr
@@ -295,9 +296,12 @@ class GrpcServer:
         self.api = DanubeApi(self.services, self.sessions, self.clients, advertised_url=self.url)
         registry = SchemaRegistryApi(self.services.schemas)
         check = partial(guard, self.services.security, self.clients)
-        server.add_generic_rpc_handlers(
-            method_handlers(self.api, registry, config.produce_timeout_s, check)
+        handlers = method_handlers(self.api, registry, config.produce_timeout_s, check)
+        # One client address cannot take every call slot (docs/grpc-api.md, "Limits").
+        per_client = min(
+            config.grpc_max_concurrent_rpcs_per_client, config.grpc_max_concurrent_rpcs
         )
+        server.add_generic_rpc_handlers(limit_calls_per_client(handlers, per_client))
         await server.start()
         self._server = server
         log.info("gRPC API on %s:%d (advertised %s)", config.host, port, self.url)
