@@ -411,7 +411,7 @@ class SubscriptionMachine(PoisonHandling):
                 # Still the consumer's (it may still work on it): counted in its window
                 # until it is delivered again, so one that never acks is never given more.
                 self._redeliver(entry, delay_s, now_s, actions, keep_window=True)
-            if holder is not None and slow.strike(holder, stamp, self._stamp):
+            if holder is not None and slow.strike(self.settings, holder, stamp, self._stamp):
                 struck.append(holder)
         for consumer in struck:
             self._detach_if_slow(consumer, now_s, actions)

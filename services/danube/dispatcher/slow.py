@@ -42,15 +42,20 @@ def window(settings: DeliverySettings, consumer: ConsumerWindow) -> int:
     return max(min(settings.slow_window_min, full), full >> consumer.halvings)
 
 
-def strike(consumer: ConsumerWindow, batch_stamp: int, now_stamp: int) -> bool:
+def strike(
+    settings: DeliverySettings, consumer: ConsumerWindow, batch_stamp: int, now_stamp: int
+) -> bool:
     """An ack timeout of a batch stamped ``batch_stamp`` sent to ``consumer``: whether it
     counts as a new strike (the batch was sent after the previous one). ``now_stamp`` is the
-    machine's stamp now: batches sent before it no longer strike."""
+    machine's stamp now: batches sent before it no longer strike. The window halves unless
+    it is at its floor already (so the first ack after a long streak doubles it at once)."""
     if batch_stamp <= consumer.struck_stamp:
         return False
     consumer.strikes += 1
-    consumer.halvings = min(consumer.halvings + 1, HALVINGS_MAX)
     consumer.struck_stamp = now_stamp
+    floor = min(settings.slow_window_min, settings.max_unacked_per_consumer)
+    if settings.slow_window_min and window(settings, consumer) > floor:
+        consumer.halvings = min(consumer.halvings + 1, HALVINGS_MAX)
     return True
 
 
