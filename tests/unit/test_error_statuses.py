@@ -24,6 +24,7 @@ STATUS_BY_CODE = {
     "consumer_exists": 409,
     "policy_conflict": 409,
     "consumer_not_found": 404,
+    "consumer_detached": 410,  # detached for never acking: not a cue to attach again
     "subscription_not_found": 404,
     "unknown_partition": 500,
     "offset_out_of_range": 400,
@@ -40,7 +41,11 @@ STATUS_BY_CODE = {
 
 def _dispatcher_error_classes() -> list[type[DanubeError]]:
     classes: list[type[DanubeError]] = [dispatcher_errors.DispatcherError, NotOwnerError]
-    classes += dispatcher_errors.DispatcherError.__subclasses__()
+    pending = dispatcher_errors.DispatcherError.__subclasses__()
+    while pending:  # subclasses of subclasses too (consumer_detached is a not-found)
+        cls = pending.pop()
+        classes.append(cls)
+        pending += cls.__subclasses__()
     return sorted(set(classes) - {dispatcher_errors.PolicyLimitError}, key=lambda c: c.__name__)
 
 
