@@ -246,7 +246,10 @@ class Checker:
 @pytest.mark.parametrize("slow", [False, True], ids=["", "slow-consumers"])
 @settings(max_examples=400, deadline=None)
 @given(st.lists(op, max_size=60))
-def test_random_churn_keeps_one_holder_per_key_and_per_key_order(slow: bool, ops: list[tuple]) -> None:  # type: ignore[type-arg]
+def test_random_churn_keeps_one_holder_per_key_and_per_key_order(
+    slow: bool,
+    ops: list[tuple],  # type: ignore[type-arg]
+) -> None:
     # slow: windows halve per ack-timeout strike; a consumer is detached at its 2nd.
     m = machine(
         max_unacked_per_consumer=5,

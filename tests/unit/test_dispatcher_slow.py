@@ -47,7 +47,9 @@ def settings(**changes: int | float | str) -> DeliverySettings:
     return DeliverySettings(**(base | changes))  # type: ignore[arg-type]
 
 
-def machine(kind: DeliveryType = "shared", count: int = 0, **changes: int | float) -> SubscriptionMachine:
+def machine(
+    kind: DeliveryType = "shared", count: int = 0, **changes: int | float
+) -> SubscriptionMachine:
     m = SubscriptionMachine(kind, {"p0": PartitionCursor(0)}, settings(**changes))
     feed(m, 0, count)
     return m
@@ -100,7 +102,8 @@ def test_timed_out_messages_go_to_the_other_consumer_though_the_silent_one_polls
     assert offsets(got) == list(range(10))
     assert {msg.redelivery_count for msg in got} == {1}
     ack_all(m, "acker", got)
-    assert m.unacked("silent") == [] and m.cursor("p0").next_offset == 10
+    assert m.unacked("silent") == []
+    assert m.cursor("p0").next_offset == 10
 
 
 def test_they_come_back_to_the_same_consumer_when_no_other_can_take_them() -> None:
@@ -256,7 +259,8 @@ def test_a_lone_consumer_is_slowed_but_never_detached(kind: DeliveryType) -> Non
         assert not [a for a in tick(m, now) if isinstance(a, SlowConsumerDetached)]
         now += DUE_S
         tick(m, now)
-    assert m.consumers == ["c"] and _window(m, "c").strikes == 8
+    assert m.consumers == ["c"]
+    assert _window(m, "c").strikes == 8
 
 
 def test_failover_detaches_a_silent_active_consumer_and_the_standby_takes_over() -> None:
@@ -310,8 +314,10 @@ def test_an_acking_consumer_gets_every_message_within_twice_the_ack_timeout() ->
     2 x the ack timeout of its arrival; the silent one ends detached; nothing is lost."""
     m = machine(count=0, max_unacked_per_consumer=1000)
     attach(m, "silent", "acker")
-    step_s, arrived, first_to_acker = 0.05, {}, {}
-    detached_at = None
+    step_s = 0.05
+    arrived: dict[int, float] = {}
+    first_to_acker: dict[int, float] = {}
+    detached_at: float | None = None
     now, next_offset = 0.0, 0
     while now < 12.0:
         if now < 8.0 and round(now / step_s) % 4 == 0:  # 10 messages every 0.2 s for 8 s
@@ -328,11 +334,13 @@ def test_an_acking_consumer_gets_every_message_within_twice_the_ack_timeout() ->
         for action in tick(m, now):
             if isinstance(action, SlowConsumerDetached):
                 detached_at = now
-    assert detached_at is not None and detached_at < 8.0
+    assert detached_at is not None
+    assert detached_at < 8.0
     assert set(first_to_acker) == set(arrived) == set(range(next_offset))
     late = {o: first_to_acker[o] - arrived[o] for o in arrived}
     assert max(late.values()) <= 2 * ACK_TIMEOUT_S, max(late.items(), key=lambda kv: kv[1])
-    assert m.cursor("p0").next_offset == next_offset and m.held_count == 0
+    assert m.cursor("p0").next_offset == next_offset
+    assert m.held_count == 0
 
 
 # --- the pure parts ----------------------------------------------------------------------
