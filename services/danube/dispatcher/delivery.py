@@ -183,6 +183,7 @@ class SubscriptionMachine(PoisonHandling):
         window = self.settings.max_unacked_per_consumer
         for consumer in self._consumers.values():
             assert len(consumer.held) <= window, f"{consumer.consumer_id} holds over {window}"
+            assert self._detached_slow.reason(consumer.consumer_id) is None, "detached, attached"
             for key, entry in consumer.held.items():
                 assert self._entries.get(key) is entry, f"{key} held but not an entry"
                 assert entry.consumer_id == consumer.consumer_id, f"{key} held by two"
