@@ -1,7 +1,8 @@
 """Fair redelivery on real NATS and etcd (ingest, dispatcher, discovery in-process): on one
 shared subscription a WebSocket consumer with 10 000 credits that never acks and a long-poll
 consumer that acks; the acking one gets every message within 2 x the ack timeout of its
-production, the silent one is detached (error frame, close code, metric), nothing is lost."""
+production, the silent one is detached (error frame, close code, metric), nothing is lost;
+and the SDK's receive() tells a detached consumer why."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from danube.client import AsyncConsumer, AsyncDanubeClient, NotFoundError
 from danube.config import DanubeSettings
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
@@ -215,3 +217,52 @@ async def test_a_consumer_that_never_acks_no_longer_starves_one_that_acks(
             f"{len(taken_over)}; worst delay {delays[worst]:.3f} s "
             f"(limit {2 * ACK_TIMEOUT_S:.1f} s)"
         )
+
+
+async def _drain_until_it_fails(consumer: AsyncConsumer) -> None:
+    """Take messages and never ack them until ``receive()`` raises (15 s at most)."""
+    async with asyncio.timeout(15):
+        while True:
+            await consumer.receive(10.0)
+
+
+async def test_the_sdk_tells_a_consumer_it_detached_why(mesh_settings: MeshSettings) -> None:
+    """An SDK stream consumer whose application takes messages and never acks: its
+    ``receive()`` ends with ``consumer_detached`` (and it does not attach again by itself),
+    while an SDK poll consumer that acks gets every message."""
+    settings = _settings(mesh_settings())
+    topic = "/default/fair-sdk"
+    policy = {
+        "ack_timeout_ms": int(ACK_TIMEOUT_S * 1000),
+        "backoff": {"kind": "fixed", "base_ms": 100, "max_ms": 100},
+    }
+    total = 160
+    async with _mesh(settings) as http, AsyncDanubeClient(str(http.base_url)) as client:
+        common: dict[str, Any] = {"type": "shared", "start": "earliest", "failure_policy": policy}
+        async with client.producer(topic) as producer:
+            await producer.send_and_wait("first")  # the topic exists: "earliest" is offset 0
+            silent = client.consumer(topic, "s", name="silent", **common)
+            acker = client.consumer(topic, "s", name="acker", mode="poll", **common)
+            async with silent, acker:
+                acked: set[int] = set()
+
+                async def ack_all() -> None:
+                    while len(acked) < total:
+                        message = await acker.receive(10.0)
+                        message.ack()
+                        acked.add(message.offset)
+
+                acking = asyncio.create_task(ack_all())
+                for i in range(1, total):
+                    await producer.send(f"m{i}")
+                    await asyncio.sleep(4.0 / total)  # over 4 s: several ack timeouts
+                await producer.flush()
+                with pytest.raises(NotFoundError) as ended:
+                    await _drain_until_it_fails(silent)
+                assert ended.value.code == "consumer_detached"
+                assert ended.value.status == 410
+                assert "times in a row" in ended.value.message
+                async with asyncio.timeout(10):
+                    await acking
+                await acker.flush_acks()
+    assert acked == set(range(total))
