@@ -371,9 +371,14 @@ ops = st.lists(
 class Driver:
     """Runs a machine, acking as a consumer would, and checks every action as it comes."""
 
-    def __init__(self, kind: DeliveryType, max_redeliveries: int) -> None:
+    def __init__(self, kind: DeliveryType, max_redeliveries: int, slow: bool = False) -> None:
+        # slow: windows halve per ack-timeout strike, a consumer is detached at the 2nd.
         limits = DeliverySettings(
-            max_unacked_per_consumer=5, ack_timeout_s=3.0, max_redeliveries=max_redeliveries
+            max_unacked_per_consumer=5,
+            ack_timeout_s=3.0,
+            max_redeliveries=max_redeliveries,
+            slow_window_min=1 if slow else 0,
+            slow_detach_timeouts=2 if slow else 0,
         )
         cursors = {p: PartitionCursor(0) for p in PARTS}
         self.m = SubscriptionMachine(kind, cursors, limits, rng=lambda: 0.5)
@@ -439,21 +444,23 @@ class Driver:
             self.feed(name, OFFSETS)
         if not self.m.consumers:
             self.do(ConsumerAttached("drain", "drain"))
-        consumer = self.m.active_consumer or self.m.consumers[0]
         for _ in range(50):
+            # Asked every round: a consumer slow before the drain may be detached in it.
+            consumer = self.m.active_consumer or self.m.consumers[0]
             now += 100.0
             for action in self.do(Tick(now)) + self.do(Poll(consumer, 1000, now)):
                 if isinstance(action, Deliver):
                     self.ack(consumer, refs(action.messages))
 
 
+@pytest.mark.parametrize("slow", [False, True], ids=["", "slow-consumers"])
 @pytest.mark.parametrize("kind", ["exclusive", "shared", "failover"])
 @settings(max_examples=150, deadline=None)
 @given(script=ops, max_redeliveries=st.integers(0, 2))
 def test_random_interleavings_never_redeliver_acked_and_never_lose(
-    kind: DeliveryType, script: list[Op], max_redeliveries: int
+    kind: DeliveryType, slow: bool, script: list[Op], max_redeliveries: int
 ) -> None:
-    driver = Driver(kind, max_redeliveries)
+    driver = Driver(kind, max_redeliveries, slow)
     for i, (op, who, n) in enumerate(script):
         driver.step(op, who, n, now=i * 0.5)
     driver.drain(now=len(script) * 0.5)

@@ -243,10 +243,21 @@ class Checker:
                 del self.holder[offset]
 
 
+@pytest.mark.parametrize("slow", [False, True], ids=["", "slow-consumers"])
 @settings(max_examples=400, deadline=None)
 @given(st.lists(op, max_size=60))
-def test_random_churn_keeps_one_holder_per_key_and_per_key_order(ops: list[tuple]) -> None:  # type: ignore[type-arg]
-    m = machine(max_unacked_per_consumer=5, ack_timeout_s=1.0, redelivery_base_s=0.2)
+def test_random_churn_keeps_one_holder_per_key_and_per_key_order(
+    slow: bool,
+    ops: list[tuple],  # type: ignore[type-arg]
+) -> None:
+    # slow: windows halve per ack-timeout strike; a consumer is detached at its 2nd.
+    m = machine(
+        max_unacked_per_consumer=5,
+        ack_timeout_s=1.0,
+        redelivery_base_s=0.2,
+        slow_window_min=1 if slow else 0,
+        slow_detach_timeouts=2 if slow else 0,
+    )
     check = Checker()
     attached: set[str] = set()
     now_s, next_offset = 0.0, 0
@@ -283,6 +294,7 @@ def test_random_churn_keeps_one_holder_per_key_and_per_key_order(ops: list[tuple
             m.handle(event)
             m.validate()
             check.timed_out(m)
+            attached &= set(m.consumers)  # the machine detaches slow consumers itself
     # Drain: one consumer left, time passes, everything is delivered and acked in the end.
     for consumer in attached - {"a"}:
         check.given_back([o for _, o in m.in_flight(consumer)])

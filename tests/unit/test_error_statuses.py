@@ -4,10 +4,13 @@ whether it is raised in the process or arrives over the bus as a code."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from danube.bus import RemoteError
-from danube.discovery.errors import error_body, http_status
+from danube.client.errors import NotFoundError, api_error
+from danube.discovery.errors import error_body, http_status, ws_close_code
+from danube.discovery.grpc_api.status import grpc_status
 from danube.dispatcher.store import NotOwnerError
 from danube.errors import DanubeError
 from danube.wire.dispatcher import errors as dispatcher_errors
@@ -24,6 +27,7 @@ STATUS_BY_CODE = {
     "consumer_exists": 409,
     "policy_conflict": 409,
     "consumer_not_found": 404,
+    "consumer_detached": 410,  # detached for never acking: not a cue to attach again
     "subscription_not_found": 404,
     "unknown_partition": 500,
     "offset_out_of_range": 400,
@@ -40,7 +44,11 @@ STATUS_BY_CODE = {
 
 def _dispatcher_error_classes() -> list[type[DanubeError]]:
     classes: list[type[DanubeError]] = [dispatcher_errors.DispatcherError, NotOwnerError]
-    classes += dispatcher_errors.DispatcherError.__subclasses__()
+    pending = dispatcher_errors.DispatcherError.__subclasses__()
+    while pending:  # subclasses of subclasses too (consumer_detached is a not-found)
+        cls = pending.pop()
+        classes.append(cls)
+        pending += cls.__subclasses__()
     return sorted(set(classes) - {dispatcher_errors.PolicyLimitError}, key=lambda c: c.__name__)
 
 
@@ -66,3 +74,18 @@ def test_one_bad_request_error_for_every_contract() -> None:
     error = BadRequestError("no such layout")
     assert (error.code, error.retriable) == ("bad_request", False)
     assert http_status(error) == 400
+
+
+def test_consumer_detached_is_410_a_ws_close_4410_failed_precondition_and_not_reattached() -> None:
+    remote = RemoteError(code="consumer_detached", message="detached: ...", retriable=False)
+    assert http_status(remote) == 410
+    assert ws_close_code(remote) == 4410
+    assert grpc_status(remote) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "consumer_detached: detached: ...",
+    )
+    # The SDK: a not-found, not retriable, and not the code it attaches again on.
+    error = api_error(410, "consumer_detached", "detached: ...")
+    assert isinstance(error, NotFoundError)
+    assert not error.retriable
+    assert error.code != "consumer_not_found"

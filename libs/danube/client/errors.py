@@ -20,7 +20,7 @@
             ├── UnauthenticatedError 401  unauthenticated, invalid_token, token_expired...
             ├── PermissionDeniedError 403 permission_denied (the message names the permission)
             ├── NotFoundError        404  topic_not_found, namespace_not_found,
-            │                             consumer_not_found...
+            │                             consumer_not_found...; 410 consumer_detached
             ├── ConflictError        409  topic_exists, subscription_taken...
             ├── TooLargeError        413  payload_too_large, body_too_large...
             ├── OverLimitError       429  too_many_requests, too_many_streams; retriable
@@ -114,7 +114,9 @@ class PermissionDeniedError(ApiError):
 
 
 class NotFoundError(ApiError):
-    """404: the namespace, topic, consumer or route does not exist."""
+    """404: the namespace, topic, consumer or route does not exist; 410
+    ``consumer_detached``: the dispatcher detached the consumer for never acking (attaching
+    again is the caller's decision: the SDK does not do it by itself)."""
 
 
 class ConflictError(ApiError):
@@ -147,6 +149,7 @@ _BY_STATUS: dict[int, type[ApiError]] = {
     403: PermissionDeniedError,
     404: NotFoundError,
     405: BadRequestError,
+    410: NotFoundError,
     409: ConflictError,
     413: TooLargeError,
     415: BadRequestError,

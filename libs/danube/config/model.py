@@ -436,6 +436,13 @@ class DispatcherConfig(ServiceConfig):
     # A consumer that neither polls nor acks this long is detached (its unacked messages
     # go back to the subscription).
     consumer_session_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    # Slow consumers (docs/dispatcher.md, "Fair redelivery"): each ack timeout in a row
+    # halves a consumer's window down to slow_consumer_window_min messages (0: never
+    # shrinks), each ack doubles it back; after slow_consumer_detach_timeouts ack timeouts
+    # in a row with no ack it is detached (consumer_detached) while another consumer can
+    # take over (0: never detached).
+    slow_consumer_window_min: Annotated[int, Field(ge=0, le=100_000)] = 10
+    slow_consumer_detach_timeouts: Annotated[int, Field(ge=0, le=1000)] = 5
     # Messages buffered per consumer of a non-reliable subscription; a full buffer drops its
     # oldest message (counted), so a slow consumer slows nobody.
     non_reliable_buffer_messages: Annotated[int, Field(ge=1, le=1_000_000)] = 1000

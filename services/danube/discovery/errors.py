@@ -146,6 +146,7 @@ _STATUS_BY_CODE: dict[str, int] = {
     "consumer_exists": 409,
     "policy_conflict": 409,
     "consumer_not_found": 404,
+    "consumer_detached": 410,  # detached for never acking (docs/dispatcher.md, Fair redelivery)
     "subscription_not_found": 404,
     "subscription_type_mismatch": 409,
     "unknown_partition": 500,  # a wiring bug

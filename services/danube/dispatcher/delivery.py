@@ -18,6 +18,9 @@ delivered again (to it or to another consumer). A consumer that never acks is th
 given more than its window, however many ack timeouts pass; it may always take its own
 messages back. A nack or a detach gives the messages back for good (they leave the window).
 
+Redeliveries go to another consumer first, and a consumer whose messages keep timing out is
+slowed, then detached (danube.dispatcher.slow).
+
 docs/dispatcher.md gives the invariants and the order guarantees; :meth:`validate` checks
 those of the data structures.
 """
@@ -30,6 +33,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
+from danube.dispatcher import slow
 from danube.dispatcher.cursor import CursorState, PartitionCursor
 from danube.dispatcher.entries import ConsumerWindow, Entry, PartitionQueue, Ref
 from danube.dispatcher.events import (
@@ -48,11 +52,13 @@ from danube.dispatcher.events import (
     ReadFrom,
     ResumeReading,
     Seek,
+    SlowConsumerDetached,
     Tick,
 )
 from danube.dispatcher.poison import BlockBook, PoisonHandling
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.wire.dispatcher.errors import (
+    ConsumerDetachedError,
     ConsumerExistsError,
     ConsumerNotFoundError,
     DispatcherError,
@@ -61,6 +67,10 @@ from danube.wire.dispatcher.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+# A poll passes over at most this many of its consumer's own refused redeliveries (left for
+# the others) before it stops looking at redeliveries: a poll's work stays bounded.
+REFUSED_SKIPPED_MAX = 256
 
 DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 
@@ -107,6 +117,8 @@ class SubscriptionMachine(PoisonHandling):
         self._ready: list[tuple[int, str, int]] = []  # due redeliveries, lowest offset first
         self._over_held = False
         self._blocked = BlockBook()  # poison messages held at their partition's head
+        self._detached_slow = slow.DetachedBook()  # detached for their ack timeouts
+        self._now_s = 0.0  # the time of the event being handled (polls read it)
 
     # --- inspection ----------------------------------------------------------------------
 
@@ -171,6 +183,7 @@ class SubscriptionMachine(PoisonHandling):
         window = self.settings.max_unacked_per_consumer
         for consumer in self._consumers.values():
             assert len(consumer.held) <= window, f"{consumer.consumer_id} holds over {window}"
+            assert self._detached_slow.reason(consumer.consumer_id) is None, "detached, attached"
             for key, entry in consumer.held.items():
                 assert self._entries.get(key) is entry, f"{key} held but not an entry"
                 assert entry.consumer_id == consumer.consumer_id, f"{key} held by two"
@@ -273,6 +286,7 @@ class SubscriptionMachine(PoisonHandling):
 
     def _poll(self, event: Poll, actions: list[Action]) -> None:
         consumer = self._consumer(event.consumer_id)
+        consumer.polled_s = self._now_s = event.now_s
         if self.active_consumer not in (None, event.consumer_id):
             return  # a failover standby receives nothing until it becomes active
         self._promote(event.now_s)
@@ -295,8 +309,10 @@ class SubscriptionMachine(PoisonHandling):
         batch: list[Entry] = []
         # Due redeliveries past a blocked partition's poison message wait (poison.py).
         held_back: list[tuple[list[tuple[int, str, int]], tuple[int, str, int]]] = []
-        # Its own due redeliveries first: they are already counted in its window.
-        while wanted > 0 and consumer.ready:
+        # Its own due redeliveries first (they are already counted in its window), unless
+        # another consumer can take them: they timed out here (slow.py).
+        elsewhere = self._elsewhere(consumer)
+        while wanted > 0 and consumer.ready and not elsewhere():
             item = heapq.heappop(consumer.ready)
             entry = self._due(item)
             if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
@@ -306,13 +322,19 @@ class SubscriptionMachine(PoisonHandling):
                 wanted -= 1
         # Then, as its window allows, other due redeliveries (the oldest messages of the
         # subscription), then fresh messages.
-        room = min(wanted, self.settings.max_unacked_per_consumer - len(consumer.held))
-        while room > 0 and self._ready:
+        room = min(wanted, slow.window(self.settings, consumer) - len(consumer.held))
+        refused = 0  # its own refusals passed over, left for the others (bounded per poll)
+        while room > 0 and self._ready and refused < REFUSED_SKIPPED_MAX:
             item = heapq.heappop(self._ready)
             entry = self._due(item)
-            if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
+            if entry is None:
+                continue
+            if not self._blocked.passable(entry.partition, entry.offset):
                 held_back.append((self._ready, item))
-            elif entry is not None:
+            elif entry.refused_by == consumer.consumer_id and elsewhere():
+                held_back.append((self._ready, item))
+                refused += 1
+            else:
                 batch.append(self._send(entry, consumer, stamp))
                 room -= 1
         for heap, item in held_back:
@@ -331,8 +353,9 @@ class SubscriptionMachine(PoisonHandling):
         return batch
 
     def _ack(self, event: Ack, actions: list[Action]) -> None:
-        self._consumer(event.consumer_id)
+        consumer = self._consumer(event.consumer_id)
         ignored: dict[Ref, None] = {}
+        counted = len(event.refs)
         # An ack is up to thousands of refs: the lookups are made once per ack.
         entries, partitions = self._entries, self._partitions
         forget, unblock = self._forget, self._blocked.release
@@ -345,10 +368,13 @@ class SubscriptionMachine(PoisonHandling):
                 # Acking twice is fine (a retried ack): only what was never delivered is told.
                 if partition is None or not partition.cursor.is_acked(key[1]):
                     ignored[key] = None
+                counted -= 1
                 continue
             forget(entry)
             unblock(entry.partition, entry.offset)  # an operator's way out
             partitions[entry.partition].cursor.ack(entry.offset)
+        if counted:
+            slow.acked(consumer)  # it acks: its streak ends, its window grows back
         if ignored:
             actions.append(NotInFlight(event.consumer_id, tuple(ignored)))
 
@@ -359,6 +385,7 @@ class SubscriptionMachine(PoisonHandling):
             entry = consumer.held.get(key)
             if entry is None:
                 continue
+            entry.refused_by = consumer.consumer_id  # another consumer first (slow.py)
             if entry.state == "in_flight":
                 self._redeliver(entry, delay_s, event.now_s, actions)
             else:
@@ -369,17 +396,26 @@ class SubscriptionMachine(PoisonHandling):
         if not entries:  # what the time heaps hold belongs to entries gone: nothing to walk
             deadlines.clear()
             self._scheduled.clear()
+        struck: list[ConsumerWindow] = []
         while deadlines and deadlines[0][0] <= now_s:
             _, stamp, names, offsets = heapq.heappop(deadlines)
+            holder: ConsumerWindow | None = None
             for name, offset in zip(names, offsets, strict=True):
                 entry = entries.get((name, offset))
                 # Acked, or sent again since (a new stamp): not this deadline's any more.
                 if entry is None or entry.stamp != stamp or entry.state != "in_flight":
                     continue
+                if holder is None and entry.consumer_id is not None:
+                    holder = self._consumers[entry.consumer_id]
+                entry.refused_by = entry.consumer_id  # another consumer first (slow.py)
                 delay_s = self.settings.delay_s(entry.redelivery_count, self._rng)
                 # Still the consumer's (it may still work on it): counted in its window
                 # until it is delivered again, so one that never acks is never given more.
                 self._redeliver(entry, delay_s, now_s, actions, keep_window=True)
+            if holder is not None and slow.strike(self.settings, holder, stamp, self._stamp):
+                struck.append(holder)
+        for consumer in struck:
+            self._detach_if_slow(consumer, now_s, actions)
         self._promote(now_s)
         for name, partition in self._partitions.items():
             if partition.cursor.should_flush(now_s):
@@ -397,6 +433,40 @@ class SubscriptionMachine(PoisonHandling):
             partition.cursor.reset(offset)
             actions.append(ReadFrom(name, offset))
             self._flush(name, partition, event.now_s, actions)
+
+    # --- fair redelivery (slow.py) --------------------------------------------------------
+
+    def _elsewhere(self, consumer: ConsumerWindow) -> Callable[[], bool]:
+        """Whether another consumer can take what ``consumer`` refused, asked at most once
+        per poll and only when such a message is met (it walks the consumers)."""
+        answer: list[bool] = []
+
+        def ask() -> bool:
+            if not answer:
+                shared = self.delivery_type in ("shared", "key_shared")
+                consumers = self._consumers.values()
+                answer.append(
+                    shared and slow.can_take(consumers, consumer, self.settings, self._now_s)
+                )
+            return answer[0]
+
+        return ask
+
+    def _detach_if_slow(
+        self, consumer: ConsumerWindow, now_s: float, actions: list[Action]
+    ) -> None:
+        """Detach ``consumer`` once its streak of ack timeouts reaches the limit and another
+        consumer can take over (never the one consumer of an exclusive subscription)."""
+        if not slow.due_for_detach(self.settings, consumer) or len(self._consumers) < 2:
+            return
+        if consumer.consumer_id not in self._consumers:
+            return  # detached already (two strikes in one tick cannot, but be sure)
+        reason = slow.detach_reason(self.settings, consumer)
+        self._detach(ConsumerDetached(consumer.consumer_id, now_s), actions)
+        self._detached_slow.add(consumer.consumer_id, reason)
+        actions.append(
+            SlowConsumerDetached(consumer.consumer_id, consumer.name, consumer.strikes, reason)
+        )
 
     # --- transitions ---------------------------------------------------------------------
 
@@ -509,6 +579,13 @@ class SubscriptionMachine(PoisonHandling):
     def _consumer(self, consumer_id: str) -> ConsumerWindow:
         consumer = self._consumers.get(consumer_id)
         if consumer is None:
+            reason = self._detached_slow.reason(consumer_id)
+            if reason is not None:
+                raise ConsumerDetachedError(
+                    f"consumer {consumer_id!r} was {reason}",
+                    consumer_id=consumer_id,
+                    reason=reason,
+                )
             raise ConsumerNotFoundError(
                 f"consumer {consumer_id!r} is not attached", consumer_id=consumer_id
             )

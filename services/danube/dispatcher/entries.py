@@ -5,6 +5,7 @@ shared by :mod:`danube.dispatcher.delivery` and its key-shared subclass in
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
@@ -32,6 +33,9 @@ class Entry:
     consumer_id: str | None = None
     # Bumped at every state change: a heap item whose stamp differs is stale (lazy deletion).
     stamp: int = 0
+    # The consumer that last let it time out or nacked it: a shared subscription gives it
+    # to another consumer first (danube.dispatcher.slow).
+    refused_by: str | None = None
 
     def message(self) -> Message:
         """The entry as handed to a consumer."""
@@ -59,3 +63,10 @@ class ConsumerWindow:
     # Of those, the ones due again, lowest offset first (stamped like the machine's ready
     # heap): it takes them back before anything else, whatever room its window has left.
     ready: list[tuple[int, str, int]] = field(default_factory=list)
+    # Slow-consumer bookkeeping (danube.dispatcher.slow): ack timeouts in a row with no
+    # ack between them, halvings of its window, the machine's stamp at its last strike
+    # (batches sent before it do not strike again) and when it last polled.
+    strikes: int = 0
+    halvings: int = 0
+    struck_stamp: int = 0
+    polled_s: float = -math.inf

@@ -186,4 +186,25 @@ class NotInFlight:
     refs: tuple[tuple[str, int], ...]
 
 
-Action = Deliver | DeadLetter | PauseReading | ResumeReading | ReadFrom | FlushCursor | NotInFlight
+@dataclass(frozen=True, slots=True)
+class SlowConsumerDetached:
+    """The machine detached ``consumer_id`` (named ``name``): its messages timed out
+    ``strikes`` times in a row with no ack (danube.dispatcher.slow). Its unacked messages
+    are already back for the others; count it, log it, forget its session."""
+
+    consumer_id: str
+    name: str
+    strikes: int
+    reason: str
+
+
+Action = (
+    Deliver
+    | DeadLetter
+    | PauseReading
+    | ResumeReading
+    | ReadFrom
+    | FlushCursor
+    | NotInFlight
+    | SlowConsumerDetached
+)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 
+from danube.dispatcher import slow
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.delivery import DeliveryType, SubscriptionMachine
 from danube.dispatcher.entries import ConsumerWindow, Entry, PartitionQueue, Ref
@@ -126,7 +127,7 @@ class KeySharedMachine(SubscriptionMachine):
     def _take(self, consumer: ConsumerWindow, wanted: int, stamp: int) -> list[Entry]:
         batch: list[Entry] = []
         keys = self._waiting.get(consumer.consumer_id)
-        window = self.settings.max_unacked_per_consumer
+        window = slow.window(self.settings, consumer)  # shrunk while its messages time out
         cleared: list[str] = []
         for key in keys or ():
             if len(batch) >= wanted:

@@ -35,6 +35,11 @@ DROPPED = Counter(
     "no consumer was attached (no_consumer), or its consumer left (detached)",
     ["reason"],
 )
+SLOW_DETACHED = Counter(
+    "danube_dispatcher_slow_consumers_detached",
+    "Consumers detached because their messages timed out unacknowledged "
+    "dispatcher.slow_consumer_detach_timeouts times in a row (consumer_detached)",
+)
 CURSOR_WRITES = Counter("danube_dispatcher_cursor_writes", "Cursor transactions stored in etcd")
 CURSOR_WRITE_ERRORS = Counter(
     "danube_dispatcher_cursor_write_errors", "Cursor transactions that failed (retried)"

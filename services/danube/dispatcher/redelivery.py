@@ -29,7 +29,12 @@ class DeliverySettings:
     - ``max_redeliveries``: a message is delivered at most ``1 + max_redeliveries`` times,
       then disposed of by ``poison_policy`` (``dead_letter``, ``drop`` or ``block``);
     - ``max_held``: messages the subscription holds in memory (buffered, in flight, waiting
-      for a redelivery) before it pauses reading; it resumes at half.
+      for a redelivery) before it pauses reading; it resumes at half;
+    - ``slow_window_min``: each ack timeout in a row halves a consumer's window, down to
+      this many messages, and each ack it sends doubles it back (0: windows never shrink);
+    - ``slow_detach_timeouts``: a consumer whose messages time out this many times in a row
+      with no ack between is detached when another consumer can take over (0: never).
+      Both: danube.dispatcher.slow, docs/dispatcher.md "Fair redelivery".
     """
 
     max_unacked_per_consumer: int = 5000
@@ -40,6 +45,8 @@ class DeliverySettings:
     max_held: int = 10_000
     poison_policy: PoisonPolicy = "dead_letter"
     backoff_kind: BackoffKind = "exponential"
+    slow_window_min: int = 0
+    slow_detach_timeouts: int = 0
 
     def __post_init__(self) -> None:
         if self.max_unacked_per_consumer < 1 or self.max_held < 2:
@@ -48,6 +55,8 @@ class DeliverySettings:
             raise ValueError("need ack_timeout_s > 0 and 0 < redelivery_base_s <= redelivery_max_s")
         if self.max_redeliveries < 0:
             raise ValueError("max_redeliveries must be >= 0")
+        if self.slow_window_min < 0 or self.slow_detach_timeouts < 0:
+            raise ValueError("slow_window_min and slow_detach_timeouts must be >= 0")
 
     @classmethod
     def from_config(
@@ -65,6 +74,8 @@ class DeliverySettings:
             max_held=max(config.max_held_messages, 2),
             poison_policy=resolved.poison_policy,
             backoff_kind=resolved.backoff_kind,
+            slow_window_min=config.slow_consumer_window_min,
+            slow_detach_timeouts=config.slow_consumer_detach_timeouts,
         )
 
     def delay_s(self, attempt: int, rng: Callable[[], float]) -> float:

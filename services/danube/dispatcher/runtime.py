@@ -48,6 +48,7 @@ from danube.dispatcher.events import (
     Poll,
     ReadFrom,
     ResumeReading,
+    SlowConsumerDetached,
     Tick,
 )
 from danube.dispatcher.keyed import new_machine
@@ -478,6 +479,8 @@ class SubscriptionRuntime:
                 dead.append(action)
             elif isinstance(action, FlushCursor):
                 flushes[self._partitions[action.partition]] = action
+            elif isinstance(action, SlowConsumerDetached):
+                self._slow_detached(action)
         if not dead and not flushes:
             return
         async with self._io_lock:
@@ -485,6 +488,21 @@ class SubscriptionRuntime:
                 await self._dead_letter(letter)
             if flushes:
                 await self._flush(flushes)
+
+    def _slow_detached(self, action: SlowConsumerDetached) -> None:
+        """The machine detached a consumer that never acks: its session ends here too (its
+        next request is answered ``consumer_detached``)."""
+        metrics.SLOW_DETACHED.inc()
+        if self._last_seen.pop(action.consumer_id, None) is not None:
+            metrics.CONSUMERS.dec()
+        log.warning(
+            "consumer %s (%s) of %s/%s %s",
+            action.consumer_id,
+            action.name[:200],
+            self.store.topic,
+            self.store.sub,
+            action.reason,
+        )
 
     async def _dead_letter(self, letter: DeadLetter) -> None:
         message = letter.message

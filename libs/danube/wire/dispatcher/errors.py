@@ -8,6 +8,7 @@
         ├── ConsumerExistsError      "consumer_exists"
         ├── PolicyConflictError      "policy_conflict"
         ├── ConsumerNotFoundError    "consumer_not_found"
+        │   └── ConsumerDetachedError "consumer_detached" (detached for never acking)
         ├── SubscriptionNotFoundError "subscription_not_found"
         ├── UnknownPartitionError    "unknown_partition"
         ├── OffsetOutOfRangeError    "offset_out_of_range"
@@ -74,6 +75,20 @@ class ConsumerNotFoundError(DispatcherError):
     def __init__(self, message: str, *, consumer_id: str) -> None:
         super().__init__(message)
         self.consumer_id = consumer_id
+
+
+class ConsumerDetachedError(ConsumerNotFoundError):
+    """A request of a consumer the dispatcher detached because its messages kept timing out
+    unacknowledged (docs/dispatcher.md, "Fair redelivery"); ``reason`` says how. Not
+    retriable, and unlike ``consumer_not_found`` not a cue to attach again at once: the
+    consumer's unacked messages went to the others, and a new attach starts a new consumer
+    with a full window."""
+
+    code = "consumer_detached"
+
+    def __init__(self, message: str, *, consumer_id: str, reason: str) -> None:
+        super().__init__(message, consumer_id=consumer_id)
+        self.reason = reason
 
 
 class SubscriptionNotFoundError(DispatcherError):

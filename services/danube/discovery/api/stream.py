@@ -151,7 +151,8 @@ async def _close(websocket: WebSocket, error: BaseException) -> None:
 
 
 def _consumer_gone(exc: BaseException) -> bool:
-    return isinstance(exc, DanubeError) and exc.code == "consumer_not_found"
+    # consumer_detached: the dispatcher detached it for never acking (dispatcher.md).
+    return isinstance(exc, DanubeError) and exc.code in ("consumer_not_found", "consumer_detached")
 
 
 def _first_ended(group: BaseExceptionGroup[_Ended]) -> _Ended:

@@ -20,6 +20,7 @@ _BY_CODE: dict[str, grpc.StatusCode] = {
     "exclusive_producer": grpc.StatusCode.ALREADY_EXISTS,
     "producer_fenced": grpc.StatusCode.FAILED_PRECONDITION,
     "data_damaged": grpc.StatusCode.DATA_LOSS,
+    "consumer_detached": grpc.StatusCode.FAILED_PRECONDITION,  # never acked: not retried
     "timeout": grpc.StatusCode.DEADLINE_EXCEEDED,
     "deadline_exceeded": grpc.StatusCode.DEADLINE_EXCEEDED,
 }
