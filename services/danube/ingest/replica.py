@@ -20,13 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from danube.bus import Bus, Responder
+from danube.bus import Bus, Request, Responder
 from danube.config import DanubeSettings
 from danube.ingest import epochs, leadership, metrics
+from danube.ingest.copies import serve_copy_read
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.fetcher import Fetcher
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.partition import Partition
+from danube.ingest.repairs import Repairer
 from danube.ingest.roles import Act, decide
 from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import Durability, FileOps, Wal, WalOptions
@@ -37,7 +39,7 @@ from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment, TopicConfig
 from danube.wire.ingest import protocol
-from danube.wire.sizes import RECORD_OVERHEAD_BYTES
+from danube.wire.sizes import RECORD_OVERHEAD_BYTES, body_limit
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ _IDLE_JITTER = 0.2
 # looks again this often besides the wake-ups of ISR changes and etcd.
 _MOVING_POLL_S = 0.5
 _LEAVE_TIMEOUT_S = 2.0
+_COPY_READ_CONCURRENCY = 4  # other replicas reading around damage, or repairing, here
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,18 @@ class Replica:
         self._retire = False  # a reassignment moved the partition away: delete the copy
         self._assignment: Assignment | None = None  # as last read
         self._next_leading: asyncio.Future[None] | None = None
+        # A truncation (the WAL closed and cut) and a repair's rewrite never run together.
+        self._wal_lock = asyncio.Lock()
+        self.repairer = Repairer(
+            name,
+            ctx.bus,
+            wal=lambda: self.wal,
+            committed_end=self.committed_end,
+            peers=self._intact_peers,
+            on_change=self.kick,
+            guard=self._wal_lock,
+        )
+        self._copy_reads: Responder | None = None
 
     @property
     def partition(self) -> Partition | None:
@@ -128,6 +143,12 @@ class Replica:
                     failures += 1
                     log.warning("%s: opening the replica failed: %s", self.name, exc)
                     await asyncio.sleep(backoff_s(failures - 1, base_s=0.1, cap_s=5.0))
+            if self.wal is not None:
+                self._copy_reads = await self.ctx.bus.serve(
+                    self.ctx.bus.subjects.repl_read(self.name, self.ctx.node_id),
+                    self._serve_copy_read,
+                    max_concurrency=_COPY_READ_CONCURRENCY,
+                )
             failures = 0
             while not self._stopped:
                 try:
@@ -272,6 +293,10 @@ class Replica:
     async def truncate(self, end: int) -> int:
         """Cut the log to end before ``end`` (close, cut the files, reopen); return how many
         messages went. Only while following: nothing else uses the WAL then."""
+        async with self._wal_lock:
+            return await self._truncate(end)
+
+    async def _truncate(self, end: int) -> int:
         assert self.leading is None
         assert self.wal is not None
         if end >= self.wal.next_offset:
@@ -314,6 +339,34 @@ class Replica:
             await asyncio.to_thread(epochs.store, self.directory, history)
             self.history = history
 
+    # --- other copies: reads around damage, repair ------------------------------------------
+
+    def committed_end(self) -> int:
+        """The high watermark this replica knows: its own as leader, else as last heard."""
+        partition = self.partition
+        return self.high_watermark if partition is None else partition.high_watermark
+
+    async def _serve_copy_read(self, request: Request) -> bytes:
+        return await serve_copy_read(
+            self.wal,
+            request,
+            node_id=self.ctx.node_id,
+            committed_end=self.committed_end(),
+            limit_bytes=max(body_limit(self.ctx.bus.max_payload_bytes), 4096),
+            on_damage=self.repairer.report,
+        )
+
+    async def _intact_peers(self) -> list[str]:
+        """The other in-sync replicas a repair reads from, the leader first."""
+        me, partition = self.ctx.node_id, self.partition
+        if partition is not None:
+            return [n for n in partition.term.replicas if n in partition.isr and n != me]
+        state = (await leadership.read(self.ctx.store, self.name)).state
+        if state is None:
+            return []
+        ordered = [state.leader, *state.isr]
+        return [n for n in dict.fromkeys(ordered) if n in state.isr and n != me]
+
     # --- leading ---------------------------------------------------------------------------
 
     async def _start_leading(self, term: leadership.Term) -> None:
@@ -336,7 +389,12 @@ class Replica:
             on_change=self.kick,
         )
         handlers = PartitionHandlers(
-            partition, ctx.settings, node_id=ctx.node_id, store=ctx.store, catchup=ctx.catchup
+            partition,
+            ctx.settings,
+            node_id=ctx.node_id,
+            store=ctx.store,
+            catchup=ctx.catchup,
+            on_damage=self.repairer.report,
         )
         responders = await handlers.serve(ctx.bus)
         tasks = [
@@ -410,6 +468,10 @@ class Replica:
             except Exception as exc:
                 log.warning("could not release %s: %s", self.name, exc)
         await self._stop_following()
+        if self._copy_reads is not None:
+            await self._copy_reads.drain()
+            self._copy_reads = None
+        await self.repairer.stop()
         if release and self.ctx.lease.alive and not self._retire:
             # Whether it followed or had just handed leadership over (its successor may
             # count it in the ISR): out of the ISR now, not after replica_lag_max_s.

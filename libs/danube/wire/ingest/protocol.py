@@ -38,6 +38,10 @@ Replication, between the replicas of a partition (docs/replication.md)::
                         end (the follower diverged: find the divergence again)
     repl epochs request [u64 leader_epoch]
     repl epochs reply   JSON {"epoch": E, "end": leader_end, "epochs": [[epoch, start], ...]}
+    repl read request   [u64 from_offset][u64 end_offset][u32 max_bytes]   to one replica
+    repl read reply     a fetch reply (status 0, 1 or 3) of that replica's own copy, frames
+                        from from_offset, none at or past end_offset or the replica's
+                        committed end (what it knows to be below the high watermark)
 
 Control replies (claim, stats) are small JSON documents. A stats request is empty, or
 ``[u32 max_segments]`` to also list the oldest segments (for retention)::
@@ -74,6 +78,7 @@ _FETCH_REPLY_HEAD = struct.Struct("<BQQ")
 _DROP_REPLY = struct.Struct("<IQ")
 _REPL_FETCH = struct.Struct("<QQIIB")
 _REPL_REPLY_HEAD = struct.Struct("<BQQQQ")
+_REPL_READ = struct.Struct("<QQI")
 NODE_ID_BYTES_MAX = 255
 
 PRODUCE_COUNT_MAX = 100_000
@@ -452,6 +457,28 @@ class ReplFetchRequest:
             raise BadRequestError("replication fetch request: bad node id or limits")
         node = bytes(body[_REPL_FETCH.size :]).decode("utf-8", errors="strict")
         return cls(int(epoch), int(from_offset), int(max_bytes), int(wait_ms), node)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplReadRequest:
+    """A read of ``[from_offset, end_offset)`` of one replica's copy, at most ``max_bytes``
+    of payload (the first frame always)."""
+
+    from_offset: int
+    end_offset: int
+    max_bytes: int
+
+    def encode(self) -> bytes:
+        return _REPL_READ.pack(self.from_offset, self.end_offset, self.max_bytes)
+
+    @classmethod
+    def decode(cls, body: bytes) -> ReplReadRequest:
+        if len(body) != _REPL_READ.size:
+            raise BadRequestError(f"replica read request of {len(body)} bytes")
+        from_offset, end_offset, max_bytes = _REPL_READ.unpack(body)
+        if not from_offset < end_offset or max_bytes < 1:
+            raise BadRequestError("replica read request: an empty range or no bytes")
+        return cls(int(from_offset), int(end_offset), int(max_bytes))
 
 
 @dataclass(frozen=True, slots=True)

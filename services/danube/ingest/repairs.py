@@ -1,0 +1,177 @@
+"""Repairing this replica's copy from an intact in-sync copy (docs/replication.md,
+"Damaged copies").
+
+A read that finds a bad frame in this node's copy (a reader's ``wal.fetch`` on the leader, a
+follower's ``repl.fetch``, another replica's ``repl.read``) reports the offset here. One task
+per replica then, for each damaged segment in turn: scans the segment afresh
+(:meth:`Wal.find_damage`), reads the damaged range ``[bad, segment end)`` from an in-sync
+replica that holds it intact (leader or follower, :func:`danube.ingest.copies.read_copy`),
+and has the WAL rewrite the segment crash-safely (:meth:`Wal.repair_segment`). Afterwards
+the segment is byte for byte the other copy's. A repair that cannot be done now (no intact
+copy answers, the range is not below the high watermark yet) is tried again with capped,
+jittered backoff for as long as the damage is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from danube.bus import Bus, BusError, TopicName
+from danube.ingest import metrics
+from danube.ingest.copies import read_copy
+from danube.ingest.wal import RepairRefusedError, SegmentDamage, Wal, WalError
+from danube.meta.backoff import backoff_s
+from danube.wire.ingest import protocol
+from danube.wire.sizes import body_limit
+
+log = logging.getLogger(__name__)
+
+REPAIR_BYTES_MAX = 64 * 1024 * 1024
+"""A damaged range is gathered in memory before the rewrite: one larger than this (a huge
+segment damaged near its start) is not repaired; reads keep going around it (logged)."""
+_RETRY_BASE_S = 0.2
+_RETRY_CAP_S = 5.0
+
+
+class Repairer:
+    """The damaged segments of one replica's copy and the task that repairs them."""
+
+    def __init__(
+        self,
+        name: TopicName,
+        bus: Bus,
+        *,
+        wal: Callable[[], Wal | None],
+        committed_end: Callable[[], int],
+        peers: Callable[[], Awaitable[list[str]]],
+        on_change: Callable[[], None],
+        guard: asyncio.Lock,
+    ) -> None:
+        """``wal``: the replica's WAL now (it is reopened by a truncation); ``committed_end``:
+        the high watermark this replica knows; ``peers``: the other in-sync replicas, the
+        leader first; ``on_change``: a damage was found or repaired (the replica reconsiders
+        who should lead); ``guard``: held while the segment is rewritten (the replica's
+        truncations hold it too)."""
+        self.name = name
+        self.bus = bus
+        self._wal = wal
+        self._committed_end = committed_end
+        self._peers = peers
+        self._on_change = on_change
+        self._guard = guard
+        self._pending: set[int] = set()  # offsets of bad frames reported, not yet repaired
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def damaged(self) -> bool:
+        """Whether this copy is known to hold a damaged range not repaired yet."""
+        return bool(self._pending)
+
+    def report(self, offset: int) -> None:
+        """A read found a bad frame at ``offset`` of this copy: repair it (once)."""
+        if offset in self._pending:
+            return
+        new = not self._pending
+        self._pending.add(offset)
+        log.warning("%s: this copy is damaged at offset %d; repairing it", self.name, offset)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"repair-{self.name}")
+        if new:
+            metrics.DAMAGED_COPIES.inc()
+            self._on_change()
+
+    async def stop(self) -> None:
+        """Cancel the repair under way, if any (the replica closes)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._pending:
+            self._pending.clear()
+            metrics.DAMAGED_COPIES.dec()
+
+    async def _run(self) -> None:
+        failures = 0
+        while self._pending:
+            offset = min(self._pending)
+            try:
+                done = await self._repair(offset)
+            except (BusError, TimeoutError, WalError, protocol.BadRequestError) as exc:
+                log.info("%s: repair at offset %d not done yet: %s", self.name, offset, exc)
+                done = False
+            if done:
+                failures = 0
+                self._pending.discard(offset)
+                if not self._pending:
+                    metrics.DAMAGED_COPIES.dec()
+                    self._on_change()
+                continue
+            failures += 1
+            await asyncio.sleep(backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S))
+
+    async def _repair(self, offset: int) -> bool:
+        """Repair the segment holding ``offset``; whether the damage there is gone (repaired
+        now, or not there any more: the segment was dropped, or was never damaged)."""
+        wal = self._wal()
+        if wal is None:
+            return False
+        damage = await wal.find_damage(offset)
+        if damage is None:
+            return True
+        if damage.end_offset > self._committed_end():
+            return False  # not known to be committed on the other copies yet
+        for node in await self._peers():
+            frames = await self._gather(node, damage)
+            if frames is None:
+                continue
+            try:
+                async with self._guard:
+                    if self._wal() is not wal:
+                        return False  # reopened by a truncation: look again
+                    await wal.repair_segment(damage, frames)
+            except RepairRefusedError as exc:
+                log.warning("%s: %s's copy does not repair %s: %s", self.name, node, damage, exc)
+                continue
+            metrics.RANGES_REPAIRED.inc()
+            metrics.REPAIRED_MESSAGES.inc(damage.end_offset - damage.bad_offset)
+            log.warning(
+                "%s: repaired offsets %d..%d of %s from %s's copy",
+                self.name,
+                damage.bad_offset,
+                damage.end_offset - 1,
+                damage.segment,
+                node,
+            )
+            return True
+        return False
+
+    async def _gather(self, node: str, damage: SegmentDamage) -> bytes | None:
+        """The whole frames of ``damage``'s range as ``node``'s copy holds them; None when
+        that copy cannot give all of it (damaged too, unreachable, dropped)."""
+        limit = max(body_limit(self.bus.max_payload_bytes), 4096)
+        parts: list[bytes] = []
+        size = 0
+        offset = damage.bad_offset
+        while offset < damage.end_offset:
+            try:
+                read = await read_copy(
+                    self.bus, self.name, node, offset, damage.end_offset, max_bytes=limit // 2
+                )
+            except (BusError, TimeoutError, protocol.BadRequestError) as exc:
+                log.info("%s: could not read %s's copy to repair: %s", self.name, node, exc)
+                return None
+            if not read.frames:
+                if read.next_offset > offset and read.damaged is None and not read.below_start:
+                    offset = read.next_offset  # a gap in the log: the segment ends before it
+                    continue
+                return None
+            for frame in read.frames:
+                parts.append(bytes(frame.data))
+                size += frame.size_bytes
+            if size > REPAIR_BYTES_MAX:
+                log.error("%s: %s is too large to repair in memory", self.name, damage)
+                return None
+            offset = read.next_offset
+        return b"".join(parts)
