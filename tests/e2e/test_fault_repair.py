@@ -2,7 +2,8 @@
 factor 3 / min in-sync 2 (three ingest processes, the whole mesh, fs object storage):
 consumers read every message past it from an intact copy, the uploader uploads past it
 (every offset in the objects, contents checked), and the damaged copy is repaired from a
-follower's until its segment file is byte for byte the followers'."""
+follower's until its segment file is byte for byte the followers' (the damaged leader
+hands leadership to an intact replica first)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
+from test_fault_damage import _attach, _consume, _flip, _metric, _offsets, _payload, _produce
 
 from danube.frame import decode_frames, decode_record
 from danube.runtime import ServerProcess
 
 from replication import Cluster
-from test_fault_damage import _attach, _consume, _flip, _metric, _offsets, _payload, _produce
 
 ServiceFactory = Callable[..., ServerProcess]
 
@@ -79,8 +80,9 @@ def test_a_damaged_leader_copy_is_read_around_uploaded_past_and_repaired(
         _produce(http, TOPIC)
         offsets = _wait(
             "every replica in sync at the end",
-            lambda: (o := _offsets(http, TOPIC))["next_offset"] == COUNT and len(o["isr"]) == 3
-            and o,
+            lambda: (
+                (o := _offsets(http, TOPIC))["next_offset"] == COUNT and len(o["isr"]) == 3 and o
+            ),
         )
         described = http.get(f"/v1/topics/default/{TOPIC}").json()["partitions"][0]
         leader = described["owner"]["node_id"]
@@ -101,8 +103,10 @@ def test_a_damaged_leader_copy_is_read_around_uploaded_past_and_repaired(
         got, error = _consume(http, consumer, COUNT - 1, timeout_s=40)
         assert error is None, error.text
         assert got == list(range(COUNT))  # every message once, in order, contents checked
-        _wait("the upload of every offset", lambda: _offsets(http, TOPIC)["uploaded_through"]
-              == COUNT - 1)
+        _wait(
+            "the upload of every offset",
+            lambda: _offsets(http, TOPIC)["uploaded_through"] == COUNT - 1,
+        )
         assert _offsets(http, TOPIC)["upload_damaged"] is None
         objects = _object_payloads(tmp_path)
         assert sorted(objects) == list(range(COUNT))
@@ -116,6 +120,9 @@ def test_a_damaged_leader_copy_is_read_around_uploaded_past_and_repaired(
         for node in [leader, *followers]:  # every copy of every segment alike
             copies = {p.name: p.read_bytes() for p in _segments(tmp_path, node)}
             assert copies == {p.name: p.read_bytes() for p in _segments(tmp_path, leader)}
+        # The damaged leader handed leadership to an intact replica before it repaired.
+        logged = nodes.processes[leader].tail_log(1_000_000)
+        assert "this copy is damaged at offset 1500; handing leadership to" in logged
         metrics = nodes.processes[leader]
         repaired = _metric(metrics, "danube_ingest_damaged_ranges_repaired_total")
         around = _metric(metrics, "danube_ingest_reads_around_damage_total")

@@ -198,7 +198,7 @@ class PartitionHandlers:
             return head(protocol.ReplStatus.WRONG_EPOCH)
         if fetch.from_offset > wal.durable_next:
             return head(protocol.ReplStatus.AHEAD)
-        partition.on_follower_fetch(fetch.follower, fetch.from_offset)
+        partition.on_follower_fetch(fetch.follower, fetch.from_offset, damaged=fetch.damaged)
         if fetch.from_offset < wal.start_offset:
             return head(protocol.ReplStatus.BELOW_WAL_START)
         if fetch.from_offset == wal.durable_next and fetch.wait_ms:
@@ -289,8 +289,11 @@ class PartitionHandlers:
                 f"({exc.segment}) and the in-sync copies of {', '.join(around.unreachable)} "
                 "could not be read now; ask again"
             )
-        files = [f"{self.node_id}/{exc.segment}", *around.damaged]
-        return protocol.encode_damaged_reply(wal.start_offset, resume, ", ".join(files))
+        # Every in-sync copy was asked and is damaged too (or there is no other): say so,
+        # naming each copy's file (this copy's alone when it is the only one).
+        files = [f"{self.node_id}/{exc.segment}", *around.damaged] if around.damaged else []
+        named = ", ".join(files) or exc.segment
+        return protocol.encode_damaged_reply(wal.start_offset, resume, named)
 
     async def _frames_around(
         self, exc: WalCorruptionError, from_offset: int, hw: int, max_bytes: int, follower: str

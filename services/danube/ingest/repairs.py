@@ -15,13 +15,22 @@ jittered backoff for as long as the damage is known.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from danube.bus import Bus, BusError, TopicName
 from danube.ingest import metrics
 from danube.ingest.copies import read_copy
-from danube.ingest.wal import RepairRefusedError, SegmentDamage, Wal, WalError
+from danube.ingest.wal import (
+    OsFileOps,
+    RepairRefusedError,
+    SegmentDamage,
+    Wal,
+    WalError,
+    atomic_write,
+)
 from danube.meta.backoff import backoff_s
 from danube.wire.ingest import protocol
 from danube.wire.sizes import body_limit
@@ -33,6 +42,9 @@ REPAIR_BYTES_MAX = 64 * 1024 * 1024
 segment damaged near its start) is not repaired; reads keep going around it (logged)."""
 _RETRY_BASE_S = 0.2
 _RETRY_CAP_S = 5.0
+_HELD_POLL_S = 0.1
+DAMAGED_FILE = "damaged.json"
+_VERSION = 1
 
 
 class Repairer:
@@ -48,12 +60,16 @@ class Repairer:
         peers: Callable[[], Awaitable[list[str]]],
         on_change: Callable[[], None],
         guard: asyncio.Lock,
+        held: Callable[[], bool] = lambda: False,
+        directory: Path | None = None,
     ) -> None:
         """``wal``: the replica's WAL now (it is reopened by a truncation); ``committed_end``:
         the high watermark this replica knows; ``peers``: the other in-sync replicas, the
         leader first; ``on_change``: a damage was found or repaired (the replica reconsiders
         who should lead); ``guard``: held while the segment is rewritten (the replica's
-        truncations hold it too)."""
+        truncations hold it too); ``held``: whether to wait before repairing (a leader
+        hands leadership over first); ``directory``: where the damaged offsets are kept
+        (``damaged.json``) until repaired, so a restarted node knows its copy is damaged."""
         self.name = name
         self.bus = bus
         self._wal = wal
@@ -61,6 +77,9 @@ class Repairer:
         self._peers = peers
         self._on_change = on_change
         self._guard = guard
+        self._held = held
+        self._file = None if directory is None else directory / DAMAGED_FILE
+        self._stored: frozenset[int] = frozenset()  # as damaged.json holds them
         self._pending: set[int] = set()  # offsets of bad frames reported, not yet repaired
         self._task: asyncio.Task[None] | None = None
 
@@ -92,24 +111,57 @@ class Repairer:
             self._pending.clear()
             metrics.DAMAGED_COPIES.dec()
 
+    @property
+    def lowest(self) -> int | None:
+        """The lowest damaged offset known, if any."""
+        return min(self._pending) if self._pending else None
+
+    async def load(self) -> None:
+        """Take the damaged offsets an earlier run of this replica kept, and repair them."""
+        if self._file is None:
+            return
+        offsets = await asyncio.to_thread(_load, self._file)
+        self._stored = frozenset(offsets)
+        for offset in sorted(offsets):
+            self.report(offset)
+
+    async def _store(self) -> None:
+        """Keep the damaged offsets known now (nothing, once all are repaired)."""
+        pending = frozenset(self._pending)
+        if self._file is None or pending == self._stored:
+            return
+        await asyncio.to_thread(_save, self._file, sorted(pending))
+        self._stored = pending
+
     async def _run(self) -> None:
         failures = 0
         while self._pending:
+            await self._store_quietly()  # kept first: a restart still knows of the damage
+            if self._held():
+                await asyncio.sleep(_HELD_POLL_S)  # leadership is being handed over first
+                continue
             offset = min(self._pending)
             try:
                 done = await self._repair(offset)
-            except (BusError, TimeoutError, WalError, protocol.BadRequestError) as exc:
+            except (BusError, TimeoutError, OSError, WalError, protocol.BadRequestError) as exc:
                 log.info("%s: repair at offset %d not done yet: %s", self.name, offset, exc)
                 done = False
             if done:
                 failures = 0
                 self._pending.discard(offset)
                 if not self._pending:
+                    await self._store_quietly()
                     metrics.DAMAGED_COPIES.dec()
                     self._on_change()
                 continue
             failures += 1
             await asyncio.sleep(backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S))
+
+    async def _store_quietly(self) -> None:
+        try:
+            await self._store()
+        except OSError as exc:  # kept or cleared at the next try
+            log.warning("%s: could not write %s: %s", self.name, DAMAGED_FILE, exc)
 
     async def _repair(self, offset: int) -> bool:
         """Repair the segment holding ``offset``; whether the damage there is gone (repaired
@@ -175,3 +227,30 @@ class Repairer:
                 return None
             offset = read.next_offset
         return b"".join(parts)
+
+
+def _load(path: Path) -> list[int]:
+    """The damaged offsets kept in ``path`` (none when it is missing or unreadable: the
+    next read of a damaged range finds it again). Blocking."""
+    try:
+        body = json.loads(path.read_bytes())
+        offsets = body["offsets"] if body.get("version") == _VERSION else []
+        return [int(offset) for offset in offsets if int(offset) >= 0]
+    except FileNotFoundError:
+        return []
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("%s is unreadable (%s); ignoring it", path, exc)
+        return []
+
+
+def _save(path: Path, offsets: list[int]) -> None:
+    """Keep ``offsets`` in ``path`` atomically and durably (removed when empty). Blocking."""
+    if offsets:
+        body = {"version": _VERSION, "offsets": offsets}
+        atomic_write(path, json.dumps(body).encode() + b"\n")
+        return
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    OsFileOps().fsync_dir(path.parent)

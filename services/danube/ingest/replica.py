@@ -110,7 +110,12 @@ class Replica:
             peers=self._intact_peers,
             on_change=self.kick,
             guard=self._wal_lock,
+            held=self._repair_held,
+            directory=directory,
         )
+        self._leaderless_since_ms: int | None = None  # when this replica saw no leader
+        # A damaged leader's hand-over failed: it repairs while it leads instead.
+        self._damaged_hand_over_failed = False
         self._copy_reads: Responder | None = None
 
     @property
@@ -144,6 +149,7 @@ class Replica:
                     log.warning("%s: opening the replica failed: %s", self.name, exc)
                     await asyncio.sleep(backoff_s(failures - 1, base_s=0.1, cap_s=5.0))
             if self.wal is not None:
+                await self.repairer.load()
                 self._copy_reads = await self.ctx.bus.serve(
                     self.ctx.bus.subjects.repl_read(self.name, self.ctx.node_id),
                     self._serve_copy_read,
@@ -183,13 +189,20 @@ class Replica:
         self._assignment = view.assignment
         leading_epoch = None if self.leading is None else self.leading.partition.term.epoch
         following = None if self._fetcher is None else self._fetcher.epoch
+        now_ms = int(time.time() * 1000)
+        if view.owner is not None or self.leading is not None:
+            self._leaderless_since_ms = None
+        elif self._leaderless_since_ms is None:
+            self._leaderless_since_ms = now_ms
         decision = decide(
             ctx.node_id,
             view,
             leading_epoch=leading_epoch,
             following_epoch=following,
             has_history=self.history is not None,
-            now_ms=int(time.time() * 1000),
+            now_ms=now_ms,
+            damaged=self.repairer.damaged,
+            leaderless_ms=now_ms - (self._leaderless_since_ms or now_ms),
         )
         act = decision.act
         if act in (Act.STOP, Act.RETIRE):
@@ -241,6 +254,13 @@ class Replica:
         partition, assignment = self.leading.partition, view.assignment
         ingest = self.ctx.settings.ingest
         partition.set_assignment(assignment)
+        if not self.repairer.damaged:
+            self._damaged_hand_over_failed = False
+        elif not self._damaged_hand_over_failed:
+            if await self._hand_over_damaged(partition, assignment):
+                await self._stop_leading()
+                return None
+            self._damaged_hand_over_failed = True  # repair here (Repairer is held till now)
         if assignment.moving and await partition.complete(assignment, view.assignment_rev):
             return None  # read the new assignment back
         to = partition.transfer_target(assignment, settle_s=ingest.preferred_leader_settle_s)
@@ -355,6 +375,48 @@ class Replica:
             limit_bytes=max(body_limit(self.ctx.bus.max_payload_bytes), 4096),
             on_damage=self.repairer.report,
         )
+
+    @property
+    def copy_damaged(self) -> bool:
+        """Whether this copy holds a damaged range not repaired yet (it tells its leader:
+        it is not handed leadership before it repaired)."""
+        return self.repairer.damaged
+
+    def _intact_target(self, partition: Partition) -> str | None:
+        """An in-sync replica ready to lead (not damaged itself), the target set first."""
+        assignment = self._assignment
+        order = list(assignment.target if assignment else ()) + list(partition.term.replicas)
+        now_s = time.monotonic()
+        for node in dict.fromkeys(order):
+            if node != self.ctx.node_id and partition.tracker.ready_to_lead(
+                node, now_s, settle_s=0.0
+            ):
+                return node
+        return None
+
+    def _repair_held(self) -> bool:
+        """A damaged leader hands leadership to an intact replica before it repairs (as a
+        follower); with nobody to hand it to, it repairs while it leads."""
+        partition = self.partition
+        if partition is None or self._damaged_hand_over_failed:
+            return False
+        return self._intact_target(partition) is not None
+
+    async def _hand_over_damaged(self, partition: Partition, assignment: Assignment) -> bool:
+        """This leader's copy is damaged: hand leadership to an intact in-sync replica
+        (it stays a replica and repairs its copy as a follower); whether it was handed."""
+        to = self._intact_target(partition)
+        if to is None:
+            return False
+        log.warning(
+            "%s: this copy is damaged at offset %s; handing leadership to %s",
+            self.name,
+            self.repairer.lowest,
+            to,
+        )
+        stays = self.ctx.node_id in assignment.target and not self._stopped
+        timeout_s = self.ctx.settings.ingest.transfer_timeout_s
+        return await partition.transfer(to, timeout_s=timeout_s, stays=stays)
 
     async def _intact_peers(self) -> list[str]:
         """The other in-sync replicas a repair reads from, the leader first."""
@@ -485,20 +547,13 @@ class Replica:
 
     async def _hand_over_for_shutdown(self, partition: Partition) -> None:
         """Transfer leadership to the first ready replica (the target set's order first)."""
-        assignment = self._assignment
-        order = list(assignment.target if assignment else ()) + list(partition.term.replicas)
-        now_s = time.monotonic()
-        for node in dict.fromkeys(order):
-            if node != self.ctx.node_id and partition.tracker.ready_to_lead(
-                node, now_s, settle_s=0.0
-            ):
-                timeout_s = self.ctx.settings.ingest.transfer_timeout_s
-                try:
-                    if await partition.transfer(node, timeout_s=timeout_s):
-                        return
-                except Exception as exc:  # etcd: fall back to releasing the owner key
-                    log.warning("%s: transfer to %s failed: %s", self.name, node, exc)
-                return
+        node = self._intact_target(partition)
+        if node is not None:
+            timeout_s = self.ctx.settings.ingest.transfer_timeout_s
+            try:
+                await partition.transfer(node, timeout_s=timeout_s)
+            except Exception as exc:  # etcd: fall back to releasing the owner key
+                log.warning("%s: transfer to %s failed: %s", self.name, node, exc)
 
     async def _leave_isr(self) -> None:
         """Ask the leader to take this node out of the ISR now (its commits would wait

@@ -30,7 +30,10 @@ checks its frame), so the uploader can write them to objects as is::
 Replication, between the replicas of a partition (docs/replication.md)::
 
     repl fetch request  [u64 leader_epoch][u64 from_offset][u32 max_bytes][u32 wait_ms]
-                        [u8 n][n bytes follower node id]
+                        [u8 n][n bytes follower node id][u8 flags]
+                        flags bit 0: the follower's copy holds a damaged range it has not
+                        repaired yet (it may not be handed leadership); the flags byte may
+                        be absent (0)
     repl fetch reply    [u8 status][u64 leader_epoch][u64 wal_start][u64 high_watermark]
                         [u64 leader_end] then frames from from_offset (maybe none)
                         status 0: ok; 1: from_offset is below wal_start (start there);
@@ -79,6 +82,7 @@ _DROP_REPLY = struct.Struct("<IQ")
 _REPL_FETCH = struct.Struct("<QQIIB")
 _REPL_REPLY_HEAD = struct.Struct("<BQQQQ")
 _REPL_READ = struct.Struct("<QQI")
+_REPL_DAMAGED = 0x01  # repl fetch flags: the follower's copy is damaged
 NODE_ID_BYTES_MAX = 255
 
 PRODUCE_COUNT_MAX = 100_000
@@ -438,25 +442,26 @@ class ReplFetchRequest:
     max_bytes: int
     wait_ms: int
     follower: str
+    damaged: bool = False  # the follower's copy holds a damaged range not repaired yet
 
     def encode(self) -> bytes:
         node = self.follower.encode()
-        return (
-            _REPL_FETCH.pack(
-                self.leader_epoch, self.from_offset, self.max_bytes, self.wait_ms, len(node)
-            )
-            + node
+        head = _REPL_FETCH.pack(
+            self.leader_epoch, self.from_offset, self.max_bytes, self.wait_ms, len(node)
         )
+        return head + node + bytes([_REPL_DAMAGED if self.damaged else 0])
 
     @classmethod
     def decode(cls, body: bytes) -> ReplFetchRequest:
         if len(body) < _REPL_FETCH.size:
             raise BadRequestError(f"replication fetch request of {len(body)} bytes")
         epoch, from_offset, max_bytes, wait_ms, n = _REPL_FETCH.unpack_from(body, 0)
-        if len(body) != _REPL_FETCH.size + n or n == 0 or max_bytes < 1:
+        end = _REPL_FETCH.size + n
+        if len(body) not in (end, end + 1) or n == 0 or max_bytes < 1:
             raise BadRequestError("replication fetch request: bad node id or limits")
-        node = bytes(body[_REPL_FETCH.size :]).decode("utf-8", errors="strict")
-        return cls(int(epoch), int(from_offset), int(max_bytes), int(wait_ms), node)
+        node = bytes(body[_REPL_FETCH.size : end]).decode("utf-8", errors="strict")
+        damaged = len(body) > end and bool(body[end] & _REPL_DAMAGED)
+        return cls(int(epoch), int(from_offset), int(max_bytes), int(wait_ms), node, damaged)
 
 
 @dataclass(frozen=True, slots=True)
