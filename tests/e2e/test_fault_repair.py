@@ -7,6 +7,7 @@ hands leadership to an intact replica first)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,10 +17,12 @@ import httpx
 import pytest
 from test_fault_damage import _attach, _consume, _flip, _metric, _offsets, _payload, _produce
 
-from danube.frame import decode_frames, decode_record
+from danube.bus import TopicName
+from danube.frame import Record, decode_frames, decode_record, encode_record
+from danube.meta import MetaStore
 from danube.runtime import ServerProcess
 
-from replication import Cluster
+from replication import Cluster, connect, leader, new_leader, wait_isr
 
 ServiceFactory = Callable[..., ServerProcess]
 
@@ -129,3 +132,59 @@ def test_a_damaged_leader_copy_is_read_around_uploaded_past_and_repaired(
         assert repaired == "danube_ingest_damaged_ranges_repaired_total 1.0", repaired
         assert float(around.split()[-1]) >= 1, around
         print(f"leader {leader}: {damaged.name} repaired; {repaired}; {around}")
+
+
+async def test_a_damaged_copy_repairs_from_the_leader_before_it_leads_again(
+    cluster: Callable[..., Cluster], nats_url: str, store: MetaStore, tmp_path: Path
+) -> None:
+    """The preferred leader stops; its copy of a sealed segment is damaged while it is down,
+    with the damage kept in its ``damaged.json`` (as when a node is killed after a read found
+    the damage and before it repaired). Restarted, it repairs that segment from the new
+    leader's copy until it is byte for byte the leader's, and only then gets leadership back
+    (by the preferred-leader transfer, which never picks a damaged copy)."""
+    # The preferred leader gets leadership back 0.2 s after it is ready (not 2 s): shorter.
+    settle = {"DANUBE_INGEST__PREFERRED_LEADER_SETTLE_S": "0.2"}
+    nodes = cluster(3, factor=3, min_insync=2, **_env(tmp_path), **settle)
+    partition = TopicName("default", TOPIC)
+    bus, client = await connect(nats_url, "repair-follower")
+    try:
+        for first in range(0, COUNT, 100):
+            records = [
+                encode_record(Record(payload=_payload(i).encode(), publish_time_ms=1, producer="t"))
+                for i in range(first, first + 100)
+            ]
+            offset = await client.produce(partition, records, timeout_s=20)
+            assert offset == first
+        await wait_isr(store, partition, 3)
+        owner = await leader(store, partition)
+        preferred = owner.node_id  # the first leader is the placement's preferred one
+        await asyncio.to_thread(nodes.processes[preferred].stop)  # hands leadership over
+        elected = await new_leader(store, partition, owner.epoch)
+        assert elected.node_id != preferred
+        damaged = _flip(_segments(tmp_path, preferred), 1500)
+        assert damaged != _segments(tmp_path, preferred)[-1]
+        (damaged.parent / "damaged.json").write_text('{"version": 1, "offsets": [1500]}')
+        intact = tmp_path / "wal" / elected.node_id / "default" / TOPIC / damaged.name
+        assert damaged.read_bytes() != intact.read_bytes()
+
+        process = await asyncio.to_thread(nodes.start, preferred)
+        async with asyncio.timeout(30):
+            while True:  # repaired first, then led again
+                repaired = damaged.read_bytes() == intact.read_bytes()
+                if repaired and (await leader(store, partition)).node_id == preferred:
+                    break
+                await asyncio.sleep(0.1)
+        assert not (damaged.parent / "damaged.json").exists()
+        logged = process.tail_log(1_000_000)
+        repaired_at = logged.index("repaired offsets 1500..")
+        assert "from " + elected.node_id in logged[repaired_at : repaired_at + 200]
+        assert logged.index("leading epoch") > repaired_at  # not led while damaged
+        whole: list[tuple[int, str]] = []
+        offset = 0
+        while offset < COUNT:
+            reply = await client.fetch(partition, offset, max_count=COUNT)
+            whole += [(f.offset, decode_record(f.payload).payload.decode()) for f in reply.frames]
+            offset = reply.next_offset
+        assert whole == [(i, _payload(i)) for i in range(COUNT)]
+    finally:
+        await bus.close()

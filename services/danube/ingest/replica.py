@@ -141,20 +141,23 @@ class Replica:
         task is cancelled); close everything on the way out."""
         try:
             failures = 0
-            while self.wal is None and not self._stopped:
+            loaded = False  # the damaged offsets an earlier run kept
+            while (self.wal is None or self._copy_reads is None) and not self._stopped:
                 try:
-                    await self._open()
-                except Exception as exc:  # etcd (the topic's durability) or the disk failed
+                    if self.wal is None:
+                        await self._open()
+                    if not loaded:
+                        await self.repairer.load()
+                        loaded = True
+                    self._copy_reads = await self.ctx.bus.serve(
+                        self.ctx.bus.subjects.repl_read(self.name, self.ctx.node_id),
+                        self._serve_copy_read,
+                        max_concurrency=_COPY_READ_CONCURRENCY,
+                    )
+                except Exception as exc:  # etcd (the topic's durability), the disk, the bus
                     failures += 1
                     log.warning("%s: opening the replica failed: %s", self.name, exc)
                     await asyncio.sleep(backoff_s(failures - 1, base_s=0.1, cap_s=5.0))
-            if self.wal is not None:
-                await self.repairer.load()
-                self._copy_reads = await self.ctx.bus.serve(
-                    self.ctx.bus.subjects.repl_read(self.name, self.ctx.node_id),
-                    self._serve_copy_read,
-                    max_concurrency=_COPY_READ_CONCURRENCY,
-                )
             failures = 0
             while not self._stopped:
                 try:
