@@ -176,7 +176,7 @@ class PartitionHandlers:
             # Never wrong data, and never a dead end: the range is read from another
             # in-sync copy; when every copy is damaged too, the reader gets the damaged
             # range and the files, and reads that range from the cloud tier.
-            return await self._around(exc, fetch.from_offset, hw, max_bytes, exclude=())
+            return await self._around(exc, fetch.from_offset, hw, max_bytes)
         return protocol.encode_fetch_reply(
             protocol.FetchStatus.OK, wal.start_offset, result.next_offset, result.frames
         )
@@ -252,13 +252,7 @@ class PartitionHandlers:
         return [n for n in partition.term.replicas if n in partition.isr and n not in skip]
 
     async def _around(
-        self,
-        exc: WalCorruptionError,
-        from_offset: int,
-        hw: int,
-        max_bytes: int,
-        *,
-        exclude: tuple[str, ...],
+        self, exc: WalCorruptionError, from_offset: int, hw: int, max_bytes: int
     ) -> bytes:
         """A fetch reply for a read that met damage in this copy: the range from another
         in-sync copy; ``DAMAGED`` (naming every copy's file) only when every in-sync copy
@@ -271,7 +265,7 @@ class PartitionHandlers:
         around = await copies.read_around(
             self._bus,
             self.partition.name,
-            self._peers(exclude),
+            self._peers(()),
             from_offset,
             end,
             max_bytes=max_bytes,
