@@ -188,3 +188,36 @@ async def test_a_damaged_copy_repairs_from_the_leader_before_it_leads_again(
         assert whole == [(i, _payload(i)) for i in range(COUNT)]
     finally:
         await bus.close()
+
+
+def test_damage_in_every_copy_is_said_naming_every_copy(
+    cluster: Callable[..., Cluster], services: ServiceFactory, tmp_path: Path
+) -> None:
+    """The same offset flipped in all three copies (nothing uploaded): reads stop at it with
+    data_damaged naming each copy's file, i.e. only once every copy was tried; everything
+    before it is delivered."""
+    env = _env(tmp_path)
+    cluster(3, factor=3, min_insync=2, **env)
+    for kind, node in (("cloud_reader", "cloud-0"), ("dispatcher", "disp-0")):
+        services(kind, node, **env)
+    discovery = services("discovery", "disc-0", **env)
+    with httpx.Client(base_url=f"http://127.0.0.1:{discovery.spec.port}", timeout=30) as http:
+        _produce(http, TOPIC)
+        offsets = _wait(
+            "every replica in sync at the end",
+            lambda: (
+                (o := _offsets(http, TOPIC))["next_offset"] == COUNT and len(o["isr"]) == 3 and o
+            ),
+        )
+        flipped = {node: _flip(_segments(tmp_path, node), 1500) for node in offsets["replicas"]}
+        consumer = _attach(http, TOPIC, "s")
+        got, error = _consume(http, consumer, COUNT - 1, timeout_s=30)
+        assert got == list(range(1500))  # in order, contents checked, up to the damage
+        assert error is not None
+        assert error.status_code == 500, error.text
+        body = error.json()["error"]
+        assert body["code"] == "data_damaged"
+        assert "offsets 1500.." in body["message"], body["message"]
+        named = body["message"].split(" in every copy (")[1].split(")")[0].split(", ")
+        assert sorted(named) == sorted(f"{n}/{p.name}" for n, p in flipped.items())
+        print(body["message"])

@@ -136,7 +136,7 @@ async def read_around(
         if found.frames:
             return Around(found.frames, found.next_offset, node, damaged, unreachable)
         if found.damaged is not None:
-            damaged.append(f"{node}/{found.damaged}")
+            damaged.append(found.damaged)  # the copy names itself: <node>/<segment>
         elif not found.below_start:
             unreachable.append(node)  # holds nothing there yet: not a copy of the range
     return Around([], from_offset, None, damaged, unreachable)
