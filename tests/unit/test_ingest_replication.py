@@ -223,5 +223,7 @@ def test_a_follower_whose_copy_is_damaged_is_never_handed_leadership() -> None:
     t.on_fetch("c", 10, 10, 1.0)
     assert not t.ready_to_lead("b", 1.5, settle_s=0.0)
     assert t.ready_to_lead("c", 1.5, settle_s=0.0)
+    assert t.first_ready(["a", "b", "c"], 1.5) == "c"  # never the leader, never damaged
     t.on_fetch("b", 10, 10, 1.6)  # its next fetch says it repaired its copy
     assert t.ready_to_lead("b", 1.7, settle_s=0.0)
+    assert t.first_ready(["a", "b", "c"], 1.7) == "b"

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from danube.bus import Bus, BusError, Request, TopicName
+from danube.bus import Bus, BusError, Request, Responder, TopicName
 from danube.frame import CorruptFrameError, RawFrame, verify_frame, walk_frames
 from danube.ingest.wal import (
     BelowWalStartError,
@@ -24,6 +24,7 @@ from danube.ingest.wal import (
     WalCorruptionError,
 )
 from danube.wire.ingest import protocol
+from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,38 @@ async def read_around(
         elif not found.below_start:
             unreachable.append(node)  # holds nothing there yet: not a copy of the range
     return Around([], from_offset, None, damaged, unreachable)
+
+
+COPY_READ_CONCURRENCY = 4
+"""Reads of one replica's copy served at once (replicas reading around damage, or repairing)."""
+
+
+async def serve_copy_reads(
+    bus: Bus,
+    name: TopicName,
+    node_id: str,
+    *,
+    wal: Callable[[], Wal | None],
+    committed_end: Callable[[], int],
+    on_damage: Callable[[int], None],
+) -> Responder:
+    """Serve ``repl.read`` of ``node_id``'s copy of partition ``name`` (the replica's WAL and
+    committed end as they are at each request) until the responder is drained."""
+    limit_bytes = max(body_limit(bus.max_payload_bytes), 4096)
+
+    async def answer(request: Request) -> bytes:
+        return await serve_copy_read(
+            wal(),
+            request,
+            node_id=node_id,
+            committed_end=committed_end(),
+            limit_bytes=limit_bytes,
+            on_damage=on_damage,
+        )
+
+    return await bus.serve(
+        bus.subjects.repl_read(name, node_id), answer, max_concurrency=COPY_READ_CONCURRENCY
+    )
 
 
 async def serve_copy_read(

@@ -88,6 +88,14 @@ class IsrTracker:
             and now_s - view.caught_up_s <= recent_s
         )
 
+    def first_ready(self, order: Iterable[str], now_s: float) -> str | None:
+        """The first follower of ``order`` that may be handed leadership now (in sync,
+        fetching, its copy not damaged), if any."""
+        for node in dict.fromkeys(order):
+            if node != self.leader and self.ready_to_lead(node, now_s, settle_s=0.0):
+                return node
+        return None
+
     def on_fetch(
         self, node: str, fetch_offset: int, leader_end: int, now_s: float, *, damaged: bool = False
     ) -> None:

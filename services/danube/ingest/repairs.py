@@ -19,9 +19,10 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from danube.bus import Bus, BusError, TopicName
-from danube.ingest import metrics
+from danube.ingest import leadership, metrics
 from danube.ingest.copies import read_copy
 from danube.ingest.wal import (
     OsFileOps,
@@ -31,9 +32,13 @@ from danube.ingest.wal import (
     WalError,
     atomic_write,
 )
+from danube.meta import MetaStore
 from danube.meta.backoff import backoff_s
 from danube.wire.ingest import protocol
 from danube.wire.sizes import body_limit
+
+if TYPE_CHECKING:
+    from danube.ingest.partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,20 @@ _RETRY_CAP_S = 5.0
 _HELD_POLL_S = 0.1
 DAMAGED_FILE = "damaged.json"
 _VERSION = 1
+
+
+async def in_sync_peers(
+    store: MetaStore, name: TopicName, me: str, leading: Partition | None
+) -> list[str]:
+    """The other in-sync replicas of ``name`` a repair reads from, the leader first: as
+    ``leading`` (this node's partition, when it leads) counts them, else as etcd holds them."""
+    if leading is not None:
+        return [n for n in leading.term.replicas if n in leading.isr and n != me]
+    state = (await leadership.read(store, name)).state
+    if state is None:
+        return []
+    ordered = [state.leader, *state.isr]
+    return [n for n in dict.fromkeys(ordered) if n in state.isr and n != me]
 
 
 class Repairer:

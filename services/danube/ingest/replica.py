@@ -20,15 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from danube.bus import Bus, Request, Responder
+from danube.bus import Bus, Responder
 from danube.config import DanubeSettings
 from danube.ingest import epochs, leadership, metrics
-from danube.ingest.copies import serve_copy_read
+from danube.ingest.copies import serve_copy_reads
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.fetcher import Fetcher
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.partition import Partition
-from danube.ingest.repairs import Repairer
+from danube.ingest.repairs import Repairer, in_sync_peers
 from danube.ingest.roles import Act, decide
 from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import Durability, FileOps, Wal, WalOptions
@@ -39,7 +39,7 @@ from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment, TopicConfig
 from danube.wire.ingest import protocol
-from danube.wire.sizes import RECORD_OVERHEAD_BYTES, body_limit
+from danube.wire.sizes import RECORD_OVERHEAD_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,6 @@ _IDLE_JITTER = 0.2
 # looks again this often besides the wake-ups of ISR changes and etcd.
 _MOVING_POLL_S = 0.5
 _LEAVE_TIMEOUT_S = 2.0
-_COPY_READ_CONCURRENCY = 4  # other replicas reading around damage, or repairing, here
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ class Replica:
             ctx.bus,
             wal=lambda: self.wal,
             committed_end=self.committed_end,
-            peers=self._intact_peers,
+            peers=lambda: in_sync_peers(ctx.store, name, ctx.node_id, self.partition),
             on_change=self.kick,
             guard=self._wal_lock,
             held=self._repair_held,
@@ -149,10 +148,13 @@ class Replica:
                     if not loaded:
                         await self.repairer.load()
                         loaded = True
-                    self._copy_reads = await self.ctx.bus.serve(
-                        self.ctx.bus.subjects.repl_read(self.name, self.ctx.node_id),
-                        self._serve_copy_read,
-                        max_concurrency=_COPY_READ_CONCURRENCY,
+                    self._copy_reads = await serve_copy_reads(
+                        self.ctx.bus,
+                        self.name,
+                        self.ctx.node_id,
+                        wal=lambda: self.wal,
+                        committed_end=self.committed_end,
+                        on_damage=self.repairer.report,
                     )
                 except Exception as exc:  # etcd (the topic's durability), the disk, the bus
                     failures += 1
@@ -369,16 +371,6 @@ class Replica:
         partition = self.partition
         return self.high_watermark if partition is None else partition.high_watermark
 
-    async def _serve_copy_read(self, request: Request) -> bytes:
-        return await serve_copy_read(
-            self.wal,
-            request,
-            node_id=self.ctx.node_id,
-            committed_end=self.committed_end(),
-            limit_bytes=max(body_limit(self.ctx.bus.max_payload_bytes), 4096),
-            on_damage=self.repairer.report,
-        )
-
     @property
     def copy_damaged(self) -> bool:
         """Whether this copy holds a damaged range not repaired yet (it tells its leader:
@@ -388,14 +380,8 @@ class Replica:
     def _intact_target(self, partition: Partition) -> str | None:
         """An in-sync replica ready to lead (not damaged itself), the target set first."""
         assignment = self._assignment
-        order = list(assignment.target if assignment else ()) + list(partition.term.replicas)
-        now_s = time.monotonic()
-        for node in dict.fromkeys(order):
-            if node != self.ctx.node_id and partition.tracker.ready_to_lead(
-                node, now_s, settle_s=0.0
-            ):
-                return node
-        return None
+        order = [*(assignment.target if assignment else ()), *partition.term.replicas]
+        return partition.tracker.first_ready(order, time.monotonic())
 
     def _repair_held(self) -> bool:
         """A damaged leader hands leadership to an intact replica before it repairs (as a
@@ -420,17 +406,6 @@ class Replica:
         stays = self.ctx.node_id in assignment.target and not self._stopped
         timeout_s = self.ctx.settings.ingest.transfer_timeout_s
         return await partition.transfer(to, timeout_s=timeout_s, stays=stays)
-
-    async def _intact_peers(self) -> list[str]:
-        """The other in-sync replicas a repair reads from, the leader first."""
-        me, partition = self.ctx.node_id, self.partition
-        if partition is not None:
-            return [n for n in partition.term.replicas if n in partition.isr and n != me]
-        state = (await leadership.read(self.ctx.store, self.name)).state
-        if state is None:
-            return []
-        ordered = [state.leader, *state.isr]
-        return [n for n in dict.fromkeys(ordered) if n in state.isr and n != me]
 
     # --- leading ---------------------------------------------------------------------------
 
