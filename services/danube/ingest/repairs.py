@@ -48,6 +48,9 @@ segment damaged near its start) is not repaired; reads keep going around it (log
 _RETRY_BASE_S = 0.2
 _RETRY_CAP_S = 5.0
 _HELD_POLL_S = 0.1
+# A leader waits at most this long for its hand-over (a transfer takes at most
+# ingest.transfer_timeout_s, 2 s by default) before it repairs while it leads.
+_HELD_MAX_S = 5.0
 DAMAGED_FILE = "damaged.json"
 _VERSION = 1
 
@@ -154,9 +157,11 @@ class Repairer:
 
     async def _run(self) -> None:
         failures = 0
+        loop = asyncio.get_running_loop()
+        held_until = loop.time() + _HELD_MAX_S
         while self._pending:
             await self._store_quietly()  # kept first: a restart still knows of the damage
-            if self._held():
+            if self._held() and loop.time() < held_until:
                 await asyncio.sleep(_HELD_POLL_S)  # leadership is being handed over first
                 continue
             offset = min(self._pending)
