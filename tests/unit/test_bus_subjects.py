@@ -14,7 +14,7 @@ from danube.bus import (
     Subjects,
     TopicName,
 )
-from danube.bus.subjects import MAX_OP_CHARS
+from danube.bus.subjects import MAX_OP_CHARS, node_token
 
 pytestmark = pytest.mark.unit
 
@@ -128,6 +128,8 @@ def test_parse_takes_each_kind_apart() -> None:
                 subject = S.dispatch(topic, "sub", "nack")
             elif kind is Kind.SUBSCRIPTION_OWNERSHIP:
                 subject = S.subscription_ownership(topic, "sub")
+            elif kind is Kind.REPL_READ:
+                subject = S.repl_read(topic, "sub")  # the replica's node token
             else:
                 subject = S.for_topic(kind, topic)
             parsed = S.parse(subject)
@@ -187,3 +189,14 @@ def test_every_valid_name_round_trips_through_its_subject(
     parsed = S.parse(S.for_topic(kind, name))
     assert parsed.kind is kind
     assert parsed.name == name
+
+
+def test_repl_read_addresses_one_node_by_a_token() -> None:
+    assert S.repl_read("/ns/t-part-2", "ingest-0") == "danube.repl.read.ns.t.2.ingest-0"
+    assert S.parse(S.repl_read("/ns/t", "ingest-0")).subscription == "ingest-0"
+    # A node id that is no segment (dots, spaces) is named by a stable hash of itself.
+    dotted = S.repl_read("/ns/t", "ingest.example.org")
+    assert dotted == S.repl_read("/ns/t", "ingest.example.org")
+    assert dotted.startswith("danube.repl.read.ns.t._.n-")
+    assert dotted.count(".") == 6
+    assert node_token("a.b") != node_token("a.c")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from danube.ingest.epochs import EpochHistory, EpochHistoryError, divergence
 from danube.ingest.isr import IsrTracker
 from danube.ingest.leadership import PartitionView
-from danube.ingest.roles import Act, decide
+from danube.ingest.roles import DAMAGED_CLAIM_HOLD_MS, Act, decide
 from danube.meta.records import TRANSFER_HOLD_MS, Assignment, Owner, PartitionState
 
 pytestmark = pytest.mark.unit
@@ -201,3 +201,29 @@ def test_a_replica_a_reassignment_retired_deletes_its_copy_others_only_stop() ->
     view = PartitionView(retired, 1, None, 0, None, 0)
     assert _decide(view) is Act.RETIRE
     assert _decide(_view(replicas=("b", "c"))) is Act.STOP  # an unclean move: keep the files
+
+
+def test_a_damaged_copy_claims_only_when_no_intact_replica_did() -> None:
+    led = ("b", 3, ("a", "b"))
+    assert _decide(_view(state=led), damaged=True) is Act.WAIT  # b (or another) claims first
+    assert _decide(_view(state=led), damaged=True, leaderless_ms=DAMAGED_CLAIM_HOLD_MS - 1) is (
+        Act.WAIT
+    )
+    # Nobody intact claimed in time: better a leader that reads around its damage than none.
+    assert _decide(_view(state=led), damaged=True, leaderless_ms=DAMAGED_CLAIM_HOLD_MS) is (
+        Act.CLAIM
+    )
+    assert _decide(_view(state=led), leaderless_ms=0) is Act.CLAIM  # intact: at once
+    assert _decide(_view(state=led, owner=("b", 3)), damaged=True) is Act.FOLLOW
+
+
+def test_a_follower_whose_copy_is_damaged_is_never_handed_leadership() -> None:
+    t = _tracker()
+    t.on_fetch("b", 10, 10, 1.0, damaged=True)
+    t.on_fetch("c", 10, 10, 1.0)
+    assert not t.ready_to_lead("b", 1.5, settle_s=0.0)
+    assert t.ready_to_lead("c", 1.5, settle_s=0.0)
+    assert t.first_ready(["a", "b", "c"], 1.5) == "c"  # never the leader, never damaged
+    t.on_fetch("b", 10, 10, 1.6)  # its next fetch says it repaired its copy
+    assert t.ready_to_lead("b", 1.7, settle_s=0.0)
+    assert t.first_ready(["a", "b", "c"], 1.7) == "b"

@@ -68,8 +68,11 @@ KIND_PERMISSIONS: dict[str, KindPermissions] = {
         subscribe=_kinds(),
     ),
     "ingest": KindPermissions(
-        # live messages once durable; followers fetch from their leader.
-        publish=_kinds(Kind.LIVE, Kind.REPL_FETCH, Kind.REPL_EPOCHS, Kind.REPL_LEAVE),
+        # live messages once durable; followers fetch from their leader; a replica reads
+        # a range of another's copy (around damage, to repair its own).
+        publish=_kinds(
+            Kind.LIVE, Kind.REPL_FETCH, Kind.REPL_EPOCHS, Kind.REPL_LEAVE, Kind.REPL_READ
+        ),
         subscribe=_kinds(
             Kind.PRODUCE,
             Kind.WAL_FETCH,
@@ -80,6 +83,7 @@ KIND_PERMISSIONS: dict[str, KindPermissions] = {
             Kind.REPL_FETCH,
             Kind.REPL_EPOCHS,
             Kind.REPL_LEAVE,
+            Kind.REPL_READ,
             Kind.OWNERSHIP,
             Kind.LEADER_PROBE,
         ),

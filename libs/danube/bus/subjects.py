@@ -17,6 +17,7 @@ the partitions of a topic (``...<ns>.<base>.*``), which a suffix inside one toke
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -55,6 +56,9 @@ class Kind(StrEnum):
     REPL_FETCH = "repl.fetch"  # request: follower -> leader, frames from an offset (long poll)
     REPL_EPOCHS = "repl.epochs"  # request: follower -> leader, its leader-epoch history
     REPL_LEAVE = "repl.leave"  # request: follower -> leader, it stops: out of the ISR now
+    # request: a replica -> one named replica (leader or follower), a range of that copy:
+    # reading around, and repairing, a damaged copy (docs/replication.md, "Damaged copies")
+    REPL_READ = "repl.read"
     CLOUD_FETCH = "cloud.fetch"  # request: read a range from object storage (queue group)
     CLOUD_TIME = "cloud.time"  # request: the first uploaded offset published at or after a time
     OWNERSHIP = "ctl.owner"  # publish: controller -> all, a partition changed owner
@@ -69,8 +73,8 @@ class Kind(StrEnum):
         """How many tokens follow the topic: 0, 1 (subscription) or 2 (subscription, op)."""
         if self is Kind.DISPATCH:
             return 2
-        if self is Kind.SUBSCRIPTION_OWNERSHIP:
-            return 1
+        if self in (Kind.SUBSCRIPTION_OWNERSHIP, Kind.REPL_READ):
+            return 1  # the subscription; the replica's node (Subjects.repl_read)
         return 0
 
 
@@ -94,6 +98,15 @@ class DispatchOp(StrEnum):
     STATS = "stats"
     DELETE = "delete"
     POLICY = "policy"  # read or replace the subscription's failure policy
+
+
+def node_token(node_id: str) -> str:
+    """The subject token naming a node: its id when that is a valid segment, else a hash of
+    it (node ids are free text up to 128 characters; both sides compute the same token)."""
+    try:
+        return validate_segment("node", node_id)
+    except InvalidNameError:
+        return "n-" + hashlib.blake2b(node_id.encode(), digest_size=12).hexdigest()
 
 
 def validate_op(op: str) -> str:
@@ -184,6 +197,11 @@ class Subjects:
         """A follower that stops cleanly asks the leader to take it out of the ISR."""
         return self.for_topic(Kind.REPL_LEAVE, topic)
 
+    def repl_read(self, topic: TopicLike, node_id: str) -> str:
+        """A range of one replica's copy (``node_id``'s), whether it leads or follows."""
+        kind = Kind.REPL_READ.value
+        return f"{self.prefix}.{kind}.{self._topic_tokens(topic)}.{node_token(node_id)}"
+
     def cloud_fetch(self, topic: TopicLike) -> str:
         """Requests to read from object storage, served by the cloud_reader queue group."""
         return self.for_topic(Kind.CLOUD_FETCH, topic)
@@ -264,6 +282,7 @@ class Subjects:
                 raise InvalidNameError(
                     kind="topic", value=topic, reason="a partition's name in the base token"
                 )
+            # For REPL_READ the extra token is the replica's node token, not a subscription.
             subscription = (
                 validate_segment("subscription", rest[3]) if kind.extra_tokens >= 1 else None
             )

@@ -65,6 +65,8 @@ class Follower(Protocol):
     def wal(self) -> Wal | None: ...
     @property
     def history(self) -> EpochHistory | None: ...
+    @property
+    def copy_damaged(self) -> bool: ...
     async def truncate(self, end: int) -> int: ...
     async def store_history(self, history: EpochHistory) -> None: ...
     def follow_ended(self) -> None: ...
@@ -128,7 +130,12 @@ class Fetcher:
             wal = replica.wal
             assert wal is not None
             request = protocol.ReplFetchRequest(
-                self.epoch, wal.durable_next, max_bytes, wait_ms, ctx.node_id
+                self.epoch,
+                wal.durable_next,
+                max_bytes,
+                wait_ms,
+                ctx.node_id,
+                damaged=replica.copy_damaged,  # never handed leadership before it repaired
             )
             raw = await bus.request(
                 subject, request.encode(), timeout_s=wait_ms / 1000 + _REQUEST_MARGIN_S

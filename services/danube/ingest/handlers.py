@@ -15,8 +15,8 @@ import orjson
 from danube.bus import Bus, Kind, Message, Request, Responder, Subscription, TopicName
 from danube.config import DanubeSettings
 from danube.errors import DanubeError
-from danube.frame import FRAME_HEADER_BYTES
-from danube.ingest import leadership, metrics, timeseek
+from danube.frame import FRAME_HEADER_BYTES, RawFrame
+from danube.ingest import copies, leadership, metrics, timeseek
 from danube.ingest.quota import BacklogGuard
 from danube.ingest.ratelimit import PublishRate
 from danube.ingest.throttle import TokenBucket
@@ -47,6 +47,14 @@ class RateLimitedError(DanubeError):
     retriable = True
 
 
+class CopyUnavailableError(DanubeError):
+    """A read met damage in this copy, and not every other in-sync copy could be asked
+    (one did not answer in time): retriable, the next read asks them again."""
+
+    code = "copy_unavailable"
+    retriable = True
+
+
 class PartitionHandlers:
     """Request handlers of one partition led by this node."""
 
@@ -58,8 +66,11 @@ class PartitionHandlers:
         node_id: str,
         store: MetaStore,
         catchup: TokenBucket | None = None,
+        on_damage: Callable[[int], None] = lambda offset: None,
     ) -> None:
         self.partition = partition
+        # A read found a bad frame of this copy at an offset: the replica repairs it.
+        self.on_damage = on_damage
         # Catch-up fetches (followers outside the ISR) draw from the node's bucket and, when
         # the partition's assignment sets one, from its own.
         self.catchup = catchup
@@ -73,6 +84,7 @@ class PartitionHandlers:
 
     async def serve(self, bus: Bus) -> list[Responder]:
         subjects, name = bus.subjects, self.partition.name
+        self._bus = bus
         self._fetch_limit_bytes = body_limit(bus.max_payload_bytes)
         served: list[tuple[str, Callable[[Request], Awaitable[bytes]], int]] = [
             (subjects.produce(name), self.produce, PRODUCE_CONCURRENCY),
@@ -161,10 +173,10 @@ class PartitionHandlers:
                 protocol.FetchStatus.BELOW_WAL_START, exc.start_offset, hw, []
             )
         except WalCorruptionError as exc:
-            # Never wrong data, and never a dead end: the reader gets the damaged range and
-            # the file, and reads that range from the cloud tier.
-            resume = max(exc.resume_offset or hw, fetch.from_offset + 1)
-            return protocol.encode_damaged_reply(wal.start_offset, resume, exc.segment)
+            # Never wrong data, and never a dead end: the range is read from another
+            # in-sync copy; when every copy is damaged too, the reader gets the damaged
+            # range and the files, and reads that range from the cloud tier.
+            return await self._around(exc, fetch.from_offset, hw, max_bytes)
         return protocol.encode_fetch_reply(
             protocol.FetchStatus.OK, wal.start_offset, result.next_offset, result.frames
         )
@@ -186,7 +198,7 @@ class PartitionHandlers:
             return head(protocol.ReplStatus.WRONG_EPOCH)
         if fetch.from_offset > wal.durable_next:
             return head(protocol.ReplStatus.AHEAD)
-        partition.on_follower_fetch(fetch.follower, fetch.from_offset)
+        partition.on_follower_fetch(fetch.follower, fetch.from_offset, damaged=fetch.damaged)
         if fetch.from_offset < wal.start_offset:
             return head(protocol.ReplStatus.BELOW_WAL_START)
         if fetch.from_offset == wal.durable_next and fetch.wait_ms:
@@ -203,6 +215,21 @@ class PartitionHandlers:
             result = await wal.fetch(fetch.from_offset, max_bytes=max_bytes, max_count=max_count)
         except BelowWalStartError:
             return head(protocol.ReplStatus.BELOW_WAL_START)
+        except WalCorruptionError as exc:
+            # A follower catching up through a damaged range of this copy: another in-sync
+            # copy's frames (committed ones only), or an error it retries until repaired.
+            hw = partition.high_watermark
+            frames = await self._frames_around(
+                exc, fetch.from_offset, hw, max_bytes, fetch.follower
+            )
+            return protocol.encode_repl_reply(
+                protocol.ReplStatus.OK,
+                epoch,
+                wal.start_offset,
+                partition.high_watermark,
+                wal.durable_next,
+                [(frame.offset, frame.data) for frame in frames],
+            )
         if buckets:
             sent = sum(len(frame) for _, frame in result.frames)
             now_s = time.monotonic()
@@ -216,6 +243,76 @@ class PartitionHandlers:
             partition.high_watermark,
             wal.durable_next,
             result.frames,
+        )
+
+    def _peers(self, exclude: tuple[str, ...]) -> list[str]:
+        """The other in-sync replicas, in the replica set's order."""
+        partition = self.partition
+        skip = {self.node_id, *exclude}
+        return [n for n in partition.term.replicas if n in partition.isr and n not in skip]
+
+    async def _around(
+        self, exc: WalCorruptionError, from_offset: int, hw: int, max_bytes: int
+    ) -> bytes:
+        """A fetch reply for a read that met damage in this copy: the range from another
+        in-sync copy; ``DAMAGED`` (naming every copy's file) only when every in-sync copy
+        was asked and is damaged too; a retriable error when one could not be asked."""
+        wal = self.partition.wal
+        bad = from_offset if exc.offset is None else exc.offset
+        self.on_damage(bad)
+        resume = max(exc.resume_offset or hw, from_offset + 1)
+        end = max(min(resume, hw), from_offset + 1)
+        around = await copies.read_around(
+            self._bus,
+            self.partition.name,
+            self._peers(()),
+            from_offset,
+            end,
+            max_bytes=max_bytes,
+        )
+        if around.frames:
+            metrics.READS_AROUND_DAMAGE.inc()
+            metrics.MESSAGES_AROUND_DAMAGE.inc(len(around.frames))
+            frames = [(frame.offset, frame.data) for frame in around.frames]
+            return protocol.encode_fetch_reply(
+                protocol.FetchStatus.OK, wal.start_offset, around.next_offset, frames
+            )
+        if around.unreachable:
+            raise CopyUnavailableError(
+                f"{self.partition.name}: offsets from {from_offset} are damaged in this copy "
+                f"({exc.segment}) and the in-sync copies of {', '.join(around.unreachable)} "
+                "could not be read now; ask again"
+            )
+        # Every in-sync copy was asked and is damaged too (or there is no other): say so,
+        # naming each copy's file (this copy's alone when it is the only one).
+        files = [f"{self.node_id}/{exc.segment}", *around.damaged] if around.damaged else []
+        named = ", ".join(files) or exc.segment
+        return protocol.encode_damaged_reply(wal.start_offset, resume, named)
+
+    async def _frames_around(
+        self, exc: WalCorruptionError, from_offset: int, hw: int, max_bytes: int, follower: str
+    ) -> list[RawFrame]:
+        """Frames a follower's fetch of a damaged range of this copy gets from another
+        in-sync copy (committed ones only); CopyUnavailableError when none has them."""
+        bad = from_offset if exc.offset is None else exc.offset
+        self.on_damage(bad)
+        end = min(exc.resume_offset or hw, hw)
+        if from_offset < end:
+            around = await copies.read_around(
+                self._bus,
+                self.partition.name,
+                self._peers((follower,)),
+                from_offset,
+                end,
+                max_bytes=max_bytes,
+            )
+            if around.frames:
+                metrics.READS_AROUND_DAMAGE.inc()
+                metrics.MESSAGES_AROUND_DAMAGE.inc(len(around.frames))
+                return around.frames
+        raise CopyUnavailableError(
+            f"{self.partition.name}: offsets from {from_offset} are damaged in the leader's "
+            f"copy ({exc.segment}) and no other in-sync copy gave them; ask again"
         )
 
     def _catchup_buckets(self, follower: str) -> list[TokenBucket]:

@@ -30,6 +30,7 @@ class FollowerView:
     fetched_s: float | None = None  # when it last fetched
     leader_end_at_fetch: int = 0  # the leader's end at that fetch
     in_sync_since_s: float | None = None  # when it last entered the ISR (None: outside)
+    damaged: bool = False  # its copy holds a damaged range (its last fetch said so)
 
 
 class IsrTracker:
@@ -77,6 +78,8 @@ class IsrTracker:
         view = self.followers.get(node)
         if view is None or node not in self.isr or view.in_sync_since_s is None:
             return False
+        if view.damaged:
+            return False  # not before it repaired its copy
         recent_s = max(1.0, self.lag_max_s / 2)
         return (
             now_s - view.in_sync_since_s >= settle_s
@@ -85,9 +88,19 @@ class IsrTracker:
             and now_s - view.caught_up_s <= recent_s
         )
 
-    def on_fetch(self, node: str, fetch_offset: int, leader_end: int, now_s: float) -> None:
+    def first_ready(self, order: Iterable[str], now_s: float) -> str | None:
+        """The first follower of ``order`` that may be handed leadership now (in sync,
+        fetching, its copy not damaged), if any."""
+        for node in dict.fromkeys(order):
+            if node != self.leader and self.ready_to_lead(node, now_s, settle_s=0.0):
+                return node
+        return None
+
+    def on_fetch(
+        self, node: str, fetch_offset: int, leader_end: int, now_s: float, *, damaged: bool = False
+    ) -> None:
         """Follower ``node`` fetched from ``fetch_offset`` while the leader's end was
-        ``leader_end``."""
+        ``leader_end``; ``damaged``: it said its copy holds a range not repaired yet."""
         view = self.followers.get(node)
         if view is None:
             return  # not a replica (an operator moved it away): ignore its fetches
@@ -96,6 +109,7 @@ class IsrTracker:
         elif view.fetched_s is not None and fetch_offset >= view.leader_end_at_fetch:
             view.caught_up_s = max(view.caught_up_s, view.fetched_s)
         view.end = fetch_offset
+        view.damaged = damaged
         view.fetched_s = now_s
         view.leader_end_at_fetch = leader_end
 

@@ -114,3 +114,23 @@ RETIRED_COPIES = Counter(
     "danube_ingest_retired_copies",
     "Local copies of partitions deleted after a reassignment moved them away",
 )
+RANGES_REPAIRED = Counter(
+    "danube_ingest_damaged_ranges_repaired",
+    "Damaged ranges of this node's copies rewritten from an intact in-sync copy",
+)
+REPAIRED_MESSAGES = Counter(
+    "danube_ingest_repaired_messages",
+    "Messages of those ranges (from the first bad frame to the segment's end)",
+)
+READS_AROUND_DAMAGE = Counter(
+    "danube_ingest_reads_around_damage",
+    "Reads of a damaged range of this node's copy answered from another in-sync copy",
+)
+MESSAGES_AROUND_DAMAGE = Counter(
+    "danube_ingest_messages_read_around_damage",
+    "Messages those reads answered",
+)
+DAMAGED_COPIES = Gauge(
+    "danube_ingest_damaged_copies",
+    "Partitions whose copy on this node holds a damaged range not repaired yet",
+)

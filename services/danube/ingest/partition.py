@@ -226,10 +226,12 @@ class Partition:
 
     # --- followers -----------------------------------------------------------------------
 
-    def on_follower_fetch(self, node: str, fetch_offset: int) -> None:
-        """Follower ``node`` holds everything below ``fetch_offset`` durably."""
+    def on_follower_fetch(self, node: str, fetch_offset: int, *, damaged: bool = False) -> None:
+        """Follower ``node`` holds everything below ``fetch_offset`` durably (``damaged``:
+        its copy holds a range it has not repaired yet: it may not be handed leadership)."""
         self._leaving.discard(node)  # fetching again: a new incarnation of a node that left
-        self.tracker.on_fetch(node, fetch_offset, self.wal.durable_next, time.monotonic())
+        now_s = time.monotonic()
+        self.tracker.on_fetch(node, fetch_offset, self.wal.durable_next, now_s, damaged=damaged)
         self._advance()
         self._progress.set()
         if self._transferring is not None:

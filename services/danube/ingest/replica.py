@@ -23,10 +23,12 @@ from pathlib import Path
 from danube.bus import Bus, Responder
 from danube.config import DanubeSettings
 from danube.ingest import epochs, leadership, metrics
+from danube.ingest.copies import serve_copy_reads
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.fetcher import Fetcher
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.partition import Partition
+from danube.ingest.repairs import Repairer, in_sync_peers
 from danube.ingest.roles import Act, decide
 from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import Durability, FileOps, Wal, WalOptions
@@ -97,6 +99,23 @@ class Replica:
         self._retire = False  # a reassignment moved the partition away: delete the copy
         self._assignment: Assignment | None = None  # as last read
         self._next_leading: asyncio.Future[None] | None = None
+        # A truncation (the WAL closed and cut) and a repair's rewrite never run together.
+        self._wal_lock = asyncio.Lock()
+        self.repairer = Repairer(
+            name,
+            ctx.bus,
+            wal=lambda: self.wal,
+            committed_end=self.committed_end,
+            peers=lambda: in_sync_peers(ctx.store, name, ctx.node_id, self.partition),
+            on_change=self.kick,
+            guard=self._wal_lock,
+            held=self._repair_held,
+            directory=directory,
+        )
+        self._leaderless_since_ms: int | None = None  # when this replica saw no leader
+        # A damaged leader's hand-over failed: it repairs while it leads instead.
+        self._damaged_hand_over_failed = False
+        self._copy_reads: Responder | None = None
 
     @property
     def partition(self) -> Partition | None:
@@ -121,10 +140,23 @@ class Replica:
         task is cancelled); close everything on the way out."""
         try:
             failures = 0
-            while self.wal is None and not self._stopped:
+            loaded = False  # the damaged offsets an earlier run kept
+            while (self.wal is None or self._copy_reads is None) and not self._stopped:
                 try:
-                    await self._open()
-                except Exception as exc:  # etcd (the topic's durability) or the disk failed
+                    if self.wal is None:
+                        await self._open()
+                    if not loaded:
+                        await self.repairer.load()
+                        loaded = True
+                    self._copy_reads = await serve_copy_reads(
+                        self.ctx.bus,
+                        self.name,
+                        self.ctx.node_id,
+                        wal=lambda: self.wal,
+                        committed_end=self.committed_end,
+                        on_damage=self.repairer.report,
+                    )
+                except Exception as exc:  # etcd (the topic's durability), the disk, the bus
                     failures += 1
                     log.warning("%s: opening the replica failed: %s", self.name, exc)
                     await asyncio.sleep(backoff_s(failures - 1, base_s=0.1, cap_s=5.0))
@@ -162,13 +194,20 @@ class Replica:
         self._assignment = view.assignment
         leading_epoch = None if self.leading is None else self.leading.partition.term.epoch
         following = None if self._fetcher is None else self._fetcher.epoch
+        now_ms = int(time.time() * 1000)
+        if view.owner is not None or self.leading is not None:
+            self._leaderless_since_ms = None
+        elif self._leaderless_since_ms is None:
+            self._leaderless_since_ms = now_ms
         decision = decide(
             ctx.node_id,
             view,
             leading_epoch=leading_epoch,
             following_epoch=following,
             has_history=self.history is not None,
-            now_ms=int(time.time() * 1000),
+            now_ms=now_ms,
+            damaged=self.repairer.damaged,
+            leaderless_ms=now_ms - (self._leaderless_since_ms or now_ms),
         )
         act = decision.act
         if act in (Act.STOP, Act.RETIRE):
@@ -220,6 +259,13 @@ class Replica:
         partition, assignment = self.leading.partition, view.assignment
         ingest = self.ctx.settings.ingest
         partition.set_assignment(assignment)
+        if not self.repairer.damaged:
+            self._damaged_hand_over_failed = False
+        elif not self._damaged_hand_over_failed:
+            if await self._hand_over_damaged(partition, assignment):
+                await self._stop_leading()
+                return None
+            self._damaged_hand_over_failed = True  # repair here (Repairer is held till now)
         if assignment.moving and await partition.complete(assignment, view.assignment_rev):
             return None  # read the new assignment back
         to = partition.transfer_target(assignment, settle_s=ingest.preferred_leader_settle_s)
@@ -272,6 +318,10 @@ class Replica:
     async def truncate(self, end: int) -> int:
         """Cut the log to end before ``end`` (close, cut the files, reopen); return how many
         messages went. Only while following: nothing else uses the WAL then."""
+        async with self._wal_lock:
+            return await self._truncate(end)
+
+    async def _truncate(self, end: int) -> int:
         assert self.leading is None
         assert self.wal is not None
         if end >= self.wal.next_offset:
@@ -314,6 +364,49 @@ class Replica:
             await asyncio.to_thread(epochs.store, self.directory, history)
             self.history = history
 
+    # --- other copies: reads around damage, repair ------------------------------------------
+
+    def committed_end(self) -> int:
+        """The high watermark this replica knows: its own as leader, else as last heard."""
+        partition = self.partition
+        return self.high_watermark if partition is None else partition.high_watermark
+
+    @property
+    def copy_damaged(self) -> bool:
+        """Whether this copy holds a damaged range not repaired yet (it tells its leader:
+        it is not handed leadership before it repaired)."""
+        return self.repairer.damaged
+
+    def _intact_target(self, partition: Partition) -> str | None:
+        """An in-sync replica ready to lead (not damaged itself), the target set first."""
+        assignment = self._assignment
+        order = [*(assignment.target if assignment else ()), *partition.term.replicas]
+        return partition.tracker.first_ready(order, time.monotonic())
+
+    def _repair_held(self) -> bool:
+        """A damaged leader hands leadership to an intact replica before it repairs (as a
+        follower); with nobody to hand it to, it repairs while it leads."""
+        partition = self.partition
+        if partition is None or self._damaged_hand_over_failed:
+            return False
+        return self._intact_target(partition) is not None
+
+    async def _hand_over_damaged(self, partition: Partition, assignment: Assignment) -> bool:
+        """This leader's copy is damaged: hand leadership to an intact in-sync replica
+        (it stays a replica and repairs its copy as a follower); whether it was handed."""
+        to = self._intact_target(partition)
+        if to is None:
+            return False
+        log.warning(
+            "%s: this copy is damaged at offset %s; handing leadership to %s",
+            self.name,
+            self.repairer.lowest,
+            to,
+        )
+        stays = self.ctx.node_id in assignment.target and not self._stopped
+        timeout_s = self.ctx.settings.ingest.transfer_timeout_s
+        return await partition.transfer(to, timeout_s=timeout_s, stays=stays)
+
     # --- leading ---------------------------------------------------------------------------
 
     async def _start_leading(self, term: leadership.Term) -> None:
@@ -336,7 +429,12 @@ class Replica:
             on_change=self.kick,
         )
         handlers = PartitionHandlers(
-            partition, ctx.settings, node_id=ctx.node_id, store=ctx.store, catchup=ctx.catchup
+            partition,
+            ctx.settings,
+            node_id=ctx.node_id,
+            store=ctx.store,
+            catchup=ctx.catchup,
+            on_damage=self.repairer.report,
         )
         responders = await handlers.serve(ctx.bus)
         tasks = [
@@ -410,6 +508,10 @@ class Replica:
             except Exception as exc:
                 log.warning("could not release %s: %s", self.name, exc)
         await self._stop_following()
+        if self._copy_reads is not None:
+            await self._copy_reads.drain()
+            self._copy_reads = None
+        await self.repairer.stop()
         if release and self.ctx.lease.alive and not self._retire:
             # Whether it followed or had just handed leadership over (its successor may
             # count it in the ISR): out of the ISR now, not after replica_lag_max_s.
@@ -423,20 +525,13 @@ class Replica:
 
     async def _hand_over_for_shutdown(self, partition: Partition) -> None:
         """Transfer leadership to the first ready replica (the target set's order first)."""
-        assignment = self._assignment
-        order = list(assignment.target if assignment else ()) + list(partition.term.replicas)
-        now_s = time.monotonic()
-        for node in dict.fromkeys(order):
-            if node != self.ctx.node_id and partition.tracker.ready_to_lead(
-                node, now_s, settle_s=0.0
-            ):
-                timeout_s = self.ctx.settings.ingest.transfer_timeout_s
-                try:
-                    if await partition.transfer(node, timeout_s=timeout_s):
-                        return
-                except Exception as exc:  # etcd: fall back to releasing the owner key
-                    log.warning("%s: transfer to %s failed: %s", self.name, node, exc)
-                return
+        node = self._intact_target(partition)
+        if node is not None:
+            timeout_s = self.ctx.settings.ingest.transfer_timeout_s
+            try:
+                await partition.transfer(node, timeout_s=timeout_s)
+            except Exception as exc:  # etcd: fall back to releasing the owner key
+                log.warning("%s: transfer to %s failed: %s", self.name, node, exc)
 
     async def _leave_isr(self) -> None:
         """Ask the leader to take this node out of the ISR now (its commits would wait

@@ -15,7 +15,10 @@ its own state: pure, tested on its own (tests/unit/test_ingest_replication.py).
   replica) alone for ``TRANSFER_HOLD_MS`` after its placement, then by any replica;
 - during a controlled transfer (the leader deleted its owner key and named
   ``state.transfer_to``): only the named replica claims; the others **wait** until it
-  leads, or until the transfer is ``TRANSFER_HOLD_MS`` old (it died: any may claim).
+  leads, or until the transfer is ``TRANSFER_HOLD_MS`` old (it died: any may claim);
+- a replica whose copy holds a damaged range not repaired yet **waits** before it claims
+  until the partition has had no leader for ``DAMAGED_CLAIM_HOLD_MS``: an intact in-sync
+  replica claims first; a damaged one leads only when none did (it reads around its damage).
 
 A node that is no replica any more and that the last reassignment **retired** (it left a
 partition whose new replica set held everything) stops and deletes its copy.
@@ -28,6 +31,9 @@ from enum import Enum
 
 from danube.ingest.leadership import PartitionView
 from danube.meta.records import TRANSFER_HOLD_MS
+
+DAMAGED_CLAIM_HOLD_MS = 3000
+"""A damaged replica claims only after the partition had no leader this long."""
 
 
 class Act(Enum):
@@ -57,8 +63,12 @@ def decide(
     following_epoch: int | None,
     has_history: bool,
     now_ms: int,
+    damaged: bool = False,
+    leaderless_ms: int = 0,
 ) -> Decision:
-    """The next step of replica ``me`` (see the module docstring); ``now_ms``: wall time."""
+    """The next step of replica ``me`` (see the module docstring); ``now_ms``: wall time;
+    ``damaged``: this copy holds a damaged range not repaired yet; ``leaderless_ms``: how
+    long this replica has seen the partition without a leader."""
     assignment, state, owner = view.assignment, view.state, view.owner
     if assignment is None or me not in assignment.replicas:
         if assignment is not None and me in assignment.retired and leading_epoch is None:
@@ -92,6 +102,8 @@ def decide(
         return Decision(Act.WAIT)  # a new partition: its preferred leader claims first
     in_sync = never_led or me in state.isr  # type: ignore[union-attr]
     if in_sync and (has_history or never_led):
+        if damaged and not never_led and leaderless_ms < DAMAGED_CLAIM_HOLD_MS:
+            return Decision(Act.WAIT)  # an intact in-sync replica claims first
         return Decision(Act.CLAIM)
     if owner is not None:
         return Decision(Act.DELETE_STALE_OWNER)

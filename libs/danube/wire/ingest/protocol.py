@@ -30,7 +30,10 @@ checks its frame), so the uploader can write them to objects as is::
 Replication, between the replicas of a partition (docs/replication.md)::
 
     repl fetch request  [u64 leader_epoch][u64 from_offset][u32 max_bytes][u32 wait_ms]
-                        [u8 n][n bytes follower node id]
+                        [u8 n][n bytes follower node id][u8 flags]
+                        flags bit 0: the follower's copy holds a damaged range it has not
+                        repaired yet (it may not be handed leadership); the flags byte may
+                        be absent (0)
     repl fetch reply    [u8 status][u64 leader_epoch][u64 wal_start][u64 high_watermark]
                         [u64 leader_end] then frames from from_offset (maybe none)
                         status 0: ok; 1: from_offset is below wal_start (start there);
@@ -38,6 +41,10 @@ Replication, between the replicas of a partition (docs/replication.md)::
                         end (the follower diverged: find the divergence again)
     repl epochs request [u64 leader_epoch]
     repl epochs reply   JSON {"epoch": E, "end": leader_end, "epochs": [[epoch, start], ...]}
+    repl read request   [u64 from_offset][u64 end_offset][u32 max_bytes]   to one replica
+    repl read reply     a fetch reply (status 0, 1 or 3) of that replica's own copy, frames
+                        from from_offset, none at or past end_offset or the replica's
+                        committed end (what it knows to be below the high watermark)
 
 Control replies (claim, stats) are small JSON documents. A stats request is empty, or
 ``[u32 max_segments]`` to also list the oldest segments (for retention)::
@@ -74,6 +81,8 @@ _FETCH_REPLY_HEAD = struct.Struct("<BQQ")
 _DROP_REPLY = struct.Struct("<IQ")
 _REPL_FETCH = struct.Struct("<QQIIB")
 _REPL_REPLY_HEAD = struct.Struct("<BQQQQ")
+_REPL_READ = struct.Struct("<QQI")
+_REPL_DAMAGED = 0x01  # repl fetch flags: the follower's copy is damaged
 NODE_ID_BYTES_MAX = 255
 
 PRODUCE_COUNT_MAX = 100_000
@@ -433,25 +442,48 @@ class ReplFetchRequest:
     max_bytes: int
     wait_ms: int
     follower: str
+    damaged: bool = False  # the follower's copy holds a damaged range not repaired yet
 
     def encode(self) -> bytes:
         node = self.follower.encode()
-        return (
-            _REPL_FETCH.pack(
-                self.leader_epoch, self.from_offset, self.max_bytes, self.wait_ms, len(node)
-            )
-            + node
+        head = _REPL_FETCH.pack(
+            self.leader_epoch, self.from_offset, self.max_bytes, self.wait_ms, len(node)
         )
+        return head + node + bytes([_REPL_DAMAGED if self.damaged else 0])
 
     @classmethod
     def decode(cls, body: bytes) -> ReplFetchRequest:
         if len(body) < _REPL_FETCH.size:
             raise BadRequestError(f"replication fetch request of {len(body)} bytes")
         epoch, from_offset, max_bytes, wait_ms, n = _REPL_FETCH.unpack_from(body, 0)
-        if len(body) != _REPL_FETCH.size + n or n == 0 or max_bytes < 1:
+        end = _REPL_FETCH.size + n
+        if len(body) not in (end, end + 1) or n == 0 or max_bytes < 1:
             raise BadRequestError("replication fetch request: bad node id or limits")
-        node = bytes(body[_REPL_FETCH.size :]).decode("utf-8", errors="strict")
-        return cls(int(epoch), int(from_offset), int(max_bytes), int(wait_ms), node)
+        node = bytes(body[_REPL_FETCH.size : end]).decode("utf-8", errors="strict")
+        damaged = len(body) > end and bool(body[end] & _REPL_DAMAGED)
+        return cls(int(epoch), int(from_offset), int(max_bytes), int(wait_ms), node, damaged)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplReadRequest:
+    """A read of ``[from_offset, end_offset)`` of one replica's copy, at most ``max_bytes``
+    of payload (the first frame always)."""
+
+    from_offset: int
+    end_offset: int
+    max_bytes: int
+
+    def encode(self) -> bytes:
+        return _REPL_READ.pack(self.from_offset, self.end_offset, self.max_bytes)
+
+    @classmethod
+    def decode(cls, body: bytes) -> ReplReadRequest:
+        if len(body) != _REPL_READ.size:
+            raise BadRequestError(f"replica read request of {len(body)} bytes")
+        from_offset, end_offset, max_bytes = _REPL_READ.unpack(body)
+        if not from_offset < end_offset or max_bytes < 1:
+            raise BadRequestError("replica read request: an empty range or no bytes")
+        return cls(int(from_offset), int(end_offset), int(max_bytes))
 
 
 @dataclass(frozen=True, slots=True)

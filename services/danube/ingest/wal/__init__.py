@@ -28,6 +28,7 @@ from danube.ingest.wal.feed import DurableListener
 from danube.ingest.wal.fileops import FileOps, OsFileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.recovery import TailCut
+from danube.ingest.wal.repair import RepairRefusedError, SegmentDamage
 from danube.ingest.wal.results import FetchResult, SegmentInfo, WalStats
 from danube.ingest.wal.segment import INDEX_EVERY_BYTES, parse_segment_name, segment_name
 from danube.ingest.wal.wal import MAX_FETCH_BYTES, MAX_FETCH_COUNT, Wal
@@ -48,6 +49,8 @@ __all__ = [
     "FileOps",
     "OsFileOps",
     "PayloadTooLargeError",
+    "RepairRefusedError",
+    "SegmentDamage",
     "SegmentInfo",
     "TailCut",
     "Wal",

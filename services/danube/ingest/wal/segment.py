@@ -218,6 +218,27 @@ class SegmentSet:
             at = bisect_right(segments, from_offset, key=lambda segment: segment.first_offset)
             return [(segment, segment.size_bytes) for segment in segments[max(at - 1, 0) :]]
 
+    def with_successor(self, first_offset: int) -> tuple[Segment, int] | None:
+        """The segment that starts at ``first_offset`` and its successor's first offset;
+        None when there is no such segment or it is the newest (still written, or cut at
+        open: never repaired)."""
+        with self._lock:
+            segments = self._segments
+            at = bisect_right(segments, first_offset, key=lambda segment: segment.first_offset)
+            if at == 0 or at >= len(segments) or segments[at - 1].first_offset != first_offset:
+                return None
+            return segments[at - 1], segments[at].first_offset
+
+    def replace(self, old: Segment, new: Segment) -> bool:
+        """Put ``new`` where ``old`` is (a repaired sealed segment); False if ``old`` left
+        the set meanwhile (dropped)."""
+        with self._lock:
+            for at, segment in enumerate(self._segments):
+                if segment is old:
+                    self._segments[at] = new
+                    return True
+            return False
+
     def detach_below(self, offset: int) -> list[Segment]:
         """Remove (and return) the sealed segments whose every offset is below ``offset``.
 

@@ -38,6 +38,7 @@ from danube.ingest.wal.fileops import FileOps, OsFileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.reader import read_messages
 from danube.ingest.wal.recovery import TailCut, recover
+from danube.ingest.wal.repair import RepairRefusedError, SegmentDamage, find_damage, rewrite_segment
 from danube.ingest.wal.results import FetchResult, SegmentInfo, WalStats
 from danube.ingest.wal.segment import SegmentSet
 from danube.ingest.wal.writer import SegmentWriter
@@ -392,6 +393,60 @@ class Wal:
                 raise BelowWalStartError(offset=from_offset, start_offset=start) from exc
             raise WalIoError(f"WAL read failed: {exc}", op="read", path=exc.filename) from exc
         return FetchResult(frames, next_offset)
+
+    async def find_damage(self, offset: int) -> SegmentDamage | None:
+        """The damage of the sealed segment holding ``offset`` (a bad frame at or before
+        it), found by scanning the segment afresh; None when it is intact, gone, or the
+        newest segment (whose bad tail is cut at open, never repaired)."""
+        if self._memory or self._state is _State.CLOSED:
+            return None
+        plan = self._segments.plan(offset)
+        if len(plan) < 2 or plan[0][0].first_offset > offset:
+            return None
+        segment, successor = plan[0][0], plan[1][0]
+        return await in_thread(
+            "scan",
+            DEFAULT_OPEN_TIMEOUT_S,  # a whole segment is read: as at open, minutes at most
+            find_damage,
+            self._ops,
+            segment,
+            successor.first_offset,
+            max_payload_bytes=self.options.max_frame_payload_bytes,
+        )
+
+    async def repair_segment(self, damage: SegmentDamage, frames: bytes) -> None:
+        """Rewrite the damaged segment as its good prefix followed by ``frames`` (the whole
+        frames of ``[damage.bad_offset, damage.end_offset)`` as another copy holds them),
+        crash-safely (danube.ingest.wal.repair); afterwards it reads as that copy does.
+        :class:`RepairRefusedError` when the frames do not fit or the segment changed or
+        left (dropped) meanwhile."""
+        if self._state is _State.CLOSED:
+            raise WalClosedError()
+        async with self._admin_lock:  # not while drop_below removes segments
+            found = self._segments.with_successor(damage.first_offset)
+            if found is None or found[1] != damage.end_offset:
+                raise RepairRefusedError(f"{damage.segment} is not a sealed segment any more")
+            segment = found[0]
+            repaired = await in_thread(
+                "repair",
+                DEFAULT_OPEN_TIMEOUT_S,  # copies the segment's good prefix: as a scan
+                rewrite_segment,
+                self._ops,
+                segment,
+                damage,
+                frames,
+                max_payload_bytes=self.options.max_frame_payload_bytes,
+            )
+            self._segments.replace(segment, repaired)
+        log.warning(
+            "repaired WAL segment",
+            extra={
+                "wal_dir": str(self.directory),
+                "segment": damage.segment,
+                "from_offset": damage.bad_offset,
+                "to_offset": damage.end_offset,
+            },
+        )
 
     async def wait_for(self, offset: int, timeout_s: float) -> bool:
         """Wait until ``durable_next > offset``; False on timeout, failure or close."""
