@@ -82,6 +82,7 @@ def test_consumer_detached_is_410_a_ws_close_4410_failed_precondition_and_not_re
     assert ws_close_code(remote) == 4410
     assert grpc_status(remote) == (
         grpc.StatusCode.FAILED_PRECONDITION,
+        "consumer_detached",
         "consumer_detached: detached: ...",
     )
     # The SDK: a not-found, not retriable, and not the code it attaches again on.
