@@ -192,6 +192,9 @@ class NodeSession:
     lease_ttl_s: int
     renew_lease: bool = False
     started: asyncio.Event = field(default_factory=asyncio.Event)
+    renewed: list[Callable[[Lease], object]] = field(default_factory=list)
+    """Called with each new lease taken after a loss (``renew_lease``): a service whose
+    claims sit under the node lease writes them again under the new one."""
     """Set by the service once it serves: /readyz answers 200 from then on (while the bus
     is connected and the lease alive)."""
     _renewal: asyncio.Task[None] | None = None
@@ -226,7 +229,14 @@ class NodeSession:
                     failures += 1
                     if failures == 1:
                         log.warning("%s: etcd does not answer yet: %s", self.node_id, exc)
-                    await asyncio.sleep(backoff_s(failures - 1, base_s=0.2, cap_s=5.0))
+                    # Capped at 1 s: a service serving through the outage (ingest) takes
+                    # its claims back this soon after etcd returns.
+                    await asyncio.sleep(backoff_s(failures - 1, base_s=0.2, cap_s=1.0))
+            for callback in list(self.renewed):
+                try:
+                    callback(self.lease)
+                except Exception:  # one bad callback must not keep the others from running
+                    log.exception("%s: lease renewal callback %r failed", self.node_id, callback)
 
     def _close(self) -> None:
         if self._renewal is not None:
@@ -278,7 +288,9 @@ async def node_session(
                 health = HealthServer(
                     config.host,
                     config.metrics_port,
-                    ready=lambda: session.started.is_set() and bus.is_connected and lease.alive,
+                    ready=lambda: (
+                        session.started.is_set() and bus.is_connected and session.lease.alive
+                    ),
                     limits=config,
                 )
                 serving = tasks.create_task(health.serve(), name="health")

@@ -25,10 +25,16 @@ class WalFailed(DanubeError):
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
-    """Run the node until ``stop``; raise LeaseLost if its lease is lost first, WalFailed if
-    a WAL failed (the restart recovers it from disk)."""
-    async with node_session(settings, "ingest", node_id, settings.ingest, stop) as s:
+    """Run the node until ``stop``; raise WalFailed if a WAL failed (the restart recovers it
+    from disk). A lost node lease does not end it (see below)."""
+    # The node lease is renewed in place after a loss (an etcd outage longer than its
+    # TTL): leaders serve through it while their followers confirm them, then write their
+    # owner keys again under the new lease (docs/replication.md).
+    async with node_session(
+        settings, "ingest", node_id, settings.ingest, stop, renew_lease=True
+    ) as s:
         node = Node(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
+        s.renewed.append(node.lease_renewed)
         revision = await node.load()
         claims = await serve_claims(s.bus, node.answer_claim)
         probes = await serve_probes(s.bus, node.answer_probe)
@@ -38,8 +44,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         watcher = s.tasks.create_task(
             node.watch(start_revision=revision + 1), name="partition-watch"
         )
-        reporter = s.tasks.create_task(report_load(s.store, node_id, s.lease), name="load-report")
-        await wait_for_any(stop, s.lease.lost, node.failed)
+        reporter = s.tasks.create_task(
+            report_load(s.store, node_id, lambda: s.lease), name="load-report"
+        )
+        await wait_for_any(stop, node.failed)
         watcher.cancel()
         reporter.cancel()
         await claims.drain()
