@@ -96,9 +96,7 @@ def _record(text: str) -> bytes:
 
 
 async def _durable(wal: Wal, end: int) -> None:
-    async with asyncio.timeout(5):
-        while wal.durable_next < end:
-            await asyncio.sleep(0.005)
+    assert await wal.wait_for(end - 1, 5.0)
 
 
 async def _acknowledged(
