@@ -261,10 +261,11 @@ async def node_session(
 
     ``health_server=False``: the service answers ``/readyz`` on a port of its own and
     registers that address itself (:meth:`NodeSession.register`) once it listens; no health
-    server here. ``renew_lease``: the node lease guards nothing but the registration (the
-    service holds no claims under it), so losing it does not end the session: a new lease
-    is taken and the registration written again once etcd answers, and no
-    :class:`LeaseLost` is raised."""
+    server here. ``renew_lease``: losing the node lease does not end the session: a new
+    lease is taken and the registration written again once etcd answers, and no
+    :class:`LeaseLost` is raised. Either the lease guards nothing but the registration
+    (discovery), or the service fences by its own rule and writes its claims again under
+    the new lease, told through :attr:`NodeSession.renewed` (ingest)."""
     topic_metrics.configure(settings.metrics)
     bus = await Bus.connect(settings.bus, name=node_id)
     try:
