@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from danube.bus import TopicName
+from danube.client import AsyncDanubeClient
 from danube.config import MetadataConfig
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
@@ -321,3 +322,76 @@ async def _owner(store: MetaStore, name: TopicName) -> tuple[Owner, int]:
             if found is not None:
                 return found[0], found[1].mod_revision
             await asyncio.sleep(0.05)
+
+
+async def test_etcd_stall_sdk_through_discovery_factor_3(
+    cluster: Callable[..., Cluster],
+    services: Callable[..., ServerProcess],
+    nats_url: str,
+    meta_prefix: str,
+    free_etcd: Callable[[], ServerProcess],
+) -> None:
+    """The SDK (its producer session and cached lookups) through a discovery process, to a
+    factor-3 partition, etcd frozen for 4 lease TTLs: every send stored, none slower than
+    1 s, every acknowledged message read back at its offset."""
+    etcd = free_etcd()
+    assert etcd.pid is not None
+    endpoint = f"127.0.0.1:{etcd.spec.port}"
+    env = {"DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": endpoint}
+    cluster(3, factor=3, min_insync=2, **env)
+    discovery = services("discovery", "discovery-stall", DANUBE_DISCOVERY__LEASE_TTL_S="2", **env)
+    store = await MetaStore.connect(MetadataConfig(etcd_endpoint=endpoint, prefix=meta_prefix))
+    bus, client = await connect(nats_url, "stall-sdk")
+    sdk = AsyncDanubeClient(f"http://127.0.0.1:{discovery.spec.port}")
+    history = History()
+    name = TopicName("default", "stall-sdk-part-0")
+    latencies: list[tuple[float, float]] = []  # (sent, seconds)
+    try:
+        await sdk.admin.create_topic(
+            name.parent, partitions=1, replication_factor=3, min_insync_replicas=2
+        )
+        async with sdk.producer(name.parent, linger_ms=0) as producer:
+            loop = asyncio.get_running_loop()
+
+            async def send(number: int) -> None:
+                sent = loop.time()
+                stored = await producer.send_and_wait(f"s{number}".encode())  # SDK retries
+                latencies.append((sent, loop.time() - sent))
+                history.produced(
+                    f"s{number}", partition=str(name), offset=stored.offset, acked=True
+                )
+
+            for number in range(10):
+                await send(number)
+            await wait_isr(store, name, 3)
+            number = 10
+            frozen_at = loop.time()
+            os.kill(etcd.pid, signal.SIGSTOP)
+            try:
+                while loop.time() < frozen_at + INGEST_STALL_S:
+                    await send(number)
+                    number += 1
+            finally:
+                os.kill(etcd.pid, signal.SIGCONT)
+            thawed_at = loop.time()
+            while loop.time() < thawed_at + AFTER_S:
+                await send(number)
+                number += 1
+        during = [s for s in latencies if frozen_at <= s[0] <= thawed_at]
+        slowest = max(latencies, key=lambda s: s[1])
+        print(
+            f"SDK through discovery, factor 3, etcd frozen {INGEST_STALL_S:.0f}s: "
+            f"{len(latencies)} sends ({len(during)} during the stall), longest "
+            f"{slowest[1]:.3f}s at {slowest[0] - frozen_at:+.1f}s from the freeze"
+        )
+        assert len(during) > 10
+        assert slowest[1] <= LATENCY_MAX_S
+        offsets = await read_all(client, name, history)
+        assert offsets == list(range(len(offsets)))
+        report = history.check(expect_contiguous_from={str(name): 0})
+        assert report.ok, report.summary()
+    finally:
+        os.kill(etcd.pid, signal.SIGCONT)
+        await sdk.close()
+        await bus.close()
+        await store.close()
