@@ -47,10 +47,12 @@ class _Lease:
 
 
 async def _leader(
-    tmp_path: Path, replicas: tuple[str, ...] = ("a", "b", "c")
+    tmp_path: Path,
+    replicas: tuple[str, ...] = ("a", "b", "c"),
+    durability: Durability = Durability.FSYNC,
 ) -> tuple[Wal, Partition, PartitionHandlers]:
     options = WalOptions(
-        durability=Durability.FSYNC,
+        durability=durability,
         max_batch_bytes=1 << 20,
         sync_interval_ms=5,
         rotation_max_bytes=1 << 26,
@@ -175,5 +177,17 @@ async def test_factor_1_serves_on_without_its_lease(tmp_path: Path) -> None:
         offsets = [await partition.produce([_record(f"m{i}")]) for i in range(5)]
         assert offsets == [0, 1, 2, 3, 4]
         assert not partition.fenced
+    finally:
+        await wal.close()
+
+
+async def test_a_non_reliable_partition_stops_with_its_lease(tmp_path: Path) -> None:
+    """Memory only: another node may take it over without asking (nothing to lose), so its
+    leader never serves without its lease."""
+    wal, partition, _ = await _leader(tmp_path, replicas=("a",), durability=Durability.MEMORY)
+    try:
+        with pytest.raises(NotLeaderError):
+            await partition.produce([_record("m0")])
+        assert partition.fenced
     finally:
         await wal.close()

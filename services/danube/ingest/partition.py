@@ -21,7 +21,8 @@ follower counted for the high watermark has fetched at this epoch within ``conta
 moved to a newer epoch fetches here no more. When one stops confirming, the leader fences
 itself at once so that its subscriptions go and producers reach the new leader. With no
 follower counted (factor 1, or an ISR of the leader alone, which no other replica may
-claim) it serves on.
+claim) it serves on. A non-reliable partition (memory only) stops with its lease: a claim
+may move it to a live node without its old leader's say (leadership.replace_volatile).
 """
 
 from __future__ import annotations
@@ -179,6 +180,11 @@ class Partition:
         epoch (see the module docstring)."""
         if self._lease.alive:
             return
+        if self._live_payloads:
+            # Non-reliable (memory only): a claim may move it to a live node without asking
+            # the old one (leadership.replace_volatile), so it stops with its lease.
+            self.fence("node lease lost (a non-reliable partition stops with it)")
+            raise NotLeaderError(f"{self.name}: this node's lease is lost")
         if not self.tracker.confirmed(time.monotonic(), within_s=self.contact_s):
             metrics.LEASELESS_FENCES.inc()
             self.fence("node lease lost and an in-sync follower stopped confirming this epoch")
