@@ -6,6 +6,7 @@ tests/history.py."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -209,7 +210,12 @@ async def test_a_leader_truncates_frames_no_follower_got_when_it_returns(
         assert len(offsets) >= 30  # a retried produce may store a message twice
         assert not any(d.msg_id == "m1000000" for d in history.deliveries)
         truncated = nodes.processes[old.node_id].log_path.read_text()
-        assert "truncated 1 messages at and past 10" in truncated
+        # The orphan at least; thawed without its lease, the old leader may also append
+        # the produces queued while it was frozen (it acknowledges none: its follower's
+        # fetches bound its high watermark, and it fences within contact_s): cut too.
+        cut = re.search(r"truncated (\d+) messages at and past 10\b", truncated)
+        assert cut is not None
+        assert int(cut.group(1)) >= 1
     finally:
         await bus.close()
 

@@ -177,11 +177,12 @@ async def test_restart_resumes_exactly_after_the_last_offset(
 async def test_factor_1_is_unavailable_without_its_replica_and_resumes_at_the_same_offsets(
     bus: Bus, store: MetaStore, settings_for: Callable[[str], DanubeSettings]
 ) -> None:
-    """The only replica fenced (lease lost): another node never takes the partition over
-    with an empty log; produce answers partition_unavailable naming it; the replica back,
-    offsets continue where they were (no gap)."""
+    """The only replica's lease revoked (as etcd expires it in an outage): it serves on and
+    takes its owner key back under a new lease, same epoch; stopped, another node never takes
+    the partition over with an empty log: produce answers partition_unavailable naming it;
+    the replica back, offsets continue where they were (no gap)."""
     client = IngestClient(bus)
-    async with running_node(settings_for("a"), "node-a") as (_, task_a):
+    async with running_node(settings_for("a"), "node-a") as (stop_a, task_a):
         assert await client.produce(P, _records(b"a1", b"a2"), timeout_s=10) == 0
         async with running_node(settings_for("b"), "node-b") as (_, task_b):
             # Claim requests (the queue group picks A or B) never move it.
@@ -192,20 +193,32 @@ async def test_factor_1_is_unavailable_without_its_replica_and_resumes_at_the_sa
             assert assignment is not None
             assert assignment.replicas == ("node-a",)
 
-            # A loses its lease (as if partitioned away from etcd): it fences and exits.
-            node_a = await store.get(meta_keys.node_key("ingest", "node-a"))
-            assert node_a is not None
-            await store.revoke_lease(node_a.lease_id)
-            with pytest.raises(app.LeaseLost):
-                await asyncio.wait_for(task_a, 10)
+            owner_key = meta_keys.partition_owner_key(P)
+            before = await store.get(owner_key)
+            assert before is not None
+            await store.revoke_lease(before.lease_id)  # the owner key goes with it
+            assert await client.produce(P, _records(b"a3"), timeout_s=10) == 2
+            async with asyncio.timeout(10):
+                while True:  # written again under the node's new lease
+                    after = await store.get(owner_key)
+                    if after is not None:
+                        break
+                    await asyncio.sleep(0.05)
+            assert after.lease_id != before.lease_id
+            was, now = (Owner.model_validate_json(kv.value) for kv in (before, after))
+            assert (now.node_id, now.epoch) == (was.node_id, was.epoch)  # no failover
+            assert not task_a.done()
+
+            stop_a.set()  # a factor-1 leader stops: no other node may take it over
+            await asyncio.wait_for(task_a, 30)
             with pytest.raises(RemoteError) as refused:
                 await client.produce(P, _records(b"b1"), timeout_s=5)
             assert refused.value.code == "partition_unavailable"
             assert str(P) in refused.value.message
             assert not task_b.done()
     async with running_node(settings_for("a"), "node-a"):
-        assert await client.produce(P, _records(b"a3"), timeout_s=10) == 2
-        assert [o for o, _ in await _all(client, P)] == [0, 1, 2]
+        assert await client.produce(P, _records(b"a4"), timeout_s=10) == 3
+        assert [o for o, _ in await _all(client, P)] == [0, 1, 2, 3]
         state = await store.get_model(meta_keys.partition_state_key(P), PartitionState)
         assert state is not None
         assert (state.leader, state.isr) == ("node-a", ("node-a",))

@@ -184,3 +184,33 @@ async def test_with_nothing_cached_an_etcd_stall_is_waited_out() -> None:
     assert not read.done()  # no stale entry to answer: the read decides
     store.gate.set()
     assert (await read) == TopicConfig(partitions=2, created_ms=1)
+
+
+async def test_an_entry_whose_refresh_is_stuck_answers_stale_at_once_and_refreshes_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """etcd frozen while a topic is in use: its refresh-ahead has not answered by the time
+    the entry expires, so the produce takes the entry as it was, without the stale wait (a
+    produce with three caches expired waited 3-4 s in an etcd stall); once etcd answers,
+    the refresh replaces the entry."""
+    monkeypatch.setattr(refresh, "STALE_WAIT_S", 10.0)  # would show if it were waited
+    store, clock, refresher = GatedStore(), Clock(), Refresher()
+    catalog = Catalog(store, cache_ttl_s=2.0, refresher=refresher, clock=clock)  # type: ignore[arg-type]
+    store.gate.set()
+    known = await catalog.cached_topic(TOPIC)
+    store.gate.clear()  # etcd stops answering
+    clock.now_s = 1.5  # in use past half its TTL: a refresh starts, and hangs
+    assert await catalog.cached_topic(TOPIC) == known
+    await settle()
+    assert refresher.running == 1
+    clock.now_s = 2.5  # expired, its refresh stuck: stale at once
+    late = asyncio.ensure_future(catalog.cached_topic(TOPIC))
+    await asyncio.sleep(0)
+    assert _answered(late)
+    assert late.result() == known
+    store.partitions = 5
+    store.gate.set()  # etcd back: the refresh in flight replaces the entry
+    await settle()
+    assert refresher.running == 0
+    assert await catalog.cached_topic(TOPIC) == TopicConfig(partitions=5, created_ms=1)
+    await refresher.close()

@@ -24,12 +24,14 @@ class Owned(Generic[K, V]):
 
     ``fence(thing, reason)`` stops a thing serving at once (no I/O: it is called from the
     lease's loss callback); every thing is fenced when the lease is lost. ``on_count`` is
-    told the number of things after every change (a gauge).
+    told the number of things after every change (a gauge). ``lease=None``: the service
+    fences its things by its own rule on a lost lease (ingest leaders serve through an etcd
+    outage while their followers confirm them: docs/replication.md).
     """
 
     def __init__(
         self,
-        lease: Lease,
+        lease: Lease | None,
         *,
         fence: Callable[[V, str], None],
         on_count: Callable[[int], object] | None = None,
@@ -39,7 +41,8 @@ class Owned(Generic[K, V]):
         self._on_count = on_count
         self.locks: KeyedLocks[K] = KeyedLocks()
         """Held while a key is claimed, replaced or released: one at a time per key."""
-        lease.on_lost(lambda _: self.fence_all("node lease lost"))
+        if lease is not None:
+            lease.on_lost(lambda _: self.fence_all("node lease lost"))
 
     def __len__(self) -> int:
         return len(self._things)

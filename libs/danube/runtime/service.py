@@ -197,6 +197,9 @@ class NodeSession:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by the service once it serves: /readyz answers 200 from then on (while the bus
     is connected, the lease alive and every one of :attr:`ready_checks` passes)."""
+    renewed: list[Callable[[Lease], object]] = field(default_factory=list)
+    """Called with each new lease taken after a loss (``renew_lease``): a service whose
+    claims sit under the node lease writes them again under the new one."""
     ready_checks: list[Callable[[], NotReady | None]] = field(default_factory=list)
     """The service's own readiness conditions: each returns why it is not ready, or None."""
     _renewal: asyncio.Task[None] | None = None
@@ -246,7 +249,14 @@ class NodeSession:
                     failures += 1
                     if failures == 1:
                         log.warning("%s: etcd does not answer yet: %s", self.node_id, exc)
-                    await asyncio.sleep(backoff_s(failures - 1, base_s=0.2, cap_s=5.0))
+                    # Capped at 1 s: a service serving through the outage (ingest) takes
+                    # its claims back this soon after etcd returns.
+                    await asyncio.sleep(backoff_s(failures - 1, base_s=0.2, cap_s=1.0))
+            for callback in list(self.renewed):
+                try:
+                    callback(self.lease)
+                except Exception:  # one bad callback must not keep the others from running
+                    log.exception("%s: lease renewal callback %r failed", self.node_id, callback)
 
     def _close(self) -> None:
         if self._renewal is not None:
@@ -272,11 +282,13 @@ async def node_session(
 
     ``health_server=False``: the service answers ``/readyz`` on a port of its own and
     registers that address itself (:meth:`NodeSession.register`) once it listens; no health
-    server here. ``renew_lease``: the node lease guards nothing but the registration (the
-    service holds no claims under it), so losing it does not end the session: a new lease
-    is taken and the registration written again once etcd answers, and no
-    :class:`LeaseLost` is raised. ``ready_checks``: the service's own readiness conditions
-    (:attr:`NodeSession.ready_checks`), in force from the health server's first answer."""
+    server here. ``renew_lease``: losing the node lease does not end the session: a new
+    lease is taken and the registration written again once etcd answers, and no
+    :class:`LeaseLost` is raised. Either the lease guards nothing but the registration
+    (discovery), or the service fences by its own rule and writes its claims again under
+    the new lease, told through :attr:`NodeSession.renewed` (ingest). ``ready_checks``: the
+    service's own readiness conditions (:attr:`NodeSession.ready_checks`), in force from the
+    health server's first answer."""
     topic_metrics.configure(settings.metrics)
     bus = await Bus.connect(settings.bus, name=node_id)
     try:

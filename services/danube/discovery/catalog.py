@@ -366,13 +366,17 @@ class Catalog:
             if hit.refresh_at <= now and self._refresher is not None:
                 self._refresher.start(("namespace", name), lambda: self._refresh_ns(name, hit))
             return hit.policy
+        key = ("namespace", name)
         try:
             found = await read_or_stale(
                 lambda: self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy),
                 has_stale=hit is not None,
+                stalled=self._stalled(key),
             )
         except StaleError:  # etcd stalls or fails: the policy known a moment ago
             assert hit is not None
+            if self._refresher is not None:  # replaces the entry once etcd answers
+                self._refresher.start(key, lambda: self._refresh_ns(name, hit))
             return hit.policy
         self._remember_namespace(name, found)
         return found
@@ -408,12 +412,17 @@ class Catalog:
             if hit.refresh_at <= now and self._refresher is not None:
                 self._refresher.start(("topic", topic), lambda: self._refresh_topic(topic, hit))
             return hit.config
+        key = ("topic", topic)
         try:
             found = await read_or_stale(
-                lambda: self._locked_get_topic(topic), has_stale=hit is not None
+                lambda: self._locked_get_topic(topic),
+                has_stale=hit is not None,
+                stalled=self._stalled(key),
             )
         except StaleError:
             assert hit is not None
+            if self._refresher is not None:  # replaces the entry once etcd answers
+                self._refresher.start(key, lambda: self._refresh_topic(topic, hit))
             # etcd stalls or fails: the config known a moment ago still routes the produce (a
             # topic deleted meanwhile is fenced at ingest, whose owner key went with it).
             return hit.config
@@ -422,6 +431,10 @@ class Catalog:
             return None
         self._remember(topic, found)
         return found
+
+    def _stalled(self, key: tuple[str, object]) -> bool:
+        """Whether the entry's background refresh is stuck or failed (etcd is away)."""
+        return self._refresher is not None and self._refresher.stalled(key)
 
     async def _locked_get_topic(self, topic: TopicName) -> TopicConfig | None:
         async with self._lock:

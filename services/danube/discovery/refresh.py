@@ -30,6 +30,7 @@ from danube.meta import MetaError
 log = logging.getLogger(__name__)
 
 REFRESHES_MAX = 64
+REFRESH_FAILURES_MAX = 4096  # keys remembered as failed (bounded: cleared when full)
 STALE_WAIT_S = 1.0
 """How long the read of an expired entry is waited for while the stale entry could answer.
 Past it (etcd stalled, or slower than this), the stale entry answers, as it does when etcd
@@ -46,11 +47,18 @@ class StaleError(DanubeError):
     code = "stale"
 
 
-async def read_or_stale(read: Callable[[], Awaitable[T]], *, has_stale: bool) -> T:
+async def read_or_stale(
+    read: Callable[[], Awaitable[T]], *, has_stale: bool, stalled: bool = False
+) -> T:
     """``read()``. With ``has_stale``, at most ``STALE_WAIT_S``, and :class:`StaleError` when
-    it fails with a MetaError or takes longer; without, as long as ``read()`` takes."""
+    it fails with a MetaError or takes longer; without, as long as ``read()`` takes.
+    ``stalled`` (the entry's background refresh failed, or has not answered by the time the
+    entry expired: etcd is away): :class:`StaleError` at once, without reading: a produce
+    in an etcd outage does not wait ``STALE_WAIT_S`` per cache each time an entry expires."""
     if not has_stale:
         return await read()
+    if stalled:
+        raise StaleError("etcd does not answer this entry's refresh")
     try:
         async with asyncio.timeout(STALE_WAIT_S):
             return await read()
@@ -69,6 +77,7 @@ class Refresher:
     def __init__(self, *, max_running: int = REFRESHES_MAX) -> None:
         self.max_running = max_running
         self._running: dict[Hashable, asyncio.Task[None]] = {}
+        self._failed: set[Hashable] = set()  # keys whose last refresh failed
         self._closed = False
 
     @property
@@ -81,17 +90,26 @@ class Refresher:
         run, or this is closed; whether it was started."""
         if self._closed or key in self._running or len(self._running) >= self.max_running:
             return False
-        task = asyncio.create_task(self._run(refresh), name=f"refresh {key}")
+        task = asyncio.create_task(self._run(key, refresh), name=f"refresh {key}")
         self._running[key] = task
         task.add_done_callback(lambda _: self._running.pop(key, None))
         return True
 
-    @staticmethod
-    async def _run(refresh: Callable[[], Awaitable[None]]) -> None:
+    def stalled(self, key: Hashable) -> bool:
+        """Whether ``key``'s refresh is still running or its last one failed: asked once the
+        entry expired (its refresh began half a TTL before), this means etcd is away."""
+        return key in self._running or key in self._failed
+
+    async def _run(self, key: Hashable, refresh: Callable[[], Awaitable[None]]) -> None:
         try:
             await refresh()
         except Exception as exc:  # the entry expires and is read inline: nothing lost
             log.debug("cache refresh failed: %r", exc)
+            if len(self._failed) >= REFRESH_FAILURES_MAX:
+                self._failed.clear()  # rare: the next expiries read inline again
+            self._failed.add(key)
+        else:
+            self._failed.discard(key)
 
     async def close(self) -> None:
         """Cancel the refreshes in flight and take no more."""

@@ -137,13 +137,19 @@ class SchemaGate:
             if hit.refresh_at <= now and self._refresher is not None:
                 self._refresher.start(("binding", topic), lambda: self._refresh_binding(topic, hit))
             return hit.value
+        key = ("binding", topic)
+        refresher = self._refresher
         try:
             binding = await read_or_stale(
-                lambda: self.registry.topic_schema(topic), has_stale=hit is not None
+                lambda: self.registry.topic_schema(topic),
+                has_stale=hit is not None,
+                stalled=refresher is not None and refresher.stalled(key),
             )
         except StaleError:  # etcd stalls or fails: the binding known a moment ago
             assert hit is not None
             assert hit.value is None or isinstance(hit.value, TopicSchema)
+            if refresher is not None:  # replaces the entry once etcd answers
+                refresher.start(key, lambda: self._refresh_binding(topic, hit))
             return hit.value
         self._remember(self._bindings, topic, binding)
         return binding

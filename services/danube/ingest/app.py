@@ -26,18 +26,28 @@ class WalFailed(DanubeError):
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
-    """Run the node until ``stop``; raise LeaseLost if its lease is lost first, WalFailed if
-    a WAL failed (the restart recovers it from disk), ConfigError if the WAL's volume can
-    never take a write under the disk reserve (danube.ingest.disk)."""
+    """Run the node until ``stop``; raise WalFailed if a WAL failed (the restart recovers it
+    from disk), ConfigError if the WAL's volume can never take a write under the disk
+    reserve (danube.ingest.disk). A lost node lease does not end it (see below)."""
     await check_wal_volume(settings)
     room = DiskRoom(settings.wal_cloud.wal.dir, settings.ingest.disk_free_min_bytes)
     await room.read()
-    # Not ready while the WAL refuses every append for want of disk (docs/ingest.md).
+    # The node lease is renewed in place after a loss (an etcd outage longer than its
+    # TTL): leaders serve through it while their followers confirm them, then write their
+    # owner keys again under the new lease (docs/replication.md). Not ready while the WAL
+    # refuses every append for want of disk (docs/ingest.md).
     async with node_session(
-        settings, "ingest", node_id, settings.ingest, stop, ready_checks=[room.not_ready]
+        settings,
+        "ingest",
+        node_id,
+        settings.ingest,
+        stop,
+        renew_lease=True,
+        ready_checks=[room.not_ready],
     ) as s:
         disk = s.tasks.create_task(room.watch(), name="disk-room")
         node = Node(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
+        s.renewed.append(node.lease_renewed)
         revision = await node.load()
         claims = await serve_claims(s.bus, node.answer_claim)
         probes = await serve_probes(s.bus, node.answer_probe)
@@ -47,8 +57,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         watcher = s.tasks.create_task(
             node.watch(start_revision=revision + 1), name="partition-watch"
         )
-        reporter = s.tasks.create_task(report_load(s.store, node_id, s.lease), name="load-report")
-        await wait_for_any(stop, s.lease.lost, node.failed)
+        reporter = s.tasks.create_task(
+            report_load(s.store, node_id, lambda: s.lease), name="load-report"
+        )
+        await wait_for_any(stop, node.failed)
         watcher.cancel()
         reporter.cancel()
         disk.cancel()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from itertools import groupby
 from typing import Protocol
 
@@ -80,6 +81,11 @@ class Fetcher:
         self.leader = leader
         self.epoch = epoch
         self._leader_history = EpochHistory()
+        self.answered_s: float | None = None  # time.monotonic() of the leader's last answer
+
+    def heard_within(self, within_s: float, now_s: float) -> bool:
+        """Whether the leader answered a fetch at this epoch within ``within_s``."""
+        return self.answered_s is not None and now_s - self.answered_s <= within_s
 
     async def run(self) -> None:
         """Follow until the epoch is over (then tell the replica) or cancelled."""
@@ -143,6 +149,7 @@ class Fetcher:
             reply = protocol.decode_repl_reply(raw.body)
             if reply.status is protocol.ReplStatus.WRONG_EPOCH:
                 return
+            self.answered_s = time.monotonic()
             if reply.status is protocol.ReplStatus.AHEAD:
                 raise _Restart()
             replica.high_watermark = max(replica.high_watermark, reply.high_watermark)

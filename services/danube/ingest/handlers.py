@@ -194,6 +194,10 @@ class PartitionHandlers:
                 status, epoch, wal.start_offset, partition.high_watermark, wal.durable_next
             )
 
+        if fetch.leader_epoch > epoch and not partition.fenced:
+            # A replica follows a newer epoch: another node leads now (this one may not have
+            # heard, its etcd cut off); it stops at once, whatever its lease says.
+            partition.fence(f"{fetch.follower} follows epoch {fetch.leader_epoch}")
         if fetch.leader_epoch != epoch or partition.fenced:
             return head(protocol.ReplStatus.WRONG_EPOCH)
         if fetch.from_offset > wal.durable_next:

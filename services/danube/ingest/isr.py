@@ -11,8 +11,12 @@ leader had it at that follower's previous fetch (Kafka's rule: under steady load
 is never exactly at the end, yet it keeps up). One that has not been caught up for
 ``lag_max_s`` should leave the ISR; a replica outside it whose end reached the high
 watermark, and the start of the current epoch, may rejoin. The leader writes either change
-to etcd first and only then applies it here (:meth:`IsrTracker.set_isr`): the ISR counted
-for the high watermark is never smaller than the one a new leader would be chosen from.
+to etcd first and only then applies it here (:meth:`IsrTracker.set_isr`); a replica an
+expansion adds is counted for the high watermark from *before* the write (``pending``: etcd
+may hold it whether or not the answer comes back), and stays counted until a write that
+leaves it out succeeded. So the set counted for the high watermark always contains every ISR
+etcd may hold, which is what a new leader is chosen from: the ISR never shrinks, for the
+watermark, without an etcd write (docs/replication.md, "Serving through an etcd outage").
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class IsrTracker:
             node: FollowerView(caught_up_s=now_s) for node in replicas if node != leader
         }
         self.isr: frozenset[str] = frozenset(isr) | {leader}
+        # Added by an expansion whose etcd write has not (yet) been seen to succeed.
+        self.pending: frozenset[str] = frozenset()
         for node, view in self.followers.items():
             if node in self.isr:
                 view.in_sync_since_s = now_s
@@ -116,18 +122,41 @@ class IsrTracker:
     def advance(self, leader_end: int) -> int:
         """Recompute the high watermark from the leader's durable end; return it."""
         ends = [leader_end]
-        for node in self.isr:
+        for node in self.counted:
             if node != self.leader:
                 end = self.followers[node].end if node in self.followers else None
                 ends.append(self.high_watermark if end is None else end)
         self.high_watermark = max(self.high_watermark, min(ends))
         return self.high_watermark
 
+    @property
+    def counted(self) -> frozenset[str]:
+        """The replicas the high watermark waits for: the ISR and any pending addition."""
+        return self.isr | self.pending
+
+    def expanding(self, isr: Iterable[str]) -> None:
+        """An ISR write that adds replicas is about to go out: count them from now on."""
+        self.pending = self.pending | (frozenset(isr) - self.isr)
+        self.validate()
+
+    def confirmed(self, now_s: float, *, within_s: float) -> bool:
+        """Whether every counted follower fetched at this epoch within ``within_s``: a
+        leader without its lease acknowledges only while this holds (none follow a newer
+        epoch yet, or they would not fetch here)."""
+        for node in self.counted:
+            if node == self.leader:
+                continue
+            view = self.followers.get(node)
+            if view is None or view.fetched_s is None or now_s - view.fetched_s > within_s:
+                return False
+        return True
+
     def to_shrink(self, now_s: float) -> frozenset[str]:
-        """ISR followers not caught up for longer than ``lag_max_s``."""
+        """ISR followers (and pending additions) not caught up for longer than
+        ``lag_max_s``."""
         return frozenset(
             node
-            for node in self.isr
+            for node in self.counted
             if node != self.leader
             and (
                 node not in self.followers
@@ -156,6 +185,7 @@ class IsrTracker:
             if node in self.followers:
                 self.followers[node].in_sync_since_s = None
         self.isr = new
+        self.pending = frozenset()  # etcd holds exactly ``new`` now
         self.validate()
 
     def lag(self, leader_end: int) -> dict[str, int | None]:
@@ -170,3 +200,4 @@ class IsrTracker:
         assert self.leader in self.isr, "the leader is always in its own ISR"
         assert self.leader not in self.followers, "the leader does not follow itself"
         assert self.high_watermark >= 0, "offsets are unsigned"
+        assert not self.pending & self.isr, "a pending addition is not in the ISR yet"

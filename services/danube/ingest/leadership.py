@@ -174,6 +174,30 @@ async def claim(
     )
 
 
+async def reclaim(
+    store: MetaStore, node_id: str, lease: Lease, term: Term, view: PartitionView
+) -> bool:
+    """Write this leader's owner key again, same epoch, under ``lease`` (a new node lease):
+    the old one lapsed with the lease in an etcd outage this leader served through. One
+    transaction compared on the state's revision as this term last wrote it (nobody claimed,
+    moved or changed the ISR since) and on the owner key as ``view`` read it (absent);
+    whether it won (False: the term is over or ``view`` is stale)."""
+    lease.ensure_alive()
+    state_key = meta_keys.partition_state_key(term.partition)
+    owner_key = meta_keys.partition_owner_key(term.partition)
+    owner = Owner(node_id=node_id, epoch=term.epoch, assigned_ms=int(time.time() * 1000))
+    txn = store.txn().if_mod_revision(state_key, "==", term.state_rev)
+    _compare(txn, owner_key, view.owner_rev)
+    txn.then_put(owner_key, encode_model(owner), lease=lease)
+    result = await txn.commit()
+    if result.succeeded:
+        term.owner_rev = result.revision
+        log.info(
+            "%s: owner key of epoch %d written again under a new lease", term.partition, term.epoch
+        )
+    return result.succeeded
+
+
 def _term_state(
     node_id: str, term: Term, isr: tuple[str, ...], *, transfer_to: str | None = None
 ) -> PartitionState:
@@ -370,6 +394,7 @@ __all__ = [
     "hand_over",
     "place",
     "read",
+    "reclaim",
     "release",
     "update_isr",
 ]

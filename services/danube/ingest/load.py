@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY
@@ -59,15 +60,21 @@ def appended_bytes() -> float:
 
 
 async def report_load(
-    store: MetaStore, node_id: str, lease: Lease, *, interval_s: float = REPORT_INTERVAL_S
+    store: MetaStore,
+    node_id: str,
+    current_lease: Callable[[], Lease],
+    *,
+    interval_s: float = REPORT_INTERVAL_S,
 ) -> None:
-    """Keep ``nodes/ingest/<node_id>``'s ``load`` near the node's appended bytes/s; runs
-    until cancelled (etcd failures are logged and tried again next time)."""
+    """Keep ``nodes/ingest/<node_id>``'s ``load`` near the node's appended bytes/s, under
+    the node's lease as ``current_lease()`` gives it; runs until cancelled (etcd failures
+    are logged and tried again next time)."""
     meter = LoadMeter(appended_bytes(), time.monotonic())
     key = meta_keys.node_key("ingest", node_id)
     while True:
         await asyncio.sleep(interval_s)
         rate = meter.rate(appended_bytes(), time.monotonic())
+        lease = current_lease()
         if not meter.worth_reporting(rate) or not lease.alive:
             continue
         try:

@@ -134,3 +134,22 @@ DAMAGED_COPIES = Gauge(
     "danube_ingest_damaged_copies",
     "Partitions whose copy on this node holds a damaged range not repaired yet",
 )
+# Serving through an etcd outage (docs/replication.md).
+LEASELESS_SECONDS = Gauge(
+    "danube_ingest_leaseless_seconds",
+    "Seconds this node has been without its node lease (0 while it holds one): its leaders "
+    "acknowledge meanwhile only while their in-sync followers confirm their epoch",
+)
+LEASELESS_ACKS = Counter(
+    "danube_ingest_leaseless_acks",
+    "Produces acknowledged while this node had no node lease (confirmed by the followers)",
+)
+LEASELESS_FENCES = Counter(
+    "danube_ingest_leaseless_fences",
+    "Leaders without a lease that stopped because an in-sync follower stopped confirming",
+)
+RECLAIMS = Counter(
+    "danube_ingest_reclaims",
+    "Owner keys written again under a new node lease by a leader that served through an "
+    "etcd outage (its epoch unchanged)",
+)

@@ -20,6 +20,7 @@ import orjson
 from danube.bus import Bus, Request
 from danube.config import DanubeSettings
 from danube.ingest import leadership, metrics
+from danube.ingest.nodelease import NodeLease
 from danube.ingest.partition import Partition
 from danube.ingest.replica import NodeContext, Replica
 from danube.ingest.throttle import TokenBucket
@@ -63,7 +64,7 @@ class Node:
         self.node_id = node_id
         self.bus = bus
         self.store = store
-        self.lease = lease
+        self.leases = NodeLease(lease)
         self.failed = asyncio.Event()  # a WAL failed: the process must restart
         wal_root = settings.wal_cloud.wal.dir
         ops = TimedFileOps(
@@ -74,14 +75,24 @@ class Node:
         rate_bytes_s = settings.ingest.catchup_bytes_s
         catchup = TokenBucket(rate_bytes_s, rate_bytes_s / 4, time.monotonic())
         self.ctx = NodeContext(
-            settings, node_id, bus, store, lease, ops, on_fatal=self.failed.set, catchup=catchup
+            settings,
+            node_id,
+            bus,
+            store,
+            self.leases,
+            ops,
+            on_fatal=self.failed.set,
+            catchup=catchup,
         )
+        metrics.LEASELESS_SECONDS.set_function(self.leases.leaseless_s)
         metrics.OPEN_SEGMENT_FILES.set_function(lambda: ops.open_count)
         metrics.SEGMENT_FILE_REOPENS.set_function(lambda: ops.reopens)
         metrics.WAL_DISK_FULL.labels(str(wal_root)).set_function(lambda: int(ops.disk_full))
         metrics.WAL_DISK_FREE.labels(str(wal_root)).set_function(lambda: _free_bytes(wal_root))
+        # Not fenced on a lost lease: each leader serves on while its followers confirm it
+        # (danube.ingest.partition), and takes its owner key back under the next lease.
         self._replicas: Owned[TopicName, _Kept] = Owned(
-            lease, fence=_fence_leader, on_count=metrics.PARTITIONS.set
+            None, fence=_fence_leader, on_count=metrics.PARTITIONS.set
         )
         metrics.SEGMENTS.set_function(lambda: sum(p.wal.stats().segments for p in self.partitions))
         metrics.UNDER_REPLICATED.set_function(
@@ -90,6 +101,16 @@ class Node:
         metrics.FOLLOWER_LAG_MAX.set_function(
             lambda: max((p.max_follower_lag() for p in self.partitions), default=0)
         )
+
+    def lease_renewed(self, lease: Lease) -> None:
+        """The session took a new node lease after losing the last one (an etcd outage):
+        every replica reconciles now, so leaders write their owner keys again under it."""
+        self.leases.renew(lease)
+        log.info(
+            "ingest %s: new node lease; %d replicas reconcile", self.node_id, len(self._replicas)
+        )
+        for kept in self._replicas.values():
+            kept.replica.kick()
 
     def get(self, name: TopicName) -> Partition | None:
         """The partition if this node leads it."""

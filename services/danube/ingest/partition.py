@@ -13,6 +13,16 @@ taking appends (new produces are answered ``not_owner`` at once: retriable, the 
 retries and reaches the new leader), waits until the chosen in-sync follower holds the whole
 log and every produce under way is answered, then writes the hand-over
 (danube.ingest.leadership.hand_over) and fences itself; the follower's claim follows.
+
+**Without its node lease** (an etcd outage longer than the lease; docs/replication.md,
+"Serving through an etcd outage") the leader goes on acknowledging only while every
+follower counted for the high watermark has fetched at this epoch within ``contact_s``
+(:meth:`IsrTracker.confirmed`): the high watermark needs them all, and a follower that
+moved to a newer epoch fetches here no more. When one stops confirming, the leader fences
+itself at once so that its subscriptions go and producers reach the new leader. With no
+follower counted (factor 1, or an ISR of the leader alone, which no other replica may
+claim) it serves on. A non-reliable partition (memory only) stops with its lease: a claim
+may move it to a live node without its old leader's say (leadership.replace_volatile).
 """
 
 from __future__ import annotations
@@ -38,8 +48,9 @@ from danube.ingest.leadership import (
     hand_over,
     update_isr,
 )
+from danube.ingest.nodelease import NodeLease
 from danube.ingest.wal import Durability, Wal, WalFailedError
-from danube.meta import Lease, MetaStore, TopicName
+from danube.meta import MetaStore, TopicName
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment
 from danube.runtime.topic_metrics import topic_label
@@ -64,8 +75,9 @@ class Partition:
         store: MetaStore,
         bus: Bus,
         node_id: str,
-        lease: Lease,
+        lease: NodeLease,
         lag_max_s: float,
+        contact_s: float = 1.0,
         high_watermark: int,
         on_fenced: Callable[[Partition, bool], None],
         on_change: Callable[[], None] = lambda: None,
@@ -78,6 +90,8 @@ class Partition:
         self._bus = bus
         self._node_id = node_id
         self._lease = lease
+        # Without the lease, every counted follower must have fetched this recently.
+        self.contact_s = contact_s
         self._on_fenced = on_fenced
         self._on_change = on_change  # the ISR changed: the replica reconsiders transfers
         self._transferring: str | None = None  # appends refused: leadership is moving here
@@ -159,8 +173,21 @@ class Partition:
             )
         if self._fenced is not None:
             raise NotLeaderError(f"{self.name}: not led here any more ({self._fenced})")
-        if not self._lease.alive:
-            self.fence("node lease lost")
+        self._check_confirmed()
+
+    def _check_confirmed(self) -> None:
+        """Without the node lease: fence unless every counted follower still confirms this
+        epoch (see the module docstring)."""
+        if self._lease.alive:
+            return
+        if self._live_payloads:
+            # Non-reliable (memory only): a claim may move it to a live node without asking
+            # the old one (leadership.replace_volatile), so it stops with its lease.
+            self.fence("node lease lost (a non-reliable partition stops with it)")
+            raise NotLeaderError(f"{self.name}: this node's lease is lost")
+        if not self.tracker.confirmed(time.monotonic(), within_s=self.contact_s):
+            metrics.LEASELESS_FENCES.inc()
+            self.fence("node lease lost and an in-sync follower stopped confirming this epoch")
             raise NotLeaderError(f"{self.name}: this node's lease is lost")
 
     def _check_insync(self, when: str) -> None:
@@ -192,10 +219,11 @@ class Partition:
                 await self._committed(end)
             if self._fenced is not None:  # never acknowledge after leadership is gone
                 raise NotLeaderError(f"{self.name}: not led here any more ({self._fenced})")
-            if not self._lease.alive:
-                self.fence("node lease lost")
-                raise NotLeaderError(f"{self.name}: this node's lease is lost")
+            leaseless = not self._lease.alive
+            self._check_confirmed()
             self._check_insync("after the append (it may be stored; a retry may duplicate)")
+            if leaseless:
+                metrics.LEASELESS_ACKS.inc()
             return first
         finally:
             self._inflight -= 1
@@ -213,6 +241,9 @@ class Partition:
                     f"{self.name}: offsets below {end} not replicated to the ISR "
                     f"({', '.join(sorted(self.tracker.isr))}) in {self.commit_timeout_s:.0f}s"
                 )
+            if not self._lease.alive:  # look at the followers at least every contact_s
+                self._check_confirmed()
+                remaining_s = min(remaining_s, self.contact_s)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining_s):
                     await self._hw_event.wait()
@@ -256,10 +287,13 @@ class Partition:
                 now = time.monotonic()
                 tracker = self.tracker
                 out = tracker.to_shrink(now) | self._leaving
-                isr = (tracker.isr - out) | (tracker.to_expand() - self._leaving)
-                if isr == tracker.isr or self.fenced:
+                isr = (tracker.isr - out) | (tracker.to_expand() - out)
+                if (isr == tracker.isr and not tracker.pending) or self.fenced:
                     return
                 ordered = tuple(n for n in self.term.replicas if n in isr)
+                # Counted before the write: etcd may hold the addition even if its answer
+                # is lost, and a new leader may then be chosen from it (isr.py).
+                tracker.expanding(ordered)
                 await update_isr(self._store, self._node_id, self.term, ordered)
                 change = "shrink" if len(ordered) < len(tracker.isr) else "expand"
                 tracker.set_isr(ordered, time.monotonic())

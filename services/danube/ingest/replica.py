@@ -27,6 +27,7 @@ from danube.ingest.copies import serve_copy_reads
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.fetcher import Fetcher
 from danube.ingest.handlers import PartitionHandlers
+from danube.ingest.nodelease import NodeLease
 from danube.ingest.partition import Partition
 from danube.ingest.repairs import Repairer, in_sync_peers
 from danube.ingest.roles import Act, decide
@@ -67,10 +68,34 @@ class NodeContext:
     node_id: str
     bus: Bus
     store: MetaStore
-    lease: Lease
+    leases: NodeLease  # the current node lease: replaced after an etcd outage
     file_ops: FileOps
     on_fatal: Callable[[], None]
     catchup: TokenBucket  # the node's catch-up throttle (ingest.catchup_bytes_s)
+
+    @property
+    def lease(self) -> Lease:
+        """The node lease now (claims and owner keys are written under it)."""
+        return self.leases.current
+
+    @property
+    def contact_s(self) -> float:
+        """How recently a follower must have fetched to count as confirming its leader's
+        epoch: two long polls and a margin (docs/replication.md, "Serving through an
+        etcd outage")."""
+        return contact_s(self.settings)
+
+    @property
+    def reclaim_grace_s(self) -> float:
+        """How long followers keep following a leader whose owner key lapsed while it
+        still answers them, before one may claim: time for it to take a new lease and
+        write its key again once etcd is back."""
+        return 2.0 * self.settings.ingest.lease_ttl_s
+
+
+def contact_s(settings: DanubeSettings) -> float:
+    """See :attr:`NodeContext.contact_s`."""
+    return max(1.0, 2 * settings.ingest.replica_fetch_wait_s + 0.5)
 
 
 @dataclass
@@ -116,6 +141,7 @@ class Replica:
         # A damaged leader's hand-over failed: it repairs while it leads instead.
         self._damaged_hand_over_failed = False
         self._copy_reads: Responder | None = None
+        self._owner_gone_s: float | None = None  # since when the owner key is seen absent
 
     @property
     def partition(self) -> Partition | None:
@@ -187,9 +213,13 @@ class Replica:
     async def _step(self) -> float | None:
         """One reconcile; returns how long to wait before the next (None: at once)."""
         ctx = self.ctx
+        if self.leading is not None and self.leading.partition.fenced:
+            await self._stop_leading()  # its subscriptions go now, whatever etcd says
         if not ctx.lease.alive:
-            self._demote("node lease lost")
-            return _idle_poll_s()
+            # etcd is away (or was, and the session takes a new lease: it kicks us then).
+            # Leaders serve on by their followers' confirmation (Partition), followers
+            # follow on; nothing here may write etcd.
+            return _MOVING_POLL_S
         view = await leadership.read(ctx.store, self.name)
         self._assignment = view.assignment
         leading_epoch = None if self.leading is None else self.leading.partition.term.epoch
@@ -208,8 +238,18 @@ class Replica:
             now_ms=now_ms,
             damaged=self.repairer.damaged,
             leaderless_ms=now_ms - (self._leaderless_since_ms or now_ms),
+            leader_heard=self._leader_heard(view),
         )
         act = decision.act
+        if act is Act.HOLD:
+            return _MOVING_POLL_S  # its owner key comes back, or the grace runs out
+        if act is Act.RECLAIM:
+            assert self.leading is not None
+            led = self.leading.partition.term
+            if await leadership.reclaim(ctx.store, ctx.node_id, ctx.lease, led, view):
+                metrics.RECLAIMS.inc()
+                return _idle_poll_s()
+            return None  # the term is over, or the view stale: read again
         if act in (Act.STOP, Act.RETIRE):
             log.info("%s: not a replica here any more", self.name)
             self._stopped = True
@@ -248,6 +288,22 @@ class Replica:
             await leadership.delete_stale_owner(ctx.store, ctx.node_id, self.name, view)
             return None
         return _POLL_S  # WAIT: no leader we may follow or become
+
+    def _leader_heard(self, view: leadership.PartitionView) -> bool:
+        """Whether the leader this replica follows answers it lately while its owner key
+        has been gone for less than the grace period (Act.HOLD)."""
+        now_s = time.monotonic()
+        if view.owner is not None:
+            self._owner_gone_s = None
+            return False
+        if self._owner_gone_s is None:
+            self._owner_gone_s = now_s
+        fetcher = self._fetcher
+        return (
+            fetcher is not None
+            and fetcher.heard_within(self.ctx.contact_s, now_s)
+            and now_s - self._owner_gone_s < self.ctx.reclaim_grace_s
+        )
 
     async def _lead(self, view: leadership.PartitionView) -> float | None:
         """A leader's step besides keeping its term: take the replica set as etcd holds it,
@@ -422,8 +478,9 @@ class Replica:
             store=ctx.store,
             bus=ctx.bus,
             node_id=ctx.node_id,
-            lease=ctx.lease,
+            lease=ctx.leases,
             lag_max_s=ctx.settings.ingest.replica_lag_max_s,
+            contact_s=ctx.contact_s,
             high_watermark=self.high_watermark,
             on_fenced=self._on_fenced,
             on_change=self.kick,

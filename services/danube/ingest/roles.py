@@ -2,8 +2,15 @@
 its own state: pure, tested on its own (tests/unit/test_ingest_replication.py).
 
 - not in the replica set any more: **stop**;
-- leading epoch E: **keep** while the owner key still names this node with E, else
-  **demote** (another epoch began: this node must never acknowledge again under E);
+- leading epoch E: **keep** while the owner key still names this node with E; **reclaim**
+  (write the owner key again, same epoch, under the node's new lease) when the key is gone
+  but the state still names this node and E — its lease lapsed in an etcd outage it served
+  through; else **demote** (another epoch began: this node must never acknowledge again
+  under E);
+- following epoch E whose owner key is gone while the state still names E's leader and
+  that leader still answers (``leader_heard``): **hold** — keep following; it reclaims
+  (bounded by the caller: after a grace period ``leader_heard`` is false and a claim may
+  follow);
 - another node's owner key exists: **follow** its epoch (or keep following it);
 - no live leader: **claim** if this node may lead — it is in the ISR (or the partition never
   had a leader) and its log is whole (it has an epoch history, unless the partition never
@@ -30,7 +37,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from danube.ingest.leadership import PartitionView
-from danube.meta.records import TRANSFER_HOLD_MS
+from danube.meta.records import TRANSFER_HOLD_MS, PartitionState
 
 DAMAGED_CLAIM_HOLD_MS = 3000
 """A damaged replica claims only after the partition had no leader this long."""
@@ -46,6 +53,8 @@ class Act(Enum):
     RESTART = "restart"
     DELETE_STALE_OWNER = "delete_stale_owner"
     WAIT = "wait"
+    RECLAIM = "reclaim"  # leading: the owner key again under the new lease, same epoch
+    HOLD = "hold"  # following: the leader's owner key lapsed but it serves; it reclaims
 
 
 @dataclass(frozen=True)
@@ -65,10 +74,12 @@ def decide(
     now_ms: int,
     damaged: bool = False,
     leaderless_ms: int = 0,
+    leader_heard: bool = False,
 ) -> Decision:
     """The next step of replica ``me`` (see the module docstring); ``now_ms``: wall time;
     ``damaged``: this copy holds a damaged range not repaired yet; ``leaderless_ms``: how
-    long this replica has seen the partition without a leader."""
+    long this replica has seen the partition without a leader; ``leader_heard``: the leader
+    this replica follows answered it lately."""
     assignment, state, owner = view.assignment, view.state, view.owner
     if assignment is None or me not in assignment.replicas:
         if assignment is not None and me in assignment.retired and leading_epoch is None:
@@ -77,11 +88,22 @@ def decide(
     if leading_epoch is not None:
         if owner is not None and (owner.node_id, owner.epoch) == (me, leading_epoch):
             return Decision(Act.KEEP)
+        if owner is None and _led_by(state, me, leading_epoch):
+            return Decision(Act.RECLAIM)
         return Decision(Act.DEMOTE)
     if owner is not None and owner.node_id != me:
         if following_epoch == owner.epoch:
             return Decision(Act.KEEP, owner.node_id, owner.epoch)
         return Decision(Act.FOLLOW, owner.node_id, owner.epoch)
+    if (
+        owner is None
+        and leader_heard
+        and state is not None
+        and state.leader != me
+        and following_epoch is not None
+        and _led_by(state, state.leader, following_epoch)
+    ):
+        return Decision(Act.HOLD, state.leader, following_epoch)
     if state is not None and state.restart_at is not None:
         # An operator's unclean move: the new replicas start empty; any of them may claim.
         return Decision(Act.RESTART if me in state.isr else Act.WAIT)
@@ -108,3 +130,14 @@ def decide(
     if owner is not None:
         return Decision(Act.DELETE_STALE_OWNER)
     return Decision(Act.WAIT)
+
+
+def _led_by(state: PartitionState | None, node: str, epoch: int) -> bool:
+    """Whether ``state`` still says ``node`` leads ``epoch``, with no transfer or unclean
+    move under way (its owner key lapsed with its lease, nothing else happened)."""
+    return (
+        state is not None
+        and (state.leader, state.leader_epoch) == (node, epoch)
+        and state.transfer_to is None
+        and state.restart_at is None
+    )
