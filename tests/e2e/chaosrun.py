@@ -277,6 +277,15 @@ class Load:
                 await asyncio.sleep(RETRY_PAUSE_S)
             number += 1
 
+    def latency_p50_s(self, partition: TopicName, start: float, end: float) -> float:
+        """The median time of the acknowledged calls on ``partition`` started in [start, end]."""
+        took = sorted(
+            a.ended - a.started
+            for a in self.attempts
+            if a.partition == str(partition) and a.outcome == "ok" and start <= a.started <= end
+        )
+        return took[len(took) // 2] if took else float("nan")
+
     def unavailable_s(self, start: float, end: float) -> dict[str, float]:
         """Per partition, the longest stretch of [start, end] with no acknowledgement."""
         return {
@@ -301,6 +310,7 @@ class RunOutcome:
     history_path: Path
     read_back: dict[str, list[int]]
     isr_whole: bool
+    latency_p50_s: float  # the watched partition's, while the faults were on
 
 
 async def run_schedule(
@@ -359,7 +369,10 @@ async def run_schedule(
         notes=" ".join(f"{p}={s:.2f}s" for p, s in unavailable.items())
         + ("" if isr_whole else " ISR not whole after healing"),
     )
-    return RunOutcome(result, report, history_path, read_back, isr_whole)
+    faulted = schedule.steps[-1].at_s  # the last step heals
+    latency = load.latency_p50_s(partitions[watch], started, started + faulted)
+    result.notes += f" p50 while faulted {latency * 1000:.0f} ms"
+    return RunOutcome(result, report, history_path, read_back, isr_whole, latency)
 
 
 def resolve(mesh: NetMesh, role: str, leader: str) -> list[str]:

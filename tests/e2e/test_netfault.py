@@ -20,6 +20,9 @@ from chaosrun import NetMesh, RunOutcome, Topology, run_schedule
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 
 RUNS = 3
+# 150 ms each way on the leader's links: a produce crosses them at least twice (client to
+# leader, leader to client), the followers' fetches twice more before the commit.
+DELAYED_PRODUCE_MIN_S = 0.3
 RESULTS_ENV = "DANUBE_CHAOS_RESULTS"  # a JSON-lines file each run appends its row to
 
 
@@ -99,3 +102,5 @@ async def test_schedule(net_mesh: Callable[..., NetMesh], name: str, run: int) -
     outcome = await run_schedule(mesh, schedule, run=run)
     _record(outcome)
     _judge(outcome)
+    if schedule.needs_delay:  # the relays did delay: a produce crosses the leader's links
+        assert outcome.latency_p50_s >= DELAYED_PRODUCE_MIN_S, outcome.result
