@@ -10,6 +10,7 @@ tests/netlab.py. ``python -m tests.chaos RESULTS.jsonl`` prints the results tabl
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -123,7 +124,7 @@ def longest_unavailable(acks: Iterable[float], start: float, end: float) -> floa
         raise ValueError(f"window ends ({end}) before it starts ({start})")
     times = sorted(t for t in acks if start <= t <= end)
     edges = [start, *times, end]
-    return max(b - a for a, b in zip(edges, edges[1:], strict=False))
+    return max(b - a for a, b in itertools.pairwise(edges))
 
 
 @dataclass

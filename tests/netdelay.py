@@ -61,9 +61,7 @@ async def _write(writer: asyncio.StreamWriter, queue: asyncio.Queue[tuple[float,
         writer.write_eof()
 
 
-async def _pipe(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: Delay
-) -> None:
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: Delay) -> None:
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(QUEUE_CHUNKS_MAX)
     await asyncio.gather(_read(reader, queue, delay), _write(writer, queue))
 

@@ -148,8 +148,8 @@ class Lab:
         )
         self.hosts[name] = host  # before it exists, so close() deletes a half-made host
         run(["ip", "netns", "add", host.netns])
-        run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0"]
-            + ["netns", host.netns])
+        veth = ["ip", "link", "add", host.veth, "type", "veth"]
+        run([*veth, "peer", "name", "eth0", "netns", host.netns])
         run(["ip", "link", "set", host.veth, "master", self.bridge, "up"])
         run(["ip", "-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0"])
         run(["ip", "-n", host.netns, "link", "set", "eth0", "up"])
@@ -187,10 +187,10 @@ class Lab:
 
     def _apply(self, host: str) -> None:
         """Replace the host's table with its faults in one nft transaction."""
-        ruleset = render_table([self._rule(f) for f in self.faults.get(host, [])])
+        ruleset = render_table([self.rule(f) for f in self.faults.get(host, [])])
         run(self.hosts[host].command(["nft", "-f", "-"]), stdin=ruleset)
 
-    def _rule(self, fault: Fault) -> tuple[str, str]:
+    def rule(self, fault: Fault) -> tuple[str, str]:
         """(input match, output match) of one fault; the verdict is added by render_table."""
         drop = "" if fault.cut else f"numgen random mod 100 < {fault.loss_percent} "
         if not fault.peers:

@@ -266,7 +266,9 @@ class Load:
                 except Exception as exc:  # a bus error: recorded, the message sent again
                     outcome, code = "error", type(exc).__name__
                 self.attempts.append(
-                    Attempt(name, str(partition), msg_id, started, loop.time(), outcome, offset, code)
+                    Attempt(
+                        name, str(partition), msg_id, started, loop.time(), outcome, offset, code
+                    )
                 )
                 if outcome == "ok":
                     self.history.produced(
@@ -329,20 +331,24 @@ async def run_schedule(
     stop = asyncio.Event()
     leaders: list[str] = []
     try:
-        async with _background(load.run(stop)) as producing:
-            async with _background(_watch_leader(store, partitions[watch], leaders)):
-                await _wait_isr(store, partitions, t.factor, timeout_s=ISR_WAIT_S)
-                await asyncio.sleep(WARMUP_S)
-                leader = (await _owner(store, partitions[watch])).node_id
-                started = loop.time()
-                async with _background(_apply(mesh, schedule, leader, started)) as faults:
-                    await asyncio.sleep(max(0.0, started + schedule.duration_s - loop.time()))
-                    ended = loop.time()
-                    await faults
-                stop.set()
-                await producing
+        async with (
+            _background(load.run(stop)) as producing,
+            _background(_watch_leader(store, partitions[watch], leaders)),
+        ):
+            await _wait_isr(store, partitions, t.factor, timeout_s=ISR_WAIT_S)
+            await asyncio.sleep(WARMUP_S)
+            leader = (await _owner(store, partitions[watch])).node_id
+            started = loop.time()
+            async with _background(_apply(mesh, schedule, leader, started)) as faults:
+                await asyncio.sleep(max(0.0, started + schedule.duration_s - loop.time()))
+                ended = loop.time()
+                await faults
+            stop.set()
+            await producing
         isr_whole = await _wait_isr(store, partitions, t.factor, timeout_s=ISR_WAIT_S, strict=False)
-        read_back = {str(p): await _read_all(IngestClient(bus), p, load.history) for p in partitions}
+        read_back = {
+            str(p): await _read_all(IngestClient(bus), p, load.history) for p in partitions
+        }
     finally:
         stop.set()
         await store.close()

@@ -65,11 +65,13 @@ def _judge(outcome: RunOutcome) -> None:
     """What every run must show, whatever its schedule."""
     result, report = outcome.result, outcome.report
     assert report.ok, f"{report.summary()}\nhistory: {outcome.history_path}"
-    assert result.lost == 0 and result.conflicting == 0
+    assert result.lost == 0
+    assert result.conflicting == 0
     assert outcome.isr_whole, f"ISR not whole after healing; leaders {result.leaders}"
     for partition, offsets in outcome.read_back.items():
         assert offsets == list(range(len(offsets))), f"{partition} not dense from 0"
-    assert result.acknowledged > 0 and result.read_back >= result.acknowledged
+    assert result.acknowledged > 0
+    assert result.read_back >= result.acknowledged
 
 
 async def test_isolated_leader_fails_over_and_loses_nothing(
