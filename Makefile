@@ -89,12 +89,17 @@ bench: setup setup-bench
 
 # The network fault harness (docs/chaos.md): every schedule of tests/chaos.py, 3 runs each,
 # against etcd, NATS and 3 ingest nodes in network namespaces (needs root); prints the
-# results table at the end (rows in $(CHAOS_RESULTS)). `make test` runs one short schedule.
+# results table at the end (rows in $(CHAOS_RESULTS), each run's history and logs beside it
+# in $(CHAOS_RESULTS).runs/). CHAOS_NATS=3: a 3-server NATS cluster (CHAOS_ETCD: etcd members,
+# 1 until the mesh takes an etcd endpoint list). `make test` runs one short schedule.
 CHAOS_RESULTS ?= chaos-results.jsonl
+CHAOS_NATS ?= 1
+CHAOS_ETCD ?= 1
 
 chaos: setup setup-net
-	rm -f $(CHAOS_RESULTS)
-	DANUBE_CHAOS_RESULTS=$(abspath $(CHAOS_RESULTS)) $(BIN)/pytest -q -s -m chaos tests/e2e/test_netfault.py $(ARGS); \
+	rm -rf $(CHAOS_RESULTS) $(CHAOS_RESULTS).runs
+	DANUBE_CHAOS_RESULTS=$(abspath $(CHAOS_RESULTS)) DANUBE_CHAOS_NATS=$(CHAOS_NATS) \
+	DANUBE_CHAOS_ETCD=$(CHAOS_ETCD) $(BIN)/pytest -q -s -m chaos tests/e2e/test_netfault.py $(ARGS); \
 	status=$$?; $(BIN)/python -m tests.chaos $(CHAOS_RESULTS); exit $$status
 
 bench-peers: setup setup-bench

@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +58,15 @@ class Topology:
     min_insync: int = 2
     partitions: int = 2
     producers_per_partition: int = 2
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Topology:
+        """The default topology, with ``DANUBE_CHAOS_ETCD`` / ``DANUBE_CHAOS_NATS`` members
+        when set (`make chaos CHAOS_NATS=3`)."""
+        return cls(
+            etcd_members=int(env.get("DANUBE_CHAOS_ETCD") or 1),
+            nats_servers=int(env.get("DANUBE_CHAOS_NATS") or 1),
+        ).validate()
 
     def validate(self) -> Topology:
         if self.etcd_members != 1:

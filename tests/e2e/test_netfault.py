@@ -7,6 +7,7 @@ offsets dense. `make test` runs one short schedule; `make chaos` every schedule 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -55,10 +56,20 @@ def net_mesh(tmp_path: Path) -> Iterator[Callable[..., NetMesh]]:
 
 
 def _record(outcome: RunOutcome) -> None:
+    """Print the run's row; with $DANUBE_CHAOS_RESULTS, append it there and keep the run's
+    history, attempts and process logs in ``<results>.runs/<schedule>-<run>/``."""
     print(f"\n{outcome.result}")
     path = os.environ.get(RESULTS_ENV)
-    if path:
-        write_result(Path(path), outcome.result)
+    if not path:
+        return
+    write_result(Path(path), outcome.result)
+    keep = Path(f"{path}.runs") / f"{outcome.result.schedule}-{outcome.result.run}"
+    shutil.rmtree(keep, ignore_errors=True)
+    keep.mkdir(parents=True)
+    run_dir = outcome.history_path.parent
+    for name in ("history-*.jsonl", "attempts-*.jsonl", "*.log"):
+        for found in run_dir.glob(name):
+            shutil.copy2(found, keep / found.name)
 
 
 def _judge(outcome: RunOutcome) -> None:
@@ -100,7 +111,7 @@ async def test_schedule(net_mesh: Callable[..., NetMesh], name: str, run: int) -
     """Every schedule, 3 runs each (`make chaos`): the history checker's verdict per run,
     the run's row appended to $DANUBE_CHAOS_RESULTS for the table."""
     schedule = SCHEDULES[name]
-    mesh = net_mesh(Topology(), delay_relays=schedule.needs_delay)
+    mesh = net_mesh(Topology.from_env(os.environ), delay_relays=schedule.needs_delay)
     outcome = await run_schedule(mesh, schedule, run=run)
     _record(outcome)
     _judge(outcome)
