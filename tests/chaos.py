@@ -127,6 +127,20 @@ def longest_unavailable(acks: Iterable[float], start: float, end: float) -> floa
     return max(b - a for a, b in itertools.pairwise(edges))
 
 
+def divergence(committed: dict[int, str], replicas: dict[str, dict[int, str]]) -> list[str]:
+    """Where a replica's log disagrees with what the leader served below the high watermark
+    (``committed``: offset -> message id): every in-sync replica must hold each of those
+    offsets, with the same message; what lies above is uncommitted and may differ."""
+    problems: list[str] = []
+    for host in sorted(replicas):
+        log = replicas[host]
+        for offset in sorted(committed):
+            held = log.get(offset)
+            if held != committed[offset]:
+                problems.append(f"{host}@{offset}: holds {held!r}, served {committed[offset]!r}")
+    return problems
+
+
 @dataclass
 class RunResult:
     """One run of one schedule: what the history checker found and what the producers saw."""
@@ -141,6 +155,7 @@ class RunResult:
     errors: int = 0
     timeouts: int = 0
     read_back: int = 0  # offsets read back after healing, all partitions
+    diverged: int = 0  # committed offsets some replica's WAL disagrees on (tests/chaos.divergence)
     leaders: list[str] = field(default_factory=list)  # the watched partition's, in order
     notes: str = ""
 

@@ -5,7 +5,8 @@ are nftables rules inside a host's namespace: a cut drops every packet to and fr
 peers, a loss drops a random share of them. Everything is deleted when the lab closes, also
 after a failure.
 
-Needs root (``ip netns add``); :func:`unavailable_reason` says why a lab cannot be made here.
+Needs root (``ip netns add``); :func:`unavailable_reason` says why a lab cannot be made here,
+:func:`missing_tools` which commands are not installed.
 The kernel of this machine has no ``netem`` qdisc (no delay from ``tc``): delay comes from
 ``tests/netdelay.py``, a relay in the host's namespace (see docs/chaos.md).
 """
@@ -50,14 +51,16 @@ def run(argv: Sequence[str], *, stdin: str | None = None) -> str:
     return done.stdout
 
 
+def missing_tools() -> list[str]:
+    """The commands a lab needs that are not installed (`make setup-net` installs them)."""
+    return [tool for tool in ("ip", "nft") if shutil.which(tool) is None]
+
+
 def unavailable_reason() -> str | None:
-    """Why no lab can be made on this machine (not root, no ip or nft, namespaces refused),
-    or None when one can: a throwaway namespace is added and deleted to find out."""
+    """Why no lab may be made here (not root, or namespaces refused), or None when one
+    may: a throwaway namespace is added and deleted to find out. Needs ``ip``."""
     if os.geteuid() != 0:
         return "network namespaces need root (ip netns add); running as a normal user"
-    for tool in ("ip", "nft"):
-        if shutil.which(tool) is None:
-            return f"{tool} not found: `make setup-tools` installs iproute2 and nftables"
     probe = f"dnbprobe{secrets.token_hex(3)}"
     try:
         run(["ip", "netns", "add", probe])

@@ -20,7 +20,7 @@ from pathlib import Path
 from danube.bus import Bus, NoRespondersError, TopicName
 from danube.config import BusConfig, MetadataConfig
 from danube.errors import DanubeError
-from danube.frame import Record, decode_record, encode_record
+from danube.frame import Record, decode_frames, decode_record, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
@@ -141,6 +141,18 @@ class NetMesh:
         if not self.delay_relays:
             raise RuntimeError("delay needs the mesh started with delay_relays=True")
         (self.tmp / f"delay-{host}").write_text(str(delay_ms))
+
+    def replica_log(self, host: str, partition: TopicName) -> dict[int, str]:
+        """The message id at each offset of ``host``'s WAL of ``partition``, read from its
+        segment files (stop the mesh first: a live tail may be cut mid-frame, which is
+        left out)."""
+        directory = self.tmp / "wal" / host / partition.namespace / partition.topic
+        log: dict[int, str] = {}
+        for segment in sorted(directory.glob("*.wal")):
+            frames, _ = decode_frames(segment.read_bytes())
+            for frame in frames:
+                log[frame.offset] = decode_record(frame.payload).payload.decode()
+        return log
 
     # --- specs ---------------------------------------------------------------------
 
@@ -320,6 +332,7 @@ class RunOutcome:
     report: Report
     history_path: Path
     read_back: dict[str, list[int]]
+    served: dict[str, dict[int, str]]  # per partition, the message at each offset read back
     isr_whole: bool
     latency_p50_s: float  # the watched partition's, while the faults were on
 
@@ -355,13 +368,12 @@ async def run_schedule(
             stop.set()
             await producing
         isr_whole = await _wait_isr(store, partitions, t.factor, timeout_s=ISR_WAIT_S, strict=False)
-        read_back = {
-            str(p): await _read_all(IngestClient(bus), p, load.history) for p in partitions
-        }
+        served = {str(p): await _read_all(IngestClient(bus), p, load.history) for p in partitions}
     finally:
         stop.set()
         await store.close()
         await bus.close()
+    read_back = {p: list(messages) for p, messages in served.items()}
     report = load.history.check(expect_contiguous_from={str(p): 0 for p in partitions})
     unavailable = load.unavailable_s(started, ended)
     history_path = mesh.tmp / f"history-{schedule.name}-{run}.jsonl"
@@ -387,7 +399,7 @@ async def run_schedule(
     faulted = schedule.steps[-1].at_s  # the last step heals
     latency = load.latency_p50_s(partitions[watch], started, started + faulted)
     result.notes += f" p50 while faulted {latency * 1000:.0f} ms"
-    return RunOutcome(result, report, history_path, read_back, isr_whole, latency)
+    return RunOutcome(result, report, history_path, read_back, served, isr_whole, latency)
 
 
 def resolve(mesh: NetMesh, role: str, leader: str) -> list[str]:
@@ -493,10 +505,10 @@ async def _wait_isr(
     return False
 
 
-async def _read_all(client: IngestClient, partition: TopicName, history: History) -> list[int]:
-    """Every offset of the partition from 0 to its high watermark, each recorded as a
-    delivery (a fetch is retried while no leader serves, up to READ_WAIT_S)."""
-    offsets: list[int] = []
+async def _read_all(client: IngestClient, partition: TopicName, history: History) -> dict[int, str]:
+    """Every message of the partition from offset 0 to its high watermark, in order, each
+    recorded as a delivery (a fetch is retried while no leader serves, up to READ_WAIT_S)."""
+    messages: dict[int, str] = {}
     offset = 0
     while True:
         async with asyncio.timeout(READ_WAIT_S):
@@ -509,9 +521,9 @@ async def _read_all(client: IngestClient, partition: TopicName, history: History
         for frame in reply.frames:
             msg_id = decode_record(frame.payload).payload.decode()
             history.delivered(msg_id, partition=str(partition), offset=frame.offset)
-            offsets.append(frame.offset)
+            messages[frame.offset] = msg_id
         if reply.next_offset == offset:
-            return offsets
+            return messages
         offset = reply.next_offset
 
 

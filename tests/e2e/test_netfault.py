@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos import SCHEDULES, SHORT_SCHEDULE, write_result
-from tests.netlab import Lab, unavailable_reason
+from danube.bus import TopicName
+from tests.chaos import SCHEDULES, SHORT_SCHEDULE, divergence, write_result
+from tests.netlab import Lab, missing_tools, unavailable_reason
 
 from chaosrun import NetMesh, RunOutcome, Topology, run_schedule
 
@@ -31,6 +32,9 @@ RESULTS_ENV = "DANUBE_CHAOS_RESULTS"  # a JSON-lines file each run appends its r
 def net_mesh(tmp_path: Path) -> Iterator[Callable[..., NetMesh]]:
     """``net_mesh(topology, delay_relays=)``: the mesh started in a lab of its own; every
     process stopped, then every namespace, veth and the bridge deleted, also on failure."""
+    missing = missing_tools()
+    if missing:  # a setup error, not a reason to skip: CI runs `make test`, which installs them
+        pytest.fail(f"{missing} not installed: `make setup-net` installs iproute2 and nftables")
     reason = unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
@@ -72,9 +76,18 @@ def _record(outcome: RunOutcome) -> None:
             shutil.copy2(found, keep / found.name)
 
 
-def _judge(outcome: RunOutcome) -> None:
-    """What every run must show, whatever its schedule."""
+def _judge(mesh: NetMesh, outcome: RunOutcome) -> None:
+    """What every run must show, whatever its schedule; stops the mesh to read every
+    replica's WAL: each must hold every committed offset with the message the leader served."""
+    mesh.stop()
     result, report = outcome.result, outcome.report
+    diverged: list[str] = []
+    for name, committed in outcome.served.items():
+        partition = TopicName.parse(name)
+        logs = {h: mesh.replica_log(h, partition) for h in mesh.topology.ingest_hosts}
+        diverged += divergence(committed, logs)
+    result.diverged = len(diverged)
+    _record(outcome)
     assert report.ok, f"{report.summary()}\nhistory: {outcome.history_path}"
     assert result.lost == 0
     assert result.conflicting == 0
@@ -83,6 +96,7 @@ def _judge(outcome: RunOutcome) -> None:
         assert offsets == list(range(len(offsets))), f"{partition} not dense from 0"
     assert result.acknowledged > 0
     assert result.read_back >= result.acknowledged
+    assert not diverged, f"{len(diverged)} replica disagreements, first {diverged[:3]}"
 
 
 async def test_isolated_leader_fails_over_and_loses_nothing(
@@ -94,8 +108,7 @@ async def test_isolated_leader_fails_over_and_loses_nothing(
     producing serves again before the end (the last seconds of the run acknowledge)."""
     mesh = net_mesh(Topology())
     outcome = await run_schedule(mesh, SCHEDULES[SHORT_SCHEDULE])
-    _record(outcome)
-    _judge(outcome)
+    _judge(mesh, outcome)
     leaders = outcome.result.leaders
     assert len({leader.split("@")[0] for leader in leaders}) >= 2, leaders
     # Whatever the isolation cost, the partition serves again well before the run ends.
@@ -113,7 +126,6 @@ async def test_schedule(net_mesh: Callable[..., NetMesh], name: str, run: int) -
     schedule = SCHEDULES[name]
     mesh = net_mesh(Topology.from_env(os.environ), delay_relays=schedule.needs_delay)
     outcome = await run_schedule(mesh, schedule, run=run)
-    _record(outcome)
-    _judge(outcome)
+    _judge(mesh, outcome)
     if schedule.needs_delay:  # the relays did delay: a produce crosses the leader's links
         assert outcome.latency_p50_s >= DELAYED_PRODUCE_MIN_S, outcome.result

@@ -17,6 +17,7 @@ from tests.chaos import (
     RunResult,
     Schedule,
     Step,
+    divergence,
     longest_unavailable,
     read_results,
     table,
@@ -135,3 +136,14 @@ def test_results_round_trip_and_table(tmp_path: Path) -> None:
     ]
     assert not rows[2].ok
     assert rows[0].ok
+
+
+def test_replicas_must_hold_every_committed_offset_with_the_served_message() -> None:
+    committed = {0: "a", 1: "b"}
+    agreeing = {"ingest-0": {0: "a", 1: "b", 2: "uncommitted"}, "ingest-1": {0: "a", 1: "b"}}
+    assert divergence(committed, agreeing) == []
+    wrong = {"ingest-0": {0: "a", 1: "x"}, "ingest-2": {0: "a"}}
+    assert divergence(committed, wrong) == [
+        "ingest-0@1: holds 'x', served 'b'",
+        "ingest-2@1: holds None, served 'b'",
+    ]
