@@ -92,8 +92,8 @@ def _judge(mesh: NetMesh, outcome: RunOutcome) -> None:
     assert result.lost == 0
     assert result.conflicting == 0
     assert outcome.isr_whole, f"ISR not whole after healing; leaders {result.leaders}"
-    for partition, offsets in outcome.read_back.items():
-        assert offsets == list(range(len(offsets))), f"{partition} not dense from 0"
+    for name, offsets in outcome.read_back.items():
+        assert offsets == list(range(len(offsets))), f"{name} not dense from 0"
     assert result.acknowledged > 0
     assert result.read_back >= result.acknowledged
     assert not diverged, f"{len(diverged)} replica disagreements, first {diverged[:3]}"
