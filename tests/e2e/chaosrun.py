@@ -13,23 +13,24 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from danube.bus import Bus, NoRespondersError, TopicName
 from danube.config import BusConfig, MetadataConfig
 from danube.errors import DanubeError
-from danube.frame import Record, decode_frames, decode_record, encode_record
+from danube.frame import decode_frames, decode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
 from danube.runtime import ProcessSpec, ServerProcess, etcd_spec, nats_spec
 from danube.wire.ingest.client import IngestClient
-from tests.chaos import HOLD_S, RunResult, Schedule, Step, longest_unavailable
+from tests.chaos import RunResult, Schedule, Step
 from tests.history import History, Report
 from tests.netlab import HUB, Lab
 
+from chaosload import Load
 from replication import NODE_ENV
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,6 @@ NATS_PORT, NATS_MONITOR_PORT, NATS_ROUTE_PORT = 4222, 8222, 6222
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 INGEST_HEALTH_PORT = 9100
 RELAY_BASE_PORT = 14000  # a host's relay to dependency member i listens on 127.0.0.1:base+i
-ATTEMPT_TIMEOUT_S = 3.0  # one produce call (IngestClient retries retriable answers inside)
-RETRY_PAUSE_S = 0.05
 WARMUP_S = 2.0  # load before the faults start
 ISR_WAIT_S = 45.0  # after healing, the ISR must be whole again within this
 READ_WAIT_S = 30.0  # a read-back waits this long for a serving leader
@@ -228,97 +227,6 @@ class NetMesh:
         argv = [sys.executable, "-m", "danube.ingest"]
         ready = f"http://{address}:{INGEST_HEALTH_PORT}/readyz"
         return self._in(host, ProcessSpec(host, argv, INGEST_HEALTH_PORT, env=env, ready_url=ready))
-
-
-# --- load ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One produce call and its answer: ``ok`` (with the offset), ``error`` (a code) or
-    ``timeout``; times are the event loop's."""
-
-    producer: str
-    partition: str
-    msg_id: str
-    started: float
-    ended: float
-    outcome: str
-    offset: int | None = None
-    code: str | None = None
-
-
-class Load:
-    """Producers (several per partition) sending numbered messages one at a time, each
-    message sent again until acknowledged (as the SDK does), every attempt recorded."""
-
-    def __init__(self, client: IngestClient, partitions: list[TopicName], per_partition: int):
-        self.client = client
-        self.partitions = partitions
-        self.per_partition = per_partition
-        self.history = History()
-        self.attempts: list[Attempt] = []
-
-    async def run(self, stop: asyncio.Event) -> None:
-        async with asyncio.TaskGroup() as tasks:
-            for p in self.partitions:
-                for i in range(self.per_partition):
-                    tasks.create_task(self._produce(f"{p.topic}-p{i}", p, stop))
-
-    async def _produce(self, name: str, partition: TopicName, stop: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
-        number = 0
-        while not stop.is_set():
-            msg_id = f"{name}-{number}"
-            record = encode_record(
-                Record(payload=msg_id.encode(), publish_time_ms=1, producer=name)
-            )
-            while not stop.is_set():
-                started = loop.time()
-                outcome, offset, code = "ok", None, None
-                try:
-                    offset = await self.client.produce(
-                        partition, [record], timeout_s=ATTEMPT_TIMEOUT_S
-                    )
-                except TimeoutError:
-                    outcome, code = "timeout", "timeout"
-                except DanubeError as exc:
-                    outcome, code = ("timeout" if exc.code == "timeout" else "error"), exc.code
-                except Exception as exc:  # a bus error: recorded, the message sent again
-                    outcome, code = "error", type(exc).__name__
-                self.attempts.append(
-                    Attempt(
-                        name, str(partition), msg_id, started, loop.time(), outcome, offset, code
-                    )
-                )
-                if outcome == "ok":
-                    self.history.produced(
-                        msg_id, partition=str(partition), offset=offset, acked=True
-                    )
-                    break
-                self.history.produced(msg_id, acked=False)
-                await asyncio.sleep(RETRY_PAUSE_S)
-            number += 1
-
-    def latency_p50_s(self, partition: TopicName, start: float, end: float) -> float:
-        """The median time of the acknowledged calls on ``partition`` started in [start, end]."""
-        took = sorted(
-            a.ended - a.started
-            for a in self.attempts
-            if a.partition == str(partition) and a.outcome == "ok" and start <= a.started <= end
-        )
-        return took[len(took) // 2] if took else float("nan")
-
-    def unavailable_s(self, start: float, end: float) -> dict[str, float]:
-        """Per partition, the longest stretch of [start, end] with no acknowledgement."""
-        return {
-            str(p): longest_unavailable(
-                (a.ended for a in self.attempts if a.partition == str(p) and a.outcome == "ok"),
-                start,
-                end,
-            )
-            for p in self.partitions
-        }
 
 
 # --- one run -------------------------------------------------------------------------
@@ -525,7 +433,3 @@ async def _read_all(client: IngestClient, partition: TopicName, history: History
         if reply.next_offset == offset:
             return messages
         offset = reply.next_offset
-
-
-MeshFactory = Callable[..., NetMesh]
-__all__ = ["HOLD_S", "MeshFactory", "NetMesh", "RunOutcome", "Topology", "run_schedule"]
