@@ -41,9 +41,10 @@ def net_mesh(tmp_path: Path) -> Iterator[Callable[..., NetMesh]]:
     made: list[tuple[Lab, NetMesh]] = []
 
     def make(topology: Topology, *, delay_relays: bool = False) -> NetMesh:
-        lab = Lab().open()
+        lab = Lab()
         mesh = NetMesh(lab, topology.validate(), tmp_path, delay_relays=delay_relays)
-        made.append((lab, mesh))
+        made.append((lab, mesh))  # before anything exists: a half-made lab is deleted too
+        lab.open()
         mesh.start()
         return mesh
 
