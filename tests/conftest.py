@@ -17,7 +17,16 @@ from danube.bus import Bus
 from danube.config import BusConfig, CloudConfig, MetadataConfig
 from danube.config.model import FsCloud
 from danube.meta import MetaStore
-from danube.runtime import ServerProcess, etcd_spec, free_port, moto_cloud, nats_spec, s3_spec
+from danube.runtime import (
+    EtcdCluster,
+    NatsCluster,
+    ServerProcess,
+    etcd_spec,
+    free_port,
+    moto_cloud,
+    nats_spec,
+    s3_spec,
+)
 from danube.runtime.servers import MOTO_ACCESS_KEY, MOTO_REGION
 
 if TYPE_CHECKING:
@@ -56,6 +65,20 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 @pytest.fixture(scope="session")
 def etcd_endpoint(etcd_server: ServerProcess) -> str:
     return f"127.0.0.1:{etcd_server.spec.port}"
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A 3-member etcd cluster of the test's own (tests kill its members), stopped after."""
+    with EtcdCluster.launch(tmp_path / "etcd-cluster") as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """A 3-server NATS cluster of the test's own (tests kill its servers), stopped after."""
+    with NatsCluster.launch(tmp_path / "nats-cluster") as cluster:
+        yield cluster
 
 
 @pytest.fixture

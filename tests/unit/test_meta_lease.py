@@ -30,7 +30,7 @@ class FakeBackend:
         self.calls: list[float] = []  # loop time of each refresh request
         self.revoked: list[int] = []
 
-    async def keep_alive_once(self, lease_id: int) -> float:
+    async def keep_alive_once(self, lease_id: int, *, timeout_s: float | None = None) -> float:
         assert lease_id == LEASE_ID
         self.calls.append(asyncio.get_running_loop().time())
         if self.hang:

@@ -39,8 +39,9 @@ _MIN_REQUEST_TIMEOUT_S = 0.05
 class LeaseBackend(Protocol):
     """What a lease needs from the store (tests plug in a fake here)."""
 
-    async def keep_alive_once(self, lease_id: int) -> float:
-        """Refresh the lease; return the TTL in seconds etcd restarted (<= 0: it is gone)."""
+    async def keep_alive_once(self, lease_id: int, *, timeout_s: float | None = None) -> float:
+        """Refresh the lease within ``timeout_s``; return the TTL in seconds etcd restarted
+        (<= 0: it is gone)."""
         ...
 
     async def revoke_lease(self, lease_id: int) -> bool:
@@ -165,12 +166,21 @@ class Lease:
                 await asyncio.sleep(wake_at - now)
                 continue
             sent = loop.time()
+            # A third of the TTL at most: a member that went silent costs one refresh, and
+            # the next (on the member the client moved to) still lands within the TTL.
             budget_s = max(
-                _MIN_REQUEST_TIMEOUT_S, min(self._request_timeout_s, self._expires_at - sent)
+                _MIN_REQUEST_TIMEOUT_S,
+                min(
+                    self._request_timeout_s,
+                    self.ttl_s / REFRESHES_PER_TTL,
+                    self._expires_at - sent,
+                ),
             )
             try:
-                async with asyncio.timeout(budget_s):
-                    ttl_s = await self._backend.keep_alive_once(self.id)
+                # The backend's own deadline is the one that tells it its member is silent
+                # (danube.meta.client fails over); this one only bounds a backend without.
+                async with asyncio.timeout(budget_s + _MIN_REQUEST_TIMEOUT_S):
+                    ttl_s = await self._backend.keep_alive_once(self.id, timeout_s=budget_s)
             except (MetaError, TimeoutError) as exc:
                 failures += 1
                 delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=self.ttl_s / 6)

@@ -1,0 +1,164 @@
+"""The store and the bus against 3-member clusters (danube.runtime.clusters): an etcd member
+or a NATS server killed or frozen under traffic costs a bounded failover, no lease, and no
+watch event; the launchers themselves."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from danube.bus import Bus, Request
+from danube.config import BusConfig
+from danube.config.model import MetadataConfig
+from danube.meta import MetaStore, WatchEvent
+from danube.meta.follow import follow_prefix
+from danube.runtime import EtcdCluster, NatsCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+LEASE_TTL_S = 3
+WRITES = 60
+
+
+def _config(endpoints: list[str], prefix: str) -> MetadataConfig:
+    return MetadataConfig(etcd_endpoints=endpoints, prefix=prefix, request_timeout_s=2.0)
+
+
+def _leader_first(cluster: EtcdCluster) -> list[str]:
+    leader = cluster.leader()
+    return [cluster.endpoint_of[leader]] + [
+        cluster.endpoint_of[name] for name in cluster.names if name != leader
+    ]
+
+
+async def test_the_etcd_launcher_runs_one_cluster(
+    etcd_cluster: EtcdCluster, meta_prefix: str
+) -> None:
+    leader = etcd_cluster.leader()
+    assert leader in etcd_cluster.names
+    # A write through one member is read through every other: one cluster, not three.
+    first, *others = etcd_cluster.endpoints
+    async with await MetaStore.connect(_config([first], meta_prefix)) as store:
+        await store.put("k", b"v")
+    for endpoint in others:
+        async with await MetaStore.connect(_config([endpoint], meta_prefix)) as store:
+            found = await store.get("k")
+            assert found is not None
+            assert found.value == b"v"
+
+
+async def test_connect_skips_a_dead_member(etcd_cluster: EtcdCluster, meta_prefix: str) -> None:
+    dead = etcd_cluster.names[0]
+    etcd_cluster.kill(dead)
+    async with await MetaStore.connect(_config(etcd_cluster.endpoints, meta_prefix)) as store:
+        assert store.endpoint != etcd_cluster.endpoint_of[dead]
+        await store.put("k", b"v")
+
+
+@pytest.mark.parametrize("fault", ["kill", "freeze"])
+async def test_losing_the_connected_member_keeps_leases_and_watches(
+    etcd_cluster: EtcdCluster, meta_prefix: str, fault: str
+) -> None:
+    """Writes go on after the failover, the lease never lapses (etcd still holds it, with
+    its keys), and the watch resumed on the new member sees every write exactly in order."""
+    endpoints = _leader_first(etcd_cluster)
+    member = next(n for n in etcd_cluster.names if etcd_cluster.endpoint_of[n] == endpoints[0])
+    seen: list[str] = []
+    async with await MetaStore.connect(_config(endpoints, meta_prefix)) as store:
+        assert store.endpoint == endpoints[0]
+        lease = await store.grant_lease(LEASE_TTL_S)
+        await store.put("owned", b"x", lease=lease)
+        revision = await store.ping()
+
+        all_seen = asyncio.Event()
+
+        def on_event(event: WatchEvent) -> None:
+            seen.append(event.key)
+            if len(seen) >= WRITES:
+                all_seen.set()
+
+        follower = asyncio.create_task(
+            follow_prefix(store, "w/", on_event, start_revision=revision + 1)
+        )
+        loop = asyncio.get_running_loop()
+        failed_at: float | None = None
+        recovered_at: float | None = None
+        pid = etcd_cluster.process(member).pid
+        assert pid is not None
+        try:
+            for i in range(WRITES):
+                if i == WRITES // 3:
+                    failed_at = loop.time()
+                    if fault == "kill":
+                        etcd_cluster.kill(member)
+                    else:
+                        os.kill(pid, signal.SIGSTOP)
+                while True:  # a write may fail during the failover: the caller retries
+                    try:
+                        await store.put(f"w/{i:04d}", b"v")
+                        break
+                    except Exception:
+                        await asyncio.sleep(0.05)
+                if failed_at is not None and recovered_at is None:
+                    recovered_at = loop.time()
+                await asyncio.sleep(0.02)
+            async with asyncio.timeout(10):
+                await all_seen.wait()
+            # Past a whole TTL after the fault, the lease is the one granted before it.
+            await asyncio.sleep(max(0.0, failed_at + LEASE_TTL_S + 0.5 - loop.time()))
+            assert lease.alive, lease.lost_reason
+            owned = await store.get("owned")
+            assert owned is not None
+            assert owned.lease_id == lease.id
+        finally:
+            follower.cancel()
+            if fault == "freeze":
+                os.kill(pid, signal.SIGCONT)
+        assert store.endpoint != endpoints[0]
+        assert store.failovers >= 1
+    assert failed_at is not None
+    assert recovered_at is not None
+    assert seen == [f"w/{i:04d}" for i in range(WRITES)]  # each once, in order
+    print(f"etcd {fault}: writes again {recovered_at - failed_at:.2f} s after the fault")
+
+
+async def test_the_nats_launcher_routes_and_the_bus_fails_over(nats_cluster: NatsCluster) -> None:
+    """A responder and a requester on different servers of one cluster; the server the
+    requester is on is killed: requests answer again within the failover, then all do."""
+    urls = nats_cluster.urls
+
+    async def echo(request: Request) -> bytes:
+        return request.body
+
+    # The responder prefers server 2, the requester server 0 (no shuffling: one URL each
+    # first, the others known from the cluster's INFO).
+    responder = await Bus.connect(BusConfig(servers=[urls[2]]), name="responder")
+    requester = await Bus.connect(
+        BusConfig(servers=[urls[0]], reconnect_wait_s=0.2), name="requester"
+    )
+    try:
+        await responder.serve("t.echo", echo)
+        assert (await requester.request("t.echo", b"a", timeout_s=2)).body == b"a"
+        assert "requester" in nats_cluster.client_names("nats-0")
+        loop = asyncio.get_running_loop()
+        nats_cluster.kill("nats-0")
+        killed_at = loop.time()
+        answered_at = None
+        for i in range(200):
+            try:
+                body = await requester.request("t.echo", b"%d" % i, timeout_s=1.0)
+            except Exception:
+                assert answered_at is None, "a request failed after the failover"
+                await asyncio.sleep(0.02)
+                continue
+            assert body.body == b"%d" % i
+            answered_at = answered_at or loop.time()
+        assert answered_at is not None
+        print(f"nats kill: requests answered again {answered_at - killed_at:.2f} s after it")
+        assert answered_at - killed_at < 5.0
+    finally:
+        await requester.close()
+        await responder.close()
