@@ -65,7 +65,7 @@ def test_a_variable_replaces_the_files_members_whichever_key(
     ],
 )
 def test_bad_members_fail_at_start(tmp_path: Path, bad: str) -> None:
-    with pytest.raises(ConfigError, match="wal_cloud.metadata"):
+    with pytest.raises(ConfigError, match=r"wal_cloud\.metadata"):
         load_settings(_file(tmp_path, f"    {bad}\n"), environ={})
 
 
