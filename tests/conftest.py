@@ -4,6 +4,14 @@ prefix and object storage."""
 
 from __future__ import annotations
 
+import os
+
+# Tests start servers and services (fork, then exec) while their own etcd stores are open:
+# with gRPC's fork handlers on, a child then aborts before exec about one start in five
+# ("epoll_wait error: Bad file descriptor"; libs/danube/cli/__init__.py says why). Set
+# before anything imports grpc.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path

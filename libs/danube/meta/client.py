@@ -151,6 +151,17 @@ class _AetcdClient(aetcd.Client):  # type: ignore[misc]
         finally:
             self._is_connecting = False
 
+    async def abandon(self, error: MetaError) -> None:
+        """End every watch of this member with ``error``, whatever state aetcd's watch
+        stream is in (closing a channel cancels that stream's task, which then tells its
+        watches nothing; a frozen member's stream may never end at all)."""
+        watcher = self._watcher
+        if watcher is None:
+            return
+        callbacks, watcher._callbacks = list(watcher._callbacks.values()), {}
+        for callback in callbacks:
+            await callback.callback(error)
+
     async def authenticate(self) -> None:
         """Log in (again): a fresh token for every later call, watches created later too."""
         request = aetcd.rpc.AuthenticateRequest(name=self._username, password=self._password)
@@ -331,20 +342,26 @@ class EtcdClient:
         log.warning(
             "etcd member %s failed (%s); switching to %s", failed, error.code, self.endpoint
         )
-        retiring = asyncio.get_running_loop().create_task(self._retire(old))
+        retiring = asyncio.get_running_loop().create_task(self._retire(old, failed))
         self._retired.add(retiring)
         retiring.add_done_callback(self._retired.discard)
 
-    async def _retire(self, old: _AetcdClient) -> None:
-        """Close a member left behind: its channel first (its calls and watch stream end at
-        once, even on a frozen member), then aetcd's own cleanup, bounded."""
+    async def _retire(self, old: _AetcdClient, failed: str) -> None:
+        """Close a member left behind: its channel first (its calls end at once, even on a
+        frozen member), then its watches, each with an error that carries where to resume,
+        then aetcd's own cleanup, bounded."""
+        error = MetaUnavailableError(f"etcd watch: member {failed} was left for {self.endpoint}")
         try:
             if old.channel is not None:
                 await old.channel.close()
-            async with asyncio.timeout(self.request_timeout_s):
-                await old.close()
         except Exception as exc:  # the member is gone already: nothing is left to free
             log.debug("closing the channel to a failed etcd member: %r", exc)
+        try:
+            await old.abandon(error)
+            async with asyncio.timeout(self.request_timeout_s):
+                await old.close()
+        except Exception as exc:
+            log.debug("cleaning up after a failed etcd member: %r", exc)
 
     async def kv(self, op: str, method: str, request: Any) -> Any:
         """Call ``method`` (``Range``, ``Put``, ``DeleteRange``, ``Txn``) of etcd's KV service."""

@@ -60,6 +60,7 @@ class Lease:
         *,
         granted_at: float,
         request_timeout_s: float,
+        refresh_timeout_ttl_share: float = 1.0,
     ) -> None:
         self.id = lease_id
         self.ttl_s = ttl_s
@@ -68,6 +69,11 @@ class Lease:
         self.refreshes = 0  # successful refreshes so far
         self._backend = backend
         self._request_timeout_s = request_timeout_s
+        # A refresh waits at most this share of the TTL: a third when the backend can move
+        # to another etcd member (a silent member then costs one refresh, and the next
+        # still lands within the TTL); the whole time left with one member, where trying
+        # again elsewhere is not possible and a slow answer is better than none.
+        self._refresh_timeout_s = ttl_s * refresh_timeout_ttl_share
         self._expires_at = granted_at + ttl_s  # loop.time() by which it is surely expired
         self._refreshing = True
         self._callbacks: list[LostCallback] = []
@@ -166,15 +172,9 @@ class Lease:
                 await asyncio.sleep(wake_at - now)
                 continue
             sent = loop.time()
-            # A third of the TTL at most: a member that went silent costs one refresh, and
-            # the next (on the member the client moved to) still lands within the TTL.
             budget_s = max(
                 _MIN_REQUEST_TIMEOUT_S,
-                min(
-                    self._request_timeout_s,
-                    self.ttl_s / REFRESHES_PER_TTL,
-                    self._expires_at - sent,
-                ),
+                min(self._request_timeout_s, self._refresh_timeout_s, self._expires_at - sent),
             )
             try:
                 # The backend's own deadline is the one that tells it its member is silent

@@ -23,7 +23,7 @@ from danube.config.model import MetadataConfig
 from danube.meta.client import EtcdClient, EtcdLogin, member_failed
 from danube.meta.errors import LeaseLostError, MetaError, MetaRequestError, UpdateRacedError
 from danube.meta.kv import KeyValue, M, check_value, decode_model, encode_model, kv_from_pb
-from danube.meta.lease import Lease
+from danube.meta.lease import REFRESHES_PER_TTL, Lease
 from danube.meta.txn import PutOp, Txn, TxnResult, build_request, parse_response, prefix_range_end
 from danube.meta.watch import WATCH_BUFFER_EVENTS, Watch
 
@@ -309,6 +309,9 @@ class MetaStore:
             float(granted_ttl_s),
             granted_at=granted_at,
             request_timeout_s=self.request_timeout_s,
+            refresh_timeout_ttl_share=(
+                1 / REFRESHES_PER_TTL if len(self._etcd.endpoints) > 1 else 1.0
+            ),
         )
         self._leases.add(lease)
         lease.on_lost(self._leases.discard)
