@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import AsyncIterator
 
 import pytest
 
 from danube.bus import Bus, Request
 from danube.config import BusConfig
 from danube.config.model import MetadataConfig
-from danube.meta import MetaStore, WatchEvent
+from danube.meta import MetaStore, WatchError, WatchEvent
 from danube.meta.follow import follow_prefix
 from danube.runtime import EtcdCluster, NatsCluster
 
@@ -186,3 +187,29 @@ async def test_the_nats_launcher_routes_and_the_bus_fails_over(nats_cluster: Nat
 
 def _clients(nats: NatsCluster, server: str) -> list[str]:
     return nats.client_names(server) if nats.process(server).running else []
+
+
+async def test_a_member_cut_off_from_the_quorum_ends_its_watches(
+    etcd_cluster: EtcdCluster, meta_prefix: str
+) -> None:
+    """Watches ask for a leader (etcd's require-leader flag): the member left alone ends
+    them with an error (which moves the client and resumes them elsewhere) instead of
+    keeping them open and silent for ever."""
+    alone, *others = etcd_cluster.names
+    config = _config([etcd_cluster.endpoint_of[alone]], meta_prefix)
+    async with await MetaStore.connect(config) as store:
+        async with store.watch_prefix("w/") as events:
+            for name in others:
+                etcd_cluster.kill(name)
+            loop = asyncio.get_running_loop()
+            cut_at = loop.time()
+            with pytest.raises(WatchError) as raised:
+                await asyncio.wait_for(_no_events(events), 15)
+            ended_s = loop.time() - cut_at
+        assert raised.value.retriable
+        print(f"etcd member alone: its watch ended {ended_s:.2f} s after losing the quorum")
+
+
+async def _no_events(events: AsyncIterator[WatchEvent]) -> None:
+    async for event in events:
+        pytest.fail(f"no write was made, yet {event}")
