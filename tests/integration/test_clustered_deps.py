@@ -115,6 +115,7 @@ async def test_losing_the_connected_member_keeps_leases_and_watches(
             async with asyncio.timeout(10):
                 await all_seen.wait()
             # Past a whole TTL after the fault, the lease is the one granted before it.
+            assert failed_at is not None
             await asyncio.sleep(max(0.0, failed_at + LEASE_TTL_S + 0.5 - loop.time()))
             assert lease.alive, lease.lost_reason
             owned = await store.get("owned")
