@@ -1,8 +1,9 @@
 """Ingest at factor 3 / min in-sync 2 on a 3-member etcd cluster and a 3-server NATS cluster
 (danube.runtime.clusters), under a producer: SIGKILL the etcd member the nodes talk to (the
-leader, too), then the NATS server the partition's leader is connected to. Past the
-client's failover time no produce fails, the leader keeps its lease (same epoch), and every
-acknowledged offset reads back with its payload (tests/history.py)."""
+leader, too), then the NATS server the partition's leader is connected to; and the etcd
+member again with produce going through discovery's HTTP API. Past the client's failover
+time no produce fails, the leader keeps its lease (same epoch), and every acknowledged
+offset reads back with its payload (tests/history.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from danube.bus import Bus, TopicName
@@ -21,7 +23,7 @@ from danube.runtime import EtcdCluster, NatsCluster, ProcessSpec
 from danube.wire.ingest.client import IngestClient
 from tests.history import History
 
-from replication import NODE_ENV, Cluster, TimedProducer, leader, read_all, wait_isr
+from replication import NODE_ENV, Cluster, Send, TimedProducer, leader, read_all, wait_isr
 
 SpecFactory = Callable[..., ProcessSpec]  # the spec_for fixture of tests/e2e/conftest.py
 
@@ -46,12 +48,18 @@ def _leader_first(etcd: EtcdCluster) -> list[str]:
 
 
 async def _mesh(
-    spec_for: SpecFactory, tmp_path: Path, etcd: EtcdCluster, nats: NatsCluster
+    spec_for: SpecFactory,
+    tmp_path: Path,
+    etcd: EtcdCluster,
+    nats: NatsCluster,
+    *,
+    discovery: bool = False,
 ) -> tuple[Cluster, list[str]]:
     endpoints = _leader_first(etcd)
     env = {
         **NODE_ENV,
         "DANUBE_INGEST__LEASE_TTL_S": str(LEASE_TTL_S),
+        "DANUBE_DISCOVERY__LEASE_TTL_S": str(LEASE_TTL_S),
         "DANUBE_INGEST__REPLICATION_FACTOR": "3",
         "DANUBE_INGEST__MIN_INSYNC_REPLICAS": "2",
         # Every member and every server, as a deployment names them.
@@ -59,8 +67,12 @@ async def _mesh(
         "DANUBE_BUS__SERVERS": json.dumps(nats.urls),
     }
     specs = {node: spec_for("ingest", node, **env) for node in NODES}
+    if discovery:
+        specs["discovery-0"] = spec_for("discovery", "discovery-0", **env)
     nodes = Cluster(specs, tmp_path)
     await asyncio.gather(*(asyncio.to_thread(nodes.start, node) for node in NODES))
+    if discovery:
+        await asyncio.to_thread(nodes.start, "discovery-0")
     return nodes, endpoints
 
 
@@ -84,7 +96,48 @@ async def _run(
     return producer, fault_at
 
 
-def _judge(producer: TimedProducer, fault_at: float, what: str) -> str:
+class HttpProducer:
+    """Single-message produces through discovery's HTTP API, one at a time, each retried
+    on a retriable answer until acknowledged; every attempt recorded (as TimedProducer)."""
+
+    def __init__(self, http: httpx.AsyncClient, topic: TopicName, history: History) -> None:
+        self.http = http
+        self.topic = topic
+        self.history = history
+        self.sends: list[Send] = []
+        self.number = 0
+
+    async def send_one(self) -> None:
+        msg_id = f"h{self.number}"
+        self.number += 1
+        path = f"/v1/topics/{self.topic.namespace}/{self.topic.topic}/messages"
+        loop = asyncio.get_running_loop()
+        while True:
+            send = Send(msg_id, loop.time())
+            self.sends.append(send)
+            try:
+                answer = await self.http.post(path, json={"messages": [{"payload": msg_id}]})
+            except httpx.HTTPError as exc:
+                answer, send.error = None, type(exc).__name__
+            send.ended = loop.time()
+            if answer is not None and answer.status_code == 200:
+                send.offset = answer.json()["results"][0]["offset"]
+                self.history.produced(
+                    msg_id, partition=str(self.topic), offset=send.offset, acked=True
+                )
+                return
+            if answer is not None:
+                assert answer.status_code in (429, 503), answer.text  # retriable only
+                send.error = answer.json()["error"]["code"]
+            self.history.produced(msg_id, acked=False)
+            await asyncio.sleep(0.05)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.send_one()
+
+
+def _judge(producer: TimedProducer | HttpProducer, fault_at: float, what: str) -> str:
     failed = [s for s in producer.sends if s.error is not None]
     late = [s for s in failed if s.started > fault_at + FAILOVER_BOUND_S]
     assert not late, f"{what}: produce failed {late[0].started - fault_at:.2f} s after the fault"
@@ -178,6 +231,57 @@ async def test_losing_the_nats_server_of_the_leader_under_produce(
             ]
             count = await _check_history(client, history)
         print(f"{summary}; {count} offsets read back")
+    finally:
+        await bus.close()
+        nodes.stop_all()
+
+
+async def test_losing_the_etcd_member_in_use_under_http_produce(
+    spec_for: SpecFactory,
+    tmp_path: Path,
+    etcd_cluster: EtcdCluster,
+    nats_cluster: NatsCluster,
+    meta_prefix: str,
+) -> None:
+    """The same through discovery, which reads topic configs from etcd on the produce path
+    (cached: docs/configuration.md, topic_cache_ttl_s)."""
+    nodes, endpoints = await _mesh(spec_for, tmp_path, etcd_cluster, nats_cluster, discovery=True)
+    in_use = next(n for n in etcd_cluster.names if etcd_cluster.endpoint_of[n] == endpoints[0])
+    topic = TopicName("default", "ha-http")  # auto-created, not partitioned
+    history = History()
+    url = f"http://127.0.0.1:{nodes.specs['discovery-0'].port}"
+    bus = await Bus.connect(BusConfig(servers=nats_cluster.urls), name="ha-http")
+    config = MetadataConfig(etcd_endpoints=endpoints, prefix=meta_prefix)
+    try:
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+            await MetaStore.connect(config) as store,
+        ):
+            producer = HttpProducer(http, topic, history)
+            for _ in range(20):
+                await producer.send_one()
+            await wait_isr(store, topic, 3)
+            before = await leader(store, topic)
+            stop = asyncio.Event()
+            running = asyncio.create_task(producer.run(stop))
+            await asyncio.sleep(BEFORE_S)
+            fault_at = asyncio.get_running_loop().time()
+            await asyncio.to_thread(etcd_cluster.kill, in_use)
+            await asyncio.sleep(AFTER_S)
+            stop.set()
+            await running
+            summary = _judge(producer, fault_at, f"etcd {in_use} killed, produce over HTTP")
+            await asyncio.sleep(LEASE_TTL_S)
+            after = await leader(store, topic)
+            assert (after.node_id, after.epoch) == (before.node_id, before.epoch)
+            offsets = await read_all(IngestClient(bus), topic, history)
+        report = history.check(expect_contiguous_from={str(topic): 0})
+        assert report.ok, report.summary()
+        assert offsets == list(range(len(offsets)))
+        lost = etcd_cluster.endpoint_of[in_use]
+        for node in (*NODES, "discovery-0"):
+            assert f"etcd member {lost} failed" in _logs(tmp_path, node), node
+        print(f"{summary}; {len(offsets)} offsets read back")
     finally:
         await bus.close()
         nodes.stop_all()
