@@ -214,3 +214,39 @@ async def test_a_member_cut_off_from_the_quorum_ends_its_watches(
 async def _no_events(events: AsyncIterator[WatchEvent]) -> None:
     async for event in events:
         pytest.fail(f"no write was made, yet {event}")
+
+
+async def test_a_frozen_nats_server_is_left_after_the_pings(nats_cluster: NatsCluster) -> None:
+    """SIGSTOP keeps the connection open and silent: only the pings (ping_interval_s,
+    max_outstanding_pings) tell the client to move; with nats-py's default (120 s) it would
+    wait minutes."""
+    urls = nats_cluster.urls
+
+    async def echo(request: Request) -> bytes:
+        return request.body
+
+    responder = await Bus.connect(BusConfig(servers=[urls[2]]), name="responder")
+    requester = await Bus.connect(
+        BusConfig(servers=[urls[0]], ping_interval_s=0.5, max_outstanding_pings=2),
+        name="requester",
+    )
+    pid = nats_cluster.process("nats-0").pid
+    assert pid is not None
+    try:
+        await responder.serve("t.echo", echo)
+        assert "requester" in nats_cluster.client_names("nats-0")
+        loop = asyncio.get_running_loop()
+        os.kill(pid, signal.SIGSTOP)
+        frozen_at = loop.time()
+        async with asyncio.timeout(10):
+            while requester.reconnects == 0:  # noqa: ASYNC110 (the bus offers no event)
+                await asyncio.sleep(0.01)
+        moved_s = loop.time() - frozen_at
+        assert (await requester.request("t.echo", b"after", timeout_s=2)).body == b"after"
+        # Unanswered pings 0.5 s apart, counted past 2: left between 1 and about 2.5 s.
+        assert 1.0 <= moved_s <= 4.0, moved_s
+        print(f"nats freeze: the client moved {moved_s:.2f} s after it")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await requester.close()
+        await responder.close()

@@ -52,7 +52,6 @@ _REQUIRE_LEADER = ("hasleader", "true")
 # Once every member has failed in turn, the next switch waits this (doubling, jittered).
 FAILOVER_BACKOFF_BASE_S = 0.1
 FAILOVER_BACKOFF_CAP_S = 2.0
-ENDPOINTS_MAX = 16
 
 
 def split_endpoints(endpoints: str | Sequence[str]) -> tuple[str, ...]:
@@ -190,9 +189,9 @@ class EtcdClient:
     - leaves leases alone: a lease is the cluster's, its keep-alive simply continues on the
       new member (danube.meta.lease gives each refresh a third of the TTL, so a silent member
       costs one refresh, not the lease);
-    - retries an idempotent call (a read, a keep-alive, a watch's creation) once on the new
+    - retries an idempotent call (a read, a lease grant, a watch's creation) once on the new
       member; a write is never resent (it may have been applied): its retriable error goes to
-      the caller;
+      the caller (a keep-alive's caller, the lease, tries again soon by itself);
     - backs off once a whole round of members has failed in a row: the next switch waits a
       jittered, capped exponential delay (``FAILOVER_BACKOFF_BASE_S`` doubling to
       ``FAILOVER_BACKOFF_CAP_S``), so a cluster that is wholly down is not hammered.
