@@ -5,8 +5,9 @@ Each member is an ordinary :class:`~danube.runtime.servers.ServerProcess` built 
 ``etcd_spec``/``nats_spec``, with its own data directory and log. Every member's listen
 address is a parameter (``hosts``: one per member, default all on 127.0.0.1, where ports
 are picked free), so a harness that gives each member an address of its own (a network
-namespace) reuses the same launcher with fixed ports. Members are started together and
-then waited for, since an etcd member is ready only once a quorum runs.
+namespace) reuses the same launcher with fixed ports, and ``wrap`` rewrites each member's
+spec before it runs (its argv prefixed by ``ip netns exec <ns>``, say). Members are started
+together and then waited for, since an etcd member is ready only once a quorum runs.
 
 ```python
 with EtcdCluster.launch(tmp / "etcd") as etcd, NatsCluster.launch(tmp / "nats") as nats:
@@ -23,7 +24,7 @@ import json
 import time
 import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -42,6 +43,8 @@ from danube.runtime.servers import (
 )
 
 CLUSTER_SIZE = 3
+# (member name, its spec) -> the spec to run: e.g. argv prefixed by `ip netns exec <ns>`.
+SpecWrapper = Callable[[str, ProcessSpec], ProcessSpec]
 _STATUS_TIMEOUT_S = 2.0
 
 
@@ -111,8 +114,10 @@ class EtcdCluster:
         hosts: str | Sequence[str] = LOOPBACK,
         client_ports: Sequence[int] | None = None,
         peer_ports: Sequence[int] | None = None,
+        wrap: SpecWrapper | None = None,
     ) -> EtcdCluster:
-        """The cluster's specs, nothing started (:meth:`start_all` starts it)."""
+        """The cluster's specs, nothing started (:meth:`start_all` starts it); ``wrap``
+        rewrites each member's spec (e.g. to run it inside a network namespace)."""
         addresses = _hosts(size, hosts)
         clients, peers = _ports(addresses, client_ports), _ports(addresses, peer_ports)
         names = [f"etcd-{i}" for i in range(size)]
@@ -124,13 +129,14 @@ class EtcdCluster:
         specs: dict[str, ProcessSpec] = {}
         endpoints: dict[str, str] = {}
         for i, name in enumerate(names):
-            specs[name] = etcd_spec(
+            spec = etcd_spec(
                 data_dir=data_root / name,
                 client_port=clients[i],
                 peer_port=peers[i],
                 host=addresses[i],
                 peers=EtcdPeers(name=name, initial_cluster=initial, token=token),
             )
+            specs[name] = spec if wrap is None else wrap(name, spec)
             endpoints[name] = f"{addresses[i]}:{clients[i]}"
         data_root.mkdir(parents=True, exist_ok=True)
         return cls(_Members(specs, data_root), endpoints)
@@ -155,6 +161,11 @@ class EtcdCluster:
     @property
     def names(self) -> list[str]:
         return list(self._members.specs)
+
+    @property
+    def specs(self) -> dict[str, ProcessSpec]:
+        """Each member's spec, by name (what :meth:`start` runs)."""
+        return dict(self._members.specs)
 
     @property
     def endpoints(self) -> list[str]:
@@ -233,8 +244,10 @@ class NatsCluster:
         client_ports: Sequence[int] | None = None,
         cluster_ports: Sequence[int] | None = None,
         monitor_ports: Sequence[int] | None = None,
+        wrap: SpecWrapper | None = None,
     ) -> NatsCluster:
-        """The cluster's specs, nothing started (:meth:`start_all` starts it)."""
+        """The cluster's specs, nothing started (:meth:`start_all` starts it); ``wrap``
+        rewrites each server's spec (e.g. to run it inside a network namespace)."""
         addresses = _hosts(size, hosts)
         clients = _ports(addresses, client_ports)
         routes = _ports(addresses, cluster_ports)
@@ -246,13 +259,14 @@ class NatsCluster:
         monitor_urls: dict[str, str] = {}
         for i, name in enumerate(names):
             others = tuple(url for j, url in enumerate(route_urls) if j != i)
-            specs[name] = nats_spec(
+            spec = nats_spec(
                 port=clients[i],
                 monitor_port=monitors[i],
                 host=addresses[i],
                 name=name,
                 cluster=NatsRoutes(port=routes[i], routes=others),
             )
+            specs[name] = spec if wrap is None else wrap(name, spec)
             urls[name] = f"nats://{addresses[i]}:{clients[i]}"
             monitor_urls[name] = f"http://{addresses[i]}:{monitors[i]}"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -280,6 +294,11 @@ class NatsCluster:
     @property
     def names(self) -> list[str]:
         return list(self._members.specs)
+
+    @property
+    def specs(self) -> dict[str, ProcessSpec]:
+        """Each server's spec, by name (what :meth:`start` runs)."""
+        return dict(self._members.specs)
 
     @property
     def urls(self) -> list[str]:
