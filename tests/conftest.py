@@ -4,6 +4,14 @@ prefix and object storage."""
 
 from __future__ import annotations
 
+import os
+
+# Tests start servers and services (fork, then exec) while their own etcd stores are open:
+# with gRPC's fork handlers on, a child then aborts before exec about one start in five
+# ("epoll_wait error: Bad file descriptor"; libs/danube/cli/__init__.py says why). Set
+# before anything imports grpc.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,7 +25,16 @@ from danube.bus import Bus
 from danube.config import BusConfig, CloudConfig, MetadataConfig
 from danube.config.model import FsCloud
 from danube.meta import MetaStore
-from danube.runtime import ServerProcess, etcd_spec, free_port, moto_cloud, nats_spec, s3_spec
+from danube.runtime import (
+    EtcdCluster,
+    NatsCluster,
+    ServerProcess,
+    etcd_spec,
+    free_port,
+    moto_cloud,
+    nats_spec,
+    s3_spec,
+)
 from danube.runtime.servers import MOTO_ACCESS_KEY, MOTO_REGION
 
 if TYPE_CHECKING:
@@ -56,6 +73,20 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 @pytest.fixture(scope="session")
 def etcd_endpoint(etcd_server: ServerProcess) -> str:
     return f"127.0.0.1:{etcd_server.spec.port}"
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A 3-member etcd cluster of the test's own (tests kill its members), stopped after."""
+    with EtcdCluster.launch(tmp_path / "etcd-cluster") as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """A 3-server NATS cluster of the test's own (tests kill its servers), stopped after."""
+    with NatsCluster.launch(tmp_path / "nats-cluster") as cluster:
+        yield cluster
 
 
 @pytest.fixture

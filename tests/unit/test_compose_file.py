@@ -279,7 +279,7 @@ def test_each_mesh_service_loads_its_settings(
         section = getattr(settings, name)
         # The smoke runs the file's own addresses and ports: only the tiers' timing moves.
         assert settings.bus.servers == ["nats://nats:4222"]
-        assert settings.wal_cloud.metadata.etcd_endpoint == "etcd:2379"
+        assert settings.wal_cloud.metadata.etcd_endpoints == ["etcd:2379"]
         assert cloud.endpoint == "http://s3:8333"
         assert section.host == "0.0.0.0"
         assert name == "discovery" or section.metrics_port == 9100
@@ -492,10 +492,10 @@ def test_etcd_setup_runs_once_etcd_answers_against_the_mesh_etcd(
     endpoint = load_settings(config_file(setup, env), environ=env).wal_cloud.metadata
     mesh = mesh_environment(found["ingest"], "ingest-0")
     expected = load_settings(config_file(found["ingest"], mesh), environ=mesh).wal_cloud.metadata
-    assert endpoint.etcd_endpoint == expected.etcd_endpoint
+    assert endpoint.etcd_endpoints == expected.etcd_endpoints
     assert endpoint.prefix == expected.prefix
     if combination == "base":
-        assert endpoint.etcd_endpoint == "etcd:2379"
+        assert endpoint.etcd_endpoints == ["etcd:2379"]
         # `endpoint health` reads a key, which etcd refuses without a login once auth is on.
         assert found["etcd"]["healthcheck"]["test"][-2:] == ["endpoint", "status"]
 

@@ -113,7 +113,7 @@ def test_danube_documented_s3_example_loads_key_for_key(tmp_path: Path) -> None:
     assert cloud.secret_key.get_secret_value() == "minioadmin123"
     assert (cloud.anonymous, cloud.virtual_host_style) == (False, False)
     metadata = settings.wal_cloud.metadata
-    assert (metadata.etcd_endpoint, metadata.in_memory) == ("127.0.0.1:2379", False)
+    assert (metadata.etcd_endpoints, metadata.in_memory) == (["127.0.0.1:2379"], False)
 
 
 def test_danube_s3_variant_with_null_profile_role_and_token(tmp_path: Path) -> None:

@@ -25,14 +25,21 @@ class FakeBackend:
         self.failures_left = 0  # the next N refreshes raise MetaUnavailableError
         self.fail_forever = False
         self.hang = False
+        self.hangs_left = 0  # the next N refreshes hang until their deadline
+        self.timeouts: list[float | None] = []  # the deadline each refresh was given
         self.gone = False
         self.failed = 0
         self.calls: list[float] = []  # loop time of each refresh request
         self.revoked: list[int] = []
 
-    async def keep_alive_once(self, lease_id: int) -> float:
+    async def keep_alive_once(self, lease_id: int, *, timeout_s: float | None = None) -> float:
         assert lease_id == LEASE_ID
         self.calls.append(asyncio.get_running_loop().time())
+        self.timeouts.append(timeout_s)
+        if self.hangs_left > 0:  # a silent etcd member: the client's own deadline ends it
+            self.hangs_left -= 1
+            await asyncio.sleep(timeout_s or 3600)
+            raise MetaUnavailableError("etcd keep-alive: no answer within the deadline")
         if self.hang:
             await asyncio.sleep(3600)
         if self.fail_forever or self.failures_left > 0:
@@ -193,3 +200,47 @@ async def test_a_lease_past_its_local_deadline_is_not_alive_before_its_task_noti
     assert not paused.alive
     with pytest.raises(LeaseLostError):
         paused.ensure_alive()
+
+
+async def test_with_several_members_a_silent_one_costs_one_refresh_not_the_lease(
+    backend: FakeBackend,
+) -> None:
+    """A third of the TTL per refresh: the one that hangs on a silent member ends in time
+    for the next (on another member) to land before the lease's deadline."""
+    lease = Lease(
+        backend,
+        LEASE_ID,
+        TTL_S,
+        granted_at=asyncio.get_running_loop().time(),
+        request_timeout_s=5.0,
+        refresh_timeout_ttl_share=1 / 3,
+    )
+    lease.start()
+    try:
+        await _until(lambda: lease.refreshes >= 1)
+        backend.hangs_left = 1
+        before = lease.refreshes
+        await _until(lambda: lease.refreshes >= before + 3)
+        assert lease.alive
+        assert backend.hangs_left == 0
+        assert all(t is not None and t <= TTL_S / 3 + 1e-9 for t in backend.timeouts)
+    finally:
+        await lease.revoke()
+
+
+async def test_with_one_member_a_refresh_may_wait_for_the_time_left(backend: FakeBackend) -> None:
+    lease = Lease(
+        backend,
+        LEASE_ID,
+        TTL_S,
+        granted_at=asyncio.get_running_loop().time(),
+        request_timeout_s=5.0,
+    )
+    lease.start()
+    try:
+        await _until(lambda: lease.refreshes >= 1)
+        first = backend.timeouts[0]
+        assert first is not None
+        assert first > TTL_S / 2  # the whole time left: nowhere else to try
+    finally:
+        await lease.revoke()

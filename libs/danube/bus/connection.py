@@ -74,6 +74,7 @@ class Bus:
         self.name = name
         self.subjects = Subjects(config.subject_prefix)
         self._closing = False
+        self.reconnects = 0  # connections re-established after a loss (another server, often)
         self._responders: weakref.WeakSet[Responder] = weakref.WeakSet()
         # By id() of the NATS subscription. Weak values, not weak keys: each counter holds
         # its subscription, so a weak-key entry would keep both alive for good (one leaked
@@ -103,6 +104,9 @@ class Bus:
             "connect_timeout": config.connect_timeout_s,
             "reconnect_time_wait": config.reconnect_wait_s,
             "max_reconnect_attempts": config.max_reconnect_attempts,
+            "ping_interval": config.ping_interval_s,
+            "max_outstanding_pings": config.max_outstanding_pings,
+            "pending_size": config.reconnect_buffer_bytes,
             "drain_timeout": config.drain_timeout_s,
             "allow_reconnect": True,
             "error_cb": bus._on_error,
@@ -361,6 +365,7 @@ class Bus:
             logger.warning("bus %s: disconnected; reconnecting", self.name)
 
     async def _on_reconnected(self) -> None:
+        self.reconnects += 1
         logger.info("bus %s: reconnected to %s", self.name, _url(self._nc))
 
     async def _on_closed(self) -> None:

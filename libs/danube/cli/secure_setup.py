@@ -95,7 +95,10 @@ def etcd_setup(
     dir: DirOption,
     endpoint: Annotated[
         str | None,
-        typer.Option(help="etcd's HOST:PORT (default: wal_cloud.metadata.etcd_endpoint)."),
+        typer.Option(
+            help="etcd's HOST:PORT, or several members comma-separated "
+            "(default: wal_cloud.metadata.etcd_endpoints)."
+        ),
     ] = None,
     prefix: Annotated[
         str | None,
@@ -109,7 +112,7 @@ def etcd_setup(
     (read-write on the prefix only). Idempotent: run again, it logs in as
     root and takes over changed passwords."""
     metadata = _settings(config).wal_cloud.metadata
-    target = endpoint or metadata.etcd_endpoint
+    target = endpoint or ",".join(metadata.etcd_endpoints)
     key_prefix = prefix or metadata.prefix
     credentials = MeshCredentials(dir)
     missing = [str(path) for path in credentials.etcd_files() if not path.is_file()]

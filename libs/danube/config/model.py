@@ -151,6 +151,12 @@ CloudConfig = Annotated[
 ]
 
 
+ETCD_ENDPOINTS_MAX = 16
+_HOST_PORT = r"[^\s:/,]+:\d{1,5}"
+ETCD_ENDPOINT_LIST_PATTERN = rf"^{_HOST_PORT}(\s*,\s*{_HOST_PORT})*$"
+EtcdEndpoint = Annotated[str, Field(pattern=rf"^{_HOST_PORT}$")]
+
+
 class MetadataConfig(_Credentials):
     """Where the metadata store (etcd) is, and how to log in to it.
 
@@ -158,13 +164,36 @@ class MetadataConfig(_Credentials):
     ``ca_file``: talk TLS, checking etcd's certificate against this CA; ``cert_file`` and
     ``key_file`` add a client certificate (etcd's ``--client-cert-auth``)."""
 
-    etcd_endpoint: str = Field(default="127.0.0.1:2379", pattern=r"^[^\s:/]+:\d{1,5}$")
+    # The members of the etcd cluster, tried in this order (danube.meta.client fails over
+    # between them). Danube's own key, ``etcd_endpoint``, is accepted too: one ``host:port``
+    # or several separated by commas (handy in one environment variable); set one or the
+    # other. Read ``etcd_endpoints``: it holds the members whichever key named them.
+    etcd_endpoints: list[EtcdEndpoint] = Field(
+        default_factory=lambda: ["127.0.0.1:2379"], min_length=1, max_length=ETCD_ENDPOINTS_MAX
+    )
+    etcd_endpoint: str | None = Field(default=None, pattern=ETCD_ENDPOINT_LIST_PATTERN)
     in_memory: bool = False  # accepted for Danube compatibility; the mesh always uses etcd
     prefix: str = Field(default="/danube", pattern=r"^/[A-Za-z0-9_/-]*[A-Za-z0-9_-]$")
     request_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_endpoint_key(self) -> MetadataConfig:
+        if self.etcd_endpoint is None:
+            return self
+        members = [part.strip() for part in self.etcd_endpoint.split(",")]
+        if "etcd_endpoints" in self.model_fields_set and self.etcd_endpoints != members:
+            raise ValueError(
+                "set etcd_endpoints or etcd_endpoint (Danube's key), not both: "
+                f"{self.etcd_endpoints} vs {self.etcd_endpoint!r}"
+            )
+        if len(members) > ETCD_ENDPOINTS_MAX:
+            raise ValueError(f"etcd_endpoint: at most {ETCD_ENDPOINTS_MAX} members")
+        # The model is frozen; this is its own validator settling its one derived field.
+        object.__setattr__(self, "etcd_endpoints", members)
+        return self
 
     @model_validator(mode="after")
     def _tls_files_together(self) -> MetadataConfig:
@@ -199,6 +228,14 @@ class BusConfig(_Credentials):
     request_timeout_s: Annotated[float, Field(gt=0, le=300)] = 5.0
     reconnect_wait_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     max_reconnect_attempts: Annotated[int, Field(ge=-1)] = -1  # -1: forever
+    # A server that stops answering (frozen, cut off) with the TCP connection still up is
+    # noticed by pings: after ``max_outstanding_pings`` unanswered ones, ping_interval_s
+    # apart, the client reconnects to another server (nats-py's default is 120 s).
+    ping_interval_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+    max_outstanding_pings: Annotated[int, Field(ge=1, le=100)] = 2
+    # Publishes and requests made while reconnecting wait in this buffer and go out on the
+    # new connection; past it they fail at once with not_connected (retriable).
+    reconnect_buffer_bytes: Annotated[int, Field(ge=0, le=1024 * MiB)] = 8 * MiB
     drain_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
     subject_prefix: str = Field(default="danube", pattern=r"^[A-Za-z0-9_-]+$")
 

@@ -155,7 +155,27 @@ class InterpolatingYamlSource(YamlConfigSettingsSource):
         data, problems = interpolate_document(parsed.data, self._request.environ, parsed.key_lines)
         if problems:
             raise ConfigError.from_problems(problems, source=self._path)
+        _yield_endpoints_to_environment(data, self._request.environ)
         return data
+
+
+# Two keys name the etcd members (the mesh's list and Danube's single key); they are one
+# setting, so a variable setting either replaces what the file says with both.
+_ETCD_ENDPOINT_KEYS = ("etcd_endpoints", "etcd_endpoint")
+_ETCD_ENDPOINT_VARIABLES = frozenset(
+    f"{ENV_PREFIX}WAL_CLOUD{ENV_NESTED_DELIMITER}METADATA{ENV_NESTED_DELIMITER}{key.upper()}"
+    for key in _ETCD_ENDPOINT_KEYS
+)
+
+
+def _yield_endpoints_to_environment(data: dict[str, Any], environ: Mapping[str, str]) -> None:
+    if not any(name.upper() in _ETCD_ENDPOINT_VARIABLES for name in environ):
+        return
+    wal_cloud = data.get("wal_cloud") if isinstance(data, dict) else None
+    metadata = wal_cloud.get("metadata") if isinstance(wal_cloud, dict) else None
+    if isinstance(metadata, dict):
+        for key in _ETCD_ENDPOINT_KEYS:
+            metadata.pop(key, None)
 
 
 class DanubeSettings(BaseSettings):

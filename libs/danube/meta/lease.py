@@ -39,8 +39,9 @@ _MIN_REQUEST_TIMEOUT_S = 0.05
 class LeaseBackend(Protocol):
     """What a lease needs from the store (tests plug in a fake here)."""
 
-    async def keep_alive_once(self, lease_id: int) -> float:
-        """Refresh the lease; return the TTL in seconds etcd restarted (<= 0: it is gone)."""
+    async def keep_alive_once(self, lease_id: int, *, timeout_s: float | None = None) -> float:
+        """Refresh the lease within ``timeout_s``; return the TTL in seconds etcd restarted
+        (<= 0: it is gone)."""
         ...
 
     async def revoke_lease(self, lease_id: int) -> bool:
@@ -59,6 +60,7 @@ class Lease:
         *,
         granted_at: float,
         request_timeout_s: float,
+        refresh_timeout_ttl_share: float = 1.0,
     ) -> None:
         self.id = lease_id
         self.ttl_s = ttl_s
@@ -67,6 +69,11 @@ class Lease:
         self.refreshes = 0  # successful refreshes so far
         self._backend = backend
         self._request_timeout_s = request_timeout_s
+        # A refresh waits at most this share of the TTL: a third when the backend can move
+        # to another etcd member (a silent member then costs one refresh, and the next
+        # still lands within the TTL); the whole time left with one member, where trying
+        # again elsewhere is not possible and a slow answer is better than none.
+        self._refresh_timeout_s = ttl_s * refresh_timeout_ttl_share
         self._expires_at = granted_at + ttl_s  # loop.time() by which it is surely expired
         self._refreshing = True
         self._callbacks: list[LostCallback] = []
@@ -166,11 +173,14 @@ class Lease:
                 continue
             sent = loop.time()
             budget_s = max(
-                _MIN_REQUEST_TIMEOUT_S, min(self._request_timeout_s, self._expires_at - sent)
+                _MIN_REQUEST_TIMEOUT_S,
+                min(self._request_timeout_s, self._refresh_timeout_s, self._expires_at - sent),
             )
             try:
-                async with asyncio.timeout(budget_s):
-                    ttl_s = await self._backend.keep_alive_once(self.id)
+                # The backend's own deadline is the one that tells it its member is silent
+                # (danube.meta.client fails over); this one only bounds a backend without.
+                async with asyncio.timeout(budget_s + _MIN_REQUEST_TIMEOUT_S):
+                    ttl_s = await self._backend.keep_alive_once(self.id, timeout_s=budget_s)
             except (MetaError, TimeoutError) as exc:
                 failures += 1
                 delay_s = backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=self.ttl_s / 6)

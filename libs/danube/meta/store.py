@@ -20,10 +20,10 @@ import aetcd.rpc
 from pydantic import BaseModel
 
 from danube.config.model import MetadataConfig
-from danube.meta.client import EtcdClient, EtcdLogin
-from danube.meta.errors import LeaseLostError, MetaRequestError, UpdateRacedError
+from danube.meta.client import EtcdClient, EtcdLogin, member_failed
+from danube.meta.errors import LeaseLostError, MetaError, MetaRequestError, UpdateRacedError
 from danube.meta.kv import KeyValue, M, check_value, decode_model, encode_model, kv_from_pb
-from danube.meta.lease import Lease
+from danube.meta.lease import REFRESHES_PER_TTL, Lease
 from danube.meta.txn import PutOp, Txn, TxnResult, build_request, parse_response, prefix_range_end
 from danube.meta.watch import WATCH_BUFFER_EVENTS, Watch
 
@@ -57,16 +57,24 @@ class MetaStore:
 
     @classmethod
     async def connect(cls, config: MetadataConfig) -> MetaStore:
-        """Open a connection to ``config.etcd_endpoint`` and check etcd answers."""
+        """Open a connection to the etcd cluster ``config.etcd_endpoints`` and check it
+        answers: the first member that does is the one used (each is tried once; the error of
+        the last one is raised when none answers)."""
         etcd = EtcdClient(
-            config.etcd_endpoint,
+            config.etcd_endpoints,
             request_timeout_s=config.request_timeout_s,
             login=EtcdLogin.from_config(config),
         )
         store = cls(etcd, prefix=config.prefix)
         try:
-            await etcd.connect()
-            await store.ping()
+            for tried in range(1, len(etcd.endpoints) + 1):
+                try:
+                    await etcd.connect()
+                    await store.ping()
+                    break
+                except MetaError as exc:  # a failed member: the client moved to the next
+                    if tried == len(etcd.endpoints) or not member_failed(exc):
+                        raise
         except BaseException:
             await store.close()
             raise
@@ -301,6 +309,9 @@ class MetaStore:
             float(granted_ttl_s),
             granted_at=granted_at,
             request_timeout_s=self.request_timeout_s,
+            refresh_timeout_ttl_share=(
+                1 / REFRESHES_PER_TTL if len(self._etcd.endpoints) > 1 else 1.0
+            ),
         )
         self._leases.add(lease)
         lease.on_lost(self._leases.discard)
@@ -324,6 +335,16 @@ class MetaStore:
             raise MetaRequestError(f"lease ttl_s must be in 1..{LEASE_TTL_MAX_S}, not {ttl_s}")
         lease_id, granted_ttl_s = await self._etcd.grant_lease(ttl_s)
         return lease_id, float(granted_ttl_s)
+
+    @property
+    def endpoint(self) -> str:
+        """The etcd member calls go to now (it changes when one fails)."""
+        return self._etcd.endpoint
+
+    @property
+    def failovers(self) -> int:
+        """How many times this store moved to another etcd member."""
+        return self._etcd.failovers
 
     async def refresh_lease(self, lease_id: int) -> float:
         """Refresh a lease by id once; the TTL etcd restarted (<= 0: the lease is gone)."""

@@ -1,5 +1,7 @@
-"""Running the mesh: server specs for nats-server, etcd and S3, and the process supervisor."""
+"""Running the mesh: server specs for nats-server, etcd and S3, clusters of them, and the
+process supervisor."""
 
+from danube.runtime.clusters import EtcdCluster, NatsCluster
 from danube.runtime.servers import (
     ProcessSpec,
     ServerError,
@@ -15,6 +17,8 @@ from danube.runtime.servers import (
 )
 
 __all__ = [
+    "EtcdCluster",
+    "NatsCluster",
     "ProcessSpec",
     "ServerError",
     "ServerProcess",

@@ -93,7 +93,9 @@ def plan_mesh(
     any, which every service then reads too), servers first; ``secure``: with the servers
     asking for, and every service given, the credentials it holds."""
     nats_host, nats_port = _host_port(settings.bus.servers[0])
-    etcd_host, etcd_port = _host_port(settings.wal_cloud.metadata.etcd_endpoint)
+    # One etcd on this machine, on the first member named (a cluster is run by hand or by
+    # the test launchers: danube.runtime.clusters).
+    etcd_host, etcd_port = _host_port(settings.wal_cloud.metadata.etcd_endpoints[0])
     etcd = etcd_spec(
         host=etcd_host,
         data_dir=data_dir / "etcd",

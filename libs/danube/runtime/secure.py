@@ -174,9 +174,10 @@ def write_nats_config(credentials: MeshCredentials, *, subject_prefix: str) -> P
 
 
 async def enable_etcd_auth(
-    endpoint: str, credentials: MeshCredentials, *, prefix: str, timeout_s: float
+    endpoint: str | Sequence[str], credentials: MeshCredentials, *, prefix: str, timeout_s: float
 ) -> None:
-    """Make etcd at ``endpoint`` ask for credentials: users ``root`` and ``danube-mesh``
+    """Make etcd at ``endpoint`` (one member, or several of one cluster, failed over like
+    every client: danube.meta.client) ask for credentials: users ``root`` and ``danube-mesh``
     (role ``danube-mesh``: read and write under ``prefix``), then ``auth enable``.
 
     Idempotent: when auth is on already (a restarted mesh), it logs in as root and makes
@@ -194,7 +195,7 @@ async def enable_etcd_auth(
 
 
 async def _setup_etcd(
-    endpoint: str,
+    endpoint: str | Sequence[str],
     timeout_s: float,
     login: EtcdLogin,
     root_password: str,
@@ -382,7 +383,7 @@ def prepare_secure_mesh(settings: DanubeSettings, data_dir: Path) -> SecureMesh:
 
     async def etcd_setup() -> None:
         await enable_etcd_auth(
-            metadata.etcd_endpoint,
+            metadata.etcd_endpoints,
             credentials,
             prefix=metadata.prefix,
             timeout_s=max(metadata.request_timeout_s, _ETCD_SETUP_TIMEOUT_S),

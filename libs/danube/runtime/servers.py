@@ -89,14 +89,46 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def nats_spec(
-    *, port: int, monitor_port: int, host: str = LOOPBACK, config_file: Path | None = None
+    *,
+    port: int,
+    monitor_port: int,
+    host: str = LOOPBACK,
+    config_file: Path | None = None,
+    name: str = "nats",
+    cluster: NatsRoutes | None = None,
 ) -> ProcessSpec:
     """nats-server on ``host:port``, its monitoring endpoint used as readiness probe;
-    ``config_file`` adds the rest (users and permissions: danube.runtime.secure)."""
+    ``config_file`` adds the rest (users and permissions: danube.runtime.secure);
+    ``cluster``: one server of a cluster (danube.runtime.clusters)."""
     argv = [find_binary("nats-server"), "-a", host, "-p", str(port), "-m", str(monitor_port)]
     if config_file is not None:
         argv += ["-c", str(config_file)]
-    return ProcessSpec("nats", argv, port, ready_url=f"http://{host}:{monitor_port}/healthz")
+    if cluster is not None:
+        argv += ["-n", name, "--cluster_name", cluster.cluster_name]
+        argv += ["--cluster", f"nats://{host}:{cluster.port}"]
+        if cluster.routes:
+            argv += ["--routes", ",".join(cluster.routes)]
+    return ProcessSpec(name, argv, port, ready_url=f"http://{host}:{monitor_port}/healthz")
+
+
+@dataclass(frozen=True)
+class NatsRoutes:
+    """One nats-server's place in a cluster: the port it takes routes on and the route
+    URLs (``nats://host:port``) of the others."""
+
+    port: int
+    routes: tuple[str, ...]
+    cluster_name: str = "danube"
+
+
+@dataclass(frozen=True)
+class EtcdPeers:
+    """One etcd member's place in a cluster: its name and the whole static
+    ``--initial-cluster`` (``name=http://host:peer_port`` of every member, itself included)."""
+
+    name: str
+    initial_cluster: str
+    token: str = "danube"
 
 
 @dataclass(frozen=True)
@@ -116,23 +148,30 @@ def etcd_spec(
     peer_port: int,
     host: str = LOOPBACK,
     tls: ServerTls | None = None,
+    peers: EtcdPeers | None = None,
 ) -> ProcessSpec:
     """A single-member etcd cluster with its data under ``data_dir``; with ``tls``, clients
-    talk TLS to it (health then answers on a plain metrics port of its own)."""
+    talk TLS to it (health then answers on a plain metrics port of its own); with
+    ``peers``, one member of a cluster (danube.runtime.clusters)."""
     scheme = "http" if tls is None else "https"
     client = f"{scheme}://{host}:{client_port}"
     peer = f"http://{host}:{peer_port}"
+    name = "danube" if peers is None else peers.name
     argv = [
         find_binary("etcd"),
-        "--name=danube",
+        f"--name={name}",
         f"--data-dir={data_dir}",
         f"--listen-client-urls={client}",
         f"--advertise-client-urls={client}",
         f"--listen-peer-urls={peer}",
         f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster=danube={peer}",
+        f"--initial-cluster={name}={peer}"
+        if peers is None
+        else f"--initial-cluster={peers.initial_cluster}",
         "--log-level=warn",
     ]
+    if peers is not None:
+        argv += ["--initial-cluster-state=new", f"--initial-cluster-token={peers.token}"]
     ready_url = f"{client}/health"
     if tls is not None:
         metrics = f"http://{host}:{free_port(host)}"
@@ -141,7 +180,9 @@ def etcd_spec(
         if tls.client_ca_file is not None:
             argv += ["--client-cert-auth", f"--trusted-ca-file={tls.client_ca_file}"]
         ready_url = f"{metrics}/health"
-    return ProcessSpec("etcd", argv, client_port, ready_url=ready_url)
+    return ProcessSpec(
+        "etcd" if peers is None else peers.name, argv, client_port, ready_url=ready_url
+    )
 
 
 def s3_spec(*, port: int, host: str = LOOPBACK) -> ProcessSpec:
@@ -213,8 +254,9 @@ class ServerProcess:
         self.wait_ready()
 
     def launch(self) -> None:
-        """Start the process without waiting for it: several may then become ready at once
-        (:meth:`wait_ready` each). Call it on the thread that stays: the child's death
+        """Start the process without waiting for it to be ready: several may then become
+        ready at once, and the members of a cluster are ready only once enough of them run
+        (then :meth:`wait_ready` each). Call it on the thread that stays: the child's death
         signal (``die_with_parent``) fires when the thread that started it ends."""
         self._log = self.log_path.open("ab")
         self._proc = subprocess.Popen(
@@ -243,11 +285,19 @@ class ServerProcess:
                 )
             time.sleep(0.05)
 
+    @property
+    def running(self) -> bool:
+        """Started and not exited."""
+        return self._proc is not None and self._proc.poll() is None
+
     def kill(self) -> None:
         """SIGKILL, the way a crash looks to everyone else."""
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after the spec's stop timeout."""
