@@ -22,7 +22,8 @@ Redeliveries go to another consumer first, and a consumer whose messages keep ti
 slowed, then detached (danube.dispatcher.slow).
 
 docs/dispatcher.md gives the invariants and the order guarantees; :meth:`validate` checks
-those of the data structures.
+those of the data structures (danube.dispatcher.inspection, with the other read-only views;
+the fair-redelivery glue is danube.dispatcher.fair).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from danube.dispatcher import slow
-from danube.dispatcher.cursor import CursorState, PartitionCursor
+from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.entries import ConsumerWindow, Entry, PartitionQueue, Ref
 from danube.dispatcher.events import (
     Ack,
@@ -52,9 +53,10 @@ from danube.dispatcher.events import (
     ReadFrom,
     ResumeReading,
     Seek,
-    SlowConsumerDetached,
     Tick,
 )
+from danube.dispatcher.fair import FairRedelivery
+from danube.dispatcher.inspection import MachineInspection
 from danube.dispatcher.poison import BlockBook, PoisonHandling
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.wire.dispatcher.errors import (
@@ -75,7 +77,7 @@ REFUSED_SKIPPED_MAX = 256
 DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 
 
-class SubscriptionMachine(PoisonHandling):
+class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
     """Delivery of one subscription: who gets which message, when it comes back, when the
     cursor moves. Deterministic for a given event sequence and ``rng``. Key-shared is the
     subclass :class:`~danube.dispatcher.keyed.KeySharedMachine`."""
@@ -120,52 +122,7 @@ class SubscriptionMachine(PoisonHandling):
         self._detached_slow = slow.DetachedBook()  # detached for their ack timeouts
         self._now_s = 0.0  # the time of the event being handled (polls read it)
 
-    # --- inspection ----------------------------------------------------------------------
-
-    @property
-    def consumers(self) -> list[str]:
-        """Attached consumer ids, in attach order."""
-        return list(self._consumers)
-
-    @property
-    def active_consumer(self) -> str | None:
-        """The consumer that receives (exclusive, failover); ``None`` for (key) shared."""
-        if self.delivery_type in ("shared", "key_shared") or not self._consumers:
-            return None
-        return next(iter(self._consumers))
-
-    @property
-    def held_count(self) -> int:
-        """Messages held in memory: buffered, in flight and awaiting redelivery."""
-        return len(self._entries)
-
-    def consumer_details(self) -> list[tuple[str, str, int]]:
-        """``(consumer id, name, unacked count)`` of each attached consumer, in attach order."""
-        return [(c.consumer_id, c.name, len(c.held)) for c in self._consumers.values()]
-
-    def unacked(self, consumer_id: str) -> list[tuple[str, int]]:
-        """The ``(partition, offset)`` a consumer was given and did not ack (its window:
-        those an ack timeout took back and not yet delivered again included), in delivery
-        order."""
-        return list(self._consumer(consumer_id).held)
-
-    def in_flight(self, consumer_id: str) -> list[tuple[str, int]]:
-        """Of :meth:`unacked`, those in flight (no ack timeout took them back)."""
-        held = self._consumer(consumer_id).held
-        return [key for key, entry in held.items() if entry.state == "in_flight"]
-
-    def cursor(self, partition: str) -> PartitionCursor:
-        """The cursor of ``partition``."""
-        return self._partition(partition).cursor
-
-    def cursor_states(self) -> dict[str, CursorState]:
-        """Every partition's cursor as it would be stored (for a final write on shutdown)."""
-        return {name: p.cursor.state() for name, p in self._partitions.items()}
-
-    def quiet(self) -> bool:
-        """Whether a Tick has nothing to do but look: no message held (so no ack deadline or
-        redelivery can fall due) and no cursor waiting to be written."""
-        return not self._entries and not any(p.cursor.dirty for p in self._partitions.values())
+    # --- flushing on demand --------------------------------------------------------------
 
     def flush_dirty(self, partitions: Iterable[str], now_s: float) -> list[Action]:
         """A write of every dirty cursor among ``partitions`` now, whatever the flush policy
@@ -176,31 +133,6 @@ class SubscriptionMachine(PoisonHandling):
             if partition.cursor.dirty:
                 self._flush(name, partition, now_s, actions)
         return actions
-
-    def validate(self) -> None:
-        """Check the invariants of the data structures (tests call it after every event);
-        AssertionError naming the first one broken."""
-        window = self.settings.max_unacked_per_consumer
-        for consumer in self._consumers.values():
-            assert len(consumer.held) <= window, f"{consumer.consumer_id} holds over {window}"
-            assert self._detached_slow.reason(consumer.consumer_id) is None, "detached, attached"
-            for key, entry in consumer.held.items():
-                assert self._entries.get(key) is entry, f"{key} held but not an entry"
-                assert entry.consumer_id == consumer.consumer_id, f"{key} held by two"
-        for key in self._blocked.held():
-            assert self._entries[key].state == "blocked", f"{key} held but not blocked"
-        for key, entry in self._entries.items():
-            assert key == (entry.partition, entry.offset), f"{key} filed as {entry}"
-            if entry.state == "blocked":
-                assert entry.consumer_id is None, f"{key} blocked in a window"
-                keyed = entry.key is not None  # a keyed one holds back its key only
-                assert keyed or not self._blocked.passable(*key), f"{key} blocked, not held"
-            if entry.state == "fresh" or entry.consumer_id is None:
-                assert entry.state != "in_flight", f"{key} in flight to nobody"
-                continue
-            holder = self._consumers.get(entry.consumer_id)
-            assert holder is not None, f"{key} counted for a detached consumer"
-            assert holder.held.get(key) is entry, f"{key} not in its consumer's window"
 
     # --- events --------------------------------------------------------------------------
 
@@ -433,40 +365,6 @@ class SubscriptionMachine(PoisonHandling):
             partition.cursor.reset(offset)
             actions.append(ReadFrom(name, offset))
             self._flush(name, partition, event.now_s, actions)
-
-    # --- fair redelivery (slow.py) --------------------------------------------------------
-
-    def _elsewhere(self, consumer: ConsumerWindow) -> Callable[[], bool]:
-        """Whether another consumer can take what ``consumer`` refused, asked at most once
-        per poll and only when such a message is met (it walks the consumers)."""
-        answer: list[bool] = []
-
-        def ask() -> bool:
-            if not answer:
-                shared = self.delivery_type in ("shared", "key_shared")
-                consumers = self._consumers.values()
-                answer.append(
-                    shared and slow.can_take(consumers, consumer, self.settings, self._now_s)
-                )
-            return answer[0]
-
-        return ask
-
-    def _detach_if_slow(
-        self, consumer: ConsumerWindow, now_s: float, actions: list[Action]
-    ) -> None:
-        """Detach ``consumer`` once its streak of ack timeouts reaches the limit and another
-        consumer can take over (never the one consumer of an exclusive subscription)."""
-        if not slow.due_for_detach(self.settings, consumer) or len(self._consumers) < 2:
-            return
-        if consumer.consumer_id not in self._consumers:
-            return  # detached already (two strikes in one tick cannot, but be sure)
-        reason = slow.detach_reason(self.settings, consumer)
-        self._detach(ConsumerDetached(consumer.consumer_id, now_s), actions)
-        self._detached_slow.add(consumer.consumer_id, reason)
-        actions.append(
-            SlowConsumerDetached(consumer.consumer_id, consumer.name, consumer.strikes, reason)
-        )
 
     # --- transitions ---------------------------------------------------------------------
 

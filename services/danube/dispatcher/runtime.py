@@ -2,9 +2,10 @@
 its timer, etcd (cursors) and ingest (dead letters).
 
 Every call into the machine is synchronous (it does no I/O), so the event loop serialises
-them; the actions it returns are carried out here. Those with I/O (a dead letter, a cursor
-write) run one batch at a time under ``_io_lock``, in the order the machine gave them, so a
-dead letter is always produced before the cursor write that moves past it.
+them; the actions it returns are carried out here (danube.dispatcher.actions). Those with I/O (a
+dead letter, a cursor write) run one batch at a time under ``_io_lock``, in the order the
+machine gave them, so a dead letter is always produced before the cursor write that moves
+past it.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from danube.bus import Bus
 from danube.config import DispatcherConfig
 from danube.dispatcher import (
     cursors_admin,
-    deadletter,
     metrics,
     policies,
     policy_admin,
     tiers,
 )
+from danube.dispatcher.actions import ActionRunner
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.delivery import SubscriptionMachine
@@ -37,18 +38,12 @@ from danube.dispatcher.events import (
     Action,
     ConsumerAttached,
     ConsumerDetached,
-    DeadLetter,
     Deliver,
     Event,
-    FlushCursor,
     MessagesAvailable,
     Nack,
     NotInFlight,
-    PauseReading,
     Poll,
-    ReadFrom,
-    ResumeReading,
-    SlowConsumerDetached,
     Tick,
 )
 from danube.dispatcher.keyed import new_machine
@@ -57,7 +52,7 @@ from danube.dispatcher.readers import PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
-from danube.frame import FRAME_HEADER_BYTES, verify_frame
+from danube.frame import FRAME_HEADER_BYTES
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
@@ -75,7 +70,7 @@ TICK_INTERVAL_S = 0.05
 QUIET_TICK_S = 1.0
 
 
-class SubscriptionRuntime:
+class SubscriptionRuntime(ActionRunner):
     """Serves one subscription while this dispatcher owns it. ``on_failed`` is called (once)
     when it can no longer be served safely (fenced, or a dead letter could not be written)."""
 
@@ -461,91 +456,6 @@ class SubscriptionRuntime:
         """Wake every waiting poll: messages may be available."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
-
-    async def run_actions(self, actions: list[Action]) -> None:
-        """Carry out the machine's actions (all but Deliver, which only a poll takes)."""
-        flushes: dict[TopicName, FlushCursor] = {}
-        dead: list[DeadLetter] = []
-        for action in actions:
-            if isinstance(action, PauseReading | ResumeReading):
-                reader = self._readers.get(action.partition)
-                if reader is not None:
-                    reader.set_paused(isinstance(action, PauseReading))
-            elif isinstance(action, ReadFrom):
-                reader = self._readers.get(action.partition)
-                if reader is not None:
-                    reader.wake()  # it reads from the cursor's (new) read position
-            elif isinstance(action, DeadLetter):
-                dead.append(action)
-            elif isinstance(action, FlushCursor):
-                flushes[self._partitions[action.partition]] = action
-            elif isinstance(action, SlowConsumerDetached):
-                self._slow_detached(action)
-        if not dead and not flushes:
-            return
-        async with self._io_lock:
-            for letter in dead:
-                await self._dead_letter(letter)
-            if flushes:
-                await self._flush(flushes)
-
-    def _slow_detached(self, action: SlowConsumerDetached) -> None:
-        """The machine detached a consumer that never acks: its session ends here too (its
-        next request is answered ``consumer_detached``)."""
-        metrics.SLOW_DETACHED.inc()
-        if self._last_seen.pop(action.consumer_id, None) is not None:
-            metrics.CONSUMERS.dec()
-        log.warning(
-            "consumer %s (%s) of %s/%s %s",
-            action.consumer_id,
-            action.name[:200],
-            self.store.topic,
-            self.store.sub,
-            action.reason,
-        )
-
-    async def _dead_letter(self, letter: DeadLetter) -> None:
-        message = letter.message
-        partition = self._partitions[message.partition]
-        if letter.dispose == "drop":
-            deadletter.drop(partition, message.offset, message.redelivery_count)
-            self.dropped += 1
-            return
-        topic = policy_admin.dead_letter_target(self, partition)
-        try:
-            await deadletter.send_dead_letter(
-                self.store,
-                self.ingest,
-                partition,
-                message.offset,
-                # Checked before it is stored again: never a corrupt record into a topic.
-                bytes(verify_frame(tiers.frame_of(message.payload).data)),
-                topic,
-            )
-            self.dead_lettered += 1
-        except Exception as exc:
-            # The cursor already moved past it in memory: stop before a write stores that,
-            # so the next owner delivers it again from the stored cursor.
-            self.fail(f"dead letter of {partition}@{letter.message.offset} failed: {exc!r}")
-            raise
-
-    async def _flush(self, flushes: dict[TopicName, FlushCursor]) -> None:
-        try:
-            await self.store.write_cursors({p: f.state for p, f in flushes.items()})
-        except NotOwnerError as exc:
-            self.fail(str(exc))
-            raise
-        except Exception as exc:
-            metrics.CURSOR_WRITE_ERRORS.inc()
-            log.warning("cursor write failed (retried at the next tick): %s", exc)
-            machine = self._machine()
-            for partition in flushes:
-                machine.cursor(partition.topic).mark_dirty()
-            return
-        metrics.CURSOR_WRITES.inc()
-        self._durability.stored(
-            (partition.topic, flush.seq) for partition, flush in flushes.items()
-        )
 
     async def _tick_loop(self) -> None:
         while True:
