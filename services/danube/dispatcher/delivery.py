@@ -170,6 +170,7 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
             raise SubscriptionTakenError(
                 f"the exclusive subscription is taken by consumer {holder!r}", holder=holder
             )
+        self._detached_slow.forget(event.consumer_id)
         self._consumers[event.consumer_id] = ConsumerWindow(event.consumer_id, event.name)
 
     def _detach(self, event: ConsumerDetached, actions: list[Action]) -> None:

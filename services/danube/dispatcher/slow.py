@@ -116,3 +116,7 @@ class DetachedBook:
     def reason(self, consumer_id: str) -> str | None:
         """Why ``consumer_id`` was detached; None if it was not (or is forgotten)."""
         return self._reasons.get(consumer_id)
+
+    def forget(self, consumer_id: str) -> None:
+        """``consumer_id`` attached again: a new consumer, no longer the detached one."""
+        self._reasons.pop(consumer_id, None)
