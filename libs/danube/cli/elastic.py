@@ -4,17 +4,14 @@ nodes (docs/operations.md, "Draining a node"). Wired under `danube admin` by cli
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from danube.cli._common import Json, ServiceAddr, connect, out, print_json, run
+from danube.cli._common import Json, ServiceAddr, out, print_json
+from danube.cli.admin_common import _admin
 from danube.client import AsyncAdmin, DrainStatus, ReplicaAssignment
-
-# Each admin request, retries included (an unreachable server fails within this).
-ADMIN_TIMEOUT_S = 5.0
 
 nodes = typer.Typer(help="Drain and undrain ingest nodes and dispatchers.", no_args_is_help=True)
 
@@ -26,14 +23,6 @@ PartitionOpt = Annotated[
     typer.Option("--partition", "-p", min=0, help="The partition N of a partitioned topic."),
 ]
 NodeArg = Annotated[str, typer.Argument(help="An ingest node's id.")]
-
-
-def _admin(command: str, url: str, call: Callable[[AsyncAdmin], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with connect(url, timeout_s=ADMIN_TIMEOUT_S) as client:
-            await call(client.admin)
-
-    run(f"admin {command}", main())
 
 
 def _partition(topic: str, partition: int | None) -> str:
