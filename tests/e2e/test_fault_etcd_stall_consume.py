@@ -8,6 +8,7 @@ owner key written again) and its stored cursors reach the partitions' ends."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -129,18 +130,18 @@ async def test_etcd_stall_consume_goes_on(
             ends[partition] = max(ends[partition], offset + 1)
 
         async with asyncio.timeout(CATCH_UP_S):  # everything delivered
-            while not set(expected) <= {(d[1], d[2]) for d in deliveries}:
+            while not set(expected) <= {(d[1], d[2]) for d in deliveries}:  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
         await consumer.flush_acks()
         async with asyncio.timeout(CATCH_UP_S):  # and acknowledged into the stored cursors
-            while await _stored_cursors(store) != ends:
+            while await _stored_cursors(store) != ends:  # noqa: ASYNC110 - etcd polled
                 await asyncio.sleep(0.2)
         subscriptions = await sdk.admin.subscriptions(TOPIC)
         consuming.cancel()
         after = await _owner(store)
 
         window = [d for d in deliveries if frozen_at - 1.0 <= d[0] <= thawed_at + AFTER_S]
-        gaps = [(b[0] - a[0], a[0] - frozen_at) for a, b in zip(window, window[1:], strict=False)]
+        gaps = [(b[0] - a[0], a[0] - frozen_at) for a, b in itertools.pairwise(window)]
         longest = max(gaps)
         during = [d for d in deliveries if frozen_at <= d[0] <= thawed_at]
         print(

@@ -86,7 +86,8 @@ async def _serving_leaseless(
     assert runtime.store.claim is not None
     epoch = runtime.store.claim.epoch
     await node.lease.revoke()
-    assert node.leaseless_since is not None and runtime.store.held
+    assert node.leaseless_since is not None
+    assert runtime.store.held
     # Serving on: new messages delivered, acks answered at once from memory.
     await _produce(bus, [b"d", b"e"])
     delivered = await _poll(client, consumer, 2)
@@ -117,12 +118,13 @@ async def test_a_leaseless_dispatcher_stops_on_hearing_a_newer_claim(
         # A claims it while A is cut from etcd: A hears the notice and stops at once.
         runtime_b = await b.ensure_serving(TOPIC, SUB)
         async with asyncio.timeout(2.0):
-            while (TOPIC, SUB) in a.subscriptions:
+            while (TOPIC, SUB) in a.subscriptions:  # noqa: ASYNC110 - retired by a task
                 await asyncio.sleep(0.01)
         assert runtime_a.failed
         assert not runtime_b.failed
         owner = await store.get_model(meta_keys.subscription_owner_key(TOPIC, SUB), Owner)
-        assert owner is not None and owner.node_id == "disp-b"
+        assert owner is not None
+        assert owner.node_id == "disp-b"
         # B serves from the stored cursor: what A acked without its lease comes again
         # (at-least-once), what A acked with it does not.
         consumer = await client.attach(TOPIC, SUB, "c2", type="exclusive", start="earliest")
