@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from danube.client import AsyncDanubeClient
@@ -51,6 +52,14 @@ async def _owner(store: MetaStore) -> tuple[Owner, int]:
     found = await store.get_model_kv(meta_keys.subscription_owner_key(TOPIC, SUB), Owner)
     assert found is not None, "the subscription has no owner"
     return found[0], found[1].mod_revision
+
+
+def _metric(text: str, name: str) -> float:
+    """A sample's value in a /metrics page (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
 
 
 async def _stored_cursors(store: MetaStore) -> dict[str, int]:
@@ -138,6 +147,9 @@ async def test_etcd_stall_consume_goes_on(
                 await asyncio.sleep(0.2)
         subscriptions = await sdk.admin.subscriptions(TOPIC)
         consuming.cancel()
+        async with httpx.AsyncClient() as http:
+            url = f"http://127.0.0.1:{dispatcher.spec.port}/metrics"
+            metrics_text = (await http.get(url, timeout=5)).text
         after = await _owner(store)
 
         window = [d for d in deliveries if frozen_at - 1.0 <= d[0] <= thawed_at + AFTER_S]
@@ -149,7 +161,9 @@ async def test_etcd_stall_consume_goes_on(
             f"produced, {len(deliveries)} deliveries ({len(during)} during the stall, "
             f"{sum(1 for d in deliveries if d[4] > 0)} redeliveries); longest gap between "
             f"deliveries {longest[0]:.3f}s at {longest[1]:+.1f}s from the freeze; owner "
-            f"revision {before[1]} -> {after[1]}"
+            f"revision {before[1]} -> {after[1]}; "
+            f"{_metric(metrics_text, 'danube_dispatcher_leaseless_acks_total'):.0f} acks "
+            "answered without the lease"
         )
         assert len(during) > 50, "the consumer went on receiving during the stall"
         assert longest[0] <= GAP_MAX_S, longest
@@ -168,7 +182,13 @@ async def test_etcd_stall_consume_goes_on(
         # new lease (the old one expired with the stall), and no backlog left.
         assert (after[0].node_id, after[0].epoch) == (before[0].node_id, before[0].epoch)
         assert after[1] > before[1], "the owner key was not written again"
-        assert dispatcher.pid is not None
+        # ... because it served without its lease and reclaimed the subscription (the
+        # epoch alone cannot tell: a fresh claim after the key expired is epoch 1 again).
+        reclaims = 'danube_dispatcher_reclaims_total{outcome="reclaimed"}'
+        assert _metric(metrics_text, reclaims) == 1
+        assert _metric(metrics_text, 'danube_dispatcher_reclaims_total{outcome="lost"}') == 0
+        assert _metric(metrics_text, "danube_dispatcher_leaseless_acks_total") > 0
+        assert _metric(metrics_text, "danube_dispatcher_leaseless_seconds") == 0
         (subscription,) = [s for s in subscriptions if s.name == SUB]
         assert subscription.backlog == 0, subscription
     finally:
