@@ -116,6 +116,8 @@ class DispatcherNode:
                 await store.release()
                 raise
             self._served.add(key, _Served(runtime, responder))
+            if self.leaseless_since is not None:  # the lease went while it was claimed
+                runtime.hold_cursors(True)
             metrics.SUBSCRIPTIONS.labels(runtime.dispatch).inc()
             return runtime
 
