@@ -14,6 +14,7 @@ from danube.bus import Bus, Responder
 from danube.config import DanubeSettings
 from danube.dispatcher.node import DispatcherNode, _Served
 from danube.dispatcher.served import ServedSubscription
+from danube.dispatcher.store import OwnerClaim
 from danube.meta import MetaStore, WatchEvent, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.follow import follow_prefix
@@ -92,14 +93,26 @@ async def test_without_a_reread_it_watches_on_from_the_compaction(
         task.cancel()
 
 
+class _Store:
+    """The runtime's store as the owner check reads it: claimed under the node's lease."""
+
+    def __init__(self, lease_id: int) -> None:
+        self.held = False
+        self.claim = OwnerClaim(epoch=1, revision=0, lease_id=lease_id)
+
+
 class _Runtime:
     """What the node calls on a served subscription's runtime when it fences it."""
 
-    def __init__(self) -> None:
+    def __init__(self, lease_id: int) -> None:
         self.failed: list[str] = []
+        self.store = _Store(lease_id)
 
     def fail(self, reason: str) -> None:
         self.failed.append(reason)
+
+    def hold_cursors(self, held: bool) -> None:
+        self.store.held = held
 
 
 async def test_the_dispatcher_rereads_its_owner_keys(store: MetaStore) -> None:
@@ -108,7 +121,7 @@ async def test_the_dispatcher_rereads_its_owner_keys(store: MetaStore) -> None:
         node = DispatcherNode(
             DanubeSettings(), node_id="d1", bus=cast(Bus, None), store=store, lease=lease
         )
-        runtimes = {sub: _Runtime() for sub in ("mine", "moved", "gone")}
+        runtimes = {sub: _Runtime(lease.id) for sub in ("mine", "moved", "gone")}
         for sub, runtime in runtimes.items():
             served = _Served(cast(ServedSubscription, runtime), cast(Responder, None))
             node._served.add((topic, sub), served)
@@ -125,3 +138,28 @@ async def test_the_dispatcher_rereads_its_owner_keys(store: MetaStore) -> None:
         assert runtimes["gone"].failed == [
             "its owner key was deleted (the topic or subscription went)"
         ]
+
+
+async def test_an_owner_key_gone_with_a_lost_lease_is_left_to_the_reclaim(
+    store: MetaStore,
+) -> None:
+    """Without its lease a dispatcher's owner keys expire with it: that delete does not fence
+    what it serves (the reclaim decides, docs/dispatcher.md); another owner still does."""
+    topic = TopicName.parse("/ns/t")
+    async with store.lease(10) as lease:
+        node = DispatcherNode(
+            DanubeSettings(), node_id="d1", bus=cast(Bus, None), store=store, lease=lease
+        )
+        runtimes = {sub: _Runtime(lease.id) for sub in ("expired", "moved")}
+        for sub, runtime in runtimes.items():
+            served = _Served(cast(ServedSubscription, runtime), cast(Responder, None))
+            node._served.add((topic, sub), served)
+        record = Owner(node_id="d2", epoch=1, assigned_ms=0)
+        await store.put(meta_keys.subscription_owner_key(topic, "moved"), encode_model(record))
+        await lease.revoke()  # lost: every served runtime holds its cursors
+        assert all(runtime.store.held for runtime in runtimes.values())
+
+        await node.recheck_owners()
+
+        assert runtimes["expired"].failed == []
+        assert runtimes["moved"].failed == ["another dispatcher owns it now"]

@@ -46,6 +46,7 @@ def test_subjects_of_a_plain_topic_and_of_a_partition() -> None:
     assert S.cloud_offset_for_time("/ns/t-part-2") == "danube.cloud.time.ns.t.2"
     assert S.ownership("/ns/t-part-1") == "danube.ctl.owner.ns.t.1"
     assert S.subscription_ownership("/ns/t", "s1") == "danube.ctl.subowner.ns.t._.s1"
+    assert S.subscription_claimed("/ns/t", "s1") == "danube.ctl.subclaimed.ns.t._.s1"
     assert S.dispatch("/ns/t", "sub-1", DispatchOp.POLL) == "danube.disp.ns.t._.sub-1.poll"
     assert S.dispatch_all_ops("/ns/t", "sub-1") == "danube.disp.ns.t._.sub-1.*"
 
@@ -128,6 +129,8 @@ def test_parse_takes_each_kind_apart() -> None:
                 subject = S.dispatch(topic, "sub", "nack")
             elif kind is Kind.SUBSCRIPTION_OWNERSHIP:
                 subject = S.subscription_ownership(topic, "sub")
+            elif kind is Kind.SUBSCRIPTION_CLAIMED:
+                subject = S.subscription_claimed(topic, "sub")
             elif kind is Kind.REPL_READ:
                 subject = S.repl_read(topic, "sub")  # the replica's node token
             else:

@@ -112,8 +112,11 @@ KIND_PERMISSIONS: dict[str, KindPermissions] = {
             Kind.PRODUCE,
             Kind.OWNERSHIP,
             Kind.LEADER_PROBE,
+            Kind.SUBSCRIPTION_CLAIMED,  # its claims, for leaseless dispatchers to hear
         ),
-        subscribe=_kinds(Kind.LIVE, Kind.DISPATCH, Kind.SUBSCRIPTION_OWNERSHIP),
+        subscribe=_kinds(
+            Kind.LIVE, Kind.DISPATCH, Kind.SUBSCRIPTION_OWNERSHIP, Kind.SUBSCRIPTION_CLAIMED
+        ),
     ),
 }
 

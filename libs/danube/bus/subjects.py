@@ -66,6 +66,9 @@ class Kind(StrEnum):
     # frozen node that holds its subscription cannot swallow it), can the partition lead?
     LEADER_PROBE = "ctl.probe"
     SUBSCRIPTION_OWNERSHIP = "ctl.subowner"  # publish: controller -> all, a subscription moved
+    # publish: a dispatcher -> every dispatcher, it claimed (or reclaimed) a subscription: a
+    # dispatcher serving it without its lease stops (docs/dispatcher.md, "Through an etcd outage")
+    SUBSCRIPTION_CLAIMED = "ctl.subclaimed"
     DISPATCH = "disp"  # request: discovery -> the dispatcher owning a subscription
 
     @property
@@ -73,7 +76,7 @@ class Kind(StrEnum):
         """How many tokens follow the topic: 0, 1 (subscription) or 2 (subscription, op)."""
         if self is Kind.DISPATCH:
             return 2
-        if self in (Kind.SUBSCRIPTION_OWNERSHIP, Kind.REPL_READ):
+        if self in (Kind.SUBSCRIPTION_OWNERSHIP, Kind.SUBSCRIPTION_CLAIMED, Kind.REPL_READ):
             return 1  # the subscription; the replica's node (Subjects.repl_read)
         return 0
 
@@ -224,6 +227,12 @@ class Subjects:
         """Announcements that a subscription moved to another dispatcher."""
         validate_segment("subscription", subscription)
         kind = Kind.SUBSCRIPTION_OWNERSHIP.value
+        return f"{self.prefix}.{kind}.{self._topic_tokens(topic)}.{subscription}"
+
+    def subscription_claimed(self, topic: TopicLike, subscription: str) -> str:
+        """Where a dispatcher announces that it claimed ``subscription`` of ``topic``."""
+        validate_segment("subscription", subscription)
+        kind = Kind.SUBSCRIPTION_CLAIMED.value
         return f"{self.prefix}.{kind}.{self._topic_tokens(topic)}.{subscription}"
 
     def dispatch(self, topic: TopicLike, subscription: str, op: str) -> str:

@@ -494,6 +494,11 @@ class DispatcherConfig(ServiceConfig):
     balance_slack: Annotated[int, Field(ge=0, le=1000)] = 1
     balance_moves_max: Annotated[int, Field(ge=1, le=1000)] = 4
     balance_holdoff_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    # Through an etcd outage (docs/dispatcher.md): a dispatcher whose node lease is lost
+    # serves its subscriptions on, cursor writes held in memory, for at most this long, then
+    # stops them (0: stops them at once, as before). The bound covers a claim announcement
+    # lost on the bus while this dispatcher is cut from etcd alone.
+    leaseless_serve_max_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
 
 
 class MetricsConfig(_Section):

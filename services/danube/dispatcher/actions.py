@@ -27,7 +27,7 @@ from danube.dispatcher.events import (
     SlowConsumerDetached,
 )
 from danube.dispatcher.readers import PartitionReader
-from danube.dispatcher.store import NotOwnerError, SubscriptionStore
+from danube.dispatcher.store import CursorsHeldError, NotOwnerError, SubscriptionStore
 from danube.frame import verify_frame
 from danube.meta import TopicName
 from danube.wire.ingest.client import IngestClient
@@ -75,6 +75,11 @@ class ActionRunner:
                 flushes[self._partitions[action.partition]] = action
             elif isinstance(action, SlowConsumerDetached):
                 self._slow_detached(action)
+        if flushes and self.store.held:
+            # No lease: the cursors stay dirty in memory (one state per partition: bounded)
+            # and are written after the reclaim; no wait on the lock a hung write may hold.
+            self._keep_dirty(flushes)
+            flushes = {}
         if not dead and not flushes:
             return
         async with self._io_lock:
@@ -124,18 +129,24 @@ class ActionRunner:
             self.fail(f"dead letter of {partition}@{letter.message.offset} failed: {exc!r}")
             raise
 
+    def _keep_dirty(self, flushes: dict[TopicName, FlushCursor]) -> None:
+        machine = self._machine()
+        for partition in flushes:
+            machine.cursor(partition.topic).mark_dirty()
+
     async def _flush(self, flushes: dict[TopicName, FlushCursor]) -> None:
         try:
             await self.store.write_cursors({p: f.state for p, f in flushes.items()})
         except NotOwnerError as exc:
             self.fail(str(exc))
             raise
+        except CursorsHeldError:  # the lease went while this write waited for the lock
+            self._keep_dirty(flushes)
+            return
         except Exception as exc:
             metrics.CURSOR_WRITE_ERRORS.inc()
             log.warning("cursor write failed (retried at the next tick): %s", exc)
-            machine = self._machine()
-            for partition in flushes:
-                machine.cursor(partition.topic).mark_dirty()
+            self._keep_dirty(flushes)
             return
         metrics.CURSOR_WRITES.inc()
         self._durability.stored(

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from danube.bus.subjects import Kind
 from danube.config import DanubeSettings
 from danube.dispatcher.handlers import serve_claims
 from danube.dispatcher.node import DispatcherNode
 from danube.dispatcher.sampling import SubscriptionSampler
-from danube.runtime.service import LeaseLost, node_session, wait_for_any
+from danube.runtime.service import LeaseLost, node_session
 
 log = logging.getLogger(__name__)
 
@@ -18,11 +19,19 @@ __all__ = ["LeaseLost", "serve"]
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
-    """Run the dispatcher until ``stop``; raise LeaseLost if its lease is lost first (every
-    subscription was fenced; a restart claims afresh)."""
-    async with node_session(settings, "dispatcher", node_id, settings.dispatcher, stop) as s:
+    """Run the dispatcher until ``stop``. A lost node lease does not end it: it serves on
+    and reclaims its subscriptions under a new lease (docs/dispatcher.md, "Through an etcd
+    outage")."""
+    async with node_session(
+        settings, "dispatcher", node_id, settings.dispatcher, stop, renew_lease=True
+    ) as s:
         node = DispatcherNode(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
+        s.renewed.append(node.renewed)
+        notices = await s.bus.subscribe(
+            s.bus.subjects.all_of_kind(Kind.SUBSCRIPTION_CLAIMED), node.on_claim_notice
+        )
         claims = await serve_claims(s.bus, node_id, node.ensure_serving)
+        leaseless = s.tasks.create_task(node.watch_leaseless(), name="leaseless-watch")
         watcher = s.tasks.create_task(node.watch_owners(), name="subscription-watch")
         balancer = s.tasks.create_task(node.balance(), name="subscription-balance")
         sampler = s.tasks.create_task(
@@ -31,9 +40,11 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         )
         s.started.set()
         log.info("dispatcher %s up", node_id)
-        await wait_for_any(stop, s.lease.lost)
+        await stop.wait()
+        leaseless.cancel()
         watcher.cancel()
         balancer.cancel()
         sampler.cancel()
         await claims.drain()
+        await notices.unsubscribe()
         await node.close(release=s.lease.alive)

@@ -6,6 +6,10 @@ dirty, else in ``flush_seq``. :class:`AckDurability` keeps the highest write sto
 partition and lets one committer write at a time, so acks that arrive while a write runs
 share the next one (group commit). The writing itself is the runtime's (``flush``: the
 machine's :class:`~danube.dispatcher.events.FlushCursor` actions, fenced on the owner key).
+
+While the dispatcher has no node lease (etcd unreachable) an ack is answered once it counts
+in memory: :meth:`AckDurability.hold` releases every waiting ack, and the cursor holding it is
+written after the reclaim; what a crash loses meanwhile is delivered again (at-least-once).
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ class AckDurability:
         self._stored_seq: dict[str, int] = {}
         self._stored = asyncio.Event()  # replaced at every stored write
         self._commit_lock = asyncio.Lock()
+        self.held = False
+        """No node lease: acks do not wait for their cursor write (it is held)."""
+
+    def hold(self, held: bool) -> None:
+        """Start (or end) answering acks without waiting for their cursor write; waiting
+        acks look again at once."""
+        self.held = held
+        stored_event, self._stored = self._stored, asyncio.Event()
+        stored_event.set()
 
     def stored(self, writes: Iterable[tuple[str, int]]) -> None:
         """Writes ``(partition, seq)`` landed: wake the acks waiting for them."""
@@ -48,6 +61,8 @@ class AckDurability:
         try:
             async with asyncio.timeout(max(timeout_s, 0.0)):
                 while True:
+                    if self.held:
+                        return
                     if all(self._stored_seq.get(n, 0) >= seq for n, seq in targets.items()):
                         return
                     if any(machine.cursor(n).flush_seq < seq for n, seq in targets.items()):

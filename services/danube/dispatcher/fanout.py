@@ -199,6 +199,12 @@ class FanoutRuntime:
         fanout = self.fanout
         return 0 if fanout is None else sum(map(fanout.buffered, fanout.consumers))
 
+    def hold_cursors(self, held: bool) -> None:
+        """Nothing to hold: a non-reliable subscription has no cursors."""
+
+    async def flush_held(self) -> None:
+        """Nothing held (no cursors)."""
+
     def begin_stop(self) -> None:
         """Make waiting polls answer now."""
         self.closing = True

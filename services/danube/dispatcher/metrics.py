@@ -159,3 +159,27 @@ CLAIMS_REFUSED = Counter(
     "danube_dispatcher_refused_claims",
     "Claims refused (claim_refused, retriable): drained, at its fair share, or held off",
 )
+
+# Through an etcd outage (docs/dispatcher.md, "Through an etcd outage").
+LEASELESS_SECONDS = Gauge(
+    "danube_dispatcher_leaseless_seconds",
+    "How long this dispatcher has served without its node lease (0: it has its lease)",
+)
+LEASELESS_ACKS = Counter(
+    "danube_dispatcher_leaseless_acks",
+    "Acks answered without their cursor write (held in memory: no node lease)",
+)
+RECLAIMS = Counter(
+    "danube_dispatcher_reclaims",
+    "Subscriptions served through a lost lease, by what the reclaim found: reclaimed (the "
+    "owner key written again) or lost (changed meanwhile: no longer served here)",
+    ["outcome"],
+)
+FENCED_BY_CLAIM = Counter(
+    "danube_dispatcher_fenced_by_claim",
+    "Subscriptions served without the lease that stopped on hearing another dispatcher's claim",
+)
+LEASELESS_EXPIRED = Counter(
+    "danube_dispatcher_leaseless_expired",
+    "Subscriptions stopped because the dispatcher was without its lease past leaseless_serve_max_s",
+)

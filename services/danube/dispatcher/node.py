@@ -1,4 +1,6 @@
-"""The subscriptions this dispatcher owns: claiming, serving, fencing and releasing them."""
+"""The subscriptions this dispatcher owns: claiming, serving, fencing and releasing them,
+and serving them on through a lost node lease (an etcd outage) until they are reclaimed
+(docs/dispatcher.md, "Through an etcd outage")."""
 
 from __future__ import annotations
 
@@ -8,16 +10,17 @@ import logging
 import random
 import time
 
-from danube.bus import Bus, Responder
+from danube.bus import Bus, Message, Responder
 from danube.config import DanubeSettings
 from danube.dispatcher import metrics
 from danube.dispatcher.balance import BalancePolicy, Balancer
 from danube.dispatcher.census import read_census
+from danube.dispatcher.claims import decode_notice, encode_notice, fences
 from danube.dispatcher.fanout import FanoutRuntime
 from danube.dispatcher.handlers import SubscriptionHandlers
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.dispatcher.served import ServedSubscription
-from danube.dispatcher.store import SubscriptionStore
+from danube.dispatcher.store import NotOwnerError, OwnerClaim, SubscriptionStore
 from danube.meta import Lease, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.follow import follow_prefix
@@ -34,6 +37,8 @@ _CENSUS_TIMEOUT_S = 10.0
 # A refused claim asks for a count now (the refusal may rest on a stale one: a dispatcher
 # that just left still counted as live), at most this often.
 _RECOUNT_MIN_S = 0.5
+# How often the time served without the lease is looked at (the gauge, the bound).
+_LEASELESS_CHECK_S = 0.5
 
 
 class _Served:
@@ -53,9 +58,13 @@ class DispatcherNode:
         self.bus = bus
         self.store = store
         self.lease = lease
+        # Fenced by this node's own rule on a lost lease (_lease_lost), not by Owned's.
         self._served: Owned[_Key, _Served] = Owned(
-            lease, fence=lambda served, reason: served.runtime.fail(reason)
+            None, fence=lambda served, reason: served.runtime.fail(reason)
         )
+        self.leaseless_since: float | None = None  # monotonic; None while the lease holds
+        lease.on_lost(self._lease_lost)
+        self._reclaiming: set[asyncio.Task[int]] = set()
         self._retiring: set[asyncio.Task[None]] = set()
         self._handing_over: set[asyncio.Task[None]] = set()
         self._recount = asyncio.Event()
@@ -91,7 +100,8 @@ class DispatcherNode:
                 self._check_claim(key)
             self.lease.ensure_alive()
             store = SubscriptionStore(self.store, topic, sub)
-            await store.claim_owner(self.node_id, self.lease)
+            claim = await store.claim_owner(self.node_id, self.lease)
+            await self._announce(key, claim)
             config = self.settings.dispatcher
             runtime: ServedSubscription
             if await store.dispatch() == "non_reliable":
@@ -106,6 +116,8 @@ class DispatcherNode:
                 await store.release()
                 raise
             self._served.add(key, _Served(runtime, responder))
+            if self.leaseless_since is not None:  # the lease went while it was claimed
+                runtime.hold_cursors(True)
             metrics.SUBSCRIPTIONS.labels(runtime.dispatch).inc()
             return runtime
 
@@ -257,9 +269,123 @@ class DispatcherNode:
         if served is None:
             return
         if owner is None:
+            claim = served.runtime.store.claim
+            if served.runtime.store.held or (claim is not None and claim.lease_id != self.lease.id):
+                return  # it went with our lost lease: the reclaim decides (and sees a delete)
             served.runtime.fail("its owner key was deleted (the topic or subscription went)")
         elif Owner.model_validate_json(owner).node_id != self.node_id:
             served.runtime.fail("another dispatcher owns it now")
+
+    # --- through an etcd outage (docs/dispatcher.md) ----------------------------------------
+
+    def _lease_lost(self, lease: Lease) -> None:
+        """The node lease ran out (etcd unreachable): serve on, acks answered from memory
+        and cursor writes held there, until the reclaim (or for ``leaseless_serve_max_s``)."""
+        if lease is not self.lease:
+            return
+        if self.settings.dispatcher.leaseless_serve_max_s <= 0:
+            self._served.fence_all("node lease lost")
+            return
+        self.leaseless_since = time.monotonic()
+        log.warning(
+            "dispatcher %s lost its node lease (%s): serving %d subscriptions on, cursor "
+            "writes held until they are reclaimed",
+            self.node_id,
+            lease.lost_reason,
+            len(self._served),
+        )
+        for served in self._served.values():
+            served.runtime.hold_cursors(True)
+
+    def renewed(self, lease: Lease) -> None:
+        """A new node lease after a lost one (NodeSession.renewed): reclaim what is served."""
+        self.lease = lease
+        lease.on_lost(self._lease_lost)
+        task = asyncio.get_running_loop().create_task(self.reclaim_all(lease))
+        self._reclaiming.add(task)
+        task.add_done_callback(self._reclaiming.discard)
+
+    async def reclaim_all(self, lease: Lease) -> int:
+        """Reclaim every subscription served through the lost lease under ``lease``, one
+        fenced transaction each (SubscriptionStore.reclaim), then write its held cursors;
+        one that changed meanwhile (another dispatcher claimed it) stops here. How many
+        were reclaimed."""
+        reclaimed = 0
+        for key in self._served.served():
+            async with self._served.locks.hold(key):
+                served = self._served.get(key)
+                if served is None or served.runtime.failed or not lease.alive:
+                    continue
+                if await self._reclaim(key, served.runtime, lease):
+                    reclaimed += 1
+        if lease is self.lease and lease.alive:
+            self.leaseless_since = None
+            metrics.LEASELESS_SECONDS.set(0)
+        if reclaimed:
+            log.info("dispatcher %s reclaimed %d subscriptions", self.node_id, reclaimed)
+        return reclaimed
+
+    async def _reclaim(self, key: _Key, runtime: ServedSubscription, lease: Lease) -> bool:
+        store = runtime.store
+        claim = store.claim
+        if claim is not None and claim.lease_id == lease.id:
+            return False  # claimed under this lease already
+        try:
+            claim = await store.reclaim(self.node_id, lease)
+        except Exception as exc:  # changed meanwhile, or etcd away again: give it up
+            metrics.RECLAIMS.labels("lost").inc()
+            why = "changed meanwhile" if isinstance(exc, NotOwnerError) else repr(exc)
+            runtime.fail(f"not reclaimed after the lost lease: {why}")
+            return False
+        metrics.RECLAIMS.labels("reclaimed").inc()
+        runtime.hold_cursors(False)
+        await self._announce(key, claim)
+        try:
+            await runtime.flush_held()
+        except Exception as exc:  # fenced: the runtime failed itself; else the tick retries
+            log.warning("held cursors of %s/%s not written yet: %s", key[0], key[1], exc)
+        return True
+
+    async def _announce(self, key: _Key, claim: OwnerClaim) -> None:
+        """Tell every dispatcher that this one claimed ``key`` (best effort: the bound on
+        leaseless serving covers a lost notice)."""
+        subject = self.bus.subjects.subscription_claimed(*key)
+        try:
+            await self.bus.publish(subject, encode_notice(self.node_id, claim))
+        except Exception as exc:
+            log.warning("claim of %s/%s not announced: %s", key[0], key[1], exc)
+
+    async def on_claim_notice(self, message: Message) -> None:
+        """Another dispatcher claimed a subscription: stop serving it at once if ours is
+        older (claims.fences)."""
+        parsed = self.bus.subjects.parse(message.subject)
+        if parsed.subscription is None:
+            return
+        served = self._served.get((parsed.name, parsed.subscription))
+        if served is None or served.runtime.failed:
+            return
+        notice = decode_notice(message.body)
+        if fences(notice, self.node_id, served.runtime.store.claim):
+            if served.runtime.store.held:
+                metrics.FENCED_BY_CLAIM.inc()
+            served.runtime.fail(f"dispatcher {notice.node_id} claimed it (heard on the bus)")
+
+    async def watch_leaseless(self) -> None:
+        """Keep the leaseless gauge, and stop everything served once this dispatcher has
+        been without its lease past ``leaseless_serve_max_s``. Runs until cancelled."""
+        limit_s = self.settings.dispatcher.leaseless_serve_max_s
+        while True:
+            await asyncio.sleep(_LEASELESS_CHECK_S)
+            since = self.leaseless_since
+            if since is None:
+                continue
+            elapsed_s = time.monotonic() - since
+            metrics.LEASELESS_SECONDS.set(elapsed_s)
+            if elapsed_s > limit_s:
+                served = [s for s in self._served.values() if not s.runtime.failed]
+                if served:
+                    metrics.LEASELESS_EXPIRED.inc(len(served))
+                    self._served.fence_all(f"no node lease for {elapsed_s:.0f}s")
 
     def fence_all(self, reason: str) -> None:
         """Stop every subscription at once: no more deliveries or cursor writes."""
@@ -268,6 +394,9 @@ class DispatcherNode:
     async def close(self, *, release: bool) -> None:
         """Stop serving everything; ``release`` hands the subscriptions on (clean stop)."""
         await asyncio.gather(*self._handing_over, return_exceptions=True)
+        for reclaiming in list(self._reclaiming):
+            reclaiming.cancel()
+        await asyncio.gather(*self._reclaiming, return_exceptions=True)
         for key in self._served.served():
             await self._stop_serving(key, release=release)
         for task in list(self._retiring):

@@ -194,6 +194,21 @@ class SubscriptionRuntime(ActionRunner):
             task.cancel()
         self._on_failed(self, reason)
 
+    def hold_cursors(self, held: bool) -> None:
+        """Without the node lease (``held``): answer acks once they count in memory and keep
+        cursor writes there; with it again (after the reclaim), write them as before (the
+        next tick writes every dirty cursor, fenced on the new owner key)."""
+        self.store.held = held
+        self._durability.hold(held)
+        self.notify()
+
+    async def flush_held(self) -> None:
+        """Write every dirty cursor now (after the reclaim), fenced on the owner key."""
+        if self.machine is None or self.failed:
+            return
+        machine = self.machine
+        await self.run_actions(machine.flush_dirty(list(self._partitions), time.monotonic()))
+
     def begin_stop(self) -> None:
         """Make waiting polls answer now, so the responder drains quickly."""
         self.closing = True
@@ -208,8 +223,8 @@ class SubscriptionRuntime(ActionRunner):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.machine is None or self.failed:
-            return
+        if self.machine is None or self.failed or self.store.held:
+            return  # held cursors die with the process: their acks come again (redelivery)
         async with self._io_lock:
             states = {self._partitions[n]: s for n, s in self.machine.cursor_states().items()}
             try:
@@ -327,6 +342,8 @@ class SubscriptionRuntime(ActionRunner):
         actions = await self.handle(Ack(request.consumer_id, refs))
         ignored = [ref for a in actions if isinstance(a, NotInFlight) for ref in a.refs]
         metrics.ACKED.inc(len(refs) - len(ignored))
+        if self.store.held:
+            metrics.LEASELESS_ACKS.inc(len(refs) - len(ignored))
         if ignored:
             acked = {partition for partition, _ in set(refs).difference(ignored)}
         else:  # the usual case: every partition named had an ack that counted

@@ -4,6 +4,11 @@ Keys (danube.meta.keys): ``subscriptions/<ns>/<t>/<sub>/config``, ``.../owner`` 
 :class:`Owner` on the dispatcher's node lease) and ``.../cursors/<partition>``. Every cursor
 write is a transaction compared on the owner key's mod revision, so a dispatcher that lost the
 subscription (its lease expired, another one claimed it) can never move a cursor again.
+
+Without its lease (etcd unreachable) a dispatcher serves on with its cursor writes ``held``
+in memory, and once etcd answers it :meth:`SubscriptionStore.reclaim` s the owner key under
+the new lease only if nothing under the subscription changed since its own last write
+(docs/dispatcher.md, "Through an etcd outage").
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 
 from danube.dispatcher import metrics
 from danube.dispatcher.cursor import CursorState
+from danube.errors import DanubeError
 from danube.meta import Lease, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Dispatch, Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
@@ -32,10 +38,21 @@ class NotOwnerError(DispatcherError):
 
 @dataclass(frozen=True, slots=True)
 class OwnerClaim:
-    """A won claim: the epoch and the owner key's mod revision every write is fenced on."""
+    """A won claim: the epoch, the owner key's mod revision every write is fenced on, and
+    the lease the owner key is attached to."""
 
     epoch: int
     revision: int
+    lease_id: int
+
+
+class CursorsHeldError(DanubeError):
+    """Cursor writes are held in memory (no node lease: etcd unreachable); written once the
+    subscription is reclaimed. Internal to the dispatcher: it never reaches a client (the
+    runtime keeps the cursor dirty), so it is no DispatcherError (no status of its own)."""
+
+    code = "cursors_held"
+    retriable = True
 
 
 def _now_ms() -> int:
@@ -52,6 +69,11 @@ class SubscriptionStore:
         self.owner_key = meta_keys.subscription_owner_key(topic, sub)
         self.config_key = meta_keys.subscription_key(topic, sub)
         self.claim: OwnerClaim | None = None
+        self.held = False
+        """No node lease: cursor writes wait in memory for :meth:`reclaim`."""
+        # The revision of our last write under the subscription's prefix (claim, cursors,
+        # config): a key there changed after it was written by someone else.
+        self.written_revision = 0
         self._configured: set[TopicName] = set()  # dead-letter topics known to have a config
 
     async def dispatch(self) -> Dispatch:
@@ -99,8 +121,35 @@ class SubscriptionStore:
         result = await txn.then_put(self.owner_key, encode_model(owner), lease=lease).commit()
         if not result.succeeded:
             raise NotOwnerError(f"{self.topic}/{self.sub}: lost the claim race")
-        self.claim = OwnerClaim(epoch, result.revision)
+        self.claim = OwnerClaim(epoch, result.revision, lease.id)
+        self.written_revision = result.revision
         log.info("claimed subscription %s/%s: epoch %d", self.topic, self.sub, epoch)
+        return self.claim
+
+    async def reclaim(self, node_id: str, lease: Lease) -> OwnerClaim:
+        """Write our owner key again under ``lease`` (a new node lease after an etcd
+        outage), same epoch, in one transaction that holds only if the subscription's
+        config still exists and no key under it was created or changed since our own last
+        write: nobody claimed it meanwhile (a claim writes the owner key), and nobody who
+        did moved its cursors. NotOwnerError (nothing written) otherwise."""
+        if self.claim is None:
+            raise NotOwnerError(f"{self.topic}/{self.sub}: not claimed")
+        owner = Owner(node_id=node_id, epoch=self.claim.epoch, assigned_ms=_now_ms())
+        prefix = meta_keys.subscription_prefix(self.topic, self.sub)
+        result = await (
+            self.store.txn()
+            .if_present(self.config_key)
+            .if_prefix_unchanged_since(prefix, self.written_revision)
+            .then_put(self.owner_key, encode_model(owner), lease=lease)
+            .commit()
+        )
+        if not result.succeeded:
+            raise NotOwnerError(
+                f"{self.topic}/{self.sub}: changed while this dispatcher had no lease"
+            )
+        self.claim = OwnerClaim(self.claim.epoch, result.revision, lease.id)
+        self.written_revision = result.revision
+        log.info("reclaimed subscription %s/%s: epoch %d", self.topic, self.sub, owner.epoch)
         return self.claim
 
     async def release(self) -> None:
@@ -173,6 +222,7 @@ class SubscriptionStore:
         )
         if not result.succeeded:
             raise NotOwnerError(f"{self.topic}/{self.sub}: the owner key changed; fenced")
+        self.written_revision = result.revision
 
     async def load_cursors(self, partitions: list[TopicName]) -> dict[TopicName, CursorState]:
         """The stored cursor of each partition that has one."""
@@ -188,9 +238,12 @@ class SubscriptionStore:
 
     async def write_cursors(self, states: dict[TopicName, CursorState]) -> None:
         """Write cursors in one transaction fenced on our owner key; NotOwnerError if the
-        subscription is no longer ours (nothing is written then)."""
+        subscription is no longer ours (nothing is written then); CursorsHeldError (no I/O)
+        while writes are :attr:`held`."""
         if self.claim is None:
             raise NotOwnerError(f"{self.topic}/{self.sub}: not claimed")
+        if self.held:
+            raise CursorsHeldError(f"{self.topic}/{self.sub}: cursor writes held (no lease)")
         txn = self.store.txn().if_mod_revision(self.owner_key, "==", self.claim.revision)
         now_ms = _now_ms()
         for partition, state in states.items():
@@ -202,3 +255,4 @@ class SubscriptionStore:
         result = await txn.commit()
         if not result.succeeded:
             raise NotOwnerError(f"{self.topic}/{self.sub}: the owner key changed; fenced")
+        self.written_revision = max(self.written_revision, result.revision)

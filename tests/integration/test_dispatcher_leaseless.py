@@ -1,0 +1,179 @@
+"""A dispatcher without its node lease, on real NATS and etcd with an in-process ingest
+(docs/dispatcher.md, "Through an etcd outage"): it serves on (delivers, answers acks from
+memory, holds its cursor writes); it stops at once on hearing another dispatcher's newer
+claim on the bus; its reclaim under a new lease succeeds when nothing changed (same epoch,
+held cursor written) and is refused, dropping the subscription, when another dispatcher
+claimed it meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from danube.bus import Bus, Subscription, TopicName
+from danube.bus.subjects import Kind
+from danube.config import DanubeSettings
+from danube.dispatcher.node import DispatcherNode
+from danube.frame import Record, encode_record
+from danube.ingest import app as ingest_app
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.records import Owner, SubscriptionCursor
+from danube.runtime.service import run_in_process
+from danube.wire.dispatcher.client import DispatcherClient
+from danube.wire.ingest.client import IngestClient
+
+pytestmark = pytest.mark.integration
+
+TOPIC = TopicName("default", "leaseless")
+SUB = "s"
+LEASE_TTL_S = 10  # never runs out by itself here: the tests revoke it
+
+
+@pytest.fixture
+def settings(mesh_settings: Callable[..., DanubeSettings]) -> DanubeSettings:
+    base = mesh_settings()
+    dispatcher = base.dispatcher.model_copy(
+        update={"balance_enabled": False, "cursor_flush_interval_s": 0.1}
+    )
+    return base.model_copy(update={"dispatcher": dispatcher})
+
+
+@asynccontextmanager
+async def _node(
+    settings: DanubeSettings, bus: Bus, store: MetaStore, node_id: str
+) -> AsyncIterator[tuple[DispatcherNode, Subscription]]:
+    """A dispatcher node in this process that hears claim notices, as app.serve wires it."""
+    lease = await store.grant_lease(LEASE_TTL_S)
+    node = DispatcherNode(settings, node_id=node_id, bus=bus, store=store, lease=lease)
+    notices = await bus.subscribe(
+        bus.subjects.all_of_kind(Kind.SUBSCRIPTION_CLAIMED), node.on_claim_notice
+    )
+    try:
+        yield node, notices
+    finally:
+        await notices.unsubscribe()
+        await node.close(release=node.lease.alive)
+        await node.lease.revoke()
+
+
+async def _produce(bus: Bus, payloads: list[bytes]) -> None:
+    records = [encode_record(Record(payload=p, publish_time_ms=1, producer="t")) for p in payloads]
+    await IngestClient(bus).produce(TOPIC, records, timeout_s=10)
+
+
+async def _poll(client: DispatcherClient, consumer: str, count: int) -> list[tuple[str, int]]:
+    got: list[tuple[str, int]] = []
+    async with asyncio.timeout(10):
+        while len(got) < count:
+            batch = await client.poll(TOPIC, SUB, consumer, max=count - len(got), wait_ms=500)
+            got += [(m.partition, m.offset) for m in batch]
+    return got
+
+
+async def _serving_leaseless(
+    node: DispatcherNode, bus: Bus, client: DispatcherClient
+) -> tuple[str, int]:
+    """Serve the subscription on ``node``, deliver and ack 3 messages, then lose the lease
+    (revoked: its owner key goes, as an expiry would take it); the consumer id and epoch."""
+    runtime = await node.ensure_serving(TOPIC, SUB)
+    consumer = await client.attach(TOPIC, SUB, "c", type="exclusive", start="earliest")
+    await _produce(bus, [b"a", b"b", b"c"])
+    assert await client.ack(TOPIC, SUB, consumer, await _poll(client, consumer, 3)) == []
+    assert runtime.store.claim is not None
+    epoch = runtime.store.claim.epoch
+    await node.lease.revoke()
+    assert node.leaseless_since is not None
+    assert runtime.store.held
+    # Serving on: new messages delivered, acks answered at once from memory.
+    await _produce(bus, [b"d", b"e"])
+    delivered = await _poll(client, consumer, 2)
+    assert delivered == [(TOPIC.topic, 3), (TOPIC.topic, 4)]
+    async with asyncio.timeout(1.0):
+        assert await client.ack(TOPIC, SUB, consumer, delivered) == []
+    assert not runtime.failed
+    return consumer, epoch
+
+
+async def _stored_next(store: MetaStore) -> int | None:
+    key = meta_keys.subscription_cursor_key(TOPIC, SUB, TOPIC)
+    cursor = await store.get_model(key, SubscriptionCursor)
+    return None if cursor is None else cursor.next_offset
+
+
+async def test_a_leaseless_dispatcher_stops_on_hearing_a_newer_claim(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    client = DispatcherClient(bus)
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-a"),
+        _node(settings, bus, store, "disp-a") as (a, _),
+        _node(settings, bus, store, "disp-b") as (b, _),
+    ):
+        await _serving_leaseless(a, bus, client)
+        runtime_a = a.runtimes()[0]
+        # A claims it while A is cut from etcd: A hears the notice and stops at once.
+        runtime_b = await b.ensure_serving(TOPIC, SUB)
+        async with asyncio.timeout(2.0):
+            while (TOPIC, SUB) in a.subscriptions:  # noqa: ASYNC110 - retired by a task
+                await asyncio.sleep(0.01)
+        assert runtime_a.failed
+        assert not runtime_b.failed
+        owner = await store.get_model(meta_keys.subscription_owner_key(TOPIC, SUB), Owner)
+        assert owner is not None
+        assert owner.node_id == "disp-b"
+        # B serves from the stored cursor: what A acked without its lease comes again
+        # (at-least-once), what A acked with it does not.
+        consumer = await client.attach(TOPIC, SUB, "c2", type="exclusive", start="earliest")
+        again = await _poll(client, consumer, 2)
+        assert again == [(TOPIC.topic, 3), (TOPIC.topic, 4)]
+
+
+async def test_an_unchanged_subscription_is_reclaimed_at_its_epoch(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    client = DispatcherClient(bus)
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-a"),
+        _node(settings, bus, store, "disp-a") as (a, _),
+    ):
+        consumer, epoch = await _serving_leaseless(a, bus, client)
+        assert await _stored_next(store) == 3  # the leaseless acks are held in memory
+        lease = await store.grant_lease(LEASE_TTL_S)
+        a.lease = lease  # as NodeSession.renewed hands it over (renewed() also spawns this)
+        assert await a.reclaim_all(lease) == 1
+        assert a.leaseless_since is None
+        found = await store.get_model_kv(meta_keys.subscription_owner_key(TOPIC, SUB), Owner)
+        assert found is not None
+        assert (found[0].node_id, found[0].epoch) == ("disp-a", epoch)
+        assert found[1].lease_id == lease.id
+        assert await _stored_next(store) == 5  # the held cursor, written fenced
+        # And it serves on as before.
+        await _produce(bus, [b"f"])
+        assert await _poll(client, consumer, 1) == [(TOPIC.topic, 5)]
+
+
+async def test_a_subscription_claimed_meanwhile_is_not_reclaimed(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    client = DispatcherClient(bus)
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-a"),
+        _node(settings, bus, store, "disp-a") as (a, notices),
+        _node(settings, bus, store, "disp-b") as (b, _),
+    ):
+        await notices.unsubscribe()  # A hears no notice (lost on the bus): etcd decides
+        await _serving_leaseless(a, bus, client)
+        runtime_a = a.runtimes()[0]
+        await b.ensure_serving(TOPIC, SUB)  # B claims, then hands it on: the key is gone
+        await b.hand_over((TOPIC, SUB), "drain")
+        assert await store.get(meta_keys.subscription_owner_key(TOPIC, SUB)) is None
+        assert not runtime_a.failed  # it did not hear
+        lease = await store.grant_lease(LEASE_TTL_S)
+        a.lease = lease
+        assert await a.reclaim_all(lease) == 0
+        assert runtime_a.failed
+        assert await store.get(meta_keys.subscription_owner_key(TOPIC, SUB)) is None
