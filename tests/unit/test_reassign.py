@@ -3,6 +3,8 @@ complete; the target checks; and the placement scores (danube.meta.placement).""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -155,3 +157,13 @@ def test_equal_nodes_are_chosen_differently_for_each_partition() -> None:
 def test_node_loads_count_replicas_and_preferred_leaders_of_known_nodes() -> None:
     counted = node_loads([("a", "b"), ("b", "a"), ("b", "gone")], {"a": 10.0, "b": None})
     assert counted == {"a": NodeLoad(2, 1, 10.0), "b": NodeLoad(3, 2, 0.0)}
+
+
+def test_partitions_of_one_topic_placed_at_once_take_the_nodes_in_turn() -> None:
+    # Every placement reads the same (empty) counts: the rotation alone spreads them.
+    loads = {node: NodeLoad() for node in ("n1", "n2", "n3")}
+    placed = [choose_replicas(f"/default/spread-part-{i}", 2, loads) for i in range(12)]
+    replicas = Counter(node for replica_set in placed for node in replica_set)
+    leaders = Counter(replica_set[0] for replica_set in placed)
+    assert replicas == {"n1": 8, "n2": 8, "n3": 8}
+    assert leaders == {"n1": 4, "n2": 4, "n3": 4}
