@@ -158,7 +158,9 @@ async def test_drain_status_and_undrain(http: httpx.AsyncClient, store: MetaStor
     assert (await http.post("/v1/nodes/ingest-1/drain")).status_code == 200
     status = (await http.get("/v1/nodes/ingest-1/drain")).json()
     assert status["drained"] is True
-    assert status["leaving"] == []
+    assert status["replicas"] == ["/default/elastic"]
+    # The controller drains with the balancer off: its move may have begun already.
+    assert status["leaving"] in ([], ["/default/elastic"])
     cluster = (await http.get("/v1/cluster")).json()
     assert {n["node_id"]: n["drained"] for n in cluster["nodes"]["ingest"]} == {
         "ingest-1": True,
