@@ -44,6 +44,7 @@ WARMUP_S = 2.0  # load before the faults start
 ISR_WAIT_S = 45.0  # after healing, the ISR must be whole again within this
 READ_WAIT_S = 30.0  # a read-back waits this long for a serving leader
 CONTROL = "ingest"
+HUB_PING_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,10 @@ async def run_schedule(
     heal, settle, stop the load, wait for whole ISRs, read everything back, judge."""
     t = mesh.topology
     partitions = [TopicName("default", f"chaos-part-{i}") for i in range(t.partitions)]
-    bus = await Bus.connect(BusConfig(servers=mesh.nats_urls()), name="chaos-load")
+    # The producers' client notices a silent server within ~2 s (1 s pings, 2 outstanding)
+    # and moves to another: what is measured is the mesh, not a client's 10-15 s default.
+    config = BusConfig(servers=mesh.nats_urls(), ping_interval_s=HUB_PING_INTERVAL_S)
+    bus = await Bus.connect(config, name="chaos-load")
     store = await MetaStore.connect(
         MetadataConfig(etcd_endpoints=mesh.etcd_endpoints(), prefix=mesh.prefix)
     )

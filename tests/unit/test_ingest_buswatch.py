@@ -70,3 +70,23 @@ def test_fresh_needs_a_round_trip_sent_recently() -> None:
     # ISR, although the link is not declared lost yet.
     assert not watch.fresh()
     assert not watch.lost
+
+
+def test_lost_link_is_dropped_as_stale_after_each_failed_round_trip() -> None:
+    link = _Link()
+    reconnects: list[float] = []
+
+    async def reconnect() -> None:
+        reconnects.append(link.now)
+
+    watch = BusWatch(link.probe, grace_s=2.0, reconnect=reconnect, clock=link.clock)
+    asyncio.run(watch.probe_once())
+    assert reconnects == []
+    link.up = False
+    link.now += 0.25
+    asyncio.run(watch.probe_once())
+    asyncio.run(watch.probe_once())
+    assert len(reconnects) == 2
+    link.up = True
+    asyncio.run(watch.probe_once())
+    assert len(reconnects) == 2  # back: nothing dropped

@@ -16,8 +16,10 @@ server answers, :meth:`danube.bus.Bus.flush`) every ``PROBE_INTERVAL_S``, and
   replica that may claim.
 
 The nats-py client's own pings (``bus.ping_interval_s`` times ``bus.max_outstanding_pings``)
-notice a silent server too, but only after 10-15 s: they decide when to reconnect, this
-decides when to stop leading.
+notice a silent server too, but only after 10-15 s with the defaults (5 s, 2). So once lost,
+the watch also drops the connection as stale (``Bus.reconnect_stale``) after every failed
+round trip: the client reconnects, to another server of a NATS cluster if one answers,
+instead of waiting out its pings (and, once a cut heals, TCP's retransmission backoff).
 """
 
 from __future__ import annotations
@@ -44,11 +46,13 @@ class BusWatch:
         *,
         grace_s: float,
         on_change: Callable[[bool], None] = lambda lost: None,
+        reconnect: Callable[[], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._probe = probe  # one round trip with a deadline (s); raises when it fails
         self.grace_s = grace_s
         self._on_change = on_change
+        self._reconnect = reconnect  # drop the silent connection, try another server
         self._clock = clock
         now = clock()
         self._ok_at = now  # when the last successful round trip ended
@@ -77,6 +81,11 @@ class BusWatch:
         if ok:
             self._ok_at, self._ok_sent_at = self._clock(), sent
         self._report()
+        if self.lost and self._reconnect is not None:
+            try:
+                await self._reconnect()
+            except Exception as exc:  # closing, or reconnecting already
+                log.debug("bus reconnect not started: %s", exc)
         return ok
 
     def _report(self) -> None:

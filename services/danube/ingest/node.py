@@ -76,7 +76,10 @@ class Node:
         # A leader gives way once the bus is lost for the lease's TTL: as soon as one cut
         # from etcd would (danube.ingest.buswatch).
         self.bus_watch = BusWatch(
-            bus.flush, grace_s=float(settings.ingest.lease_ttl_s), on_change=self._bus_changed
+            bus.flush,
+            grace_s=float(settings.ingest.lease_ttl_s),
+            on_change=self._bus_changed,
+            reconnect=bus.reconnect_stale,
         )
         rate_bytes_s = settings.ingest.catchup_bytes_s
         catchup = TokenBucket(rate_bytes_s, rate_bytes_s / 4, time.monotonic())
