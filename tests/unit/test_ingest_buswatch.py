@@ -1,11 +1,15 @@
 """The bus watch: lost after ``grace_s`` without a successful round trip (told once, and
-once when back), fresh only while a round trip sent within FRESH_S succeeded."""
+once when back; the connection dropped as stale meanwhile), fresh only while a round trip
+sent within FRESH_S succeeded; a flush while reconnecting is no round trip."""
 
 from __future__ import annotations
 
 import asyncio
 
-from danube.ingest.buswatch import FRESH_S, BusWatch
+import pytest
+
+from danube.bus import NotConnectedError
+from danube.ingest.buswatch import FRESH_S, BusWatch, round_trip
 
 
 class _Link:
@@ -90,3 +94,24 @@ def test_lost_link_is_dropped_as_stale_after_each_failed_round_trip() -> None:
     link.up = True
     asyncio.run(watch.probe_once())
     assert len(reconnects) == 2  # back: nothing dropped
+
+
+class _Reconnecting:
+    """A bus whose flush returns at once, as nats-py's does while it reconnects."""
+
+    def __init__(self) -> None:
+        self.is_connected = False
+        self.flushes = 0
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        self.flushes += 1
+
+
+def test_a_flush_while_reconnecting_is_no_round_trip() -> None:
+    bus = _Reconnecting()
+    probe = round_trip(bus)
+    with pytest.raises(NotConnectedError):
+        asyncio.run(probe(2.0))
+    bus.is_connected = True
+    asyncio.run(probe(2.0))
+    assert bus.flushes == 1

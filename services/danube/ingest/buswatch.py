@@ -27,7 +27,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Protocol
+
+from danube.bus import NotConnectedError
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,30 @@ PROBE_INTERVAL_S = 0.25
 """A round trip starts this long after the last one ended."""
 FRESH_S = 1.0
 """A round trip sent this recently that succeeded lets a leader shrink its ISR."""
+
+
+class BusLink(Protocol):
+    """What a round trip needs of the bus (danube.bus.Bus)."""
+
+    @property
+    def is_connected(self) -> bool: ...
+
+    async def flush(self, timeout_s: float | None = None) -> None: ...
+
+
+def round_trip(bus: BusLink) -> Callable[[float], Coroutine[object, object, None]]:
+    """A PING answered by the server, as a probe for :class:`BusWatch`. nats-py's flush
+    returns at once, without a round trip, while the client reconnects: it counts only if
+    the bus was connected before and after it."""
+
+    async def probe(timeout_s: float) -> None:
+        if not bus.is_connected:
+            raise NotConnectedError("the bus is reconnecting")
+        await bus.flush(timeout_s)
+        if not bus.is_connected:
+            raise NotConnectedError("the bus dropped during the round trip")
+
+    return probe
 
 
 class BusWatch:

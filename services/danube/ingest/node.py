@@ -17,10 +17,10 @@ from pathlib import Path
 
 import orjson
 
-from danube.bus import Bus, NotConnectedError, Request
+from danube.bus import Bus, Request
 from danube.config import DanubeSettings
 from danube.ingest import leadership, metrics
-from danube.ingest.buswatch import BusWatch
+from danube.ingest.buswatch import BusWatch, round_trip
 from danube.ingest.nodelease import NodeLease
 from danube.ingest.partition import Partition
 from danube.ingest.replica import NodeContext, Replica
@@ -76,7 +76,7 @@ class Node:
         # A leader gives way once the bus is lost for the lease's TTL: as soon as one cut
         # from etcd would (danube.ingest.buswatch).
         self.bus_watch = BusWatch(
-            self._round_trip,
+            round_trip(bus),
             grace_s=float(settings.ingest.lease_ttl_s),
             on_change=self._bus_changed,
             reconnect=bus.reconnect_stale,
@@ -121,15 +121,6 @@ class Node:
         )
         for kept in self._replicas.values():
             kept.replica.kick()
-
-    async def _round_trip(self, timeout_s: float) -> None:
-        """A PING answered by the server. nats-py's flush returns at once, without a round
-        trip, while the client reconnects: connected before and after, or it failed."""
-        if not self.bus.is_connected:
-            raise NotConnectedError("the bus is reconnecting")
-        await self.bus.flush(timeout_s)
-        if not self.bus.is_connected:
-            raise NotConnectedError("the bus dropped during the round trip")
 
     def _bus_changed(self, lost: bool) -> None:
         """The bus was lost (leaders give way) or is back (replicas may claim): every
