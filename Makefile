@@ -90,8 +90,8 @@ bench: setup setup-bench
 # The network fault harness (docs/chaos.md): every schedule of tests/chaos.py, 3 runs each,
 # against etcd, NATS and 3 ingest nodes in network namespaces (needs root); prints the
 # results table at the end (rows in $(CHAOS_RESULTS), each run's history and logs beside it
-# in $(CHAOS_RESULTS).runs/). CHAOS_NATS=3: a 3-server NATS cluster (CHAOS_ETCD: etcd members,
-# 1 until the mesh takes an etcd endpoint list). `make test` runs one short schedule.
+# in $(CHAOS_RESULTS).runs/). CHAOS_NATS=3: a 3-server NATS cluster; CHAOS_ETCD=3: a 3-member
+# etcd cluster (every client given every member). `make test` runs one short schedule.
 CHAOS_RESULTS ?= chaos-results.jsonl
 CHAOS_NATS ?= 1
 CHAOS_ETCD ?= 1

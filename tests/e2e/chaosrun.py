@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +24,8 @@ from danube.frame import decode_frames, decode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
-from danube.runtime import ProcessSpec, ServerProcess, etcd_spec, nats_spec
+from danube.runtime import ProcessSpec, ServerProcess
+from danube.runtime.clusters import EtcdCluster, NatsCluster
 from danube.wire.ingest.client import IngestClient
 from tests.chaos import RunResult, Schedule, Step
 from tests.history import History, Report
@@ -43,12 +44,13 @@ WARMUP_S = 2.0  # load before the faults start
 ISR_WAIT_S = 45.0  # after healing, the ISR must be whole again within this
 READ_WAIT_S = 30.0  # a read-back waits this long for a serving leader
 CONTROL = "ingest"
+HUB_PING_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
 class Topology:
-    """What runs where: the dependency topology is a parameter (one etcd and one NATS today;
-    3-member clusters once the mesh takes an etcd endpoint list: issue 31, item 6)."""
+    """What runs where: the dependency topology is a parameter (one etcd member and one NATS
+    server by default; clusters of either, every client given every member)."""
 
     etcd_members: int = 1
     nats_servers: int = 1
@@ -68,10 +70,11 @@ class Topology:
         ).validate()
 
     def validate(self) -> Topology:
-        if self.etcd_members != 1:
-            # The mesh's wal_cloud.metadata.etcd_endpoint is one host:port today.
-            raise ValueError("etcd_members > 1 needs an etcd endpoint list (issue 31, item 6)")
-        if not 1 <= self.nats_servers <= 5 or self.ingest_nodes < self.factor:
+        if (
+            not 1 <= self.etcd_members <= 5
+            or not 1 <= self.nats_servers <= 5
+            or self.ingest_nodes < self.factor
+        ):
             raise ValueError(f"bad topology: {self}")
         return self
 
@@ -99,16 +102,41 @@ class NetMesh:
     delay_relays: bool = False
     prefix: str = field(default_factory=lambda: f"/chaos-{uuid.uuid4().hex[:10]}")
     processes: list[ServerProcess] = field(default_factory=list)
+    etcd: EtcdCluster | None = None
+    nats: NatsCluster | None = None
 
     def start(self) -> None:
         """Hosts first, then etcd, NATS, the relays and the ingest nodes (in parallel)."""
         t = self.topology
         for name in [*t.etcd_hosts, *t.nats_hosts, *t.ingest_hosts]:
             self.lab.add_host(name)
-        for name in t.etcd_hosts:
-            self._start(self._etcd(name))
-        for name in t.nats_hosts:
-            self._start(self._nats(name))
+        # Each member in its host's namespace (wrap), at its host's address, fixed ports;
+        # kept in self.processes as soon as it runs, so stop() stops it whatever fails next.
+        self.etcd = EtcdCluster.plan(
+            self.tmp / "etcd",
+            size=t.etcd_members,
+            hosts=[self.lab.address(h) for h in t.etcd_hosts],
+            client_ports=[ETCD_CLIENT_PORT] * t.etcd_members,
+            peer_ports=[ETCD_PEER_PORT] * t.etcd_members,
+            wrap=self._in,
+        )
+        self.nats = NatsCluster.plan(
+            self.tmp / "nats",
+            size=t.nats_servers,
+            hosts=[self.lab.address(h) for h in t.nats_hosts],
+            client_ports=[NATS_PORT] * t.nats_servers,
+            cluster_ports=[NATS_ROUTE_PORT] * t.nats_servers,
+            monitor_ports=[NATS_MONITOR_PORT] * t.nats_servers,
+            wrap=self._in,
+        )
+        try:
+            self.etcd.start_all()
+        finally:
+            self.processes += self._started(self.etcd.names, self.etcd.process)
+        try:
+            self.nats.start_all()
+        finally:
+            self.processes += self._started(self.nats.names, self.nats.process)
         if self.delay_relays:
             for name in t.ingest_hosts:
                 for spec in self._relays(name):
@@ -125,15 +153,38 @@ class NetMesh:
         for process in reversed(self.processes):
             process.stop()
 
+    @staticmethod
+    def _started(names: list[str], process: Callable[[str], ServerProcess]) -> list[ServerProcess]:
+        found: list[ServerProcess] = []
+        for name in names:
+            with contextlib.suppress(KeyError):  # never launched
+                found.append(process(name))
+        return found
+
     # --- addresses ------------------------------------------------------------------
 
     def nats_urls(self) -> list[str]:
         """How the hub reaches NATS."""
         return [f"nats://{self.lab.address(h)}:{NATS_PORT}" for h in self.topology.nats_hosts]
 
-    def etcd_endpoint(self) -> str:
-        """How the hub reaches etcd."""
-        return f"{self.lab.address(self.topology.etcd_hosts[0])}:{ETCD_CLIENT_PORT}"
+    def etcd_endpoints(self) -> list[str]:
+        """How the hub reaches etcd: every member."""
+        return [f"{self.lab.address(h)}:{ETCD_CLIENT_PORT}" for h in self.topology.etcd_hosts]
+
+    def etcd_leader(self) -> str:
+        """The etcd member that leads now (the only one with one member)."""
+        assert self.etcd is not None
+        return self.etcd.leader() if self.topology.etcd_members > 1 else self.etcd.names[0]
+
+    def nats_server_of(self, client: str) -> str:
+        """The NATS server the client named ``client`` is connected to (the first server
+        when none says so)."""
+        assert self.nats is not None
+        for name in self.nats.names:
+            with contextlib.suppress(OSError):
+                if client in self.nats.client_names(name):
+                    return name
+        return self.nats.names[0]
 
     def set_delay(self, host: str, delay_ms: int) -> None:
         """The delay the host's relays add (tests/netdelay.py reads it within ~50 ms)."""
@@ -161,30 +212,8 @@ class NetMesh:
         process.start()
 
     def _in(self, host: str, spec: ProcessSpec) -> ProcessSpec:
-        return dataclasses.replace(spec, argv=self.lab.hosts[host].command(spec.argv))
-
-    def _etcd(self, host: str) -> ProcessSpec:
-        spec = etcd_spec(
-            host=self.lab.address(host),
-            data_dir=self.tmp / host,
-            client_port=ETCD_CLIENT_PORT,
-            peer_port=ETCD_PEER_PORT,
-        )
-        return dataclasses.replace(self._in(host, spec), name=host)
-
-    def _nats(self, host: str) -> ProcessSpec:
-        address = self.lab.address(host)
-        spec = nats_spec(host=address, port=NATS_PORT, monitor_port=NATS_MONITOR_PORT)
-        argv = list(spec.argv)
-        if self.topology.nats_servers > 1:
-            routes = [
-                f"nats://{self.lab.address(h)}:{NATS_ROUTE_PORT}"
-                for h in self.topology.nats_hosts
-                if h != host
-            ]
-            argv += ["--cluster_name", "chaos", "--cluster", f"nats://{address}:{NATS_ROUTE_PORT}"]
-            argv += ["--routes", ",".join(routes)]
-        return dataclasses.replace(spec, name=host, argv=self.lab.hosts[host].command(argv))
+        """``spec`` run in ``host``'s namespace, named after the host."""
+        return dataclasses.replace(spec, name=host, argv=self.lab.hosts[host].command(spec.argv))
 
     def _relays(self, host: str) -> list[ProcessSpec]:
         relay = str(Path(__file__).resolve().parents[1] / "netdelay.py")
@@ -209,14 +238,15 @@ class NetMesh:
         address = self.lab.address(host)
         if self.delay_relays:
             nats = [f"nats://127.0.0.1:{RELAY_BASE_PORT + i}" for i in range(t.nats_servers)]
-            etcd = f"127.0.0.1:{RELAY_BASE_PORT + t.nats_servers}"
+            first = RELAY_BASE_PORT + t.nats_servers
+            etcd = [f"127.0.0.1:{first + i}" for i in range(t.etcd_members)]
         else:
-            nats, etcd = self.nats_urls(), self.etcd_endpoint()
+            nats, etcd = self.nats_urls(), self.etcd_endpoints()
         env = {
             **NODE_ENV,
             "DANUBE_NODE_ID": host,
             "DANUBE_BUS__SERVERS": json.dumps(nats),
-            "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": etcd,
+            "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINTS": json.dumps(etcd),
             "DANUBE_WAL_CLOUD__METADATA__PREFIX": self.prefix,
             "DANUBE_WAL_CLOUD__WAL__DIR": str(self.tmp / "wal" / host),
             "DANUBE_INGEST__HOST": address,
@@ -252,9 +282,12 @@ async def run_schedule(
     heal, settle, stop the load, wait for whole ISRs, read everything back, judge."""
     t = mesh.topology
     partitions = [TopicName("default", f"chaos-part-{i}") for i in range(t.partitions)]
-    bus = await Bus.connect(BusConfig(servers=mesh.nats_urls()), name="chaos-load")
+    # The producers' client notices a silent server within ~2 s (1 s pings, 2 outstanding)
+    # and moves to another: what is measured is the mesh, not a client's 10-15 s default.
+    config = BusConfig(servers=mesh.nats_urls(), ping_interval_s=HUB_PING_INTERVAL_S)
+    bus = await Bus.connect(config, name="chaos-load")
     store = await MetaStore.connect(
-        MetadataConfig(etcd_endpoint=mesh.etcd_endpoint(), prefix=mesh.prefix)
+        MetadataConfig(etcd_endpoints=mesh.etcd_endpoints(), prefix=mesh.prefix)
     )
     load = Load(IngestClient(bus), partitions, t.producers_per_partition)
     loop = asyncio.get_running_loop()
@@ -318,8 +351,10 @@ def resolve(mesh: NetMesh, role: str, leader: str) -> list[str]:
         "followers": [h for h in t.ingest_hosts if h != leader],
         "etcd": t.etcd_hosts,
         "nats": t.nats_hosts,
-        "etcd-one": t.etcd_hosts[:1],
-        "nats-one": t.nats_hosts[:1],
+        # One member of a cluster: etcd's raft leader (an election follows), the NATS server
+        # the watched leader is connected to (its clients must fail over).
+        "etcd-one": [mesh.etcd_leader()] if role == "etcd-one" else [],
+        "nats-one": [mesh.nats_server_of(leader)] if role == "nats-one" else [],
         "hub": [HUB],
     }
     return named[role]

@@ -2,7 +2,8 @@
 3 ingest nodes (factor 3, min in-sync 2) each in a network namespace, producers recording
 every attempt, a fault schedule applied then healed, every partition read back and judged by
 the history checker: no acknowledged message lost, no offset acknowledged for two messages,
-offsets dense. `make test` runs one short schedule; `make chaos` every schedule 3 times."""
+offsets dense. `make test` runs two short schedules (the leader isolated, the leader cut from
+NATS); `make chaos` every schedule 3 times."""
 
 from __future__ import annotations
 
@@ -25,7 +26,12 @@ RUNS = 3
 # 150 ms each way on the leader's links: a produce crosses them at least twice (client to
 # leader, leader to client), the followers' fetches twice more before the commit.
 DELAYED_PRODUCE_MIN_S = 0.3
-RESULTS_ENV = "DANUBE_CHAOS_RESULTS"  # a JSON-lines file each run appends its row to
+RESULTS_ENV = "DANUBE_CHAOS_RESULTS"
+# A failover after a cut: the 2 s lease (or the bus watch's 2 s grace), the claim, the
+# followers' first requests to the new leader (1 s each at worst). Before the fixes of
+# docs/chaos.md a leader cut from NATS was unavailable for the whole 6 s cut, an isolated
+# one for 6.7-7.0 s (a follower's 5 s repl.epochs request); 2.4-3.2 s measured since.
+FAILOVER_S_MAX = 5.0  # a JSON-lines file each run appends its row to
 
 
 @pytest.fixture
@@ -112,8 +118,21 @@ async def test_isolated_leader_fails_over_and_loses_nothing(
     _judge(mesh, outcome)
     leaders = outcome.result.leaders
     assert len({leader.split("@")[0] for leader in leaders}) >= 2, leaders
-    # Whatever the isolation cost, the partition serves again well before the run ends.
-    assert outcome.result.unavailable_s < SCHEDULES[SHORT_SCHEDULE].duration_s, outcome.result
+    # A failover, not the whole cut: the follower's first request to the new leader is
+    # not held up by the isolated leader's stale subscription (docs/chaos.md, finding 3).
+    assert outcome.result.unavailable_s < FAILOVER_S_MAX, outcome.result
+
+
+async def test_leader_cut_from_nats_gives_way(net_mesh: Callable[..., NetMesh]) -> None:
+    """The watched partition's leader cut from NATS alone for 6 s (etcd still reachable: it
+    keeps its lease). It gives way once it made no bus round trip for the lease TTL: a
+    follower leads within a failover, not after the cut, and nothing is lost or doubled."""
+    mesh = net_mesh(Topology())
+    outcome = await run_schedule(mesh, SCHEDULES["leader_nats"])
+    _judge(mesh, outcome)
+    leaders = outcome.result.leaders
+    assert len({leader.split("@")[0] for leader in leaders}) >= 2, leaders
+    assert outcome.result.unavailable_s < FAILOVER_S_MAX, outcome.result
 
 
 @pytest.mark.soak

@@ -93,6 +93,17 @@ async def test_binary_body_and_headers_round_trip(server: Bus, client: Bus) -> N
     assert reply.headers["Seen-Producer"] == "p-1"
 
 
+async def test_reconnect_stale_reconnects_and_keeps_serving(server: Bus, client: Bus) -> None:
+    """A connection dropped as stale (what the ingest bus watch does once its round trips
+    go unanswered) comes back, and what it served before is served again on the new one."""
+    subject = server.subjects.produce(TOPIC)
+    await server.serve(subject, echo)
+    await server.reconnect_stale()
+    await wait_until(lambda: server.reconnects == 1 and server.is_connected)
+    reply = await client.request(subject, b"again")
+    assert reply.body == b"again"
+
+
 async def test_one_mib_body_round_trips(server: Bus, client: Bus) -> None:
     subject = server.subjects.wal_fetch(TOPIC)
     await server.serve(subject, echo)

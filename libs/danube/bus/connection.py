@@ -152,6 +152,18 @@ class Bus:
         """True while connected and not closing (the readiness check of a service)."""
         return self._nc.is_connected and not self._closing
 
+    async def reconnect_stale(self) -> None:
+        """Treat the connection as stale now: drop it and reconnect (to another server of
+        a cluster first), as nats-py does itself once ``max_outstanding_pings`` pings went
+        unanswered, which takes ``ping_interval_s`` times that many plus one (10-15 s by
+        default). For a caller that knows sooner: round trips unanswered for its own grace
+        (danube.ingest.buswatch). Subscriptions are made again on the new connection."""
+        if self._closing or not self._nc.is_connected:
+            return
+        logger.warning("bus %s: no answer from %s; reconnecting", self.name, _url(self._nc))
+        # nats-py has no public call for this; its ping timer calls the same.
+        await self._nc._process_op_err(nats.errors.StaleConnectionError())
+
     @property
     def max_payload_bytes(self) -> int:
         """The server's limit on one message, headers included."""

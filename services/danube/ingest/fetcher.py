@@ -35,6 +35,15 @@ from danube.wire.sizes import body_limit
 log = logging.getLogger(__name__)
 
 _REQUEST_MARGIN_S = 5.0
+EPOCHS_TIMEOUT_S = 1.0
+"""A follower's first request to a new leader (``repl.epochs``, answered from memory)
+waits this long, then asks again (the run loop's backoff). The follower asks as soon as it
+sees the new owner key, which the claim writes before the new leader subscribes; NATS
+routes a request to the subscribers it knows *when it is published*, so while the old
+leader's subscription is still registered (a leader cut off by a silent link, its TCP
+connection not closed yet) the request goes there alone and is never answered. With the
+old 5 s deadline the new leader shrank its ISR meanwhile and refused produce with
+not_enough_replicas for ~5 s (docs/chaos.md, isolate_leader)."""
 
 
 class _Restart(Exception):
@@ -109,7 +118,7 @@ class Fetcher:
         reply = await bus.request(
             bus.subjects.repl_epochs(replica.name),
             protocol.encode_offset(self.epoch),
-            timeout_s=5.0,
+            timeout_s=EPOCHS_TIMEOUT_S,
         )
         body = orjson.loads(reply.body)
         if body.get("epoch") != self.epoch:

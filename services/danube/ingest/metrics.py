@@ -153,3 +153,8 @@ RECLAIMS = Counter(
     "Owner keys written again under a new node lease by a leader that served through an "
     "etcd outage (its epoch unchanged)",
 )
+BUS_LOST_RESIGNATIONS = Counter(
+    "danube_ingest_bus_lost_resignations",
+    "Leaderships given up because this node made no bus round trip for its lease TTL "
+    "(its partitions fenced, their owner keys deleted: an in-sync follower claims)",
+)

@@ -20,6 +20,7 @@ import orjson
 from danube.bus import Bus, Request
 from danube.config import DanubeSettings
 from danube.ingest import leadership, metrics
+from danube.ingest.buswatch import BusWatch, round_trip
 from danube.ingest.nodelease import NodeLease
 from danube.ingest.partition import Partition
 from danube.ingest.replica import NodeContext, Replica
@@ -72,6 +73,14 @@ class Node:
             free_min_bytes=settings.ingest.disk_free_min_bytes,
             wal_root=wal_root,
         )
+        # A leader gives way once the bus is lost for the lease's TTL: as soon as one cut
+        # from etcd would (danube.ingest.buswatch).
+        self.bus_watch = BusWatch(
+            round_trip(bus),
+            grace_s=float(settings.ingest.lease_ttl_s),
+            on_change=self._bus_changed,
+            reconnect=bus.reconnect_stale,
+        )
         rate_bytes_s = settings.ingest.catchup_bytes_s
         catchup = TokenBucket(rate_bytes_s, rate_bytes_s / 4, time.monotonic())
         self.ctx = NodeContext(
@@ -83,6 +92,7 @@ class Node:
             ops,
             on_fatal=self.failed.set,
             catchup=catchup,
+            bus_watch=self.bus_watch,
         )
         metrics.LEASELESS_SECONDS.set_function(self.leases.leaseless_s)
         metrics.OPEN_SEGMENT_FILES.set_function(lambda: ops.open_count)
@@ -109,6 +119,12 @@ class Node:
         log.info(
             "ingest %s: new node lease; %d replicas reconcile", self.node_id, len(self._replicas)
         )
+        for kept in self._replicas.values():
+            kept.replica.kick()
+
+    def _bus_changed(self, lost: bool) -> None:
+        """The bus was lost (leaders give way) or is back (replicas may claim): every
+        replica reconciles now."""
         for kept in self._replicas.values():
             kept.replica.kick()
 

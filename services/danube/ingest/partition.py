@@ -78,6 +78,7 @@ class Partition:
         lease: NodeLease,
         lag_max_s: float,
         contact_s: float = 1.0,
+        may_shrink: Callable[[], bool] = lambda: True,
         high_watermark: int,
         on_fenced: Callable[[Partition, bool], None],
         on_change: Callable[[], None] = lambda: None,
@@ -92,6 +93,10 @@ class Partition:
         self._lease = lease
         # Without the lease, every counted follower must have fetched this recently.
         self.contact_s = contact_s
+        # Followers' silence counts against them only while this node's bus round trips
+        # succeed (danube.ingest.buswatch): a leader cut from the bus keeps its ISR whole,
+        # so that one of them may claim once it gives way.
+        self._may_shrink = may_shrink
         self._on_fenced = on_fenced
         self._on_change = on_change  # the ISR changed: the replica reconsiders transfers
         self._transferring: str | None = None  # appends refused: leadership is moving here
@@ -278,6 +283,8 @@ class Partition:
             if self.fenced:
                 continue  # the replica stops leading and cancels this soon
             shrink = self.tracker.to_shrink(time.monotonic())
+            if shrink and not self._may_shrink():
+                continue
             if shrink and self._isr_task is None and self._transferring is None:
                 self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
 
@@ -286,7 +293,8 @@ class Partition:
             async with self._state_lock:
                 now = time.monotonic()
                 tracker = self.tracker
-                out = tracker.to_shrink(now) | self._leaving
+                lagging = tracker.to_shrink(now) if self._may_shrink() else frozenset()
+                out = lagging | self._leaving
                 isr = (tracker.isr - out) | (tracker.to_expand() - out)
                 if (isr == tracker.isr and not tracker.pending) or self.fenced:
                     return

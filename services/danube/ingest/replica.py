@@ -23,6 +23,7 @@ from pathlib import Path
 from danube.bus import Bus, Responder
 from danube.config import DanubeSettings
 from danube.ingest import epochs, leadership, metrics
+from danube.ingest.buswatch import BusWatch
 from danube.ingest.copies import serve_copy_reads
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.fetcher import Fetcher
@@ -72,6 +73,17 @@ class NodeContext:
     file_ops: FileOps
     on_fatal: Callable[[], None]
     catchup: TokenBucket  # the node's catch-up throttle (ingest.catchup_bytes_s)
+    bus_watch: BusWatch | None = None  # the node's bus link (danube.ingest.buswatch)
+
+    @property
+    def bus_lost(self) -> bool:
+        """No bus round trip succeeded for the watch's grace: lead nothing, claim nothing."""
+        return self.bus_watch is not None and self.bus_watch.lost
+
+    def bus_fresh(self) -> bool:
+        """A recent bus round trip succeeded: a leader may blame its followers' silence
+        on them (shrink its ISR)."""
+        return self.bus_watch is None or self.bus_watch.fresh()
 
     @property
     def lease(self) -> Lease:
@@ -213,6 +225,8 @@ class Replica:
     async def _step(self) -> float | None:
         """One reconcile; returns how long to wait before the next (None: at once)."""
         ctx = self.ctx
+        if self.leading is not None and ctx.bus_lost:
+            await self._give_way_bus_lost()
         if self.leading is not None and self.leading.partition.fenced:
             await self._stop_leading()  # its subscriptions go now, whatever etcd says
         if not ctx.lease.alive:
@@ -275,6 +289,8 @@ class Replica:
             assert view.state.restart_at is not None
             await self._restart_log(view.state.restart_at)
         if act in (Act.CLAIM, Act.RESTART):
+            if ctx.bus_lost:
+                return _MOVING_POLL_S  # no request would reach us: leave it to the others
             assert self.wal is not None
             term = await leadership.claim(
                 ctx.store, ctx.node_id, ctx.lease, self.name, view, log_end=self.wal.next_offset
@@ -481,6 +497,7 @@ class Replica:
             lease=ctx.leases,
             lag_max_s=ctx.settings.ingest.replica_lag_max_s,
             contact_s=ctx.contact_s,
+            may_shrink=ctx.bus_fresh,
             high_watermark=self.high_watermark,
             on_fenced=self._on_fenced,
             on_change=self.kick,
@@ -506,6 +523,22 @@ class Replica:
         if started is not None and not started.done():
             started.set_result(None)
 
+    async def _give_way_bus_lost(self) -> None:
+        """This node lost the bus (danube.ingest.buswatch): acknowledge nothing more, then
+        delete the owner key of this epoch so an in-sync follower claims now rather than
+        when the cut ends (without the lease, etcd away too, the key lapses with it). The
+        subscriptions go last and without a drain: a drain's flush waits on the lost link."""
+        assert self.leading is not None
+        epoch = self.leading.partition.term.epoch
+        self.leading.partition.fence("the bus is lost: no request reaches this leader")
+        metrics.BUS_LOST_RESIGNATIONS.inc()
+        if self.ctx.lease.alive:
+            try:
+                await leadership.release(self.ctx.store, self.ctx.node_id, self.name, epoch)
+            except Exception as exc:  # etcd: the key lapses with the lease instead
+                log.warning("%s: could not release epoch %d: %s", self.name, epoch, exc)
+        await self._stop_leading(drain=False)
+
     def _on_fenced(self, partition: Partition, fatal: bool) -> None:
         if fatal:
             self.ctx.on_fatal()
@@ -515,14 +548,15 @@ class Replica:
         if self.leading is not None:
             self.leading.partition.fence(reason)
 
-    async def _stop_leading(self) -> None:
+    async def _stop_leading(self, *, drain: bool = True) -> None:
+        """Stop serving the partition (``drain``: answer the requests taken first)."""
         leading, self.leading = self.leading, None
         if leading is None:
             return
         leading.partition.fence("stopped leading")
         self.high_watermark = leading.partition.high_watermark
         for responder in leading.responders:
-            await responder.drain()
+            await (responder.drain() if drain else responder.unsubscribe())
         for task in leading.tasks:
             await cancel_and_wait(task, timeout_s=5.0)
 
