@@ -16,26 +16,22 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from danube.bus import Bus, Responder
-from danube.config import DanubeSettings
+from danube.bus import Responder
 from danube.ingest import epochs, leadership, metrics
-from danube.ingest.buswatch import BusWatch
+from danube.ingest.context import NodeContext as NodeContext
+from danube.ingest.context import contact_s as contact_s
 from danube.ingest.copies import serve_copy_reads
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.fetcher import Fetcher
-from danube.ingest.handlers import PartitionHandlers
-from danube.ingest.nodelease import NodeLease
+from danube.ingest.leading import LeaderActs, Leading
 from danube.ingest.partition import Partition
 from danube.ingest.repairs import Repairer, in_sync_peers
 from danube.ingest.roles import Act, decide
-from danube.ingest.throttle import TokenBucket
-from danube.ingest.wal import Durability, FileOps, Wal, WalOptions
+from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.ingest.wal.truncate import truncate_dir
-from danube.meta import Lease, MetaStore, TopicName
+from danube.meta import TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
@@ -61,63 +57,7 @@ _MOVING_POLL_S = 0.5
 _LEAVE_TIMEOUT_S = 2.0
 
 
-@dataclass(frozen=True)
-class NodeContext:
-    """What every replica of a node shares."""
-
-    settings: DanubeSettings
-    node_id: str
-    bus: Bus
-    store: MetaStore
-    leases: NodeLease  # the current node lease: replaced after an etcd outage
-    file_ops: FileOps
-    on_fatal: Callable[[], None]
-    catchup: TokenBucket  # the node's catch-up throttle (ingest.catchup_bytes_s)
-    bus_watch: BusWatch | None = None  # the node's bus link (danube.ingest.buswatch)
-
-    @property
-    def bus_lost(self) -> bool:
-        """No bus round trip succeeded for the watch's grace: lead nothing, claim nothing."""
-        return self.bus_watch is not None and self.bus_watch.lost
-
-    def bus_fresh(self) -> bool:
-        """A recent bus round trip succeeded: a leader may blame its followers' silence
-        on them (shrink its ISR)."""
-        return self.bus_watch is None or self.bus_watch.fresh()
-
-    @property
-    def lease(self) -> Lease:
-        """The node lease now (claims and owner keys are written under it)."""
-        return self.leases.current
-
-    @property
-    def contact_s(self) -> float:
-        """How recently a follower must have fetched to count as confirming its leader's
-        epoch: two long polls and a margin (docs/replication.md, "Serving through an
-        etcd outage")."""
-        return contact_s(self.settings)
-
-    @property
-    def reclaim_grace_s(self) -> float:
-        """How long followers keep following a leader whose owner key lapsed while it
-        still answers them, before one may claim: time for it to take a new lease and
-        write its key again once etcd is back."""
-        return 2.0 * self.settings.ingest.lease_ttl_s
-
-
-def contact_s(settings: DanubeSettings) -> float:
-    """See :attr:`NodeContext.contact_s`."""
-    return max(1.0, 2 * settings.ingest.replica_fetch_wait_s + 0.5)
-
-
-@dataclass
-class _Leading:
-    partition: Partition
-    responders: list[Responder]
-    tasks: list[asyncio.Task[None]]
-
-
-class Replica:
+class Replica(LeaderActs):
     """One partition's copy on this node. Create, then run :meth:`run` as a task."""
 
     def __init__(self, name: TopicName, directory: Path, ctx: NodeContext) -> None:
@@ -127,7 +67,7 @@ class Replica:
         self.wal: Wal | None = None
         self.history: EpochHistory | None = None
         self.high_watermark = 0  # as last heard from a leader (or computed as one)
-        self.leading: _Leading | None = None
+        self.leading: Leading | None = None
         self._fetcher: Fetcher | None = None
         self._follow_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -449,117 +389,6 @@ class Replica:
         it is not handed leadership before it repaired)."""
         return self.repairer.damaged
 
-    def _intact_target(self, partition: Partition) -> str | None:
-        """An in-sync replica ready to lead (not damaged itself), the target set first."""
-        assignment = self._assignment
-        order = [*(assignment.target if assignment else ()), *partition.term.replicas]
-        return partition.tracker.first_ready(order, time.monotonic())
-
-    def _repair_held(self) -> bool:
-        """A damaged leader hands leadership to an intact replica before it repairs (as a
-        follower); with nobody to hand it to, it repairs while it leads."""
-        partition = self.partition
-        if partition is None or self._damaged_hand_over_failed:
-            return False
-        return self._intact_target(partition) is not None
-
-    async def _hand_over_damaged(self, partition: Partition, assignment: Assignment) -> bool:
-        """This leader's copy is damaged: hand leadership to an intact in-sync replica
-        (it stays a replica and repairs its copy as a follower); whether it was handed."""
-        to = self._intact_target(partition)
-        if to is None:
-            return False
-        log.warning(
-            "%s: this copy is damaged at offset %s; handing leadership to %s",
-            self.name,
-            self.repairer.lowest,
-            to,
-        )
-        stays = self.ctx.node_id in assignment.target and not self._stopped
-        timeout_s = self.ctx.settings.ingest.transfer_timeout_s
-        return await partition.transfer(to, timeout_s=timeout_s, stays=stays)
-
-    # --- leading ---------------------------------------------------------------------------
-
-    async def _start_leading(self, term: leadership.Term) -> None:
-        ctx, wal = self.ctx, self.wal
-        assert wal is not None
-        history = (self.history or EpochHistory()).with_epoch(term.epoch, wal.next_offset)
-        await self.store_history(history)
-        partition = Partition(
-            self.name,
-            wal,
-            term,
-            history,
-            store=ctx.store,
-            bus=ctx.bus,
-            node_id=ctx.node_id,
-            lease=ctx.leases,
-            lag_max_s=ctx.settings.ingest.replica_lag_max_s,
-            contact_s=ctx.contact_s,
-            may_shrink=ctx.bus_fresh,
-            high_watermark=self.high_watermark,
-            on_fenced=self._on_fenced,
-            on_change=self.kick,
-        )
-        handlers = PartitionHandlers(
-            partition,
-            ctx.settings,
-            node_id=ctx.node_id,
-            store=ctx.store,
-            catchup=ctx.catchup,
-            on_damage=self.repairer.report,
-        )
-        responders = await handlers.serve(ctx.bus)
-        tasks = [
-            asyncio.create_task(partition.publish_live(), name=f"live-{self.name}"),
-            asyncio.create_task(partition.maintain_isr(), name=f"isr-{self.name}"),
-        ]
-        for task in tasks:
-            task.add_done_callback(_report_early_end)
-        self.leading = _Leading(partition, responders, tasks)
-        metrics.LEADER_ELECTIONS.inc()
-        started, self._next_leading = self._next_leading, None
-        if started is not None and not started.done():
-            started.set_result(None)
-
-    async def _give_way_bus_lost(self) -> None:
-        """This node lost the bus (danube.ingest.buswatch): acknowledge nothing more, then
-        delete the owner key of this epoch so an in-sync follower claims now rather than
-        when the cut ends (without the lease, etcd away too, the key lapses with it). The
-        subscriptions go last and without a drain: a drain's flush waits on the lost link."""
-        assert self.leading is not None
-        epoch = self.leading.partition.term.epoch
-        self.leading.partition.fence("the bus is lost: no request reaches this leader")
-        metrics.BUS_LOST_RESIGNATIONS.inc()
-        if self.ctx.lease.alive:
-            try:
-                await leadership.release(self.ctx.store, self.ctx.node_id, self.name, epoch)
-            except Exception as exc:  # etcd: the key lapses with the lease instead
-                log.warning("%s: could not release epoch %d: %s", self.name, epoch, exc)
-        await self._stop_leading(drain=False)
-
-    def _on_fenced(self, partition: Partition, fatal: bool) -> None:
-        if fatal:
-            self.ctx.on_fatal()
-        self.kick()
-
-    def _demote(self, reason: str) -> None:
-        if self.leading is not None:
-            self.leading.partition.fence(reason)
-
-    async def _stop_leading(self, *, drain: bool = True) -> None:
-        """Stop serving the partition (``drain``: answer the requests taken first)."""
-        leading, self.leading = self.leading, None
-        if leading is None:
-            return
-        leading.partition.fence("stopped leading")
-        self.high_watermark = leading.partition.high_watermark
-        for responder in leading.responders:
-            await (responder.drain() if drain else responder.unsubscribe())
-        for task in leading.tasks:
-            await cancel_and_wait(task, timeout_s=5.0)
-
     # --- following -------------------------------------------------------------------------
 
     def _start_following(self, leader: str, epoch: int) -> None:
@@ -614,16 +443,6 @@ class Replica:
             metrics.RETIRED_COPIES.inc()
             log.info("%s: moved away by a reassignment; local copy deleted", self.name)
 
-    async def _hand_over_for_shutdown(self, partition: Partition) -> None:
-        """Transfer leadership to the first ready replica (the target set's order first)."""
-        node = self._intact_target(partition)
-        if node is not None:
-            timeout_s = self.ctx.settings.ingest.transfer_timeout_s
-            try:
-                await partition.transfer(node, timeout_s=timeout_s)
-            except Exception as exc:  # etcd: fall back to releasing the owner key
-                log.warning("%s: transfer to %s failed: %s", self.name, node, exc)
-
     async def _leave_isr(self) -> None:
         """Ask the leader to take this node out of the ISR now (its commits would wait
         ``replica_lag_max_s`` for it otherwise); best effort."""
@@ -640,12 +459,3 @@ class Replica:
 
 def _idle_poll_s() -> float:
     return _IDLE_POLL_S * random.uniform(1 - _IDLE_JITTER, 1 + _IDLE_JITTER)
-
-
-def _report_early_end(task: asyncio.Task[None]) -> None:
-    """A leader's helper task only ends by cancellation: say so loudly if it did not (its
-    error would otherwise be lost with the task)."""
-    if task.cancelled():
-        return
-    exc = task.exception()
-    log.error("%s ended while leading: %r", task.get_name(), exc, exc_info=exc)
