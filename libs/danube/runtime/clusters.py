@@ -98,11 +98,52 @@ class _Members:
             process.stop()
 
 
-class EtcdCluster:
+class _Cluster:
+    """What both clusters share: their members by name, started, killed and stopped."""
+
+    def __init__(self, members: _Members) -> None:
+        self._members = members
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._members.specs)
+
+    @property
+    def specs(self) -> dict[str, ProcessSpec]:
+        """Each member's spec, by name (what :meth:`start` runs)."""
+        return dict(self._members.specs)
+
+    def process(self, name: str) -> ServerProcess:
+        return self._members.processes[name]
+
+    def kill(self, name: str) -> None:
+        """SIGKILL member ``name``."""
+        self._members.processes[name].kill()
+
+    def start(self, name: str) -> None:
+        """Start member ``name`` again, with its data (it rejoins the cluster)."""
+        self._members.start(name)
+
+    def stop_all(self) -> None:
+        self._members.stop_all()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop_all()
+
+
+class EtcdCluster(_Cluster):
     """An etcd cluster of ``size`` members, ``etcd-0``…; ``endpoints`` in member order."""
 
     def __init__(self, members: _Members, endpoints: dict[str, str]) -> None:
-        self._members = members
+        super().__init__(members)
         self.endpoint_of = endpoints  # member name -> host:port
 
     @classmethod
@@ -159,32 +200,9 @@ class EtcdCluster:
             raise
 
     @property
-    def names(self) -> list[str]:
-        return list(self._members.specs)
-
-    @property
-    def specs(self) -> dict[str, ProcessSpec]:
-        """Each member's spec, by name (what :meth:`start` runs)."""
-        return dict(self._members.specs)
-
-    @property
     def endpoints(self) -> list[str]:
         """Every member's client ``host:port``, in member order."""
         return [self.endpoint_of[name] for name in self.names]
-
-    def process(self, name: str) -> ServerProcess:
-        return self._members.processes[name]
-
-    def kill(self, name: str) -> None:
-        """SIGKILL member ``name``."""
-        self._members.processes[name].kill()
-
-    def start(self, name: str) -> None:
-        """Start member ``name`` again, with its data (it rejoins the cluster)."""
-        self._members.start(name)
-
-    def stop_all(self) -> None:
-        self._members.stop_all()
 
     def status(self, name: str) -> dict[str, object]:
         """The member's ``/v3/maintenance/status`` (etcd's JSON gateway): ``leader`` and
@@ -214,23 +232,12 @@ class EtcdCluster:
                 raise ServerError(f"no etcd leader within {timeout_s} s")
             time.sleep(0.05)
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop_all()
-
-
-class NatsCluster:
+class NatsCluster(_Cluster):
     """A NATS cluster of ``size`` servers, ``nats-0``…, each routed to all the others."""
 
     def __init__(self, members: _Members, urls: dict[str, str], monitors: dict[str, str]) -> None:
-        self._members = members
+        super().__init__(members)
         self.url_of = urls  # server name -> nats://host:port
         self.monitor_of = monitors  # server name -> http://host:monitor_port
 
@@ -292,33 +299,14 @@ class NatsCluster:
             raise
 
     @property
-    def names(self) -> list[str]:
-        return list(self._members.specs)
-
-    @property
-    def specs(self) -> dict[str, ProcessSpec]:
-        """Each server's spec, by name (what :meth:`start` runs)."""
-        return dict(self._members.specs)
-
-    @property
     def urls(self) -> list[str]:
         """Every server's client URL, in server order."""
         return [self.url_of[name] for name in self.names]
-
-    def process(self, name: str) -> ServerProcess:
-        return self._members.processes[name]
-
-    def kill(self, name: str) -> None:
-        """SIGKILL server ``name``."""
-        self._members.processes[name].kill()
 
     def start(self, name: str) -> None:
         """Start server ``name`` again; it routes to the others once ready."""
         self._members.start(name)
         self.wait_routed(name)
-
-    def stop_all(self) -> None:
-        self._members.stop_all()
 
     def monitor(self, name: str, path: str) -> dict[str, object]:
         """A monitoring endpoint of server ``name`` (``varz``, ``routez``, ``connz``...)."""
@@ -350,14 +338,3 @@ class NatsCluster:
             if time.monotonic() > deadline:
                 raise ServerError(f"{name} has {routes} of {wanted} routes after {timeout_s} s")
             time.sleep(0.05)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop_all()
