@@ -24,13 +24,18 @@ class _Lease:
         return None
 
 
+class _Bus:
+    async def reconnect_stale(self) -> None:  # the node's bus watch holds it; never called
+        return None
+
+
 async def test_deleting_a_partitions_wal_checks_the_disk_off_the_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     node = Node(
         DanubeSettings(),
         node_id="i1",
-        bus=None,  # type: ignore[arg-type]
+        bus=_Bus(),  # type: ignore[arg-type]
         store=None,  # type: ignore[arg-type]
         lease=_Lease(),  # type: ignore[arg-type]
     )

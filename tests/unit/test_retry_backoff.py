@@ -86,6 +86,9 @@ class _Bus:
     async def subscribe(self, subject: str, callback: Any, **_: Any) -> _Live:
         return _Live()
 
+    async def reconnect_stale(self) -> None:  # the node's bus watch holds it; never called
+        return None
+
 
 class _Cursor:
     read_position = 0
