@@ -57,6 +57,22 @@ def _wait(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
         time.sleep(0.2)
 
 
+def _readers(services: ServiceFactory, env: dict[str, str]) -> ServerProcess:
+    """A cloud reader and a dispatcher, then discovery (returned)."""
+    for kind, node in (("cloud_reader", "cloud-0"), ("dispatcher", "disp-0")):
+        services(kind, node, **env)
+    return services("discovery", "disc-0", **env)
+
+
+def _produced_in_sync(http: httpx.Client) -> Any:
+    """Produce COUNT messages; the partition's offsets once every replica holds them all."""
+    _produce(http, TOPIC)
+    return _wait(
+        "every replica in sync at the end",
+        lambda: (o := _offsets(http, TOPIC))["next_offset"] == COUNT and len(o["isr"]) == 3 and o,
+    )
+
+
 def _object_payloads(tmp_path: Path) -> dict[int, str]:
     """offset -> payload of every frame of every object of the topic (CRC-checked)."""
     found: dict[int, str] = {}
@@ -76,17 +92,9 @@ def test_a_damaged_leader_copy_is_read_around_uploaded_past_and_repaired(
 ) -> None:
     env = _env(tmp_path)
     nodes = cluster(3, factor=3, min_insync=2, **env)
-    for kind, node in (("cloud_reader", "cloud-0"), ("dispatcher", "disp-0")):
-        services(kind, node, **env)
-    discovery = services("discovery", "disc-0", **env)
+    discovery = _readers(services, env)
     with httpx.Client(base_url=f"http://127.0.0.1:{discovery.spec.port}", timeout=30) as http:
-        _produce(http, TOPIC)
-        offsets = _wait(
-            "every replica in sync at the end",
-            lambda: (
-                (o := _offsets(http, TOPIC))["next_offset"] == COUNT and len(o["isr"]) == 3 and o
-            ),
-        )
+        offsets = _produced_in_sync(http)
         described = http.get(f"/v1/topics/default/{TOPIC}").json()["partitions"][0]
         leader = described["owner"]["node_id"]
         followers = [n for n in offsets["replicas"] if n != leader]
@@ -198,17 +206,9 @@ def test_damage_in_every_copy_is_said_naming_every_copy(
     before it is delivered."""
     env = _env(tmp_path)
     cluster(3, factor=3, min_insync=2, **env)
-    for kind, node in (("cloud_reader", "cloud-0"), ("dispatcher", "disp-0")):
-        services(kind, node, **env)
-    discovery = services("discovery", "disc-0", **env)
+    discovery = _readers(services, env)
     with httpx.Client(base_url=f"http://127.0.0.1:{discovery.spec.port}", timeout=30) as http:
-        _produce(http, TOPIC)
-        offsets = _wait(
-            "every replica in sync at the end",
-            lambda: (
-                (o := _offsets(http, TOPIC))["next_offset"] == COUNT and len(o["isr"]) == 3 and o
-            ),
-        )
+        offsets = _produced_in_sync(http)
         flipped = {node: _flip(_segments(tmp_path, node), 1500) for node in offsets["replicas"]}
         consumer = _attach(http, TOPIC, "s")
         got, error = _consume(http, consumer, COUNT - 1, timeout_s=30)
