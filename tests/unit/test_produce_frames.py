@@ -43,7 +43,12 @@ records = st.builds(
     producer=text,
     key=st.none() | text,
     attributes=st.dictionaries(text, text, max_size=4),
-)
+    sequence=st.none() | st.integers(0, 2**64 - 1),
+).map(lambda r: r if r.sequence is None else Record(**{**_fields(r), "producer_epoch": 9}))
+
+
+def _fields(record: Record) -> dict[str, object]:
+    return {name: getattr(record, name) for name in Record.__dataclass_fields__}
 
 
 def _produced(record: Record) -> bytes:
@@ -53,6 +58,8 @@ def _produced(record: Record) -> bytes:
         publish_time_ms=record.publish_time_ms,
         key=None if record.key is None else record.key.encode(),
         attributes=[(k.encode(), v.encode()) for k, v in record.attributes.items()],
+        sequence=record.sequence,
+        producer_epoch=record.producer_epoch,
     )
 
 

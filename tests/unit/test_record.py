@@ -28,6 +28,7 @@ from danube.frame import (
     encode_frame,
     encode_record,
     record_publish_time_ms,
+    record_sequence,
 )
 from danube.frame.record import decode_record_at
 
@@ -46,6 +47,17 @@ records = st.builds(
     attributes=st.dictionaries(text, text, max_size=8),
     schema_id=u32s,
     schema_version=u32s,
+) | st.builds(
+    Record,
+    payload=st.binary(max_size=500),
+    publish_time_ms=st.integers(min_value=0, max_value=2**64 - 1),
+    producer=text,
+    key=st.none() | text,
+    attributes=st.dictionaries(text, text, max_size=8),
+    schema_id=u32s,
+    schema_version=u32s,
+    sequence=st.integers(min_value=0, max_value=2**64 - 1),
+    producer_epoch=st.integers(min_value=0, max_value=2**32 - 1),
 )
 
 SAMPLE = Record(
@@ -86,7 +98,7 @@ def raw_record(
 @given(records)
 def test_round_trip(record: Record) -> None:
     encoded = encode_record(record)
-    assert encoded[0] == RECORD_VERSION
+    assert encoded[0] == (RECORD_VERSION if record.sequence is None else 2)
     assert decode_record(encoded) == record
 
 
@@ -99,7 +111,7 @@ def at(raw: bytes) -> tuple[Any, ...]:
 def test_decoding_in_place_gives_the_fields_decode_record_fields_gives(record: Record) -> None:
     encoded = encode_record(record)
     got = at(encoded)
-    assert got == tuple(decode_record_fields(encoded))
+    assert got == tuple(decode_record_fields(encoded))[:7]
     assert type(got[4]) is bytes  # the payload, a copy of its own
 
 
@@ -138,7 +150,7 @@ def test_absent_key_differs_from_empty_key() -> None:
     assert decode_record(empty).key == ""
 
 
-@pytest.mark.parametrize("version", [0, 2, 255])
+@pytest.mark.parametrize("version", [0, 3, 255])
 def test_unknown_version_is_rejected(version: int) -> None:
     encoded = bytearray(encode_record(SAMPLE))
     encoded[0] = version
@@ -273,9 +285,8 @@ def test_invalid_fields_are_refused_on_encode(changes: dict[str, Any], field: st
 def test_publish_time_is_read_from_the_header_alone(record: Record) -> None:
     encoded = encode_record(record)
     assert record_publish_time_ms(encoded) == record.publish_time_ms
-    assert record_publish_time_ms(memoryview(encoded)[:RECORD_HEADER_BYTES]) == (
-        record.publish_time_ms
-    )
+    header_bytes = RECORD_HEADER_BYTES if record.sequence is None else RECORD_HEADER_BYTES + 12
+    assert record_publish_time_ms(memoryview(encoded)[:header_bytes]) == record.publish_time_ms
 
 
 def test_publish_time_of_a_buffer_that_is_no_record_raises() -> None:
@@ -285,4 +296,35 @@ def test_publish_time_of_a_buffer_that_is_no_record_raises() -> None:
     with pytest.raises(CorruptRecordError):
         record_publish_time_ms(encoded[: RECORD_HEADER_BYTES - 1])
     with pytest.raises(UnsupportedRecordVersionError):
-        record_publish_time_ms(bytes([RECORD_VERSION + 1]) + encoded[1:])
+        record_publish_time_ms(bytes([RECORD_VERSION + 2]) + encoded[1:])
+
+
+def test_a_sequenced_record_is_version_2_with_its_epoch_and_sequence_after_the_v1_header() -> None:
+    plain = encode_record(SAMPLE)
+    sequenced = encode_record(
+        Record(**{**_fields(SAMPLE), "sequence": 2**40 + 7, "producer_epoch": 3})
+    )
+    assert plain[0] == RECORD_VERSION == 1
+    assert sequenced[0] == 2
+    # Version 1's header, then producer_epoch u32 and sequence u64, then the same text.
+    assert sequenced[1:RECORD_HEADER_BYTES] == plain[1:RECORD_HEADER_BYTES]
+    assert struct.unpack_from("<IQ", sequenced, RECORD_HEADER_BYTES) == (3, 2**40 + 7)
+    assert sequenced[RECORD_HEADER_BYTES + 12 :] == plain[RECORD_HEADER_BYTES:]
+    assert record_sequence(plain) is None
+    assert record_sequence(sequenced) == ("p-1", 3, 2**40 + 7)
+    assert record_publish_time_ms(sequenced) == SAMPLE.publish_time_ms
+
+
+def test_an_epoch_without_a_sequence_is_refused() -> None:
+    with pytest.raises(InvalidRecordError, match="producer_epoch"):
+        encode_record(Record(**{**_fields(SAMPLE), "producer_epoch": 1}))
+
+
+@pytest.mark.parametrize("sequence", [-1, 2**64])
+def test_a_sequence_outside_u64_is_refused(sequence: int) -> None:
+    with pytest.raises(InvalidRecordError, match="sequence"):
+        encode_record(Record(**{**_fields(SAMPLE), "sequence": sequence}))
+
+
+def _fields(record: Record) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in Record.__dataclass_fields__}

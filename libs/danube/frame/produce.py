@@ -36,6 +36,8 @@ from danube.frame.record import (
     MAX_PRODUCER_NAME_BYTES,
     RECORD_HEADER_BYTES,
     RECORD_VERSION,
+    SEQUENCED_HEADER_BYTES,
+    SEQUENCED_RECORD_VERSION,
     read_attributes,
     read_record_header,
 )
@@ -57,11 +59,18 @@ _FLAGS_AT = 1
 # What the producer packs at once: the frame header less its crc (offset, length: what the
 # crc covers first), then the record header; the crc goes between them.
 _HEADS = struct.Struct("<QIBBQIIHHHI")
+# The same for a sequenced record (version 2): producer_epoch and sequence end its header.
+_SEQUENCED_HEADS = struct.Struct("<QIBBQIIHHHIIQ")
 _COVERED_BYTES = _FRAME_COVERED.size
 _CRC = struct.Struct("<I")
-# What the scan reads at once: the whole frame header, then the record header.
+# What the scan reads at once: the whole frame header, then the record header (of either
+# version: the fields after version 1's header are not needed to check a record).
 _SCANNED = struct.Struct("<QIIBBQIIHHHI")
 _SCANNED_BYTES = _SCANNED.size
+_HEADER_BYTES_BY_VERSION = {
+    RECORD_VERSION: RECORD_HEADER_BYTES,
+    SEQUENCED_RECORD_VERSION: SEQUENCED_HEADER_BYTES,
+}
 
 PRODUCE_OFFSET = 0
 """The offset every produced frame carries: the leader gives the real ones."""
@@ -74,6 +83,8 @@ def encode_produce_frame(
     publish_time_ms: int,
     key: bytes | None = None,
     attributes: Sequence[tuple[bytes, bytes]] = (),
+    sequence: int | None = None,
+    producer_epoch: int = 0,
 ) -> bytes:
     """One record (its text fields already UTF-8 and within their limits: the caller checks
     them) framed with offset 0. ``key=None``: no key; ``b""``: an empty key.
@@ -91,19 +102,36 @@ def encode_produce_frame(
         for name, value in attributes:
             fields += (_LENGTH.pack(len(name)), name, _LENGTH.pack(len(value)), value)
         text = b"".join(fields)
-    heads = _HEADS.pack(
-        PRODUCE_OFFSET,
-        RECORD_HEADER_BYTES + len(text) + payload_len,
-        RECORD_VERSION,
-        0 if key is None else _FLAG_KEY,
-        publish_time_ms,
-        0,
-        0,
-        len(producer),
-        0 if key is None else len(key),
-        len(attributes),
-        payload_len,
-    )
+    if sequence is None:
+        heads = _HEADS.pack(
+            PRODUCE_OFFSET,
+            RECORD_HEADER_BYTES + len(text) + payload_len,
+            RECORD_VERSION,
+            0 if key is None else _FLAG_KEY,
+            publish_time_ms,
+            0,
+            0,
+            len(producer),
+            0 if key is None else len(key),
+            len(attributes),
+            payload_len,
+        )
+    else:
+        heads = _SEQUENCED_HEADS.pack(
+            PRODUCE_OFFSET,
+            SEQUENCED_HEADER_BYTES + len(text) + payload_len,
+            SEQUENCED_RECORD_VERSION,
+            0 if key is None else _FLAG_KEY,
+            publish_time_ms,
+            0,
+            0,
+            len(producer),
+            0 if key is None else len(key),
+            len(attributes),
+            payload_len,
+            producer_epoch,
+            sequence,
+        )
     crc = crc32c(payload, crc32c(text, crc32c(heads)))
     return b"".join((heads[:_COVERED_BYTES], _CRC.pack(crc), heads[_COVERED_BYTES:], text, payload))
 
@@ -192,16 +220,17 @@ def scan_frames_for_produce(
             ) = unpack_both(view, pos)
             start = pos + FRAME_HEADER_BYTES
             stop = start + length
+            header_bytes = _HEADER_BYTES_BY_VERSION.get(version, 0)
             if (
                 offset == PRODUCE_OFFSET
                 and stop <= end
-                and version == RECORD_VERSION
+                and header_bytes
                 and not (flags or sid or sver or key_len or count)
                 and producer_len <= MAX_PRODUCER_NAME_BYTES
-                and length == RECORD_HEADER_BYTES + producer_len + size
+                and length == header_bytes + producer_len + size
                 and crc32c(view[start:stop], crc32c(view[pos : pos + _COVERED_BYTES])) == crc
             ):
-                text_at = start + RECORD_HEADER_BYTES
+                text_at = start + header_bytes
                 try:
                     str(view[text_at : text_at + producer_len], "utf-8")
                 except UnicodeDecodeError:
@@ -252,7 +281,7 @@ def check_record(view: memoryview, start: int, end: int) -> tuple[str | None, in
     """Check the record spanning ``view[start:end]`` as :func:`decode_record_fields` does,
     building nothing but its key; ``(key, payload size)``. Raises like it."""
     flags, _, _, _, producer_len, key_len, count, payload_len = read_record_header(view, start, end)
-    pos = start + RECORD_HEADER_BYTES
+    pos = start + _HEADER_BYTES_BY_VERSION[view[start]]
     key_at = pos + producer_len
     text_end = key_at + key_len
     if text_end > end:

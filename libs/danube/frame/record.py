@@ -18,6 +18,17 @@ Wire layout of format version 1, all integers little-endian (docs/formats.md has
           ...   attributes       attribute_count x (u16 name_len, name, u16 value_len, value)
           ...   payload          as is; it ends the record, exactly: trailing bytes are corrupt
 
+Format version 2 is a **sequenced** record (an idempotent producer's: docs/client.md,
+"Exactly once into the log"): version 1's header with two more fields before the text, which
+then starts at byte 40::
+
+    28    4     producer_epoch   u32  the producer's incarnation (a newer one fences older ones)
+    32    8     sequence         u64  the record's number in its producer's stream to this
+                                      partition: consecutive, from any start
+
+A record without a sequence is written as version 1, one with a sequence as version 2: one
+encoding per record. Readers read both.
+
 Every length is checked against both its limit and the bytes left before anything is read, so a
 garbled record raises :class:`CorruptRecordError` and never reads past its buffer.
 """
@@ -38,7 +49,10 @@ from danube.frame.errors import (
 _Bytes = TypeVar("_Bytes", bytes, memoryview)  # a buffer and its slices, of one type
 
 RECORD_VERSION = 1
-"""The format version this module writes; it reads this one only (so far)."""
+"""The format version of a record without a sequence (what every record was before version 2)."""
+SEQUENCED_RECORD_VERSION = 2
+"""The format version of a sequenced record (producer epoch and sequence in its header)."""
+RECORD_VERSIONS = (RECORD_VERSION, SEQUENCED_RECORD_VERSION)
 
 MAX_PRODUCER_NAME_BYTES = 256
 MAX_KEY_BYTES = 4096
@@ -53,6 +67,10 @@ _MAX_U64 = 2**64 - 1
 # attribute_count, payload_len
 _HEADER = struct.Struct("<BBQIIHHHI")
 RECORD_HEADER_BYTES = _HEADER.size
+# Version 2 appends producer_epoch and sequence.
+_SEQUENCED_HEADER = struct.Struct("<BBQIIHHHIIQ")
+SEQUENCED_HEADER_BYTES = _SEQUENCED_HEADER.size
+_SEQUENCE = struct.Struct("<IQ")  # producer_epoch, sequence: at RECORD_HEADER_BYTES
 _LENGTH = struct.Struct("<H")  # prefix of each attribute name and value
 
 _FLAG_KEY = 1
@@ -72,6 +90,10 @@ class Record:
     attributes: Mapping[str, str] = field(default_factory=dict)
     schema_id: int | None = None  # reserved: carried, not interpreted yet
     schema_version: int | None = None  # reserved: carried, not interpreted yet
+    # An idempotent producer's record (format version 2): its place in the producer's
+    # stream to the partition, and the producer's incarnation. None: not sequenced.
+    sequence: int | None = None
+    producer_epoch: int = 0
 
 
 def _utf8(field_name: str, value: object, limit_bytes: int) -> bytes:
@@ -109,6 +131,13 @@ def encode_record(record: Record) -> bytes:
     key = b"" if record.key is None else _utf8("key", record.key, MAX_KEY_BYTES)
     schema_id = _optional_u32("schema_id", record.schema_id)
     schema_version = _optional_u32("schema_version", record.schema_version)
+    sequence, epoch = record.sequence, record.producer_epoch
+    if not isinstance(epoch, int) or not 0 <= epoch <= _MAX_U32:
+        raise InvalidRecordError("producer_epoch", f"{epoch!r} is not a u32")
+    if sequence is None and epoch:
+        raise InvalidRecordError("producer_epoch", "an epoch without a sequence")
+    if sequence is not None and (not isinstance(sequence, int) or not 0 <= sequence <= _MAX_U64):
+        raise InvalidRecordError("sequence", f"{sequence!r} is not a u64 or None")
     if not isinstance(record.payload, bytes | bytearray | memoryview):
         raise InvalidRecordError("payload", f"expected bytes, got {type(record.payload).__name__}")
     payload_len = memoryview(record.payload).nbytes
@@ -131,8 +160,7 @@ def encode_record(record: Record) -> bytes:
         raw_value = _utf8(f"attributes[{name!r}]", value, MAX_ATTRIBUTE_VALUE_BYTES)
         parts += (_LENGTH.pack(len(raw_name)), raw_name, _LENGTH.pack(len(raw_value)), raw_value)
     parts.append(bytes(record.payload))
-    parts[0] = _HEADER.pack(
-        RECORD_VERSION,
+    head = (
         flags,
         time_ms,
         schema_id,
@@ -142,6 +170,10 @@ def encode_record(record: Record) -> bytes:
         len(record.attributes),
         payload_len,
     )
+    if sequence is None:
+        parts[0] = _HEADER.pack(RECORD_VERSION, *head)
+    else:
+        parts[0] = _SEQUENCED_HEADER.pack(SEQUENCED_RECORD_VERSION, *head, epoch, sequence)
     return b"".join(parts)
 
 
@@ -166,16 +198,54 @@ def record_publish_time_ms(buf: bytes | bytearray | memoryview) -> int:
     that look at many records and need nothing else). Raises like :func:`decode_record`
     for a buffer that cannot be a record of this version."""
     view = memoryview(buf).cast("B")
-    if len(view) == 0:
-        raise CorruptRecordError("empty buffer")
-    if view[0] != RECORD_VERSION:
-        raise UnsupportedRecordVersionError(view[0])
-    if len(view) < RECORD_HEADER_BYTES:
-        raise CorruptRecordError(
-            f"{len(view)} bytes, shorter than the {RECORD_HEADER_BYTES}-byte header"
-        )
+    _header_bytes(view, 0, len(view))
     (time_ms,) = _PUBLISH_TIME.unpack_from(view, _PUBLISH_TIME_AT)
     return int(time_ms)
+
+
+def _header_bytes(view: bytes | memoryview, start: int, end: int) -> int:
+    """The header size of the record in ``view[start:end]`` by its version, once it holds
+    that header; raises like :func:`decode_record` otherwise."""
+    size = end - start
+    if size == 0:
+        raise CorruptRecordError("empty buffer")
+    version = view[start]
+    if version == RECORD_VERSION:
+        header_bytes = RECORD_HEADER_BYTES
+    elif version == SEQUENCED_RECORD_VERSION:
+        header_bytes = SEQUENCED_HEADER_BYTES
+    else:
+        raise UnsupportedRecordVersionError(version)
+    if size < header_bytes:
+        raise CorruptRecordError(f"{size} bytes, shorter than the {header_bytes}-byte header")
+    return header_bytes
+
+
+class Sequenced(NamedTuple):
+    """Who wrote a sequenced record, and its place in that producer's stream."""
+
+    producer: str
+    producer_epoch: int
+    sequence: int
+
+
+def record_sequence(buf: bytes | memoryview, start: int = 0) -> Sequenced | None:
+    """The producer, epoch and sequence of the record at ``buf[start:]`` (its header and
+    producer name alone are read), or None for a record without a sequence (version 1).
+    For a record already checked (stored, or scanned on its way in): it raises
+    :class:`CorruptRecordError` only for a header too short or an unknown version."""
+    version = buf[start]
+    if version == RECORD_VERSION:
+        return None
+    header_bytes = _header_bytes(buf, start, len(buf))
+    (producer_len,) = _LENGTH.unpack_from(buf, start + _PRODUCER_LEN_AT)
+    epoch, sequence = _SEQUENCE.unpack_from(buf, start + RECORD_HEADER_BYTES)
+    text_at = start + header_bytes
+    producer = _text(buf, text_at, producer_len, "producer")
+    return Sequenced(producer, epoch, sequence)
+
+
+_PRODUCER_LEN_AT = 18  # see the layout above
 
 
 class RecordFields(NamedTuple):
@@ -189,6 +259,8 @@ class RecordFields(NamedTuple):
     payload: bytes
     schema_id: int | None
     schema_version: int | None
+    sequence: int | None = None
+    producer_epoch: int = 0
 
 
 def decode_record(buf: bytes | bytearray | memoryview) -> Record:
@@ -207,6 +279,8 @@ def decode_record(buf: bytes | bytearray | memoryview) -> Record:
         attributes=fields.attributes,
         schema_id=fields.schema_id,
         schema_version=fields.schema_version,
+        sequence=fields.sequence,
+        producer_epoch=fields.producer_epoch,
     )
 
 
@@ -219,8 +293,21 @@ def decode_record_fields(buf: bytes | bytearray | memoryview) -> RecordFields:
     time_ms, producer, key, attributes, payload, schema_id, schema_version = decode_record_at(
         view, 0, len(view)
     )
+    sequenced = record_sequence(view)
+    if sequenced is None:
+        return RecordFields(
+            time_ms, producer, key, attributes, bytes(payload), schema_id, schema_version
+        )
     return RecordFields(
-        time_ms, producer, key, attributes, bytes(payload), schema_id, schema_version
+        time_ms,
+        producer,
+        key,
+        attributes,
+        bytes(payload),
+        schema_id,
+        schema_version,
+        sequenced.sequence,
+        sequenced.producer_epoch,
     )
 
 
@@ -237,7 +324,7 @@ def decode_record_at(
     flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len = (
         read_record_header(data, start, end)
     )
-    pos = start + RECORD_HEADER_BYTES
+    pos = start + (RECORD_HEADER_BYTES if data[start] == RECORD_VERSION else SEQUENCED_HEADER_BYTES)
     if end - pos < producer_len + key_len:
         raise CorruptRecordError("truncated in producer or key")
     producer = _text(data, pos, producer_len, "producer")
@@ -270,16 +357,9 @@ def read_record_header(
     size, flags that agree with their fields, limits: the checks every reader of a record
     shares (:func:`decode_record_fields`, and ``danube.frame.produce.check_record``, which
     builds nothing). ``(flags, time_ms, schema_id, schema_version, producer_len, key_len,
-    attribute count, payload_len)``, a plain tuple (this runs once per record)."""
-    size = end - start
-    if size == 0:
-        raise CorruptRecordError("empty buffer")
-    if view[start] != RECORD_VERSION:
-        raise UnsupportedRecordVersionError(view[start])
-    if size < RECORD_HEADER_BYTES:
-        raise CorruptRecordError(
-            f"{size} bytes, shorter than the {RECORD_HEADER_BYTES}-byte header"
-        )
+    attribute count, payload_len)``, a plain tuple (this runs once per record); the text
+    starts after the header of the record's version (``view[start]``: 1 or 2)."""
+    _header_bytes(view, start, end)
     (_, flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len) = (
         _HEADER.unpack_from(view, start)
     )

@@ -123,11 +123,24 @@ class IngestClient:
     ) -> int:
         """:meth:`produce` of a request body already packed (either layout of
         :mod:`danube.wire.ingest.protocol`, e.g. produced frames passed on as they came)."""
+        reply = await self.produce_answer(partition, body, timeout_s=timeout_s, limits=limits)
+        return reply.first_offset
+
+    async def produce_answer(
+        self,
+        partition: TopicName,
+        body: bytes,
+        *,
+        timeout_s: float,
+        limits: PartitionLimits | None = None,
+    ) -> protocol.ProduceReply:
+        """:meth:`produce_body` with the whole reply: also whether the records were an
+        idempotent producer's resend, stored before."""
         headers = None if limits is None or limits.empty else limits.headers()
 
-        async def attempt(deadline: float) -> int:
+        async def attempt(deadline: float) -> protocol.ProduceReply:
             reply = await self._attempt(partition, body, deadline, headers)
-            return protocol.decode_produce_reply(reply)[0]
+            return protocol.decode_produce_reply(reply)
 
         return await request_with_claim(
             attempt,

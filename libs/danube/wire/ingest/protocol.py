@@ -10,6 +10,9 @@ checks its frame), so the uploader can write them to objects as is::
                       (danube.frame.produce: CRC-checked; the leader frames each record
                       again with its offset)
     produce reply     [u64 first_offset][u32 count]     offsets first..first+count-1
+                      [u8 flags] (may be absent: 0): bit 0 duplicate, the records were an
+                      idempotent producer's resend, stored before at these offsets
+                      (nothing was appended)
     fetch request     [u64 from_offset][u32 max_bytes][u32 max_count]
     fetch reply       [u8 status][u64 wal_start][u64 next_offset] then frames
                       status 0: frames from from_offset on (maybe none yet)
@@ -63,6 +66,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
+from typing import NamedTuple
 
 import orjson
 
@@ -76,6 +80,8 @@ from danube.wire.errors import BadRequestError as BadRequestError
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _PRODUCE_REPLY = struct.Struct("<QI")
+_PRODUCE_DUPLICATE = struct.Struct("<QIB")
+_DUPLICATE = 0x01  # produce reply flags: a resend, nothing appended
 _FETCH_REQUEST = struct.Struct("<QII")
 _FETCH_REPLY_HEAD = struct.Struct("<BQQ")
 _DROP_REPLY = struct.Struct("<IQ")
@@ -86,6 +92,12 @@ _REPL_DAMAGED = 0x01  # repl fetch flags: the follower's copy is damaged
 NODE_ID_BYTES_MAX = 255
 
 PRODUCE_COUNT_MAX = 100_000
+
+# The produce errors of an idempotent producer's records (docs/client.md, "Exactly once into
+# the log"): a sequence that is not the next one (a gap, or a resend overlapping what was
+# stored in another cut), and an epoch older than one the partition has seen.
+OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
+PRODUCER_FENCED = "producer_fenced"
 FRAMED_MARK = 0xFFFF_FFFF  # never a count (1..PRODUCE_COUNT_MAX): a framed produce request
 _FRAMED_HEAD = struct.Struct("<II")
 FRAMED_HEAD_BYTES = _FRAMED_HEAD.size
@@ -188,16 +200,29 @@ def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -
     return records
 
 
-def encode_produce_reply(first_offset: int, count: int) -> bytes:
+class ProduceReply(NamedTuple):
+    """A produce answer: the records hold offsets ``first_offset .. first_offset+count-1``;
+    ``duplicate``: they were stored before (an idempotent producer's resend)."""
+
+    first_offset: int
+    count: int
+    duplicate: bool = False
+
+
+def encode_produce_reply(first_offset: int, count: int, *, duplicate: bool = False) -> bytes:
+    if duplicate:
+        return _PRODUCE_DUPLICATE.pack(first_offset, count, _DUPLICATE)
     return _PRODUCE_REPLY.pack(first_offset, count)
 
 
-def decode_produce_reply(body: bytes) -> tuple[int, int]:
-    """``(first_offset, count)``."""
-    if len(body) != _PRODUCE_REPLY.size:
+def decode_produce_reply(body: bytes) -> ProduceReply:
+    if len(body) == _PRODUCE_REPLY.size:
+        first, count = _PRODUCE_REPLY.unpack(body)
+        return ProduceReply(int(first), int(count))
+    if len(body) != _PRODUCE_DUPLICATE.size:
         raise BadRequestError(f"produce reply of {len(body)} bytes")
-    first, count = _PRODUCE_REPLY.unpack(body)
-    return int(first), int(count)
+    first, count, flags = _PRODUCE_DUPLICATE.unpack(body)
+    return ProduceReply(int(first), int(count), bool(flags & _DUPLICATE))
 
 
 @dataclass(frozen=True, slots=True)
