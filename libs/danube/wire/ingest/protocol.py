@@ -201,11 +201,11 @@ def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -
 
 
 class ProduceReply(NamedTuple):
-    """A produce answer: the records hold offsets ``first_offset .. first_offset+count-1``;
+    """A produce answer: the records hold offsets ``first_offset .. first_offset+messages-1``;
     ``duplicate``: they were stored before (an idempotent producer's resend)."""
 
     first_offset: int
-    count: int
+    messages: int
     duplicate: bool = False
 
 
