@@ -301,3 +301,38 @@ async def test_producers_that_resend_at_random_store_each_sequence_exactly_once(
         ]
         total = sum(count for _, count, _ in batches)
         assert stored_sequences == list(range(total))
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["p", "q", None]), st.integers(1, 4), st.booleans()),
+        min_size=1,
+        max_size=20,
+    ),
+    st.integers(1, 6),
+)
+def test_the_leaders_announced_batches_give_the_states_reading_every_record_gives(
+    appends: list[tuple[str | None, int, bool]], group: int
+) -> None:
+    """The fast path (the leader announces its batches: taken whole) against its slow twin
+    (every record read), over durable runs that join several appends, as group commit does."""
+    announced, read = ProducerStates(), ProducerStates()
+    log: list[bytes] = []
+    next_sequence = {"p": 0, "q": 0}
+    for producer, count, announce in appends:
+        first = len(log)
+        if producer is None:
+            log += [rec("plain", None)] * count
+            continue
+        records = batch(producer, next_sequence[producer], count)
+        next_sequence[producer] += count
+        log += records
+        found = sequenced_batch(records)
+        assert found is not None
+        if announce:
+            announced.expect(first, found.run)
+    for start in range(0, len(log), group):  # durable runs of `group` records
+        announced.apply(start, log[start : start + group])
+        read.apply(start, log[start : start + group])
+    assert announced.encode() == read.encode()
