@@ -152,12 +152,11 @@ async def main(tmp: Path, rounds: int) -> None:
                 for mode, rows in results.items()
             }
             plain, seq = medians[False], medians[True]
-            print(
-                f"median plain:     p50 {plain[0]:.3f} ms  p99 {plain[1]:.3f} ms  {plain[2]:,.0f} msg/s"
-            )
-            print(
-                f"median sequenced: p50 {seq[0]:.3f} ms  p99 {seq[1]:.3f} ms  {seq[2]:,.0f} msg/s"
-            )
+            for name, row in (("plain", plain), ("sequenced", seq)):
+                print(
+                    f"median {name:9}: p50 {row[0]:.3f} ms  p99 {row[1]:.3f} ms  "
+                    f"{row[2]:,.0f} msg/s"
+                )
             print(
                 f"sequenced / plain: p50 x{seq[0] / plain[0]:.3f}, p99 x{seq[1] / plain[1]:.3f}, "
                 f"throughput x{seq[2] / plain[2]:.3f}"
