@@ -187,7 +187,7 @@ async def test_epochs_count_up_per_topic_and_name_and_go_with_the_topic(
     mesh_for: MeshFactory,
 ) -> None:
     async with mesh_for(with_ingest=False) as mesh:
-        http = mesh.http
+        http: httpx.AsyncClient = mesh.http
 
         async def epoch(topic: str, name: str, ns: str = "default") -> httpx.Response:
             return await http.post(f"/v1/topics/{ns}/{topic}/producers/{name}/epoch")
