@@ -6,6 +6,7 @@ producer_fenced), and the producer epochs route."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -202,6 +203,10 @@ async def test_epochs_count_up_per_topic_and_name_and_go_with_the_topic(
         assert _error(await epoch("ep", "p", ns="nowhere")) == (404, "namespace_not_found")
         assert _error(await epoch("bad.name", "p")) == (400, "invalid_name")
         assert _error(await epoch("ep", "é" * 129)) == (400, "invalid_request")
+
+        # Callers racing for one name each get their own epoch (compare-and-swap in etcd).
+        raced = await asyncio.gather(*(epoch("race", "p") for _ in range(8)))
+        assert sorted(r.json()["epoch"] for r in raced) == list(range(1, 9))
 
         assert (await http.put("/v1/topics/default/ep")).status_code == 201
         assert (await http.delete("/v1/topics/default/ep")).status_code == 204

@@ -22,7 +22,7 @@ from danube.meta.errors import MetaDecodeError
 EPOCH_MAX = 2**32 - 1
 """A record carries the epoch as a u32 (danube.frame.record, format version 2)."""
 # Callers racing for the same name: how often to read again, and how long to wait between.
-_TRIES = 8
+_TRIES = 16
 _RETRY_BASE_S = 0.01
 _RETRY_CAP_S = 0.2
 
