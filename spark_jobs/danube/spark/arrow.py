@@ -111,10 +111,8 @@ class BatchBuilder:
     def add(self, frame: Frame) -> None:
         """Decode the frame's record and keep its row (unless outside the time range)."""
         try:
-            # An idempotent producer's sequence and epoch (format version 2) end the
-            # fields; the rows do not carry them.
-            time_ms, producer, key, attributes, payload, schema_id, schema_version, _, _ = (
-                decode_record_fields(frame.payload)
+            time_ms, producer, key, attributes, payload, schema_id, schema_version = (
+                decode_record_fields(frame.payload)[:7]
             )
         except CorruptRecordError as exc:
             raise CorruptObjectError(
