@@ -2,7 +2,8 @@
 discovery: the sequence rules of a JSON and a binary body (refused whole, nothing stored),
 partition_required and produce to one partition, resends answered with the first offsets and
 ``duplicate`` and stored once, a gap (409 out_of_order_sequence), an older epoch (409
-producer_fenced), and the producer epochs route."""
+producer_fenced), the producer epochs route, and a repeated message id (a topic's window)
+answered duplicate message by message."""
 
 from __future__ import annotations
 
@@ -211,3 +212,30 @@ async def test_epochs_count_up_per_topic_and_name_and_go_with_the_topic(
         assert (await http.put("/v1/topics/default/ep")).status_code == 201
         assert (await http.delete("/v1/topics/default/ep")).status_code == 204
         assert (await epoch("ep", "p")).json()["epoch"] == 1
+
+
+async def test_a_repeated_message_id_is_answered_duplicate_message_by_message(
+    mesh_for: MeshFactory,
+) -> None:
+    async with mesh_for() as mesh:
+        window = {"policies": {"message_id_window_s": 60}}
+        assert (await mesh.http.put("/v1/topics/default/ids", json=window)).is_success
+
+        def ided(*ids: str) -> dict[str, Any]:
+            return {
+                "messages": [
+                    {"payload": msg_id, "attributes": {"danube.message_id": msg_id}}
+                    for msg_id in ids
+                ]
+            }
+
+        first = await _json(mesh, "ids", ided("m1", "m2"))
+        assert [r["offset"] for r in first.json()["results"]] == [0, 1]
+        mixed = await _json(mesh, "ids", ided("m3", "m1"))
+        assert mixed.json() == {
+            "results": [
+                {"partition": "/default/ids", "offset": 2},
+                {"partition": "/default/ids", "offset": 0, "duplicate": True},
+            ]
+        }
+        assert len(await _fetch_all(mesh, "/default/ids")) == 3

@@ -428,8 +428,9 @@ class Producer:
         batch: Batch,
         limits: PartitionLimits,
     ) -> tuple[list[int], list[bool]]:
-        """Each message's offset, and whether its partition's leader answered it as a
-        resend stored before (per bus request: a request is all new or all resent)."""
+        """Each message's offset, and whether its partition's leader answered it as stored
+        before: an idempotent producer's resend (a whole bus request), or a repeated
+        message id within the topic's window (record by record)."""
         max_request_bytes = body_limit(self.bus.max_payload_bytes)
         sizes = batch.sizes
         framing = batch.head_bytes + batch.framing_bytes
@@ -463,12 +464,9 @@ class Producer:
                 reply = await self._produce_chunk(
                     names[partition], batch.request(chunk.indexes), remaining_s, limits
                 )
-                first = reply.first_offset
                 for position, index in enumerate(chunk.indexes):
-                    offsets[index] = first + position
-                if reply.duplicate:
-                    for index in chunk.indexes:
-                        duplicates[index] = True
+                    offsets[index] = reply.offset(position)
+                    duplicates[index] = reply.duplicate_at(position)
 
         if len(names) == 1:  # one partition: no task group to build
             await send_partition(0, list(range(len(sizes))))
