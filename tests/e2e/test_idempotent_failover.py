@@ -1,11 +1,11 @@
-"""Idempotent producers through leader failovers with real ingest processes (factor 3, min
-in-sync 2): two producers that resend every unanswered batch, the leader killed (SIGKILL)
-or frozen past its lease (SIGSTOP) round after round; the log holds exactly the messages the
-producers were asked to send, each once (tests/history.py with exactly_once), and after each
-new leader a resend of each producer's last batch is recognised with its original offsets.
-The same with two SDK producers (idempotent by default) through a discovery process. And a
-restarted node (killed: it reads its log; stopped: it reads its snapshot) still recognises a
-resend."""
+"""Idempotent producers through leader failovers with real ingest processes (factor 3, min in-sync
+2): two producers that resend every unanswered batch, the leader killed (SIGKILL) or frozen past
+its lease (SIGSTOP) round after round; the log holds exactly the messages the producers were
+asked to send, each once (tests/history.py with exactly_once), and after each new leader a
+resend of each producer's last batch is recognised with its original offsets. The same with two
+SDK producers (idempotent by default) through a discovery process; over HTTP, a resend of the
+last request after its leader was killed. And a restarted node (killed: it reads its log;
+stopped: it reads its snapshot) still recognises a resend."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from danube.bus import TopicName
@@ -228,3 +229,44 @@ async def test_leader_frozen_rounds_two_sdk_producers_store_each_message_once(
     nodes = cluster(3, factor=3, min_insync=2)
     discovery = services("discovery", "discovery-0")
     await _sdk_rounds(nodes, discovery, store, nats_url, rounds=FREEZE_ROUNDS, freeze=True)
+
+
+async def test_an_http_resend_after_its_leader_was_killed_is_recognised(
+    cluster: Callable[..., Cluster],
+    services: Callable[..., ServerProcess],
+    store: MetaStore,
+) -> None:
+    """The same JSON request (same producer, same sequences) to the partition, before and
+    after its leader is killed: the new leader answers the first offsets, duplicate."""
+    nodes = cluster(3, factor=3, min_insync=2)
+    discovery = services("discovery", "discovery-0")
+    path = f"/v1/topics/default/{SDK_P.topic}/messages"
+    body = {
+        "producer": "curl-1",
+        "messages": [{"payload": f"m{i}", "sequence": i} for i in range(3)],
+    }
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{discovery.spec.port}", timeout=30
+    ) as http:
+        created = await http.put(
+            f"/v1/topics/default/{SDK_P.parent.topic}",
+            json={"partitions": 1, "replication_factor": 3, "min_insync_replicas": 2},
+        )
+        assert created.status_code in (200, 201), created.text
+        first = await http.post(path, json=body)
+        assert first.status_code == 200, first.text
+        await wait_isr(store, SDK_P, 3)
+        owner = await leader(store, SDK_P)
+        nodes.kill(owner.node_id)
+        await new_leader(store, SDK_P, owner.epoch)
+        again = await http.post(path, json=body)
+        assert again.status_code == 200, again.text
+        offsets = [r["offset"] for r in first.json()["results"]]
+        assert [r["offset"] for r in again.json()["results"]] == offsets == [0, 1, 2]
+        assert all(r.get("duplicate") is True for r in again.json()["results"])
+        assert not any(r.get("duplicate") for r in first.json()["results"])
+        gap = await http.post(
+            path, json={"producer": "curl-1", "messages": [{"payload": "x", "sequence": 9}]}
+        )
+        assert gap.status_code == 409
+        assert gap.json()["error"]["code"] == "out_of_order_sequence"
