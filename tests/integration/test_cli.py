@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from danube.client import AsyncDanubeClient, DeadlineExceededError
-from danube.discovery.routing import partition_for_key
+from danube.routing import partition_for_key
 from danube.runtime import free_port
 
 pytestmark = pytest.mark.integration
