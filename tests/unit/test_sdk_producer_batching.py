@@ -37,7 +37,14 @@ def _counting_server(
 
 
 def _client(handler: Callable[[httpx.Request], Awaitable[httpx.Response]]) -> AsyncDanubeClient:
-    transport = httpx.MockTransport(handler)  # type: ignore[arg-type]
+    async def topic_unknown_yet(request: httpx.Request) -> httpx.Response:
+        # An idempotent producer (the default) first asks the topic's partitions; "not
+        # there yet" sends to the topic itself, as these tests expect.
+        if request.url.path.startswith("/v1/lookup/"):
+            return httpx.Response(404, json={"error": {"code": "topic_not_found", "message": ""}})
+        return await handler(request)
+
+    transport = httpx.MockTransport(topic_unknown_yet)  # type: ignore[arg-type]
     return AsyncDanubeClient("http://danube.test", transport=transport, retry=FAST)
 
 

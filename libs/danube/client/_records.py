@@ -45,9 +45,12 @@ def encode_frame(
     *,
     producer: bytes,
     max_payload_bytes: int,
+    sequenced: bool = False,
 ) -> bytes:
     """One message as a produced frame; checks every limit of the record first (as the JSON
-    form does), so a bad message fails alone instead of failing its batch."""
+    form does), so a bad message fails alone instead of failing its batch. ``sequenced``: a
+    sequenced record (format version 2) with epoch and sequence 0, stamped when its batch
+    is planned (:func:`danube.client._sequencing.stamp`)."""
     if isinstance(payload, bytes):
         raw = payload
     elif isinstance(payload, str):
@@ -81,11 +84,13 @@ def encode_frame(
         publish_time_ms=time.time_ns() // 1_000_000,
         key=raw_key,
         attributes=raw_attributes,
+        sequence=0 if sequenced else None,
     )
 
 
 def results_of_runs(answer: Any, count: int) -> list[SendResult]:
-    """One result per message from ``{"runs": [{"partition", "offset", "count"}, ...]}``."""
+    """One result per message from ``{"runs": [{"partition", "offset", "count"}, ...]}``; a
+    run with ``"duplicate": true`` was stored before (an idempotent producer's resend)."""
     runs = answer.get("runs") if isinstance(answer, dict) else None
     if not isinstance(runs, list) or len(runs) > count:
         raise ProtocolError(f"produce answered {answer!r:.200} for {count} messages")
@@ -101,7 +106,10 @@ def results_of_runs(answer: Any, count: int) -> list[SendResult]:
             or not 1 <= size <= count - len(results)
         ):
             raise ProtocolError(f"produce run {run!r:.200} is not partition, offset, count")
-        results += [SendResult(partition, offset) for offset in range(first, first + size)]
+        duplicate = run.get("duplicate") is True
+        results += [
+            SendResult(partition, offset, duplicate) for offset in range(first, first + size)
+        ]
     if len(results) != count:
         raise ProtocolError(f"produce answered {len(results)} results for {count} messages")
     return results

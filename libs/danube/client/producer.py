@@ -24,6 +24,13 @@ without decoding payloads); ``"json"`` sends the JSON body of docs/http-api.md. 
 the same records and answer the same offsets (a binary record's ``publish_time_ms`` is this
 host's clock at ``send()``, a JSON one's the server's at the produce).
 
+Idempotence (``idempotent=True``, the default, with the binary transport; docs/client.md,
+"Exactly once into the log"): every record carries the producer's epoch and a sequence per
+partition, the producer routes its batches itself (one partition per request) and resends
+a batch as the same bytes, so the ingest leader stores each message once however often it
+is retried (:mod:`danube.client._idempotent`). ``idempotent=False``, or ``transport="json"``,
+sends unsequenced records that discovery routes, as before.
+
 Access mode (docs/producers.md): with ``access_mode`` set (``"shared"`` or ``"exclusive"``)
 the producer holds a producer session while it is open: opened by ``async with`` or the
 first ``send()`` (:class:`ConflictError` when the topic refuses it), kept alive by its own
@@ -44,8 +51,10 @@ from typing import Any, Literal
 import orjson
 
 from danube.client._http import HttpCore
+from danube.client._idempotent import DEFAULT_PRODUCER_NAME, IdempotentSender, Part, unique_name
 from danube.client._producer_session import AccessMode, ProducerSession
 from danube.client._records import RECORDS_TYPE, encode_frame, results_of_runs
+from danube.client._sequencing import is_sequenced
 from danube.client.batch import Accumulator
 from danube.client.errors import ClientError, ClosedError, InvalidArgumentError, ProtocolError
 from danube.client.messages import (
@@ -76,7 +85,9 @@ _BODY_OVERHEAD_BYTES = 2048
 class ProducerOptions:
     """How a producer batches, bounds and retries (see the module docstring)."""
 
-    name: str = "danube-client"
+    # The default name is made unique per idempotent producer (``danube-client-<12 hex>``);
+    # another name is one producer's: a new instance of it fences the older one.
+    name: str = DEFAULT_PRODUCER_NAME
     dispatch: Dispatch = "reliable"  # used only when the produce auto-creates the topic
     linger_ms: float = 5.0
     batch_max_messages: int = 1000
@@ -88,6 +99,9 @@ class ProducerOptions:
     # None: no producer session; "shared" / "exclusive": hold one (see the module docstring).
     access_mode: AccessMode | None = None
     transport: Transport = "binary"
+    # Sequenced records, deduplicated by the leader (binary transport only: "json" sends
+    # unsequenced records whatever this says).
+    idempotent: bool = True
 
     def __post_init__(self) -> None:
         check_producer_name(self.name)
@@ -168,7 +182,20 @@ class AsyncProducer:
         self._http = http
         self._path = f"/v1/topics/{topic_path(topic)}/messages"
         self._binary = options.transport == "binary"
-        self._producer_raw = options.name.encode("utf-8")
+        self.idempotent = options.idempotent and self._binary
+        named = options.name != DEFAULT_PRODUCER_NAME
+        self.name = unique_name() if self.idempotent and not named else options.name
+        self._producer_raw = self.name.encode("utf-8")
+        self._sequenced: IdempotentSender | None = None
+        if self.idempotent:
+            self._sequenced = IdempotentSender(
+                http,
+                topic,
+                name=self.name,
+                named=named,
+                send_timeout_s=options.send_timeout_s,
+                params=lambda: self._params,
+            )
         self._head = _head(options, None)
         self._params = _params(options, None)
         self._session: ProducerSession | None = None
@@ -243,6 +270,7 @@ class AsyncProducer:
                 attributes,
                 producer=self._producer_raw,
                 max_payload_bytes=self.options.max_payload_bytes,
+                sequenced=self.idempotent,
             )
         message = Message(payload, key, attributes or {})
         return encode_message(message, max_payload_bytes=self.options.max_payload_bytes)
@@ -266,7 +294,10 @@ class AsyncProducer:
         return future
 
     async def send_encoded(self, body: bytes) -> asyncio.Future[SendResult]:
-        """:meth:`send` of a message :meth:`encode` made."""
+        """:meth:`send` of a message :meth:`encode` made (by this producer: an idempotent
+        one's frames are sequenced records)."""
+        if self._sequenced is not None and not is_sequenced(body):
+            raise InvalidArgumentError("an idempotent producer sends frames its encode() made")
         if self._must_wait():
             await self._room_for_one()
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
@@ -311,6 +342,8 @@ class AsyncProducer:
         """Wait until one more message may be queued (the session opened, room in the
         queue); :class:`ClosedError` once the producer is closing."""
         if self._closing:
+            if self._sequenced is not None and self._sequenced.fenced is not None:
+                raise self._sequenced.fenced
             raise ClosedError(f"producer of {self.topic} is closed")
         if self._session is None and self.options.access_mode is not None:
             await self.open()
@@ -433,7 +466,15 @@ class AsyncProducer:
                 batch = await self._next_batch()
                 if batch is None:
                     return
-                if one_at_a_time:
+                if self._sequenced is not None:
+                    parts = await self._plan(batch, inflight)
+                    if parts is None:
+                        continue
+                    if one_at_a_time:
+                        await self._deliver_sequenced(batch, parts, inflight)
+                    else:
+                        tg.create_task(self._deliver_sequenced(batch, parts, inflight))
+                elif one_at_a_time:
                     # The sender would only wait for this batch's slot: it delivers the
                     # batch itself, without a task to start (a loop turn less per batch).
                     await self._deliver(batch, inflight)
@@ -497,12 +538,60 @@ class AsyncProducer:
                 return
             _succeed(items, results)
         finally:
-            if batch in self._inflight:  # not already failed by _sender_done
-                self._inflight.discard(batch)
-                self._settled(len(items))
-                if not self._inflight and self._queue:
-                    self._wake.set()  # the pipe is idle: a lingering batch goes now
-            inflight.release()
+            self._done(batch, inflight)
+
+    async def _plan(self, batch: _Inflight, inflight: asyncio.Semaphore) -> list[Part] | None:
+        """The parts of an idempotent producer's batch (in the sender, in batch order: the
+        sequences follow the order of sends); None when the batch failed already."""
+        assert self._sequenced is not None
+        try:
+            if self._sequenced.fenced is not None:
+                raise self._sequenced.fenced
+            await self._sequenced.prepare()
+            return self._sequenced.plan(batch.bodies)
+        except ClientError as exc:
+            _fail(batch.items, exc)
+            self._done(batch, inflight)
+            return None
+
+    async def _deliver_sequenced(
+        self, batch: _Inflight, parts: list[Part], inflight: asyncio.Semaphore
+    ) -> None:
+        assert self._sequenced is not None
+        items = batch.items
+        try:
+            if self._session is not None and self._session.lost is not None:
+                outcomes: list[tuple[list[int], list[SendResult] | ClientError]] = [
+                    ([i for part in parts for i in part.indexes], self._session.lost)
+                ]
+            else:
+                outcomes = await self._sequenced.deliver(parts)
+            for indexes, outcome in outcomes:
+                chosen = [items[i] for i in indexes]
+                if isinstance(outcome, ClientError):
+                    _fail(chosen, outcome)
+                else:
+                    _succeed(chosen, outcome)
+            if self._sequenced.fenced is not None and not self._closing:
+                # Another instance of this name took over: nothing more goes out.
+                self._closing = True
+                stranded = self._queue.take_all()
+                self._bodies = []
+                _fail(stranded, self._sequenced.fenced)
+                self._settled(len(stranded))
+                self._wake.set()
+                self._wake_waiters(self._room_waiters, len(self._room_waiters))
+        finally:
+            self._done(batch, inflight)
+
+    def _done(self, batch: _Inflight, inflight: asyncio.Semaphore) -> None:
+        """A batch settled: its room back; an idle pipe sends what lingers."""
+        if batch in self._inflight:  # not already failed by _sender_done
+            self._inflight.discard(batch)
+            self._settled(len(batch.items))
+            if not self._inflight and self._queue:
+                self._wake.set()  # the pipe is idle: a lingering batch goes now
+        inflight.release()
 
 
 def _succeed(items: list[_Queued], results: list[SendResult]) -> None:
@@ -550,5 +639,5 @@ def _results(answer: Any, count: int) -> list[SendResult]:
         partition, offset = result.get("partition"), result.get("offset")
         if not isinstance(partition, str) or not isinstance(offset, int):
             raise ProtocolError(f"produce result {result!r:.200} lacks partition or offset")
-        out.append(SendResult(partition, offset))
+        out.append(SendResult(partition, offset, result.get("duplicate") is True))
     return out
