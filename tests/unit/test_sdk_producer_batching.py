@@ -44,7 +44,7 @@ def _client(handler: Callable[[httpx.Request], Awaitable[httpx.Response]]) -> As
             return httpx.Response(404, json={"error": {"code": "topic_not_found", "message": ""}})
         return await handler(request)
 
-    transport = httpx.MockTransport(topic_unknown_yet)  # type: ignore[arg-type]
+    transport = httpx.MockTransport(topic_unknown_yet)
     return AsyncDanubeClient("http://danube.test", transport=transport, retry=FAST)
 
 

@@ -13,7 +13,9 @@ own), so its sequences start again cleanly.
 
 Answers. A duplicate is success (the original offsets). ``out_of_order_sequence`` while an
 earlier part to the same partition is in flight (``max_inflight_batches > 1``: the later one
-overtook it) is resent once that one settles; otherwise it fails the part.
+overtook it) is resent once that one settles; otherwise it fails the part. The first part
+of an epoch to a partition is never overtaken: the leader starts an unknown producer at any
+sequence, so the parts behind it wait for its answer before they go.
 ``producer_fenced`` under the current epoch means another instance took the name: the part
 fails and so does every later send. ``partition_required`` (the topic became partitioned):
 the partition count is asked again and the part routed again.
@@ -173,6 +175,12 @@ class IdempotentSender:
     async def _send(self, part: Part, deadline: float) -> list[SendResult]:
         loop = asyncio.get_running_loop()
         path = f"/v1/topics/{topic_path(part.partition)}/messages"
+        opening = self._earlier(part)
+        if opening is not None and opening.first == 0:
+            # The leader takes an unknown producer's (or epoch's) first batch at any
+            # sequence: a later batch that overtook the opening one would open the
+            # partition's stream itself, and the opening one would then be a gap.
+            await self._wait(opening, deadline)
         while True:
             if self.fenced is not None:
                 raise self.fenced
