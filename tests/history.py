@@ -3,10 +3,11 @@ then look for anomalies per partition. Pure Python, no servers.
 
 What counts as wrong (`Report.ok` is False): an acked message never delivered (lost), one offset
 of a partition holding two different messages (conflict), a consumer receiving an offset for the
-first time below one it already received for the first time (order violation), and offsets
-missing between the first and last delivered of a partition (gap). What is allowed and counted:
-redeliveries (at-least-once) and delivered messages whose produce was not acked (an error or a
-timeout says nothing about whether the broker stored the message).
+first time below one it already received for the first time (order violation), offsets
+missing between the first and last delivered of a partition (gap), and — when asked, for
+idempotent producers — one message stored at two offsets (stored twice). What is allowed
+and counted: redeliveries (at-least-once) and delivered messages whose produce was not acked
+(an error or a timeout says nothing about whether the broker stored the message).
 """
 
 from __future__ import annotations
@@ -55,18 +56,22 @@ class Report:
     order_violations: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
     unacked_delivered: int = 0
+    stored_twice: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """No lost messages, conflicts, order violations or gaps."""
-        return not (self.lost or self.conflicts or self.order_violations or self.gaps)
+        """No lost messages, conflicts, order violations, gaps or messages stored twice."""
+        return not (
+            self.lost or self.conflicts or self.order_violations or self.gaps or self.stored_twice
+        )
 
     def summary(self) -> str:
         """A few lines for a failing assert: counts and the first few examples of each kind."""
         lines = [
             f"ok={self.ok} lost={len(self.lost)} conflicts={len(self.conflicts)} "
             f"order_violations={len(self.order_violations)} gaps={len(self.gaps)} "
-            f"duplicates={self.duplicates} unacked_delivered={self.unacked_delivered}"
+            f"duplicates={self.duplicates} unacked_delivered={self.unacked_delivered} "
+            f"stored_twice={len(self.stored_twice)}"
         ]
         lost = [f"{p.msg_id} at {p.partition}@{p.offset}" for p in self.lost]
         kinds = [
@@ -74,6 +79,7 @@ class Report:
             ("conflict", self.conflicts),
             ("order", self.order_violations),
             ("gap", self.gaps),
+            ("stored twice", self.stored_twice),
         ]
         for name, examples in kinds:
             for example in examples[:SUMMARY_EXAMPLES_MAX]:
@@ -138,9 +144,15 @@ class History:
                     raise ValueError(f"{path}:{number}: bad history event: {exc}") from exc
         return history
 
-    def check(self, *, expect_contiguous_from: dict[str, int] | None = None) -> Report:
+    def check(
+        self,
+        *,
+        expect_contiguous_from: dict[str, int] | None = None,
+        exactly_once: bool = False,
+    ) -> Report:
         """Look for anomalies; `expect_contiguous_from` gives a partition's first offset that
-        must be delivered, so a missing head counts as a gap."""
+        must be delivered, so a missing head counts as a gap; `exactly_once` (idempotent
+        producers): a message acknowledged or delivered at two offsets was stored twice."""
         report = Report()
         acked_at = self._acked_offsets(report)
         delivered_at = self._delivered_offsets(report, acked_at)
@@ -155,7 +167,22 @@ class History:
         report.unacked_delivered = len(unacked_ids & {d.msg_id for d in self.deliveries})
         report.order_violations = self._order_violations()
         report.gaps = _gaps(delivered_at, expect_contiguous_from or {})
+        if exactly_once:
+            report.stored_twice = self._stored_twice()
         return report
+
+    def _stored_twice(self) -> list[str]:
+        places: dict[str, set[tuple[str, int]]] = defaultdict(set)
+        for p in self.produces:
+            if p.acked and p.partition is not None and p.offset is not None:
+                places[p.msg_id].add((p.partition, p.offset))
+        for d in self.deliveries:
+            places[d.msg_id].add((d.partition, d.offset))
+        return [
+            f"{msg_id} at {', '.join(_at(place) for place in sorted(found))}"
+            for msg_id, found in places.items()
+            if len(found) > 1
+        ]
 
     def _acked_offsets(self, report: Report) -> dict[tuple[str, int], str]:
         """The message each acked offset holds; a second message acked there is a conflict."""

@@ -17,6 +17,7 @@ from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
 from danube.runtime import ProcessSpec, ServerProcess
+from danube.wire.ingest import protocol
 from danube.wire.ingest.client import FetchReply, IngestClient
 from tests.history import History
 
@@ -287,3 +288,91 @@ class TimedProducer:
             self.history.produced(msg_id, partition=str(self.partition), offset=offset, acked=True)
             return
         raise TimeoutError(f"{msg_id} never acknowledged in {total_s}s")
+
+
+class SequencedProducer:
+    """An idempotent producer over the ingest contract: batches of 1..``batch_max`` records
+    of one producer name and epoch with consecutive sequences, each resent with the same
+    bytes until acknowledged (the leader answers a resend it stored before as a duplicate).
+    Records every message's answer in the history."""
+
+    def __init__(
+        self,
+        client: IngestClient,
+        partition: TopicName,
+        history: History,
+        *,
+        name: str,
+        batch_max: int = 4,
+    ) -> None:
+        self.client = client
+        self.partition = partition
+        self.history = history
+        self.name = name
+        self.batch_max = batch_max
+        self.sequence = 0
+        self.sent = 0  # messages the producer was asked to send (each acknowledged in the end)
+        self.duplicate_answers = 0
+        self.last: tuple[bytes, int] | None = None  # the last batch's body and first offset
+
+    async def send_batch(self, *, total_s: float = 60.0) -> int:
+        count = 1 + self.sequence % self.batch_max
+        ids = [f"{self.name}-{self.sequence + i}" for i in range(count)]
+        records = [
+            encode_record(
+                Record(
+                    payload=msg_id.encode(),
+                    publish_time_ms=1,
+                    producer=self.name,
+                    sequence=self.sequence + i,
+                )
+            )
+            for i, msg_id in enumerate(ids)
+        ]
+        self.sequence += count
+        self.sent += count
+        body = protocol.encode_produce_request(records)
+        reply = await self._send(body, ids, total_s)
+        self.last = (body, reply.first_offset)
+        return count
+
+    async def resend_last(self) -> protocol.ProduceReply:
+        """Send the last acknowledged batch again, as a producer whose answer was lost."""
+        assert self.last is not None
+        body, _ = self.last
+        return await self.client.produce_answer(self.partition, body, timeout_s=30.0)
+
+    async def _send(self, body: bytes, ids: list[str], total_s: float) -> protocol.ProduceReply:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total_s
+        while True:
+            remaining_s = deadline - loop.time()
+            if remaining_s <= 0:
+                raise TimeoutError(f"{ids[0]}.. never acknowledged in {total_s}s")
+            try:
+                reply = await self.client.produce_answer(
+                    self.partition, body, timeout_s=min(3.0, remaining_s)
+                )
+            except (DanubeError, TimeoutError) as exc:
+                if isinstance(exc, DanubeError) and exc.code in (
+                    protocol.OUT_OF_ORDER_SEQUENCE,
+                    protocol.PRODUCER_FENCED,
+                ):
+                    raise
+                for msg_id in ids:
+                    self.history.produced(msg_id, acked=False)
+                await asyncio.sleep(0.05)
+                continue
+            self.duplicate_answers += reply.duplicate
+            for index, msg_id in enumerate(ids):
+                self.history.produced(
+                    msg_id,
+                    partition=str(self.partition),
+                    offset=reply.first_offset + index,
+                    acked=True,
+                )
+            return reply
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.send_batch()

@@ -259,3 +259,15 @@ def test_clean_logs_check_ok_and_a_dropped_ack_is_lost(
 
 def _delivers(event: Produce | Delivery, produce: Produce) -> bool:
     return isinstance(event, Delivery) and event.msg_id == produce.msg_id
+
+
+def test_a_message_stored_at_two_offsets_counts_only_when_exactly_once_is_expected() -> None:
+    history = _clean(3)
+    history.produced("m1", partition=T, offset=3, acked=True)  # a resend stored again
+    history.delivered("m1", partition=T, offset=3, consumer="c")
+    assert history.check().ok  # at-least-once allows it
+    report = history.check(exactly_once=True)
+    assert report.stored_twice == ["m1 at /default/t@1, /default/t@3"]
+    assert not report.ok
+    assert "stored twice: m1" in report.summary()
+    assert _clean(3).check(exactly_once=True).ok  # redelivering one offset is not storing twice

@@ -438,6 +438,11 @@ class IngestConfig(ServiceConfig):
     transfer_timeout_s: Annotated[float, Field(gt=0, le=60)] = 2.0
     # A preferred leader must have been in sync this long before leadership moves back to it.
     preferred_leader_settle_s: Annotated[float, Field(ge=0, le=3600)] = 2.0
+    # Idempotent producers (docs/client.md, "Exactly once into the log"): a producer's state
+    # on a partition copy goes after this long without a record of it (a resend after that
+    # is stored again), and past this many producers per copy the least recently used goes.
+    producer_idle_s: Annotated[float, Field(ge=1, le=7 * 86400)] = 3600.0
+    producer_states_max: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
 
 
 class UploaderServiceConfig(ServiceConfig):

@@ -246,6 +246,23 @@ def record_sequence(buf: bytes | memoryview, start: int = 0) -> Sequenced | None
 
 
 _PRODUCER_LEN_AT = 18  # see the layout above
+# Of a sequenced record's header, what deduplication reads: version, producer_len,
+# producer_epoch, sequence (the bytes between skipped).
+_SEQUENCE_HEAD = struct.Struct(
+    f"<B{_PRODUCER_LEN_AT - 1}xH{RECORD_HEADER_BYTES - _PRODUCER_LEN_AT - _LENGTH.size}xIQ"
+)
+assert _SEQUENCE_HEAD.size == SEQUENCED_HEADER_BYTES
+
+
+def record_sequence_raw(buf: bytes) -> tuple[bytes, int, int] | None:
+    """:func:`record_sequence` of a checked record at ``buf[0:]`` with the producer name as
+    its UTF-8 bytes, undecoded: ``(producer, producer_epoch, sequence)``, or None for a
+    record without a sequence. What a replica runs on every record it stores, so it builds
+    one tuple and one slice and checks nothing (the record was checked on its way in)."""
+    if buf[0] != SEQUENCED_RECORD_VERSION:
+        return None
+    _, producer_len, epoch, sequence = _SEQUENCE_HEAD.unpack_from(buf, 0)
+    return buf[SEQUENCED_HEADER_BYTES : SEQUENCED_HEADER_BYTES + producer_len], epoch, sequence
 
 
 class RecordFields(NamedTuple):

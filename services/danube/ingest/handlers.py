@@ -19,6 +19,7 @@ from danube.frame import FRAME_HEADER_BYTES, RawFrame
 from danube.ingest import copies, leadership, metrics, timeseek
 from danube.ingest.quota import BacklogGuard
 from danube.ingest.ratelimit import PublishRate
+from danube.ingest.sequencing import OutOfOrderSequenceError, ProducerFencedError
 from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import BelowWalStartError, DiskFullError, WalCorruptionError
 from danube.meta import MetaStore
@@ -118,19 +119,27 @@ class PartitionHandlers:
         # steps on every produce's way back.
         started_s = time.perf_counter()
         try:
-            first = await self.partition.produce(records)
-        except (leadership.NotEnoughReplicasError, DiskFullError) as exc:
+            reply = await self.partition.produce(records)
+        except (
+            leadership.NotEnoughReplicasError,
+            DiskFullError,
+            OutOfOrderSequenceError,
+            ProducerFencedError,
+        ) as exc:
             metrics.PRODUCE_ERRORS.labels(exc.code).inc()
             raise
         metrics.COMMIT_SECONDS.observe(time.perf_counter() - started_s)
         # Debug: one line per produce (its trace id added by the log filter).
         log.debug(
-            "produce: %s appended %d records from offset %d",
+            "produce: %s %s %d records from offset %d",
             self.partition.name,
+            "recognised a resend of" if reply.duplicate else "appended",
             len(records),
-            first,
+            reply.first_offset,
         )
-        return protocol.encode_produce_reply(first, len(records))
+        return protocol.encode_produce_reply(
+            reply.first_offset, reply.messages, duplicate=reply.duplicate
+        )
 
     async def _admit(self, limits: PartitionLimits, records: list[bytes]) -> None:
         """Refuse a produce over the partition's backlog quota or publish rate (checked in

@@ -18,6 +18,7 @@ from danube.ingest.context import NodeContext
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.partition import Partition
+from danube.ingest.producer_tracking import ProducerTracking
 from danube.ingest.repairs import Repairer
 from danube.ingest.wal import Wal
 from danube.meta import TopicName
@@ -45,6 +46,7 @@ class LeaderActs:
     high_watermark: int
     leading: Leading | None
     repairer: Repairer
+    producers: ProducerTracking
     _stopped: bool
     _assignment: Assignment | None
     _next_leading: asyncio.Future[None] | None
@@ -109,6 +111,7 @@ class LeaderActs:
             high_watermark=self.high_watermark,
             on_fenced=self._on_fenced,
             on_change=self.kick,
+            producers=self.producers.states,
         )
         handlers = PartitionHandlers(
             partition,

@@ -158,3 +158,23 @@ BUS_LOST_RESIGNATIONS = Counter(
     "Leaderships given up because this node made no bus round trip for its lease TTL "
     "(its partitions fenced, their owner keys deleted: an in-sync follower claims)",
 )
+# Idempotent producers (docs/client.md, "Exactly once into the log").
+DUPLICATES = Counter(
+    "danube_ingest_duplicate_messages",
+    "Messages of idempotent producers' resends answered with their stored offsets, not appended",
+)
+PRODUCER_STATES = Gauge(
+    "danube_ingest_producer_states",
+    "Idempotent producers' states held, over every partition copy on this node",
+)
+PRODUCER_STATES_EXPIRED = Counter(
+    "danube_ingest_producer_states_expired",
+    "Idempotent producers' states dropped: idle past ingest.producer_idle_s (idle), or the "
+    "least recently used past ingest.producer_states_max (evicted)",
+    ["reason"],
+)
+PRODUCER_STATE_REBUILD_SECONDS = Histogram(
+    "danube_ingest_producer_state_rebuild_seconds",
+    "Rebuilding a partition copy's producers' states at open: its snapshot and the log after it",
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0),
+)

@@ -49,6 +49,16 @@ from danube.ingest.leadership import (
     update_isr,
 )
 from danube.ingest.nodelease import NodeLease
+from danube.ingest.producers import ProducerStates
+from danube.ingest.sequencing import (
+    Admission,
+    Fresh,
+    InFlight,
+    Pending,
+    SequencedBatch,
+    Stored,
+    sequenced_batch,
+)
 from danube.ingest.wal import Durability, Wal, WalFailedError
 from danube.meta import MetaStore, TopicName
 from danube.meta.backoff import backoff_s
@@ -82,6 +92,7 @@ class Partition:
         high_watermark: int,
         on_fenced: Callable[[Partition, bool], None],
         on_change: Callable[[], None] = lambda: None,
+        producers: ProducerStates | None = None,
     ) -> None:
         self.name = name
         self.wal = wal
@@ -124,6 +135,9 @@ class Partition:
         # leaves the ISR and the watermark moves on without it.
         self.commit_timeout_s = 2 * lag_max_s + 5.0
         self._fenced: str | None = None
+        # Idempotent producers: their states come from the log (the replica keeps them
+        # across terms); what this term has pending is its own.
+        self.admission = Admission(producers if producers is not None else ProducerStates())
         self._hw_event = asyncio.Event()
         self._isr_task: asyncio.Task[None] | None = None
         self._live: deque[tuple[int, Sequence[bytes]]] = deque()
@@ -161,6 +175,7 @@ class Partition:
             log.warning("%s fenced: %s", self.name, reason)
             self._remove_listener()
             self._remove_failure_listener()
+            self.admission.clear(NotLeaderError(f"{self.name}: not led here any more ({reason})"))
             self._hw_event.set()  # wake producers waiting for a commit
             if self._isr_task is not None:
                 self._isr_task.cancel()
@@ -205,34 +220,79 @@ class Partition:
 
     # --- produce -----------------------------------------------------------------------
 
-    async def produce(self, records: Sequence[bytes]) -> int:
-        """Append ``records``; return the first offset once the ISR holds them durably.
+    async def produce(self, records: Sequence[bytes]) -> protocol.ProduceReply:
+        """Append ``records``; answer their offsets once the ISR holds them durably.
 
-        A caller cancelled while it waits leaves the append to finish (the WAL writes what
-        it queued; its failure fences through the WAL's failure listener)."""
+        An idempotent producer's batch is admitted first (danube.ingest.sequencing): a
+        resend is answered with the offsets it was stored at, once committed, and nothing is
+        appended. A caller cancelled while it waits leaves the append to finish (the WAL
+        writes what it queued; its failure fences through the WAL's failure listener)."""
         self._check_leader()
         self._check_insync("before the append")
+        batch = sequenced_batch(records)
+        pending: Pending | None = None
+        if batch is not None:
+            verdict = self.admission.admit(batch)
+            if not isinstance(verdict, Fresh):
+                return await self._resent(verdict, batch)
+            pending = verdict.pending
         self._inflight += 1
         try:
             try:
-                first = await self.wal.append(records)
+                if pending is None:
+                    first = await self.wal.append(records)
+                else:
+                    entry = pending
+                    first = await self.wal.append(
+                        records,
+                        on_queued=lambda first, durable: self.admission.queued(
+                            entry, first, durable
+                        ),
+                    )
             except WalFailedError as exc:  # failed before this append (the listener fenced)
+                if pending is not None:
+                    self.admission.failed(pending, exc)
                 self.fence(f"WAL failed: {exc}", fatal=True)
                 raise
-            end = first + len(records)
-            if self.tracker.high_watermark < end:  # replicas to wait for (never at factor 1)
-                await self._committed(end)
-            if self._fenced is not None:  # never acknowledge after leadership is gone
-                raise NotLeaderError(f"{self.name}: not led here any more ({self._fenced})")
-            leaseless = not self._lease.alive
-            self._check_confirmed()
-            self._check_insync("after the append (it may be stored; a retry may duplicate)")
-            if leaseless:
-                metrics.LEASELESS_ACKS.inc()
-            return first
+            except Exception as exc:
+                if pending is not None:
+                    self.admission.failed(pending, exc)
+                raise
+            await self._acknowledged(first + len(records))
+            return protocol.ProduceReply(first, len(records))
         finally:
             self._inflight -= 1
             self._progress.set()
+
+    async def _resent(
+        self, verdict: Stored | InFlight, batch: SequencedBatch
+    ) -> protocol.ProduceReply:
+        """Answer a resend with the offsets its batch was stored at, once committed."""
+        if isinstance(verdict, Stored):
+            first = verdict.first_offset
+        else:
+            first = await asyncio.shield(verdict.pending.durable) + verdict.skip
+        self._inflight += 1
+        try:
+            await self._acknowledged(first + batch.count)
+        finally:
+            self._inflight -= 1
+            self._progress.set()
+        metrics.DUPLICATES.inc(batch.count)
+        return protocol.ProduceReply(first, batch.count, duplicate=True)
+
+    async def _acknowledged(self, end: int) -> None:
+        """Return once everything below ``end`` may be acknowledged: committed, while this
+        node still leads (and, without its lease, its followers confirm it)."""
+        if self.tracker.high_watermark < end:  # replicas to wait for (never at factor 1)
+            await self._committed(end)
+        if self._fenced is not None:  # never acknowledge after leadership is gone
+            raise NotLeaderError(f"{self.name}: not led here any more ({self._fenced})")
+        leaseless = not self._lease.alive
+        self._check_confirmed()
+        self._check_insync("after the append (it may be stored; a retry may duplicate)")
+        if leaseless:
+            metrics.LEASELESS_ACKS.inc()
 
     async def _committed(self, end: int) -> None:
         deadline = asyncio.get_running_loop().time() + self.commit_timeout_s

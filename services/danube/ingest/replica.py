@@ -27,6 +27,8 @@ from danube.ingest.epochs import EpochHistory
 from danube.ingest.fetcher import Fetcher
 from danube.ingest.leading import LeaderActs, Leading
 from danube.ingest.partition import Partition
+from danube.ingest.producer_tracking import ProducerTracking
+from danube.ingest.producers import ProducerStates
 from danube.ingest.repairs import Repairer, in_sync_peers
 from danube.ingest.roles import Act, decide
 from danube.ingest.wal import Durability, Wal, WalOptions
@@ -94,6 +96,12 @@ class Replica(LeaderActs):
         self._damaged_hand_over_failed = False
         self._copy_reads: Responder | None = None
         self._owner_gone_s: float | None = None  # since when the owner key is seen absent
+        ingest = ctx.settings.ingest
+        # Idempotent producers as this copy's log knows them (across terms and roles).
+        self.producers = ProducerTracking(
+            directory,
+            ProducerStates(idle_s=ingest.producer_idle_s, producers_max=ingest.producer_states_max),
+        )
 
     @property
     def partition(self) -> Partition | None:
@@ -165,6 +173,7 @@ class Replica(LeaderActs):
     async def _step(self) -> float | None:
         """One reconcile; returns how long to wait before the next (None: at once)."""
         ctx = self.ctx
+        await self.producers.upkeep(self.wal)
         if self.leading is not None and ctx.bus_lost:
             await self._give_way_bus_lost()
         if self.leading is not None and self.leading.partition.fenced:
@@ -311,6 +320,7 @@ class Replica(LeaderActs):
         )
         await asyncio.to_thread(self.directory.mkdir, parents=True, exist_ok=True)
         self.wal = await Wal.open(self.directory, self._options, file_ops=self.ctx.file_ops)
+        await self.producers.opened(self.wal)
         history = await asyncio.to_thread(epochs.load, self.directory)
         if history is not None:
             # A crash during a truncation may leave entries past the log's end: drop them.
@@ -349,6 +359,7 @@ class Replica(LeaderActs):
             )
         finally:
             self.wal = await Wal.open(self.directory, self._options, file_ops=self.ctx.file_ops)
+            await self.producers.opened(self.wal)
         if self.history is not None:
             await self.store_history(self.history.truncated(end))
         metrics.TRUNCATED_MESSAGES.inc(removed)
@@ -366,6 +377,7 @@ class Replica(LeaderActs):
             await self.truncate(0)
         self.history = None
         await asyncio.to_thread(epochs.remove, self.directory)
+        self.producers.started_over()
         assert self.wal is not None
         await self.wal.advance_to(offset)
         log.warning("%s: unclean move: the log starts over, empty, at %d", self.name, offset)
@@ -437,7 +449,9 @@ class Replica(LeaderActs):
             # count it in the ISR): out of the ISR now, not after replica_lag_max_s.
             await self._leave_isr()
         if self.wal is not None:
+            await self.producers.snapshot(self.wal)  # a restart reads no log to rebuild
             await self.wal.close()
+        self.producers.closed()
         if self._retire:
             await asyncio.to_thread(shutil.rmtree, self.directory, True)
             metrics.RETIRED_COPIES.inc()

@@ -50,6 +50,9 @@ MAX_FETCH_BYTES = 64 * 1024 * 1024
 """... and at most this many payload bytes (beyond its first message)."""
 DEFAULT_CLOSE_TIMEOUT_S = 60.0
 
+QueuedHook = Callable[[int, "asyncio.Future[None] | None"], None]
+"""``on_queued(first offset, durable future or None)`` of :meth:`Wal.append`."""
+
 
 class Wal(SegmentUpkeep):
     """The WAL of one partition. Create with :meth:`open`; end with :meth:`close`."""
@@ -229,7 +232,9 @@ class Wal(SegmentUpkeep):
 
     # --- appending --------------------------------------------------------------------
 
-    async def append(self, payloads: Sequence[bytes]) -> int:
+    async def append(
+        self, payloads: Sequence[bytes], *, on_queued: QueuedHook | None = None
+    ) -> int:
         """Append messages; return the first one's offset once all are durable (per the mode).
 
         Offsets are ``first .. first + len(payloads) - 1`` in order. All or nothing: a size
@@ -245,26 +250,34 @@ class Wal(SegmentUpkeep):
         if commit is None:  # memory mode: appended is durable
             first = self._take_offsets(count)
             self._durable([(first, payloads, nbytes, None)])
+            if on_queued is not None:
+                on_queued(first, None)
             return first
         if not self._admission.try_acquire(nbytes):
             # Backpressure: wait for room, in order. A caller cancelled meanwhile leaves its
             # append to finish anyway (as one cancelled once queued does): the task is shielded.
-            waiting = asyncio.ensure_future(self._append_with_room(payloads, nbytes, commit))
+            waiting = asyncio.ensure_future(
+                self._append_with_room(payloads, nbytes, commit, on_queued)
+            )
             waiting.add_done_callback(_outcome_read)
             return await asyncio.shield(waiting)
         # The hot path, with no task of its own: queued before the first wait, so a caller
         # cancelled while it waits cancels only its future; the writer still writes the append
         # and skips a future already done.
-        return await self._queue(payloads, nbytes, commit)
+        return await self._queue(payloads, nbytes, commit, on_queued)
 
     async def _append_with_room(
-        self, payloads: Sequence[bytes], nbytes: int, commit: GroupCommit
+        self,
+        payloads: Sequence[bytes],
+        nbytes: int,
+        commit: GroupCommit,
+        on_queued: QueuedHook | None,
     ) -> int:
         await self._admission.acquire(nbytes)
         if self._failure is not None or self._state is not _State.OPEN:
             self._admission.release(nbytes)
             self._check_open()
-        return await self._queue(payloads, nbytes, commit)
+        return await self._queue(payloads, nbytes, commit, on_queued)
 
     def _take_offsets(self, count: int) -> int:
         """The next ``count`` offsets for one append; the first of them."""
@@ -273,12 +286,20 @@ class Wal(SegmentUpkeep):
         self._appends += 1
         return first
 
-    async def _queue(self, payloads: Sequence[bytes], nbytes: int, commit: GroupCommit) -> int:
+    async def _queue(
+        self,
+        payloads: Sequence[bytes],
+        nbytes: int,
+        commit: GroupCommit,
+        on_queued: QueuedHook | None = None,
+    ) -> int:
         """Queue an append (its room taken) for the writer before any wait; its first offset
         once durable."""
         first = self._take_offsets(len(payloads))
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         commit.submit((first, payloads, nbytes, future))
+        if on_queued is not None:
+            on_queued(first, future)
         await future
         return first
 

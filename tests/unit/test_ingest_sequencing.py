@@ -1,0 +1,303 @@
+"""Idempotent producers without a server: the states a log gives (runs, epochs, expiry,
+snapshots) and the leader's admission (fresh, stored, in flight, gaps, fencing), with a
+property test that a producer resending at random stores every sequence exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from danube.frame import Record, encode_record
+from danube.ingest.producers import ProducerStates
+from danube.ingest.sequencing import (
+    Admission,
+    Fresh,
+    InFlight,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    Stored,
+    sequenced_batch,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def rec(producer: str, sequence: int | None, epoch: int = 0, payload: bytes = b"x") -> bytes:
+    return encode_record(
+        Record(
+            payload=payload,
+            publish_time_ms=1,
+            producer=producer,
+            sequence=sequence,
+            producer_epoch=epoch if sequence is not None else 0,
+        )
+    )
+
+
+def batch(producer: str, first: int, count: int, epoch: int = 0) -> list[bytes]:
+    return [rec(producer, first + i, epoch) for i in range(count)]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+# --- the batch of a request -------------------------------------------------------------
+
+
+def test_a_request_is_unsequenced_or_one_producers_consecutive_sequences() -> None:
+    assert sequenced_batch([rec("p", None), rec("q", None)]) is None
+    found = sequenced_batch(batch("p", 7, 3, epoch=2))
+    assert found is not None
+    assert (found.producer, found.epoch, found.first_sequence, found.count) == (b"p", 2, 7, 3)
+    for records in (
+        [rec("p", 1), rec("p", None)],
+        [rec("p", None), rec("p", 1)],
+        [rec("p", 1), rec("q", 2)],
+        [rec("p", 1, epoch=1), rec("p", 2, epoch=2)],
+        [rec("p", 1), rec("p", 3)],
+        [rec("p", 2), rec("p", 1)],
+    ):
+        with pytest.raises(OutOfOrderSequenceError):
+            sequenced_batch(records)
+
+
+# --- the states a log gives ----------------------------------------------------------------
+
+
+def test_consecutive_batches_merge_into_one_run_and_others_between_split_them() -> None:
+    states = ProducerStates()
+    states.apply(0, batch("p", 0, 3))
+    states.apply(3, batch("p", 3, 2))  # goes on in sequence and offset: one run
+    states.apply(5, [rec("q", 0), rec("other", None)])
+    states.apply(7, batch("p", 5, 2))  # after others: a run of its own
+    p = states.get(b"p")
+    assert p is not None
+    assert [(r.first_sequence, r.first_offset, r.count) for r in p.runs] == [(0, 0, 5), (5, 7, 2)]
+    assert p.next_sequence == 7
+    assert p.offset_of(1, 3) == 1
+    assert p.offset_of(5, 2) == 7
+    assert p.offset_of(4, 2) is None  # straddles two runs: not one stored batch
+    assert states.end_offset == 9
+
+
+def test_only_the_last_runs_are_kept_and_a_new_epoch_starts_over() -> None:
+    states = ProducerStates(runs_max=2)
+    for index in range(4):  # four runs, each split from the next by another producer
+        states.apply(2 * index, [rec("p", index), rec("q", index)])
+    p = states.get(b"p")
+    assert p is not None
+    assert [r.first_sequence for r in p.runs] == [2, 3]
+    states.apply(8, [rec("p", 100, epoch=1)])
+    p = states.get(b"p")
+    assert p is not None
+    assert p.epoch == 1
+    assert [r.first_sequence for r in p.runs] == [100]
+    states.apply(9, [rec("p", 4, epoch=0)])  # an older epoch's record answers for nothing
+    assert p.epoch == 1
+    assert p.next_sequence == 101
+
+
+def test_idle_states_expire_and_the_least_recently_used_go_past_the_cap() -> None:
+    clock = Clock()
+    states = ProducerStates(idle_s=10, producers_max=2, clock=clock)
+    states.apply(0, [rec("a", 0)])
+    clock.now_s = 5
+    states.apply(1, [rec("b", 0)])
+    clock.now_s = 11
+    assert states.expire() == 1  # a: idle 11 s
+    assert states.get(b"a") is None
+    assert states.get(b"b") is not None
+    states.apply(2, [rec("c", 0)])
+    states.apply(3, [rec("d", 0)])
+    assert len(states) == 2
+    assert states.evicted == 1
+    assert states.get(b"b") is None  # the least recently used
+
+
+@settings(max_examples=50)
+@given(st.lists(st.tuples(st.sampled_from("pqr"), st.integers(1, 4), st.booleans()), max_size=30))
+def test_states_from_one_pass_from_many_and_from_a_snapshot_agree(
+    steps: list[tuple[str, int, bool]],
+) -> None:
+    log: list[bytes] = []
+    next_sequence = {"p": 0, "q": 0, "r": 0}
+    for producer, count, plain in steps:
+        if plain:
+            log += [rec(producer, None)] * count
+        else:
+            log += batch(producer, next_sequence[producer], count)
+            next_sequence[producer] += count
+    whole = ProducerStates()
+    if log:
+        whole.apply(0, log)
+    piecewise = ProducerStates()
+    for offset, record in enumerate(log):
+        piecewise.apply(offset, [record])
+    restored = ProducerStates()
+    restored.restore(whole.encode())
+    for states in (piecewise, restored):
+        assert states.encode() == whole.encode()
+    for producer, expected in next_sequence.items():
+        state = whole.get(producer.encode())
+        assert (state.next_sequence if state else 0) == expected
+
+
+def test_a_snapshot_with_a_run_past_its_end_is_refused() -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        ProducerStates().restore(b'{"end_offset": 3, "producers": [["p", 0, [[0, 2, 5]]]]}')
+
+
+# --- the leader's admission --------------------------------------------------------------
+
+
+class Log:
+    """A WAL for the admission: appends take offsets at once; ``durable`` settles them."""
+
+    def __init__(self, states: ProducerStates) -> None:
+        self.states = states
+        self.records: list[bytes] = []
+        self.unsettled: list[tuple[int, list[bytes], asyncio.Future[None]]] = []
+
+    def append(self, records: list[bytes]) -> tuple[int, asyncio.Future[None]]:
+        first = len(self.records)
+        self.records += records
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.unsettled.append((first, records, future))
+        return first, future
+
+    def durable(self) -> None:
+        for first, records, future in self.unsettled:
+            future.set_result(None)
+            self.states.apply(first, records)  # as the WAL: futures first, then listeners
+        self.unsettled.clear()
+
+
+def produce(admission: Admission, log: Log, records: list[bytes]) -> Fresh | Stored | InFlight:
+    found = sequenced_batch(records)
+    assert found is not None
+    verdict = admission.admit(found)
+    if isinstance(verdict, Fresh):
+        first, future = log.append(records)
+        admission.queued(verdict.pending, first, future)
+    return verdict
+
+
+async def settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_a_resend_is_in_flight_then_stored_and_never_appended_again() -> None:
+    states = ProducerStates()
+    admission, log = Admission(states), Log(states)
+    assert isinstance(produce(admission, log, batch("p", 0, 3)), Fresh)
+    resent = produce(admission, log, batch("p", 1, 2))  # a tail of it, still being written
+    assert isinstance(resent, InFlight)
+    assert resent.skip == 1
+    log.durable()
+    await settle()
+    assert await resent.pending.durable == 0
+    assert admission.pending_batches == 0
+    stored = produce(admission, log, batch("p", 0, 3))
+    assert stored == Stored(0)
+    assert len(log.records) == 3
+    assert isinstance(produce(admission, log, batch("p", 3, 1)), Fresh)
+
+
+async def test_gaps_go_backs_and_old_epochs_are_refused() -> None:
+    states = ProducerStates(runs_max=2)
+    admission, log = Admission(states), Log(states)
+    for index in range(3):  # three runs of p, split by q: the first is forgotten
+        produce(admission, log, batch("p", 2 * index, 2))
+        produce(admission, log, batch(f"q{index}", 0, 1))
+        log.durable()
+    await settle()
+    with pytest.raises(OutOfOrderSequenceError, match="next sequence is 6 \\(a gap"):
+        produce(admission, log, batch("p", 7, 1))
+    with pytest.raises(OutOfOrderSequenceError, match="go back"):
+        produce(admission, log, batch("p", 0, 2))  # older than the runs remembered
+    with pytest.raises(OutOfOrderSequenceError, match="go back"):
+        produce(admission, log, batch("p", 3, 2))  # straddles two runs
+    assert produce(admission, log, batch("p", 4, 2)) == Stored(6)
+    assert isinstance(produce(admission, log, batch("p", 50, 1, epoch=1)), Fresh)
+    with pytest.raises(ProducerFencedError):
+        produce(admission, log, batch("p", 6, 1, epoch=0))
+
+
+async def test_a_failed_append_and_a_fenced_leader_let_go_of_their_pending_batches() -> None:
+    states = ProducerStates()
+    admission, log = Admission(states), Log(states)
+    first = sequenced_batch(batch("p", 0, 1))
+    assert first is not None
+    verdict = admission.admit(first)
+    assert isinstance(verdict, Fresh)
+    admission.failed(verdict.pending, OSError("disk"))
+    assert admission.pending_batches == 0
+    assert isinstance(produce(admission, log, batch("p", 0, 1)), Fresh)  # sent again: fresh
+    resent = produce(admission, log, batch("p", 0, 1))
+    assert isinstance(resent, InFlight)
+    admission.clear(RuntimeError("not the leader any more"))
+    with pytest.raises(RuntimeError):
+        await resent.pending.durable
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("pq"), st.integers(1, 3), st.integers(0, 4), st.booleans()),
+        min_size=1,
+        max_size=40,
+    )
+)
+async def test_producers_that_resend_at_random_store_each_sequence_exactly_once(
+    steps: list[tuple[str, int, int, bool]],
+) -> None:
+    """Each step sends a producer's next batch, or resends one of its last batches (its
+    answer lost), with writes settling at random: the log holds every sequence once, and a
+    resend is answered with the offsets the batch was stored at."""
+    states = ProducerStates()
+    admission, log = Admission(states), Log(states)
+    sent: dict[str, list[tuple[int, int, int | None]]] = {"p": [], "q": []}  # first, count, offset
+    waiting: list[tuple[InFlight, int]] = []
+    for producer, count, back, durable in steps:
+        mine = sent[producer]
+        if back and len(mine) >= back:
+            first, size, offset = mine[-back]
+            verdict = produce(admission, log, batch(producer, first, size))
+            if isinstance(verdict, Stored):
+                assert offset is None or verdict.first_offset == offset
+            else:
+                assert isinstance(verdict, InFlight)
+                waiting.append((verdict, first))
+        else:
+            first = mine[-1][0] + mine[-1][1] if mine else 0
+            verdict = produce(admission, log, batch(producer, first, count))
+            assert isinstance(verdict, Fresh)
+            mine.append((first, count, len(log.records) - count))
+        if durable:
+            log.durable()
+            await settle()
+    log.durable()
+    await settle()
+    for verdict, first in waiting:
+        stored = await verdict.pending.durable + verdict.skip
+        found = sequenced_batch([log.records[stored]])
+        assert found is not None
+        assert found.first_sequence == first  # the resend's offset holds its first record
+    for producer, batches in sent.items():
+        stored_sequences = [
+            found.first_sequence
+            for record in log.records
+            if (found := sequenced_batch([record])) is not None
+            and found.producer == producer.encode()
+        ]
+        total = sum(count for _, count, _ in batches)
+        assert stored_sequences == list(range(total))
