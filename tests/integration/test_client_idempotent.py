@@ -104,9 +104,11 @@ async def test_the_same_prepared_batch_sent_twice_is_stored_once(
     [(indexes, results)] = first
     [(_, repeated)] = again
     assert indexes == list(range(10))
-    assert isinstance(results, list) and isinstance(repeated, list)
+    assert isinstance(results, list)
+    assert isinstance(repeated, list)
     assert [r.offset for r in repeated] == [r.offset for r in results] == list(range(10))
-    assert all(r.duplicate for r in repeated) and not any(r.duplicate for r in results)
+    assert all(r.duplicate for r in repeated)
+    assert not any(r.duplicate for r in results)
     assert [r.payload for r in await _stored(ingest, "/default/twice")] == [
         f"m{i}".encode() for i in range(10)
     ]
