@@ -144,7 +144,10 @@ class FakeMesh:
         partition = f"/default/{match[1]}"
         self.bodies.append((partition, request.content))
         if self.gate is not None:
-            await self.gate(partition, request.content)
+            try:
+                await self.gate(partition, request.content)
+            except _NotFound:
+                return _error(404, "topic_not_found")
         fault = self.faults.pop(0) if self.faults else None
         if isinstance(fault, tuple):
             return _error(*fault)
@@ -353,6 +356,32 @@ async def test_a_topic_partitioned_meanwhile_is_routed_again() -> None:
     assert len({r.partition for r in results}) == 1  # keyless: one partition per batch
     log = mesh.logs[results[0].partition]
     assert [r.sequence for r in log] == list(range(6))
+
+
+async def test_a_topic_created_again_with_fewer_partitions_is_routed_again() -> None:
+    mesh = FakeMesh(partitions=3)
+    missing: set[str] = set()
+
+    async def gate(partition: str, body: bytes) -> None:
+        if partition in missing:
+            raise _NotFound()
+
+    mesh.gate = gate
+    async with _client(mesh) as client, client.producer("t") as p:
+        await p.send_and_wait("warm")  # the producer looked: 3 partitions
+        mesh.partitions = 2  # deleted and created again with 2: part-2 is no more
+        missing.add("/default/t-part-2")
+        sent = len(mesh.bodies)
+        # Keyless batches take the partitions in turn: one of three goes to part-2.
+        results = [await p.send_and_wait(f"m{i}") for i in range(3)]
+    assert "/default/t-part-2" in [partition for partition, _ in mesh.bodies[sent:]]
+    assert {r.partition for r in results} <= {"/default/t-part-0", "/default/t-part-1"}
+    stored = mesh.payloads("/default/t-part-0") + mesh.payloads("/default/t-part-1")
+    assert {b"m0", b"m1", b"m2"} <= set(stored)
+
+
+class _NotFound(Exception):
+    """Makes the fake answer 404 for a partition that is no more."""
 
 
 async def test_idempotent_false_and_the_json_transport_send_unsequenced_records() -> None:

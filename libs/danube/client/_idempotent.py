@@ -17,8 +17,9 @@ overtook it) is resent once that one settles; otherwise it fails the part. The f
 of an epoch to a partition is never overtaken: the leader starts an unknown producer at any
 sequence, so the parts behind it wait for its answer before they go.
 ``producer_fenced`` under the current epoch means another instance took the name: the part
-fails and so does every later send. ``partition_required`` (the topic became partitioned):
-the partition count is asked again and the part routed again.
+fails and so does every later send. ``partition_required`` (the topic became partitioned),
+or a partition not found (the topic created again with fewer): the partition count is
+asked again and, if it changed, the part routed again.
 """
 
 from __future__ import annotations
@@ -151,26 +152,37 @@ class IdempotentSender:
         try:
             return [(part.indexes, await self._send(part, deadline))]
         except ApiError as exc:
-            if exc.code != PARTITION_REQUIRED:
+            if not self._maybe_moved(part, exc):
                 self._failed(part, exc)
                 return [(part.indexes, exc)]
-            required = exc
+            refused = exc
         except ClientError as exc:
             self._failed(part, exc)
             return [(part.indexes, exc)]
         finally:
             self._settle(part)
-        # Nothing of the part was stored: route its messages again with the new count.
+        # Nothing of the part was stored. If the topic's partitions changed (partitioned
+        # meanwhile, or deleted and created again with another count), route it again.
+        before = self._router.partitions
         try:
             self._router.partitions = await self._partition_count()
         except ClientError as exc:
             return [(part.indexes, exc)]
-        if not self._router.partitions:
-            return [(part.indexes, required)]
-        log.info("%s is partitioned (%d): routing again", self.topic, self._router.partitions)
+        after = self._router.partitions
+        stuck = after == before or (refused.code == PARTITION_REQUIRED and not after)
+        if stuck or asyncio.get_running_loop().time() >= deadline:
+            return [(part.indexes, refused)]
+        log.info("%s has %d partitions now (%s): routing again", self.topic, after, before)
         again = self._plan(part.frames, part.indexes)
         done = await asyncio.gather(*(self._outcome(p, deadline) for p in again))
         return [outcome for outcomes in done for outcome in outcomes]
+
+    def _maybe_moved(self, part: Part, exc: ApiError) -> bool:
+        """``exc`` may mean the topic's partitions are not what the producer thinks: the
+        topic itself refused as partitioned, or a partition of it not found."""
+        if exc.code == PARTITION_REQUIRED:
+            return True
+        return isinstance(exc, NotFoundError) and part.partition != self.topic
 
     async def _send(self, part: Part, deadline: float) -> list[SendResult]:
         loop = asyncio.get_running_loop()

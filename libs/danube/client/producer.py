@@ -214,7 +214,8 @@ class AsyncProducer:
         self._progress: list[asyncio.Future[None]] = []  # flushes waiting for a settle
         self._wake = asyncio.Event()
         self._flushing = False
-        self._closing = False
+        self._closing = False  # no more sends: closing, fenced, or the sender ended
+        self._close_called = False
         self._sender: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> AsyncProducer:
@@ -398,11 +399,11 @@ class AsyncProducer:
 
     async def close(self) -> None:
         """Flush, then stop the sender; later sends raise :class:`ClosedError`."""
-        if self._closing:
+        if self._close_called:
             if self._sender is not None:
                 await asyncio.shield(self._sender)
             return
-        self._closing = True
+        self._close_called = self._closing = True
         self._wake.set()
         self._wake_waiters(self._room_waiters, len(self._room_waiters))
         try:
