@@ -38,6 +38,7 @@ from danube.client.errors import (
     ClientError,
     ConflictError,
     NotFoundError,
+    PermissionDeniedError,
     ProtocolError,
 )
 from danube.client.messages import SendResult, topic_path
@@ -276,7 +277,8 @@ class IdempotentSender:
 
     async def _partition_count(self) -> int:
         """The topic's partitions (0: unpartitioned, or not there yet: the first produce
-        creates it unpartitioned)."""
+        creates it unpartitioned). A principal without Lookup on the topic sends to the
+        topic itself: the server says ``partition_required`` if it is partitioned."""
         if self.topic.partition is not None:
             return 0
         try:
@@ -284,6 +286,9 @@ class IdempotentSender:
                 "GET", f"/v1/lookup/{topic_path(self.topic)}", timeout_s=self._timeout_s
             )
         except NotFoundError:
+            return 0
+        except PermissionDeniedError as exc:
+            log.warning("%s: no lookup (%s): sending to the topic itself", self.topic, exc)
             return 0
         body = answer.body
         partitions = body.get("partitions") if isinstance(body, dict) else None
