@@ -112,7 +112,10 @@ async def test_a_restarted_node_recognises_a_resend_from_its_log_and_from_its_sn
                 nodes.kill(owner.node_id)
             else:
                 nodes.processes[owner.node_id].stop()
-                assert list(tmp_path.rglob("producers-*.snap")), "no snapshot at a clean close"
+                snapshots = await asyncio.to_thread(
+                    lambda: list(tmp_path.rglob("producers-*.snap"))
+                )
+                assert snapshots, "no snapshot at a clean close"
             await asyncio.to_thread(nodes.start, owner.node_id)
             reply = await producer.resend_last()
             assert reply.duplicate, f"after a {restart}: the last batch stored again"

@@ -1,6 +1,7 @@
 """Idempotent producers without a server: the states a log gives (runs, epochs, expiry,
 snapshots) and the leader's admission (fresh, stored, in flight, gaps, fencing), with a
-property test that a producer resending at random stores every sequence exactly once."""
+property test that a producer resending at random stores every sequence exactly once; and
+the message ids of a topic's window."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.frame import Record, encode_record
+from danube.ingest.message_ids import MessageIds
 from danube.ingest.producers import ProducerStates
 from danube.ingest.sequencing import (
     Admission,
@@ -301,3 +303,71 @@ async def test_producers_that_resend_at_random_store_each_sequence_exactly_once(
         ]
         total = sum(count for _, count, _ in batches)
         assert stored_sequences == list(range(total))
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["p", "q", None]), st.integers(1, 4), st.booleans()),
+        min_size=1,
+        max_size=20,
+    ),
+    st.integers(1, 6),
+)
+def test_the_leaders_announced_batches_give_the_states_reading_every_record_gives(
+    appends: list[tuple[str | None, int, bool]], group: int
+) -> None:
+    """The fast path (the leader announces its batches: taken whole) against its slow twin
+    (every record read), over durable runs that join several appends, as group commit does."""
+    announced, read = ProducerStates(), ProducerStates()
+    log: list[bytes] = []
+    next_sequence = {"p": 0, "q": 0}
+    for producer, count, announce in appends:
+        first = len(log)
+        if producer is None:
+            log += [rec("plain", None)] * count
+            continue
+        records = batch(producer, next_sequence[producer], count)
+        next_sequence[producer] += count
+        log += records
+        found = sequenced_batch(records)
+        assert found is not None
+        if announce:
+            announced.expect(first, found.run)
+    for start in range(0, len(log), group):  # durable runs of `group` records
+        announced.apply(start, log[start : start + group])
+        read.apply(start, log[start : start + group])
+    assert announced.encode() == read.encode()
+
+
+# --- message ids ---------------------------------------------------------------------------
+
+
+async def test_message_ids_expire_are_capped_and_pending_ones_settle() -> None:
+    clock = Clock()
+    ids = MessageIds(ids_max=2, clock=clock)
+    ids.add("a", 0)
+    clock.now_s = 5
+    ids.add("b", 1)
+    ids.expire(window_s=4)
+    assert ids.find("a") is None
+    assert ids.find("b") == 1
+    ids.add("c", 2)
+    ids.add("d", 3)  # past ids_max: the oldest goes
+    assert ids.find("b") is None
+    assert ids.evicted == 1
+    pending = ids.pend([("e", 0), ("f", 1)])
+    waiting = ids.find("f")
+    assert isinstance(waiting, asyncio.Future)
+    durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    pending.queued(10, durable)
+    durable.set_result(None)
+    assert await waiting == 11
+    assert ids.find("e") == 10
+    failing = ids.pend([("g", 0)])
+    refused = ids.find("g")
+    failing.failed(OSError("disk full"))
+    assert ids.find("g") is None
+    assert isinstance(refused, asyncio.Future)
+    with pytest.raises(OSError, match="disk full"):
+        await refused

@@ -5,6 +5,8 @@ parameters and runs answer."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,11 +46,7 @@ records = st.builds(
     key=st.none() | text,
     attributes=st.dictionaries(text, text, max_size=4),
     sequence=st.none() | st.integers(0, 2**64 - 1),
-).map(lambda r: r if r.sequence is None else Record(**{**_fields(r), "producer_epoch": 9}))
-
-
-def _fields(record: Record) -> dict[str, object]:
-    return {name: getattr(record, name) for name in Record.__dataclass_fields__}
+).map(lambda r: r if r.sequence is None else dataclasses.replace(r, producer_epoch=9))
 
 
 def _produced(record: Record) -> bytes:

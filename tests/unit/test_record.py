@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Any
 
@@ -30,7 +31,7 @@ from danube.frame import (
     record_publish_time_ms,
     record_sequence,
 )
-from danube.frame.record import decode_record_at
+from danube.frame.record import decode_record_at, sequence_runs
 
 pytestmark = pytest.mark.unit
 
@@ -328,3 +329,44 @@ def test_a_sequence_outside_u64_is_refused(sequence: int) -> None:
 
 def _fields(record: Record) -> dict[str, Any]:
     return {name: getattr(record, name) for name in Record.__dataclass_fields__}
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", None]), st.integers(0, 3), st.integers(0, 6)),
+        max_size=25,
+    )
+)
+def test_sequence_runs_agree_with_reading_each_record(
+    shapes: list[tuple[str | None, int, int]],
+) -> None:
+    """The fast run reader against its slow twin, record_sequence on every record."""
+    records = [
+        encode_record(
+            Record(
+                payload=b"",
+                publish_time_ms=0,
+                producer=name or "plain",
+                sequence=None if name is None else sequence,
+                producer_epoch=0 if name is None else epoch,
+            )
+        )
+        for name, epoch, sequence in shapes
+    ]
+    expanded = [
+        (run.producer.decode(), run.producer_epoch, run.first_sequence + i, run.first_index + i)
+        for run in sequence_runs(records)
+        for i in range(run.length)
+    ]
+    slow = [
+        (found.producer, found.producer_epoch, found.sequence, index)
+        for index, record in enumerate(records)
+        if (found := record_sequence(record)) is not None
+    ]
+    assert expanded == slow
+    for before, after in itertools.pairwise(sequence_runs(records)):  # runs are maximal
+        assert not (
+            after.first_index == before.first_index + before.length
+            and (after.producer, after.producer_epoch) == (before.producer, before.producer_epoch)
+            and after.first_sequence == before.first_sequence + before.length
+        )

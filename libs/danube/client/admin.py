@@ -49,6 +49,7 @@ class Policies(_Model):
     max_message_bytes: int | None = None
     backlog_quota_messages: int | None = None
     backlog_quota_policy: Literal["refuse", "evict_oldest"] | None = None
+    message_id_window_s: int | None = None
 
     def body(self) -> dict[str, Any]:
         """The fields set, as a request body (a PATCH replaces exactly these)."""

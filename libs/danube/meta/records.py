@@ -46,6 +46,7 @@ POLICY_COUNT_MAX = 1_000_000  # producers, subscriptions, consumers
 RATE_MSGS_MAX = 10_000_000  # messages per second
 RATE_BYTES_MAX = 10 * 2**30  # bytes per second
 BACKLOG_MESSAGES_MAX = 2**62
+MESSAGE_ID_WINDOW_MAX_S = 86_400
 BacklogPolicy = Literal["refuse", "evict_oldest"]
 PolicyCount = Annotated[int, Field(ge=1, le=POLICY_COUNT_MAX)]
 
@@ -63,6 +64,9 @@ class Policies(_Record):
     max_message_bytes: Annotated[int, Field(ge=1)] | None = None
     backlog_quota_messages: Annotated[int, Field(ge=1, le=BACKLOG_MESSAGES_MAX)] | None = None
     backlog_quota_policy: BacklogPolicy | None = None
+    # A repeated `danube.message_id` within this many seconds is answered with the first
+    # one's offset (docs/client.md, "Exactly once into the log").
+    message_id_window_s: Annotated[int, Field(ge=1, le=MESSAGE_ID_WINDOW_MAX_S)] | None = None
 
     def over(self, fallback: Policies | None) -> Policies:
         """Each field this one leaves unset taken from ``fallback`` (topic over namespace)."""

@@ -9,6 +9,9 @@ with every produce request to a partition, that partition's share of them in bus
     Backlog-Quota   most messages any subscription may have unacknowledged in it
     Backlog-Policy  "refuse" (a produce past the quota is refused); "evict_oldest" is the
                     dispatchers' to apply, so ingest ignores it
+    Message-Id-Window-S
+                    seconds within which a repeated message id is answered with the first
+                    one's offset (danube.ingest.message_ids)
 
 A header that is absent means no limit. The leader of a partition is its only writer, so a
 token bucket there holds cluster-wide whatever the number of front doors; a topic's rate is
@@ -31,6 +34,7 @@ RATE_MSGS_HEADER = "Rate-Msgs"
 RATE_BYTES_HEADER = "Rate-Bytes"
 BACKLOG_QUOTA_HEADER = "Backlog-Quota"
 BACKLOG_POLICY_HEADER = "Backlog-Policy"
+MESSAGE_ID_WINDOW_HEADER = "Message-Id-Window-S"
 
 RATE_LIMITED = "rate_limited"
 BACKLOG_QUOTA_EXCEEDED = "backlog_quota_exceeded"
@@ -45,11 +49,17 @@ class PartitionLimits:
     rate_bytes_s: int | None = None
     backlog_quota: int | None = None
     backlog_refuse: bool = False
+    message_id_window_s: int | None = None
 
     @property
     def empty(self) -> bool:
         """Whether nothing is limited (no header is sent)."""
-        return self.rate_msgs_s is None and self.rate_bytes_s is None and not self.refuses
+        return (
+            self.rate_msgs_s is None
+            and self.rate_bytes_s is None
+            and not self.refuses
+            and self.message_id_window_s is None
+        )
 
     @property
     def refuses(self) -> bool:
@@ -66,6 +76,8 @@ class PartitionLimits:
         if self.refuses:
             found[BACKLOG_QUOTA_HEADER] = str(self.backlog_quota)
             found[BACKLOG_POLICY_HEADER] = "refuse"
+        if self.message_id_window_s is not None:
+            found[MESSAGE_ID_WINDOW_HEADER] = str(self.message_id_window_s)
         return found
 
     @classmethod
@@ -78,6 +90,7 @@ class PartitionLimits:
             rate_bytes_s=_positive(headers.get(RATE_BYTES_HEADER)),
             backlog_quota=quota,
             backlog_refuse=quota is not None and headers.get(BACKLOG_POLICY_HEADER) == "refuse",
+            message_id_window_s=_positive(headers.get(MESSAGE_ID_WINDOW_HEADER)),
         )
 
 
@@ -105,6 +118,7 @@ def for_partition(policies: Policies, partitions: int) -> PartitionLimits:
         # A quota set with no policy refuses (the default).
         backlog_refuse=policies.backlog_quota_messages is not None
         and (policies.backlog_quota_policy or "refuse") == "refuse",
+        message_id_window_s=policies.message_id_window_s,
     )
 
 

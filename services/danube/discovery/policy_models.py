@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from danube.discovery.errors import BadRequestError
 from danube.meta.records import (
     BACKLOG_MESSAGES_MAX,
+    MESSAGE_ID_WINDOW_MAX_S,
     POLICY_COUNT_MAX,
     RATE_BYTES_MAX,
     RATE_MSGS_MAX,
@@ -36,6 +37,7 @@ class PoliciesSpec(BaseModel):
     max_message_bytes: Annotated[int, Field(ge=1, le=2**31)] | None = None
     backlog_quota_messages: Annotated[int, Field(ge=1, le=BACKLOG_MESSAGES_MAX)] | None = None
     backlog_quota_policy: BacklogPolicy | None = None
+    message_id_window_s: Annotated[int, Field(ge=1, le=MESSAGE_ID_WINDOW_MAX_S)] | None = None
 
     def stored(self) -> Policies:
         """The stored form of a ``PUT``."""

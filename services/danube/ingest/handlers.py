@@ -119,7 +119,9 @@ class PartitionHandlers:
         # steps on every produce's way back.
         started_s = time.perf_counter()
         try:
-            reply = await self.partition.produce(records)
+            reply = await self.partition.produce(
+                records, message_id_window_s=limits.message_id_window_s
+            )
         except (
             leadership.NotEnoughReplicasError,
             DiskFullError,
@@ -138,7 +140,7 @@ class PartitionHandlers:
             reply.first_offset,
         )
         return protocol.encode_produce_reply(
-            reply.first_offset, reply.messages, duplicate=reply.duplicate
+            reply.first_offset, reply.messages, duplicate=reply.duplicate, listed=reply.listed
         )
 
     async def _admit(self, limits: PartitionLimits, records: list[bytes]) -> None:

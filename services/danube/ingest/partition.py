@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 
 from danube.bus import Bus
 from danube.errors import DanubeError
-from danube.frame import FRAME_HEADER_BYTES, append_frame
-from danube.ingest import metrics
+from danube.frame import FRAME_HEADER_BYTES, append_frame, record_publish_time_ms
+from danube.ingest import metrics, timeseek
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.isr import IsrTracker
 from danube.ingest.leadership import (
@@ -48,18 +48,19 @@ from danube.ingest.leadership import (
     hand_over,
     update_isr,
 )
+from danube.ingest.message_ids import MessageIds, message_id
 from danube.ingest.nodelease import NodeLease
 from danube.ingest.producers import ProducerStates
 from danube.ingest.sequencing import (
     Admission,
     Fresh,
     InFlight,
-    Pending,
     SequencedBatch,
     Stored,
     sequenced_batch,
 )
-from danube.ingest.wal import Durability, Wal, WalFailedError
+from danube.ingest.wal import Durability, Wal, WalError, WalFailedError
+from danube.ingest.wal.wal import QueuedHook
 from danube.meta import MetaStore, TopicName
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment
@@ -70,6 +71,7 @@ from danube.wire.sizes import body_limit
 log = logging.getLogger(__name__)
 
 LIVE_QUEUE_BATCHES_MAX = 1024
+_ID_SCAN_BYTES = 4 * 1024 * 1024  # one read of the message ids' read-back
 
 
 class Partition:
@@ -138,6 +140,8 @@ class Partition:
         # Idempotent producers: their states come from the log (the replica keeps them
         # across terms); what this term has pending is its own.
         self.admission = Admission(producers if producers is not None else ProducerStates())
+        self.message_ids = MessageIds()
+        self._ids_lock = asyncio.Lock()  # one read-back of the message ids at a time
         self._hw_event = asyncio.Event()
         self._isr_task: asyncio.Task[None] | None = None
         self._live: deque[tuple[int, Sequence[bytes]]] = deque()
@@ -175,7 +179,9 @@ class Partition:
             log.warning("%s fenced: %s", self.name, reason)
             self._remove_listener()
             self._remove_failure_listener()
-            self.admission.clear(NotLeaderError(f"{self.name}: not led here any more ({reason})"))
+            stopped = NotLeaderError(f"{self.name}: not led here any more ({reason})")
+            self.admission.clear(stopped)
+            self.message_ids.clear(stopped)
             self._hw_event.set()  # wake producers waiting for a commit
             if self._isr_task is not None:
                 self._isr_task.cancel()
@@ -220,49 +226,152 @@ class Partition:
 
     # --- produce -----------------------------------------------------------------------
 
-    async def produce(self, records: Sequence[bytes]) -> protocol.ProduceReply:
+    async def produce(
+        self, records: Sequence[bytes], *, message_id_window_s: int | None = None
+    ) -> protocol.ProduceReply:
         """Append ``records``; answer their offsets once the ISR holds them durably.
 
         An idempotent producer's batch is admitted first (danube.ingest.sequencing): a
         resend is answered with the offsets it was stored at, once committed, and nothing is
-        appended. A caller cancelled while it waits leaves the append to finish (the WAL
-        writes what it queued; its failure fences through the WAL's failure listener)."""
+        appended. Unsequenced records with a message id, on a topic with a message id
+        window, are checked against the ids stored within it (danube.ingest.message_ids). A
+        caller cancelled while it waits leaves the append to finish (the WAL writes what it
+        queued; its failure fences through the WAL's failure listener)."""
         self._check_leader()
         self._check_insync("before the append")
         batch = sequenced_batch(records)
-        pending: Pending | None = None
         if batch is not None:
             verdict = self.admission.admit(batch)
             if not isinstance(verdict, Fresh):
                 return await self._resent(verdict, batch)
-            pending = verdict.pending
+            entry = verdict.pending
+            first = await self._append(
+                records,
+                lambda first, durable: self.admission.queued(entry, first, durable),
+                lambda exc: self.admission.failed(entry, exc),
+            )
+        elif message_id_window_s is not None and any(ids := [message_id(r) for r in records]):
+            return await self._produce_with_ids(records, ids, message_id_window_s)
+        else:
+            first = await self._append(records)
+        return protocol.ProduceReply(first, len(records))
+
+    async def _append(
+        self,
+        records: Sequence[bytes],
+        on_queued: QueuedHook | None = None,
+        on_failed: Callable[[BaseException], None] | None = None,
+    ) -> int:
+        """Append ``records``; their first offset once they may be acknowledged."""
         self._inflight += 1
         try:
             try:
-                if pending is None:
-                    first = await self.wal.append(records)
-                else:
-                    entry = pending
-                    first = await self.wal.append(
-                        records,
-                        on_queued=lambda first, durable: self.admission.queued(
-                            entry, first, durable
-                        ),
-                    )
+                first = await self.wal.append(records, on_queued=on_queued)
             except WalFailedError as exc:  # failed before this append (the listener fenced)
-                if pending is not None:
-                    self.admission.failed(pending, exc)
+                if on_failed is not None:
+                    on_failed(exc)
                 self.fence(f"WAL failed: {exc}", fatal=True)
                 raise
             except Exception as exc:
-                if pending is not None:
-                    self.admission.failed(pending, exc)
+                if on_failed is not None:
+                    on_failed(exc)
                 raise
             await self._acknowledged(first + len(records))
-            return protocol.ProduceReply(first, len(records))
+            return first
         finally:
             self._inflight -= 1
             self._progress.set()
+
+    async def _produce_with_ids(
+        self, records: Sequence[bytes], ids: list[str | None], window_s: int
+    ) -> protocol.ProduceReply:
+        """:meth:`produce` of records some of which carry a message id: those stored within
+        the window (or earlier in this request) are answered with the first one's offset,
+        marked; the others are appended."""
+        await self._load_message_ids(window_s)
+        known = self.message_ids
+        known.expire(window_s)
+        fresh: list[bytes] = []
+        fresh_ids: list[tuple[str, int]] = []
+        # Per record: "fresh" and its index among the appended ones, "again" and the index
+        # of the same id earlier in this request, "before" and where it was stored.
+        places: list[tuple[str, int | asyncio.Future[int]]] = []
+        first_seen: dict[str, int] = {}
+        for record, msg_id in zip(records, ids, strict=True):
+            if msg_id is not None:
+                again = first_seen.get(msg_id)
+                if again is not None:
+                    places.append(("again", again))
+                    continue
+                found = known.find(msg_id)
+                if found is not None:
+                    places.append(("before", found))
+                    continue
+                first_seen[msg_id] = len(fresh)
+                fresh_ids.append((msg_id, len(fresh)))
+            places.append(("fresh", len(fresh)))
+            fresh.append(record)
+        pending = known.pend(fresh_ids)
+        if len(fresh) == len(records):  # none stored before: a plain append
+            first = await self._append(records, pending.queued, pending.failed)
+            return protocol.ProduceReply(first, len(records))
+        first = 0
+        if fresh:
+            first = await self._append(fresh, pending.queued, pending.failed)
+        listed: list[int] = []
+        for kind, where in places:
+            if isinstance(where, int):
+                offset = where if kind == "before" else first + where
+            else:
+                offset = await asyncio.shield(where)
+            listed.append(offset if kind == "fresh" else offset | protocol.DUPLICATE_MARK)
+        repeats = sum(1 for kind, _ in places if kind != "fresh")
+        self._inflight += 1
+        try:
+            await self._acknowledged(max(o & ~protocol.DUPLICATE_MARK for o in listed) + 1)
+        finally:
+            self._inflight -= 1
+            self._progress.set()
+        metrics.DUPLICATES.inc(repeats)
+        return protocol.ProduceReply(
+            listed[0] & ~protocol.DUPLICATE_MARK,
+            len(records),
+            duplicate=repeats == len(records),
+            listed=tuple(listed),
+        )
+
+    async def _load_message_ids(self, window_s: int) -> None:
+        """Read the ids of the records published within ``window_s`` back from the log, once
+        per term (and again for a longer window): a new leader knows what its predecessor
+        stored."""
+        known = self.message_ids
+        if known.loaded_window_s is not None and known.loaded_window_s >= window_s:
+            return
+        async with self._ids_lock:
+            if known.loaded_window_s is not None and known.loaded_window_s >= window_s:
+                return
+            now_ms = int(time.time() * 1000)
+            now_s = time.monotonic()
+            offset = await timeseek.offset_for_time(self.wal, now_ms - window_s * 1000)
+            end = self.wal.durable_next
+            while offset < end:
+                try:
+                    result = await self.wal.fetch(
+                        offset, max_bytes=_ID_SCAN_BYTES, max_count=10_000, limit_offset=end
+                    )
+                except WalError as exc:  # dropped meanwhile, or damaged: what was read counts
+                    log.warning("%s: message ids read back to %d only: %s", self.name, offset, exc)
+                    break
+                if not result.frames:
+                    break
+                for at, frame in result.frames:
+                    record = bytes(memoryview(frame)[FRAME_HEADER_BYTES:])
+                    msg_id = message_id(record)
+                    if msg_id is not None and known.find(msg_id) is None:
+                        age_s = max(0, now_ms - record_publish_time_ms(record)) / 1000
+                        known.add(msg_id, at, now_s - age_s)
+                offset = result.next_offset
+            known.loaded_window_s = window_s
 
     async def _resent(
         self, verdict: Stored | InFlight, batch: SequencedBatch

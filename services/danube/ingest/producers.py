@@ -24,13 +24,13 @@ No I/O here: the leader's admission (danube.ingest.sequencing) and the snapshots
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import orjson
 
-from danube.frame.record import record_sequence_raw
+from danube.frame.record import SequenceRun, sequence_runs
 
 RUNS_MAX_DEFAULT = 5  # as Kafka keeps the last 5 batches of an idempotent producer
 
@@ -58,11 +58,14 @@ class Run:
 class ProducerState:
     """One producer's newest epoch and its last runs in this log."""
 
-    __slots__ = ("epoch", "runs", "touched_s")
+    __slots__ = ("epoch", "runs", "runs_max", "touched_s")
 
     def __init__(self, epoch: int, runs_max: int, touched_s: float) -> None:
         self.epoch = epoch
-        self.runs: deque[Run] = deque(maxlen=runs_max)
+        # A list, not a deque: a deque's blocks cost ten times a one-run list, and most
+        # producers hold one run.
+        self.runs: list[Run] = []
+        self.runs_max = runs_max
         self.touched_s = touched_s
 
     @property
@@ -78,16 +81,18 @@ class ProducerState:
                 return offset
         return None
 
-    def add(self, sequence: int, offset: int) -> None:
-        """Record ``sequence`` stored at ``offset`` (merged into the last run if it goes on
-        from it in both)."""
+    def add(self, sequence: int, offset: int, count: int) -> None:
+        """Record sequences ``sequence ..`` stored at ``offset ..``, ``count`` of them
+        (merged into the last run if they go on from it in both)."""
         runs = self.runs
         if runs:
             last = runs[-1]
             if sequence == last.end_sequence and offset == last.first_offset + last.count:
-                last.count += 1
+                last.count += count
                 return
-        runs.append(Run(sequence, offset, 1))
+        runs.append(Run(sequence, offset, count))
+        if len(runs) > self.runs_max:
+            del runs[0]
 
 
 class ProducerStates:
@@ -109,6 +114,8 @@ class ProducerStates:
         self.end_offset = 0  # every record below was applied (or was there before the log)
         self.applied_since_snapshot = 0
         self.evicted = 0  # states dropped at producers_max before their idle time
+        # The leader's batches queued, not yet durable, by first offset (see expect).
+        self._expected: dict[int, SequenceRun] = {}
 
     def __len__(self) -> int:
         return len(self._states)
@@ -121,25 +128,49 @@ class ProducerStates:
 
     def apply(self, first_offset: int, payloads: Sequence[bytes]) -> None:
         """Records ``payloads`` were stored at ``first_offset ..``: take in the sequenced
-        ones (a WAL durable listener: called once per durable run, in offset order)."""
+        ones (a WAL durable listener: called once per durable run, in offset order). The
+        leader's own batches, announced by :meth:`expect`, are taken whole; anything else is
+        read record by record."""
         now_s = self._clock()
-        state: ProducerState | None = None
-        state_name = b""
-        for index, payload in enumerate(payloads):
-            sequenced = record_sequence_raw(payload)
-            if sequenced is None:
+        count = len(payloads)
+        expected = self._expected
+        index = 0
+        while index < count:
+            known = expected.pop(first_offset + index, None) if expected else None
+            if known is not None and index + known.length <= count:
+                self._add(known, first_offset + index, now_s)
+                index += known.length
                 continue
-            name, epoch, sequence = sequenced
-            if state is None or name != state_name:
-                state_name, state = name, self._state_for(name, epoch, now_s)
-            elif epoch != state.epoch:
-                state = self._state_for(name, epoch, now_s)
-            if epoch == state.epoch:  # an older epoch's record is not one to answer for
-                state.add(sequence, first_offset + index)
-        self.end_offset = max(self.end_offset, first_offset + len(payloads))
-        self.applied_since_snapshot += len(payloads)
+            # (An append is durable whole; one cut short here is read record by record.)
+            stop = index + 1
+            if expected:  # read up to the next batch the leader announced
+                while stop < count and first_offset + stop not in expected:
+                    stop += 1
+            else:
+                stop = count
+            part = payloads if (index, stop) == (0, count) else payloads[index:stop]
+            for run in sequence_runs(part):
+                self._add(run, first_offset + index + run.first_index, now_s)
+            index = stop
+        self.end_offset = max(self.end_offset, first_offset + count)
+        self.applied_since_snapshot += count
         if len(self._states) > self.producers_max:
             self._evict()
+
+    def expect(self, first_offset: int, run: SequenceRun) -> None:
+        """The leader queued ``run`` (a checked batch) at ``first_offset``: when it is
+        durable, :meth:`apply` takes it whole instead of reading its records again."""
+        self._expected[first_offset] = run
+
+    def unexpect(self, first_offset: int, run: SequenceRun) -> None:
+        """``run`` will not be stored at ``first_offset`` after all (its write failed)."""
+        if self._expected.get(first_offset) is run:
+            del self._expected[first_offset]
+
+    def _add(self, run: SequenceRun, offset: int, now_s: float) -> None:
+        state = self._state_for(run.producer, run.producer_epoch, now_s)
+        if run.producer_epoch == state.epoch:  # an older epoch's records answer for nothing
+            state.add(run.first_sequence, offset, run.length)
 
     def _state_for(self, name: bytes, epoch: int, now_s: float) -> ProducerState:
         state = self._states.get(name)
@@ -172,6 +203,7 @@ class ProducerStates:
     def reset(self) -> None:
         """Forget every state (a log read again from its start)."""
         self._states.clear()
+        self._expected.clear()
         self.end_offset = 0
         self.applied_since_snapshot = 0
 
@@ -206,5 +238,6 @@ class ProducerStates:
                 state.runs.append(Run(int(first_sequence), int(first_offset), int(count)))
             states[str(name).encode("utf-8")] = state
         self._states = states
+        self._expected.clear()
         self.end_offset = end_offset
         self.applied_since_snapshot = 0

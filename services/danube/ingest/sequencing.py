@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from danube.errors import DanubeError
-from danube.frame.record import record_sequence_raw
+from danube.frame.record import SequenceRun, sequence_runs
 from danube.ingest.producers import ProducerStates
 from danube.wire.ingest import protocol
 
@@ -58,6 +58,7 @@ class SequencedBatch:
     epoch: int
     first_sequence: int
     count: int
+    run: SequenceRun  # the same, as the producers' states take it
 
     @property
     def end_sequence(self) -> int:
@@ -73,23 +74,21 @@ def sequenced_batch(records: Sequence[bytes]) -> SequencedBatch | None:
     """The batch ``records`` are, None when none is sequenced; OutOfOrderSequenceError when
     they mix sequenced and unsequenced records, producers or epochs, or their sequences do
     not follow one another."""
-    head = record_sequence_raw(records[0])
-    if head is None:
-        if any(record_sequence_raw(record) is not None for record in records):
-            raise OutOfOrderSequenceError("a request mixes sequenced and unsequenced records")
+    runs = sequence_runs(records)
+    if not runs:
         return None
-    producer, epoch, first = head
-    for index in range(1, len(records)):
-        sequenced = record_sequence_raw(records[index])
-        if sequenced != (producer, epoch, first + index):
-            got = "no sequence" if sequenced is None else f"{sequenced[0]!r}/{sequenced[1]}"
-            raise OutOfOrderSequenceError(
-                f"record {index} of a batch of {producer!r} epoch {epoch} from sequence "
-                f"{first} is not its sequence {first + index} ({got}"
-                + ("" if sequenced is None else f" sequence {sequenced[2]}")
-                + "): one request carries one producer's consecutive sequences"
-            )
-    return SequencedBatch(producer, epoch, first, len(records))
+    run = runs[0]
+    if len(runs) == 1 and run.length == len(records):
+        return SequencedBatch(run.producer, run.producer_epoch, run.first_sequence, run.length, run)
+    if sum(r.length for r in runs) < len(records):
+        raise OutOfOrderSequenceError("a request mixes sequenced and unsequenced records")
+    second = runs[1]
+    raise OutOfOrderSequenceError(
+        f"record {second.first_index} ({second.producer!r} epoch {second.producer_epoch} "
+        f"sequence {second.first_sequence}) does not go on from record 0 ({run.producer!r} "
+        f"epoch {run.producer_epoch} sequence {run.first_sequence}): one request carries "
+        "one producer's consecutive sequences"
+    )
 
 
 @dataclass(slots=True, eq=False)
@@ -218,6 +217,8 @@ class Admission:
             else:
                 error = done.exception() if not done.cancelled() else asyncio.CancelledError()
                 assert error is not None
+                assert entry.first_offset is not None
+                self.states.unexpect(entry.first_offset, entry.batch.run)
                 entry.durable.set_exception(error)
                 entry.durable.exception()
         self._forget(entry)

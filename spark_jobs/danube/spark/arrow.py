@@ -112,7 +112,7 @@ class BatchBuilder:
         """Decode the frame's record and keep its row (unless outside the time range)."""
         try:
             time_ms, producer, key, attributes, payload, schema_id, schema_version = (
-                decode_record_fields(frame.payload)
+                decode_record_fields(frame.payload)[:7]
             )
         except CorruptRecordError as exc:
             raise CorruptObjectError(

@@ -12,7 +12,10 @@ checks its frame), so the uploader can write them to objects as is::
     produce reply     [u64 first_offset][u32 count]     offsets first..first+count-1
                       [u8 flags] (may be absent: 0): bit 0 duplicate, the records were an
                       idempotent producer's resend, stored before at these offsets
-                      (nothing was appended)
+                      (nothing was appended); bit 1 listed, then count x [u64 offset],
+                      one per record, bit 63 set when that record's message id was
+                      stored before (a topic's message id window: the offsets need not
+                      be consecutive, and only the new records were appended)
     fetch request     [u64 from_offset][u32 max_bytes][u32 max_count]
     fetch reply       [u8 status][u64 wal_start][u64 next_offset] then frames
                       status 0: frames from from_offset on (maybe none yet)
@@ -82,6 +85,8 @@ _U64 = struct.Struct("<Q")
 _PRODUCE_REPLY = struct.Struct("<QI")
 _PRODUCE_DUPLICATE = struct.Struct("<QIB")
 _DUPLICATE = 0x01  # produce reply flags: a resend, nothing appended
+_LISTED = 0x02  # produce reply flags: each record's offset follows
+_DUPLICATE_BIT = 1 << 63  # a listed offset's mark: that record was stored before
 _FETCH_REQUEST = struct.Struct("<QII")
 _FETCH_REPLY_HEAD = struct.Struct("<BQQ")
 _DROP_REPLY = struct.Struct("<IQ")
@@ -98,6 +103,10 @@ PRODUCE_COUNT_MAX = 100_000
 # stored in another cut), and an epoch older than one the partition has seen.
 OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
 PRODUCER_FENCED = "producer_fenced"
+
+MESSAGE_ID_ATTRIBUTE = "danube.message_id"
+"""The record attribute a client that keeps no sequence names a message by: on a topic with
+a ``message_id_window_s`` policy a repeat within the window is not stored again."""
 FRAMED_MARK = 0xFFFF_FFFF  # never a count (1..PRODUCE_COUNT_MAX): a framed produce request
 _FRAMED_HEAD = struct.Struct("<II")
 FRAMED_HEAD_BYTES = _FRAMED_HEAD.size
@@ -202,14 +211,38 @@ def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -
 
 class ProduceReply(NamedTuple):
     """A produce answer: the records hold offsets ``first_offset .. first_offset+messages-1``;
-    ``duplicate``: they were stored before (an idempotent producer's resend)."""
+    ``duplicate``: they were stored before (an idempotent producer's resend). ``listed``
+    (a message id window found some records stored before): each record's own offset, with
+    :data:`DUPLICATE_MARK` set on those."""
 
     first_offset: int
     messages: int
     duplicate: bool = False
+    listed: tuple[int, ...] = ()
+
+    def offset(self, index: int) -> int:
+        """Record ``index``'s offset."""
+        if self.listed:
+            return self.listed[index] & ~_DUPLICATE_BIT
+        return self.first_offset + index
+
+    def duplicate_at(self, index: int) -> bool:
+        """Whether record ``index`` was stored before this request."""
+        if self.listed:
+            return bool(self.listed[index] & _DUPLICATE_BIT)
+        return self.duplicate
 
 
-def encode_produce_reply(first_offset: int, count: int, *, duplicate: bool = False) -> bytes:
+DUPLICATE_MARK = _DUPLICATE_BIT
+
+
+def encode_produce_reply(
+    first_offset: int, count: int, *, duplicate: bool = False, listed: Sequence[int] = ()
+) -> bytes:
+    if listed:
+        flags = _LISTED | (_DUPLICATE if duplicate else 0)
+        head = _PRODUCE_DUPLICATE.pack(first_offset, count, flags)
+        return head + struct.pack(f"<{len(listed)}Q", *listed)
     if duplicate:
         return _PRODUCE_DUPLICATE.pack(first_offset, count, _DUPLICATE)
     return _PRODUCE_REPLY.pack(first_offset, count)
@@ -219,10 +252,17 @@ def decode_produce_reply(body: bytes) -> ProduceReply:
     if len(body) == _PRODUCE_REPLY.size:
         first, count = _PRODUCE_REPLY.unpack(body)
         return ProduceReply(int(first), int(count))
-    if len(body) != _PRODUCE_DUPLICATE.size:
+    if len(body) < _PRODUCE_DUPLICATE.size:
         raise BadRequestError(f"produce reply of {len(body)} bytes")
-    first, count, flags = _PRODUCE_DUPLICATE.unpack(body)
-    return ProduceReply(int(first), int(count), bool(flags & _DUPLICATE))
+    first, count, flags = _PRODUCE_DUPLICATE.unpack_from(body)
+    listed: tuple[int, ...] = ()
+    if flags & _LISTED:
+        if len(body) != _PRODUCE_DUPLICATE.size + 8 * count:
+            raise BadRequestError(f"produce reply of {len(body)} bytes listing {count} offsets")
+        listed = struct.unpack_from(f"<{count}Q", body, _PRODUCE_DUPLICATE.size)
+    elif len(body) != _PRODUCE_DUPLICATE.size:
+        raise BadRequestError(f"produce reply of {len(body)} bytes")
+    return ProduceReply(int(first), int(count), bool(flags & _DUPLICATE), listed)
 
 
 @dataclass(frozen=True, slots=True)

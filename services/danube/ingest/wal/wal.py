@@ -249,9 +249,9 @@ class Wal(SegmentUpkeep):
         commit = self._commit
         if commit is None:  # memory mode: appended is durable
             first = self._take_offsets(count)
-            self._durable([(first, payloads, nbytes, None)])
-            if on_queued is not None:
+            if on_queued is not None:  # first: it may tell the durable listeners about it
                 on_queued(first, None)
+            self._durable([(first, payloads, nbytes, None)])
             return first
         if not self._admission.try_acquire(nbytes):
             # Backpressure: wait for room, in order. A caller cancelled meanwhile leaves its

@@ -1,0 +1,136 @@
+"""A leader's message ids: deduplication for clients that keep no sequence (as JetStream's
+``Nats-Msg-Id``; docs/client.md, "Exactly once into the log").
+
+On a topic with a ``message_id_window_s`` policy, a record carrying the attribute
+``danube.message_id`` whose id was stored within the window is not stored again: the
+produce answers the first one's offset for it, marked duplicate. The ids live on the leader
+only, in memory: a new leader reads them back from its log (the records published since
+``now - window``, by their publish time) before its first produce with a window is answered;
+so a repeat is recognised across a failover as long as its first copy was committed.
+
+Bounded: ids older than the window go at each produce, and past ``ids_max`` per partition
+the oldest go first (counted). An id being written (queued, not durable yet) is pending: a
+repeat waits for it and answers its offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from danube.frame import CorruptRecordError, decode_record_fields
+from danube.wire.ingest import protocol
+
+IDS_MAX_DEFAULT = 100_000
+
+
+def message_id(record: bytes) -> str | None:
+    """The record's ``danube.message_id`` attribute (an empty one counts as none)."""
+    if not record or record[0] not in (1, 2):
+        return None
+    try:
+        found = decode_record_fields(record).attributes.get(protocol.MESSAGE_ID_ATTRIBUTE)
+    except CorruptRecordError:
+        return None
+    return found or None
+
+
+class MessageIds:
+    """The ids a leader stored (durable) or is storing (pending), with when."""
+
+    def __init__(
+        self, *, ids_max: int = IDS_MAX_DEFAULT, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ids_max = ids_max
+        self._clock = clock
+        self._stored: OrderedDict[str, tuple[int, float]] = OrderedDict()  # oldest first
+        self._pending: dict[str, asyncio.Future[int]] = {}
+        self.evicted = 0
+        self.loaded_window_s: int | None = None  # the window the log was read back for
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+    def expire(self, window_s: float) -> None:
+        deadline_s = self._clock() - window_s
+        stored = self._stored
+        while stored:
+            _, (_, at_s) = next(iter(stored.items()))
+            if at_s > deadline_s:
+                return
+            stored.popitem(last=False)
+
+    def find(self, msg_id: str) -> int | asyncio.Future[int] | None:
+        """Where ``msg_id`` was stored, the future of where it is being stored, or None."""
+        found = self._stored.get(msg_id)
+        if found is not None:
+            return found[0]
+        return self._pending.get(msg_id)
+
+    def add(self, msg_id: str, offset: int, at_s: float | None = None) -> None:
+        """``msg_id`` is stored at ``offset`` (``at_s``: when, by this clock; default now)."""
+        self._stored[msg_id] = (offset, self._clock() if at_s is None else at_s)
+        self._stored.move_to_end(msg_id)
+        if len(self._stored) > self.ids_max:
+            self._stored.popitem(last=False)
+            self.evicted += 1
+
+    def pend(self, ids: Sequence[tuple[str, int]]) -> PendingIds:
+        """``ids`` (each with its index in the append) are about to be appended: pending
+        until durable (see :class:`PendingIds`)."""
+        pending = PendingIds(self, ids)
+        for msg_id, future in pending.futures.items():
+            self._pending[msg_id] = future
+        return pending
+
+    def _settled(self, pending: PendingIds, first: int | None, exc: BaseException | None) -> None:
+        for msg_id, index in pending.ids:
+            future = pending.futures[msg_id]
+            if self._pending.get(msg_id) is future:
+                del self._pending[msg_id]
+            if future.done():
+                continue
+            if exc is None and first is not None:
+                self.add(msg_id, first + index)
+                future.set_result(first + index)
+            else:
+                future.set_exception(exc or RuntimeError("append failed"))
+                future.exception()  # read: no repeat may be waiting for it
+
+    def clear(self, exc: BaseException) -> None:
+        """The leader stops: pending ids fail with ``exc`` (a repeat waiting goes on to the
+        next leader)."""
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()
+        self._pending.clear()
+
+
+class PendingIds:
+    """The ids of one append between its admission and its durability: :meth:`queued` is
+    the WAL's ``on_queued`` hook for it; :meth:`failed` when the append failed before."""
+
+    def __init__(self, ids_: MessageIds, ids: Sequence[tuple[str, int]]) -> None:
+        self._owner = ids_
+        self.ids = ids
+        loop = asyncio.get_running_loop()
+        self.futures: dict[str, asyncio.Future[int]] = {m: loop.create_future() for m, _ in ids}
+
+    def queued(self, first: int, durable: asyncio.Future[None] | None) -> None:
+        if durable is None:
+            self._owner._settled(self, first, None)
+            return
+
+        def done(outcome: asyncio.Future[None]) -> None:
+            if outcome.cancelled():
+                self._owner._settled(self, None, asyncio.CancelledError())
+            else:
+                self._owner._settled(self, first, outcome.exception())
+
+        durable.add_done_callback(done)
+
+    def failed(self, exc: BaseException) -> None:
+        self._owner._settled(self, None, exc)
