@@ -1,6 +1,7 @@
 """The producer's binary body (``application/vnd.danube.records``, docs/http-api.md): each
 message a record framed as the WAL frames it, offset 0 (:mod:`danube.frame.produce`); and the
-answer's runs of offsets read back as one :class:`SendResult` per message.
+answer's runs of offsets read back as one :class:`SendResult` per message. The JSON body's
+head and the query of a binary one, and the JSON answer read back, too.
 
 The record carries the producer's name and the time of ``send()`` (``publish_time_ms``,
 this host's clock); the server checks every frame's CRC and every record before storing
@@ -12,6 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from danube.client.errors import InvalidMessageError, ProtocolError
 from danube.client.messages import Payload, SendResult
@@ -113,3 +116,37 @@ def results_of_runs(answer: Any, count: int) -> list[SendResult]:
     if len(results) != count:
         raise ProtocolError(f"produce answered {len(results)} results for {count} messages")
     return results
+
+
+def request_head(name: str, dispatch: str, producer_id: str | None) -> bytes:
+    """The JSON produce body up to the messages."""
+    parts = [b'{"producer":', orjson.dumps(name), b',"dispatch":']
+    parts.append(orjson.dumps(dispatch))
+    if producer_id is not None:
+        parts += [b',"producer_id":', orjson.dumps(producer_id)]
+    parts.append(b',"messages":[')
+    return b"".join(parts)
+
+
+def request_params(dispatch: str, producer_id: str | None) -> dict[str, str | int]:
+    """The query parameters of a binary produce (the JSON body's fields around messages)."""
+    params: dict[str, str | int] = {"dispatch": dispatch}
+    if producer_id is not None:
+        params["producer_id"] = producer_id
+    return params
+
+
+def json_results(answer: Any, count: int) -> list[SendResult]:
+    """One result per message from a JSON produce's ``{"results": [...]}``."""
+    results = answer.get("results") if isinstance(answer, dict) else None
+    if not isinstance(results, list) or len(results) != count:
+        raise ProtocolError(f"produce answered {answer!r:.200} for {count} messages")
+    out = []
+    for result in results:
+        if not isinstance(result, dict):
+            raise ProtocolError(f"produce result {result!r:.200} is not an object")
+        partition, offset = result.get("partition"), result.get("offset")
+        if not isinstance(partition, str) or not isinstance(offset, int):
+            raise ProtocolError(f"produce result {result!r:.200} lacks partition or offset")
+        out.append(SendResult(partition, offset, result.get("duplicate") is True))
+    return out

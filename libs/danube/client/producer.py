@@ -45,24 +45,26 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
-
-import orjson
 
 from danube.client._http import HttpCore
 from danube.client._idempotent import DEFAULT_PRODUCER_NAME, IdempotentSender, Part, unique_name
-from danube.client._producer_session import AccessMode, ProducerSession
-from danube.client._records import RECORDS_TYPE, encode_frame, results_of_runs
+from danube.client._options import ProducerOptions as ProducerOptions
+from danube.client._producer_session import ProducerSession
+from danube.client._records import (
+    RECORDS_TYPE,
+    encode_frame,
+    json_results,
+    request_head,
+    request_params,
+    results_of_runs,
+)
 from danube.client._sequencing import is_sequenced
 from danube.client.batch import Accumulator
-from danube.client.errors import ClientError, ClosedError, InvalidArgumentError, ProtocolError
+from danube.client.errors import ClientError, ClosedError, InvalidArgumentError
 from danube.client.messages import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
     Message,
     Payload,
     SendResult,
-    check_producer_name,
     encode_message,
     topic_path,
 )
@@ -70,59 +72,9 @@ from danube.names import TopicName
 
 log = logging.getLogger(__name__)
 
-Dispatch = Literal["reliable", "non_reliable"]
-Transport = Literal["binary", "json"]
-
-# The server's limits (docs/http-api.md, "Limits"): messages and bytes of one request.
-SERVER_MAX_MESSAGES = 10_000
-SERVER_MAX_BODY_BYTES = 16 * 1024 * 1024
 # The produce body around the messages: producer name and dispatch (the name is at most
 # 256 bytes, JSON escaping at most 6x that).
 _BODY_OVERHEAD_BYTES = 2048
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerOptions:
-    """How a producer batches, bounds and retries (see the module docstring)."""
-
-    # The default name is made unique per idempotent producer (``danube-client-<12 hex>``);
-    # another name is one producer's: a new instance of it fences the older one.
-    name: str = DEFAULT_PRODUCER_NAME
-    dispatch: Dispatch = "reliable"  # used only when the produce auto-creates the topic
-    linger_ms: float = 5.0
-    batch_max_messages: int = 1000
-    batch_max_bytes: int = 1024 * 1024
-    max_pending_messages: int = 10_000
-    max_inflight_batches: int = 1
-    send_timeout_s: float = 30.0
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    # None: no producer session; "shared" / "exclusive": hold one (see the module docstring).
-    access_mode: AccessMode | None = None
-    transport: Transport = "binary"
-    # Sequenced records, deduplicated by the leader (binary transport only: "json" sends
-    # unsequenced records whatever this says).
-    idempotent: bool = True
-
-    def __post_init__(self) -> None:
-        check_producer_name(self.name)
-        _check("linger_ms", self.linger_ms, 0, 60_000)
-        _check("batch_max_messages", self.batch_max_messages, 1, SERVER_MAX_MESSAGES)
-        _check("batch_max_bytes", self.batch_max_bytes, 4096, SERVER_MAX_BODY_BYTES)
-        _check("max_pending_messages", self.max_pending_messages, 1, 10_000_000)
-        _check("max_inflight_batches", self.max_inflight_batches, 1, 64)
-        _check("send_timeout_s", self.send_timeout_s, 0.001, 3600)
-        _check("max_payload_bytes", self.max_payload_bytes, 1, 64 * 1024 * 1024)
-        if self.transport not in ("binary", "json"):
-            raise InvalidArgumentError(f"transport must be binary or json, not {self.transport!r}")
-        if self.access_mode not in (None, "shared", "exclusive"):
-            raise InvalidArgumentError(
-                f"access_mode must be shared or exclusive, not {self.access_mode!r}"
-            )
-
-
-def _check(name: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise InvalidArgumentError(f"{name} must be in {low}..{high}, got {value}")
 
 
 class _Group:
@@ -196,8 +148,8 @@ class AsyncProducer:
                 send_timeout_s=options.send_timeout_s,
                 params=lambda: self._params,
             )
-        self._head = _head(options, None)
-        self._params = _params(options, None)
+        self._head = request_head(options.name, options.dispatch, None)
+        self._params = request_params(options.dispatch, None)
         self._session: ProducerSession | None = None
         self._opening = asyncio.Lock()
         self._queue: Accumulator[_Queued] = Accumulator(
@@ -234,8 +186,10 @@ class AsyncProducer:
                 self._session = await ProducerSession.open(
                     self._http, self.topic, self.options.name, self.options.access_mode
                 )
-                self._head = _head(self.options, self._session.producer_id)
-                self._params = _params(self.options, self._session.producer_id)
+                self._head = request_head(
+                    self.options.name, self.options.dispatch, self._session.producer_id
+                )
+                self._params = request_params(self.options.dispatch, self._session.producer_id)
             return self._session.producer_id
 
     @property
@@ -533,7 +487,7 @@ class AsyncProducer:
                 if self._binary:
                     results = results_of_runs(answer.body, len(items))
                 else:
-                    results = _results(answer.body, len(items))
+                    results = json_results(answer.body, len(items))
             except ClientError as exc:
                 _fail(items, exc)
                 return
@@ -609,36 +563,3 @@ def _fail(items: list[_Queued], error: BaseException) -> None:
             target[0].settle(target[1], None, error)
         elif not target.done():
             target.set_exception(error)
-
-
-def _head(options: ProducerOptions, producer_id: str | None) -> bytes:
-    """The produce body up to the messages."""
-    parts = [b'{"producer":', orjson.dumps(options.name), b',"dispatch":']
-    parts.append(orjson.dumps(options.dispatch))
-    if producer_id is not None:
-        parts += [b',"producer_id":', orjson.dumps(producer_id)]
-    parts.append(b',"messages":[')
-    return b"".join(parts)
-
-
-def _params(options: ProducerOptions, producer_id: str | None) -> dict[str, str | int]:
-    """The query parameters of a binary produce (the JSON body's fields around messages)."""
-    params: dict[str, str | int] = {"dispatch": options.dispatch}
-    if producer_id is not None:
-        params["producer_id"] = producer_id
-    return params
-
-
-def _results(answer: Any, count: int) -> list[SendResult]:
-    results = answer.get("results") if isinstance(answer, dict) else None
-    if not isinstance(results, list) or len(results) != count:
-        raise ProtocolError(f"produce answered {answer!r:.200} for {count} messages")
-    out = []
-    for result in results:
-        if not isinstance(result, dict):
-            raise ProtocolError(f"produce result {result!r:.200} is not an object")
-        partition, offset = result.get("partition"), result.get("offset")
-        if not isinstance(partition, str) or not isinstance(offset, int):
-            raise ProtocolError(f"produce result {result!r:.200} lacks partition or offset")
-        out.append(SendResult(partition, offset, result.get("duplicate") is True))
-    return out
