@@ -2,7 +2,7 @@
 whose answer is lost (and one sent twice) is stored once, answered with its first offsets;
 a partitioned topic gets consecutive sequences per partition, read back from the WAL; a
 named producer's new instance fences the old one; a topic partitioned meanwhile is routed
-again."""
+again; a non-reliable topic takes sequenced messages too."""
 
 from __future__ import annotations
 
@@ -202,3 +202,17 @@ async def test_a_topic_partitioned_meanwhile_is_routed_again(
     assert partition in ("/default/later-part-0", "/default/later-part-1")
     stored = await _stored(ingest, partition)
     assert [(r.payload, r.sequence) for r in stored] == [(f"m{i}".encode(), i) for i in range(5)]
+
+
+async def test_a_non_reliable_partitioned_topic_takes_an_idempotent_producers_messages(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    async with AsyncDanubeClient(str(consume_http.base_url)) as client:
+        await client.admin.create_topic("/default/live", partitions=2, dispatch="non_reliable")
+        consumer = client.consumer("/default/live", "sub", mode="stream")
+        async with consumer:
+            async with client.producer("/default/live") as producer:
+                results = await (await producer.send_many([f"m{i}" for i in range(6)]))
+            got = {(await consumer.receive(10.0)).payload for _ in range(6)}
+    assert {r.partition for r in results} <= {"/default/live-part-0", "/default/live-part-1"}
+    assert got == {f"m{i}".encode() for i in range(6)}
