@@ -241,6 +241,16 @@ async def test_a_named_producer_asks_its_epoch_once_and_a_new_instance_fences_th
     ]
 
 
+async def test_an_unnamed_producer_refused_as_fenced_fails_only_that_batch() -> None:
+    # What an unnamed producer hears as producer_fenced is another's exclusive session.
+    mesh = FakeMesh(faults=[(409, "producer_fenced")])
+    async with _client(mesh) as client, client.producer("t") as p:
+        with pytest.raises(ConflictError):
+            await p.send_and_wait("refused")
+        assert (await p.send_and_wait("later")).offset == 0
+    assert mesh.payloads() == [b"later"]
+
+
 async def test_a_partitioned_topic_gets_per_partition_consecutive_sequences() -> None:
     mesh = FakeMesh(partitions=3)
     async with _client(mesh) as client, client.producer("t", batch_max_messages=7) as p:

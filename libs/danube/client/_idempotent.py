@@ -16,8 +16,10 @@ earlier part to the same partition is in flight (``max_inflight_batches > 1``: t
 overtook it) is resent once that one settles; otherwise it fails the part. The first part
 of an epoch to a partition is never overtaken: the leader starts an unknown producer at any
 sequence, so the parts behind it wait for its answer before they go.
-``producer_fenced`` under the current epoch means another instance took the name: the part
-fails and so does every later send. ``partition_required`` (the topic became partitioned),
+``producer_fenced`` under the current epoch of a named producer means another instance took
+the name: the part fails and so does every later send (an unnamed producer has no other
+instance: for it the code can only be another producer's exclusive session, and only the
+part fails). ``partition_required`` (the topic became partitioned),
 or a partition not found (the topic created again with fewer): the partition count is
 asked again and, if it changed, the part routed again.
 """
@@ -220,7 +222,9 @@ class IdempotentSender:
                         code=exc.code,
                         status=exc.status or 409,
                     ) from exc
-                if exc.code == PRODUCER_FENCED and part.epoch == self.epoch:
+                if exc.code == PRODUCER_FENCED and self.named and part.epoch == self.epoch:
+                    # Only a named producer has other instances; an unnamed one is refused
+                    # so only while another holds the topic with an exclusive session.
                     self.fenced = exc
                 raise
             return results_of_runs(answer.body, len(part.indexes))
