@@ -13,7 +13,9 @@ one future.
 
 Order: with ``max_inflight_batches=1`` (the default) batches go one after the other, so the
 offsets of a partition follow the order of ``send()`` calls, retries included. More batches
-in flight send faster but two batches may then be stored in either order.
+in flight send faster; an idempotent producer's batches still keep that order in each
+partition (a batch that overtakes another is refused and sent again), an unsequenced
+producer's may then be stored in either order.
 
 The queue is bounded (``max_pending_messages``): ``send()`` waits for room when it is full,
 so a producer faster than the server slows down rather than growing memory.
