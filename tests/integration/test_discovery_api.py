@@ -466,7 +466,7 @@ ROWS = {
     "topic-bad-char": Row("POST", "/v1/topics/default/a.b/messages", ONE, 400, "invalid_name"),
     "topic-too-long": Row("PUT", "/v1/topics/default/" + "t" * 300, None, 400, "invalid_name"),
     "topic-part-suffix-produce": Row(
-        "POST", "/v1/topics/default/t-part-3/messages", ONE, 400, "invalid_name"
+        "POST", "/v1/topics/default/t-part-3/messages", ONE, 404, "topic_not_found"
     ),
     "topic-part-suffix-create": Row(
         "PUT", "/v1/topics/default/t-part-3", None, 400, "invalid_name"

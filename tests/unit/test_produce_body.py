@@ -19,10 +19,16 @@ TAKEN: list[dict[str, Any]] = [
     {"messages": [{"payload": "x", "key": None}], "producer": "p", "dispatch": "non_reliable"},
     {"messages": [{"payload": "x"}] * 3, "producer_id": "p-1_x", "schema_version": 2},
     {"messages": [{"payload": "x", "key": "k" * MAX_KEY_BYTES}], "schema_version": None},
+    {"messages": [{"payload": "x", "sequence": 2**64 - 1}], "producer_epoch": 2**32 - 1},
+    {"messages": [{"payload": "x", "sequence": 0}, {"payload": "y", "sequence": 1}]},
 ]
 
 LEFT: list[Any] = [
     {},
+    {"messages": [{"payload": "x", "sequence": -1}]},
+    {"messages": [{"payload": "x", "sequence": "1"}]},
+    {"messages": [{"payload": "x", "sequence": 1}], "producer_epoch": 2**32},
+    {"messages": [{"payload": "x", "sequence": 1}], "producer_epoch": True},
     [],
     {"messages": []},
     {"messages": [{"payload": 1}]},
@@ -65,16 +71,25 @@ def test_a_body_the_model_refuses_is_left_to_it(body: Any) -> None:
         ProduceRequest.model_validate(body)
 
 
-@pytest.mark.parametrize("raw", [b"", b"{", b'{"messages": [{"payload": "\\ud800"}]}', b"NaN"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{",
+        b'{"messages": [{"payload": "\\ud800"}]}',
+        b"NaN",
+        b'{"messages": [{"payload": "x", "sequence": 18446744073709551616}]}',  # 2**64
+    ],
+)
 def test_what_orjson_does_not_read_is_left_to_the_model(raw: bytes) -> None:
     assert parse_produce(raw) is None
 
 
 def test_the_answer_is_the_produce_response_json() -> None:
-    answer = orjson.loads(produce_answer([("/default/t", 4), ("/default/t", 5)]))
+    answer = orjson.loads(produce_answer([("/default/t", 4, False), ("/default/t", 5, True)]))
     assert answer == {
         "results": [
             {"partition": "/default/t", "offset": 4},
-            {"partition": "/default/t", "offset": 5},
+            {"partition": "/default/t", "offset": 5, "duplicate": True},
         ]
     }

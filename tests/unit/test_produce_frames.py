@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -195,3 +196,11 @@ def test_query_parameters_and_the_runs_answer() -> None:
         b'{"partition":"/d/t-part-0","offset":7,"count":1},'
         b'{"partition":"/d/t-part-0","offset":9,"count":1}]}'
     )
+    # A resent run never merges with a new one, even at consecutive offsets.
+    answer = runs_answer(names[:1], [0, 0, 0, 0], [5, 6, 7, 8], [True, True, False, False])
+    assert orjson.loads(answer) == {
+        "runs": [
+            {"partition": "/d/t-part-0", "offset": 5, "count": 2, "duplicate": True},
+            {"partition": "/d/t-part-0", "offset": 7, "count": 2},
+        ]
+    }

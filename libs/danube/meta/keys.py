@@ -16,6 +16,7 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     subscriptions/<ns>/<topic>/<sub>/cursors/<partition>   SubscriptionCursor
     producers/<ns>/<topic>/<scope>_<producer_id>           ProducerRecord (session lease)
     producers/<ns>/<topic>/x_<scope>                       producer id  (session lease)
+    producer_epochs/<ns>/<topic>/<producer name, quoted>   the producer's epoch (decimal)
     schemas/next_id                                        the next schema id (a counter)
     schemas/ids/<schema_id:020>                            the subject of a schema id
     schemas/subjects/<subject>/subject                     SchemaSubject (id, type, mode)
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import re
 from typing import Literal, get_args
+from urllib.parse import quote
 
 from danube.names import (
     MAX_NAME_CHARS,
@@ -69,6 +71,7 @@ RETENTION_ELECTION = "retention"
 NAMESPACES_PREFIX = "namespaces/"
 SUBSCRIPTIONS_PREFIX = "subscriptions/"
 PRODUCERS_PREFIX = "producers/"
+PRODUCER_EPOCHS_PREFIX = "producer_epochs/"
 # Before the scope in an exclusive holder's key (``x_all``, ``x_p3``); no scope starts with x.
 EXCLUSIVE_PREFIX = "x_"
 NODES_PREFIX = "nodes/"
@@ -342,6 +345,24 @@ def parse_producer_key(key: str) -> tuple[TopicName, str | None]:
         return _parse_producer_scope(base, last.removeprefix(EXCLUSIVE_PREFIX)), None
     scope, _, producer_id = last.partition("_")
     return _parse_producer_scope(base, scope), validate_segment("producer id", producer_id)
+
+
+# --- idempotent producers' epochs (docs/producers.md, "Epochs") ------------------------
+
+
+def producer_epochs_prefix(topic: TopicName) -> str:
+    """``producer_epochs/<ns>/<t>/``: the epochs of a topic's producers (its partitions
+    share them: a partition names its topic's prefix)."""
+    return PRODUCER_EPOCHS_PREFIX + _segments(topic.parent) + "/"
+
+
+def producer_epoch_key(topic: TopicName, producer: str) -> str:
+    """``producer_epochs/<ns>/<t>/<producer>``: the newest epoch handed to the producer of
+    that name. The name is any text (a record's producer field), so it is percent-encoded
+    (UTF-8; every byte but letters, digits and ``_.-~``): one segment, never a ``/``."""
+    if not producer:
+        raise InvalidNameError(kind="producer name", value=producer, reason="empty")
+    return producer_epochs_prefix(topic) + quote(producer, safe="")
 
 
 # --- nodes and elections ---------------------------------------------------------------

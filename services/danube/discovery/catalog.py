@@ -77,6 +77,14 @@ def client_topic(value: str) -> TopicName:
     return name
 
 
+def produce_topic(namespace: str, topic: str) -> TopicName:
+    """Where a produce goes as its path names it: a topic (:func:`user_topic`), or one
+    partition of a topic, ``<t>-part-N`` (:func:`client_topic`'s rules), as an idempotent
+    producer names it (its sequences are per partition)."""
+    validate_segment("namespace", namespace)
+    return client_topic(f"/{namespace}/{topic}")
+
+
 def _same_topic(existing: TopicConfig, spec: TopicSpec) -> bool:
     return (
         existing.partitions == spec.partitions
@@ -466,8 +474,8 @@ class Catalog:
 
     async def delete_topic(self, topic: TopicName) -> TopicConfig:
         """Delete the topic's config, then its partitions' records (owner, reservation,
-        assignment...), their cloud-tier records (descriptors, checkpoint), subscriptions and
-        producer sessions.
+        assignment...), their cloud-tier records (descriptors, checkpoint), subscriptions,
+        producer sessions and producer epochs.
         Removing the owner key fences the owning ingest, removing the uploader's assignment
         key fences its uploads."""
         key = meta_keys.topic_key(topic)
@@ -485,6 +493,7 @@ class Catalog:
         # Producer sessions of the topic and of its partitions (one prefix): their leases
         # run out.
         prefixes.append(meta_keys.producers_prefix(topic))
+        prefixes.append(meta_keys.producer_epochs_prefix(topic))
         if config.partitions > 0:  # what Danube's clients make per partition
             prefixes += [meta_keys.subscriptions_prefix(p) for p in partitions]
         for start in range(0, len(prefixes), _DELETE_OPS_PER_TXN):

@@ -6,7 +6,8 @@
     └── DiscoveryError             "discovery_error"                              500
         ├── BadRequestError        "bad_request", "invalid_json", "unknown_field",
         │   │                      "bad_encoding", "invalid_consumer_id",
-        │   │                      "host_not_allowed", ...                        400
+        │   │                      "host_not_allowed", "invalid_sequence",
+        │   │                      "partition_required", ...                      400
         │   └── StreamProtocolError  "invalid_frame", "too_many_credits", ...    400
         │                            (a consumer stream's client broke the protocol)
         ├── NotFoundError          "namespace_not_found", "topic_not_found",
@@ -27,7 +28,8 @@ Errors of the other packages keep their own class and code (``danube.security``:
 ``permission_denied`` 403); :func:`http_status` gives them
 a status by their code (``invalid_name``, ``invalid_record``, ``bad_request`` of a bus
 contract and ``offset_out_of_range`` 400, ``payload_too_large`` 413, the dispatcher's
-refusals, bus and etcd failures and ``position_unavailable`` 503...), so a handler simply
+refusals, ingest's ``out_of_order_sequence`` and ``producer_fenced`` 409, bus and etcd
+failures and ``position_unavailable`` 503...), so a handler simply
 lets them propagate. The errors of other packages carry no status: this module is the one
 place codes become statuses. Every error body is
 ``{"error": {"code": "...", "message": "..."}}``.
@@ -138,6 +140,10 @@ _STATUS_BY_CODE: dict[str, int] = {
     "lease_lost": 503,
     "rate_limited": 429,
     "backlog_quota_exceeded": 429,
+    # An idempotent producer's records refused by the partition's leader
+    # (danube.wire.ingest.protocol): a sequence past the next one, an epoch superseded.
+    "out_of_order_sequence": 409,
+    "producer_fenced": 409,
     # The dispatcher's (danube.wire.dispatcher.errors), and policies' (docs/policies.md).
     "dispatcher_error": 500,
     "subscription_taken": 409,

@@ -43,6 +43,9 @@ NACK_DELAY_MS_CAP = 24 * 3600 * 1000
 FLOW_CREDITS_CAP = 10_000
 # Offsets and times: what a signed 64-bit integer holds (any JSON client can send it).
 INT64_MAX = 2**63 - 1
+# An idempotent producer's numbers (danube.frame.record, format version 2).
+SEQUENCE_MAX = 2**64 - 1
+PRODUCER_EPOCH_MAX = 2**32 - 1
 # Retention so that the time in milliseconds and the size in bytes stay 64-bit integers.
 RETENTION_MINUTES_MAX = INT64_MAX // 60_000
 RETENTION_MB_MAX = INT64_MAX // 2**20
@@ -122,6 +125,9 @@ class MessageIn(_Request):
         ],
         Field(max_length=MAX_ATTRIBUTES),
     ] = Field(default_factory=dict)
+    # An idempotent producer's number for the message in its stream to the partition
+    # (docs/http-api.md, "Idempotent produce"): every message of a request has one, or none.
+    sequence: Annotated[int, Field(ge=0, le=SEQUENCE_MAX)] | None = None
 
 
 class ProduceRequest(_Request):
@@ -137,6 +143,9 @@ class ProduceRequest(_Request):
     # The version of the topic's schema subject the payloads were written with (checked and
     # stamped on every record: docs/schemas.md); None: the latest. Ignored without a schema.
     schema_version: Annotated[int, Field(ge=1, le=2**31)] | None = None
+    # The incarnation of ``producer`` sending sequenced messages (POST
+    # …/producers/{name}/epoch hands them out); only with sequences.
+    producer_epoch: Annotated[int, Field(ge=0, le=PRODUCER_EPOCH_MAX)] = 0
 
 
 class StartOffset(_Request):
@@ -329,8 +338,12 @@ class ReadyOut(_Response):
 
 
 class ProduceResult(_Response):
+    """Where a message is stored; ``duplicate`` (only when true): an idempotent producer's
+    resend, stored before at this offset (nothing was appended)."""
+
     partition: str
     offset: int
+    duplicate: bool | None = None
 
 
 class ProduceResponse(_Response):

@@ -5,7 +5,9 @@ Nothing is sent before every message of the batch has been decoded, checked agai
 limits and encoded as a record, so a bad message leaves no trace anywhere. The topic is
 auto-created (when allowed) only after that check. A batch spread over several partitions
 is not atomic: when one partition fails, the others may have stored their messages, and a
-retried batch may store those again (at-least-once).
+retried batch may store those again (at-least-once). An idempotent producer's batch
+(sequenced: :mod:`danube.discovery.produce_sequences`) names one partition, and its resend is
+answered with the offsets first given, ``duplicate``, appending nothing.
 """
 
 from __future__ import annotations
@@ -39,12 +41,19 @@ from danube.discovery.produce_batch import (
     check_payload_sizes,
     stamped_frames,
 )
+from danube.discovery.produce_sequences import (
+    Sequencing,
+    check_target,
+    frames_sequencing,
+    json_sequencing,
+)
 from danube.discovery.routing import RoundRobin, group, route, split
 from danube.discovery.schema_gate import SchemaGate, Stamp
 from danube.frame import Record, encode_record
 from danube.frame.produce import ProducedFrames
 from danube.meta.records import Dispatch, Policies
 from danube.wire.ingest.client import IngestClient
+from danube.wire.ingest.protocol import ProduceReply
 from danube.wire.limits import (
     BACKLOG_QUOTA_EXCEEDED,
     RATE_LIMITED,
@@ -138,10 +147,24 @@ def encode_records(
                 attributes=message.attributes,
                 schema_id=None if schema is None else schema.schema_id,
                 schema_version=None if schema is None else schema.version,
+                sequence=message.sequence,
+                producer_epoch=0 if message.sequence is None else request.producer_epoch,
             )
         )
         for message, payload in zip(request.messages, payloads, strict=True)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """Where a produce's messages went, in message order: ``routed[i]`` indexes ``names``;
+    ``duplicates[i]``: message ``i`` was an idempotent producer's resend, stored before at
+    ``offsets[i]`` (its partition's leader appended nothing)."""
+
+    names: list[TopicName]
+    routed: list[int]
+    offsets: list[int]
+    duplicates: list[bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +242,9 @@ class Producer:
     async def produce(self, topic: TopicName, request: ProduceRequest) -> list[ProduceResult]:
         """Store the batch; one result per message, in message order. A bad batch is refused
         before any lookup, a full instance before any work (429); a topic with a schema
-        checks the payloads first (:mod:`danube.discovery.schema_gate`)."""
+        checks the payloads first (:mod:`danube.discovery.schema_gate`). Sequenced messages
+        keep to :mod:`danube.discovery.produce_sequences` (400 otherwise)."""
+        sequencing = json_sequencing(request)
         try:
             payloads = decode_payloads(
                 request,
@@ -248,7 +273,9 @@ class Producer:
                 request, payloads, publish_time_ms=int(time.time() * 1000), schema=stamp
             )
             keys = [m.key for m in request.messages]
-            return await self._store(topic, records, keys, request.dispatch, policies)
+            return await self._store(
+                topic, records, keys, request.dispatch, policies, sequencing=sequencing
+            )
 
     async def produce_frames(
         self,
@@ -257,12 +284,12 @@ class Producer:
         *,
         dispatch: Dispatch,
         schema_version: int | None = None,
-    ) -> tuple[list[TopicName], list[int], list[int]]:
+    ) -> Stored:
         """:meth:`produce` of a binary body (checked frames, danube.frame.produce): the same
-        limits, policies, schema check and routing, with no record decoded or encoded again
-        unless the topic has a schema (then its records are stamped). The partitions, and
-        each message's partition index and offset, in message order."""
+        limits, policies, schema check, sequence rules and routing, with no record decoded
+        or encoded again unless the topic has a schema (then its records are stamped)."""
         sizes = frames.payload_sizes
+        sequencing = frames_sequencing(frames)
         try:
             if len(sizes) > self.limits.max_messages:
                 raise TooLargeError(
@@ -286,7 +313,9 @@ class Producer:
                 stamp = await self.schemas.admit(topic, payloads, version=schema_version)
                 if stamp is not None:
                     frames = stamped_frames(frames, stamp)
-            return await self._stored(topic, FramesBatch(frames), frames.keys, dispatch, policies)
+            return await self._stored(
+                topic, FramesBatch(frames), frames.keys, dispatch, policies, sequencing
+            )
 
     async def max_message_bytes(self, topic: TopicName) -> int:
         """The largest payload ``topic`` takes: its policy's (docs/policies.md), never more
@@ -330,12 +359,18 @@ class Producer:
         keys: Sequence[str | None],
         dispatch: Dispatch,
         policies: Policies,
+        *,
+        sequencing: Sequencing | None = None,
     ) -> list[ProduceResult]:
-        names, routed, offsets = await self._stored(
-            topic, RecordsBatch(records), keys, dispatch, policies
+        stored = await self._stored(
+            topic, RecordsBatch(records), keys, dispatch, policies, sequencing
         )
+        names, offsets, duplicates = stored.names, stored.offsets, stored.duplicates
         return [
-            ProduceResult(partition=str(names[p]), offset=offsets[i]) for i, p in enumerate(routed)
+            ProduceResult(partition=str(names[p]), offset=offsets[i], duplicate=True)
+            if duplicates[i]
+            else ProduceResult(partition=str(names[p]), offset=offsets[i])
+            for i, p in enumerate(stored.routed)
         ]
 
     async def _stored(
@@ -345,9 +380,10 @@ class Producer:
         keys: Sequence[str | None],
         dispatch: Dispatch,
         policies: Policies,
-    ) -> tuple[list[TopicName], list[int], list[int]]:
-        """Route and send ``batch``: the partitions, each message's partition index and
-        offset, in message order."""
+        sequencing: Sequencing | None,
+    ) -> Stored:
+        """Route and send ``batch``. A sequenced batch goes to one partition only (400
+        ``partition_required`` for a partitioned topic's own name)."""
         started = time.perf_counter()
         count = len(batch.sizes)
         if topic.partition is None:
@@ -357,12 +393,13 @@ class Producer:
         else:
             partitions = await self._check_partition(topic)
             routed, names = [0] * count, [topic]
+        check_target(topic, partitions, sequencing)
         limits = for_partition(policies, partitions)
-        offsets = await self._send(names, routed, batch, limits)
+        offsets, duplicates = await self._send(names, routed, batch, limits)
         metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
         metrics.MESSAGES_PRODUCED.inc(count)
         log.debug("produce: %d messages to %s stored", count, topic)
-        return names, routed, offsets
+        return Stored(names, routed, offsets, duplicates)
 
     async def _partitions_of(self, topic: TopicName, dispatch: Dispatch) -> int:
         config = await self.catalog.cached_topic(topic)
@@ -390,7 +427,10 @@ class Producer:
         routed: Sequence[int],
         batch: Batch,
         limits: PartitionLimits,
-    ) -> list[int]:
+    ) -> tuple[list[int], list[bool]]:
+        """Each message's offset, and whether its partition's leader answered it as stored
+        before: an idempotent producer's resend (a whole bus request), or a repeated
+        message id within the topic's window (record by record)."""
         max_request_bytes = body_limit(self.bus.max_payload_bytes)
         sizes = batch.sizes
         framing = batch.head_bytes + batch.framing_bytes
@@ -403,6 +443,7 @@ class Producer:
                 limit=max_request_bytes,
             )
         offsets = [0] * len(sizes)
+        duplicates = [False] * len(sizes)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.timeout_s
 
@@ -420,22 +461,23 @@ class Producer:
                 remaining_s = deadline - loop.time()
                 if remaining_s <= 0:
                     raise UnavailableError(f"no durable answer from {names[partition]} in time")
-                first = await self._produce_chunk(
+                reply = await self._produce_chunk(
                     names[partition], batch.request(chunk.indexes), remaining_s, limits
                 )
                 for position, index in enumerate(chunk.indexes):
-                    offsets[index] = first + position
+                    offsets[index] = reply.offset(position)
+                    duplicates[index] = reply.duplicate_at(position)
 
         if len(names) == 1:  # one partition: no task group to build
             await send_partition(0, list(range(len(sizes))))
-            return offsets
+            return offsets, duplicates
         try:
             async with asyncio.TaskGroup() as tg:
                 for partition, indexes in group(routed).items():
                     tg.create_task(send_partition(partition, indexes))
         except ExceptionGroup as eg:
             raise eg.exceptions[0] from None  # one error is answered; the first is as good
-        return offsets
+        return offsets, duplicates
 
     async def _produce_chunk(
         self,
@@ -443,10 +485,10 @@ class Producer:
         body: bytes,
         timeout_s: float,
         limits: PartitionLimits,
-    ) -> int:
+    ) -> ProduceReply:
         try:
             with metrics.BUS_PRODUCE_SECONDS.time():
-                return await self.client.produce_body(
+                return await self.client.produce_answer(
                     partition, body, timeout_s=timeout_s, limits=limits
                 )
         except RemoteError as exc:

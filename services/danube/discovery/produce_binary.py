@@ -5,7 +5,8 @@ the HTTP answers, and the compact answer. Pure functions, no I/O.
 What the JSON body carries around its messages travels as query parameters:
 ``producer_id``, ``dispatch`` and ``schema_version``; the producer name is in every record.
 The answer lists runs, not messages: consecutive messages stored in one partition at
-consecutive offsets are one ``{"partition", "offset", "count"}``, in message order.
+consecutive offsets are one ``{"partition", "offset", "count"}``, in message order; a run
+an idempotent producer sent again (stored before) adds ``"duplicate": true``.
 """
 
 from __future__ import annotations
@@ -89,22 +90,37 @@ def scan_body(body: bytes, *, max_messages: int) -> ProducedFrames:
         raise BadRequestError(str(exc), code=exc.code) from exc
 
 
-def runs_answer(names: Sequence[TopicName], routed: Sequence[int], offsets: Sequence[int]) -> bytes:
+def runs_answer(
+    names: Sequence[TopicName],
+    routed: Sequence[int],
+    offsets: Sequence[int],
+    duplicates: Sequence[bool] | None = None,
+) -> bytes:
     """``{"runs": [{"partition", "offset", "count"}, ...]}``: the messages' places in order,
-    consecutive offsets of one partition as one run."""
-    runs: list[list[int]] = []  # [partition index, first offset, count]
+    consecutive offsets of one partition as one run. A run of an idempotent producer's resend
+    (stored before: ``duplicates``) says ``"duplicate": true`` and never takes in a message
+    that is new, nor a new run a resent one."""
+    flags = duplicates if duplicates is not None else [False] * len(offsets)
+    runs: list[list[int]] = []  # [partition index, first offset, count, duplicate]
     last: list[int] | None = None
-    for partition, offset in zip(routed, offsets, strict=True):
-        if last is not None and last[0] == partition and last[1] + last[2] == offset:
+    for partition, offset, duplicate in zip(routed, offsets, flags, strict=True):
+        if (
+            last is not None
+            and last[0] == partition
+            and last[1] + last[2] == offset
+            and last[3] == duplicate
+        ):
             last[2] += 1
         else:
-            last = [partition, offset, 1]
+            last = [partition, offset, 1, int(duplicate)]
             runs.append(last)
     return orjson.dumps(
         {
             "runs": [
-                {"partition": str(names[p]), "offset": first, "count": count}
-                for p, first, count in runs
+                {"partition": str(names[p]), "offset": first, "count": count, "duplicate": True}
+                if duplicate
+                else {"partition": str(names[p]), "offset": first, "count": count}
+                for p, first, count, duplicate in runs
             ]
         }
     )

@@ -15,7 +15,13 @@ from typing import Any
 import orjson
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from danube.discovery.models import PRODUCE_MESSAGES_CAP, MessageIn, ProduceRequest
+from danube.discovery.models import (
+    PRODUCE_MESSAGES_CAP,
+    PRODUCER_EPOCH_MAX,
+    SEQUENCE_MAX,
+    MessageIn,
+    ProduceRequest,
+)
 from danube.discovery.producer_models import ProducerId
 from danube.frame import (
     MAX_ATTRIBUTE_NAME_BYTES,
@@ -67,12 +73,16 @@ def parse_produce(body: bytes) -> ProduceRequest | None:
         type(version) is not int or not 1 <= version <= _SCHEMA_VERSION_MAX
     ):
         return None
+    epoch = data.get("producer_epoch", 0)
+    if type(epoch) is not int or not 0 <= epoch <= PRODUCER_EPOCH_MAX:
+        return None
     fields: dict[str, Any] = {
         "messages": messages,
         "producer": producer,
         "dispatch": dispatch,
         "producer_id": producer_id,
         "schema_version": version,
+        "producer_epoch": epoch,
     }
     # model_construct keeps which fields were set, as model_validate does.
     return ProduceRequest.model_construct({k for k in data if k in fields}, **fields)
@@ -97,8 +107,16 @@ def _message(raw: Any) -> MessageIn | None:
         attributes = {}
     elif not _attributes_ok(attributes):
         return None
+    sequence = raw.get("sequence")
+    if sequence is not None and (type(sequence) is not int or not 0 <= sequence <= SEQUENCE_MAX):
+        return None
     return MessageIn.model_construct(
-        set(raw), payload=payload, encoding=encoding, key=key, attributes=attributes
+        set(raw),
+        payload=payload,
+        encoding=encoding,
+        key=key,
+        attributes=attributes,
+        sequence=sequence,
     )
 
 
@@ -113,6 +131,16 @@ def _attributes_ok(attributes: Any) -> bool:
     return True
 
 
-def produce_answer(results: list[tuple[str, int]]) -> bytes:
-    """The ``ProduceResponse`` JSON of ``(partition, offset)`` results, in order."""
-    return orjson.dumps({"results": [{"partition": p, "offset": o} for p, o in results]})
+def produce_answer(results: list[tuple[str, int, bool]]) -> bytes:
+    """The ``ProduceResponse`` JSON of ``(partition, offset, duplicate)`` results, in order
+    (``"duplicate": true`` only on a resend's)."""
+    return orjson.dumps(
+        {
+            "results": [
+                {"partition": p, "offset": o, "duplicate": True}
+                if d
+                else {"partition": p, "offset": o}
+                for p, o, d in results
+            ]
+        }
+    )

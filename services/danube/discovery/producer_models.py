@@ -55,3 +55,12 @@ class ProducerList(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     producers: list[ProducerOut]
+
+
+class ProducerEpochOut(BaseModel):
+    """``POST …/producers/{name}/epoch``: the producer's new epoch on the topic."""
+
+    model_config = ConfigDict(frozen=True)
+
+    producer: str
+    epoch: int

@@ -98,6 +98,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/topics/{ns}/{topic}/messages"): _rule(P.Produce, _topic),
     ("POST", "/v1/topics/{ns}/{topic}/producers"): _rule(P.Produce, _topic),
     ("POST", "/v1/topics/{ns}/{topic}/producers/{producer_id}/keepalive"): _rule(P.Produce, _topic),
+    ("POST", "/v1/topics/{ns}/{topic}/producers/{name}/epoch"): _rule(P.Produce, _topic),
     ("DELETE", "/v1/topics/{ns}/{topic}/producers/{producer_id}"): _rule(P.Produce, _topic),
     ("GET", "/v1/topics/{ns}/{topic}/producers"): _rule(P.ManageTopic, _topic),
     ("POST", "/v1/topics/{ns}/{topic}/subscriptions/{sub}/consumers"): _rule(P.Consume, _topic),

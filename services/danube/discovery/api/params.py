@@ -37,6 +37,13 @@ Topic = Annotated[
         USER_TOPIC_PATTERN,
     ),
 ]
+ProduceTopic = Annotated[
+    str,
+    _segment(
+        "A topic of the namespace, or one partition of it (<topic>-part-<N>, an existing "
+        "partition: never auto-created); letters, digits, '_' and '-'."
+    ),
+]
 Subscription = Annotated[str, _segment("A subscription: letters, digits, '_' and '-'.")]
 Partition = Annotated[
     str,
@@ -53,6 +60,15 @@ ConsumerId = Annotated[
     ),
 ]
 ProducerIdParam = Annotated[str, _segment("A producer session's id, as its open answered.")]
+ProducerNameParam = Annotated[
+    str,
+    Path(
+        description="A producer's name, as its records carry it (at most 256 UTF-8 bytes; "
+        "percent-encoded in the path; a name holding '/' cannot be given here).",
+        min_length=1,
+        max_length=256,
+    ),
+]
 NodeIdParam = Annotated[
     str,
     Path(

@@ -23,9 +23,9 @@ from starlette.types import Scope
 
 from danube.discovery.api.auth import authorize_before_routing
 from danube.discovery.api.failures import danube_error_answer
-from danube.discovery.api.params import Namespace, Topic
+from danube.discovery.api.params import Namespace, ProduceTopic
 from danube.discovery.api.state import Services, ServicesDep
-from danube.discovery.catalog import user_topic
+from danube.discovery.catalog import produce_topic
 from danube.discovery.errors import error_body
 from danube.discovery.models import ProduceRequest, ProduceResponse
 from danube.discovery.produce_binary import (
@@ -51,14 +51,19 @@ _RECORDS_TYPE = RECORDS_TYPE.encode()
 Answer = tuple[int, bytes, dict[str, str] | None]
 
 
-@router.post(PRODUCE_TEMPLATE.removeprefix("/v1"), response_model=ProduceResponse)
+@router.post(
+    PRODUCE_TEMPLATE.removeprefix("/v1"),
+    response_model=ProduceResponse,
+    response_model_exclude_none=True,  # "duplicate" only on a resend's results
+)
 async def produce(
-    ns: Namespace, topic: Topic, body: ProduceRequest, services: ServicesDep
+    ns: Namespace, topic: ProduceTopic, body: ProduceRequest, services: ServicesDep
 ) -> ProduceResponse:
     """Store a batch of messages; one ``{partition, offset}`` per message, in order. 409
     ``producer_fenced`` while an exclusive producer other than ``producer_id`` holds the
-    topic."""
-    name = user_topic(ns, topic)
+    topic. ``topic`` may name one partition (``<t>-part-N``), as an idempotent producer's
+    sequenced messages must for a partitioned topic (400 ``partition_required``)."""
+    name = produce_topic(ns, topic)
     await services.producers.check(name, body.producer_id)
     return ProduceResponse(results=await services.producer.produce(name, body))
 
@@ -93,7 +98,7 @@ async def fast_produce(services: Services, scope: Scope, body: bytes) -> Answer 
     if request is None:
         return None
     try:
-        name = user_topic(match[1], match[2])
+        name = produce_topic(match[1], match[2])
     except DanubeError:
         return None  # the route's 400 names the rule
     try:
@@ -101,7 +106,7 @@ async def fast_produce(services: Services, scope: Scope, body: bytes) -> Answer 
         results = await services.producer.produce(name, request)
     except Exception as exc:
         return _failed(exc, name)
-    return 200, produce_answer([(r.partition, r.offset) for r in results]), None
+    return 200, produce_answer([(r.partition, r.offset, bool(r.duplicate)) for r in results]), None
 
 
 async def _admit(
@@ -137,16 +142,16 @@ async def _binary_produce(
     session, then the producer's (limits, policies, schema, routing)."""
     name = None
     try:
-        name = user_topic(ns, topic)
+        name = produce_topic(ns, topic)
         params = parse_binary_params(scope["query_string"])
         frames = scan_body(body, max_messages=services.producer.limits.max_messages)
         await _admit(services, scope, name, params.producer_id)
-        names, routed, offsets = await services.producer.produce_frames(
+        stored = await services.producer.produce_frames(
             name, frames, dispatch=params.dispatch, schema_version=params.schema_version
         )
     except Exception as exc:
         return _failed(exc, name)
-    return 200, runs_answer(names, routed, offsets), None
+    return 200, runs_answer(stored.names, stored.routed, stored.offsets, stored.duplicates), None
 
 
 def answer_headers(body: bytes, extra: dict[str, str] | None) -> list[tuple[bytes, bytes]]:

@@ -1,16 +1,32 @@
 """Producer session routes: ``/v1/topics/{ns}/{topic}/producers[/{id}[/keepalive]]``
-(docs/producers.md). The logic is :class:`~danube.discovery.producers.ProducerSessions`."""
+(docs/producers.md; the logic is :class:`~danube.discovery.producers.ProducerSessions`), and
+an idempotent producer's epoch: ``POST …/producers/{name}/epoch``
+(:mod:`danube.discovery.producer_epochs`)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from danube.discovery.api.params import Namespace, ProducerIdParam, Topic
+from danube.discovery.api.params import (
+    Namespace,
+    ProducerIdParam,
+    ProducerNameParam,
+    ProduceTopic,
+    Topic,
+)
 from danube.discovery.api.state import ServicesDep
-from danube.discovery.catalog import user_topic
-from danube.discovery.errors import NotFoundError
-from danube.discovery.producer_models import ProducerList, ProducerOpen, ProducerOpened, ProducerOut
+from danube.discovery.catalog import produce_topic, user_topic
+from danube.discovery.errors import BadRequestError, NotFoundError
+from danube.discovery.producer_epochs import next_epoch
+from danube.discovery.producer_models import (
+    ProducerEpochOut,
+    ProducerList,
+    ProducerOpen,
+    ProducerOpened,
+    ProducerOut,
+)
 from danube.discovery.producers import ProducerSessions
+from danube.frame import MAX_PRODUCER_NAME_BYTES
 from danube.meta import TopicName
 from danube.names import validate_segment
 
@@ -56,6 +72,24 @@ async def close_producer(
     name = user_topic(ns, topic)
     await services.producers.close(name, validate_segment("producer id", producer_id))
     return Response(status_code=204)
+
+
+@router.post("/topics/{ns}/{topic}/producers/{name}/epoch", response_model=ProducerEpochOut)
+async def producer_epoch(
+    ns: Namespace, topic: ProduceTopic, name: ProducerNameParam, services: ServicesDep
+) -> ProducerEpochOut:
+    """A new epoch of the idempotent producer ``name`` on the topic (its partitions share
+    it): the previous + 1, 1 the first time. A producer takes one when it starts, so the
+    instance it replaces is fenced (409 ``producer_fenced`` at the partitions' leaders).
+    The namespace must exist; the topic need not yet."""
+    target = produce_topic(ns, topic)
+    if len(name.encode("utf-8")) > MAX_PRODUCER_NAME_BYTES:
+        raise BadRequestError(
+            f"name: over {MAX_PRODUCER_NAME_BYTES} UTF-8 bytes", code="invalid_request"
+        )
+    await services.catalog.get_namespace(ns)  # 404 namespace_not_found
+    epoch = await next_epoch(services.store, target, name)
+    return ProducerEpochOut(producer=name, epoch=epoch)
 
 
 @router.get("/topics/{ns}/{topic}/producers", response_model=ProducerList)

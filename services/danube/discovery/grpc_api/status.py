@@ -18,7 +18,8 @@ _BY_CODE: dict[str, grpc.StatusCode] = {
     "consumer_exists": grpc.StatusCode.ALREADY_EXISTS,
     "producer_exists": grpc.StatusCode.ALREADY_EXISTS,
     "exclusive_producer": grpc.StatusCode.ALREADY_EXISTS,
-    "producer_fenced": grpc.StatusCode.FAILED_PRECONDITION,
+    "producer_fenced": grpc.StatusCode.FAILED_PRECONDITION,  # also: an epoch superseded
+    "out_of_order_sequence": grpc.StatusCode.FAILED_PRECONDITION,  # a gap: not retried
     "data_damaged": grpc.StatusCode.DATA_LOSS,
     "consumer_detached": grpc.StatusCode.FAILED_PRECONDITION,  # never acked: not retried
     "timeout": grpc.StatusCode.DEADLINE_EXCEEDED,
