@@ -29,25 +29,29 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
-from danube.frame import FRAME_HEADER_BYTES, RECORD_HEADER_BYTES, SEQUENCED_RECORD_VERSION
+from danube.frame import (
+    FRAME_CRC_AT,
+    FRAME_HEADER_BYTES,
+    RECORD_HEADER_BYTES,
+    SEQUENCED_RECORD_VERSION,
+)
+from danube.frame.record import FLAG_KEY, RECORD_FLAGS_AT, RECORD_PRODUCER_LEN_AT
 from danube.names import TopicName
 from danube.routing import partition_for_raw_key
 
-# The frame header (danube.frame): offset u64, length u32, crc32c u32 over the 12 bytes before
-# it and the record.
+# Positions in a produced frame (danube.frame's layouts): the frame header's crc, then the
+# record from FRAME_HEADER_BYTES on; a sequenced record's producer_epoch u32 and sequence
+# u64 right after version 1's header.
 _CRC = struct.Struct("<I")
-_CRC_AT = 12
-# The record header (danube.frame.record): version u8, flags u8, publish_time_ms u64,
-# schema_id u32, schema_version u32, producer_len u16, key_len u16, attribute_count u16,
-# payload_len u32; version 2 adds producer_epoch u32 and sequence u64 after it.
+_CRC_AT = FRAME_CRC_AT
 _RECORD_AT = FRAME_HEADER_BYTES
-_FLAGS_AT = _RECORD_AT + 1
+_FLAGS_AT = _RECORD_AT + RECORD_FLAGS_AT
 _TEXT_LENGTHS = struct.Struct("<HH")  # producer_len, key_len
-_TEXT_LENGTHS_AT = _RECORD_AT + 1 + 1 + 8 + 4 + 4
+_TEXT_LENGTHS_AT = _RECORD_AT + RECORD_PRODUCER_LEN_AT
 _EPOCH_SEQUENCE = struct.Struct("<IQ")
 _EPOCH_SEQUENCE_AT = _RECORD_AT + RECORD_HEADER_BYTES
 _SEQUENCED_HEAD_BYTES = _EPOCH_SEQUENCE_AT + _EPOCH_SEQUENCE.size
-_FLAG_KEY = 1
+_FLAG_KEY = FLAG_KEY
 
 EPOCH_MAX = 0xFFFF_FFFF
 SEQUENCE_MAX = 0xFFFF_FFFF_FFFF_FFFF
