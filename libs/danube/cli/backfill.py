@@ -91,17 +91,18 @@ def _source_options(
 
 
 def _check(command: str, options: dict[str, str]) -> None:
-    """Check the options, the config and the topic here, before Spark starts: a typo costs
-    one clear line, not a JVM start and a wrapped stack."""
-    from danube.spark.catalog import read_partitions, read_topic_schema
-    from danube.spark.options import load_source_settings, parse_options
+    """Check the options, the config, the topic and that its first object is where the
+    object store says, here, before Spark starts: a typo or a wrong root costs one clear
+    line, not a JVM start and a wrapped stack."""
+    from danube.spark.catalog import check_first_object, read_topic_schema, source_settings
+    from danube.spark.options import parse_options
 
     def check() -> None:
         parsed = parse_options(options)
-        settings = load_source_settings(parsed)
-        asyncio.run(read_partitions(settings.wal_cloud.metadata, parsed.topic))
+        found = source_settings(parsed)
+        asyncio.run(check_first_object(found, parsed.topic))
         if parsed.decode == "schema":
-            asyncio.run(read_topic_schema(settings.wal_cloud.metadata, parsed.topic))
+            asyncio.run(read_topic_schema(found.settings.wal_cloud.metadata, parsed.topic))
 
     _guard(command, check)
 
