@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from danube.config.model import FsCloud
+from danube.config.model import FsCloud, S3Cloud
 from danube.frame import Record, encode_frame, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
@@ -85,6 +85,7 @@ async def test_given_only_etcd_a_backfill_reads_where_the_cluster_records(
     options = parse_options(_only_etcd(etcd_endpoint, meta_prefix))
     found = await _resolve(options, {})
     cloud = found.settings.wal_cloud.cloud
+    assert isinstance(cloud, S3Cloud)
     assert cloud.model_dump(exclude={"access_key", "secret_key"}) == S3.model_dump(
         exclude={"access_key", "secret_key"}
     )
@@ -98,6 +99,7 @@ async def test_given_only_etcd_a_backfill_reads_where_the_cluster_records(
         _only_etcd(etcd_endpoint, meta_prefix, **{"wal_cloud.cloud.secret_key": "s"})
     )
     keyed = (await _resolve(with_keys, env)).settings.wal_cloud.cloud
+    assert isinstance(keyed, S3Cloud)
     assert keyed.model_dump(exclude={"access_key", "secret_key"}) == S3.model_dump(
         exclude={"access_key", "secret_key"}
     )
