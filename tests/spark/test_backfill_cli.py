@@ -2,8 +2,8 @@
 (given only etcd: the object store is the one the cluster recorded there) and `danube
 backfill topic` (Spark started by the command) and `spark-submit
 spark_jobs/backfill_parquet.py`, over a tier in real etcd and files: what they write and
-print, and one clear line with exit code 1 for an unknown topic, a bad option or an object
-that is not where the store says (found before Spark starts)."""
+print, and one clear line with exit code 1 for an unknown topic, a bad option, an output
+that exists or an object that is not where the store says (found before Spark starts)."""
 
 from __future__ import annotations
 
@@ -156,6 +156,17 @@ async def test_an_unknown_topic_a_bad_option_or_a_wrong_root_is_one_line_and_exi
     assert err.strip() == (
         "danube backfill parquet: invalid_option: option 'start_time': 'yesterday' is "
         "neither milliseconds nor an ISO 8601 time"
+    )
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    code, out, err = await _run(
+        str(BIN / "danube"), "backfill", "parquet", "-t", str(SOURCE), "-o", str(taken),
+        "-c", str(config_file),
+    )  # fmt: skip
+    assert code == 1
+    assert err.strip() == (
+        f"danube backfill parquet: invalid_option: option 'output': {taken} already exists "
+        "(--mode overwrite replaces it, --mode append adds to it)"
     )
     elsewhere = tmp_path / "elsewhere"
     wrong = tmp_path / "wrong.yml"

@@ -157,6 +157,13 @@ def _session(master: str | None, log_level: str) -> Any:
     return spark
 
 
+def _local_path_exists(output: str) -> bool:
+    """Whether ``output`` names a local path (no scheme, or ``file:``) that exists."""
+    if output.startswith("file:"):
+        return Path(output.removeprefix("file:").removeprefix("//")).exists()
+    return "://" not in output and Path(output).exists()
+
+
 @app.command("parquet")
 def parquet(
     topic: SourceTopic,
@@ -186,6 +193,7 @@ def parquet(
     json_output: Json = False,
 ) -> None:
     """Write a topic's history (or a range) to Parquet, partitioned by partition and date."""
+    from danube.spark.outputs import exists_error
     from danube.spark.parquet import MODES, backfill_to_parquet
 
     chosen = next((m for m in MODES if m == mode), None)
@@ -195,6 +203,10 @@ def parquet(
         topic, config, etcd, prefix, start_offset, end_offset, start_time, end_time
     )
     options["decode"] = decode
+    if chosen == "error" and _local_path_exists(output):
+        # Said before Spark starts; a path of another filesystem is checked by the job.
+        exists = exists_error(output)
+        raise fail("backfill parquet", f"{exists.code}: {exists.message}")
     _check("parquet", options)
     spark = _session(master, spark_log)
     try:

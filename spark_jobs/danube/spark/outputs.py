@@ -30,6 +30,12 @@ PublishMode = Literal["error", "overwrite", "append"]
 ASIDE_SUFFIX = ".tmp"  # .<name>.danube-<id>.tmp: Spark and Hive readers skip dot names
 
 
+def exists_error(output: str) -> InvalidOptionError:
+    """What a job in mode ``error`` says of an output that exists."""
+    instead = "--mode overwrite replaces it, --mode append adds to it"
+    return InvalidOptionError("output", f"{output} already exists ({instead})")
+
+
 class Output:
     """One output path of a job, and the aside directory the job writes first."""
 
@@ -45,13 +51,9 @@ class Output:
         self._aside: Any = None
 
     def check_absent(self) -> None:
-        """Raise :class:`InvalidOptionError` (``output``) if the output exists."""
+        """Raise :func:`exists_error` if the output exists."""
         if self._fs.exists(self._target):
-            raise InvalidOptionError(
-                "output",
-                f"{self._shown} already exists (--mode overwrite replaces it, "
-                "--mode append adds to it)",
-            )
+            raise exists_error(self._shown)
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[str]:

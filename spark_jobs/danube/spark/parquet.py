@@ -72,13 +72,13 @@ def backfill_to_parquet(
     # As many tasks as cores at least, when the data allows (the source packs small objects).
     options.setdefault("min_partitions", str(spark.sparkContext.defaultParallelism))
     rows = with_date(spark.read.format(FORMAT).options(**options).load())
-    started = time.perf_counter()
     with target.aside() as aside:
+        started = time.perf_counter()
         rows.write.mode("errorifexists").partitionBy(*PARTITION_COLUMNS).parquet(aside)
+        seconds = time.perf_counter() - started  # the write, as before outputs went aside
         # Only the files' footers are read: cheap, and exactly what this run wrote.
         messages = _count(spark, rows, aside)
         target.publish(mode)
-    seconds = time.perf_counter() - started
     return ParquetBackfill(messages, seconds, output)
 
 
