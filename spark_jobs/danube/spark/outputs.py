@@ -50,6 +50,15 @@ class Output:
         self._shown = output
         self._aside: Any = None
 
+    @property
+    def path(self) -> str:
+        """The output, qualified (``file:/...``, ``hdfs://...``)."""
+        return str(self._target.toString())
+
+    def remove(self) -> None:
+        """Delete the output if it exists (a job's own output it cannot use)."""
+        self._delete(self._target)
+
     def check_absent(self) -> None:
         """Raise :func:`exists_error` if the output exists."""
         if self._fs.exists(self._target):
