@@ -1,4 +1,5 @@
-"""`danube backfill parquet|topic`: the Spark backfill jobs (danube.spark, docs/spark.md).
+"""`danube backfill parquet|topic|iceberg`: the Spark backfill jobs (danube.spark,
+docs/spark.md).
 
 From this command Spark runs in-process on ``--master`` (``local[*]`` by default); the same
 commands run under ``spark-submit`` through ``spark_jobs/backfill_parquet.py`` and
@@ -318,6 +319,89 @@ def topic_backfill(
         out.print(
             f"{result.sent} messages of {topic} sent to {to} ({result.skipped} already sent "
             f"before, {result.partitions} partitions) in {result.seconds:.2f} s"
+        )
+
+
+@app.command("iceberg")
+def iceberg(
+    topic: SourceTopic,
+    table: Annotated[
+        str, typer.Option("--table", help="The Iceberg table, <namespace>.<table> (made if new).")
+    ],
+    warehouse: Annotated[
+        Path,
+        typer.Option(
+            "--warehouse",
+            help="Directory of the default catalog (SQL, sqlite file catalog.db) and its tables.",
+        ),
+    ] = Path("danube-data/iceberg"),
+    catalog_name: Annotated[
+        str, typer.Option("--catalog", help="Catalog name (pyiceberg's configuration).")
+    ] = "danube",
+    catalog_properties: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--catalog-property",
+            help="KEY=VALUE of pyiceberg's catalog (repeatable), e.g. type=rest uri=http://...; "
+            "replaces the default SQL catalog.",
+        ),
+    ] = None,
+    config: Config = None,
+    etcd: Etcd = None,
+    prefix: Prefix = None,
+    decode: Annotated[
+        str,
+        typer.Option("--decode", help="schema: add the typed value column (as for parquet)."),
+    ] = "none",
+    master: Master = None,
+    spark_log: SparkLog = DEFAULT_SPARK_LOG,
+    json_output: Json = False,
+) -> None:
+    """Keep an Iceberg table in step with a topic: add the offsets uploaded since its last
+    commit, each once (docs/spark.md, "Iceberg table")."""
+    try:
+        from danube.spark.iceberg import catalog, sql_catalog_properties, sync_to_iceberg
+    except ImportError as exc:
+        raise fail(
+            "backfill iceberg",
+            f"needs the iceberg extra (pip install 'danube-mesh[iceberg]'): {exc}",
+        ) from None
+    properties: dict[str, str] = {}
+    for item in catalog_properties or []:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise typer.BadParameter(f"KEY=VALUE, not {item!r}", param_hint="--catalog-property")
+        properties[key] = value
+    if not properties:
+        warehouse.mkdir(parents=True, exist_ok=True)
+        properties = sql_catalog_properties(str(warehouse.resolve()))
+    options = _source_options(topic, config, etcd, prefix, None, None, None, None)
+    options["decode"] = decode
+    _check("iceberg", options)
+    iceberg = _guard("iceberg", lambda: catalog(catalog_name, properties))
+    spark = _session(master, spark_log)
+    try:
+        result = _guard("iceberg", lambda: sync_to_iceberg(spark, options, table, iceberg))
+    finally:
+        spark.stop()
+    ranges = {str(p): list(r) for p, r in result.ranges.items()}
+    summary = {
+        "topic": topic,
+        "table": table,
+        "messages": result.rows,
+        "ranges": ranges,
+        "snapshot_id": result.snapshot_id,
+        "seconds": round(result.seconds, 3),
+    }
+    if json_output:
+        print_json(summary)
+    elif not result.rows:
+        out.print(f"nothing new in {topic} for {table}")
+    else:
+        shown = ", ".join(f"partition {p} [{a}, {b})" for p, (a, b) in ranges.items())
+        out.print(
+            f"{result.rows} messages of {topic} committed to {table} ({shown}) in "
+            f"{result.seconds:.2f} s, snapshot {result.snapshot_id}"
         )
 
 
