@@ -2,22 +2,28 @@
 catalog), read back with pyiceberg: the first run holds every uploaded message once with
 typed columns; after a producer, the next run adds exactly the new offsets in one snapshot
 whose properties say which; a run with nothing new commits nothing; a run that fails adds no
-snapshot and leaves no files, and its re-run adds the range once."""
+snapshot and leaves no files, and its re-run adds the range once; with decode=schema the
+table has the registered schema's typed columns."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 from pathlib import Path
 
+import fastavro
+import orjson
 import pyarrow as pa
 import pytest
 from pyiceberg.table import Table
+from pyiceberg.types import StructType
 from pyspark.sql import SparkSession
 
 from danube.config import CloudConfig
 from danube.config.model import FsCloud
+from danube.discovery.schemas import SchemaRegistry
 from danube.meta import MetaStore
 from danube.names import TopicName
 from danube.spark.iceberg import (
@@ -31,7 +37,7 @@ from danube.spark.iceberg import (
 )
 from danube.storage import ObjectStore, object_key
 
-from tiers import ROOT_PREFIX, Message, append_tier, write_tier
+from tiers import FIRST_TIME_MS, ROOT_PREFIX, Message, append_tier, upload, write_tier
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -143,3 +149,56 @@ async def test_a_topic_kept_as_an_iceberg_table_adds_each_offset_once(
     assert fourth.ranges == {0: (450, 600)}
     table.refresh()
     assert _rows(table.scan().to_arrow()) == _expected(tier + more + even_more)
+
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "item", "type": "string"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+
+
+async def test_with_decode_the_table_has_the_registered_schemas_typed_columns(
+    spark: SparkSession,
+    store: MetaStore,
+    cloud_config: CloudConfig,
+    config_file: Path,
+    tmp_path: Path,
+) -> None:
+    registry = SchemaRegistry(store)
+    registered = await registry.register("typed-value", "avro", orjson.dumps(ORDER))
+    typed = TopicName("default", "typed")
+    await registry.bind_topic(
+        typed, "typed-value", validation_policy="none", payload_validation=False
+    )
+    data = [{"id": n, "item": f"i{n}", "note": None if n % 2 else f"n{n}"} for n in range(5)]
+    parsed = fastavro.parse_schema(ORDER)
+    messages = []
+    for offset, datum in enumerate(data):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, datum)
+        messages.append(
+            Message(
+                0, offset, FIRST_TIME_MS, "t", None, {}, out.getvalue(), registered.schema_id, 1
+            )
+        )
+    await upload(store, ObjectStore.from_config(cloud_config), typed, messages)
+    iceberg = catalog("t", sql_catalog_properties(str(tmp_path / "warehouse")))
+    options = {"topic": str(typed), "config": str(config_file), "decode": "schema"}
+    done = await asyncio.to_thread(sync_to_iceberg, spark, options, "danube.typed", iceberg)
+    assert done.rows == 5
+    table = iceberg.load_table("danube.typed")
+    value = table.schema().find_field("value").field_type
+    assert isinstance(value, StructType)
+    assert [(f.name, str(f.field_type)) for f in value.fields] == [
+        ("id", "long"),
+        ("item", "string"),
+        ("note", "string"),
+    ]
+    read = sorted(table.scan().to_arrow().to_pylist(), key=lambda row: row["offset"])
+    assert [row["value"] for row in read] == data
+    assert [row["decode_error"] for row in read] == [None] * 5

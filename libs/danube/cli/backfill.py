@@ -373,8 +373,7 @@ def iceberg(
             raise typer.BadParameter(f"KEY=VALUE, not {item!r}", param_hint="--catalog-property")
         properties[key] = value
     if not properties:
-        warehouse.mkdir(parents=True, exist_ok=True)
-        properties = sql_catalog_properties(str(warehouse.resolve()))
+        properties = sql_catalog_properties(str(warehouse))
     options = _source_options(topic, config, etcd, prefix, None, None, None, None)
     options["decode"] = decode
     _check("iceberg", options)

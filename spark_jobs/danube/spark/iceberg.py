@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -77,8 +78,9 @@ def catalog(name: str = DEFAULT_CATALOG, properties: Mapping[str, str] | None = 
 
 def sql_catalog_properties(warehouse: str) -> dict[str, str]:
     """A SQL catalog whose database is ``<warehouse>/catalog.db`` (sqlite) and whose
-    tables live under ``warehouse`` (a local directory)."""
-    root = warehouse.removeprefix("file://").rstrip("/")
+    tables live under ``warehouse`` (a local directory, made if missing)."""
+    root = os.path.abspath(warehouse.removeprefix("file://"))
+    os.makedirs(root, exist_ok=True)
     return {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}"}
 
 
