@@ -2,7 +2,8 @@
 catalog), read back with pyiceberg: the first run holds every uploaded message once with
 typed columns; after a producer, the next run adds exactly the new offsets in one snapshot
 whose properties say which; a run with nothing new commits nothing; a run that fails adds no
-snapshot and leaves no files, and its re-run adds the range once; with decode=schema the
+snapshot and leaves no files, and its re-run adds the range once; of two runs at once, the
+one whose commit comes second fails and adds nothing; with decode=schema the
 table has the registered schema's typed columns."""
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import hashlib
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import fastavro
 import orjson
 import pyarrow as pa
 import pytest
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.types import StructType
 from pyspark.sql import SparkSession
@@ -26,6 +29,7 @@ from danube.config.model import FsCloud
 from danube.discovery.schemas import SchemaRegistry
 from danube.meta import MetaStore
 from danube.names import TopicName
+from danube.spark import iceberg as iceberg_job
 from danube.spark.iceberg import (
     NEXT_OFFSETS,
     RANGES,
@@ -83,6 +87,7 @@ async def test_a_topic_kept_as_an_iceberg_table_adds_each_offset_once(
     cloud_config: CloudConfig,
     config_file: Path,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     objects = ObjectStore.from_config(cloud_config)
     tier = await write_tier(store, objects, SOURCE, [300, 200], per_object=100)
@@ -149,6 +154,28 @@ async def test_a_topic_kept_as_an_iceberg_table_adds_each_offset_once(
     assert fourth.ranges == {0: (450, 600)}
     table.refresh()
     assert _rows(table.scan().to_arrow()) == _expected(tier + more + even_more)
+
+    # Two runs at once: the other one commits while this one writes; this one's commit is
+    # refused (the table's head moved) and its files go: the new range is in the table once.
+    last = await append_tier(store, objects, partition_0, 0, range(600, 650), per_object=100)
+    racing: list[IcebergSync] = []
+
+    def write_while_another_run_commits(*args: Any) -> tuple[int, list[str]]:
+        written = real_write(*args)
+        if not racing:
+            racing.append(IcebergSync(TABLE, -1))  # the other run must not race in turn
+            racing.append(sync_to_iceberg(spark, options, TABLE, iceberg))
+        return written
+
+    real_write = iceberg_job._write
+    monkeypatch.setattr(iceberg_job, "_write", write_while_another_run_commits)
+    with pytest.raises(CommitFailedException):
+        await sync()
+    assert racing[-1].ranges == {0: (600, 650)}
+    table.refresh()
+    assert len(table.snapshots()) == 4
+    assert _rows(table.scan().to_arrow()) == _expected(tier + more + even_more + last)
+    assert _staged_dirs(warehouse) == _data_dirs(table)
 
 
 ORDER = {

@@ -12,10 +12,11 @@ catalog ``pyiceberg`` loads by setting, e.g. a REST one). Exactly once per offse
 - a run reads each partition from its next offset to the end of what is uploaded (the
   descriptors in etcd at the run's start), writes the files beside the table's data, and
   commits them with the new next offsets in **one** snapshot, on the condition that the
-  table's head is still the snapshot it read them from (pyiceberg asserts the ref): a run that
-  fails before its commit added nothing (its files are deleted, or unreferenced if the driver
-  died), one that lost a race to another commit fails and adds nothing, and the next run
-  starts where the last commit ended. A run with nothing new commits nothing.
+  table's head is still the snapshot it read them from (pyiceberg asserts the ref; its own
+  retry, which would re-append the files onto the new head, is off for the table): a run
+  that fails before its commit added nothing (its files are deleted, or unreferenced if the
+  driver died), one that lost a race to another commit fails and adds nothing, and the next
+  run starts where the last commit ended. A run with nothing new commits nothing.
 
 Reading the table in Spark itself needs Iceberg's Spark runtime jar (docs/spark.md); this job
 does not: Spark only writes Parquet.
@@ -37,7 +38,7 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -53,6 +54,10 @@ NEXT_OFFSETS = "danube.next_offsets"  # snapshot summary: {"<partition>": next o
 RANGES = "danube.ranges"  # snapshot summary: {"<partition>": [from, to)} this commit added
 SOURCE_TOPIC = "danube.topic"  # snapshot summary and table property: the topic it follows
 DEFAULT_CATALOG = "danube"
+# pyiceberg retries a commit that lost a race by appending the same files onto the new head:
+# here that would add a range the other run added too. Never: the run fails, the next starts
+# from the new head.
+_NO_RETRY = {TableProperties.COMMIT_NUM_RETRIES: "0"}
 # Spark writes TIMESTAMP as INT96 by default, which Iceberg does not read: micros, UTC.
 _TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
 
@@ -203,9 +208,14 @@ def _table(iceberg: Catalog, name: str, topic: str, schema: Any) -> Table:
             raise InvalidOptionError("table", f"{name!r}: <namespace>.<table>") from None
         with contextlib.suppress(NamespaceAlreadyExistsError):
             iceberg.create_namespace(namespace)
-        return iceberg.create_table(name, schema=schema, properties={SOURCE_TOPIC: topic})
+        return iceberg.create_table(
+            name, schema=schema, properties={SOURCE_TOPIC: topic, **_NO_RETRY}
+        )
     if table.properties.get(SOURCE_TOPIC) != topic:
         raise InvalidOptionError(
             "table", f"{name} follows {table.properties.get(SOURCE_TOPIC)}, not {topic}"
         )
+    if any(table.properties.get(key) != value for key, value in _NO_RETRY.items()):
+        with table.transaction() as change:
+            change.set_properties(_NO_RETRY)
     return table
