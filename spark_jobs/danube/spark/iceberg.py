@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from danube.spark.catalog import read_partitions, source_settings
-from danube.spark.errors import InvalidOptionError
+from danube.spark.errors import InvalidOptionError, TopicNotReadableError
 from danube.spark.options import parse_options
 from danube.spark.outputs import Output
 from danube.spark.source import FORMAT
@@ -105,15 +105,25 @@ def sync_to_iceberg(
     topic = str(options.topic)
     settings = source_settings(options).settings
     found = asyncio.run(read_partitions(settings.wal_cloud.metadata, options.topic))
-    ends = {p.index: p.descriptors[-1].last_offset + 1 for p in found if p.descriptors}
     names = {p.index: str(p.name) for p in found}
     table = _table(iceberg, table_name, topic, _empty(spark, source_options))
     next_offsets = _next_offsets(_summary(table), topic)
-    ranges = {
-        index: (next_offsets.get(index, 0), end)
-        for index, end in sorted(ends.items())
-        if end > next_offsets.get(index, 0)
-    }
+    ranges = {}
+    for partition in found:
+        if not partition.descriptors:
+            continue
+        first = partition.descriptors[0].first_offset
+        end = partition.descriptors[-1].last_offset + 1
+        # A partition new to the table starts at its oldest object (retention may have
+        # expired the ones before); one the table has must go on where it ends.
+        start = next_offsets.get(partition.index, first)
+        if start < first:
+            raise TopicNotReadableError(
+                names[partition.index],
+                f"offsets {start}..{first - 1} left object storage before {table_name} got them",
+            )
+        if end > start:
+            ranges[partition.index] = (start, end)
     if not ranges:
         log.info("%s: nothing new for %s", topic, table_name)
         return IcebergSync(table_name, 0)
