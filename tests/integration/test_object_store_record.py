@@ -1,7 +1,8 @@
 """The cluster's object store in real etcd: recorded once however often an uploader starts,
 replaced when the config changes; a backfill's settings given only etcd take the recorded
-store (the reader's credentials laid over it), while a config file or a named backend wins;
-with nothing recorded, the error of a missing object says so."""
+store (the reader's credentials laid over it, or the S3 server's keys from AWS_* variables),
+while a config file or a named backend wins; with nothing recorded, the error of a missing
+object says so."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import ObjectStoreRecord, TopicConfig
 from danube.names import TopicName
-from danube.runtime.servers import moto_cloud
+from danube.runtime.servers import MOTO_ACCESS_KEY, moto_cloud
 from danube.spark.catalog import SourceSettings, check_first_object, source_settings
 from danube.spark.options import ReadOptions, parse_options
 from danube.storage import (
@@ -131,3 +132,25 @@ async def test_with_nothing_recorded_a_missing_object_says_where_and_why(
     )
     await record_object_store(store, cloud, "uploader-1")
     await check_first_object(await _resolve(options, {}), options.topic)
+
+
+async def test_given_only_etcd_s3_credentials_come_from_the_readers_environment(
+    store: MetaStore,
+    etcd_endpoint: str,
+    meta_prefix: str,
+    s3_endpoint: str,
+    s3_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cloud = moto_cloud(s3_endpoint, s3_bucket)
+    await _one_object(store, ObjectStore.from_config(cloud))
+    await record_object_store(store, cloud, "uploader-1")  # without the keys
+    # The backend's own chain: AWS_* variables, as for any S3 client.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", MOTO_ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", MOTO_ACCESS_KEY)
+    options = parse_options(_only_etcd(etcd_endpoint, meta_prefix))
+    found = await _resolve(options, {})
+    assert found.settings.wal_cloud.cloud.model_dump(exclude_none=True) == cloud.model_dump(
+        exclude={"access_key", "secret_key"}, exclude_none=True
+    )
+    await check_first_object(found, options.topic)  # found, read with the environment's keys
