@@ -117,15 +117,20 @@ async def test_given_only_etcd_a_backfill_reads_where_the_cluster_records(
 
 
 async def test_with_nothing_recorded_a_missing_object_says_where_and_why(
-    store: MetaStore, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
+    store: MetaStore,
+    etcd_endpoint: str,
+    meta_prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # the default root is relative: not in the repository
     cloud = FsCloud(backend="fs", root=str(tmp_path / "objects"))
     await _one_object(store, ObjectStore.from_config(cloud))
     options = parse_options(_only_etcd(etcd_endpoint, meta_prefix))
     found = await _resolve(options, {})
     with pytest.raises(ObjectNotFoundError) as missing:
         await check_first_object(found, options.topic)
-    default_root = Path.cwd() / "danube-data" / "objects"
+    default_root = tmp_path / "danube-data" / "objects"
     assert missing.value.message == (
         f"object not found: '{KEY}' in fs:{default_root} (the default: none configured, "
         f"none recorded in etcd under {meta_prefix})"
