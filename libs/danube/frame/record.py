@@ -280,7 +280,7 @@ class SequenceRun(NamedTuple):
     length: int  # records
 
 
-def sequence_runs(records: Sequence[bytes]) -> list[SequenceRun]:
+def sequence_runs(records: Sequence[bytes | memoryview]) -> list[SequenceRun]:
     """The sequenced records of ``records`` (checked records: stored, or scanned on their way
     in) as runs: each run the longest stretch of consecutive records of one producer and
     epoch whose sequences follow one another. Unsequenced records are skipped (they end a
@@ -308,7 +308,8 @@ def sequence_runs(records: Sequence[bytes]) -> list[SequenceRun]:
         else:
             if count:
                 runs.append(SequenceRun(name, epoch, first, start, count))
-            name, epoch, first, start, count = buf[text_at:end], record_epoch, sequence, index, 1
+            name = bytes(buf[text_at:end])  # once a run: its records compare views with it
+            epoch, first, start, count = record_epoch, sequence, index, 1
         previous = index
     if count:
         runs.append(SequenceRun(name, epoch, first, start, count))

@@ -26,6 +26,7 @@ from danube.discovery.errors import BadRequestError
 from danube.discovery.models import ProduceRequest
 from danube.frame import RECORD_VERSION, record_sequence
 from danube.frame.produce import ProducedFrames
+from danube.frame.record import sequence_runs
 from danube.meta import TopicName
 
 INVALID_SEQUENCE = "invalid_sequence"
@@ -72,6 +73,13 @@ def frames_sequencing(frames: ProducedFrames) -> Sequencing | None:
     when every record is unsequenced (version 1); 400 ``invalid_sequence`` naming the first
     record that breaks the rules. The records were checked by the scan already."""
     body, starts = frames.body, frames.starts
+    # The common case, one producer's consecutive run, read fast (one unpack and one name
+    # comparison a record); anything else is read again below to say what is wrong.
+    runs = sequence_runs([body[start:end] for start, end in zip(starts, frames.ends, strict=True)])
+    if len(runs) == 1 and runs[0].length == len(starts):
+        run = runs[0]
+        producer = str(run.producer, "utf-8")
+        return Sequencing(producer, run.producer_epoch, run.first_sequence, run.length)
     if body[starts[0]] == RECORD_VERSION:
         for index, start in enumerate(starts):
             if body[start] != RECORD_VERSION:
