@@ -11,6 +11,7 @@ from danube.discovery.errors import BadRequestError
 from danube.meta.records import (
     BACKLOG_MESSAGES_MAX,
     MESSAGE_ID_WINDOW_MAX_S,
+    PARTITIONS_MAX,
     POLICY_COUNT_MAX,
     RATE_BYTES_MAX,
     RATE_MSGS_MAX,
@@ -50,10 +51,12 @@ class PoliciesSpec(BaseModel):
 
 
 class TopicPatch(BaseModel):
-    """``PATCH /v1/topics/{ns}/{topic}``: change a topic's policies in place."""
+    """``PATCH /v1/topics/{ns}/{topic}``: change a topic's policies in place, and grow its
+    partitions (``partitions``: the new count, never fewer: danube.discovery.growth)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
+    partitions: Annotated[int, Field(ge=1, le=PARTITIONS_MAX)] | None = None
     policies: PoliciesSpec = PoliciesSpec()
 
 

@@ -122,6 +122,14 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
         self._detached_slow = slow.DetachedBook()  # detached for their ack timeouts
         self._now_s = 0.0  # the time of the event being handled (polls read it)
 
+    def add_partitions(self, cursors: Mapping[str, PartitionCursor]) -> None:
+        """Read more partitions (the topic grew): each joins the round robin of fresh
+        messages; one read already is left as it is."""
+        for name, cursor in cursors.items():
+            if name not in self._partitions:
+                self._partitions[name] = PartitionQueue(cursor)
+                self._order.append(name)
+
     # --- flushing on demand --------------------------------------------------------------
 
     def flush_dirty(self, partitions: Iterable[str], now_s: float) -> list[Action]:

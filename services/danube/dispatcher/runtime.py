@@ -137,9 +137,11 @@ class SubscriptionRuntime(ActionRunner):
         stored = await self.store.load_cursors(partitions)
         missing = [p for p in partitions if p not in stored and p not in (resolved or {})]
         starts = dict(resolved or {})
-        starts.update(
-            zip(missing, await resolve_all(self.ingest, self.cloud, missing, start), strict=True)
-        )
+        if stored:  # resumed: a partition without a cursor came with a growth (read it all)
+            starts.update(dict.fromkeys(missing, 0))
+        else:
+            found = await resolve_all(self.ingest, self.cloud, missing, start)
+            starts.update(zip(missing, found, strict=True))
         cursors: dict[str, PartitionCursor] = {}
         fresh: dict[TopicName, CursorState] = {}
         for partition in partitions:
@@ -170,6 +172,32 @@ class SubscriptionRuntime(ActionRunner):
         self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
         self._spawn(policies.evict_loop(self), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
+
+    def grow(self, count: int) -> None:
+        """The topic has ``count`` partitions now: read those not read yet from offset 0
+        (a new partition holds only what came after the growth), in a task of our own."""
+        if self.machine is not None and count > len(self._partitions):
+            self._spawn(self._grow(count), f"grow-{self.store.topic}-{self.store.sub}")
+
+    async def _grow(self, count: int) -> None:
+        async with self._activate_lock:
+            new = [p for p in self.store.topic.partitions(count) if p.topic not in self._partitions]
+            if self.machine is None or self.failed or not new:
+                return
+            # Not written now: a resumed subscription reads a partition it has no cursor of
+            # from 0 as well (_activate); the first ack writes it.
+            stored = await self.store.load_cursors(new)  # a former owner's, if it grew there
+            states = {p: stored.get(p, CursorState(next_offset=0)) for p in new}
+            self.machine.add_partitions(
+                {p.topic: PartitionCursor.from_state(states[p], policy=self._policy) for p in new}
+            )
+            for partition in new:
+                self._partitions[partition.topic] = partition
+                reader = self._readers[partition.topic] = PartitionReader(
+                    self, partition, partition.topic
+                )
+                self._spawn(reader.run(), f"reader-{partition}")
+        log.info("%s/%s reads %d partitions now", self.store.topic, self.store.sub, count)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)

@@ -1,0 +1,136 @@
+"""Partition growth (docs/http-api.md, "Growing a topic"): PATCH of ``partitions`` and its
+codes, and 4 -> 8 partitions under a keyed SDK producer with a consumer attached: every
+acknowledged message read back once, and the keys that move exactly those FNV-1a predicts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from danube.client import AsyncDanubeClient, ConflictError, ReceivedMessage
+from danube.discovery.growth import moved_fraction
+from danube.discovery.routing import fnv1a_32, partition_for_key
+from tests.integration.conftest import ConsumeMesh
+
+pytestmark = pytest.mark.integration
+
+KEYS = [f"key-{i}" for i in range(256)]
+ROUNDS_BEFORE = 3  # full rounds of every key before the growth, and as many after it
+RECEIVE_TIMEOUT_S = 15.0
+
+
+async def test_patch_partitions_grows_only(consume_http: httpx.AsyncClient) -> None:
+    http = consume_http
+    assert (await http.put("/v1/topics/default/g", json={"partitions": 2})).status_code == 201
+    assert (await http.put("/v1/topics/default/flat")).status_code == 201
+
+    grown = await http.patch("/v1/topics/default/g", json={"partitions": 5})
+    assert grown.status_code == 200, grown.text
+    assert grown.json()["config"]["partitions"] == 5
+    lookup = (await http.get("/v1/lookup/default/g")).json()
+    assert [p["name"] for p in lookup["partitions"]] == [f"/default/g-part-{i}" for i in range(5)]
+    # Placed like a new topic's: each new partition has an owner before the first produce.
+    assert all(p["owner"] is not None for p in lookup["partitions"]), lookup
+
+    same = await http.patch("/v1/topics/default/g", json={"partitions": 5})
+    assert same.status_code == 200
+    assert same.json()["config"]["partitions"] == 5
+
+    def code(answer: httpx.Response) -> tuple[int, str]:
+        return answer.status_code, answer.json()["error"]["code"]
+
+    shrink = await http.patch("/v1/topics/default/g", json={"partitions": 3})
+    assert code(shrink) == (409, "partitions_cannot_shrink")
+    flat = await http.patch("/v1/topics/default/flat", json={"partitions": 4})
+    assert code(flat) == (409, "not_partitioned")
+    assert (await http.patch("/v1/topics/default/g", json={"partitions": 0})).status_code == 400
+    assert (await http.patch("/v1/topics/default/g", json={"partitions": 1025})).status_code == 400
+    missing = await http.patch("/v1/topics/default/nope", json={"partitions": 4})
+    assert code(missing) == (404, "topic_not_found")
+    # Policies and a growth in one PATCH: one compare-and-swap.
+    both = await http.patch(
+        "/v1/topics/default/g", json={"partitions": 6, "policies": {"max_producers": 3}}
+    )
+    assert both.status_code == 200
+    assert both.json()["config"]["partitions"] == 6
+    assert both.json()["config"]["policies"]["max_producers"] == 3
+
+    async with AsyncDanubeClient(str(http.base_url)) as client:
+        assert (await client.admin.update_topic("/default/g", partitions=7)).config.partitions == 7
+        with pytest.raises(ConflictError) as refused:
+            await client.admin.update_topic("/default/g", partitions=2)
+        assert refused.value.code == "partitions_cannot_shrink"
+
+
+async def test_growth_under_a_keyed_producer(consume_mesh: ConsumeMesh) -> None:
+    async with (
+        consume_mesh() as http,
+        AsyncDanubeClient(str(http.base_url)) as client,
+    ):
+        topic = "/default/growing"
+        await client.admin.create_topic(topic, partitions=4)
+        received: list[ReceivedMessage] = []
+        async with client.consumer(topic, "s", type="shared", start="earliest") as consumer:
+            sent = await _produce_around_growth(client, topic)
+            deadline = time.monotonic() + 60
+            while len(received) < len(sent) and time.monotonic() < deadline:
+                message = await consumer.receive(RECEIVE_TIMEOUT_S)
+                message.ack()
+                received.append(message)
+
+    # Every acknowledged message read back, once.
+    got = [(m.partition, m.offset, m.payload.decode(), m.key) for m in received]
+    assert len(got) == len(set(got)), "a message was read twice"
+    assert sorted(got) == sorted(sent)
+
+    # Each message went where the count at its routing said; a key moved at most once.
+    before: dict[str, str] = {}
+    after: dict[str, str] = {}
+    for partition, _, payload, key in sent:
+        assert key is not None
+        phase = payload.split(":")[0]
+        old = f"{topic}-part-{partition_for_key(key, 4)}"
+        new = f"{topic}-part-{partition_for_key(key, 8)}"
+        assert partition in (old, new), (key, partition)
+        if phase == "before":
+            assert partition == old
+            before[key] = partition
+        if phase == "after":
+            assert partition == new
+            after[key] = partition
+    moved = {key for key in KEYS if before[key] != after[key]}
+    predicted = {key for key in KEYS if fnv1a_32(key.encode()) % 4 != fnv1a_32(key.encode()) % 8}
+    assert moved == predicted
+    fraction = moved_fraction([fnv1a_32(key.encode()) for key in KEYS], 4, 8)
+    assert len(moved) / len(KEYS) == fraction
+    print(
+        f"\ngrowth 4 -> 8: {len(sent)} messages sent and read back once; "
+        f"{len(moved)} of {len(KEYS)} keys moved ({fraction:.1%}), the keys the formula predicts"
+    )
+
+
+async def _produce_around_growth(
+    client: AsyncDanubeClient, topic: str
+) -> list[tuple[str, int, str, str | None]]:
+    """Rounds of every key, the growth to 8 sent while a round is in flight; the sent
+    messages as ``(partition, offset, payload, key)``."""
+    sent: list[tuple[str, int, str, str | None]] = []
+    async with client.producer(topic, name="keyed", linger_ms=5) as producer:
+
+        async def round_of(phase: str, n: int) -> None:
+            futures = [(await producer.send(f"{phase}:{n}:{key}", key=key), key) for key in KEYS]
+            for future, key in futures:
+                result = await future
+                sent.append((result.partition, result.offset, f"{phase}:{n}:{key}", key))
+
+        for n in range(ROUNDS_BEFORE):
+            await round_of("before", n)
+        growth = asyncio.create_task(client.admin.update_topic(topic, partitions=8))
+        await round_of("during", 0)
+        assert (await growth).config.partitions == 8
+        for n in range(ROUNDS_BEFORE):
+            await round_of("after", n)
+    return sent
