@@ -1,6 +1,7 @@
-"""The uploader under SIGKILL: 10 rounds of kill -9 while a producer keeps writing and uploads
-keep happening. Afterwards the cloud tier holds every offset exactly once, contiguous from
-the first to the uploaded-through offset, and objects, descriptors and checkpoint agree."""
+"""The uploader under SIGKILL: rounds of kill -9 (5 in `make test`, 10 in `make bench`) while a
+producer keeps writing and uploads keep happening. Afterwards the cloud tier holds every offset
+exactly once, contiguous from the first to the uploaded-through offset, and objects, descriptors
+and checkpoint agree."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from danube.wire.ingest.client import IngestClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-ROUNDS = 10
 TOPIC = TopicName("default", "upcrash")
 
 
@@ -48,7 +48,9 @@ async def _checkpoint(store: MetaStore) -> UploaderCheckpoint | None:
     return await store.get_model(meta_keys.uploader_checkpoint_key(TOPIC), UploaderCheckpoint)
 
 
+@pytest.mark.parametrize("rounds", [pytest.param(10, marks=pytest.mark.soak), 5])
 async def test_uploader_sigkill_rounds_leave_every_offset_exactly_once(
+    rounds: int,
     tmp_path: Path,
     nats_url: str,
     etcd_endpoint: str,
@@ -72,13 +74,13 @@ async def test_uploader_sigkill_rounds_leave_every_offset_exactly_once(
         await store.put_model(meta_keys.topic_key(TOPIC), TopicConfig(created_ms=1))
         producer = asyncio.create_task(_producer(IngestClient(bus), stop, durable))
         kills_mid_upload = 0
-        for round_ in range(ROUNDS + 1):
+        for round_ in range(rounds + 1):
             # The same node on a fresh port each time: the killed one's may be taken by now.
             uploader_spec = spec_for("uploader", "uploader-0", **cloud)
             uploader = ServerProcess(uploader_spec, tmp_path / f"uploader-{round_}.log")
             uploaders.append(uploader)
             await asyncio.to_thread(uploader.start)
-            if round_ == ROUNDS:
+            if round_ == rounds:
                 break  # the last one stays up and catches up
             before = await _checkpoint(store)
             async with asyncio.timeout(60):  # every incarnation makes progress

@@ -20,6 +20,8 @@ from crc32c import crc32c
 from danube.client.errors import ProtocolError
 from danube.client.messages import Acknowledger, MessageRef, ReceivedMessage, received_message
 from danube.frame import (
+    FRAME_CRC_AT,
+    FRAME_HEADER,
     FRAME_HEADER_BYTES,
     MAX_FRAME_PAYLOAD_BYTES,
     CorruptFrameError,
@@ -30,10 +32,10 @@ from danube.wire.delivery import ENTRY_BYTES, BatchFormatError, check_entries, r
 
 log = logging.getLogger(__name__)
 
-# A frame's header (danube.frame): offset u64, length u32, then crc32c u32 over the 12
-# bytes before it and the record.
-_FRAME_HEADER = struct.Struct("<QII")
-_CRC_AT = 12
+# A frame's header (danube.frame): offset, length, then crc32c over the bytes before it
+# and the record.
+_FRAME_HEADER = FRAME_HEADER
+_CRC_AT = FRAME_CRC_AT
 # An entry of the batch: partition index u16, redelivery count u32.
 _ENTRY = struct.Struct("<HI")
 

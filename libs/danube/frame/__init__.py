@@ -5,6 +5,9 @@ storage; its payload is one encoded :class:`Record`. docs/formats.md describes b
 """
 
 from danube.frame.codec import (
+    FRAME_COVERED,
+    FRAME_CRC_AT,
+    FRAME_HEADER,
     FRAME_HEADER_BYTES,
     MAX_FRAME_PAYLOAD_BYTES,
     Frame,
@@ -33,9 +36,11 @@ from danube.frame.record import (
     MAX_ATTRIBUTES,
     MAX_KEY_BYTES,
     MAX_PRODUCER_NAME_BYTES,
+    RECORD_HEADER,
     RECORD_HEADER_BYTES,
     RECORD_VERSION,
     SEQUENCED_HEADER_BYTES,
+    SEQUENCED_RECORD_HEADER,
     SEQUENCED_RECORD_VERSION,
     Record,
     RecordFields,
@@ -48,6 +53,9 @@ from danube.frame.record import (
 )
 
 __all__ = [
+    "FRAME_COVERED",
+    "FRAME_CRC_AT",
+    "FRAME_HEADER",
     "FRAME_HEADER_BYTES",
     "MAX_ATTRIBUTES",
     "MAX_ATTRIBUTE_NAME_BYTES",
@@ -55,9 +63,11 @@ __all__ = [
     "MAX_FRAME_PAYLOAD_BYTES",
     "MAX_KEY_BYTES",
     "MAX_PRODUCER_NAME_BYTES",
+    "RECORD_HEADER",
     "RECORD_HEADER_BYTES",
     "RECORD_VERSION",
     "SEQUENCED_HEADER_BYTES",
+    "SEQUENCED_RECORD_HEADER",
     "SEQUENCED_RECORD_VERSION",
     "CorruptFrameError",
     "CorruptRecordError",

@@ -32,11 +32,16 @@ from danube.frame.errors import CorruptFrameError, FrameError, FrameTooLargeErro
 
 BytesLike: TypeAlias = bytes | bytearray | memoryview
 
-# offset u64, length u32, crc u32; "<" means little-endian with no padding.
-_HEADER = struct.Struct("<QII")
-FRAME_HEADER_BYTES = _HEADER.size
-_COVERED = struct.Struct("<QI")  # what the crc, the last field, covers: the fields before it
-_CRC_POS = _COVERED.size
+# offset u64, length u32, crc u32; "<" means little-endian with no padding. The one statement
+# of the frame header: every reader and writer of frames takes these (danube.frame exports them).
+FRAME_HEADER = struct.Struct("<QII")
+FRAME_HEADER_BYTES = FRAME_HEADER.size
+# What the crc, the last field, covers: the fields before it.
+FRAME_COVERED = struct.Struct(FRAME_HEADER.format[:-1])
+FRAME_CRC_AT = FRAME_COVERED.size
+_HEADER = FRAME_HEADER
+_COVERED = FRAME_COVERED
+_CRC_POS = FRAME_CRC_AT
 
 MAX_FRAME_PAYLOAD_BYTES = 8 * 1024 * 1024
 """Default limit on one frame's payload, on encode and decode; every call can override it."""

@@ -26,46 +26,49 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from danube.frame.codec import FRAME_HEADER_BYTES, BytesLike
+from danube.frame.codec import FRAME_COVERED, FRAME_HEADER, FRAME_HEADER_BYTES, BytesLike
 from danube.frame.errors import (
     CorruptFrameError,
     CorruptRecordError,
     TruncatedFramesError,
 )
 from danube.frame.record import (
+    FLAG_KEY,
+    FLAG_SCHEMA_ID,
+    FLAG_SCHEMA_VERSION,
     MAX_PRODUCER_NAME_BYTES,
+    RECORD_FLAGS_AT,
+    RECORD_HEADER,
     RECORD_HEADER_BYTES,
+    RECORD_SCHEMA_AT,
     RECORD_VERSION,
     SEQUENCED_HEADER_BYTES,
+    SEQUENCED_RECORD_HEADER,
     SEQUENCED_RECORD_VERSION,
     read_attributes,
     read_record_header,
 )
 
-# The frame header (codec.py): offset u64, length u32, crc u32; the crc covers the first two.
-_FRAME = struct.Struct("<QII")
-_FRAME_COVERED = struct.Struct("<QI")
-# The record header (record.py): version, flags, publish_time_ms, schema_id, schema_version,
-# producer_len, key_len, attribute_count, payload_len.
-_RECORD = struct.Struct("<BBQIIHHHI")
+# The layouts are codec.py's (frame) and record.py's (record); what is read or packed here
+# at once is composed from them.
+_FRAME = FRAME_HEADER
+_FRAME_COVERED = FRAME_COVERED
 _LENGTH = struct.Struct("<H")
-_FLAG_KEY = 1
-_FLAG_SCHEMA_ID = 2
-_FLAG_SCHEMA_VERSION = 4
-_STAMP_FLAGS = _FLAG_SCHEMA_ID | _FLAG_SCHEMA_VERSION
+_FLAG_KEY = FLAG_KEY
+_STAMP_FLAGS = FLAG_SCHEMA_ID | FLAG_SCHEMA_VERSION
 _STAMP = struct.Struct("<II")  # schema_id, schema_version
-_STAMP_AT = 10  # their position in the record header
-_FLAGS_AT = 1
+_STAMP_AT = RECORD_SCHEMA_AT
+_FLAGS_AT = RECORD_FLAGS_AT
 # What the producer packs at once: the frame header less its crc (offset, length: what the
 # crc covers first), then the record header; the crc goes between them.
-_HEADS = struct.Struct("<QIBBQIIHHHI")
+_HEADS = struct.Struct(FRAME_COVERED.format + RECORD_HEADER.format[1:])
 # The same for a sequenced record (version 2): producer_epoch and sequence end its header.
-_SEQUENCED_HEADS = struct.Struct("<QIBBQIIHHHIIQ")
+_SEQUENCED_HEADS = struct.Struct(FRAME_COVERED.format + SEQUENCED_RECORD_HEADER.format[1:])
 _COVERED_BYTES = _FRAME_COVERED.size
 _CRC = struct.Struct("<I")
 # What the scan reads at once: the whole frame header, then the record header (of either
 # version: the fields after version 1's header are not needed to check a record).
-_SCANNED = struct.Struct("<QIIBBQIIHHHI")
+_SCANNED = struct.Struct(FRAME_HEADER.format + RECORD_HEADER.format[1:])
 _SCANNED_BYTES = _SCANNED.size
 _HEADER_BYTES_BY_VERSION = {
     RECORD_VERSION: RECORD_HEADER_BYTES,

@@ -65,17 +65,33 @@ _MAX_U64 = 2**64 - 1
 
 # version, flags, publish_time_ms, schema_id, schema_version, producer_len, key_len,
 # attribute_count, payload_len
-_HEADER = struct.Struct("<BBQIIHHHI")
-RECORD_HEADER_BYTES = _HEADER.size
+# The one statement of the record header (danube.frame exports it); field positions below
+# are computed from it, never typed in.
+RECORD_HEADER = struct.Struct("<BBQIIHHHI")
+_HEADER = RECORD_HEADER
+RECORD_HEADER_BYTES = RECORD_HEADER.size
 # Version 2 appends producer_epoch and sequence.
-_SEQUENCED_HEADER = struct.Struct("<BBQIIHHHIIQ")
-SEQUENCED_HEADER_BYTES = _SEQUENCED_HEADER.size
 _SEQUENCE = struct.Struct("<IQ")  # producer_epoch, sequence: at RECORD_HEADER_BYTES
+SEQUENCED_RECORD_HEADER = struct.Struct(RECORD_HEADER.format + _SEQUENCE.format[1:])
+_SEQUENCED_HEADER = SEQUENCED_RECORD_HEADER
+SEQUENCED_HEADER_BYTES = SEQUENCED_RECORD_HEADER.size
+
+
+def _at(field_index: int) -> int:
+    """The byte position of the record header's field ``field_index`` (0: version)."""
+    return struct.calcsize(RECORD_HEADER.format[: 1 + field_index])
+
+
+RECORD_FLAGS_AT = _at(1)
+RECORD_PUBLISH_TIME_AT = _at(2)
+RECORD_SCHEMA_AT = _at(3)  # schema_id, then schema_version
+_PRODUCER_LEN_AT = _at(5)
 _LENGTH = struct.Struct("<H")  # prefix of each attribute name and value
 
-_FLAG_KEY = 1
-_FLAG_SCHEMA_ID = 2
-_FLAG_SCHEMA_VERSION = 4
+FLAG_KEY = 1
+FLAG_SCHEMA_ID = 2
+FLAG_SCHEMA_VERSION = 4
+_FLAG_KEY, _FLAG_SCHEMA_ID, _FLAG_SCHEMA_VERSION = FLAG_KEY, FLAG_SCHEMA_ID, FLAG_SCHEMA_VERSION
 _KNOWN_FLAGS = _FLAG_KEY | _FLAG_SCHEMA_ID | _FLAG_SCHEMA_VERSION
 
 
@@ -190,7 +206,7 @@ def _check(size: int, limit: int, what: str) -> None:
 
 
 _PUBLISH_TIME = struct.Struct("<Q")
-_PUBLISH_TIME_AT = 2  # after version and flags (see the layout above)
+_PUBLISH_TIME_AT = RECORD_PUBLISH_TIME_AT
 
 
 def record_publish_time_ms(buf: bytes | bytearray | memoryview) -> int:
@@ -245,7 +261,6 @@ def record_sequence(buf: bytes | memoryview, start: int = 0) -> Sequenced | None
     return Sequenced(producer, epoch, sequence)
 
 
-_PRODUCER_LEN_AT = 18  # see the layout above
 # Of a sequenced record's header, what deduplication reads: version, producer_len,
 # producer_epoch, sequence (the bytes between skipped).
 _SEQUENCE_HEAD = struct.Struct(

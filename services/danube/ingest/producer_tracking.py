@@ -9,10 +9,11 @@ A snapshot is ``producers-<end offset:020>.snap`` in the partition's directory::
 written whole or not at all (temp file, fdatasync, rename, directory fsync). It holds the
 states of every record below its end offset. The newest ``SNAPSHOTS_KEPT`` stay: a
 truncation below the newest (an uncommitted tail cut after a leader change) still finds an
-older one. At open, the newest snapshot at or below the log's end is restored and the
-frames from its end (or from the log's start, when retention dropped what lay between) are
-applied again; a snapshot that fails its CRC or does not parse is skipped (logged) for the
-next older one, and with none the whole log is read.
+older one. At open, the newest snapshot at or below the log's end is restored (those past it
+are deleted: they describe records that were cut) and the frames from its end (or from the
+log's start, when retention dropped what lay between) are applied again; a snapshot that
+fails its CRC or does not parse is skipped (logged) for the next older one, and with none
+the whole log is read.
 """
 
 from __future__ import annotations
@@ -80,7 +81,10 @@ def _restore(directory: Path, states: ProducerStates, *, log_end: int) -> int | 
     """Restore the newest usable snapshot at or below ``log_end``; its end offset."""
     for end_offset, path in _listed(directory):
         if end_offset > log_end:
-            continue  # the log was cut below it
+            # The log was cut below it (a truncation, a damaged tail): it describes records
+            # that are gone, and the offsets will hold others; never to be used again.
+            path.unlink(missing_ok=True)
+            continue
         try:
             data = path.read_bytes()
             (crc,) = _CRC.unpack_from(data)

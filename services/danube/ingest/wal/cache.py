@@ -12,17 +12,16 @@ reader computes a CRC again for every fetch of the same message.
 
 from __future__ import annotations
 
-import struct
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 from itertools import islice
 from operator import itemgetter
 
-from danube.frame import FRAME_HEADER_BYTES, encode_frame
+from danube.frame import FRAME_HEADER, FRAME_HEADER_BYTES, encode_frame
 
 # A frame's header (danube.frame.codec): offset u64, length u32, crc u32.
-_HEADER = struct.Struct("<QII")
+_HEADER = FRAME_HEADER  # danube.frame's header: offset, length, crc
 
 _first = itemgetter(0)
 

@@ -9,11 +9,10 @@ stops. Messages before it are returned; a read that starts at it raises
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from danube.frame import FRAME_HEADER_BYTES, CorruptFrameError, Frame, decode_frames
+from danube.frame import FRAME_HEADER, FRAME_HEADER_BYTES, CorruptFrameError, Frame, decode_frames
 from danube.ingest.wal.errors import WalCorruptionError
 from danube.ingest.wal.fileops import FileOps
 from danube.ingest.wal.segment import INDEX_EVERY_BYTES, Segment, scan_segment
@@ -24,7 +23,7 @@ MIN_READ_BYTES = 64 * 1024
 MAX_READ_BYTES = 4 * 1024 * 1024
 """One pread is at most this big (unless one frame is bigger): bounds a fetch's buffer."""
 
-_HEADER = struct.Struct("<QII")
+_HEADER = FRAME_HEADER  # danube.frame's header: offset, length, crc
 
 
 @dataclass(slots=True)

@@ -15,14 +15,13 @@ others lazily on first read).
 from __future__ import annotations
 
 import re
-import struct
 import threading
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 
-from danube.frame import FRAME_HEADER_BYTES, scan_frames
+from danube.frame import FRAME_HEADER, FRAME_HEADER_BYTES, scan_frames
 from danube.ingest.wal.errors import WalCorruptionError
 from danube.ingest.wal.fileops import FileOps
 
@@ -35,7 +34,7 @@ INDEX_EVERY_BYTES = 64 * 1024
 SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 """A scan reads a segment in chunks this big (or one frame's worth, if larger)."""
 
-_HEADER = struct.Struct("<QII")  # offset u64, length u32, crc u32: danube.frame's layout
+_HEADER = FRAME_HEADER  # danube.frame's header: offset, length, crc
 _first = itemgetter(0)
 
 

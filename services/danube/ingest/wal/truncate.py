@@ -11,10 +11,9 @@ shorter or a holed one; the follower compares histories again on its next start.
 from __future__ import annotations
 
 import logging
-import struct
 from pathlib import Path
 
-from danube.frame import FRAME_HEADER_BYTES
+from danube.frame import FRAME_HEADER, FRAME_HEADER_BYTES
 from danube.ingest.wal.checkpoint import (
     CHECKPOINT_NAME,
     Checkpoint,
@@ -27,7 +26,7 @@ from danube.ingest.wal.segment import parse_segment_name, scan_segment
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct("<QII")  # danube.frame's header: offset, length, crc
+_HEADER = FRAME_HEADER  # danube.frame's header: offset, length, crc
 
 
 def truncate_dir(ops: FileOps, directory: Path, end: int, *, max_payload_bytes: int) -> int:
