@@ -74,9 +74,11 @@ from danube.client.schemas import (
 )
 from danube.client.sync import Admin, Consumer, DanubeClient, Producer, Schemas
 from danube.client.tls import ClientTls
+from danube.wire.delivery import TTL_ATTRIBUTE
 
 __all__ = [
     "DEFAULT_URL",
+    "TTL_ATTRIBUTE",
     "Admin",
     "ApiError",
     "AsyncAdmin",

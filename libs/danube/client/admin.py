@@ -50,6 +50,7 @@ class Policies(_Model):
     backlog_quota_messages: int | None = None
     backlog_quota_policy: Literal["refuse", "evict_oldest"] | None = None
     message_id_window_s: int | None = None
+    message_ttl_s: int | None = None
 
     def body(self) -> dict[str, Any]:
         """The fields set, as a request body (a PATCH replaces exactly these)."""
@@ -208,6 +209,7 @@ class Subscription(_Model):
     consumers: list[SubscriptionConsumer] = []
     failure_policy: FailurePolicy | None = None  # as set (None: the cluster's)
     effective_failure_policy: FailurePolicy | None = None  # in effect, when served
+    expired: int | None = None  # let go past their TTL while served there (None: not served)
 
 
 class SeekPartition(_Model):

@@ -144,7 +144,7 @@ def encode_records(
                 publish_time_ms=publish_time_ms,
                 producer=request.producer,
                 key=message.key,
-                attributes=message.attributes,
+                attributes=message.record_attributes(),
                 schema_id=None if schema is None else schema.schema_id,
                 schema_version=None if schema is None else schema.version,
                 sequence=message.sequence,

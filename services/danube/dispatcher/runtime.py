@@ -46,6 +46,7 @@ from danube.dispatcher.events import (
     Poll,
     Tick,
 )
+from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
 from danube.dispatcher.readers import PartitionReader
@@ -111,6 +112,7 @@ class SubscriptionRuntime(ActionRunner):
         self._last_seen: dict[str, float] = {}
         # The largest record read so far: a poll takes no more messages than fit one reply.
         self._record_bytes_max = 0
+        self._expired_counted = 0  # of machine.expired, what the metric has
         self._policy = FlushPolicy(
             flush_acks=config.cursor_flush_acks,
             flush_interval_s=config.cursor_flush_interval_s,
@@ -165,6 +167,7 @@ class SubscriptionRuntime(ActionRunner):
             config.type, cursors, DeliverySettings.from_config(self.config, config.failure_policy)
         )
         self.machine.detach_payload = tiers.detached
+        self.machine.expiry_of = expiry_for((await policies.policies_of(self.store)).message_ttl_s)
         for name, partition in self._partitions.items():
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
@@ -321,7 +324,10 @@ class SubscriptionRuntime(ActionRunner):
             wanted = protocol.poll_reply_max(
                 request.max, self.bus.max_payload_bytes, self._record_bytes_max
             )
-            actions = self._machine().handle(Poll(request.consumer_id, wanted, time.monotonic()))
+            actions = self._machine().handle(
+                Poll(request.consumer_id, wanted, time.monotonic(), _wall_ms())
+            )
+            self._count_expired()
             delivered = [a for a in actions if isinstance(a, Deliver)]
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
@@ -420,7 +426,7 @@ class SubscriptionRuntime(ActionRunner):
         self.check_serving()
         machine = self.subscription()
         found = await subscription_stats(self.ingest, machine, self._partitions, self.damage)
-        return policy_admin.with_policy(self, found)
+        return policy_admin.with_policy(self, found).model_copy(update={"expired": machine.expired})
 
     async def delete(self) -> None:
         """Delete the subscription: detach every consumer, stop reading, delete its keys
@@ -481,6 +487,7 @@ class SubscriptionRuntime(ActionRunner):
     async def handle(self, event: Event) -> list[Action]:
         """Feed ``event`` to the machine and carry out what it decides."""
         actions = self._machine().handle(event)
+        self._count_expired()
         # Acks free window room, nacks and detaches return messages, time makes them due:
         # every waiting poll looks again (a poll itself wakes nobody).
         self.notify()
@@ -496,6 +503,13 @@ class SubscriptionRuntime(ActionRunner):
         actions = self._machine().handle(event)
         self.notify()
         return actions
+
+    def _count_expired(self) -> None:
+        expired = self._machine().expired
+        if expired > self._expired_counted:
+            labels = subscription_labels(self.store.topic, self.store.sub)
+            metrics.SUB_EXPIRED.labels(*labels).inc(expired - self._expired_counted)
+            self._expired_counted = expired
 
     def notify(self) -> None:
         """Wake every waiting poll: messages may be available."""
@@ -514,7 +528,7 @@ class SubscriptionRuntime(ActionRunner):
             else:
                 await asyncio.sleep(TICK_INTERVAL_S * random.uniform(0.9, 1.1))
             now_s = time.monotonic()
-            await self.handle(Tick(now_s))
+            await self.handle(Tick(now_s, _wall_ms()))
             timeout_s = self.config.consumer_session_timeout_s
             for consumer_id, seen_s in list(self._last_seen.items()):
                 if now_s - seen_s > timeout_s:
@@ -525,3 +539,7 @@ class SubscriptionRuntime(ActionRunner):
                         self.store.sub,
                     )
                     await self.detach(consumer_id)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
