@@ -12,23 +12,26 @@ message or a redelivery alike. A tick also sweeps the oldest messages held (at m
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from functools import partial
 
 from danube.dispatcher.entries import Entry, PartitionQueue, Ref
 from danube.frame import (
+    RECORD_HEADER,
     RECORD_HEADER_BYTES,
     SEQUENCED_HEADER_BYTES,
     SEQUENCED_RECORD_VERSION,
     RawFrame,
 )
 from danube.frame.errors import FrameError
-from danube.frame.record import read_attributes, read_record_header
+from danube.frame.record import read_attributes
 from danube.wire.delivery import TTL_ATTRIBUTE, TTL_MS_MAX
 
 # A tick looks at this many of the oldest messages held at most (the sweep's cost bound).
 SWEEP_SCAN_MAX = 4096
 _SWEPT_STATES = ("fresh", "ready", "scheduled")
+_TTL_NAME = TTL_ATTRIBUTE.encode()
 
 ExpiryOf = Callable[[object], int | None]
 
@@ -37,22 +40,32 @@ def expiry_ms(payload: object, policy_ttl_ms: int | None) -> int | None:
     """When the record in ``payload`` (its frame as read, or the record bytes) expires, in
     Unix ms; None when it never does. Its own ``danube.ttl_ms`` (a whole number of ms,
     1 … ``TTL_MS_MAX``) wins over ``policy_ttl_ms``; another value there is ignored. A
-    record that does not decode never expires (the consumer's own check reports it)."""
+    record that does not decode never expires (the consumer's own check reports it).
+
+    This runs for every message a subscription reads, so the usual case reads the header
+    alone (~1 µs): the attributes are decoded only when their bytes hold the name."""
     record = payload.record if isinstance(payload, RawFrame) else payload
     if not isinstance(record, bytes | bytearray | memoryview):
         return None
     view = memoryview(record)
     try:
-        _, time_ms, _, _, producer_len, key_len, count, _ = read_record_header(view, 0, len(view))
+        version, _, time_ms, _, _, producer_len, key_len, count, payload_len = (
+            RECORD_HEADER.unpack_from(view, 0)
+        )
         ttl_ms = policy_ttl_ms
-        if count:  # the text after the header of the record's version (byte 0)
-            sequenced = view[0] == SEQUENCED_RECORD_VERSION
-            start = SEQUENCED_HEADER_BYTES if sequenced else RECORD_HEADER_BYTES
-            attributes: dict[str, str] = {}
-            read_attributes(view, start + producer_len + key_len, len(view), count, attributes)
-            own = _ttl(attributes.get(TTL_ATTRIBUTE))
-            ttl_ms = own if own is not None else ttl_ms
-    except (FrameError, ValueError, IndexError):
+        if count:  # the text after the header of the record's version
+            start = (
+                SEQUENCED_HEADER_BYTES
+                if version == SEQUENCED_RECORD_VERSION
+                else RECORD_HEADER_BYTES
+            )
+            at = start + producer_len + key_len
+            if _TTL_NAME in bytes(view[at : len(view) - payload_len]):
+                attributes: dict[str, str] = {}
+                read_attributes(view, at, len(view), count, attributes)
+                own = _ttl(attributes.get(TTL_ATTRIBUTE))
+                ttl_ms = own if own is not None else ttl_ms
+    except (FrameError, ValueError, IndexError, struct.error):
         return None
     return None if ttl_ms is None else int(time_ms) + ttl_ms
 
