@@ -1,6 +1,7 @@
 """Partition growth (docs/http-api.md, "Growing a topic"): PATCH of ``partitions`` and its
 codes, and 4 -> 8 partitions under a keyed SDK producer with a consumer attached: every
-acknowledged message read back once, and the keys that move exactly those FNV-1a predicts."""
+acknowledged message read back once, and the keys that move exactly those FNV-1a predicts; a
+subscription resumed after a growth reads the new partitions from their start."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ import httpx
 import pytest
 
 from danube.client import AsyncDanubeClient, ConflictError, ReceivedMessage
+from danube.discovery import app as discovery_app
 from danube.discovery.growth import moved_fraction
 from danube.discovery.routing import fnv1a_32, partition_for_key
-from tests.integration.conftest import ConsumeMesh
+from danube.dispatcher import app as dispatcher_app
+from danube.ingest import app as ingest_app
+from danube.runtime.service import run_in_process
+from tests.integration.conftest import ConsumeMesh, MeshSettings
+from tests.readiness import until_ready
 
 pytestmark = pytest.mark.integration
 
@@ -134,3 +140,47 @@ async def _produce_around_growth(
         for n in range(ROUNDS_BEFORE):
             await round_of("after", n)
     return sent
+
+
+async def test_a_subscription_resumed_after_a_growth_reads_the_new_partitions(
+    mesh_settings: MeshSettings,
+) -> None:
+    # The topic grows while no dispatcher serves its subscription: the dispatcher that
+    # resumes it finds no cursor for the new partitions and reads them from offset 0 (not
+    # from the subscription's "latest"), so what was produced to them meanwhile is read.
+    settings = mesh_settings()
+    base_url = f"http://127.0.0.1:{settings.discovery.port}"
+    topic = "/default/regrown"
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),
+        run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True) as task,
+        httpx.AsyncClient(base_url=base_url, timeout=30) as http,
+        AsyncDanubeClient(base_url) as client,
+    ):
+        await until_ready(http, task)
+        await client.admin.create_topic(topic, partitions=2)
+        async with (
+            run_in_process(dispatcher_app.serve, settings, "disp-1", must_stop_cleanly=True),
+            client.consumer(topic, "s", type="shared", start="latest") as consumer,
+            client.producer(topic) as first,
+        ):
+            sent = await first.send_and_wait("first", key="a")
+            received = await consumer.receive(RECEIVE_TIMEOUT_S)
+            assert received.offset == sent.offset
+            received.ack()  # sent at the latest when the consumer closes
+        # No dispatcher now: grow, and produce to every partition.
+        await client.admin.update_topic(topic, partitions=4)
+        keys = [f"k{i}" for i in range(40)]
+        async with client.producer(topic) as producer:
+            for key in keys:
+                await producer.send(f"v-{key}", key=key)
+        assert {partition_for_key(k, 4) for k in keys} == {0, 1, 2, 3}
+        async with (
+            run_in_process(dispatcher_app.serve, settings, "disp-2", must_stop_cleanly=True),
+            client.consumer(topic, "s", type="shared", start="latest") as consumer,
+        ):
+            got = [await consumer.receive(RECEIVE_TIMEOUT_S) for _ in keys]
+            for message in got:
+                message.ack()
+        assert sorted(m.payload.decode() for m in got) == sorted(f"v-{k}" for k in keys)
+        assert {m.partition for m in got} == {f"{topic}-part-{i}" for i in range(4)}
