@@ -63,6 +63,7 @@ from danube.client.messages import (
     SendResult,
     Timestamp,
 )
+from danube.client.multi import AsyncMultiConsumer
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
 from danube.client.schemas import (
@@ -84,6 +85,7 @@ __all__ = [
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncDanubeClient",
+    "AsyncMultiConsumer",
     "AsyncProducer",
     "AsyncSchemas",
     "Backoff",
