@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -15,9 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
+from danube.bus import Bus
 from danube.client import AsyncDanubeClient, DeadlineExceededError
-from danube.discovery.routing import partition_for_key
+from danube.frame import decode_record
+from danube.names import TopicName
+from danube.routing import partition_for_key
 from danube.runtime import free_port
+from danube.wire.ingest.client import IngestClient
 
 pytestmark = pytest.mark.integration
 
@@ -72,9 +77,12 @@ async def test_produce_1000_then_consume_1000_in_order_and_acked(
     assert code == 0, err
     got = [json.loads(line) for line in out.splitlines()]
     assert [m["offset"] for m in got] == list(range(1000))
-    assert {
-        (m["partition"], m["payload"], m["key"], m["producer"], m["redelivery_count"]) for m in got
-    } == {("/default/cli", "hello", "k1", "danube-cli", 0)}
+    assert {(m["partition"], m["payload"], m["key"], m["redelivery_count"]) for m in got} == {
+        ("/default/cli", "hello", "k1", 0)
+    }
+    # Idempotent (the default) and unnamed: a name of its own.
+    (producer,) = {m["producer"] for m in got}
+    assert re.fullmatch(r"danube-client-[0-9a-f]{12}", producer), producer
     assert all(m["attributes"] == {"src": "cli", "n": "1"} for m in got)
 
     # The command acked all 1000 before it detached: the subscription has nothing left.
@@ -354,3 +362,21 @@ async def test_consume_key_shared_with_key_filters(consume_http: httpx.AsyncClie
     )  # fmt: skip
     assert code != 0
     assert "--key-filter needs --sub-type key-shared" in err
+
+
+async def test_produce_is_idempotent_unless_told_not_to(
+    consume_http: httpx.AsyncClient, bus: Bus
+) -> None:
+    url = _url(consume_http)
+    for topic, flags in (("/default/cli-idem", ()), ("/default/cli-plain", ("--no-idempotent",))):
+        code, _, err = await _danube(
+            "produce", "-s", url, "-t", topic, "-m", "m", "-c", "3", *flags
+        )
+        assert code == 0, err
+    ingest = IngestClient(bus)
+    idem = await ingest.fetch(TopicName.parse("/default/cli-idem"), 0)
+    plain = await ingest.fetch(TopicName.parse("/default/cli-plain"), 0)
+    stored = [decode_record(frame.payload) for frame in idem.frames]
+    assert [(r.sequence, r.producer_epoch) for r in stored] == [(0, 0), (1, 0), (2, 0)]
+    stored = [decode_record(frame.payload) for frame in plain.frames]
+    assert [(r.sequence, r.producer) for r in stored] == [(None, "danube-cli")] * 3

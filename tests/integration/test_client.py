@@ -23,7 +23,7 @@ from danube.client import (
     Timestamp,
     TooLargeError,
 )
-from danube.discovery.routing import partition_for_key
+from danube.routing import partition_for_key
 
 pytestmark = pytest.mark.integration
 

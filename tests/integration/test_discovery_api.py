@@ -31,10 +31,10 @@ from danube.config import (
 )
 from danube.discovery import app as discovery_app
 from danube.discovery.produce import PLACE_TIMEOUT_S
-from danube.discovery.routing import partition_for_key
 from danube.frame import decode_record
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
+from danube.routing import partition_for_key
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.wire.ingest.client import IngestClient

@@ -31,13 +31,13 @@ from danube.config import (
     WalConfig,
 )
 from danube.discovery import app as discovery_app
-from danube.discovery.routing import partition_for_key
 from danube.frame import decode_record
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig
 from danube.names import TopicName
+from danube.routing import partition_for_key
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.spark import BackfillStateError

@@ -10,12 +10,11 @@ from danube.discovery.routing import (
     RECORD_FRAMING_BYTES,
     REQUEST_HEAD_BYTES,
     RoundRobin,
-    fnv1a_32,
     group,
-    partition_for_key,
     route,
     split,
 )
+from danube.routing import fnv1a_32, partition_for_key
 
 pytestmark = pytest.mark.unit
 

@@ -239,8 +239,15 @@ def _produce_ok(request: httpx.Request) -> httpx.Response:
 
 
 def _client(handler: Handler) -> AsyncDanubeClient:
+    def topic_unknown_yet(request: httpx.Request) -> httpx.Response:
+        # An idempotent producer (the default) first asks the topic's partitions; "not
+        # there yet" sends to the topic itself, as these tests expect.
+        if request.url.path.startswith("/v1/lookup/"):
+            return httpx.Response(404, json={"error": {"code": "topic_not_found", "message": ""}})
+        return handler(request)
+
     return AsyncDanubeClient(
-        "http://danube.test", transport=httpx.MockTransport(handler), retry=FAST
+        "http://danube.test", transport=httpx.MockTransport(topic_unknown_yet), retry=FAST
     )
 
 

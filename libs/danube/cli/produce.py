@@ -64,8 +64,14 @@ def produce(
         str | None, typer.Option("--key", help="Routing key: one key, one partition, in order.")
     ] = None,
     producer_name: Annotated[
-        str, typer.Option("--producer-name", "-n", help="Stored with every message.")
-    ] = "danube-cli",
+        str | None,
+        typer.Option(
+            "--producer-name",
+            "-n",
+            help="Stored with every message. Idempotent: names one producer, a new run of it "
+            "fences a running one (default: a name of its own, danube-client-<hex>).",
+        ),
+    ] = None,
     timeout_s: Annotated[
         float,
         typer.Option("--timeout", min=0.1, max=3600, help="Retry a batch for at most this (s)."),
@@ -79,6 +85,13 @@ def produce(
             "producer is connected, and fences every other producer until it ends.",
         ),
     ] = None,
+    idempotent: Annotated[
+        bool,
+        typer.Option(
+            "--idempotent/--no-idempotent",
+            help="Sequenced records, stored once however often a batch is retried.",
+        ),
+    ] = True,
 ) -> None:
     """Produce messages to a topic; prints `<partition> <offset>` per message."""
     if (message is None) == (file is None):
@@ -97,11 +110,13 @@ def produce(
             partitions=partitions,
             dispatch="reliable" if reliable else "non_reliable",
             key=key,
-            name=producer_name,
+            # Idempotent and unnamed: the SDK gives the producer a name of its own.
+            name=producer_name or ("danube-client" if idempotent else "danube-cli"),
             timeout_s=timeout_s,
             quiet=quiet,
             create=partitions is not None or not reliable,
             access_mode=None if access_mode is None else access_mode.value,
+            idempotent=idempotent,
         ),
     )
 
@@ -130,6 +145,7 @@ async def _produce(
     quiet: bool,
     create: bool,
     access_mode: Literal["shared", "exclusive"] | None = None,
+    idempotent: bool = True,
 ) -> None:
     async with connect(url) as client:
         if create:
@@ -150,6 +166,7 @@ async def _produce(
             linger_ms=0 if interval_s else 5,
             send_timeout_s=timeout_s,
             access_mode=access_mode,
+            idempotent=idempotent,
         )
         started = time.monotonic()
         async with producer:  # opens the session (if any) now, closes it at the end

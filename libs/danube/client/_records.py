@@ -1,6 +1,7 @@
 """The producer's binary body (``application/vnd.danube.records``, docs/http-api.md): each
 message a record framed as the WAL frames it, offset 0 (:mod:`danube.frame.produce`); and the
-answer's runs of offsets read back as one :class:`SendResult` per message.
+answer's runs of offsets read back as one :class:`SendResult` per message. The JSON body's
+head and the query of a binary one, and the JSON answer read back, too.
 
 The record carries the producer's name and the time of ``send()`` (``publish_time_ms``,
 this host's clock); the server checks every frame's CRC and every record before storing
@@ -12,6 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from danube.client.errors import InvalidMessageError, ProtocolError
 from danube.client.messages import Payload, SendResult
@@ -45,9 +48,12 @@ def encode_frame(
     *,
     producer: bytes,
     max_payload_bytes: int,
+    sequenced: bool = False,
 ) -> bytes:
     """One message as a produced frame; checks every limit of the record first (as the JSON
-    form does), so a bad message fails alone instead of failing its batch."""
+    form does), so a bad message fails alone instead of failing its batch. ``sequenced``: a
+    sequenced record (format version 2) with epoch and sequence 0, stamped when its batch
+    is planned (:func:`danube.client._sequencing.stamp`)."""
     if isinstance(payload, bytes):
         raw = payload
     elif isinstance(payload, str):
@@ -81,11 +87,13 @@ def encode_frame(
         publish_time_ms=time.time_ns() // 1_000_000,
         key=raw_key,
         attributes=raw_attributes,
+        sequence=0 if sequenced else None,
     )
 
 
 def results_of_runs(answer: Any, count: int) -> list[SendResult]:
-    """One result per message from ``{"runs": [{"partition", "offset", "count"}, ...]}``."""
+    """One result per message from ``{"runs": [{"partition", "offset", "count"}, ...]}``; a
+    run with ``"duplicate": true`` was stored before (an idempotent producer's resend)."""
     runs = answer.get("runs") if isinstance(answer, dict) else None
     if not isinstance(runs, list) or len(runs) > count:
         raise ProtocolError(f"produce answered {answer!r:.200} for {count} messages")
@@ -101,7 +109,44 @@ def results_of_runs(answer: Any, count: int) -> list[SendResult]:
             or not 1 <= size <= count - len(results)
         ):
             raise ProtocolError(f"produce run {run!r:.200} is not partition, offset, count")
-        results += [SendResult(partition, offset) for offset in range(first, first + size)]
+        duplicate = run.get("duplicate") is True
+        results += [
+            SendResult(partition, offset, duplicate) for offset in range(first, first + size)
+        ]
     if len(results) != count:
         raise ProtocolError(f"produce answered {len(results)} results for {count} messages")
     return results
+
+
+def request_head(name: str, dispatch: str, producer_id: str | None) -> bytes:
+    """The JSON produce body up to the messages."""
+    parts = [b'{"producer":', orjson.dumps(name), b',"dispatch":']
+    parts.append(orjson.dumps(dispatch))
+    if producer_id is not None:
+        parts += [b',"producer_id":', orjson.dumps(producer_id)]
+    parts.append(b',"messages":[')
+    return b"".join(parts)
+
+
+def request_params(dispatch: str, producer_id: str | None) -> dict[str, str | int]:
+    """The query parameters of a binary produce (the JSON body's fields around messages)."""
+    params: dict[str, str | int] = {"dispatch": dispatch}
+    if producer_id is not None:
+        params["producer_id"] = producer_id
+    return params
+
+
+def json_results(answer: Any, count: int) -> list[SendResult]:
+    """One result per message from a JSON produce's ``{"results": [...]}``."""
+    results = answer.get("results") if isinstance(answer, dict) else None
+    if not isinstance(results, list) or len(results) != count:
+        raise ProtocolError(f"produce answered {answer!r:.200} for {count} messages")
+    out = []
+    for result in results:
+        if not isinstance(result, dict):
+            raise ProtocolError(f"produce result {result!r:.200} is not an object")
+        partition, offset = result.get("partition"), result.get("offset")
+        if not isinstance(partition, str) or not isinstance(offset, int):
+            raise ProtocolError(f"produce result {result!r:.200} lacks partition or offset")
+        out.append(SendResult(partition, offset, result.get("duplicate") is True))
+    return out

@@ -91,10 +91,13 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class SendResult:
-    """Where a produced message is stored: the partition's full name and its offset."""
+    """Where a produced message is stored: the partition's full name and its offset;
+    ``duplicate``: an idempotent producer's resend of a message stored before, at that
+    offset (nothing was stored again)."""
 
     partition: str
     offset: int
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,9 @@ one future.
 
 Order: with ``max_inflight_batches=1`` (the default) batches go one after the other, so the
 offsets of a partition follow the order of ``send()`` calls, retries included. More batches
-in flight send faster but two batches may then be stored in either order.
+in flight send faster; an idempotent producer's batches still keep that order in each
+partition (a batch that overtakes another is refused and sent again), an unsequenced
+producer's may then be stored in either order.
 
 The queue is bounded (``max_pending_messages``): ``send()`` waits for room when it is full,
 so a producer faster than the server slows down rather than growing memory.
@@ -23,6 +25,13 @@ them (``application/vnd.danube.records``: no JSON, no base64, the server checks 
 without decoding payloads); ``"json"`` sends the JSON body of docs/http-api.md. Both store
 the same records and answer the same offsets (a binary record's ``publish_time_ms`` is this
 host's clock at ``send()``, a JSON one's the server's at the produce).
+
+Idempotence (``idempotent=True``, the default, with the binary transport; docs/client.md,
+"Exactly once into the log"): every record carries the producer's epoch and a sequence per
+partition, the producer routes its batches itself (one partition per request) and resends
+a batch as the same bytes, so the ingest leader stores each message once however often it
+is retried (:mod:`danube.client._idempotent`). ``idempotent=False``, or ``transport="json"``,
+sends unsequenced records that discovery routes, as before.
 
 Access mode (docs/producers.md): with ``access_mode`` set (``"shared"`` or ``"exclusive"``)
 the producer holds a producer session while it is open: opened by ``async with`` or the
@@ -38,22 +47,26 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
-
-import orjson
 
 from danube.client._http import HttpCore
-from danube.client._producer_session import AccessMode, ProducerSession
-from danube.client._records import RECORDS_TYPE, encode_frame, results_of_runs
+from danube.client._idempotent import DEFAULT_PRODUCER_NAME, IdempotentSender, Part, unique_name
+from danube.client._options import ProducerOptions as ProducerOptions
+from danube.client._producer_session import ProducerSession
+from danube.client._records import (
+    RECORDS_TYPE,
+    encode_frame,
+    json_results,
+    request_head,
+    request_params,
+    results_of_runs,
+)
+from danube.client._sequencing import is_sequenced
 from danube.client.batch import Accumulator
-from danube.client.errors import ClientError, ClosedError, InvalidArgumentError, ProtocolError
+from danube.client.errors import ClientError, ClosedError, InvalidArgumentError
 from danube.client.messages import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
     Message,
     Payload,
     SendResult,
-    check_producer_name,
     encode_message,
     topic_path,
 )
@@ -61,54 +74,9 @@ from danube.names import TopicName
 
 log = logging.getLogger(__name__)
 
-Dispatch = Literal["reliable", "non_reliable"]
-Transport = Literal["binary", "json"]
-
-# The server's limits (docs/http-api.md, "Limits"): messages and bytes of one request.
-SERVER_MAX_MESSAGES = 10_000
-SERVER_MAX_BODY_BYTES = 16 * 1024 * 1024
 # The produce body around the messages: producer name and dispatch (the name is at most
 # 256 bytes, JSON escaping at most 6x that).
 _BODY_OVERHEAD_BYTES = 2048
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerOptions:
-    """How a producer batches, bounds and retries (see the module docstring)."""
-
-    name: str = "danube-client"
-    dispatch: Dispatch = "reliable"  # used only when the produce auto-creates the topic
-    linger_ms: float = 5.0
-    batch_max_messages: int = 1000
-    batch_max_bytes: int = 1024 * 1024
-    max_pending_messages: int = 10_000
-    max_inflight_batches: int = 1
-    send_timeout_s: float = 30.0
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    # None: no producer session; "shared" / "exclusive": hold one (see the module docstring).
-    access_mode: AccessMode | None = None
-    transport: Transport = "binary"
-
-    def __post_init__(self) -> None:
-        check_producer_name(self.name)
-        _check("linger_ms", self.linger_ms, 0, 60_000)
-        _check("batch_max_messages", self.batch_max_messages, 1, SERVER_MAX_MESSAGES)
-        _check("batch_max_bytes", self.batch_max_bytes, 4096, SERVER_MAX_BODY_BYTES)
-        _check("max_pending_messages", self.max_pending_messages, 1, 10_000_000)
-        _check("max_inflight_batches", self.max_inflight_batches, 1, 64)
-        _check("send_timeout_s", self.send_timeout_s, 0.001, 3600)
-        _check("max_payload_bytes", self.max_payload_bytes, 1, 64 * 1024 * 1024)
-        if self.transport not in ("binary", "json"):
-            raise InvalidArgumentError(f"transport must be binary or json, not {self.transport!r}")
-        if self.access_mode not in (None, "shared", "exclusive"):
-            raise InvalidArgumentError(
-                f"access_mode must be shared or exclusive, not {self.access_mode!r}"
-            )
-
-
-def _check(name: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise InvalidArgumentError(f"{name} must be in {low}..{high}, got {value}")
 
 
 class _Group:
@@ -168,9 +136,22 @@ class AsyncProducer:
         self._http = http
         self._path = f"/v1/topics/{topic_path(topic)}/messages"
         self._binary = options.transport == "binary"
-        self._producer_raw = options.name.encode("utf-8")
-        self._head = _head(options, None)
-        self._params = _params(options, None)
+        self.idempotent = options.idempotent and self._binary
+        named = options.name != DEFAULT_PRODUCER_NAME
+        self.name = unique_name() if self.idempotent and not named else options.name
+        self._producer_raw = self.name.encode("utf-8")
+        self._sequenced: IdempotentSender | None = None
+        if self.idempotent:
+            self._sequenced = IdempotentSender(
+                http,
+                topic,
+                name=self.name,
+                named=named,
+                send_timeout_s=options.send_timeout_s,
+                params=lambda: self._params,
+            )
+        self._head = request_head(options.name, options.dispatch, None)
+        self._params = request_params(options.dispatch, None)
         self._session: ProducerSession | None = None
         self._opening = asyncio.Lock()
         self._queue: Accumulator[_Queued] = Accumulator(
@@ -187,7 +168,8 @@ class AsyncProducer:
         self._progress: list[asyncio.Future[None]] = []  # flushes waiting for a settle
         self._wake = asyncio.Event()
         self._flushing = False
-        self._closing = False
+        self._closing = False  # no more sends: closing, fenced, or the sender ended
+        self._close_called = False
         self._sender: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> AsyncProducer:
@@ -206,8 +188,10 @@ class AsyncProducer:
                 self._session = await ProducerSession.open(
                     self._http, self.topic, self.options.name, self.options.access_mode
                 )
-                self._head = _head(self.options, self._session.producer_id)
-                self._params = _params(self.options, self._session.producer_id)
+                self._head = request_head(
+                    self.options.name, self.options.dispatch, self._session.producer_id
+                )
+                self._params = request_params(self.options.dispatch, self._session.producer_id)
             return self._session.producer_id
 
     @property
@@ -243,6 +227,7 @@ class AsyncProducer:
                 attributes,
                 producer=self._producer_raw,
                 max_payload_bytes=self.options.max_payload_bytes,
+                sequenced=self.idempotent,
             )
         message = Message(payload, key, attributes or {})
         return encode_message(message, max_payload_bytes=self.options.max_payload_bytes)
@@ -266,7 +251,10 @@ class AsyncProducer:
         return future
 
     async def send_encoded(self, body: bytes) -> asyncio.Future[SendResult]:
-        """:meth:`send` of a message :meth:`encode` made."""
+        """:meth:`send` of a message :meth:`encode` made (by this producer: an idempotent
+        one's frames are sequenced records)."""
+        if self._sequenced is not None and not is_sequenced(body):
+            raise InvalidArgumentError("an idempotent producer sends frames its encode() made")
         if self._must_wait():
             await self._room_for_one()
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
@@ -311,6 +299,8 @@ class AsyncProducer:
         """Wait until one more message may be queued (the session opened, room in the
         queue); :class:`ClosedError` once the producer is closing."""
         if self._closing:
+            if self._sequenced is not None and self._sequenced.fenced is not None:
+                raise self._sequenced.fenced
             raise ClosedError(f"producer of {self.topic} is closed")
         if self._session is None and self.options.access_mode is not None:
             await self.open()
@@ -365,11 +355,11 @@ class AsyncProducer:
 
     async def close(self) -> None:
         """Flush, then stop the sender; later sends raise :class:`ClosedError`."""
-        if self._closing:
+        if self._close_called:
             if self._sender is not None:
                 await asyncio.shield(self._sender)
             return
-        self._closing = True
+        self._close_called = self._closing = True
         self._wake.set()
         self._wake_waiters(self._room_waiters, len(self._room_waiters))
         try:
@@ -433,7 +423,15 @@ class AsyncProducer:
                 batch = await self._next_batch()
                 if batch is None:
                     return
-                if one_at_a_time:
+                if self._sequenced is not None:
+                    parts = await self._plan(batch, inflight)
+                    if parts is None:
+                        continue
+                    if one_at_a_time:
+                        await self._deliver_sequenced(batch, parts, inflight)
+                    else:
+                        tg.create_task(self._deliver_sequenced(batch, parts, inflight))
+                elif one_at_a_time:
                     # The sender would only wait for this batch's slot: it delivers the
                     # batch itself, without a task to start (a loop turn less per batch).
                     await self._deliver(batch, inflight)
@@ -491,18 +489,66 @@ class AsyncProducer:
                 if self._binary:
                     results = results_of_runs(answer.body, len(items))
                 else:
-                    results = _results(answer.body, len(items))
+                    results = json_results(answer.body, len(items))
             except ClientError as exc:
                 _fail(items, exc)
                 return
             _succeed(items, results)
         finally:
-            if batch in self._inflight:  # not already failed by _sender_done
-                self._inflight.discard(batch)
-                self._settled(len(items))
-                if not self._inflight and self._queue:
-                    self._wake.set()  # the pipe is idle: a lingering batch goes now
-            inflight.release()
+            self._done(batch, inflight)
+
+    async def _plan(self, batch: _Inflight, inflight: asyncio.Semaphore) -> list[Part] | None:
+        """The parts of an idempotent producer's batch (in the sender, in batch order: the
+        sequences follow the order of sends); None when the batch failed already."""
+        assert self._sequenced is not None
+        try:
+            if self._sequenced.fenced is not None:
+                raise self._sequenced.fenced
+            await self._sequenced.prepare()
+            return self._sequenced.plan(batch.bodies)
+        except ClientError as exc:
+            _fail(batch.items, exc)
+            self._done(batch, inflight)
+            return None
+
+    async def _deliver_sequenced(
+        self, batch: _Inflight, parts: list[Part], inflight: asyncio.Semaphore
+    ) -> None:
+        assert self._sequenced is not None
+        items = batch.items
+        try:
+            if self._session is not None and self._session.lost is not None:
+                outcomes: list[tuple[list[int], list[SendResult] | ClientError]] = [
+                    ([i for part in parts for i in part.indexes], self._session.lost)
+                ]
+            else:
+                outcomes = await self._sequenced.deliver(parts)
+            for indexes, outcome in outcomes:
+                chosen = [items[i] for i in indexes]
+                if isinstance(outcome, ClientError):
+                    _fail(chosen, outcome)
+                else:
+                    _succeed(chosen, outcome)
+            if self._sequenced.fenced is not None and not self._closing:
+                # Another instance of this name took over: nothing more goes out.
+                self._closing = True
+                stranded = self._queue.take_all()
+                self._bodies = []
+                _fail(stranded, self._sequenced.fenced)
+                self._settled(len(stranded))
+                self._wake.set()
+                self._wake_waiters(self._room_waiters, len(self._room_waiters))
+        finally:
+            self._done(batch, inflight)
+
+    def _done(self, batch: _Inflight, inflight: asyncio.Semaphore) -> None:
+        """A batch settled: its room back; an idle pipe sends what lingers."""
+        if batch in self._inflight:  # not already failed by _sender_done
+            self._inflight.discard(batch)
+            self._settled(len(batch.items))
+            if not self._inflight and self._queue:
+                self._wake.set()  # the pipe is idle: a lingering batch goes now
+        inflight.release()
 
 
 def _succeed(items: list[_Queued], results: list[SendResult]) -> None:
@@ -519,36 +565,3 @@ def _fail(items: list[_Queued], error: BaseException) -> None:
             target[0].settle(target[1], None, error)
         elif not target.done():
             target.set_exception(error)
-
-
-def _head(options: ProducerOptions, producer_id: str | None) -> bytes:
-    """The produce body up to the messages."""
-    parts = [b'{"producer":', orjson.dumps(options.name), b',"dispatch":']
-    parts.append(orjson.dumps(options.dispatch))
-    if producer_id is not None:
-        parts += [b',"producer_id":', orjson.dumps(producer_id)]
-    parts.append(b',"messages":[')
-    return b"".join(parts)
-
-
-def _params(options: ProducerOptions, producer_id: str | None) -> dict[str, str | int]:
-    """The query parameters of a binary produce (the JSON body's fields around messages)."""
-    params: dict[str, str | int] = {"dispatch": options.dispatch}
-    if producer_id is not None:
-        params["producer_id"] = producer_id
-    return params
-
-
-def _results(answer: Any, count: int) -> list[SendResult]:
-    results = answer.get("results") if isinstance(answer, dict) else None
-    if not isinstance(results, list) or len(results) != count:
-        raise ProtocolError(f"produce answered {answer!r:.200} for {count} messages")
-    out = []
-    for result in results:
-        if not isinstance(result, dict):
-            raise ProtocolError(f"produce result {result!r:.200} is not an object")
-        partition, offset = result.get("partition"), result.get("offset")
-        if not isinstance(partition, str) or not isinstance(offset, int):
-            raise ProtocolError(f"produce result {result!r:.200} lacks partition or offset")
-        out.append(SendResult(partition, offset))
-    return out

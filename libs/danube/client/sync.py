@@ -184,6 +184,8 @@ class Producer:
         self._portal = portal
         self._producer = producer
         self.topic = producer.topic
+        self.name = producer.name  # unique when left at the default and idempotent
+        self.idempotent = producer.idempotent
 
     def __enter__(self) -> Producer:
         return self

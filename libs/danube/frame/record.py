@@ -85,7 +85,8 @@ def _at(field_index: int) -> int:
 RECORD_FLAGS_AT = _at(1)
 RECORD_PUBLISH_TIME_AT = _at(2)
 RECORD_SCHEMA_AT = _at(3)  # schema_id, then schema_version
-_PRODUCER_LEN_AT = _at(5)
+RECORD_PRODUCER_LEN_AT = _at(5)  # then key_len
+_PRODUCER_LEN_AT = RECORD_PRODUCER_LEN_AT
 _LENGTH = struct.Struct("<H")  # prefix of each attribute name and value
 
 FLAG_KEY = 1

@@ -3,10 +3,10 @@ requests. Pure functions, no I/O.
 
 Routing rule (docs/http-api.md): an unpartitioned topic takes every message. A partitioned
 topic with ``N`` partitions sends a message with a key to partition
-``fnv1a_32(utf8(key)) mod N`` (the 32-bit FNV-1a hash: offset basis 0x811C9DC5, prime
-0x01000193, xor then multiply, over the key's UTF-8 bytes), so one key always lands in one
-partition and keeps its order; messages without a key take partitions in turn (round
-robin), starting where the previous batch of this instance stopped.
+``fnv1a_32(utf8(key)) mod N`` (:mod:`danube.routing`, shared with the SDK's idempotent
+producer, which routes its own batches), so one key always lands in one partition and keeps
+its order; messages without a key take partitions in turn (round robin), starting where the
+previous batch of this instance stopped.
 """
 
 from __future__ import annotations
@@ -14,27 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-FNV32_OFFSET_BASIS = 0x811C9DC5
-FNV32_PRIME = 0x01000193
+from danube.routing import partition_for_key
+
 _U32_MASK = 0xFFFFFFFF
 # Each record travels in a produce request behind its own 4-byte size field.
 RECORD_FRAMING_BYTES = 4
 REQUEST_HEAD_BYTES = 4
-
-
-def fnv1a_32(data: bytes) -> int:
-    """The 32-bit FNV-1a hash of ``data``."""
-    value = FNV32_OFFSET_BASIS
-    for byte in data:
-        value = ((value ^ byte) * FNV32_PRIME) & _U32_MASK
-    return value
-
-
-def partition_for_key(key: str, partitions: int) -> int:
-    """The partition (``0..partitions-1``) a keyed message goes to."""
-    if partitions < 1:
-        raise ValueError(f"a partitioned topic has at least 1 partition, not {partitions}")
-    return fnv1a_32(key.encode("utf-8")) % partitions
 
 
 class RoundRobin:

@@ -191,6 +191,9 @@ class _Sender:
             batch_max_messages=self.job.batch_messages,
             max_pending_messages=self.job.batch_messages,
             send_timeout_s=self.job.send_timeout_s,
+            # Every task of the job produces under the job's one producer name: as idempotent
+            # producers (one name, one producer) they would fence one another.
+            idempotent=False,
         )
         async with AsyncDanubeClient(self.job.url) as client:
             producer = client.producer(self.job.target, options)

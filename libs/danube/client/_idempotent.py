@@ -1,0 +1,304 @@
+"""The idempotent producer's sending (docs/client.md, "Exactly once into the log"): its
+identity, the topic's partition count, and each batch cut into parts, one per partition,
+each sent with its sequences and resent as the same bytes until it is answered. The
+decisions without I/O are :mod:`danube.client._sequencing`'s.
+
+Identity. The dedup identity is the producer name. A producer left with the default name
+gets a unique one (``danube-client-<12 hex>``) and epoch 0; a named one asks
+``POST /v1/topics/{ns}/{t}/producers/{name}/epoch`` before its first batch, which fences any
+older instance of that name (a name identifies one producer). After a part fails, what the
+leader holds of its partition is unknown (stored, or a gap): before the next batch the
+producer takes a new epoch (named: asks for one; unnamed: the next number, the name being its
+own), so its sequences start again cleanly.
+
+Answers. A duplicate is success (the original offsets). ``out_of_order_sequence`` while an
+earlier part to the same partition is in flight (``max_inflight_batches > 1``: the later one
+overtook it) is resent once that one settles; otherwise it fails the part. The first part
+of an epoch to a partition is never overtaken: the leader starts an unknown producer at any
+sequence, so the parts behind it wait for its answer before they go.
+``producer_fenced`` under the current epoch of a named producer means another instance took
+the name: the part fails and so does every later send (an unnamed producer has no other
+instance: for it the code can only be another producer's exclusive session, and only the
+part fails). ``partition_required`` (the topic became partitioned),
+or a partition not found (the topic created again with fewer): the partition count is
+asked again and, if it changed, the part routed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from danube.client._http import HttpCore
+from danube.client._records import RECORDS_TYPE, results_of_runs
+from danube.client._sequencing import EPOCH_MAX, Router, Sequences, stamp
+from danube.client.errors import (
+    ApiError,
+    ClientError,
+    ConflictError,
+    NotFoundError,
+    PermissionDeniedError,
+    ProtocolError,
+)
+from danube.client.messages import SendResult, topic_path
+from danube.names import TopicName
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PRODUCER_NAME = "danube-client"
+OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
+PRODUCER_FENCED = "producer_fenced"
+PARTITION_REQUIRED = "partition_required"
+# Bytes of randomness in a generated producer name: 48 bits, so that two producers of one
+# topic collide with odds of ~1 in 2^24 even among thousands (a collision would fence).
+_NAME_RANDOM_BYTES = 6
+
+Outcome = tuple[list[int], list[SendResult] | ClientError]
+"""Indexes of a batch's messages, and their results or the error that failed them."""
+
+
+def unique_name(base: str = DEFAULT_PRODUCER_NAME) -> str:
+    """A producer name no other producer has: ``<base>-<12 hex>``."""
+    return f"{base}-{secrets.token_hex(_NAME_RANDOM_BYTES)}"
+
+
+@dataclass(eq=False, slots=True)
+class Part:
+    """Messages of one batch to one partition, with consecutive sequences from ``first``."""
+
+    partition: TopicName
+    epoch: int
+    first: int
+    indexes: list[int]
+    frames: list[bytes]  # as encoded at send(), unstamped: what a new routing starts from
+    content: bytes
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class IdempotentSender:
+    """Sends a producer's batches with sequences; owned by one
+    :class:`~danube.client.producer.AsyncProducer` and called by its sender task only."""
+
+    def __init__(
+        self,
+        http: HttpCore,
+        topic: TopicName,
+        *,
+        name: str,
+        named: bool,
+        send_timeout_s: float,
+        params: Callable[[], Mapping[str, str | int]],
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.named = named
+        self.epoch = 0
+        # Why every later send fails (another instance of this name fenced this one).
+        self.fenced: ClientError | None = None
+        self._http = http
+        self._timeout_s = send_timeout_s
+        self._params = params
+        self._router = Router(topic)
+        self._sequences = Sequences()
+        self._epoch_known = not named
+        self._stale = False  # a part failed: take a new epoch before the next batch
+        self._inflight: dict[TopicName, list[Part]] = {}
+
+    @property
+    def partitions(self) -> int | None:
+        """The topic's partition count as last learned (0: unpartitioned)."""
+        return self._router.partitions
+
+    async def prepare(self) -> None:
+        """Before a batch is planned: the epoch (asked once when named, and again after a
+        failure) and the partition count (asked once)."""
+        if not self._epoch_known or self._stale:
+            await self._new_epoch()
+        if self._router.partitions is None:
+            self._router.partitions = await self._partition_count()
+
+    def plan(self, frames: list[bytes]) -> list[Part]:
+        """Cut a batch into parts, one per partition, each with its next sequences."""
+        return self._plan(frames, list(range(len(frames))))
+
+    def _plan(self, frames: list[bytes], indexes: list[int]) -> list[Part]:
+        parts = []
+        for partition, local in self._router.route(frames).items():
+            first = self._sequences.take(partition, len(local))
+            pieces: list[bytes | memoryview] = []
+            for offset, index in enumerate(local):
+                pieces += stamp(frames[index], self.epoch, first + offset)
+            part = Part(
+                partition,
+                self.epoch,
+                first,
+                [indexes[i] for i in local],
+                [frames[i] for i in local],
+                b"".join(pieces),
+            )
+            self._inflight.setdefault(partition, []).append(part)
+            parts.append(part)
+        return parts
+
+    async def deliver(self, parts: list[Part]) -> list[Outcome]:
+        """Send every part (at once) within ``send_timeout_s``; the outcome of each."""
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        if len(parts) == 1:
+            return await self._outcome(parts[0], deadline)
+        done = await asyncio.gather(*(self._outcome(part, deadline) for part in parts))
+        return [outcome for outcomes in done for outcome in outcomes]
+
+    async def _outcome(self, part: Part, deadline: float) -> list[Outcome]:
+        try:
+            return [(part.indexes, await self._send(part, deadline))]
+        except ApiError as exc:
+            if not self._maybe_moved(part, exc):
+                self._failed(part, exc)
+                return [(part.indexes, exc)]
+            refused = exc
+        except ClientError as exc:
+            self._failed(part, exc)
+            return [(part.indexes, exc)]
+        finally:
+            self._settle(part)
+        # Nothing of the part was stored. If the topic's partitions changed (partitioned
+        # meanwhile, or deleted and created again with another count), route it again.
+        before = self._router.partitions
+        try:
+            self._router.partitions = await self._partition_count()
+        except ClientError as exc:
+            return [(part.indexes, exc)]
+        after = self._router.partitions
+        stuck = after == before or (refused.code == PARTITION_REQUIRED and not after)
+        if stuck or asyncio.get_running_loop().time() >= deadline:
+            return [(part.indexes, refused)]
+        log.info("%s has %d partitions now (%s): routing again", self.topic, after, before)
+        again = self._plan(part.frames, part.indexes)
+        done = await asyncio.gather(*(self._outcome(p, deadline) for p in again))
+        return [outcome for outcomes in done for outcome in outcomes]
+
+    def _maybe_moved(self, part: Part, exc: ApiError) -> bool:
+        """``exc`` may mean the topic's partitions are not what the producer thinks: the
+        topic itself refused as partitioned, or a partition of it not found."""
+        if exc.code == PARTITION_REQUIRED:
+            return True
+        return isinstance(exc, NotFoundError) and part.partition != self.topic
+
+    async def _send(self, part: Part, deadline: float) -> list[SendResult]:
+        loop = asyncio.get_running_loop()
+        path = f"/v1/topics/{topic_path(part.partition)}/messages"
+        opening = self._earlier(part)
+        if opening is not None and opening.first == 0:
+            # The leader takes an unknown producer's (or epoch's) first batch at any
+            # sequence: a later batch that overtook the opening one would open the
+            # partition's stream itself, and the opening one would then be a gap.
+            await self._wait(opening, deadline)
+        while True:
+            if self.fenced is not None:
+                raise self.fenced
+            try:
+                answer = await self._http.request_retrying(
+                    "POST",
+                    path,
+                    content=part.content,  # the same bytes on every attempt
+                    content_type=RECORDS_TYPE,
+                    params=self._params(),
+                    timeout_s=max(0.001, deadline - loop.time()),
+                    lean=True,
+                )
+            except ApiError as exc:
+                if exc.code == OUT_OF_ORDER_SEQUENCE:
+                    earlier = self._earlier(part)
+                    if earlier is not None and loop.time() < deadline:
+                        await self._wait(earlier, deadline)
+                        continue
+                    raise ConflictError(
+                        f"{part.partition}: sequences {part.first}.. of epoch {part.epoch} "
+                        f"do not follow what the partition holds (an earlier batch to it "
+                        f"failed); not stored, the producer takes a new epoch: {exc.message}",
+                        code=exc.code,
+                        status=exc.status or 409,
+                    ) from exc
+                if exc.code == PRODUCER_FENCED and self.named and part.epoch == self.epoch:
+                    # Only a named producer has other instances; an unnamed one is refused
+                    # so only while another holds the topic with an exclusive session.
+                    self.fenced = exc
+                raise
+            return results_of_runs(answer.body, len(part.indexes))
+
+    def _earlier(self, part: Part) -> Part | None:
+        """A part to the same partition, same epoch, with earlier sequences, in flight."""
+        for other in self._inflight.get(part.partition, ()):
+            if other.epoch == part.epoch and other.first < part.first:
+                return other
+        return None
+
+    @staticmethod
+    async def _wait(earlier: Part, deadline: float) -> None:
+        left_s = deadline - asyncio.get_running_loop().time()
+        try:
+            async with asyncio.timeout(max(0.0, left_s)):
+                await earlier.settled.wait()
+        except TimeoutError:
+            pass  # the resend then answers what it answers
+
+    def _settle(self, part: Part) -> None:
+        part.settled.set()
+        parts = self._inflight.get(part.partition)
+        if parts is not None and part in parts:
+            parts.remove(part)
+            if not parts:
+                del self._inflight[part.partition]
+
+    def _failed(self, part: Part, exc: ClientError) -> None:
+        # Stored or not, the partition's next sequence is no longer certain to follow what
+        # the leader holds: a new epoch before the next batch.
+        if part.epoch == self.epoch and self.fenced is None:
+            self._stale = True
+        log.debug("%s: part of %d failed: %r", part.partition, len(part.indexes), exc)
+
+    async def _new_epoch(self) -> None:
+        if self.named:
+            path = f"/v1/topics/{topic_path(self.topic)}/producers/{self.name}/epoch"
+            answer = await self._http.request_retrying(
+                "POST", path, timeout_s=self._timeout_s, body={}
+            )
+            body = answer.body
+            epoch = body.get("epoch") if isinstance(body, dict) else None
+            if not isinstance(epoch, int) or not 0 <= epoch <= EPOCH_MAX:
+                raise ProtocolError(f"producer epoch answered {body!r:.200}")
+            self.epoch = epoch
+        else:
+            # The name is this producer's alone: the next epoch is its own to take.
+            self.epoch = (self.epoch + 1) % (EPOCH_MAX + 1)
+        self._epoch_known = True
+        self._stale = False
+        self._sequences.reset()
+        log.info("producer %s of %s: epoch %d", self.name, self.topic, self.epoch)
+
+    async def _partition_count(self) -> int:
+        """The topic's partitions (0: unpartitioned, or not there yet: the first produce
+        creates it unpartitioned). A principal without Lookup on the topic sends to the
+        topic itself: the server says ``partition_required`` if it is partitioned."""
+        if self.topic.partition is not None:
+            return 0
+        try:
+            answer = await self._http.request_retrying(
+                "GET", f"/v1/lookup/{topic_path(self.topic)}", timeout_s=self._timeout_s
+            )
+        except NotFoundError:
+            return 0
+        except PermissionDeniedError as exc:
+            log.warning("%s: no lookup (%s): sending to the topic itself", self.topic, exc)
+            return 0
+        body = answer.body
+        partitions = body.get("partitions") if isinstance(body, dict) else None
+        if not isinstance(partitions, list) or not partitions:
+            raise ProtocolError(f"lookup answered {body!r:.200}")
+        names = [p.get("name") if isinstance(p, dict) else None for p in partitions]
+        if names == [str(self.topic)]:
+            return 0
+        return len(partitions)
