@@ -11,12 +11,12 @@ import time
 import httpx
 import pytest
 
-from danube.client import AsyncDanubeClient, ConflictError, ReceivedMessage
+from danube.client import AsyncDanubeClient, ConflictError, ReceivedMessage, _idempotent
 from danube.discovery import app as discovery_app
 from danube.discovery.growth import moved_fraction
-from danube.discovery.routing import fnv1a_32, partition_for_key
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
+from danube.routing import fnv1a_32, partition_for_key
 from danube.runtime.service import run_in_process
 from tests.integration.conftest import ConsumeMesh, MeshSettings
 from tests.readiness import until_ready
@@ -71,7 +71,13 @@ async def test_patch_partitions_grows_only(consume_http: httpx.AsyncClient) -> N
         assert refused.value.code == "partitions_cannot_shrink"
 
 
-async def test_growth_under_a_keyed_producer(consume_mesh: ConsumeMesh) -> None:
+@pytest.mark.parametrize("idempotent", [True, False])
+async def test_growth_under_a_keyed_producer(
+    consume_mesh: ConsumeMesh, monkeypatch: pytest.MonkeyPatch, idempotent: bool
+) -> None:
+    # An idempotent producer routes itself and asks the count again every
+    # PARTITIONS_REFRESH_S (10 s; 0.3 s here); the other is routed by discovery at once.
+    monkeypatch.setattr(_idempotent, "PARTITIONS_REFRESH_S", 0.3)
     async with (
         consume_mesh() as http,
         AsyncDanubeClient(str(http.base_url)) as client,
@@ -80,7 +86,7 @@ async def test_growth_under_a_keyed_producer(consume_mesh: ConsumeMesh) -> None:
         await client.admin.create_topic(topic, partitions=4)
         received: list[ReceivedMessage] = []
         async with client.consumer(topic, "s", type="shared", start="earliest") as consumer:
-            sent = await _produce_around_growth(client, topic)
+            sent = await _produce_around_growth(client, topic, idempotent=idempotent)
             deadline = time.monotonic() + 60
             while len(received) < len(sent) and time.monotonic() < deadline:
                 message = await consumer.receive(RECEIVE_TIMEOUT_S)
@@ -113,18 +119,20 @@ async def test_growth_under_a_keyed_producer(consume_mesh: ConsumeMesh) -> None:
     fraction = moved_fraction([fnv1a_32(key.encode()) for key in KEYS], 4, 8)
     assert len(moved) / len(KEYS) == fraction
     print(
-        f"\ngrowth 4 -> 8: {len(sent)} messages sent and read back once; "
+        f"\ngrowth 4 -> 8 (idempotent={idempotent}): {len(sent)} messages sent, read back once; "
         f"{len(moved)} of {len(KEYS)} keys moved ({fraction:.1%}), the keys the formula predicts"
     )
 
 
 async def _produce_around_growth(
-    client: AsyncDanubeClient, topic: str
+    client: AsyncDanubeClient, topic: str, *, idempotent: bool
 ) -> list[tuple[str, int, str, str | None]]:
-    """Rounds of every key, the growth to 8 sent while a round is in flight; the sent
-    messages as ``(partition, offset, payload, key)``."""
+    """Rounds of every key, the growth to 8 sent while a round is in flight, then rounds
+    once the producer routes over 8; the sent messages as ``(partition, offset, payload,
+    key)``."""
     sent: list[tuple[str, int, str, str | None]] = []
-    async with client.producer(topic, name="keyed", linger_ms=5) as producer:
+    producer = client.producer(topic, name="keyed", linger_ms=5, idempotent=idempotent)
+    async with producer:
 
         async def round_of(phase: str, n: int) -> None:
             futures = [(await producer.send(f"{phase}:{n}:{key}", key=key), key) for key in KEYS]
@@ -137,6 +145,7 @@ async def _produce_around_growth(
         growth = asyncio.create_task(client.admin.update_topic(topic, partitions=8))
         await round_of("during", 0)
         assert (await growth).config.partitions == 8
+        await asyncio.sleep(0.5)  # the idempotent producer's next count refresh
         for n in range(ROUNDS_BEFORE):
             await round_of("after", n)
     return sent

@@ -8,12 +8,12 @@ import pytest
 
 from danube.discovery.errors import BadRequestError, ConflictError
 from danube.discovery.growth import grown, moved_fraction
-from danube.discovery.routing import fnv1a_32
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import Ack, ConsumerAttached, Deliver, MessagesAvailable, Poll
 from danube.meta import TopicName
 from danube.meta.records import TopicConfig
+from danube.routing import fnv1a_32
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ cursors would be orphaned) and an unpartitioned topic never becomes partitioned 
 lives under the topic's own name, which no partition reads).
 
 Keys move when the count grows: a key goes to ``fnv1a_32(key) mod N``
-(danube.discovery.routing), so a key moves from ``h mod old`` to ``h mod new`` unless the two
+(danube.routing), so a key moves from ``h mod old`` to ``h mod new`` unless the two
 are equal (docs/http-api.md, "Growing a topic"). No I/O here: the catalog applies it inside
 its compare-and-swap of the topic's config.
 """
