@@ -64,6 +64,7 @@ Outcome = tuple[list[int], list[SendResult] | ClientError]
 # move to a grown topic's new partitions within this long.
 PARTITIONS_REFRESH_S = 10.0
 
+
 def unique_name(base: str = DEFAULT_PRODUCER_NAME) -> str:
     """A producer name no other producer has: ``<base>-<12 hex>``."""
     return f"{base}-{secrets.token_hex(_NAME_RANDOM_BYTES)}"
