@@ -6,7 +6,10 @@ subscription resumed after a growth reads the new partitions from their start.""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -69,6 +72,34 @@ async def test_patch_partitions_grows_only(consume_http: httpx.AsyncClient) -> N
         with pytest.raises(ConflictError) as refused:
             await client.admin.update_topic("/default/g", partitions=2)
         assert refused.value.code == "partitions_cannot_shrink"
+
+    # The CLI: grows, and says why it will not shrink.
+    url = str(http.base_url).rstrip("/")
+    code, out, _ = await _danube(
+        "admin", "topics", "update", "/default/g", "--partitions", "9", "-s", url
+    )
+    assert (code, out.split(":")[0:2]) == (0, ["/default/g", " 9 partitions; policies"]), out
+    code, _, err = await _danube(
+        "admin", "topics", "update", "/default/g", "--partitions", "3", "-s", url
+    )
+    assert code != 0
+    assert "partitions_cannot_shrink" in err
+
+
+async def _danube(*args: str) -> tuple[int, str, str]:
+    """Run the ``danube`` command; its exit code, stdout and stderr."""
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "danube"),
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    async with asyncio.timeout(60):
+        out, err = await process.communicate()
+    return process.returncode or 0, out.decode(), err.decode()
 
 
 @pytest.mark.parametrize("idempotent", [True, False])
