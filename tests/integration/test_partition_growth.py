@@ -74,15 +74,11 @@ async def test_patch_partitions_grows_only(consume_http: httpx.AsyncClient) -> N
         assert refused.value.code == "partitions_cannot_shrink"
 
     # The CLI: grows, and says why it will not shrink.
-    url = str(http.base_url).rstrip("/")
-    code, out, _ = await _danube(
-        "admin", "topics", "update", "/default/g", "--partitions", "9", "-s", url
-    )
-    assert (code, out.split(":")[0:2]) == (0, ["/default/g", " 9 partitions; policies"]), out
-    code, _, err = await _danube(
-        "admin", "topics", "update", "/default/g", "--partitions", "3", "-s", url
-    )
-    assert code != 0
+    update = ("admin", "topics", "update", "/default/g", "-s", str(http.base_url).rstrip("/"))
+    status, out, _ = await _danube(*update, "--partitions", "9")
+    assert (status, out.split(":")[0:2]) == (0, ["/default/g", " 9 partitions; policies"]), out
+    status, _, err = await _danube(*update, "--partitions", "3")
+    assert status != 0
     assert "partitions_cannot_shrink" in err
 
 
