@@ -61,6 +61,8 @@ class MeshRun:
             "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": f"127.0.0.1:{free_port()}",
             "DANUBE_DISCOVERY__PORT": str(self.port),
             "DANUBE_DISCOVERY__GRPC_PORT": str(self.grpc_port),
+            # Free metrics ports, not make run's fixed ones: meshes of tests run side by side.
+            "DANUBE_METRICS__UP_PORT_BASE": "0",
             "DANUBE_SERVICE_ADDR": self.url,  # what the CLI talks to without -s
             "PATH": f"{Path(DANUBE).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "COLUMNS": "200",

@@ -26,6 +26,7 @@ def test_make_run_starts_servers_and_ctrl_c_stops_them(tmp_path: Path) -> None:
         "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": f"127.0.0.1:{etcd_port}",
         "DANUBE_DISCOVERY__PORT": str(free_port()),
         "DANUBE_DISCOVERY__GRPC_PORT": str(free_port()),
+        "DANUBE_METRICS__UP_PORT_BASE": "0",  # free metrics ports: tests run side by side
         "COLUMNS": "200",
     }
     env.pop("DANUBE_CONFIG", None)

@@ -1,6 +1,7 @@
 """The uploader with a real ingest, etcd, NATS and object storage (local fs and the S3
 server): the cloud tier holds every durable offset exactly once, contiguous, and objects,
-descriptors and the WAL agree; a pending range left by a crash is finished as recorded."""
+descriptors and the WAL agree; a pending range left by a crash is finished as recorded; the
+object store is recorded in etcd, without credentials."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ from danube.frame import Record, decode_frames, encode_record
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore, encode_model
 from danube.meta import keys as meta_keys
-from danube.meta.records import TopicConfig, UploaderCheckpoint
+from danube.meta.records import ObjectStoreRecord, TopicConfig, UploaderCheckpoint
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor, ObjectStore
+from danube.storage.location import public_settings
 from danube.uploader import app as uploader_app
 from danube.uploader import upload
 from danube.uploader.verify import verify_partition
@@ -148,6 +150,11 @@ async def test_uploads_every_offset_once_in_objects_of_at_most_max_object_mb(
             more = await _produce(bus, 500, start=3000)  # a later cycle picks these up
             await _uploaded_through(store, more[-1])
         wal = await _wal(bus)
+    # Where the objects are, for readers given only etcd (never a credential).
+    recorded = await store.get_model(meta_keys.OBJECT_STORE_KEY, ObjectStoreRecord)
+    assert recorded is not None
+    assert recorded.recorded_by == "uploader-u"
+    assert recorded.cloud == public_settings(settings.wal_cloud.cloud)
     descriptors = await check_cloud_tier(store, objects, TOPIC, wal)
     assert len(descriptors) >= 4
     assert all(d.size_bytes <= 1 << 20 for d in descriptors)

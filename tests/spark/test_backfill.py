@@ -1,6 +1,8 @@
 """The backfill jobs on Spark local[2], with real etcd and objects on fs and on the S3 server.
 To Parquet: every message once, every column, in partition=<n>/date=<UTC day> directories;
-an offset range exact; an existing output refused, overwritten or appended as asked. Into a
+an offset range exact; an existing output refused, overwritten or appended as asked; a run
+that failed leaves nothing in the way of its re-run; given only etcd, the objects are found
+where the cluster recorded them (an error names that place). Into a
 topic through the HTTP API (discovery and ingest in-process): every message once with its
 key, routed by key, in source order per partition, its origin in two attributes; a re-run
 sends nothing; a checkpoint lost for the last batch re-sends exactly that batch; another
@@ -17,6 +19,7 @@ from typing import Any
 
 import pyarrow.dataset as pads
 import pytest
+from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
 from danube.bus import Bus
@@ -30,6 +33,7 @@ from danube.config import (
     WalCloudConfig,
     WalConfig,
 )
+from danube.config.model import FsCloud
 from danube.discovery import app as discovery_app
 from danube.frame import decode_record
 from danube.ingest import app as ingest_app
@@ -50,7 +54,9 @@ from danube.spark.to_topic import (
     TopicBackfillJob,
     backfill_to_topic,
 )
-from danube.storage import ObjectStore
+from danube.storage import ObjectStore, object_key
+from danube.storage.location import describe
+from danube.uploader.record import record_object_store
 from danube.wire.ingest.client import IngestClient
 
 from tiers import ROOT_PREFIX, Message, write_tier
@@ -142,6 +148,49 @@ async def test_parquet_backfill_writes_every_message_by_partition_and_date(
     assert more.messages == len(wanted)  # appended: each row of the range is there twice now
     assert _parquet_rows(output) == sorted(
         [_row(m) for m in wanted] * 2, key=lambda row: (row["partition"], row["offset"])
+    )
+
+
+def _entries(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
+
+
+async def test_a_failed_parquet_backfill_leaves_nothing_and_reruns_given_only_etcd(
+    spark: SparkSession,
+    store: MetaStore,
+    cloud_config: CloudConfig,
+    etcd_endpoint: str,
+    meta_prefix: str,
+    tmp_path: Path,
+) -> None:
+    objects = ObjectStore.from_config(cloud_config)
+    tier = await write_tier(store, objects, SOURCE, [300, 200], per_object=100)
+    await record_object_store(store, cloud_config, "uploader-t")  # as every uploader start
+    # Only etcd: the object store is the one recorded there; credentials are the reader's.
+    options = {"topic": str(SOURCE), "etcd_endpoint": etcd_endpoint, "prefix": meta_prefix}
+    for name in ("access_key", "secret_key"):
+        secret = getattr(cloud_config, name, None)
+        if secret is not None:
+            value = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
+            options[f"wal_cloud.cloud.{name}"] = value
+    output = tmp_path / "out"
+    # One object gone (say, a retention race): the job fails in a task, naming where it read.
+    lost = object_key(ROOT_PREFIX, SOURCE.namespace, f"{SOURCE.topic}-part-0", 200, 299)
+    body = await objects.read(lost)
+    await objects.delete(lost)
+    with pytest.raises(Exception, match=r"object_not_found|ObjectNotFoundError") as failed:
+        await asyncio.to_thread(backfill_to_parquet, spark, options, str(output))
+    assert f"{lost}' in {describe(cloud_config)} (recorded in etcd by uploader-t)" in str(
+        failed.value
+    )
+    # Neither the output nor its aside copy (.out.danube-<id>.tmp) is left.
+    assert _entries(tmp_path) == (["objects"] if isinstance(cloud_config, FsCloud) else [])
+    await objects.write(lost, body)
+    result = await asyncio.to_thread(backfill_to_parquet, spark, options, str(output))
+    assert result.messages == len(tier)
+    assert _parquet_rows(output) == [_row(m) for m in tier]
+    assert _entries(tmp_path) == (
+        ["objects", "out"] if isinstance(cloud_config, FsCloud) else ["out"]
     )
 
 

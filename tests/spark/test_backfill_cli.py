@@ -1,8 +1,9 @@
 """The backfills as users start them, in processes of their own: `danube backfill parquet`
-and `danube backfill topic` (Spark started by the command) and `spark-submit
+(given only etcd: the object store is the one the cluster recorded there) and `danube
+backfill topic` (Spark started by the command) and `spark-submit
 spark_jobs/backfill_parquet.py`, over a tier in real etcd and files: what they write and
-print, and one clear line with exit code 1 for an unknown topic or a bad option (found before
-Spark starts)."""
+print, and one clear line with exit code 1 for an unknown topic, a bad option, an output
+that exists or an object that is not where the store says (found before Spark starts)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.dataset as pads
 import pytest
+import yaml
 
 from danube.bus import Bus
 from danube.config import (
@@ -34,6 +36,7 @@ from danube.names import TopicName
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectStore
+from danube.uploader.record import record_object_store
 from danube.wire.ingest.client import IngestClient
 
 from tiers import write_tier
@@ -96,13 +99,21 @@ def _rows(output: Path) -> list[tuple[int, int]]:
 EVERY_ROW = [(p, offset) for p, count in enumerate(COUNTS) for offset in range(count)]
 
 
-async def test_danube_backfill_parquet_writes_the_topic_and_prints_a_summary(
-    tier: None, config_file: Path, tmp_path: Path
+async def test_danube_backfill_parquet_given_only_etcd_writes_the_topic_and_a_summary(
+    tier: None,
+    store: MetaStore,
+    cloud_config: CloudConfig,
+    etcd_endpoint: str,
+    meta_prefix: str,
+    tmp_path: Path,
 ) -> None:
+    # What every uploader does at start: the object store is then found through etcd.
+    await record_object_store(store, cloud_config, "uploader-cli")
     output = tmp_path / "out"
     code, out, err = await _run(
         str(BIN / "danube"), "backfill", "parquet", "-t", str(SOURCE), "-o", str(output),
-        "-c", str(config_file), "--master", "local[1]", "--start-offset", "100", "--json",
+        "--etcd", etcd_endpoint, "--prefix", meta_prefix,
+        "--master", "local[1]", "--start-offset", "100", "--json",
     )  # fmt: skip
     assert code == 0, err
     summary = json.loads(out)
@@ -126,8 +137,8 @@ async def test_spark_submit_runs_the_parquet_backfill(
     assert _rows(output) == EVERY_ROW
 
 
-async def test_an_unknown_topic_or_a_bad_option_is_one_line_and_exit_code_1(
-    tier: None, config_file: Path, tmp_path: Path
+async def test_an_unknown_topic_a_bad_option_or_a_wrong_root_is_one_line_and_exit_code_1(
+    tier: None, config_file: Path, etcd_endpoint: str, meta_prefix: str, tmp_path: Path
 ) -> None:
     code, out, err = await _run(
         str(BIN / "danube"), "backfill", "parquet", "-t", "/default/nope",
@@ -145,6 +156,32 @@ async def test_an_unknown_topic_or_a_bad_option_is_one_line_and_exit_code_1(
     assert err.strip() == (
         "danube backfill parquet: invalid_option: option 'start_time': 'yesterday' is "
         "neither milliseconds nor an ISO 8601 time"
+    )
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    code, out, err = await _run(
+        str(BIN / "danube"), "backfill", "parquet", "-t", str(SOURCE), "-o", str(taken),
+        "-c", str(config_file),
+    )  # fmt: skip
+    assert code == 1
+    assert err.strip() == (
+        f"danube backfill parquet: invalid_option: option 'output': {taken} already exists "
+        "(--mode overwrite replaces it, --mode append adds to it)"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    wrong = tmp_path / "wrong.yml"
+    metadata = {"etcd_endpoint": etcd_endpoint, "prefix": meta_prefix}
+    cloud = {"backend": "fs", "root": str(elsewhere)}
+    wrong.write_text(yaml.safe_dump({"wal_cloud": {"metadata": metadata, "cloud": cloud}}))
+    code, out, err = await _run(
+        str(BIN / "danube"), "backfill", "parquet", "-t", str(SOURCE), "-o", str(tmp_path / "x"),
+        "-c", str(wrong),
+    )  # fmt: skip
+    assert code == 1
+    first = f"danube-data/topics/default/clicks-part-0/{0:020}-{299:020}.dnb"
+    assert err.strip() == (
+        f"danube backfill parquet: object_not_found: object not found: '{first}' in "
+        f"fs:{elsewhere} (as configured)"
     )
 
 

@@ -82,6 +82,26 @@ async def write_tier(
     return written
 
 
+async def append_tier(
+    store: MetaStore,
+    objects: ObjectStore,
+    partition: TopicName,
+    index: int,
+    offsets: range,
+    *,
+    per_object: int,
+) -> list[Message]:
+    """Upload the messages of ``offsets`` (those after the partition's last object) to
+    partition ``index`` (named ``partition``), ``per_object`` per object, as the uploader
+    does after a producer sent more; return them."""
+    written: list[Message] = []
+    for first in range(offsets.start, offsets.stop, per_object):
+        batch = [message(index, o) for o in range(first, min(first + per_object, offsets.stop))]
+        await _upload(store, objects, partition, batch, 4096)
+        written += batch
+    return written
+
+
 async def upload(
     store: MetaStore, objects: ObjectStore, topic: TopicName, messages: list[Message]
 ) -> None:

@@ -20,6 +20,7 @@ from danube.ingest.sequencing import (
     InFlight,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    SequenceGapError,
     Stored,
     sequenced_batch,
 )
@@ -371,3 +372,28 @@ async def test_message_ids_expire_are_capped_and_pending_ones_settle() -> None:
     assert isinstance(refused, asyncio.Future)
     with pytest.raises(OSError, match="disk full"):
         await refused
+
+
+async def test_a_batch_that_arrives_before_an_earlier_one_waits_for_it() -> None:
+    """Batches in flight together may reach the leader in any order: the later one waits
+    until the earlier is admitted (then it goes on from it), or refuses when it never comes."""
+    states = ProducerStates()
+    admission, log = Admission(states), Log(states)
+    early = sequenced_batch(batch("p", 3, 2))
+    assert early is not None
+    produce(admission, log, batch("p", 0, 1))  # opens p's stream (before it, any start goes)
+    with pytest.raises(SequenceGapError):
+        admission.admit(early)
+    waiting = asyncio.create_task(admission.gap_closed(b"p", timeout_s=5))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    produce(admission, log, batch("p", 1, 2))  # the missing one
+    await asyncio.wait_for(waiting, 1)
+    assert isinstance(admission.admit(early), Fresh)
+    late = sequenced_batch(batch("p", 9, 1))
+    assert late is not None
+    started = asyncio.get_running_loop().time()
+    await admission.gap_closed(b"p", timeout_s=0.05)  # nothing comes: the wait ends
+    assert asyncio.get_running_loop().time() - started >= 0.04
+    with pytest.raises(SequenceGapError, match="next sequence is 5"):
+        admission.admit(late)

@@ -1,5 +1,6 @@
 """`danube up`'s plan (danube.runtime.mesh): what the config file names holds for every child,
-and --data-dir only fills in what the file leaves unset (issue 14 item 11)."""
+and --data-dir only fills in what the file leaves unset (issue 14 item 11); the banner names
+each process's fixed metrics address (free ones with up_port_base 0)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,26 @@ def test_services_with_tls_are_probed_and_announced_over_https(tmp_path: Path) -
         "https://127.0.0.1:8080",
         "https://127.0.0.1:6650",
     )
+
+
+def test_the_banner_names_each_process_metrics_address(tmp_path: Path) -> None:
+    from danube.cli.up import metrics_banner
+
+    plan = plan_mesh(
+        load_settings(None, environ={}),
+        data_dir=tmp_path / "data",
+        scale={"ingest": 2},
+        services=["ingest", "dispatcher"],
+    )
+    where, prometheus = metrics_banner(plan, Path("danube-data"))
+    assert where == (
+        "  metrics ingest-0 127.0.0.1:9400, ingest-1 127.0.0.1:9401, dispatcher-0 127.0.0.1:9480"
+    )
+    assert "deploy/observability/prometheus-local.yml" in prometheus
+    assert "danube-data/prometheus/targets.json" in prometheus
+    free = plan_mesh(
+        load_settings(None, environ={"DANUBE_METRICS__UP_PORT_BASE": "0"}),
+        data_dir=tmp_path / "data",
+        services=["ingest"],
+    )
+    assert free.metrics["ingest-0"] != "127.0.0.1:9400"  # any free port

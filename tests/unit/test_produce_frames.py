@@ -204,3 +204,5 @@ def test_query_parameters_and_the_runs_answer() -> None:
             {"partition": "/d/t-part-0", "offset": 7, "count": 2},
         ]
     }
+    # The topic's partition count goes with it, for producers that route themselves.
+    assert orjson.loads(runs_answer(names, [1], [3], partitions=2))["partitions"] == 2

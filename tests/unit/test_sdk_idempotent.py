@@ -21,6 +21,7 @@ from danube.discovery.routing import RoundRobin, route
 from danube.frame import Record, decode_record
 from danube.frame.produce import scan_frames_for_produce
 from danube.names import TopicName
+from danube.routing import fnv1a_32
 
 pytestmark = pytest.mark.unit
 
@@ -127,6 +128,7 @@ class FakeMesh:
     # exception to raise; "lost": store, then lose the answer).
     faults: list[tuple[int, str] | str] = field(default_factory=list)
     gate: Callable[[str, bytes], Awaitable[None]] | None = None
+    tell_partitions: bool = True  # answers carry the topic's partition count, as discovery's
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -182,9 +184,11 @@ class FakeMesh:
             state.offsets[record.sequence] = offset + index
         log += records
         state.next_sequence = first.sequence + len(records)
-        return httpx.Response(
-            200, json={"runs": [{"partition": partition, "offset": offset, "count": len(records)}]}
-        )
+        run = {"partition": partition, "offset": offset, "count": len(records)}
+        answer: dict[str, object] = {"runs": [run]}
+        if self.tell_partitions:
+            answer["partitions"] = self.partitions
+        return httpx.Response(200, json=answer)
 
     def payloads(self, partition: str = str(TOPIC)) -> list[bytes]:
         return [r.payload for r in self.logs.get(partition, [])]
@@ -369,7 +373,7 @@ async def test_a_topic_partitioned_meanwhile_is_routed_again() -> None:
 
 
 async def test_a_topic_created_again_with_fewer_partitions_is_routed_again() -> None:
-    mesh = FakeMesh(partitions=3)
+    mesh = FakeMesh(partitions=3, tell_partitions=False)  # the 404 alone tells it
     missing: set[str] = set()
 
     async def gate(partition: str, body: bytes) -> None:
@@ -418,3 +422,21 @@ async def test_idempotent_false_and_the_json_transport_send_unsequenced_records(
     assert record.sequence is None
     assert record.key == "k"
     assert b"sequence" not in seen[1].content
+
+
+async def test_a_topic_that_grew_is_routed_over_its_new_partitions() -> None:
+    """Every answer carries the topic's partition count: once it grew, the next batches are
+    routed over the new partitions, without asking the lookup again."""
+    mesh = FakeMesh(partitions=2)
+    async with _client(mesh) as client, client.producer(TOPIC, linger_ms=0) as producer:
+        keys = [f"k{i}" for i in range(40)]
+        for key in keys:
+            await producer.send_and_wait(b"before", key=key)
+        mesh.partitions = 4
+        await producer.send_and_wait(b"tells the producer", key="k0")
+        lookups_before = sum(1 for p, _ in mesh.bodies if "lookup" in p)
+        for key in keys:
+            stored = await producer.send_and_wait(b"after", key=key)
+            expected = fnv1a_32(key.encode()) % 4
+            assert stored.partition == str(TOPIC.partition_name(expected))
+        assert sum(1 for p, _ in mesh.bodies if "lookup" in p) == lookups_before

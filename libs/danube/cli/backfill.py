@@ -1,4 +1,5 @@
-"""`danube backfill parquet|topic`: the Spark backfill jobs (danube.spark, docs/spark.md).
+"""`danube backfill parquet|topic|iceberg`: the Spark backfill jobs (danube.spark,
+docs/spark.md).
 
 From this command Spark runs in-process on ``--master`` (``local[*]`` by default); the same
 commands run under ``spark-submit`` through ``spark_jobs/backfill_parquet.py`` and
@@ -91,17 +92,18 @@ def _source_options(
 
 
 def _check(command: str, options: dict[str, str]) -> None:
-    """Check the options, the config and the topic here, before Spark starts: a typo costs
-    one clear line, not a JVM start and a wrapped stack."""
-    from danube.spark.catalog import read_partitions, read_topic_schema
-    from danube.spark.options import load_source_settings, parse_options
+    """Check the options, the config, the topic and that its first object is where the
+    object store says, here, before Spark starts: a typo or a wrong root costs one clear
+    line, not a JVM start and a wrapped stack."""
+    from danube.spark.catalog import check_first_object, read_topic_schema, source_settings
+    from danube.spark.options import parse_options
 
     def check() -> None:
         parsed = parse_options(options)
-        settings = load_source_settings(parsed)
-        asyncio.run(read_partitions(settings.wal_cloud.metadata, parsed.topic))
+        found = source_settings(parsed)
+        asyncio.run(check_first_object(found, parsed.topic))
         if parsed.decode == "schema":
-            asyncio.run(read_topic_schema(settings.wal_cloud.metadata, parsed.topic))
+            asyncio.run(read_topic_schema(found.settings.wal_cloud.metadata, parsed.topic))
 
     _guard(command, check)
 
@@ -156,6 +158,13 @@ def _session(master: str | None, log_level: str) -> Any:
     return spark
 
 
+def _local_path_exists(output: str) -> bool:
+    """Whether ``output`` names a local path (no scheme, or ``file:``) that exists."""
+    if output.startswith("file:"):
+        return Path(output.removeprefix("file:").removeprefix("//")).exists()
+    return "://" not in output and Path(output).exists()
+
+
 @app.command("parquet")
 def parquet(
     topic: SourceTopic,
@@ -185,6 +194,7 @@ def parquet(
     json_output: Json = False,
 ) -> None:
     """Write a topic's history (or a range) to Parquet, partitioned by partition and date."""
+    from danube.spark.outputs import exists_error
     from danube.spark.parquet import MODES, backfill_to_parquet
 
     chosen = next((m for m in MODES if m == mode), None)
@@ -194,6 +204,10 @@ def parquet(
         topic, config, etcd, prefix, start_offset, end_offset, start_time, end_time
     )
     options["decode"] = decode
+    if chosen == "error" and _local_path_exists(output):
+        # Said before Spark starts; a path of another filesystem is checked by the job.
+        exists = exists_error(output)
+        raise fail("backfill parquet", f"{exists.code}: {exists.message}")
     _check("parquet", options)
     spark = _session(master, spark_log)
     try:
@@ -305,6 +319,88 @@ def topic_backfill(
         out.print(
             f"{result.sent} messages of {topic} sent to {to} ({result.skipped} already sent "
             f"before, {result.partitions} partitions) in {result.seconds:.2f} s"
+        )
+
+
+@app.command("iceberg")
+def iceberg(
+    topic: SourceTopic,
+    table: Annotated[
+        str, typer.Option("--table", help="The Iceberg table, <namespace>.<table> (made if new).")
+    ],
+    warehouse: Annotated[
+        Path,
+        typer.Option(
+            "--warehouse",
+            help="Directory of the default catalog (SQL, sqlite file catalog.db) and its tables.",
+        ),
+    ] = Path("danube-data/iceberg"),
+    catalog_name: Annotated[
+        str, typer.Option("--catalog", help="Catalog name (pyiceberg's configuration).")
+    ] = "danube",
+    catalog_properties: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--catalog-property",
+            help="KEY=VALUE of pyiceberg's catalog (repeatable), e.g. type=rest uri=http://...; "
+            "replaces the default SQL catalog.",
+        ),
+    ] = None,
+    config: Config = None,
+    etcd: Etcd = None,
+    prefix: Prefix = None,
+    decode: Annotated[
+        str,
+        typer.Option("--decode", help="schema: add the typed value column (as for parquet)."),
+    ] = "none",
+    master: Master = None,
+    spark_log: SparkLog = DEFAULT_SPARK_LOG,
+    json_output: Json = False,
+) -> None:
+    """Keep an Iceberg table in step with a topic: add the offsets uploaded since its last
+    commit, each once (docs/spark.md, "Iceberg table")."""
+    try:
+        from danube.spark.iceberg import catalog, sql_catalog_properties, sync_to_iceberg
+    except ImportError as exc:
+        raise fail(
+            "backfill iceberg",
+            f"needs the iceberg extra (pip install 'danube-mesh[iceberg]'): {exc}",
+        ) from None
+    properties: dict[str, str] = {}
+    for item in catalog_properties or []:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise typer.BadParameter(f"KEY=VALUE, not {item!r}", param_hint="--catalog-property")
+        properties[key] = value
+    if not properties:
+        properties = sql_catalog_properties(str(warehouse))
+    options = _source_options(topic, config, etcd, prefix, None, None, None, None)
+    options["decode"] = decode
+    _check("iceberg", options)
+    iceberg = _guard("iceberg", lambda: catalog(catalog_name, properties))
+    spark = _session(master, spark_log)
+    try:
+        result = _guard("iceberg", lambda: sync_to_iceberg(spark, options, table, iceberg))
+    finally:
+        spark.stop()
+    ranges = {str(p): list(r) for p, r in result.ranges.items()}
+    summary = {
+        "topic": topic,
+        "table": table,
+        "messages": result.rows,
+        "ranges": ranges,
+        "snapshot_id": result.snapshot_id,
+        "seconds": round(result.seconds, 3),
+    }
+    if json_output:
+        print_json(summary)
+    elif not result.rows:
+        out.print(f"nothing new in {topic} for {table}")
+    else:
+        shown = ", ".join(f"partition {p} [{a}, {b})" for p, (a, b) in ranges.items())
+        out.print(
+            f"{result.rows} messages of {topic} committed to {table} ({shown}) in "
+            f"{result.seconds:.2f} s, snapshot {result.snapshot_id}"
         )
 
 

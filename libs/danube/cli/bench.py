@@ -72,6 +72,14 @@ ConsumeTransport = Annotated[
         "--transport", help="Consumer: binary (delivery batches of frames) or json messages."
     ),
 ]
+Idempotent = Annotated[
+    bool,
+    typer.Option(
+        "--idempotent/--no-idempotent",
+        help="Idempotent producers (the default; binary transport only): sequenced records "
+        "the partition leader deduplicates.",
+    ),
+]
 Queue = Annotated[
     int, typer.Option("--queue", min=1, max=10_000, help="Consumer receive queue (credits).")
 ]
@@ -129,6 +137,7 @@ def produce(
             "as a synchronous publish): latency without a queue in front of it.",
         ),
     ] = False,
+    idempotent: Idempotent = True,
     json_out: Json = False,
 ) -> None:
     """Produce as fast as the mesh takes it: msgs/s, MB/s, send→stored latency, client
@@ -149,6 +158,7 @@ def produce(
         transport=transport,
         send_many=send_many,
         sync=sync,
+        idempotent=idempotent,
     )
     run("bench produce", _bench(service_addr, spec, own, partitions, json_out))
 

@@ -129,6 +129,8 @@ class BenchSpec:
     send_many: bool = False
     # Each send awaited before the next (a closed loop, as a synchronous publish).
     sync: bool = False
+    # Idempotent producers (the SDK's default: docs/client.md, "Exactly once into the log").
+    idempotent: bool = True
 
 
 def payload_of(size: int) -> bytes:
@@ -209,6 +211,7 @@ class _Producing:
             max_inflight_batches=spec.inflight,
             max_pending_messages=max(10_000, 2 * spec.batch_max_messages * spec.inflight),
             transport=spec.transport,
+            idempotent=spec.idempotent and spec.transport == "binary",
         )
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -288,6 +291,7 @@ def _base(spec: BenchSpec) -> dict[str, Any]:
         "rate": spec.rate or None,
         "transport": spec.transport,
         "sync": spec.sync,
+        "idempotent": spec.idempotent and spec.transport == "binary",
     }
 
 

@@ -13,7 +13,13 @@ from rich.markup import escape
 
 from danube.config import ConfigError, load_settings
 from danube.errors import DanubeError
-from danube.runtime.mesh import MeshPlan, parse_scale, plan_mesh
+from danube.runtime.mesh import (
+    SCRAPE_TARGETS_FILE,
+    MeshPlan,
+    parse_scale,
+    plan_mesh,
+    write_scrape_targets,
+)
 from danube.runtime.secure import SECURE_DIR_NAME, prepare_secure_mesh
 from danube.runtime.supervisor import Supervisor
 
@@ -69,6 +75,7 @@ def run(*, config: Path | None, data_dir: Path, scale: list[str], secure: bool =
         console.print(f"[red]danube up:[/] {escape(str(exc))}")
         return 2
     data_dir.mkdir(parents=True, exist_ok=True)
+    write_scrape_targets(plan, data_dir.resolve())
     root = logging.getLogger("danube")
     root.setLevel(logging.INFO)
     root.addHandler(_SupervisorLog(printer))
@@ -92,6 +99,17 @@ async def _supervise(plan: MeshPlan, printer: _Printer, data_dir: Path) -> None:
     printer.line("supervisor", "all processes stopped")
 
 
+def metrics_banner(plan: MeshPlan, data_dir: Path) -> list[str]:
+    """Where each process serves /metrics (fixed ports: docs/operations.md), and the
+    Prometheus file that scrapes them all."""
+    where = ", ".join(f"{name} {address}" for name, address in plan.metrics.items())
+    return [
+        f"  metrics {where}",
+        "  prometheus --config.file=deploy/observability/prometheus-local.yml scrapes them "
+        f"(targets: {data_dir / SCRAPE_TARGETS_FILE})",
+    ]
+
+
 async def _announce(
     supervisor: Supervisor, plan: MeshPlan, printer: _Printer, data_dir: Path, stop: asyncio.Event
 ) -> None:
@@ -105,6 +123,8 @@ async def _announce(
     printer.line("supervisor", f"mesh ready: {len(plan.specs)} processes, data in {data_dir}")
     for name, url in plan.urls.items():
         printer.line("supervisor", f"  {name:<6} {url}")
+    for line in metrics_banner(plan, data_dir):
+        printer.line("supervisor", line)
     if plan.secure is None:
         printer.line(
             "supervisor",

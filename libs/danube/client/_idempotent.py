@@ -242,7 +242,28 @@ class IdempotentSender:
                     # so only while another holds the topic with an exclusive session.
                     self.fenced = exc
                 raise
+            self._note_partitions(answer.body)
             return results_of_runs(answer.body, len(part.indexes))
+
+    def _note_partitions(self, answer: object) -> None:
+        """The server's count of the topic's partitions, sent with every answer: a topic that
+        grew is routed over its new partitions from the next batch on."""
+        count = answer.get("partitions") if isinstance(answer, dict) else None
+        router = self._router
+        if (
+            isinstance(count, int)
+            and count > 0
+            and router.partitions is not None
+            and router.partitions > 0
+            and count != router.partitions
+        ):
+            log.info(
+                "%s has %d partitions now (%d before): routing over them",
+                self.topic,
+                count,
+                router.partitions,
+            )
+            router.partitions = count
 
     def _earlier(self, part: Part) -> Part | None:
         """A part to the same partition, same epoch, with earlier sequences, in flight."""

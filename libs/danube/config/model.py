@@ -518,3 +518,7 @@ class MetricsConfig(_Section):
     # How often gauges that need a question to another service (a subscription's backlog,
     # a partition's upload lag) are recomputed; counters move at once.
     sample_interval_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
+    # `danube up` only: the first of the fixed health/metrics ports it gives its processes,
+    # a block of 20 per kind (danube.runtime.mesh: ingest-0 9400, cloud_reader-0 9420...),
+    # so that one Prometheus file scrapes every `make run`; 0: any free ports.
+    up_port_base: Annotated[int, Field(ge=0, le=65535 - 20 * 6)] = 9400

@@ -11,6 +11,7 @@ Keys are relative to the store prefix (``metadata.prefix``, default ``/danube``)
     partitions/<ns>/<partition>/uploader                   Owner        (uploader node + epoch)
     storage/<ns>/<partition>/objects/<start:020>           storage.ObjectDescriptor
     storage/<ns>/<partition>/checkpoint                    UploaderCheckpoint
+    cluster/object_store                                   ObjectStoreRecord (no secrets)
     subscriptions/<ns>/<topic>/<sub>/config                SubscriptionConfig
     subscriptions/<ns>/<topic>/<sub>/owner                 Owner        (dispatcher node + epoch)
     subscriptions/<ns>/<topic>/<sub>/cursors/<partition>   SubscriptionCursor
@@ -84,6 +85,9 @@ SECURITY_PREFIX = "security/"
 SECURITY_ROLES_PREFIX = "security/roles/"
 SECURITY_BINDINGS_PREFIX = "security/bindings/"
 SECURITY_API_KEYS_PREFIX = "security/api_keys/"
+# Where the cluster's objects are (wal_cloud.cloud without credentials), for readers given
+# only etcd; "cluster/" is no namespace's or partition's prefix.
+OBJECT_STORE_KEY = "cluster/object_store"
 # Role and binding names, API key ids (hex): one segment each.
 _SECURITY_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 

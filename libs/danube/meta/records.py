@@ -345,3 +345,18 @@ class TopicSchemaRecord(_Record):
     validation_policy: ValidationPolicy = "none"
     payload_validation: bool = False
     updated_ms: TimeMs
+
+
+# --- the cluster ----------------------------------------------------------------------
+
+CLOUD_KEYS_MAX = 32
+
+
+class ObjectStoreRecord(_Record):
+    """Where the cluster's objects are: the ``wal_cloud.cloud`` section of the service that
+    recorded it without its credentials (danube.storage.location.public_settings), so that
+    a reader given only etcd (the Spark backfills) finds the objects."""
+
+    cloud: Annotated[dict[str, str | bool], Field(max_length=CLOUD_KEYS_MAX)]
+    recorded_by: NodeId
+    updated_ms: TimeMs

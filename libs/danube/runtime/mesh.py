@@ -6,6 +6,15 @@ environment (so any ``DANUBE_*`` override reaches it), the config file the super
 read (``DANUBE_CONFIG``), plus a few per-instance overrides: its node id and
 health/metrics port.
 
+Health/metrics ports are fixed per kind and instance, so that one Prometheus file
+(deploy/observability/prometheus-local.yml) scrapes any ``make run``:
+``metrics.up_port_base`` + :data:`PORTS_PER_KIND` x the kind's place in
+:data:`SERVICE_ORDER` + the instance (9400 ingest-0, 9401 ingest-1, 9420 cloud_reader-0,
+9440 uploader-0, 9460 retention-0, 9480 dispatcher-0); discovery-0 serves its metrics on
+its API port (``discovery.port``), its replicas on 9501, 9502... (their API ports too).
+``up_port_base: 0`` gives any free ports instead. :meth:`MeshPlan.scrape_targets` is the
+same list in Prometheus's file_sd form, which ``danube up`` writes beside its data.
+
 What the file (or the environment) sets holds: the data directory only fills in what
 they leave unset. etcd's data always lives under it; each ingest instance gets its
 own WAL directory (two WAL owners must never share one) named after its node id,
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import re
 import sys
 from collections.abc import Mapping
@@ -32,16 +42,37 @@ from danube.runtime.servers import ProcessSpec, etcd_spec, free_port, nats_spec
 # Dependency order: a service starts after everything before it is ready.
 SERVICE_ORDER = ("ingest", "cloud_reader", "uploader", "retention", "dispatcher", "discovery")
 SCALE_MAX = 16
+# Fixed metrics ports: a block of this many per kind, from metrics.up_port_base (room for
+# SCALE_MAX instances, and round numbers to read: 9400, 9420, 9440...).
+PORTS_PER_KIND = 20
 _SCALE_RE = re.compile(r"^(?P<service>[a-z_]+)=(?P<count>\d+)$")
+
+
+def metrics_port(base: int, service: str, index: int) -> int:
+    """The fixed health/metrics port of instance ``index`` of ``service`` under ``danube
+    up`` (``base``: ``metrics.up_port_base``, not 0); discovery-0 uses its API port."""
+    if not 0 <= index < SCALE_MAX:
+        raise ValueError(f"instance {index} of {service}: 0..{SCALE_MAX - 1}")
+    return base + PORTS_PER_KIND * SERVICE_ORDER.index(service) + index
 
 
 @dataclass(frozen=True)
 class MeshPlan:
-    """What to start, in order, and where the operator finds it."""
+    """What to start, in order, and where the operator finds it; ``metrics``: each service
+    process's name → the ``host:port`` serving its ``/metrics``."""
 
     specs: list[ProcessSpec]
     urls: dict[str, str] = field(default_factory=dict)
     secure: SecureMesh | None = None
+    metrics: dict[str, str] = field(default_factory=dict)
+
+    def scrape_targets(self) -> list[dict[str, object]]:
+        """Prometheus file_sd target groups: one per service process, labelled with its
+        kind (``service``, as the compose and Kubernetes scrapes label it) and ``node``."""
+        return [
+            {"targets": [address], "labels": {"service": name.rsplit("-", 1)[0], "node": name}}
+            for name, address in self.metrics.items()
+        ]
 
 
 def available_services() -> list[str]:
@@ -115,6 +146,7 @@ def plan_mesh(
     ]
     urls = {"nats": f"nats://{nats_host}:{nats_port}", "etcd": f"http://{etcd_host}:{etcd_port}"}
     scale = scale or {}
+    metrics: dict[str, str] = {}
     for service in available_services() if services is None else services:
         for index in range(scale.get(service, 1)):
             spec = _service_spec(
@@ -123,6 +155,7 @@ def plan_mesh(
             if secure is not None:
                 spec = dataclasses.replace(spec, env={**spec.env, **secure.env_for(service)})
             specs.append(spec)
+            metrics[spec.name] = f"{_scrape_host(settings, service)}:{spec.port}"
     if any(spec.name.startswith("discovery") for spec in specs):
         discovery = settings.discovery
         # A secured mesh serves TLS with its own certificates (danube.runtime.secure).
@@ -130,7 +163,29 @@ def plan_mesh(
         urls["http"] = f"{scheme}://{discovery.host}:{discovery.port}"
         if discovery.grpc_enabled:
             urls["grpc"] = f"{scheme}://{discovery.host}:{discovery.grpc_port}"
-    return MeshPlan(specs, urls, secure)
+    return MeshPlan(specs, urls, secure, metrics)
+
+
+SCRAPE_TARGETS_FILE = Path("prometheus") / "targets.json"  # under the data directory
+
+
+def write_scrape_targets(plan: MeshPlan, data_dir: Path) -> Path:
+    """Write :meth:`MeshPlan.scrape_targets` to ``<data_dir>/prometheus/targets.json``
+    (written aside and renamed: Prometheus re-reads it on change, never half of it), the
+    file deploy/observability/prometheus-local.yml reads; return its path."""
+    path = data_dir / SCRAPE_TARGETS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = path.with_suffix(".json.tmp")
+    aside.write_text(json.dumps(plan.scrape_targets(), indent=2) + "\n")
+    aside.replace(path)
+    return path
+
+
+def _scrape_host(settings: DanubeSettings, service: str) -> str:
+    """Where a scrape on this machine reaches the service: its bind address, or the
+    loopback when it binds every address."""
+    host: str = getattr(settings, service).host
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
 
 
 def _service_spec(
@@ -150,16 +205,19 @@ def _service_spec(
     if config_path is not None:
         # The file the supervisor read, whatever $DANUBE_CONFIG says: every process reads it.
         env[CONFIG_PATH_ENV] = str(config_path.resolve())
+    base = settings.metrics.up_port_base
     if service == "discovery":
-        # The public APIs' ports are fixed; replicas beyond the first get free ports.
-        port = settings.discovery.port if index == 0 else free_port()
-        env[f"{section}__PORT"] = str(port)
-        if index > 0:  # and so is the gRPC API's
+        # The public APIs' ports are fixed; replicas beyond the first serve theirs (and so
+        # their metrics) on fixed ports of their own, and the gRPC API on a free one.
+        port = settings.discovery.port
+        if index > 0:
+            port = metrics_port(base, service, index) if base else free_port()
             env[f"{section}__GRPC_PORT"] = str(free_port())
+        env[f"{section}__PORT"] = str(port)
         tls = tls or settings.discovery.tls.enabled
         ready_url = f"{'https' if tls else 'http'}://{settings.discovery.host}:{port}/readyz"
     else:
-        port = free_port()
+        port = metrics_port(base, service, index) if base else free_port()
         env[f"{section}__METRICS_PORT"] = str(port)
         tls = tls or getattr(settings, service).tls.enabled
         ready_url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/readyz"

@@ -4,7 +4,7 @@
 
     DanubeError
     └── StorageError                       "storage_error": a permanent backend failure; op, key
-        ├── ObjectNotFoundError            "object_not_found": key
+        ├── ObjectNotFoundError            "object_not_found": key, location
         ├── ObjectRangeError               "object_range": key, start, length, size_bytes
         ├── StorageUnavailableError        "storage_unavailable" (retriable): op, key
         │   └── StorageTimeoutError        "timeout" (retriable): op, key, timeout_s
@@ -50,12 +50,17 @@ class StorageError(DanubeError):
 
 
 class ObjectNotFoundError(StorageError):
-    """The object does not exist (or the key names a directory, not an object)."""
+    """The object does not exist (or the key names a directory, not an object).
+
+    ``location`` is where the store looked (``danube.storage.location.describe``: backend,
+    root, endpoint), when the store knows it: a wrong root or bucket shows in the message."""
 
     code = "object_not_found"
 
-    def __init__(self, key: str, *, op: str | None = None) -> None:
-        super().__init__(f"object not found: {key!r}", op=op, key=key)
+    def __init__(self, key: str, *, op: str | None = None, location: str | None = None) -> None:
+        where = "" if location is None else f" in {location}"
+        super().__init__(f"object not found: {key!r}{where}", op=op, key=key)
+        self.location = location
 
 
 class ObjectRangeError(StorageError):

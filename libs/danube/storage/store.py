@@ -34,6 +34,7 @@ from danube.storage.errors import (
     StorageTimeoutError,
     StorageUnavailableError,
 )
+from danube.storage.location import describe
 from danube.storage.protocol import Operator, WriteFile
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class ObjectStore:
         min_throughput_bytes_per_s: int = DEFAULT_MIN_THROUGHPUT_BYTES_PER_S,
         write_chunk_bytes: int = DEFAULT_WRITE_CHUNK_BYTES,
         write_concurrency: int = 1,
+        location: str | None = None,
     ) -> None:
         if timeout_s <= 0 or min_throughput_bytes_per_s <= 0:
             raise ValueError("timeout_s and min_throughput_bytes_per_s must be positive")
@@ -70,6 +72,7 @@ class ObjectStore:
         self._throughput = min_throughput_bytes_per_s
         self._chunk_bytes = write_chunk_bytes
         self._concurrency = write_concurrency
+        self._location = location  # named by ObjectNotFoundError: where the store looked
 
     @classmethod
     def from_config(
@@ -80,15 +83,23 @@ class ObjectStore:
         min_throughput_bytes_per_s: int = DEFAULT_MIN_THROUGHPUT_BYTES_PER_S,
         write_chunk_bytes: int = DEFAULT_WRITE_CHUNK_BYTES,
         write_concurrency: int = 1,
+        location: str | None = None,
     ) -> ObjectStore:
-        """A store on the backend of a ``wal_cloud.cloud`` section (see :func:`open_operator`)."""
+        """A store on the backend of a ``wal_cloud.cloud`` section (see :func:`open_operator`);
+        ``location`` (default: the section's backend, root and endpoint) is named by errors."""
         return cls(
             open_operator(cloud),
             timeout_s=timeout_s,
             min_throughput_bytes_per_s=min_throughput_bytes_per_s,
             write_chunk_bytes=write_chunk_bytes,
             write_concurrency=write_concurrency,
+            location=describe(cloud) if location is None else location,
         )
+
+    @property
+    def location(self) -> str | None:
+        """Where the objects are (backend, root, endpoint), when built from a config."""
+        return self._location
 
     def deadline_s(self, size_bytes: int = 0) -> float:
         """The deadline of a call that moves ``size_bytes``: base timeout plus transfer time."""
@@ -108,7 +119,8 @@ class ObjectStore:
     async def read(self, key: str, *, timeout_s: float | None = None) -> bytes:
         """Read a whole object. Its size is unknown up front: pass ``timeout_s`` for big ones."""
         _check_key(key)
-        async with _guard("read", key, self._timeout_s if timeout_s is None else timeout_s):
+        deadline = self._timeout_s if timeout_s is None else timeout_s
+        async with _guard("read", key, deadline, self._location):
             return await self._op.read(key)
 
     async def read_range(
@@ -126,7 +138,7 @@ class ObjectStore:
             return b""
         deadline = self.deadline_s(length) if timeout_s is None else timeout_s
         try:
-            async with _guard("read_range", key, deadline):
+            async with _guard("read_range", key, deadline, self._location):
                 data = await self._op.read(key, offset=start, size=length)
         except StorageError as exc:
             if isinstance(exc, ObjectNotFoundError | StorageTimeoutError):
@@ -148,10 +160,11 @@ class ObjectStore:
     async def stat(self, key: str, *, timeout_s: float | None = None) -> int:
         """The size of an object in bytes; :class:`ObjectNotFoundError` if there is none."""
         _check_key(key)
-        async with _guard("stat", key, self._timeout_s if timeout_s is None else timeout_s):
+        deadline = self._timeout_s if timeout_s is None else timeout_s
+        async with _guard("stat", key, deadline, self._location):
             meta = await self._op.stat(key)
-        if not meta.is_file:
-            raise ObjectNotFoundError(key, op="stat")  # fs answers a stat of a directory
+        if not meta.is_file:  # fs answers a stat of a directory
+            raise ObjectNotFoundError(key, op="stat", location=self._location)
         return meta.content_length
 
     async def exists(self, key: str, *, timeout_s: float | None = None) -> bool:
@@ -299,8 +312,11 @@ class ObjectWriter:
 
 
 @asynccontextmanager
-async def _guard(op: str, key: str | None, timeout_s: float) -> AsyncIterator[None]:
-    """Run the block under a deadline; turn a timeout and OpenDAL's errors into StorageErrors."""
+async def _guard(
+    op: str, key: str | None, timeout_s: float, location: str | None = None
+) -> AsyncIterator[None]:
+    """Run the block under a deadline; turn a timeout and OpenDAL's errors into StorageErrors
+    (a missing object's names ``location``, where the store looked)."""
     try:
         async with asyncio.timeout(timeout_s):
             yield
@@ -309,16 +325,18 @@ async def _guard(op: str, key: str | None, timeout_s: float) -> AsyncIterator[No
     except Exception as exc:
         if type(exc).__module__ != opendal.exceptions.__name__:
             raise
-        raise _storage_error(exc, op=op, key=key) from exc
+        raise _storage_error(exc, op=op, key=key, location=location) from exc
 
 
-def _storage_error(exc: Exception, *, op: str, key: str | None) -> StorageError:
+def _storage_error(
+    exc: Exception, *, op: str, key: str | None, location: str | None = None
+) -> StorageError:
     """The one place OpenDAL's exception classes map to ours."""
     kind = type(exc).__name__
     text = str(exc)
     first_line = text.splitlines()[0] if text else kind
     if kind == "NotFound" and op in ("read", "read_range", "stat") and key is not None:
-        return ObjectNotFoundError(key, op=op)
+        return ObjectNotFoundError(key, op=op, location=location)
     if kind == "RangeNotSatisfied":
         return StorageError(f"storage {op}: {first_line}", op=op, key=key, code="object_range")
     if kind == "PermissionDenied":

@@ -165,6 +165,7 @@ class Stored:
     routed: list[int]
     offsets: list[int]
     duplicates: list[bool]
+    partitions: int = 0  # the topic's partitions as this instance knows them (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +400,7 @@ class Producer:
         metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
         metrics.MESSAGES_PRODUCED.inc(count)
         log.debug("produce: %d messages to %s stored", count, topic)
-        return Stored(names, routed, offsets, duplicates)
+        return Stored(names, routed, offsets, duplicates, partitions)
 
     async def _partitions_of(self, topic: TopicName, dispatch: Dispatch) -> int:
         config = await self.catalog.cached_topic(topic)

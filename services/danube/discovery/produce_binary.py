@@ -95,11 +95,13 @@ def runs_answer(
     routed: Sequence[int],
     offsets: Sequence[int],
     duplicates: Sequence[bool] | None = None,
+    partitions: int | None = None,
 ) -> bytes:
-    """``{"runs": [{"partition", "offset", "count"}, ...]}``: the messages' places in order,
-    consecutive offsets of one partition as one run. A run of an idempotent producer's resend
-    (stored before: ``duplicates``) says ``"duplicate": true`` and never takes in a message
-    that is new, nor a new run a resent one."""
+    """``{"runs": [{"partition", "offset", "count"}, ...], "partitions": N}``: the messages'
+    places in order, consecutive offsets of one partition as one run. A run of an idempotent
+    producer's resend (stored before: ``duplicates``) says ``"duplicate": true`` and never
+    takes in a message that is new, nor a new run a resent one. ``partitions``: the topic's
+    partition count, so that a producer that routes itself sees it grow."""
     flags = duplicates if duplicates is not None else [False] * len(offsets)
     runs: list[list[int]] = []  # [partition index, first offset, count, duplicate]
     last: list[int] | None = None
@@ -114,13 +116,14 @@ def runs_answer(
         else:
             last = [partition, offset, 1, int(duplicate)]
             runs.append(last)
-    return orjson.dumps(
-        {
-            "runs": [
-                {"partition": str(names[p]), "offset": first, "count": count, "duplicate": True}
-                if duplicate
-                else {"partition": str(names[p]), "offset": first, "count": count}
-                for p, first, count, duplicate in runs
-            ]
-        }
-    )
+    answer: dict[str, object] = {
+        "runs": [
+            {"partition": str(names[p]), "offset": first, "count": count, "duplicate": True}
+            if duplicate
+            else {"partition": str(names[p]), "offset": first, "count": count}
+            for p, first, count, duplicate in runs
+        ]
+    }
+    if partitions is not None:
+        answer["partitions"] = partitions
+    return orjson.dumps(answer)

@@ -52,11 +52,14 @@ from danube.ingest.message_ids import MessageIds, message_id
 from danube.ingest.nodelease import NodeLease
 from danube.ingest.producers import ProducerStates
 from danube.ingest.sequencing import (
+    SEQUENCE_GAP_WAIT_S,
     Admission,
     Fresh,
     InFlight,
     SequencedBatch,
+    SequenceGapError,
     Stored,
+    Verdict,
     sequenced_batch,
 )
 from danube.ingest.wal import Durability, Wal, WalError, WalFailedError
@@ -241,7 +244,7 @@ class Partition:
         self._check_insync("before the append")
         batch = sequenced_batch(records)
         if batch is not None:
-            verdict = self.admission.admit(batch)
+            verdict = await self._admitted(batch)
             if not isinstance(verdict, Fresh):
                 return await self._resent(verdict, batch)
             entry = verdict.pending
@@ -255,6 +258,21 @@ class Partition:
         else:
             first = await self._append(records)
         return protocol.ProduceReply(first, len(records))
+
+    async def _admitted(self, batch: SequencedBatch) -> Verdict:
+        """The admission's verdict on ``batch``; one that arrived before an earlier batch of
+        its producer waits for it (at most SEQUENCE_GAP_WAIT_S), then is refused."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SEQUENCE_GAP_WAIT_S
+        while True:
+            try:
+                return self.admission.admit(batch)
+            except SequenceGapError:
+                remaining_s = deadline - loop.time()
+                if remaining_s <= 0:
+                    raise
+                await self.admission.gap_closed(batch.producer, remaining_s)
+                self._check_leader()
 
     async def _append(
         self,

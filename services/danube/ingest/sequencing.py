@@ -13,9 +13,11 @@ leader decides, before anything is appended, what the batch is:
   they are committed, nothing appended (``duplicate``);
 - **in flight**: it lies inside a pending batch (a resend while the first attempt is still
   being written): answered with that batch's offsets once it is durable and committed;
-- otherwise refused: a gap past the next sequence, or a resend that goes back into what was
-  stored in other cuts (``out_of_order_sequence``); an epoch older than the newest seen
-  for the producer name (``producer_fenced``).
+- past the next sequence (a gap): batches sent together may arrive in any order, so the
+  leader holds it until the missing one is admitted, for at most ``SEQUENCE_GAP_WAIT_S``,
+  then looks again (:meth:`Admission.gap_closed`); a gap that stays is refused
+  (``out_of_order_sequence``), as is a resend that goes back into what was stored in other
+  cuts; an epoch older than the newest seen for the producer name is ``producer_fenced``.
 
 Pending batches live on the leader only: they hold their WAL append's durable future, which
 the writer resolves whether or not the producer that sent the batch still waits (the bus
@@ -26,6 +28,7 @@ decided without waiting; the leader (danube.ingest.partition) does the waiting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,12 +38,20 @@ from danube.frame.record import SequenceRun, sequence_runs
 from danube.ingest.producers import ProducerStates
 from danube.wire.ingest import protocol
 
+SEQUENCE_GAP_WAIT_S = 1.0
+"""How long a batch that arrived before an earlier one of its producer waits for it."""
+
 
 class OutOfOrderSequenceError(DanubeError):
     """A sequenced batch that is neither the next one nor a resend this leader remembers,
     or a request whose sequences are not one producer's consecutive ones."""
 
     code = protocol.OUT_OF_ORDER_SEQUENCE
+
+
+class SequenceGapError(OutOfOrderSequenceError):
+    """A batch past the producer's next sequence: an earlier one is missing (lost, or still
+    on its way: batches in flight together may arrive in any order)."""
 
 
 class ProducerFencedError(DanubeError):
@@ -130,6 +141,18 @@ class Admission:
     def __init__(self, states: ProducerStates) -> None:
         self.states = states
         self._pending: dict[bytes, deque[Pending]] = {}
+        # Set when a producer's next batch is admitted: what its batches past a gap wait for.
+        self._moved: dict[bytes, asyncio.Event] = {}
+
+    async def gap_closed(self, producer: bytes, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until ``producer`` has another batch admitted: the
+        one missing before a batch that arrived early may be it."""
+        moved = self._moved.get(producer)
+        if moved is None:
+            moved = self._moved[producer] = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await moved.wait()
 
     @property
     def pending_batches(self) -> int:
@@ -166,9 +189,12 @@ class Admission:
         if expected is None or first == expected:
             entry = Pending(batch)
             self._pending.setdefault(name, deque()).append(entry)
+            moved = self._moved.pop(name, None)
+            if moved is not None:
+                moved.set()  # batches of this producer waiting past a gap look again
             return Fresh(entry)
         if first > expected:
-            raise OutOfOrderSequenceError(
+            raise SequenceGapError(
                 f"{batch.describe()}: the next sequence is {expected} (a gap: an earlier "
                 "batch is missing)"
             )

@@ -10,6 +10,7 @@ from danube.config import DanubeSettings
 from danube.runtime.service import LeaseLost, node_session, wait_for_any
 from danube.storage import ObjectStore
 from danube.uploader.node import UploaderNode
+from danube.uploader.record import record_object_store
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
     assignment keys are gone with it; a restart claims afresh)."""
     objects = ObjectStore.from_config(settings.wal_cloud.cloud)  # no I/O: a bad config fails here
     async with node_session(settings, "uploader", node_id, settings.uploader, stop) as s:
+        await record_object_store(s.store, settings.wal_cloud.cloud, node_id)
         node = UploaderNode(
             settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease, objects=objects
         )

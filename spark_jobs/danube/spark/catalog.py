@@ -1,16 +1,21 @@
-"""The driver's one look at etcd: a topic's config, and each partition's object descriptors
-and uploader checkpoint (docs/metadata.md has the keys); with ``decode=schema``, the topic's
-schema binding and its subject's versions (docs/schemas.md). Executors never call etcd."""
+"""The driver's one look at etcd: the cluster's object store when the config names none, a
+topic's config, and each partition's object descriptors and uploader checkpoint
+(docs/metadata.md has the keys); with ``decode=schema``, the topic's schema binding and its
+subject's versions (docs/schemas.md). Executors never call etcd."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from danube.config import MetadataConfig
+from danube.config import DanubeSettings, MetadataConfig
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import (
+    ObjectStoreRecord,
     SchemaSubject,
     SchemaVersionRecord,
     TopicConfig,
@@ -20,12 +25,79 @@ from danube.meta.records import (
 from danube.names import TopicName
 from danube.spark.decode import DECODED_TYPES, TopicSchema
 from danube.spark.errors import InvalidOptionError, TopicNotReadableError, UnsupportedSchemaError
+from danube.spark.options import (
+    ReadOptions,
+    backend_given,
+    load_source_settings,
+    recorded_cloud_environment,
+    without_cloud,
+)
 from danube.spark.plan import PartitionObjects
-from danube.storage import ObjectDescriptor
+from danube.storage import ObjectDescriptor, ObjectStore
+from danube.storage.location import describe
 
 log = logging.getLogger(__name__)
 
 CATALOG_TIMEOUT_S = 120.0  # the whole look, however many partitions; each request has its own
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSettings:
+    """The settings a read uses, and where its object store is, said for error messages:
+    ``s3://bucket/root at http://... (recorded in etcd by uploader-1)``."""
+
+    settings: DanubeSettings
+    location: str
+
+
+def source_settings(
+    options: ReadOptions, environ: Mapping[str, str] | None = None
+) -> SourceSettings:
+    """:func:`load_source_settings`, with the object store the cluster recorded in etcd
+    (``cluster/object_store``) when neither the config file nor the options and ``DANUBE_*``
+    variables name a ``wal_cloud.cloud.backend``. The recorded section has no credentials:
+    ``DANUBE_WAL_CLOUD__CLOUD__*`` variables and options are laid over it key by key, and
+    the backend's own chain (``AWS_*``...) applies as in any service."""
+    env = dict(os.environ if environ is None else environ)
+    if backend_given(options, env):
+        return _located(load_source_settings(options, env), "as configured")
+    # Without the cloud keys of the variables and options (credentials alone would fail to
+    # load without a backend), to learn whether the file names a store, and where etcd is.
+    bare = load_source_settings(*without_cloud(options, env))
+    if "cloud" in bare.wal_cloud.model_fields_set:
+        return _located(load_source_settings(options, env), "as configured")
+    recorded = asyncio.run(read_object_store(bare.wal_cloud.metadata))
+    if recorded is None:
+        prefix = bare.wal_cloud.metadata.prefix
+        note = f"the default: none configured, none recorded in etcd under {prefix}"
+        return _located(load_source_settings(options, env), note)
+    settings = load_source_settings(options, {**recorded_cloud_environment(recorded.cloud), **env})
+    return _located(settings, f"recorded in etcd by {recorded.recorded_by}")
+
+
+def _located(settings: DanubeSettings, note: str) -> SourceSettings:
+    return SourceSettings(settings, f"{describe(settings.wal_cloud.cloud)} ({note})")
+
+
+async def check_first_object(found: SourceSettings, topic: TopicName) -> None:
+    """Read ``topic``'s descriptors and stat its first object: a store configured or
+    recorded wrong fails here, with :class:`danube.storage.ObjectNotFoundError` naming
+    where it looked, rather than in the first task."""
+    partitions = await read_partitions(found.settings.wal_cloud.metadata, topic)
+    first = next((p.descriptors[0] for p in partitions if p.descriptors), None)
+    if first is not None:
+        cloud = found.settings.wal_cloud.cloud
+        await ObjectStore.from_config(cloud, location=found.location).stat(first.key)
+
+
+async def read_object_store(metadata: MetadataConfig) -> ObjectStoreRecord | None:
+    """The cluster's object store as a service recorded it (no credentials), if any."""
+    async with asyncio.timeout(CATALOG_TIMEOUT_S):
+        store = await MetaStore.connect(metadata)
+        try:
+            return await store.get_model(meta_keys.OBJECT_STORE_KEY, ObjectStoreRecord)
+        finally:
+            await store.close()
 
 
 async def read_partitions(metadata: MetadataConfig, topic: TopicName) -> list[PartitionObjects]:

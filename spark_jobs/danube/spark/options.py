@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
-from danube.config import DanubeSettings, load_settings
+from danube.config import CloudConfig, DanubeSettings, load_settings
 from danube.names import InvalidNameError, TopicName
 from danube.spark.errors import InvalidOptionError
 
@@ -154,6 +154,55 @@ def load_source_settings(
     env.update(options.overrides)
     path = Path(options.config_path) if options.config_path else None
     return load_settings(path, environ=env)
+
+
+_CLOUD_VARIABLE = "DANUBE_WAL_CLOUD__CLOUD__"
+
+
+def backend_given(options: ReadOptions, environ: Mapping[str, str]) -> bool:
+    """Whether the options or ``DANUBE_*`` variables name ``wal_cloud.cloud.backend`` (a
+    config file's section shows in the loaded settings' ``model_fields_set`` instead)."""
+    names = [*environ, *options.overrides]
+    return any(name.upper() == _CLOUD_VARIABLE + "BACKEND" for name in names)
+
+
+def without_cloud(
+    options: ReadOptions, environ: Mapping[str, str]
+) -> tuple[ReadOptions, dict[str, str]]:
+    """``options`` and ``environ`` but their ``wal_cloud.cloud`` keys."""
+
+    def keep(name: str) -> bool:
+        return not name.upper().startswith(_CLOUD_VARIABLE)
+
+    overrides = {name: value for name, value in options.overrides.items() if keep(name)}
+    return replace(options, overrides=overrides), {k: v for k, v in environ.items() if keep(k)}
+
+
+def recorded_cloud_environment(cloud: Mapping[str, str | bool]) -> dict[str, str]:
+    """The ``DANUBE_WAL_CLOUD__CLOUD__*`` variables of a section recorded in etcd
+    (``cluster/object_store``): laid under the reader's own, they give the recorded backend
+    and root while the reader's variables and options (credentials) still win key by key.
+    Keys this version's model of the backend does not know (recorded by a newer service) are
+    left out rather than fail the load."""
+    known = _CLOUD_FIELDS.get(str(cloud.get("backend")), frozenset())
+    variables = {}
+    for name, value in cloud.items():
+        if name in known:
+            text = ("true" if value else "false") if isinstance(value, bool) else value
+            variables[_CLOUD_VARIABLE + name.upper()] = text
+    return variables
+
+
+def _cloud_fields() -> dict[str, frozenset[str]]:
+    union = get_args(get_args(CloudConfig)[0])
+    found = {}
+    for model in union:
+        (backend,) = get_args(model.model_fields["backend"].annotation)
+        found[backend] = frozenset(model.model_fields)
+    return found
+
+
+_CLOUD_FIELDS = _cloud_fields()
 
 
 def _overrides(given: Mapping[str, str]) -> dict[str, str]:

@@ -7,6 +7,11 @@ Every column of the source but ``partition`` (it is the directory) goes into the
 rows of one file are in offset order. ``mode``: ``error`` (the default; refuse an output that
 exists), ``overwrite`` (replace the whole output: a re-run of the same range gives the same
 dataset) or ``append`` (add files; a re-run of the same range then duplicates it).
+
+The output appears whole or not at all: Spark writes the dataset aside, beside the output
+(``.<name>.danube-<id>.tmp``, on the same filesystem), and only a finished write is renamed
+into place (:mod:`danube.spark.outputs`). A failed run leaves nothing at the output, so its
+re-run needs no ``overwrite``; the aside copy is deleted, unless the driver itself died.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from danube.spark.errors import InvalidOptionError
+from danube.spark.outputs import Output
 from danube.spark.source import FORMAT
 
 Mode = Literal["error", "overwrite", "append"]
@@ -27,7 +33,6 @@ MODES: tuple[Mode, ...] = ("error", "overwrite", "append")
 PARTITION_COLUMNS = ("partition", "date")
 
 _US_PER_DAY = 86_400 * 1_000_000
-_SPARK_MODES = {"error": "errorifexists", "overwrite": "overwrite", "append": "append"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,19 +59,27 @@ def backfill_to_parquet(
     spark: SparkSession, source_options: Mapping[str, str], output: str, *, mode: Mode = "error"
 ) -> ParquetBackfill:
     """Read the topic with ``source_options`` (those of ``spark.read.format("danube")``)
-    and write it to ``output`` (any path Spark writes Parquet to)."""
+    and write it to ``output`` (any path Spark writes Parquet to), whole or not at all.
+
+    Raises :class:`InvalidOptionError` (``output``) in mode ``error`` for an output that
+    exists, before anything is read."""
     if mode not in MODES:
         raise InvalidOptionError("mode", f"one of {', '.join(MODES)}, not {mode!r}")
+    target = Output(spark, output)
+    if mode == "error":
+        target.check_absent()
     options = {name.lower(): value for name, value in source_options.items()}
     # As many tasks as cores at least, when the data allows (the source packs small objects).
     options.setdefault("min_partitions", str(spark.sparkContext.defaultParallelism))
     rows = with_date(spark.read.format(FORMAT).options(**options).load())
-    before = _count(spark, rows, output) if mode == "append" else 0
-    started = time.perf_counter()
-    rows.write.mode(_SPARK_MODES[mode]).partitionBy(*PARTITION_COLUMNS).parquet(output)
-    seconds = time.perf_counter() - started
-    # Only the files' footers are read: cheap, and exactly what is there now.
-    return ParquetBackfill(_count(spark, rows, output) - before, seconds, output)
+    with target.aside() as aside:
+        started = time.perf_counter()
+        rows.write.mode("errorifexists").partitionBy(*PARTITION_COLUMNS).parquet(aside)
+        seconds = time.perf_counter() - started  # the write, as before outputs went aside
+        # Only the files' footers are read: cheap, and exactly what this run wrote.
+        messages = _count(spark, rows, aside)
+        target.publish(mode)
+    return ParquetBackfill(messages, seconds, output)
 
 
 def _count(spark: SparkSession, rows: DataFrame, output: str) -> int:

@@ -25,14 +25,20 @@ from danube.storage import ObjectScan, ObjectStore
 
 
 def read_task(
-    cloud: CloudConfig, task: Task, options: ReadOptions, decoding: TopicSchema | None = None
+    cloud: CloudConfig,
+    task: Task,
+    options: ReadOptions,
+    decoding: TopicSchema | None = None,
+    *,
+    location: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of every slice of ``task``, in order, in batches of ``options.batch_rows``;
-    with ``decoding``, each payload decoded with the topic's registered schema too."""
+    with ``decoding``, each payload decoded with the topic's registered schema too.
+    ``location`` is what a missing object's error says of where the store looked."""
     decoder = None if decoding is None else PayloadDecoder(decoding)
     loop = asyncio.new_event_loop()
     try:
-        objects = ObjectStore.from_config(cloud)
+        objects = ObjectStore.from_config(cloud, location=location)
         for piece in task:
             yield from _read_slice(loop, objects, piece, options, decoder)
     finally:

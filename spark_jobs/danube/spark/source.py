@@ -5,8 +5,8 @@ Where each step runs:
 
 - ``DanubeDataSource.reader`` and ``DanubeReader.partitions`` run once per query on the
   driver's machine (in a Python worker Spark starts there): the options are checked, the
-  settings loaded, etcd read once (:mod:`danube.spark.catalog`) and the read planned
-  (:mod:`danube.spark.plan`);
+  settings loaded (with the object store recorded in etcd when the config names none), etcd
+  read once (:mod:`danube.spark.catalog`) and the read planned (:mod:`danube.spark.plan`);
 - ``DanubeReader.read`` runs in the executors, once per input partition, with the
   descriptors of its objects and the ``wal_cloud.cloud`` section pickled into it: it reads
   object storage only (:mod:`danube.spark.read`).
@@ -39,7 +39,7 @@ from pyspark.sql.types import (
 )
 
 from danube.config import CloudConfig, MetadataConfig
-from danube.spark.catalog import read_partitions, read_topic_schema
+from danube.spark.catalog import read_partitions, read_topic_schema, source_settings
 from danube.spark.decode import TopicSchema
 from danube.spark.errors import InvalidOptionError
 from danube.spark.options import ReadOptions, load_source_settings, parse_options
@@ -129,14 +129,15 @@ class DanubeDataSource(DataSource):
     def reader(self, schema: StructType) -> DanubeReader:
         """Check the options and load the settings; nothing is read yet."""
         options = parse_options(dict(self.options))
-        settings = load_source_settings(options)
+        found = source_settings(options)
+        settings = found.settings
         decoding = None
         if options.decode == "schema":
             decoding = self._topic_schema(options, settings.wal_cloud.metadata)
         if schema != spark_schema(None if decoding is None else decoding.value_type()):
             raise InvalidOptionError("schema", "the danube format has the schema it gives")
         return DanubeReader(
-            options, settings.wal_cloud.metadata, settings.wal_cloud.cloud, decoding
+            options, settings.wal_cloud.metadata, settings.wal_cloud.cloud, decoding, found.location
         )
 
 
@@ -149,11 +150,13 @@ class DanubeReader(DataSourceReader):
         metadata: MetadataConfig,
         cloud: CloudConfig,
         decoding: TopicSchema | None = None,
+        location: str | None = None,
     ):
         self.options = options
         self.metadata = metadata
         self.cloud = cloud
         self.decoding = decoding  # the registered schema, with decode=schema
+        self.location = location  # where the objects are, and why there: named by errors
 
     def partitions(self) -> Sequence[InputPartition]:
         """The input partitions :func:`danube.spark.plan.plan_tasks` makes (see ``split``)."""
@@ -167,7 +170,9 @@ class DanubeReader(DataSourceReader):
         """The rows of one input partition, as Arrow record batches."""
         if not isinstance(partition, ReadTask):
             raise TypeError(f"not a danube input partition: {partition!r}")
-        return read_task(self.cloud, partition.slices, self.options, self.decoding)
+        return read_task(
+            self.cloud, partition.slices, self.options, self.decoding, location=self.location
+        )
 
 
 def register(spark: SparkSession) -> None:

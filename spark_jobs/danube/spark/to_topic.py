@@ -42,9 +42,9 @@ from danube.client import AsyncDanubeClient, AsyncProducer, Message, ProducerOpt
 from danube.config import CloudConfig
 from danube.config.model import FsCloud
 from danube.names import TopicName, validate_segment
-from danube.spark.catalog import read_partitions
+from danube.spark.catalog import read_partitions, source_settings
 from danube.spark.errors import BackfillStateError, InvalidOptionError
-from danube.spark.options import load_source_settings, parse_options
+from danube.spark.options import parse_options
 from danube.spark.source import FORMAT
 from danube.storage import ObjectNotFoundError, ObjectStore, normalize_root
 
@@ -115,7 +115,7 @@ def backfill_to_topic(spark: SparkSession, job: TopicBackfillJob) -> TopicBackfi
     if (spark.conf.get("spark.speculation", "false") or "").lower() == "true":
         raise InvalidOptionError("spark.speculation", "a backfill into a topic needs it off")
     options = parse_options({**job.source_options, "split": "partition"})
-    settings = load_source_settings(options)
+    settings = source_settings(options).settings
     cloud: CloudConfig = settings.wal_cloud.cloud
     root = normalize_root(settings.wal_cloud.uploader.root_prefix)
     if job.checkpoint_dir is not None:

@@ -151,7 +151,10 @@ async def _binary_produce(
         )
     except Exception as exc:
         return _failed(exc, name)
-    return 200, runs_answer(stored.names, stored.routed, stored.offsets, stored.duplicates), None
+    answer = runs_answer(
+        stored.names, stored.routed, stored.offsets, stored.duplicates, stored.partitions
+    )
+    return 200, answer, None
 
 
 def answer_headers(body: bytes, extra: dict[str, str] | None) -> list[tuple[bytes, bytes]]:

@@ -1,0 +1,73 @@
+"""What idempotent producers cost through the whole mesh: `danube bench produce` with
+``--idempotent`` (the SDK's default) against ``--no-idempotent`` on one mesh (nats, etcd,
+ingest, dispatcher, discovery as processes; fsync; factor 1), in alternating rounds (A B,
+B A, ...) so both see the same machine.
+
+Run: .venv/bin/python tests/bench/bench_idempotent_mesh.py [--rounds 6]
+
+Rows, 1 KiB messages: one at a time (``--sync``: each message stored before the next is
+sent, 400 of them: p50 and p99) and batched (1000 messages per request, 4 in flight, 50 000
+messages: msg/s). Prints each run, then the medians and the ratio idempotent / not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+from pathlib import Path
+
+from mesh import bench_mesh, bench_produce
+
+ROWS = {
+    "one at a time": ["--sync", "--batch-size", "1", "--linger-ms", "0", "-n", "400"],
+    "batched": ["--batch-size", "1000", "--inflight", "4", "-n", "50000"],
+}
+MODES = {"idempotent": "--idempotent", "plain": "--no-idempotent"}
+
+
+async def main(tmp: Path, rounds: int) -> None:
+    async with bench_mesh(tmp, ["ingest", "dispatcher", "discovery"]) as http:
+        url = str(http.base_url).rstrip("/")
+        for row, args in ROWS.items():
+            results: dict[str, list[tuple[float, float, float]]] = {m: [] for m in MODES}
+            for index in range(rounds + 1):  # the first round warms up, uncounted
+                order = list(MODES) if index % 2 else list(reversed(MODES))
+                for mode in order:
+                    result = await bench_produce(url, [*args, MODES[mode]])
+                    latency = result["latency_ms"]
+                    assert isinstance(latency, dict)
+                    assert result["errors"] == 0, result
+                    measured = (
+                        float(latency["p50"]),
+                        float(latency["p99"]),
+                        float(str(result["msgs_per_s"])),
+                    )
+                    print(
+                        f"{row} round {index} {mode:10}: p50 {measured[0]:.3f} ms "
+                        f"p99 {measured[1]:.3f} ms {measured[2]:,.0f} msg/s",
+                        flush=True,
+                    )
+                    if index:
+                        results[mode].append(measured)
+            median = {
+                mode: [statistics.median(r[i] for r in rows) for i in range(3)]
+                for mode, rows in results.items()
+            }
+            on, off = median["idempotent"], median["plain"]
+            print(
+                f"== {row} ({rounds} rounds, medians): idempotent p50 {on[0]:.3f} ms "
+                f"p99 {on[1]:.3f} ms {on[2]:,.0f} msg/s; plain p50 {off[0]:.3f} ms "
+                f"p99 {off[1]:.3f} ms {off[2]:,.0f} msg/s; idempotent / plain: "
+                f"p50 x{on[0] / off[0]:.3f}, throughput x{on[2] / off[2]:.3f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=6)
+    arguments = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-idem-") as tmp:
+        asyncio.run(main(Path(tmp), arguments.rounds))
