@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from danube.client import AsyncDanubeClient, ConflictError, ReceivedMessage, _idempotent
+from danube.client import AsyncDanubeClient, ConflictError, ReceivedMessage
 from danube.discovery import app as discovery_app
 from danube.discovery.growth import moved_fraction
 from danube.dispatcher import app as dispatcher_app
@@ -99,12 +99,9 @@ async def _danube(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("idempotent", [True, False])
-async def test_growth_under_a_keyed_producer(
-    consume_mesh: ConsumeMesh, monkeypatch: pytest.MonkeyPatch, idempotent: bool
-) -> None:
-    # An idempotent producer routes itself and asks the count again every
-    # PARTITIONS_REFRESH_S (10 s; 0.3 s here); the other is routed by discovery at once.
-    monkeypatch.setattr(_idempotent, "PARTITIONS_REFRESH_S", 0.3)
+async def test_growth_under_a_keyed_producer(consume_mesh: ConsumeMesh, idempotent: bool) -> None:
+    # An idempotent producer routes itself, over the count its last produce answer gave;
+    # the other is routed by discovery, over the new count at once.
     async with (
         consume_mesh() as http,
         AsyncDanubeClient(str(http.base_url)) as client,
@@ -155,8 +152,7 @@ async def _produce_around_growth(
     client: AsyncDanubeClient, topic: str, *, idempotent: bool
 ) -> list[tuple[str, int, str, str | None]]:
     """Rounds of every key, the growth to 8 sent while a round is in flight, then rounds
-    once the producer routes over 8; the sent messages as ``(partition, offset, payload,
-    key)``."""
+    (routed over 8); the sent messages as ``(partition, offset, payload, key)``."""
     sent: list[tuple[str, int, str, str | None]] = []
     producer = client.producer(topic, name="keyed", linger_ms=5, idempotent=idempotent)
     async with producer:
@@ -172,7 +168,6 @@ async def _produce_around_growth(
         growth = asyncio.create_task(client.admin.update_topic(topic, partitions=8))
         await round_of("during", 0)
         assert (await growth).config.partitions == 8
-        await asyncio.sleep(0.5)  # the idempotent producer's next count refresh
         for n in range(ROUNDS_BEFORE):
             await round_of("after", n)
     return sent

@@ -60,11 +60,6 @@ Outcome = tuple[list[int], list[SendResult] | ClientError]
 """Indexes of a batch's messages, and their results or the error that failed them."""
 
 
-# The partition count is asked again this often (docs/http-api.md, "Growing a topic"): keys
-# move to a grown topic's new partitions within this long.
-PARTITIONS_REFRESH_S = 10.0
-
-
 def unique_name(base: str = DEFAULT_PRODUCER_NAME) -> str:
     """A producer name no other producer has: ``<base>-<12 hex>``."""
     return f"{base}-{secrets.token_hex(_NAME_RANDOM_BYTES)}"
@@ -111,7 +106,6 @@ class IdempotentSender:
         self._epoch_known = not named
         self._stale = False  # a part failed: take a new epoch before the next batch
         self._inflight: dict[TopicName, list[Part]] = {}
-        self._partitions_due = 0.0  # loop time the partition count is asked again
 
     @property
     def partitions(self) -> int | None:
@@ -120,20 +114,11 @@ class IdempotentSender:
 
     async def prepare(self) -> None:
         """Before a batch is planned: the epoch (asked once when named, and again after a
-        failure) and the partition count (asked once, then again every
-        PARTITIONS_REFRESH_S: a topic that grew is routed over its new count)."""
+        failure) and the partition count (asked once)."""
         if not self._epoch_known or self._stale:
             await self._new_epoch()
-        now = asyncio.get_running_loop().time()
         if self._router.partitions is None:
             self._router.partitions = await self._partition_count()
-            self._partitions_due = now + PARTITIONS_REFRESH_S
-        elif now >= self._partitions_due:
-            self._partitions_due = now + PARTITIONS_REFRESH_S
-            try:  # a failed refresh keeps the count known (the next one asks again)
-                self._router.partitions = await self._partition_count()
-            except ClientError as exc:
-                log.info("%s: partition count not refreshed: %s", self.topic, exc)
 
     def plan(self, frames: list[bytes]) -> list[Part]:
         """Cut a batch into parts, one per partition, each with its next sequences."""
