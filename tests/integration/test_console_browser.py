@@ -2,8 +2,8 @@
 an in-process mesh: the cluster page lists the nodes; a topic is created, produced to from the
 page, its rate chart moves and its backlog matches the API's; peek shows JSON pretty-printed
 and binary as hex; a subscription is sought; the token goes out as a bearer header and an
-API refusal is shown; schemas show a diff; the topic is deleted. Screenshots of each page at
-1440x900 land in the test's temp dir."""
+API refusal is shown; schemas show a diff; the topic is deleted; a partitioned topic grows
+from its page. Screenshots of each page at 1440x900 land in the test's temp dir."""
 
 from __future__ import annotations
 
@@ -234,3 +234,23 @@ async def test_console_drives_a_topic_through_the_public_api(
     assert sorted(p.name for p in shots.iterdir()) == [
         f"console-{n}.png" for n in ("cluster", "namespaces", "schemas", "topic", "topics")
     ]
+
+
+async def test_console_grows_a_topic(consume_http: httpx.AsyncClient, browser: Browser) -> None:
+    http = consume_http
+    base = str(http.base_url).rstrip("/")
+    assert (await http.put("/v1/topics/default/wide", json={"partitions": 2})).status_code == 201
+    page, _ = await open_page(browser)
+    await page.goto(f"{base}/console#/topic/default/wide")
+    rows = page.locator("#partitions-table tbody tr")
+    await expect(rows).to_have_count(2)
+    await page.fill("#grow-count", "4")
+    await page.click("#grow")
+    await expect(page.locator("#notice")).to_have_text("/default/wide has 4 partitions")
+    await expect(rows).to_have_count(4)
+    assert (await http.get("/v1/topics/default/wide")).json()["config"]["partitions"] == 4
+    # Fewer is refused, and said so.
+    await page.fill("#grow-count", "3")
+    await page.click("#grow")
+    await expect(page.locator("#error")).to_contain_text("409 partitions_cannot_shrink")
+    await expect(rows).to_have_count(4)

@@ -173,22 +173,28 @@ def topics_describe(
 def topics_update(
     topic: TopicArg,
     policy: PolicyOption = None,
+    partitions: Annotated[
+        int | None,
+        typer.Option("--partitions", help="Grow the topic to N partitions (never fewer)."),
+    ] = None,
     service_addr: ServiceAddr = "http://127.0.0.1:8080",
     json_out: Json = False,
 ) -> None:
-    """Change a topic's policies in place (``--policy KEY=VALUE``; ``KEY=none`` unsets
-    one, so its namespace's applies)."""
+    """Change a topic in place: ``--partitions N`` grows it (keys move: docs/client.md),
+    ``--policy KEY=VALUE`` sets a policy (``KEY=none`` unsets one, so its namespace's
+    applies)."""
     policies = parse_policies(policy)
-    if policies is None:
-        raise typer.BadParameter("give at least one --policy KEY=VALUE")
+    if policies is None and partitions is None:
+        raise typer.BadParameter("give --partitions N or at least one --policy KEY=VALUE")
 
     async def call(admin: AsyncAdmin) -> None:
-        updated = await admin.update_topic_policies(topic, policies)
+        updated = await admin.update_topic(topic, partitions=partitions, policies=policies)
         if json_out:
             print_json(updated.model_dump())
             return
         out.print(
-            f"{updated.name}: policies: {policies_text(updated.config.policies)}; in effect: "
+            f"{updated.name}: {updated.config.partitions} partitions; policies: "
+            f"{policies_text(updated.config.policies)}; in effect: "
             f"{policies_text(updated.config.effective_policies)}"
         )
 

@@ -63,6 +63,7 @@ from danube.client.messages import (
     SendResult,
     Timestamp,
 )
+from danube.client.multi import AsyncMultiConsumer
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
 from danube.client.schemas import (
@@ -74,14 +75,17 @@ from danube.client.schemas import (
 )
 from danube.client.sync import Admin, Consumer, DanubeClient, Producer, Schemas
 from danube.client.tls import ClientTls
+from danube.wire.delivery import TTL_ATTRIBUTE
 
 __all__ = [
     "DEFAULT_URL",
+    "TTL_ATTRIBUTE",
     "Admin",
     "ApiError",
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncDanubeClient",
+    "AsyncMultiConsumer",
     "AsyncProducer",
     "AsyncSchemas",
     "Backoff",

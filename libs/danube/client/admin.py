@@ -50,6 +50,7 @@ class Policies(_Model):
     backlog_quota_messages: int | None = None
     backlog_quota_policy: Literal["refuse", "evict_oldest"] | None = None
     message_id_window_s: int | None = None
+    message_ttl_s: int | None = None
 
     def body(self) -> dict[str, Any]:
         """The fields set, as a request body (a PATCH replaces exactly these)."""
@@ -208,6 +209,7 @@ class Subscription(_Model):
     consumers: list[SubscriptionConsumer] = []
     failure_policy: FailurePolicy | None = None  # as set (None: the cluster's)
     effective_failure_policy: FailurePolicy | None = None  # in effect, when served
+    expired: int | None = None  # let go past their TTL while served there (None: not served)
 
 
 class SeekPartition(_Model):
@@ -371,6 +373,27 @@ class AsyncAdmin(ElasticAdmin):
         answer = await self._call("PUT", f"/v1/topics/{_topic_path(topic)}", body)
         created = _parse(Topic, answer.body, "create topic")
         return created.model_copy(update={"created": answer.status == 201})
+
+    async def update_topic(
+        self,
+        topic: str | TopicName,
+        *,
+        partitions: int | None = None,
+        policies: Policies | None = None,
+    ) -> Topic:
+        """Change a topic in place: grow it to ``partitions`` (never fewer: ConflictError
+        ``partitions_cannot_shrink``, and ``not_partitioned`` for an unpartitioned topic;
+        keyed messages then route over the new count, docs/client.md "Growing a topic"),
+        and the fields set in ``policies`` replace the stored ones."""
+        body: dict[str, Any] = {}
+        if partitions is not None:
+            body["partitions"] = partitions
+        if policies is not None:
+            body["policies"] = policies.body()
+        if not body:
+            raise InvalidArgumentError("update_topic: give partitions or policies")
+        answer = await self._call("PATCH", f"/v1/topics/{_topic_path(topic)}", body)
+        return _parse(Topic, answer.body, "update topic")
 
     async def update_topic_policies(self, topic: str | TopicName, policies: Policies) -> Topic:
         """Change a topic's policies in place: the fields set in ``policies`` replace the

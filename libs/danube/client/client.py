@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ from danube.client.admin import AsyncAdmin
 from danube.client.consumer import AsyncConsumer, ConsumerOptions
 from danube.client.errors import ClosedError, InvalidArgumentError
 from danube.client.messages import topic_name
+from danube.client.multi import REFRESH_INTERVAL_S, AsyncMultiConsumer
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
 from danube.client.schemas import AsyncSchemas
@@ -108,6 +110,39 @@ class AsyncDanubeClient:
         )
         self._consumers.append(consumer)
         return consumer
+
+    def multi_consumer(
+        self,
+        namespace: str,
+        subscription: str,
+        options: ConsumerOptions | None = None,
+        *,
+        topics: Sequence[str] | None = None,
+        topics_pattern: str | None = None,
+        refresh_interval_s: float = REFRESH_INTERVAL_S,
+        **overrides: Any,
+    ) -> AsyncMultiConsumer:
+        """One subscription over many topics of ``namespace``: those ``topics`` names or
+        ``topics_pattern`` (a regex matching a whole topic name) matches, now and as they
+        appear (:mod:`danube.client.multi`); not started yet (``async with`` starts it)."""
+        self._check_open()
+        chosen = _options(ConsumerOptions, options, overrides)
+
+        def make(topic: TopicName, opts: ConsumerOptions) -> AsyncConsumer:
+            consumer = AsyncConsumer(self._http, topic, subscription, opts)
+            self._consumers.append(consumer)
+            return consumer
+
+        return AsyncMultiConsumer(
+            make,
+            self.admin,
+            namespace,
+            subscription,
+            chosen,
+            topics=topics,
+            topics_pattern=topics_pattern,
+            refresh_interval_s=refresh_interval_s,
+        )
 
     async def subscribe(
         self,

@@ -348,6 +348,18 @@ class Admin:
             )
         )
 
+    def update_topic(
+        self,
+        topic: str | TopicName,
+        *,
+        partitions: int | None = None,
+        policies: Policies | None = None,
+    ) -> Topic:
+        """Grow a topic's partitions and change its policies (AsyncAdmin.update_topic)."""
+        return self._portal.call(
+            self._admin.update_topic(topic, partitions=partitions, policies=policies)
+        )
+
     def update_topic_policies(self, topic: str | TopicName, policies: Policies) -> Topic:
         """Change a topic's policies in place (the fields set replace the stored ones)."""
         return self._portal.call(self._admin.update_topic_policies(topic, policies))

@@ -32,6 +32,12 @@ MEDIA_TYPE = "application/x-danube-frames"
 SUBPROTOCOL = "danube.frames.v1"
 """The WebSocket subprotocol whose message frames are delivery batches (binary)."""
 
+TTL_ATTRIBUTE = "danube.ttl_ms"
+"""The record attribute that gives one message its own time to live, in whole milliseconds
+(1 … ``TTL_MS_MAX``) from its publish time; it wins over the topic's ``message_ttl_s``
+policy. A dispatcher never delivers the message past it (docs/policies.md, "Message TTL")."""
+TTL_MS_MAX = 10 * 365 * 86_400_000  # ten years, as the message_ttl_s policy's bound
+
 VERSION = 1
 _HEAD = struct.Struct("<BH")
 _U16 = struct.Struct("<H")

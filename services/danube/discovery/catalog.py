@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
+from danube.discovery.growth import grown
 from danube.discovery.models import NamespacePatch, NamespaceSpec, TopicSpec
 from danube.discovery.policy_models import TopicPatch
 from danube.discovery.refresh import Refresher, StaleError, read_or_stale, refresh_at
@@ -300,44 +301,45 @@ class Catalog:
 
     async def grow_partitions(self, topic: TopicName, count: int) -> TopicConfig:
         """Give the partitioned topic at least ``count`` partitions (Danube's clients create a
-        producer per partition they name, ``<t>-part-N``, and expect it to exist). Never
-        shrinks; ConflictError ``not_partitioned`` for an unpartitioned topic, NotFoundError
-        when it does not exist. New partitions are placed on their first produce; an HTTP
-        subscription of the whole topic reads them once its dispatcher serves it again."""
-        if count > PARTITIONS_MAX:
-            raise BadRequestError(
-                f"{topic} cannot have {count} partitions (at most {PARTITIONS_MAX})",
-                code="too_many_partitions",
-            )
+        producer per partition they name, ``<t>-part-N``, and expect it to exist): the rules
+        of :func:`danube.discovery.growth.grown`, never shrinking. New partitions are placed
+        on their first produce; dispatchers serving the topic's subscriptions read them from
+        offset 0 as soon as they see the new count (their watch of topic configs)."""
+        before, after = await self._change_topic(
+            topic,
+            lambda config: grown(config, topic, count, exact=False),
+            raced="kept changing while growing",
+        )
+        if after is not before:
+            log.info("topic %s grew to %d partitions", topic, after.partitions)
+        return after
 
-        def grow(config: TopicConfig) -> TopicConfig:
-            if config.partitions == 0:
-                raise ConflictError(
-                    f"topic {topic} is not partitioned: it has no partition {count - 1}",
-                    code="not_partitioned",
-                )
-            if config.partitions >= count:
-                return config
-            return config.model_copy(update={"partitions": count})
-
-        before, grown = await self._change_topic(topic, grow, raced="kept changing while growing")
-        if grown is not before:
-            log.info("topic %s grew to %d partitions", topic, count)
-        return grown
-
-    async def update_topic(self, topic: TopicName, patch: TopicPatch) -> TopicConfig:
-        """Apply ``patch`` to the topic's policies (compare-and-swap on its revision, a few
-        tries); NotFoundError if it does not exist. Other instances see it within their
-        cache's TTL (``discovery.topic_cache_ttl_s``), this one at once."""
+    async def update_topic(
+        self, topic: TopicName, patch: TopicPatch
+    ) -> tuple[TopicConfig, TopicConfig]:
+        """Apply ``patch`` (policies, and a growth of its partitions: the rules of
+        :func:`danube.discovery.growth.grown`, exact) in one compare-and-swap on its
+        revision (a few tries); ``(before, after)``; NotFoundError if it does not exist.
+        Other instances see it within their cache's TTL (``discovery.topic_cache_ttl_s``),
+        this one at once."""
 
         def change(config: TopicConfig) -> TopicConfig:
+            if patch.partitions is not None:
+                config = grown(config, topic, patch.partitions, exact=True)
             return config.model_copy(
                 update={"policies": patch.policies.applied_to(config.policies)}
             )
 
-        _, updated = await self._change_topic(topic, change, raced="changed during the update")
+        before, updated = await self._change_topic(topic, change, raced="changed during the update")
+        if updated.partitions != before.partitions:
+            log.info(
+                "topic %s grew from %d to %d partitions",
+                topic,
+                before.partitions,
+                updated.partitions,
+            )
         log.info("topic %s policies updated: %s", topic, updated.policies)
-        return updated
+        return before, updated
 
     async def _change_topic(
         self, topic: TopicName, change: Callable[[TopicConfig], TopicConfig], *, raced: str

@@ -30,7 +30,11 @@ from danube.meta.records import (
     SubscriptionType,
 )
 from danube.names import MAX_TOPIC_NAME_CHARS, TOPIC_NAME_PATTERN
-from danube.wire.dispatcher.protocol import FILTER_CHARS_MAX, FILTERS_MAX
+from danube.wire.delivery import TTL_ATTRIBUTE, TTL_MS_MAX
+from danube.wire.dispatcher.protocol import (
+    FILTER_CHARS_MAX,
+    FILTERS_MAX,
+)
 
 # A hard cap on the list whatever the settings say; discovery.max_produce_messages is the
 # configured limit (checked with its own 413).
@@ -128,6 +132,15 @@ class MessageIn(_Request):
     # An idempotent producer's number for the message in its stream to the partition
     # (docs/http-api.md, "Idempotent produce"): every message of a request has one, or none.
     sequence: Annotated[int, Field(ge=0, le=SEQUENCE_MAX)] | None = None
+    # Its own time to live (docs/policies.md, "Message TTL"): stored as the attribute
+    # danube.ttl_ms, which it replaces when both are given.
+    ttl_ms: Annotated[int, Field(ge=1, le=TTL_MS_MAX)] | None = None
+
+    def record_attributes(self) -> dict[str, str]:
+        """Its attributes as stored: ``ttl_ms`` among them when given."""
+        if self.ttl_ms is None:
+            return self.attributes
+        return {**self.attributes, TTL_ATTRIBUTE: str(self.ttl_ms)}
 
 
 class ProduceRequest(_Request):
@@ -478,6 +491,8 @@ class SubscriptionOut(_Response):
     # As set (null: the cluster's) and, when a dispatcher serves it, as in effect there.
     failure_policy: FailurePolicy | None = None
     effective_failure_policy: FailurePolicy | None = None
+    # Messages let go past their TTL since its dispatcher serves it (null: not served).
+    expired: int | None = None
 
 
 class SubscriptionList(_Response):

@@ -11,6 +11,8 @@ from danube.discovery.errors import BadRequestError
 from danube.meta.records import (
     BACKLOG_MESSAGES_MAX,
     MESSAGE_ID_WINDOW_MAX_S,
+    MESSAGE_TTL_MAX_S,
+    PARTITIONS_MAX,
     POLICY_COUNT_MAX,
     RATE_BYTES_MAX,
     RATE_MSGS_MAX,
@@ -38,6 +40,7 @@ class PoliciesSpec(BaseModel):
     backlog_quota_messages: Annotated[int, Field(ge=1, le=BACKLOG_MESSAGES_MAX)] | None = None
     backlog_quota_policy: BacklogPolicy | None = None
     message_id_window_s: Annotated[int, Field(ge=1, le=MESSAGE_ID_WINDOW_MAX_S)] | None = None
+    message_ttl_s: Annotated[int, Field(ge=1, le=MESSAGE_TTL_MAX_S)] | None = None
 
     def stored(self) -> Policies:
         """The stored form of a ``PUT``."""
@@ -50,10 +53,12 @@ class PoliciesSpec(BaseModel):
 
 
 class TopicPatch(BaseModel):
-    """``PATCH /v1/topics/{ns}/{topic}``: change a topic's policies in place."""
+    """``PATCH /v1/topics/{ns}/{topic}``: change a topic's policies in place, and grow its
+    partitions (``partitions``: the new count, never fewer: danube.discovery.growth)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
+    partitions: Annotated[int, Field(ge=1, le=PARTITIONS_MAX)] | None = None
     policies: PoliciesSpec = PoliciesSpec()
 
 

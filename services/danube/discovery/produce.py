@@ -144,7 +144,7 @@ def encode_records(
                 publish_time_ms=publish_time_ms,
                 producer=request.producer,
                 key=message.key,
-                attributes=message.attributes,
+                attributes=message.record_attributes(),
                 schema_id=None if schema is None else schema.schema_id,
                 schema_version=None if schema is None else schema.version,
                 sequence=message.sequence,
@@ -210,13 +210,13 @@ class Producer:
         self._robin = RoundRobin()
         self._slots = asyncio.Semaphore(max_inflight)
 
-    async def place(self, topic: TopicName, partitions: int) -> None:
+    async def place(self, topic: TopicName, partitions: int, *, first: int = 0) -> None:
         """Place a new topic's partitions now, so that its first produce does not pay their
         claim (etcd transactions, the WAL's first segment and epoch file created and
         fsynced: ~20-35 ms, with every message sent meanwhile queued behind it). Best
         effort, within PLACE_TIMEOUT_S in all: a partition not placed here (no ingest node
         up, too few for its replication factor, a slow claim) is placed by its first
-        produce, as before."""
+        produce, as before. ``first``: the partitions before it exist already (a growth)."""
         slots = asyncio.Semaphore(PLACE_CONCURRENCY)
         unplaced: list[str] = []
 
@@ -230,7 +230,7 @@ class Producer:
             if reason is not None:
                 unplaced.append(f"{partition}: {reason.code}")
 
-        names = topic.partitions(partitions)
+        names = topic.partitions(partitions)[first:]
         try:
             async with asyncio.timeout(PLACE_TIMEOUT_S), asyncio.TaskGroup() as tasks:
                 for partition in names:

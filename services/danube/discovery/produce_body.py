@@ -30,6 +30,7 @@ from danube.frame import (
     MAX_KEY_BYTES,
     MAX_PRODUCER_NAME_BYTES,
 )
+from danube.wire.delivery import TTL_MS_MAX
 
 _REQUEST_FIELDS = frozenset(ProduceRequest.model_fields)
 _MESSAGE_FIELDS = frozenset(MessageIn.model_fields)
@@ -110,6 +111,9 @@ def _message(raw: Any) -> MessageIn | None:
     sequence = raw.get("sequence")
     if sequence is not None and (type(sequence) is not int or not 0 <= sequence <= SEQUENCE_MAX):
         return None
+    ttl_ms = raw.get("ttl_ms")
+    if ttl_ms is not None and (type(ttl_ms) is not int or not 1 <= ttl_ms <= TTL_MS_MAX):
+        return None
     return MessageIn.model_construct(
         set(raw),
         payload=payload,
@@ -117,6 +121,7 @@ def _message(raw: Any) -> MessageIn | None:
         key=key,
         attributes=attributes,
         sequence=sequence,
+        ttl_ms=ttl_ms,
     )
 
 

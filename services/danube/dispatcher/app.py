@@ -33,6 +33,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         claims = await serve_claims(s.bus, node_id, node.ensure_serving)
         leaseless = s.tasks.create_task(node.watch_leaseless(), name="leaseless-watch")
         watcher = s.tasks.create_task(node.watch_owners(), name="subscription-watch")
+        grower = s.tasks.create_task(node.watch_topics(), name="topic-watch")
         balancer = s.tasks.create_task(node.balance(), name="subscription-balance")
         sampler = s.tasks.create_task(
             SubscriptionSampler(node.runtimes).run(settings.metrics.sample_interval_s),
@@ -43,6 +44,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         await stop.wait()
         leaseless.cancel()
         watcher.cancel()
+        grower.cancel()
         balancer.cancel()
         sampler.cancel()
         await claims.drain()

@@ -55,6 +55,7 @@ from danube.dispatcher.events import (
     Seek,
     Tick,
 )
+from danube.dispatcher.expiring import ExpiryHandling
 from danube.dispatcher.fair import FairRedelivery
 from danube.dispatcher.inspection import MachineInspection
 from danube.dispatcher.poison import BlockBook, PoisonHandling
@@ -77,7 +78,7 @@ REFUSED_SKIPPED_MAX = 256
 DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 
 
-class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
+class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery, ExpiryHandling):
     """Delivery of one subscription: who gets which message, when it comes back, when the
     cursor moves. Deterministic for a given event sequence and ``rng``. Key-shared is the
     subclass :class:`~danube.dispatcher.keyed.KeySharedMachine`."""
@@ -122,6 +123,14 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
         self._detached_slow = slow.DetachedBook()  # detached for their ack timeouts
         self._now_s = 0.0  # the time of the event being handled (polls read it)
 
+    def add_partitions(self, cursors: Mapping[str, PartitionCursor]) -> None:
+        """Read more partitions (the topic grew): each joins the round robin of fresh
+        messages; one read already is left as it is."""
+        for name, cursor in cursors.items():
+            if name not in self._partitions:
+                self._partitions[name] = PartitionQueue(cursor)
+                self._order.append(name)
+
     # --- flushing on demand --------------------------------------------------------------
 
     def flush_dirty(self, partitions: Iterable[str], now_s: float) -> list[Action]:
@@ -147,12 +156,14 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
             case MessagesAvailable():
                 self._available(event)
             case Poll():
+                self._wall_ms = event.wall_ms
                 self._poll(event, actions)
             case Ack():
                 self._ack(event, actions)
             case Nack():
                 self._nack(event, actions)
             case Tick():
+                self._wall_ms = event.wall_ms
                 self._tick(event.now_s, actions)
             case Seek():
                 self._seek(event, actions)
@@ -208,10 +219,13 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
             return
         # A read is up to thousands of messages: the lookups are made once per read.
         name, entries = event.partition, self._entries
-        observe, enqueue = cursor.observe, self._enqueue
+        observe, enqueue, expiry_of = cursor.observe, self._enqueue, self.expiry_of
         for offset, payload in messages:
             if observe(offset):
-                entry = Entry(name, offset, payload)
+                expires_ms = expiry_of(payload)
+                if expires_ms is not None:
+                    self._expiring = True  # ticks sweep from now on
+                entry = Entry(name, offset, payload, expires_ms=expires_ms)
                 entries[(name, offset)] = entry
                 enqueue(partition, entry)
         if event.next_offset is not None:
@@ -248,6 +262,8 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
         while wanted > 0 and consumer.ready and not elsewhere():
             item = heapq.heappop(consumer.ready)
             entry = self._due(item)
+            if entry is not None and self._expire(entry):
+                continue
             if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
                 held_back.append((consumer.ready, item))
             elif entry is not None and entry.consumer_id == consumer.consumer_id:
@@ -260,7 +276,7 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
         while room > 0 and self._ready and refused < REFUSED_SKIPPED_MAX:
             item = heapq.heappop(self._ready)
             entry = self._due(item)
-            if entry is None:
+            if entry is None or self._expire(entry):
                 continue
             if not self._blocked.passable(entry.partition, entry.offset):
                 held_back.append((self._ready, item))
@@ -281,7 +297,10 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
                 idle += 1
                 continue
             idle = 0
-            batch.append(self._send(fresh.popleft(), consumer, stamp))
+            entry = fresh.popleft()
+            if self._expire(entry):
+                continue
+            batch.append(self._send(entry, consumer, stamp))
             room -= 1
         return batch
 
@@ -350,6 +369,7 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery):
         for consumer in struck:
             self._detach_if_slow(consumer, now_s, actions)
         self._promote(now_s)
+        self._sweep_expired()
         for name, partition in self._partitions.items():
             if partition.cursor.should_flush(now_s):
                 self._flush(name, partition, now_s, actions)

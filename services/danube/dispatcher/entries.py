@@ -13,8 +13,9 @@ from typing import Literal
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.events import Message
 
-# "blocked": a poison message held under failure policy block (danube.dispatcher.poison).
-EntryState = Literal["fresh", "in_flight", "scheduled", "ready", "blocked"]
+# "blocked": a poison message held under failure policy block (danube.dispatcher.poison);
+# "expired": let go past its TTL (danube.dispatcher.expiring), no longer held.
+EntryState = Literal["fresh", "in_flight", "scheduled", "ready", "blocked", "expired"]
 Ref = tuple[str, int]
 
 
@@ -36,6 +37,8 @@ class Entry:
     # The consumer that last let it time out or nacked it: a shared subscription gives it
     # to another consumer first (danube.dispatcher.slow).
     refused_by: str | None = None
+    # When it expires (Unix ms: danube.dispatcher.expiring); None: never.
+    expires_ms: int | None = None
 
     def message(self) -> Message:
         """The entry as handed to a consumer."""

@@ -67,6 +67,7 @@ class Poll:
     consumer_id: str
     max_messages: int
     now_s: float
+    wall_ms: int | None = None  # the wall clock (Unix ms) message expiry is judged by
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +90,11 @@ class Nack:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """Time passes: ack timeouts fire, redeliveries fall due, cursors get written."""
+    """Time passes: ack timeouts fire, redeliveries fall due, cursors get written, expired
+    messages go (``wall_ms``: Unix ms; None: not judged)."""
 
     now_s: float
+    wall_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from danube.dispatcher import metrics, policies
 from danube.dispatcher.delivery import DeliveryType
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.frame import FRAME_HEADER_BYTES, CorruptFrameError, walk_frames
+from danube.meta import TopicName
 from danube.meta.records import SubscriptionConfig
 from danube.runtime.topic_metrics import subscription_labels
 from danube.wire.dispatcher import protocol
@@ -144,6 +145,8 @@ class FanoutRuntime:
         self.fanout: Fanout | None = None
         self._on_failed = on_failed
         self._live: list[Subscription] = []
+        self._listening: set[str] = set()  # partitions (short names) listened to
+        self._growing: set[asyncio.Task[None]] = set()
         self._expiry: asyncio.Task[None] | None = None
         self._activate_lock = asyncio.Lock()
         self._changed = asyncio.Event()
@@ -168,7 +171,20 @@ class FanoutRuntime:
                 code="unsupported_subscription_type",
             )
         self.fanout = Fanout(config.type, self.config.non_reliable_buffer_messages)
-        for partition in await self.store.partitions():
+        await self._listen(await self.store.partitions())
+        self._expiry = asyncio.create_task(self._expire_loop(), name=f"expiry-{self.store.topic}")
+        log.info(
+            "serving non-reliable subscription %s/%s (%s)",
+            self.store.topic,
+            self.store.sub,
+            config.type,
+        )
+
+    async def _listen(self, partitions: list[TopicName]) -> None:
+        for partition in partitions:
+            if partition.topic in self._listening:
+                continue
+            self._listening.add(partition.topic)
             subject = self.bus.subjects.live(partition)
             self._live.append(
                 await self.bus.subscribe(
@@ -177,13 +193,17 @@ class FanoutRuntime:
                     pending_msgs_limit=_LIVE_PENDING_MSGS,
                 )
             )
-        self._expiry = asyncio.create_task(self._expire_loop(), name=f"expiry-{self.store.topic}")
-        log.info(
-            "serving non-reliable subscription %s/%s (%s)",
-            self.store.topic,
-            self.store.sub,
-            config.type,
+
+    def grow(self, count: int) -> None:
+        """The topic has ``count`` partitions now: listen to the new ones too (from now on:
+        non-reliable delivery has no past to read)."""
+        if self.fanout is None or self.failed or count <= len(self._listening):
+            return
+        task = asyncio.create_task(
+            self._listen(self.store.topic.partitions(count)), name=f"grow-{self.store.topic}"
         )
+        self._growing.add(task)
+        task.add_done_callback(self._growing.discard)
 
     def fail(self, reason: str) -> None:
         """Stop serving at once and tell the owner."""
@@ -213,8 +233,10 @@ class FanoutRuntime:
     async def stop(self) -> None:
         """Stop listening; buffered messages are dropped (at-most-once)."""
         self.begin_stop()
+        for task in [*self._growing, *([self._expiry] if self._expiry else [])]:
+            task.cancel()
+        await asyncio.gather(*self._growing, return_exceptions=True)
         if self._expiry is not None:
-            self._expiry.cancel()
             await asyncio.gather(self._expiry, return_exceptions=True)
         for live in self._live:
             await live.unsubscribe()

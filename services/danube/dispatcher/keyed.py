@@ -134,6 +134,8 @@ class KeySharedMachine(SubscriptionMachine):
                 break
             entries = list(self._keyed[key].values())
             for entry in deliverable(entries, consumer.consumer_id):
+                if self._expire(entry):
+                    continue
                 # One taken back from this consumer by an ack timeout is in its window already.
                 full = entry.consumer_id != consumer.consumer_id and len(consumer.held) >= window
                 if len(batch) >= wanted or full:
@@ -141,8 +143,8 @@ class KeySharedMachine(SubscriptionMachine):
                 batch.append(self._send(entry, consumer, stamp))
             if not any(e.state in _PENDING for e in entries):
                 cleared.append(key)
-        for key in cleared:
-            del self._waiting[consumer.consumer_id][key]
+        for key in cleared:  # an expired key's last message took it off already
+            self._waiting[consumer.consumer_id].pop(key, None)
         # Then messages without a key, as in shared.
         return batch + super()._take(consumer, wanted - len(batch), stamp)
 

@@ -107,6 +107,11 @@ SUB_DEAD_LETTERED = Counter(
     "Messages moved to a dead-letter topic",
     ["topic", "subscription"],
 )
+SUB_EXPIRED = Counter(
+    "danube_subscription_expired_messages",
+    "Messages past their TTL, acknowledged for the subscription instead of delivered",
+    ["topic", "subscription"],
+)
 SUB_BACKLOG = Gauge(
     "danube_subscription_backlog_messages",
     "Messages not acknowledged yet, between the cursor and the partitions' committed end",

@@ -24,7 +24,7 @@ from danube.dispatcher.store import NotOwnerError, OwnerClaim, SubscriptionStore
 from danube.meta import Lease, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.follow import follow_prefix
-from danube.meta.records import Owner
+from danube.meta.records import Owner, TopicConfig
 from danube.runtime.owned import Owned
 from danube.wire.dispatcher.errors import ClaimRefusedError
 
@@ -246,6 +246,36 @@ class DispatcherNode:
             self._on_subscription_event,
             on_resync=self.recheck_owners,
         )
+
+    async def watch_topics(self) -> None:
+        """Tell a served subscription at once when its topic grows (``PATCH`` of
+        ``partitions``, or a Danube client's producer naming a new partition), so it reads
+        the new partitions from their first message. Runs until cancelled."""
+        await follow_prefix(
+            self.store,
+            meta_keys.topics_prefix(),
+            self._on_topic_event,
+            on_resync=self.recheck_topics,
+        )
+
+    def _on_topic_event(self, event: WatchEvent) -> None:
+        if event.kind == "delete":
+            return  # the owner keys go with the topic: watch_owners fences
+        topic = meta_keys.parse_topic_key(event.key)
+        config = TopicConfig.model_validate_json(event.value)
+        for served in self._served.values():
+            if served.runtime.store.topic == topic:
+                served.runtime.grow(config.partitions)
+
+    async def recheck_topics(self) -> int:
+        """After topic changes were lost to the watch: every served topic's count read again."""
+        revision = await self.store.ping()
+        for topic in {topic for topic, _ in self._served.served()}:
+            config = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
+            for served in self._served.values():
+                if config is not None and served.runtime.store.topic == topic:
+                    served.runtime.grow(config.partitions)
+        return revision
 
     def _on_subscription_event(self, event: WatchEvent) -> None:
         topic, sub, record = meta_keys.parse_subscription_key(event.key)

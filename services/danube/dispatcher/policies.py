@@ -18,6 +18,7 @@ from typing import Protocol
 from danube.dispatcher import metrics
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import Action, Event, Seek
+from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.store import SubscriptionStore
 from danube.meta import MetaError, TopicName
 from danube.meta.records import Policies
@@ -85,6 +86,7 @@ async def evict_loop(served: Evictable) -> None:
         except MetaError as exc:
             log.debug("backlog quota: cannot read policies: %s", exc)
             continue
+        served.subscription().expiry_of = expiry_for(policies.message_ttl_s)  # a change holds
         quota = policies.backlog_quota_messages
         if quota is None or policies.backlog_quota_policy != "evict_oldest":
             wait_s = EVICT_POLICY_CHECK_S

@@ -46,6 +46,7 @@ from danube.dispatcher.events import (
     Poll,
     Tick,
 )
+from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
 from danube.dispatcher.readers import PartitionReader
@@ -111,6 +112,7 @@ class SubscriptionRuntime(ActionRunner):
         self._last_seen: dict[str, float] = {}
         # The largest record read so far: a poll takes no more messages than fit one reply.
         self._record_bytes_max = 0
+        self._expired_counted = 0  # of machine.expired, what the metric has
         self._policy = FlushPolicy(
             flush_acks=config.cursor_flush_acks,
             flush_interval_s=config.cursor_flush_interval_s,
@@ -137,9 +139,11 @@ class SubscriptionRuntime(ActionRunner):
         stored = await self.store.load_cursors(partitions)
         missing = [p for p in partitions if p not in stored and p not in (resolved or {})]
         starts = dict(resolved or {})
-        starts.update(
-            zip(missing, await resolve_all(self.ingest, self.cloud, missing, start), strict=True)
-        )
+        if stored:  # resumed: a partition without a cursor came with a growth (read it all)
+            starts.update(dict.fromkeys(missing, 0))
+        else:
+            found = await resolve_all(self.ingest, self.cloud, missing, start)
+            starts.update(zip(missing, found, strict=True))
         cursors: dict[str, PartitionCursor] = {}
         fresh: dict[TopicName, CursorState] = {}
         for partition in partitions:
@@ -163,6 +167,7 @@ class SubscriptionRuntime(ActionRunner):
             config.type, cursors, DeliverySettings.from_config(self.config, config.failure_policy)
         )
         self.machine.detach_payload = tiers.detached
+        self.machine.expiry_of = expiry_for((await policies.policies_of(self.store)).message_ttl_s)
         for name, partition in self._partitions.items():
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
@@ -170,6 +175,32 @@ class SubscriptionRuntime(ActionRunner):
         self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
         self._spawn(policies.evict_loop(self), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
+
+    def grow(self, count: int) -> None:
+        """The topic has ``count`` partitions now: read those not read yet from offset 0
+        (a new partition holds only what came after the growth), in a task of our own."""
+        if self.machine is not None and count > len(self._partitions):
+            self._spawn(self._grow(count), f"grow-{self.store.topic}-{self.store.sub}")
+
+    async def _grow(self, count: int) -> None:
+        async with self._activate_lock:
+            new = [p for p in self.store.topic.partitions(count) if p.topic not in self._partitions]
+            if self.machine is None or self.failed or not new:
+                return
+            # Not written now: a resumed subscription reads a partition it has no cursor of
+            # from 0 as well (_activate); the first ack writes it.
+            stored = await self.store.load_cursors(new)  # a former owner's, if it grew there
+            states = {p: stored.get(p, CursorState(next_offset=0)) for p in new}
+            self.machine.add_partitions(
+                {p.topic: PartitionCursor.from_state(states[p], policy=self._policy) for p in new}
+            )
+            for partition in new:
+                self._partitions[partition.topic] = partition
+                reader = self._readers[partition.topic] = PartitionReader(
+                    self, partition, partition.topic
+                )
+                self._spawn(reader.run(), f"reader-{partition}")
+        log.info("%s/%s reads %d partitions now", self.store.topic, self.store.sub, count)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -293,7 +324,10 @@ class SubscriptionRuntime(ActionRunner):
             wanted = protocol.poll_reply_max(
                 request.max, self.bus.max_payload_bytes, self._record_bytes_max
             )
-            actions = self._machine().handle(Poll(request.consumer_id, wanted, time.monotonic()))
+            actions = self._machine().handle(
+                Poll(request.consumer_id, wanted, time.monotonic(), _wall_ms())
+            )
+            self._count_expired()
             delivered = [a for a in actions if isinstance(a, Deliver)]
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
@@ -392,7 +426,7 @@ class SubscriptionRuntime(ActionRunner):
         self.check_serving()
         machine = self.subscription()
         found = await subscription_stats(self.ingest, machine, self._partitions, self.damage)
-        return policy_admin.with_policy(self, found)
+        return policy_admin.with_policy(self, found).model_copy(update={"expired": machine.expired})
 
     async def delete(self) -> None:
         """Delete the subscription: detach every consumer, stop reading, delete its keys
@@ -453,6 +487,7 @@ class SubscriptionRuntime(ActionRunner):
     async def handle(self, event: Event) -> list[Action]:
         """Feed ``event`` to the machine and carry out what it decides."""
         actions = self._machine().handle(event)
+        self._count_expired()
         # Acks free window room, nacks and detaches return messages, time makes them due:
         # every waiting poll looks again (a poll itself wakes nobody).
         self.notify()
@@ -468,6 +503,13 @@ class SubscriptionRuntime(ActionRunner):
         actions = self._machine().handle(event)
         self.notify()
         return actions
+
+    def _count_expired(self) -> None:
+        expired = self._machine().expired
+        if expired > self._expired_counted:
+            labels = subscription_labels(self.store.topic, self.store.sub)
+            metrics.SUB_EXPIRED.labels(*labels).inc(expired - self._expired_counted)
+            self._expired_counted = expired
 
     def notify(self) -> None:
         """Wake every waiting poll: messages may be available."""
@@ -486,7 +528,7 @@ class SubscriptionRuntime(ActionRunner):
             else:
                 await asyncio.sleep(TICK_INTERVAL_S * random.uniform(0.9, 1.1))
             now_s = time.monotonic()
-            await self.handle(Tick(now_s))
+            await self.handle(Tick(now_s, _wall_ms()))
             timeout_s = self.config.consumer_session_timeout_s
             for consumer_id, seen_s in list(self._last_seen.items()):
                 if now_s - seen_s > timeout_s:
@@ -497,3 +539,7 @@ class SubscriptionRuntime(ActionRunner):
                         self.store.sub,
                     )
                     await self.detach(consumer_id)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)

@@ -37,6 +37,10 @@ class ServedSubscription(Protocol):
 
     async def stop(self) -> None: ...
 
+    def grow(self, count: int) -> None:
+        """Its topic has ``count`` partitions now (it grew): read the new ones too."""
+        ...
+
     def unacked_count(self) -> int:
         """Messages delivered and not acked (non-reliable: buffered), all consumers: what a
         hand-over may deliver again (balancing hands over the smallest first)."""

@@ -296,6 +296,7 @@ class SubscriptionStats(_Reply):
     failure_policy: FailurePolicy | None = None  # in effect (None from older dispatchers)
     dropped: int = 0  # poison messages dropped since this dispatcher serves it
     dead_lettered: int = 0  # and dead-lettered
+    expired: int = 0  # messages let go past their TTL (danube.dispatcher.expiring), likewise
 
 
 _M = TypeVar("_M", bound=BaseModel)

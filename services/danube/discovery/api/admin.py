@@ -270,10 +270,14 @@ async def patch_topic(
     ns: Namespace, topic: Topic, patch: TopicPatch, services: ServicesDep
 ) -> TopicOut:
     """Change a topic's policies in place (docs/policies.md): the fields given replace the
-    stored ones, ``null`` unsets one (the namespace's applies again)."""
+    stored ones, ``null`` unsets one (the namespace's applies again). ``partitions`` grows
+    the topic (never shrinks it): the new partitions are placed as a new topic's are."""
     name = user_topic(ns, topic)
     _check_policies(services, patch.policies)
-    return await _topic_out(services, name, await services.catalog.update_topic(name, patch))
+    before, after = await services.catalog.update_topic(name, patch)
+    if after.partitions > before.partitions:
+        await services.producer.place(name, after.partitions, first=before.partitions)
+    return await _topic_out(services, name, after)
 
 
 @router.get("/topics/{ns}/{topic}", response_model=TopicDetail)

@@ -135,6 +135,7 @@ def summarize(
         ],
         failure_policy=stored.config.failure_policy,
         effective_failure_policy=None if live is None else live.failure_policy,
+        expired=None if live is None else live.expired,
     )
 
 

@@ -553,13 +553,25 @@ async function topicPage(ns, topic) {
     act(async () => { await api("DELETE", base); location.hash = `#/topics/${enc(ns)}`; },
         `topic /${ns}/${topic} deleted`);
   } }, "Delete topic");
+  // Growing the topic (never shrinking): the PATCH answers 409 partitions_cannot_shrink or
+  // not_partitioned, shown as any error is. Keyed messages then route over the new count.
+  const growCount = h("input", { id: "grow-count", type: "number", min: 1, max: 1024, size: 5, placeholder: "N" });
+  const grow = h("form", { id: "grow-form", class: "row", onsubmit: async (e) => {
+    e.preventDefault();
+    await act(async () => {
+      const doc = await api("PATCH", base, { partitions: Number(growCount.value) });
+      await describe();
+      return doc;
+    }, (doc) => `/${ns}/${topic} has ${doc.config.partitions} partitions`);
+  } }, "grow to ", growCount, " partitions ",
+     h("button", { type: "submit", id: "grow" }, "Grow"));
   // Only what the principal may do: describing the topic and its counters need ManageTopic,
   // producing Produce, peeking and seeking Consume.
   const manage = held.has("ManageTopic");
   mount(
     h("h1", {}, `/${ns}/${topic} `, manage ? del : ""),
     manage ? [cards, h("div", { class: "charts" }, rateChart.el, bytesChart.el, backlogChart.el),
-              h("h2", {}, "Partitions"), partitions, h("h2", {}, "Subscriptions"), subs]
+              h("h2", {}, "Partitions"), grow, partitions, h("h2", {}, "Subscriptions"), subs]
       : h("p", { class: "muted", id: "describe-denied" }, "Partitions, subscriptions and live counters need ManageTopic on this topic."),
     h("div", { class: "grid2" },
       held.has("Produce") ? h("div", {}, h("h2", {}, "Produce a test message"), produce) : "",
