@@ -9,22 +9,19 @@ import sys
 from collections.abc import Coroutine
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import uvloop
 from rich.console import Console
 from rich.markup import escape
 
-from danube.client import (
-    ApiError,
-    AsyncDanubeClient,
-    ClientError,
-    ClientTls,
-    Position,
-    Timestamp,
-    TransportError,
-)
+from danube.client.errors import ApiError, ClientError, TransportError
+from danube.client.tls import ClientTls
+
+if TYPE_CHECKING:
+    # The SDK's heavier modules load when a command runs, never for `--help`: the CLI's
+    # modules import only typer, rich and these light ones at start (make bench watches it).
+    from danube.client import AsyncDanubeClient, Position
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -124,6 +121,8 @@ def client_tls() -> ClientTls | None:
 
 def connect(url: str, **options: Any) -> AsyncDanubeClient:
     """The SDK client of a command: ``url`` with the command line's TLS options and token."""
+    from danube.client.client import AsyncDanubeClient
+
     return AsyncDanubeClient(url, tls=client_tls(), token=bearer_token(), **options)
 
 
@@ -137,6 +136,8 @@ def run(command: str, main: Coroutine[Any, Any, int | None]) -> None:
     """Run a command's coroutine; expected errors end it with one line and exit code 1,
     a bad argument with 2, Ctrl-C with 130. On uvloop, as the services: a command is mostly
     SDK round trips (``danube bench`` above all), each costing a few turns of the loop."""
+    import uvloop
+
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             code = runner.run(main)
@@ -172,6 +173,8 @@ def parse_attributes(items: list[str] | None) -> dict[str, str]:
 
 def parse_position(value: str, option: str) -> Position:
     """``earliest``, ``latest``, an offset, or ``ts:<unix ms>``."""
+    from danube.client.messages import Timestamp
+
     if value in ("earliest", "latest"):
         return "earliest" if value == "earliest" else "latest"
     if value.isdigit():

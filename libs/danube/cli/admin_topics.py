@@ -4,7 +4,7 @@ partitions through the HTTP API's admin routes (danube.cli.admin assembles the g
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,8 +13,9 @@ from danube.cli._common import Json, ServiceAddr, err, out, parse_position, prin
 from danube.cli.admin_common import MinInsync, ReplicationFactor, TopicArg, _admin, _when
 from danube.cli.policies import PolicyOption, parse_policies, policies_text
 from danube.cli.producers_table import producers_table
-from danube.client import AsyncAdmin
-from danube.client.admin import Subscription, TopicDescription
+
+if TYPE_CHECKING:
+    from danube.client.admin import AsyncAdmin, Subscription, TopicDescription
 
 topics = typer.Typer(
     help="List, create, describe, delete and look up topics.", no_args_is_help=True

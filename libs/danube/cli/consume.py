@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -22,8 +22,10 @@ from danube.cli._common import (
     print_json,
     run,
 )
-from danube.client import ReceivedMessage
-from danube.client.consumer import Start
+
+if TYPE_CHECKING:
+    from danube.client.consumer import Start
+    from danube.client.messages import ReceivedMessage
 
 
 class SubType(StrEnum):

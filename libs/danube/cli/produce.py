@@ -8,12 +8,14 @@ import time
 from collections import deque
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from danube.cli._common import ServiceAddr, Topic, connect, err, out, parse_attributes, run
-from danube.client import SendResult
+
+if TYPE_CHECKING:
+    from danube.client.messages import SendResult
 
 COUNT_MAX = 10_000_000
 WINDOW = 10_000

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from danube.client import ProducerInfo
+if TYPE_CHECKING:
+    from danube.client.admin import ProducerInfo
 
 
 def producers_table(producers: list[ProducerInfo]) -> Table:
