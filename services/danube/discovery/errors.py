@@ -138,6 +138,11 @@ _STATUS_BY_CODE: dict[str, int] = {
     "lease_lost": 503,
     "rate_limited": 429,
     "backlog_quota_exceeded": 429,
+    # An ingest node's refusal of a produce (danube.ingest.leadership, its WAL's full disk).
+    "no_leader_yet": 503,
+    "not_enough_replicas": 503,
+    "partition_unavailable": 503,
+    "disk_full": 503,
     # The dispatcher's (danube.wire.dispatcher.errors), and policies' (docs/policies.md).
     "dispatcher_error": 500,
     "subscription_taken": 409,
@@ -150,7 +155,6 @@ _STATUS_BY_CODE: dict[str, int] = {
     "subscription_not_found": 404,
     "subscription_type_mismatch": 409,
     "unknown_partition": 500,  # a wiring bug
-    "unsupported_start": 400,
     "unsupported_operation": 400,  # a seek of a non-reliable subscription (no cursor)
     "unsupported_subscription_type": 400,  # key_shared on a non-reliable topic
     "offset_out_of_range": 400,
