@@ -67,10 +67,10 @@ check: setup
 	$(BIN)/mypy libs spark_jobs tests $(wildcard services/danube/*/)
 
 # Benchmarks that print their numbers (after the soaks, first: the `danube` command's start,
-# `--help` and to produce's first byte, against its 0.3 s budget); the last two run against a
-# mesh of real processes: `danube bench` (produce, consume, e2e), then the Spark Parquet
-# backfill against the consume API over 1M messages; last, the mesh against its peers (JetStream and Redis Streams, fsync
-# before ack everywhere) side by side (PEERS_ARGS, e.g. `--quick` or `--mesh-args "..."`: see
+# `--help` and to produce's first byte, against its 0.3 s budget); the last two run against a mesh
+# of real processes: `danube bench` (produce, consume, e2e), then the Spark Parquet backfill against
+# the consume API over 1M messages; last, the mesh against its peers (JetStream and Redis Streams,
+# fsync before ack everywhere) side by side (PEERS_ARGS, e.g. `--quick` or `--mesh-args "..."`: see
 # its --help; alone: `make bench-peers`). Against a running mesh: `.venv/bin/danube bench e2e`.
 bench: setup setup-bench
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
