@@ -62,5 +62,6 @@ def test_the_registry_and_every_danube_service_are_served() -> None:
 
 
 def test_the_table_parser_reads_only_the_first_column() -> None:
-    text = "x\n## Services\n\n| method | what |\n|---|---|\n| `A.B` / `A.C` | like `X.Y` |\n\n## Next\n"
+    text = "x\n## Services\n\n| method | what |\n|---|---|\n"
+    text += "| `A.B` / `A.C` | like `X.Y` |\n\n## Next\n"
     assert documented_methods(text) == {"A.B", "A.C"}
