@@ -72,20 +72,33 @@ class HttpCore:
             {} if token is None else {"authorization": f"Bearer {token}"}
         )
         # trust_env=False: a proxy set for the shell must not catch a broker on localhost.
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            transport=transport,
-            limits=limits,
-            trust_env=False,
-            verify=ssl_context if ssl_context is not None else True,
-            headers=self.auth_headers,
-        )
+        self._client_options: dict[str, Any] = {
+            "base_url": self.base_url,
+            "transport": transport,
+            "limits": limits,
+            "trust_env": False,
+            "verify": ssl_context if ssl_context is not None else True,
+            "headers": self.auth_headers,
+        }
+        self._httpx: httpx.AsyncClient | None = None
+        self._closed = False
         # The lean client of the producer's posts; none when a test plugs in a transport.
         self._wire: Http1Pool | None = None
         if transport is None:
             self._wire = Http1Pool(
                 self.base_url, ssl_context=ssl_context, headers=self.auth_headers
             )
+
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        # Made at the first request that needs it: its transport (httpcore, anyio) costs
+        # about 60 ms to import, which a producer posting through the lean client never pays
+        # (`danube produce` to its first byte, docs/cli.md "Start time").
+        if self._httpx is None:
+            if self._closed:  # as httpx answers a request after aclose()
+                raise RuntimeError("Cannot send a request, as the client has been closed.")
+            self._httpx = httpx.AsyncClient(**self._client_options)
+        return self._httpx
 
     def ws_url(self, path: str) -> str:
         """The WebSocket URL of ``path`` on this server."""
@@ -209,9 +222,11 @@ class HttpCore:
 
     async def aclose(self) -> None:
         """Close the connections."""
+        self._closed = True
         if self._wire is not None:
             await self._wire.aclose()
-        await self._client.aclose()
+        if self._httpx is not None:
+            await self._httpx.aclose()
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
