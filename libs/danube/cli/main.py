@@ -104,12 +104,21 @@ _GROUPS: dict[str, Callable[[], typer.Typer]] = {
     "bench": _bench,
     "backfill": _backfill,
 }
+# What `danube --help` lists for a group it does not load: each module's own help
+# (tests/unit/test_cli_start.py checks that the two root helps are the same).
+_GROUP_HELP = {
+    "admin": "Cluster, namespaces, topics and partitions.",
+    "schemas": "The schema registry: register, get, list, check, delete, modes.",
+    "bench": "Measure throughput and latency of a running mesh.",
+    "backfill": "Backfills with Spark over the cloud tier: to Parquet, or into a topic.",
+}
 # The root's options that take a value: the word after one is not a command's name.
 _ROOT_VALUE_OPTIONS = frozenset({"--ca-file", "--cert-file", "--key-file", "--token"})
 
 
 def build_app(groups: Sequence[str] = tuple(_GROUPS)) -> typer.Typer:
-    """The `danube` command with its own commands and the ``groups`` named."""
+    """The `danube` command with its own commands and the ``groups`` named; the other
+    groups are listed by name and help only."""
     root = typer.Typer(
         name="danube",
         help="Danube mesh: a pub/sub broker as services over a NATS bus.",
@@ -120,23 +129,22 @@ def build_app(groups: Sequence[str] = tuple(_GROUPS)) -> typer.Typer:
     root.command()(up)
     root.command()(produce)
     root.command()(consume)
-    for name in groups:
-        root.add_typer(_GROUPS[name](), name=name)
+    for name, load in _GROUPS.items():
+        listed = typer.Typer(help=_GROUP_HELP[name], no_args_is_help=True)
+        root.add_typer(load() if name in groups else listed, name=name)
     return root
 
 
 def groups_of(args: Sequence[str]) -> tuple[str, ...]:
-    """The groups a command line needs: the one it names, none for `up`, `produce` and
-    `consume`, every one for anything else (`--help`, a typo: click then lists them all)."""
+    """The groups a command line needs: the one it names, none for anything else
+    (`up`, `produce`, `consume`, the root's `--help`, a typo: only their names are needed)."""
     words = iter(args)
     for word in words:
         if word in _ROOT_VALUE_OPTIONS:
             next(words, None)
         elif not word.startswith("-"):
-            if word in _GROUPS:
-                return (word,)
-            return () if word in ("up", "produce", "consume") else tuple(_GROUPS)
-    return tuple(_GROUPS)
+            return (word,) if word in _GROUPS else ()
+    return ()
 
 
 @functools.cache
