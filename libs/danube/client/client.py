@@ -8,8 +8,6 @@ import dataclasses
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from danube.client._http import HttpCore
 from danube.client.errors import ClosedError, InvalidArgumentError
 from danube.client.messages import topic_name
@@ -19,6 +17,8 @@ from danube.client.tls import ClientTls
 from danube.names import TopicName
 
 if TYPE_CHECKING:
+    import httpx
+
     # Imported where first used: a producer alone (`danube produce`) never loads the admin,
     # consumer, schema and security halves of the SDK (and pydantic with them).
     from danube.client.admin import AsyncAdmin
