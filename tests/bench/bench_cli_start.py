@@ -5,7 +5,8 @@ closes it: no mesh needed). Each is run ``--runs`` times after one warm-up; prin
 median, the minimum and the maximum in seconds and whether each median is within the
 budget (0.3 s, issue 35), one JSON line with ``--json``.
 
-Run: .venv/bin/python tests/bench/bench_cli_start.py [--runs 10] [--json]
+Run: .venv/bin/python tests/bench/bench_cli_start.py [--runs 10] [--json] [--danube PATH]
+(``--danube``: another build of the command, e.g. a checkout of an older commit, to compare)
 """
 
 from __future__ import annotations
@@ -26,20 +27,20 @@ BUDGET_S = 0.3
 RUN_TIMEOUT_S = 30.0
 
 
-def _help_s() -> float:
+def _help_s(danube: Path) -> float:
     started = time.perf_counter()
     subprocess.run(
-        [str(DANUBE), "--help"], check=True, stdout=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S
+        [str(danube), "--help"], check=True, stdout=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S
     )
     return time.perf_counter() - started
 
 
-def _first_byte_s() -> float:
+def _first_byte_s(danube: Path) -> float:
     """Seconds from starting `danube produce` to the first byte it sends."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
         listener.settimeout(RUN_TIMEOUT_S)
-        command = [str(DANUBE), "produce", "-s", f"http://127.0.0.1:{port}"]
+        command = [str(danube), "produce", "-s", f"http://127.0.0.1:{port}"]
         command += ["-t", "/default/start", "-m", "hello", "--timeout", "0.1"]
         started = time.perf_counter()
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -56,9 +57,9 @@ def _first_byte_s() -> float:
     return elapsed
 
 
-def _measure(sample: Callable[[], float], runs: int) -> dict[str, float]:
-    sample()  # warm-up: the page cache, the .pyc files
-    times = [sample() for _ in range(runs)]
+def _measure(sample: Callable[[Path], float], danube: Path, runs: int) -> dict[str, float]:
+    sample(danube)  # warm-up: the page cache, the .pyc files
+    times = [sample(danube) for _ in range(runs)]
     return {
         "median_s": round(statistics.median(times), 4),
         "min_s": round(min(times), 4),
@@ -70,10 +71,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--danube", type=Path, default=DANUBE)
     args = parser.parse_args()
     results = {
-        "danube --help": _measure(_help_s, args.runs),
-        "danube produce, first byte": _measure(_first_byte_s, args.runs),
+        "danube --help": _measure(_help_s, args.danube, args.runs),
+        "danube produce, first byte": _measure(_first_byte_s, args.danube, args.runs),
     }
     if args.json:
         print(json.dumps({"runs": args.runs, "budget_s": BUDGET_S, **results}))
