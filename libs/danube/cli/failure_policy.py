@@ -8,11 +8,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.table import Table
 
 from danube.cli._common import Json, ServiceAddr, connect, err, out, print_json, run
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from danube.client.admin import FailurePolicy, FailurePolicyInfo
 
 app = typer.Typer(help="Show or replace a subscription's failure policy.", no_args_is_help=True)
@@ -101,6 +102,8 @@ def build_policy(
 
 
 def _table(info: FailurePolicyInfo) -> Table:
+    from rich.table import Table  # here: `danube consume` imports this module to start
+
     from danube.client import FailurePolicy
 
     table = Table("field", "set", "in effect")
