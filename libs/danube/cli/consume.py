@@ -8,7 +8,6 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from danube.cli import failure_policy as fp
 from danube.cli._common import (
@@ -17,6 +16,7 @@ from danube.cli._common import (
     Topic,
     connect,
     err,
+    escape,
     out,
     parse_position,
     print_json,

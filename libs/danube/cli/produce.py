@@ -3,7 +3,6 @@ Danube's danube-cli does."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from enum import StrEnum
@@ -133,6 +132,8 @@ async def _produce(
     create: bool,
     access_mode: Literal["shared", "exclusive"] | None = None,
 ) -> None:
+    import asyncio  # here, not at the module's top: `danube --help` needs none of it
+
     async with connect(url) as client:
         if create:
             created = await client.admin.create_topic(
