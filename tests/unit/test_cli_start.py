@@ -31,6 +31,10 @@ HEAVY = (
     "danube.runtime",
     "danube.spark",
     "pyspark",
+    # Loaded by typer for a help page, or by a command once it prints or runs its loop.
+    "rich",
+    "asyncio",
+    "uvloop",
 )
 
 
