@@ -161,6 +161,9 @@ _STATUS_BY_CODE: dict[str, int] = {
     "position_unavailable": 503,
     "ack_not_durable": 503,
     "data_damaged": 500,  # no intact copy of a range: an operator repairs or skips it
+    # The dispatcher's refusals of a subscription skip (docs/http-api.md, "Skip"): were 500.
+    "nothing_to_skip": 400,
+    "skip_backwards": 400,
     # danube.meta.reassign: a reassignment the cluster cannot hold, or nothing to cancel.
     "duplicate_replicas": 400,
     "node_not_live": 400,
