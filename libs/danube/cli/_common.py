@@ -17,7 +17,7 @@ from danube.client.tls import ClientTls
 
 if TYPE_CHECKING:
     # The SDK's heavier modules load when a command runs, never for `--help`: the CLI's
-    # modules import only typer, rich and these light ones at start (make bench watches it).
+    # modules import only typer and these light ones at start (make bench watches it).
     from rich.console import Console
 
     from danube.client import AsyncDanubeClient, Position

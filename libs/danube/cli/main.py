@@ -1,8 +1,8 @@
 """`danube`: the command that runs, feeds and inspects the mesh.
 
-Starting fast (docs/cli.md, "Start time"): the command modules import only typer, rich and
-the SDK's light modules at start, the rest inside the commands; and :func:`main` builds only
-the group a command line names (`danube admin ...` never loads `bench` or `backfill`).
+Starting fast (docs/cli.md, "Start time"): the command modules import only typer and the
+SDK's light modules at start, the rest (rich too) where it is used; and :func:`main` builds
+only the group a command line names (`danube admin ...` never loads `bench` or `backfill`).
 `app` is the whole command tree, built on first use, for tests and for the docs' checks."""
 
 from __future__ import annotations
