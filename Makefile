@@ -66,14 +66,16 @@ check: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy libs spark_jobs tests $(wildcard services/danube/*/)
 
-# Benchmarks that print their numbers; the last two run against a mesh of real processes:
-# `danube bench` (produce, consume, e2e), then the Spark Parquet backfill against the consume
-# API over 1M messages; last, the mesh against its peers (JetStream and Redis Streams, fsync
-# before ack everywhere) side by side (PEERS_ARGS, e.g. `--quick` or `--mesh-args "..."`: see
+# Benchmarks that print their numbers (after the soaks, first: the `danube` command's start,
+# `--help` and to produce's first byte, against its 0.3 s budget); the last two run against a mesh
+# of real processes: `danube bench` (produce, consume, e2e), then the Spark Parquet backfill against
+# the consume API over 1M messages; last, the mesh against its peers (JetStream and Redis Streams,
+# fsync before ack everywhere) side by side (PEERS_ARGS, e.g. `--quick` or `--mesh-args "..."`: see
 # its --help; alone: `make bench-peers`). Against a running mesh: `.venv/bin/danube bench e2e`.
 bench: setup setup-bench
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
 	$(BIN)/pytest -q -m soak tests/
+	$(BIN)/python tests/bench/bench_cli_start.py
 	$(BIN)/python tests/bench/bench_wal.py
 	$(BIN)/python tests/bench/bench_ingest.py
 	$(BIN)/python tests/bench/bench_dispatch_latency.py

@@ -387,6 +387,11 @@ async def test_list_shows_backlog_that_goes_down_with_acks_and_delete_starts_afr
     assert await store.range(meta_keys.subscription_prefix(topic, "s")) == []
     gone = await http.get(f"/v1/consumers/{cid}/messages", params={"wait_ms": 0})
     assert _error(gone) == (404, "consumer_not_found")
+    # Said as what happened, not "no consumer was ever attached" (issue 35).
+    assert gone.json()["error"]["message"] == (
+        "subscription 's' of /default/lagging does not exist (it was deleted, or no consumer "
+        "ever attached to it): attach again to create it"
+    )
     again = await _attach(http, "default/lagging/subscriptions/s", type="exclusive")
     fresh = (await _subscriptions(http, "default/lagging"))["s"]
     assert (fresh["type"], fresh["backlog"]) == ("exclusive", 0)  # latest: nothing behind

@@ -12,6 +12,8 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from danube.config import (
+    CLIENT_VARIABLES,
+    PROCESS_VARIABLES,
     AzblobCloud,
     ConfigError,
     DanubeSettings,
@@ -509,3 +511,31 @@ def test_unknown_danube_variable_is_warned_not_fatal(caplog: pytest.LogCaptureFi
     assert settings.bus.subject_prefix == "x"
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warned == ["environment variable DANUBE_BUSS__SERVERS matches no setting; ignored"]
+
+
+def test_the_cli_variables_are_not_warned(caplog: pytest.LogCaptureFixture) -> None:
+    # README's compose section exports DANUBE_SERVICE_ADDR for the CLI; `danube up` in that
+    # shell passes it to every service (issue 35).
+    environ = {"DANUBE_SERVICE_ADDR": "https://127.0.0.1:8080", "DANUBE_TOKEN": "t"}
+    with caplog.at_level(logging.WARNING, logger="danube.config"):
+        load_settings(environ=environ)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == []
+
+
+def test_every_variable_the_cli_reads_is_known_to_the_settings() -> None:
+    import typer.main
+
+    from danube.cli.main import app
+
+    read: set[str] = set()
+    commands = [typer.main.get_command(app)]
+    while commands:
+        command = commands.pop()
+        commands += getattr(command, "commands", {}).values()
+        for param in command.params:
+            names = [param.envvar] if isinstance(param.envvar, str) else param.envvar or []
+            read |= {name for name in names if name.startswith("DANUBE_")}
+    assert read  # the walk found the CLI's variables
+    sections = {name.upper() for name in DanubeSettings.model_fields}
+    settings = {name for name in read if name[len("DANUBE_") :].split("__")[0] in sections}
+    assert read - settings - PROCESS_VARIABLES == CLIENT_VARIABLES

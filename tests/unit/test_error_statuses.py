@@ -68,6 +68,13 @@ def test_policy_limits_answer_409(code: str) -> None:
     assert http_status(RemoteError(code=code, message="over", retriable=False)) == 409
 
 
+@pytest.mark.parametrize("code", ["nothing_to_skip", "skip_backwards"])
+def test_a_refused_subscription_skip_is_400_not_500(code: str) -> None:
+    # The dispatcher refuses with the contracts' BadRequestError and a narrower code.
+    assert http_status(BadRequestError("no", code=code)) == 400
+    assert http_status(RemoteError(code=code, message="no", retriable=False)) == 400
+
+
 def test_one_bad_request_error_for_every_contract() -> None:
     assert ingest_protocol.BadRequestError is BadRequestError
     assert dispatcher_protocol.BadRequestError is BadRequestError

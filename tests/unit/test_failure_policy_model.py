@@ -142,6 +142,24 @@ def test_an_attach_may_repeat_or_omit_the_policy_but_not_change_it() -> None:
         check_attach(stored.model_copy(update={"failure_policy": None}), FailurePolicy())
 
 
+def test_a_policy_conflict_reads_as_a_sentence_not_a_python_dict() -> None:
+    stored = SubscriptionConfig(
+        type="shared",
+        created_ms=1,
+        failure_policy=FailurePolicy(max_redeliveries=2, backoff=Backoff(kind="fixed", base_ms=50)),
+    )
+    asked = FailurePolicy(max_redeliveries=3, poison_policy="drop")
+    with pytest.raises(PolicyConflictError) as refused:
+        check_attach(stored, asked)
+    assert refused.value.message == (
+        "the subscription has another failure policy: max_redeliveries 2, not 3; "
+        "backoff fixed, base 50 ms, not the cluster's; poison_policy the cluster's, not drop. "
+        "Attach without one, or change it first (PUT .../failure-policy, `danube admin "
+        "subscriptions failure-policy set`)"
+    )
+    assert "{" not in refused.value.message
+
+
 # --- the machine under each poison policy ------------------------------------------------
 
 

@@ -3,36 +3,58 @@ errors a user can cause into one red line and a non-zero exit code (no traceback
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Coroutine
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-import uvloop
-from rich.console import Console
-from rich.markup import escape
 
-from danube.client import (
-    ApiError,
-    AsyncDanubeClient,
-    ClientError,
-    ClientTls,
-    Position,
-    Timestamp,
-    TransportError,
-)
+from danube.client.errors import ApiError, ClientError, TransportError
+from danube.client.tls import ClientTls
+
+if TYPE_CHECKING:
+    # The SDK's heavier modules load when a command runs, never for `--help`: the CLI's
+    # modules import only typer and these light ones at start (make bench watches it).
+    from rich.console import Console
+
+    from danube.client import AsyncDanubeClient, Position
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
+
+class _LazyConsole:
+    """A rich Console made at its first use: rich.console and rich.markup cost about 30 ms
+    to import, which `danube produce` would pay before its first request (typer alone
+    never imports rich for a command)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._lazy_options = options
+        self._lazy_console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._lazy_console is None:
+            from rich.console import Console
+
+            self._lazy_console = Console(**self._lazy_options)
+        return getattr(self._lazy_console, name)
+
+
 # Results go to stdout; progress, summaries and errors to stderr, so stdout pipes cleanly.
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = cast("Console", _LazyConsole(highlight=False, soft_wrap=True))
+err = cast("Console", _LazyConsole(stderr=True, highlight=False, soft_wrap=True))
+
+
+def escape(text: str) -> str:
+    """``text`` with rich's markup escaped (printed as it is)."""
+    from rich.markup import escape as escape_markup
+
+    return escape_markup(text)
+
 
 ServiceAddr = Annotated[
     str,
@@ -124,6 +146,8 @@ def client_tls() -> ClientTls | None:
 
 def connect(url: str, **options: Any) -> AsyncDanubeClient:
     """The SDK client of a command: ``url`` with the command line's TLS options and token."""
+    from danube.client.client import AsyncDanubeClient
+
     return AsyncDanubeClient(url, tls=client_tls(), token=bearer_token(), **options)
 
 
@@ -137,6 +161,10 @@ def run(command: str, main: Coroutine[Any, Any, int | None]) -> None:
     """Run a command's coroutine; expected errors end it with one line and exit code 1,
     a bad argument with 2, Ctrl-C with 130. On uvloop, as the services: a command is mostly
     SDK round trips (``danube bench`` above all), each costing a few turns of the loop."""
+    import asyncio
+
+    import uvloop
+
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             code = runner.run(main)
@@ -172,6 +200,8 @@ def parse_attributes(items: list[str] | None) -> dict[str, str]:
 
 def parse_position(value: str, option: str) -> Position:
     """``earliest``, ``latest``, an offset, or ``ts:<unix ms>``."""
+    from danube.client.messages import Timestamp
+
     if value in ("earliest", "latest"):
         return "earliest" if value == "earliest" else "latest"
     if value.isdigit():

@@ -5,7 +5,7 @@ are danube.cli.admin_topics, and what they share is danube.cli.admin_common."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -19,8 +19,9 @@ from danube.cli.admin_topics import partitions as partitions
 from danube.cli.admin_topics import subscriptions
 from danube.cli.admin_topics import topics as topics
 from danube.cli.policies import PolicyOption, parse_policies, policies_text
-from danube.client import AsyncAdmin, Retention
-from danube.client.admin import Namespace
+
+if TYPE_CHECKING:
+    from danube.client.admin import AsyncAdmin, Namespace
 
 app = typer.Typer(help="Cluster, namespaces, topics and partitions.", no_args_is_help=True)
 namespaces = typer.Typer(help="List, show, create and delete namespaces.", no_args_is_help=True)
@@ -118,6 +119,8 @@ def _policy(
         "policies": parse_policies(policy),
     }
     if retention_minutes is not None or retention_mb is not None:
+        from danube.client import Retention
+
         given["retention"] = Retention(time_minutes=retention_minutes, size_mb=retention_mb)
     return {key: value for key, value in given.items() if value is not None}
 

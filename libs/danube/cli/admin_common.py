@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from danube.cli._common import connect, run
-from danube.client import AsyncAdmin
+
+if TYPE_CHECKING:
+    from danube.client.admin import AsyncAdmin
 
 # The server's bound (danube.meta.records.REPLICAS_MAX); it answers 400 past it anyway.
 REPLICAS_MAX = 7

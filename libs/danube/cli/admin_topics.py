@@ -4,17 +4,20 @@ partitions through the HTTP API's admin routes (danube.cli.admin assembles the g
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Console, RenderableType
 from rich.table import Table
 
 from danube.cli._common import Json, ServiceAddr, err, out, parse_position, print_json
 from danube.cli.admin_common import MinInsync, ReplicationFactor, TopicArg, _admin, _when
+from danube.cli.layout import rows_view
 from danube.cli.policies import PolicyOption, parse_policies, policies_text
 from danube.cli.producers_table import producers_table
-from danube.client import AsyncAdmin
-from danube.client.admin import Subscription, TopicDescription
+
+if TYPE_CHECKING:
+    from danube.client.admin import AsyncAdmin, Subscription, TopicDescription
 
 topics = typer.Typer(
     help="List, create, describe, delete and look up topics.", no_args_is_help=True
@@ -103,29 +106,37 @@ def topics_create(
     _admin("topics create", service_addr, call)
 
 
-def _describe_table(found: TopicDescription) -> Table:
-    table = Table(
-        "partition",
-        "leader",
-        "epoch",
-        "replicas",
-        "in sync",
-        "wal start",
-        "high watermark",
-        "uploaded through",
-        "follower lag",
-    )
+_PARTITION_COLUMNS = (
+    "partition",
+    "leader",
+    "epoch",
+    "replicas",
+    "in sync",
+    "wal start",
+    "high watermark",
+    "uploaded through",
+    "follower lag",
+)
+
+
+def _describe_table(console: Console, found: TopicDescription) -> RenderableType:
+    rows = []
     for partition in found.partitions:
         owner, offsets = partition.owner, partition.offsets
         lag = ", ".join(f"{n}:{_opt(f.lag)}" for n, f in sorted(offsets.followers.items()))
-        table.add_row(
-            partition.name,
-            owner.node_id if owner else "(none)",
-            str(owner.epoch) if owner else "",
-            ",".join(offsets.replicas) or "-",
-            ",".join(offsets.isr) or "-",
-            *(_opt(v) for v in (offsets.wal_start, offsets.next_offset, offsets.uploaded_through)),
-            lag or "-",
+        rows.append(
+            (
+                partition.name,
+                owner.node_id if owner else "(none)",
+                str(owner.epoch) if owner else "",
+                ", ".join(offsets.replicas) or "-",
+                ", ".join(offsets.isr) or "-",
+                *(
+                    _opt(v)
+                    for v in (offsets.wal_start, offsets.next_offset, offsets.uploaded_through)
+                ),
+                lag or "-",
+            )
         )
         damaged = offsets.upload_damaged
         if damaged is not None:
@@ -133,7 +144,7 @@ def _describe_table(found: TopicDescription) -> Table:
                 f"{partition.name}: uploads stopped at {damaged.from_offset}: WAL offsets "
                 f"{damaged.from_offset}..{damaged.to_offset - 1} are damaged ({damaged.file})"
             )
-    return table
+    return rows_view(console, _PARTITION_COLUMNS, rows)
 
 
 def _opt(value: Any) -> str:
@@ -160,11 +171,11 @@ def topics_describe(
             f"policies: {policies_text(config.policies)}; in effect: "
             f"{policies_text(config.effective_policies)}"
         )
-        out.print(_describe_table(found))
+        out.print(_describe_table(out, found))
         if found.subscriptions:
-            out.print(_subscriptions_table(found.subscriptions))
+            out.print(_subscriptions_table(out, found.subscriptions))
         if found.producers:
-            out.print(producers_table(found.producers))
+            out.print(producers_table(out, found.producers))
 
     _admin("topics describe", service_addr, call)
 
@@ -212,7 +223,7 @@ def topics_producers(
         if json_out:
             print_json([producer.model_dump() for producer in found])
         else:
-            out.print(producers_table(found))
+            out.print(producers_table(out, found))
 
     _admin("topics producers", service_addr, call)
 
@@ -256,18 +267,14 @@ def topics_lookup(
 # --- subscriptions -----------------------------------------------------------------------
 
 
-def _subscriptions_table(found: list[Subscription]) -> Table:
-    table = Table("subscription", "type", "served by", "backlog", "consumers (unacked)")
+def _subscriptions_table(console: Console, found: list[Subscription]) -> RenderableType:
+    rows = []
     for sub in found:
         consumers = ", ".join(f"{c.name} ({c.unacked})" for c in sub.consumers)
-        table.add_row(
-            sub.name,
-            sub.type,
-            sub.owner.node_id if sub.owner else "(none)",
-            str(sub.backlog),
-            consumers or "-",
-        )
-    return table
+        owner = sub.owner.node_id if sub.owner else "(none)"
+        rows.append((sub.name, sub.type, owner, str(sub.backlog), consumers or "-"))
+    headers = ("subscription", "type", "served by", "backlog", "consumers (unacked)")
+    return rows_view(console, headers, rows)
 
 
 @subscriptions.command("list")
@@ -281,7 +288,7 @@ def subscriptions_list(
         if json_out:
             print_json([sub.model_dump() for sub in found])
         else:
-            out.print(_subscriptions_table(found))
+            out.print(_subscriptions_table(out, found))
 
     _admin("subscriptions list", service_addr, call)
 

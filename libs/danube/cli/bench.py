@@ -8,7 +8,7 @@ import contextlib
 import gc
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -24,12 +24,16 @@ from danube.cli.benchrun import (
     bench_e2e,
     bench_produce,
 )
-from danube.client import AsyncDanubeClient, ClientError
-from danube.client.consumer import Mode
+from danube.client.errors import ClientError
+
+if TYPE_CHECKING:
+    from danube.client.client import AsyncDanubeClient
+    from danube.client.consumer import Mode
+
+    Runner = Callable[[AsyncDanubeClient, BenchSpec, Meter], Awaitable[dict[str, Any]]]
 
 app = typer.Typer(help="Measure throughput and latency of a running mesh.", no_args_is_help=True)
 
-Runner = Callable[[AsyncDanubeClient, BenchSpec, Meter], Awaitable[dict[str, Any]]]
 _RUNNERS: dict[Kind, Runner] = {
     "produce": bench_produce,
     "consume": bench_consume,

@@ -25,16 +25,15 @@ import string
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from danube.client import (
-    AsyncDanubeClient,
-    AsyncProducer,
-    ClientError,
-    DeadlineExceededError,
-    ReceivedMessage,
-)
-from danube.client.consumer import Mode
+from danube.client.errors import ClientError, DeadlineExceededError
+
+if TYPE_CHECKING:
+    from danube.client.client import AsyncDanubeClient
+    from danube.client.consumer import Mode
+    from danube.client.messages import ReceivedMessage
+    from danube.client.producer import AsyncProducer
 
 # Latency samples kept per measure (reservoir sampling past it): bounded memory on any run.
 SAMPLES_MAX = 1_000_000

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import base64
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from danube.cli import failure_policy as fp
 from danube.cli._common import (
@@ -17,13 +16,16 @@ from danube.cli._common import (
     Topic,
     connect,
     err,
+    escape,
     out,
     parse_position,
     print_json,
     run,
 )
-from danube.client import ReceivedMessage
-from danube.client.consumer import Start
+
+if TYPE_CHECKING:
+    from danube.client.consumer import Start
+    from danube.client.messages import ReceivedMessage
 
 
 class SubType(StrEnum):

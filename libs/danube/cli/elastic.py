@@ -4,14 +4,17 @@ nodes (docs/operations.md, "Draining a node"). Wired under `danube admin` by cli
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from danube.cli._common import Json, ServiceAddr, out, print_json
 from danube.cli.admin_common import _admin
-from danube.client import AsyncAdmin, DrainStatus, ReplicaAssignment
+
+if TYPE_CHECKING:
+    from danube.client.admin import AsyncAdmin
+    from danube.client.elastic import DrainStatus, ReplicaAssignment
 
 nodes = typer.Typer(help="Drain and undrain ingest nodes and dispatchers.", no_args_is_help=True)
 

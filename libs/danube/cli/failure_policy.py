@@ -5,13 +5,16 @@ build a policy are shared with ``danube consume`` (a new subscription's policy).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.table import Table
 
 from danube.cli._common import Json, ServiceAddr, connect, err, out, print_json, run
-from danube.client import Backoff, FailurePolicy, FailurePolicyInfo
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from danube.client.admin import FailurePolicy, FailurePolicyInfo
 
 app = typer.Typer(help="Show or replace a subscription's failure policy.", no_args_is_help=True)
 
@@ -79,6 +82,8 @@ def build_policy(
     dead_letter_topic: str | None,
 ) -> FailurePolicy | None:
     """The policy the options name; None when no option was given."""
+    from danube.client import Backoff, FailurePolicy
+
     backoff_set = (backoff, backoff_base_ms, backoff_max_ms) != (None, None, None)
     policy = FailurePolicy(
         max_redeliveries=max_redeliveries,
@@ -97,6 +102,10 @@ def build_policy(
 
 
 def _table(info: FailurePolicyInfo) -> Table:
+    from rich.table import Table  # here: `danube consume` imports this module to start
+
+    from danube.client import FailurePolicy
+
     table = Table("field", "set", "in effect")
     set_ = info.policy or FailurePolicy()
     effect = info.effective
@@ -177,6 +186,8 @@ def set_(
     )
 
     async def main() -> None:
+        from danube.client import FailurePolicy
+
         async with connect(service_addr, timeout_s=ADMIN_TIMEOUT_S) as client:
             info = await client.admin.set_failure_policy(
                 topic, subscription, policy or FailurePolicy()

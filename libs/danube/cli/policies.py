@@ -4,11 +4,12 @@ bounds (400 naming the field)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from danube.client import Policies
+if TYPE_CHECKING:
+    from danube.client.admin import Policies
 
 PolicyOption = Annotated[
     list[str] | None,
@@ -30,6 +31,8 @@ _TEXT_FIELDS = frozenset({"backlog_quota_policy"})
 def parse_policies(given: list[str] | None) -> Policies | None:
     """The policies given as ``KEY=VALUE``; None when none is given. BadParameter names
     the malformed one."""
+    from danube.client import Policies
+
     if not given:
         return None
     fields: dict[str, Any] = {}

@@ -3,17 +3,18 @@ Danube's danube-cli does."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from danube.cli._common import ServiceAddr, Topic, connect, err, out, parse_attributes, run
-from danube.client import SendResult
+
+if TYPE_CHECKING:
+    from danube.client.messages import SendResult
 
 COUNT_MAX = 10_000_000
 WINDOW = 10_000
@@ -147,6 +148,8 @@ async def _produce(
     access_mode: Literal["shared", "exclusive"] | None = None,
     idempotent: bool = True,
 ) -> None:
+    import asyncio  # here, not at the module's top: `danube --help` needs none of it
+
     async with connect(url) as client:
         if create:
             created = await client.admin.create_topic(

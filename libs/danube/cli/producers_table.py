@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from rich.table import Table
+from rich.console import Console, RenderableType
 
-from danube.client import ProducerInfo
+from danube.cli.layout import rows_view
+
+if TYPE_CHECKING:
+    from danube.client.admin import ProducerInfo
 
 
-def producers_table(producers: list[ProducerInfo]) -> Table:
-    """One row per open producer session."""
-    table = Table("producer id", "topic", "name", "access mode", "since")
+def producers_table(console: Console, producers: list[ProducerInfo]) -> RenderableType:
+    """One row per open producer session (blocks when the table is wider than ``console``)."""
+    rows = []
     for producer in producers:
         since = datetime.fromtimestamp(producer.created_ms / 1000, UTC)
-        table.add_row(
-            producer.producer_id,
-            producer.topic,
-            producer.name,
-            producer.access_mode,
-            since.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        rows.append(
+            (
+                producer.producer_id,
+                producer.topic,
+                producer.name,
+                producer.access_mode,
+                since.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            )
         )
-    return table
+    return rows_view(console, ("producer id", "topic", "name", "access mode", "since"), rows)

@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from danube.cli._common import Json, ServiceAddr, connect, err, out, print_json, run
-from danube.client.schemas import AsyncSchemas, SchemaVersion
+
+if TYPE_CHECKING:
+    from danube.client.schemas import AsyncSchemas, SchemaVersion
 
 # Each request, retries included (an unreachable server fails within this).
 SCHEMAS_TIMEOUT_S = 10.0

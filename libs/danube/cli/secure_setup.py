@@ -5,23 +5,18 @@ secured gets the same files and the same etcd users."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from danube.cli._common import EXIT_ERROR, EXIT_USAGE, err
 from danube.cli.security import parse_ttl
-from danube.config import ConfigError, DanubeSettings, load_settings
-from danube.meta.errors import MetaError
-from danube.runtime.secure import (
-    ETCD_MESH_USER,
-    MeshCredentials,
-    enable_etcd_auth,
-    ensure_secure_files,
-)
-from danube.security.pki import PkiError
+
+if TYPE_CHECKING:
+    # The settings, etcd and PKI modules load when one of these commands runs (about
+    # 0.2 s), not for every `danube` command: see danube.cli.main.
+    from danube.config import DanubeSettings
 
 ConfigOption = Annotated[
     Path | None,
@@ -39,6 +34,8 @@ DirOption = Annotated[
 
 
 def _settings(config: Path | None) -> DanubeSettings:
+    from danube.config import ConfigError, load_settings
+
     try:
         return load_settings(config)
     except ConfigError as exc:
@@ -70,6 +67,10 @@ def init(
     """Lay out what a secured mesh needs in DIR, keeping what is there: NATS passwords per
     service kind and nats.conf, etcd root and mesh passwords, a CA with a server and an
     admin client certificate, a token signing key, and a fresh admin token."""
+    from danube.config import ConfigError
+    from danube.runtime.secure import ensure_secure_files
+    from danube.security.pki import PkiError
+
     settings = _settings(config)
     ttl_s = parse_ttl(token_ttl)
     try:
@@ -111,6 +112,12 @@ def etcd_setup(
     etcd-root.password and etcd-mesh.password are read): users root and danube-mesh
     (read-write on the prefix only). Idempotent: run again, it logs in as
     root and takes over changed passwords."""
+    import asyncio
+
+    from danube.config import ConfigError
+    from danube.meta.errors import MetaError
+    from danube.runtime.secure import ETCD_MESH_USER, MeshCredentials, enable_etcd_auth
+
     metadata = _settings(config).wal_cloud.metadata
     target = endpoint or ",".join(metadata.etcd_endpoints)
     key_prefix = prefix or metadata.prefix

@@ -7,14 +7,16 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from danube.cli._common import Json, ServiceAddr, connect, err, out, print_json, run
-from danube.client.security import PERMISSIONS, AsyncSecurity, Scope
-from danube.security import issue_token, load_keys
+from danube.client.permissions import PERMISSIONS, Scope
+
+if TYPE_CHECKING:
+    from danube.client.security import AsyncSecurity
 
 app = typer.Typer(help="Roles, bindings, API keys and tokens.", no_args_is_help=True)
 roles = typer.Typer(help="Named sets of permissions.", no_args_is_help=True)
@@ -251,6 +253,8 @@ def tokens_create(
     ] = "danube",
 ) -> None:
     """Sign a token locally with the cluster's private key; prints the token."""
+    from danube.security import issue_token, load_keys
+
     try:
         keys = load_keys(keys_dir, signing_kid=kid)
     except (OSError, ValueError) as exc:

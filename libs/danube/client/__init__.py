@@ -15,67 +15,156 @@
 ``code``; those the server answered carry its code and HTTP ``status``.
 """
 
-from danube.client.admin import (
-    AsyncAdmin,
-    Backoff,
-    Cluster,
-    FailurePolicy,
-    FailurePolicyInfo,
-    Lookup,
-    Namespace,
-    Policies,
-    ProducerInfo,
-    Retention,
-    SeekPartition,
-    Skip,
-    Subscription,
-    Topic,
-    TopicConfig,
-    TopicDescription,
-)
-from danube.client.client import DEFAULT_URL, AsyncDanubeClient
-from danube.client.consumer import AsyncConsumer, ConsumerOptions
-from danube.client.elastic import DrainStatus, Reassignment, Reassignments, ReplicaAssignment
-from danube.client.errors import (
-    ApiError,
-    BadRequestError,
-    ClientError,
-    ClosedError,
-    ConflictError,
-    DeadlineExceededError,
-    InvalidArgumentError,
-    InvalidMessageError,
-    NotFoundError,
-    OverLimitError,
-    PermissionDeniedError,
-    ProtocolError,
-    ServerError,
-    TooLargeError,
-    TransportError,
-    UnauthenticatedError,
-    UnavailableError,
-)
-from danube.client.messages import (
-    Message,
-    MessageRef,
-    Position,
-    ReceivedMessage,
-    SendResult,
-    Timestamp,
-)
-from danube.client.multi import AsyncMultiConsumer
-from danube.client.producer import AsyncProducer, ProducerOptions
-from danube.client.retry import RetryPolicy
-from danube.client.schemas import (
-    AsyncSchemas,
-    Compatibility,
-    Registered,
-    SchemaVersion,
-    TopicSchema,
-)
-from danube.client.sync import Admin, Consumer, DanubeClient, Producer, Schemas
-from danube.client.tls import ClientTls
-from danube.wire.delivery import TTL_ATTRIBUTE
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from danube.client.admin import (
+        AsyncAdmin,
+        Backoff,
+        Cluster,
+        FailurePolicy,
+        FailurePolicyInfo,
+        Lookup,
+        Namespace,
+        Policies,
+        ProducerInfo,
+        Retention,
+        SeekPartition,
+        Skip,
+        Subscription,
+        Topic,
+        TopicConfig,
+        TopicDescription,
+    )
+    from danube.client.client import DEFAULT_URL, AsyncDanubeClient
+    from danube.client.consumer import AsyncConsumer, ConsumerOptions
+    from danube.client.elastic import DrainStatus, Reassignment, Reassignments, ReplicaAssignment
+    from danube.client.errors import (
+        ApiError,
+        BadRequestError,
+        ClientError,
+        ClosedError,
+        ConflictError,
+        DeadlineExceededError,
+        InvalidArgumentError,
+        InvalidMessageError,
+        NotFoundError,
+        OverLimitError,
+        PermissionDeniedError,
+        ProtocolError,
+        ServerError,
+        TooLargeError,
+        TransportError,
+        UnauthenticatedError,
+        UnavailableError,
+    )
+    from danube.client.messages import (
+        Message,
+        MessageRef,
+        Position,
+        ReceivedMessage,
+        SendResult,
+        Timestamp,
+    )
+    from danube.client.multi import AsyncMultiConsumer
+    from danube.client.producer import AsyncProducer, ProducerOptions
+    from danube.client.retry import RetryPolicy
+    from danube.client.schemas import (
+        AsyncSchemas,
+        Compatibility,
+        Registered,
+        SchemaVersion,
+        TopicSchema,
+    )
+    from danube.client.sync import Admin, Consumer, DanubeClient, Producer, Schemas
+    from danube.client.tls import ClientTls
+    from danube.wire.delivery import TTL_ATTRIBUTE
+
+# Each public name and the module that defines it, imported on first use: `import
+# danube.client` (and every command of the CLI) costs a few milliseconds instead of the
+# whole SDK with httpx, pydantic and websockets (about 0.3 s).
+_HOMES = {
+    "AsyncMultiConsumer": "danube.client.multi",
+    "TTL_ATTRIBUTE": "danube.wire.delivery",
+    "Admin": "danube.client.sync",
+    "ApiError": "danube.client.errors",
+    "AsyncAdmin": "danube.client.admin",
+    "AsyncConsumer": "danube.client.consumer",
+    "AsyncDanubeClient": "danube.client.client",
+    "AsyncProducer": "danube.client.producer",
+    "AsyncSchemas": "danube.client.schemas",
+    "Backoff": "danube.client.admin",
+    "BadRequestError": "danube.client.errors",
+    "ClientError": "danube.client.errors",
+    "ClientTls": "danube.client.tls",
+    "ClosedError": "danube.client.errors",
+    "Cluster": "danube.client.admin",
+    "Compatibility": "danube.client.schemas",
+    "ConflictError": "danube.client.errors",
+    "Consumer": "danube.client.sync",
+    "ConsumerOptions": "danube.client.consumer",
+    "DEFAULT_URL": "danube.client.client",
+    "DanubeClient": "danube.client.sync",
+    "DeadlineExceededError": "danube.client.errors",
+    "DrainStatus": "danube.client.elastic",
+    "FailurePolicy": "danube.client.admin",
+    "FailurePolicyInfo": "danube.client.admin",
+    "InvalidArgumentError": "danube.client.errors",
+    "InvalidMessageError": "danube.client.errors",
+    "Lookup": "danube.client.admin",
+    "Message": "danube.client.messages",
+    "MessageRef": "danube.client.messages",
+    "Namespace": "danube.client.admin",
+    "NotFoundError": "danube.client.errors",
+    "OverLimitError": "danube.client.errors",
+    "PermissionDeniedError": "danube.client.errors",
+    "Policies": "danube.client.admin",
+    "Position": "danube.client.messages",
+    "Producer": "danube.client.sync",
+    "ProducerInfo": "danube.client.admin",
+    "ProducerOptions": "danube.client.producer",
+    "ProtocolError": "danube.client.errors",
+    "Reassignment": "danube.client.elastic",
+    "Reassignments": "danube.client.elastic",
+    "ReceivedMessage": "danube.client.messages",
+    "Registered": "danube.client.schemas",
+    "ReplicaAssignment": "danube.client.elastic",
+    "Retention": "danube.client.admin",
+    "RetryPolicy": "danube.client.retry",
+    "SchemaVersion": "danube.client.schemas",
+    "Schemas": "danube.client.sync",
+    "SeekPartition": "danube.client.admin",
+    "SendResult": "danube.client.messages",
+    "ServerError": "danube.client.errors",
+    "Skip": "danube.client.admin",
+    "Subscription": "danube.client.admin",
+    "Timestamp": "danube.client.messages",
+    "TooLargeError": "danube.client.errors",
+    "Topic": "danube.client.admin",
+    "TopicConfig": "danube.client.admin",
+    "TopicDescription": "danube.client.admin",
+    "TopicSchema": "danube.client.schemas",
+    "TransportError": "danube.client.errors",
+    "UnauthenticatedError": "danube.client.errors",
+    "UnavailableError": "danube.client.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next lookup is a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
 
 __all__ = [
     "DEFAULT_URL",

@@ -11,10 +11,9 @@ import asyncio
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-import httpx
 import orjson
 
 from danube.client._wire import Http1Pool
@@ -26,6 +25,10 @@ from danube.client.errors import (
     error_from_body,
 )
 from danube.client.retry import RetryPolicy, retrying
+
+if TYPE_CHECKING:
+    # httpx is imported with the client made at the first request that needs it (below).
+    import httpx
 
 _JSON = {"content-type": "application/json"}
 # The start of a non-JSON answer shown in an error (a proxy's HTML page, say).
@@ -62,9 +65,6 @@ class HttpCore:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.retry = retry
-        limits = httpx.Limits(
-            max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS
-        )
         # The one context of https:// requests and wss:// streams (None: the system's CAs).
         self.ssl_context = ssl_context
         # Sent on every request and WebSocket upgrade (security.enabled servers).
@@ -72,20 +72,37 @@ class HttpCore:
             {} if token is None else {"authorization": f"Bearer {token}"}
         )
         # trust_env=False: a proxy set for the shell must not catch a broker on localhost.
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            transport=transport,
-            limits=limits,
-            trust_env=False,
-            verify=ssl_context if ssl_context is not None else True,
-            headers=self.auth_headers,
-        )
+        self._client_options: dict[str, Any] = {
+            "base_url": self.base_url,
+            "transport": transport,
+            "trust_env": False,
+            "verify": ssl_context if ssl_context is not None else True,
+            "headers": self.auth_headers,
+        }
+        self._httpx: httpx.AsyncClient | None = None
+        self._closed = False
         # The lean client of the producer's posts; none when a test plugs in a transport.
         self._wire: Http1Pool | None = None
         if transport is None:
             self._wire = Http1Pool(
                 self.base_url, ssl_context=ssl_context, headers=self.auth_headers
             )
+
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        # Made at the first request that needs it: httpx and its transport (httpcore,
+        # anyio) cost about 0.1 s to import, which a producer posting through the lean
+        # client never pays (`danube produce` to its first byte, docs/cli.md "Start time").
+        if self._httpx is None:
+            if self._closed:  # as httpx answers a request after aclose()
+                raise RuntimeError("Cannot send a request, as the client has been closed.")
+            import httpx
+
+            limits = httpx.Limits(
+                max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS
+            )
+            self._httpx = httpx.AsyncClient(limits=limits, **self._client_options)
+        return self._httpx
 
     def ws_url(self, path: str) -> str:
         """The WebSocket URL of ``path`` on this server."""
@@ -116,6 +133,8 @@ class HttpCore:
             content = orjson.dumps(body)
         if lean and self._wire is not None and content is not None and accept is None:
             return await self._lean(method, path, content, content_type, params, timeout)
+        import httpx  # loaded by self._client already: for the errors below
+
         headers: dict[str, str] | None = None
         if content is not None:
             headers = _JSON if content_type is None else {"content-type": content_type}
@@ -209,9 +228,11 @@ class HttpCore:
 
     async def aclose(self) -> None:
         """Close the connections."""
+        self._closed = True
         if self._wire is not None:
             await self._wire.aclose()
-        await self._client.aclose()
+        if self._httpx is not None:
+            await self._httpx.aclose()
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:

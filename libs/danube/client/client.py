@@ -6,22 +6,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
-
-import httpx
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from danube.client._http import HttpCore
-from danube.client.admin import AsyncAdmin
-from danube.client.consumer import AsyncConsumer, ConsumerOptions
 from danube.client.errors import ClosedError, InvalidArgumentError
 from danube.client.messages import topic_name
-from danube.client.multi import REFRESH_INTERVAL_S, AsyncMultiConsumer
 from danube.client.producer import AsyncProducer, ProducerOptions
 from danube.client.retry import RetryPolicy
-from danube.client.schemas import AsyncSchemas
-from danube.client.security import AsyncSecurity
 from danube.client.tls import ClientTls
 from danube.names import TopicName
+
+if TYPE_CHECKING:
+    import httpx
+
+    # Imported where first used: a producer alone (`danube produce`) never loads the admin,
+    # consumer, schema and security halves of the SDK (and pydantic with them).
+    from danube.client.admin import AsyncAdmin
+    from danube.client.consumer import AsyncConsumer, ConsumerOptions
+    from danube.client.multi import AsyncMultiConsumer
+    from danube.client.schemas import AsyncSchemas
+    from danube.client.security import AsyncSecurity
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # Longer than the server's own produce deadline (discovery.produce_timeout_s, 10 s), so a
@@ -67,12 +72,30 @@ class AsyncDanubeClient:
             ssl_context=tls.ssl_context() if tls is not None else None,
             token=token,
         )
-        self.admin = AsyncAdmin(self._http)
-        self.security = AsyncSecurity(self._http)
-        self.schemas = AsyncSchemas(self._http)
         self._producers: list[AsyncProducer] = []
         self._consumers: list[AsyncConsumer] = []
         self._closed = False
+
+    @cached_property
+    def admin(self) -> AsyncAdmin:
+        """The admin routes (namespaces, topics, subscriptions, the cluster)."""
+        from danube.client.admin import AsyncAdmin
+
+        return AsyncAdmin(self._http)
+
+    @cached_property
+    def security(self) -> AsyncSecurity:
+        """The security routes (roles, bindings, API keys, tokens)."""
+        from danube.client.security import AsyncSecurity
+
+        return AsyncSecurity(self._http)
+
+    @cached_property
+    def schemas(self) -> AsyncSchemas:
+        """The schema registry's routes."""
+        from danube.client.schemas import AsyncSchemas
+
+        return AsyncSchemas(self._http)
 
     async def __aenter__(self) -> AsyncDanubeClient:
         return self
@@ -101,6 +124,8 @@ class AsyncDanubeClient:
     ) -> AsyncConsumer:
         """A consumer of ``subscription`` on ``topic``, not attached yet (``async with`` or
         :meth:`AsyncConsumer.start` attaches); options as for :meth:`producer`."""
+        from danube.client.consumer import AsyncConsumer, ConsumerOptions
+
         self._check_open()
         consumer = AsyncConsumer(
             self._http,
@@ -119,12 +144,15 @@ class AsyncDanubeClient:
         *,
         topics: Sequence[str] | None = None,
         topics_pattern: str | None = None,
-        refresh_interval_s: float = REFRESH_INTERVAL_S,
+        refresh_interval_s: float | None = None,
         **overrides: Any,
     ) -> AsyncMultiConsumer:
         """One subscription over many topics of ``namespace``: those ``topics`` names or
         ``topics_pattern`` (a regex matching a whole topic name) matches, now and as they
         appear (:mod:`danube.client.multi`); not started yet (``async with`` starts it)."""
+        from danube.client.consumer import AsyncConsumer, ConsumerOptions
+        from danube.client.multi import REFRESH_INTERVAL_S, AsyncMultiConsumer
+
         self._check_open()
         chosen = _options(ConsumerOptions, options, overrides)
 
@@ -141,7 +169,9 @@ class AsyncDanubeClient:
             chosen,
             topics=topics,
             topics_pattern=topics_pattern,
-            refresh_interval_s=refresh_interval_s,
+            refresh_interval_s=REFRESH_INTERVAL_S
+            if refresh_interval_s is None
+            else refresh_interval_s,
         )
 
     async def subscribe(

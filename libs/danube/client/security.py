@@ -7,7 +7,7 @@ timeout; ``POST`` and ``DELETE`` are tried once.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -15,17 +15,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from danube.client._http import Answer, HttpCore
 from danube.client.errors import ProtocolError
 
-Scope = Literal["cluster", "namespace", "topic"]
-PERMISSIONS = (
-    "Lookup",
-    "Produce",
-    "Consume",
-    "ManageNamespace",
-    "ManageTopic",
-    "ManageSchema",
-    "ManageBroker",
-    "ManageCluster",
-)
+# Re-exported: the SDK's callers import them from here.
+from danube.client.permissions import PERMISSIONS as PERMISSIONS
+from danube.client.permissions import Scope as Scope
 
 
 class _Model(BaseModel):

@@ -39,6 +39,7 @@ from danube.config.model import (
     WalRetentionConfig,
 )
 from danube.config.settings import (
+    CLIENT_VARIABLES,
     CONFIG_PATH_ENV,
     ENV_PREFIX,
     PROCESS_VARIABLES,
@@ -46,6 +47,7 @@ from danube.config.settings import (
 )
 
 __all__ = [
+    "CLIENT_VARIABLES",
     "CONFIG_PATH_ENV",
     "ENV_PREFIX",
     "PROCESS_VARIABLES",

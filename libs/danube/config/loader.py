@@ -20,6 +20,7 @@ from pydantic_settings import SettingsError
 
 from danube.config.errors import ConfigError, ConfigProblem, KeyPath, format_key_path
 from danube.config.settings import (
+    CLIENT_VARIABLES,
     ENV_NESTED_DELIMITER,
     ENV_PREFIX,
     PROCESS_VARIABLES,
@@ -73,7 +74,7 @@ def _warn_unknown_variables(environ: Mapping[str, str]) -> None:
     sections = {name.upper() for name in DanubeSettings.model_fields}
     for name in environ:
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in PROCESS_VARIABLES:
+        if not upper.startswith(ENV_PREFIX) or upper in PROCESS_VARIABLES | CLIENT_VARIABLES:
             continue
         section = upper[len(ENV_PREFIX) :].split(ENV_NESTED_DELIMITER, 1)[0]
         if section not in sections:

@@ -49,6 +49,7 @@ from danube.config.model import (
 from danube.config.yamlfile import read_yaml_file
 
 __all__ = [
+    "CLIENT_VARIABLES",
     "CONFIG_PATH_ENV",
     "ENV_NESTED_DELIMITER",
     "ENV_PREFIX",
@@ -76,6 +77,18 @@ PROCESS_VARIABLES = frozenset(
         "DANUBE_NODE_SLOTS",
         "DANUBE_HEALTH_FILE",
         "DANUBE_LOG_LEVEL",
+    }
+)
+# The `danube` command's own variables (docs/cli.md): a shell that exports them for the CLI
+# may also run `danube up`, whose services must not warn that they match no setting.
+CLIENT_VARIABLES = frozenset(
+    {
+        "DANUBE_SERVICE_ADDR",
+        "DANUBE_TOKEN",
+        "DANUBE_CA_FILE",
+        "DANUBE_CERT_FILE",
+        "DANUBE_KEY_FILE",
+        "DANUBE_API_KEY",
     }
 )
 

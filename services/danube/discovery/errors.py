@@ -144,6 +144,11 @@ _STATUS_BY_CODE: dict[str, int] = {
     # (danube.wire.ingest.protocol): a sequence past the next one, an epoch superseded.
     "out_of_order_sequence": 409,
     "producer_fenced": 409,
+    # An ingest node's refusal of a produce (danube.ingest.leadership, its WAL's full disk).
+    "no_leader_yet": 503,
+    "not_enough_replicas": 503,
+    "partition_unavailable": 503,
+    "disk_full": 503,
     # The dispatcher's (danube.wire.dispatcher.errors), and policies' (docs/policies.md).
     "dispatcher_error": 500,
     "subscription_taken": 409,
@@ -156,13 +161,15 @@ _STATUS_BY_CODE: dict[str, int] = {
     "subscription_not_found": 404,
     "subscription_type_mismatch": 409,
     "unknown_partition": 500,  # a wiring bug
-    "unsupported_start": 400,
     "unsupported_operation": 400,  # a seek of a non-reliable subscription (no cursor)
     "unsupported_subscription_type": 400,  # key_shared on a non-reliable topic
     "offset_out_of_range": 400,
     "position_unavailable": 503,
     "ack_not_durable": 503,
     "data_damaged": 500,  # no intact copy of a range: an operator repairs or skips it
+    # The dispatcher's refusals of a subscription skip (docs/http-api.md, "Skip"): were 500.
+    "nothing_to_skip": 400,
+    "skip_backwards": 400,
     # danube.meta.reassign: a reassignment the cluster cannot hold, or nothing to cancel.
     "duplicate_replicas": 400,
     "node_not_live": 400,

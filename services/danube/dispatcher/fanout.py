@@ -384,9 +384,7 @@ class FanoutRuntime:
 
     def _fanout(self) -> Fanout:
         if self.fanout is None:
-            raise protocol.BadRequestError(
-                "no consumer was ever attached to this subscription", code="consumer_not_found"
-            )
+            raise protocol.BadRequestError(self.store.absent(), code="consumer_not_found")
         return self.fanout
 
     def _check_consumer(self, consumer_id: str) -> None:

@@ -19,7 +19,7 @@ from danube.dispatcher.events import Action
 from danube.dispatcher.redelivery import DeliverySettings, resolve_policy
 from danube.dispatcher.store import SubscriptionStore
 from danube.meta import TopicName
-from danube.meta.failure_policy import FailurePolicy
+from danube.meta.failure_policy import Backoff, FailurePolicy
 from danube.meta.records import SubscriptionConfig
 from danube.wire.dispatcher import protocol
 from danube.wire.dispatcher.errors import PolicyConflictError
@@ -87,11 +87,31 @@ def check_attach(stored: SubscriptionConfig, requested: FailurePolicy | None) ->
     """An attach may repeat the subscription's policy or leave it out, not change it."""
     if requested is None or requested == stored.failure_policy:
         return
-    shown = None if stored.failure_policy is None else stored.failure_policy.model_dump()
+    set_ = stored.failure_policy or FailurePolicy()
+    differences = [
+        f"{name} {_field_text(getattr(set_, name))}, not {_field_text(getattr(requested, name))}"
+        for name in FailurePolicy.model_fields
+        if getattr(set_, name) != getattr(requested, name)
+    ]
     raise PolicyConflictError(
-        f"the subscription's failure policy is {shown}, not {requested.model_dump()}; "
-        "change it with PUT .../failure-policy"
+        f"the subscription has another failure policy: {'; '.join(differences)}. Attach "
+        "without one, or change it first (PUT .../failure-policy, `danube admin "
+        "subscriptions failure-policy set`)"
     )
+
+
+def _field_text(value: object) -> str:
+    """One field of a policy as a person reads it (a message, not a Python repr)."""
+    if value is None:
+        return "the cluster's"
+    if isinstance(value, Backoff):
+        bounds = [
+            f"{n} {v} ms"
+            for n, v in (("base", value.base_ms), ("max", value.max_ms))
+            if v is not None
+        ]
+        return ", ".join([value.kind, *bounds])
+    return str(value)
 
 
 async def read(served: Served) -> protocol.PolicyReply:

@@ -479,9 +479,7 @@ class SubscriptionRuntime(ActionRunner):
 
     def _machine(self) -> SubscriptionMachine:
         if self.machine is None:
-            raise protocol.BadRequestError(
-                "no consumer was ever attached to this subscription", code="consumer_not_found"
-            )
+            raise protocol.BadRequestError(self.store.absent(), code="consumer_not_found")
         return self.machine
 
     async def handle(self, event: Event) -> list[Action]:

@@ -76,6 +76,15 @@ class SubscriptionStore:
         self.written_revision = 0
         self._configured: set[TopicName] = set()  # dead-letter topics known to have a config
 
+    def absent(self) -> str:
+        """What a poll or ack of a consumer of this subscription is told when the
+        subscription has no config: it was deleted (or never attached). Answered as
+        ``consumer_not_found``: a client that attaches again creates it afresh."""
+        return (
+            f"subscription {self.sub!r} of {self.topic} does not exist (it was deleted, or "
+            "no consumer ever attached to it): attach again to create it"
+        )
+
     async def dispatch(self) -> Dispatch:
         """The topic's dispatch mode (``reliable`` when it has no config yet)."""
         config = await self.store.get_model(meta_keys.topic_key(self.topic), TopicConfig)
