@@ -216,26 +216,18 @@ async def _sdk_rounds(
     print(f"{rounds} {'freeze' if freeze else 'kill'} rounds, SDK: {sent} sent, stored once")
 
 
-async def test_leader_sigkill_rounds_two_sdk_producers_store_each_message_once(
+@pytest.mark.parametrize("freeze", [False, True], ids=["sigkill", "sigstop"])
+async def test_leader_kill_or_freeze_rounds_two_sdk_producers_store_each_message_once(
     cluster: Callable[..., Cluster],
     services: Callable[..., ServerProcess],
     nats_url: str,
     store: MetaStore,
+    freeze: bool,
 ) -> None:
     nodes = cluster(3, factor=3, min_insync=2)
     discovery = services("discovery", "discovery-0")
-    await _sdk_rounds(nodes, discovery, store, nats_url, rounds=KILL_ROUNDS, freeze=False)
-
-
-async def test_leader_frozen_rounds_two_sdk_producers_store_each_message_once(
-    cluster: Callable[..., Cluster],
-    services: Callable[..., ServerProcess],
-    nats_url: str,
-    store: MetaStore,
-) -> None:
-    nodes = cluster(3, factor=3, min_insync=2)
-    discovery = services("discovery", "discovery-0")
-    await _sdk_rounds(nodes, discovery, store, nats_url, rounds=FREEZE_ROUNDS, freeze=True)
+    rounds = FREEZE_ROUNDS if freeze else KILL_ROUNDS
+    await _sdk_rounds(nodes, discovery, store, nats_url, rounds=rounds, freeze=freeze)
 
 
 async def test_an_http_resend_after_its_leader_was_killed_is_recognised(

@@ -105,36 +105,24 @@ def encode_produce_frame(
         for name, value in attributes:
             fields += (_LENGTH.pack(len(name)), name, _LENGTH.pack(len(value)), value)
         text = b"".join(fields)
-    if sequence is None:
-        heads = _HEADS.pack(
-            PRODUCE_OFFSET,
-            RECORD_HEADER_BYTES + len(text) + payload_len,
-            RECORD_VERSION,
-            0 if key is None else _FLAG_KEY,
-            publish_time_ms,
-            0,
-            0,
-            len(producer),
-            0 if key is None else len(key),
-            len(attributes),
-            payload_len,
-        )
-    else:
-        heads = _SEQUENCED_HEADS.pack(
-            PRODUCE_OFFSET,
-            SEQUENCED_HEADER_BYTES + len(text) + payload_len,
-            SEQUENCED_RECORD_VERSION,
-            0 if key is None else _FLAG_KEY,
-            publish_time_ms,
-            0,
-            0,
-            len(producer),
-            0 if key is None else len(key),
-            len(attributes),
-            payload_len,
-            producer_epoch,
-            sequence,
-        )
+    sequenced = sequence is not None
+    header_bytes = SEQUENCED_HEADER_BYTES if sequenced else RECORD_HEADER_BYTES
+    head = (
+        PRODUCE_OFFSET,
+        header_bytes + len(text) + payload_len,
+        SEQUENCED_RECORD_VERSION if sequenced else RECORD_VERSION,
+        0 if key is None else _FLAG_KEY,
+        publish_time_ms,
+        0,
+        0,
+        len(producer),
+        0 if key is None else len(key),
+        len(attributes),
+        payload_len,
+    )
+    heads = (
+        _SEQUENCED_HEADS.pack(*head, producer_epoch, sequence) if sequenced else _HEADS.pack(*head)
+    )
     crc = crc32c(payload, crc32c(text, crc32c(heads)))
     return b"".join((heads[:_COVERED_BYTES], _CRC.pack(crc), heads[_COVERED_BYTES:], text, payload))
 
