@@ -75,7 +75,10 @@ async def test_binary_and_json_store_the_same_and_bad_bodies_store_nothing(
         ]
         stored = await _post(mesh, "bin", b"".join(_frame(*m) for m in messages))
         assert stored.status_code == 200, stored.text
-        assert stored.json() == {"runs": [{"partition": "/default/bin", "offset": 0, "count": 3}]}
+        assert stored.json() == {
+            "runs": [{"partition": "/default/bin", "offset": 0, "count": 3}],
+            "partitions": 0,
+        }
         as_json = await mesh.http.post(
             "/v1/topics/default/js/messages",
             json={
