@@ -3,7 +3,8 @@
 memory, holds its cursor writes); it stops at once on hearing another dispatcher's newer
 claim on the bus; its reclaim under a new lease succeeds when nothing changed (same epoch,
 held cursor written) and is refused, dropping the subscription, when another dispatcher
-claimed it meanwhile."""
+claimed it meanwhile; and a watch that replays the owner key's deletion with the lost lease
+after the reclaim leaves the reclaimed subscription served."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from danube.config import DanubeSettings
 from danube.dispatcher.node import DispatcherNode
 from danube.frame import Record, encode_record
 from danube.ingest import app as ingest_app
-from danube.meta import MetaStore
+from danube.meta import MetaStore, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionCursor
 from danube.runtime.service import run_in_process
@@ -177,3 +178,37 @@ async def test_a_subscription_claimed_meanwhile_is_not_reclaimed(
         assert await a.reclaim_all(lease) == 0
         assert runtime_a.failed
         assert await store.get(meta_keys.subscription_owner_key(TOPIC, SUB)) is None
+
+
+async def test_a_replayed_deletion_older_than_the_reclaim_fences_nothing(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    """After an etcd outage the owner watch resumes where it stopped and may deliver the
+    deletion of the owner key (its lease expired) after the reclaim wrote the key again:
+    that change is older than the claim and says nothing of it (the e2e etcd stall test
+    saw the subscription fail there, and everything delivered during the stall come
+    again from the stored cursor)."""
+    client = DispatcherClient(bus)
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-a"),
+        _node(settings, bus, store, "disp-a") as (a, _),
+    ):
+        consumer, _ = await _serving_leaseless(a, bus, client)
+        deleted_at = await store.ping()  # the owner key went with the revoked lease
+        lease = await store.grant_lease(LEASE_TTL_S)
+        a.lease = lease
+        assert await a.reclaim_all(lease) == 1
+        runtime = a.runtimes()[0]
+        assert runtime.store.claim is not None
+        assert runtime.store.claim.revision > deleted_at
+        key = meta_keys.subscription_owner_key(TOPIC, SUB)
+        stale = WatchEvent("delete", key, b"", deleted_at, 0, 0)
+        a._on_subscription_event(stale)
+        assert not runtime.failed
+        await _produce(bus, [b"f"])
+        assert await _poll(client, consumer, 1) == [(TOPIC.topic, 5)]
+        # A deletion after the claim still fences it.
+        a._on_subscription_event(
+            WatchEvent("delete", key, b"", runtime.store.claim.revision + 1, 0, 0)
+        )
+        assert runtime.failed

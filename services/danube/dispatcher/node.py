@@ -280,7 +280,8 @@ class DispatcherNode:
     def _on_subscription_event(self, event: WatchEvent) -> None:
         topic, sub, record = meta_keys.parse_subscription_key(event.key)
         if record == "owner":
-            self._check_owner((topic, sub), None if event.kind == "delete" else event.value)
+            owner = None if event.kind == "delete" else event.value
+            self._check_owner((topic, sub), owner, revision=event.mod_revision)
 
     async def recheck_owners(self) -> int:
         """After owner changes were lost to the watch (etcd compacted them away): every
@@ -292,14 +293,19 @@ class DispatcherNode:
             self._check_owner(key, None if kv is None else kv.value)
         return revision
 
-    def _check_owner(self, key: _Key, owner: bytes | None) -> None:
+    def _check_owner(self, key: _Key, owner: bytes | None, *, revision: int | None = None) -> None:
         """Fence ``key`` if it is served here and its owner key (``None``: deleted) no
-        longer names this dispatcher."""
+        longer names this dispatcher. ``revision``: the change's, from the watch; a change
+        older than this dispatcher's own claim says nothing of it (a watch that resumes
+        after an etcd outage replays the deletion of the owner key with the lost lease
+        after the reclaim may already have written it again)."""
         served = self._served.get(key)
         if served is None:
             return
+        claim = served.runtime.store.claim
+        if revision is not None and claim is not None and revision < claim.revision:
+            return
         if owner is None:
-            claim = served.runtime.store.claim
             if served.runtime.store.held or (claim is not None and claim.lease_id != self.lease.id):
                 return  # it went with our lost lease: the reclaim decides (and sees a delete)
             served.runtime.fail("its owner key was deleted (the topic or subscription went)")
