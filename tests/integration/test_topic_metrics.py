@@ -186,6 +186,8 @@ async def test_a_scrape_shows_the_topic_and_subscription_as_the_test_left_them(
         assert row["backlog"] == left_unacked
         assert value(series, "danube_subscription_consumers", **sub) == 1
         assert value(series, "danube_topic_messages_in_total", topic=TOPIC) == MESSAGES
+        produced_here = value(series, "danube_discovery_topic_messages_produced_total", topic=TOPIC)
+        assert produced_here == MESSAGES  # through this discovery instance
         bytes_in = value(series, "danube_topic_bytes_in_total", topic=TOPIC)
         assert bytes_in is not None
         assert bytes_in >= sum(map(len, payloads))

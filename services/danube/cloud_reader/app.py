@@ -14,6 +14,7 @@ from danube.cloud_reader.reader import CloudReader
 from danube.config import DanubeSettings
 from danube.frame import FRAME_HEADER_BYTES
 from danube.runtime.service import LeaseLost, node_session, wait_for_any
+from danube.runtime.topic_metrics import topic_label
 from danube.storage import CorruptObjectError, ObjectStore
 from danube.wire.ingest import protocol
 from danube.wire.sizes import body_limit
@@ -59,6 +60,8 @@ class FetchHandler:
         status = protocol.FetchStatus.OK if read.in_cloud else protocol.FetchStatus.NOT_IN_CLOUD
         metrics.READS.labels(status.name.lower()).inc()
         metrics.MESSAGES.inc(len(read.frames))
+        if read.frames:
+            metrics.TOPIC_MESSAGES_READ.labels(topic_label(partition)).inc(len(read.frames))
         metrics.BYTES.inc(sum(f.size_bytes for f in read.frames))
         # The frames as they lie in the object, checked by the read: one copy, into the reply.
         reply = protocol.encode_fetch_reply(status, 0, read.next_offset, read.frames)

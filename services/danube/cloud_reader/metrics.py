@@ -6,6 +6,12 @@ from prometheus_client import Counter, Histogram
 
 READS = Counter("danube_cloud_reader_reads", "Fetch requests answered", ["status"])
 MESSAGES = Counter("danube_cloud_reader_messages", "Messages served from objects")
+# Per topic (danube.runtime.topic_metrics: the topic's own name, OTHER past the cap).
+TOPIC_MESSAGES_READ = Counter(
+    "danube_cloud_reader_topic_messages_read",
+    "Messages of a topic served from objects (historical reads)",
+    ["topic"],
+)
 BYTES = Counter("danube_cloud_reader_bytes", "Object bytes read")
 CORRUPT = Counter("danube_cloud_reader_corrupt", "Reads refused: a frame failed its check")
 READ_SECONDS = Histogram(

@@ -25,6 +25,12 @@ BUS_PRODUCE_SECONDS = Histogram(
 MESSAGES_PRODUCED = Counter(
     "danube_discovery_messages_produced", "Messages acknowledged to HTTP producers"
 )
+# Per topic (danube.runtime.topic_metrics: the topic's own name, OTHER past the cap).
+TOPIC_MESSAGES_PRODUCED = Counter(
+    "danube_discovery_topic_messages_produced",
+    "Messages of a topic acknowledged to producers through this instance",
+    ["topic"],
+)
 STREAMS_OPEN = Gauge("danube_discovery_streams_open", "Consumer streams (WebSocket) open")
 STREAM_MESSAGES = Counter(
     "danube_discovery_stream_messages", "Messages pushed to consumer streams (WebSocket)"

@@ -52,6 +52,7 @@ from danube.discovery.schema_gate import SchemaGate, Stamp
 from danube.frame import Record, encode_record
 from danube.frame.produce import ProducedFrames
 from danube.meta.records import Dispatch, Policies
+from danube.runtime.topic_metrics import topic_label
 from danube.wire.ingest.client import IngestClient
 from danube.wire.ingest.protocol import ProduceReply
 from danube.wire.limits import (
@@ -399,6 +400,7 @@ class Producer:
         offsets, duplicates = await self._send(names, routed, batch, limits)
         metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
         metrics.MESSAGES_PRODUCED.inc(count)
+        metrics.TOPIC_MESSAGES_PRODUCED.labels(topic_label(topic)).inc(count)
         log.debug("produce: %d messages to %s stored", count, topic)
         return Stored(names, routed, offsets, duplicates, partitions)
 
