@@ -41,7 +41,9 @@ def _stats_subject(partition: str) -> str:
 
 class Sampler:
     """Asks every partition's stats subject who serves it, again and again, and records any
-    moment where two nodes answer for one partition."""
+    moment where two nodes answer for one partition as its unfenced leader. A leader that
+    handed leadership over (or lost it) is fenced at once (it acknowledges nothing more) and
+    drops its subscriptions a moment later: its answers say ``fenced`` and do not count."""
 
     def __init__(self, nats_url: str) -> None:
         self.nats_url = nats_url
@@ -64,7 +66,8 @@ class Sampler:
         async def collect(msg: Any) -> None:
             if msg.data:
                 stats = orjson.loads(msg.data)
-                answers[msg.subject.rsplit(".", 1)[1]].add(stats["node_id"])
+                if not stats["fenced"]:
+                    answers[msg.subject.rsplit(".", 1)[1]].add(stats["node_id"])
 
         sub = await nc.subscribe(f"{inbox}.*", cb=collect)
         partitions = _partitions()
