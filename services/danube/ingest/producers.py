@@ -236,6 +236,7 @@ class ProducerStates:
                 if count < 1 or first_offset + count > end_offset:
                     raise ValueError(f"run {first_sequence}/{first_offset}/{count} out of range")
                 state.runs.append(Run(int(first_sequence), int(first_offset), int(count)))
+            del state.runs[: -self.runs_max]  # a snapshot of a larger window keeps its newest
             states[str(name).encode("utf-8")] = state
         self._states = states
         self._expected.clear()
