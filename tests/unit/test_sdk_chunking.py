@@ -144,7 +144,8 @@ def _run(
             whole.append(done)
     given_up += reassembler.expire(float("inf"))  # what is partial at the end expires
     reassembler.validate()
-    assert len(reassembler) == 0 and reassembler.held_bytes == 0
+    assert len(reassembler) == 0
+    assert reassembler.held_bytes == 0
     return whole, given_up
 
 
@@ -194,7 +195,8 @@ def test_missing_chunk_is_given_up_when_the_producer_moves_on() -> None:
         ("missing_chunk", first.uuid, 3, 4)
     ]
     assert "3 of 4 chunks received" in given_up[0].error().message
-    assert whole[0].key is None and whole[0].offset == 4  # the first chunk's offset
+    assert whole[0].key is None
+    assert whole[0].offset == 4
 
 
 def test_expired_partial_and_memory_cap() -> None:
@@ -203,7 +205,8 @@ def test_expired_partial_and_memory_cap() -> None:
     _, b = _chunks("/d/t", "p2", b"b" * 20, 4, "k")
     assert reassembler.offer(_at(a[0], 0), 0.0) == (None, [])
     done, given_up = reassembler.offer(_at(b[0], 1), 1.0)  # 10 + 20 > 25: a is evicted
-    assert done is None and [g.reason for g in given_up] == ["evicted"]
+    assert done is None
+    assert [g.reason for g in given_up] == ["evicted"]
     assert reassembler.held_bytes == 20
     done, given_up = reassembler.offer(_at(b[1], 2), 7.0)  # b's first chunk 6 s ago
     # b expires, then the chunk that came is let go at once (counted once: first=False).
@@ -232,7 +235,8 @@ def test_chunks_that_disagree_are_corrupt() -> None:
     reassembler = Reassembler(bytes_max=100, partials_max=4, expiry_s=5)
     reassembler.offer(_at(a[0], 0), 0.0)
     done, given_up = reassembler.offer(liar, 0.0)
-    assert done is None and [(g.reason, len(g.refs)) for g in given_up] == [("corrupt", 2)]
+    assert done is None
+    assert [(g.reason, len(g.refs)) for g in given_up] == [("corrupt", 2)]
 
 
 def test_chunk_sender_queues_in_order_under_one_key_and_checks_first() -> None:
@@ -248,12 +252,15 @@ def test_chunk_sender_queues_in_order_under_one_key_and_checks_first() -> None:
             return future
 
         sender = ChunkSender(send_one, chunk_bytes=4, total_bytes_max=20)
-        assert not sender.wants(b"1234") and sender.wants(b"12345") and not sender.wants("é")
+        assert not sender.wants(b"1234")
+        assert sender.wants(b"12345")
+        assert not sender.wants("é")
         result = await (await sender.send(b"0123456789", None, {"a": "1"}))
         assert result == SendResult("/d/t", 0)
         assert [p for p, _, _ in queued] == [b"0123", b"4567", b"89"]
         uuids = {a[wire.UUID_ATTRIBUTE] for _, _, a in queued}
-        assert len(uuids) == 1 and {k for _, k, _ in queued} == uuids  # keyless: its uuid
+        assert len(uuids) == 1
+        assert {k for _, k, _ in queued} == uuids
         with pytest.raises(InvalidMessageError, match="max_chunked_message_bytes"):
             await sender.send(b"x" * 21, "k", None)
         with pytest.raises(InvalidMessageError, match="chunking"):
