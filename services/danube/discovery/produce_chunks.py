@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 
 from danube.discovery import metrics
 from danube.discovery.errors import BadRequestError, TooLargeError
-from danube.frame.record import decode_record_at
 from danube.frame.produce import ProducedFrames
+from danube.frame.record import decode_record_at
 from danube.meta.records import Policies
 from danube.wire import chunks
 
