@@ -49,6 +49,9 @@ BACKLOG_MESSAGES_MAX = 2**62
 MESSAGE_ID_WINDOW_MAX_S = 86_400
 MESSAGE_TTL_MAX_S = 10 * 365 * 86_400  # ten years: the bound of a TTL, policy or message
 BacklogPolicy = Literal["refuse", "evict_oldest"]
+# "time_size": data leaves by the time and size limits only; "queue": also once every
+# subscription has acknowledged it (docs/retention.md, "Queue retention").
+RetentionMode = Literal["time_size", "queue"]
 PolicyCount = Annotated[int, Field(ge=1, le=POLICY_COUNT_MAX)]
 
 
@@ -71,6 +74,9 @@ class Policies(_Record):
     # A message older than this (publish time + TTL before now) is not delivered: the
     # dispatcher acknowledges it for the subscription and counts it (docs/policies.md).
     message_ttl_s: Annotated[int, Field(ge=1, le=MESSAGE_TTL_MAX_S)] | None = None
+    # "queue": retention also drops what every subscription has acknowledged (unset:
+    # "time_size", the limits only).
+    retention_mode: RetentionMode | None = None
 
     def over(self, fallback: Policies | None) -> Policies:
         """Each field this one leaves unset taken from ``fallback`` (topic over namespace)."""

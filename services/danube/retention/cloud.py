@@ -18,7 +18,14 @@ from danube.meta import keys as meta_keys
 from danube.meta.records import RetentionPolicy
 from danube.retention import metrics
 from danube.retention.errors import DeposedError
-from danube.retention.policy import Limits, StoredObject, plan_object_expiry
+from danube.retention.policy import (
+    NOTHING,
+    Dropped,
+    Limits,
+    StoredObject,
+    acked_prefix,
+    plan_object_expiry,
+)
 from danube.storage import ObjectDescriptor, ObjectStore, StorageError
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,8 @@ class CloudOutcome:
     size_bytes: int
     kept_objects: int = 0
     kept_bytes: int = 0
+    messages: int = 0
+    acked: Dropped = NOTHING  # the part every subscription had acknowledged (queue retention)
 
 
 async def list_objects(store: MetaStore, partition: TopicName) -> tuple[list[Listed], bool]:
@@ -105,6 +114,7 @@ def _decode(kv: KeyValue, partition: TopicName) -> Listed | None:
         descriptor.last_offset,
         descriptor.size_bytes,
         descriptor.created_ms,
+        descriptor.message_count,
     )
     return Listed(kv.key, kv.mod_revision, descriptor.key, item)
 
@@ -137,42 +147,66 @@ class CloudRetention:
         return gone
 
     async def enforce(
-        self, partition: TopicName, policy: RetentionPolicy, *, fence: Fence, now_ms: int
+        self,
+        partition: TopicName,
+        policy: RetentionPolicy,
+        *,
+        fence: Fence,
+        now_ms: int,
+        ack_floor: int | None = None,
     ) -> CloudOutcome:
-        """Delete the partition's objects that the topic's retention ``policy`` lets go."""
+        """Delete the partition's objects that the topic's retention ``policy`` lets go, and
+        (queue retention) those wholly below ``ack_floor``."""
         limits = Limits.of(policy.time_minutes, policy.size_mb)
         # Listed even with no limit: the kept objects are the topic's cloud-tier size.
         listed, complete = await list_objects(self._store, partition)
-        count = 0
-        if not limits.unlimited:
-            count = plan_object_expiry(
-                [entry.item for entry in listed], complete=complete, limits=limits, now_ms=now_ms
-            )
-        deleted, size_bytes = 0, 0
+        count = plan_object_expiry(
+            [entry.item for entry in listed],
+            complete=complete,
+            limits=limits,
+            now_ms=now_ms,
+            ack_floor=ack_floor,
+        )
+        acked_count = acked_prefix((entry.item.last_offset for entry in listed[:count]), ack_floor)
+        deleted, size_bytes, messages = 0, 0, 0
+        acked = NOTHING
         for entry in listed[:count]:
             if not await self._delete_descriptor(entry, fence):
                 break  # it changed under us: judge it again next pass, and all after it
             deleted += 1
             size_bytes += entry.item.size_bytes
+            messages += entry.item.message_count
+            if deleted <= acked_count:
+                acked = Dropped(deleted, messages, size_bytes)
             metrics.OBJECTS_DELETED.inc()
             metrics.OBJECT_BYTES_DELETED.inc(entry.item.size_bytes)
+            # Counted with its descriptor: an object whose delete fails is an orphan, gone
+            # from the topic all the same.
+            metrics.count_dropped(
+                partition,
+                "cloud",
+                entry.item.message_count,
+                entry.item.size_bytes,
+                entry.item.message_count if deleted <= acked_count else 0,
+                entry.item.size_bytes if deleted <= acked_count else 0,
+            )
             await self._delete_object(entry.object_key)
         if deleted:
             log.info(
-                "deleted expired objects",
+                "deleted objects",
                 extra={
                     "partition": str(partition),
                     "objects": deleted,
                     "bytes": size_bytes,
+                    "acked_objects": acked.units,
                     "first_kept": listed[deleted].item.first_offset
                     if deleted < len(listed)
                     else None,
                 },
             )
         kept = listed[deleted:]
-        return CloudOutcome(
-            deleted, size_bytes, len(kept), sum(entry.item.size_bytes for entry in kept)
-        )
+        kept_bytes = sum(entry.item.size_bytes for entry in kept)
+        return CloudOutcome(deleted, size_bytes, len(kept), kept_bytes, messages, acked)
 
     async def _delete_descriptor(self, entry: Listed, fence: Fence) -> bool:
         """Delete the descriptor if it is unchanged and this node still leads."""

@@ -19,12 +19,12 @@ from danube.config import DanubeSettings
 from danube.meta import Election, Leadership, MetaError, MetaStore, TopicName, run_as_leader
 from danube.meta import keys as meta_keys
 from danube.meta.aio import wait_any
-from danube.meta.records import RetentionPolicy
 from danube.meta.topics import read_namespaces, read_topics
 from danube.retention import metrics
 from danube.retention.cloud import CloudRetention, Fence
 from danube.retention.errors import DeposedError
-from danube.retention.policy import Limits, reliable_partitions
+from danube.retention.floors import ack_floor
+from danube.retention.policy import Limits, PartitionPolicy, reliable_partitions
 from danube.retention.wal import enforce_wal
 from danube.runtime.topic_metrics import GaugeSnapshot, topic_label
 from danube.storage import ObjectStore, StorageError
@@ -51,6 +51,9 @@ class PassReport:
     wal_bytes_dropped: int = 0
     objects_deleted: int = 0
     object_bytes_deleted: int = 0
+    # Of the above, what every subscription had acknowledged (queue retention).
+    wal_acked_bytes_dropped: int = 0
+    object_acked_bytes_deleted: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     deposed: bool = False
     # The objects kept, per partition: ``(objects, bytes)``.
@@ -143,9 +146,9 @@ class Retention:
             report.partitions = len(partitions)
             await self._cloud.retry_orphans()
 
-            async def step(item: tuple[TopicName, RetentionPolicy]) -> None:
+            async def step(item: PartitionPolicy) -> None:
                 if term.active and not report.deposed:
-                    await self._partition(item[0], item[1], fence, report)
+                    await self._partition(item, fence, report)
 
             await _for_each(iter(partitions), step, PARTITION_CONCURRENCY)
         if report.deposed or not term.active:
@@ -161,9 +164,15 @@ class Retention:
         log.debug("retention pass done: %s", report)
         return report
 
-    async def _partition(
-        self, partition: TopicName, policy: RetentionPolicy, fence: Fence, report: PassReport
-    ) -> None:
+    async def _partition(self, item: PartitionPolicy, fence: Fence, report: PassReport) -> None:
+        partition, policy = item.partition, item.retention
+        floor: int | None = None
+        if item.queue:
+            try:
+                floor = await ack_floor(self._store, partition)
+            except MetaError as exc:  # then only the limits apply this pass
+                log.warning("cursors of %s unreadable: %s", partition, exc)
+                report.failed("cursor")
         try:
             outcome = await enforce_wal(
                 partition,
@@ -171,6 +180,7 @@ class Retention:
                 ingest=self._ingest,
                 limits=self.wal_limits,
                 timeout_s=WAL_REQUEST_TIMEOUT_S,
+                ack_floor=floor,
             )
         except _STEP_ERRORS as exc:
             log.warning("WAL retention of %s failed: %s", partition, exc)
@@ -179,9 +189,12 @@ class Retention:
             if outcome is not None:
                 report.segments_dropped += outcome.segments
                 report.wal_bytes_dropped += outcome.size_bytes
+                report.wal_acked_bytes_dropped += outcome.acked.size_bytes
         try:
             now_ms = int(self._clock() * 1000)
-            deleted = await self._cloud.enforce(partition, policy, fence=fence, now_ms=now_ms)
+            deleted = await self._cloud.enforce(
+                partition, policy, fence=fence, now_ms=now_ms, ack_floor=floor
+            )
         except DeposedError:
             report.deposed = True  # raised once the pass's other steps are done
         except _STEP_ERRORS as exc:
@@ -190,12 +203,13 @@ class Retention:
         else:
             report.objects_deleted += deleted.objects
             report.object_bytes_deleted += deleted.size_bytes
+            report.object_acked_bytes_deleted += deleted.acked.size_bytes
             report.cloud_tier[partition] = (deleted.kept_objects, deleted.kept_bytes)
 
 
 async def _for_each(
-    items: Iterator[tuple[TopicName, RetentionPolicy]],
-    work: Callable[[tuple[TopicName, RetentionPolicy]], Awaitable[None]],
+    items: Iterator[PartitionPolicy],
+    work: Callable[[PartitionPolicy], Awaitable[None]],
     concurrency: int,
 ) -> None:
     """Run ``work`` on every item, at most ``concurrency`` at a time (workers share the
