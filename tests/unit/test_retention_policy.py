@@ -12,8 +12,8 @@ from danube.names import TopicName
 from danube.retention.policy import (
     MIB,
     Limits,
-    StoredObject,
     PartitionPolicy,
+    StoredObject,
     WalDrop,
     acked_prefix,
     plan_object_expiry,
