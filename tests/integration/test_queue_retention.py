@@ -282,12 +282,32 @@ async def test_wal_and_cloud_bytes_fall_as_far_as_the_slowest_subscription_acked
         assert _dropped(topic, "cloud", "acked", "bytes") == full.cloud_bytes
         assert _dropped(topic, "wal", "acked") == empty.wal_start
 
+        # The same counts in etcd, shown by describe: exact for the cloud tier.
+        described = (await http.get(f"/v1/topics/{NS}/{topic}")).json()
+        dropped = described["partitions"][0]["offsets"]["retention_dropped"]
+        assert dropped["cloud_acked"] == {"messages": COUNT, "size_bytes": full.cloud_bytes}
+        assert dropped["wal_acked"] == {
+            "messages": empty.wal_start,
+            "size_bytes": full.wal_bytes - empty.wal_bytes,
+        }
+        nothing = {"messages": 0, "size_bytes": 0}
+        assert dropped["cloud_limits"] == dropped["wal_limits"] == nothing
+
         # A subscription created now from earliest reads only what is left, in order.
         late = await _attach(http, topic, "late")
         left = await _receive(http, late, COUNT - empty.wal_start)
         assert [m["offset"] for m in left] == list(range(empty.wal_start, COUNT))
         extra = await http.get(f"/v1/consumers/{late}/messages", params={"wait_ms": 300})
         assert extra.json()["messages"] == []
+
+        # Uploads go on into the emptied tier; what nobody acked yet stays.
+        more = {"messages": [{"payload": PAYLOAD} for _ in range(BATCH)]}
+        assert (await http.post(f"/v1/topics/{NS}/{topic}/messages", json=more)).status_code == 200
+        await _uploaded(store, name, COUNT + BATCH - 1)
+        await _passes(3)
+        assert [o[:2] for o in (await _tiers(bus, store, name)).objects] == [
+            (COUNT, COUNT + BATCH - 1)
+        ]
 
         # The queue topic nobody subscribed to kept everything (only the limits apply).
         unread = await _tiers(bus, store, idle_name)

@@ -7,10 +7,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from danube.meta.records import NamespacePolicy, Policies, RetentionPolicy, TopicConfig
+from danube.meta.records import (
+    DroppedCount,
+    NamespacePolicy,
+    Policies,
+    RetentionPolicy,
+    RetentionTally,
+    TopicConfig,
+)
 from danube.names import TopicName
 from danube.retention.policy import (
     MIB,
+    NOTHING,
+    Dropped,
     Limits,
     PartitionPolicy,
     StoredObject,
@@ -20,6 +29,7 @@ from danube.retention.policy import (
     plan_wal_drop,
     reliable_partitions,
 )
+from danube.retention.tally import added
 from danube.wire.ingest.protocol import SegmentInfo
 
 pytestmark = pytest.mark.unit
@@ -343,3 +353,14 @@ def test_retention_mode_is_inherited_from_the_namespace_and_a_topic_may_override
         "/plain/own-part-1": True,
         "/plain/bare": False,
     }
+
+
+def test_the_tally_adds_each_drop_to_its_tier_split_by_reason() -> None:
+    tally = added(RetentionTally(), "cloud", Dropped(2, 1000, 5000), Dropped(1, 600, 3000), 7)
+    tally = added(tally, "wal", Dropped(3, 90, 900), NOTHING, 9)
+    tally = added(tally, "cloud", Dropped(1, 10, 50), Dropped(1, 10, 50), 8)
+    assert tally.cloud_acked == DroppedCount(messages=610, size_bytes=3050)
+    assert tally.cloud_limits == DroppedCount(messages=400, size_bytes=2000)
+    assert tally.wal_acked == DroppedCount()
+    assert tally.wal_limits == DroppedCount(messages=90, size_bytes=900)
+    assert tally.updated_ms == 9  # never backwards

@@ -285,6 +285,35 @@ class UploaderCheckpoint(_Record):
     skipped_offsets: Annotated[int, Field(ge=0)] = 0
 
 
+class DroppedCount(_Record):
+    """Messages and bytes that left one tier for one reason."""
+
+    messages: Annotated[int, Field(ge=0)] = 0
+    size_bytes: Annotated[int, Field(ge=0)] = 0
+
+    def plus(self, messages: int, size_bytes: int) -> DroppedCount:
+        """This count with ``messages`` and ``size_bytes`` more."""
+        return DroppedCount(
+            messages=self.messages + messages, size_bytes=self.size_bytes + size_bytes
+        )
+
+
+class RetentionTally(_Record):
+    """What retention removed from a partition's tiers since the partition was created:
+    ``*_acked`` every subscription had acknowledged (queue retention), ``*_limits`` the time
+    and size limits took (some subscription may not have acknowledged it, or there was
+    none). ``cloud_*`` is written in the transaction that deletes each descriptor, so it is
+    exact; ``wal_*`` right after ingest answers a drop (a leader that dies in between loses
+    that one drop's count). Data leaves the WAL only once uploaded, so what a topic has lost
+    for good is what left its cloud tier (docs/retention.md)."""
+
+    wal_acked: DroppedCount = DroppedCount()
+    wal_limits: DroppedCount = DroppedCount()
+    cloud_acked: DroppedCount = DroppedCount()
+    cloud_limits: DroppedCount = DroppedCount()
+    updated_ms: TimeMs = 0
+
+
 class SubscriptionConfig(_Record):
     """A subscription: its delivery type, where a cursor-less partition starts and its
     failure policy."""

@@ -61,6 +61,14 @@ class Dropped:
     messages: int
     size_bytes: int
 
+    def plus(self, other: Dropped) -> Dropped:
+        """Both together."""
+        return Dropped(
+            self.units + other.units,
+            self.messages + other.messages,
+            self.size_bytes + other.size_bytes,
+        )
+
 
 NOTHING = Dropped(0, 0, 0)
 

@@ -13,11 +13,12 @@ import logging
 from dataclasses import dataclass
 
 from danube.bus import NoRespondersError
-from danube.meta import MetaDecodeError, MetaStore, TopicName
+from danube.meta import MetaDecodeError, MetaError, MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import UploaderCheckpoint
 from danube.retention import metrics
 from danube.retention.policy import NOTHING, Dropped, Limits, acked_prefix, plan_wal_drop
+from danube.retention.tally import add_wal_drop
 from danube.wire.ingest.client import IngestClient
 from danube.wire.ingest.protocol import STATS_SEGMENTS_MAX, SegmentInfo
 
@@ -103,6 +104,12 @@ async def enforce_wal(
     metrics.SEGMENTS_DROPPED.inc(removed)
     metrics.BYTES_DROPPED.inc(size_bytes)
     metrics.count_dropped(partition, "wal", messages, size_bytes, acked.messages, acked.size_bytes)
+    total = Dropped(removed, messages, size_bytes)
+    try:
+        await add_wal_drop(store, partition, total, acked, listing.now_ms)
+    except MetaError as exc:  # the drop is done: only its count in etcd is missing
+        log.warning("WAL drop of %s not added to its tally: %s", partition, exc)
+        metrics.RUN_ERRORS.labels("tally").inc()
     log.info(
         "dropped WAL segments",
         extra={
