@@ -198,6 +198,15 @@ async def _ack(http: httpx.AsyncClient, consumer: str, messages: list[dict[str, 
     assert answer.status_code == 204, answer.text
 
 
+def _gauges(topic: str) -> tuple[float | None, float | None]:
+    """The retention leader's ``danube_topic_wal_bytes`` and ``danube_topic_cloud_bytes``."""
+    labels = {"topic": f"/{NS}/{topic}"}
+    return (
+        REGISTRY.get_sample_value("danube_topic_wal_bytes", labels),
+        REGISTRY.get_sample_value("danube_topic_cloud_bytes", labels),
+    )
+
+
 def _dropped(topic: str, tier: str, reason: str, unit: str = "messages") -> float:
     labels = {"topic": f"/{NS}/{topic}", "tier": tier, "reason": reason}
     name = f"danube_topic_retention_dropped_{unit}_total"
@@ -227,6 +236,7 @@ async def test_wal_and_cloud_bytes_fall_as_far_as_the_slowest_subscription_acked
         await _passes(3)
         full = await _tiers(bus, store, name)
         assert full.wal_start == 0
+        assert _gauges(topic) == (full.wal_bytes, full.cloud_bytes)
         assert [first for first, _, _ in full.objects] == [0, 500, 1000, 1500]
         print(
             f"\nall unacked: WAL {full.wal_bytes} B in {full.wal_segments} segments, "
@@ -257,6 +267,7 @@ async def test_wal_and_cloud_bytes_fall_as_far_as_the_slowest_subscription_acked
             f"slow acked 1100: WAL {half.wal_bytes} B from {half.wal_start}, "
             f"cloud {half.cloud_bytes} B in {len(half.objects)} objects"
         )
+        assert _gauges(topic) == (half.wal_bytes, half.cloud_bytes)
         assert _dropped(topic, "cloud", "acked") == 1000
         assert _dropped(topic, "wal", "acked") == half.wal_start
         assert _dropped(topic, "cloud", "limits") == _dropped(topic, "wal", "limits") == 0
@@ -278,6 +289,7 @@ async def test_wal_and_cloud_bytes_fall_as_far_as_the_slowest_subscription_acked
             f"all acked: WAL {empty.wal_bytes} B (the active segment, from "
             f"{empty.wal_start}), cloud {empty.cloud_bytes} B"
         )
+        assert _gauges(topic) == (empty.wal_bytes, 0)
         assert _dropped(topic, "cloud", "acked") == COUNT
         assert _dropped(topic, "cloud", "acked", "bytes") == full.cloud_bytes
         assert _dropped(topic, "wal", "acked") == empty.wal_start

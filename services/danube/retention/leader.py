@@ -58,6 +58,8 @@ class PassReport:
     deposed: bool = False
     # The objects kept, per partition: ``(objects, bytes)``.
     cloud_tier: dict[TopicName, tuple[int, int]] = field(default_factory=dict)
+    # The WAL bytes of each partition that was listed (its owner's copy).
+    wal_tier: dict[TopicName, int] = field(default_factory=dict)
 
     def failed(self, stage: str) -> None:
         """Count a failed step of ``stage``."""
@@ -89,6 +91,7 @@ class Retention:
         self._cloud = CloudRetention(store, objects)
         self._cloud_bytes = GaugeSnapshot(metrics.TOPIC_CLOUD_BYTES)
         self._cloud_objects = GaugeSnapshot(metrics.TOPIC_CLOUD_OBJECTS)
+        self._wal_bytes = GaugeSnapshot(metrics.TOPIC_WAL_BYTES)
         self._clock = clock
         self._election = Election(
             store, meta_keys.RETENTION_ELECTION, node_id, ttl_s=settings.retention.lease_ttl_s
@@ -161,6 +164,7 @@ class Retention:
         self._cloud_objects.publish(
             ((topic_label(p),), count) for p, (count, _) in report.cloud_tier.items()
         )
+        self._wal_bytes.publish(((topic_label(p),), size) for p, size in report.wal_tier.items())
         log.debug("retention pass done: %s", report)
         return report
 
@@ -187,6 +191,7 @@ class Retention:
             report.failed("wal")
         else:
             if outcome is not None:
+                report.wal_tier[partition] = outcome.held_bytes
                 report.segments_dropped += outcome.segments
                 report.wal_bytes_dropped += outcome.size_bytes
                 report.wal_acked_bytes_dropped += outcome.acked.size_bytes

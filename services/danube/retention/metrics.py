@@ -29,6 +29,11 @@ LEADER = Gauge("danube_retention_leader", "1 while this node leads retention, el
 TOPIC_CLOUD_BYTES = Gauge(
     "danube_topic_cloud_bytes", "Bytes of the topic's objects in object storage", ["topic"]
 )
+TOPIC_WAL_BYTES = Gauge(
+    "danube_topic_wal_bytes",
+    "Bytes of the topic's WAL on its partitions' leaders (uploaded partitions only)",
+    ["topic"],
+)
 TOPIC_CLOUD_OBJECTS = Gauge(
     "danube_topic_cloud_objects", "The topic's objects in object storage", ["topic"]
 )

@@ -30,14 +30,16 @@ SEGMENTS_LISTED = STATS_SEGMENTS_MAX
 
 @dataclass(frozen=True, slots=True)
 class WalOutcome:
-    """What one partition's WAL pass removed, and where its WAL now starts. ``acked``: the
-    part (a prefix) that every subscription had acknowledged (queue retention)."""
+    """What one partition's WAL pass removed (maybe nothing), where its WAL now starts and
+    how large it is. ``acked``: the part (a prefix) that every subscription had acknowledged
+    (queue retention)."""
 
     segments: int
     size_bytes: int
     wal_start: int
     messages: int = 0
     acked: Dropped = NOTHING
+    held_bytes: int = 0  # what the WAL holds after the drop (the owner's copy)
 
 
 async def uploaded_through(store: MetaStore, partition: TopicName) -> int | None:
@@ -63,8 +65,8 @@ async def enforce_wal(
     ack_floor: int | None = None,
 ) -> WalOutcome | None:
     """Drop the partition's WAL segments that are uploaded and past ``limits`` (or, queue
-    retention, wholly below ``ack_floor``); ``None`` when nothing went (nothing may go, or
-    nobody serves the partition right now)."""
+    retention, wholly below ``ack_floor``); ``None`` when the WAL was not looked at (nothing
+    is uploaded, or nobody serves the partition right now)."""
     # First the checkpoint: it only moves up, so a listing taken after it is never judged
     # against a newer one than it was read with.
     uploaded = await uploaded_through(store, partition)
@@ -86,7 +88,7 @@ async def enforce_wal(
         ack_floor=ack_floor,
     )
     if plan is None:
-        return None
+        return WalOutcome(0, 0, listing.start_offset, held_bytes=listing.disk_bytes)
     removed, wal_start = await ingest.drop_below(partition, plan.below_offset, timeout_s=timeout_s)
     # drop_below removes the oldest segments, so the ones gone are the head of the listing
     # (unless the WAL changed in between; the size is then an estimate).
@@ -123,7 +125,8 @@ async def enforce_wal(
             "acked_segments": acked.units,
         },
     )
-    return WalOutcome(removed, size_bytes, wal_start, messages, acked)
+    held_bytes = max(0, listing.disk_bytes - size_bytes)
+    return WalOutcome(removed, size_bytes, wal_start, messages, acked, held_bytes)
 
 
 def _messages(segment: SegmentInfo) -> int:
