@@ -20,6 +20,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from danube.bus import Bus, TopicName
+from danube.client import AsyncDanubeClient, Policies
+from danube.client.admin import Dropped
 from danube.cloud_reader import app as cloud_reader_app
 from danube.config import (
     BusConfig,
@@ -235,7 +237,13 @@ async def test_wal_and_cloud_bytes_fall_as_far_as_the_slowest_subscription_acked
         created = await http.put(f"/v1/topics/{NS}/{topic}", json=queue)
         assert created.status_code == 201, created.text
         assert created.json()["config"]["policies"]["retention_mode"] == "queue"
-        assert (await http.put(f"/v1/topics/{NS}/{idle}", json=queue)).status_code == 201
+        # The other through the SDK's PATCH, as any policy.
+        assert (await http.put(f"/v1/topics/{NS}/{idle}")).status_code == 201
+        async with AsyncDanubeClient(str(http.base_url)) as client:
+            patched = await client.admin.update_topic_policies(
+                f"/{NS}/{idle}", Policies(retention_mode="queue")
+            )
+        assert patched.config.policies.retention_mode == "queue"
         fast, slow = await _attach(http, topic, "fast"), await _attach(http, topic, "slow")
         await _produce(http, topic, store)
         await _produce(http, idle, store)  # queue retention, but no subscription at all
@@ -316,15 +324,14 @@ async def test_wal_and_cloud_bytes_fall_as_far_as_the_slowest_subscription_acked
         assert _dropped(topic, "wal", "acked") == empty.wal_start
 
         # The same counts in etcd, shown by describe: exact for the cloud tier.
-        described = (await http.get(f"/v1/topics/{NS}/{topic}")).json()
-        dropped = described["partitions"][0]["offsets"]["retention_dropped"]
-        assert dropped["cloud_acked"] == {"messages": COUNT, "size_bytes": full.cloud_bytes}
-        assert dropped["wal_acked"] == {
-            "messages": empty.wal_start,
-            "size_bytes": full.wal_bytes - empty.wal_bytes,
-        }
-        nothing = {"messages": 0, "size_bytes": 0}
-        assert dropped["cloud_limits"] == dropped["wal_limits"] == nothing
+        async with AsyncDanubeClient(str(http.base_url)) as client:
+            described = await client.admin.describe_topic(f"/{NS}/{topic}")
+        dropped = described.partitions[0].offsets.retention_dropped
+        assert dropped is not None
+        assert dropped.cloud_acked == Dropped(messages=COUNT, size_bytes=full.cloud_bytes)
+        wal_gone = full.wal_bytes - empty.wal_bytes
+        assert dropped.wal_acked == Dropped(messages=empty.wal_start, size_bytes=wal_gone)
+        assert dropped.cloud_limits == dropped.wal_limits == Dropped()
 
         # A subscription created now from earliest reads only what is left, in order.
         late = await _attach(http, topic, "late")
