@@ -59,6 +59,7 @@ def _wal(
     *,
     listed: int | None = None,
     floor: int | None = None,
+    hold_ms: int = 0,
 ) -> WalDrop | None:
     return plan_wal_drop(
         segments[:listed] if listed is not None else segments,
@@ -68,6 +69,7 @@ def _wal(
         limits=limits,
         now_ms=NOW_MS,
         ack_floor=floor,
+        ack_hold_ms=hold_ms,
     )
 
 
@@ -200,6 +202,17 @@ def test_queue_retention_keeps_the_limits_for_what_is_not_acked() -> None:
     wal = _segments((10, 100, NEW_MS), (10, 100, OLD_MS), (10, 100, OLD_MS), (10, 100, NEW_MS))
     # Acked below 10, and 10..29 old: the limits take on where the acks stop.
     assert _wal(wal, 1000, floor=10) == WalDrop(below_offset=30, segments=3, size_bytes=300)
+
+
+def test_queue_retention_holds_acked_segments_within_the_message_id_window() -> None:
+    wal = _segments((10, 100, OLD_MS), (10, 100, NEW_MS), (10, 100, NEW_MS))
+    # Acked, but the segment written a minute ago is within a 10-minute window: it stays.
+    assert _wal(wal, 1000, Limits.of(None, None), floor=30, hold_ms=10 * MINUTE_MS) == WalDrop(
+        below_offset=10, segments=1, size_bytes=100
+    )
+    assert _wal(wal, 1000, Limits.of(None, None), floor=30, hold_ms=MINUTE_MS) == WalDrop(
+        below_offset=20, segments=2, size_bytes=200
+    )
 
 
 @given(
@@ -345,7 +358,8 @@ def test_retention_mode_is_inherited_from_the_namespace_and_a_topic_may_override
         (TopicName("plain", "own"), TopicConfig(created_ms=0, policies=queue, partitions=2)),
         (TopicName("plain", "bare"), TopicConfig(created_ms=0)),
     ]
-    found = {str(item.partition): item.queue for item in reliable_partitions(topics, namespaces)}
+    partitions = reliable_partitions(topics, namespaces)
+    found = {str(item.partition): item.queue for item in partitions}
     assert found == {
         "/q/inherits": True,
         "/q/opts-out": False,
@@ -353,6 +367,7 @@ def test_retention_mode_is_inherited_from_the_namespace_and_a_topic_may_override
         "/plain/own-part-1": True,
         "/plain/bare": False,
     }
+    assert {item.ack_hold_ms for item in partitions} == {0}  # no message-id window set
 
 
 def test_the_tally_adds_each_drop_to_its_tier_split_by_reason() -> None:
@@ -364,3 +379,12 @@ def test_the_tally_adds_each_drop_to_its_tier_split_by_reason() -> None:
     assert tally.wal_acked == DroppedCount()
     assert tally.wal_limits == DroppedCount(messages=90, size_bytes=900)
     assert tally.updated_ms == 9  # never backwards
+
+
+def test_a_queue_topic_holds_acked_wal_data_for_its_message_id_window() -> None:
+    policies = Policies(retention_mode="queue", message_id_window_s=120)
+    topics = [
+        (TopicName("ns", "q"), TopicConfig(created_ms=0, policies=policies)),
+        (TopicName("ns", "s"), TopicConfig(created_ms=0, policies=Policies(message_id_window_s=9))),
+    ]
+    assert [item.ack_hold_ms for item in reliable_partitions(topics)] == [120_000, 0]

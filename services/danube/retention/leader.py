@@ -185,6 +185,7 @@ class Retention:
                 limits=self.wal_limits,
                 timeout_s=WAL_REQUEST_TIMEOUT_S,
                 ack_floor=floor,
+                ack_hold_ms=item.ack_hold_ms,
             )
         except _STEP_ERRORS as exc:
             log.warning("WAL retention of %s failed: %s", partition, exc)

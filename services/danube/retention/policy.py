@@ -94,6 +94,7 @@ def plan_wal_drop(
     limits: Limits,
     now_ms: int,
     ack_floor: int | None = None,
+    ack_hold_ms: int = 0,
 ) -> WalDrop | None:
     """The WAL segments that may go now, or ``None``.
 
@@ -103,7 +104,9 @@ def plan_wal_drop(
     not the newest, wholly at or below ``uploaded_through``, and older than the age limit (by
     its newest write) or part of what takes the WAL over its size limit, or (queue
     retention) wholly below ``ack_floor``, the lowest offset some subscription has not
-    acknowledged (``None``: not under queue retention, or no subscription).
+    acknowledged (``None``: not under queue retention, or no subscription), and last written
+    at least ``ack_hold_ms`` ago (the topic's message-id window: a new leader reads the ids
+    back from its WAL).
     """
     if uploaded_through is None or uploaded_through < 0:
         return None
@@ -117,7 +120,11 @@ def plan_wal_drop(
             break
         if end - 1 > uploaded_through:
             break  # not wholly uploaded: neither it nor anything after it may go
-        acked = ack_floor is not None and end <= ack_floor
+        acked = (
+            ack_floor is not None
+            and end <= ack_floor
+            and now_ms - segment.modified_ms >= ack_hold_ms
+        )
         if not (acked or limits.expired(segment.modified_ms, now_ms) or limits.over(held_bytes)):
             break
         dropped += 1
@@ -211,6 +218,9 @@ class PartitionPolicy(NamedTuple):
     partition: TopicName
     retention: RetentionPolicy
     queue: bool = False
+    # Under queue retention, how long acknowledged data stays in the WAL all the same: the
+    # topic's message_id_window_s (a new leader reads the window's ids back from its WAL).
+    ack_hold_ms: int = 0
 
 
 def reliable_partitions(
@@ -234,9 +244,11 @@ def reliable_partitions(
             else effective_retention(config.retention, policy.retention)
         )
         fallback: Policies | None = None if policy is None else policy.policies
-        queue = config.policies.over(fallback).retention_mode == "queue"
+        policies = config.policies.over(fallback)
+        queue = policies.retention_mode == "queue"
+        hold_ms = (policies.message_id_window_s or 0) * 1000 if queue else 0
         found.extend(
-            PartitionPolicy(partition, retention, queue)
+            PartitionPolicy(partition, retention, queue, hold_ms)
             for partition in topic.partitions(config.partitions)
         )
     return found

@@ -63,10 +63,11 @@ async def enforce_wal(
     limits: Limits,
     timeout_s: float,
     ack_floor: int | None = None,
+    ack_hold_ms: int = 0,
 ) -> WalOutcome | None:
     """Drop the partition's WAL segments that are uploaded and past ``limits`` (or, queue
-    retention, wholly below ``ack_floor``); ``None`` when the WAL was not looked at (nothing
-    is uploaded, or nobody serves the partition right now)."""
+    retention, wholly below ``ack_floor`` and last written ``ack_hold_ms`` ago); ``None``
+    when the WAL was not looked at (nothing is uploaded, or nobody serves the partition)."""
     # First the checkpoint: it only moves up, so a listing taken after it is never judged
     # against a newer one than it was read with.
     uploaded = await uploaded_through(store, partition)
@@ -86,6 +87,7 @@ async def enforce_wal(
         limits=limits,
         now_ms=listing.now_ms,
         ack_floor=ack_floor,
+        ack_hold_ms=ack_hold_ms,
     )
     if plan is None:
         return WalOutcome(0, 0, listing.start_offset, held_bytes=listing.disk_bytes)
