@@ -447,10 +447,11 @@ async def test_messages_stamped_at_send_take_a_new_epochs_sequences_after_a_fail
     # messages queued behind a batch that fails carry the old epoch and must go out under
     # the new one, their sequences consecutive from 0 again, in the order they were sent.
     mesh = FakeMesh(partitions=3)
-    release = asyncio.Event()
+    release, arrived = asyncio.Event(), asyncio.Event()
 
     async def gate(partition: str, body: bytes) -> None:
         if b"held" in body:
+            arrived.set()
             await release.wait()
             mesh.faults.insert(0, (409, "out_of_order_sequence"))  # this request's answer
 
@@ -461,8 +462,7 @@ async def test_messages_stamped_at_send_take_a_new_epochs_sequences_after_a_fail
     ):
         await p.send_and_wait("first", key="k0")  # the epoch and partitions are known now
         held = await p.send("held", key="k1")
-        while not any(b"held" in body for _, body in mesh.bodies):
-            await asyncio.sleep(0.001)
+        await arrived.wait()
         queued = [await p.send(f"q{i}", key=f"k{i % 5}") for i in range(10)]
         queued.append(await p.send("keyless"))
         release.set()
