@@ -152,7 +152,7 @@ def _run(
 @settings(max_examples=300, deadline=None)
 @given(_deliveries(), st.integers(10, 400), st.integers(1, 4))
 def test_every_message_is_whole_and_identical_or_given_up(
-    case: tuple[dict[str, _Sent], list[ReceivedMessage], set[str]],
+    case: tuple[dict[str, _Sent], list[ReceivedMessage], set[str], dict[int, str]],
     bytes_max: int,
     partials_max: int,
 ) -> None:
