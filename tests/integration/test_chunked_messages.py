@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -157,3 +158,38 @@ async def test_the_namespace_limits_the_size_of_chunked_messages(
         # Only the first message's 2 chunks were stored: every chunk of the refused one
         # carried its total and was refused.
         assert [p.offsets.next_offset for p in described.partitions] == [2], described.partitions
+
+
+async def test_cli_produces_a_large_file_and_consume_saves_it_whole(
+    consume_http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    url = str(consume_http.base_url).rstrip("/")
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(os.urandom(3 * MIB + 5))
+    danube = str(Path(sys.executable).parent / "danube")
+
+    async def run(*args: str) -> tuple[int, str, str]:
+        process = await asyncio.create_subprocess_exec(
+            danube,
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 90)
+        assert process.returncode is not None
+        return process.returncode, out.decode(), err.decode()
+
+    code, out, err = await run("produce", "-s", url, "-t", "/default/files", "-f", str(blob))
+    assert (code, out) == (0, "/default/files 0\n"), err
+    saved = tmp_path / "got"
+    code, out, err = await run(
+        "consume", "-s", url, "-t", "/default/files", "-m", "s", "--start", "earliest",
+        "-c", "1", "--json", "--save-dir", str(saved),
+    )  # fmt: skip
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["encoding"], shown["bytes"], shown["chunks"]) == ("file", 3 * MIB + 5, 7)
+    got = await asyncio.to_thread(Path(shown["payload"]).read_bytes)
+    assert got == blob.read_bytes()
