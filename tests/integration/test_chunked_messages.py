@@ -1,8 +1,8 @@
 """Large messages on real NATS and etcd (discovery, ingest and a dispatcher in-process): a
 50 MiB message sent as chunks comes back byte-identical to a consumer in its own process
 (its time and peak memory measured), a message that lost a chunk is given up (counted,
-acked) while the next one arrives whole, and the namespace's max_chunked_message_bytes is
-held by the front door."""
+acked) while the next one arrives whole, the namespace's max_chunked_message_bytes held by
+the front door (HTTP and gRPC), and the CLI's produce --file and consume --save-dir."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import pytest
 
 from danube.client import AsyncDanubeClient, Policies, TooLargeError
 from danube.client._chunking import ChunkedMessage, chunk_attributes, new_uuid, split
+from danube.wire.chunks import TOTAL_BYTES_ATTRIBUTE as TOTAL
+from tests.integration.conftest import MeshSettings
 
 pytestmark = pytest.mark.integration
 
@@ -154,6 +156,17 @@ async def test_the_namespace_limits_the_size_of_chunked_messages(
                 await producer.send_and_wait(b"x" * (MIB + 1))
         assert refused.value.code == "chunked_message_too_large"
         assert stored.offset == 0
+        # A JSON client that splits messages itself is held to the same limit.
+        for total, status, code in [
+            (str(MIB + 1), 413, "chunked_message_too_large"),
+            ("1e9", 400, "invalid_chunk"),
+        ]:
+            attributes = {**chunk_attributes({}, new_uuid(), 0, 2, 2), TOTAL: total}
+            answer = await consume_http.post(
+                "/v1/topics/small/t/messages",
+                json={"messages": [{"payload": "x", "attributes": attributes}]},
+            )
+            assert (answer.status_code, answer.json()["error"]["code"]) == (status, code)
         described = await client.admin.describe_topic("/small/t")
         # Only the first message's 2 chunks were stored: every chunk of the refused one
         # carried its total and was refused.
@@ -193,3 +206,21 @@ async def test_cli_produces_a_large_file_and_consume_saves_it_whole(
     assert (shown["encoding"], shown["bytes"], shown["chunks"]) == ("file", 3 * MIB + 5, 7)
     got = await asyncio.to_thread(Path(shown["payload"]).read_bytes)
     assert got == blob.read_bytes()
+
+
+async def test_grpc_send_message_holds_the_policy_too(mesh_settings: MeshSettings) -> None:
+    import grpc
+
+    from tests.integration.test_grpc_api import grpc_mesh, message, producer_request
+
+    async with grpc_mesh(mesh_settings) as (api, _, _):
+        producer = await api.create_producer(producer_request("/default/grpc-chunks", "p"))
+        chunk = message("/default/grpc-chunks", producer.producer_id, b"x" * 10)
+        uuid = new_uuid()
+        chunk.attributes.update(chunk_attributes({}, uuid, 0, 200, 100 * MIB + 1))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await api.send(chunk)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith("chunked_message_too_large:")
+        chunk.attributes.update(chunk_attributes({}, uuid, 0, 200, 100 * MIB))  # at the limit
+        await api.send(chunk)
