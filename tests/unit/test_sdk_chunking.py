@@ -274,3 +274,19 @@ def test_unordered_producer_cannot_chunk() -> None:
     with pytest.raises(InvalidArgumentError, match="ordered"):
         ProducerOptions(chunking=True, idempotent=False, max_inflight_batches=4)
     ProducerOptions(chunking=True, max_inflight_batches=4)  # sequenced: ordered
+
+
+def test_a_message_given_up_then_delivered_again_from_its_start_completes() -> None:
+    # chunk_give_up="nack": the records of a message given up come again, in log order.
+    _, a = _chunks("/d/t", "p", b"a" * 9, 3, "k")
+    reassembler = Reassembler(bytes_max=100, partials_max=4, expiry_s=5)
+    reassembler.offer(_at(a[0], 0), 0.0)
+    assert [g.reason for g in reassembler.expire(10.0)] == ["expired"]
+    assert [(g.reason, g.first) for g in reassembler.offer(_at(a[1], 1), 10.0)[1]] == [
+        ("expired", False)  # its later chunk, let go at once
+    ]
+    got = [reassembler.offer(_at(r, i, redelivery=1), 11.0)[0] for i, r in enumerate(a)]
+    assert got[:2] == [None, None]
+    assert got[2] is not None
+    assert got[2].payload == b"a" * 9
+    assert got[2].redelivery_count == 1

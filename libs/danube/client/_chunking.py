@@ -185,11 +185,14 @@ class Reassembler:
         key = (message.partition, message.producer, header.uuid)
         if message.redelivery_count == 0:
             given_up += self._superseded(key, message.offset)
+        partial = self._partials.get(key)
+        if partial is None and header.index == 0:
+            # The message from its start (again: a nacked or redelivered one): a new chance.
+            self._given_up.pop(key, None)
         reason = self._given_up.get(key)
         if reason is not None:  # a later chunk of a message let go already
             given_up.append(self._stray(key, header, message, reason))
             return None, given_up
-        partial = self._partials.get(key)
         if partial is None:
             if header.index != 0:
                 given_up.append(self._stray(key, header, message, "missing_chunk", first=True))
