@@ -237,6 +237,14 @@ def test_chunks_that_disagree_are_corrupt() -> None:
     done, given_up = reassembler.offer(liar, 0.0)
     assert done is None
     assert [(g.reason, len(g.refs)) for g in given_up] == [("corrupt", 2)]
+    # A chunk larger than its message claims is not held past what was reserved.
+    _, b = _chunks("/d/t", "p", b"b" * 10, 4, "k")
+    fat = ReceivedMessage("/d/t", 6, b"b" * 50, "k", b[1].attributes, 1, "p", 0)
+    reassembler.offer(_at(b[0], 5), 0.0)
+    done, given_up = reassembler.offer(fat, 0.0)
+    assert done is None
+    assert [(g.reason, len(g.refs)) for g in given_up] == [("corrupt", 2)]
+    reassembler.validate()
 
 
 def test_chunk_sender_queues_in_order_under_one_key_and_checks_first() -> None:

@@ -135,6 +135,7 @@ class _Partial:
     pieces: list[bytes | None]
     refs: dict[MessageRef, None] = field(default_factory=dict)  # ordered, no duplicates
     received: int = 0
+    payload_bytes: int = 0  # of the pieces held: never more than header.total_bytes
     last_offset: int = -1
     redelivery_count: int = 0
     first: ReceivedMessage | None = None  # chunk 0: the message's fields come from it
@@ -165,6 +166,8 @@ class Reassembler:
         assert len(self._partials) <= self.partials_max
         for partial in self._partials.values():
             assert partial.received == sum(p is not None for p in partial.pieces)
+            held = sum(len(p) for p in partial.pieces if p is not None)
+            assert held == partial.payload_bytes <= partial.header.total_bytes
             assert 0 < partial.received < partial.header.count
 
     def offer(
@@ -240,6 +243,10 @@ class Reassembler:
         partial.redelivery_count = max(partial.redelivery_count, message.redelivery_count)
         if partial.pieces[header.index] is not None:
             return None  # a redelivery, or a chunk stored twice: its ref is kept, acked too
+        partial.payload_bytes += len(message.payload)
+        if partial.payload_bytes > header.total_bytes:
+            # More bytes than it claimed (what it reserved): the memory cap holds.
+            return self._give_up(key, "corrupt")
         partial.pieces[header.index] = message.payload
         partial.received += 1
         if header.index == 0:
