@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from danube.client import AsyncDanubeClient, Policies, TooLargeError
+from danube.client import AsyncDanubeClient, DanubeClient, Policies, TooLargeError
 from danube.client._chunking import ChunkedMessage, chunk_attributes, new_uuid, split
 from danube.wire.chunks import TOTAL_BYTES_ATTRIBUTE as TOTAL
 from tests.integration.conftest import MeshSettings
@@ -224,3 +224,20 @@ async def test_grpc_send_message_holds_the_policy_too(mesh_settings: MeshSetting
         assert refused.value.details().startswith("chunked_message_too_large:")
         chunk.attributes.update(chunk_attributes({}, uuid, 0, 200, 100 * MIB))  # at the limit
         await api.send(chunk)
+
+
+async def test_the_blocking_client_sends_and_receives_large_messages(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    payload = os.urandom(MIB + 7)
+
+    def blocking() -> tuple[bytes, int]:
+        with DanubeClient(str(consume_http.base_url)) as client:
+            with client.producer("/default/sync-big", chunking=True) as producer:
+                producer.send_and_wait(payload, key="k")
+            with client.consumer("/default/sync-big", "s", start="earliest") as consumer:
+                message = consumer.receive(RECEIVE_TIMEOUT_S)
+                consumer.ack(message)
+                return message.payload, len(getattr(message, "chunks", ()))
+
+    assert await asyncio.to_thread(blocking) == (payload, 3)

@@ -286,6 +286,11 @@ class AsyncProducer:
         self._enqueue(body, future)
         return future
 
+    def would_chunk(self, payload: Payload | Message) -> bool:
+        """Whether :meth:`send` sends ``payload`` as chunks (``chunking`` is on and the
+        payload is over ``max_payload_bytes``)."""
+        return self._chunks is not None and self._chunks.wants(payload)
+
     def _encode_stamped(
         self, payload: Payload, key: str | None, attributes: Mapping[str, str] | None
     ) -> tuple[bytes, Stamp | None]:
