@@ -50,10 +50,32 @@ def check_chunked(all_attributes: Iterable[Mapping[str, str]], limit: int) -> No
 
 def check_chunked_frames(frames: ProducedFrames, limit: int) -> None:
     """:func:`check_chunked` of a binary body's records (read only when the body names the
-    attribute at all)."""
-    body = frames.body
-    whole = body.obj if isinstance(body.obj, bytes | bytearray) else bytes(body)
-    if whole.find(chunks.TOTAL_BYTES_NEEDLE) < 0:
+    attribute at all: :func:`_names_total_bytes`)."""
+    if not _names_total_bytes(frames):
         return
+    body = frames.body
     spans = zip(frames.starts, frames.ends, strict=True)
     check_chunked((decode_record_at(body, start, end)[3] for start, end in spans), limit)
+
+
+# Average record size past which the records' heads are searched one by one rather than
+# the whole body (measured: a search costs ~0.35 ns a byte, a record's ~0.3 us).
+_RECORD_BYTES_SEARCHED_ALONE = 1024
+
+
+def _names_total_bytes(frames: ProducedFrames) -> bool:
+    """Whether the body holds the chunk total's attribute name anywhere it could be: in
+    the whole body (small records), or in each record before its payload (large ones:
+    the payload bytes, most of the body, are not searched)."""
+    body = frames.body
+    whole = body.obj
+    if not isinstance(whole, bytes | bytearray) or len(whole) != len(body):
+        whole = bytes(body)  # a view into a larger buffer: its own offsets
+    needle = chunks.TOTAL_BYTES_NEEDLE
+    if len(whole) <= _RECORD_BYTES_SEARCHED_ALONE * len(frames):
+        return whole.find(needle) >= 0
+    find = whole.find
+    for start, end, size in zip(frames.starts, frames.ends, frames.payload_sizes, strict=True):
+        if find(needle, start, end - size) >= 0:
+            return True
+    return False
