@@ -6,8 +6,9 @@ anything of its batch is written; a claim that is not a number, ``400 invalid_ch
 Held here rather than by the producer SDK alone, so that a client that splits messages
 itself cannot store a larger one than its namespace allows. Every chunk carries the claim,
 so the first chunk of such a message is refused, and so is every later one: nothing of it
-is stored. Cost on other produces: one scan of the body for the attribute's name (memchr
-speed); records' attributes are read only in bodies that hold it.
+is stored. Cost on other produces: a search for the attribute's name (the whole body, or
+each record's head when records are large); records' attributes are read only in bodies
+that hold it.
 """
 
 from __future__ import annotations
