@@ -317,7 +317,13 @@ class AsyncConsumer:
                 return whole
             left_s = None if ends_s is None else max(0.0, ends_s - loop.time())
             try:
-                message = await self._take(left_s)
+                queued = self._inbox.take_nowait()
+                if queued is None:
+                    message = await self._take(left_s)
+                else:
+                    message = queued
+                    if self._stream is not None:
+                        self._stream.taken()
             except DeadlineExceededError:
                 self._let_go(self._chunks.expire(loop.time()))
                 raise
