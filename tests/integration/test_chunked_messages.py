@@ -7,6 +7,7 @@ the front door (HTTP and gRPC), and the CLI's produce --file and consume --save-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -17,7 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from danube.client import AsyncDanubeClient, DanubeClient, Policies, TooLargeError
+from danube.client import (
+    AsyncDanubeClient,
+    DanubeClient,
+    DeadlineExceededError,
+    FailurePolicy,
+    NotFoundError,
+    Policies,
+    TooLargeError,
+)
 from danube.client._chunking import ChunkedMessage, chunk_attributes, new_uuid, split
 from danube.wire.chunks import TOTAL_BYTES_ATTRIBUTE as TOTAL
 from tests.integration.conftest import MeshSettings
@@ -241,3 +250,50 @@ async def test_the_blocking_client_sends_and_receives_large_messages(
                 return message.payload, len(getattr(message, "chunks", ()))
 
     assert await asyncio.to_thread(blocking) == (payload, 3)
+
+
+async def test_nacked_chunks_end_in_the_dead_letter_topic_under_a_failure_policy(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    topic, dead = "/default/nacked", "/default/nacked-dlq"
+    async with AsyncDanubeClient(str(consume_http.base_url)) as client:
+        # Chunks 1 and 2 of a message whose chunk 0 was never stored, then a whole message.
+        lost = os.urandom(3000)
+        uuid = new_uuid()
+        async with client.producer(topic, name="p", max_payload_bytes=1000) as raw:
+            for index, piece in enumerate(split(lost, 1000)):
+                if index:
+                    attributes = chunk_attributes({}, uuid, index, 3, len(lost))
+                    await raw.send(bytes(piece), key=uuid, attributes=attributes)
+        whole = os.urandom(2500)
+        async with client.producer(
+            topic, name="p", max_payload_bytes=1000, chunking=True
+        ) as producer:
+            await producer.send_and_wait(whole)
+        policy = FailurePolicy(
+            max_redeliveries=1, poison_policy="dead_letter", dead_letter_topic=dead
+        )
+        async with client.consumer(
+            topic, "s", start="earliest", chunk_give_up="nack", failure_policy=policy.body()
+        ) as consumer:
+            message = await consumer.receive(RECEIVE_TIMEOUT_S)
+            assert message.payload == whole
+            message.ack()
+            # The strays were nacked (counted once), came again, were nacked again: past
+            # max_redeliveries the dispatcher moves them to the dead-letter topic.
+            async with asyncio.timeout(30):
+                while await _stored(client, dead) != 2:
+                    with contextlib.suppress(DeadlineExceededError):
+                        extra = await consumer.receive(0.2)
+                        raise AssertionError(f"unexpected {extra}")
+            assert consumer.chunked_given_up["missing_chunk"] == 1
+        assert [s.backlog for s in await client.admin.subscriptions(topic)] == [0]
+
+
+async def _stored(client: AsyncDanubeClient, topic: str) -> int:
+    """How many messages ``topic`` holds (0 while it does not exist)."""
+    try:
+        described = await client.admin.describe_topic(topic)
+    except NotFoundError:
+        return 0
+    return described.partitions[0].offsets.next_offset or 0
