@@ -106,6 +106,8 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             streams=StreamSlots(config.max_streams),
             # Three chances to be heard before the dispatcher expires an idle consumer.
             stream_keepalive_s=settings.dispatcher.consumer_session_timeout_s / 3,
+            stream_topics_max=config.stream_topics_max,
+            stream_topics_refresh_s=config.stream_topics_refresh_s,
             security=security,
         )
         app = build_app(

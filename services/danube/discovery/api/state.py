@@ -58,6 +58,10 @@ class Services:
     # A stream with no credits still tells the dispatcher its consumer is alive this often,
     # well within dispatcher.consumer_session_timeout_s.
     stream_keepalive_s: float = 20.0
+    # Many-topics streams (api/multi_stream.py): the topics one stream joins at most, and
+    # how often it lists its namespace's topics to join new ones (docs/http-api.md).
+    stream_topics_max: int = 256
+    stream_topics_refresh_s: float = 2.0
     # Authentication and authorization of both front doors (off: everything allowed).
     security: SecurityGate = field(default_factory=SecurityGate.disabled)
 

@@ -82,7 +82,7 @@ CLOSE_TIMEOUT_S = 2.0
 _T = TypeVar("_T")
 
 
-class _Ended(Exception):
+class Ended(Exception):
     """Raised by a stream's task to end the stream: ``error`` is told to the client before
     the close, None when the client is gone (nothing left to tell)."""
 
@@ -100,7 +100,7 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
     await websocket.accept(subprotocol=delivery.SUBPROTOCOL if frames else None)
     refusal = getattr(websocket.state, "refusal", None)  # api/auth.py: 4401 / 4403
     if refusal is not None:
-        await _close(websocket, refusal)
+        await close_stream(websocket, refusal)
         return
     if not services.streams.try_take():
         limit = services.streams.limit
@@ -108,7 +108,7 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
             f"this instance holds {limit} streams open; retry later or elsewhere",
             code="too_many_streams",
         )
-        await _close(websocket, refusal)
+        await close_stream(websocket, refusal)
         return
     metrics.STREAMS_OPEN.inc()
     try:
@@ -117,7 +117,7 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
         metrics.STREAMS_OPEN.dec()
         services.streams.give_back()
     if error is not None:
-        await _close(websocket, error)
+        await close_stream(websocket, error)
 
 
 async def _serve(
@@ -138,7 +138,7 @@ async def _serve(
         return exc
 
 
-async def _close(websocket: WebSocket, error: BaseException) -> None:
+async def close_stream(websocket: WebSocket, error: BaseException) -> None:
     """Tell the client why the stream ends (an error frame), then close with its code."""
     code = ws_close_code(error)
     if http_status(error) >= 500:
@@ -150,14 +150,14 @@ async def _close(websocket: WebSocket, error: BaseException) -> None:
             await websocket.close(code, reason)
 
 
-def _consumer_gone(exc: BaseException) -> bool:
+def consumer_gone(exc: BaseException) -> bool:
     # consumer_detached: the dispatcher detached it for never acking (dispatcher.md).
     return isinstance(exc, DanubeError) and exc.code in ("consumer_not_found", "consumer_detached")
 
 
-def _first_ended(group: BaseExceptionGroup[_Ended]) -> _Ended:
+def first_ended(group: BaseExceptionGroup[Ended]) -> Ended:
     first = group.exceptions[0]
-    return first if isinstance(first, _Ended) else _first_ended(first)
+    return first if isinstance(first, Ended) else first_ended(first)
 
 
 class _Stream:
@@ -190,16 +190,16 @@ class _Stream:
 
     async def run(self) -> BaseException | None:
         """Serve until the client leaves (None) or an error ends the stream (returned)."""
-        ended: _Ended | None = None
+        ended: Ended | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._receive(), name="stream-receive")
                 tg.create_task(self._pump(), name="stream-pump")
                 tg.create_task(self._write(), name="stream-write")
-        except* _Ended as group:
-            ended = _first_ended(group)
+        except* Ended as group:
+            ended = first_ended(group)
         if ended is None:
-            raise AssertionError("the tasks of a stream end only by _Ended")
+            raise AssertionError("the tasks of a stream end only by Ended")
         return ended.error
 
     # --- receive ---------------------------------------------------------------------------
@@ -208,12 +208,12 @@ class _Stream:
         while True:
             # No deadline: an idle client is normal, and the server's pings (every 20 s,
             # 20 s to answer) close the connection of one that is gone.
-            frame = _parse(await self.websocket.receive())
+            frame = parse_message(await self.websocket.receive())
             if isinstance(frame, FlowFrame):
                 try:
                     self.credits.grant(frame.credits)
                 except StreamProtocolError as exc:
-                    raise _Ended(exc) from None
+                    raise Ended(exc) from None
                 self._granted.set()
             else:
                 await self._acknowledge(frame)
@@ -230,10 +230,10 @@ class _Stream:
                     self.topic, self.sub, self.dispatcher_id, ranges
                 )
                 if ignored:
-                    await self._outbox.put([error_frame(_not_in_flight(self.topic, ignored))])
+                    await self._outbox.put([error_frame(not_in_flight_error(self.topic, ignored))])
         except (DanubeError, TimeoutError) as exc:
-            if _consumer_gone(exc):
-                raise _Ended(exc) from None
+            if consumer_gone(exc):
+                raise Ended(exc) from None
             # The stream goes on; messages whose ack failed stay unacked and come again.
             await self._outbox.put([error_frame(exc)])
 
@@ -272,7 +272,7 @@ class _Stream:
                 )
                 texts: list[str | bytes] = [message_frame(m) for m in out]
             except DanubeError as exc:  # a record that does not decode
-                raise _Ended(exc) from None
+                raise Ended(exc) from None
             self.credits.spend(len(texts))
             metrics.STREAM_MESSAGES.inc(len(texts))
             await self._outbox.put(texts)
@@ -291,7 +291,7 @@ class _Stream:
         try:
             return await call
         except (DanubeError, TimeoutError) as exc:
-            raise _Ended(exc) from None
+            raise Ended(exc) from None
 
     # --- write -----------------------------------------------------------------------------
 
@@ -305,17 +305,17 @@ class _Stream:
                         else:
                             await self.websocket.send_text(frame)
                 except WebSocketDisconnect:
-                    raise _Ended(None) from None
+                    raise Ended(None) from None
                 except TimeoutError:
                     log.info("consumer stream: the client took nothing for %.0f s", SEND_TIMEOUT_S)
-                    raise _Ended(None) from None
+                    raise Ended(None) from None
 
 
 # Refs named in a not_in_flight error frame at most (the count is always given).
 NOT_IN_FLIGHT_SHOWN = 20
 
 
-def _not_in_flight(topic: TopicName, refs: list[tuple[str, int]]) -> BadRequestError:
+def not_in_flight_error(topic: TopicName, refs: list[tuple[str, int]]) -> BadRequestError:
     """What an ``error`` frame tells of an ack that did nothing for ``refs``."""
     named = not_in_flight(topic, refs[:NOT_IN_FLIGHT_SHOWN])
     shown = ", ".join(f"{ref.partition}@{ref.offset}" for ref in named)
@@ -327,15 +327,15 @@ def _not_in_flight(topic: TopicName, refs: list[tuple[str, int]]) -> BadRequestE
     )
 
 
-def _parse(message: Message) -> FlowFrame | AckFrame | NackFrame:
-    """The client frame of an ASGI WebSocket message; _Ended when the client left or sent
+def parse_message(message: Message) -> FlowFrame | AckFrame | NackFrame:
+    """The client frame of an ASGI WebSocket message; Ended when the client left or sent
     something that is not a frame."""
     if message["type"] == "websocket.disconnect":
-        raise _Ended(None)
+        raise Ended(None)
     text = message.get("text")
     try:
         if text is None:
             raise StreamProtocolError("frames are JSON text, not binary")
         return parse_frame(text)
     except StreamProtocolError as exc:
-        raise _Ended(exc) from None
+        raise Ended(exc) from None
