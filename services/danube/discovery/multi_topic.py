@@ -135,12 +135,13 @@ class Lender:
 
     Every topic asks (:meth:`ask`) and waits in one first-in first-out line; credits go to
     the head of the line while any remain. A topic whose last poll brought nothing is
-    *idle* and borrows one credit (its poll waits for its first message); a *busy* one (its
-    last poll brought messages) borrows an equal share of what the idle ones leave, at
-    most :data:`POLL_BATCH_MAX`. A poll gives back what it did not use (:meth:`settle`) and
-    its topic asks again at the back of the line: every topic gets its turn, and a topic
-    with a deep backlog cannot starve the others. Credits outstanding (granted, not yet
-    spent: available plus lent) never pass ``limit``.
+    *idle* and borrows one credit (its poll waits for its first message). A *busy* one (its
+    last poll brought messages) borrows an equal share of the credits outstanding (lent or
+    available) that the idle topics leave, split over every busy topic, in line or not: a
+    topic with a deep backlog at the head of the line cannot take what the next busy ones
+    will need. At most :data:`POLL_BATCH_MAX`. A poll gives back what it did not use
+    (:meth:`settle`) and its topic asks again at the back of the line, so every topic gets
+    its turn. Credits outstanding (granted, not yet spent) never pass ``limit``.
 
     Every method that may lend returns the loans it made; the caller hands them over.
     """
@@ -151,7 +152,8 @@ class Lender:
         self.available = 0  # granted, neither lent nor spent
         self.lent = 0  # lent to polls under way
         self.spent = 0  # messages sent, over the stream's life
-        self._line: OrderedDict[str, bool] = OrderedDict()  # topic -> busy, in asking order
+        self._line: OrderedDict[str, None] = OrderedDict()  # topics waiting, in asking order
+        self._busy: dict[str, bool] = {}  # every topic of the stream: busy at its last ask
 
     @property
     def waiting(self) -> list[str]:
@@ -177,12 +179,15 @@ class Lender:
         """Put ``topic`` in line for a loan (``busy``: its last poll brought messages)."""
         if topic in self._line:
             raise ValueError(f"{topic} is in line already")
-        self._line[topic] = busy
+        self._line[topic] = None
+        self._busy[topic] = busy
         return self._lend()
 
     def withdraw(self, topic: str) -> None:
-        """Take ``topic`` out of the line (it left the stream); no-op when not in it."""
+        """Take ``topic`` out of the line and out of the stream (it left, or stopped
+        waiting); no-op when not in it."""
         self._line.pop(topic, None)
+        self._busy.pop(topic, None)
 
     def settle(self, loan: Loan, used: int) -> list[Loan]:
         """A poll under ``loan`` is over and ``used`` of its credits went to messages sent;
@@ -197,8 +202,8 @@ class Lender:
     def _lend(self) -> list[Loan]:
         loans: list[Loan] = []
         while self._line and self.available > 0:
-            topic, busy = next(iter(self._line.items()))
-            size = self._share() if busy else 1
+            topic = next(iter(self._line))
+            size = self._share() if self._busy[topic] else 1
             del self._line[topic]
             self.available -= size
             self.lent += size
@@ -206,11 +211,10 @@ class Lender:
         return loans
 
     def _share(self) -> int:
-        busy = sum(self._line.values())
-        idle = len(self._line) - busy
-        # What the idle ones in line leave, split over the busy ones (this one included).
-        spare = max(self.available - idle, 0) // max(busy, 1)
-        return max(1, min(spare, self.batch_max, self.available))
+        busy = sum(self._busy.values())
+        idle = len(self._busy) - busy
+        fair = max(self.available + self.lent - idle, 0) // max(busy, 1)
+        return max(1, min(fair, self.batch_max, self.available))
 
 
 def runs_by_topic(namespace: str, body: AckRequest) -> dict[str, list[tuple[str, int, int]]]:
