@@ -2,10 +2,11 @@
 list or a regex selects (whole names, partitions refused, bad and catastrophic patterns
 refused with invalid_pattern), how credits are lent to topics in turn (never past what the
 client granted, every topic served, a deep backlog not starving the others), and how an
-ack's refs are split by topic."""
+ack's refs are split by topic; the namespaces' topic lists shared by the streams."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 
@@ -20,6 +21,7 @@ from danube.discovery.multi_topic import (
     TopicSelector,
     runs_by_topic,
 )
+from danube.discovery.topic_lists import TopicLists
 
 pytestmark = pytest.mark.unit
 
@@ -150,3 +152,30 @@ def test_ack_refs_are_split_by_topic_in_their_order() -> None:
         with pytest.raises(BadRequestError) as refused:
             runs_by_topic("shop", bad)
         assert refused.value.code == "invalid_partition"
+
+
+async def test_topic_lists_are_shared_by_the_streams_and_refreshed_by_age() -> None:
+    calls: list[str] = []
+    release = asyncio.Event()
+
+    async def list_topics(namespace: str) -> list[str]:
+        calls.append(namespace)
+        await release.wait()
+        if namespace == "gone":
+            raise BadRequestError("no such namespace", code="namespace_not_found")
+        return [f"t{len(calls)}"]
+
+    lists = TopicLists(list_topics, max_age_s=0.05)
+    askers = [asyncio.create_task(lists.names("shop")) for _ in range(50)]
+    await asyncio.sleep(0)
+    askers[0].cancel()  # one stream leaves: the listing goes on for the others
+    release.set()
+    answers = await asyncio.gather(*askers[1:])
+    assert calls == ["shop"]
+    assert answers == [["t1"]] * 49
+    assert await lists.names("shop") == ["t1"]  # fresh enough: not listed again
+    await asyncio.sleep(0.06)
+    assert await lists.names("shop") == ["t2"]
+    with pytest.raises(BadRequestError):
+        await lists.names("gone")
+    assert calls == ["shop", "shop", "gone"]

@@ -214,7 +214,7 @@ class _MultiStream:
     async def open(self) -> None:
         """Join the topics that match now (``start`` as asked); refused as a whole when
         they are more than the limit, a listed topic may not be read, or an attach fails."""
-        listed = await self.services.catalog.list_topics(self.namespace)
+        listed = await self._list_topics()
         names, refused = self._readable(self.selector.select(listed))
         if refused and self.selector.listed is not None:
             raise refused[0][1]
@@ -228,6 +228,12 @@ class _MultiStream:
         failures = await self._join(names, self.params.start)
         if failures:
             raise failures[0][1]
+
+    async def _list_topics(self) -> list[str]:
+        lists = self.services.topic_lists
+        if lists is None:
+            return await self.services.catalog.list_topics(self.namespace)
+        return await lists.names(self.namespace)
 
     def _readable(self, names: list[str]) -> tuple[list[str], list[tuple[str, BaseException]]]:
         """The topics of ``names`` the principal may consume, and the others with the
@@ -285,7 +291,7 @@ class _MultiStream:
         while True:
             await asyncio.sleep(interval_s * random.uniform(0.8, 1.0))
             try:
-                listed = set(await self.services.catalog.list_topics(self.namespace))
+                listed = set(await self._list_topics())
             except (DanubeError, TimeoutError) as exc:  # the next round looks again
                 log.warning("stream %s: listing %s: %s", self.sub, self.namespace, exc)
                 continue

@@ -16,6 +16,7 @@ from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.security import SecurityGate
 from danube.discovery.stream_protocol import StreamSlots
+from danube.discovery.topic_lists import TopicLists
 from danube.meta import MetaStore
 from danube.storage import ObjectStore
 from danube.wire.dispatcher.client import DispatcherClient
@@ -62,6 +63,9 @@ class Services:
     # how often it lists its namespace's topics to join new ones (docs/http-api.md).
     stream_topics_max: int = 256
     stream_topics_refresh_s: float = 2.0
+    # The namespaces' topic lists those streams read, shared by all of them (None: each
+    # stream lists through the catalog itself).
+    topic_lists: TopicLists | None = None
     # Authentication and authorization of both front doors (off: everything allowed).
     security: SecurityGate = field(default_factory=SecurityGate.disabled)
 
