@@ -3,8 +3,9 @@
 dispatcher and discovery in-process: a regex and a list, topics created later joined within
 10 s (measured), deliveries of several topics each naming its topic, acks and nacks going to
 their own topic, a bad regex refused (4400), the topic limit (4400 / 4409 / an error frame),
-the consumers detached when the socket closes, and RBAC (a pattern skips topics the principal
-may not read, a list naming one is refused)."""
+the consumers detached when the socket closes, a deep backlog not holding back another topic
+(binary delivery batches), refusals at the open, and RBAC (a pattern skips topics the
+principal may not read, a list naming one is refused)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
 
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
+from danube.frame import decode_record
 from danube.ingest import app as ingest_app
 from danube.runtime.service import run_in_process
+from danube.wire import delivery
 from tests.integration.conftest import MeshSettings
 from tests.integration.test_security_api import ADMIN, secured_mesh
 from tests.readiness import until_ready
@@ -277,3 +281,70 @@ async def test_a_pattern_skips_topics_the_principal_may_not_read_and_a_list_is_r
             (only,) = await _messages(ws, 1)
             assert (only["topic"], only["payload"]) == ("/default/sec-a", "public")
             await _quiet(ws)
+
+
+async def test_a_deep_backlog_does_not_hold_back_another_topic_and_frames_come_binary(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    """2000 messages wait on one topic, 5 on another: with 100 credits at a time (acked and
+    granted again as they come), the 5 come among the first 200, not after the 2000."""
+    http = consume_http
+    await _create(http, "fair-deep")
+    await _create(http, "fair-quiet")
+    await _produce(http, "fair-deep", *(f"d{i}" for i in range(2000)))
+    await _produce(http, "fair-quiet", *(f"q{i}" for i in range(5)))
+    url = _url(str(http.base_url), "default", "s", name="c", topics_pattern="fair-.*")
+    url += "&start=earliest"
+    seen: list[tuple[str, str]] = []  # (partition, payload) in arrival order
+    async with connect(
+        url, proxy=None, close_timeout=2, subprotocols=[Subprotocol(delivery.SUBPROTOCOL)]
+    ) as ws:
+        assert ws.subprotocol == delivery.SUBPROTOCOL
+        await _send(ws, type="flow", credits=100)
+        while sum(p == "/default/fair-quiet" for p, _ in seen) < 5 and len(seen) < 2005:
+            async with asyncio.timeout(FRAME_TIMEOUT_S):
+                body = await ws.recv()
+            assert isinstance(body, bytes), body
+            batch = delivery.decode_batch(body)
+            assert len({m.partition for m in batch}) == 1  # one topic's poll a batch
+            seen += [(m.partition, decode_record(m.record).payload.decode()) for m in batch]
+            refs = [{"partition": m.partition, "offset": m.offset} for m in batch]
+            await _send(ws, type="ack", messages=refs)
+            await _send(ws, type="flow", credits=len(batch))
+    quiet = [i for i, (p, _) in enumerate(seen) if p == "/default/fair-quiet"]
+    assert [seen[i][1] for i in quiet] == [f"q{i}" for i in range(5)]
+    assert quiet[-1] < 200, quiet
+    deep = [payload for p, payload in seen if p == "/default/fair-deep"]
+    assert deep == [f"d{i}" for i in range(len(deep))]  # in offset order
+    print(f"\nmany-topics stream: the 5 quiet messages came at positions {quiet}")
+
+
+async def test_refusals_at_the_open(consume_http: httpx.AsyncClient) -> None:
+    http = consume_http
+    cases: list[tuple[dict[str, str], str, int]] = [
+        ({"topics": "a", "bogus": "1"}, "unknown_field", 4400),
+        ({"topics": "a", "topics_pattern": "a"}, "invalid_request", 4400),
+        ({"topics": "a", "type": "sometimes"}, "invalid_request", 4400),
+        ({"topics": "a,b.c"}, "invalid_name", 4400),
+        ({"topics_pattern": "x" * 513}, "invalid_pattern", 4400),
+    ]
+    for query, code, close in cases:
+        async with _stream(http, **query) as ws:
+            assert await _ended(ws) == (code, close), query
+    url = _url(str(http.base_url), "nowhere", "s", name="c", topics_pattern=".*")
+    async with connect(url, proxy=None, close_timeout=2) as ws:
+        assert await _ended(ws) == ("namespace_not_found", 4404)
+    # An exclusive subscription taken on one topic refuses the stream; nothing stays attached.
+    await _create(http, "taken-a")
+    await _create(http, "taken-b")
+    answer = await http.post(
+        "/v1/topics/default/taken-b/subscriptions/s/consumers", json={"name": "other"}
+    )
+    assert answer.status_code == 201, answer.text
+    async with _stream(http, topics_pattern="taken-.*") as ws:
+        assert await _ended(ws) == ("subscription_taken", 4409)
+
+    async def none_left() -> bool:
+        return not (await _subscription(http, "taken-a"))["consumers"]
+
+    await _until(none_left, "the consumer attached on taken-a detached")
