@@ -96,14 +96,19 @@ async def _ended(ws: ClientConnection) -> tuple[str, int]:
     return frame["error"]["code"], closed.value.rcvd.code
 
 
-async def _create(http: httpx.AsyncClient, topic: str, partitions: int = 0, **kw: Any) -> None:
-    answer = await http.put(f"/v1/topics/default/{topic}", json={"partitions": partitions}, **kw)
+async def _create(
+    http: httpx.AsyncClient, topic: str, partitions: int = 0, headers: dict[str, str] | None = None
+) -> None:
+    body = {"partitions": partitions}
+    answer = await http.put(f"/v1/topics/default/{topic}", json=body, headers=headers)
     assert answer.status_code == 201, answer.text
 
 
-async def _produce(http: httpx.AsyncClient, topic: str, *payloads: str, **kw: Any) -> None:
+async def _produce(
+    http: httpx.AsyncClient, topic: str, *payloads: str, headers: dict[str, str] | None = None
+) -> None:
     body = {"messages": [{"payload": p} for p in payloads]}
-    answer = await http.post(f"/v1/topics/default/{topic}/messages", json=body, **kw)
+    answer = await http.post(f"/v1/topics/default/{topic}/messages", json=body, headers=headers)
     assert answer.status_code == 200, answer.text
 
 
@@ -161,7 +166,7 @@ async def test_a_pattern_stream_joins_a_topic_created_later_and_acks_go_to_each_
         for topic in ("mt-a", "mt-b", "mt-late"):
 
             async def acked(topic: str = topic) -> bool:
-                return (await _subscription(http, topic))["backlog"] == 0
+                return bool((await _subscription(http, topic))["backlog"] == 0)
 
             await _until(acked, f"{topic} acked")
         # A ref of a topic the stream does not read is refused; the stream goes on.
@@ -255,9 +260,9 @@ async def test_a_pattern_skips_topics_the_principal_may_not_read_and_a_list_is_r
 ) -> None:
     async with secured_mesh(mesh_settings, tmp_path) as mesh, mesh.client(ADMIN) as root:
         http = mesh.http
-        admin = {"headers": mesh.auth(ADMIN)}
+        admin = mesh.auth(ADMIN)
         for name in ("sec-a", "sec-b"):
-            await _create(http, name, **admin)
+            await _create(http, name, headers=admin)
         await root.security.create_role("reader", ["Consume"])
         await root.security.create_binding(
             "app-a", principal="app", roles=["reader"], scope="topic", resource="/default/sec-a"
@@ -276,8 +281,8 @@ async def test_a_pattern_skips_topics_the_principal_may_not_read_and_a_list_is_r
             assert await _ended(ws) == ("unauthenticated", 4401)
         async with _stream(http, app, topics_pattern="sec-.*", start="earliest") as ws:
             await _send(ws, type="flow", credits=10)
-            await _produce(http, "sec-b", "secret", **admin)
-            await _produce(http, "sec-a", "public", **admin)
+            await _produce(http, "sec-b", "secret", headers=admin)
+            await _produce(http, "sec-a", "public", headers=admin)
             (only,) = await _messages(ws, 1)
             assert (only["topic"], only["payload"]) == ("/default/sec-a", "public")
             await _quiet(ws)
@@ -329,7 +334,7 @@ async def test_refusals_at_the_open(consume_http: httpx.AsyncClient) -> None:
         ({"topics_pattern": "x" * 513}, "invalid_pattern", 4400),
     ]
     for query, code, close in cases:
-        async with _stream(http, **query) as ws:
+        async with _stream(http, None, **query) as ws:
             assert await _ended(ws) == (code, close), query
     url = _url(str(http.base_url), "nowhere", "s", name="c", topics_pattern=".*")
     async with connect(url, proxy=None, close_timeout=2) as ws:

@@ -457,7 +457,12 @@ class _MultiStream:
                 loan = await self._borrow(joined, busy)
                 try:
                     batch, used = await self._poll(joined, loan.credits)
+                    if batch:  # while the writer is behind, the loan stays out
+                        await self._outbox.put(batch)
+                        metrics.STREAM_MESSAGES.inc(used)
                 except BaseException:
+                    # Cancelled with a batch not queued (its topic left, the stream ends):
+                    # those messages were not sent, their credits come back.
                     self._hand_over(self.lender.settle(loan, 0))
                     raise
                 self._hand_over(self.lender.settle(loan, used))
@@ -469,9 +474,6 @@ class _MultiStream:
                 continue
             backoff_s = RETRY_BACKOFF_S[0]
             busy = used > 0
-            if batch:
-                metrics.STREAM_MESSAGES.inc(used)
-                await self._outbox.put(batch)
 
     async def _pump_failed(self, joined: _Joined, exc: BaseException, backoff_s: float) -> bool:
         """What a failed poll (or touch) of ``joined`` does: whether its pump goes on."""
