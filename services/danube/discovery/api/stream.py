@@ -82,7 +82,7 @@ CLOSE_TIMEOUT_S = 2.0
 _T = TypeVar("_T")
 
 
-class Ended(Exception):
+class _Ended(Exception):
     """Raised by a stream's task to end the stream: ``error`` is told to the client before
     the close, None when the client is gone (nothing left to tell)."""
 
@@ -150,14 +150,14 @@ async def close_stream(websocket: WebSocket, error: BaseException) -> None:
             await websocket.close(code, reason)
 
 
-def consumer_gone(exc: BaseException) -> bool:
+def _consumer_gone(exc: BaseException) -> bool:
     # consumer_detached: the dispatcher detached it for never acking (dispatcher.md).
     return isinstance(exc, DanubeError) and exc.code in ("consumer_not_found", "consumer_detached")
 
 
-def first_ended(group: BaseExceptionGroup[Ended]) -> Ended:
+def _first_ended(group: BaseExceptionGroup[_Ended]) -> _Ended:
     first = group.exceptions[0]
-    return first if isinstance(first, Ended) else first_ended(first)
+    return first if isinstance(first, _Ended) else _first_ended(first)
 
 
 class _Stream:
@@ -190,16 +190,16 @@ class _Stream:
 
     async def run(self) -> BaseException | None:
         """Serve until the client leaves (None) or an error ends the stream (returned)."""
-        ended: Ended | None = None
+        ended: _Ended | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._receive(), name="stream-receive")
                 tg.create_task(self._pump(), name="stream-pump")
                 tg.create_task(self._write(), name="stream-write")
-        except* Ended as group:
-            ended = first_ended(group)
+        except* _Ended as group:
+            ended = _first_ended(group)
         if ended is None:
-            raise AssertionError("the tasks of a stream end only by Ended")
+            raise AssertionError("the tasks of a stream end only by _Ended")
         return ended.error
 
     # --- receive ---------------------------------------------------------------------------
@@ -208,12 +208,12 @@ class _Stream:
         while True:
             # No deadline: an idle client is normal, and the server's pings (every 20 s,
             # 20 s to answer) close the connection of one that is gone.
-            frame = parse_message(await self.websocket.receive())
+            frame = _parse(await self.websocket.receive())
             if isinstance(frame, FlowFrame):
                 try:
                     self.credits.grant(frame.credits)
                 except StreamProtocolError as exc:
-                    raise Ended(exc) from None
+                    raise _Ended(exc) from None
                 self._granted.set()
             else:
                 await self._acknowledge(frame)
@@ -232,8 +232,8 @@ class _Stream:
                 if ignored:
                     await self._outbox.put([error_frame(not_in_flight_error(self.topic, ignored))])
         except (DanubeError, TimeoutError) as exc:
-            if consumer_gone(exc):
-                raise Ended(exc) from None
+            if _consumer_gone(exc):
+                raise _Ended(exc) from None
             # The stream goes on; messages whose ack failed stay unacked and come again.
             await self._outbox.put([error_frame(exc)])
 
@@ -272,7 +272,7 @@ class _Stream:
                 )
                 texts: list[str | bytes] = [message_frame(m) for m in out]
             except DanubeError as exc:  # a record that does not decode
-                raise Ended(exc) from None
+                raise _Ended(exc) from None
             self.credits.spend(len(texts))
             metrics.STREAM_MESSAGES.inc(len(texts))
             await self._outbox.put(texts)
@@ -291,7 +291,7 @@ class _Stream:
         try:
             return await call
         except (DanubeError, TimeoutError) as exc:
-            raise Ended(exc) from None
+            raise _Ended(exc) from None
 
     # --- write -----------------------------------------------------------------------------
 
@@ -305,10 +305,10 @@ class _Stream:
                         else:
                             await self.websocket.send_text(frame)
                 except WebSocketDisconnect:
-                    raise Ended(None) from None
+                    raise _Ended(None) from None
                 except TimeoutError:
                     log.info("consumer stream: the client took nothing for %.0f s", SEND_TIMEOUT_S)
-                    raise Ended(None) from None
+                    raise _Ended(None) from None
 
 
 # Refs named in a not_in_flight error frame at most (the count is always given).
@@ -327,15 +327,15 @@ def not_in_flight_error(topic: TopicName, refs: list[tuple[str, int]]) -> BadReq
     )
 
 
-def parse_message(message: Message) -> FlowFrame | AckFrame | NackFrame:
-    """The client frame of an ASGI WebSocket message; Ended when the client left or sent
+def _parse(message: Message) -> FlowFrame | AckFrame | NackFrame:
+    """The client frame of an ASGI WebSocket message; _Ended when the client left or sent
     something that is not a frame."""
     if message["type"] == "websocket.disconnect":
-        raise Ended(None)
+        raise _Ended(None)
     text = message.get("text")
     try:
         if text is None:
             raise StreamProtocolError("frames are JSON text, not binary")
         return parse_frame(text)
     except StreamProtocolError as exc:
-        raise Ended(exc) from None
+        raise _Ended(exc) from None
