@@ -62,11 +62,14 @@ async def test_a_stream_joins_a_topic_created_elsewhere_and_outlives_a_dispatche
     spec_for: Callable[..., ProcessSpec],
     services: Callable[..., ServerProcess],
 ) -> None:
-    services("ingest", "ingest-0")
-    streamer = services("discovery", "discovery-0")
-    other = services("discovery", "discovery-1")
+    # Started side by side (each waits for its own readiness).
     dispatcher = ServerProcess(spec_for("dispatcher", "dispatcher-0"), tmp_path / "d0.log")
-    dispatcher.start()
+    _, streamer, other, _ = await asyncio.gather(
+        asyncio.to_thread(services, "ingest", "ingest-0"),
+        asyncio.to_thread(services, "discovery", "discovery-0"),
+        asyncio.to_thread(services, "discovery", "discovery-1"),
+        asyncio.to_thread(dispatcher.start),
+    )
     restarted: ServerProcess | None = None
     errors: list[str] = []
     try:
@@ -120,6 +123,7 @@ async def test_a_stream_joins_a_topic_created_elsewhere_and_outlives_a_dispatche
             f" (error frames on the way: {sorted(set(errors))})"
         )
     finally:
-        if restarted is not None:
-            restarted.stop()
-        dispatcher.stop()
+        # Nothing here is about a clean stop (other tests cover it): SIGKILL, no 10 s wait.
+        for process in (streamer, other, restarted, dispatcher):
+            if process is not None:
+                process.kill()
