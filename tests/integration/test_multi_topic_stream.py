@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -127,6 +128,13 @@ async def _until(check: Any, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
+async def _joined_gauge(http: httpx.AsyncClient) -> float:
+    """danube_discovery_stream_topics_joined as /metrics answers it."""
+    text = (await http.get("/metrics")).text
+    (value,) = re.findall(r"^danube_discovery_stream_topics_joined (\S+)$", text, re.M)
+    return float(value)
+
+
 def _refs(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"partition": m["partition"], "offset": m["offset"]} for m in messages]
 
@@ -174,6 +182,7 @@ async def test_a_pattern_stream_joins_a_topic_created_later_and_acks_go_to_each_
         frame = await _frame(ws)
         assert (frame["type"], frame["error"]["code"]) == ("error", "invalid_partition")
         assert len((await _subscription(http, "mt-a"))["consumers"]) == 1
+        assert await _joined_gauge(http) == 3
         print(f"\nmany-topics stream: a topic created later was read {joined_s:.2f} s after")
 
     async def detached() -> bool:
@@ -181,6 +190,7 @@ async def test_a_pattern_stream_joins_a_topic_created_later_and_acks_go_to_each_
         return all(not s["consumers"] for s in subs)
 
     await _until(detached, "the stream's consumers detached when it closed")
+    assert await _joined_gauge(http) == 0
 
 
 async def test_a_list_stream_waits_for_a_named_topic_and_nacks_go_to_their_topic(

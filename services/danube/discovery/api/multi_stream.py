@@ -315,6 +315,7 @@ class _MultiStream:
                     failures.append((name, exc))
                     return
             self.joined[name] = _Joined(topic, consumer_id)
+            metrics.STREAM_TOPICS_JOINED.inc()
             if self._tg is not None:
                 self._start_pump(name)
             log.info("stream %s joined %s", self.sub, topic)
@@ -351,6 +352,7 @@ class _MultiStream:
         joined = self.joined.pop(name, None)
         if joined is None:
             return
+        metrics.STREAM_TOPICS_JOINED.dec()
         log.info("stream %s left %s (%s)", self.sub, joined.topic, why)
         self.lender.withdraw(name)
         if joined.pump is not None and joined.pump is not asyncio.current_task():
@@ -370,6 +372,7 @@ class _MultiStream:
         """Detach every joined consumer (at most DETACH_TIMEOUT_S in all): their unacked
         messages go to the other consumers at once."""
         joined, self.joined = list(self.joined.values()), {}
+        metrics.STREAM_TOPICS_JOINED.dec(len(joined))
         gate = asyncio.Semaphore(ATTACH_CONCURRENCY)
 
         async def detach(one: _Joined) -> None:
