@@ -161,6 +161,8 @@ class MultiStream:
         self._told: set[tuple[str, str]] = set()  # (topic, code) told in an error frame
         self._outbox: asyncio.Queue[list[str | bytes]] = asyncio.Queue(maxsize=SEND_QUEUE_BATCHES)
         self._tg: asyncio.TaskGroup | None = None
+        # Attaches cut short by the stream's end, still in flight (detach_all's to finish).
+        self._attaching: list[tuple[TopicName, asyncio.Future[str]]] = []
 
     # --- joining -----------------------------------------------------------------------
 
@@ -222,13 +224,22 @@ class MultiStream:
         async def attach(name: str) -> None:
             topic = TopicName(self.namespace, name)
             async with gate:
-                try:
-                    consumer_id = await self.dispatcher.attach(
+                call = asyncio.ensure_future(
+                    self.dispatcher.attach(
                         topic, self.sub, self.params.name, type=self.params.type, start=start
                     )
+                )
+                try:
+                    consumer_id = await asyncio.shield(call)
                 except (DanubeError, TimeoutError) as exc:
                     failures.append((name, exc))
                     return
+                except asyncio.CancelledError:
+                    # The stream ends with the attach in flight: the dispatcher may attach
+                    # all the same. detach_all waits for its answer and detaches it, else
+                    # an exclusive subscription would stay taken for the session timeout.
+                    self._attaching.append((topic, call))
+                    raise
             self.joined[name] = _Joined(topic, consumer_id)
             metrics.STREAM_TOPICS_JOINED.inc()
             if self._tg is not None:
@@ -284,20 +295,35 @@ class MultiStream:
         await self._outbox.put([error_frame(exc)])
 
     async def detach_all(self) -> None:
-        """Detach every joined consumer (at most DETACH_TIMEOUT_S in all): their unacked
-        messages go to the other consumers at once."""
+        """Detach every joined consumer, and those of attaches still in flight once they
+        answer (at most DETACH_TIMEOUT_S in all): their unacked messages go to the other
+        consumers at once."""
         joined, self.joined = list(self.joined.values()), {}
+        attaching, self._attaching = self._attaching, []
         metrics.STREAM_TOPICS_JOINED.dec(len(joined))
         gate = asyncio.Semaphore(ATTACH_CONCURRENCY)
 
-        async def detach(one: _Joined) -> None:
+        async def detach(topic: TopicName, consumer_id: str) -> None:
             async with gate:
                 with contextlib.suppress(DanubeError, TimeoutError):
-                    await self.dispatcher.detach(one.topic, self.sub, one.consumer_id)
+                    await self.dispatcher.detach(topic, self.sub, consumer_id)
 
-        with contextlib.suppress(TimeoutError):
+        async def detach_when_attached(topic: TopicName, call: asyncio.Future[str]) -> None:
+            try:
+                consumer_id = await call
+            except (DanubeError, TimeoutError):
+                return  # not attached: nothing to detach
+            await detach(topic, consumer_id)
+
+        try:
             async with asyncio.timeout(DETACH_TIMEOUT_S):
-                await asyncio.gather(*(detach(one) for one in joined))
+                await asyncio.gather(
+                    *(detach(one.topic, one.consumer_id) for one in joined),
+                    *(detach_when_attached(topic, call) for topic, call in attaching),
+                )
+        except TimeoutError:
+            for _, call in attaching:
+                call.cancel()
 
     # --- running -----------------------------------------------------------------------
 
