@@ -287,6 +287,8 @@ async def test_a_pattern_skips_topics_the_principal_may_not_read_and_a_list_is_r
         await _until(bound, "the binding seen by discovery")
         async with _stream(http, app, topics="sec-a,sec-b") as ws:
             assert await _ended(ws) == ("permission_denied", 4403)
+        async with _stream(http, app, topics="sec-a,sec-not-yet") as ws:  # not created yet
+            assert await _ended(ws) == ("permission_denied", 4403)
         async with _stream(http, topics_pattern="sec-.*") as ws:  # no token
             assert await _ended(ws) == ("unauthenticated", 4401)
         async with _stream(http, app, topics_pattern="sec-.*", start="earliest") as ws:

@@ -169,10 +169,13 @@ class MultiStream:
     async def open(self) -> None:
         """Join the topics that match now (``start`` as asked); refused as a whole when
         they are more than the limit, a listed topic may not be read, or an attach fails."""
+        if self.selector.listed is not None:
+            # Every name of a list, existing yet or not: the client asked for each by name.
+            _, refused = self._readable(sorted(self.selector.listed))
+            if refused:
+                raise refused[0][1]
         listed = await self._list_topics()
-        names, refused = self._readable(self.selector.select(listed))
-        if refused and self.selector.listed is not None:
-            raise refused[0][1]
+        names, _ = self._readable(self.selector.select(listed))
         limit = self.services.stream_topics_max
         if len(names) > limit:
             raise ConflictError(
