@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from danube.client._http import HttpCore
 from danube.client._records import RECORDS_TYPE, results_of_runs
-from danube.client._sequencing import EPOCH_MAX, Router, Sequences, stamp
+from danube.client._sequencing import EPOCH_MAX, Router, Sequences, Stamp, key_of, stamp
 from danube.client.errors import (
     ApiError,
     ClientError,
@@ -73,7 +73,7 @@ class Part:
     epoch: int
     first: int
     indexes: list[int]
-    frames: list[bytes]  # as encoded at send(), unstamped: what a new routing starts from
+    frames: list[bytes]  # the records: what a new routing starts from (stamped again)
     content: bytes
     settled: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -106,6 +106,69 @@ class IdempotentSender:
         self._epoch_known = not named
         self._stale = False  # a part failed: take a new epoch before the next batch
         self._inflight: dict[TopicName, list[Part]] = {}
+        # Bumped with each new epoch: stamps of an older generation are stale.
+        self.generation = 0
+
+    @property
+    def ready(self) -> bool:
+        """A record sent now can be stamped at once: the epoch and the partitions known."""
+        return (
+            self._epoch_known
+            and not self._stale
+            and self.fenced is None
+            and self._router.partitions is not None
+        )
+
+    def next_stamp(self, key: bytes | None) -> Stamp:
+        """Take the next sequence of the partition a record with ``key`` (UTF-8; None:
+        keyless) sent now goes to (only while :attr:`ready`); its stamp."""
+        partition = self._router.partition_of(key)
+        return (self.generation, partition, self._sequences.take(partition, 1))
+
+    def restamp(self, frames: list[bytes], stamps: list[Stamp | None]) -> None:
+        """Stamp, in place and in order, every record of ``frames`` whose stamp is missing
+        or stale (an older epoch's). Those are a suffix (a record is stamped at ``send()``
+        only behind current ones), so a list whose last stamp is current has no other."""
+        if not stamps or self._current(stamps[-1]):
+            return
+        start = len(stamps) - 1
+        while start > 0 and not self._current(stamps[start - 1]):
+            start -= 1
+        router, sequences, epoch, generation = (
+            self._router,
+            self._sequences,
+            self.epoch,
+            self.generation,
+        )
+        for index in range(start, len(frames)):
+            frame = frames[index]
+            partition = router.partition_of(key_of(frame))
+            sequence = sequences.take(partition, 1)
+            head, rest = stamp(frame, epoch, sequence)
+            frames[index] = head + rest
+            stamps[index] = (generation, partition, sequence)
+
+    def _current(self, stamp: Stamp | None) -> bool:
+        return stamp is not None and stamp[0] == self.generation
+
+    def plan_stamped(self, frames: list[bytes], stamps: list[Stamp | None]) -> list[Part]:
+        """Cut a batch whose records are all stamped (see :meth:`restamp`) into parts, one
+        per partition: their bytes are joined as they are. Keyless records sent from now on
+        go to the next partition."""
+        self._router.next_turn()
+        groups: dict[TopicName, list[int]] = {}
+        for index, entry in enumerate(stamps):
+            assert entry is not None
+            groups.setdefault(entry[1], []).append(index)
+        parts = []
+        for partition, indexes in groups.items():
+            chosen = frames if len(indexes) == len(frames) else [frames[i] for i in indexes]
+            first = stamps[indexes[0]]
+            assert first is not None
+            part = Part(partition, self.epoch, first[2], indexes, chosen, b"".join(chosen))
+            self._inflight.setdefault(partition, []).append(part)
+            parts.append(part)
+        return parts
 
     @property
     def partitions(self) -> int | None:
@@ -298,6 +361,7 @@ class IdempotentSender:
         self._epoch_known = True
         self._stale = False
         self._sequences.reset()
+        self.generation += 1
         log.info("producer %s of %s: epoch %d", self.name, self.topic, self.epoch)
 
     async def _partition_count(self) -> int:

@@ -18,6 +18,7 @@ from danube.meta.records import (
     RATE_MSGS_MAX,
     BacklogPolicy,
     Policies,
+    RetentionMode,
 )
 
 Count = Annotated[int, Field(ge=1, le=POLICY_COUNT_MAX)]
@@ -41,6 +42,7 @@ class PoliciesSpec(BaseModel):
     backlog_quota_policy: BacklogPolicy | None = None
     message_id_window_s: Annotated[int, Field(ge=1, le=MESSAGE_ID_WINDOW_MAX_S)] | None = None
     message_ttl_s: Annotated[int, Field(ge=1, le=MESSAGE_TTL_MAX_S)] | None = None
+    retention_mode: RetentionMode | None = None
 
     def stored(self) -> Policies:
         """The stored form of a ``PUT``."""
