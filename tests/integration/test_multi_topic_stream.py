@@ -1,11 +1,11 @@
 """Many topics in one subscription over HTTP (WebSocket GET /v1/namespaces/{ns}/subscriptions/
 {sub}/stream, docs/http-api.md "Consume many topics") on real NATS and etcd with ingest,
-dispatcher and discovery in-process: a regex and a list, topics created later joined within
-10 s (measured), deliveries of several topics each naming its topic, acks and nacks going to
-their own topic, a bad regex refused (4400), the topic limit (4400 / 4409 / an error frame),
-the consumers detached when the socket closes, a deep backlog not holding back another topic
-(binary delivery batches), refusals at the open, and RBAC (a pattern skips topics the
-principal may not read, a list naming one is refused)."""
+dispatcher and discovery in-process: a regex and a list, topics created later joined within 10 s
+(measured), deliveries of several topics each naming its topic, acks and nacks going to their
+own topic, a bad regex refused (4400), the topic limit (4400 / 4409 / an error frame), the
+consumers detached when the socket closes, a deleted topic left (room for another), a deep
+backlog not holding back another topic (binary delivery batches), refusals at the open, and RBAC
+(a pattern skips topics the principal may not read, a list naming one is refused)."""
 
 from __future__ import annotations
 
@@ -261,6 +261,16 @@ async def test_the_topic_limit_refuses_a_stream_or_tells_of_a_topic_left_out(
             (only,) = await _messages(ws, 1)
             assert only["topic"] == "/default/lim-a"
             await _quiet(ws)
+            # lim-a deleted: the stream leaves it, which makes room for lim-c, read from its
+            # start; a ref of lim-a is no longer the stream's.
+            answer = await http.delete("/v1/topics/default/lim-a")
+            assert answer.status_code == 204, answer.text
+            (late,) = await _messages(ws, 1)
+            assert (late["topic"], late["payload"]) == ("/default/lim-c", "c")
+            await _send(ws, type="ack", messages=_refs([only]))
+            frame = await _frame(ws)
+            assert (frame["type"], frame["error"]["code"]) == ("error", "invalid_partition")
+        await _create(http, "lim-d")
         async with _stream(http, topics_pattern="lim-.*") as ws:  # 3 match now
             assert await _ended(ws) == ("too_many_topics", 4409)
 

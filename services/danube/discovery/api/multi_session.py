@@ -174,7 +174,9 @@ class MultiStream:
             _, refused = self._readable(sorted(self.selector.listed))
             if refused:
                 raise refused[0][1]
-        listed = await self._list_topics()
+        # Read afresh, not from the shared listing: a topic created just before the open is
+        # the client's to see at once (refreshes share the listing).
+        listed = await self.services.catalog.list_topics(self.namespace)
         names, _ = self._readable(self.selector.select(listed))
         limit = self.services.stream_topics_max
         if len(names) > limit:
@@ -188,6 +190,7 @@ class MultiStream:
             raise failures[0][1]
 
     async def _list_topics(self) -> list[str]:
+        """The namespace's topics, as listed for all the instance's streams."""
         lists = self.services.topic_lists
         if lists is None:
             return await self.services.catalog.list_topics(self.namespace)
