@@ -109,19 +109,18 @@ class IdempotentSender:
         # Bumped with each new epoch: stamps of an older generation are stale.
         self.generation = 0
 
-    @property
-    def ready(self) -> bool:
-        """A record sent now can be stamped at once: the epoch and the partitions known."""
-        return (
-            self._epoch_known
-            and not self._stale
-            and self.fenced is None
-            and self._router.partitions is not None
-        )
-
-    def next_stamp(self, key: bytes | None) -> Stamp:
+    def stamp_next(self, key: bytes | None, last: Stamp | None, *, queued: bool) -> Stamp | None:
         """Take the next sequence of the partition a record with ``key`` (UTF-8; None:
-        keyless) sent now goes to (only while :attr:`ready`); its stamp."""
+        keyless) sent now goes to; its stamp. None when the record is to be stamped when its
+        batch is planned: the epoch or the partitions are not known yet, or a record queued
+        before it (``queued``; ``last``: the newest one's stamp) is not stamped under this
+        epoch (sequences follow the queue's order)."""
+        if queued and (last is None or last[0] != self.generation):
+            return None
+        if not self._epoch_known or self._stale or self.fenced is not None:
+            return None
+        if self._router.partitions is None:
+            return None
         partition = self._router.partition_of(key)
         return (self.generation, partition, self._sequences.take(partition, 1))
 

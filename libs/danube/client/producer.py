@@ -300,15 +300,13 @@ class AsyncProducer:
         else with sequence 0, stamped when its batch is planned."""
         sender = self._sequenced
         assert sender is not None
-        stamps = self._stamps
-        if not sender.ready or (
-            stamps and (stamps[-1] is None or stamps[-1][0] != sender.generation)
-        ):
-            return self.encode(payload, key=key, attributes=attributes), None
         fields = checked_fields(
             payload, key, attributes, max_payload_bytes=self.options.max_payload_bytes
         )
-        stamp = sender.next_stamp(fields[1])  # checked: nothing fails past here
+        stamps = self._stamps
+        stamp = sender.stamp_next(fields[1], stamps[-1] if stamps else None, queued=bool(stamps))
+        if stamp is None:
+            return encode_checked(fields, producer=self._producer_raw, sequence=0), None
         body = encode_checked(
             fields, producer=self._producer_raw, sequence=stamp[2], producer_epoch=sender.epoch
         )

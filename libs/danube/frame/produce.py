@@ -199,12 +199,7 @@ def scan_frames_for_produce(
     keys: list[str | None] = []
     sizes: list[int] = []
     unpack_both = _SCANNED.unpack_from
-    unpack_sequence = _EPOCH_SEQUENCE.unpack_from
-    # The open run of sequenced records: its producer, epoch, first sequence, first index
-    # and length (0: none open).
-    runs: list[SequenceRun] = []
-    run_name = ""
-    run_epoch = run_first = run_start = run_length = 0
+    runs = _Runs()
     pos = 0
     while pos < end and len(starts) <= max_count:
         name: str | None = None
@@ -251,36 +246,52 @@ def scan_frames_for_produce(
                 view, pos, end, stamped, len(starts)
             )
         if version == SEQUENCED_RECORD_VERSION:
-            epoch, sequence = unpack_sequence(view, start + _EPOCH_SEQUENCE_AT)
-            index = len(starts)
-            if (
-                run_length
-                and sequence == run_first + run_length
-                and index == run_start + run_length
-                and epoch == run_epoch
-                and name == run_name
-            ):
-                run_length += 1
-            else:
-                if run_length:
-                    runs.append(
-                        SequenceRun(run_name.encode(), run_epoch, run_first, run_start, run_length)
-                    )
-                run_name, run_epoch, run_first, run_start, run_length = (
-                    name,
-                    epoch,
-                    sequence,
-                    index,
-                    1,
-                )
+            runs.add(view, start, len(starts), name)
         starts.append(start)
         ends.append(stop)
         keys.append(key)
         sizes.append(size)
         pos = stop
-    if run_length:
-        runs.append(SequenceRun(run_name.encode(), run_epoch, run_first, run_start, run_length))
-    return ProducedFrames(view, starts, ends, keys, sizes, runs)
+    return ProducedFrames(view, starts, ends, keys, sizes, runs.done())
+
+
+class _Runs:
+    """The sequenced records of a scan as runs (what :func:`sequence_runs` reads of them):
+    the open one's producer, epoch, first sequence, first index and length."""
+
+    __slots__ = ("epoch", "first", "length", "name", "runs", "start")
+
+    def __init__(self) -> None:
+        self.runs: list[SequenceRun] = []
+        self.name = ""
+        self.epoch = self.first = self.start = self.length = 0
+
+    def add(self, view: memoryview, start: int, index: int, name: str) -> None:
+        """The sequenced record ``index`` at ``view[start:]``, of producer ``name``."""
+        epoch, sequence = _EPOCH_SEQUENCE.unpack_from(view, start + _EPOCH_SEQUENCE_AT)
+        length = self.length
+        if (
+            length
+            and sequence == self.first + length
+            and index == self.start + length
+            and epoch == self.epoch
+            and name == self.name
+        ):
+            self.length = length + 1
+            return
+        self._close()
+        self.name, self.epoch, self.first, self.start, self.length = name, epoch, sequence, index, 1
+
+    def done(self) -> list[SequenceRun]:
+        self._close()
+        return self.runs
+
+    def _close(self) -> None:
+        if self.length:
+            self.runs.append(
+                SequenceRun(self.name.encode(), self.epoch, self.first, self.start, self.length)
+            )
+            self.length = 0
 
 
 def _scan_general(
