@@ -18,7 +18,8 @@ PolicyOption = Annotated[
         help=(
             "KEY=VALUE, repeatable: max_producers, max_subscriptions, "
             "max_consumers_per_subscription, publish_rate_msgs_s, publish_rate_bytes_s, "
-            "max_message_bytes, backlog_quota_messages, message_id_window_s, message_ttl_s "
+            "max_message_bytes, backlog_quota_messages, message_id_window_s, message_ttl_s, "
+            "max_chunked_message_bytes "
             "(integers), "
             "backlog_quota_policy (refuse|evict_oldest), retention_mode (time_size|queue); "
             "VALUE 'none' unsets it (inherited)."

@@ -21,6 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from danube.client._chunking import ChunkedMessage, IncompleteMessageError
     from danube.client.admin import (
         AsyncAdmin,
         Backoff,
@@ -98,6 +99,7 @@ _HOMES = {
     "AsyncSchemas": "danube.client.schemas",
     "Backoff": "danube.client.admin",
     "BadRequestError": "danube.client.errors",
+    "ChunkedMessage": "danube.client._chunking",
     "ClientError": "danube.client.errors",
     "ClientTls": "danube.client.tls",
     "ClosedError": "danube.client.errors",
@@ -112,6 +114,7 @@ _HOMES = {
     "DrainStatus": "danube.client.elastic",
     "FailurePolicy": "danube.client.admin",
     "FailurePolicyInfo": "danube.client.admin",
+    "IncompleteMessageError": "danube.client._chunking",
     "InvalidArgumentError": "danube.client.errors",
     "InvalidMessageError": "danube.client.errors",
     "Lookup": "danube.client.admin",
@@ -179,6 +182,7 @@ __all__ = [
     "AsyncSchemas",
     "Backoff",
     "BadRequestError",
+    "ChunkedMessage",
     "ClientError",
     "ClientTls",
     "ClosedError",
@@ -192,6 +196,7 @@ __all__ = [
     "DrainStatus",
     "FailurePolicy",
     "FailurePolicyInfo",
+    "IncompleteMessageError",
     "InvalidArgumentError",
     "InvalidMessageError",
     "Lookup",

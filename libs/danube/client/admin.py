@@ -51,6 +51,7 @@ class Policies(_Model):
     backlog_quota_policy: Literal["refuse", "evict_oldest"] | None = None
     message_id_window_s: int | None = None
     message_ttl_s: int | None = None
+    max_chunked_message_bytes: int | None = None
     retention_mode: Literal["time_size", "queue"] | None = None
 
     def body(self) -> dict[str, Any]:

@@ -48,6 +48,7 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Mapping
 
+from danube.client._chunk_sender import ChunkSender
 from danube.client._http import HttpCore
 from danube.client._idempotent import DEFAULT_PRODUCER_NAME, IdempotentSender, Part, unique_name
 from danube.client._options import ProducerOptions as ProducerOptions
@@ -184,6 +185,14 @@ class AsyncProducer:
         self._closing = False  # no more sends: closing, fenced, or the sender ended
         self._close_called = False
         self._sender: asyncio.Task[None] | None = None
+        # Large messages (docs/client.md): a layer over send(), None unless asked for.
+        self._chunks: ChunkSender | None = None
+        if options.chunking:
+            self._chunks = ChunkSender(
+                self.send,
+                chunk_bytes=options.max_payload_bytes,
+                total_bytes_max=options.max_chunked_message_bytes,
+            )
 
     async def __aenter__(self) -> AsyncProducer:
         await self.open()
@@ -254,7 +263,11 @@ class AsyncProducer:
     ) -> asyncio.Future[SendResult]:
         """Queue a message (waiting for room when the queue is full); the future resolves
         to where it was stored, or to the error of its batch. A message that breaks a limit
-        raises :class:`InvalidMessageError` here, before anything is queued."""
+        raises :class:`InvalidMessageError` here, before anything is queued. With
+        ``chunking``, a payload over ``max_payload_bytes`` is queued as its chunks (one
+        future for them all: where its first chunk is stored)."""
+        if self._chunks is not None and self._chunks.wants(payload):
+            return await self._chunks.send(payload, key, attributes)
         if self._sequenced is not None:
             if self._must_wait():
                 await self._room_for_one()
@@ -272,6 +285,11 @@ class AsyncProducer:
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         self._enqueue(body, future)
         return future
+
+    def would_chunk(self, payload: Payload | Message) -> bool:
+        """Whether :meth:`send` sends ``payload`` as chunks (``chunking`` is on and the
+        payload is over ``max_payload_bytes``)."""
+        return self._chunks is not None and self._chunks.wants(payload)
 
     def _encode_stamped(
         self, payload: Payload, key: str | None, attributes: Mapping[str, str] | None

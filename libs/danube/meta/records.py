@@ -47,6 +47,7 @@ RATE_MSGS_MAX = 10_000_000  # messages per second
 RATE_BYTES_MAX = 10 * 2**30  # bytes per second
 BACKLOG_MESSAGES_MAX = 2**62
 MESSAGE_ID_WINDOW_MAX_S = 86_400
+CHUNKED_BYTES_MAX = 1 << 30  # max_chunked_message_bytes' bound (danube.wire.chunks too)
 MESSAGE_TTL_MAX_S = 10 * 365 * 86_400  # ten years: the bound of a TTL, policy or message
 BacklogPolicy = Literal["refuse", "evict_oldest"]
 # "time_size": data leaves by the time and size limits only; "queue": also once every
@@ -74,6 +75,9 @@ class Policies(_Record):
     # A message older than this (publish time + TTL before now) is not delivered: the
     # dispatcher acknowledges it for the subscription and counts it (docs/policies.md).
     message_ttl_s: Annotated[int, Field(ge=1, le=MESSAGE_TTL_MAX_S)] | None = None
+    # The largest message sent as chunks (danube.wire.chunks): a chunk claiming a larger
+    # total is refused at the front door. Unset: 100 MiB (docs/policies.md).
+    max_chunked_message_bytes: Annotated[int, Field(ge=1, le=CHUNKED_BYTES_MAX)] | None = None
     # "queue": retention also drops what every subscription has acknowledged (unset:
     # "time_size", the limits only).
     retention_mode: RetentionMode | None = None
