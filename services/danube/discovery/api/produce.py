@@ -144,7 +144,10 @@ async def _binary_produce(
     try:
         name = produce_topic(ns, topic)
         params = parse_binary_params(scope["query_string"])
-        frames = scan_body(body, max_messages=services.producer.limits.max_messages)
+        limits = services.producer.limits
+        frames = scan_body(
+            body, max_messages=limits.max_messages, max_payload_bytes=limits.max_payload_bytes
+        )
         await _admit(services, scope, name, params.producer_id)
         stored = await services.producer.produce_frames(
             name, frames, dispatch=params.dispatch, schema_version=params.schema_version
