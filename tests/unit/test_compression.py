@@ -58,7 +58,7 @@ def log_line(index: int) -> bytes:
             "level": "INFO" if index % 7 else "WARN",
             "service": "checkout",
             "trace_id": f"{index * 7919:032x}",
-            "message": "order placed " + "item=sku-%d qty=%d " % (index, index % 5) * 30,
+            "message": "order placed " + f"item=sku-{index} qty={index % 5} " * 30,
         }
     )
 
@@ -106,7 +106,8 @@ def test_produced_frame_round_trips_compressed_only_when_smaller(
     assert bytes(decode_record_at(record, 0, len(record))[4]) == payload
     if compressed is not None:
         stored = decode_record_fields(record, decompress=False).payload
-        assert stored == compressed and len(stored) < len(payload)
+        assert stored == compressed
+        assert len(stored) < len(payload)
 
 
 def test_log_lines_are_stored_compressed_and_small_payloads_as_is() -> None:
@@ -141,7 +142,7 @@ def test_record_round_trip_keeps_its_compression(
 def test_unknown_compression_name_is_refused() -> None:
     with pytest.raises(InvalidRecordError, match="compression"):
         encode_record(Record(payload=b"x", publish_time_ms=1, producer="p", compression="gz"))  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="compression must be one of"):
         codec_id("snappy")
 
 
