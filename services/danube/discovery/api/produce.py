@@ -68,6 +68,11 @@ async def produce(
     return ProduceResponse(results=await services.producer.produce(name, body))
 
 
+def is_produce(scope: Scope) -> bool:
+    """Whether the request is a produce (whatever its body)."""
+    return scope["method"] == "POST" and _PRODUCE_PATH.fullmatch(scope["path"]) is not None
+
+
 def is_fast_produce(scope: Scope) -> bool:
     """Whether :func:`fast_produce` may take this request: a produce with a JSON or a
     binary body."""
