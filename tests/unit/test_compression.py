@@ -77,16 +77,22 @@ def test_codec_round_trip_states_its_size(payload: bytes, codec: int) -> None:
     codec=st.sampled_from(CODECS),
     sequence=st.none() | st.integers(0, 2**64 - 1),
     key=st.none() | st.text(max_size=20),
+    # None of them: the scan's fast path (one unpack); any: its general path (check_record).
+    attributes=st.sampled_from([[], [(b"a", b"1")]]),
 )
 def test_produced_frame_round_trips_compressed_only_when_smaller(
-    payload: bytes, codec: int, sequence: int | None, key: str | None
+    payload: bytes,
+    codec: int,
+    sequence: int | None,
+    key: str | None,
+    attributes: list[tuple[bytes, bytes]],
 ) -> None:
     frame = encode_produce_frame(
         payload,
         producer=b"p",
         publish_time_ms=5,
         key=None if key is None else key.encode(),
-        attributes=[(b"a", b"1")],
+        attributes=attributes,
         sequence=sequence,
         codec=codec,
     )

@@ -259,7 +259,7 @@ def scan_frames_for_produce(
                 offset == PRODUCE_OFFSET
                 and stop <= end
                 and header_bytes
-                and not (flags or sid or sver or key_len or count)
+                and not (flags & ~FLAG_CODEC or sid or sver or key_len or count)
                 and producer_len <= MAX_PRODUCER_NAME_BYTES
                 and length == header_bytes + producer_len + size
                 and crc32c(view[start:stop], crc32c(view[pos : pos + _COVERED_BYTES])) == crc
@@ -267,8 +267,16 @@ def scan_frames_for_produce(
                 text_at = start + header_bytes
                 try:
                     name = str(view[text_at : text_at + producer_len], "utf-8")
-                except UnicodeDecodeError:
-                    pass  # the general path refuses it
+                    if flags:  # a compressed payload (the codec bits alone): inflated to check
+                        size = len(
+                            decompress(
+                                flags >> FLAG_CODEC_SHIFT,
+                                view[stop - size : stop],
+                                size_bytes_max=payload_bytes_max,
+                            )
+                        )
+                except (UnicodeDecodeError, CorruptRecordError):
+                    name = None  # the general path refuses it, saying why
                 else:
                     key = None
         if name is None:
