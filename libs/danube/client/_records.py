@@ -90,13 +90,14 @@ def encode_checked(
     fields: CheckedFields,
     *,
     producer: bytes,
+    codec: int,
     sequence: int | None = None,
     producer_epoch: int = 0,
-    codec: int = CODEC_NONE,
 ) -> bytes:
     """The produced frame of checked ``fields``; ``sequence``: a sequenced record (format
     version 2) with ``producer_epoch``; ``codec``: its payload compressed when that makes it
-    smaller (danube.frame.compression)."""
+    smaller (danube.frame.compression; ``CODEC_NONE``: as is). No default: every way a
+    producer encodes a message says how, so none sends plain what should be compressed."""
     payload, key, attributes = fields
     return encode_produce_frame(
         payload,

@@ -309,7 +309,10 @@ class AsyncProducer:
         stamps = self._stamps
         stamp = sender.stamp_next(fields[1], stamps[-1] if stamps else None, queued=bool(stamps))
         if stamp is None:
-            return encode_checked(fields, producer=self._producer_raw, sequence=0), None
+            body = encode_checked(
+                fields, producer=self._producer_raw, sequence=0, codec=self._codec
+            )
+            return body, None
         body = encode_checked(
             fields,
             producer=self._producer_raw,
