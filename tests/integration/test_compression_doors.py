@@ -177,6 +177,7 @@ async def test_encoded_bodies_are_taken_and_bombs_refused_with_nothing_stored(
             ("zstd", zstandard.ZstdCompressor().compress(zeros), "application/json"),
             ("zstd", zstandard.ZstdCompressor().compress(zeros), BINARY["content-type"]),
         ]
+        counted = await _produce_answers(mesh, 413)
         for encoding, bomb, kind in bombs:
             assert len(bomb) < MAX_BODY // 10
             refused = await _post(
@@ -186,6 +187,8 @@ async def test_encoded_bodies_are_taken_and_bombs_refused_with_nothing_stored(
                 413,
                 "body_too_large",
             )
+        # Counted under the produce route, as a body sent plain would be.
+        assert await _produce_answers(mesh, 413) == counted + len(bombs)
         cases = [
             (gzip.compress(as_json)[:-5], "gzip", 400, "invalid_content_encoding"),
             (b"not gzip at all", "gzip", 400, "invalid_content_encoding"),
@@ -231,6 +234,17 @@ async def test_encoded_bodies_are_taken_and_bombs_refused_with_nothing_stored(
             b"gz-1",
             b"gz-2",
         ]
+
+
+async def _produce_answers(mesh: Mesh, status: int) -> float:
+    """How many produce requests this discovery answered with ``status`` (its metrics)."""
+    text = (await mesh.http.get("/metrics")).text
+    wanted = f'route="/v1/topics/{{ns}}/{{topic}}/messages",status="{status}"'
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("danube_discovery_http_requests_total{") and wanted in line
+    )
 
 
 async def _chunks(body: bytes) -> Any:

@@ -178,7 +178,9 @@ class ApiFront:
             elif encoding is not None:
                 served = await self._serve_encoded(scope, encoding, receive, send, answer, trace_id)
                 if served is not None:
-                    status, template = served, PRODUCE_TEMPLATE
+                    status = served
+                if is_produce(scope):  # the route saw a scope of its own: name it here
+                    template = PRODUCE_TEMPLATE
             elif (
                 self.services is not None
                 and declared is not None
