@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,15 @@ async def test_encoded_bodies_are_taken_and_bombs_refused_with_nothing_stored(
                 413,
                 "body_too_large",
             )
+        # Sent chunked, the compressed body itself is counted against the limit as it comes.
+        noise = gzip.compress(os.urandom(MAX_BODY + 1024))
+        refused = await mesh.http.post(
+            "/v1/topics/default/enc/messages",
+            content=_chunks(noise, 64 * 1024),
+            headers={"content-type": "application/json", "content-encoding": "gzip"},
+        )
+        assert (refused.status_code, refused.json()["error"]["code"]) == (413, "body_too_large")
+        counted += 1
         # Counted under the produce route, as a body sent plain would be.
         assert await _produce_answers(mesh, 413) == counted + len(bombs)
         cases = [
@@ -247,9 +257,9 @@ async def _produce_answers(mesh: Mesh, status: int) -> float:
     )
 
 
-async def _chunks(body: bytes) -> Any:
-    for at in range(0, len(body), 7):
-        yield body[at : at + 7]
+async def _chunks(body: bytes, size: int = 7) -> Any:
+    for at in range(0, len(body), size):
+        yield body[at : at + size]
 
 
 async def test_a_schema_topic_checks_compressed_payloads_decompressed(

@@ -217,9 +217,12 @@ class ApiFront:
         produce, else None (``answer`` carried the answer)."""
         try:
             check_encoding(encoding, produce=is_produce(scope))
-            received = [await receive()]
-            size = len(received[0].get("body", b""))
-            while received[-1]["type"] == "http.request" and received[-1].get("more_body"):
+            # Read whole, counted: a chunked body (no Content-Length) was not refused above.
+            received: list[Message] = []
+            size = 0
+            while not received or (
+                received[-1]["type"] == "http.request" and received[-1].get("more_body")
+            ):
                 received.append(await receive())
                 size += len(received[-1].get("body", b""))
                 if size > self.limit_bytes:
