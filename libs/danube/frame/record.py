@@ -53,8 +53,8 @@ from danube.frame.compression import (
     CODEC_NONE,
     Compression,
     compress,
-    decompress,
 )
+from danube.frame.compression import decompress as decompress_payload  # `decompress`: a flag
 from danube.frame.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -472,7 +472,7 @@ def decode_record_at(
 
 def _inflated(payload: _Bytes, flags: int) -> _Bytes:
     """A stored payload of the codec ``flags`` name, decompressed, in a buffer of its type."""
-    out = decompress(
+    out = decompress_payload(
         (flags & FLAG_CODEC) >> FLAG_CODEC_SHIFT,
         payload,
         size_bytes_max=MAX_DECOMPRESSED_PAYLOAD_BYTES,
