@@ -210,9 +210,10 @@ def scan_frames_for_produce(
     :class:`CorruptRecordError` for a record :func:`~danube.frame.decode_record_fields` would
     refuse. Past ``max_count`` frames it stops, so ``len(result) == max_count + 1`` tells the
     caller the body holds too many. Payload sizes are left to the caller's limits, except
-    that a compressed payload is inflated here to check it, and refused as corrupt when it
-    states a size over ``payload_bytes_max`` (before inflating anything): its size in the
-    result is the message's. A record
+    that a compressed payload is inflated here to check it, and refused
+    (:class:`~danube.frame.errors.DecompressedTooLargeError`, code ``payload_too_large``)
+    when it states a size over ``payload_bytes_max``, before anything is inflated: its size
+    in the result is the message's. A record
     carrying a schema id or version is refused unless ``stamped`` (discovery stamps them,
     from the topic's binding; a producer names a version, never stamps one). The sequenced
     records (format version 2) are gathered into runs as they are read: what discovery and
