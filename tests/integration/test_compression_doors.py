@@ -17,7 +17,7 @@ import orjson
 import pytest
 import zstandard
 
-from danube.client import AsyncDanubeClient
+from danube.client import AsyncDanubeClient, Policies, TooLargeError
 from danube.frame import FRAME_HEADER_BYTES, decode_frames, decode_record_fields
 from danube.frame.compression import CODEC_LZ4, CODEC_ZSTD
 from danube.frame.produce import encode_produce_frame, frame_for_produce
@@ -310,3 +310,32 @@ async def test_a_schema_topic_checks_compressed_payloads_decompressed(
         assert refused.status_code == 400
         fetched = await mesh.client.fetch(TopicName.parse("/default/typed-c"), 0, max_count=10)
         assert len(fetched.frames) == 2
+
+
+async def test_compressed_chunks_are_held_to_the_chunked_message_limit(
+    mesh_for: MeshFactory,
+) -> None:
+    """A large message sent as compressed chunks: its chunks (each under the message limit,
+    and far smaller stored) still name its total, and the namespace's limit holds it."""
+    async with mesh_for() as mesh:
+        url = str(mesh.http.base_url).rstrip("/")
+        limit = 4 * MAX_PAYLOAD
+        async with AsyncDanubeClient(url) as client:
+            await client.admin.create_namespace(
+                "czip", policies=Policies(max_chunked_message_bytes=limit)
+            )
+            async with client.producer(
+                "/czip/t", chunking=True, compression="zstd", max_payload_bytes=MAX_PAYLOAD
+            ) as producer:
+                # Hex text: compresses about 2:1, so each stored chunk is still tens of KiB
+                # (the front door then looks for the total in each record's head).
+                text = os.urandom(limit).hex().encode()
+                stored = await producer.send_and_wait(text[:limit])  # at the limit
+                with pytest.raises(TooLargeError) as refused:
+                    await producer.send_and_wait(text[: limit + 1])
+        assert refused.value.code == "chunked_message_too_large"
+        fetched = await mesh.client.fetch(TopicName.parse("/czip/t"), 0, max_count=100)
+        records = [decode_record_fields(f.payload, decompress=False) for f in fetched.frames]
+        assert stored.offset == 0
+        assert [r.compression for r in records] == ["zstd"] * 4  # the first message only
+        assert all(MAX_PAYLOAD / 3 < len(r.payload) < MAX_PAYLOAD * 0.6 for r in records)

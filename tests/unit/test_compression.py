@@ -4,6 +4,7 @@ itself (bombs, wrong sizes, trailing bytes, unknown codecs) refused as corrupt."
 
 from __future__ import annotations
 
+import random
 import struct
 
 import lz4.block
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from danube.discovery.errors import TooLargeError
 from danube.discovery.produce_binary import scan_body
+from danube.discovery.produce_chunks import check_chunked_frames
 from danube.frame import (
     CorruptRecordError,
     InvalidRecordError,
@@ -42,6 +44,7 @@ from danube.frame.produce import (
     stamp_schema,
 )
 from danube.frame.record import FLAG_CODEC, RECORD_FLAGS_AT, decode_record_at
+from danube.wire.chunks import TOTAL_BYTES_ATTRIBUTE
 
 pytestmark = pytest.mark.unit
 
@@ -249,3 +252,24 @@ def test_schema_stamp_keeps_the_codec() -> None:
     assert (fields.payload, fields.schema_id, fields.compression) == (line, 7, "zstd")
     scanned = scan_frames_for_produce(frame_for_produce(stamped), max_count=1, stamped=True)
     assert bytes(scanned.payload(0)) == line
+
+
+@pytest.mark.parametrize("records", [1, 2, 5])
+def test_a_compressed_chunk_is_held_to_the_chunked_message_limit(records: int) -> None:
+    """The front door finds a chunk's total among its attributes, before its payload: for a
+    compressed record the stored payload, not the message, is what follows them."""
+    rng = random.Random(records)
+    text = bytes(rng.choice(b"acgt") for _ in range(64 * 1024))  # ~4:1, still ~16 KiB stored
+    attributes = [(TOTAL_BYTES_ATTRIBUTE.encode(), b"999999999")]
+    body = b"".join(
+        encode_produce_frame(
+            text, producer=b"p", publish_time_ms=1, attributes=attributes, codec=codec
+        )
+        for codec in [CODEC_ZSTD, CODEC_LZ4][:records] * records
+    )
+    frames = scan_frames_for_produce(body, max_count=20)
+    spans = zip(frames.starts, frames.ends, strict=True)
+    assert all(1024 < end - start < len(text) * 0.6 for start, end in spans)
+    with pytest.raises(TooLargeError) as refused:
+        check_chunked_frames(frames, 1024 * 1024)
+    assert refused.value.code == "chunked_message_too_large"

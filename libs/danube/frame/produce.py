@@ -178,14 +178,23 @@ class ProducedFrames:
         """Record ``index`` as a view of the body."""
         return self.body[self.starts[index] : self.ends[index]]
 
+    def payload_start(self, index: int) -> int:
+        """Where the stored payload of record ``index`` begins in the body (it runs to the
+        record's end): ``ends[index] - payload_sizes[index]`` unless it is stored
+        compressed, when the size is the message's and the record's header tells."""
+        body, start, end = self.body, self.starts[index], self.ends[index]
+        if not body[start + _FLAGS_AT] & FLAG_CODEC:
+            return end - self.payload_sizes[index]
+        return end - int(_PAYLOAD_LEN.unpack_from(body, start + _PAYLOAD_LEN_AT)[0])
+
     def payload(self, index: int) -> memoryview:
         """The message of record ``index``: its payload (which ends the record), decompressed
         when it is stored compressed (checked by the scan: it inflates within its bound)."""
-        body, start, end = self.body, self.starts[index], self.ends[index]
-        flags = body[start + _FLAGS_AT]
+        body, end = self.body, self.ends[index]
+        stored = body[self.payload_start(index) : end]
+        flags = body[self.starts[index] + _FLAGS_AT]
         if not flags & FLAG_CODEC:
-            return body[end - self.payload_sizes[index] : end]
-        stored = body[end - _PAYLOAD_LEN.unpack_from(body, start + _PAYLOAD_LEN_AT)[0] : end]
+            return stored
         codec = (flags & FLAG_CODEC) >> FLAG_CODEC_SHIFT
         size = self.payload_sizes[index]
         return memoryview(decompress(codec, stored, size_bytes_max=size))
