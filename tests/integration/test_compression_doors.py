@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import zstandard
@@ -339,3 +340,16 @@ async def test_compressed_chunks_are_held_to_the_chunked_message_limit(
         assert stored.offset == 0
         assert [r.compression for r in records] == ["zstd"] * 4  # the first message only
         assert all(MAX_PAYLOAD / 3 < len(r.payload) < MAX_PAYLOAD * 0.6 for r in records)
+
+
+async def test_a_message_sent_as_compressed_chunks_comes_back_whole(
+    consume_http: httpx.AsyncClient,
+) -> None:
+    url = str(consume_http.base_url).rstrip("/")
+    message = os.urandom(300 * 1024).hex().encode()  # 600 KiB: two chunks, each compressed
+    async with AsyncDanubeClient(url) as client:
+        async with client.producer("/default/c-chunks", chunking=True, compression="lz4") as p:
+            await p.send_and_wait(message)
+        async with client.consumer("/default/c-chunks", "s", start="earliest") as consumer:
+            got = await consumer.receive(15)
+    assert got.payload == message
