@@ -380,3 +380,33 @@ async def test_produce_is_idempotent_unless_told_not_to(
     assert [(r.sequence, r.producer_epoch) for r in stored] == [(0, 0), (1, 0), (2, 0)]
     stored = [decode_record(frame.payload) for frame in plain.frames]
     assert [(r.sequence, r.producer) for r in stored] == [(None, "danube-cli")] * 3
+
+
+async def test_produce_compressed_and_consume_it_back(
+    consume_http: httpx.AsyncClient, bus: Bus, tmp_path: Path
+) -> None:
+    url = _url(consume_http)
+    line = json.dumps({"level": "INFO", "message": "checkout ok " * 80}).encode()
+    (tmp_path / "line.json").write_bytes(line)
+    for codec in ("zstd", "lz4"):
+        topic = f"/default/cli-{codec}"
+        code, _, err = await _danube(
+            "produce", "-s", url, "-t", topic, "-f", str(tmp_path / "line.json"), "-c", "2",
+            "--compression", codec,
+        )  # fmt: skip
+        assert code == 0, err
+        fetched = await IngestClient(bus).fetch(TopicName.parse(topic), 0)
+        stored = [decode_record(frame.payload) for frame in fetched.frames]
+        assert [(r.payload, r.compression) for r in stored] == [(line, codec)] * 2
+        assert all(len(frame.payload) < len(line) / 4 for frame in fetched.frames)
+    code, out, err = await _danube(
+        "consume", "-s", url, "-t", "/default/cli-lz4", "-m", "cli-c", "--start", "earliest",
+        "-c", "2", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert [json.loads(row)["payload"] for row in out.splitlines()] == [line.decode()] * 2
+    code, _, err = await _danube(
+        "produce", "-s", url, "-t", "/default/cli-x", "-m", "m", "--compression", "gzip"
+    )
+    assert code != 0
+    assert "gzip" in err

@@ -17,14 +17,15 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from danube.config import CloudConfig
-from danube.frame import decode_frames
+from danube.frame import decode_frames, decode_record_fields
+from danube.frame.compression import Compression
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig
 from danube.names import TopicName
 from danube.storage import ObjectDescriptor, ObjectStore
 
-from tiers import Message, write_tier
+from tiers import FIRST_TIME_MS, Message, upload, write_tier
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -205,3 +206,39 @@ async def test_unknown_topics_and_bad_options_fail_saying_what_is_wrong(
         meta_keys.topic_key(TopicName("default", "new")), TopicConfig(created_ms=1)
     )
     assert await _in_thread(_read(spark, config_file, topic="/default/new").count) == 0
+
+
+@pytest.mark.parametrize("cloud_config", ["fs"], indirect=True)
+async def test_a_compressed_topic_reads_as_the_messages_sent(
+    spark: SparkSession, config_file: Path, store: MetaStore, cloud_config: CloudConfig
+) -> None:
+    """Objects holding zstd, lz4 and plain records (as a compressing producer's topic
+    does): Spark reads every payload decompressed; the object holds them compressed."""
+    topic = TopicName("default", "compressed")
+    codecs: list[Compression | None] = ["zstd", "lz4", None]
+    messages = [
+        Message(
+            0,
+            offset,
+            FIRST_TIME_MS + offset,
+            "t",
+            None,
+            {},
+            b'{"level": "INFO", "n": %d, "message": "%s"}' % (offset, b"x=1 y=2 " * 120),
+            compression=codecs[offset % 3],
+        )
+        for offset in range(300)
+    ]
+    objects = ObjectStore.from_config(cloud_config)
+    await upload(store, objects, topic, messages)
+    (kv,) = await store.range(meta_keys.object_descriptors_prefix(topic))
+    descriptor = ObjectDescriptor.from_bytes(kv.value)
+    frames, _ = decode_frames(await objects.read(descriptor.key))
+    stored = [decode_record_fields(f.payload, decompress=False) for f in frames]
+    assert [r.compression for r in stored] == [m.compression for m in messages]
+    assert sum(len(r.payload) for r in stored) < sum(len(m.payload) for m in messages) / 2
+    df = _read(spark, config_file, topic=str(topic))
+    rows = await _in_thread(lambda: _rows(df))
+    assert sorted((r["offset"], r["payload"]) for r in rows) == [
+        (m.offset, m.payload) for m in messages
+    ]

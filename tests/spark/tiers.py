@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from danube.frame import Record, encode_frame, encode_record
+from danube.frame.compression import Compression
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
@@ -30,6 +31,7 @@ class Message:
     payload: bytes
     schema_id: int | None = None
     schema_version: int | None = None
+    compression: Compression | None = None  # how the object stores its payload
 
     def row(self) -> tuple[int, int, str | None, str]:
         """(partition, offset, key, sha256 of the payload): what tests compare."""
@@ -128,6 +130,7 @@ async def _upload(
             attributes=m.attributes,
             schema_id=m.schema_id,
             schema_version=m.schema_version,
+            compression=m.compression,
         )
         frame = encode_frame(m.offset, encode_record(record))
         builder.add(m.offset, len(body), len(frame))

@@ -185,7 +185,8 @@ def test_trailing_bytes_are_corrupt(extra: bytes) -> None:
 @pytest.mark.parametrize(
     ("raw", "match"),
     [
-        (raw_record(flags=0x08), "unknown flags"),
+        (raw_record(flags=0x21), "unknown flags"),
+        (raw_record(flags=0x19), "unknown compression codec"),
         (raw_record(flags=0), "key length is 1 but flagged absent"),
         (raw_record()[:10] + b"\x07" + raw_record()[11:], "schema_id is 7 but flagged absent"),
         (raw_record(producer=b"\xff"), "producer is not valid UTF-8"),

@@ -25,6 +25,19 @@ class AccessMode(StrEnum):
     exclusive = "exclusive"
 
 
+class CompressionChoice(StrEnum):
+    zstd = "zstd"
+    lz4 = "lz4"
+    none = "none"
+
+
+_COMPRESSIONS: dict[CompressionChoice, Literal["zstd", "lz4"] | None] = {
+    CompressionChoice.zstd: "zstd",
+    CompressionChoice.lz4: "lz4",
+    CompressionChoice.none: None,
+}
+
+
 def produce(
     topic: Topic,
     service_addr: ServiceAddr = "http://127.0.0.1:8080",
@@ -93,6 +106,14 @@ def produce(
             help="Sequenced records, stored once however often a batch is retried.",
         ),
     ] = True,
+    compression: Annotated[
+        CompressionChoice,
+        typer.Option(
+            "--compression",
+            help="Store each payload compressed (when that makes it smaller); consumers get "
+            "it decompressed.",
+        ),
+    ] = CompressionChoice.none,
 ) -> None:
     """Produce messages to a topic; prints `<partition> <offset>` per message."""
     if (message is None) == (file is None):
@@ -118,6 +139,7 @@ def produce(
             create=partitions is not None or not reliable,
             access_mode=None if access_mode is None else access_mode.value,
             idempotent=idempotent,
+            compression=_COMPRESSIONS[compression],
         ),
     )
 
@@ -147,6 +169,7 @@ async def _produce(
     create: bool,
     access_mode: Literal["shared", "exclusive"] | None = None,
     idempotent: bool = True,
+    compression: Literal["zstd", "lz4"] | None = None,
 ) -> None:
     import asyncio  # here, not at the module's top: `danube --help` needs none of it
 
@@ -173,6 +196,7 @@ async def _produce(
             # A payload over the message size (a large --file) goes as chunks, up to the
             # SDK's 100 MiB (docs/client.md, "Large messages").
             chunking=True,
+            compression=compression,
         )
         started = time.monotonic()
         async with producer:  # opens the session (if any) now, closes it at the end

@@ -10,6 +10,7 @@ from danube.client._idempotent import DEFAULT_PRODUCER_NAME
 from danube.client._producer_session import AccessMode
 from danube.client.errors import InvalidArgumentError
 from danube.client.messages import DEFAULT_MAX_PAYLOAD_BYTES, check_producer_name
+from danube.frame.compression import CODEC_IDS, Compression
 from danube.wire.chunks import CHUNKED_BYTES_DEFAULT, CHUNKED_BYTES_MAX
 
 Dispatch = Literal["reliable", "non_reliable"]
@@ -46,6 +47,9 @@ class ProducerOptions:
     # (docs/client.md, "Large messages"); off, such a payload is refused at send().
     chunking: bool = False
     max_chunked_message_bytes: int = CHUNKED_BYTES_DEFAULT
+    # Each message's payload stored compressed ("zstd" or "lz4") when that makes it smaller
+    # (binary transport only: docs/client.md, "Compression"). Consumers get it decompressed.
+    compression: Compression | None = None
 
     def __post_init__(self) -> None:
         check_producer_name(self.name)
@@ -65,6 +69,14 @@ class ProducerOptions:
             # message's chunks would be, and its consumers would give it up.
             raise InvalidArgumentError(
                 "chunking needs ordered batches: idempotent=True or max_inflight_batches=1"
+            )
+        if self.compression is not None and self.compression not in CODEC_IDS:
+            raise InvalidArgumentError(
+                f"compression must be zstd, lz4 or None, not {self.compression!r}"
+            )
+        if self.compression is not None and self.transport != "binary":
+            raise InvalidArgumentError(
+                "compression needs transport='binary' (a JSON body carries text, not records)"
             )
         if self.access_mode not in (None, "shared", "exclusive"):
             raise InvalidArgumentError(

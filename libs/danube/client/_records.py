@@ -18,6 +18,7 @@ import orjson
 
 from danube.client.errors import InvalidMessageError, ProtocolError
 from danube.client.messages import Payload, SendResult
+from danube.frame.compression import CODEC_NONE
 from danube.frame.produce import encode_produce_frame
 from danube.frame.record import (
     MAX_ATTRIBUTE_NAME_BYTES,
@@ -89,11 +90,14 @@ def encode_checked(
     fields: CheckedFields,
     *,
     producer: bytes,
+    codec: int,
     sequence: int | None = None,
     producer_epoch: int = 0,
 ) -> bytes:
     """The produced frame of checked ``fields``; ``sequence``: a sequenced record (format
-    version 2) with ``producer_epoch``."""
+    version 2) with ``producer_epoch``; ``codec``: its payload compressed when that makes it
+    smaller (danube.frame.compression; ``CODEC_NONE``: as is). No default: every way a
+    producer encodes a message says how, so none sends plain what should be compressed."""
     payload, key, attributes = fields
     return encode_produce_frame(
         payload,
@@ -103,6 +107,7 @@ def encode_checked(
         attributes=attributes,
         sequence=sequence,
         producer_epoch=producer_epoch,
+        codec=codec,
     )
 
 
@@ -114,13 +119,15 @@ def encode_frame(
     producer: bytes,
     max_payload_bytes: int,
     sequenced: bool = False,
+    codec: int = CODEC_NONE,
 ) -> bytes:
     """One message as a produced frame; checks every limit of the record first
     (:func:`checked_fields`). ``sequenced``: a sequenced record (format version 2) with
     epoch and sequence 0, stamped when its batch is planned
-    (:func:`danube.client._sequencing.stamp`)."""
+    (:func:`danube.client._sequencing.stamp`). ``codec``: as :func:`encode_checked`; the
+    limit holds the message before compression, as the server does."""
     fields = checked_fields(payload, key, attributes, max_payload_bytes=max_payload_bytes)
-    return encode_checked(fields, producer=producer, sequence=0 if sequenced else None)
+    return encode_checked(fields, producer=producer, sequence=0 if sequenced else None, codec=codec)
 
 
 def results_of_runs(answer: Any, count: int) -> list[SendResult]:

@@ -73,6 +73,7 @@ from danube.client.messages import (
     encode_message,
     topic_path,
 )
+from danube.frame.compression import codec_id
 from danube.names import TopicName
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,7 @@ class AsyncProducer:
         named = options.name != DEFAULT_PRODUCER_NAME
         self.name = unique_name() if self.idempotent and not named else options.name
         self._producer_raw = self.name.encode("utf-8")
+        self._codec = codec_id(options.compression)  # the payloads' (danube.frame.compression)
         self._sequenced: IdempotentSender | None = None
         if self.idempotent:
             self._sequenced = IdempotentSender(
@@ -250,6 +252,7 @@ class AsyncProducer:
                 producer=self._producer_raw,
                 max_payload_bytes=self.options.max_payload_bytes,
                 sequenced=self.idempotent,
+                codec=self._codec,
             )
         message = Message(payload, key, attributes or {})
         return encode_message(message, max_payload_bytes=self.options.max_payload_bytes)
@@ -306,9 +309,16 @@ class AsyncProducer:
         stamps = self._stamps
         stamp = sender.stamp_next(fields[1], stamps[-1] if stamps else None, queued=bool(stamps))
         if stamp is None:
-            return encode_checked(fields, producer=self._producer_raw, sequence=0), None
+            body = encode_checked(
+                fields, producer=self._producer_raw, sequence=0, codec=self._codec
+            )
+            return body, None
         body = encode_checked(
-            fields, producer=self._producer_raw, sequence=stamp[2], producer_epoch=sender.epoch
+            fields,
+            producer=self._producer_raw,
+            sequence=stamp[2],
+            producer_epoch=sender.epoch,
+            codec=self._codec,
         )
         return body, stamp
 

@@ -8,7 +8,8 @@
         ├── TruncatedFramesError        "truncated_frames": position, reason       (decode side)
         ├── FrameTooLargeError          "frame_too_large": size_bytes, limit_bytes (encode side)
         ├── CorruptRecordError          "corrupt_record": reason                   (decode side)
-        │   └── UnsupportedRecordVersionError  "unsupported_record_version": version
+        │   ├── UnsupportedRecordVersionError  "unsupported_record_version": version
+        │   └── DecompressedTooLargeError      "payload_too_large": size_bytes, limit_bytes
         └── InvalidRecordError          "invalid_record": field, reason            (encode side)
 
 Decode-side errors mean the bytes are bad and cannot get better by retrying; encode-side errors
@@ -86,6 +87,20 @@ class UnsupportedRecordVersionError(CorruptRecordError):
     def __init__(self, version: int) -> None:
         super().__init__(f"unsupported record format version {version}")
         self.version = version
+
+
+class DecompressedTooLargeError(CorruptRecordError):
+    """A compressed payload that states a decompressed size over the reader's bound: refused
+    before anything is inflated (a zip bomb, or a message over the producer's limit)."""
+
+    code = "payload_too_large"
+
+    def __init__(self, *, size_bytes: int, limit_bytes: int) -> None:
+        super().__init__(
+            f"a compressed payload of {size_bytes} bytes decompressed, over {limit_bytes}"
+        )
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
 
 
 class InvalidRecordError(FrameError):

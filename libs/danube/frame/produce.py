@@ -27,15 +27,20 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from danube.frame.codec import FRAME_COVERED, FRAME_HEADER, FRAME_HEADER_BYTES, BytesLike
+from danube.frame.compression import CODEC_NONE, compress_if_smaller, decompress
 from danube.frame.errors import (
     CorruptFrameError,
     CorruptRecordError,
+    DecompressedTooLargeError,
     TruncatedFramesError,
 )
 from danube.frame.record import (
+    FLAG_CODEC,
+    FLAG_CODEC_SHIFT,
     FLAG_KEY,
     FLAG_SCHEMA_ID,
     FLAG_SCHEMA_VERSION,
+    MAX_DECOMPRESSED_PAYLOAD_BYTES,
     MAX_PRODUCER_NAME_BYTES,
     RECORD_FLAGS_AT,
     RECORD_HEADER,
@@ -61,6 +66,9 @@ _STAMP_FLAGS = FLAG_SCHEMA_ID | FLAG_SCHEMA_VERSION
 _STAMP = struct.Struct("<II")  # schema_id, schema_version
 _STAMP_AT = RECORD_SCHEMA_AT
 _FLAGS_AT = RECORD_FLAGS_AT
+# A record's payload_len: the last field of its header (either version's first part).
+_PAYLOAD_LEN = struct.Struct("<" + RECORD_HEADER.format[-1])
+_PAYLOAD_LEN_AT = RECORD_HEADER_BYTES - _PAYLOAD_LEN.size
 # What the producer packs at once: the frame header less its crc (offset, length: what the
 # crc covers first), then the record header; the crc goes between them.
 _HEADS = struct.Struct(FRAME_COVERED.format + RECORD_HEADER.format[1:])
@@ -95,13 +103,21 @@ def encode_produce_frame(
     attributes: Sequence[tuple[bytes, bytes]] = (),
     sequence: int | None = None,
     producer_epoch: int = 0,
+    codec: int = CODEC_NONE,
 ) -> bytes:
     """One record (its text fields already UTF-8 and within their limits: the caller checks
-    them) framed with offset 0. ``key=None``: no key; ``b""``: an empty key.
+    them) framed with offset 0. ``key=None``: no key; ``b""``: an empty key. ``codec``
+    (danube.frame.compression): the payload stored compressed, when that makes it smaller
+    (else as is, flag clear).
 
     The producer's hot path (once per ``send()``): the frame header's covered part and the
     record header in one pack and one CRC call, then the CRC over the text and the payload,
     and one ``join``, so the payload is copied once."""
+    flags = 0 if key is None else _FLAG_KEY
+    if codec != CODEC_NONE:
+        packed = compress_if_smaller(codec, bytes(payload))
+        if packed is not None:
+            payload, flags = packed, flags | codec << FLAG_CODEC_SHIFT
     payload_len = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
     if key is None and not attributes:
         text: BytesLike = producer
@@ -118,7 +134,7 @@ def encode_produce_frame(
         PRODUCE_OFFSET,
         header_bytes + len(text) + payload_len,
         SEQUENCED_RECORD_VERSION if sequenced else RECORD_VERSION,
-        0 if key is None else _FLAG_KEY,
+        flags,
         publish_time_ms,
         0,
         0,
@@ -152,7 +168,7 @@ class ProducedFrames:
     starts: list[int]
     ends: list[int]
     keys: list[str | None]
-    payload_sizes: list[int]
+    payload_sizes: list[int]  # of the messages: a compressed payload's decompressed size
     runs: list[SequenceRun]
 
     def __len__(self) -> int:
@@ -162,10 +178,26 @@ class ProducedFrames:
         """Record ``index`` as a view of the body."""
         return self.body[self.starts[index] : self.ends[index]]
 
+    def payload_start(self, index: int) -> int:
+        """Where the stored payload of record ``index`` begins in the body (it runs to the
+        record's end): ``ends[index] - payload_sizes[index]`` unless it is stored
+        compressed, when the size is the message's and the record's header tells."""
+        body, start, end = self.body, self.starts[index], self.ends[index]
+        if not body[start + _FLAGS_AT] & FLAG_CODEC:
+            return end - self.payload_sizes[index]
+        return end - int(_PAYLOAD_LEN.unpack_from(body, start + _PAYLOAD_LEN_AT)[0])
+
     def payload(self, index: int) -> memoryview:
-        """The payload of record ``index`` (it ends the record)."""
-        end = self.ends[index]
-        return self.body[end - self.payload_sizes[index] : end]
+        """The message of record ``index``: its payload (which ends the record), decompressed
+        when it is stored compressed (checked by the scan: it inflates within its bound)."""
+        body, end = self.body, self.ends[index]
+        stored = body[self.payload_start(index) : end]
+        flags = body[self.starts[index] + _FLAGS_AT]
+        if not flags & FLAG_CODEC:
+            return stored
+        codec = (flags & FLAG_CODEC) >> FLAG_CODEC_SHIFT
+        size = self.payload_sizes[index]
+        return memoryview(decompress(codec, stored, size_bytes_max=size))
 
     def frames(self, indexes: Sequence[int]) -> list[memoryview]:
         """The frames of records ``indexes``, as views (join them to send)."""
@@ -174,7 +206,11 @@ class ProducedFrames:
 
 
 def scan_frames_for_produce(
-    body: BytesLike, *, max_count: int, stamped: bool = False
+    body: BytesLike,
+    *,
+    max_count: int,
+    stamped: bool = False,
+    payload_bytes_max: int = MAX_DECOMPRESSED_PAYLOAD_BYTES,
 ) -> ProducedFrames:
     """Check every frame and record of a produce body; where they lie, their keys and sizes.
 
@@ -182,7 +218,11 @@ def scan_frames_for_produce(
     :class:`CorruptFrameError` for an offset other than 0 or a CRC that does not match, and
     :class:`CorruptRecordError` for a record :func:`~danube.frame.decode_record_fields` would
     refuse. Past ``max_count`` frames it stops, so ``len(result) == max_count + 1`` tells the
-    caller the body holds too many. Payload sizes are left to the caller's limits. A record
+    caller the body holds too many. Payload sizes are left to the caller's limits, except
+    that a compressed payload is inflated here to check it, and refused
+    (:class:`~danube.frame.errors.DecompressedTooLargeError`, code ``payload_too_large``)
+    when it states a size over ``payload_bytes_max``, before anything is inflated: its size
+    in the result is the message's. A record
     carrying a schema id or version is refused unless ``stamped`` (discovery stamps them,
     from the topic's binding; a producer names a version, never stamps one). The sequenced
     records (format version 2) are gathered into runs as they are read: what discovery and
@@ -229,7 +269,7 @@ def scan_frames_for_produce(
                 offset == PRODUCE_OFFSET
                 and stop <= end
                 and header_bytes
-                and not (flags or sid or sver or key_len or count)
+                and not (flags & ~FLAG_CODEC or sid or sver or key_len or count)
                 and producer_len <= MAX_PRODUCER_NAME_BYTES
                 and length == header_bytes + producer_len + size
                 and crc32c(view[start:stop], crc32c(view[pos : pos + _COVERED_BYTES])) == crc
@@ -237,13 +277,21 @@ def scan_frames_for_produce(
                 text_at = start + header_bytes
                 try:
                     name = str(view[text_at : text_at + producer_len], "utf-8")
-                except UnicodeDecodeError:
-                    pass  # the general path refuses it
+                    if flags:  # a compressed payload (the codec bits alone): inflated to check
+                        size = len(
+                            decompress(
+                                flags >> FLAG_CODEC_SHIFT,
+                                view[stop - size : stop],
+                                size_bytes_max=payload_bytes_max,
+                            )
+                        )
+                except (UnicodeDecodeError, CorruptRecordError):
+                    name = None  # the general path refuses it, saying why
                 else:
                     key = None
         if name is None:
             start, stop, key, size, version, name = _scan_general(
-                view, pos, end, stamped, len(starts)
+                view, pos, end, stamped, len(starts), payload_bytes_max
             )
         if version == SEQUENCED_RECORD_VERSION:
             runs.add(view, start, len(starts), name)
@@ -295,7 +343,7 @@ class _Runs:
 
 
 def _scan_general(
-    view: memoryview, pos: int, end: int, stamped: bool, index: int
+    view: memoryview, pos: int, end: int, stamped: bool, index: int, payload_bytes_max: int
 ) -> tuple[int, int, str | None, int, int, str]:
     """The frame at ``pos`` checked in full, saying what is wrong: where its record starts
     and stops, its key, payload size, version and producer."""
@@ -321,9 +369,11 @@ def _scan_general(
             reason=f"crc mismatch (sent {crc:#010x}, computed {actual:#010x})",
         )
     try:
-        key, size = check_record(view, start, stop)
+        key, size = check_record(view, start, stop, payload_bytes_max=payload_bytes_max)
         if not stamped and view[start + _FLAGS_AT] & _STAMP_FLAGS:
             raise CorruptRecordError("a produced record carries no schema id or version")
+    except DecompressedTooLargeError:
+        raise  # its own kind: a message over a size limit (413), not damaged bytes
     except CorruptRecordError as exc:
         raise CorruptRecordError(f"record {index}: {exc.reason}") from None
     version = view[start]
@@ -333,9 +383,18 @@ def _scan_general(
     return start, stop, key, size, version, name
 
 
-def check_record(view: memoryview, start: int, end: int) -> tuple[str | None, int]:
+def check_record(
+    view: memoryview,
+    start: int,
+    end: int,
+    *,
+    payload_bytes_max: int = MAX_DECOMPRESSED_PAYLOAD_BYTES,
+) -> tuple[str | None, int]:
     """Check the record spanning ``view[start:end]`` as :func:`decode_record_fields` does,
-    building nothing but its key; ``(key, payload size)``. Raises like it."""
+    building nothing but its key; ``(key, message size)``. Raises like it. A compressed
+    payload is inflated (then dropped) to check it, once its stated size is found within
+    ``payload_bytes_max``: what is stored compressed is known to decompress, so a reader
+    never meets a message it cannot decode; its size is the decompressed one."""
     flags, _, _, _, producer_len, key_len, count, payload_len = read_record_header(view, start, end)
     pos = start + _HEADER_BYTES_BY_VERSION[view[start]]
     key_at = pos + producer_len
@@ -354,6 +413,9 @@ def check_record(view: memoryview, start: int, end: int) -> tuple[str | None, in
         raise CorruptRecordError(
             f"{problem}: {end - pos} bytes left for a {payload_len}-byte payload"
         )
+    if flags & FLAG_CODEC:
+        codec = (flags & FLAG_CODEC) >> FLAG_CODEC_SHIFT
+        return key, len(decompress(codec, view[pos:end], size_bytes_max=payload_bytes_max))
     return key, payload_len
 
 

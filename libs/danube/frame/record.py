@@ -5,7 +5,9 @@ Wire layout of format version 1, all integers little-endian (docs/formats.md has
     byte  size  field
     0     1     version          u8   1
     1     1     flags            u8   bit 0 key present, bit 1 schema_id present,
-                                      bit 2 schema_version present; other bits 0
+                                      bit 2 schema_version present, bits 3-4 the
+                                      payload's codec (0 none, 1 zstd, 2 lz4);
+                                      other bits 0
     2     8     publish_time_ms  u64  milliseconds since the Unix epoch
     10    4     schema_id        u32  0 when absent (reserved)
     14    4     schema_version   u32  0 when absent (reserved)
@@ -16,7 +18,8 @@ Wire layout of format version 1, all integers little-endian (docs/formats.md has
     28    ...   producer         UTF-8
           ...   key              UTF-8
           ...   attributes       attribute_count x (u16 name_len, name, u16 value_len, value)
-          ...   payload          as is; it ends the record, exactly: trailing bytes are corrupt
+          ...   payload          as is, or in the codec's form (danube.frame.compression);
+                                 it ends the record, exactly: trailing bytes are corrupt
 
 Format version 2 is a **sequenced** record (an idempotent producer's: docs/client.md,
 "Exactly once into the log"): version 1's header with two more fields before the text, which
@@ -29,6 +32,10 @@ then starts at byte 40::
 A record without a sequence is written as version 1, one with a sequence as version 2: one
 encoding per record. Readers read both.
 
+A compressed payload (flag bits 3-4, either version) is handed out decompressed by every
+decoder here (``decompress=False`` leaves it as stored, for readers of the other fields), and
+``payload_len`` is its stored (compressed) length.
+
 Every length is checked against both its limit and the bytes left before anything is read, so a
 garbled record raises :class:`CorruptRecordError` and never reads past its buffer.
 """
@@ -40,6 +47,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
+from danube.frame.compression import (
+    CODEC_IDS,
+    CODEC_NAMES,
+    CODEC_NONE,
+    Compression,
+    compress,
+)
+from danube.frame.compression import decompress as decompress_payload  # `decompress`: a flag
 from danube.frame.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -59,6 +74,9 @@ MAX_KEY_BYTES = 4096
 MAX_ATTRIBUTES = 64
 MAX_ATTRIBUTE_NAME_BYTES = 256
 MAX_ATTRIBUTE_VALUE_BYTES = 4096
+# A compressed payload inflates to at most this (what ingest.max_message_bytes allows at
+# most): the readers' bound; the produce path holds each message to its topic's own limit.
+MAX_DECOMPRESSED_PAYLOAD_BYTES = 64 * 1024 * 1024
 # The payload's own bound is the u32 length; the frame limit bounds the whole record anyway.
 _MAX_U32 = 2**32 - 1
 _MAX_U64 = 2**64 - 1
@@ -92,8 +110,11 @@ _LENGTH = struct.Struct("<H")  # prefix of each attribute name and value
 FLAG_KEY = 1
 FLAG_SCHEMA_ID = 2
 FLAG_SCHEMA_VERSION = 4
+FLAG_CODEC_SHIFT = 3
+"""The payload's codec id (danube.frame.compression) is ``(flags & FLAG_CODEC) >> 3``."""
+FLAG_CODEC = 0b11 << FLAG_CODEC_SHIFT
 _FLAG_KEY, _FLAG_SCHEMA_ID, _FLAG_SCHEMA_VERSION = FLAG_KEY, FLAG_SCHEMA_ID, FLAG_SCHEMA_VERSION
-_KNOWN_FLAGS = _FLAG_KEY | _FLAG_SCHEMA_ID | _FLAG_SCHEMA_VERSION
+_KNOWN_FLAGS = _FLAG_KEY | _FLAG_SCHEMA_ID | _FLAG_SCHEMA_VERSION | FLAG_CODEC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +132,8 @@ class Record:
     # stream to the partition, and the producer's incarnation. None: not sequenced.
     sequence: int | None = None
     producer_epoch: int = 0
+    # How the payload is (to be) stored: the payload here is always the message itself.
+    compression: Compression | None = None
 
 
 def _utf8(field_name: str, value: object, limit_bytes: int) -> bytes:
@@ -157,7 +180,16 @@ def encode_record(record: Record) -> bytes:
         raise InvalidRecordError("sequence", f"{sequence!r} is not a u64 or None")
     if not isinstance(record.payload, bytes | bytearray | memoryview):
         raise InvalidRecordError("payload", f"expected bytes, got {type(record.payload).__name__}")
-    payload_len = memoryview(record.payload).nbytes
+    codec = CODEC_NONE
+    payload: bytes | bytearray | memoryview = record.payload
+    if record.compression is not None:
+        codec = CODEC_IDS.get(record.compression, CODEC_NONE)
+        if codec == CODEC_NONE:
+            raise InvalidRecordError("compression", f"{record.compression!r} is not a codec")
+        if memoryview(payload).nbytes > MAX_DECOMPRESSED_PAYLOAD_BYTES:
+            raise InvalidRecordError("payload", "over what a reader decompresses")
+        payload = compress(codec, payload)
+    payload_len = memoryview(payload).nbytes
     if payload_len > _MAX_U32:
         raise InvalidRecordError("payload", f"{payload_len} bytes exceed the u32 length")
     if not isinstance(record.attributes, Mapping):
@@ -170,13 +202,14 @@ def encode_record(record: Record) -> bytes:
         (0 if record.key is None else _FLAG_KEY)
         | (0 if record.schema_id is None else _FLAG_SCHEMA_ID)
         | (0 if record.schema_version is None else _FLAG_SCHEMA_VERSION)
+        | codec << FLAG_CODEC_SHIFT
     )
     parts = [b"", producer, key]  # the header takes the first slot once the counts are known
     for name, value in record.attributes.items():
         raw_name = _utf8("attributes", name, MAX_ATTRIBUTE_NAME_BYTES)
         raw_value = _utf8(f"attributes[{name!r}]", value, MAX_ATTRIBUTE_VALUE_BYTES)
         parts += (_LENGTH.pack(len(raw_name)), raw_name, _LENGTH.pack(len(raw_value)), raw_value)
-    parts.append(bytes(record.payload))
+    parts.append(bytes(payload))
     head = (
         flags,
         time_ms,
@@ -329,6 +362,7 @@ class RecordFields(NamedTuple):
     schema_version: int | None
     sequence: int | None = None
     producer_epoch: int = 0
+    compression: Compression | None = None  # how the payload was stored
 
 
 def decode_record(buf: bytes | bytearray | memoryview) -> Record:
@@ -349,22 +383,35 @@ def decode_record(buf: bytes | bytearray | memoryview) -> Record:
         schema_version=fields.schema_version,
         sequence=fields.sequence,
         producer_epoch=fields.producer_epoch,
+        compression=fields.compression,
     )
 
 
-def decode_record_fields(buf: bytes | bytearray | memoryview) -> RecordFields:
+def decode_record_fields(
+    buf: bytes | bytearray | memoryview, *, decompress: bool = True
+) -> RecordFields:
     """:func:`decode_record`, with the same checks, as a tuple (no frozen dataclass to build:
-    about twice as fast, which bulk readers such as the Spark source need)."""
+    about twice as fast, which bulk readers such as the Spark source need).
+    ``decompress=False``: a compressed payload as stored (for readers of the other fields,
+    which need not pay for inflating it)."""
     view = memoryview(buf)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     time_ms, producer, key, attributes, payload, schema_id, schema_version = decode_record_at(
-        view, 0, len(view)
+        view, 0, len(view), decompress=decompress
     )
     sequenced = record_sequence(view)
+    compression = CODEC_NAMES.get((view[RECORD_FLAGS_AT] & FLAG_CODEC) >> FLAG_CODEC_SHIFT)
     if sequenced is None:
         return RecordFields(
-            time_ms, producer, key, attributes, bytes(payload), schema_id, schema_version
+            time_ms,
+            producer,
+            key,
+            attributes,
+            bytes(payload),
+            schema_id,
+            schema_version,
+            compression=compression,
         )
     return RecordFields(
         time_ms,
@@ -376,17 +423,19 @@ def decode_record_fields(buf: bytes | bytearray | memoryview) -> RecordFields:
         schema_version,
         sequenced.sequence,
         sequenced.producer_epoch,
+        compression,
     )
 
 
 def decode_record_at(
-    data: _Bytes, start: int, end: int
+    data: _Bytes, start: int, end: int, *, decompress: bool = True
 ) -> tuple[int, str, str | None, dict[str, str], _Bytes, int | None, int | None]:
     """:func:`decode_record_fields` of the record in ``data[start:end]``, with the same
     checks, as a plain tuple in the order of :class:`RecordFields`, with no view or slice of
     ``data`` made first: for a reader of many records in one body (a delivery batch), where
     those cost as much as the decoding. The payload is ``data[pos:end]``: one copy out of
-    ``bytes``, a view of a ``memoryview`` (of unsigned bytes)."""
+    ``bytes``, a view of a ``memoryview`` (of unsigned bytes). A compressed payload comes
+    out decompressed (a new buffer of the same type), unless ``decompress=False``."""
     if not 0 <= start <= end <= len(data):
         raise CorruptRecordError(f"record at {start}..{end} of a {len(data)}-byte buffer")
     flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len = (
@@ -407,15 +456,30 @@ def decode_record_at(
         raise CorruptRecordError(
             f"{problem}: {end - pos} bytes left for a {payload_len}-byte payload"
         )
+    payload = data[pos:end]
+    if decompress and flags & FLAG_CODEC:
+        payload = _inflated(payload, flags)
     return (
         time_ms,
         producer,
         key,
         attributes,
-        data[pos:end],
+        payload,
         schema_id if flags & _FLAG_SCHEMA_ID else None,
         schema_version if flags & _FLAG_SCHEMA_VERSION else None,
     )
+
+
+def _inflated(payload: _Bytes, flags: int) -> _Bytes:
+    """A stored payload of the codec ``flags`` name, decompressed, in a buffer of its type."""
+    out = decompress_payload(
+        (flags & FLAG_CODEC) >> FLAG_CODEC_SHIFT,
+        payload,
+        size_bytes_max=MAX_DECOMPRESSED_PAYLOAD_BYTES,
+    )
+    if isinstance(payload, memoryview):
+        return memoryview(out)
+    return out
 
 
 def read_record_header(
@@ -433,6 +497,8 @@ def read_record_header(
     )
     if flags & ~_KNOWN_FLAGS:
         raise CorruptRecordError(f"unknown flags {flags:#04x}")
+    if flags & FLAG_CODEC and (flags & FLAG_CODEC) >> FLAG_CODEC_SHIFT not in CODEC_NAMES:
+        raise CorruptRecordError(f"unknown compression codec in flags {flags:#04x}")
     # An absent field must be all zero, so that one record has exactly one encoding.
     if key_len and not flags & _FLAG_KEY:
         raise CorruptRecordError(f"key length is {key_len} but flagged absent")

@@ -18,9 +18,10 @@ from urllib.parse import parse_qsl
 import orjson
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from danube.discovery.errors import BadRequestError
+from danube.discovery.errors import BadRequestError, TooLargeError
 from danube.discovery.producer_models import ProducerId
 from danube.frame import FrameError
+from danube.frame.errors import DecompressedTooLargeError
 from danube.frame.produce import ProducedFrames, scan_frames_for_produce
 from danube.meta import TopicName
 from danube.meta.records import Dispatch
@@ -80,12 +81,18 @@ def parse_binary_params(query: bytes) -> BinaryParams:
     return BinaryParams(producer_id, dispatch, version)
 
 
-def scan_body(body: bytes, *, max_messages: int) -> ProducedFrames:
+def scan_body(body: bytes, *, max_messages: int, max_payload_bytes: int) -> ProducedFrames:
     """The checked frames of a binary body (at most ``max_messages + 1``: the producer
     refuses more, 413 ``too_many_messages``); 400 with the frame error's code
-    (``truncated_frames``, ``corrupt_frame``, ``corrupt_record``)."""
+    (``truncated_frames``, ``corrupt_frame``, ``corrupt_record``). A compressed payload
+    stating more than ``max_payload_bytes`` decompressed is corrupt before it is inflated;
+    the sizes are the messages' (the producer holds them to the topic's limit)."""
     try:
-        return scan_frames_for_produce(body, max_count=max_messages)
+        return scan_frames_for_produce(
+            body, max_count=max_messages, payload_bytes_max=max_payload_bytes
+        )
+    except DecompressedTooLargeError as exc:
+        raise TooLargeError(str(exc), code=exc.code, limit=exc.limit_bytes) from exc
     except FrameError as exc:
         raise BadRequestError(str(exc), code=exc.code) from exc
 

@@ -56,7 +56,9 @@ def check_chunked_frames(frames: ProducedFrames, limit: int) -> None:
         return
     body = frames.body
     spans = zip(frames.starts, frames.ends, strict=True)
-    check_chunked((decode_record_at(body, start, end)[3] for start, end in spans), limit)
+    check_chunked(
+        (decode_record_at(body, start, end, decompress=False)[3] for start, end in spans), limit
+    )
 
 
 # Average record size past which the records' heads are searched one by one rather than
@@ -76,7 +78,8 @@ def _names_total_bytes(frames: ProducedFrames) -> bool:
     if len(whole) <= _RECORD_BYTES_SEARCHED_ALONE * len(frames):
         return whole.find(needle) >= 0
     find = whole.find
-    for start, end, size in zip(frames.starts, frames.ends, frames.payload_sizes, strict=True):
-        if find(needle, start, end - size) >= 0:
+    for index, start in enumerate(frames.starts):
+        # Up to the stored payload (a compressed one is shorter than its message's size).
+        if find(needle, start, frames.payload_start(index)) >= 0:
             return True
     return False

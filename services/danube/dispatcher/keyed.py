@@ -174,7 +174,7 @@ def record_key(payload: object) -> str | None:
     if not isinstance(payload, bytes | bytearray | memoryview):
         return None
     try:
-        return decode_record_fields(payload).key
+        return decode_record_fields(payload, decompress=False).key
     except FrameError:
         return None
 

@@ -31,7 +31,9 @@ def message_id(record: bytes) -> str | None:
     if not record or record[0] not in (1, 2):
         return None
     try:
-        found = decode_record_fields(record).attributes.get(protocol.MESSAGE_ID_ATTRIBUTE)
+        found = decode_record_fields(record, decompress=False).attributes.get(
+            protocol.MESSAGE_ID_ATTRIBUTE
+        )
     except CorruptRecordError:
         return None
     return found or None

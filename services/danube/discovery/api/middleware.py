@@ -27,14 +27,27 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from danube import trace
 from danube.discovery import metrics
+from danube.discovery.api.content_encoding import (
+    check_encoding,
+    content_encoding,
+    decoded_scope,
+    inflate,
+)
 from danube.discovery.api.produce import (
     PRODUCE_TEMPLATE,
     answer_headers,
     fast_produce,
     is_fast_produce,
+    is_produce,
 )
 from danube.discovery.api.state import Services
-from danube.discovery.errors import BadRequestError, TooLargeError, error_body, http_status
+from danube.discovery.errors import (
+    BadRequestError,
+    DiscoveryError,
+    TooLargeError,
+    error_body,
+    http_status,
+)
 
 # Open to any Host: what probes and scrapers ask for.
 UNCHECKED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -159,8 +172,15 @@ class ApiFront:
             declared = _content_length(scope) if refusal is None else None
             if refusal is None and declared is not None and declared > self.limit_bytes:
                 refusal = _too_large(self.limit_bytes)
+            encoding = content_encoding(scope) if refusal is None else None
             if refusal is not None:
                 await _send_error(answer, refusal)
+            elif encoding is not None:
+                served = await self._serve_encoded(scope, encoding, receive, send, answer, trace_id)
+                if served is not None:
+                    status = served
+                if is_produce(scope):  # the route saw a scope of its own: name it here
+                    template = PRODUCE_TEMPLATE
             elif (
                 self.services is not None
                 and declared is not None
@@ -181,6 +201,54 @@ class ApiFront:
             if template is None:
                 template = getattr(scope.get("route"), "path", None) or "unmatched"
             metrics.HTTP_REQUESTS.labels(scope["method"], template, str(status)).inc()
+
+    async def _serve_encoded(
+        self,
+        scope: Scope,
+        encoding: str,
+        receive: Receive,
+        send: Send,
+        answer: Send,
+        trace_id: bytes,
+    ) -> int | None:
+        """A request with a ``Content-Encoding`` (danube.discovery.api.content_encoding): a
+        produce's body read whole (within the limit), inflated within the limit, then served
+        as if sent so; anything else refused. The status when answered here as a fast
+        produce, else None (``answer`` carried the answer)."""
+        try:
+            check_encoding(encoding, produce=is_produce(scope))
+            # Read whole, counted: a chunked body (no Content-Length) was not refused above.
+            received: list[Message] = []
+            size = 0
+            while not received or (
+                received[-1]["type"] == "http.request" and received[-1].get("more_body")
+            ):
+                received.append(await receive())
+                size += len(received[-1].get("body", b""))
+                if size > self.limit_bytes:
+                    raise _too_large(self.limit_bytes)
+            if received[-1]["type"] != "http.request":
+                return None  # the client went away
+            raw = b"".join(m.get("body", b"") for m in received)
+            body = inflate(encoding, raw, limit_bytes=self.limit_bytes)
+        except DiscoveryError as exc:
+            await _send_error(answer, exc)
+            return None
+        scope = decoded_scope(scope, len(body))
+        decoded: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+        if self.services is not None and is_fast_produce(scope):
+
+            async def receive_decoded() -> Message:
+                return decoded.pop() if decoded else await receive()
+
+            answered = await self._fast_produce(
+                self.services, scope, receive_decoded, send, trace_id
+            )
+            if isinstance(answered, int):
+                return answered
+            decoded = answered
+        await self._replay(scope, decoded, receive, answer)
+        return None
 
     async def _fast_produce(
         self, services: Services, scope: Scope, receive: Receive, send: Send, trace_id: bytes

@@ -68,6 +68,11 @@ async def produce(
     return ProduceResponse(results=await services.producer.produce(name, body))
 
 
+def is_produce(scope: Scope) -> bool:
+    """Whether the request is a produce (whatever its body)."""
+    return scope["method"] == "POST" and _PRODUCE_PATH.fullmatch(scope["path"]) is not None
+
+
 def is_fast_produce(scope: Scope) -> bool:
     """Whether :func:`fast_produce` may take this request: a produce with a JSON or a
     binary body."""
@@ -144,7 +149,10 @@ async def _binary_produce(
     try:
         name = produce_topic(ns, topic)
         params = parse_binary_params(scope["query_string"])
-        frames = scan_body(body, max_messages=services.producer.limits.max_messages)
+        limits = services.producer.limits
+        frames = scan_body(
+            body, max_messages=limits.max_messages, max_payload_bytes=limits.max_payload_bytes
+        )
         await _admit(services, scope, name, params.producer_id)
         stored = await services.producer.produce_frames(
             name, frames, dispatch=params.dispatch, schema_version=params.schema_version
