@@ -529,6 +529,8 @@ class SubscriptionOut(_Response):
     effective_failure_policy: FailurePolicy | None = None
     # Messages let go past their TTL since its dispatcher serves it (null: not served).
     expired: int | None = None
+    # Delayed messages its dispatcher holds, not due or not acked yet (null: not served).
+    delayed: int | None = None
 
 
 class SubscriptionList(_Response):

@@ -178,7 +178,7 @@ class PartitionReader:
         more may be waiting right away."""
         machine = self.runtime.machine
         assert machine is not None
-        position = machine.cursor(self.name).read_position
+        position = machine.read_position(self.name)  # delayed messages read again first
         reply = self._carried_at(position)
         if reply is None:
             reply = await self._fetched_at(position)
