@@ -81,7 +81,7 @@ DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 
 
 class SubscriptionMachine(
-    PoisonHandling, MachineInspection, FairRedelivery, ExpiryHandling, DelayHandling
+    PoisonHandling, DelayHandling, MachineInspection, FairRedelivery, ExpiryHandling
 ):
     """Delivery of one subscription: who gets which message, when it comes back, when the
     cursor moves. Deterministic for a given event sequence and ``rng``. Key-shared is the

@@ -1,0 +1,202 @@
+"""Delayed delivery in the dispatcher without servers: when a record is due, the packed
+index (in due order, never early, memory bounded by spilling), and a shared or key-shared
+machine that holds delayed messages out of its cursor's way, hands them out at their time,
+and after a restart from its stored cursors delivers exactly those not acked."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from danube.dispatcher.cursor import CursorState, PartitionCursor
+from danube.dispatcher.delayed import BUCKET_MS, DelayedMessages, MemorySpill, due_of
+from danube.dispatcher.delivery import SubscriptionMachine
+from danube.dispatcher.events import (
+    Ack,
+    ConsumerAttached,
+    Deliver,
+    FlushCursor,
+    MessagesAvailable,
+    Poll,
+    Tick,
+)
+from danube.dispatcher.keyed import KeySharedMachine, record_key
+from danube.frame import RawFrame, Record, encode_frame, encode_record
+from danube.wire.delay import (
+    DELAY_MS_MAX,
+    DELIVER_AFTER_ATTRIBUTE,
+    DELIVER_AT_ATTRIBUTE,
+    DelayError,
+    delay_attributes,
+)
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_700_000_000_000  # a publish time, Unix ms
+
+
+def frame(offset: int, due_ms: int | None = None, *, key: str | None = None) -> RawFrame:
+    attributes = {} if due_ms is None else {DELIVER_AT_ATTRIBUTE: str(due_ms)}
+    record = encode_record(
+        Record(payload=b"x", publish_time_ms=T0, producer="p", key=key, attributes=attributes)
+    )
+    return RawFrame(offset, memoryview(encode_frame(offset, record)))
+
+
+def test_a_record_is_due_at_its_time_or_after_its_publish_time() -> None:
+    def due(attributes: dict[str, str]) -> int | None:
+        record = encode_record(
+            Record(payload=b"x", publish_time_ms=T0, producer="p", attributes=attributes)
+        )
+        return due_of(RawFrame(0, memoryview(encode_frame(0, record))))
+
+    assert due({}) is None
+    assert due({"a": "b"}) is None
+    assert due({DELIVER_AT_ATTRIBUTE: str(T0 + 5)}) == T0 + 5
+    assert due({DELIVER_AFTER_ATTRIBUTE: "250"}) == T0 + 250
+    both = {DELIVER_AT_ATTRIBUTE: str(T0 + 7), DELIVER_AFTER_ATTRIBUTE: "250"}
+    assert due(both) == T0 + 7  # the absolute time wins
+    for bad in ("-1", "1.5", "soon", ""):
+        assert due({DELIVER_AFTER_ATTRIBUTE: bad}) is None, bad  # delivered at once
+    assert due({DELIVER_AFTER_ATTRIBUTE: str(DELAY_MS_MAX * 3)}) == T0 + DELAY_MS_MAX  # capped
+
+
+def test_delay_attributes_refuse_what_is_wrong() -> None:
+    now = T0
+    assert delay_attributes(now_ms=now) == {}
+    assert delay_attributes(deliver_after_ms=0, now_ms=now) == {DELIVER_AFTER_ATTRIBUTE: "0"}
+    assert delay_attributes(deliver_at_ms=now + 5, now_ms=now) == {
+        DELIVER_AT_ATTRIBUTE: str(now + 5)
+    }
+    refused = [
+        {"deliver_after_ms": -1},
+        {"deliver_at_ms": -1},
+        {"deliver_after_ms": DELAY_MS_MAX + 1},
+        {"deliver_at_ms": now + DELAY_MS_MAX + 1},
+        {"deliver_at_ms": now, "deliver_after_ms": 1},
+    ]
+    for asked in refused:
+        with pytest.raises(DelayError):
+            delay_attributes(now_ms=now, **asked)
+
+
+def test_the_index_gives_every_message_once_never_early_within_its_memory_bound() -> None:
+    rng = random.Random(7)
+    spill = MemorySpill()
+    index = DelayedMessages(spill, memory_bytes_max=64 * 1024)
+    dues = {}
+    for offset in range(20_000):
+        due = T0 + rng.randrange(1_000, 120_000)
+        dues[offset] = due
+        index.file("p0", offset, due, frame(offset, due))
+        # The farthest buckets go to the spill: the two nearest stay (they are read next).
+        assert index.memory_bytes <= 64 * 1024 + 2 * 250 * BUCKET_MS
+    assert spill.buckets, "nothing was spilled"
+    assert index.filed == index.held == 20_000
+    seen: dict[int, int] = {}
+    now = T0
+    while index.filed:
+        now += 37
+        for due in index.take_due(now, 500):
+            assert due.due_ms <= now, "handed out early"
+            assert due.offset not in seen, "handed out twice"
+            assert bytes(due.frame.data) == bytes(frame(due.offset, dues[due.offset]).data)
+            seen[due.offset] = due.due_ms
+            assert now - due.due_ms < 37 + 1 or len(seen) % 500 == 0  # at most a step late
+    assert seen == dues
+    assert not spill.buckets  # every bucket spilled was taken back
+
+
+def machine(kind: str = "shared", cursor: PartitionCursor | None = None) -> SubscriptionMachine:
+    cursors = {"p0": cursor or PartitionCursor(0)}
+    if kind == "key_shared":
+        return KeySharedMachine(cursors, key_of=record_key)
+    return SubscriptionMachine(kind, cursors)  # type: ignore[arg-type]
+
+
+def delivered(actions: list[object]) -> list[int]:
+    return [o for a in actions if isinstance(a, Deliver) for o in a.offsets]
+
+
+def stored(actions: list[object]) -> CursorState:
+    (state,) = [a.state for a in actions if isinstance(a, FlushCursor)]
+    return state
+
+
+@pytest.mark.parametrize("kind", ["shared", "key_shared"])
+def test_delayed_messages_wait_without_holding_the_cursor_back(kind: str) -> None:
+    m = machine(kind)
+    m.handle(ConsumerAttached("c1", "one"))
+    # 0, 2, 4 are due at T0 + 1000, 3000, 2000; 1, 3 are not delayed.
+    dues = {0: T0 + 1000, 2: T0 + 3000, 4: T0 + 2000}
+    reads = [(o, frame(o, dues.get(o), key="k" if kind == "key_shared" else None)) for o in range(5)]
+    m.handle(MessagesAvailable("p0", reads, 0, 5))
+    assert delivered(m.handle(Poll("c1", 100, 1.0, T0))) == [1, 3]
+    m.handle(Ack("c1", [("p0", 1), ("p0", 3)]))
+    # Every offset is acked in the cursor (its contiguous point is past the delayed ones),
+    # and what is stored says where the delayed ones lie and their earliest due time.
+    state = stored(m.handle(Tick(3.0, T0 + 10)))
+    assert state.next_offset == 5
+    assert (state.delay_from, state.delay_due_ms) == (0, T0 + 1000)
+    assert m.delayed_count == 3
+    assert delivered(m.handle(Poll("c1", 100, 4.0, T0 + 999))) == []
+    assert delivered(m.handle(Poll("c1", 100, 4.0, T0 + 1000))) == [0]
+    assert delivered(m.handle(Poll("c1", 100, 5.0, T0 + 3500))) == [4, 2]  # by due time
+    m.handle(Ack("c1", [("p0", 0), ("p0", 4), ("p0", 2)]))
+    state = stored(m.handle(Tick(10.0, T0 + 3600)))
+    assert (state.next_offset, state.delay_from, state.delay_due_ms) == (5, None, None)
+    assert m.delayed_count == 0
+    m.validate()
+
+
+@pytest.mark.parametrize("kind", ["exclusive", "failover"])
+def test_exclusive_and_failover_deliver_delayed_messages_at_once(kind: str) -> None:
+    m = machine(kind)
+    m.handle(ConsumerAttached("c1", "one"))
+    m.handle(MessagesAvailable("p0", [(0, frame(0, T0 + 60_000)), (1, frame(1))], 0, 2))
+    assert delivered(m.handle(Poll("c1", 100, 1.0, T0))) == [0, 1]
+    assert m.delayed_count == 0
+
+
+def test_a_restart_from_the_stored_cursor_delivers_exactly_the_delayed_ones_not_acked() -> None:
+    rng = random.Random(3)
+    dues = {o: T0 + rng.randrange(1_000, 30_000) for o in range(0, 3000, 3)}
+    log = [(o, frame(o, dues.get(o))) for o in range(3000)]
+    first = machine()
+    first.handle(ConsumerAttached("c1", "one"))
+    first.handle(MessagesAvailable("p0", log, 0, 3000))
+    now = T0
+    acked: set[int] = set()
+    while now < T0 + 15_000:  # half the delayed ones are due and acked, promptly
+        now += 50
+        got = delivered(first.handle(Poll("c1", 5000, now / 1000, now)))
+        first.handle(Ack("c1", [("p0", o) for o in got]))
+        acked.update(got)
+    state = stored(first.handle(Tick(now / 1000 + 10, now)))
+    assert state.next_offset == 3000
+    assert state.delay_from is not None and state.delay_from < 3000
+    # A second dispatcher resumes from that state: it reads again from delay_from first.
+    second = machine(cursor=PartitionCursor.from_state(state))
+    second.resume_delayed({"p0": state})
+    second.handle(ConsumerAttached("c2", "two"))
+    position = second.read_position("p0")
+    assert position == state.delay_from
+    while position < 3000:  # as a reader does, in fetches of 700
+        end = min(position + 700, 3000)
+        second.handle(MessagesAvailable("p0", log[position:end], position, end))
+        position = second.read_position("p0")
+    assert second.cursor("p0").read_position == 3000
+    again: list[int] = []
+    while now < T0 + 31_000:
+        now += 50
+        got = delivered(second.handle(Poll("c2", 5000, now / 1000, now)))
+        assert all(dues[o] <= now for o in got), "early"
+        second.handle(Ack("c2", [("p0", o) for o in got]))
+        again.extend(got)
+    not_acked = {o for o in dues if o not in acked}
+    assert not_acked <= set(again), "a delayed message was lost"
+    # Those acked again are only those at or after the stored due bound (acked out of due
+    # order): with prompt acks, none here.
+    assert set(again) - not_acked == set()
+    assert second.delayed_count == 0
