@@ -51,8 +51,8 @@ from danube.frame.record import read_attributes
 from danube.wire.delay import deliver_at_ms
 
 # One delayed message in a bucket, then its frame (``length`` bytes):
-#   due_ms i64 | slot u16 (the partition, see DelayedMessages.slot) | offset u64 | length u32
-_RECORD = struct.Struct("<qHQI")
+#   due_ms i64 | slot u32 (the partition, see DelayedMessages.slot) | offset u64 | length u32
+_RECORD = struct.Struct("<qIQI")
 BUCKET_MS = 1000
 # The stored lower bound of the offsets still delayed is rounded down to this many offsets:
 # one counter per block of the log, not per message.
