@@ -1,17 +1,25 @@
-"""Delayed delivery in the dispatcher without servers: when a record is due, the packed
-index (in due order, never early, memory bounded by spilling), and a shared or key-shared
+"""Delayed delivery without servers: the producer's side (the HTTP fields and the SDK's
+helpers, their refusals); in the dispatcher, when a record is due, the packed index (in due
+order, never early, memory bounded by spilling to files), and a shared or key-shared
 machine that holds delayed messages out of its cursor's way, hands them out at their time,
 and after a restart from its stored cursors delivers exactly those not acked."""
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from danube.client.delay import deliver_after, deliver_at
+from danube.client.errors import InvalidMessageError
+from danube.discovery.models import ProduceRequest
+from danube.discovery.produce_body import parse_produce
 from danube.dispatcher.cursor import CursorState, PartitionCursor
-from danube.dispatcher.delayed import BUCKET_MS, DelayedMessages, MemorySpill, due_of
+from danube.dispatcher.delayed import BUCKET_MS, DelayedMessages, FileSpill, MemorySpill, due_of
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import (
     Ack,
@@ -203,3 +211,39 @@ def test_a_restart_from_the_stored_cursor_delivers_exactly_the_delayed_ones_not_
     # order): with prompt acks, none here.
     assert set(again) - not_acked == set()
     assert second.delayed_count == 0
+
+
+def test_file_spill_keeps_buckets_apart_and_cleans_up(tmp_path: Path) -> None:
+    spill = FileSpill(tmp_path / "sub")
+    assert not (tmp_path / "sub").exists()  # made at the first spill only
+    spill.append(7, b"ab")
+    spill.append(9, b"z")
+    spill.append(7, b"cd")
+    assert spill.take(7) == b"abcd"
+    assert spill.take(7) == b""  # taken: gone
+    spill.clear()
+    assert not (tmp_path / "sub").exists()
+    index = DelayedMessages(FileSpill(tmp_path / "idx"), memory_bytes_max=4096)
+    for offset in range(400):
+        index.file("p0", offset, T0 + 1000 * (offset % 40), frame(offset, T0))
+    assert list((tmp_path / "idx").glob("*.dly")), "nothing went to files"
+    assert [d.offset for d in index.take_due(T0 + 40_000, 1000)] == sorted(
+        range(400), key=lambda o: (o % 40, o)
+    )
+    assert not list((tmp_path / "idx").glob("*.dly"))
+
+
+def test_sdk_helpers_and_http_fields_store_the_attribute() -> None:
+    assert deliver_after(250, {"a": "b"}) == {"a": "b", DELIVER_AFTER_ATTRIBUTE: "250"}
+    assert deliver_at(T0) == {DELIVER_AT_ATTRIBUTE: str(T0)}
+    with pytest.raises(InvalidMessageError):
+        deliver_after(-1)
+    with pytest.raises(InvalidMessageError):
+        deliver_at(int(time.time() * 1000) + DELAY_MS_MAX + 60_000)
+    body = b'{"messages": [{"payload": "x", "deliver_after_ms": 5, "attributes": {"a": "b"}}]}'
+    assert parse_produce(body) is None  # the model answers (and names what is wrong)
+    message = ProduceRequest.model_validate_json(body).messages[0]
+    assert message.record_attributes() == {"a": "b", DELIVER_AFTER_ATTRIBUTE: "5"}
+    for bad in ('"deliver_after_ms": -1', '"deliver_at_ms": 1, "deliver_after_ms": 1'):
+        with pytest.raises(ValidationError):
+            ProduceRequest.model_validate_json(f'{{"messages": [{{"payload": "x", {bad}}}]}}')
