@@ -218,18 +218,26 @@ def test_file_spill_keeps_buckets_apart_and_cleans_up(tmp_path: Path) -> None:
     assert not (tmp_path / "sub").exists()  # made at the first spill only
     spill.append(7, b"ab")
     spill.append(9, b"z")
+    spill.prefetch(7)  # read ahead, then appended to: what was read goes back first
     spill.append(7, b"cd")
     assert spill.take(7) == b"abcd"
     assert spill.take(7) == b""  # taken: gone
+    spill.prefetch(9)
+    spill.drain()
+    assert not list((tmp_path / "sub").glob("*.dly"))  # read ahead: its file is gone
+    assert spill.take(9) == b"z"
     spill.clear()
+    spill.drain()
     assert not (tmp_path / "sub").exists()
-    index = DelayedMessages(FileSpill(tmp_path / "idx"), memory_bytes_max=4096)
+    files = FileSpill(tmp_path / "idx")
+    index = DelayedMessages(files, memory_bytes_max=4096)
     for offset in range(400):
         index.file("p0", offset, T0 + 1000 * (offset % 40), frame(offset, T0))
+    files.drain()
     assert list((tmp_path / "idx").glob("*.dly")), "nothing went to files"
-    assert [d.offset for d in index.take_due(T0 + 40_000, 1000)] == sorted(
-        range(400), key=lambda o: (o % 40, o)
-    )
+    got = [d.offset for now in range(0, 41_000, 500) for d in index.take_due(T0 + now, 1000)]
+    assert got == sorted(range(400), key=lambda o: (o % 40, o))
+    files.drain()
     assert not list((tmp_path / "idx").glob("*.dly"))
 
 

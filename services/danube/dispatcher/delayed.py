@@ -31,14 +31,12 @@ ack round trip's worth.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
+from danube.dispatcher.spill import FileSpill, MemorySpill, Spill
 from danube.frame import (
     RECORD_HEADER,
     RECORD_HEADER_BYTES,
@@ -50,6 +48,8 @@ from danube.frame.errors import FrameError
 from danube.frame.record import read_attributes
 from danube.wire.delay import deliver_at_ms
 
+__all__ = ["DelayedMessages", "Due", "FileSpill", "MemorySpill", "Spill", "due_of"]
+
 # One delayed message in a bucket, then its frame (``length`` bytes):
 #   due_ms i64 | slot u32 (the partition, see DelayedMessages.slot) | offset u64 | length u32
 _RECORD = struct.Struct("<qIQI")
@@ -59,69 +59,9 @@ BUCKET_MS = 1000
 OFFSET_BLOCK = 4096
 MEMORY_BYTES_MAX = 8 << 20  # per subscription, buffers not yet spilled
 _SPILL_KEEP_NEAR = 2  # buckets from the earliest one never spilled (read next)
+# A spilled bucket is read ahead (off the event loop) this long before it falls due.
+PREFETCH_MS = 2000
 _NAME_PART = b"danube.deliver_"
-
-
-class Spill(Protocol):
-    """Where buckets go when memory is full: appended in pieces, taken back whole."""
-
-    def append(self, bucket: int, data: bytes) -> None: ...
-    def take(self, bucket: int) -> bytes: ...
-    def clear(self) -> None: ...
-
-
-class MemorySpill:
-    """A :class:`Spill` in memory (tests; a subscription that never spills)."""
-
-    def __init__(self) -> None:
-        self.buckets: dict[int, bytearray] = {}
-
-    def append(self, bucket: int, data: bytes) -> None:
-        """Add ``data`` to ``bucket``."""
-        self.buckets.setdefault(bucket, bytearray()).extend(data)
-
-    def take(self, bucket: int) -> bytes:
-        """All of ``bucket``, which is gone then."""
-        return bytes(self.buckets.pop(bucket, b""))
-
-    def clear(self) -> None:
-        """Drop everything."""
-        self.buckets.clear()
-
-
-class FileSpill:
-    """A :class:`Spill` as one file per bucket under ``directory`` (node-local, a cache:
-    nothing is fsynced, the log is what a restart reads). Writes are appends of at most
-    ``MEMORY_BYTES_MAX`` at a time to the page cache."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory  # made at the first append
-
-    def _path(self, bucket: int) -> Path:
-        return self.directory / f"{bucket:016d}.dly"
-
-    def append(self, bucket: int, data: bytes) -> None:
-        """Add ``data`` to ``bucket``'s file."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self._path(bucket), "ab") as file:
-            file.write(data)
-
-    def take(self, bucket: int) -> bytes:
-        """``bucket``'s file, read and removed (empty when it has none)."""
-        path = self._path(bucket)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return b""
-        path.unlink()
-        return data
-
-    def clear(self) -> None:
-        """Remove every file (and the directory)."""
-        for path in self.directory.glob("*.dly"):
-            path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            self.directory.rmdir()
 
 
 def due_of(payload: object) -> int | None:
@@ -300,6 +240,12 @@ class DelayedMessages:
 
     def _load_due(self, now_ms: int) -> None:
         keys, buckets = self._bucket_keys, self._buckets
+        # The three nearest buckets lie among a heap's first seven items: those spilled and
+        # due soon are read ahead, so taking them later waits for nothing.
+        for key in sorted(keys[:7])[:3]:
+            bucket = buckets.get(key)
+            if bucket is not None and bucket.spilled and key * BUCKET_MS <= now_ms + PREFETCH_MS:
+                self.spill.prefetch(key)
         while keys and keys[0] * BUCKET_MS <= now_ms:
             key = heapq.heappop(keys)
             bucket = buckets.pop(key, None)
