@@ -1,7 +1,8 @@
 """Delayed delivery through the whole mesh, across a dispatcher SIGKILL: thousands of
 messages produced over HTTP with ``deliver_at_ms`` spread over a few seconds (and some not
-delayed) on a shared subscription; the dispatcher is killed while most are still waiting and
-a new one takes over. Every message is delivered, none before its time, those due once the
+delayed) on a shared subscription, the dispatcher's memory for them at its least (most go to
+spill files); the dispatcher is killed while most are still waiting (the listing counts
+them) and a new one takes over. Every message is delivered, none before its time, those due once the
 new dispatcher serves within 50 ms of it, the others as soon as it serves; the messages not
 delayed are not held back. The bad inputs of the HTTP fields are refused."""
 
@@ -136,7 +137,12 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
 ) -> None:
     services("ingest", "ingest-0")
     discovery = services("discovery", "discovery-0")
-    lease = {"DANUBE_DISPATCHER__LEASE_TTL_S": "2"}  # the killed one's claim goes soon
+    lease = {
+        "DANUBE_DISPATCHER__LEASE_TTL_S": "2",  # the killed one's claim goes soon
+        # The least memory allowed (64 KiB): most delayed messages go to spill files.
+        "DANUBE_DISPATCHER__DELAYED_MEMORY_BYTES_MAX": "65536",
+        "DANUBE_DISPATCHER__DELAYED_SPILL_DIR": str(tmp_path / "spill"),
+    }
     first = ServerProcess(spec_for("dispatcher", "dispatcher-0", **lease), tmp_path / "d0.log")
     first.start()
     dispatchers = [first]
@@ -157,6 +163,11 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
             produced_s = (_now_ms() - started_ms) / 1000
             assert produced_s < KILL_AFTER_S, f"producing took {produced_s:.1f} s"
             await asyncio.sleep(KILL_AFTER_S - produced_s)
+            listed = (await http.get(f"/v1/topics/default/{TOPIC}/subscriptions")).json()
+            held = listed["subscriptions"][0]["delayed"]
+            assert DELAYED // 2 < held <= DELAYED, held  # most are still waiting
+            spilled = list((tmp_path / "spill").glob("*/*.dly"))
+            assert spilled, "nothing went to spill files"
             dispatchers[-1].kill()  # SIGKILL
             killed_ms = _now_ms()
             second = ServerProcess(

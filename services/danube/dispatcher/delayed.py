@@ -281,6 +281,11 @@ class DelayedMessages:
         expired): no restart delivers it again."""
         if self._out.pop((partition, offset), None) is None:
             return
+        if len(self._out_heap) > 2 * len(self._out) + 1024:
+            # Mostly stale items (one message out for long keeps those behind it): rebuilt,
+            # so the heap stays within twice what is out.
+            self._out_heap = [(due, name, at) for (name, at), due in self._out.items()]
+            heapq.heapify(self._out_heap)
         blocks = self._blocks.get(partition)
         if blocks is None:
             return
