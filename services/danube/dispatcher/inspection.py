@@ -81,10 +81,9 @@ class MachineInspection:
 
     def quiet(self) -> bool:
         """Whether a Tick has nothing to do but look: no message held (so no ack deadline or
-        redelivery can fall due) and no cursor waiting to be written."""
-        if self._entries or any(p.cursor.dirty for p in self._partitions.values()):
-            return False
-        return self.delayed is None or not self.delayed.filed  # filed: they fall due
+        redelivery can fall due) and no cursor waiting to be written. Delayed messages filed
+        fall due at a time the caller asks for (``next_due_ms``), not at a tick."""
+        return not self._entries and not any(p.cursor.dirty for p in self._partitions.values())
 
     def validate(self) -> None:
         """Check the invariants of the data structures (tests call it after every event);

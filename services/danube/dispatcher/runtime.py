@@ -548,14 +548,15 @@ class SubscriptionRuntime(ActionRunner):
     async def _tick_loop(self) -> None:
         while True:
             if self._machine().quiet():
-                # Nothing can fall due before the next event (it wakes us); consumer
-                # sessions (a minute by default) are looked at on this clock too.
+                # Nothing can fall due before the next event (it wakes us) or the next
+                # delayed message's time; consumer sessions (a minute by default) are looked
+                # at on this clock too.
                 changed = self._changed
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(QUIET_TICK_S * random.uniform(0.9, 1.1)):
+                    async with asyncio.timeout(_until_due_s(self._machine(), QUIET_TICK_S)):
                         await changed.wait()
             else:
-                await asyncio.sleep(self._tick_wait_s())
+                await asyncio.sleep(_until_due_s(self._machine(), TICK_INTERVAL_S))
             now_s = time.monotonic()
             await self.handle(Tick(now_s, _wall_ms()))
             timeout_s = self.config.consumer_session_timeout_s
@@ -569,14 +570,15 @@ class SubscriptionRuntime(ActionRunner):
                     )
                     await self.detach(consumer_id)
 
-    def _tick_wait_s(self) -> float:
-        """The usual tick, or less when a delayed message falls due sooner: it is handed
-        out at its time (within a millisecond or two), not at the next tick."""
-        wait_s = TICK_INTERVAL_S * random.uniform(0.9, 1.1)
-        due_ms = self._machine().next_due_ms()
-        if due_ms is not None:
-            wait_s = min(wait_s, max(0.0, (due_ms - time.time() * 1000) / 1000))
-        return wait_s
+
+def _until_due_s(machine: SubscriptionMachine, tick_s: float) -> float:
+    """``tick_s`` (jittered), or less when a delayed message falls due sooner: it is handed
+    out at its time (within a millisecond or two), not at the next tick."""
+    wait_s = tick_s * random.uniform(0.9, 1.1)
+    due_ms = machine.next_due_ms()
+    if due_ms is not None:
+        wait_s = min(wait_s, max(0.0, (due_ms - time.time() * 1000) / 1000))
+    return wait_s
 
 
 def _wall_ms() -> int:
