@@ -255,3 +255,11 @@ def test_sdk_helpers_and_http_fields_store_the_attribute() -> None:
     for bad in ('"deliver_after_ms": -1', '"deliver_at_ms": 1, "deliver_after_ms": 1'):
         with pytest.raises(ValidationError):
             ProduceRequest.model_validate_json(f'{{"messages": [{{"payload": "x", {bad}}}]}}')
+
+
+def test_file_spill_holds_a_bounded_amount_of_unwritten_bytes(tmp_path: Path) -> None:
+    spill = FileSpill(tmp_path / "q", queued_bytes_max=10_000)
+    for bucket in range(200):
+        spill.append(bucket % 7, bytes(1000))
+        assert spill._queued_bytes <= 10_000 + 1000  # the bound, plus the one just queued
+    assert sum(len(spill.take(b)) for b in range(7)) == 200_000  # nothing lost on the way

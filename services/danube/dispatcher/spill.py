@@ -6,15 +6,20 @@ log is what a resume reads again).
 :class:`FileSpill` does its file I/O on one worker thread of its own, in submission order,
 never on the event loop: an append is queued (its bytes held until written), a bucket about
 to fall due is read ahead (:meth:`FileSpill.prefetch`), so :meth:`FileSpill.take` normally
-finds it read. Only a take with nothing read ahead waits for the thread.
+finds it read. Only a take with nothing read ahead waits for the thread, and an append while
+more than ``QUEUED_BYTES_MAX`` wait to be written (a disk slower than the log is read).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
+
+# Bytes of appends queued for the thread at most: past it an append waits for the oldest.
+QUEUED_BYTES_MAX = 16 << 20
 
 
 class Spill(Protocol):
@@ -52,10 +57,15 @@ class FileSpill:
     """A :class:`Spill` as one file per bucket under ``directory`` (made at the first
     append, removed by :meth:`clear`), written and read on a thread of its own."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, queued_bytes_max: int = QUEUED_BYTES_MAX) -> None:
         self.directory = directory
+        self.queued_bytes_max = queued_bytes_max
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delay-spill")
         self._ahead: dict[int, Future[bytes]] = {}  # buckets read ahead (and removed)
+        # Appends not known to be written, oldest first, with their sizes: their bytes are
+        # held until then, so at most queued_bytes_max are (past it, an append waits).
+        self._queued: deque[tuple[Future[None], int]] = deque()
+        self._queued_bytes = 0
 
     def _path(self, bucket: int) -> Path:
         return self.directory / f"{bucket:016d}.dly"
@@ -65,7 +75,13 @@ class FileSpill:
         ahead = self._ahead.pop(bucket, None)
         if ahead is not None:  # read ahead too early: what it read goes back first
             self._thread.submit(self._put_back, bucket, ahead)
-        self._thread.submit(self._append, bucket, data)
+        queued = self._queued
+        while queued and (queued[0][0].done() or self._queued_bytes > self.queued_bytes_max):
+            written, size = queued.popleft()
+            written.result()  # a disk slower than the reads: the caller waits here (rare)
+            self._queued_bytes -= size
+        queued.append((self._thread.submit(self._append, bucket, data), len(data)))
+        self._queued_bytes += len(data)
 
     def prefetch(self, bucket: int) -> None:
         """Read ``bucket`` (and remove its file) now, for a take soon."""
@@ -82,6 +98,8 @@ class FileSpill:
     def clear(self) -> None:
         """Remove every file and the directory (queued after what is under way)."""
         self._ahead.clear()
+        self._queued.clear()
+        self._queued_bytes = 0
         self._thread.submit(self._remove_all)
         self._thread.shutdown(wait=False)
 
