@@ -261,5 +261,5 @@ def test_file_spill_holds_a_bounded_amount_of_unwritten_bytes(tmp_path: Path) ->
     spill = FileSpill(tmp_path / "q", queued_bytes_max=10_000)
     for bucket in range(200):
         spill.append(bucket % 7, bytes(1000))
-        assert spill._queued_bytes <= 10_000 + 1000  # the bound, plus the one just queued
+        assert spill.queued_bytes <= 10_000 + 1000  # the bound, plus the one just queued
     assert sum(len(spill.take(b)) for b in range(7)) == 200_000  # nothing lost on the way

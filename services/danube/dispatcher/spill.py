@@ -83,6 +83,11 @@ class FileSpill:
         queued.append((self._thread.submit(self._append, bucket, data), len(data)))
         self._queued_bytes += len(data)
 
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of appends not known to be written yet."""
+        return self._queued_bytes
+
     def prefetch(self, bucket: int) -> None:
         """Read ``bucket`` (and remove its file) now, for a take soon."""
         if bucket not in self._ahead:
