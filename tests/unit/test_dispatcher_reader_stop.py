@@ -47,9 +47,6 @@ class FakeMachine:
     def cursor(self, name: str) -> FakeCursor:
         return self.cursor_
 
-    def read_position(self, name: str) -> int:
-        return self.cursor_.read_position
-
 
 class SwallowingIngest:
     """A fetch that, once cancelled, still answers (as a wait_for whose reply arrived in the

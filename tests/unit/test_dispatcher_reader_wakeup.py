@@ -54,9 +54,6 @@ class FakeMachine:
     def cursor(self, name: str) -> FakeCursor:
         return self.cursor_
 
-    def read_position(self, name: str) -> int:
-        return self.cursor_.read_position
-
 
 class LogIngest:
     """A committed log of records; a fetch answers at most ``max_count`` of them."""

@@ -45,26 +45,22 @@ class DelayHandling:
         for name, state in states.items():
             self.delayed.resume(name, state.delay_from, state.delay_due_ms, state.next_offset)
 
-    def read_position(self, name: str) -> int:
-        """Where the reader of partition ``name`` reads next: where it reads again for
-        delayed messages while it does, else its cursor's read position."""
-        again = None if self.delayed is None else self.delayed.rescanning(name)
-        return self._partitions[name].cursor.read_position if again is None else again
+    def rescan_position(self, name: str) -> int | None:
+        """Where partition ``name`` is being read again for its delayed messages not acked
+        (None: it is not): a reader of its own does it, beside the usual one."""
+        return None if self.delayed is None else self.delayed.rescanning(name)
 
-    def _reread(self, event: MessagesAvailable) -> MessagesAvailable | None:
-        """A read of a partition being read again for its delayed messages: filed as such;
-        the part of it past the rescan (if it ended here) is returned as a usual read."""
+    def reread(self, event: MessagesAvailable) -> None:
+        """A read again of a partition for its delayed messages (from
+        :meth:`rescan_position`): files them; a read from elsewhere is ignored (the rescan
+        reader asks again from where it is)."""
         delayed, name = self.delayed, event.partition
         position = None if delayed is None else delayed.rescanning(name)
-        if delayed is None or position is None:
-            return event
-        if event.from_offset != position or event.next_offset is None:
-            return None  # not from where the rescan is: the reader asks again
-        stop = delayed.rescan(name, list(event.messages), event.next_offset)
-        if delayed.rescanning(name) is not None:
-            return None
-        rest = [(offset, payload) for offset, payload in event.messages if offset >= stop]
-        return MessagesAvailable(name, rest, stop, event.next_offset)
+        if delayed is None or position is None or event.next_offset is None:
+            return
+        if event.from_offset != position:
+            return
+        delayed.rescan(name, list(event.messages), event.next_offset)
 
     def _file_if_delayed(
         self, name: str, cursor: PartitionCursor, offset: int, payload: object

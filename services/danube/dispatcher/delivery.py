@@ -208,11 +208,6 @@ class SubscriptionMachine(
 
     def _available(self, event: MessagesAvailable) -> None:
         partition = self._partition(event.partition)
-        if self.delayed is not None:
-            reread = self._reread(event)  # a resume reads delayed messages again first
-            if reread is None:
-                return
-            event = reread
         cursor = partition.cursor
         messages = event.messages
         if not messages and event.next_offset is None:

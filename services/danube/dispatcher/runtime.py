@@ -53,7 +53,7 @@ from danube.dispatcher.events import (
 from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
-from danube.dispatcher.readers import PartitionReader
+from danube.dispatcher.readers import DelayRescanReader, PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
@@ -182,6 +182,7 @@ class SubscriptionRuntime(ActionRunner):
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
             self._spawn(reader.run(), f"reader-{partition}")
+        self._rescan(self._partitions)
         self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
         self._spawn(policies.evict_loop(self), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
@@ -211,7 +212,17 @@ class SubscriptionRuntime(ActionRunner):
                     self, partition, partition.topic
                 )
                 self._spawn(reader.run(), f"reader-{partition}")
+            self._rescan({p.topic: p for p in new})
         log.info("%s/%s reads %d partitions now", self.store.topic, self.store.sub, count)
+
+    def _rescan(self, partitions: dict[str, TopicName]) -> None:
+        """A reader of its own for each of ``partitions`` whose delayed messages are to be
+        read again (danube.dispatcher.delayed): it ends when that is done."""
+        machine = self._machine()
+        for name, partition in partitions.items():
+            if machine.rescan_position(name) is not None:
+                rescan = DelayRescanReader(self, partition, name)
+                self._spawn(rescan.run(), f"rescan-{partition}")
 
     def _spill_dir(self) -> Path:
         """Where this subscription's delayed messages go past the memory bound: a directory
