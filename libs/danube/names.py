@@ -20,7 +20,7 @@ retriable: the same name is refused again). ``danube.bus`` adds its own tokens o
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from danube.errors import DanubeError
 
@@ -118,12 +118,19 @@ class TopicName:
 
     namespace: str
     topic: str
+    # Computed once: names are dict keys on every hot path (a producer's per-partition
+    # sequences, a leader's partitions), and the generated __hash__ builds a tuple each call.
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_segment("namespace", self.namespace)
         validate_segment("topic", self.topic)
         if len(str(self)) > MAX_TOPIC_NAME_CHARS:
             raise _too_long(str(self))
+        object.__setattr__(self, "_hash", hash((self.namespace, self.topic)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def parse(cls, name: str) -> TopicName:

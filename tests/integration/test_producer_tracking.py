@@ -88,3 +88,38 @@ async def test_states_survive_reopens_snapshots_and_truncations(tmp_path: Path) 
     assert next_sequence(tracking, "a") == 6
     assert next_sequence(tracking, "b") == 2
     await wal.close()
+
+
+async def test_a_retention_drop_snapshots_the_states_of_the_records_it_removes(
+    tmp_path: Path,
+) -> None:
+    # Without a snapshot past the new start, a restart would rebuild from what is left and
+    # forget producer "a", whose batches lay only in the dropped segments: a resend of its
+    # last batch would be stored again.
+    directory = tmp_path / "p"
+    small = options(rotation_max_bytes=256)  # a segment or so per append
+    wal = await Wal.open(directory, small)
+    tracking = ProducerTracking(directory, ProducerStates())
+    await tracking.opened(wal)
+    await wal.append([rec("a", s) for s in range(4)])  # offsets 0..3
+    for index in range(6):
+        await wal.append([rec("b", index)])  # 4..9, rolling segments
+    assert snapshots(directory) == []
+    assert await wal.drop_below(9) > 0
+    assert wal.start_offset > 3  # every record of "a" is gone from the log
+    assert snapshots(directory) == ["producers-00000000000000000010.snap"]
+    await wal.close()
+
+    wal = await Wal.open(directory, small)
+    tracking = ProducerTracking(directory, ProducerStates())
+    await tracking.opened(wal)
+    state = tracking.states.get(b"a")
+    assert state is not None
+    assert state.offset_of(0, 4) == 0  # the resend of a's batch is still recognised
+    assert next_sequence(tracking, "b") == 6
+    # A drop the newest snapshot covers writes none.
+    for index in range(6, 10):
+        await wal.append([rec("b", index)])  # 10..13
+    await wal.drop_below(10)
+    assert snapshots(directory) == ["producers-00000000000000000010.snap"]
+    await wal.close()

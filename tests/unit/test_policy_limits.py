@@ -130,3 +130,19 @@ def test_the_cli_reads_policies_as_key_value_pairs() -> None:
         parse_policies(["max_producer=3"])
     with pytest.raises(typer.BadParameter, match="integer"):
         parse_policies(["max_producers=many"])
+
+
+def test_retention_mode_is_a_policy_like_the_others() -> None:
+    patch = PoliciesSpec.model_validate({"retention_mode": "queue"})
+    assert patch.applied_to(Policies(max_producers=3)) == Policies(
+        max_producers=3, retention_mode="queue"
+    )
+    with pytest.raises(ValidationError, match="retention_mode"):
+        PoliciesSpec.model_validate({"retention_mode": "acked"})
+    # The namespace's mode holds where the topic sets none; a topic may opt out.
+    namespace = Policies(retention_mode="queue")
+    assert Policies().over(namespace).retention_mode == "queue"
+    assert Policies(retention_mode="time_size").over(namespace).retention_mode == "time_size"
+    found = parse_policies(["retention_mode=queue"])
+    assert found is not None
+    assert found.body() == {"retention_mode": "queue"}

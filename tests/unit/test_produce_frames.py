@@ -33,6 +33,7 @@ from danube.frame.produce import (
     scan_frames_for_produce,
     stamp_schema,
 )
+from danube.frame.record import sequence_runs
 from danube.meta import TopicName
 from danube.wire.ingest import protocol
 
@@ -74,6 +75,44 @@ def test_produced_frames_are_the_wal_frames_of_offset_0_and_scan_back(batch: lis
     assert [decode_record(frames.record(i)) for i in range(len(batch))] == batch
     assert [bytes(frames.payload(i)) for i in range(len(batch))] == [r.payload for r in batch]
     assert b"".join(frames.frames(range(len(batch)))) == body
+
+
+# Records as an idempotent producer (or a hostile client) sends them: a few producers and
+# epochs, sequences mostly going on by one, some not, some records unsequenced or keyed.
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["p", "q", "é"]),
+        st.integers(1, 2),
+        st.none() | st.sampled_from([1, 1, 1, 0, 2, -1]),
+        st.none() | st.just("k"),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150)
+@given(steps)
+def test_the_scan_reads_the_runs_sequence_runs_reads(
+    batch: list[tuple[str, int, int | None, str | None]],
+) -> None:
+    sequence = 5
+    chosen = []
+    for producer, epoch, step, key in batch:
+        if step is not None:
+            sequence = max(0, sequence + step)
+        chosen.append(
+            Record(
+                payload=b"x",
+                publish_time_ms=1,
+                producer=producer,
+                key=key,
+                sequence=None if step is None else sequence,
+                producer_epoch=0 if step is None else epoch,
+            )
+        )
+    frames = scan_frames_for_produce(b"".join(_produced(r) for r in chosen), max_count=20)
+    assert frames.runs == sequence_runs([bytes(frames.record(i)) for i in range(len(chosen))])
 
 
 @settings(max_examples=60)
@@ -152,7 +191,8 @@ def test_the_framed_ingest_request_carries_checked_records() -> None:
     batch = [Record(payload=bytes([i]), publish_time_ms=i, producer="p") for i in range(3)]
     body = b"".join(_produced(r) for r in batch)
     request = protocol.encode_framed_produce_request(3, [body])
-    records = protocol.decode_produce_request(request, max_record_bytes=1024)
+    records, runs = protocol.decode_produce_request(request, max_record_bytes=1024)
+    assert runs == []  # read by the scan: none sequenced
     assert [decode_record(r) for r in records] == batch
     with pytest.raises(protocol.BadRequestError, match="not 4"):
         protocol.decode_produce_request(

@@ -1,4 +1,5 @@
-"""Retention decisions without I/O: which WAL segments and objects may go, which topics count."""
+"""Retention decisions without I/O: which WAL segments and objects may go (by the limits, and
+under queue retention by the ack floor), which topics count and in which mode."""
 
 from __future__ import annotations
 
@@ -6,17 +7,29 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from danube.meta.records import NamespacePolicy, RetentionPolicy, TopicConfig
+from danube.meta.records import (
+    DroppedCount,
+    NamespacePolicy,
+    Policies,
+    RetentionPolicy,
+    RetentionTally,
+    TopicConfig,
+)
 from danube.names import TopicName
 from danube.retention.policy import (
     MIB,
+    NOTHING,
+    Dropped,
     Limits,
+    PartitionPolicy,
     StoredObject,
     WalDrop,
+    acked_prefix,
     plan_object_expiry,
     plan_wal_drop,
     reliable_partitions,
 )
+from danube.retention.tally import added
 from danube.wire.ingest.protocol import SegmentInfo
 
 pytestmark = pytest.mark.unit
@@ -45,6 +58,8 @@ def _wal(
     limits: Limits = HOUR,
     *,
     listed: int | None = None,
+    floor: int | None = None,
+    hold_ms: int = 0,
 ) -> WalDrop | None:
     return plan_wal_drop(
         segments[:listed] if listed is not None else segments,
@@ -53,6 +68,8 @@ def _wal(
         uploaded_through=uploaded,
         limits=limits,
         now_ms=NOW_MS,
+        ack_floor=floor,
+        ack_hold_ms=hold_ms,
     )
 
 
@@ -164,6 +181,64 @@ def test_wal_plan_never_exceeds_the_upload_or_touches_the_active_segment(
     assert plan.size_bytes == sum(s.size_bytes for s in wal[: plan.segments])
 
 
+def test_queue_retention_drops_uploaded_segments_below_the_ack_floor_however_young() -> None:
+    wal = _segments((10, 100, NEW_MS), (10, 100, NEW_MS), (10, 100, NEW_MS), (10, 100, NEW_MS))
+    # Every subscription acked below 25: segments 0..9 and 10..19 go, 20..29 holds 25..29.
+    assert _wal(wal, 1000, floor=25) == WalDrop(below_offset=20, segments=2, size_bytes=200)
+    assert _wal(wal, 1000, floor=20) == WalDrop(below_offset=20, segments=2, size_bytes=200)
+    assert _wal(wal, 1000, floor=19) == WalDrop(below_offset=10, segments=1, size_bytes=100)
+    assert _wal(wal, 1000, floor=None) is None  # young, and no floor: all stay
+
+
+def test_queue_retention_never_drops_what_is_not_uploaded_or_the_active_segment() -> None:
+    wal = _segments((10, 100, NEW_MS), (10, 100, NEW_MS), (10, 100, NEW_MS))
+    assert _wal(wal, 14, floor=30) == WalDrop(below_offset=10, segments=1, size_bytes=100)
+    assert _wal(wal, None, floor=30) is None
+    # All acked and uploaded: the active segment stays all the same.
+    assert _wal(wal, 1000, floor=30) == WalDrop(below_offset=20, segments=2, size_bytes=200)
+
+
+def test_queue_retention_keeps_the_limits_for_what_is_not_acked() -> None:
+    wal = _segments((10, 100, NEW_MS), (10, 100, OLD_MS), (10, 100, OLD_MS), (10, 100, NEW_MS))
+    # Acked below 10, and 10..29 old: the limits take on where the acks stop.
+    assert _wal(wal, 1000, floor=10) == WalDrop(below_offset=30, segments=3, size_bytes=300)
+
+
+def test_queue_retention_holds_acked_segments_within_the_message_id_window() -> None:
+    wal = _segments((10, 100, OLD_MS), (10, 100, NEW_MS), (10, 100, NEW_MS))
+    # Acked, but the segment written a minute ago is within a 10-minute window: it stays.
+    assert _wal(wal, 1000, Limits.of(None, None), floor=30, hold_ms=10 * MINUTE_MS) == WalDrop(
+        below_offset=10, segments=1, size_bytes=100
+    )
+    assert _wal(wal, 1000, Limits.of(None, None), floor=30, hold_ms=MINUTE_MS) == WalDrop(
+        below_offset=20, segments=2, size_bytes=200
+    )
+
+
+@given(
+    counts=st.lists(st.integers(1, 50), min_size=2, max_size=20),
+    ages=st.lists(st.booleans(), min_size=20, max_size=20),
+    uploaded=st.integers(-1, 1200),
+    floor=st.one_of(st.none(), st.integers(0, 1200)),
+)
+def test_queue_plan_drops_a_prefix_each_unit_acked_old_or_both(
+    counts: list[int], ages: list[bool], uploaded: int, floor: int | None
+) -> None:
+    wal = _segments(*[(c, 100, OLD_MS if ages[i] else NEW_MS) for i, c in enumerate(counts)])
+    plan = _wal(wal, uploaded, floor=floor)
+    without = _wal(wal, uploaded)
+    if plan is None:
+        assert without is None
+        return
+    assert plan.below_offset <= uploaded + 1
+    assert plan.segments < len(wal)
+    for segment in wal[: plan.segments]:
+        assert segment.modified_ms == OLD_MS or (
+            floor is not None and segment.next_offset is not None and segment.next_offset <= floor
+        )
+    assert without is None or without.segments <= plan.segments  # the floor only adds
+
+
 # --- object storage ----------------------------------------------------------------------------
 
 
@@ -204,6 +279,32 @@ def test_no_policy_keeps_everything() -> None:
     assert plan_object_expiry([], complete=True, limits=HOUR, now_ms=NOW_MS) == 0
 
 
+def test_queue_retention_deletes_objects_below_the_ack_floor_the_newest_too() -> None:
+    objects = _objects((10, NEW_MS), (10, NEW_MS), (10, NEW_MS))  # offsets 0..299
+    none = Limits.of(None, None)
+
+    def plan(floor: int | None, limits: Limits = none) -> int:
+        return plan_object_expiry(
+            objects, complete=True, limits=limits, now_ms=NOW_MS, ack_floor=floor
+        )
+
+    assert plan(None) == 0
+    assert plan(0) == 0
+    assert plan(199) == 1  # offset 199 unacked by someone: the second object stays
+    assert plan(200) == 2
+    assert plan(300) == 3  # all acked: nothing is left, the newest included
+    # The limits still apply beyond the floor, but never to the newest.
+    old = _objects((10, OLD_MS), (10, OLD_MS), (10, OLD_MS))
+    assert plan_object_expiry(old, complete=True, limits=HOUR, now_ms=NOW_MS, ack_floor=50) == 2
+
+
+def test_acked_prefix_counts_the_units_wholly_below_the_floor() -> None:
+    assert acked_prefix([9, 19, 29], 20) == 2
+    assert acked_prefix([9, 19, 29], 19) == 1
+    assert acked_prefix([9, 19, 29], None) == 0
+    assert acked_prefix([], 100) == 0
+
+
 def test_objects_out_of_order_are_refused() -> None:
     objects = list(reversed(_objects((10, OLD_MS), (10, OLD_MS))))
     with pytest.raises(ValueError, match="offset order"):
@@ -221,9 +322,9 @@ def test_only_reliable_topics_are_looked_at_partition_by_partition() -> None:
         (TopicName("ns", "fast"), TopicConfig(dispatch="non_reliable", created_ms=0)),
     ]
     assert reliable_partitions(topics) == [
-        (TopicName("ns", "plain"), RetentionPolicy()),
-        (TopicName("ns", "parts-part-0"), week),
-        (TopicName("ns", "parts-part-1"), week),
+        PartitionPolicy(TopicName("ns", "plain"), RetentionPolicy()),
+        PartitionPolicy(TopicName("ns", "parts-part-0"), week),
+        PartitionPolicy(TopicName("ns", "parts-part-1"), week),
     ]
 
 
@@ -239,8 +340,51 @@ def test_a_topic_inherits_each_retention_limit_it_leaves_unset_from_its_namespac
         (TopicName("other", "bare"), TopicConfig(created_ms=0)),  # its namespace has none
     ]
     assert reliable_partitions(topics, namespaces) == [
-        (TopicName("ns", "bare"), RetentionPolicy(time_minutes=60, size_mb=500)),
-        (TopicName("ns", "timed"), RetentionPolicy(time_minutes=24 * 60, size_mb=500)),
-        (TopicName("ns", "sized"), RetentionPolicy(time_minutes=60, size_mb=1024)),
-        (TopicName("other", "bare"), RetentionPolicy()),
+        PartitionPolicy(TopicName("ns", "bare"), RetentionPolicy(time_minutes=60, size_mb=500)),
+        PartitionPolicy(
+            TopicName("ns", "timed"), RetentionPolicy(time_minutes=24 * 60, size_mb=500)
+        ),
+        PartitionPolicy(TopicName("ns", "sized"), RetentionPolicy(time_minutes=60, size_mb=1024)),
+        PartitionPolicy(TopicName("other", "bare"), RetentionPolicy()),
     ]
+
+
+def test_retention_mode_is_inherited_from_the_namespace_and_a_topic_may_override_it() -> None:
+    queue, limits = Policies(retention_mode="queue"), Policies(retention_mode="time_size")
+    namespaces = {"q": NamespacePolicy(created_ms=0, policies=queue)}
+    topics = [
+        (TopicName("q", "inherits"), TopicConfig(created_ms=0)),
+        (TopicName("q", "opts-out"), TopicConfig(created_ms=0, policies=limits)),
+        (TopicName("plain", "own"), TopicConfig(created_ms=0, policies=queue, partitions=2)),
+        (TopicName("plain", "bare"), TopicConfig(created_ms=0)),
+    ]
+    partitions = reliable_partitions(topics, namespaces)
+    found = {str(item.partition): item.queue for item in partitions}
+    assert found == {
+        "/q/inherits": True,
+        "/q/opts-out": False,
+        "/plain/own-part-0": True,
+        "/plain/own-part-1": True,
+        "/plain/bare": False,
+    }
+    assert {item.ack_hold_ms for item in partitions} == {0}  # no message-id window set
+
+
+def test_the_tally_adds_each_drop_to_its_tier_split_by_reason() -> None:
+    tally = added(RetentionTally(), "cloud", Dropped(2, 1000, 5000), Dropped(1, 600, 3000), 7)
+    tally = added(tally, "wal", Dropped(3, 90, 900), NOTHING, 9)
+    tally = added(tally, "cloud", Dropped(1, 10, 50), Dropped(1, 10, 50), 8)
+    assert tally.cloud_acked == DroppedCount(messages=610, size_bytes=3050)
+    assert tally.cloud_limits == DroppedCount(messages=400, size_bytes=2000)
+    assert tally.wal_acked == DroppedCount()
+    assert tally.wal_limits == DroppedCount(messages=90, size_bytes=900)
+    assert tally.updated_ms == 9  # never backwards
+
+
+def test_a_queue_topic_holds_acked_wal_data_for_its_message_id_window() -> None:
+    policies = Policies(retention_mode="queue", message_id_window_s=120)
+    topics = [
+        (TopicName("ns", "q"), TopicConfig(created_ms=0, policies=policies)),
+        (TopicName("ns", "s"), TopicConfig(created_ms=0, policies=Policies(message_id_window_s=9))),
+    ]
+    assert [item.ack_hold_ms for item in reliable_partitions(topics)] == [120_000, 0]

@@ -440,3 +440,43 @@ async def test_a_topic_that_grew_is_routed_over_its_new_partitions() -> None:
             expected = fnv1a_32(key.encode()) % 4
             assert stored.partition == str(TOPIC.partition_name(expected))
         assert sum(1 for p, _ in mesh.bodies if "lookup" in p) == lookups_before
+
+
+async def test_messages_stamped_at_send_take_a_new_epochs_sequences_after_a_failure() -> None:
+    # Once the epoch and partitions are known, a message is stamped as it is sent; the
+    # messages queued behind a batch that fails carry the old epoch and must go out under
+    # the new one, their sequences consecutive from 0 again, in the order they were sent.
+    mesh = FakeMesh(partitions=3)
+    release, arrived = asyncio.Event(), asyncio.Event()
+
+    async def gate(partition: str, body: bytes) -> None:
+        if b"held" in body:
+            arrived.set()
+            await release.wait()
+            mesh.faults.insert(0, (409, "out_of_order_sequence"))  # this request's answer
+
+    mesh.gate = gate
+    async with (
+        _client(mesh) as client,
+        client.producer("t", batch_max_messages=4, linger_ms=0) as p,
+    ):
+        await p.send_and_wait("first", key="k0")  # the epoch and partitions are known now
+        held = await p.send("held", key="k1")
+        await arrived.wait()
+        queued = [await p.send(f"q{i}", key=f"k{i % 5}") for i in range(10)]
+        queued.append(await p.send("keyless"))
+        release.set()
+        with pytest.raises(ConflictError):
+            await held
+        stored = await asyncio.gather(*queued)
+    assert all(not r.duplicate for r in stored)
+    records = [r for log in mesh.logs.values() for r in log]
+    assert sorted(r.payload for r in records) == sorted(
+        [b"first", b"keyless"] + [f"q{i}".encode() for i in range(10)]
+    )
+    for partition, log in mesh.logs.items():
+        renewed = [r for r in log if r.producer_epoch == 1]
+        assert [r.sequence for r in renewed] == list(range(len(renewed))), partition
+        sent = [r.payload for r in renewed if r.payload != b"keyless"]
+        assert sent == sorted(sent, key=lambda payload: int(payload[1:])), partition
+    assert {r.payload for r in records if r.producer_epoch == 0} == {b"first"}

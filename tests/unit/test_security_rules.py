@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute, APIWebSocketRoute
 from danube.config import SecurityConfig
 from danube.discovery import metrics
 from danube.discovery.api import build_app
-from danube.discovery.api.auth import AUTHENTICATED, PUBLIC, ROUTES
+from danube.discovery.api.auth import AUTHENTICATED, PER_TOPIC, PUBLIC, ROUTES
 from danube.discovery.console import load_static
 from danube.discovery.grpc_api.auth import METHODS
 from danube.discovery.grpc_api.server import method_handlers
@@ -234,7 +234,7 @@ def test_every_http_route_has_a_permission_rule() -> None:
         elif isinstance(route, APIWebSocketRoute):
             served.add(("WEBSOCKET", route.path))
     served = {(m, p.replace(":int", "")) for m, p in served}
-    ruled = set(ROUTES) | PUBLIC | AUTHENTICATED
+    ruled = set(ROUTES) | PUBLIC | AUTHENTICATED | PER_TOPIC
     assert served - ruled == set()
     assert ruled - served == set()  # no stale rule either
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -80,6 +81,15 @@ def consume(
     no_ack: Annotated[
         bool, typer.Option("--no-ack", help="Do not ack (the messages come again).")
     ] = False,
+    save_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--save-dir",
+            help="Write each payload to DIR/<partition>-<offset>.bin and print its size and "
+            "path instead of the payload (large messages: files sent with produce --file).",
+            file_okay=False,
+        ),
+    ] = None,
     max_redeliveries: fp.MaxRedeliveries = None,
     ack_timeout_ms: fp.AckTimeoutMs = None,
     backoff: fp.BackoffOpt = None,
@@ -95,6 +105,8 @@ def consume(
         raise typer.BadParameter(
             "--key-filter needs --sub-type key-shared", param_hint="--key-filter"
         )
+    if save_dir is not None:
+        save_dir.mkdir(parents=True, exist_ok=True)
     policy = fp.build_policy(
         max_redeliveries,
         ack_timeout_ms,
@@ -120,6 +132,7 @@ def consume(
             timeout_s=timeout_s,
             ack=not no_ack,
             policy=None if policy is None else policy.body(),
+            save_dir=save_dir,
         ),
     )
 
@@ -139,6 +152,7 @@ async def _consume(
     timeout_s: float,
     ack: bool,
     policy: dict[str, Any] | None = None,
+    save_dir: Path | None = None,
 ) -> None:
     received = 0
     async with (
@@ -159,7 +173,7 @@ async def _consume(
             f"consuming {consumer.topic} as {subscription} ({sub_type}, {mode}); Ctrl-C stops"
         )
         async for message in consumer:
-            _show(message, json_out)
+            _show(message, json_out, None if save_dir is None else _save(message, save_dir))
             if ack:
                 message.ack()
             received += 1
@@ -168,11 +182,23 @@ async def _consume(
     err.print(f"received {received} message(s)")
 
 
-def _show(message: ReceivedMessage, json_out: bool) -> None:
-    try:
-        payload, encoding = message.payload.decode("utf-8"), "utf8"
-    except UnicodeDecodeError:
-        payload, encoding = base64.b64encode(message.payload).decode("ascii"), "base64"
+def _save(message: ReceivedMessage, save_dir: Path) -> Path:
+    """Write the payload to its own file (named by partition and offset); its path."""
+    name = message.partition.strip("/").replace("/", "-")
+    path = save_dir / f"{name}-{message.offset}.bin"
+    path.write_bytes(message.payload)
+    return path
+
+
+def _show(message: ReceivedMessage, json_out: bool, saved: Path | None = None) -> None:
+    if saved is not None:
+        payload, encoding = str(saved), "file"
+    else:
+        try:
+            payload, encoding = message.payload.decode("utf-8"), "utf8"
+        except UnicodeDecodeError:
+            payload, encoding = base64.b64encode(message.payload).decode("ascii"), "base64"
+    chunks = getattr(message, "chunks", ())
     if json_out:
         print_json(
             {
@@ -180,6 +206,8 @@ def _show(message: ReceivedMessage, json_out: bool) -> None:
                 "offset": message.offset,
                 "payload": payload,
                 "encoding": encoding,
+                "bytes": len(message.payload),
+                "chunks": len(chunks),
                 "key": message.key,
                 "attributes": dict(message.attributes),
                 "publish_time_ms": message.publish_time_ms,
@@ -194,6 +222,10 @@ def _show(message: ReceivedMessage, json_out: bool) -> None:
     extras += [f"{k}={v}" for k, v in message.attributes.items()]
     if message.redelivery_count:
         extras.append(f"redelivered={message.redelivery_count}")
-    shown = payload if encoding == "utf8" else f"<{len(message.payload)} bytes, base64> {payload}"
+    if chunks:
+        extras.append(f"chunks={len(chunks)}")
+    shown = (
+        payload if encoding == "utf8" else f"<{len(message.payload)} bytes, {encoding}> {payload}"
+    )
     head = f"[{message.partition}@{message.offset}]"
     out.print(escape(" ".join([head, *extras, shown])))

@@ -18,14 +18,16 @@ PolicyOption = Annotated[
         help=(
             "KEY=VALUE, repeatable: max_producers, max_subscriptions, "
             "max_consumers_per_subscription, publish_rate_msgs_s, publish_rate_bytes_s, "
-            "max_message_bytes, backlog_quota_messages, message_id_window_s, message_ttl_s "
+            "max_message_bytes, backlog_quota_messages, message_id_window_s, message_ttl_s, "
+            "max_chunked_message_bytes "
             "(integers), "
-            "backlog_quota_policy (refuse|evict_oldest); VALUE 'none' unsets it (inherited)."
+            "backlog_quota_policy (refuse|evict_oldest), retention_mode (time_size|queue); "
+            "VALUE 'none' unsets it (inherited)."
         ),
     ),
 ]
 
-_TEXT_FIELDS = frozenset({"backlog_quota_policy"})
+_TEXT_FIELDS = frozenset({"backlog_quota_policy", "retention_mode"})
 
 
 def parse_policies(given: list[str] | None) -> Policies | None:

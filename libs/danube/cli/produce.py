@@ -201,6 +201,9 @@ async def _produce(
             send_timeout_s=timeout_s,
             access_mode=access_mode,
             idempotent=idempotent,
+            # A payload over the message size (a large --file) goes as chunks, up to the
+            # SDK's 100 MiB (docs/client.md, "Large messages").
+            chunking=True,
         )
         started = time.monotonic()
         async with producer:  # opens the session (if any) now, closes it at the end

@@ -21,6 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from danube.client._chunking import ChunkedMessage, IncompleteMessageError
     from danube.client.admin import (
         AsyncAdmin,
         Backoff,
@@ -104,6 +105,7 @@ _HOMES = {
     "AsyncSchemas": "danube.client.schemas",
     "Backoff": "danube.client.admin",
     "BadRequestError": "danube.client.errors",
+    "ChunkedMessage": "danube.client._chunking",
     "ClientError": "danube.client.errors",
     "ClientTls": "danube.client.tls",
     "ClosedError": "danube.client.errors",
@@ -118,6 +120,7 @@ _HOMES = {
     "DrainStatus": "danube.client.elastic",
     "FailurePolicy": "danube.client.admin",
     "FailurePolicyInfo": "danube.client.admin",
+    "IncompleteMessageError": "danube.client._chunking",
     "InvalidArgumentError": "danube.client.errors",
     "InvalidMessageError": "danube.client.errors",
     "Lookup": "danube.client.admin",
@@ -187,6 +190,7 @@ __all__ = [
     "AsyncSchemas",
     "Backoff",
     "BadRequestError",
+    "ChunkedMessage",
     "ClientError",
     "ClientTls",
     "ClosedError",
@@ -200,6 +204,7 @@ __all__ = [
     "DrainStatus",
     "FailurePolicy",
     "FailurePolicyInfo",
+    "IncompleteMessageError",
     "InvalidArgumentError",
     "InvalidMessageError",
     "Lookup",

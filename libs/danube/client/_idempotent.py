@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from danube.client._http import HttpCore
 from danube.client._records import RECORDS_TYPE, results_of_runs
-from danube.client._sequencing import EPOCH_MAX, Router, Sequences, stamp
+from danube.client._sequencing import EPOCH_MAX, Router, Sequences, Stamp, key_of, stamp
 from danube.client.errors import (
     ApiError,
     ClientError,
@@ -73,7 +73,7 @@ class Part:
     epoch: int
     first: int
     indexes: list[int]
-    frames: list[bytes]  # as encoded at send(), unstamped: what a new routing starts from
+    frames: list[bytes]  # the records: what a new routing starts from (stamped again)
     content: bytes
     settled: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -106,6 +106,68 @@ class IdempotentSender:
         self._epoch_known = not named
         self._stale = False  # a part failed: take a new epoch before the next batch
         self._inflight: dict[TopicName, list[Part]] = {}
+        # Bumped with each new epoch: stamps of an older generation are stale.
+        self.generation = 0
+
+    def stamp_next(self, key: bytes | None, last: Stamp | None, *, queued: bool) -> Stamp | None:
+        """Take the next sequence of the partition a record with ``key`` (UTF-8; None:
+        keyless) sent now goes to; its stamp. None when the record is to be stamped when its
+        batch is planned: the epoch or the partitions are not known yet, or a record queued
+        before it (``queued``; ``last``: the newest one's stamp) is not stamped under this
+        epoch (sequences follow the queue's order)."""
+        if queued and (last is None or last[0] != self.generation):
+            return None
+        if not self._epoch_known or self._stale or self.fenced is not None:
+            return None
+        if self._router.partitions is None:
+            return None
+        partition = self._router.partition_of(key)
+        return (self.generation, partition, self._sequences.take(partition, 1))
+
+    def restamp(self, frames: list[bytes], stamps: list[Stamp | None]) -> None:
+        """Stamp, in place and in order, every record of ``frames`` whose stamp is missing
+        or stale (an older epoch's). Those are a suffix (a record is stamped at ``send()``
+        only behind current ones), so a list whose last stamp is current has no other."""
+        if not stamps or self._current(stamps[-1]):
+            return
+        start = len(stamps) - 1
+        while start > 0 and not self._current(stamps[start - 1]):
+            start -= 1
+        router, sequences, epoch, generation = (
+            self._router,
+            self._sequences,
+            self.epoch,
+            self.generation,
+        )
+        for index in range(start, len(frames)):
+            frame = frames[index]
+            partition = router.partition_of(key_of(frame))
+            sequence = sequences.take(partition, 1)
+            head, rest = stamp(frame, epoch, sequence)
+            frames[index] = head + rest
+            stamps[index] = (generation, partition, sequence)
+
+    def _current(self, stamp: Stamp | None) -> bool:
+        return stamp is not None and stamp[0] == self.generation
+
+    def plan_stamped(self, frames: list[bytes], stamps: list[Stamp | None]) -> list[Part]:
+        """Cut a batch whose records are all stamped (see :meth:`restamp`) into parts, one
+        per partition: their bytes are joined as they are. Keyless records sent from now on
+        go to the next partition."""
+        self._router.next_turn()
+        groups: dict[TopicName, list[int]] = {}
+        for index, entry in enumerate(stamps):
+            assert entry is not None
+            groups.setdefault(entry[1], []).append(index)
+        parts = []
+        for partition, indexes in groups.items():
+            chosen = frames if len(indexes) == len(frames) else [frames[i] for i in indexes]
+            first = stamps[indexes[0]]
+            assert first is not None
+            part = Part(partition, self.epoch, first[2], indexes, chosen, b"".join(chosen))
+            self._inflight.setdefault(partition, []).append(part)
+            parts.append(part)
+        return parts
 
     @property
     def partitions(self) -> int | None:
@@ -298,6 +360,7 @@ class IdempotentSender:
         self._epoch_known = True
         self._stale = False
         self._sequences.reset()
+        self.generation += 1
         log.info("producer %s of %s: epoch %d", self.name, self.topic, self.epoch)
 
     async def _partition_count(self) -> int:

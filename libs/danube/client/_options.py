@@ -10,6 +10,7 @@ from danube.client._idempotent import DEFAULT_PRODUCER_NAME
 from danube.client._producer_session import AccessMode
 from danube.client.errors import InvalidArgumentError
 from danube.client.messages import DEFAULT_MAX_PAYLOAD_BYTES, check_producer_name
+from danube.wire.chunks import CHUNKED_BYTES_DEFAULT, CHUNKED_BYTES_MAX
 
 Dispatch = Literal["reliable", "non_reliable"]
 Transport = Literal["binary", "json"]
@@ -41,6 +42,10 @@ class ProducerOptions:
     # Sequenced records, deduplicated by the leader (binary transport only: "json" sends
     # unsequenced records whatever this says).
     idempotent: bool = True
+    # A payload over max_payload_bytes goes as chunks of that size, up to this many bytes
+    # (docs/client.md, "Large messages"); off, such a payload is refused at send().
+    chunking: bool = False
+    max_chunked_message_bytes: int = CHUNKED_BYTES_DEFAULT
 
     def __post_init__(self) -> None:
         check_producer_name(self.name)
@@ -53,6 +58,14 @@ class ProducerOptions:
         _check("max_payload_bytes", self.max_payload_bytes, 1, 64 * 1024 * 1024)
         if self.transport not in ("binary", "json"):
             raise InvalidArgumentError(f"transport must be binary or json, not {self.transport!r}")
+        _check("max_chunked_message_bytes", self.max_chunked_message_bytes, 1, CHUNKED_BYTES_MAX)
+        ordered = self.idempotent and self.transport == "binary"
+        if self.chunking and self.max_inflight_batches > 1 and not ordered:
+            # Unsequenced batches in flight together may be stored in either order: a
+            # message's chunks would be, and its consumers would give it up.
+            raise InvalidArgumentError(
+                "chunking needs ordered batches: idempotent=True or max_inflight_batches=1"
+            )
         if self.access_mode not in (None, "shared", "exclusive"):
             raise InvalidArgumentError(
                 f"access_mode must be shared or exclusive, not {self.access_mode!r}"

@@ -41,19 +41,20 @@ def _utf8(what: str, value: object, limit_bytes: int) -> bytes:
     return raw
 
 
-def encode_frame(
+CheckedFields = tuple[bytes, bytes | None, list[tuple[bytes, bytes]]]
+"""A message's payload, key and attributes as a record carries them (UTF-8), every limit
+checked (a plain tuple: one is made per message)."""
+
+
+def checked_fields(
     payload: Payload,
     key: str | None,
     attributes: Mapping[str, str] | None,
     *,
-    producer: bytes,
     max_payload_bytes: int,
-    sequenced: bool = False,
-) -> bytes:
-    """One message as a produced frame; checks every limit of the record first (as the JSON
-    form does), so a bad message fails alone instead of failing its batch. ``sequenced``: a
-    sequenced record (format version 2) with epoch and sequence 0, stamped when its batch
-    is planned (:func:`danube.client._sequencing.stamp`)."""
+) -> CheckedFields:
+    """The fields of one message, checked against every limit of a record (as the JSON
+    form is), so a bad message fails alone instead of failing its batch."""
     if isinstance(payload, bytes):
         raw = payload
     elif isinstance(payload, str):
@@ -81,14 +82,45 @@ def encode_frame(
                     _utf8(f"attribute {name!r} value", value, MAX_ATTRIBUTE_VALUE_BYTES),
                 )
             )
+    return raw, raw_key, raw_attributes
+
+
+def encode_checked(
+    fields: CheckedFields,
+    *,
+    producer: bytes,
+    sequence: int | None = None,
+    producer_epoch: int = 0,
+) -> bytes:
+    """The produced frame of checked ``fields``; ``sequence``: a sequenced record (format
+    version 2) with ``producer_epoch``."""
+    payload, key, attributes = fields
     return encode_produce_frame(
-        raw,
+        payload,
         producer=producer,
         publish_time_ms=time.time_ns() // 1_000_000,
-        key=raw_key,
-        attributes=raw_attributes,
-        sequence=0 if sequenced else None,
+        key=key,
+        attributes=attributes,
+        sequence=sequence,
+        producer_epoch=producer_epoch,
     )
+
+
+def encode_frame(
+    payload: Payload,
+    key: str | None,
+    attributes: Mapping[str, str] | None,
+    *,
+    producer: bytes,
+    max_payload_bytes: int,
+    sequenced: bool = False,
+) -> bytes:
+    """One message as a produced frame; checks every limit of the record first
+    (:func:`checked_fields`). ``sequenced``: a sequenced record (format version 2) with
+    epoch and sequence 0, stamped when its batch is planned
+    (:func:`danube.client._sequencing.stamp`)."""
+    fields = checked_fields(payload, key, attributes, max_payload_bytes=max_payload_bytes)
+    return encode_checked(fields, producer=producer, sequence=0 if sequenced else None)
 
 
 def results_of_runs(answer: Any, count: int) -> list[SendResult]:

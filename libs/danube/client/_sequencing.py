@@ -8,9 +8,13 @@ producer routes its own batches (the server must not spread one over partitions 
 back): each part of a batch goes to one partition with the next sequences of that
 partition, and is resent as the very same bytes until it is answered.
 
-A message is encoded at ``send()`` as a sequenced record (format version 2) with epoch and
-sequence 0, so that every limit is checked there; :func:`stamp` writes its epoch and
-sequence once its part is planned, and the frame's CRC again. The frame (docs/formats.md)::
+A message is encoded at ``send()`` as a sequenced record (format version 2). Where the
+producer knows its epoch and the topic's partitions (every send after the first batch, in
+the steady state), the record is encoded with its partition's next sequence at once: a
+:class:`Stamp` says which, and planning its batch copies nothing. Otherwise (the first
+batch, a new epoch after a failure, ``send_encoded``, ``send_many``) it is encoded with
+epoch and sequence 0, and :func:`stamp` writes them once its batch is planned, and the
+frame's CRC again. The frame (docs/formats.md)::
 
     [u64 offset=0][u32 length][u32 crc32c]
     [record header v2: ..., u32 producer_epoch, u64 sequence][producer, key, attributes][payload]
@@ -83,6 +87,13 @@ def key_of(frame: bytes) -> bytes | None:
     return frame[start : start + key_len]
 
 
+Stamp = tuple[int, TopicName, int]
+"""Of a record encoded at ``send()``: the producer's generation (its epoch's: a stamp of an
+older generation is stale, its record stamped again when its batch is planned), the
+partition the record goes to and the sequence it carries. A plain tuple: one is made per
+message."""
+
+
 class Router:
     """The partition of each message of a batch. ``partitions``: the topic's count (0:
     unpartitioned, every message to the topic itself; None: not known yet, the same)."""
@@ -92,26 +103,34 @@ class Router:
         self.partitions: int | None = 0 if topic.partition is not None else None
         # Where keyless messages go next; a random start spreads many producers' first batches.
         self._turn = random.randrange(1024) if turn is None else turn
+        self._names: dict[int, TopicName] = {}
+
+    def partition_of(self, key: bytes | None) -> TopicName:
+        """Where a message with ``key`` (UTF-8; None: keyless) goes now: keyless ones to the
+        partition of the current turn (:meth:`next_turn` moves on, once a batch)."""
+        count = self.partitions or 0
+        if count == 0:
+            return self.topic
+        index = partition_for_raw_key(key, count) if key is not None else self._turn % count
+        name = self._names.get(index)
+        if name is None:
+            name = self._names[index] = self.topic.partition_name(index)
+        return name
+
+    def next_turn(self) -> None:
+        """Keyless messages go to the next partition from now on."""
+        self._turn += 1
 
     def route(self, frames: Sequence[bytes]) -> dict[TopicName, list[int]]:
         """The indexes of ``frames`` per partition they go to, each list in order; keyless
-        messages of the batch all go to one partition (the next in turn)."""
-        count = self.partitions or 0
-        if count == 0:
+        messages of the batch all go to one partition (the current turn's; then the next)."""
+        if not self.partitions:
             return {self.topic: list(range(len(frames)))}
-        keyless: int | None = None
-        groups: dict[int, list[int]] = {}
+        groups: dict[TopicName, list[int]] = {}
         for index, frame in enumerate(frames):
-            key = key_of(frame)
-            if key is not None:
-                partition = partition_for_raw_key(key, count)
-            else:
-                if keyless is None:
-                    keyless = self._turn % count
-                    self._turn += 1
-                partition = keyless
-            groups.setdefault(partition, []).append(index)
-        return {self.topic.partition_name(p): indexes for p, indexes in groups.items()}
+            groups.setdefault(self.partition_of(key_of(frame)), []).append(index)
+        self.next_turn()
+        return groups
 
 
 class Sequences:

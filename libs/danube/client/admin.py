@@ -51,6 +51,8 @@ class Policies(_Model):
     backlog_quota_policy: Literal["refuse", "evict_oldest"] | None = None
     message_id_window_s: int | None = None
     message_ttl_s: int | None = None
+    max_chunked_message_bytes: int | None = None
+    retention_mode: Literal["time_size", "queue"] | None = None
 
     def body(self) -> dict[str, Any]:
         """The fields set, as a request body (a PATCH replaces exactly these)."""
@@ -125,6 +127,22 @@ class UploadDamage(_Model):
     file: str
 
 
+class Dropped(_Model):
+    messages: int = 0
+    size_bytes: int = 0
+
+
+class RetentionDropped(_Model):
+    """What retention removed from a partition's tiers so far: ``*_acked`` every
+    subscription had acknowledged (queue retention), ``*_limits`` the time and size limits
+    took (docs/retention.md, "Accounting")."""
+
+    wal_acked: Dropped = Dropped()
+    wal_limits: Dropped = Dropped()
+    cloud_acked: Dropped = Dropped()
+    cloud_limits: Dropped = Dropped()
+
+
 class Offsets(_Model):
     """``None`` where the leader did not answer, or nothing is uploaded yet. ``next_offset``
     is the high watermark (what readers see); ``leader_end`` the leader's own durable end."""
@@ -139,6 +157,7 @@ class Offsets(_Model):
     followers: dict[str, Follower] = {}
     upload_damaged: UploadDamage | None = None
     upload_skipped_offsets: int = 0
+    retention_dropped: RetentionDropped | None = None
 
 
 class PartitionInfo(_Model):

@@ -22,6 +22,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from danube.client._acks import AckBatcher
+from danube.client._chunking import (
+    GIVE_UP_REASONS,
+    ChunkedMessage,
+    GivenUp,
+    GiveUpReason,
+    IncompleteMessageError,
+    Reassembler,
+)
 from danube.client._http import HttpCore
 from danube.client._inbox import Inbox
 from danube.client._sources import PollSource, Recovery, StreamSource, run_source
@@ -40,6 +48,7 @@ from danube.client.messages import (
     topic_path,
 )
 from danube.names import InvalidNameError, TopicName, validate_segment
+from danube.wire.chunks import CHUNKED_BYTES_MAX, UUID_ATTRIBUTE
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +67,10 @@ Start = Position
 _running_loop = asyncio._get_running_loop
 
 RECEIVER_QUEUE_MAX = 10_000  # the server's cap on outstanding stream credits
+# What happens to the records of a chunked message given up (docs/client.md, "Large
+# messages"): acknowledged (skipped, as Pulsar does an expired one) or nacked (they come
+# again: with a failure policy, to the dead-letter topic after its redeliveries).
+ChunkGiveUp = Literal["ack", "nack"]
 DETACH_TIMEOUT_S = 5.0
 
 
@@ -87,6 +100,14 @@ class ConsumerOptions:
     # The failure policy of a subscription this attach creates (docs/http-api.md), as
     # FailurePolicy.body() gives it; another one than an existing subscription's: 409.
     failure_policy: Mapping[str, Any] | None = None
+    # Chunked messages (docs/client.md, "Large messages"): the payload bytes reserved by
+    # partial messages at most (twice the 100 MiB default of max_chunked_message_bytes),
+    # how many may be partial at once, how long one may stay partial, and what is done
+    # with the records of one given up.
+    chunked_bytes_max: int = 2 * 100 * 1024 * 1024
+    chunked_partials_max: int = 16
+    chunk_expiry_s: float = 60.0
+    chunk_give_up: ChunkGiveUp = "ack"
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.name) <= 128:
@@ -115,7 +136,13 @@ class ConsumerOptions:
             raise InvalidArgumentError("poll_wait_ms must be in 0..30000")
         if not 0 <= self.ack_interval_ms <= 10_000:
             raise InvalidArgumentError("ack_interval_ms must be in 0..10000")
-        for name in ("ack_timeout_s", "reconnect_timeout_s", "attach_timeout_s"):
+        if not 1 <= self.chunked_bytes_max <= 2 * CHUNKED_BYTES_MAX:
+            raise InvalidArgumentError(f"chunked_bytes_max must be in 1..{2 * CHUNKED_BYTES_MAX}")
+        if not 1 <= self.chunked_partials_max <= 10_000:
+            raise InvalidArgumentError("chunked_partials_max must be in 1..10000")
+        if self.chunk_give_up not in ("ack", "nack"):
+            raise InvalidArgumentError(f"chunk_give_up: ack or nack, not {self.chunk_give_up!r}")
+        for name in ("ack_timeout_s", "reconnect_timeout_s", "attach_timeout_s", "chunk_expiry_s"):
             if not 0 < getattr(self, name) <= 3600:
                 raise InvalidArgumentError(f"{name} must be in (0, 3600]")
 
@@ -166,6 +193,14 @@ class AsyncConsumer:
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         self.frames_corrupt = 0  # delivered frames that failed their check (nacked)
+        self._chunks = Reassembler(
+            bytes_max=options.chunked_bytes_max,
+            partials_max=options.chunked_partials_max,
+            expiry_s=options.chunk_expiry_s,
+        )
+        # Chunked messages given up, by reason, and the last one's error (also logged).
+        self.chunked_given_up: dict[GiveUpReason, int] = dict.fromkeys(GIVE_UP_REASONS, 0)
+        self.last_chunk_error: IncompleteMessageError | None = None
 
     @property
     def consumer_id(self) -> str:
@@ -239,25 +274,75 @@ class AsyncConsumer:
 
     async def receive(self, timeout_s: float | None = None) -> ReceivedMessage:
         """The next message, waiting at most ``timeout_s`` (None: as long as it takes);
-        :class:`DeadlineExceededError` when none came, the source's error when it ended."""
+        :class:`DeadlineExceededError` when none came, the source's error when it ended.
+        Chunks of a large message are gathered here and come out as one
+        :class:`~danube.client._chunking.ChunkedMessage` (docs/client.md, "Large messages")."""
         if self._closed:
             raise ClosedError(f"consumer of {self.topic} is closed")
         if self._consumer_id is None:
             await self.start()
         message = self._inbox.take_nowait()
         if message is None:
-            deadline = asyncio.timeout(timeout_s)
-            try:
-                async with deadline:
-                    message = await self._inbox.get()
-            except TimeoutError:
-                if not deadline.expired():
-                    raise
-                raise DeadlineExceededError(f"no message within {timeout_s} s") from None
+            message = await self._take(timeout_s)
+        elif self._stream is not None:
+            self._stream.taken()
+        if UUID_ATTRIBUTE in message.attributes:
+            message = await self._reassemble(message, timeout_s)
         self.received += 1
+        return message
+
+    async def _take(self, timeout_s: float | None) -> ReceivedMessage:
+        deadline = asyncio.timeout(timeout_s)
+        try:
+            async with deadline:
+                message = await self._inbox.get()
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise DeadlineExceededError(f"no message within {timeout_s} s") from None
         if self._stream is not None:
             self._stream.taken()
         return message
+
+    async def _reassemble(self, chunk: ReceivedMessage, timeout_s: float | None) -> ReceivedMessage:
+        """Take chunks (and let go of what is given up) until a message is whole or a plain
+        message comes, within ``timeout_s`` in all."""
+        loop = asyncio.get_running_loop()
+        ends_s = None if timeout_s is None else loop.time() + timeout_s
+        message: ReceivedMessage = chunk
+        while True:
+            whole, given_up = self._chunks.offer(message, loop.time())
+            self._let_go(given_up)
+            if whole is not None:
+                return whole
+            left_s = None if ends_s is None else max(0.0, ends_s - loop.time())
+            try:
+                queued = self._inbox.take_nowait()
+                if queued is None:
+                    message = await self._take(left_s)
+                else:
+                    message = queued
+                    if self._stream is not None:
+                        self._stream.taken()
+            except DeadlineExceededError:
+                self._let_go(self._chunks.expire(loop.time()))
+                raise
+            if UUID_ATTRIBUTE not in message.attributes:
+                return message
+
+    def _let_go(self, given_up: list[GivenUp]) -> None:
+        """Ack or nack (``chunk_give_up``) the records of chunked messages given up; count
+        and log each message once."""
+        for item in given_up:
+            for ref in item.refs:
+                if self.options.chunk_give_up == "ack":
+                    self._acks.ack(ref.partition, ref.offset)
+                else:
+                    self._acks.nack(ref.partition, ref.offset, 0)
+            if item.first:
+                self.chunked_given_up[item.reason] += 1
+                self.last_chunk_error = item.error()
+                log.warning("%s", self.last_chunk_error)
 
     def __aiter__(self) -> AsyncConsumer:
         return self
@@ -274,6 +359,10 @@ class AsyncConsumer:
         """Acknowledge ``message``: queued, sent in a batch within ``ack_interval_ms``."""
         # One call per message on the loop's own thread (the usual case): no queue function
         # and arguments passed on through _in_loop.
+        if isinstance(message, ChunkedMessage):
+            for ref in message.chunks:
+                self._in_loop(self._acks.ack, ref.partition, ref.offset)
+            return
         if not self._closed and self._loop is not None and _running_loop() is self._loop:
             self._acks.ack(message.partition, message.offset)
             return
@@ -283,7 +372,8 @@ class AsyncConsumer:
         """Ask for ``message`` again after ``delay_ms``: queued like an ack."""
         if not 0 <= delay_ms <= 86_400_000:
             raise InvalidArgumentError(f"delay_ms must be in 0..86400000, got {delay_ms}")
-        self._in_loop(self._acks.nack, message.partition, message.offset, delay_ms)
+        for ref in message.chunks if isinstance(message, ChunkedMessage) else (message.ref,):
+            self._in_loop(self._acks.nack, ref.partition, ref.offset, delay_ms)
 
     def corrupt(self, ref: MessageRef) -> None:
         """A delivered frame failed its check (damaged on the way): counted, and nacked so

@@ -48,19 +48,22 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Mapping
 
+from danube.client._chunk_sender import ChunkSender
 from danube.client._http import HttpCore
 from danube.client._idempotent import DEFAULT_PRODUCER_NAME, IdempotentSender, Part, unique_name
 from danube.client._options import ProducerOptions as ProducerOptions
 from danube.client._producer_session import ProducerSession
 from danube.client._records import (
     RECORDS_TYPE,
+    checked_fields,
+    encode_checked,
     encode_frame,
     json_results,
     request_head,
     request_params,
     results_of_runs,
 )
-from danube.client._sequencing import is_sequenced
+from danube.client._sequencing import Stamp, is_sequenced
 from danube.client.batch import Accumulator
 from danube.client.errors import ClientError, ClosedError, InvalidArgumentError
 from danube.client.messages import (
@@ -112,14 +115,22 @@ _Queued = asyncio.Future[SendResult] | _Grouped
 
 
 class _Inflight:
-    """A batch taken from the queue: its messages (who waits for each, and its wire form),
-    and the sequence number of its first (what :meth:`AsyncProducer.flush` waits past)."""
+    """A batch taken from the queue: its messages (who waits for each, its wire form, and
+    an idempotent producer's stamp of each), and the sequence number of its first (what
+    :meth:`AsyncProducer.flush` waits past)."""
 
-    __slots__ = ("bodies", "first_seq", "items")
+    __slots__ = ("bodies", "first_seq", "items", "stamps")
 
-    def __init__(self, items: list[_Queued], bodies: list[bytes], first_seq: int) -> None:
+    def __init__(
+        self,
+        items: list[_Queued],
+        bodies: list[bytes],
+        stamps: list[Stamp | None],
+        first_seq: int,
+    ) -> None:
         self.items = items
         self.bodies = bodies
+        self.stamps = stamps
         self.first_seq = first_seq
 
 
@@ -160,6 +171,9 @@ class AsyncProducer:
             linger_s=options.linger_ms / 1000,
         )
         self._bodies: list[bytes] = []  # the wire form of each queued message, in order
+        # An idempotent producer's stamp of each queued message (None: stamped when its
+        # batch is planned; a plain producer keeps this empty).
+        self._stamps: list[Stamp | None] = []
         # Accepted and not yet settled (queued or in flight): at most max_pending_messages.
         self._pending = 0
         self._room_waiters: deque[asyncio.Future[None]] = deque()
@@ -171,6 +185,14 @@ class AsyncProducer:
         self._closing = False  # no more sends: closing, fenced, or the sender ended
         self._close_called = False
         self._sender: asyncio.Task[None] | None = None
+        # Large messages (docs/client.md): a layer over send(), None unless asked for.
+        self._chunks: ChunkSender | None = None
+        if options.chunking:
+            self._chunks = ChunkSender(
+                self.send,
+                chunk_bytes=options.max_payload_bytes,
+                total_bytes_max=options.max_chunked_message_bytes,
+            )
 
     async def __aenter__(self) -> AsyncProducer:
         await self.open()
@@ -241,7 +263,21 @@ class AsyncProducer:
     ) -> asyncio.Future[SendResult]:
         """Queue a message (waiting for room when the queue is full); the future resolves
         to where it was stored, or to the error of its batch. A message that breaks a limit
-        raises :class:`InvalidMessageError` here, before anything is queued."""
+        raises :class:`InvalidMessageError` here, before anything is queued. With
+        ``chunking``, a payload over ``max_payload_bytes`` is queued as its chunks (one
+        future for them all: where its first chunk is stored)."""
+        if self._chunks is not None and self._chunks.wants(payload):
+            return await self._chunks.send(payload, key, attributes)
+        if self._sequenced is not None:
+            if self._must_wait():
+                await self._room_for_one()
+            if isinstance(payload, Message):
+                message = payload
+                payload, key, attributes = message.payload, message.key, message.attributes
+            body, stamp = self._encode_stamped(payload, key, attributes)
+            sent: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+            self._enqueue(body, sent, stamp)
+            return sent
         # send_encoded() spelled out: one coroutine per message, not two.
         body = self.encode(payload, key=key, attributes=attributes)
         if self._must_wait():
@@ -249,6 +285,32 @@ class AsyncProducer:
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         self._enqueue(body, future)
         return future
+
+    def would_chunk(self, payload: Payload | Message) -> bool:
+        """Whether :meth:`send` sends ``payload`` as chunks (``chunking`` is on and the
+        payload is over ``max_payload_bytes``)."""
+        return self._chunks is not None and self._chunks.wants(payload)
+
+    def _encode_stamped(
+        self, payload: Payload, key: str | None, attributes: Mapping[str, str] | None
+    ) -> tuple[bytes, Stamp | None]:
+        """An idempotent producer's record of a message queued right after: stamped with
+        its partition's next sequence when it can be (the epoch and partitions known, and
+        every message queued before it stamped too: sequences follow the queue's order),
+        else with sequence 0, stamped when its batch is planned."""
+        sender = self._sequenced
+        assert sender is not None
+        fields = checked_fields(
+            payload, key, attributes, max_payload_bytes=self.options.max_payload_bytes
+        )
+        stamps = self._stamps
+        stamp = sender.stamp_next(fields[1], stamps[-1] if stamps else None, queued=bool(stamps))
+        if stamp is None:
+            return encode_checked(fields, producer=self._producer_raw, sequence=0), None
+        body = encode_checked(
+            fields, producer=self._producer_raw, sequence=stamp[2], producer_epoch=sender.epoch
+        )
+        return body, stamp
 
     async def send_encoded(self, body: bytes) -> asyncio.Future[SendResult]:
         """:meth:`send` of a message :meth:`encode` made (by this producer: an idempotent
@@ -312,11 +374,13 @@ class AsyncProducer:
             if self._closing:
                 raise ClosedError(f"producer of {self.topic} is closed")
 
-    def _enqueue(self, body: bytes, target: _Queued) -> None:
+    def _enqueue(self, body: bytes, target: _Queued, stamp: Stamp | None = None) -> None:
         queue = self._queue
         self._pending += 1
         self._accepted += 1
         self._bodies.append(body)
+        if self._sequenced is not None:
+            self._stamps.append(stamp)
         # +1: the comma between two JSON messages (a binary body's bound is as good).
         queue.add(target, len(body) + 1, asyncio.get_running_loop().time())
         if self._sender is None:
@@ -405,7 +469,7 @@ class AsyncProducer:
             error = task.exception() or error
             log.error("producer of %s failed", self.topic, exc_info=error)
         stranded = self._queue.take_all()
-        self._bodies = []
+        self._bodies, self._stamps = [], []
         for batch in self._inflight:
             stranded += batch.items
         self._inflight.clear()
@@ -451,13 +515,13 @@ class AsyncProducer:
             elif self._queue.due(now, flush=self._flushing or self._closing or not self._inflight):
                 first_seq = self._accepted - len(self._queue)
                 items = self._queue.take()
-                bodies = self._bodies
+                bodies, stamps = self._bodies, self._stamps
                 if len(items) == len(bodies):
-                    self._bodies = []
+                    self._bodies, self._stamps = [], []
                 else:
-                    bodies = bodies[: len(items)]
-                    del self._bodies[: len(items)]
-                batch = _Inflight(items, bodies, first_seq)
+                    bodies, stamps = bodies[: len(items)], stamps[: len(items)]
+                    del self._bodies[: len(items)], self._stamps[: len(items)]
+                batch = _Inflight(items, bodies, stamps, first_seq)
                 self._inflight.add(batch)
                 return batch
             self._wake.clear()
@@ -505,7 +569,11 @@ class AsyncProducer:
             if self._sequenced.fenced is not None:
                 raise self._sequenced.fenced
             await self._sequenced.prepare()
-            return self._sequenced.plan(batch.bodies)
+            # Records sent before the epoch and partitions were known, or under an epoch
+            # given up since, are stamped now: this batch's first, then the queue's.
+            self._sequenced.restamp(batch.bodies, batch.stamps)
+            self._sequenced.restamp(self._bodies, self._stamps)
+            return self._sequenced.plan_stamped(batch.bodies, batch.stamps)
         except ClientError as exc:
             _fail(batch.items, exc)
             self._done(batch, inflight)
@@ -533,7 +601,7 @@ class AsyncProducer:
                 # Another instance of this name took over: nothing more goes out.
                 self._closing = True
                 stranded = self._queue.take_all()
-                self._bodies = []
+                self._bodies, self._stamps = [], []
                 _fail(stranded, self._sequenced.fenced)
                 self._settled(len(stranded))
                 self._wake.set()

@@ -202,8 +202,11 @@ class Producer:
     ) -> concurrent.futures.Future[SendResult]:
         """Queue a message (blocking while the queue is full); the future resolves to
         where it was stored. A message that breaks a limit raises here."""
-        body = self._producer.encode(payload, key=key, attributes=attributes)
-        queued = self._portal.call(self._producer.send_encoded(body))
+        if self._producer.would_chunk(payload):  # a large message: its chunks, in the loop
+            queued = self._portal.call(self._producer.send(payload, key=key, attributes=attributes))
+        else:
+            body = self._producer.encode(payload, key=key, attributes=attributes)
+            queued = self._portal.call(self._producer.send_encoded(body))
         result: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
 
         def copy(done: asyncio.Future[SendResult]) -> None:

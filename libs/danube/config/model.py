@@ -353,6 +353,11 @@ class DiscoveryConfig(ServiceConfig):
     # Consumer streams (WebSocket) one instance holds open; the next one is closed at once
     # (error too_many_streams). Each has at most one poll waiting on a dispatcher.
     max_streams: Annotated[int, Field(ge=1, le=100_000)] = 1024
+    # A many-topics stream (GET /v1/namespaces/{ns}/subscriptions/{sub}/stream) joins at
+    # most this many topics (a consumer and a waiting poll each; 409 too_many_topics past
+    # it), and lists its namespace's topics this often to join those created later.
+    stream_topics_max: Annotated[int, Field(ge=1, le=10_000)] = 256
+    stream_topics_refresh_s: Annotated[float, Field(ge=0.1, le=60)] = 2.0
     # The names a request's Host header may carry (port aside), so that a web page whose DNS
     # name was rebound to this address cannot drive the API: other hosts get 400
     # host_not_allowed. None: localhost, 127.0.0.1, ::1 and `host` (unless it binds every

@@ -40,11 +40,13 @@ from danube.frame.record import (
     RECORD_FLAGS_AT,
     RECORD_HEADER,
     RECORD_HEADER_BYTES,
+    RECORD_PRODUCER_LEN_AT,
     RECORD_SCHEMA_AT,
     RECORD_VERSION,
     SEQUENCED_HEADER_BYTES,
     SEQUENCED_RECORD_HEADER,
     SEQUENCED_RECORD_VERSION,
+    SequenceRun,
     read_attributes,
     read_record_header,
 )
@@ -66,6 +68,11 @@ _HEADS = struct.Struct(FRAME_COVERED.format + RECORD_HEADER.format[1:])
 _SEQUENCED_HEADS = struct.Struct(FRAME_COVERED.format + SEQUENCED_RECORD_HEADER.format[1:])
 _COVERED_BYTES = _FRAME_COVERED.size
 _CRC = struct.Struct("<I")
+# A sequenced record's producer_epoch and sequence, right after version 1's header.
+_EPOCH_SEQUENCE = struct.Struct(
+    SEQUENCED_RECORD_HEADER.format[0] + SEQUENCED_RECORD_HEADER.format[-2:]
+)
+_EPOCH_SEQUENCE_AT = RECORD_HEADER_BYTES
 # What the scan reads at once: the whole frame header, then the record header (of either
 # version: the fields after version 1's header are not needed to check a record).
 _SCANNED = struct.Struct(FRAME_HEADER.format + RECORD_HEADER.format[1:])
@@ -137,13 +144,16 @@ def frame_for_produce(record: BytesLike) -> bytes:
 @dataclass(frozen=True, slots=True)
 class ProducedFrames:
     """What :func:`scan_frames_for_produce` found: record ``i`` spans
-    ``body[starts[i] : ends[i]]`` (its frame begins ``FRAME_HEADER_BYTES`` earlier)."""
+    ``body[starts[i] : ends[i]]`` (its frame begins ``FRAME_HEADER_BYTES`` earlier); the
+    sequenced records as runs (:func:`~danube.frame.record.sequence_runs` of the records,
+    read on the way)."""
 
     body: memoryview
     starts: list[int]
     ends: list[int]
     keys: list[str | None]
     payload_sizes: list[int]
+    runs: list[SequenceRun]
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -174,7 +184,9 @@ def scan_frames_for_produce(
     refuse. Past ``max_count`` frames it stops, so ``len(result) == max_count + 1`` tells the
     caller the body holds too many. Payload sizes are left to the caller's limits. A record
     carrying a schema id or version is refused unless ``stamped`` (discovery stamps them,
-    from the topic's binding; a producer names a version, never stamps one).
+    from the topic's binding; a producer names a version, never stamps one). The sequenced
+    records (format version 2) are gathered into runs as they are read: what discovery and
+    the leader check of an idempotent producer's batch, with no second pass.
     """
     view = memoryview(body)
     if view.format != "B" or view.ndim != 1:
@@ -186,14 +198,15 @@ def scan_frames_for_produce(
     ends: list[int] = []
     keys: list[str | None] = []
     sizes: list[int] = []
-    unpack = _FRAME.unpack_from
     unpack_both = _SCANNED.unpack_from
+    runs = _Runs()
     pos = 0
     while pos < end and len(starts) <= max_count:
+        name: str | None = None
         # The common record first (no key, no attributes, no schema), in one unpack: what
         # check_record checks of it, it checks here without a call per record (this loop
         # runs for every produced message in discovery and again in ingest). Anything else,
-        # or anything wrong, takes the general path below, which says what is wrong.
+        # or anything wrong, takes the general path (_scan_general), which says what is wrong.
         if end - pos >= _SCANNED_BYTES:
             (
                 offset,
@@ -223,49 +236,101 @@ def scan_frames_for_produce(
             ):
                 text_at = start + header_bytes
                 try:
-                    str(view[text_at : text_at + producer_len], "utf-8")
+                    name = str(view[text_at : text_at + producer_len], "utf-8")
                 except UnicodeDecodeError:
                     pass  # the general path refuses it
                 else:
-                    starts.append(start)
-                    ends.append(stop)
-                    keys.append(None)
-                    sizes.append(size)
-                    pos = stop
-                    continue
-        if end - pos < FRAME_HEADER_BYTES:
-            raise TruncatedFramesError(position=pos, reason="the body ends inside a frame header")
-        offset, length, crc = unpack(view, pos)
-        start = pos + FRAME_HEADER_BYTES
-        stop = start + length
-        if stop > end:
-            raise TruncatedFramesError(
-                position=pos, reason=f"a {length}-byte record runs past the end of the body"
+                    key = None
+        if name is None:
+            start, stop, key, size, version, name = _scan_general(
+                view, pos, end, stamped, len(starts)
             )
-        if offset != PRODUCE_OFFSET:
-            raise CorruptFrameError(
-                position=pos, offset=offset, reason="a produced frame carries offset 0"
-            )
-        record = view[start:stop]
-        actual = crc32c(record, crc32c(view[pos : pos + _FRAME_COVERED.size]))
-        if actual != crc:
-            raise CorruptFrameError(
-                position=pos,
-                offset=offset,
-                reason=f"crc mismatch (sent {crc:#010x}, computed {actual:#010x})",
-            )
-        try:
-            key, size = check_record(view, start, stop)
-            if not stamped and view[start + _FLAGS_AT] & _STAMP_FLAGS:
-                raise CorruptRecordError("a produced record carries no schema id or version")
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(f"record {len(starts)}: {exc.reason}") from None
+        if version == SEQUENCED_RECORD_VERSION:
+            runs.add(view, start, len(starts), name)
         starts.append(start)
         ends.append(stop)
         keys.append(key)
         sizes.append(size)
         pos = stop
-    return ProducedFrames(view, starts, ends, keys, sizes)
+    return ProducedFrames(view, starts, ends, keys, sizes, runs.done())
+
+
+class _Runs:
+    """The sequenced records of a scan as runs (what :func:`sequence_runs` reads of them):
+    the open one's producer, epoch, first sequence, first index and length."""
+
+    __slots__ = ("epoch", "first", "length", "name", "runs", "start")
+
+    def __init__(self) -> None:
+        self.runs: list[SequenceRun] = []
+        self.name = ""
+        self.epoch = self.first = self.start = self.length = 0
+
+    def add(self, view: memoryview, start: int, index: int, name: str) -> None:
+        """The sequenced record ``index`` at ``view[start:]``, of producer ``name``."""
+        epoch, sequence = _EPOCH_SEQUENCE.unpack_from(view, start + _EPOCH_SEQUENCE_AT)
+        length = self.length
+        if (
+            length
+            and sequence == self.first + length
+            and index == self.start + length
+            and epoch == self.epoch
+            and name == self.name
+        ):
+            self.length = length + 1
+            return
+        self._close()
+        self.name, self.epoch, self.first, self.start, self.length = name, epoch, sequence, index, 1
+
+    def done(self) -> list[SequenceRun]:
+        self._close()
+        return self.runs
+
+    def _close(self) -> None:
+        if self.length:
+            self.runs.append(
+                SequenceRun(self.name.encode(), self.epoch, self.first, self.start, self.length)
+            )
+            self.length = 0
+
+
+def _scan_general(
+    view: memoryview, pos: int, end: int, stamped: bool, index: int
+) -> tuple[int, int, str | None, int, int, str]:
+    """The frame at ``pos`` checked in full, saying what is wrong: where its record starts
+    and stops, its key, payload size, version and producer."""
+    if end - pos < FRAME_HEADER_BYTES:
+        raise TruncatedFramesError(position=pos, reason="the body ends inside a frame header")
+    offset, length, crc = _FRAME.unpack_from(view, pos)
+    start = pos + FRAME_HEADER_BYTES
+    stop = start + length
+    if stop > end:
+        raise TruncatedFramesError(
+            position=pos, reason=f"a {length}-byte record runs past the end of the body"
+        )
+    if offset != PRODUCE_OFFSET:
+        raise CorruptFrameError(
+            position=pos, offset=offset, reason="a produced frame carries offset 0"
+        )
+    record = view[start:stop]
+    actual = crc32c(record, crc32c(view[pos : pos + _FRAME_COVERED.size]))
+    if actual != crc:
+        raise CorruptFrameError(
+            position=pos,
+            offset=offset,
+            reason=f"crc mismatch (sent {crc:#010x}, computed {actual:#010x})",
+        )
+    try:
+        key, size = check_record(view, start, stop)
+        if not stamped and view[start + _FLAGS_AT] & _STAMP_FLAGS:
+            raise CorruptRecordError("a produced record carries no schema id or version")
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"record {index}: {exc.reason}") from None
+    version = view[start]
+    (producer_len,) = _LENGTH.unpack_from(view, start + RECORD_PRODUCER_LEN_AT)
+    text_at = start + _HEADER_BYTES_BY_VERSION[version]
+    name = str(view[text_at : text_at + producer_len], "utf-8")  # checked: valid
+    return start, stop, key, size, version, name
 
 
 def check_record(view: memoryview, start: int, end: int) -> tuple[str | None, int]:

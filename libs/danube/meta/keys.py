@@ -199,7 +199,8 @@ def format_offset(offset: int) -> str:
 
 
 def storage_prefix(partition: TopicName) -> str:
-    """Everything the cloud tier records for a partition: descriptors and checkpoint."""
+    """Everything the cloud tier records for a partition: descriptors, checkpoint, and the
+    retention tally."""
     return "storage/" + _segments(partition) + "/"
 
 
@@ -230,6 +231,11 @@ def parse_object_descriptor_key(key: str) -> tuple[TopicName, int]:
     start = int(parts[4])
     format_offset(start)  # the 20 digits may still exceed u64
     return TopicName(parts[1], parts[2]), start
+
+
+def retention_tally_key(partition: TopicName) -> str:
+    """``storage/<ns>/<p>/dropped``: what retention removed from the partition's tiers."""
+    return "storage/" + _segments(partition) + "/dropped"
 
 
 def uploader_checkpoint_key(partition: TopicName) -> str:

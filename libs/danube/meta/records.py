@@ -47,8 +47,12 @@ RATE_MSGS_MAX = 10_000_000  # messages per second
 RATE_BYTES_MAX = 10 * 2**30  # bytes per second
 BACKLOG_MESSAGES_MAX = 2**62
 MESSAGE_ID_WINDOW_MAX_S = 86_400
+CHUNKED_BYTES_MAX = 1 << 30  # max_chunked_message_bytes' bound (danube.wire.chunks too)
 MESSAGE_TTL_MAX_S = 10 * 365 * 86_400  # ten years: the bound of a TTL, policy or message
 BacklogPolicy = Literal["refuse", "evict_oldest"]
+# "time_size": data leaves by the time and size limits only; "queue": also once every
+# subscription has acknowledged it (docs/retention.md, "Queue retention").
+RetentionMode = Literal["time_size", "queue"]
 PolicyCount = Annotated[int, Field(ge=1, le=POLICY_COUNT_MAX)]
 
 
@@ -71,6 +75,12 @@ class Policies(_Record):
     # A message older than this (publish time + TTL before now) is not delivered: the
     # dispatcher acknowledges it for the subscription and counts it (docs/policies.md).
     message_ttl_s: Annotated[int, Field(ge=1, le=MESSAGE_TTL_MAX_S)] | None = None
+    # The largest message sent as chunks (danube.wire.chunks): a chunk claiming a larger
+    # total is refused at the front door. Unset: 100 MiB (docs/policies.md).
+    max_chunked_message_bytes: Annotated[int, Field(ge=1, le=CHUNKED_BYTES_MAX)] | None = None
+    # "queue": retention also drops what every subscription has acknowledged (unset:
+    # "time_size", the limits only).
+    retention_mode: RetentionMode | None = None
 
     def over(self, fallback: Policies | None) -> Policies:
         """Each field this one leaves unset taken from ``fallback`` (topic over namespace)."""
@@ -277,6 +287,35 @@ class UploaderCheckpoint(_Record):
     updated_ms: TimeMs
     damaged: DamagedRange | None = None
     skipped_offsets: Annotated[int, Field(ge=0)] = 0
+
+
+class DroppedCount(_Record):
+    """Messages and bytes that left one tier for one reason."""
+
+    messages: Annotated[int, Field(ge=0)] = 0
+    size_bytes: Annotated[int, Field(ge=0)] = 0
+
+    def plus(self, messages: int, size_bytes: int) -> DroppedCount:
+        """This count with ``messages`` and ``size_bytes`` more."""
+        return DroppedCount(
+            messages=self.messages + messages, size_bytes=self.size_bytes + size_bytes
+        )
+
+
+class RetentionTally(_Record):
+    """What retention removed from a partition's tiers since the partition was created:
+    ``*_acked`` every subscription had acknowledged (queue retention), ``*_limits`` the time
+    and size limits took (some subscription may not have acknowledged it, or there was
+    none). ``cloud_*`` is written in the transaction that deletes each descriptor, so it is
+    exact; ``wal_*`` right after ingest answers a drop (a leader that dies in between loses
+    that one drop's count). Data leaves the WAL only once uploaded, so what a topic has lost
+    for good is what left its cloud tier (docs/retention.md)."""
+
+    wal_acked: DroppedCount = DroppedCount()
+    wal_limits: DroppedCount = DroppedCount()
+    cloud_acked: DroppedCount = DroppedCount()
+    cloud_limits: DroppedCount = DroppedCount()
+    updated_ms: TimeMs = 0
 
 
 class SubscriptionConfig(_Record):

@@ -23,6 +23,7 @@ from danube.discovery.schema_gate import SchemaGate
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.security import SecurityGate
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
+from danube.discovery.topic_lists import TopicLists
 from danube.errors import DanubeError
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import bound_port, wait_started
@@ -106,6 +107,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             streams=StreamSlots(config.max_streams),
             # Three chances to be heard before the dispatcher expires an idle consumer.
             stream_keepalive_s=settings.dispatcher.consumer_session_timeout_s / 3,
+            stream_topics_max=config.stream_topics_max,
+            stream_topics_refresh_s=config.stream_topics_refresh_s,
+            # Half the refresh: a topic created is seen within 1.5 refreshes at worst.
+            topic_lists=TopicLists(catalog.list_topics, config.stream_topics_refresh_s / 2),
             security=security,
         )
         app = build_app(

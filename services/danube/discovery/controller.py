@@ -47,12 +47,13 @@ from danube.meta import (
     run_as_leader,
 )
 from danube.meta import keys as meta_keys
-from danube.meta.aio import cancel_and_wait, wait_any
+from danube.meta.aio import wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.reassign import ReassignError, reassign
 from danube.meta.records import Assignment, NodeRecord
 from danube.meta.topics import read_topics
 from danube.meta.txn import TXN_OPS_MAX
+from danube.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -130,33 +131,39 @@ class Controller:
         """Keep the assignments right until the term ends or ``stop`` is set."""
         log.info("controller %s leads (term revision %d)", self.node_id, term.revision)
         dirty = asyncio.Event()
-        watchers = [
-            asyncio.create_task(self._watch(prefix, dirty), name=f"controller-watch-{prefix}")
-            for prefix in (
-                meta_keys.nodes_prefix("ingest"),
-                meta_keys.drains_prefix("ingest"),
-                meta_keys.topics_prefix(),
-                meta_keys.partitions_prefix(),
-            )
-        ]
+        # A watch that dies (not an etcd failure: it restarts those) would leave a leader
+        # blind to changes until the next resync: the term ends instead, and the next one
+        # starts with fresh watches.
+        broken = asyncio.Event()
+        watchers = TaskSet(f"controller {self.node_id}", on_failure=lambda *_: broken.set())
+        for prefix in (
+            meta_keys.nodes_prefix("ingest"),
+            meta_keys.drains_prefix("ingest"),
+            meta_keys.topics_prefix(),
+            meta_keys.partitions_prefix(),
+        ):
+            watchers.spawn(self._watch(prefix, dirty), name=f"controller-watch-{prefix}")
         self._members_changed = True
         try:
-            await self._reconcile_loop(term, stop, dirty)
+            await self._reconcile_loop(term, stop, dirty, broken)
         finally:
-            for task in watchers:
-                await cancel_and_wait(task, timeout_s=self._store.request_timeout_s)
+            await watchers.close(timeout_s=self._store.request_timeout_s)
             metrics.BALANCE_IMBALANCE.set(0)  # only the leader reports them
             metrics.REASSIGNMENTS_UNDER_WAY.set(0)
 
     async def _reconcile_loop(
-        self, term: Leadership, stop: asyncio.Event, dirty: asyncio.Event
+        self, term: Leadership, stop: asyncio.Event, dirty: asyncio.Event, broken: asyncio.Event
     ) -> None:
         # Always start from a full read; each watch also sets dirty once it (re)starts, so a
         # read follows the newest watch and nothing changed before it exists is missed.
         dirty.set()
         failures = 0
         while term.active and not stop.is_set():
-            await wait_any(dirty, term.lost, stop, timeout_s=self._wait_s())
+            await wait_any(dirty, term.lost, stop, broken, timeout_s=self._wait_s())
+            if broken.is_set():
+                log.error("controller %s: a watch failed; ending this term", self.node_id)
+                await wait_any(stop, timeout_s=_RETRY_CAP_S)  # a watch that always fails
+                return
             if not term.active or stop.is_set():
                 return
             await asyncio.sleep(DEBOUNCE_S)

@@ -32,6 +32,11 @@ TOPIC_MESSAGES_PRODUCED = Counter(
     ["topic"],
 )
 STREAMS_OPEN = Gauge("danube_discovery_streams_open", "Consumer streams (WebSocket) open")
+# Topics the many-topics streams of this instance read (a dispatcher consumer each).
+STREAM_TOPICS_JOINED = Gauge(
+    "danube_discovery_stream_topics_joined",
+    "Topics joined by many-topics consumer streams (WebSocket), a consumer each",
+)
 STREAM_MESSAGES = Counter(
     "danube_discovery_stream_messages", "Messages pushed to consumer streams (WebSocket)"
 )

@@ -467,6 +467,22 @@ class UploadDamageOut(_Response):
     file: str
 
 
+class DroppedOut(_Response):
+    messages: int
+    size_bytes: int
+
+
+class RetentionDroppedOut(_Response):
+    """What retention removed from the partition's tiers so far, by tier and reason:
+    ``*_acked`` every subscription had acknowledged (queue retention), ``*_limits`` the time
+    and size limits took (docs/retention.md, "Accounting")."""
+
+    wal_acked: DroppedOut
+    wal_limits: DroppedOut
+    cloud_acked: DroppedOut
+    cloud_limits: DroppedOut
+
+
 class OffsetsOut(_Response):
     """Offsets and replication from the partition's leader (``null`` when it does not
     answer), and how far the partition is in object storage (``null`` before the first
@@ -483,6 +499,7 @@ class OffsetsOut(_Response):
     followers: dict[str, FollowerOut] = {}
     upload_damaged: UploadDamageOut | None = None
     upload_skipped_offsets: int = 0
+    retention_dropped: RetentionDroppedOut | None = None  # null: retention removed nothing yet
 
 
 class PartitionDetail(_Response):

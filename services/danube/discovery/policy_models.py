@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from danube.discovery.errors import BadRequestError
 from danube.meta.records import (
     BACKLOG_MESSAGES_MAX,
+    CHUNKED_BYTES_MAX,
     MESSAGE_ID_WINDOW_MAX_S,
     MESSAGE_TTL_MAX_S,
     PARTITIONS_MAX,
@@ -18,6 +19,7 @@ from danube.meta.records import (
     RATE_MSGS_MAX,
     BacklogPolicy,
     Policies,
+    RetentionMode,
 )
 
 Count = Annotated[int, Field(ge=1, le=POLICY_COUNT_MAX)]
@@ -41,6 +43,8 @@ class PoliciesSpec(BaseModel):
     backlog_quota_policy: BacklogPolicy | None = None
     message_id_window_s: Annotated[int, Field(ge=1, le=MESSAGE_ID_WINDOW_MAX_S)] | None = None
     message_ttl_s: Annotated[int, Field(ge=1, le=MESSAGE_TTL_MAX_S)] | None = None
+    max_chunked_message_bytes: Annotated[int, Field(ge=1, le=CHUNKED_BYTES_MAX)] | None = None
+    retention_mode: RetentionMode | None = None
 
     def stored(self) -> Policies:
         """The stored form of a ``PUT``."""

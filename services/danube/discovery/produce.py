@@ -41,6 +41,7 @@ from danube.discovery.produce_batch import (
     check_payload_sizes,
     stamped_frames,
 )
+from danube.discovery.produce_chunks import check_chunked, check_chunked_frames, chunked_limit
 from danube.discovery.produce_sequences import (
     Sequencing,
     check_target,
@@ -268,6 +269,7 @@ class Producer:
                         code="payload_too_large",
                         limit=limit,
                     )
+            check_chunked((m.attributes for m in request.messages), chunked_limit(policies))
             stamp = None
             if self.schemas is not None:
                 stamp = await self.schemas.admit(topic, payloads, version=request.schema_version)
@@ -310,6 +312,7 @@ class Producer:
             except TooLargeError as exc:
                 metrics.POLICY_REFUSALS.labels(exc.code).inc()
                 raise
+            check_chunked_frames(frames, chunked_limit(policies))
             if self.schemas is not None:
                 payloads = LazyPayloads(frames)
                 stamp = await self.schemas.admit(topic, payloads, version=schema_version)

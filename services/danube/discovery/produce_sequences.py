@@ -26,7 +26,6 @@ from danube.discovery.errors import BadRequestError
 from danube.discovery.models import ProduceRequest
 from danube.frame import RECORD_VERSION, record_sequence
 from danube.frame.produce import ProducedFrames
-from danube.frame.record import sequence_runs
 from danube.meta import TopicName
 
 INVALID_SEQUENCE = "invalid_sequence"
@@ -72,10 +71,11 @@ def frames_sequencing(frames: ProducedFrames) -> Sequencing | None:
     """The run of a binary produce's sequences (each record's own, format version 2), None
     when every record is unsequenced (version 1); 400 ``invalid_sequence`` naming the first
     record that breaks the rules. The records were checked by the scan already."""
-    body, starts = frames.body, frames.starts
-    # The common case, one producer's consecutive run, read fast (one unpack and one name
-    # comparison a record); anything else is read again below to say what is wrong.
-    runs = sequence_runs([body[start:end] for start, end in zip(starts, frames.ends, strict=True)])
+    body, starts, runs = frames.body, frames.starts, frames.runs
+    # The common cases read by the scan already: no sequenced record, or one producer's
+    # consecutive run; anything else is read again below to say what is wrong.
+    if not runs:
+        return None
     if len(runs) == 1 and runs[0].length == len(starts):
         run = runs[0]
         producer = str(run.producer, "utf-8")

@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from danube.errors import DanubeError
 from danube.meta import MetaError
+from danube.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class Refresher:
         self._running: dict[Hashable, asyncio.Task[None]] = {}
         self._failed: set[Hashable] = set()  # keys whose last refresh failed
         self._closed = False
+        self._tasks = TaskSet("cache refreshes")
 
     @property
     def running(self) -> int:
@@ -90,7 +92,8 @@ class Refresher:
         run, or this is closed; whether it was started."""
         if self._closed or key in self._running or len(self._running) >= self.max_running:
             return False
-        task = asyncio.create_task(self._run(key, refresh), name=f"refresh {key}")
+        # _run keeps what a failed refresh means (the entry is read inline when it expires).
+        task = self._tasks.spawn(self._run(key, refresh), name=f"refresh {key}", on_failure="log")
         self._running[key] = task
         task.add_done_callback(lambda _: self._running.pop(key, None))
         return True
@@ -114,8 +117,4 @@ class Refresher:
     async def close(self) -> None:
         """Cancel the refreshes in flight and take no more."""
         self._closed = True
-        tasks = list(self._running.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()

@@ -104,7 +104,7 @@ class PartitionHandlers:
 
     async def produce(self, request: Request) -> bytes:
         try:
-            records = protocol.decode_produce_request(
+            records, runs = protocol.decode_produce_request(
                 request.body, max_record_bytes=self.max_record_bytes, max_count=self.max_records
             )
         except protocol.BadRequestError as exc:  # every record was checked there
@@ -120,7 +120,7 @@ class PartitionHandlers:
         started_s = time.perf_counter()
         try:
             reply = await self.partition.produce(
-                records, message_id_window_s=limits.message_id_window_s
+                records, runs=runs, message_id_window_s=limits.message_id_window_s
             )
         except (
             leadership.NotEnoughReplicasError,

@@ -22,8 +22,8 @@ from danube.ingest.producer_tracking import ProducerTracking
 from danube.ingest.repairs import Repairer
 from danube.ingest.wal import Wal
 from danube.meta import TopicName
-from danube.meta.aio import cancel_and_wait
 from danube.meta.records import Assignment
+from danube.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class Leading:
     partition: Partition
     responders: list[Responder]
-    tasks: list[asyncio.Task[None]]
+    tasks: TaskSet  # the leader's helpers: one that fails ends the leadership
 
 
 class LeaderActs:
@@ -122,12 +122,14 @@ class LeaderActs:
             on_damage=self.repairer.report,
         )
         responders = await handlers.serve(ctx.bus)
-        tasks = [
-            asyncio.create_task(partition.publish_live(), name=f"live-{self.name}"),
-            asyncio.create_task(partition.maintain_isr(), name=f"isr-{self.name}"),
-        ]
-        for task in tasks:
-            task.add_done_callback(_report_early_end)
+        # A helper that fails leaves a leader that acknowledges but publishes nothing live,
+        # or never changes its ISR: it fences instead, and another term starts clean.
+        tasks = TaskSet(
+            f"leader of {self.name}",
+            on_failure=lambda task, exc: partition.fence(f"{task} failed: {exc!r}"),
+        )
+        tasks.spawn(partition.publish_live(), name=f"live-{self.name}")
+        tasks.spawn(partition.maintain_isr(), name=f"isr-{self.name}")
         self.leading = Leading(partition, responders, tasks)
         metrics.LEADER_ELECTIONS.inc()
         started, self._next_leading = self._next_leading, None
@@ -168,8 +170,7 @@ class LeaderActs:
         self.high_watermark = leading.partition.high_watermark
         for responder in leading.responders:
             await (responder.drain() if drain else responder.unsubscribe())
-        for task in leading.tasks:
-            await cancel_and_wait(task, timeout_s=5.0)
+        await leading.tasks.close(timeout_s=5.0)
 
     async def _hand_over_for_shutdown(self, partition: Partition) -> None:
         """Transfer leadership to the first ready replica (the target set's order first)."""
@@ -180,12 +181,3 @@ class LeaderActs:
                 await partition.transfer(node, timeout_s=timeout_s)
             except Exception as exc:  # etcd: fall back to releasing the owner key
                 log.warning("%s: transfer to %s failed: %s", self.name, node, exc)
-
-
-def _report_early_end(task: asyncio.Task[None]) -> None:
-    """A leader's helper task only ends by cancellation: say so loudly if it did not (its
-    error would otherwise be lost with the task)."""
-    if task.cancelled():
-        return
-    exc = task.exception()
-    log.error("%s ended while leading: %r", task.get_name(), exc, exc_info=exc)

@@ -28,11 +28,11 @@ from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import BoundedFileOps
 from danube.meta import Lease, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
-from danube.meta.aio import cancel_and_wait
 from danube.meta.follow import follow_prefix
 from danube.meta.records import Assignment, NamespacePolicy, Owner, TopicConfig
 from danube.meta.topics import live_nodes
 from danube.runtime.owned import Owned
+from danube.tasks import TaskSet
 from danube.wire.ingest import protocol
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class Node:
         metrics.WAL_DISK_FREE.labels(str(wal_root)).set_function(lambda: _free_bytes(wal_root))
         # Not fenced on a lost lease: each leader serves on while its followers confirm it
         # (danube.ingest.partition), and takes its owner key back under the next lease.
+        self._tasks = TaskSet(f"ingest {node_id}")
         self._replicas: Owned[TopicName, _Kept] = Owned(
             None, fence=_fence_leader, on_count=metrics.PARTITIONS.set
         )
@@ -153,7 +154,8 @@ class Node:
             return kept.replica
         replica = Replica(name, self.wal_dir(name), self.ctx)
         # The task first runs once this returns: it is kept before it can end.
-        task = asyncio.create_task(self._run(replica), name=f"replica-{name}")
+        # _run logs a replica that failed and lets it go: its failure is its own.
+        task = self._tasks.spawn(self._run(replica), name=f"replica-{name}", on_failure="log")
         self._replicas.add(name, _Kept(replica, task))
         return replica
 
@@ -173,8 +175,7 @@ class Node:
             return
         kept.replica.stop(release=release)
         await asyncio.wait({kept.task}, timeout=30.0)
-        if not kept.task.done():
-            await cancel_and_wait(kept.task, timeout_s=10.0)
+        await self._tasks.cancel(kept.task)
 
     # --- following etcd ------------------------------------------------------------------
 
@@ -366,9 +367,7 @@ class Node:
         tasks = {k.task for k in kept}
         if tasks:
             await asyncio.wait(tasks, timeout=30.0)
-        for task in tasks:
-            if not task.done():
-                await cancel_and_wait(task, timeout_s=10.0)
+        await self._tasks.close()
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from danube.bus import Bus
 from danube.errors import DanubeError
 from danube.frame import FRAME_HEADER_BYTES, append_frame, record_publish_time_ms
+from danube.frame.record import SequenceRun
 from danube.ingest import metrics, timeseek
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.isr import IsrTracker
@@ -230,19 +231,24 @@ class Partition:
     # --- produce -----------------------------------------------------------------------
 
     async def produce(
-        self, records: Sequence[bytes], *, message_id_window_s: int | None = None
+        self,
+        records: Sequence[bytes],
+        *,
+        runs: list[SequenceRun] | None = None,
+        message_id_window_s: int | None = None,
     ) -> protocol.ProduceReply:
         """Append ``records``; answer their offsets once the ISR holds them durably.
 
         An idempotent producer's batch is admitted first (danube.ingest.sequencing): a
         resend is answered with the offsets it was stored at, once committed, and nothing is
-        appended. Unsequenced records with a message id, on a topic with a message id
+        appended (``runs``: its sequenced records as runs, when the request's decoding read
+        them already). Unsequenced records with a message id, on a topic with a message id
         window, are checked against the ids stored within it (danube.ingest.message_ids). A
         caller cancelled while it waits leaves the append to finish (the WAL writes what it
         queued; its failure fences through the WAL's failure listener)."""
         self._check_leader()
         self._check_insync("before the append")
-        batch = sequenced_batch(records)
+        batch = sequenced_batch(records, runs)
         if batch is not None:
             verdict = await self._admitted(batch)
             if not isinstance(verdict, Fresh):

@@ -99,9 +99,9 @@ def _restore(directory: Path, states: ProducerStates, *, log_end: int) -> int | 
     return None
 
 
-async def rebuild(directory: Path | None, wal: Wal, states: ProducerStates) -> int:
+async def rebuild(directory: Path | None, wal: Wal, states: ProducerStates) -> int | None:
     """Make ``states`` those of ``wal``'s records: restore a snapshot (none in memory mode)
-    and apply the frames after it. The records read."""
+    and apply the frames after it. The end offset of the snapshot restored (None: none)."""
     started_s = time.perf_counter()
     restored = None
     if directory is not None:
@@ -137,7 +137,7 @@ async def rebuild(directory: Path | None, wal: Wal, states: ProducerStates) -> i
             read,
             elapsed_s,
         )
-    return read
+    return restored
 
 
 def _runs(frames: Sequence[tuple[int, bytes | memoryview]]) -> list[tuple[int, list[bytes]]]:
@@ -162,12 +162,24 @@ class ProducerTracking:
         self.states = states
         self._counted = 0  # what this replica added to the node's gauge
         self._snapshotting = False
+        self._snapshot_end: int | None = None  # of the newest snapshot on disk
+
+    async def _before_drop(self, wal: Wal, new_start: int) -> None:
+        """The records below ``new_start`` leave the WAL (retention): a rebuild could no
+        longer read them, so the newest snapshot must cover them, or a resend of a batch
+        they held would be stored again after a restart. Raises (nothing dropped) if the
+        snapshot cannot be written."""
+        if self._snapshot_end is not None and self._snapshot_end >= new_start:
+            return
+        if not await self.snapshot(wal):
+            raise OSError(f"{self.directory}: no producer snapshot past {new_start}: not dropped")
 
     async def opened(self, wal: Wal) -> None:
         """``wal`` was just opened (nothing appended yet): rebuild, then follow it."""
         memory = wal.options.durability is Durability.MEMORY
-        await rebuild(None if memory else self.directory, wal, self.states)
+        self._snapshot_end = await rebuild(None if memory else self.directory, wal, self.states)
         wal.add_durable_listener(self.states.apply)
+        wal.add_drop_guard(lambda new_start: self._before_drop(wal, new_start))
         self._count()
 
     async def upkeep(self, wal: Wal | None) -> None:
@@ -182,18 +194,24 @@ class ProducerTracking:
         if self.states.applied_since_snapshot >= SNAPSHOT_EVERY_RECORDS:
             await self.snapshot(wal)
 
-    async def snapshot(self, wal: Wal | None) -> None:
-        """Write a snapshot now (not in memory mode; one at a time)."""
-        if wal is None or wal.options.durability is Durability.MEMORY or self._snapshotting:
-            return
+    async def snapshot(self, wal: Wal | None) -> bool:
+        """Write a snapshot now (not in memory mode; one at a time); whether one was."""
+        if wal is None or wal.options.durability is Durability.MEMORY:
+            return True  # nothing survives a restart: nothing to cover
+        if self._snapshotting:
+            return False
         self._snapshotting = True
         try:
             self.states.applied_since_snapshot = 0
             # Encoded here, in the loop: the states change with every durable batch.
+            end_offset = self.states.end_offset
             body = self.states.encode()
-            await asyncio.to_thread(write, self.directory, self.states.end_offset, body)
+            await asyncio.to_thread(write, self.directory, end_offset, body)
+            self._snapshot_end = end_offset
+            return True
         except OSError as exc:  # the next upkeep tries again; a rebuild reads more meanwhile
             log.warning("%s: producer snapshot failed: %s", self.directory, exc)
+            return False
         finally:
             self._snapshotting = False
 

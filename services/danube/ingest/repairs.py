@@ -34,6 +34,7 @@ from danube.ingest.wal import (
 )
 from danube.meta import MetaStore
 from danube.meta.backoff import backoff_s
+from danube.tasks import TaskSet
 from danube.wire.ingest import protocol
 from danube.wire.sizes import body_limit
 
@@ -104,6 +105,9 @@ class Repairer:
         self._stored: frozenset[int] = frozenset()  # as damaged.json holds them
         self._pending: set[int] = set()  # offsets of bad frames reported, not yet repaired
         self._task: asyncio.Task[None] | None = None
+        # A repair that fails is logged; the damage stays pending and the next report of it
+        # starts another.
+        self._tasks = TaskSet(f"repairs of {name}")
 
     @property
     def damaged(self) -> bool:
@@ -118,7 +122,7 @@ class Repairer:
         self._pending.add(offset)
         log.warning("%s: this copy is damaged at offset %d; repairing it", self.name, offset)
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name=f"repair-{self.name}")
+            self._task = self._tasks.spawn(self._run(), name=f"repair-{self.name}")
         if new:
             metrics.DAMAGED_COPIES.inc()
             self._on_change()
@@ -126,9 +130,7 @@ class Repairer:
     async def stop(self) -> None:
         """Cancel the repair under way, if any (the replica closes)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._tasks.cancel(task)
         if self._pending:
             self._pending.clear()
             metrics.DAMAGED_COPIES.dec()

@@ -81,11 +81,14 @@ class SequencedBatch:
         return f"producer {name!r} epoch {self.epoch} sequences {self.first_sequence}..{last}"
 
 
-def sequenced_batch(records: Sequence[bytes]) -> SequencedBatch | None:
+def sequenced_batch(
+    records: Sequence[bytes], runs: list[SequenceRun] | None = None
+) -> SequencedBatch | None:
     """The batch ``records`` are, None when none is sequenced; OutOfOrderSequenceError when
     they mix sequenced and unsequenced records, producers or epochs, or their sequences do
-    not follow one another."""
-    runs = sequence_runs(records)
+    not follow one another. ``runs``: their ``sequence_runs``, when read already."""
+    if runs is None:
+        runs = sequence_runs(records)
     if not runs:
         return None
     run = runs[0]

@@ -13,12 +13,20 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from danube.meta import InvalidNameError, KeyValue, MetaStore, TopicName
+from danube.meta import InvalidNameError, KeyValue, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
-from danube.meta.records import RetentionPolicy
+from danube.meta.records import RetentionPolicy, RetentionTally
 from danube.retention import metrics
 from danube.retention.errors import DeposedError
-from danube.retention.policy import Limits, StoredObject, plan_object_expiry
+from danube.retention.policy import (
+    NOTHING,
+    Dropped,
+    Limits,
+    StoredObject,
+    acked_prefix,
+    plan_object_expiry,
+)
+from danube.retention.tally import TallyCell, added
 from danube.storage import ObjectDescriptor, ObjectStore, StorageError
 
 log = logging.getLogger(__name__)
@@ -58,6 +66,8 @@ class CloudOutcome:
     size_bytes: int
     kept_objects: int = 0
     kept_bytes: int = 0
+    messages: int = 0
+    acked: Dropped = NOTHING  # the part every subscription had acknowledged (queue retention)
 
 
 async def list_objects(store: MetaStore, partition: TopicName) -> tuple[list[Listed], bool]:
@@ -105,6 +115,7 @@ def _decode(kv: KeyValue, partition: TopicName) -> Listed | None:
         descriptor.last_offset,
         descriptor.size_bytes,
         descriptor.created_ms,
+        descriptor.message_count,
     )
     return Listed(kv.key, kv.mod_revision, descriptor.key, item)
 
@@ -137,59 +148,92 @@ class CloudRetention:
         return gone
 
     async def enforce(
-        self, partition: TopicName, policy: RetentionPolicy, *, fence: Fence, now_ms: int
+        self,
+        partition: TopicName,
+        policy: RetentionPolicy,
+        *,
+        fence: Fence,
+        now_ms: int,
+        ack_floor: int | None = None,
     ) -> CloudOutcome:
-        """Delete the partition's objects that the topic's retention ``policy`` lets go."""
+        """Delete the partition's objects that the topic's retention ``policy`` lets go, and
+        (queue retention) those wholly below ``ack_floor``."""
         limits = Limits.of(policy.time_minutes, policy.size_mb)
         # Listed even with no limit: the kept objects are the topic's cloud-tier size.
         listed, complete = await list_objects(self._store, partition)
-        count = 0
-        if not limits.unlimited:
-            count = plan_object_expiry(
-                [entry.item for entry in listed], complete=complete, limits=limits, now_ms=now_ms
-            )
-        deleted, size_bytes = 0, 0
-        for entry in listed[:count]:
-            if not await self._delete_descriptor(entry, fence):
+        count = plan_object_expiry(
+            [entry.item for entry in listed],
+            complete=complete,
+            limits=limits,
+            now_ms=now_ms,
+            ack_floor=ack_floor,
+        )
+        acked_count = acked_prefix((entry.item.last_offset for entry in listed[:count]), ack_floor)
+        total, acked = NOTHING, NOTHING
+        tally = await TallyCell.read(self._store, partition) if count else None
+        for index, entry in enumerate(listed[:count]):
+            assert tally is not None
+            item = entry.item
+            gone = Dropped(1, item.message_count, item.size_bytes)
+            gone_acked = gone if index < acked_count else NOTHING
+            counted = added(tally.value, "cloud", gone, gone_acked, now_ms)
+            if not await self._delete_descriptor(entry, fence, tally, counted):
                 break  # it changed under us: judge it again next pass, and all after it
-            deleted += 1
-            size_bytes += entry.item.size_bytes
+            total, acked = total.plus(gone), acked.plus(gone_acked)
             metrics.OBJECTS_DELETED.inc()
-            metrics.OBJECT_BYTES_DELETED.inc(entry.item.size_bytes)
+            metrics.OBJECT_BYTES_DELETED.inc(item.size_bytes)
+            # Counted with its descriptor: an object whose delete fails is an orphan, gone
+            # from the topic all the same.
+            metrics.count_dropped(
+                partition,
+                "cloud",
+                gone.messages,
+                gone.size_bytes,
+                gone_acked.messages,
+                gone_acked.size_bytes,
+            )
             await self._delete_object(entry.object_key)
-        if deleted:
+        if total.units:
             log.info(
-                "deleted expired objects",
+                "deleted objects",
                 extra={
                     "partition": str(partition),
-                    "objects": deleted,
-                    "bytes": size_bytes,
-                    "first_kept": listed[deleted].item.first_offset
-                    if deleted < len(listed)
+                    "objects": total.units,
+                    "bytes": total.size_bytes,
+                    "acked_objects": acked.units,
+                    "first_kept": listed[total.units].item.first_offset
+                    if total.units < len(listed)
                     else None,
                 },
             )
-        kept = listed[deleted:]
+        kept = listed[total.units :]
+        kept_bytes = sum(entry.item.size_bytes for entry in kept)
         return CloudOutcome(
-            deleted, size_bytes, len(kept), sum(entry.item.size_bytes for entry in kept)
+            total.units, total.size_bytes, len(kept), kept_bytes, total.messages, acked
         )
 
-    async def _delete_descriptor(self, entry: Listed, fence: Fence) -> bool:
-        """Delete the descriptor if it is unchanged and this node still leads."""
+    async def _delete_descriptor(
+        self, entry: Listed, fence: Fence, tally: TallyCell, counted: RetentionTally
+    ) -> bool:
+        """Delete the descriptor and write ``counted`` as the partition's tally, if both it
+        and the tally are unchanged and this node still leads."""
         result = await (
             self._store.txn()
             .if_mod_revision(entry.key, "==", entry.mod_revision)
             .if_create_revision(fence.election_key, "==", fence.revision)
+            .if_mod_revision(tally.key, "==", tally.mod_revision)
             .then_delete(entry.key)
+            .then_put(tally.key, encode_model(counted))
             .else_get(fence.election_key)
             .commit()
         )
         if result.succeeded:
+            tally.value, tally.mod_revision = counted, result.revision
             return True
         election = result.first_kv(0)
         if election is None or election.create_revision != fence.revision:
             raise DeposedError(f"retention leadership (revision {fence.revision}) ended")
-        log.info("descriptor %s changed since it was read; kept", entry.key)
+        log.info("descriptor %s (or the tally) changed since it was read; kept", entry.key)
         return False
 
     async def _delete_object(self, key: str) -> None:

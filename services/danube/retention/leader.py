@@ -19,12 +19,12 @@ from danube.config import DanubeSettings
 from danube.meta import Election, Leadership, MetaError, MetaStore, TopicName, run_as_leader
 from danube.meta import keys as meta_keys
 from danube.meta.aio import wait_any
-from danube.meta.records import RetentionPolicy
 from danube.meta.topics import read_namespaces, read_topics
 from danube.retention import metrics
 from danube.retention.cloud import CloudRetention, Fence
 from danube.retention.errors import DeposedError
-from danube.retention.policy import Limits, reliable_partitions
+from danube.retention.floors import ack_floor
+from danube.retention.policy import Limits, PartitionPolicy, reliable_partitions
 from danube.retention.wal import enforce_wal
 from danube.runtime.topic_metrics import GaugeSnapshot, topic_label
 from danube.storage import ObjectStore, StorageError
@@ -51,10 +51,15 @@ class PassReport:
     wal_bytes_dropped: int = 0
     objects_deleted: int = 0
     object_bytes_deleted: int = 0
+    # Of the above, what every subscription had acknowledged (queue retention).
+    wal_acked_bytes_dropped: int = 0
+    object_acked_bytes_deleted: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     deposed: bool = False
     # The objects kept, per partition: ``(objects, bytes)``.
     cloud_tier: dict[TopicName, tuple[int, int]] = field(default_factory=dict)
+    # The WAL bytes of each partition that was listed (its owner's copy).
+    wal_tier: dict[TopicName, int] = field(default_factory=dict)
 
     def failed(self, stage: str) -> None:
         """Count a failed step of ``stage``."""
@@ -86,6 +91,7 @@ class Retention:
         self._cloud = CloudRetention(store, objects)
         self._cloud_bytes = GaugeSnapshot(metrics.TOPIC_CLOUD_BYTES)
         self._cloud_objects = GaugeSnapshot(metrics.TOPIC_CLOUD_OBJECTS)
+        self._wal_bytes = GaugeSnapshot(metrics.TOPIC_WAL_BYTES)
         self._clock = clock
         self._election = Election(
             store, meta_keys.RETENTION_ELECTION, node_id, ttl_s=settings.retention.lease_ttl_s
@@ -143,9 +149,9 @@ class Retention:
             report.partitions = len(partitions)
             await self._cloud.retry_orphans()
 
-            async def step(item: tuple[TopicName, RetentionPolicy]) -> None:
+            async def step(item: PartitionPolicy) -> None:
                 if term.active and not report.deposed:
-                    await self._partition(item[0], item[1], fence, report)
+                    await self._partition(item, fence, report)
 
             await _for_each(iter(partitions), step, PARTITION_CONCURRENCY)
         if report.deposed or not term.active:
@@ -158,12 +164,19 @@ class Retention:
         self._cloud_objects.publish(
             ((topic_label(p),), count) for p, (count, _) in report.cloud_tier.items()
         )
+        self._wal_bytes.publish(((topic_label(p),), size) for p, size in report.wal_tier.items())
         log.debug("retention pass done: %s", report)
         return report
 
-    async def _partition(
-        self, partition: TopicName, policy: RetentionPolicy, fence: Fence, report: PassReport
-    ) -> None:
+    async def _partition(self, item: PartitionPolicy, fence: Fence, report: PassReport) -> None:
+        partition, policy = item.partition, item.retention
+        floor: int | None = None
+        if item.queue:
+            try:
+                floor = await ack_floor(self._store, partition)
+            except MetaError as exc:  # then only the limits apply this pass
+                log.warning("cursors of %s unreadable: %s", partition, exc)
+                report.failed("cursor")
         try:
             outcome = await enforce_wal(
                 partition,
@@ -171,17 +184,23 @@ class Retention:
                 ingest=self._ingest,
                 limits=self.wal_limits,
                 timeout_s=WAL_REQUEST_TIMEOUT_S,
+                ack_floor=floor,
+                ack_hold_ms=item.ack_hold_ms,
             )
         except _STEP_ERRORS as exc:
             log.warning("WAL retention of %s failed: %s", partition, exc)
             report.failed("wal")
         else:
             if outcome is not None:
+                report.wal_tier[partition] = outcome.held_bytes
                 report.segments_dropped += outcome.segments
                 report.wal_bytes_dropped += outcome.size_bytes
+                report.wal_acked_bytes_dropped += outcome.acked.size_bytes
         try:
             now_ms = int(self._clock() * 1000)
-            deleted = await self._cloud.enforce(partition, policy, fence=fence, now_ms=now_ms)
+            deleted = await self._cloud.enforce(
+                partition, policy, fence=fence, now_ms=now_ms, ack_floor=floor
+            )
         except DeposedError:
             report.deposed = True  # raised once the pass's other steps are done
         except _STEP_ERRORS as exc:
@@ -190,12 +209,13 @@ class Retention:
         else:
             report.objects_deleted += deleted.objects
             report.object_bytes_deleted += deleted.size_bytes
+            report.object_acked_bytes_deleted += deleted.acked.size_bytes
             report.cloud_tier[partition] = (deleted.kept_objects, deleted.kept_bytes)
 
 
 async def _for_each(
-    items: Iterator[tuple[TopicName, RetentionPolicy]],
-    work: Callable[[tuple[TopicName, RetentionPolicy]], Awaitable[None]],
+    items: Iterator[PartitionPolicy],
+    work: Callable[[PartitionPolicy], Awaitable[None]],
     concurrency: int,
 ) -> None:
     """Run ``work`` on every item, at most ``concurrency`` at a time (workers share the

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from danube.names import TopicName
+from danube.runtime.topic_metrics import topic_label
+
 RUNS = Counter("danube_retention_runs", "Retention passes over every reliable partition")
 RUN_ERRORS = Counter(
     "danube_retention_errors", "Failed steps of a pass (the pass goes on)", ["stage"]
@@ -26,6 +29,43 @@ LEADER = Gauge("danube_retention_leader", "1 while this node leads retention, el
 TOPIC_CLOUD_BYTES = Gauge(
     "danube_topic_cloud_bytes", "Bytes of the topic's objects in object storage", ["topic"]
 )
+TOPIC_WAL_BYTES = Gauge(
+    "danube_topic_wal_bytes",
+    "Bytes of the topic's WAL on its partitions' leaders (uploaded partitions only)",
+    ["topic"],
+)
 TOPIC_CLOUD_OBJECTS = Gauge(
     "danube_topic_cloud_objects", "The topic's objects in object storage", ["topic"]
 )
+# What left each tier of a topic, by reason: "acked" (queue retention: every subscription had
+# acknowledged it) or "limits" (the time and size limits; some subscription may not have).
+TOPIC_DROPPED_MESSAGES = Counter(
+    "danube_topic_retention_dropped_messages",
+    "Messages retention removed from a tier of the topic",
+    ["topic", "tier", "reason"],
+)
+TOPIC_DROPPED_BYTES = Counter(
+    "danube_topic_retention_dropped_bytes",
+    "Bytes retention removed from a tier of the topic",
+    ["topic", "tier", "reason"],
+)
+
+
+def count_dropped(
+    partition: TopicName,
+    tier: str,
+    messages: int,
+    size_bytes: int,
+    acked_messages: int,
+    acked_bytes: int,
+) -> None:
+    """Count what left ``tier`` ("wal" or "cloud") of ``partition``'s topic, of it
+    ``acked_*`` for the queue reason, the rest for the limits."""
+    topic = topic_label(partition)
+    for reason, count, size in (
+        ("acked", acked_messages, acked_bytes),
+        ("limits", messages - acked_messages, size_bytes - acked_bytes),
+    ):
+        if count or size:
+            TOPIC_DROPPED_MESSAGES.labels(topic, tier, reason).inc(count)
+            TOPIC_DROPPED_BYTES.labels(topic, tier, reason).inc(size)

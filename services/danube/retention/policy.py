@@ -3,7 +3,9 @@
 Both tiers follow one rule: data goes **oldest first**, as a prefix, while it is older than the
 age limit or while the tier is over its size limit; and the newest unit (the WAL's active
 segment, the partition's newest object) always stays. The WAL adds the hard condition that
-nothing goes before it is uploaded. docs/retention.md explains the choices.
+nothing goes before it is uploaded. Under queue retention a unit may also go once every
+subscription has acknowledged all of it (its offsets lie below the partition's **ack floor**),
+and then the newest object too. docs/retention.md explains the choices.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from danube.meta.records import NamespacePolicy, RetentionPolicy, TopicConfig
+from danube.meta.records import NamespacePolicy, Policies, RetentionPolicy, TopicConfig
 from danube.names import TopicName
 from danube.wire.ingest.protocol import SegmentInfo
 
@@ -50,6 +53,26 @@ class Limits:
         return self.max_bytes is not None and held_bytes > self.max_bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """Units (segments or objects), messages and bytes that left a tier."""
+
+    units: int
+    messages: int
+    size_bytes: int
+
+    def plus(self, other: Dropped) -> Dropped:
+        """Both together."""
+        return Dropped(
+            self.units + other.units,
+            self.messages + other.messages,
+            self.size_bytes + other.size_bytes,
+        )
+
+
+NOTHING = Dropped(0, 0, 0)
+
+
 # --- the WAL ---------------------------------------------------------------------------------
 
 
@@ -70,6 +93,8 @@ def plan_wal_drop(
     uploaded_through: int | None,
     limits: Limits,
     now_ms: int,
+    ack_floor: int | None = None,
+    ack_hold_ms: int = 0,
 ) -> WalDrop | None:
     """The WAL segments that may go now, or ``None``.
 
@@ -77,7 +102,11 @@ def plan_wal_drop(
     them, or fewer); ``uploaded_through`` is the uploader checkpoint (``None``: no readable
     checkpoint, so nothing is known to be uploaded). A segment may go only if it is sealed,
     not the newest, wholly at or below ``uploaded_through``, and older than the age limit (by
-    its newest write) or part of what takes the WAL over its size limit.
+    its newest write) or part of what takes the WAL over its size limit, or (queue
+    retention) wholly below ``ack_floor``, the lowest offset some subscription has not
+    acknowledged (``None``: not under queue retention, or no subscription), and last written
+    at least ``ack_hold_ms`` ago (the topic's message-id window: a new leader reads the ids
+    back from its WAL).
     """
     if uploaded_through is None or uploaded_through < 0:
         return None
@@ -91,7 +120,12 @@ def plan_wal_drop(
             break
         if end - 1 > uploaded_through:
             break  # not wholly uploaded: neither it nor anything after it may go
-        if not (limits.expired(segment.modified_ms, now_ms) or limits.over(held_bytes)):
+        acked = (
+            ack_floor is not None
+            and end <= ack_floor
+            and now_ms - segment.modified_ms >= ack_hold_ms
+        )
+        if not (acked or limits.expired(segment.modified_ms, now_ms) or limits.over(held_bytes)):
             break
         dropped += 1
         dropped_bytes += segment.size_bytes
@@ -113,35 +147,56 @@ class StoredObject:
     last_offset: int
     size_bytes: int
     created_ms: int
+    message_count: int = 0  # for the accounting only; the plan goes by offsets
 
 
 def plan_object_expiry(
-    objects: Sequence[StoredObject], *, complete: bool, limits: Limits, now_ms: int
+    objects: Sequence[StoredObject],
+    *,
+    complete: bool,
+    limits: Limits,
+    now_ms: int,
+    ack_floor: int | None = None,
 ) -> int:
     """How many of the oldest ``objects`` (in offset order) to delete.
 
     ``complete``: ``objects`` are all the partition's objects, so the last one is the newest,
-    which always stays, and their sizes add up to what the tier holds. When only the oldest
-    were read, the total is a lower bound and the newest is not among them: the plan stays on
-    the safe side (it may delete less than the size limit asks, never more). An object goes
-    when its upload (``created_ms``) is older than the age limit, or while the objects still
-    held are over the size limit; deletion stops at the first object that may stay, so what
-    remains is always one contiguous run of offsets.
+    which the limits never delete, and their sizes add up to what the tier holds. When only
+    the oldest were read, the total is a lower bound and the newest is not among them: the
+    plan stays on the safe side (it may delete less than the size limit asks, never more). An
+    object goes when its upload (``created_ms``) is older than the age limit, or while the
+    objects still held are over the size limit, or (queue retention) when all its offsets lie
+    below ``ack_floor`` (every subscription acknowledged them: then even the newest goes).
+    Deletion stops at the first object that may stay, so what remains is always one
+    contiguous run of offsets.
     """
     for before, after in itertools.pairwise(objects):
         if after.first_offset <= before.last_offset:
             raise ValueError("objects must be in offset order and must not overlap")
-    if limits.unlimited:
+    if limits.unlimited and ack_floor is None:
         return 0
-    candidates = objects[:-1] if complete else objects
+    newest = len(objects) - 1 if complete else None
     held_bytes = sum(item.size_bytes for item in objects)
     count = 0
-    for item in candidates:
-        if not (limits.expired(item.created_ms, now_ms) or limits.over(held_bytes)):
+    for index, item in enumerate(objects):
+        acked = ack_floor is not None and item.last_offset < ack_floor
+        by_limits = index != newest and (
+            limits.expired(item.created_ms, now_ms) or limits.over(held_bytes)
+        )
+        if not (acked or by_limits):
             break
         count += 1
         held_bytes -= item.size_bytes
     return count
+
+
+def acked_prefix(last_offsets: Iterable[int], ack_floor: int | None) -> int:
+    """How many of the units whose last offsets are ``last_offsets`` (in offset order) lie
+    wholly below ``ack_floor``: the part of a drop every subscription had acknowledged (a
+    prefix, since the floor is one offset)."""
+    if ack_floor is None:
+        return 0
+    return sum(1 for _ in itertools.takewhile(lambda last: last < ack_floor, last_offsets))
 
 
 # --- what to look at -------------------------------------------------------------------------
@@ -155,16 +210,30 @@ def effective_retention(topic: RetentionPolicy, namespace: RetentionPolicy) -> R
     )
 
 
+class PartitionPolicy(NamedTuple):
+    """What retention applies to one partition: its topic's cloud limits, and whether it is
+    under queue retention (``policies.retention_mode == "queue"``, the topic's or else its
+    namespace's)."""
+
+    partition: TopicName
+    retention: RetentionPolicy
+    queue: bool = False
+    # Under queue retention, how long acknowledged data stays in the WAL all the same: the
+    # topic's message_id_window_s (a new leader reads the window's ids back from its WAL).
+    ack_hold_ms: int = 0
+
+
 def reliable_partitions(
     topics: Iterable[tuple[TopicName, TopicConfig]],
     namespaces: Mapping[str, NamespacePolicy] | None = None,
-) -> list[tuple[TopicName, RetentionPolicy]]:
-    """Every partition of every reliable topic, with its cloud retention policy: the
-    topic's, with what it leaves unset inherited from its namespace's (``namespaces``).
+) -> list[PartitionPolicy]:
+    """Every partition of every reliable topic, with its cloud retention policy (the
+    topic's, with what it leaves unset inherited from its namespace's, ``namespaces``) and
+    its retention mode (inherited the same way).
 
     Non-reliable topics keep nothing on disk or in object storage: nothing to do for them.
     """
-    found: list[tuple[TopicName, RetentionPolicy]] = []
+    found: list[PartitionPolicy] = []
     for topic, config in topics:
         if config.dispatch != "reliable":
             continue
@@ -174,5 +243,12 @@ def reliable_partitions(
             if policy is None
             else effective_retention(config.retention, policy.retention)
         )
-        found.extend((partition, retention) for partition in topic.partitions(config.partitions))
+        fallback: Policies | None = None if policy is None else policy.policies
+        policies = config.policies.over(fallback)
+        queue = policies.retention_mode == "queue"
+        hold_ms = (policies.message_id_window_s or 0) * 1000 if queue else 0
+        found.extend(
+            PartitionPolicy(partition, retention, queue, hold_ms)
+            for partition in topic.partitions(config.partitions)
+        )
     return found

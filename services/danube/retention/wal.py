@@ -13,13 +13,14 @@ import logging
 from dataclasses import dataclass
 
 from danube.bus import NoRespondersError
-from danube.meta import MetaDecodeError, MetaStore, TopicName
+from danube.meta import MetaDecodeError, MetaError, MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import UploaderCheckpoint
 from danube.retention import metrics
-from danube.retention.policy import Limits, plan_wal_drop
+from danube.retention.policy import NOTHING, Dropped, Limits, acked_prefix, plan_wal_drop
+from danube.retention.tally import add_wal_drop
 from danube.wire.ingest.client import IngestClient
-from danube.wire.ingest.protocol import STATS_SEGMENTS_MAX
+from danube.wire.ingest.protocol import STATS_SEGMENTS_MAX, SegmentInfo
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +30,16 @@ SEGMENTS_LISTED = STATS_SEGMENTS_MAX
 
 @dataclass(frozen=True, slots=True)
 class WalOutcome:
-    """What one partition's WAL pass removed, and where its WAL now starts."""
+    """What one partition's WAL pass removed (maybe nothing), where its WAL now starts and
+    how large it is. ``acked``: the part (a prefix) that every subscription had acknowledged
+    (queue retention)."""
 
     segments: int
     size_bytes: int
     wal_start: int
+    messages: int = 0
+    acked: Dropped = NOTHING
+    held_bytes: int = 0  # what the WAL holds after the drop (the owner's copy)
 
 
 async def uploaded_through(store: MetaStore, partition: TopicName) -> int | None:
@@ -56,9 +62,12 @@ async def enforce_wal(
     ingest: IngestClient,
     limits: Limits,
     timeout_s: float,
+    ack_floor: int | None = None,
+    ack_hold_ms: int = 0,
 ) -> WalOutcome | None:
-    """Drop the partition's WAL segments that are uploaded and past ``limits``; ``None`` when
-    nothing went (nothing may go, or nobody serves the partition right now)."""
+    """Drop the partition's WAL segments that are uploaded and past ``limits`` (or, queue
+    retention, wholly below ``ack_floor`` and last written ``ack_hold_ms`` ago); ``None``
+    when the WAL was not looked at (nothing is uploaded, or nobody serves the partition)."""
     # First the checkpoint: it only moves up, so a listing taken after it is never judged
     # against a newer one than it was read with.
     uploaded = await uploaded_through(store, partition)
@@ -77,15 +86,34 @@ async def enforce_wal(
         uploaded_through=uploaded,
         limits=limits,
         now_ms=listing.now_ms,
+        ack_floor=ack_floor,
+        ack_hold_ms=ack_hold_ms,
     )
     if plan is None:
-        return None
+        return WalOutcome(0, 0, listing.start_offset, held_bytes=listing.disk_bytes)
     removed, wal_start = await ingest.drop_below(partition, plan.below_offset, timeout_s=timeout_s)
     # drop_below removes the oldest segments, so the ones gone are the head of the listing
     # (unless the WAL changed in between; the size is then an estimate).
-    size_bytes = sum(segment.size_bytes for segment in listing.segments[:removed])
+    gone = listing.segments[:removed]
+    size_bytes = sum(segment.size_bytes for segment in gone)
+    messages = sum(_messages(segment) for segment in gone)
+    acked_count = acked_prefix(
+        (segment.first_offset + _messages(segment) - 1 for segment in gone), ack_floor
+    )
+    acked = Dropped(
+        acked_count,
+        sum(_messages(segment) for segment in gone[:acked_count]),
+        sum(segment.size_bytes for segment in gone[:acked_count]),
+    )
     metrics.SEGMENTS_DROPPED.inc(removed)
     metrics.BYTES_DROPPED.inc(size_bytes)
+    metrics.count_dropped(partition, "wal", messages, size_bytes, acked.messages, acked.size_bytes)
+    total = Dropped(removed, messages, size_bytes)
+    try:
+        await add_wal_drop(store, partition, total, acked, listing.now_ms)
+    except MetaError as exc:  # the drop is done: only its count in etcd is missing
+        log.warning("WAL drop of %s not added to its tally: %s", partition, exc)
+        metrics.RUN_ERRORS.labels("tally").inc()
     log.info(
         "dropped WAL segments",
         extra={
@@ -95,6 +123,16 @@ async def enforce_wal(
             "below": plan.below_offset,
             "uploaded_through": uploaded,
             "wal_start": wal_start,
+            "ack_floor": ack_floor,
+            "acked_segments": acked.units,
         },
     )
-    return WalOutcome(removed, size_bytes, wal_start)
+    held_bytes = max(0, listing.disk_bytes - size_bytes)
+    return WalOutcome(removed, size_bytes, wal_start, messages, acked, held_bytes)
+
+
+def _messages(segment: SegmentInfo) -> int:
+    """The messages of a dropped segment (sealed, so its end is known): offsets are
+    contiguous for a partition's whole life, so its offset range is its count."""
+    end = segment.first_offset if segment.next_offset is None else segment.next_offset
+    return end - segment.first_offset

@@ -27,6 +27,7 @@ from danube.meta.records import Owner
 from danube.meta.topics import read_topics
 from danube.runtime.topic_metrics import GaugeSnapshot, partition_labels
 from danube.storage import ObjectStore
+from danube.tasks import TaskSet
 from danube.uploader import metrics
 from danube.uploader.upload import (
     DataLostError,
@@ -84,7 +85,11 @@ class UploaderNode:
         # Releases a fenced worker started from inside itself (it cannot await its own
         # cancel): held here so they are not garbage-collected, their errors logged, and
         # close() waits for them.
-        self._releasing: set[asyncio.Task[None]] = set()
+        # A worker that dies (an error out of its own handling: etcd failing while it skips
+        # lost data, say) would hold its partition and upload nothing: it is let go, so an
+        # uploader (this one, next pass) claims it again with a fresh worker.
+        self._tasks = TaskSet(f"uploader {node_id}", on_failure=self._worker_failed)
+        self._releases = TaskSet(f"uploader {node_id} releases")
 
     @property
     def partitions(self) -> list[TopicName]:
@@ -144,7 +149,7 @@ class UploaderNode:
             config=self.config,
             assignment_revision=result.revision,
         )
-        task = asyncio.create_task(self._work(partition), name=f"upload-{partition}")
+        task = self._tasks.spawn(self._work(partition), name=_worker_name(partition))
         worker = self._workers[partition] = _Worker(uploader, task)
         worker.live = await self.bus.subscribe(
             self.bus.subjects.live(partition), self._on_live(worker), pending_msgs_limit=256
@@ -171,8 +176,7 @@ class UploaderNode:
         worker = self._workers.pop(partition, None)
         if worker is None:
             return
-        worker.task.cancel()
-        await asyncio.gather(worker.task, return_exceptions=True)
+        await self._tasks.cancel(worker.task)
         if worker.live is not None:
             await worker.live.unsubscribe()
         key = meta_keys.uploader_assignment_key(partition)
@@ -187,19 +191,19 @@ class UploaderNode:
         """Stop every worker and free the keys (a clean stop hands partitions on at once)."""
         for partition in list(self._workers):
             await self.release(partition)
-        await asyncio.gather(*self._releasing, return_exceptions=True)
+        await self._releases.join()
+        await self._releases.close()
+        await self._tasks.close()
 
     def _release_later(self, partition: TopicName) -> None:
-        task = asyncio.get_running_loop().create_task(
-            self.release(partition), name=f"release-{partition}"
-        )
-        self._releasing.add(task)
-        task.add_done_callback(self._released)
+        self._releases.spawn(self.release(partition), name=f"release-{partition}")
 
-    def _released(self, task: asyncio.Task[None]) -> None:
-        self._releasing.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("uploader %s: %s failed: %r", self.node_id, task.get_name(), exc)
+    def _worker_failed(self, name: str, exc: BaseException) -> None:
+        for partition, worker in self._workers.items():
+            if worker.task.get_name() == name:
+                metrics.ERRORS.labels(type(exc).__name__).inc()
+                self._release_later(partition)
+                return
 
     async def _work(self, partition: TopicName) -> None:
         # Created just before its entry in _workers, which exists by the time this runs.
@@ -271,3 +275,7 @@ class UploaderNode:
         self._lag_seconds.publish(
             (partition_labels(p), now - w.caught_up_at) for p, w in self._workers.items()
         )
+
+
+def _worker_name(partition: TopicName) -> str:
+    return f"upload-{partition}"

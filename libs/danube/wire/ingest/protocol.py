@@ -76,6 +76,7 @@ import orjson
 from danube.frame import CorruptRecordError, FrameError
 from danube.frame.codec import BytesLike
 from danube.frame.produce import check_record, scan_frames_for_produce
+from danube.frame.record import SequenceRun
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
 from danube.wire.errors import BadRequestError as BadRequestError
@@ -146,9 +147,17 @@ def framed_request_bytes(frame_bytes: int) -> int:
     return FRAMED_HEAD_BYTES + frame_bytes
 
 
+class ProduceRecords(NamedTuple):
+    """A decoded produce request: its records, and their sequenced ones as runs when the
+    decoding read them (the framed layout; None: not read)."""
+
+    records: list[bytes]
+    runs: list[SequenceRun] | None
+
+
 def decode_produce_request(
     body: bytes, *, max_record_bytes: int, max_count: int = PRODUCE_COUNT_MAX
-) -> list[bytes]:
+) -> ProduceRecords:
     """The records of a produce request of either layout, each checked as a record (nothing
     built but the bytes to append); BadRequestError if the layout, a size or a record is off."""
     view = memoryview(body)
@@ -181,10 +190,10 @@ def decode_produce_request(
         pos += size
     if pos != len(view):
         raise BadRequestError(f"{len(view) - pos} trailing bytes after {count} records")
-    return records
+    return ProduceRecords(records, None)
 
 
-def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -> list[bytes]:
+def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -> ProduceRecords:
     if len(view) < FRAMED_HEAD_BYTES:
         raise BadRequestError("framed produce request shorter than its head")
     _, count = _FRAMED_HEAD.unpack_from(view, 0)
@@ -206,7 +215,7 @@ def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -
                 code="payload_too_large",
             )
         records.append(bytes(body[start:end]))
-    return records
+    return ProduceRecords(records, frames.runs)
 
 
 class ProduceReply(NamedTuple):

@@ -24,6 +24,7 @@ from danube.discovery.api import (
     elastic,
     failure_policy,
     failures,
+    multi_stream,
     partitions,
     produce,
     producers,
@@ -109,6 +110,7 @@ def build_app(
     app.include_router(producers.router)
     app.include_router(consume.router)
     app.include_router(stream.router)
+    app.include_router(multi_stream.router)
     app.include_router(subscriptions.router)
     app.include_router(failure_policy.router)
     app.include_router(partitions.router)

@@ -36,13 +36,14 @@ from danube.discovery.models import (
     TopicSpec,
 )
 from danube.discovery.policy_models import PoliciesSpec, TopicPatch, check_message_size
-from danube.meta import MetaStore, TopicName, decode_model
+from danube.meta import MetaDecodeError, MetaStore, TopicName, decode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import (
     NamespacePolicy,
     NodeRecord,
     Owner,
     Policies,
+    RetentionTally,
     TopicConfig,
     UploaderCheckpoint,
 )
@@ -138,6 +139,7 @@ async def _offsets(
         checkpoint = await store.get_model(
             meta_keys.uploader_checkpoint_key(name), UploaderCheckpoint
         )
+        found["retention_dropped"] = await _retention_dropped(store, name)
     uploaded = None
     if checkpoint is not None and checkpoint.uploaded_through >= 0:
         uploaded = checkpoint.uploaded_through
@@ -148,6 +150,16 @@ async def _offsets(
     found.setdefault("wal_start", None)
     found.setdefault("next_offset", None)
     return OffsetsOut.model_validate({**found, "uploaded_through": uploaded})
+
+
+async def _retention_dropped(store: MetaStore, name: TopicName) -> dict[str, Any] | None:
+    """The partition's retention tally without its time; ``None`` when it has none (or one
+    that does not decode: retention counts that and starts it again)."""
+    try:
+        tally = await store.get_model(meta_keys.retention_tally_key(name), RetentionTally)
+    except MetaDecodeError:
+        return None
+    return None if tally is None else tally.model_dump(exclude={"updated_ms"})
 
 
 # --- cluster -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.security import SecurityGate
 from danube.discovery.stream_protocol import StreamSlots
+from danube.discovery.topic_lists import TopicLists
 from danube.meta import MetaStore
 from danube.storage import ObjectStore
 from danube.wire.dispatcher.client import DispatcherClient
@@ -58,6 +59,13 @@ class Services:
     # A stream with no credits still tells the dispatcher its consumer is alive this often,
     # well within dispatcher.consumer_session_timeout_s.
     stream_keepalive_s: float = 20.0
+    # Many-topics streams (api/multi_stream.py): the topics one stream joins at most, and
+    # how often it lists its namespace's topics to join new ones (docs/http-api.md).
+    stream_topics_max: int = 256
+    stream_topics_refresh_s: float = 2.0
+    # The namespaces' topic lists those streams read, shared by all of them (None: each
+    # stream lists through the catalog itself).
+    topic_lists: TopicLists | None = None
     # Authentication and authorization of both front doors (off: everything allowed).
     security: SecurityGate = field(default_factory=SecurityGate.disabled)
 

@@ -100,7 +100,7 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
     await websocket.accept(subprotocol=delivery.SUBPROTOCOL if frames else None)
     refusal = getattr(websocket.state, "refusal", None)  # api/auth.py: 4401 / 4403
     if refusal is not None:
-        await _close(websocket, refusal)
+        await close_stream(websocket, refusal)
         return
     if not services.streams.try_take():
         limit = services.streams.limit
@@ -108,7 +108,7 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
             f"this instance holds {limit} streams open; retry later or elsewhere",
             code="too_many_streams",
         )
-        await _close(websocket, refusal)
+        await close_stream(websocket, refusal)
         return
     metrics.STREAMS_OPEN.inc()
     try:
@@ -117,7 +117,7 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
         metrics.STREAMS_OPEN.dec()
         services.streams.give_back()
     if error is not None:
-        await _close(websocket, error)
+        await close_stream(websocket, error)
 
 
 async def _serve(
@@ -138,7 +138,7 @@ async def _serve(
         return exc
 
 
-async def _close(websocket: WebSocket, error: BaseException) -> None:
+async def close_stream(websocket: WebSocket, error: BaseException) -> None:
     """Tell the client why the stream ends (an error frame), then close with its code."""
     code = ws_close_code(error)
     if http_status(error) >= 500:
@@ -230,7 +230,7 @@ class _Stream:
                     self.topic, self.sub, self.dispatcher_id, ranges
                 )
                 if ignored:
-                    await self._outbox.put([error_frame(_not_in_flight(self.topic, ignored))])
+                    await self._outbox.put([error_frame(not_in_flight_error(self.topic, ignored))])
         except (DanubeError, TimeoutError) as exc:
             if _consumer_gone(exc):
                 raise _Ended(exc) from None
@@ -315,7 +315,7 @@ class _Stream:
 NOT_IN_FLIGHT_SHOWN = 20
 
 
-def _not_in_flight(topic: TopicName, refs: list[tuple[str, int]]) -> BadRequestError:
+def not_in_flight_error(topic: TopicName, refs: list[tuple[str, int]]) -> BadRequestError:
     """What an ``error`` frame tells of an ack that did nothing for ``refs``."""
     named = not_in_flight(topic, refs[:NOT_IN_FLIGHT_SHOWN])
     shown = ", ".join(f"{ref.partition}@{ref.offset}" for ref in named)

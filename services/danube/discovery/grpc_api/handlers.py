@@ -29,6 +29,7 @@ from danube.discovery.grpc_api import requests
 from danube.discovery.grpc_api.acks import AckBatcher
 from danube.discovery.grpc_api.clients import Clients, ConsumerEntry, ProducerEntry
 from danube.discovery.models import TopicSpec
+from danube.discovery.produce_chunks import check_chunked, chunked_limit
 from danube.discovery.producers import ProducerSessions
 from danube.errors import DanubeError
 from danube.frame import (
@@ -42,6 +43,7 @@ from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Dispatch
 from danube.wire import DanubeApi_pb2 as pb
+from danube.wire.chunks import TOTAL_BYTES_ATTRIBUTE
 from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)
@@ -168,6 +170,9 @@ class DanubeApi:
                 f"payload is {len(request.payload)} bytes, over the limit of {limit}",
                 code="payload_too_large",
             )
+        if TOTAL_BYTES_ATTRIBUTE in request.attributes:  # a chunk (danube.wire.chunks)
+            _, policies = await self.services.producer.catalog.effective_policies(topic)
+            check_chunked([request.attributes], chunked_limit(policies))
         key = request.routing_key if request.HasField("routing_key") else None
         stamp = None
         gate = self.services.producer.schemas

@@ -245,14 +245,25 @@ class SegmentSet:
         A segment's end is its known next offset, or else its successor's first offset.
         """
         with self._lock:
-            segments = self._segments
-            count = 0
-            while count < len(segments) - 1:
-                segment, successor = segments[count], segments[count + 1]
-                end = successor.first_offset if segment.next_offset is None else segment.next_offset
-                if not segment.sealed or end > offset:
-                    break
-                count += 1
-            detached = segments[:count]
-            del segments[:count]
+            count = self._count_below(offset)
+            detached = self._segments[:count]
+            del self._segments[:count]
             return detached
+
+    def end_below(self, offset: int) -> int | None:
+        """Where the WAL would start after :meth:`detach_below` of ``offset``; None if it
+        would detach nothing."""
+        with self._lock:
+            count = self._count_below(offset)
+            return self._segments[count].first_offset if count else None
+
+    def _count_below(self, offset: int) -> int:
+        segments = self._segments
+        count = 0
+        while count < len(segments) - 1:
+            segment, successor = segments[count], segments[count + 1]
+            end = successor.first_offset if segment.next_offset is None else segment.next_offset
+            if not segment.sealed or end > offset:
+                break
+            count += 1
+        return count

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,9 @@ class SegmentUpkeep:
     _start_floor: int
     _durable_next: int
     _admin_lock: asyncio.Lock
+    # Called with the new start offset before a drop removes segments (danube.ingest's
+    # producer tracking snapshots the states those records fed); one that raises stops it.
+    _drop_guards: list[Callable[[int], Awaitable[None]]]
 
     # The WAL's own (danube.ingest.wal.wal.Wal).
     @property
@@ -127,6 +130,11 @@ class SegmentUpkeep:
             self._cache.trim_below(min(offset, self._durable_next))
             return 0
         async with self._admin_lock:
+            new_start = self._segments.end_below(offset)
+            if new_start is None:
+                return 0
+            for guard in tuple(self._drop_guards):
+                await guard(new_start)  # raises: nothing dropped (the caller asks again)
             detached = self._segments.detach_below(offset)
             if not detached:
                 return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,7 @@ class Wal(SegmentUpkeep):
         self._closed = asyncio.Event()
         self._failure: str | None = None
         self._failure_listeners: list[Callable[[str], None]] = []
+        self._drop_guards: list[Callable[[int], Awaitable[None]]] = []
         self._durable_event: asyncio.Event | None = None
         self._admin_lock = asyncio.Lock()  # one drop_below / advance_to checkpoint at a time
         self.recovery_cut: TailCut | None = None
@@ -222,6 +223,12 @@ class Wal(SegmentUpkeep):
         not block (hand the messages to a bounded queue). Exceptions are logged, not raised.
         """
         return self._feed.add_listener(listener)
+
+    def add_drop_guard(self, guard: Callable[[int], Awaitable[None]]) -> Callable[[], None]:
+        """Await ``guard(new_start_offset)`` before :meth:`drop_below` removes segments (the
+        records below ``new_start_offset`` go); if it raises, nothing is dropped. Returns
+        its remover."""
+        return registered(self._drop_guards, guard)
 
     def add_failure_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Call ``listener(reason)`` once, on the event loop, when the WAL fails (a write,
