@@ -126,6 +126,10 @@ class DelayedMessages:
         self._bucket_keys: list[int] = []  # a heap of the keys in _buckets
         self._near: list[tuple[int, int, int, bytes]] = []  # a heap: due, slot, offset, frame
         self._memory_bytes = 0
+        # Spill once memory passes this: the bound, or more while the nearest buckets alone
+        # hold over half of it (they are never spilled), so each spill moves a good share
+        # of the bound rather than one message at a time.
+        self._spill_at = memory_bytes_max
         # Partition slots: a seek gives its partition a new slot, so what was filed under
         # the old one is dropped as it falls due (no search through the buckets).
         self._names: list[str | None] = []
@@ -169,7 +173,7 @@ class DelayedMessages:
         blocks = self._blocks.setdefault(partition, {})
         block = offset // OFFSET_BLOCK
         blocks[block] = blocks.get(block, 0) + 1
-        if self._memory_bytes > self.memory_bytes_max:
+        if self._memory_bytes > self._spill_at:
             self._spill_farthest()
 
     def rescanning(self, partition: str) -> int | None:
@@ -253,18 +257,25 @@ class DelayedMessages:
                 continue
             data = self.spill.take(key) if bucket.spilled else b""
             self._memory_bytes -= len(bucket.buffer)
+            self._spill_at = max(
+                self.memory_bytes_max,
+                min(self._spill_at, self._memory_bytes + self.memory_bytes_max // 2),
+            )
             for item in _records(data):
                 heapq.heappush(self._near, item)
             for item in _records(bytes(bucket.buffer)):
                 heapq.heappush(self._near, item)
 
     def _spill_farthest(self) -> None:
-        """Move the farthest buckets' buffers to the spill until half the budget is used."""
+        """Move the farthest buckets' buffers to the spill until half the budget is used
+        (or only the nearest are left in memory)."""
         keys = sorted(self._buckets)
         keep = set(keys[:_SPILL_KEEP_NEAR])
+        half = self.memory_bytes_max // 2
+        self._spill_at = self._memory_bytes + half  # if the nearest alone stay over half
         for key in reversed(keys):
-            if self._memory_bytes <= self.memory_bytes_max // 2:
-                return
+            if self._memory_bytes <= half:
+                break
             bucket = self._buckets[key]
             if key in keep or not bucket.buffer:
                 continue
@@ -273,6 +284,7 @@ class DelayedMessages:
             self._memory_bytes -= len(bucket.buffer)
             bucket.buffer = bytearray()
             bucket.spilled = True
+        self._spill_at = max(self.memory_bytes_max, min(self._spill_at, self._memory_bytes + half))
 
     # --- acks ------------------------------------------------------------------------------
 

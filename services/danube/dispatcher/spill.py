@@ -20,6 +20,7 @@ from typing import Protocol
 
 # Bytes of appends queued for the thread at most: past it an append waits for the oldest.
 QUEUED_BYTES_MAX = 16 << 20
+QUEUED_APPENDS_MAX = 256  # and appends (each holds a future and a work item)
 
 
 class Spill(Protocol):
@@ -76,7 +77,11 @@ class FileSpill:
         if ahead is not None:  # read ahead too early: what it read goes back first
             self._thread.submit(self._put_back, bucket, ahead)
         queued = self._queued
-        while queued and (queued[0][0].done() or self._queued_bytes > self.queued_bytes_max):
+        while queued and (
+            queued[0][0].done()
+            or self._queued_bytes > self.queued_bytes_max
+            or len(queued) >= QUEUED_APPENDS_MAX
+        ):
             written, size = queued.popleft()
             written.result()  # a disk slower than the reads: the caller waits here (rare)
             self._queued_bytes -= size
