@@ -97,6 +97,7 @@ async def _consume(http: httpx.AsyncClient, run: Run, name: str, done: asyncio.E
     consumer = await _attach(http, name)
     acks: set[asyncio.Task[Any]] = set()
     while not done.is_set():
+        sent = _now_ms()
         answer = await http.get(
             f"/v1/consumers/{consumer}/messages", params={"max": 1000, "wait_ms": 500}
         )
@@ -106,7 +107,10 @@ async def _consume(http: httpx.AsyncClient, run: Run, name: str, done: asyncio.E
             consumer = await _attach(http, name)
             continue
         messages = answer.json()["messages"]
-        if messages and run.killed_ms is not None and run.served_again_ms is None:
+        # Served again: a poll sent after the kill answered (one in flight may still bring
+        # what the killed dispatcher sent just before).
+        killed = run.killed_ms
+        if messages and killed is not None and sent > killed and run.served_again_ms is None:
             run.served_again_ms = arrived
         run.deliveries += len(messages)
         for m in messages:
