@@ -79,6 +79,8 @@ bench: setup setup-bench
 	$(BIN)/python tests/bench/bench_wal.py
 	$(BIN)/python tests/bench/bench_ingest.py
 	$(BIN)/python tests/bench/bench_dispatch_latency.py
+	$(BIN)/python tests/bench/bench_delayed_index.py
+	$(BIN)/python tests/bench/bench_delayed.py
 	$(BIN)/python tests/bench/bench_cloud_read.py
 	$(BIN)/python tests/bench/bench_client.py
 	$(BIN)/python tests/bench/bench_first_produce.py

@@ -5,6 +5,7 @@ subscriptions cost the dispatcher next to nothing."""
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +16,8 @@ from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import ConsumerAttached, Event, MessagesAvailable, Tick
 from danube.dispatcher.redelivery import DeliverySettings
+from danube.frame import RawFrame, Record, encode_frame, encode_record
+from danube.wire.delay import DELIVER_AT_ATTRIBUTE
 
 pytestmark = pytest.mark.unit
 
@@ -68,3 +71,44 @@ async def test_a_quiet_subscription_ticks_rarely_and_an_event_wakes_it(
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
+
+
+async def test_a_quiet_subscription_ticks_when_a_delayed_message_falls_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runtime, "QUIET_TICK_S", 5.0)  # far longer than the test
+    host = TickHost()
+    host.machine = SubscriptionMachine("shared", {"p0": PartitionCursor(0)}, DeliverySettings())
+    host.machine.handle(ConsumerAttached("c", "c"))
+    due_ms = int(time.time() * 1000) + 300
+    record = encode_record(
+        Record(
+            payload=b"m",
+            publish_time_ms=due_ms - 300,
+            producer="p",
+            attributes={DELIVER_AT_ATTRIBUTE: str(due_ms)},
+        )
+    )
+    host.machine.handle(
+        MessagesAvailable("p0", [(0, RawFrame(0, memoryview(encode_frame(0, record))))], 0, 1)
+    )
+    host.machine.handle(Tick(time.monotonic(), due_ms - 300))  # its cursor written: quiet
+    assert host.machine.quiet()
+    released: list[float] = []
+    handle = host.handle
+
+    async def watched(event: Event) -> list[Any]:
+        actions = await handle(event)
+        if host.machine.held_count and not released:
+            released.append(time.time() * 1000)
+        return actions
+
+    host.handle = watched  # type: ignore[method-assign]
+    loop = asyncio.create_task(runtime.SubscriptionRuntime._tick_loop(host))  # type: ignore[arg-type]
+    try:
+        await asyncio.sleep(0.6)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    assert released, "the delayed message was not released"
+    assert due_ms <= released[0] < due_ms + 40  # at its time, not at a quiet tick (5 s)

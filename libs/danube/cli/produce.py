@@ -114,12 +114,30 @@ def produce(
             "it decompressed.",
         ),
     ] = CompressionChoice.none,
+    deliver_after_ms: Annotated[
+        int | None,
+        typer.Option(
+            "--deliver-after-ms",
+            min=0,
+            help="Deliver to shared and key-shared subscriptions this many ms after publish.",
+        ),
+    ] = None,
+    deliver_at_ms: Annotated[
+        int | None,
+        typer.Option(
+            "--deliver-at-ms",
+            min=0,
+            help="Deliver to shared and key-shared subscriptions at this Unix time, ms.",
+        ),
+    ] = None,
 ) -> None:
     """Produce messages to a topic; prints `<partition> <offset>` per message."""
     if (message is None) == (file is None):
         raise typer.BadParameter("give exactly one of --message and --file")
     payload: bytes | str = message if message is not None else _read(file)
     attrs = parse_attributes(attributes)
+    if deliver_after_ms is not None or deliver_at_ms is not None:
+        attrs.update(_delay(deliver_at_ms, deliver_after_ms))
     run(
         "produce",
         _produce(
@@ -142,6 +160,19 @@ def produce(
             compression=_COMPRESSIONS[compression],
         ),
     )
+
+
+def _delay(deliver_at_ms: int | None, deliver_after_ms: int | None) -> dict[str, str]:
+    from danube.wire.delay import DelayError, delay_attributes
+
+    try:
+        return delay_attributes(
+            deliver_at_ms=deliver_at_ms,
+            deliver_after_ms=deliver_after_ms,
+            now_ms=int(time.time() * 1000),
+        )
+    except DelayError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--deliver-after-ms") from exc
 
 
 def _read(file: Path | None) -> bytes:

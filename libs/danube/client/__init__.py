@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     )
     from danube.client.client import DEFAULT_URL, AsyncDanubeClient
     from danube.client.consumer import AsyncConsumer, ConsumerOptions
+    from danube.client.delay import deliver_after, deliver_at
     from danube.client.elastic import DrainStatus, Reassignment, Reassignments, ReplicaAssignment
     from danube.client.errors import (
         ApiError,
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
     )
     from danube.client.sync import Admin, Consumer, DanubeClient, Producer, Schemas
     from danube.client.tls import ClientTls
+    from danube.wire.delay import DELIVER_AFTER_ATTRIBUTE, DELIVER_AT_ATTRIBUTE
     from danube.wire.delivery import TTL_ATTRIBUTE
 
 # Each public name and the module that defines it, imported on first use: `import
@@ -90,6 +92,10 @@ if TYPE_CHECKING:
 _HOMES = {
     "AsyncMultiConsumer": "danube.client.multi",
     "TTL_ATTRIBUTE": "danube.wire.delivery",
+    "DELIVER_AT_ATTRIBUTE": "danube.wire.delay",
+    "DELIVER_AFTER_ATTRIBUTE": "danube.wire.delay",
+    "deliver_after": "danube.client.delay",
+    "deliver_at": "danube.client.delay",
     "Admin": "danube.client.sync",
     "ApiError": "danube.client.errors",
     "AsyncAdmin": "danube.client.admin",
@@ -171,6 +177,8 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DEFAULT_URL",
+    "DELIVER_AFTER_ATTRIBUTE",
+    "DELIVER_AT_ATTRIBUTE",
     "TTL_ATTRIBUTE",
     "Admin",
     "ApiError",
@@ -235,4 +243,6 @@ __all__ = [
     "TransportError",
     "UnauthenticatedError",
     "UnavailableError",
+    "deliver_after",
+    "deliver_at",
 ]

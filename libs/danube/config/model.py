@@ -509,6 +509,11 @@ class DispatcherConfig(ServiceConfig):
     # stops them (0: stops them at once, as before). The bound covers a claim announcement
     # lost on the bus while this dispatcher is cut from etcd alone.
     leaseless_serve_max_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
+    # Delayed delivery (docs/dispatcher.md): each shared or key-shared subscription holds at
+    # most this many bytes of delayed messages in memory; the farther ones go to files under
+    # delayed_spill_dir (null: the system's temporary directory), a node-local cache.
+    delayed_memory_bytes_max: Annotated[int, Field(ge=64 * 1024, le=4 * 1024 * MiB)] = 8 * MiB
+    delayed_spill_dir: str | None = None
 
 
 class MetricsConfig(_Section):

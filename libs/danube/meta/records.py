@@ -337,6 +337,12 @@ class SubscriptionCursor(_Record):
     next_offset: Offset
     acked_beyond: Annotated[tuple[Offset, ...], Field(max_length=10_000)] = ()
     updated_ms: TimeMs
+    # Delayed messages (docs/dispatcher.md, "Delayed delivery") are acked in the cursor when
+    # read; those not delivered and acked yet lie at or above ``delay_from`` (below
+    # ``next_offset``), each due at or after ``delay_due_ms``: read again on a resume. So
+    # the log from ``delay_from`` on is still needed (retention's floor is the lower one).
+    delay_from: Offset | None = None
+    delay_due_ms: Annotated[int, Field(ge=0)] | None = None
 
 
 # --- the schema registry (docs/schemas.md) ---------------------------------------------

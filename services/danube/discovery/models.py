@@ -6,6 +6,7 @@ the field's path, before anything is stored or encoded."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
@@ -30,6 +31,12 @@ from danube.meta.records import (
     SubscriptionType,
 )
 from danube.names import MAX_TOPIC_NAME_CHARS, TOPIC_NAME_PATTERN
+from danube.wire.delay import (
+    DELAY_MS_MAX,
+    DELIVER_AFTER_ATTRIBUTE,
+    DELIVER_AT_ATTRIBUTE,
+    delay_attributes,
+)
 from danube.wire.delivery import TTL_ATTRIBUTE, TTL_MS_MAX
 from danube.wire.dispatcher.protocol import (
     FILTER_CHARS_MAX,
@@ -135,12 +142,41 @@ class MessageIn(_Request):
     # Its own time to live (docs/policies.md, "Message TTL"): stored as the attribute
     # danube.ttl_ms, which it replaces when both are given.
     ttl_ms: Annotated[int, Field(ge=1, le=TTL_MS_MAX)] | None = None
+    # Its delivery time (docs/policies.md, "Delayed delivery"): one of the two, stored as
+    # the attribute danube.deliver_at_ms or danube.deliver_after_ms (replacing one given).
+    deliver_at_ms: Annotated[int, Field(ge=0)] | None = None
+    deliver_after_ms: Annotated[int, Field(ge=0, le=DELAY_MS_MAX)] | None = None
+
+    @model_validator(mode="after")
+    def _one_delivery_time(self) -> MessageIn:
+        # DelayError is a ValueError: answered 400 invalid_request naming the message.
+        delivery_attributes(self)
+        return self
 
     def record_attributes(self) -> dict[str, str]:
-        """Its attributes as stored: ``ttl_ms`` among them when given."""
-        if self.ttl_ms is None:
+        """Its attributes as stored: ``ttl_ms`` and the delivery time among them when given."""
+        if self.ttl_ms is None and self.deliver_at_ms is None and self.deliver_after_ms is None:
             return self.attributes
-        return {**self.attributes, TTL_ATTRIBUTE: str(self.ttl_ms)}
+        stored = dict(self.attributes)
+        delay = delivery_attributes(self)
+        if delay:  # one time given replaces both attributes: a record never carries two
+            stored.pop(DELIVER_AT_ATTRIBUTE, None)
+            stored.pop(DELIVER_AFTER_ATTRIBUTE, None)
+            stored.update(delay)
+        if self.ttl_ms is not None:
+            stored[TTL_ATTRIBUTE] = str(self.ttl_ms)
+        return stored
+
+
+def delivery_attributes(message: MessageIn) -> dict[str, str]:
+    """The delay attributes of ``message`` (DelayError for a refused time)."""
+    if message.deliver_at_ms is None and message.deliver_after_ms is None:
+        return {}
+    return delay_attributes(
+        deliver_at_ms=message.deliver_at_ms,
+        deliver_after_ms=message.deliver_after_ms,
+        now_ms=int(time.time() * 1000),
+    )
 
 
 class ProduceRequest(_Request):
@@ -510,6 +546,8 @@ class SubscriptionOut(_Response):
     effective_failure_policy: FailurePolicy | None = None
     # Messages let go past their TTL since its dispatcher serves it (null: not served).
     expired: int | None = None
+    # Delayed messages its dispatcher holds, not due or not acked yet (null: not served).
+    delayed: int | None = None
 
 
 class SubscriptionList(_Response):

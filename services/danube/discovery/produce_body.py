@@ -114,6 +114,8 @@ def _message(raw: Any) -> MessageIn | None:
     ttl_ms = raw.get("ttl_ms")
     if ttl_ms is not None and (type(ttl_ms) is not int or not 1 <= ttl_ms <= TTL_MS_MAX):
         return None
+    if "deliver_at_ms" in raw or "deliver_after_ms" in raw:
+        return None  # rare: the model checks a delivery time (and names what is wrong)
     return MessageIn.model_construct(
         set(raw),
         payload=payload,

@@ -53,6 +53,10 @@ class CursorState(BaseModel):
 
     next_offset: Offset
     acked_beyond: Annotated[tuple[Offset, ...], Field(max_length=ACKED_BEYOND_STORED_MAX)] = ()
+    # Where the delayed messages not acked yet lie, and their earliest due time (Unix ms):
+    # danube.dispatcher.delayed. None: none.
+    delay_from: Offset | None = None
+    delay_due_ms: Annotated[int, Field(ge=0)] | None = None
 
     @model_validator(mode="after")
     def _check_order(self) -> CursorState:
@@ -252,6 +256,12 @@ class PartitionCursor:
         self._dirty = False
         self._acks_since_flush = 0
         self._flushed_at_s = now_s
+
+    def touch(self) -> None:
+        """Something stored with the cursor changed (the delayed messages' state): count it
+        as an ack, so the next write (and an ack waiting for it) holds it."""
+        self._dirty = True
+        self._acks_since_flush += 1
 
     def mark_dirty(self) -> None:
         """A write failed: keep the cursor due so the next check writes it again."""

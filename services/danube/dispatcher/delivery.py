@@ -36,6 +36,8 @@ from typing import Literal
 
 from danube.dispatcher import slow
 from danube.dispatcher.cursor import PartitionCursor
+from danube.dispatcher.delayed import DelayedMessages
+from danube.dispatcher.delaying import DELAYING_TYPES, DelayHandling
 from danube.dispatcher.entries import ConsumerWindow, Entry, PartitionQueue, Ref
 from danube.dispatcher.events import (
     Ack,
@@ -78,7 +80,9 @@ REFUSED_SKIPPED_MAX = 256
 DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 
 
-class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery, ExpiryHandling):
+class SubscriptionMachine(
+    PoisonHandling, DelayHandling, MachineInspection, FairRedelivery, ExpiryHandling
+):
     """Delivery of one subscription: who gets which message, when it comes back, when the
     cursor moves. Deterministic for a given event sequence and ``rng``. Key-shared is the
     subclass :class:`~danube.dispatcher.keyed.KeySharedMachine`."""
@@ -122,6 +126,8 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery, Exp
         self._blocked = BlockBook()  # poison messages held at their partition's head
         self._detached_slow = slow.DetachedBook()  # detached for their ack timeouts
         self._now_s = 0.0  # the time of the event being handled (polls read it)
+        if delivery_type in DELAYING_TYPES:
+            self.delayed = DelayedMessages()
 
     def add_partitions(self, cursors: Mapping[str, PartitionCursor]) -> None:
         """Read more partitions (the topic grew): each joins the round robin of fresh
@@ -220,8 +226,11 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery, Exp
         # A read is up to thousands of messages: the lookups are made once per read.
         name, entries = event.partition, self._entries
         observe, enqueue, expiry_of = cursor.observe, self._enqueue, self.expiry_of
+        delaying = self._file_if_delayed if self.delayed is not None else None
         for offset, payload in messages:
             if observe(offset):
+                if delaying is not None and delaying(name, cursor, offset, payload):
+                    continue
                 expires_ms = expiry_of(payload)
                 if expires_ms is not None:
                     self._expiring = True  # ticks sweep from now on
@@ -237,6 +246,7 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery, Exp
         if self.active_consumer not in (None, event.consumer_id):
             return  # a failover standby receives nothing until it becomes active
         self._promote(event.now_s)
+        self._release_due(event.wall_ms)
         # One stamp and one ack deadline for the whole batch (its messages leave together
         # and time out together): no heap item per message, which a full collection would
         # walk for the ack timeout's length, and no Message per message.
@@ -369,6 +379,7 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery, Exp
         for consumer in struck:
             self._detach_if_slow(consumer, now_s, actions)
         self._promote(now_s)
+        self._release_due(self._wall_ms)
         self._sweep_expired()
         for name, partition in self._partitions.items():
             if partition.cursor.should_flush(now_s):
@@ -382,6 +393,8 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery, Exp
                 self._forget(entry)
                 entry.stamp = -1  # heap items of a dropped entry must never match again
             partition.fresh.clear()
+            if self.delayed is not None:
+                self.delayed.drop_partition(name)  # read again from the new offset
             self._blocked.clear(name)
             partition.cursor.reset(offset)
             actions.append(ReadFrom(name, offset))
@@ -407,6 +420,8 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery, Exp
         """The entry is done with (acked, dead-lettered, dropped by a seek)."""
         self._release(entry)
         del self._entries[(entry.partition, entry.offset)]
+        if entry.delayed:
+            self._delayed_done(entry)
 
     def _release(self, entry: Entry) -> None:
         if entry.consumer_id is not None:
@@ -469,7 +484,7 @@ class SubscriptionMachine(PoisonHandling, MachineInspection, FairRedelivery, Exp
         self, name: str, partition: PartitionQueue, now_s: float, actions: list[Action]
     ) -> None:
         cursor = partition.cursor
-        state = cursor.state()
+        state = self._stored_state(name, cursor)
         cursor.mark_flushed(now_s)
         actions.append(FlushCursor(name, state, cursor.flush_seq))
 

@@ -39,6 +39,9 @@ class Entry:
     refused_by: str | None = None
     # When it expires (Unix ms: danube.dispatcher.expiring); None: never.
     expires_ms: int | None = None
+    # A delayed message that fell due (danube.dispatcher.delaying): its cursor acked it
+    # when read; its ack is the delay index's.
+    delayed: bool = False
 
     def message(self) -> Message:
         """The entry as handed to a consumer."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from danube.dispatcher import slow
 from danube.dispatcher.cursor import CursorState, PartitionCursor
+from danube.dispatcher.delayed import DelayedMessages
 from danube.dispatcher.entries import ConsumerWindow, Entry, PartitionQueue, Ref
 from danube.dispatcher.poison import BlockBook
 from danube.dispatcher.redelivery import DeliverySettings
@@ -26,12 +27,16 @@ class MachineInspection:
     _partitions: dict[str, PartitionQueue]
     _blocked: BlockBook
     _detached_slow: slow.DetachedBook
+    delayed: DelayedMessages | None
 
     # The machine's own lookups (danube.dispatcher.delivery.SubscriptionMachine).
     def _consumer(self, consumer_id: str) -> ConsumerWindow:
         raise NotImplementedError
 
     def _partition(self, name: str) -> PartitionQueue:
+        raise NotImplementedError
+
+    def _stored_state(self, name: str, cursor: PartitionCursor) -> CursorState:
         raise NotImplementedError
 
     @property
@@ -72,11 +77,12 @@ class MachineInspection:
 
     def cursor_states(self) -> dict[str, CursorState]:
         """Every partition's cursor as it would be stored (for a final write on shutdown)."""
-        return {name: p.cursor.state() for name, p in self._partitions.items()}
+        return {name: self._stored_state(name, p.cursor) for name, p in self._partitions.items()}
 
     def quiet(self) -> bool:
         """Whether a Tick has nothing to do but look: no message held (so no ack deadline or
-        redelivery can fall due) and no cursor waiting to be written."""
+        redelivery can fall due) and no cursor waiting to be written. Delayed messages filed
+        fall due at a time the caller asks for (``next_due_ms``), not at a tick."""
         return not self._entries and not any(p.cursor.dirty for p in self._partitions.values())
 
     def validate(self) -> None:

@@ -117,6 +117,15 @@ SUB_BACKLOG = Gauge(
     "Messages not acknowledged yet, between the cursor and the partitions' committed end",
     ["topic", "subscription"],
 )
+SUB_DELAYED = Gauge(
+    "danube_subscription_delayed_messages",
+    "Delayed messages held for a shared or key-shared subscription, not delivered and acked yet",
+    ["topic", "subscription"],
+)
+DELAYED_SPILLED = Counter(
+    "danube_dispatcher_delayed_spilled_bytes",
+    "Bytes of delayed messages moved from memory to the spill files (memory bound reached)",
+)
 SUB_UNACKED = Gauge(
     "danube_subscription_unacked_messages",
     "Messages delivered to consumers and not acknowledged yet",

@@ -178,7 +178,9 @@ class PartitionReader:
         more may be waiting right away."""
         machine = self.runtime.machine
         assert machine is not None
-        position = machine.cursor(self.name).read_position
+        position = self._position(machine)
+        if position is None:
+            return False
         reply = self._carried_at(position)
         if reply is None:
             reply = await self._fetched_at(position)
@@ -213,8 +215,15 @@ class PartitionReader:
         if more and step.tier == "wal":
             self._fetch_ahead(step.next_offset)
         event = MessagesAvailable(self.name, step.messages, position, step.next_offset)
-        await self.runtime.run_actions(self.runtime.feed(event))
+        await self._feed(event)
         return more
+
+    def _position(self, machine: SubscriptionMachine) -> int | None:
+        """Where this reader reads next."""
+        return machine.cursor(self.name).read_position
+
+    async def _feed(self, event: MessagesAvailable) -> None:
+        await self.runtime.run_actions(self.runtime.feed(event))
 
     async def _fetched_at(self, position: int) -> FetchReply[RawFrame]:
         """The WAL's answer to a fetch from ``position``: the one sent ahead from there, or
@@ -298,3 +307,41 @@ def _consume_outcome(task: asyncio.Task[FetchReply[RawFrame]]) -> None:
     """Mark a fetch sent ahead as seen (asyncio logs a task whose exception nobody read)."""
     if not task.cancelled():
         task.exception()
+
+
+class DelayRescanReader(PartitionReader):
+    """Reads a partition again for its delayed messages not acked (from the stored
+    ``delay_from`` up to the stored next offset: danube.dispatcher.delayed) after a resume,
+    beside the usual reader, so the partition's other messages are not held back while it
+    does; it ends when the rescan does."""
+
+    def _position(self, machine: SubscriptionMachine) -> int | None:
+        return machine.rescan_position(self.name)
+
+    async def _feed(self, event: MessagesAvailable) -> None:
+        machine = self.runtime.machine
+        assert machine is not None
+        machine.reread(event)
+        self.runtime.notify()
+
+    async def run(self) -> None:
+        """Read until the rescan ends (or the task is cancelled)."""
+        failures = 0
+        try:
+            while True:
+                machine = self.runtime.machine
+                if machine is None or machine.rescan_position(self.name) is None:
+                    return
+                try:
+                    more = await self._read_once()
+                    failures = 0
+                except (BusError, TimeoutError) as exc:
+                    failures += 1
+                    log.debug("rescan of %s failed: %s", self.partition, exc)
+                    delay_s = backoff_s(failures - 1, base_s=_BACKOFF_BASE_S, cap_s=_BACKOFF_CAP_S)
+                    await asyncio.sleep(delay_s)
+                    continue
+                if not more:
+                    await asyncio.sleep(IDLE_POLL_S)  # not readable yet: ask again soon
+        finally:
+            self._drop_ahead()

@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from danube.bus import Bus
@@ -31,6 +34,7 @@ from danube.dispatcher import (
 from danube.dispatcher.actions import ActionRunner
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.damage import DamageBook
+from danube.dispatcher.delayed import DelayedMessages, FileSpill
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.events import (
@@ -49,7 +53,7 @@ from danube.dispatcher.events import (
 from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
-from danube.dispatcher.readers import PartitionReader
+from danube.dispatcher.readers import DelayRescanReader, PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
@@ -113,6 +117,7 @@ class SubscriptionRuntime(ActionRunner):
         # The largest record read so far: a poll takes no more messages than fit one reply.
         self._record_bytes_max = 0
         self._expired_counted = 0  # of machine.expired, what the metric has
+        self._spilled_counted = 0  # of the delayed messages' spilled_bytes, likewise
         self._policy = FlushPolicy(
             flush_acks=config.cursor_flush_acks,
             flush_interval_s=config.cursor_flush_interval_s,
@@ -167,11 +172,17 @@ class SubscriptionRuntime(ActionRunner):
             config.type, cursors, DeliverySettings.from_config(self.config, config.failure_policy)
         )
         self.machine.detach_payload = tiers.detached
+        if self.machine.delayed is not None:  # shared, key-shared: bounded, spilled to files
+            self.machine.delayed = DelayedMessages(
+                FileSpill(self._spill_dir()), memory_bytes_max=self.config.delayed_memory_bytes_max
+            )
+            self.machine.resume_delayed({p.topic: state for p, state in stored.items()})
         self.machine.expiry_of = expiry_for((await policies.policies_of(self.store)).message_ttl_s)
         for name, partition in self._partitions.items():
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
             self._spawn(reader.run(), f"reader-{partition}")
+        self._rescan(self._partitions)
         self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
         self._spawn(policies.evict_loop(self), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
@@ -194,13 +205,36 @@ class SubscriptionRuntime(ActionRunner):
             self.machine.add_partitions(
                 {p.topic: PartitionCursor.from_state(states[p], policy=self._policy) for p in new}
             )
+            self.machine.resume_delayed({p.topic: state for p, state in stored.items()})
             for partition in new:
                 self._partitions[partition.topic] = partition
                 reader = self._readers[partition.topic] = PartitionReader(
                     self, partition, partition.topic
                 )
                 self._spawn(reader.run(), f"reader-{partition}")
+            self._rescan({p.topic: p for p in new})
         log.info("%s/%s reads %d partitions now", self.store.topic, self.store.sub, count)
+
+    def _rescan(self, partitions: dict[str, TopicName]) -> None:
+        """A reader of its own for each of ``partitions`` whose delayed messages are to be
+        read again (danube.dispatcher.delayed): it ends when that is done."""
+        machine = self._machine()
+        for name, partition in partitions.items():
+            if machine.rescan_position(name) is not None:
+                rescan = DelayRescanReader(self, partition, name)
+                self._spawn(rescan.run(), f"rescan-{partition}")
+
+    def _spill_dir(self) -> Path:
+        """Where this subscription's delayed messages go past the memory bound: a directory
+        of its own (made on the first spill, removed when it stops serving)."""
+        root = Path(self.config.delayed_spill_dir or tempfile.gettempdir())
+        return root / f"danube-delayed-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+    def _drop_delayed(self) -> None:
+        """Forget the delayed messages held here (their spill files included): the next
+        owner reads them again from the log."""
+        if self.machine is not None and self.machine.delayed is not None:
+            self.machine.delayed.clear()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -223,6 +257,7 @@ class SubscriptionRuntime(ActionRunner):
             log.error("subscription %s/%s fails: %s", self.store.topic, self.store.sub, reason)
         for task in list(self._tasks):
             task.cancel()
+        self._drop_delayed()
         self._on_failed(self, reason)
 
     def hold_cursors(self, held: bool) -> None:
@@ -254,6 +289,7 @@ class SubscriptionRuntime(ActionRunner):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._drop_delayed()
         if self.machine is None or self.failed or self.store.held:
             return  # held cursors die with the process: their acks come again (redelivery)
         async with self._io_lock:
@@ -426,7 +462,9 @@ class SubscriptionRuntime(ActionRunner):
         self.check_serving()
         machine = self.subscription()
         found = await subscription_stats(self.ingest, machine, self._partitions, self.damage)
-        return policy_admin.with_policy(self, found).model_copy(update={"expired": machine.expired})
+        return policy_admin.with_policy(self, found).model_copy(
+            update={"expired": machine.expired, "delayed": machine.delayed_count}
+        )
 
     async def delete(self) -> None:
         """Delete the subscription: detach every consumer, stop reading, delete its keys
@@ -503,6 +541,10 @@ class SubscriptionRuntime(ActionRunner):
         return actions
 
     def _count_expired(self) -> None:
+        delayed = self._machine().delayed
+        if delayed is not None and delayed.spilled_bytes > self._spilled_counted:
+            metrics.DELAYED_SPILLED.inc(delayed.spilled_bytes - self._spilled_counted)
+            self._spilled_counted = delayed.spilled_bytes
         expired = self._machine().expired
         if expired > self._expired_counted:
             labels = subscription_labels(self.store.topic, self.store.sub)
@@ -517,14 +559,15 @@ class SubscriptionRuntime(ActionRunner):
     async def _tick_loop(self) -> None:
         while True:
             if self._machine().quiet():
-                # Nothing can fall due before the next event (it wakes us); consumer
-                # sessions (a minute by default) are looked at on this clock too.
+                # Nothing can fall due before the next event (it wakes us) or the next
+                # delayed message's time; consumer sessions (a minute by default) are looked
+                # at on this clock too.
                 changed = self._changed
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(QUIET_TICK_S * random.uniform(0.9, 1.1)):
+                    async with asyncio.timeout(_until_due_s(self._machine(), QUIET_TICK_S)):
                         await changed.wait()
             else:
-                await asyncio.sleep(TICK_INTERVAL_S * random.uniform(0.9, 1.1))
+                await asyncio.sleep(_until_due_s(self._machine(), TICK_INTERVAL_S))
             now_s = time.monotonic()
             await self.handle(Tick(now_s, _wall_ms()))
             timeout_s = self.config.consumer_session_timeout_s
@@ -537,6 +580,16 @@ class SubscriptionRuntime(ActionRunner):
                         self.store.sub,
                     )
                     await self.detach(consumer_id)
+
+
+def _until_due_s(machine: SubscriptionMachine, tick_s: float) -> float:
+    """``tick_s`` (jittered), or less when a delayed message falls due sooner: it is handed
+    out at its time (within a millisecond or two), not at the next tick."""
+    wait_s = tick_s * random.uniform(0.9, 1.1)
+    due_ms = machine.next_due_ms()
+    if due_ms is not None:
+        wait_s = min(wait_s, max(0.0, (due_ms - time.time() * 1000) / 1000))
+    return wait_s
 
 
 def _wall_ms() -> int:

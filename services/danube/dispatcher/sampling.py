@@ -1,4 +1,4 @@
-"""The per-subscription gauges (backlog, unacked, consumers), sampled: every
+"""The per-subscription gauges (backlog, unacked, consumers, delayed), sampled: every
 ``metrics.sample_interval_s`` each served subscription's stats (the same numbers the admin
 API shows: danube.dispatcher.stats) are taken and published under capped labels
 (danube.runtime.topic_metrics). Computed here rather than at scrape time because a backlog
@@ -34,6 +34,7 @@ class SubscriptionSampler:
         self._backlog = GaugeSnapshot(metrics.SUB_BACKLOG)
         self._unacked = GaugeSnapshot(metrics.SUB_UNACKED)
         self._consumers = GaugeSnapshot(metrics.SUB_CONSUMERS)
+        self._delayed = GaugeSnapshot(metrics.SUB_DELAYED)
 
     async def run(self, interval_s: float) -> None:
         """Sample every ``interval_s`` until cancelled."""
@@ -46,6 +47,7 @@ class SubscriptionSampler:
         backlog: list[_Row] = []
         unacked: list[_Row] = []
         consumers: list[_Row] = []
+        delayed: list[_Row] = []
         for runtime in list(self._served()):
             if runtime.failed or runtime.deleted:
                 continue
@@ -56,9 +58,11 @@ class SubscriptionSampler:
             backlog.append((labels, total(p.backlog for p in stats.partitions)))
             unacked.append((labels, sum(c.unacked for c in stats.consumers)))
             consumers.append((labels, len(stats.consumers)))
+            delayed.append((labels, stats.delayed))
         self._backlog.publish(backlog)
         self._unacked.publish(unacked)
         self._consumers.publish(consumers)
+        self._delayed.publish(delayed)
 
 
 async def _stats(runtime: ServedSubscription) -> SubscriptionStats | None:

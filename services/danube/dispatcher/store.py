@@ -241,7 +241,10 @@ class SubscriptionStore:
             cursor = await self.store.get_model(key, SubscriptionCursor)
             if cursor is not None:
                 found[partition] = CursorState(
-                    next_offset=cursor.next_offset, acked_beyond=cursor.acked_beyond
+                    next_offset=cursor.next_offset,
+                    acked_beyond=cursor.acked_beyond,
+                    delay_from=cursor.delay_from,
+                    delay_due_ms=cursor.delay_due_ms,
                 )
         return found
 
@@ -257,7 +260,11 @@ class SubscriptionStore:
         now_ms = _now_ms()
         for partition, state in states.items():
             record = SubscriptionCursor(
-                next_offset=state.next_offset, acked_beyond=state.acked_beyond, updated_ms=now_ms
+                next_offset=state.next_offset,
+                acked_beyond=state.acked_beyond,
+                updated_ms=now_ms,
+                delay_from=state.delay_from,
+                delay_due_ms=state.delay_due_ms,
             )
             key = meta_keys.subscription_cursor_key(self.topic, self.sub, partition)
             txn.then_put(key, encode_model(record))

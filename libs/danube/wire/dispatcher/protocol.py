@@ -297,6 +297,7 @@ class SubscriptionStats(_Reply):
     dropped: int = 0  # poison messages dropped since this dispatcher serves it
     dead_lettered: int = 0  # and dead-lettered
     expired: int = 0  # messages let go past their TTL (danube.dispatcher.expiring), likewise
+    delayed: int = 0  # delayed messages held, not yet acked (danube.dispatcher.delayed)
 
 
 _M = TypeVar("_M", bound=BaseModel)

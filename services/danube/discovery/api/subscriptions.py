@@ -136,6 +136,7 @@ def summarize(
         failure_policy=stored.config.failure_policy,
         effective_failure_policy=None if live is None else live.failure_policy,
         expired=None if live is None else live.expired,
+        delayed=None if live is None else live.delayed,
     )
 
 

@@ -1,0 +1,132 @@
+"""Delayed delivery, the subscription machine's share (danube.dispatcher.delivery mixes it
+in): on shared and key-shared subscriptions a message carrying a delivery time
+(danube.wire.delay) is acknowledged in its cursor as it is read and filed in the
+subscription's :class:`~danube.dispatcher.delayed.DelayedMessages` instead of becoming an
+entry; once due (``Poll.wall_ms`` / ``Tick.wall_ms``) it becomes an entry like a freshly
+read message, delivered, acked, redelivered and dead-lettered as any other. Exclusive and
+failover subscriptions deliver it at once, in offset order (as Pulsar does): their one
+consumer reads the partition in order, and a hold would stall everything behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from danube.dispatcher.cursor import CursorState, PartitionCursor
+from danube.dispatcher.delayed import DelayedMessages, due_of
+from danube.dispatcher.entries import Entry, PartitionQueue, Ref
+from danube.dispatcher.events import MessagesAvailable
+from danube.dispatcher.redelivery import DeliverySettings
+from danube.frame import RawFrame
+
+DELAYING_TYPES = ("shared", "key_shared")
+ExpiryOf = Callable[[object], int | None]
+
+
+class DelayHandling:
+    """The delay share of the subscription machine; its state is the machine's."""
+
+    _entries: dict[Ref, Entry]
+    _partitions: dict[str, PartitionQueue]
+    settings: DeliverySettings
+    expiry_of: ExpiryOf
+    _expiring: bool
+    # Set by the machine for shared and key-shared subscriptions (None: delivered at once).
+    delayed: DelayedMessages | None = None
+
+    def _enqueue(self, partition: PartitionQueue, entry: Entry) -> None:
+        raise NotImplementedError
+
+    def resume_delayed(self, states: Mapping[str, CursorState]) -> None:
+        """The subscription resumed from ``states``: read again where they say delayed
+        messages not acked lie, before reading on (danube.dispatcher.delayed)."""
+        if self.delayed is None:
+            return
+        for name, state in states.items():
+            self.delayed.resume(name, state.delay_from, state.delay_due_ms, state.next_offset)
+
+    def rescan_position(self, name: str) -> int | None:
+        """Where partition ``name`` is being read again for its delayed messages not acked
+        (None: it is not): a reader of its own does it, beside the usual one."""
+        return None if self.delayed is None else self.delayed.rescanning(name)
+
+    def reread(self, event: MessagesAvailable) -> None:
+        """A read again of a partition for its delayed messages (from
+        :meth:`rescan_position`): files them; a read from elsewhere is ignored (the rescan
+        reader asks again from where it is)."""
+        delayed, name = self.delayed, event.partition
+        position = None if delayed is None else delayed.rescanning(name)
+        if delayed is None or position is None or event.next_offset is None:
+            return
+        if event.from_offset != position:
+            return
+        delayed.rescan(name, list(event.messages), event.next_offset)
+
+    def _file_if_delayed(
+        self, name: str, cursor: PartitionCursor, offset: int, payload: object
+    ) -> bool:
+        """File an observed message that carries a delivery time (acked in its cursor: it
+        never holds the contiguous point back); False for any other message."""
+        delayed = self.delayed
+        if delayed is None or not isinstance(payload, RawFrame):
+            return False
+        due = due_of(payload)
+        if due is None:
+            return False
+        cursor.ack(offset)
+        delayed.file(name, offset, due, payload)
+        return True
+
+    def _release_due(self, wall_ms: int | None) -> None:
+        """Delayed messages due at ``wall_ms`` become entries, as many as ``max_held``
+        leaves room for (the rest wait filed, late rather than over the bound)."""
+        delayed = self.delayed
+        if delayed is None or wall_ms is None or not delayed.filed:
+            return
+        room = self.settings.max_held - len(self._entries)
+        if room <= 0:
+            return
+        entries, partitions = self._entries, self._partitions
+        for due in delayed.take_due(wall_ms, room):
+            partition = partitions.get(due.partition)
+            key = (due.partition, due.offset)
+            if partition is None or key in entries:
+                delayed.done(due.partition, due.offset)
+                continue
+            expires_ms = self.expiry_of(due.frame)
+            if expires_ms is not None:
+                self._expiring = True
+            entry = Entry(due.partition, due.offset, due.frame, expires_ms=expires_ms)
+            entry.delayed = True
+            entries[key] = entry
+            self._enqueue(partition, entry)
+
+    def _delayed_done(self, entry: Entry) -> None:
+        """A delayed message is acked, dead-lettered, expired or dropped: its cursor holds
+        the change (the delay state is written with it)."""
+        if entry.delayed and self.delayed is not None:
+            self.delayed.done(entry.partition, entry.offset)
+            self._partitions[entry.partition].cursor.touch()
+
+    def _stored_state(self, name: str, cursor: PartitionCursor) -> CursorState:
+        """What to store for partition ``name``: its cursor and where its delayed messages
+        not acked yet lie."""
+        state = cursor.state()
+        delayed = self.delayed
+        if delayed is None:
+            return state
+        delay_from = delayed.delay_from(name, state.next_offset)
+        if delay_from is None:
+            return state
+        due_ms = delayed.due_floor_ms()
+        return state.model_copy(update={"delay_from": delay_from, "delay_due_ms": due_ms})
+
+    def next_due_ms(self) -> int | None:
+        """The earliest delivery time of a delayed message filed (None: none): the runtime
+        ticks then rather than at its usual pace."""
+        return None if self.delayed is None else self.delayed.next_due_ms()
+
+    @property
+    def delayed_count(self) -> int:
+        """Delayed messages held and not acked (filed, or out and not acked yet)."""
+        return 0 if self.delayed is None else self.delayed.held

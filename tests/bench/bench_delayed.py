@@ -1,0 +1,231 @@
+"""Delayed delivery at scale: N messages (default 1 000 000) each delayed by a random 1-120 s
+(``deliver_after_ms`` over HTTP JSON, produced as fast as the mesh takes them) on a shared
+subscription of a 4-partition topic, two dispatchers (the second standing by), two HTTP
+long-poll consumers acking in the background. KILL_AT_S into the run the dispatcher serving
+the subscription is killed with SIGKILL; the other takes over (lease 3 s).
+
+Prints: how long producing took; the serving dispatcher's resident memory (VmRSS, sampled
+every second: peak while it held everything) and the subscription's ``delayed`` count; the
+lateness of every delivery against its due time (publish time + delay), split into messages
+due while a dispatcher served and those due during the takeover; duplicates; messages lost
+(must be 0) and delivered early (must be 0).
+
+Run: .venv/bin/python tests/bench/bench_delayed.py [messages] [max delay s] [kill at s]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mesh import bench_mesh
+
+TOPIC = "/v1/topics/default/delayed"
+SUB = "s"
+PARTITIONS = 4
+BATCH = 1000
+CONSUMERS = 2
+
+
+@dataclass
+class Run:
+    due: dict[tuple[str, int], int] = field(default_factory=dict)  # ref -> due ms
+    first: dict[tuple[str, int], int] = field(default_factory=dict)  # ref -> arrival ms
+    deliveries: int = 0
+    rss_kib: dict[str, int] = field(default_factory=dict)  # node -> peak VmRSS
+    delayed_max: int = 0
+    killed_ms: int | None = None
+    served_again_ms: int | None = None
+    produced: bool = False
+    complete: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+async def _produce(http: httpx.AsyncClient, run: Run, count: int, delay_max_s: float) -> None:
+    rng = random.Random(34)
+    for first in range(0, count, BATCH):
+        delays = [
+            rng.randrange(1000, int(delay_max_s * 1000)) for _ in range(min(BATCH, count - first))
+        ]
+        body = {"messages": [{"payload": str(d), "deliver_after_ms": d} for d in delays]}
+        answer = await http.post(f"{TOPIC}/messages", json=body)
+        answer.raise_for_status()
+        sent_ms = _now_ms()
+        for delay, result in zip(delays, answer.json()["results"], strict=True):
+            # Due at its publish time + delay: at most this (the delivery says exactly).
+            run.due.setdefault((result["partition"], result["offset"]), sent_ms + delay)
+
+
+async def _attach(http: httpx.AsyncClient, name: str) -> str:
+    async with asyncio.timeout(120):
+        while True:
+            answer = await http.post(
+                f"{TOPIC}/subscriptions/{SUB}/consumers",
+                json={"name": name, "type": "shared", "start": "earliest"},
+            )
+            if answer.status_code == 201:
+                consumer_id: str = answer.json()["consumer_id"]
+                return consumer_id
+            await asyncio.sleep(0.1)
+
+
+async def _consume(http: httpx.AsyncClient, run: Run, name: str, done: asyncio.Event) -> None:
+    consumer = await _attach(http, name)
+    acks: set[asyncio.Task[Any]] = set()
+    while not done.is_set():
+        sent = _now_ms()
+        answer = await http.get(
+            f"/v1/consumers/{consumer}/messages", params={"max": 1000, "wait_ms": 500}
+        )
+        arrived = _now_ms()
+        if answer.status_code != 200:
+            assert answer.status_code in (404, 503), answer.text  # its dispatcher was killed
+            consumer = await _attach(http, name)
+            continue
+        messages = answer.json()["messages"]
+        # Served again: a poll sent after the kill answered (one in flight may still bring
+        # what the killed dispatcher sent just before).
+        killed = run.killed_ms
+        if messages and killed is not None and sent > killed and run.served_again_ms is None:
+            run.served_again_ms = arrived
+        run.deliveries += len(messages)
+        for m in messages:
+            ref = (m["partition"], m["offset"])
+            run.first.setdefault(ref, arrived)
+            run.due[ref] = m["publish_time_ms"] + int(m["payload"])  # exact: as stored
+        if run.produced and len(run.first) >= len(run.due):
+            run.complete.set()
+        if messages:
+            refs = [{"partition": m["partition"], "offset": m["offset"]} for m in messages]
+            task = asyncio.create_task(
+                http.post(f"/v1/consumers/{consumer}/ack", json={"messages": refs})
+            )
+            acks.add(task)
+            task.add_done_callback(acks.discard)
+
+
+async def _owner(http: httpx.AsyncClient) -> tuple[str | None, int]:
+    listed = (await http.get(f"{TOPIC}/subscriptions")).json()["subscriptions"]
+    for sub in listed:
+        if sub["name"] == SUB:
+            owner = sub["owner"]
+            return (None if owner is None else owner["node_id"]), sub.get("delayed") or 0
+    return None, 0
+
+
+async def _watch(
+    http: httpx.AsyncClient, run: Run, pids: dict[str, int], done: asyncio.Event
+) -> None:
+    while not done.is_set():
+        for node, pid in pids.items():
+            if node.startswith("bench-dispatcher"):
+                run.rss_kib[node] = max(run.rss_kib.get(node, 0), _rss_kib(pid))
+        try:
+            _, delayed = await _owner(http)
+            run.delayed_max = max(run.delayed_max, delayed)
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(1.0)
+
+
+def _quantiles(values: list[int]) -> str:
+    if not values:
+        return "none"
+    ordered = sorted(values)
+    marks = " ".join(
+        f"{name} {ordered[min(len(ordered) - 1, int(q * len(ordered)))]}"
+        for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999))
+    )
+    return f"n {len(ordered)} {marks} max {ordered[-1]} ms"
+
+
+async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
+    pids: dict[str, int] = {}
+    env = {"DANUBE_DISPATCHER__LEASE_TTL_S": "3"}
+    run = Run()
+    done = asyncio.Event()
+    with tempfile.TemporaryDirectory(prefix="bench-delayed-") as tmp:
+        services = ["ingest", "dispatcher", "dispatcher", "discovery"]
+        async with bench_mesh(Path(tmp), services, env, pids=pids) as http:
+            answer = await http.put(TOPIC, json={"partitions": PARTITIONS})
+            answer.raise_for_status()
+            consumers = [
+                asyncio.create_task(_consume(http, run, f"c{i}", done)) for i in range(CONSUMERS)
+            ]
+            watcher = asyncio.create_task(_watch(http, run, pids, done))
+            started = time.monotonic()
+            await _produce(http, run, count, delay_max_s)
+            produced_s = time.monotonic() - started
+            run.produced = True
+            print(f"produced {count} in {produced_s:.1f} s ({count / produced_s:.0f}/s)")
+            await asyncio.sleep(max(0.0, kill_at_s - (time.monotonic() - started)))
+            owner, delayed = await _owner(http)
+            print(
+                f"at {time.monotonic() - started:.0f} s: owner {owner}, delayed {delayed}, "
+                f"peak RSS so far { {n: f'{k / 1024:.0f} MiB' for n, k in run.rss_kib.items()} }"
+            )
+            if owner is not None and kill_at_s > 0:
+                os.kill(pids[owner], signal.SIGKILL)
+                run.killed_ms = _now_ms()
+                print(f"killed {owner} (SIGKILL)")
+            # Each consumer checks after every poll; the run ends when all came, or on time out.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay_max_s + 120):
+                    await run.complete.wait()
+            done.set()
+            await asyncio.gather(*consumers, watcher, return_exceptions=True)
+    lost = [ref for ref in run.due if ref not in run.first]
+    early = [ref for ref, at in run.due.items() if ref in run.first and run.first[ref] < at]
+    killed = run.killed_ms if run.killed_ms is not None else 2**62
+    settled = (run.served_again_ms or killed) + 1000
+    late = {r: run.first[r] - at for r, at in run.due.items() if r in run.first}
+    before = [ms for r, ms in late.items() if run.due[r] < killed]
+    takeover = [ms for r, ms in late.items() if killed <= run.due[r] < settled]
+    after = [ms for r, ms in late.items() if run.due[r] >= settled]
+    print(
+        f"messages {len(run.due)}, delivered {len(run.first)}, lost {len(lost)}, "
+        f"early {len(early)}, duplicates {run.deliveries - len(run.first)}"
+    )
+    print(
+        f"delayed held at most {run.delayed_max}; dispatchers' peak RSS "
+        f"{ {n: f'{k / 1024:.0f} MiB' for n, k in run.rss_kib.items()} }"
+    )
+    print(f"lateness, due before the kill: {_quantiles(before)}")
+    window_ms = 0 if run.killed_ms is None else settled - run.killed_ms
+    print(f"lateness, due during the takeover ({window_ms} ms): {_quantiles(takeover)}")
+    print(f"lateness, due after it: {_quantiles(after)}")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    asyncio.run(
+        main(
+            int(args[0]) if args else 1_000_000,
+            float(args[1]) if len(args) > 1 else 120.0,
+            float(args[2]) if len(args) > 2 else 60.0,
+        )
+    )
