@@ -3,7 +3,10 @@ subscription reading it has not acknowledged, read from the cursors dispatchers 
 
 A dispatcher stores a subscription's cursor (``subscriptions/<ns>/<t>/<sub>/cursors/<p>``,
 ``SubscriptionCursor``) before it answers an ack, and every offset below its ``next_offset``
-is acknowledged (docs/dispatcher.md, "Cursor"). The floor is the lowest ``next_offset`` over
+is acknowledged (docs/dispatcher.md, "Cursor") — except delayed messages, acked in the cursor
+when read but delivered at their time: those not delivered yet lie at or above the cursor's
+``delay_from``, read again from the log after a restart, so a cursor holds the lower of the
+two (docs/dispatcher.md, "Delayed delivery"). The floor is the lowest such offset over
 every subscription of the partition: those of the whole topic and those of the partition
 alone (Danube's clients subscribe to one partition, under the partition's own name). Anything
 below the floor has been acknowledged by every subscription that exists now.
@@ -49,14 +52,19 @@ async def ack_floor(store: MetaStore, partition: TopicName) -> int | None:
             if record == _CONFIG_RECORD:
                 floors.setdefault(name, 0)  # until its cursor is found: it holds everything
             elif record == cursor_record:
-                floors[name] = _next_offset(kv)
+                floors[name] = _held_from(kv)
     return min(floors.values()) if floors else None
 
 
-def _next_offset(kv: KeyValue) -> int:
+def _held_from(kv: KeyValue) -> int:
+    """The lowest offset the cursor still needs: its next offset, or its delayed messages'
+    ``delay_from`` when lower."""
     try:
-        return decode_model(kv, SubscriptionCursor).next_offset
+        cursor = decode_model(kv, SubscriptionCursor)
     except MetaDecodeError as exc:
         log.warning("queue retention: unreadable cursor %s: %s; it holds everything", kv.key, exc)
         metrics.RUN_ERRORS.labels("cursor").inc()
         return 0
+    if cursor.delay_from is not None:
+        return min(cursor.next_offset, cursor.delay_from)
+    return cursor.next_offset
