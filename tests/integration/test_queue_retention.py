@@ -32,6 +32,7 @@ from danube.config import (
     FsCloud,
     IngestConfig,
     MetadataConfig,
+    MetricsConfig,
     RetentionServiceConfig,
     RotationConfig,
     UploaderConfig,
@@ -92,6 +93,9 @@ def _settings(nats_url: str, etcd: str, prefix: str, tmp_path: Path) -> DanubeSe
         retention=RetentionServiceConfig(
             lease_ttl_s=3, metrics_port=free_port(), check_interval_s=0.2
         ),
+        # Room for every topic other tests of this process labelled before (the per-topic
+        # gauges read below exist only for topics under the cap).
+        metrics=MetricsConfig(topics_max=100_000),
     )
 
 
