@@ -60,6 +60,7 @@ OPEN_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0
 # Closes after which a new socket (same consumer id) is likely to work.
 _CLOSES_RETRIED = frozenset({1000, 1001, 1006, WS_SERVICE_RESTART})
+SUBSCRIPTION_TAKEN = "subscription_taken"
 
 
 class Recovery:
@@ -107,12 +108,20 @@ async def run_source(fill: Fill, session: Session, inbox: Inbox, recovery: Recov
     not recover from goes to the inbox."""
     reattach = False
     while True:
+        attaching = reattach
         try:
             if reattach:
                 await session.reattach(session.consumer_id)
-                reattach = False
+                reattach = attaching = False
             await fill(session.consumer_id)
         except ClientError as error:
+            if attaching and error.code == SUBSCRIPTION_TAKEN:
+                # The server said it does not know this consumer, yet its exclusive
+                # subscription is still held (by this consumer's old attachment, while the
+                # subscription is being taken over): its views differ for a moment. Poll with
+                # the old id again, and attach again only if it is really gone.
+                error = ClientError(error.message, code=error.code, retriable=True)
+                reattach = False
             try:
                 reattach = await recovery.after(error) or reattach
             except ClientError as final:
