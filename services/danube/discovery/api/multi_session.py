@@ -32,7 +32,6 @@ from typing import Annotated, Literal
 import orjson
 from fastapi import WebSocket
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import Message
 
 from danube.discovery import metrics
 from danube.discovery.api.consume import full_names, messages_out
@@ -41,12 +40,14 @@ from danube.discovery.api.stream import (
     POLL_WAIT_MS,
     SEND_QUEUE_BATCHES,
     SEND_TIMEOUT_S,
+    StreamEnded,
+    first_ended,
     not_in_flight_error,
+    parse_client_frame,
 )
 from danube.discovery.errors import (
     BadRequestError,
     ConflictError,
-    StreamProtocolError,
     error_body,
 )
 from danube.discovery.models import MessageOut
@@ -56,7 +57,6 @@ from danube.discovery.stream_protocol import (
     FlowFrame,
     NackFrame,
     error_frame,
-    parse_frame,
 )
 from danube.errors import DanubeError
 from danube.meta import TopicName
@@ -82,34 +82,6 @@ TOLD_MAX = 10_000
 _TOPIC_GONE = frozenset(
     {"consumer_not_found", "subscription_not_found", "topic_not_found", "unknown_partition"}
 )
-
-
-class _Ended(Exception):
-    """Raised by a stream's task to end the stream: ``error`` is told to the client before
-    the close, None when the client is gone (nothing left to tell)."""
-
-    def __init__(self, error: BaseException | None) -> None:
-        super().__init__(repr(error))
-        self.error = error
-
-
-def _first_ended(group: BaseExceptionGroup[_Ended]) -> _Ended:
-    first = group.exceptions[0]
-    return first if isinstance(first, _Ended) else _first_ended(first)
-
-
-def _parse(message: Message) -> FlowFrame | AckFrame | NackFrame:
-    """The client frame of an ASGI WebSocket message; _Ended when the client left or sent
-    something that is not a frame."""
-    if message["type"] == "websocket.disconnect":
-        raise _Ended(None)
-    text = message.get("text")
-    try:
-        if text is None:
-            raise StreamProtocolError("frames are JSON text, not binary")
-        return parse_frame(text)
-    except StreamProtocolError as exc:
-        raise _Ended(exc) from None
 
 
 class MultiStreamParams(BaseModel):
@@ -271,7 +243,7 @@ class MultiStream:
             try:
                 matching = self.selector.select(listed - set(self.joined))
             except BadRequestError as exc:  # a pattern too slow to match
-                raise _Ended(exc) from None
+                raise StreamEnded(exc) from None
             new, refused = self._readable(matching)
             room = max(self.services.stream_topics_max - len(self.joined), 0)
             limit = self.services.stream_topics_max
@@ -335,7 +307,7 @@ class MultiStream:
 
     async def run(self) -> BaseException | None:
         """Serve until the client leaves (None) or an error ends the stream (returned)."""
-        ended: _Ended | None = None
+        ended: StreamEnded | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
@@ -344,12 +316,12 @@ class MultiStream:
                 tg.create_task(self._refresh(), name="multi-refresh")
                 for name in list(self.joined):
                     self._start_pump(name)
-        except* _Ended as group:
-            ended = _first_ended(group)
+        except* StreamEnded as group:
+            ended = first_ended(group)
         finally:
             self._tg = None
         if ended is None:
-            raise AssertionError("the tasks of a stream end only by _Ended")
+            raise AssertionError("the tasks of a stream end only by StreamEnded")
         return ended.error
 
     def _start_pump(self, name: str) -> None:
@@ -361,12 +333,12 @@ class MultiStream:
 
     async def _receive(self) -> None:
         while True:
-            frame = _parse(await self.websocket.receive())
+            frame = parse_client_frame(await self.websocket.receive())
             if isinstance(frame, FlowFrame):
                 try:
                     self._hand_over(self.lender.grant(frame.credits))
                 except DanubeError as exc:
-                    raise _Ended(exc) from None
+                    raise StreamEnded(exc) from None
             else:
                 await self._acknowledge(frame)
 
@@ -467,7 +439,7 @@ class MultiStream:
         """What a failed poll (or touch) of ``joined`` does: whether its pump goes on."""
         code = getattr(exc, "code", "timeout")
         if code == "consumer_detached":  # too slow to ack: as one topic's stream, it ends
-            raise _Ended(exc) from None
+            raise StreamEnded(exc) from None
         name = joined.topic.topic
         if code in _TOPIC_GONE:
             self._leave(name, code)
@@ -509,9 +481,9 @@ class MultiStream:
                             await self.websocket.send_text(frame)
                 except TimeoutError:
                     log.info("many-topics stream: no frame taken for %.0f s", SEND_TIMEOUT_S)
-                    raise _Ended(None) from None
+                    raise StreamEnded(None) from None
                 except Exception:  # the socket is gone (disconnected, closed)
-                    raise _Ended(None) from None
+                    raise StreamEnded(None) from None
 
 
 def _over_limit(name: str, limit: int) -> ConflictError:

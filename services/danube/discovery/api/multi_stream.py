@@ -13,16 +13,14 @@ import logging
 from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 
-from danube.discovery import metrics
 from danube.discovery.api.multi_session import MultiStream, MultiStreamParams
 from danube.discovery.api.state import Services, services_of
-from danube.discovery.api.stream import close_stream
-from danube.discovery.errors import BadRequestError, OverLimitError
+from danube.discovery.api.stream import run_stream
+from danube.discovery.errors import BadRequestError
 from danube.discovery.multi_topic import TopicSelector
 from danube.errors import DanubeError
 from danube.names import InvalidNameError, validate_segment
 from danube.security import SecurityError
-from danube.wire import delivery
 
 log = logging.getLogger(__name__)
 
@@ -35,28 +33,9 @@ async def multi_stream(websocket: WebSocket, ns: str, sub: str) -> None:
     names or ``topics_pattern`` matches, as the client grants credits; topics created later
     that match are joined; acks and nacks on the same socket go to each ref's topic."""
     services = services_of(websocket)
-    frames = delivery.SUBPROTOCOL in websocket.scope.get("subprotocols", ())
-    await websocket.accept(subprotocol=delivery.SUBPROTOCOL if frames else None)
-    refusal = getattr(websocket.state, "refusal", None)  # api/auth.py: 4401
-    if refusal is not None:
-        await close_stream(websocket, refusal)
-        return
-    if not services.streams.try_take():
-        limit = services.streams.limit
-        refusal = OverLimitError(
-            f"this instance holds {limit} streams open; retry later or elsewhere",
-            code="too_many_streams",
-        )
-        await close_stream(websocket, refusal)
-        return
-    metrics.STREAMS_OPEN.inc()
-    try:
-        error = await _serve(websocket, services, ns, sub, frames)
-    finally:
-        metrics.STREAMS_OPEN.dec()
-        services.streams.give_back()
-    if error is not None:
-        await close_stream(websocket, error)
+    await run_stream(
+        websocket, services, lambda frames: _serve(websocket, services, ns, sub, frames)
+    )
 
 
 async def _serve(

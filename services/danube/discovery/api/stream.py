@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from fastapi import APIRouter, WebSocket
@@ -82,7 +82,7 @@ CLOSE_TIMEOUT_S = 2.0
 _T = TypeVar("_T")
 
 
-class _Ended(Exception):
+class StreamEnded(Exception):
     """Raised by a stream's task to end the stream: ``error`` is told to the client before
     the close, None when the client is gone (nothing left to tell)."""
 
@@ -96,9 +96,21 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
     """Push the consumer's messages as the client grants credits; it acks and nacks on the
     same socket. Ends with an error frame and a close code when something goes wrong."""
     services = services_of(websocket)
+    await run_stream(websocket, services, lambda frames: _serve(websocket, services, cid, frames))
+
+
+async def run_stream(
+    websocket: WebSocket,
+    services: Services,
+    serve: Callable[[bool], Awaitable[BaseException | None]],
+) -> None:
+    """Accept a consumer stream (binary delivery batches when the client asks for their
+    subprotocol), refuse it as authentication decided (api/auth.py: 4401 / 4403) or past
+    the instance's stream limit, else run ``serve(frames)`` holding a stream slot, and close
+    with the error it ended with (None: the client left)."""
     frames = delivery.SUBPROTOCOL in websocket.scope.get("subprotocols", ())
     await websocket.accept(subprotocol=delivery.SUBPROTOCOL if frames else None)
-    refusal = getattr(websocket.state, "refusal", None)  # api/auth.py: 4401 / 4403
+    refusal = getattr(websocket.state, "refusal", None)
     if refusal is not None:
         await close_stream(websocket, refusal)
         return
@@ -112,7 +124,7 @@ async def stream(websocket: WebSocket, cid: ConsumerId) -> None:
         return
     metrics.STREAMS_OPEN.inc()
     try:
-        error = await _serve(websocket, services, cid, frames)
+        error = await serve(frames)
     finally:
         metrics.STREAMS_OPEN.dec()
         services.streams.give_back()
@@ -155,9 +167,9 @@ def _consumer_gone(exc: BaseException) -> bool:
     return isinstance(exc, DanubeError) and exc.code in ("consumer_not_found", "consumer_detached")
 
 
-def _first_ended(group: BaseExceptionGroup[_Ended]) -> _Ended:
+def first_ended(group: BaseExceptionGroup[StreamEnded]) -> StreamEnded:
     first = group.exceptions[0]
-    return first if isinstance(first, _Ended) else _first_ended(first)
+    return first if isinstance(first, StreamEnded) else first_ended(first)
 
 
 class _Stream:
@@ -190,16 +202,16 @@ class _Stream:
 
     async def run(self) -> BaseException | None:
         """Serve until the client leaves (None) or an error ends the stream (returned)."""
-        ended: _Ended | None = None
+        ended: StreamEnded | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._receive(), name="stream-receive")
                 tg.create_task(self._pump(), name="stream-pump")
                 tg.create_task(self._write(), name="stream-write")
-        except* _Ended as group:
-            ended = _first_ended(group)
+        except* StreamEnded as group:
+            ended = first_ended(group)
         if ended is None:
-            raise AssertionError("the tasks of a stream end only by _Ended")
+            raise AssertionError("the tasks of a stream end only by StreamEnded")
         return ended.error
 
     # --- receive ---------------------------------------------------------------------------
@@ -208,12 +220,12 @@ class _Stream:
         while True:
             # No deadline: an idle client is normal, and the server's pings (every 20 s,
             # 20 s to answer) close the connection of one that is gone.
-            frame = _parse(await self.websocket.receive())
+            frame = parse_client_frame(await self.websocket.receive())
             if isinstance(frame, FlowFrame):
                 try:
                     self.credits.grant(frame.credits)
                 except StreamProtocolError as exc:
-                    raise _Ended(exc) from None
+                    raise StreamEnded(exc) from None
                 self._granted.set()
             else:
                 await self._acknowledge(frame)
@@ -233,7 +245,7 @@ class _Stream:
                     await self._outbox.put([error_frame(not_in_flight_error(self.topic, ignored))])
         except (DanubeError, TimeoutError) as exc:
             if _consumer_gone(exc):
-                raise _Ended(exc) from None
+                raise StreamEnded(exc) from None
             # The stream goes on; messages whose ack failed stay unacked and come again.
             await self._outbox.put([error_frame(exc)])
 
@@ -272,7 +284,7 @@ class _Stream:
                 )
                 texts: list[str | bytes] = [message_frame(m) for m in out]
             except DanubeError as exc:  # a record that does not decode
-                raise _Ended(exc) from None
+                raise StreamEnded(exc) from None
             self.credits.spend(len(texts))
             metrics.STREAM_MESSAGES.inc(len(texts))
             await self._outbox.put(texts)
@@ -291,7 +303,7 @@ class _Stream:
         try:
             return await call
         except (DanubeError, TimeoutError) as exc:
-            raise _Ended(exc) from None
+            raise StreamEnded(exc) from None
 
     # --- write -----------------------------------------------------------------------------
 
@@ -305,10 +317,10 @@ class _Stream:
                         else:
                             await self.websocket.send_text(frame)
                 except WebSocketDisconnect:
-                    raise _Ended(None) from None
+                    raise StreamEnded(None) from None
                 except TimeoutError:
                     log.info("consumer stream: the client took nothing for %.0f s", SEND_TIMEOUT_S)
-                    raise _Ended(None) from None
+                    raise StreamEnded(None) from None
 
 
 # Refs named in a not_in_flight error frame at most (the count is always given).
@@ -327,15 +339,15 @@ def not_in_flight_error(topic: TopicName, refs: list[tuple[str, int]]) -> BadReq
     )
 
 
-def _parse(message: Message) -> FlowFrame | AckFrame | NackFrame:
-    """The client frame of an ASGI WebSocket message; _Ended when the client left or sent
+def parse_client_frame(message: Message) -> FlowFrame | AckFrame | NackFrame:
+    """The client frame of an ASGI WebSocket message; StreamEnded when the client left or sent
     something that is not a frame."""
     if message["type"] == "websocket.disconnect":
-        raise _Ended(None)
+        raise StreamEnded(None)
     text = message.get("text")
     try:
         if text is None:
             raise StreamProtocolError("frames are JSON text, not binary")
         return parse_frame(text)
     except StreamProtocolError as exc:
-        raise _Ended(exc) from None
+        raise StreamEnded(exc) from None
