@@ -167,12 +167,18 @@ class ProducerTracking:
     async def _before_drop(self, wal: Wal, new_start: int) -> None:
         """The records below ``new_start`` leave the WAL (retention): a rebuild could no
         longer read them, so the newest snapshot must cover them, or a resend of a batch
-        they held would be stored again after a restart. Raises (nothing dropped) if the
-        snapshot cannot be written."""
+        they held would be stored again after a restart. A snapshot that cannot be written
+        (a full disk, typically) does not stop the drop: freeing the space comes first; the
+        loss is only that a restart before the next snapshot deduplicates less (logged)."""
         if self._snapshot_end is not None and self._snapshot_end >= new_start:
             return
         if not await self.snapshot(wal):
-            raise OSError(f"{self.directory}: no producer snapshot past {new_start}: not dropped")
+            log.warning(
+                "%s: no producer snapshot covers offsets below %d as they are dropped: a "
+                "restart before the next one may store a resend of them again",
+                self.directory,
+                new_start,
+            )
 
     async def opened(self, wal: Wal) -> None:
         """``wal`` was just opened (nothing appended yet): rebuild, then follow it."""

@@ -134,7 +134,7 @@ class SegmentUpkeep:
             if new_start is None:
                 return 0
             for guard in tuple(self._drop_guards):
-                await guard(new_start)  # raises: nothing dropped (the caller asks again)
+                await guard(new_start)  # one that raises drops nothing (the caller asks again)
             detached = self._segments.detach_below(offset)
             if not detached:
                 return 0
