@@ -67,6 +67,7 @@ class FileSpill:
         # held until then, so at most queued_bytes_max are (past it, an append waits).
         self._queued: deque[tuple[Future[None], int]] = deque()
         self._queued_bytes = 0
+        self._cleared = False
 
     def _path(self, bucket: int) -> Path:
         return self.directory / f"{bucket:016d}.dly"
@@ -106,7 +107,11 @@ class FileSpill:
         return ahead.result()
 
     def clear(self) -> None:
-        """Remove every file and the directory (queued after what is under way)."""
+        """Remove every file and the directory (queued after what is under way); once: a
+        subscription that fails and then stops clears twice."""
+        if self._cleared:
+            return
+        self._cleared = True
         self._ahead.clear()
         self._queued.clear()
         self._queued_bytes = 0
