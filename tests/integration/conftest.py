@@ -18,6 +18,7 @@ from danube.config import (
     DispatcherConfig,
     IngestConfig,
     MetadataConfig,
+    MetricsConfig,
     WalCloudConfig,
     WalConfig,
 )
@@ -64,6 +65,9 @@ def _consume_settings(
             topic_cache_ttl_s=0.0,
             produce_timeout_s=produce_timeout_s,
         ),
+        # Room under the per-topic and per-subscription label caps for every name the tests
+        # of this process labelled before (a test reading such a series finds it).
+        metrics=MetricsConfig(topics_max=100_000, subscriptions_max=100_000),
     )
 
 
