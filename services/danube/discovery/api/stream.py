@@ -82,9 +82,10 @@ CLOSE_TIMEOUT_S = 2.0
 _T = TypeVar("_T")
 
 
-class StreamEnded(Exception):
+class _StreamEnded(Exception):
     """Raised by a stream's task to end the stream: ``error`` is told to the client before
-    the close, None when the client is gone (nothing left to tell)."""
+    the close, None when the client is gone (nothing left to tell). Control flow of the
+    consumer streams (this module's and api/multi_session's), never answered: private."""
 
     def __init__(self, error: BaseException | None) -> None:
         super().__init__(repr(error))
@@ -167,9 +168,9 @@ def _consumer_gone(exc: BaseException) -> bool:
     return isinstance(exc, DanubeError) and exc.code in ("consumer_not_found", "consumer_detached")
 
 
-def first_ended(group: BaseExceptionGroup[StreamEnded]) -> StreamEnded:
+def first_ended(group: BaseExceptionGroup[_StreamEnded]) -> _StreamEnded:
     first = group.exceptions[0]
-    return first if isinstance(first, StreamEnded) else first_ended(first)
+    return first if isinstance(first, _StreamEnded) else first_ended(first)
 
 
 class _Stream:
@@ -202,16 +203,16 @@ class _Stream:
 
     async def run(self) -> BaseException | None:
         """Serve until the client leaves (None) or an error ends the stream (returned)."""
-        ended: StreamEnded | None = None
+        ended: _StreamEnded | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._receive(), name="stream-receive")
                 tg.create_task(self._pump(), name="stream-pump")
                 tg.create_task(self._write(), name="stream-write")
-        except* StreamEnded as group:
+        except* _StreamEnded as group:
             ended = first_ended(group)
         if ended is None:
-            raise AssertionError("the tasks of a stream end only by StreamEnded")
+            raise AssertionError("the tasks of a stream end only by _StreamEnded")
         return ended.error
 
     # --- receive ---------------------------------------------------------------------------
@@ -225,7 +226,7 @@ class _Stream:
                 try:
                     self.credits.grant(frame.credits)
                 except StreamProtocolError as exc:
-                    raise StreamEnded(exc) from None
+                    raise _StreamEnded(exc) from None
                 self._granted.set()
             else:
                 await self._acknowledge(frame)
@@ -245,7 +246,7 @@ class _Stream:
                     await self._outbox.put([error_frame(not_in_flight_error(self.topic, ignored))])
         except (DanubeError, TimeoutError) as exc:
             if _consumer_gone(exc):
-                raise StreamEnded(exc) from None
+                raise _StreamEnded(exc) from None
             # The stream goes on; messages whose ack failed stay unacked and come again.
             await self._outbox.put([error_frame(exc)])
 
@@ -284,7 +285,7 @@ class _Stream:
                 )
                 texts: list[str | bytes] = [message_frame(m) for m in out]
             except DanubeError as exc:  # a record that does not decode
-                raise StreamEnded(exc) from None
+                raise _StreamEnded(exc) from None
             self.credits.spend(len(texts))
             metrics.STREAM_MESSAGES.inc(len(texts))
             await self._outbox.put(texts)
@@ -303,7 +304,7 @@ class _Stream:
         try:
             return await call
         except (DanubeError, TimeoutError) as exc:
-            raise StreamEnded(exc) from None
+            raise _StreamEnded(exc) from None
 
     # --- write -----------------------------------------------------------------------------
 
@@ -317,10 +318,10 @@ class _Stream:
                         else:
                             await self.websocket.send_text(frame)
                 except WebSocketDisconnect:
-                    raise StreamEnded(None) from None
+                    raise _StreamEnded(None) from None
                 except TimeoutError:
                     log.info("consumer stream: the client took nothing for %.0f s", SEND_TIMEOUT_S)
-                    raise StreamEnded(None) from None
+                    raise _StreamEnded(None) from None
 
 
 # Refs named in a not_in_flight error frame at most (the count is always given).
@@ -340,14 +341,14 @@ def not_in_flight_error(topic: TopicName, refs: list[tuple[str, int]]) -> BadReq
 
 
 def parse_client_frame(message: Message) -> FlowFrame | AckFrame | NackFrame:
-    """The client frame of an ASGI WebSocket message; StreamEnded when the client left or sent
+    """The client frame of an ASGI WebSocket message; _StreamEnded when the client left or sent
     something that is not a frame."""
     if message["type"] == "websocket.disconnect":
-        raise StreamEnded(None)
+        raise _StreamEnded(None)
     text = message.get("text")
     try:
         if text is None:
             raise StreamProtocolError("frames are JSON text, not binary")
         return parse_frame(text)
     except StreamProtocolError as exc:
-        raise StreamEnded(exc) from None
+        raise _StreamEnded(exc) from None
