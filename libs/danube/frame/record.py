@@ -402,17 +402,6 @@ def decode_record_fields(
     )
     sequenced = record_sequence(view)
     compression = CODEC_NAMES.get((view[RECORD_FLAGS_AT] & FLAG_CODEC) >> FLAG_CODEC_SHIFT)
-    if sequenced is None:
-        return RecordFields(
-            time_ms,
-            producer,
-            key,
-            attributes,
-            bytes(payload),
-            schema_id,
-            schema_version,
-            compression=compression,
-        )
     return RecordFields(
         time_ms,
         producer,
@@ -421,8 +410,8 @@ def decode_record_fields(
         bytes(payload),
         schema_id,
         schema_version,
-        sequenced.sequence,
-        sequenced.producer_epoch,
+        None if sequenced is None else sequenced.sequence,
+        0 if sequenced is None else sequenced.producer_epoch,
         compression,
     )
 
