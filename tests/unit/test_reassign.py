@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from danube.meta.placement import NodeLoad, choose_replicas, node_loads, tie_break
+from danube.meta.placement import (
+    NodeLoad,
+    choose_replicas,
+    choose_replicas_after,
+    node_loads,
+    tie_break,
+)
 from danube.meta.reassign import ReassignError, cancel, check_target, completed, reassign
 from danube.meta.records import REPLICAS_MAX, Assignment
 
@@ -167,3 +173,29 @@ def test_partitions_of_one_topic_placed_at_once_take_the_nodes_in_turn() -> None
     leaders = Counter(replica_set[0] for replica_set in placed)
     assert replicas == {"n1": 8, "n2": 8, "n3": 8}
     assert leaders == {"n1": 4, "n2": 4, "n3": 4}
+
+
+def _place_topic(snapshots: list[int]) -> list[tuple[str, ...]]:
+    """Place partitions 0..11 of one topic at factor 2 on three nodes, partition k seeing
+    only the placements of partitions below ``snapshots[k]`` (as concurrent placements do)."""
+    placed: list[tuple[str, ...]] = []
+    for k, seen in enumerate(snapshots):
+        loads = node_loads(placed[:seen], dict.fromkeys("abc"))
+        earlier = [f"ns/t-part-{j}" for j in range(seen, k)]
+        placed.append(choose_replicas_after(f"ns/t-part-{k}", 2, loads, earlier))
+    return placed
+
+
+def test_concurrent_placements_that_see_different_counts_agree_with_one_by_one() -> None:
+    one_by_one = _place_topic(list(range(12)))
+    counts = node_loads(one_by_one, dict.fromkeys("abc"))
+    assert counts == {node: NodeLoad(8, 4, 0.0) for node in "abc"}
+    # Each placement read the counts at another moment: 4 were placed when the rest looked.
+    assert _place_topic([0, 1, 2, 3] + [4] * 8) == one_by_one
+    assert _place_topic([0] * 12) == one_by_one
+    # Without the replay the eight that looked at once herd onto one node.
+    herd = [
+        choose_replicas(f"ns/t-part-{k}", 2, node_loads(one_by_one[:4], dict.fromkeys("abc")))
+        for k in range(4, 12)
+    ]
+    assert len({replicas for replicas in herd}) < len(set(one_by_one[4:]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from danube.bus import NoRespondersError, RemoteError
+from danube.bus import BusTimeoutError, NoRespondersError, RemoteError
 from danube.wire.claim import request_with_claim
 
 pytestmark = pytest.mark.unit
@@ -119,6 +119,23 @@ async def test_at_the_deadline_the_last_reason_beats_a_timeout() -> None:
     # The claim's reason is kept too, though not a give-up code.
     clock, server = FakeClock(), FakeServer([], _remote("not_enough_replicas"))
     with pytest.raises(RemoteError, match="not_enough_replicas"):
+        await _call(server, clock)
+
+
+async def test_a_retry_cut_by_the_deadline_raises_the_refusal_not_the_timeout() -> None:
+    # The last retry started with milliseconds left and its reply did not make it: the
+    # caller learns why it was refused (a CI run saw a bare 0.003 s timeout instead).
+    clock, server = (
+        FakeClock(),
+        FakeServer([_remote("position_unavailable"), BusTimeoutError("s", 0.003)]),
+    )
+    with pytest.raises(RemoteError, match="position_unavailable"):
+        await _call(server, clock)
+    clock, server = (
+        FakeClock(),
+        FakeServer([BusTimeoutError("s", 0.003)]),
+    )  # no reason kept: the timeout
+    with pytest.raises(BusTimeoutError):
         await _call(server, clock)
 
 

@@ -24,7 +24,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
-from danube.bus import NoRespondersError, RemoteError
+from danube.bus import BusTimeoutError, NoRespondersError, RemoteError
 from danube.meta.backoff import backoff_s
 
 T = TypeVar("T")
@@ -54,6 +54,8 @@ async def request_with_claim(
       no reason is followed by the next attempt at once.
     - ``RemoteError``: raised at once unless retriable and not in ``give_up_codes`` (those
       are retriable, but not within one request: e.g. a full disk); else kept as the reason.
+    - ``BusTimeoutError`` (the deadline ran out during an attempt): the kept reason if
+      there is one, else the timeout itself.
     - Anything else propagates. When the next backoff would pass the deadline: the kept
       reason, else ``TimeoutError(timeout_message)``.
     """
@@ -78,6 +80,10 @@ async def request_with_claim(
             if not exc.retriable or exc.code in give_up_codes:
                 raise
             reason = exc
+        except BusTimeoutError:
+            if reason is None:
+                raise
+            raise reason from None  # the deadline ran out in a retry: the refusal says more
         failures += 1
         delay_s = backoff_s(failures, base_s=base_s, cap_s=cap_s)
         if now() + delay_s >= deadline:

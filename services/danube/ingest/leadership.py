@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from danube.errors import DanubeError
 from danube.meta import KeyValue, Lease, MetaStore, TopicName, Txn, encode_model, reassign
 from danube.meta import keys as meta_keys
-from danube.meta.placement import choose_replicas, node_loads
+from danube.meta.placement import choose_replicas_after, node_loads
 from danube.meta.records import Assignment, NodeRecord, Owner, PartitionState
 from danube.meta.topics import live_nodes
 
@@ -336,8 +336,9 @@ async def place(
     """Write the replica set of a partition that has none yet; return the assignment etcd
     holds afterwards. The nodes and their order (preferred leader first) are chosen by the
     balancer's scores (danube.meta.placement: fewest replicas, then fewest preferred
-    leaderships, then bytes/s, then a hash of the partition's name, so concurrent placements
-    of one topic's partitions spread); never a drained node. ``first``, the node answering
+    leaderships, then bytes/s, then a rotation by the partition's index), after replaying
+    the topic's lower partitions not placed yet (so concurrent placements of one topic's
+    partitions spread); never a drained node. ``first``, the node answering
     the claim, counts as live even before its key is seen. NotEnoughReplicasError with fewer
     live undrained nodes than ``factor``."""
     key = meta_keys.partition_assignment_key(partition)
@@ -360,13 +361,19 @@ async def place(
             f"{len(allowed)} are live and not drained"
         )
     replica_sets: list[tuple[str, ...]] = []
+    placed: set[TopicName] = set()
     for kv in await store.range(meta_keys.partitions_prefix()):
         if kv.key.endswith("/assignment"):
             try:
                 replica_sets.append(Assignment.model_validate_json(kv.value).target)
+                placed.add(meta_keys.parse_partition_key(kv.key)[0])
             except ValueError:
                 continue
-    replicas = choose_replicas(str(partition), factor, node_loads(replica_sets, allowed))
+    index = partition.partition or 0
+    siblings = partition.parent.partitions(index) if index else []
+    unseen = [str(sibling) for sibling in siblings if sibling not in placed]
+    loads = node_loads(replica_sets, allowed)
+    replicas = choose_replicas_after(str(partition), factor, loads, unseen)
     assignment = Assignment(
         replicas=replicas,
         min_insync_replicas=min(min_insync, factor),
