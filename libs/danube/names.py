@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 MAX_NAME_CHARS = 255
 """Limit on one segment (namespace, topic, subscription...); keeps subjects and keys short."""
@@ -55,13 +55,15 @@ _PARTITION_SUFFIX = re.compile(r"(?P<base>[A-Za-z0-9_-]+)-part-(?P<index>0|[1-9]
 
 
 class InvalidNameError(DanubeError):
-    """A name (``kind``: namespace, topic, subscription...) whose ``value`` breaks a rule."""
+    """A name (``name_kind``: namespace, topic, subscription...) whose ``value`` breaks a
+    rule."""
 
     code = "invalid_name"
+    kind = ErrorKind.INVALID
 
     def __init__(self, *, kind: str, value: str, reason: str) -> None:
         super().__init__(f"invalid {kind} {value!r}: {reason}")
-        self.kind = kind
+        self.name_kind = kind
         self.value = value
         self.reason = reason
 

@@ -23,8 +23,8 @@ from danube.config import (
     WalConfig,
 )
 from danube.discovery.assignment import Plan
-from danube.discovery.controller import Controller, DeposedError
-from danube.meta import Leadership, MetaStore
+from danube.discovery.controller import Controller
+from danube.meta import DeposedError, Leadership, MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.reassign import completed
 from danube.meta.records import Assignment, DrainRecord, NodeRecord, Owner, TopicConfig

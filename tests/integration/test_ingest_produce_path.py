@@ -116,7 +116,7 @@ async def _until(condition: Callable[[], bool]) -> None:
 async def test_the_reply_is_ready_before_the_live_wake_up(tmp_path: Path) -> None:
     events: list[tuple[str, int]] = []
     wal, partition, handlers = await _leader(tmp_path, GatedOps(), events, [])
-    live = asyncio.create_task(partition.publish_live())
+    live = asyncio.create_task(partition.live.run())
     try:
         for n in range(3):
             reply = await handlers.produce(_request(b"m%d" % n))

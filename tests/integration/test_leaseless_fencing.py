@@ -22,7 +22,7 @@ from danube.ingest.leadership import NotLeaderError, Term
 from danube.ingest.partition import Partition
 from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import TopicName
-from danube.wire.ingest import protocol
+from danube.wire.ingest import protocol, replication
 from danube.wire.sizes import body_limit
 
 pytestmark = pytest.mark.integration
@@ -85,10 +85,10 @@ async def _leader(
 
 async def _fetch(
     handlers: PartitionHandlers, follower: str, from_offset: int, *, epoch: int = EPOCH
-) -> protocol.ReplFetchReply:
-    body = protocol.ReplFetchRequest(epoch, from_offset, 1 << 20, 0, follower).encode()
+) -> replication.ReplFetchReply:
+    body = replication.ReplFetchRequest(epoch, from_offset, 1 << 20, 0, follower).encode()
     deadline = asyncio.get_running_loop().time() + 5
-    return protocol.decode_repl_reply(
+    return replication.decode_repl_reply(
         await handlers.repl_fetch(Request("repl", body, {}, deadline_s=deadline))
     )
 
@@ -109,7 +109,7 @@ async def _acknowledged(
     produce = asyncio.create_task(partition.produce([_record(text)]))
     await _durable(wal, end)
     for follower in ("b", "c"):
-        assert (await _fetch(handlers, follower, end)).status is protocol.ReplStatus.OK
+        assert (await _fetch(handlers, follower, end)).status is replication.ReplStatus.OK
     return (await asyncio.wait_for(produce, 5)).first_offset
 
 
@@ -128,7 +128,7 @@ async def test_a_fetch_at_a_newer_epoch_ends_the_old_leaders_acknowledgements(
         ]
         # b claimed epoch 6 (it fetches here no more); c follows b and says so.
         reply = await _fetch(handlers, "c", 3, epoch=EPOCH + 1)
-        assert reply.status is protocol.ReplStatus.WRONG_EPOCH
+        assert reply.status is replication.ReplStatus.WRONG_EPOCH
         assert partition.fenced
         with pytest.raises(NotLeaderError):
             await partition.produce([_record("late")])

@@ -36,12 +36,11 @@ from danube.config import (
 )
 from danube.frame import Record, append_frame, encode_record
 from danube.ingest import app as ingest_app
-from danube.meta import Election, MetaStore
+from danube.meta import DeposedError, Election, MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import RetentionPolicy, TopicConfig, UploaderCheckpoint
 from danube.retention import app as retention_app
 from danube.retention.cloud import CloudRetention, Fence
-from danube.retention.errors import DeposedError
 from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor, ObjectStore, SparseIndexBuilder, object_key

@@ -22,10 +22,12 @@ from danube.discovery.errors import (
 )
 from danube.discovery.models import ProduceRequest, TopicSpec
 from danube.discovery.produce import encode_batch
+from danube.errors import ErrorKind
 from danube.frame import InvalidRecordError, decode_record
 from danube.meta import MetaUnavailableError
 from danube.names import InvalidNameError
 
+INVALID, TOO_LARGE = ErrorKind.INVALID, ErrorKind.TOO_LARGE
 pytestmark = pytest.mark.unit
 
 
@@ -141,9 +143,9 @@ def test_user_topic_refuses_partition_names_and_bad_segments() -> None:
         (NotFoundError("x", code="topic_not_found"), 404),
         (ConflictError("x", code="topic_exists"), 409),
         (TooLargeError("x", code="body_too_large", limit=1), 413),
-        (RemoteError(code="payload_too_large", message="x", retriable=False), 413),
-        (RemoteError(code="offset_out_of_range", message="x", retriable=False), 400),
-        (RemoteError(code="position_unavailable", message="x", retriable=True), 503),
+        (RemoteError(code="payload_too_large", message="x", retriable=False, kind=TOO_LARGE), 413),
+        (RemoteError(code="offset_out_of_range", message="x", retriable=False, kind=INVALID), 400),
+        (RemoteError(code="position_unavailable", message="x", retriable=True), 503),  # no kind,
         (OverLimitError("x"), 429),
         (UnavailableError("x", code="no_owner"), 503),
         (NoRespondersError("s"), 503),

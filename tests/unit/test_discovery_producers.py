@@ -9,7 +9,7 @@ from typing import Literal
 
 import pytest
 
-from danube.discovery.errors import ConflictError
+from danube.discovery.errors import ConflictError, http_status
 from danube.discovery.producers import (
     ExclusiveView,
     _open_txn,
@@ -81,7 +81,7 @@ def test_refusal_codes() -> None:
     assert refusal("exclusive", holder_exclusive=True).code == "exclusive_producer"
     assert refusal("shared", holder_exclusive=True).code == "exclusive_producer"
     error = refusal("exclusive", holder_exclusive=False)
-    assert (error.code, error.status) == ("producer_exists", 409)
+    assert (error.code, http_status(error)) == ("producer_exists", 409)
 
 
 def test_what_an_exclusive_producer_covers() -> None:

@@ -26,6 +26,7 @@ from danube.discovery.stream_protocol import (
     message_frame,
     parse_frame,
 )
+from danube.errors import ErrorKind
 
 pytestmark = pytest.mark.unit
 
@@ -141,7 +142,15 @@ def test_message_and_error_frames() -> None:
     [
         (StreamProtocolError("bad frame"), 1008),
         (BadRequestError("bad id", code="invalid_consumer_id"), 4400),
-        (RemoteError(code="consumer_not_found", message="gone", retriable=False), 4404),
+        (
+            RemoteError(
+                code="consumer_not_found",
+                message="gone",
+                retriable=False,
+                kind=ErrorKind.NOT_FOUND,
+            ),
+            4404,
+        ),
         (OverLimitError("full", code="too_many_streams"), 4429),
         (TimeoutError(), 4503),
         (RemoteError(code="not_connected", message="down", retriable=True), 4503),

@@ -15,13 +15,17 @@ pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 # Where the codes a request can end with are written: the HTTP door and its core, the
-# dispatcher (its refusals travel back over the bus as codes), the bus contracts, and the
-# libraries discovery calls while it serves a request. Ingest's refusals of a produce are
-# leadership.py's; its WAL's own failure that reaches a client is in errors._STATUS_BY_CODE.
+# dispatcher (its refusals travel back over the bus as codes, with their kinds), the bus
+# contracts, the libraries discovery calls while it serves a request, and ingest's refusals
+# of a produce (leadership, sequences, limits, its WAL's failures).
 SOURCES = [
     "services/danube/discovery",
     "services/danube/dispatcher",
     "services/danube/ingest/leadership.py",
+    "services/danube/ingest/sequencing.py",
+    "services/danube/ingest/handlers.py",
+    "services/danube/ingest/quota.py",
+    "services/danube/ingest/wal/errors.py",
     "libs/danube/wire",
     "libs/danube/bus/errors.py",
     "libs/danube/meta",
@@ -33,11 +37,15 @@ SOURCES = [
 ]
 # Codes written in those sources that no answer carries, and why.
 NEVER_ANSWERED = {
-    "discovery_error": "DiscoveryError's own: only its subclasses are raised",
     "security_error": "SecurityError's own: only its subclasses are raised",
     "schema_error": "SchemaError's own: only its subclasses are raised",
     "frame_error": "FrameError's own: raised only with a narrower code",
     "too_large": "TooLargeError is always raised with a code of its own",
+    "policy_limit": "PolicyLimitError is always raised with a code of its own",
+    "reassign_refused": "ReassignError is always raised with a code of its own",
+    "wal_error": "WalError's own: only its subclasses are raised",
+    "below_wal_start": "a read below the WAL's start: the reader goes to the cloud tier",
+    "copy_unavailable": "a replica's read of another copy; the replica asks again",
     "invalid_offset": "a frame built with an offset past 64 bits: ingest assigns offsets",
     "deposed": "ends the controller's term; no request waits on the controller",
     "stale": "refresh.py answers from its stale entry instead",
@@ -136,8 +144,8 @@ def answerable_codes() -> set[str]:
     constants = _all_constants(files)
     for file in files:
         codes |= _written_codes(file, constants)
-    # The one place codes become statuses: those of other packages, and the framework's own.
-    codes |= set(errors._STATUS_BY_CODE) | set(errors._CODE_BY_STATUS.values())
+    # The codes of the statuses the web framework answers by itself.
+    codes |= set(errors._CODE_BY_STATUS.values())
     return codes - set(NEVER_ANSWERED)
 
 

@@ -12,7 +12,7 @@ from danube.ingest.copies import checked_frames
 from danube.ingest.repairs import DAMAGED_FILE, _load, _save
 from danube.ingest.wal import RepairRefusedError, SegmentDamage
 from danube.ingest.wal.repair import check_frames
-from danube.wire.ingest import protocol
+from danube.wire.ingest import protocol, replication
 
 
 def _frames(first: int, count: int) -> bytes:
@@ -23,23 +23,23 @@ def _frames(first: int, count: int) -> bytes:
 
 
 def test_a_replica_read_round_trips_and_refuses_empty_ranges() -> None:
-    read = protocol.ReplReadRequest(100, 130, 4096)
-    assert protocol.ReplReadRequest.decode(read.encode()) == read
+    read = replication.ReplReadRequest(100, 130, 4096)
+    assert replication.ReplReadRequest.decode(read.encode()) == read
     with pytest.raises(protocol.BadRequestError):
-        protocol.ReplReadRequest.decode(protocol.ReplReadRequest(5, 5, 1).encode())
+        replication.ReplReadRequest.decode(replication.ReplReadRequest(5, 5, 1).encode())
     with pytest.raises(protocol.BadRequestError):
-        protocol.ReplReadRequest.decode(read.encode()[:-1])
+        replication.ReplReadRequest.decode(read.encode()[:-1])
 
 
 def test_a_follower_fetch_says_whether_its_copy_is_damaged() -> None:
-    damaged = protocol.ReplFetchRequest(3, 10, 1024, 500, "ingest-1", damaged=True)
-    assert protocol.ReplFetchRequest.decode(damaged.encode()) == damaged
-    intact = protocol.ReplFetchRequest(3, 10, 1024, 500, "ingest-1")
-    assert protocol.ReplFetchRequest.decode(intact.encode()).damaged is False
+    damaged = replication.ReplFetchRequest(3, 10, 1024, 500, "ingest-1", damaged=True)
+    assert replication.ReplFetchRequest.decode(damaged.encode()) == damaged
+    intact = replication.ReplFetchRequest(3, 10, 1024, 500, "ingest-1")
+    assert replication.ReplFetchRequest.decode(intact.encode()).damaged is False
     # A body without the flags byte (as sent before it existed) reads as intact.
-    assert protocol.ReplFetchRequest.decode(intact.encode()[:-1]) == intact
+    assert replication.ReplFetchRequest.decode(intact.encode()[:-1]) == intact
     with pytest.raises(protocol.BadRequestError):
-        protocol.ReplFetchRequest.decode(intact.encode() + b"\x00")
+        replication.ReplFetchRequest.decode(intact.encode() + b"\x00")
 
 
 def test_frames_from_another_copy_are_checked_before_use() -> None:

@@ -122,7 +122,7 @@ async def test_a_failing_publish_is_retried_and_the_stream_goes_on(
     wal = FakeWal()
     bus = FlakyBus([NotConnectedError("down"), BusTimeoutError("live", 1.0)] * 3)
     partition = _partition(wal, bus)
-    task = asyncio.create_task(partition.publish_live())
+    task = asyncio.create_task(partition.live.run())
     try:
         with caplog.at_level(logging.INFO, logger="danube.ingest.partition"):
             wal.made_durable([b"a", b"b"])
@@ -152,7 +152,7 @@ async def test_a_body_the_bus_refuses_for_good_is_dropped_and_counted(
     bus = FlakyBus([error])
     partition = _partition(wal, bus)
     dropped_before = metrics.LIVE_DROPPED._value.get()
-    task = asyncio.create_task(partition.publish_live())
+    task = asyncio.create_task(partition.live.run())
     try:
         wal.made_durable([b"huge"])
         wal.made_durable([b"next"])
@@ -173,7 +173,7 @@ async def test_a_reliable_partition_publishes_one_wakeup_per_ready_run() -> None
     partition = _partition(wal, bus)
     wal.made_durable([b"a", b"bb"])
     wal.made_durable([b"ccc"])
-    task = asyncio.create_task(partition.publish_live())
+    task = asyncio.create_task(partition.live.run())
     try:
         async with asyncio.timeout(5):
             await bus.got.wait()
@@ -210,16 +210,18 @@ async def test_a_large_commit_or_a_gap_is_a_plain_wakeup() -> None:
     bus = FlakyBus([])
     partition = _partition(wal, bus)
     big = b"x" * (protocol.LIVE_CARRY_BYTES_MAX + 1)
-    task = asyncio.create_task(partition.publish_live())
+    task = asyncio.create_task(partition.live.run())
     try:
         wal.made_durable([big])
         async with asyncio.timeout(5):
             await bus.got.wait()
         assert bus.published[-1] == protocol.Wakeup(1, 1, len(big)).encode()
         # A run with a batch missing between two others (dropped from a full live queue).
-        gap = partition._wakeup_body(protocol.Wakeup(4, 2, 2), [(1, [b"a"]), (3, [b"c"])])
+        gap = partition.live.wakeup_body(protocol.Wakeup(4, 2, 2), [(1, [b"a"]), (3, [b"c"])])
         assert gap == protocol.Wakeup(4, 2, 2).encode()
-        whole = partition._wakeup_body(protocol.Wakeup(4, 3, 3), [(1, [b"a", b"b"]), (3, [b"c"])])
+        whole = partition.live.wakeup_body(
+            protocol.Wakeup(4, 3, 3), [(1, [b"a", b"b"]), (3, [b"c"])]
+        )
         assert protocol.Carried.decode(whole) is not None
     finally:
         task.cancel()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.frame import Record, encode_record
-from danube.ingest.message_ids import MessageIds
+from danube.ingest.message_ids import MessageIds, plan_ids
 from danube.ingest.producers import ProducerStates
 from danube.ingest.sequencing import (
     Admission,
@@ -24,6 +24,7 @@ from danube.ingest.sequencing import (
     Stored,
     sequenced_batch,
 )
+from danube.wire.ingest import protocol
 
 pytestmark = pytest.mark.unit
 
@@ -397,3 +398,16 @@ async def test_a_batch_that_arrives_before_an_earlier_one_waits_for_it() -> None
     assert asyncio.get_running_loop().time() - started >= 0.04
     with pytest.raises(SequenceGapError, match="next sequence is 5"):
         admission.admit(late)
+
+
+def test_a_produce_with_message_ids_appends_the_new_and_points_repeats_at_their_first() -> None:
+    known = MessageIds()
+    known.add("stored", 7)
+    records = [b"r0", b"r1", b"r2", b"r3", b"r4"]
+    plan = plan_ids(records, ["a", None, "a", "stored", "b"], known)
+    assert plan.fresh == [b"r0", b"r1", b"r4"]  # "a" once, the record without an id, "b"
+    assert plan.fresh_ids == [("a", 0), ("b", 2)]
+    # Appended from offset 20: r0 at 20, r1 at 21, r4 at 22; the repeat of "a" answers 20
+    # and the stored one 7, both marked.
+    mark = protocol.DUPLICATE_MARK
+    assert plan.listed(20, [7]) == [20, 21, 20 | mark, 7 | mark, 22]

@@ -32,7 +32,7 @@ def test_invalid_name_error_is_typed_and_not_retriable() -> None:
     assert isinstance(error, DanubeError)
     assert error.code == "invalid_name"
     assert error.retriable is False
-    assert (error.kind, error.value) == ("subscription", "a.b")
+    assert (error.name_kind, error.value) == ("subscription", "a.b")
     assert "letters, digits" in error.reason
     assert error.message == f"invalid subscription 'a.b': {error.reason}"
 
@@ -66,7 +66,7 @@ def test_segments_of_letters_digits_underscore_and_dash_are_accepted(good: str) 
 def test_segments_with_anything_else_are_refused(bad: str) -> None:
     with pytest.raises(InvalidNameError) as info:
         validate_segment("topic", bad)
-    assert info.value.kind == "topic"
+    assert info.value.name_kind == "topic"
     assert info.value.code == "invalid_name"
 
 
@@ -206,4 +206,4 @@ def test_a_user_may_not_name_a_partition_nor_a_negative_one(topic: str) -> None:
     with pytest.raises(InvalidNameError) as refused:
         validate_user_topic(topic)
     assert refused.value.code == "invalid_name"
-    assert refused.value.kind == "topic"
+    assert refused.value.name_kind == "topic"

@@ -11,7 +11,7 @@
         ├── BusTimeoutError           "timeout": subject, timeout_s, retriable
         ├── NoRespondersError         "no_responders": subject, retriable
         ├── DeadlineExceededError     "deadline_exceeded": retriable      (sent by a responder)
-        └── RemoteError               code, message, retriable as the responder sent them
+        └── RemoteError               code, message, retriable, kind as the responder sent them
 
 :class:`RemoteError` is the one class whose ``code`` is not fixed: it carries the code of the
 error the remote handler raised (``"deadline_exceeded"``, ``"internal"``, or any code of another
@@ -26,7 +26,7 @@ A bad topic, namespace, subscription or operation name raises
 
 from __future__ import annotations
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 
 class BusError(DanubeError):
@@ -50,6 +50,7 @@ class PayloadTooLargeError(BusError):
     """A body larger than the server's ``max_payload``; it would never be delivered."""
 
     code = "payload_too_large"
+    kind = ErrorKind.TOO_LARGE
 
     def __init__(self, *, size_bytes: int, limit_bytes: int) -> None:
         super().__init__(f"body of {size_bytes} bytes exceeds the bus limit of {limit_bytes}")
@@ -61,6 +62,7 @@ class NotConnectedError(BusError):
     """The connection is closed, draining, or down with its reconnect buffer full."""
 
     code = "not_connected"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 
@@ -68,6 +70,7 @@ class BusTimeoutError(BusError):
     """No reply arrived before the request's deadline (the responder may still have acted)."""
 
     code = "timeout"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
     def __init__(self, subject: str, timeout_s: float) -> None:
@@ -80,6 +83,7 @@ class NoRespondersError(BusError):
     """Nobody subscribes to the subject right now (no owner yet, or the owner just moved)."""
 
     code = "no_responders"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
     def __init__(self, subject: str) -> None:
@@ -91,6 +95,7 @@ class DeadlineExceededError(BusError):
     """The request's deadline passed before the responder answered; it dropped the work."""
 
     code = "deadline_exceeded"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
     def __init__(self, subject: str) -> None:
@@ -99,10 +104,20 @@ class DeadlineExceededError(BusError):
 
 
 class RemoteError(BusError):
-    """An error raised by the remote handler, with its ``code``, ``message`` and ``retriable``."""
+    """An error raised by the remote handler, with its ``code``, ``message``, ``retriable``
+    and ``kind`` (a reply without one, from a peer of an older version: ``internal``, which
+    :func:`danube.errors.kind_of` answers as ``unavailable`` when retriable)."""
 
-    def __init__(self, *, code: str, message: str, retriable: bool, subject: str = "") -> None:
-        super().__init__(message, code=code, retriable=retriable)
+    def __init__(
+        self,
+        *,
+        code: str,
+        message: str,
+        retriable: bool,
+        subject: str = "",
+        kind: ErrorKind | None = None,
+    ) -> None:
+        super().__init__(message, code=code, retriable=retriable, kind=kind)
         self.subject = subject
 
     def __repr__(self) -> str:

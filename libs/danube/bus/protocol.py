@@ -6,6 +6,7 @@ Bodies are raw bytes end to end; everything the bus itself needs rides in NATS h
     Danube-Error-Code      reply     the error's stable code; present only on an error reply
     Danube-Error-Message   reply     the error's message, UTF-8 then percent-encoded
     Danube-Retriable       reply     "true" or "false"
+    Danube-Error-Kind      reply     the error's kind (danube.errors.ErrorKind): doors answer by it
     Danube-Trace-Id        any       the trace id of the client request being served (danube.trace);
                                      set by the bus from the sender's context, bound by the receiver
 
@@ -27,12 +28,13 @@ from collections.abc import Mapping
 from urllib.parse import quote, unquote
 
 from danube.bus.errors import BusError, RemoteError
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind, kind_of
 
 TIMEOUT_HEADER = "Danube-Timeout-Ms"
 ERROR_CODE_HEADER = "Danube-Error-Code"
 ERROR_MESSAGE_HEADER = "Danube-Error-Message"
 RETRIABLE_HEADER = "Danube-Retriable"
+ERROR_KIND_HEADER = "Danube-Error-Kind"
 RESERVED_HEADER_PREFIX = "danube-"  # compared case-insensitively
 
 CODE_INTERNAL = "internal"
@@ -126,6 +128,9 @@ def headers_size_bytes(headers: Mapping[str, str] | None) -> int:
     return _HEADER_BLOCK_OVERHEAD + lines
 
 
+_KINDS = {kind.value: kind for kind in ErrorKind}
+
+
 def error_headers(exc: BaseException) -> dict[str, str]:
     """The headers of the error reply that carries ``exc`` back to the caller.
 
@@ -145,6 +150,7 @@ def error_headers(exc: BaseException) -> dict[str, str]:
         ERROR_CODE_HEADER: code,
         ERROR_MESSAGE_HEADER: quote(message.strip()[:MAX_ERROR_MESSAGE_CHARS], safe=_MESSAGE_SAFE),
         RETRIABLE_HEADER: "true" if retriable else "false",
+        ERROR_KIND_HEADER: kind_of(exc).value,
     }
 
 
@@ -155,4 +161,5 @@ def remote_error(headers: Mapping[str, str], *, subject: str = "") -> RemoteErro
         return None
     message = unquote(header(headers, ERROR_MESSAGE_HEADER) or "")
     retriable = (header(headers, RETRIABLE_HEADER) or "").lower() == "true"
-    return RemoteError(code=code, message=message, retriable=retriable, subject=subject)
+    kind = _KINDS.get(header(headers, ERROR_KIND_HEADER) or "")
+    return RemoteError(code=code, message=message, retriable=retriable, subject=subject, kind=kind)

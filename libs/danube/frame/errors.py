@@ -18,7 +18,7 @@ mean the caller's input breaks a limit. None of them is retriable.
 
 from __future__ import annotations
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 
 class FrameError(DanubeError):
@@ -62,6 +62,7 @@ class FrameTooLargeError(FrameError):
     """A payload to be framed is larger than the frame limit."""
 
     code = "frame_too_large"
+    kind = ErrorKind.TOO_LARGE
 
     def __init__(self, *, size_bytes: int, limit_bytes: int) -> None:
         super().__init__(f"frame payload of {size_bytes} bytes exceeds the limit of {limit_bytes}")
@@ -94,6 +95,7 @@ class DecompressedTooLargeError(CorruptRecordError):
     before anything is inflated (a zip bomb, or a message over the producer's limit)."""
 
     code = "payload_too_large"
+    kind = ErrorKind.TOO_LARGE
 
     def __init__(self, *, size_bytes: int, limit_bytes: int) -> None:
         super().__init__(
@@ -107,6 +109,7 @@ class InvalidRecordError(FrameError):
     """A record that cannot be encoded: a field over its limit, out of range or of a wrong type."""
 
     code = "invalid_record"
+    kind = ErrorKind.INVALID
 
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"invalid record field {field!r}: {reason}")

@@ -15,6 +15,7 @@ docs/metadata.md describes the layout and the transaction patterns.
 
 from danube.meta.election import Election, Leadership, run_as_leader
 from danube.meta.errors import (
+    DeposedError,
     LeaseLostError,
     MetaAuthError,
     MetaDecodeError,
@@ -39,6 +40,7 @@ __all__ = [
     "SERVICE_KINDS",
     "VALUE_BYTES_MAX",
     "Compare",
+    "DeposedError",
     "Election",
     "InvalidNameError",
     "KeyValue",

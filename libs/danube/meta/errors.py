@@ -3,7 +3,7 @@
 ::
 
     DanubeError
-    ├── names.InvalidNameError       "invalid_name": kind, value, reason (a bad name or key)
+    ├── names.InvalidNameError       "invalid_name": name_kind, value, reason (a bad name or key)
     └── MetaError                    "meta_error": an etcd failure with no better name
         ├── MetaUnavailableError     "meta_unavailable": etcd unreachable or overloaded  (retriable)
         ├── MetaTimeoutError         "timeout": no answer within the deadline            (retriable)
@@ -13,7 +13,9 @@
         │                            or the user's role does not cover the key
         ├── MetaDecodeError          "corrupt_metadata": key, reason (a stored value is bad)
         ├── UpdateRacedError         "update_raced": key, tries  (retriable; a CAS kept losing)
-        ├── LeaseLostError           "lease_lost": lease_id (expired, revoked or not found)
+        ├── LeaseLostError           "lease_lost": lease_id (expired, revoked or not found;
+        │                            a service's node lease too: it serves again under a new one)
+        ├── DeposedError             "deposed": an elected role's term ended (another leads)
         └── WatchError               "watch_error": resume_revision
             ├── WatchCompactedError  "revision_compacted": compact_revision
             └── WatchOverflowError   "watch_overflow": buffer_size  (retriable)
@@ -35,13 +37,14 @@ from typing import Any
 import aetcd
 import aetcd.rpc
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 
 class MetaError(DanubeError):
     """Root of the metadata errors; raised as is for an etcd failure with no better name."""
 
     code = "meta_error"
+    kind = ErrorKind.UNAVAILABLE
 
 
 class MetaUnavailableError(MetaError):
@@ -117,6 +120,13 @@ class LeaseLostError(MetaError):
     def __init__(self, message: str, *, lease_id: int | None) -> None:
         super().__init__(message)
         self.lease_id = lease_id
+
+
+class DeposedError(MetaError):
+    """A role held through an election (the controller, retention's leader) ended: a write
+    fenced on the term failed, or the term was lost. Another node leads now; the work stops."""
+
+    code = "deposed"
 
 
 class WatchError(MetaError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 from danube.meta.records import REPLICAS_MAX, Assignment
 
 
@@ -30,6 +30,7 @@ class ReassignError(DanubeError):
     request is wrong), ``not_reassigning`` (a cancel with nothing under way)."""
 
     code = "reassign_refused"
+    kind = ErrorKind.INVALID
 
 
 def check_target(
@@ -113,7 +114,9 @@ def cancel(current: Assignment, *, now_ms: int) -> Assignment:
     of the original set in the current order (the record does not keep the old order).
     ReassignError ``not_reassigning`` when nothing is under way."""
     if not current.moving:
-        raise ReassignError("no reassignment is under way", code="not_reassigning")
+        raise ReassignError(
+            "no reassignment is under way", code="not_reassigning", kind=ErrorKind.CONFLICT
+        )
     original = current.original
     if len(original) > REPLICAS_MAX:  # after steps back, the original holds leaving nodes too
         raise ReassignError(

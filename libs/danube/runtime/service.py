@@ -27,8 +27,7 @@ from prometheus_client import Counter
 from danube.bus import Bus
 from danube.config import ConfigError, DanubeSettings, load_settings
 from danube.config.model import ServiceConfig
-from danube.errors import DanubeError
-from danube.meta import Lease, MetaError, MetaStore
+from danube.meta import Lease, LeaseLostError, MetaError, MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.aio import wait_any
 from danube.meta.backoff import backoff_s
@@ -140,10 +139,12 @@ async def _main(serve: Serve, settings: DanubeSettings, node_id: str) -> None:
         try:
             await serve(settings, node_id, stop)
             return
-        except LeaseLost as exc:
-            # Everything the lease guarded is fenced already (and its keys expired in etcd).
-            # Stay up and serve again under a new lease once etcd answers: a restart of the
-            # process would only add its start-up to the outage.
+        except LeaseLostError as exc:
+            # The node lease expired before the service was asked to stop (node_session
+            # raises it on the way out). Everything the lease guarded is fenced already
+            # (and its keys expired in etcd). Stay up and serve again under a new lease once
+            # etcd answers: a restart of the process would only add its start-up to the
+            # outage.
             log.warning("%s; serving again once etcd answers", exc)
         except MetaError as exc:
             if failures == 0 or stop.is_set():
@@ -171,14 +172,6 @@ async def register_node(
 async def wait_for_any(*events: asyncio.Event) -> None:
     """Return as soon as one of ``events`` is set."""
     await wait_any(*events)
-
-
-class LeaseLost(DanubeError):
-    """The node lease expired before the service was asked to stop: everything it held was
-    fenced; the service starts over in this process (new connections, lease, registration
-    and claims) once etcd answers again."""
-
-    code = "lease_lost"
 
 
 @dataclass
@@ -277,18 +270,19 @@ async def node_session(
 ) -> AsyncIterator[NodeSession]:
     """Connect to the bus and etcd, take a node lease, serve health on
     ``config.metrics_port``, register ``nodes/<kind>/<node_id>``; on exit close everything
-    (closing the store revokes the lease: our keys go at once). Raises :class:`LeaseLost`
-    after the block when the lease was lost rather than ``stop`` set.
+    (closing the store revokes the lease: our keys go at once). Raises
+    :class:`~danube.meta.LeaseLostError` after the block when the lease was lost rather than
+    ``stop`` set.
 
     ``health_server=False``: the service answers ``/readyz`` on a port of its own and
     registers that address itself (:meth:`NodeSession.register`) once it listens; no health
     server here. ``renew_lease``: losing the node lease does not end the session: a new
     lease is taken and the registration written again once etcd answers, and no
-    :class:`LeaseLost` is raised. Either the lease guards nothing but the registration
-    (discovery), or the service fences by its own rule and writes its claims again under
-    the new lease, told through :attr:`NodeSession.renewed` (ingest). ``ready_checks``: the
-    service's own readiness conditions (:attr:`NodeSession.ready_checks`), in force from the
-    health server's first answer."""
+    :class:`~danube.meta.LeaseLostError` is raised. Either the lease guards nothing but the
+    registration (discovery), or the service fences by its own rule and writes its claims
+    again under the new lease, told through :attr:`NodeSession.renewed` (ingest).
+    ``ready_checks``: the service's own readiness conditions
+    (:attr:`NodeSession.ready_checks`), in force from the health server's first answer."""
     topic_metrics.configure(settings.metrics)
     bus = await Bus.connect(settings.bus, name=node_id)
     try:
@@ -332,7 +326,7 @@ async def node_session(
         await store.close()
         await bus.close()
     if not renew_lease and lease.lost.is_set() and not stop.is_set():
-        raise LeaseLost(f"{kind} {node_id}: node lease lost")
+        raise LeaseLostError(f"{kind} {node_id}: node lease lost", lease_id=lease.id)
 
 
 @asynccontextmanager

@@ -13,13 +13,14 @@ protoc's ``file:line:col`` for a ``.proto``.
 
 from __future__ import annotations
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 
 class SchemaError(DanubeError):
     """Root of the schema errors."""
 
     code = "schema_error"
+    kind = ErrorKind.INVALID
 
 
 class InvalidSchemaError(SchemaError):

@@ -13,7 +13,7 @@ No message ever carries a token or an API key: they name what was wrong with it.
 
 from __future__ import annotations
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 
 class SecurityError(DanubeError):
@@ -27,12 +27,14 @@ class UnauthenticatedError(SecurityError):
     expiry, unknown key id, unknown or revoked API key)."""
 
     code = "unauthenticated"
+    kind = ErrorKind.UNAUTHENTICATED
 
 
 class PermissionDeniedError(SecurityError):
     """The principal is known but no binding grants it ``permission`` on ``resource``."""
 
     code = "permission_denied"
+    kind = ErrorKind.FORBIDDEN
 
     def __init__(self, message: str, *, permission: str, resource: str) -> None:
         super().__init__(message)

@@ -24,7 +24,7 @@ else cannot get better without a change (a missing object, a bad key, a bad cred
 
 from __future__ import annotations
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 
 class StorageError(DanubeError):
@@ -87,6 +87,7 @@ class StorageUnavailableError(StorageError):
     """The backend could not be reached or answered with a temporary error: try again later."""
 
     code = "storage_unavailable"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 

@@ -15,7 +15,7 @@ codes to statuses in one place (danube.discovery.errors).
 
 from __future__ import annotations
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 
 class BadRequestError(DanubeError):
@@ -23,3 +23,4 @@ class BadRequestError(DanubeError):
     changed."""
 
     code = "bad_request"
+    kind = ErrorKind.INVALID

@@ -13,7 +13,7 @@ from danube.cloud_reader import metrics
 from danube.cloud_reader.reader import CloudReader
 from danube.config import DanubeSettings
 from danube.frame import FRAME_HEADER_BYTES
-from danube.runtime.service import LeaseLost, node_session, wait_for_any
+from danube.runtime.service import node_session, wait_for_any
 from danube.runtime.topic_metrics import topic_label
 from danube.storage import CorruptObjectError, ObjectStore
 from danube.wire.ingest import protocol
@@ -21,7 +21,7 @@ from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FetchHandler", "LeaseLost", "TimeHandler", "serve"]
+__all__ = ["FetchHandler", "TimeHandler", "serve"]
 
 QUEUE = "cloud_reader"
 READ_CONCURRENCY = 16
@@ -92,7 +92,7 @@ class TimeHandler:
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
-    """Serve reads until ``stop``; raise LeaseLost if the node lease is lost first."""
+    """Serve reads until ``stop``; raise LeaseLostError if the node lease is lost first."""
     objects = ObjectStore.from_config(settings.wal_cloud.cloud)  # no I/O: a bad config fails here
     config = settings.cloud_reader
     async with node_session(settings, "cloud_reader", node_id, config, stop) as s:

@@ -33,6 +33,7 @@ from danube.discovery.balance import (
 )
 from danube.discovery.partition_records import read_drained, read_partition_records
 from danube.meta import (
+    DeposedError,
     Election,
     InvalidNameError,
     Leadership,
@@ -67,12 +68,6 @@ _WRITES_PER_TXN = TXN_OPS_MAX // 2
 _RETRY_BASE_S = 0.1
 _RETRY_CAP_S = 5.0
 _WATCH_BUFFER_EVENTS = 1024
-
-
-class DeposedError(MetaError):
-    """A fenced write failed: another controller leads now."""
-
-    code = "deposed"
 
 
 class Controller:

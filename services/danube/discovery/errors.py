@@ -1,38 +1,32 @@
 """Errors of the discovery service, and the one place that maps any error to an HTTP answer.
 
-::
+The refusals of a request are the general classes of :mod:`danube.errors`, named here too
+(discovery's modules import them from here)::
 
     DanubeError
-    └── DiscoveryError             "discovery_error"                              500
-        ├── BadRequestError        "bad_request", "invalid_json", "unknown_field",
-        │   │                      "bad_encoding", "invalid_consumer_id",
-        │   │                      "host_not_allowed", "invalid_sequence",
-        │   │                      "partition_required", ...                      400
-        │   └── StreamProtocolError  "invalid_frame", "too_many_credits", ...    400
-        │                            (a consumer stream's client broke the protocol)
-        ├── NotFoundError          "namespace_not_found", "topic_not_found",
-        │                          "subscription_not_found"                       404
-        ├── ConflictError          "topic_exists", "namespace_exists",
-        │                          "namespace_not_empty", "namespace_protected",
-        │                          "too_many_producers"                           409
-        ├── TooLargeError          "payload_too_large", "body_too_large",
-        │                          "too_many_messages"                            413
-        ├── UnsupportedMediaTypeError  "unsupported_media_type"                  415
-        ├── OverLimitError         "too_many_requests", "too_many_streams",
-        │                          "rate_limited", "backlog_quota_exceeded"
-        │                          (retriable; Retry-After when it is known)      429
-        └── UnavailableError       "no_owner", "unavailable"  (retriable)         503
+    ├── BadRequestError        "bad_request", "invalid_json", "unknown_field",
+    │   │                      "bad_encoding", "invalid_consumer_id",
+    │   │                      "host_not_allowed", "invalid_sequence",
+    │   │                      "partition_required", ...                 invalid      400
+    │   └── StreamProtocolError  "invalid_frame", "too_many_credits", ... invalid      400
+    │                            (a consumer stream's client broke the protocol)
+    ├── NotFoundError          "namespace_not_found", "topic_not_found",
+    │                          "subscription_not_found"                  not_found    404
+    ├── ConflictError          "topic_exists", "namespace_exists",
+    │                          "namespace_not_empty", "namespace_protected",
+    │                          "too_many_producers"                      conflict     409
+    ├── TooLargeError          "payload_too_large", "body_too_large",
+    │                          "too_many_messages"                       too_large    413
+    ├── UnsupportedMediaTypeError  "unsupported_media_type"          unsupported_media 415
+    ├── OverLimitError         "too_many_requests", "too_many_streams",
+    │                          "rate_limited", "backlog_quota_exceeded"
+    │                          (retriable; Retry-After when it is known) over_limit   429
+    └── UnavailableError       "no_owner", "unavailable"  (retriable)    unavailable  503
 
-Errors of the other packages keep their own class and code (``danube.security``:
-``unauthenticated``, ``invalid_token``, ``token_expired``, ``invalid_api_key`` 401,
-``permission_denied`` 403); :func:`http_status` gives them
-a status by their code (``invalid_name``, ``invalid_record``, ``bad_request`` of a bus
-contract and ``offset_out_of_range`` 400, ``payload_too_large`` 413, the dispatcher's
-refusals, ingest's ``out_of_order_sequence`` and ``producer_fenced`` 409, bus and etcd
-failures and ``position_unavailable`` 503...), so a handler simply
-lets them propagate. The errors of other packages carry no status: this module is the one
-place codes become statuses. Every error body is
-``{"error": {"code": "...", "message": "..."}}``.
+Every error, these and those of the other packages (``danube.security``'s 401 and 403, the
+dispatcher's refusals, ingest's, the bus's and etcd's failures), is answered by its
+:class:`~danube.errors.ErrorKind`: :func:`http_status` is the one table, kind to status.
+Every error body is ``{"error": {"code": "...", "message": "..."}}``.
 
 A consumer stream (WebSocket) cannot answer a status: it sends the same body as an error
 frame and closes with :func:`ws_close_code` (1008 for a protocol violation, 4000 + the HTTP
@@ -41,22 +35,33 @@ status for the rest, 1011 for a bug).
 
 from __future__ import annotations
 
-from danube.errors import DanubeError
-from danube.meta import MetaError
+from danube.errors import (
+    BadRequestError,
+    ConflictError,
+    DanubeError,
+    ErrorKind,
+    NotFoundError,
+    OverLimitError,
+    TooLargeError,
+    UnavailableError,
+    UnsupportedMediaTypeError,
+    kind_of,
+)
 
-
-class DiscoveryError(DanubeError):
-    """Root of the discovery errors; ``status`` is the HTTP status it is answered with."""
-
-    code = "discovery_error"
-    status = 500
-
-
-class BadRequestError(DiscoveryError):
-    """The request itself is wrong (shape, type, encoding, a value out of range)."""
-
-    code = "bad_request"
-    status = 400
+__all__ = [
+    "BadRequestError",
+    "ConflictError",
+    "NotFoundError",
+    "OverLimitError",
+    "StreamProtocolError",
+    "TooLargeError",
+    "UnavailableError",
+    "UnsupportedMediaTypeError",
+    "error_body",
+    "http_status",
+    "status_code",
+    "ws_close_code",
+]
 
 
 class StreamProtocolError(BadRequestError):
@@ -66,60 +71,19 @@ class StreamProtocolError(BadRequestError):
     code = "invalid_frame"
 
 
-class NotFoundError(DiscoveryError):
-    """The namespace or topic named does not exist."""
-
-    code = "not_found"
-    status = 404
-
-
-class ConflictError(DiscoveryError):
-    """The request contradicts what exists (another config, a non-empty namespace)."""
-
-    code = "conflict"
-    status = 409
-
-
-class TooLargeError(DiscoveryError):
-    """A payload, a body or a batch over its limit; ``limit`` names the limit."""
-
-    code = "too_large"
-    status = 413
-
-    def __init__(self, message: str, *, code: str, limit: int) -> None:
-        super().__init__(message, code=code)
-        self.limit = limit
-
-
-class UnsupportedMediaTypeError(DiscoveryError):
-    """A body that is not sent as JSON (``Content-Type`` other than ``application/json``)."""
-
-    code = "unsupported_media_type"
-    status = 415
-
-
-class OverLimitError(DiscoveryError):
-    """Over a limit: this instance's concurrent work, or a topic's publish rate or backlog
-    quota (docs/policies.md); retry later. ``retry_after_s``: when, if known (answered as
-    ``Retry-After``)."""
-
-    code = "too_many_requests"
-    status = 429
-    retriable = True
-
-    def __init__(
-        self, message: str, *, code: str | None = None, retry_after_s: int | None = None
-    ) -> None:
-        super().__init__(message, code=code)
-        self.retry_after_s = retry_after_s
-
-
-class UnavailableError(DiscoveryError):
-    """A dependency (bus, etcd, the partition's owner) did not answer in time."""
-
-    code = "unavailable"
-    status = 503
-    retriable = True
+_STATUS_BY_KIND: dict[ErrorKind, int] = {
+    ErrorKind.INVALID: 400,
+    ErrorKind.UNAUTHENTICATED: 401,
+    ErrorKind.FORBIDDEN: 403,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.CONFLICT: 409,
+    ErrorKind.GONE: 410,
+    ErrorKind.TOO_LARGE: 413,
+    ErrorKind.UNSUPPORTED_MEDIA: 415,
+    ErrorKind.OVER_LIMIT: 429,
+    ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.INTERNAL: 500,
+}
 
 
 # Status of the codes other packages raise (danube.names, frame, bus, meta, the contracts of
@@ -205,18 +169,49 @@ def status_code(status: int) -> str:
 
 
 def http_status(exc: BaseException) -> int:
-    """The HTTP status an error is answered with (500 for anything unexpected)."""
-    if isinstance(exc, DiscoveryError):
-        return exc.status
+    """The HTTP status an error is answered with: its kind's (500 for anything unexpected)."""
+    status = _STATUS_BY_KIND[kind_of(exc)]
+    _audit(exc, status)
+    return status
+
+
+def _legacy_status(exc: BaseException) -> int:  # TEMPORARY AUDIT
+    from danube.meta import MetaError
+
+    by_class = {
+        BadRequestError: 400,
+        NotFoundError: 404,
+        ConflictError: 409,
+        TooLargeError: 413,
+        UnsupportedMediaTypeError: 415,
+        OverLimitError: 429,
+        UnavailableError: 503,
+    }
+    for cls, status in by_class.items():
+        if isinstance(exc, cls) and type(exc).__module__.startswith("danube.discovery"):
+            return status
+        if type(exc) is cls:
+            return status
     if isinstance(exc, TimeoutError):
         return 503
     if isinstance(exc, DanubeError):
-        status = _STATUS_BY_CODE.get(exc.code)
-        if status is not None:
-            return status
+        found = _STATUS_BY_CODE.get(exc.code)
+        if found is not None:
+            return found
         if isinstance(exc, MetaError) or exc.retriable:
-            return 503  # etcd trouble, or a failure that may pass: a dependency is down
+            return 503
     return 500
+
+
+def _audit(exc: BaseException, status: int) -> None:  # TEMPORARY AUDIT
+    import os
+
+    path = os.environ.get("DANUBE_KIND_AUDIT")
+    legacy = _legacy_status(exc)
+    if path and legacy != status:
+        with open(path, "a") as out:
+            name = f"{type(exc).__module__}.{type(exc).__name__}"
+            out.write(f"{name} {getattr(exc, 'code', '')} legacy={legacy} kind={status}\n")
 
 
 def error_body(exc: BaseException) -> dict[str, dict[str, str]]:

@@ -11,11 +11,11 @@ from danube.config import DanubeSettings
 from danube.dispatcher.handlers import serve_claims
 from danube.dispatcher.node import DispatcherNode
 from danube.dispatcher.sampling import SubscriptionSampler
-from danube.runtime.service import LeaseLost, node_session
+from danube.runtime.service import node_session
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LeaseLost", "serve"]
+__all__ = ["serve"]
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:

@@ -62,6 +62,7 @@ from danube.dispatcher.fair import FairRedelivery
 from danube.dispatcher.inspection import MachineInspection
 from danube.dispatcher.poison import BlockBook, PoisonHandling
 from danube.dispatcher.redelivery import DeliverySettings
+from danube.errors import ErrorKind
 from danube.wire.dispatcher.errors import (
     ConsumerDetachedError,
     ConsumerExistsError,
@@ -101,6 +102,7 @@ class SubscriptionMachine(
             raise DispatcherError(
                 f"unsupported subscription type {delivery_type!r}",
                 code="unsupported_subscription_type",
+                kind=ErrorKind.INVALID,
             )
         if not cursors:
             raise ValueError("a subscription reads at least one partition")

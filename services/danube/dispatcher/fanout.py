@@ -27,6 +27,7 @@ from danube.config import DispatcherConfig
 from danube.dispatcher import metrics, policies
 from danube.dispatcher.delivery import DeliveryType
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
+from danube.errors import ErrorKind
 from danube.frame import FRAME_HEADER_BYTES, CorruptFrameError, walk_frames
 from danube.meta import TopicName
 from danube.meta.records import SubscriptionConfig
@@ -271,6 +272,7 @@ class FanoutRuntime:
             raise protocol.BadRequestError(
                 f"the subscription is {fanout.delivery_type}, not {request.type}",
                 code="subscription_type_mismatch",
+                kind=ErrorKind.CONFLICT,
             )
         where = f"{self.store.topic}/{self.store.sub}"
         policies.check_consumers(limits, len(self._last_seen), where)
@@ -384,7 +386,9 @@ class FanoutRuntime:
 
     def _fanout(self) -> Fanout:
         if self.fanout is None:
-            raise protocol.BadRequestError(self.store.absent(), code="consumer_not_found")
+            raise protocol.BadRequestError(
+                self.store.absent(), code="consumer_not_found", kind=ErrorKind.NOT_FOUND
+            )
         return self.fanout
 
     def _check_consumer(self, consumer_id: str) -> None:

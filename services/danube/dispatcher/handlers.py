@@ -11,6 +11,7 @@ import orjson
 from danube.bus import Bus, Kind, Request, Responder
 from danube.bus.subjects import DispatchOp
 from danube.dispatcher.served import ServedSubscription
+from danube.errors import ErrorKind
 from danube.meta import TopicName
 from danube.wire.dispatcher import protocol
 
@@ -75,7 +76,9 @@ class SubscriptionHandlers:
             protocol.parse(request.body, protocol.EmptyRequest)
             await runtime.delete()
             return _OK
-        raise protocol.BadRequestError(f"unknown dispatcher operation {op!r}", code="unknown_op")
+        raise protocol.BadRequestError(  # a bug in the caller: no client names an operation
+            f"unknown dispatcher operation {op!r}", code="unknown_op", kind=ErrorKind.INTERNAL
+        )
 
 
 async def serve_claims(

@@ -57,6 +57,7 @@ from danube.dispatcher.readers import DelayRescanReader, PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
+from danube.errors import ErrorKind
 from danube.frame import FRAME_HEADER_BYTES
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
@@ -338,6 +339,7 @@ class SubscriptionRuntime(ActionRunner):
             raise protocol.BadRequestError(
                 f"the subscription is {machine.delivery_type}, not {request.type}",
                 code="subscription_type_mismatch",
+                kind=ErrorKind.CONFLICT,
             )
         where = f"{self.store.topic}/{self.store.sub}"
         policies.check_consumers(limits, len(self._last_seen), where)
@@ -517,7 +519,9 @@ class SubscriptionRuntime(ActionRunner):
 
     def _machine(self) -> SubscriptionMachine:
         if self.machine is None:
-            raise protocol.BadRequestError(self.store.absent(), code="consumer_not_found")
+            raise protocol.BadRequestError(
+                self.store.absent(), code="consumer_not_found", kind=ErrorKind.NOT_FOUND
+            )
         return self.machine
 
     async def handle(self, event: Event) -> list[Action]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from danube.dispatcher import metrics
 from danube.dispatcher.cursor import CursorState
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 from danube.meta import Lease, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Dispatch, Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
@@ -33,6 +33,7 @@ class NotOwnerError(DispatcherError):
     """This dispatcher does not (or no longer) own the subscription; ask again."""
 
     code = "not_owner"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 

@@ -7,28 +7,23 @@ import asyncio
 import logging
 
 from danube.config import DanubeSettings
-from danube.errors import DanubeError
 from danube.ingest.disk import DiskRoom, check_wal_volume
 from danube.ingest.handlers import serve_claims, serve_deletes, serve_probes
 from danube.ingest.load import report_load
 from danube.ingest.node import Node
-from danube.runtime.service import LeaseLost, node_session, wait_for_any
+from danube.ingest.wal.errors import WalFailedError
+from danube.runtime.service import node_session, wait_for_any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LeaseLost", "WalFailed", "serve"]
-
-
-class WalFailed(DanubeError):
-    """A WAL write or fsync failed: the process exits and recovers the WAL on restart."""
-
-    code = "wal_failed"
+__all__ = ["serve"]
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
-    """Run the node until ``stop``; raise WalFailed if a WAL failed (the restart recovers it
-    from disk), ConfigError if the WAL's volume can never take a write under the disk
-    reserve (danube.ingest.disk). A lost node lease does not end it (see below)."""
+    """Run the node until ``stop``; raise WalFailedError if a WAL failed (the process exits
+    and its restart recovers the WAL from disk), ConfigError if the WAL's volume can never
+    take a write under the disk reserve (danube.ingest.disk). A lost node lease does not
+    end it (see below)."""
     await check_wal_volume(settings)
     room = DiskRoom(settings.wal_cloud.wal.dir, settings.ingest.disk_free_min_bytes)
     await room.read()
@@ -71,4 +66,4 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         await deletes.unsubscribe()
         await node.close(release=s.lease.alive)
     if node.failed.is_set():
-        raise WalFailed(f"ingest {node_id}: a WAL failed; restart to recover it from disk")
+        raise WalFailedError(f"ingest {node_id}: restart to recover it from disk")

@@ -23,7 +23,7 @@ from danube.ingest.wal import (
     WalClosedError,
     WalCorruptionError,
 )
-from danube.wire.ingest import protocol
+from danube.wire.ingest import protocol, replication
 from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ async def read_copy(
 ) -> CopyRead:
     """Read ``[from_offset, end_offset)`` of ``node``'s copy. BusError (no answer, no such
     replica serving) or BadRequestError (frames that do not check) when it cannot be used."""
-    request = protocol.ReplReadRequest(from_offset, end_offset, max_bytes).encode()
+    request = replication.ReplReadRequest(from_offset, end_offset, max_bytes).encode()
     reply = await bus.request(bus.subjects.repl_read(partition, node), request, timeout_s=timeout_s)
     status, _start, next_offset, body = protocol.decode_fetch_reply_head(reply.body)
     if status is protocol.FetchStatus.DAMAGED:
@@ -187,7 +187,7 @@ async def serve_copy_read(
     """Answer a ``repl.read`` of this replica's copy: frames below ``committed_end`` (what
     this replica knows every in-sync copy holds), as its WAL holds them; a damaged range
     is answered ``DAMAGED`` (naming ``<node>/<segment>``) and reported to ``on_damage``."""
-    read = protocol.ReplReadRequest.decode(request.body)
+    read = replication.ReplReadRequest.decode(request.body)
     if wal is None:
         raise WalClosedError()
     end = min(read.end_offset, committed_end)

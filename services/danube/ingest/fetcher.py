@@ -29,7 +29,7 @@ from danube.ingest.epochs import EpochHistory, divergence
 from danube.ingest.wal import DiskFullError, Wal
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
-from danube.wire.ingest import protocol
+from danube.wire.ingest import protocol, replication
 from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class Fetcher:
         while True:
             wal = replica.wal
             assert wal is not None
-            request = protocol.ReplFetchRequest(
+            request = replication.ReplFetchRequest(
                 self.epoch,
                 wal.durable_next,
                 max_bytes,
@@ -155,14 +155,14 @@ class Fetcher:
             raw = await bus.request(
                 subject, request.encode(), timeout_s=wait_ms / 1000 + _REQUEST_MARGIN_S
             )
-            reply = protocol.decode_repl_reply(raw.body)
-            if reply.status is protocol.ReplStatus.WRONG_EPOCH:
+            reply = replication.decode_repl_reply(raw.body)
+            if reply.status is replication.ReplStatus.WRONG_EPOCH:
                 return
             self.answered_s = time.monotonic()
-            if reply.status is protocol.ReplStatus.AHEAD:
+            if reply.status is replication.ReplStatus.AHEAD:
                 raise _Restart()
             replica.high_watermark = max(replica.high_watermark, reply.high_watermark)
-            if reply.status is protocol.ReplStatus.BELOW_WAL_START:
+            if reply.status is replication.ReplStatus.BELOW_WAL_START:
                 # What lies below the leader's WAL start is in the cloud tier already.
                 await wal.advance_to(reply.wal_start)
                 continue

@@ -14,7 +14,7 @@ import orjson
 
 from danube.bus import Bus, Kind, Message, Request, Responder, Subscription, TopicName
 from danube.config import DanubeSettings
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 from danube.frame import FRAME_HEADER_BYTES, RawFrame
 from danube.ingest import copies, leadership, metrics, timeseek
 from danube.ingest.quota import BacklogGuard
@@ -23,7 +23,7 @@ from danube.ingest.sequencing import OutOfOrderSequenceError, ProducerFencedErro
 from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import BelowWalStartError, DiskFullError, WalCorruptionError
 from danube.meta import MetaStore
-from danube.wire.ingest import protocol
+from danube.wire.ingest import protocol, replication
 from danube.wire.limits import RATE_LIMITED, PartitionLimits, rate_limited_message
 from danube.wire.sizes import RECORD_OVERHEAD_BYTES, body_limit
 
@@ -45,6 +45,7 @@ class RateLimitedError(DanubeError):
     """The partition is over its publish rate; the message says how long to wait."""
 
     code = RATE_LIMITED
+    kind = ErrorKind.OVER_LIMIT
     retriable = True
 
 
@@ -53,6 +54,7 @@ class CopyUnavailableError(DanubeError):
     (one did not answer in time): retriable, the next read asks them again."""
 
     code = "copy_unavailable"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 
@@ -195,13 +197,13 @@ class PartitionHandlers:
     async def repl_fetch(self, request: Request) -> bytes:
         """A follower's fetch: it holds everything below ``from_offset`` durably; answer
         what follows (waiting up to ``wait_ms`` for it), uncommitted frames included."""
-        fetch = protocol.ReplFetchRequest.decode(request.body)
+        fetch = replication.ReplFetchRequest.decode(request.body)
         partition = self.partition
         wal = partition.wal
         epoch = partition.term.epoch
 
-        def head(status: protocol.ReplStatus) -> bytes:
-            return protocol.encode_repl_reply(
+        def head(status: replication.ReplStatus) -> bytes:
+            return replication.encode_repl_reply(
                 status, epoch, wal.start_offset, partition.high_watermark, wal.durable_next
             )
 
@@ -210,26 +212,26 @@ class PartitionHandlers:
             # heard, its etcd cut off); it stops at once, whatever its lease says.
             partition.fence(f"{fetch.follower} follows epoch {fetch.leader_epoch}")
         if fetch.leader_epoch != epoch or partition.fenced:
-            return head(protocol.ReplStatus.WRONG_EPOCH)
+            return head(replication.ReplStatus.WRONG_EPOCH)
         if fetch.from_offset > wal.durable_next:
-            return head(protocol.ReplStatus.AHEAD)
+            return head(replication.ReplStatus.AHEAD)
         partition.on_follower_fetch(fetch.follower, fetch.from_offset, damaged=fetch.damaged)
         if fetch.from_offset < wal.start_offset:
-            return head(protocol.ReplStatus.BELOW_WAL_START)
+            return head(replication.ReplStatus.BELOW_WAL_START)
         if fetch.from_offset == wal.durable_next and fetch.wait_ms:
             await wal.wait_for(fetch.from_offset, min(fetch.wait_ms / 1000, _REPL_WAIT_MAX_S))
             if partition.fenced:
-                return head(protocol.ReplStatus.WRONG_EPOCH)
+                return head(replication.ReplStatus.WRONG_EPOCH)
         max_bytes, max_count = self._limits(fetch.max_bytes, 100_000)
         buckets = self._catchup_buckets(fetch.follower)
         if buckets:
             max_bytes = await _throttle(buckets, max_bytes, fetch.wait_ms / 1000)
             if partition.fenced:
-                return head(protocol.ReplStatus.WRONG_EPOCH)
+                return head(replication.ReplStatus.WRONG_EPOCH)
         try:
             result = await wal.fetch(fetch.from_offset, max_bytes=max_bytes, max_count=max_count)
         except BelowWalStartError:
-            return head(protocol.ReplStatus.BELOW_WAL_START)
+            return head(replication.ReplStatus.BELOW_WAL_START)
         except WalCorruptionError as exc:
             # A follower catching up through a damaged range of this copy: another in-sync
             # copy's frames (committed ones only), or an error it retries until repaired.
@@ -237,8 +239,8 @@ class PartitionHandlers:
             frames = await self._frames_around(
                 exc, fetch.from_offset, hw, max_bytes, fetch.follower
             )
-            return protocol.encode_repl_reply(
-                protocol.ReplStatus.OK,
+            return replication.encode_repl_reply(
+                replication.ReplStatus.OK,
                 epoch,
                 wal.start_offset,
                 partition.high_watermark,
@@ -251,8 +253,8 @@ class PartitionHandlers:
             for bucket in buckets:
                 bucket.charge(sent, now_s)
             metrics.CATCHUP_BYTES.inc(sent)
-        return protocol.encode_repl_reply(
-            protocol.ReplStatus.OK,
+        return replication.encode_repl_reply(
+            replication.ReplStatus.OK,
             epoch,
             wal.start_offset,
             partition.high_watermark,

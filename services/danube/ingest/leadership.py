@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 from danube.meta import KeyValue, Lease, MetaStore, TopicName, Txn, encode_model, reassign
 from danube.meta import keys as meta_keys
 from danube.meta.placement import choose_replicas_after, node_loads
@@ -34,6 +34,7 @@ class NotLeaderError(DanubeError):
     """This node does not (or no longer) lead the partition; ask the leader instead."""
 
     code = "not_owner"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 
@@ -42,6 +43,7 @@ class NotEnoughReplicasError(DanubeError):
     ingest nodes than its replication factor: nothing was acknowledged."""
 
     code = "not_enough_replicas"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 
@@ -50,6 +52,7 @@ class PartitionUnavailableError(DanubeError):
     until one returns or an operator moves the partition."""
 
     code = "partition_unavailable"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 
@@ -58,6 +61,7 @@ class LeaderPendingError(DanubeError):
     (a claim under way, a slow start); asking again soon is worth it."""
 
     code = "no_leader_yet"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 

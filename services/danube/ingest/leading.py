@@ -128,7 +128,7 @@ class LeaderActs:
             f"leader of {self.name}",
             on_failure=lambda task, exc: partition.fence(f"{task} failed: {exc!r}"),
         )
-        tasks.spawn(partition.publish_live(), name=f"live-{self.name}")
+        tasks.spawn(partition.live.run(), name=f"live-{self.name}")
         tasks.spawn(partition.maintain_isr(), name=f"isr-{self.name}")
         self.leading = Leading(partition, responders, tasks)
         metrics.LEADER_ELECTIONS.inc()

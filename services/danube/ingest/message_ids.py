@@ -16,14 +16,27 @@ repeat waits for it and answers its offset.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
-from danube.frame import CorruptRecordError, decode_record_fields
+from danube.frame import (
+    FRAME_HEADER_BYTES,
+    CorruptRecordError,
+    decode_record_fields,
+    record_publish_time_ms,
+)
+from danube.ingest import timeseek
+from danube.ingest.wal import Wal, WalError
 from danube.wire.ingest import protocol
 
+log = logging.getLogger(__name__)
+
 IDS_MAX_DEFAULT = 100_000
+_ID_SCAN_BYTES = 4 * 1024 * 1024  # one read of the message ids' read-back
 
 
 def message_id(record: bytes) -> str | None:
@@ -136,3 +149,82 @@ class PendingIds:
 
     def failed(self, exc: BaseException) -> None:
         self._owner._settled(self, None, exc)
+
+
+Place = tuple[Literal["fresh", "again", "before"], "int | asyncio.Future[int]"]
+
+
+@dataclass
+class IdPlan:
+    """What a produce of records with message ids does with each: ``fresh`` records are
+    appended (``fresh_ids``: their ids, by index among them); each record's place is
+    ``("fresh", i)`` (the i-th appended), ``("again", i)`` (the same id earlier in this
+    request: the i-th appended) or ``("before", offset or pending offset)`` (stored within
+    the window)."""
+
+    fresh: list[bytes] = field(default_factory=list)
+    fresh_ids: list[tuple[str, int]] = field(default_factory=list)
+    places: list[Place] = field(default_factory=list)
+
+    def listed(self, first: int, stored: Sequence[int]) -> list[int]:
+        """Each record's offset (``first``: the appended records' first; ``stored``: the
+        "before" places resolved, in order), marked when it was not appended now."""
+        resolved = iter(stored)
+        listed = []
+        for kind, where in self.places:
+            if kind == "before":
+                listed.append(next(resolved) | protocol.DUPLICATE_MARK)
+            else:
+                assert isinstance(where, int)
+                offset = first + where
+                listed.append(offset if kind == "fresh" else offset | protocol.DUPLICATE_MARK)
+        return listed
+
+
+def plan_ids(records: Sequence[bytes], ids: Sequence[str | None], known: MessageIds) -> IdPlan:
+    """Which of ``records`` (their ``ids``) are new, and where the others were stored."""
+    plan = IdPlan()
+    first_seen: dict[str, int] = {}
+    for record, msg_id in zip(records, ids, strict=True):
+        if msg_id is not None:
+            again = first_seen.get(msg_id)
+            if again is not None:
+                plan.places.append(("again", again))
+                continue
+            found = known.find(msg_id)
+            if found is not None:
+                plan.places.append(("before", found))
+                continue
+            first_seen[msg_id] = len(plan.fresh)
+            plan.fresh_ids.append((msg_id, len(plan.fresh)))
+        plan.places.append(("fresh", len(plan.fresh)))
+        plan.fresh.append(record)
+    return plan
+
+
+async def read_back(wal: Wal, known: MessageIds, window_s: int, *, name: object) -> None:
+    """Add the ids of the records ``wal`` (of partition ``name``) holds published within
+    ``window_s`` (by their publish time) to ``known``: a new leader learns what its
+    predecessor stored. A range dropped meanwhile or damaged ends the read: what was read
+    counts."""
+    now_ms = int(time.time() * 1000)
+    now_s = time.monotonic()
+    offset = await timeseek.offset_for_time(wal, now_ms - window_s * 1000)
+    end = wal.durable_next
+    while offset < end:
+        try:
+            result = await wal.fetch(
+                offset, max_bytes=_ID_SCAN_BYTES, max_count=10_000, limit_offset=end
+            )
+        except WalError as exc:
+            log.warning("%s: message ids read back to %d only: %s", name, offset, exc)
+            return
+        if not result.frames:
+            return
+        for at, frame in result.frames:
+            record = bytes(memoryview(frame)[FRAME_HEADER_BYTES:])
+            msg_id = message_id(record)
+            if msg_id is not None and known.find(msg_id) is None:
+                age_s = max(0, now_ms - record_publish_time_ms(record)) / 1000
+                known.add(msg_id, at, now_s - age_s)
+        offset = result.next_offset

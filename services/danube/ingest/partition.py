@@ -4,9 +4,8 @@
 WAL (offsets are the WAL's: contiguous for the partition's whole life) and answers once the
 high watermark passed the batch — every in-sync replica holds it durably — and only while
 this node still leads. Followers' fetches move the watermark (danube.ingest.isr); the ISR
-changes are written to etcd before they count. Committed batches go to the live publisher;
-a full live queue drops (counted): dispatchers catch up through fetch, so live delivery is
-an optimization, never the record.
+changes are written to etcd before they count. Committed batches go to the live stream
+(danube.ingest.live).
 
 **Moving leadership** (docs/replication.md, "Moving partitions"): :meth:`transfer` stops
 taking appends (new produces are answered ``not_owner`` at once: retriable, the client
@@ -31,14 +30,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 
 from danube.bus import Bus
-from danube.errors import DanubeError
-from danube.frame import FRAME_HEADER_BYTES, append_frame, record_publish_time_ms
 from danube.frame.record import SequenceRun
-from danube.ingest import metrics, timeseek
+from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.isr import IsrTracker
 from danube.ingest.leadership import (
@@ -49,7 +45,8 @@ from danube.ingest.leadership import (
     hand_over,
     update_isr,
 )
-from danube.ingest.message_ids import MessageIds, message_id
+from danube.ingest.live import LiveStream
+from danube.ingest.message_ids import MessageIds, message_id, plan_ids, read_back
 from danube.ingest.nodelease import NodeLease
 from danube.ingest.producers import ProducerStates
 from danube.ingest.sequencing import (
@@ -63,19 +60,14 @@ from danube.ingest.sequencing import (
     Verdict,
     sequenced_batch,
 )
-from danube.ingest.wal import Durability, Wal, WalError, WalFailedError
+from danube.ingest.wal import Durability, Wal, WalFailedError
 from danube.ingest.wal.wal import QueuedHook
 from danube.meta import MetaStore, TopicName
-from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment
 from danube.runtime.topic_metrics import topic_label
 from danube.wire.ingest import protocol
-from danube.wire.sizes import body_limit
 
 log = logging.getLogger(__name__)
-
-LIVE_QUEUE_BATCHES_MAX = 1024
-_ID_SCAN_BYTES = 4 * 1024 * 1024  # one read of the message ids' read-back
 
 
 class Partition:
@@ -148,12 +140,16 @@ class Partition:
         self._ids_lock = asyncio.Lock()  # one read-back of the message ids at a time
         self._hw_event = asyncio.Event()
         self._isr_task: asyncio.Task[None] | None = None
-        self._live: deque[tuple[int, Sequence[bytes]]] = deque()
-        self._live_ready = asyncio.Event()
-        self._live_subject = bus.subjects.live(name)
         # Non-reliable (memory) partitions fan out from the live subject: it carries their
         # frames. Reliable ones carry a durable_next wake-up (danube.wire.ingest.protocol).
-        self._live_payloads = wal.options.durability is Durability.MEMORY
+        self.live = LiveStream(
+            name,
+            bus,
+            carries_payloads=wal.options.durability is Durability.MEMORY,
+            committed=lambda: self.tracker.high_watermark,
+            wal_start=lambda: self.wal.start_offset,
+            stopped=lambda: self.fenced,
+        )
         self._remove_listener = wal.add_durable_listener(self._on_durable)
         # A failed WAL fences at once, whether or not a produce of ours waits on it (its
         # caller may have been cancelled at its deadline).
@@ -210,7 +206,7 @@ class Partition:
         epoch (see the module docstring)."""
         if self._lease.alive:
             return
-        if self._live_payloads:
+        if self.live.carries_payloads:
             # Non-reliable (memory only): a claim may move it to a live node without asking
             # the old one (leadership.replace_volatile), so it stops with its lease.
             self.fence("node lease lost (a non-reliable partition stops with it)")
@@ -312,44 +308,28 @@ class Partition:
         """:meth:`produce` of records some of which carry a message id: those stored within
         the window (or earlier in this request) are answered with the first one's offset,
         marked; the others are appended."""
-        await self._load_message_ids(window_s)
         known = self.message_ids
+        if known.loaded_window_s is None or known.loaded_window_s < window_s:
+            async with self._ids_lock:  # one read-back at a time, once per term and window
+                if known.loaded_window_s is None or known.loaded_window_s < window_s:
+                    await read_back(self.wal, known, window_s, name=self.name)
+                    known.loaded_window_s = window_s
         known.expire(window_s)
-        fresh: list[bytes] = []
-        fresh_ids: list[tuple[str, int]] = []
-        # Per record: "fresh" and its index among the appended ones, "again" and the index
-        # of the same id earlier in this request, "before" and where it was stored.
-        places: list[tuple[str, int | asyncio.Future[int]]] = []
-        first_seen: dict[str, int] = {}
-        for record, msg_id in zip(records, ids, strict=True):
-            if msg_id is not None:
-                again = first_seen.get(msg_id)
-                if again is not None:
-                    places.append(("again", again))
-                    continue
-                found = known.find(msg_id)
-                if found is not None:
-                    places.append(("before", found))
-                    continue
-                first_seen[msg_id] = len(fresh)
-                fresh_ids.append((msg_id, len(fresh)))
-            places.append(("fresh", len(fresh)))
-            fresh.append(record)
-        pending = known.pend(fresh_ids)
-        if len(fresh) == len(records):  # none stored before: a plain append
+        plan = plan_ids(records, ids, known)
+        pending = known.pend(plan.fresh_ids)
+        if len(plan.fresh) == len(records):  # none stored before: a plain append
             first = await self._append(records, pending.queued, pending.failed)
             return protocol.ProduceReply(first, len(records))
         first = 0
-        if fresh:
-            first = await self._append(fresh, pending.queued, pending.failed)
-        listed: list[int] = []
-        for kind, where in places:
-            if isinstance(where, int):
-                offset = where if kind == "before" else first + where
-            else:
-                offset = await asyncio.shield(where)
-            listed.append(offset if kind == "fresh" else offset | protocol.DUPLICATE_MARK)
-        repeats = sum(1 for kind, _ in places if kind != "fresh")
+        if plan.fresh:
+            first = await self._append(plan.fresh, pending.queued, pending.failed)
+        stored = [
+            where if isinstance(where, int) else await asyncio.shield(where)
+            for kind, where in plan.places
+            if kind == "before"
+        ]
+        listed = plan.listed(first, stored)
+        repeats = len(records) - len(plan.fresh)
         self._inflight += 1
         try:
             await self._acknowledged(max(o & ~protocol.DUPLICATE_MARK for o in listed) + 1)
@@ -363,39 +343,6 @@ class Partition:
             duplicate=repeats == len(records),
             listed=tuple(listed),
         )
-
-    async def _load_message_ids(self, window_s: int) -> None:
-        """Read the ids of the records published within ``window_s`` back from the log, once
-        per term (and again for a longer window): a new leader knows what its predecessor
-        stored."""
-        known = self.message_ids
-        if known.loaded_window_s is not None and known.loaded_window_s >= window_s:
-            return
-        async with self._ids_lock:
-            if known.loaded_window_s is not None and known.loaded_window_s >= window_s:
-                return
-            now_ms = int(time.time() * 1000)
-            now_s = time.monotonic()
-            offset = await timeseek.offset_for_time(self.wal, now_ms - window_s * 1000)
-            end = self.wal.durable_next
-            while offset < end:
-                try:
-                    result = await self.wal.fetch(
-                        offset, max_bytes=_ID_SCAN_BYTES, max_count=10_000, limit_offset=end
-                    )
-                except WalError as exc:  # dropped meanwhile, or damaged: what was read counts
-                    log.warning("%s: message ids read back to %d only: %s", self.name, offset, exc)
-                    break
-                if not result.frames:
-                    break
-                for at, frame in result.frames:
-                    record = bytes(memoryview(frame)[FRAME_HEADER_BYTES:])
-                    msg_id = message_id(record)
-                    if msg_id is not None and known.find(msg_id) is None:
-                        age_s = max(0, now_ms - record_publish_time_ms(record)) / 1000
-                        known.add(msg_id, at, now_s - age_s)
-                offset = result.next_offset
-            known.loaded_window_s = window_s
 
     async def _resent(
         self, verdict: Stored | InFlight, batch: SequencedBatch
@@ -450,7 +397,7 @@ class Partition:
         before = self.tracker.high_watermark
         if self.tracker.advance(self.wal.durable_next) > before:
             self._hw_event.set()
-            self._live_ready.set()
+            self.live.committed_moved()
             self._progress.set()
 
     # --- followers -----------------------------------------------------------------------
@@ -646,7 +593,7 @@ class Partition:
             },
         }
 
-    # --- live stream -------------------------------------------------------------------
+    # --- committed batches --------------------------------------------------------------
 
     def _on_durable(self, first_offset: int, payloads: Sequence[bytes]) -> None:
         self._advance()
@@ -655,11 +602,7 @@ class Partition:
         # run cold after an idle spell, cost more than the rest of this callback.
         loop = asyncio.get_running_loop()
         loop.call_soon(loop.call_soon, self._count_durable, payloads)
-        if len(self._live) >= LIVE_QUEUE_BATCHES_MAX:
-            metrics.LIVE_DROPPED.inc(len(payloads))
-            return
-        self._live.append((first_offset, payloads))
-        self._live_ready.set()
+        self.live.offer(first_offset, payloads)
 
     def _count_durable(self, payloads: Sequence[bytes]) -> None:
         metrics.APPENDED_MESSAGES.inc(len(payloads))
@@ -669,93 +612,3 @@ class Partition:
         metrics.TOPIC_MESSAGES_IN.labels(topic).inc(len(payloads))
         metrics.TOPIC_BYTES_IN.labels(topic).inc(size_bytes)
         metrics.BATCH_MESSAGES.observe(len(payloads))
-
-    async def publish_live(self) -> None:
-        """Publish committed batches on the live subject, in offset order, until cancelled:
-        a message is announced only once it can no longer disappear."""
-        limit = max(body_limit(self._bus.max_payload_bytes), 1024)
-        while True:
-            await self._live_ready.wait()
-            self._live_ready.clear()
-            wakeup: protocol.Wakeup | None = None
-            ready: list[tuple[int, Sequence[bytes]]] = []
-            while self._live:
-                first, payloads = self._live[0]
-                if first + len(payloads) > self.tracker.high_watermark:
-                    break  # the next watermark move sets _live_ready again
-                self._live.popleft()
-                if not self._live_payloads:
-                    # Reliable readers deliver frames as the WAL holds them; the live
-                    # subject wakes them: one body for every committed batch ready now,
-                    # with their frames when they are small (_wakeup_body).
-                    count = len(payloads) + (wakeup.count if wakeup else 0)
-                    size = sum(map(len, payloads)) + (wakeup.payload_bytes if wakeup else 0)
-                    wakeup = protocol.Wakeup(first + len(payloads), count, size)
-                    ready.append((first, payloads))
-                    continue
-                for body, count in _frame_chunks(first, payloads, limit):
-                    await self._publish_live_body(body, count)
-            if wakeup is not None:
-                await self._publish_live_body(self._wakeup_body(wakeup, ready), wakeup.count)
-
-    def _wakeup_body(
-        self, wakeup: protocol.Wakeup, batches: Sequence[tuple[int, Sequence[bytes]]]
-    ) -> bytes:
-        """A plain wake-up, or one carrying the frames of ``batches`` (protocol.Carried)
-        when they are small and one run of offsets (a batch dropped from a full live queue
-        leaves a gap: then readers fetch)."""
-        if wakeup.payload_bytes > protocol.LIVE_CARRY_BYTES_MAX:
-            return wakeup.encode()
-        frames = bytearray()
-        expected = batches[0][0]
-        for first, payloads in batches:
-            if first != expected:
-                return wakeup.encode()
-            for index, payload in enumerate(payloads):
-                append_frame(frames, first + index, payload)
-            expected = first + len(payloads)
-        first_offset = batches[0][0]
-        return protocol.Carried.encode(first_offset, self.wal.start_offset, wakeup, bytes(frames))
-
-    async def _publish_live_body(self, body: bytes, count: int) -> None:
-        """Publish one live body, retrying what may work later (the bus reconnecting) with
-        capped backoff, one warning per burst of failures. A body the bus can never carry
-        is dropped and counted: live delivery is only a wake-up, readers fetch the record."""
-        failures = 0
-        while not self.fenced:
-            try:
-                await self._bus.publish(self._live_subject, body)
-            except Exception as exc:
-                if not isinstance(exc, DanubeError) or not exc.retriable:
-                    # Too large, or a bug: retrying the same body would block the stream.
-                    metrics.LIVE_DROPPED.inc(count)
-                    log.error("%s: live body of %d message(s) dropped: %r", self.name, count, exc)
-                    return
-                if failures == 0:
-                    log.warning("%s: live publish failed, retrying: %s", self.name, exc)
-                failures += 1
-                await asyncio.sleep(backoff_s(failures - 1, base_s=0.05, cap_s=1.0))
-                continue
-            if failures:
-                log.info("%s: live publish works again after %d failures", self.name, failures)
-            return
-
-
-def _frame_chunks(
-    first: int, payloads: Sequence[bytes], limit_bytes: int
-) -> list[tuple[bytes, int]]:
-    """Frames of ``payloads`` from offset ``first``, packed into bodies of at most the limit
-    (a single frame over the limit travels alone; the bus refuses it and counts it), each
-    with the number of frames it holds."""
-    bodies: list[tuple[bytes, int]] = []
-    body = bytearray()
-    count = 0
-    for index, payload in enumerate(payloads):
-        if body and len(body) + FRAME_HEADER_BYTES + len(payload) > limit_bytes:
-            bodies.append((bytes(body), count))
-            body, count = bytearray(), 0
-        append_frame(body, first + index, payload)
-        count += 1
-    if body:
-        bodies.append((bytes(body), count))
-    return bodies

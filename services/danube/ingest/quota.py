@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 from danube.meta import MetaError, MetaStore, TopicName, decode_model
 from danube.meta import keys as meta_keys
 from danube.meta.errors import MetaDecodeError
@@ -33,6 +33,7 @@ class BacklogQuotaError(DanubeError):
     """A subscription of the partition is at its backlog quota: retry once it catches up."""
 
     code = BACKLOG_QUOTA_EXCEEDED
+    kind = ErrorKind.OVER_LIMIT
     retriable = True
 
 

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 from danube.frame.record import SequenceRun, sequence_runs
 from danube.ingest.producers import ProducerStates
 from danube.wire.ingest import protocol
@@ -47,6 +47,7 @@ class OutOfOrderSequenceError(DanubeError):
     or a request whose sequences are not one producer's consecutive ones."""
 
     code = protocol.OUT_OF_ORDER_SEQUENCE
+    kind = ErrorKind.CONFLICT
 
 
 class SequenceGapError(OutOfOrderSequenceError):
@@ -58,6 +59,7 @@ class ProducerFencedError(DanubeError):
     """A producer whose epoch is older than one this partition has seen for its name."""
 
     code = protocol.PRODUCER_FENCED
+    kind = ErrorKind.CONFLICT
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,16 +8,16 @@ import logging
 
 from danube.config import DanubeSettings
 from danube.retention.leader import Retention
-from danube.runtime.service import LeaseLost, node_session, wait_for_any
+from danube.runtime.service import node_session, wait_for_any
 from danube.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LeaseLost", "serve"]
+__all__ = ["serve"]
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
-    """Run the node until ``stop``; raise LeaseLost if its lease is lost first."""
+    """Run the node until ``stop``; raise LeaseLostError if its lease is lost first."""
     objects = ObjectStore.from_config(settings.wal_cloud.cloud)  # no I/O: a bad config fails here
     async with node_session(settings, "retention", node_id, settings.retention, stop) as s:
         retention = Retention(settings, node_id=node_id, store=s.store, bus=s.bus, objects=objects)

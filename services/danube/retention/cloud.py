@@ -13,11 +13,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from danube.meta import InvalidNameError, KeyValue, MetaStore, TopicName, encode_model
+from danube.meta import DeposedError, InvalidNameError, KeyValue, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import RetentionPolicy, RetentionTally
 from danube.retention import metrics
-from danube.retention.errors import DeposedError
 from danube.retention.policy import (
     NOTHING,
     Dropped,

@@ -16,13 +16,20 @@ from dataclasses import dataclass, field
 
 from danube.bus import Bus, BusError
 from danube.config import DanubeSettings
-from danube.meta import Election, Leadership, MetaError, MetaStore, TopicName, run_as_leader
+from danube.meta import (
+    DeposedError,
+    Election,
+    Leadership,
+    MetaError,
+    MetaStore,
+    TopicName,
+    run_as_leader,
+)
 from danube.meta import keys as meta_keys
 from danube.meta.aio import wait_any
 from danube.meta.topics import read_namespaces, read_topics
 from danube.retention import metrics
 from danube.retention.cloud import CloudRetention, Fence
-from danube.retention.errors import DeposedError
 from danube.retention.floors import ack_floor
 from danube.retention.policy import Limits, PartitionPolicy, reliable_partitions
 from danube.retention.wal import enforce_wal

@@ -7,18 +7,18 @@ import asyncio
 import logging
 
 from danube.config import DanubeSettings
-from danube.runtime.service import LeaseLost, node_session, wait_for_any
+from danube.runtime.service import node_session, wait_for_any
 from danube.storage import ObjectStore
 from danube.uploader.node import UploaderNode
 from danube.uploader.record import record_object_store
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LeaseLost", "serve"]
+__all__ = ["serve"]
 
 
 async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> None:
-    """Upload until ``stop``; raise LeaseLost if the node lease is lost first (its
+    """Upload until ``stop``; raise LeaseLostError if the node lease is lost first (its
     assignment keys are gone with it; a restart claims afresh)."""
     objects = ObjectStore.from_config(settings.wal_cloud.cloud)  # no I/O: a bad config fails here
     async with node_session(settings, "uploader", node_id, settings.uploader, stop) as s:

@@ -31,7 +31,7 @@ mistakes of the caller.
 
 from __future__ import annotations
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 
 class DispatcherError(DanubeError):
@@ -44,6 +44,7 @@ class SubscriptionTakenError(DispatcherError):
     """An exclusive subscription already has its consumer; ``holder`` is its id."""
 
     code = "subscription_taken"
+    kind = ErrorKind.CONFLICT
 
     def __init__(self, message: str, *, holder: str) -> None:
         super().__init__(message)
@@ -54,6 +55,7 @@ class ConsumerExistsError(DispatcherError):
     """A consumer id attached twice to one subscription."""
 
     code = "consumer_exists"
+    kind = ErrorKind.CONFLICT
 
     def __init__(self, message: str, *, consumer_id: str) -> None:
         super().__init__(message)
@@ -65,12 +67,14 @@ class PolicyConflictError(DispatcherError):
     never changes it: the admin route does)."""
 
     code = "policy_conflict"
+    kind = ErrorKind.CONFLICT
 
 
 class ConsumerNotFoundError(DispatcherError):
     """A poll, ack or nack by a consumer that is not attached (never was, or detached)."""
 
     code = "consumer_not_found"
+    kind = ErrorKind.NOT_FOUND
 
     def __init__(self, message: str, *, consumer_id: str) -> None:
         super().__init__(message)
@@ -85,6 +89,7 @@ class ConsumerDetachedError(ConsumerNotFoundError):
     with a full window."""
 
     code = "consumer_detached"
+    kind = ErrorKind.GONE
 
     def __init__(self, message: str, *, consumer_id: str, reason: str) -> None:
         super().__init__(message, consumer_id=consumer_id)
@@ -95,6 +100,7 @@ class SubscriptionNotFoundError(DispatcherError):
     """A seek or stats of a subscription that does not exist (never attached, or deleted)."""
 
     code = "subscription_not_found"
+    kind = ErrorKind.NOT_FOUND
 
 
 class UnknownPartitionError(DispatcherError):
@@ -113,6 +119,7 @@ class OffsetOutOfRangeError(DispatcherError):
     where the WAL begins (offsets below it are read from the cloud tier, so they are fine)."""
 
     code = "offset_out_of_range"
+    kind = ErrorKind.INVALID
 
     def __init__(
         self, message: str, *, partition: str, offset: int, wal_start: int, end: int
@@ -130,6 +137,7 @@ class PositionUnavailableError(DispatcherError):
     the WAL. Nothing changed; the same request may succeed later."""
 
     code = "position_unavailable"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 
@@ -139,6 +147,7 @@ class AckNotDurableError(DispatcherError):
     restart may deliver the message again; acking again is safe."""
 
     code = "ack_not_durable"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 
@@ -148,6 +157,7 @@ class ClaimRefusedError(DispatcherError):
     claimant retries and the queue group picks another member."""
 
     code = "claim_refused"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
 
@@ -175,3 +185,4 @@ class PolicyLimitError(DispatcherError):
     ``too_many_consumers`` (409)."""
 
     code = "policy_limit"
+    kind = ErrorKind.CONFLICT

@@ -43,11 +43,11 @@ from danube.discovery.api.produce import (
 from danube.discovery.api.state import Services
 from danube.discovery.errors import (
     BadRequestError,
-    DiscoveryError,
     TooLargeError,
     error_body,
     http_status,
 )
+from danube.errors import DanubeError
 
 # Open to any Host: what probes and scrapers ask for.
 UNCHECKED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -231,7 +231,7 @@ class ApiFront:
                 return None  # the client went away
             raw = b"".join(m.get("body", b"") for m in received)
             body = inflate(encoding, raw, limit_bytes=self.limit_bytes)
-        except DiscoveryError as exc:
+        except DanubeError as exc:  # the body over its limit, or its encoding refused
             await _send_error(answer, exc)
             return None
         scope = decoded_scope(scope, len(body))

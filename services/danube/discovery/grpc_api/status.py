@@ -1,4 +1,5 @@
-"""How an error is answered over gRPC: one table, beside the HTTP one (danube.discovery.errors).
+"""How an error is answered over gRPC: by its kind (danube.errors.ErrorKind), as the HTTP door
+answers by it (danube.discovery.errors), with a few codes the Danube clients expect named.
 
 The official Danube clients retry UNAVAILABLE, DEADLINE_EXCEEDED and RESOURCE_EXHAUSTED (then
 look the topic up again) and give up on anything else, so a retriable failure (no owner yet, a
@@ -11,31 +12,32 @@ from __future__ import annotations
 
 import grpc
 
-from danube.discovery.errors import error_body, http_status
+from danube.discovery.errors import error_body
+from danube.errors import ErrorKind, kind_of
 
+# The codes the Danube clients expect a status of their own for; the rest by kind.
 _BY_CODE: dict[str, grpc.StatusCode] = {
     "subscription_taken": grpc.StatusCode.ALREADY_EXISTS,
     "consumer_exists": grpc.StatusCode.ALREADY_EXISTS,
     "producer_exists": grpc.StatusCode.ALREADY_EXISTS,
     "exclusive_producer": grpc.StatusCode.ALREADY_EXISTS,
-    "producer_fenced": grpc.StatusCode.FAILED_PRECONDITION,  # also: an epoch superseded
-    "out_of_order_sequence": grpc.StatusCode.FAILED_PRECONDITION,  # a gap: not retried
     "data_damaged": grpc.StatusCode.DATA_LOSS,
-    "consumer_detached": grpc.StatusCode.FAILED_PRECONDITION,  # never acked: not retried
     "timeout": grpc.StatusCode.DEADLINE_EXCEEDED,
     "deadline_exceeded": grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
-_BY_HTTP_STATUS: dict[int, grpc.StatusCode] = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.FAILED_PRECONDITION,
-    413: grpc.StatusCode.INVALID_ARGUMENT,  # not RESOURCE_EXHAUSTED: clients would retry it
-    415: grpc.StatusCode.INVALID_ARGUMENT,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    503: grpc.StatusCode.UNAVAILABLE,
+_BY_KIND: dict[ErrorKind, grpc.StatusCode] = {
+    ErrorKind.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ErrorKind.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorKind.CONFLICT: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorKind.GONE: grpc.StatusCode.FAILED_PRECONDITION,  # a detached consumer: not retried
+    ErrorKind.TOO_LARGE: grpc.StatusCode.INVALID_ARGUMENT,  # not RESOURCE_EXHAUSTED: retried
+    ErrorKind.UNSUPPORTED_MEDIA: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorKind.OVER_LIMIT: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
 
@@ -48,7 +50,5 @@ def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode, str, str]:
     ``<code>: <message>`` as the HTTP API's error body has them; anything unexpected is
     ``INTERNAL``, ``internal: internal error`` (internals are not shown)."""
     error = error_body(exc)["error"]
-    code = _BY_CODE.get(error["code"])
-    if code is None:
-        code = _BY_HTTP_STATUS.get(http_status(exc), grpc.StatusCode.INTERNAL)
+    code = _BY_CODE.get(error["code"]) or _BY_KIND[kind_of(exc)]
     return code, error["code"], f"{error['code']}: {error['message']}"

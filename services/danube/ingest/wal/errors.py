@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from danube.errors import DanubeError
+from danube.errors import DanubeError, ErrorKind
 
 
 class WalError(DanubeError):
@@ -37,6 +37,7 @@ class WalClosedError(WalError):
     """The WAL is closed or closing: no append is accepted any more."""
 
     code = "wal_closed"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
     def __init__(self, message: str = "the WAL is closed") -> None:
@@ -52,6 +53,7 @@ class WalFailedError(WalError):
     """
 
     code = "wal_failed"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
     def __init__(self, reason: str) -> None:
@@ -68,6 +70,7 @@ class DiskFullError(WalError):
     """
 
     code = "disk_full"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
     def __init__(self, *, wal_dir: str, free_bytes: int, needed_bytes: int) -> None:
@@ -125,6 +128,7 @@ class PayloadTooLargeError(WalError):
     """One payload of an append is over the frame limit; nothing of the append was written."""
 
     code = "payload_too_large"
+    kind = ErrorKind.TOO_LARGE
 
     def __init__(self, *, index: int, size_bytes: int, limit_bytes: int) -> None:
         super().__init__(
@@ -143,6 +147,7 @@ class AppendTooLargeError(WalError):
     """
 
     code = "append_too_large"
+    kind = ErrorKind.TOO_LARGE
 
     def __init__(self, *, size_bytes: int, limit_bytes: int) -> None:
         super().__init__(
@@ -157,6 +162,7 @@ class WalIoError(WalError):
     """A read of a WAL file failed (the WAL itself stays usable; appends are unaffected)."""
 
     code = "wal_io"
+    kind = ErrorKind.UNAVAILABLE
     retriable = True
 
     def __init__(self, message: str, *, op: str, path: str | None = None) -> None:
@@ -169,6 +175,7 @@ class WalTimeoutError(WalIoError):
     """A disk operation did not finish within its deadline."""
 
     code = "timeout"
+    kind = ErrorKind.UNAVAILABLE
 
     def __init__(self, *, op: str, timeout_s: float, path: str | None = None) -> None:
         super().__init__(f"WAL {op} timed out after {timeout_s:.3f} s", op=op, path=path)

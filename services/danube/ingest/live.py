@@ -1,0 +1,159 @@
+"""The live stream of one partition its node leads: committed batches, published on the
+partition's live subject in offset order, a message only once it can no longer disappear.
+
+Live delivery is an optimization, never the record: dispatchers catch up through fetch. So a
+full queue drops (counted), and a body the bus can never carry is dropped (counted). Reliable
+partitions publish a wake-up (``durable_next``, with the frames when they are small: see
+:meth:`LiveStream.wakeup_body`); non-reliable (memory) ones publish their frames, which is
+how their readers get them.
+
+The stream knows the partition only through three questions it is given: how far the log is
+committed (the high watermark), where the WAL starts, and whether the partition stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from danube.bus import Bus
+from danube.errors import DanubeError
+from danube.frame import FRAME_HEADER_BYTES, append_frame
+from danube.ingest import metrics
+from danube.meta import TopicName
+from danube.meta.backoff import backoff_s
+from danube.wire.ingest import protocol
+from danube.wire.sizes import body_limit
+
+log = logging.getLogger(__name__)
+
+LIVE_QUEUE_BATCHES_MAX = 1024
+
+
+class LiveStream:
+    """Committed batches of ``name`` waiting to be published, and the loop that publishes
+    them (:meth:`run`, one task per term)."""
+
+    def __init__(
+        self,
+        name: TopicName,
+        bus: Bus,
+        *,
+        carries_payloads: bool,
+        committed: Callable[[], int],
+        wal_start: Callable[[], int],
+        stopped: Callable[[], bool],
+    ) -> None:
+        self.name = name
+        self._bus = bus
+        self._subject = bus.subjects.live(name)
+        self.carries_payloads = carries_payloads
+        self._committed = committed
+        self._wal_start = wal_start
+        self._stopped = stopped
+        self._queue: deque[tuple[int, Sequence[bytes]]] = deque()
+        self._ready = asyncio.Event()
+
+    def offer(self, first_offset: int, payloads: Sequence[bytes]) -> None:
+        """A batch the WAL made durable: queued until committed, or dropped (counted) when
+        the queue is full."""
+        if len(self._queue) >= LIVE_QUEUE_BATCHES_MAX:
+            metrics.LIVE_DROPPED.inc(len(payloads))
+            return
+        self._queue.append((first_offset, payloads))
+        self._ready.set()
+
+    def committed_moved(self) -> None:
+        """The high watermark moved: queued batches may be published now."""
+        self._ready.set()
+
+    async def run(self) -> None:
+        """Publish committed batches in offset order until cancelled."""
+        limit = max(body_limit(self._bus.max_payload_bytes), 1024)
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            wakeup: protocol.Wakeup | None = None
+            ready: list[tuple[int, Sequence[bytes]]] = []
+            while self._queue:
+                first, payloads = self._queue[0]
+                if first + len(payloads) > self._committed():
+                    break  # the next watermark move sets _ready again
+                self._queue.popleft()
+                if not self.carries_payloads:
+                    # Reliable readers deliver frames as the WAL holds them; the live
+                    # subject wakes them: one body for every committed batch ready now,
+                    # with their frames when they are small (wakeup_body).
+                    count = len(payloads) + (wakeup.count if wakeup else 0)
+                    size = sum(map(len, payloads)) + (wakeup.payload_bytes if wakeup else 0)
+                    wakeup = protocol.Wakeup(first + len(payloads), count, size)
+                    ready.append((first, payloads))
+                    continue
+                for body, count in frame_chunks(first, payloads, limit):
+                    await self._publish(body, count)
+            if wakeup is not None:
+                await self._publish(self.wakeup_body(wakeup, ready), wakeup.count)
+
+    def wakeup_body(
+        self, wakeup: protocol.Wakeup, batches: Sequence[tuple[int, Sequence[bytes]]]
+    ) -> bytes:
+        """A plain wake-up, or one carrying the frames of ``batches`` (protocol.Carried)
+        when they are small and one run of offsets (a batch dropped from a full live queue
+        leaves a gap: then readers fetch)."""
+        if wakeup.payload_bytes > protocol.LIVE_CARRY_BYTES_MAX:
+            return wakeup.encode()
+        frames = bytearray()
+        expected = batches[0][0]
+        for first, payloads in batches:
+            if first != expected:
+                return wakeup.encode()
+            for index, payload in enumerate(payloads):
+                append_frame(frames, first + index, payload)
+            expected = first + len(payloads)
+        first_offset = batches[0][0]
+        return protocol.Carried.encode(first_offset, self._wal_start(), wakeup, bytes(frames))
+
+    async def _publish(self, body: bytes, count: int) -> None:
+        """Publish one live body, retrying what may work later (the bus reconnecting) with
+        capped backoff, one warning per burst of failures. A body the bus can never carry
+        is dropped and counted: live delivery is only a wake-up, readers fetch the record."""
+        failures = 0
+        while not self._stopped():
+            try:
+                await self._bus.publish(self._subject, body)
+            except Exception as exc:
+                if not isinstance(exc, DanubeError) or not exc.retriable:
+                    # Too large, or a bug: retrying the same body would block the stream.
+                    metrics.LIVE_DROPPED.inc(count)
+                    log.error("%s: live body of %d message(s) dropped: %r", self.name, count, exc)
+                    return
+                if failures == 0:
+                    log.warning("%s: live publish failed, retrying: %s", self.name, exc)
+                failures += 1
+                await asyncio.sleep(backoff_s(failures - 1, base_s=0.05, cap_s=1.0))
+                continue
+            if failures:
+                log.info("%s: live publish works again after %d failures", self.name, failures)
+            return
+
+
+def frame_chunks(
+    first: int, payloads: Sequence[bytes], limit_bytes: int
+) -> list[tuple[bytes, int]]:
+    """Frames of ``payloads`` from offset ``first``, packed into bodies of at most the limit
+    (a single frame over the limit travels alone; the bus refuses it and counts it), each
+    with the number of frames it holds."""
+    bodies: list[tuple[bytes, int]] = []
+    body = bytearray()
+    count = 0
+    for index, payload in enumerate(payloads):
+        if body and len(body) + FRAME_HEADER_BYTES + len(payload) > limit_bytes:
+            bodies.append((bytes(body), count))
+            body, count = bytearray(), 0
+        append_frame(body, first + index, payload)
+        count += 1
+    if body:
+        bodies.append((bytes(body), count))
+    return bodies
