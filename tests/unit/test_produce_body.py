@@ -7,9 +7,11 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from danube.discovery.models import ProduceRequest
+from danube.discovery.models import ProduceRequest, ProduceResponse, ProduceResult
 from danube.discovery.produce_body import parse_produce, produce_answer
 from danube.frame import MAX_ATTRIBUTES, MAX_KEY_BYTES, MAX_PRODUCER_NAME_BYTES
 
@@ -93,3 +95,67 @@ def test_the_answer_is_the_produce_response_json() -> None:
             {"partition": "/default/t", "offset": 5, "duplicate": True},
         ]
     }
+
+
+# Bodies near every bound the model checks: each field, when present, is a valid value or
+# one just past a bound or of another JSON type, so random bodies cross the edges where a
+# fast reader and its model could disagree (and about one in six is valid throughout).
+_EDGES = st.sampled_from([-1, 0, 1, 2**31, 2**31 + 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1])
+_ODD: st.SearchStrategy[Any] = st.sampled_from([None, True, 1.5, "1", [], {}])
+
+
+def _field(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(valid, valid, valid, _EDGES, _ODD)
+
+
+_MESSAGE = st.fixed_dictionaries(
+    {"payload": st.sampled_from(["x", "aGk=", ""])},
+    optional={
+        "encoding": _field(st.sampled_from(["utf8", "base64", "hex"])),
+        "key": _field(st.sampled_from(["k", "k" * MAX_KEY_BYTES, "k" * (MAX_KEY_BYTES + 1)])),
+        "attributes": _field(st.dictionaries(st.sampled_from(["a", "b"]), st.text(max_size=2))),
+        "sequence": _field(st.integers(0, 3)),
+        "ttl_ms": _field(st.integers(1, 10)),
+        "deliver_at_ms": _field(st.integers(0, 10)),
+        "deliver_after_ms": _field(st.integers(0, 10)),
+    },
+)
+_BODY = st.fixed_dictionaries(
+    {"messages": st.lists(_MESSAGE, min_size=1, max_size=3)},
+    optional={
+        "producer": _field(st.sampled_from(["p", "p" * (MAX_PRODUCER_NAME_BYTES + 1)])),
+        "dispatch": _field(st.sampled_from(["reliable", "non_reliable", "sometimes"])),
+        "producer_id": _field(st.sampled_from(["p-1_x", "no spaces"])),
+        "schema_version": _field(st.integers(1, 3)),
+        "producer_epoch": _field(st.integers(0, 3)),
+    },
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_BODY)
+def test_the_fast_reader_never_disagrees_with_the_model(body: dict[str, Any]) -> None:
+    # The fast path's rule (docs/performance.md, "Fast paths"): what it takes, the model
+    # takes with the same values; what the model refuses, it leaves to the model.
+    fast = parse_produce(orjson.dumps(body))
+    try:
+        model = ProduceRequest.model_validate(body)
+    except ValidationError:
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast == model
+        assert fast.model_fields_set == model.model_fields_set
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=8), st.integers(0, 2**63 - 1), st.booleans())))
+def test_the_fast_answer_is_the_models_json(results: list[tuple[str, int, bool]]) -> None:
+    # What the route would answer: the response model, without its unset fields.
+    model = ProduceResponse(
+        results=[
+            ProduceResult(partition=p, offset=o, duplicate=True if d else None)
+            for p, o, d in results
+        ]
+    )
+    assert orjson.loads(produce_answer(results)) == model.model_dump(exclude_none=True)
