@@ -25,7 +25,7 @@ from danube.bus import Bus
 from danube.config import BusConfig, CloudConfig, MetadataConfig
 from danube.config.model import FsCloud
 from danube.meta import MetaStore
-from danube.runtime import (
+from danube.up import (
     EtcdCluster,
     NatsCluster,
     ServerProcess,
@@ -35,7 +35,7 @@ from danube.runtime import (
     nats_spec,
     s3_spec,
 )
-from danube.runtime.servers import MOTO_ACCESS_KEY, MOTO_REGION
+from danube.up.servers import MOTO_ACCESS_KEY, MOTO_REGION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -40,9 +40,9 @@ from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
-from danube.runtime import ServerProcess, etcd_spec, free_port, moto_cloud, nats_spec, s3_spec
-from danube.runtime.servers import MOTO_ACCESS_KEY, MOTO_REGION
 from danube.runtime.service import run_in_process
+from danube.up import ServerProcess, etcd_spec, free_port, moto_cloud, nats_spec, s3_spec
+from danube.up.servers import MOTO_ACCESS_KEY, MOTO_REGION
 from danube.uploader import app as uploader_app
 from danube.wire.cloud.client import CloudClient
 from danube.wire.ingest.client import IngestClient

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from danube.runtime import ProcessSpec, ServerProcess, etcd_spec, free_port, nats_spec
+from danube.up import ProcessSpec, ServerProcess, etcd_spec, free_port, nats_spec
 
 DURATION_S = 5
 SCENARIOS = [(1, 1), (32, 1), (1, 100), (8, 100)]  # (connections, messages per request)

@@ -25,7 +25,7 @@ from danube.config import BusConfig, DanubeSettings, MetadataConfig, WalCloudCon
 from danube.frame import Record, encode_record
 from danube.ingest import app
 from danube.ingest.producers import ProducerStates
-from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec
+from danube.up import ServerProcess, etcd_spec, free_port, nats_spec
 from danube.wire.ingest import protocol
 from danube.wire.ingest.client import IngestClient
 

@@ -16,7 +16,7 @@ from danube.bus import Bus, TopicName
 from danube.config import BusConfig, DanubeSettings, MetadataConfig, WalCloudConfig, WalConfig
 from danube.frame import Record, encode_record
 from danube.ingest import app
-from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec
+from danube.up import ServerProcess, etcd_spec, free_port, nats_spec
 from danube.wire.ingest.client import IngestClient
 
 DURATION_S = 3.0

@@ -44,8 +44,8 @@ from nats.js import JetStreamContext
 from rich.console import Console
 from rich.table import Table
 
-from danube.runtime import ServerProcess, free_port, nats_spec
-from danube.runtime.servers import ProcessSpec
+from danube.up import ServerProcess, free_port, nats_spec
+from danube.up.servers import ProcessSpec
 
 from floor import (
     bus_echo_server,

@@ -33,8 +33,8 @@ from danube.config import (
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
-from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec
 from danube.runtime.service import run_in_process
+from danube.up import ServerProcess, etcd_spec, free_port, nats_spec
 
 PAYLOAD_BYTES = 1024
 

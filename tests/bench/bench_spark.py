@@ -25,7 +25,7 @@ from pathlib import Path
 
 from danube.client import AsyncDanubeClient, ConsumerOptions, Message
 from danube.client.consumer import Mode
-from danube.runtime import free_port
+from danube.up import free_port
 
 from mesh import bench_mesh
 

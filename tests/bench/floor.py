@@ -35,8 +35,8 @@ from typing import cast
 from danube.bus import Bus, NoRespondersError, Reply, Request
 from danube.client._wire import Http1Pool
 from danube.config import BusConfig
-from danube.runtime import ServerProcess, free_port
-from danube.runtime.servers import ProcessSpec
+from danube.up import ServerProcess, free_port
+from danube.up.servers import ProcessSpec
 
 _LENGTH = struct.Struct("<I")
 _OFFSET = struct.Struct("<Q")

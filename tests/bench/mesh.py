@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from danube.runtime import ServerProcess, etcd_spec, free_port, nats_spec
-from danube.runtime.servers import die_with_parent
+from danube.up import ServerProcess, etcd_spec, free_port, nats_spec
+from danube.up.servers import die_with_parent
 
 READY_TIMEOUT_S = 30.0
 

@@ -70,7 +70,7 @@ from docker.models.containers import Container
 from danube.client import AsyncConsumer, AsyncDanubeClient, ReceivedMessage
 from danube.client.admin import AsyncAdmin, TopicDescription
 from danube.client.tls import ClientTls
-from danube.runtime import free_port
+from danube.up import free_port
 
 from smoke_engine import ComposeStack, Engine, SmokeError, compose_command
 from smoke_images import (

@@ -24,8 +24,8 @@ from danube.frame import decode_frames, decode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
-from danube.runtime import ProcessSpec, ServerProcess
-from danube.runtime.clusters import EtcdCluster, NatsCluster
+from danube.up import ProcessSpec, ServerProcess
+from danube.up.clusters import EtcdCluster, NatsCluster
 from danube.wire.ingest.client import IngestClient
 from tests.chaos import RunResult, Schedule, Step
 from tests.history import History, Report

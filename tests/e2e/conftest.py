@@ -11,7 +11,7 @@ import pytest
 
 from danube.config import MetadataConfig
 from danube.meta import MetaStore
-from danube.runtime import ProcessSpec, ServerProcess, free_port
+from danube.up import ProcessSpec, ServerProcess, free_port
 
 from meshrun import DANUBE, MeshRun
 from replication import NODE_ENV, Cluster

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from danube.runtime import free_port
+from danube.up import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DANUBE = str(Path(sys.executable).parent / "danube")

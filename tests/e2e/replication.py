@@ -16,7 +16,7 @@ from danube.frame import Frame, Record, decode_record, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.up import ProcessSpec, ServerProcess
 from danube.wire.ingest import protocol
 from danube.wire.ingest.client import FetchReply, IngestClient
 from tests.history import History

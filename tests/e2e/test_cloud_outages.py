@@ -28,9 +28,9 @@ from danube.frame import Record, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
-from danube.runtime import ProcessSpec, ServerProcess, etcd_spec, free_port, moto_cloud, s3_spec
-from danube.runtime.servers import MOTO_ACCESS_KEY, MOTO_REGION
 from danube.storage import ObjectStore
+from danube.up import ProcessSpec, ServerProcess, etcd_spec, free_port, moto_cloud, s3_spec
+from danube.up.servers import MOTO_ACCESS_KEY, MOTO_REGION
 from danube.uploader.verify import verify_partition
 from danube.wire.ingest.client import IngestClient
 

@@ -1,5 +1,5 @@
 """Ingest at factor 3 / min in-sync 2 on a 3-member etcd cluster and a 3-server NATS cluster
-(danube.runtime.clusters), under a producer: SIGKILL the etcd member the nodes talk to (the
+(danube.up.clusters), under a producer: SIGKILL the etcd member the nodes talk to (the
 leader, too), then the NATS server the partition's leader is connected to; and the etcd
 member again with produce going through discovery's HTTP API. Past the client's failover
 time no produce fails, the leader keeps its lease (same epoch), and every acknowledged
@@ -19,7 +19,7 @@ from danube.bus import Bus, TopicName
 from danube.config import BusConfig
 from danube.config.model import MetadataConfig
 from danube.meta import MetaStore
-from danube.runtime import EtcdCluster, NatsCluster, ProcessSpec
+from danube.up import EtcdCluster, NatsCluster, ProcessSpec
 from danube.wire.ingest.client import IngestClient
 from tests.history import History
 

@@ -18,8 +18,8 @@ from danube.frame import decode_frames, decode_record_fields
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import UploaderCheckpoint
-from danube.runtime import ServerProcess
 from danube.storage import ObjectDescriptor, ObjectStore
+from danube.up import ServerProcess
 from tests.conftest import write_config
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.up import ProcessSpec, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -18,7 +18,7 @@ import nats
 import orjson
 import pytest
 
-from danube.runtime import ServerProcess
+from danube.up import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.up import ProcessSpec, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.up import ProcessSpec, ServerProcess
 from tests.history import History, Produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

@@ -24,7 +24,7 @@ from danube.frame import Record, decode_record, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Assignment
-from danube.runtime import ServerProcess
+from danube.up import ServerProcess
 from danube.wire.ingest.client import IngestClient
 from tests.history import History
 

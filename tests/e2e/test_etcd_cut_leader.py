@@ -16,7 +16,7 @@ import pytest
 
 from danube.bus import TopicName
 from danube.meta import MetaStore
-from danube.runtime import ProcessSpec, free_port
+from danube.up import ProcessSpec, free_port
 from tests.history import History
 
 from replication import (

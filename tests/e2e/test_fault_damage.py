@@ -20,7 +20,7 @@ import pytest
 
 from danube.bus import Bus, TopicName
 from danube.config import BusConfig
-from danube.runtime import ServerProcess
+from danube.up import ServerProcess
 from danube.wire.ingest.client import IngestClient
 
 from meshrun import DANUBE

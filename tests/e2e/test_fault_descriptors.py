@@ -20,7 +20,7 @@ from typing import Protocol
 import httpx
 import pytest
 
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.up import ProcessSpec, ServerProcess
 
 SpecFactory = Callable[..., ProcessSpec]  # the spec_for fixture of tests/e2e/conftest.py
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from danube.runtime import ServerProcess
+from danube.up import ServerProcess
 
 ServiceFactory = Callable[..., ServerProcess]  # the services fixture of tests/e2e/conftest.py
 

@@ -26,7 +26,7 @@ from danube.config import MetadataConfig
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner
-from danube.runtime import ProcessSpec, ServerProcess, etcd_spec, free_port
+from danube.up import ProcessSpec, ServerProcess, etcd_spec, free_port
 from tests.history import History
 
 from meshrun import DANUBE, alive, frozen

@@ -22,7 +22,7 @@ from danube.config import MetadataConfig
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionCursor
-from danube.runtime import ServerProcess, etcd_spec, free_port
+from danube.up import ServerProcess, etcd_spec, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault, pytest.mark.timeout(150)]
 

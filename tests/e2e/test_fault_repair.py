@@ -20,7 +20,7 @@ from test_fault_damage import _attach, _consume, _flip, _metric, _offsets, _payl
 from danube.bus import TopicName
 from danube.frame import Record, decode_frames, decode_record, encode_record
 from danube.meta import MetaStore
-from danube.runtime import ServerProcess
+from danube.up import ServerProcess
 
 from replication import Cluster, connect, leader, new_leader, wait_isr
 

@@ -19,7 +19,7 @@ import pytest
 from danube.bus import TopicName
 from danube.client import AsyncDanubeClient, AsyncProducer
 from danube.meta import MetaStore
-from danube.runtime import ServerProcess
+from danube.up import ServerProcess
 from tests.history import History
 
 from replication import Cluster, SequencedProducer, connect, leader, new_leader, read_all, wait_isr

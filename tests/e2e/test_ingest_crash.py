@@ -14,7 +14,7 @@ import pytest
 from danube.bus import Bus, TopicName
 from danube.config import BusConfig
 from danube.frame import Record, decode_record, encode_record
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.up import ProcessSpec, ServerProcess
 from danube.wire.ingest.client import IngestClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

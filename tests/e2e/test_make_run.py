@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from danube.runtime import free_port, probe
+from danube.up import free_port, probe
 
 from meshrun import ROOT, alive, process_tree
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.up import ProcessSpec, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

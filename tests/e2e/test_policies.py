@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from danube.runtime import ServerProcess
+from danube.up import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

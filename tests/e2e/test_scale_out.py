@@ -21,7 +21,7 @@ from danube.config import MetadataConfig
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.up import ProcessSpec, ServerProcess
 from tests.history import History
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]

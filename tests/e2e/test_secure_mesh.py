@@ -20,8 +20,8 @@ import pytest
 
 from danube.config import MetadataConfig
 from danube.meta import MetaAuthError, MetaStore
-from danube.runtime.secure import ADMIN_PRINCIPAL, ETCD_MESH_USER, MeshCredentials
 from danube.security import issue_token, load_keys
+from danube.up.secure import ADMIN_PRINCIPAL, ETCD_MESH_USER, MeshCredentials
 
 from meshrun import DANUBE, ROOT, MeshRun
 

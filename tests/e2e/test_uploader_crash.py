@@ -19,8 +19,8 @@ from danube.frame import Record, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
-from danube.runtime import ProcessSpec, ServerProcess
 from danube.storage import ObjectStore
+from danube.up import ProcessSpec, ServerProcess
 from danube.uploader.verify import verify_partition
 from danube.wire.ingest.client import IngestClient
 

@@ -25,8 +25,8 @@ from danube.config import (
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
+from danube.up import free_port
 from tests.readiness import until_ready
 
 

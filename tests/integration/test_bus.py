@@ -33,7 +33,7 @@ from danube.bus import (
 from danube.bus.protocol import ERROR_CODE_HEADER, monotonic_s
 from danube.config.model import BusConfig
 from danube.errors import DanubeError
-from danube.runtime.servers import free_port
+from danube.up.servers import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""A secured nats-server (danube.runtime.secure's config): users per service kind, subject
+"""A secured nats-server (danube.up.secure's config): users per service kind, subject
 permissions from danube.bus.permissions, private reply inboxes, no anonymous clients."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from nats.aio.msg import Msg
 
 from danube.bus import Bus, BusTimeoutError, NotConnectedError, Request
 from danube.config import BusConfig
-from danube.runtime import ServerProcess, free_port, nats_spec
-from danube.runtime.secure import MeshCredentials, ensure_credentials, write_nats_config
+from danube.up import ServerProcess, free_port, nats_spec
+from danube.up.secure import MeshCredentials, ensure_credentials, write_nats_config
 
 pytestmark = pytest.mark.integration
 

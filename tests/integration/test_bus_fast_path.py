@@ -13,8 +13,8 @@ import pytest
 
 from danube.bus import Bus, BusTimeoutError, Message, NoRespondersError, Request
 from danube.config.model import BusConfig
-from danube.runtime import ServerProcess, nats_spec
-from danube.runtime.servers import free_port
+from danube.up import ServerProcess, nats_spec
+from danube.up.servers import free_port
 
 pytestmark = pytest.mark.integration
 

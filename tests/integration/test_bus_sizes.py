@@ -17,8 +17,8 @@ from danube.config import (
     WalConfig,
 )
 from danube.config.errors import ConfigError
-from danube.runtime import free_port
 from danube.runtime.service import node_session
+from danube.up import free_port
 from danube.wire.sizes import largest_message_bytes
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from danube.client import AsyncDanubeClient, DeadlineExceededError
 from danube.frame import decode_record
 from danube.names import TopicName
 from danube.routing import partition_for_key
-from danube.runtime import free_port
+from danube.up import free_port
 from danube.wire.ingest.client import IngestClient
 
 pytestmark = pytest.mark.integration

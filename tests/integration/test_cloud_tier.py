@@ -43,7 +43,6 @@ from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import (
     ObjectDescriptor,
@@ -52,6 +51,7 @@ from danube.storage import (
     object_key,
     topic_prefix,
 )
+from danube.up import free_port
 from danube.uploader import app as uploader_app
 from danube.wire.cloud.client import CloudClient
 from danube.wire.dispatcher.client import DispatcherClient

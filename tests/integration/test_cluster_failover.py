@@ -1,4 +1,4 @@
-"""The store and the bus against 3-member clusters (danube.runtime.clusters): an etcd member
+"""The store and the bus against 3-member clusters (danube.up.clusters): an etcd member
 or a NATS server killed or frozen under traffic costs a bounded failover, no lease, and no
 watch event; the launchers themselves."""
 
@@ -16,7 +16,7 @@ from danube.config import BusConfig
 from danube.config.model import MetadataConfig
 from danube.meta import MetaStore, WatchError, WatchEvent
 from danube.meta.follow import follow_prefix
-from danube.runtime import EtcdCluster, NatsCluster
+from danube.up import EtcdCluster, NatsCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

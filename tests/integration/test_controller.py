@@ -28,7 +28,7 @@ from danube.meta import DeposedError, Leadership, MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.reassign import completed
 from danube.meta.records import Assignment, DrainRecord, NodeRecord, Owner, TopicConfig
-from danube.runtime import free_port
+from danube.up import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

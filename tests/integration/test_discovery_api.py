@@ -35,8 +35,8 @@ from danube.frame import decode_record
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
 from danube.routing import partition_for_key
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
+from danube.up import free_port
 from danube.wire.ingest.client import IngestClient
 from tests.readiness import until_ready
 

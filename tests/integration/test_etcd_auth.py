@@ -12,15 +12,15 @@ import pytest
 
 from danube.config import MetadataConfig
 from danube.meta import MetaAuthError, MetaError, MetaStore
-from danube.runtime import ServerProcess, etcd_spec, free_port
-from danube.runtime.secure import (
+from danube.up import ServerProcess, etcd_spec, free_port
+from danube.up.secure import (
     ETCD_MESH_USER,
     ETCD_ROOT_USER,
     MeshCredentials,
     enable_etcd_auth,
     ensure_credentials,
 )
-from danube.runtime.servers import ServerTls
+from danube.up.servers import ServerTls
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from danube.config import DanubeSettings
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.trace import TraceIdFilter
+from danube.up import free_port
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire import SchemaRegistry_pb2 as sr
 from danube.wire.client import unary_method

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from danube.runtime import free_port, healthcheck
+from danube.runtime import healthcheck
 from danube.runtime.http import HealthServer
+from danube.up import free_port
 
 pytestmark = pytest.mark.integration
 

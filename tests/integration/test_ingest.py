@@ -30,7 +30,7 @@ from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Assignment, Owner, PartitionState
-from danube.runtime import free_port
+from danube.up import free_port
 from danube.wire.ingest import protocol
 from danube.wire.ingest.client import IngestClient
 from danube.wire.ingest.protocol import Damaged

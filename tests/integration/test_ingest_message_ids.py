@@ -21,7 +21,7 @@ from danube.config import (
     WalConfig,
 )
 from danube.frame import Record, decode_record, encode_record
-from danube.runtime import free_port
+from danube.up import free_port
 from danube.wire.ingest import protocol
 from danube.wire.ingest.client import IngestClient
 from danube.wire.limits import PartitionLimits

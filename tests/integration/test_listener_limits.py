@@ -24,9 +24,9 @@ from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
 from danube.config.model import ServiceConfig
-from danube.runtime import free_port
 from danube.runtime.http import HealthServer, bound_port, wait_started
 from danube.runtime.listener import HEAD_BYTES_MAX, uvicorn_limits
+from danube.up import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,6 @@ from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import ObjectStoreRecord, TopicConfig
 from danube.names import TopicName
-from danube.runtime.servers import MOTO_ACCESS_KEY, moto_cloud
 from danube.spark.catalog import SourceSettings, check_first_object, source_settings
 from danube.spark.options import ReadOptions, parse_options
 from danube.storage import (
@@ -28,6 +27,7 @@ from danube.storage import (
     SparseIndexBuilder,
     object_key,
 )
+from danube.up.servers import MOTO_ACCESS_KEY, moto_cloud
 from danube.uploader.record import record_object_store
 
 pytestmark = pytest.mark.integration

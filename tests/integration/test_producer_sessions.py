@@ -33,8 +33,8 @@ from danube.ingest import app as ingest_app
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import AccessMode
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
+from danube.up import free_port
 from tests.readiness import until_ready
 
 pytestmark = pytest.mark.integration

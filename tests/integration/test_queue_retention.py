@@ -48,9 +48,9 @@ from danube.meta import keys as meta_keys
 from danube.meta.records import SubscriptionConfig, SubscriptionCursor, UploaderCheckpoint
 from danube.retention import app as retention_app
 from danube.retention.floors import ack_floor
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor
+from danube.up import free_port
 from danube.uploader import app as uploader_app
 from danube.wire.ingest.client import IngestClient
 from tests.readiness import until_ready

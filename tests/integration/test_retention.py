@@ -41,9 +41,9 @@ from danube.meta import keys as meta_keys
 from danube.meta.records import RetentionPolicy, TopicConfig, UploaderCheckpoint
 from danube.retention import app as retention_app
 from danube.retention.cloud import CloudRetention, Fence
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor, ObjectStore, SparseIndexBuilder, object_key
+from danube.up import free_port
 from danube.uploader import app as uploader_app
 from danube.wire.cloud.client import CloudClient
 from danube.wire.ingest.client import IngestClient, WalListing

@@ -11,7 +11,6 @@ import pytest
 from danube.config import CloudConfig
 from danube.config.model import FsCloud, MemoryCloud
 from danube.frame import append_frame, decode_frames
-from danube.runtime import free_port, moto_cloud
 from danube.storage import (
     PARTIAL_DIR,
     ObjectDescriptor,
@@ -23,6 +22,7 @@ from danube.storage import (
     StorageUnavailableError,
     object_key,
 )
+from danube.up import free_port, moto_cloud
 
 pytestmark = pytest.mark.integration
 

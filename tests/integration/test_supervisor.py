@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from danube.runtime import ProcessSpec, ServerError, free_port
-from danube.runtime.supervisor import RestartPolicy, Supervisor
+from danube.up import ProcessSpec, ServerError, free_port
+from danube.up.supervisor import RestartPolicy, Supervisor
 
 pytestmark = pytest.mark.integration
 
@@ -125,8 +125,8 @@ def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
         textwrap.dedent(
             f"""
             import asyncio, sys
-            from danube.runtime import ProcessSpec
-            from danube.runtime.supervisor import Supervisor
+            from danube.up import ProcessSpec
+            from danube.up.supervisor import Supervisor
             child = ProcessSpec("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"])
             async def main():
                 sup = Supervisor([child], sink=lambda n, t: None)

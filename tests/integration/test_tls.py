@@ -32,7 +32,6 @@ from danube.config.model import ClientAuthMode
 from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
-from danube.runtime import free_port
 from danube.runtime.healthcheck import check, probe_url, read_health_url, write_health_file
 from danube.runtime.http import HealthServer, bound_port, wait_started
 from danube.runtime.listener import uvicorn_limits, uvicorn_tls
@@ -44,6 +43,7 @@ from danube.security.tls import (
     grpc_tls_principal,
     http_tls_principal,
 )
+from danube.up import free_port
 from danube.wire.client import WireClient, channel_credentials
 from tests.readiness import until_ready
 

@@ -30,9 +30,9 @@ from danube.ingest import app as ingest_app
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.retention import app as retention_app
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor
+from danube.up import free_port
 from danube.uploader import app as uploader_app
 from tests.readiness import until_ready
 

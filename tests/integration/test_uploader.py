@@ -28,10 +28,10 @@ from danube.ingest import app as ingest_app
 from danube.meta import MetaStore, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import ObjectStoreRecord, TopicConfig, UploaderCheckpoint
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectDescriptor, ObjectStore
 from danube.storage.location import public_settings
+from danube.up import free_port
 from danube.uploader import app as uploader_app
 from danube.uploader import upload
 from danube.uploader.verify import verify_partition

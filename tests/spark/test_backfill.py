@@ -42,7 +42,6 @@ from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig
 from danube.names import TopicName
 from danube.routing import partition_for_key
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.spark import BackfillStateError
 from danube.spark.parquet import backfill_to_parquet
@@ -56,6 +55,7 @@ from danube.spark.to_topic import (
 )
 from danube.storage import ObjectStore, object_key
 from danube.storage.location import describe
+from danube.up import free_port
 from danube.uploader.record import record_object_store
 from danube.wire.ingest.client import IngestClient
 

@@ -33,9 +33,9 @@ from danube.discovery import app as discovery_app
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
 from danube.names import TopicName
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.storage import ObjectStore
+from danube.up import free_port
 from danube.uploader.record import record_object_store
 from danube.wire.ingest.client import IngestClient
 

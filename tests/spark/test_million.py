@@ -41,9 +41,9 @@ from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import TopicConfig, UploaderCheckpoint
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.spark.parquet import backfill_to_parquet
+from danube.up import free_port
 from danube.uploader import app as uploader_app
 from danube.wire.dispatcher.client import DispatcherClient
 from danube.wire.ingest import protocol as ingest_protocol

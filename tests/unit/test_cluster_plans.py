@@ -1,4 +1,4 @@
-"""The cluster launchers' plans (danube.runtime.clusters), no process started: one address
+"""The cluster launchers' plans (danube.up.clusters), no process started: one address
 per member, fixed ports, the static etcd cluster, NATS routes to the others only, and the
 spec rewrite a network harness needs."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from danube.runtime import EtcdCluster, NatsCluster, ProcessSpec
+from danube.up import EtcdCluster, NatsCluster, ProcessSpec
 
 pytestmark = pytest.mark.unit
 

@@ -21,8 +21,8 @@ from pydantic import BaseModel
 
 from danube.cli.main import app
 from danube.config import PROCESS_VARIABLES, DanubeSettings, S3Cloud, load_settings
-from danube.runtime.mesh import SERVICE_ORDER
-from danube.runtime.secure import ensure_secure_files, service_environment
+from danube.up.mesh import SERVICE_ORDER
+from danube.up.secure import ensure_secure_files, service_environment
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from danube.runtime import free_port
+from danube.up import free_port
 
 
 def test_ports_are_not_handed_out_twice_while_their_servers_start() -> None:

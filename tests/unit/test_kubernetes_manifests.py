@@ -26,8 +26,8 @@ from typer.testing import CliRunner
 
 from danube.cli.main import app
 from danube.config import PROCESS_VARIABLES, S3Cloud, load_settings
-from danube.runtime.mesh import SERVICE_ORDER
-from danube.runtime.secure import ensure_secure_files, service_environment
+from danube.up.mesh import SERVICE_ORDER
+from danube.up.secure import ensure_secure_files, service_environment
 from tests.unit.test_compose_file import is_setting, parses
 
 pytestmark = pytest.mark.unit

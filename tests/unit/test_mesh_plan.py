@@ -1,4 +1,4 @@
-"""`danube up`'s plan (danube.runtime.mesh): what the config file names holds for every child,
+"""`danube up`'s plan (danube.up.mesh): what the config file names holds for every child,
 and --data-dir only fills in what the file leaves unset (issue 14 item 11); the banner names
 each process's fixed metrics address (free ones with up_port_base 0)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from danube.config import load_settings
-from danube.runtime.mesh import plan_mesh
+from danube.up.mesh import plan_mesh
 
 pytestmark = pytest.mark.unit
 

@@ -13,8 +13,8 @@ from danube.bus.subjects import Kind
 from danube.config import BusConfig, ConfigError, MetadataConfig, load_settings
 from danube.config.secrets import read_password
 from danube.meta.keys import SERVICE_KINDS
-from danube.runtime.mesh import plan_mesh
-from danube.runtime.secure import prepare_secure_mesh
+from danube.up.mesh import plan_mesh
+from danube.up.secure import prepare_secure_mesh
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 from danube.config import load_settings
-from danube.runtime.mesh import SCRAPE_TARGETS_FILE, SERVICE_ORDER, plan_mesh, write_scrape_targets
+from danube.up.mesh import SCRAPE_TARGETS_FILE, SERVICE_ORDER, plan_mesh, write_scrape_targets
 
 pytestmark = pytest.mark.unit
 

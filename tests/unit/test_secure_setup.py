@@ -16,15 +16,15 @@ from typer.testing import CliRunner
 from danube.bus.permissions import KIND_PERMISSIONS
 from danube.cli.main import app
 from danube.config import load_settings
-from danube.runtime.secure import (
+from danube.security import load_keys
+from danube.security.tokens import TokenVerifier
+from danube.up.secure import (
     SECURE_DIR_NAME,
     SecureFiles,
     ensure_secure_files,
     prepare_secure_mesh,
     service_environment,
 )
-from danube.security import load_keys
-from danube.security.tokens import TokenVerifier
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 """`danube admin security init` and `etcd-setup`: what a secured deployment (docker compose,
 Kubernetes, any other machine) runs once before the mesh starts. The same functions
-`danube up --secure` uses (danube.runtime.secure), so every way of running the mesh
+`danube up --secure` uses (danube.up.secure), so every way of running the mesh
 secured gets the same files and the same etcd users."""
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def init(
     service kind and nats.conf, etcd root and mesh passwords, a CA with a server and an
     admin client certificate, a token signing key, and a fresh admin token."""
     from danube.config import ConfigError
-    from danube.runtime.secure import ensure_secure_files
     from danube.security.pki import PkiError
+    from danube.up.secure import ensure_secure_files
 
     settings = _settings(config)
     ttl_s = parse_ttl(token_ttl)
@@ -116,7 +116,7 @@ def etcd_setup(
 
     from danube.config import ConfigError
     from danube.meta.errors import MetaError
-    from danube.runtime.secure import ETCD_MESH_USER, MeshCredentials, enable_etcd_auth
+    from danube.up.secure import ETCD_MESH_USER, MeshCredentials, enable_etcd_auth
 
     metadata = _settings(config).wal_cloud.metadata
     target = endpoint or ",".join(metadata.etcd_endpoints)

@@ -13,15 +13,15 @@ from rich.markup import escape
 
 from danube.config import ConfigError, load_settings
 from danube.errors import DanubeError
-from danube.runtime.mesh import (
+from danube.up.mesh import (
     SCRAPE_TARGETS_FILE,
     MeshPlan,
     parse_scale,
     plan_mesh,
     write_scrape_targets,
 )
-from danube.runtime.secure import SECURE_DIR_NAME, prepare_secure_mesh
-from danube.runtime.supervisor import Supervisor
+from danube.up.secure import SECURE_DIR_NAME, prepare_secure_mesh
+from danube.up.supervisor import Supervisor
 
 _COLORS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan")
 _NAME_WIDTH = 14

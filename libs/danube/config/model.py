@@ -529,6 +529,6 @@ class MetricsConfig(_Section):
     # a partition's upload lag) are recomputed; counters move at once.
     sample_interval_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
     # `danube up` only: the first of the fixed health/metrics ports it gives its processes,
-    # a block of 20 per kind (danube.runtime.mesh: ingest-0 9400, cloud_reader-0 9420...),
+    # a block of 20 per kind (danube.up.mesh: ingest-0 9400, cloud_reader-0 9420...),
     # so that one Prometheus file scrapes every `make run`; 0: any free ports.
     up_port_base: Annotated[int, Field(ge=0, le=65535 - 20 * 6)] = 9400

@@ -374,7 +374,7 @@ class EtcdClient:
 
     async def auth(self, op: str, method: str, request: Any) -> Any:
         """Call ``method`` (``UserAdd``, ``RoleGrantPermission``, ``AuthEnable``...) of etcd's
-        Auth service: the setup of a secured mesh (danube.runtime.secure)."""
+        Auth service: the setup of a secured mesh (danube.up.secure)."""
 
         def send() -> Awaitable[Any]:
             stub = getattr(aetcd.rpc.AuthStub(self._client.channel), method)

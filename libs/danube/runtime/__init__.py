@@ -1,33 +1,6 @@
-"""Running the mesh: server specs for nats-server, etcd and S3, clusters of them, and the
-process supervisor."""
+"""What every service process runs: its session (bus, etcd, node lease, registration:
+:mod:`.service`), its health server, listeners and their limits, logs, loop-lag watch and
+slots.
 
-from danube.runtime.clusters import EtcdCluster, NatsCluster
-from danube.runtime.servers import (
-    ProcessSpec,
-    ServerError,
-    ServerProcess,
-    ServerTls,
-    etcd_spec,
-    find_binary,
-    free_port,
-    moto_cloud,
-    nats_spec,
-    probe,
-    s3_spec,
-)
-
-__all__ = [
-    "EtcdCluster",
-    "NatsCluster",
-    "ProcessSpec",
-    "ServerError",
-    "ServerProcess",
-    "ServerTls",
-    "etcd_spec",
-    "find_binary",
-    "free_port",
-    "moto_cloud",
-    "nats_spec",
-    "probe",
-    "s3_spec",
-]
+How ``danube up`` starts and supervises the mesh is :mod:`danube.up`.
+"""

@@ -86,70 +86,6 @@ _STATUS_BY_KIND: dict[ErrorKind, int] = {
 }
 
 
-# Status of the codes other packages raise (danube.names, frame, bus, meta, the contracts of
-# danube.wire: ingest's and the dispatcher's): the only place their statuses are written.
-_STATUS_BY_CODE: dict[str, int] = {
-    "invalid_name": 400,
-    "invalid_record": 400,
-    "bad_request": 400,
-    "payload_too_large": 413,
-    "frame_too_large": 413,
-    "no_responders": 503,
-    "not_connected": 503,
-    "timeout": 503,
-    "deadline_exceeded": 503,
-    "not_owner": 503,
-    "claim_refused": 503,
-    "meta_unavailable": 503,
-    "lease_lost": 503,
-    "rate_limited": 429,
-    "backlog_quota_exceeded": 429,
-    # An idempotent producer's records refused by the partition's leader
-    # (danube.wire.ingest.protocol): a sequence past the next one, an epoch superseded.
-    "out_of_order_sequence": 409,
-    "producer_fenced": 409,
-    # An ingest node's refusal of a produce (danube.ingest.leadership, its WAL's full disk).
-    "no_leader_yet": 503,
-    "not_enough_replicas": 503,
-    "partition_unavailable": 503,
-    "disk_full": 503,
-    # The dispatcher's (danube.wire.dispatcher.errors), and policies' (docs/policies.md).
-    "dispatcher_error": 500,
-    "subscription_taken": 409,
-    "too_many_subscriptions": 409,
-    "too_many_consumers": 409,
-    "consumer_exists": 409,
-    "policy_conflict": 409,
-    "consumer_not_found": 404,
-    "consumer_detached": 410,  # detached for never acking (docs/dispatcher.md, Fair redelivery)
-    "subscription_not_found": 404,
-    "subscription_type_mismatch": 409,
-    "unknown_partition": 500,  # a wiring bug
-    "unsupported_operation": 400,  # a seek of a non-reliable subscription (no cursor)
-    "unsupported_subscription_type": 400,  # key_shared on a non-reliable topic
-    "offset_out_of_range": 400,
-    "position_unavailable": 503,
-    "ack_not_durable": 503,
-    "data_damaged": 500,  # no intact copy of a range: an operator repairs or skips it
-    # The dispatcher's refusals of a subscription skip (docs/http-api.md, "Skip"): were 500.
-    "nothing_to_skip": 400,
-    "skip_backwards": 400,
-    # danube.meta.reassign: a reassignment the cluster cannot hold, or nothing to cancel.
-    "duplicate_replicas": 400,
-    "node_not_live": 400,
-    "node_drained": 400,
-    "factor_mismatch": 400,
-    "too_many_replicas": 400,
-    "not_reassigning": 409,
-    # danube.security: no or bad credentials, then a missing permission.
-    "unauthenticated": 401,
-    "invalid_token": 401,
-    "token_expired": 401,
-    "invalid_api_key": 401,
-    "permission_denied": 403,
-}
-
-
 # Codes of the statuses the web framework answers by itself (no route, a method the route does
 # not serve, a body that does not parse or is not JSON).
 _CODE_BY_STATUS: dict[int, str] = {
@@ -170,48 +106,7 @@ def status_code(status: int) -> str:
 
 def http_status(exc: BaseException) -> int:
     """The HTTP status an error is answered with: its kind's (500 for anything unexpected)."""
-    status = _STATUS_BY_KIND[kind_of(exc)]
-    _audit(exc, status)
-    return status
-
-
-def _legacy_status(exc: BaseException) -> int:  # TEMPORARY AUDIT
-    from danube.meta import MetaError
-
-    by_class = {
-        BadRequestError: 400,
-        NotFoundError: 404,
-        ConflictError: 409,
-        TooLargeError: 413,
-        UnsupportedMediaTypeError: 415,
-        OverLimitError: 429,
-        UnavailableError: 503,
-    }
-    for cls, status in by_class.items():
-        if isinstance(exc, cls) and type(exc).__module__.startswith("danube.discovery"):
-            return status
-        if type(exc) is cls:
-            return status
-    if isinstance(exc, TimeoutError):
-        return 503
-    if isinstance(exc, DanubeError):
-        found = _STATUS_BY_CODE.get(exc.code)
-        if found is not None:
-            return found
-        if isinstance(exc, MetaError) or exc.retriable:
-            return 503
-    return 500
-
-
-def _audit(exc: BaseException, status: int) -> None:  # TEMPORARY AUDIT
-    import os
-
-    path = os.environ.get("DANUBE_KIND_AUDIT")
-    legacy = _legacy_status(exc)
-    if path and legacy != status:
-        with open(path, "a") as out:
-            name = f"{type(exc).__module__}.{type(exc).__name__}"
-            out.write(f"{name} {getattr(exc, 'code', '')} legacy={legacy} kind={status}\n")
+    return _STATUS_BY_KIND[kind_of(exc)]
 
 
 def error_body(exc: BaseException) -> dict[str, dict[str, str]]:

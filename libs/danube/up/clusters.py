@@ -1,7 +1,7 @@
 """Clusters of the servers the mesh depends on, for tests and fault harnesses: a 3-member
 etcd cluster (static ``--initial-cluster``) and a 3-server NATS cluster (full mesh of routes).
 
-Each member is an ordinary :class:`~danube.runtime.servers.ServerProcess` built from
+Each member is an ordinary :class:`~danube.up.servers.ServerProcess` built from
 ``etcd_spec``/``nats_spec``, with its own data directory and log. Every member's listen
 address is a parameter (``hosts``: one per member, default all on 127.0.0.1, where ports
 are picked free), so a harness that gives each member an address of its own (a network
@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from danube.runtime.servers import (
+from danube.up.servers import (
     LOOPBACK,
     EtcdPeers,
     NatsRoutes,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from danube.runtime.servers import ProcessSpec, ServerError, die_with_parent, probe
+from danube.up.servers import ProcessSpec, ServerError, die_with_parent, probe
 
 log = logging.getLogger(__name__)
 

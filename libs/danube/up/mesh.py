@@ -36,8 +36,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from danube.config import CONFIG_PATH_ENV, DanubeSettings, FsCloud
-from danube.runtime.secure import SecureMesh
-from danube.runtime.servers import ProcessSpec, etcd_spec, free_port, nats_spec
+from danube.up.secure import SecureMesh
+from danube.up.servers import ProcessSpec, etcd_spec, free_port, nats_spec
 
 # Dependency order: a service starts after everything before it is ready.
 SERVICE_ORDER = ("ingest", "cloud_reader", "uploader", "retention", "dispatcher", "discovery")
@@ -125,7 +125,7 @@ def plan_mesh(
     asking for, and every service given, the credentials it holds."""
     nats_host, nats_port = _host_port(settings.bus.servers[0])
     # One etcd on this machine, on the first member named (a cluster is run by hand or by
-    # the test launchers: danube.runtime.clusters).
+    # the test launchers: danube.up.clusters).
     etcd_host, etcd_port = _host_port(settings.wal_cloud.metadata.etcd_endpoints[0])
     etcd = etcd_spec(
         host=etcd_host,
@@ -158,7 +158,7 @@ def plan_mesh(
             metrics[spec.name] = f"{_scrape_host(settings, service)}:{spec.port}"
     if any(spec.name.startswith("discovery") for spec in specs):
         discovery = settings.discovery
-        # A secured mesh serves TLS with its own certificates (danube.runtime.secure).
+        # A secured mesh serves TLS with its own certificates (danube.up.secure).
         scheme = "https" if discovery.tls.enabled or secure is not None else "http"
         urls["http"] = f"{scheme}://{discovery.host}:{discovery.port}"
         if discovery.grpc_enabled:

@@ -98,8 +98,8 @@ def nats_spec(
     cluster: NatsRoutes | None = None,
 ) -> ProcessSpec:
     """nats-server on ``host:port``, its monitoring endpoint used as readiness probe;
-    ``config_file`` adds the rest (users and permissions: danube.runtime.secure);
-    ``cluster``: one server of a cluster (danube.runtime.clusters)."""
+    ``config_file`` adds the rest (users and permissions: danube.up.secure);
+    ``cluster``: one server of a cluster (danube.up.clusters)."""
     argv = [find_binary("nats-server"), "-a", host, "-p", str(port), "-m", str(monitor_port)]
     if config_file is not None:
         argv += ["-c", str(config_file)]
@@ -152,7 +152,7 @@ def etcd_spec(
 ) -> ProcessSpec:
     """A single-member etcd cluster with its data under ``data_dir``; with ``tls``, clients
     talk TLS to it (health then answers on a plain metrics port of its own); with
-    ``peers``, one member of a cluster (danube.runtime.clusters)."""
+    ``peers``, one member of a cluster (danube.up.clusters)."""
     scheme = "http" if tls is None else "https"
     client = f"{scheme}://{host}:{client_port}"
     peer = f"http://{host}:{peer_port}"
