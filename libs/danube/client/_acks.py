@@ -25,6 +25,7 @@ from collections import defaultdict
 from danube.client._http import HttpCore
 from danube.client._session import Session
 from danube.client.errors import ClientError
+from danube.wire import codes
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class AckBatcher:
                     lean=True,  # the kept-alive lean client: a fraction of httpx's CPU
                 )
             except ClientError as exc:
-                if exc.code == "consumer_not_found" and attach_again:
+                if exc.code == codes.CONSUMER_NOT_FOUND and attach_again:
                     # The dispatcher forgot the consumer (restart, expiry); acks from any
                     # consumer of the subscription count, so the new one may send them.
                     attach_again = False

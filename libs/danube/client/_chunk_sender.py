@@ -20,6 +20,7 @@ from danube.client.errors import InvalidMessageError
 from danube.client.messages import Message, Payload, SendResult
 from danube.frame import MAX_ATTRIBUTES
 from danube.wire import chunks as wire
+from danube.wire import codes
 
 # The producer's plain send: queue one message (at most max_payload_bytes), its future.
 SendOne = Callable[..., Awaitable[asyncio.Future[SendResult]]]
@@ -75,7 +76,7 @@ class ChunkSender:
             raise InvalidMessageError(
                 f"payload is {len(data)} bytes, over max_chunked_message_bytes "
                 f"({self.total_bytes_max})",
-                code="payload_too_large",
+                code=codes.PAYLOAD_TOO_LARGE,
             )
         if -(-len(data) // self.chunk_bytes) > wire.CHUNKS_MAX:
             raise InvalidMessageError(

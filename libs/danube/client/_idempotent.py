@@ -45,12 +45,13 @@ from danube.client.errors import (
 )
 from danube.client.messages import SendResult, topic_path
 from danube.names import TopicName
+from danube.wire import codes
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_NAME = "danube-client"
 OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
-PRODUCER_FENCED = "producer_fenced"
+PRODUCER_FENCED = codes.PRODUCER_FENCED
 PARTITION_REQUIRED = "partition_required"
 # Bytes of randomness in a generated producer name: 48 bits, so that two producers of one
 # topic collide with odds of ~1 in 2^24 even among thousands (a collision would fence).

@@ -26,6 +26,7 @@ from danube.frame.record import (
     MAX_ATTRIBUTES,
     MAX_KEY_BYTES,
 )
+from danube.wire import codes
 
 RECORDS_TYPE = "application/vnd.danube.records"
 
@@ -69,7 +70,7 @@ def checked_fields(
         raise InvalidMessageError(f"payload must be bytes or str, not {type(payload).__name__}")
     if len(raw) > max_payload_bytes:
         raise InvalidMessageError(
-            f"payload of {len(raw)} bytes is over {max_payload_bytes}", code="payload_too_large"
+            f"payload of {len(raw)} bytes is over {max_payload_bytes}", code=codes.PAYLOAD_TOO_LARGE
         )
     raw_key = None if key is None else _utf8("key", key, MAX_KEY_BYTES)
     raw_attributes: list[tuple[bytes, bytes]] = []

@@ -45,6 +45,7 @@ from danube.client.errors import (
 )
 from danube.client.messages import ReceivedMessage, decode_message
 from danube.client.retry import RetryPolicy
+from danube.wire import codes
 from danube.wire.delivery import MEDIA_TYPE, SUBPROTOCOL
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ OPEN_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0
 # Closes after which a new socket (same consumer id) is likely to work.
 _CLOSES_RETRIED = frozenset({1000, 1001, 1006, WS_SERVICE_RESTART})
-SUBSCRIPTION_TAKEN = "subscription_taken"
+SUBSCRIPTION_TAKEN = codes.SUBSCRIPTION_TAKEN
 
 
 class Recovery:
@@ -89,7 +90,7 @@ class Recovery:
         loop = asyncio.get_running_loop()
         if self._failing_since is None:
             self._failing_since = loop.time()
-        again = error.code == "consumer_not_found" and self.reattach
+        again = error.code == codes.CONSUMER_NOT_FOUND and self.reattach
         if not (again or error.retriable) or loop.time() - self._failing_since > self.timeout_s:
             raise error
         delay = self.policy.delay_s(self._attempt)

@@ -271,7 +271,7 @@ def _namespace(ns: str) -> str:
     try:
         return validate_segment("namespace", ns)
     except InvalidNameError as exc:
-        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+        raise InvalidArgumentError(exc.message, code=exc.code) from exc
 
 
 class AsyncAdmin(ElasticAdmin):
@@ -563,14 +563,14 @@ def _node(node_id: str) -> str:
     try:
         return validate_segment("node", node_id)
     except InvalidNameError as exc:
-        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+        raise InvalidArgumentError(exc.message, code=exc.code) from exc
 
 
 def _subscription(name: str) -> str:
     try:
         return validate_segment("subscription", name)
     except InvalidNameError as exc:
-        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+        raise InvalidArgumentError(exc.message, code=exc.code) from exc
 
 
 def _topic_path(topic: str | TopicName) -> str:

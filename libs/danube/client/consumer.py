@@ -48,6 +48,7 @@ from danube.client.messages import (
     topic_path,
 )
 from danube.names import InvalidNameError, TopicName, validate_segment
+from danube.wire import codes
 from danube.wire.chunks import CHUNKED_BYTES_MAX, UUID_ATTRIBUTE
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class AsyncConsumer:
         try:
             validate_segment("subscription", subscription)
         except InvalidNameError as exc:
-            raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+            raise InvalidArgumentError(exc.message, code=exc.code) from exc
         self.topic = topic
         self.subscription = subscription
         self.options = options
@@ -427,5 +428,5 @@ class AsyncConsumer:
                 "DELETE", f"/v1/consumers/{consumer_id}", timeout_s=DETACH_TIMEOUT_S
             )
         except ClientError as exc:
-            if exc.code != "consumer_not_found":
+            if exc.code != codes.CONSUMER_NOT_FOUND:
                 log.warning("detaching %s failed (it expires on its own): %s", consumer_id, exc)

@@ -85,7 +85,7 @@ def _node(node_id: str) -> str:
     try:
         return validate_segment("node", node_id)
     except InvalidNameError as exc:
-        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+        raise InvalidArgumentError(exc.message, code=exc.code) from exc
 
 
 def _reassign_path(partition: str | TopicName) -> str:

@@ -24,6 +24,7 @@ from danube.frame.record import (
     MAX_PRODUCER_NAME_BYTES,
 )
 from danube.names import InvalidNameError, TopicName
+from danube.wire import codes
 
 Payload = bytes | str
 DEFAULT_NAMESPACE = "default"
@@ -41,7 +42,7 @@ def topic_name(topic: str | TopicName) -> TopicName:
             return TopicName(DEFAULT_NAMESPACE, topic)
         return TopicName.parse(topic)
     except InvalidNameError as exc:
-        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+        raise InvalidArgumentError(exc.message, code=exc.code) from exc
 
 
 def topic_path(topic: TopicName) -> str:
@@ -268,7 +269,7 @@ def encode_message(message: Message, *, max_payload_bytes: int) -> bytes:
         raise InvalidMessageError(f"payload must be bytes or str, not {type(payload).__name__}")
     if size > max_payload_bytes:
         raise InvalidMessageError(
-            f"payload of {size} bytes is over {max_payload_bytes}", code="payload_too_large"
+            f"payload of {size} bytes is over {max_payload_bytes}", code=codes.PAYLOAD_TOO_LARGE
         )
     if message.key is not None:
         if not isinstance(message.key, str):

@@ -64,7 +64,7 @@ class AsyncMultiConsumer:
             validate_segment("namespace", namespace)
             validate_segment("subscription", subscription)
         except InvalidNameError as exc:
-            raise InvalidArgumentError(str(exc), code="invalid_name") from exc
+            raise InvalidArgumentError(str(exc), code=exc.code) from exc
         if (topics is None) == (topics_pattern is None):
             raise InvalidArgumentError("give either topics or topics_pattern")
         if not 0.1 <= refresh_interval_s <= 3600:

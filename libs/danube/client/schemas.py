@@ -90,7 +90,7 @@ def _subject(subject: str) -> str:
     try:
         return quote(validate_subject(subject), safe="")
     except InvalidNameError as exc:
-        raise InvalidArgumentError(exc.message, code="invalid_name") from exc
+        raise InvalidArgumentError(exc.message, code=exc.code) from exc
 
 
 def _topic(topic: str | TopicName) -> str:

@@ -62,6 +62,7 @@ from danube.frame import CorruptRecordError, FrameError
 from danube.frame.codec import BytesLike
 from danube.frame.produce import check_record, scan_frames_for_produce
 from danube.frame.record import SequenceRun
+from danube.wire import codes
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
 from danube.wire.errors import BadRequestError as BadRequestError
@@ -82,8 +83,8 @@ PRODUCE_COUNT_MAX = 100_000
 # The produce errors of an idempotent producer's records (docs/client.md, "Exactly once into
 # the log"): a sequence that is not the next one (a gap, or a resend overlapping what was
 # stored in another cut), and an epoch older than one the partition has seen.
-OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
-PRODUCER_FENCED = "producer_fenced"
+OUT_OF_ORDER_SEQUENCE = codes.OUT_OF_ORDER_SEQUENCE
+PRODUCER_FENCED = codes.PRODUCER_FENCED
 
 MESSAGE_ID_ATTRIBUTE = "danube.message_id"
 """The record attribute a client that keeps no sequence names a message by: on a topic with
@@ -158,7 +159,7 @@ def decode_produce_request(
         if size > max_record_bytes:
             raise BadRequestError(
                 f"record {index}: {size} bytes is over the {max_record_bytes}-byte limit",
-                code="payload_too_large",
+                code=codes.PAYLOAD_TOO_LARGE,
                 kind=ErrorKind.TOO_LARGE,
             )
         if pos + size > len(view):
@@ -193,7 +194,7 @@ def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -
         if end - start > max_record_bytes:
             raise BadRequestError(
                 f"record {index}: {end - start} bytes is over the {max_record_bytes}-byte limit",
-                code="payload_too_large",
+                code=codes.PAYLOAD_TOO_LARGE,
                 kind=ErrorKind.TOO_LARGE,
             )
         records.append(bytes(body[start:end]))
