@@ -78,13 +78,7 @@ async def move_partition(
     docstring). BadRequestError for nodes that are not live ingest nodes; ConflictError
     ``partition_available`` while it has a leader, ``unclean_required`` when it would give
     up data and ``unclean`` is False, ``conflict`` when its keys changed meanwhile."""
-    live = await live_nodes(store, "ingest")
-    missing = [node for node in replicas if node not in live]
-    if missing:
-        raise BadRequestError(
-            f"not live ingest nodes: {', '.join(missing)} (live: {', '.join(sorted(live))})",
-            code="node_not_live",
-        )
+    await _check_live(store, replicas)
     a_key = meta_keys.partition_assignment_key(partition)
     s_key = meta_keys.partition_state_key(partition)
     o_key = meta_keys.partition_owner_key(partition)
@@ -103,10 +97,7 @@ async def move_partition(
     new_assignment = Assignment(
         replicas=replicas, min_insync_replicas=min(min_insync, len(replicas)), assigned_ms=now_ms
     )
-    checkpoint = await store.get_model(
-        meta_keys.uploader_checkpoint_key(partition), UploaderCheckpoint
-    )
-    cloud_end = 0 if checkpoint is None else checkpoint.uploaded_through + 1
+    cloud_end = await _cloud_end(store, partition)
     holds_data = state is not None and config.dispatch == "reliable"
     restart_at: int | None = None
     txn = store.txn()
@@ -145,6 +136,26 @@ async def move_partition(
         "" if restart_at is None else f" (unclean: continues at {restart_at})",
     )
     return MoveResult(partition, previous, replicas, holds_data, cloud_end, restart_at)
+
+
+async def _check_live(store: MetaStore, replicas: tuple[str, ...]) -> None:
+    """BadRequestError ``node_not_live`` naming the ``replicas`` that are not live ingest
+    nodes."""
+    live = await live_nodes(store, "ingest")
+    missing = [node for node in replicas if node not in live]
+    if missing:
+        raise BadRequestError(
+            f"not live ingest nodes: {', '.join(missing)} (live: {', '.join(sorted(live))})",
+            code="node_not_live",
+        )
+
+
+async def _cloud_end(store: MetaStore, partition: TopicName) -> int:
+    """The first offset of ``partition`` the cloud tier does not hold."""
+    checkpoint = await store.get_model(
+        meta_keys.uploader_checkpoint_key(partition), UploaderCheckpoint
+    )
+    return 0 if checkpoint is None else checkpoint.uploaded_through + 1
 
 
 def check_partition(partition: TopicName, config: TopicConfig) -> None:

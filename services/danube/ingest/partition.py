@@ -118,16 +118,8 @@ class Partition:
         self._leaving: set[str] = set()  # followers that said they stop: out of the ISR
         # The assignment's own cap on catch-up bytes/s (None: the node's alone).
         self.catchup_bytes_s: int | None = None
-        now = time.monotonic()
-        epoch_start = history.entries[-1][1] if history.entries else 0
-        self.tracker = IsrTracker(
-            node_id,
-            term.replicas,
-            term.isr,
-            lag_max_s=lag_max_s,
-            epoch_start=epoch_start,
-            high_watermark=min(high_watermark, wal.durable_next),
-            now_s=now,
+        self.tracker = _tracker(
+            node_id, term, history, lag_max_s, min(high_watermark, wal.durable_next)
         )
         # A produce waits for its commit at most this long: past lag_max_s the laggard
         # leaves the ISR and the watermark moves on without it.
@@ -140,21 +132,24 @@ class Partition:
         self._ids_lock = asyncio.Lock()  # one read-back of the message ids at a time
         self._hw_event = asyncio.Event()
         self._isr_task: asyncio.Task[None] | None = None
-        # Non-reliable (memory) partitions fan out from the live subject: it carries their
-        # frames. Reliable ones carry a durable_next wake-up (danube.wire.ingest.protocol).
-        self.live = LiveStream(
-            name,
-            bus,
-            carries_payloads=wal.options.durability is Durability.MEMORY,
-            committed=lambda: self.tracker.high_watermark,
-            wal_start=lambda: self.wal.start_offset,
-            stopped=lambda: self.fenced,
-        )
+        self.live = self._live_stream(bus)
         self._remove_listener = wal.add_durable_listener(self._on_durable)
         # A failed WAL fences at once, whether or not a produce of ours waits on it (its
         # caller may have been cancelled at its deadline).
         self._remove_failure_listener = wal.add_failure_listener(self._on_wal_failed)
         self._advance()
+
+    def _live_stream(self, bus: Bus) -> LiveStream:
+        # Non-reliable (memory) partitions fan out from the live subject: it carries their
+        # frames. Reliable ones carry a durable_next wake-up (danube.wire.ingest.protocol).
+        return LiveStream(
+            self.name,
+            bus,
+            carries_payloads=self.wal.options.durability is Durability.MEMORY,
+            committed=lambda: self.tracker.high_watermark,
+            wal_start=lambda: self.wal.start_offset,
+            stopped=lambda: self.fenced,
+        )
 
     # --- state -------------------------------------------------------------------------
 
@@ -612,3 +607,18 @@ class Partition:
         metrics.TOPIC_MESSAGES_IN.labels(topic).inc(len(payloads))
         metrics.TOPIC_BYTES_IN.labels(topic).inc(size_bytes)
         metrics.BATCH_MESSAGES.observe(len(payloads))
+
+
+def _tracker(
+    node_id: str, term: Term, history: EpochHistory, lag_max_s: float, high_watermark: int
+) -> IsrTracker:
+    """The ISR of a new term, counted from its epoch's start."""
+    return IsrTracker(
+        node_id,
+        term.replicas,
+        term.isr,
+        lag_max_s=lag_max_s,
+        epoch_start=history.entries[-1][1] if history.entries else 0,
+        high_watermark=high_watermark,
+        now_s=time.monotonic(),
+    )

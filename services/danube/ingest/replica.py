@@ -30,7 +30,7 @@ from danube.ingest.partition import Partition
 from danube.ingest.producer_tracking import ProducerTracking
 from danube.ingest.producers import ProducerStates
 from danube.ingest.repairs import Repairer, in_sync_peers
-from danube.ingest.roles import Act, decide
+from danube.ingest.roles import Act, Decision, decide
 from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.ingest.wal.truncate import truncate_dir
 from danube.meta import TopicName
@@ -203,6 +203,13 @@ class Replica(LeaderActs):
             leaderless_ms=now_ms - (self._leaderless_since_ms or now_ms),
             leader_heard=self._leader_heard(view),
         )
+        return await self._act(decision, view, leading_epoch)
+
+    async def _act(
+        self, decision: Decision, view: leadership.PartitionView, leading_epoch: int | None
+    ) -> float | None:
+        """Carry out ``decision``; how long to wait before the next reconcile."""
+        ctx = self.ctx
         act = decision.act
         if act is Act.HOLD:
             return _MOVING_POLL_S  # its owner key comes back, or the grace runs out

@@ -10,6 +10,7 @@ segments below it, so nothing that is not uploaded can go.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from danube.bus import NoRespondersError
@@ -94,17 +95,7 @@ async def enforce_wal(
     removed, wal_start = await ingest.drop_below(partition, plan.below_offset, timeout_s=timeout_s)
     # drop_below removes the oldest segments, so the ones gone are the head of the listing
     # (unless the WAL changed in between; the size is then an estimate).
-    gone = listing.segments[:removed]
-    size_bytes = sum(segment.size_bytes for segment in gone)
-    messages = sum(_messages(segment) for segment in gone)
-    acked_count = acked_prefix(
-        (segment.first_offset + _messages(segment) - 1 for segment in gone), ack_floor
-    )
-    acked = Dropped(
-        acked_count,
-        sum(_messages(segment) for segment in gone[:acked_count]),
-        sum(segment.size_bytes for segment in gone[:acked_count]),
-    )
+    messages, size_bytes, acked = _dropped(listing.segments[:removed], ack_floor)
     metrics.SEGMENTS_DROPPED.inc(removed)
     metrics.BYTES_DROPPED.inc(size_bytes)
     metrics.count_dropped(partition, "wal", messages, size_bytes, acked.messages, acked.size_bytes)
@@ -129,6 +120,21 @@ async def enforce_wal(
     )
     held_bytes = max(0, listing.disk_bytes - size_bytes)
     return WalOutcome(removed, size_bytes, wal_start, messages, acked, held_bytes)
+
+
+def _dropped(gone: Sequence[SegmentInfo], ack_floor: int | None) -> tuple[int, int, Dropped]:
+    """The messages and bytes the ``gone`` segments held, and of them what every
+    subscription had acked (the leading segments wholly below ``ack_floor``)."""
+    acked_count = acked_prefix(
+        (segment.first_offset + _messages(segment) - 1 for segment in gone), ack_floor
+    )
+    acked = Dropped(
+        acked_count,
+        sum(_messages(segment) for segment in gone[:acked_count]),
+        sum(segment.size_bytes for segment in gone[:acked_count]),
+    )
+    messages = sum(_messages(segment) for segment in gone)
+    return messages, sum(segment.size_bytes for segment in gone), acked
 
 
 def _messages(segment: SegmentInfo) -> int:
