@@ -233,35 +233,45 @@ def parquet(
         )
 
 
+# The backfill topic command's options.
+ToOption = Annotated[str, typer.Option("--to", help="Target topic: /<ns>/<topic>.")]
+NameOption = Annotated[
+    str | None,
+    typer.Option("--name", help="Names the checkpoints (default: from source and target)."),
+]
+BatchOption = Annotated[
+    int, typer.Option("--batch", min=1, max=10_000, help="Messages per checkpointed batch.")
+]
+ProducerOption = Annotated[str, typer.Option("--producer", help="Producer name.")]
+OriginOption = Annotated[
+    bool,
+    typer.Option(
+        "--origin/--no-origin",
+        help="Add danube.backfill.source and .offset attributes to each message.",
+    ),
+]
+CheckpointDirOption = Annotated[
+    str | None,
+    typer.Option(
+        "--checkpoint-dir", help="Keep checkpoints in this directory (default: the bucket)."
+    ),
+]
+RestartOption = Annotated[
+    bool, typer.Option("--restart", help="Forget the checkpoints of this name; send all.")
+]
+
+
 @app.command("topic")
 def topic_backfill(
     topic: SourceTopic,
-    to: Annotated[str, typer.Option("--to", help="Target topic: /<ns>/<topic>.")],
+    to: ToOption,
     service_addr: ServiceAddr = "http://127.0.0.1:8080",
-    name: Annotated[
-        str | None,
-        typer.Option("--name", help="Names the checkpoints (default: from source and target)."),
-    ] = None,
-    batch: Annotated[
-        int, typer.Option("--batch", min=1, max=10_000, help="Messages per checkpointed batch.")
-    ] = 1000,
-    producer: Annotated[str, typer.Option("--producer", help="Producer name.")] = "backfill",
-    origin: Annotated[
-        bool,
-        typer.Option(
-            "--origin/--no-origin",
-            help="Add danube.backfill.source and .offset attributes to each message.",
-        ),
-    ] = True,
-    checkpoint_dir: Annotated[
-        str | None,
-        typer.Option(
-            "--checkpoint-dir", help="Keep checkpoints in this directory (default: the bucket)."
-        ),
-    ] = None,
-    restart: Annotated[
-        bool, typer.Option("--restart", help="Forget the checkpoints of this name; send all.")
-    ] = False,
+    name: NameOption = None,
+    batch: BatchOption = 1000,
+    producer: ProducerOption = "backfill",
+    origin: OriginOption = True,
+    checkpoint_dir: CheckpointDirOption = None,
+    restart: RestartOption = False,
     config: Config = None,
     etcd: Etcd = None,
     prefix: Prefix = None,
@@ -322,37 +332,45 @@ def topic_backfill(
         )
 
 
+# The backfill iceberg command's options.
+TableOption = Annotated[
+    str, typer.Option("--table", help="The Iceberg table, <namespace>.<table> (made if new).")
+]
+WarehouseOption = Annotated[
+    Path,
+    typer.Option(
+        "--warehouse",
+        help="Directory of the default catalog (SQL, sqlite file catalog.db) and its tables.",
+    ),
+]
+CatalogNameOption = Annotated[
+    str, typer.Option("--catalog", help="Catalog name (pyiceberg's configuration).")
+]
+CatalogPropertiesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--catalog-property",
+        help="KEY=VALUE of pyiceberg's catalog (repeatable), e.g. type=rest uri=http://...; "
+        "replaces the default SQL catalog.",
+    ),
+]
+DecodeOption = Annotated[
+    str,
+    typer.Option("--decode", help="schema: add the typed value column (as for parquet)."),
+]
+
+
 @app.command("iceberg")
 def iceberg(
     topic: SourceTopic,
-    table: Annotated[
-        str, typer.Option("--table", help="The Iceberg table, <namespace>.<table> (made if new).")
-    ],
-    warehouse: Annotated[
-        Path,
-        typer.Option(
-            "--warehouse",
-            help="Directory of the default catalog (SQL, sqlite file catalog.db) and its tables.",
-        ),
-    ] = Path("danube-data/iceberg"),
-    catalog_name: Annotated[
-        str, typer.Option("--catalog", help="Catalog name (pyiceberg's configuration).")
-    ] = "danube",
-    catalog_properties: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--catalog-property",
-            help="KEY=VALUE of pyiceberg's catalog (repeatable), e.g. type=rest uri=http://...; "
-            "replaces the default SQL catalog.",
-        ),
-    ] = None,
+    table: TableOption,
+    warehouse: WarehouseOption = Path("danube-data/iceberg"),
+    catalog_name: CatalogNameOption = "danube",
+    catalog_properties: CatalogPropertiesOption = None,
     config: Config = None,
     etcd: Etcd = None,
     prefix: Prefix = None,
-    decode: Annotated[
-        str,
-        typer.Option("--decode", help="schema: add the typed value column (as for parquet)."),
-    ] = "none",
+    decode: DecodeOption = "none",
     master: Master = None,
     spark_log: SparkLog = DEFAULT_SPARK_LOG,
     json_output: Json = False,

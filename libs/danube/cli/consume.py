@@ -41,55 +41,68 @@ class Mode(StrEnum):
     poll = "poll"
 
 
+# The consume command's options.
+SubscriptionOption = Annotated[
+    str, typer.Option("--subscription", "-m", help="Subscription name (created if new).")
+]
+ConsumerNameOption = Annotated[
+    str, typer.Option("--consumer", "-n", help="This consumer's name (logs, stats).")
+]
+SubTypeOption = Annotated[
+    SubType, typer.Option("--sub-type", help="Subscription type of a new subscription.")
+]
+KeyFiltersOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--key-filter",
+        help="key-shared only: take only keys matching this glob (user-*, eu-?); repeatable.",
+    ),
+]
+StartOption = Annotated[
+    str,
+    typer.Option(
+        "--start",
+        help="Where a new subscription starts: earliest, latest, an offset or ts:<unix ms>.",
+    ),
+]
+CountOption = Annotated[
+    int | None, typer.Option("--count", "-c", min=1, help="Stop after this many messages.")
+]
+ModeOption = Annotated[
+    Mode, typer.Option("--mode", help="WebSocket stream with credits, or long-poll.")
+]
+TimeoutSOption = Annotated[
+    float,
+    typer.Option("--timeout", min=0.1, max=3600, help="Retry the attach for at most this (s)."),
+]
+NoAckOption = Annotated[
+    bool, typer.Option("--no-ack", help="Do not ack (the messages come again).")
+]
+SaveDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--save-dir",
+        help="Write each payload to DIR/<partition>-<offset>.bin and print its size and "
+        "path instead of the payload (large messages: files sent with produce --file).",
+        file_okay=False,
+    ),
+]
+
+
 def consume(
     topic: Topic,
-    subscription: Annotated[
-        str, typer.Option("--subscription", "-m", help="Subscription name (created if new).")
-    ],
+    subscription: SubscriptionOption,
     service_addr: ServiceAddr = "http://127.0.0.1:8080",
-    consumer_name: Annotated[
-        str, typer.Option("--consumer", "-n", help="This consumer's name (logs, stats).")
-    ] = "danube-cli",
-    sub_type: Annotated[
-        SubType, typer.Option("--sub-type", help="Subscription type of a new subscription.")
-    ] = SubType.exclusive,
-    key_filters: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--key-filter",
-            help="key-shared only: take only keys matching this glob (user-*, eu-?); repeatable.",
-        ),
-    ] = None,
-    start: Annotated[
-        str,
-        typer.Option(
-            "--start",
-            help="Where a new subscription starts: earliest, latest, an offset or ts:<unix ms>.",
-        ),
-    ] = "latest",
-    count: Annotated[
-        int | None, typer.Option("--count", "-c", min=1, help="Stop after this many messages.")
-    ] = None,
-    mode: Annotated[
-        Mode, typer.Option("--mode", help="WebSocket stream with credits, or long-poll.")
-    ] = Mode.stream,
+    consumer_name: ConsumerNameOption = "danube-cli",
+    sub_type: SubTypeOption = SubType.exclusive,
+    key_filters: KeyFiltersOption = None,
+    start: StartOption = "latest",
+    count: CountOption = None,
+    mode: ModeOption = Mode.stream,
     json_out: Json = False,
-    timeout_s: Annotated[
-        float,
-        typer.Option("--timeout", min=0.1, max=3600, help="Retry the attach for at most this (s)."),
-    ] = 10.0,
-    no_ack: Annotated[
-        bool, typer.Option("--no-ack", help="Do not ack (the messages come again).")
-    ] = False,
-    save_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--save-dir",
-            help="Write each payload to DIR/<partition>-<offset>.bin and print its size and "
-            "path instead of the payload (large messages: files sent with produce --file).",
-            file_okay=False,
-        ),
-    ] = None,
+    timeout_s: TimeoutSOption = 10.0,
+    no_ack: NoAckOption = False,
+    save_dir: SaveDirOption = None,
     max_redeliveries: fp.MaxRedeliveries = None,
     ack_timeout_ms: fp.AckTimeoutMs = None,
     backoff: fp.BackoffOpt = None,

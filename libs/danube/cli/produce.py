@@ -38,98 +38,111 @@ _COMPRESSIONS: dict[CompressionChoice, Literal["zstd", "lz4"] | None] = {
 }
 
 
+# The produce command's options.
+MessageOption = Annotated[str | None, typer.Option("--message", "-m", help="The message text.")]
+FileOption = Annotated[
+    Path | None,
+    typer.Option("--file", "-f", help="Send this file's bytes as the payload.", dir_okay=False),
+]
+AttributesOption = Annotated[
+    list[str] | None,
+    typer.Option("--attributes", "-a", help="name:value (repeat, or a:1,b:2)."),
+]
+CountOption = Annotated[
+    int, typer.Option("--count", "-c", min=1, max=COUNT_MAX, help="Send it this many times.")
+]
+IntervalMsOption = Annotated[
+    int,
+    typer.Option("--interval", "-i", min=0, help="Milliseconds between sends (0: batched, fast)."),
+]
+PartitionsOption = Annotated[
+    int | None,
+    typer.Option("--partitions", "-p", min=0, max=1024, help="Create the topic with N partitions."),
+]
+ReliableOption = Annotated[
+    bool,
+    typer.Option(
+        "--reliable/--non-reliable",
+        help="Dispatch mode of a topic this command creates (WAL + cloud, or in memory).",
+    ),
+]
+KeyOption = Annotated[
+    str | None, typer.Option("--key", help="Routing key: one key, one partition, in order.")
+]
+ProducerNameOption = Annotated[
+    str | None,
+    typer.Option(
+        "--producer-name",
+        "-n",
+        help="Stored with every message. Idempotent: names one producer, a new run of it "
+        "fences a running one (default: a name of its own, danube-client-<hex>).",
+    ),
+]
+TimeoutSOption = Annotated[
+    float,
+    typer.Option("--timeout", min=0.1, max=3600, help="Retry a batch for at most this (s)."),
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")]
+AccessModeOption = Annotated[
+    AccessMode | None,
+    typer.Option(
+        "--access-mode",
+        help="Hold a producer session while producing; exclusive: refused while another "
+        "producer is connected, and fences every other producer until it ends.",
+    ),
+]
+IdempotentOption = Annotated[
+    bool,
+    typer.Option(
+        "--idempotent/--no-idempotent",
+        help="Sequenced records, stored once however often a batch is retried.",
+    ),
+]
+CompressionOption = Annotated[
+    CompressionChoice,
+    typer.Option(
+        "--compression",
+        help="Store each payload compressed (when that makes it smaller); consumers get "
+        "it decompressed.",
+    ),
+]
+DeliverAfterMsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--deliver-after-ms",
+        min=0,
+        help="Deliver to shared and key-shared subscriptions this many ms after publish.",
+    ),
+]
+DeliverAtMsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--deliver-at-ms",
+        min=0,
+        help="Deliver to shared and key-shared subscriptions at this Unix time, ms.",
+    ),
+]
+
+
 def produce(
     topic: Topic,
     service_addr: ServiceAddr = "http://127.0.0.1:8080",
-    message: Annotated[
-        str | None, typer.Option("--message", "-m", help="The message text.")
-    ] = None,
-    file: Annotated[
-        Path | None,
-        typer.Option("--file", "-f", help="Send this file's bytes as the payload.", dir_okay=False),
-    ] = None,
-    attributes: Annotated[
-        list[str] | None,
-        typer.Option("--attributes", "-a", help="name:value (repeat, or a:1,b:2)."),
-    ] = None,
-    count: Annotated[
-        int, typer.Option("--count", "-c", min=1, max=COUNT_MAX, help="Send it this many times.")
-    ] = 1,
-    interval_ms: Annotated[
-        int,
-        typer.Option(
-            "--interval", "-i", min=0, help="Milliseconds between sends (0: batched, fast)."
-        ),
-    ] = 0,
-    partitions: Annotated[
-        int | None,
-        typer.Option(
-            "--partitions", "-p", min=0, max=1024, help="Create the topic with N partitions."
-        ),
-    ] = None,
-    reliable: Annotated[
-        bool,
-        typer.Option(
-            "--reliable/--non-reliable",
-            help="Dispatch mode of a topic this command creates (WAL + cloud, or in memory).",
-        ),
-    ] = True,
-    key: Annotated[
-        str | None, typer.Option("--key", help="Routing key: one key, one partition, in order.")
-    ] = None,
-    producer_name: Annotated[
-        str | None,
-        typer.Option(
-            "--producer-name",
-            "-n",
-            help="Stored with every message. Idempotent: names one producer, a new run of it "
-            "fences a running one (default: a name of its own, danube-client-<hex>).",
-        ),
-    ] = None,
-    timeout_s: Annotated[
-        float,
-        typer.Option("--timeout", min=0.1, max=3600, help="Retry a batch for at most this (s)."),
-    ] = 10.0,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
-    access_mode: Annotated[
-        AccessMode | None,
-        typer.Option(
-            "--access-mode",
-            help="Hold a producer session while producing; exclusive: refused while another "
-            "producer is connected, and fences every other producer until it ends.",
-        ),
-    ] = None,
-    idempotent: Annotated[
-        bool,
-        typer.Option(
-            "--idempotent/--no-idempotent",
-            help="Sequenced records, stored once however often a batch is retried.",
-        ),
-    ] = True,
-    compression: Annotated[
-        CompressionChoice,
-        typer.Option(
-            "--compression",
-            help="Store each payload compressed (when that makes it smaller); consumers get "
-            "it decompressed.",
-        ),
-    ] = CompressionChoice.none,
-    deliver_after_ms: Annotated[
-        int | None,
-        typer.Option(
-            "--deliver-after-ms",
-            min=0,
-            help="Deliver to shared and key-shared subscriptions this many ms after publish.",
-        ),
-    ] = None,
-    deliver_at_ms: Annotated[
-        int | None,
-        typer.Option(
-            "--deliver-at-ms",
-            min=0,
-            help="Deliver to shared and key-shared subscriptions at this Unix time, ms.",
-        ),
-    ] = None,
+    message: MessageOption = None,
+    file: FileOption = None,
+    attributes: AttributesOption = None,
+    count: CountOption = 1,
+    interval_ms: IntervalMsOption = 0,
+    partitions: PartitionsOption = None,
+    reliable: ReliableOption = True,
+    key: KeyOption = None,
+    producer_name: ProducerNameOption = None,
+    timeout_s: TimeoutSOption = 10.0,
+    quiet: QuietOption = False,
+    access_mode: AccessModeOption = None,
+    idempotent: IdempotentOption = True,
+    compression: CompressionOption = CompressionChoice.none,
+    deliver_after_ms: DeliverAfterMsOption = None,
+    deliver_at_ms: DeliverAtMsOption = None,
 ) -> None:
     """Produce messages to a topic; prints `<partition> <offset>` per message."""
     if (message is None) == (file is None):
