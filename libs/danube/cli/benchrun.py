@@ -358,6 +358,19 @@ async def bench_consume(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
     }
 
 
+def _after_ack(received_ns: dict[str, int], acked_ns: dict[str, int]) -> tuple[Latencies, int]:
+    """How long after its producer heard "stored" each sampled message was delivered, and
+    how many were delivered before that (the live path can beat the answer)."""
+    after_ack = Latencies()
+    before_ack = 0
+    for stamp, got_ns in received_ns.items():
+        acked = acked_ns.get(stamp)
+        if acked is not None:
+            before_ack += got_ns < acked
+            after_ack.add(max(got_ns - acked, 0) / 1e9)
+    return after_ack, before_ack
+
+
 async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) -> dict[str, Any]:
     """Produce and consume at once; send→stored and send→delivered latencies."""
     producing = _Producing(spec, meter, stamp=True)
@@ -414,13 +427,7 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
             await receiving
         elapsed = last_delivery - started
         await consumer.flush_acks()
-    after_ack = Latencies()
-    before_ack = 0
-    for stamp, got_ns in received_ns.items():
-        acked_ns = producing.acked_ns.get(stamp)
-        if acked_ns is not None:
-            before_ack += got_ns < acked_ns
-            after_ack.add(max(got_ns - acked_ns, 0) / 1e9)
+    after_ack, before_ack = _after_ack(received_ns, producing.acked_ns)
     return {
         **_base(spec),
         "mode": spec.mode,
