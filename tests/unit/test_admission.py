@@ -45,6 +45,8 @@ ALLOWED = "alice"
 class Rbac:
     """Alice may produce and consume anywhere; nobody else anything."""
 
+    enabled = True
+
     def __init__(self) -> None:
         self.asked: list[tuple[str, Permission, str, str]] = []
 

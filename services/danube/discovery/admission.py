@@ -142,6 +142,11 @@ class PayloadMessages:
 class Authorizer(Protocol):
     """RBAC (danube.discovery.security.SecurityGate): counts and audits its denials."""
 
+    @property
+    def enabled(self) -> bool:
+        """False: everything is allowed (nothing to ask, not even a resource to build)."""
+        ...
+
     def authorize(
         self, principal: str, permission: Permission, resource: Resource, *, action: str
     ) -> None:
@@ -240,7 +245,9 @@ class Admission:
         or raise the first refusal. ``producer_id``: the caller's producer session, if it
         has one; ``schema_id`` / ``schema_version``: the schema it wrote with, if it says;
         ``action``: how the door names the call in the audit log."""
-        self.security.authorize(principal, Permission.Produce, Resource.topic(topic), action=action)
+        security = self.security
+        if security.enabled:  # the hot path without security builds no resource
+            security.authorize(principal, Permission.Produce, Resource.topic(topic), action=action)
         self.fence.check(topic, producer_id)
         sequencing = messages.sequencing()
         limits = self.limits
@@ -270,7 +277,10 @@ class Admission:
     def consume(self, principal: Principal, topic: TopicName, *, action: str) -> None:
         """Admit ``principal`` to consume from ``topic`` (a topic or one partition), or
         raise PermissionDeniedError. Nothing to wait for: RBAC is decided from memory."""
-        self.security.authorize(principal, Permission.Consume, Resource.topic(topic), action=action)
+        if self.security.enabled:
+            self.security.authorize(
+                principal, Permission.Consume, Resource.topic(topic), action=action
+            )
 
     def payload_bytes_max(self, policies: Policies) -> int:
         """The largest payload a topic with ``policies`` takes: its ``max_message_bytes``,
