@@ -265,14 +265,14 @@ class Producer:
         """Store a JSON batch ``admitted`` (danube.discovery.admission); one result per
         message, in message order; a full instance answers 429 at once."""
         request = messages.request
-        records = encode_records(
-            request,
-            messages.payloads(),
-            publish_time_ms=int(time.time() * 1000),
-            schema=admitted.stamp,
-        )
-        keys = [m.key for m in request.messages]
         async with self._admitted():
+            records = encode_records(
+                request,
+                messages.payloads(),
+                publish_time_ms=int(time.time() * 1000),
+                schema=admitted.stamp,
+            )
+            keys = [m.key for m in request.messages]
             return await self._store(
                 admitted.topic,
                 records,
@@ -288,9 +288,9 @@ class Producer:
         """:meth:`produce` of a binary body (checked frames, danube.frame.produce): the same
         routing, with no record decoded or encoded again unless the topic has a schema
         (then its records are stamped)."""
-        if admitted.stamp is not None:
-            frames = stamped_frames(frames, admitted.stamp)
         async with self._admitted():
+            if admitted.stamp is not None:
+                frames = stamped_frames(frames, admitted.stamp)
             return await self._stored(
                 admitted.topic,
                 FramesBatch(frames),
