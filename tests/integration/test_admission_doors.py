@@ -21,9 +21,9 @@ from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.frame.produce import encode_produce_frame
 from danube.ingest import app as ingest_app
-from danube.runtime import free_port
 from danube.runtime.service import run_in_process
 from danube.security import generate_key, issue_token
+from danube.up import free_port
 from danube.wire.client import WireClient
 from tests.readiness import until_ready
 
