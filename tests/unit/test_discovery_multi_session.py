@@ -96,6 +96,7 @@ def _session(dispatcher: FakeDispatcher, catalog: FakeCatalog, socket: FakeSocke
         dispatcher=cast(Any, dispatcher),
         producers=unused,
         schemas=unused,
+        admission=unused,
         stream_topics_refresh_s=0.05,
     )
     selector = TopicSelector("ns", pattern=".*", topics_max=10)

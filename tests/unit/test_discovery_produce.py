@@ -1,5 +1,5 @@
-"""Discovery's produce admission: a full instance answers 429 at once, and a bad batch is
-refused before the topic is looked up or created."""
+"""Discovery's produce path: a full instance answers 429 at once, and a bad batch is
+refused by admission before the topic's policies are looked up or the topic created."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from typing import Any, cast
 import pytest
 
 from danube.bus import Bus, TopicName
+from danube.discovery.admission import Admission, Admitted, ProduceLimits
 from danube.discovery.catalog import Catalog
 from danube.discovery.errors import BadRequestError, OverLimitError, http_status
 from danube.discovery.models import ProduceRequest
-from danube.discovery.produce import Limits, Producer
+from danube.discovery.produce import JsonMessages, Limits, Producer
+from danube.discovery.producers import ExclusiveView
+from danube.discovery.security import SecurityGate
 from danube.meta.records import Policies, TopicConfig
 
 pytestmark = pytest.mark.unit
@@ -24,7 +27,7 @@ LIMITS = Limits(
 
 
 class BlockingCatalog:
-    """A catalog whose lookup waits until released, counting the calls it got."""
+    """A catalog whose lookups wait until released, counting the calls they got."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
@@ -38,7 +41,6 @@ class BlockingCatalog:
         raise BadRequestError("stop here")  # the test only cares about admission
 
     async def effective_policies(self, topic: TopicName) -> tuple[None, Policies]:
-        """The first lookup of an admitted produce: blocks like ``cached_topic``."""
         await self.cached_topic(topic)
         return None, Policies()
 
@@ -51,13 +53,16 @@ def _request(payload: str = "x", encoding: str = "utf8") -> ProduceRequest:
     return ProduceRequest.model_validate({"messages": [{"payload": payload, "encoding": encoding}]})
 
 
+ADMITTED = Admitted(T, Policies(), stamp=None, sequencing=None)
+
+
 async def test_a_full_instance_answers_429_at_once() -> None:
     catalog = BlockingCatalog()
     producer = _producer(catalog, max_inflight=1)
-    first = asyncio.create_task(producer.produce(T, _request()))
+    first = asyncio.create_task(producer.store(ADMITTED, [b"r"], [None], dispatch="reliable"))
     await asyncio.wait_for(catalog.entered.wait(), 5)
     with pytest.raises(OverLimitError) as caught:
-        await producer.produce(T, _request())
+        await producer.store(ADMITTED, [b"r"], [None], dispatch="reliable")
     assert (caught.value.code, http_status(caught.value), caught.value.retriable) == (
         "too_many_requests",
         429,
@@ -67,16 +72,21 @@ async def test_a_full_instance_answers_429_at_once() -> None:
     with pytest.raises(BadRequestError):
         await first
     assert catalog.lookups == 1
-    # The slot is free again: the next request gets through admission to the lookup.
+    # The slot is free again: the next request gets through to the lookup.
     with pytest.raises(BadRequestError):
-        await producer.produce(T, _request())
+        await producer.store(ADMITTED, [b"r"], [None], dispatch="reliable")
     assert catalog.lookups == 2
 
 
 async def test_a_bad_batch_never_reaches_the_catalog() -> None:
     catalog = BlockingCatalog()
-    producer = _producer(catalog, max_inflight=4)
+    admission = Admission(
+        ProduceLimits(messages_max=10, payload_bytes_max=1024),
+        security=SecurityGate.disabled(),
+        policies=catalog,
+        fence=ExclusiveView(),
+    )
     with pytest.raises(BadRequestError) as caught:
-        await producer.produce(T, _request("***", "base64"))
+        await admission.produce("anonymous", T, JsonMessages(_request("***", "base64")))
     assert caught.value.code == "bad_encoding"
     assert catalog.lookups == 0

@@ -70,3 +70,23 @@ def test_the_check_sees_a_foreign_import(tmp_path: Path) -> None:
         "danube.ingest",
         "danube.wire.dispatcher.client",
     ]
+
+
+def _imports_of(modules: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{path.relative_to(SERVICES_ROOT)}:{line} imports {module}"
+        for path in modules
+        for line, module in _imported_modules(path)
+        if module in forbidden or module.startswith(tuple(f"{f}." for f in forbidden))
+    ]
+
+
+def test_discoverys_doors_are_siblings_over_admission_and_the_core() -> None:
+    """The gRPC door imports nothing of the HTTP door; admission and the core no door
+    (DESIGN §10: every door calls admission the same way)."""
+    discovery = SERVICES_ROOT / "discovery"
+    grpc_door = sorted((discovery / "grpc_api").rglob("*.py"))
+    assert _imports_of(grpc_door, ("danube.discovery.api",)) == []
+    doors = ("danube.discovery.api", "danube.discovery.grpc_api", "fastapi", "starlette", "grpc")
+    shared = [discovery / "admission.py", discovery / "core.py"]
+    assert _imports_of(shared, doors) == []

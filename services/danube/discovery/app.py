@@ -12,6 +12,7 @@ from typing import Any
 import uvicorn
 
 from danube.config import DanubeSettings
+from danube.discovery.admission import Admission, ProduceLimits
 from danube.discovery.api import Services, build_app
 from danube.discovery.catalog import Catalog
 from danube.discovery.controller import Controller
@@ -72,12 +73,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         controller = Controller(settings, node_id=node_id, store=store)
         schemas = SchemaRegistry(store, default_mode=config.schema_compatibility)
         producer = Producer(
-            bus,
-            catalog,
-            Limits.from_settings(settings),
-            max_inflight=config.max_inflight_produce,
-            # Bindings and versions cached as topic configs are: etcd off the produce path.
-            schemas=SchemaGate(schemas, cache_ttl_s=config.topic_cache_ttl_s, refresher=refresher),
+            bus, catalog, Limits.from_settings(settings), max_inflight=config.max_inflight_produce
         )
         producers = ProducerSessions(
             store,
@@ -90,6 +86,14 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         # Roles and bindings too, before the first request is decided (docs/security.md).
         security = SecurityGate.from_config(settings.security, store)
         security_revision = await security.load()
+        admission = Admission(
+            ProduceLimits.from_settings(settings),
+            security=security,
+            policies=catalog,
+            fence=producers.view,
+            # Bindings and versions cached as topic configs are: etcd off the produce path.
+            schemas=SchemaGate(schemas, cache_ttl_s=config.topic_cache_ttl_s, refresher=refresher),
+        )
         services = Services(
             node_id=node_id,
             bus=bus,
@@ -102,6 +106,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             dispatcher=DispatcherClient(bus, timeout_s=config.produce_timeout_s),
             producers=producers,
             schemas=schemas,
+            admission=admission,
             objects=ObjectStore.from_config(settings.wal_cloud.cloud),
             objects_root=settings.wal_cloud.uploader.root_prefix,
             streams=StreamSlots(config.max_streams),

@@ -1,8 +1,9 @@
-"""Produce over HTTP: check the whole batch, route it, send one bus request per partition
-(split to fit the bus and ingest limits), concurrently, and answer in message order.
+"""Produce on the proxy path: store a batch admitted (danube.discovery.admission: every
+door's checks), route it, send one bus request per partition (split to fit the bus and
+ingest limits), concurrently, and answer in message order.
 
-Nothing is sent before every message of the batch has been decoded, checked against its
-limits and encoded as a record, so a bad message leaves no trace anywhere. The topic is
+Nothing is sent before every message of the batch has been decoded, admitted and encoded
+as a record, so a bad message leaves no trace anywhere. The topic is
 auto-created (when allowed) only after that check. A batch spread over several partitions
 is not atomic: when one partition fails, the others may have stored their messages, and a
 retried batch may store those again (at-least-once). An idempotent producer's batch
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from danube.bus import Bus, BusError, NoRespondersError, RemoteError, TopicName
 from danube.config import DanubeSettings
 from danube.discovery import metrics
+from danube.discovery.admission import Admitted
 from danube.discovery.catalog import Catalog
 from danube.discovery.errors import (
     BadRequestError,
@@ -33,23 +35,11 @@ from danube.discovery.errors import (
     UnavailableError,
 )
 from danube.discovery.models import MessageIn, ProduceRequest, ProduceResult, TopicSpec
-from danube.discovery.produce_batch import (
-    Batch,
-    FramesBatch,
-    LazyPayloads,
-    RecordsBatch,
-    check_payload_sizes,
-    stamped_frames,
-)
-from danube.discovery.produce_chunks import check_chunked, check_chunked_frames, chunked_limit
-from danube.discovery.produce_sequences import (
-    Sequencing,
-    check_target,
-    frames_sequencing,
-    json_sequencing,
-)
+from danube.discovery.produce_batch import Batch, FramesBatch, RecordsBatch, stamped_frames
+from danube.discovery.produce_chunks import check_chunked
+from danube.discovery.produce_sequences import Sequencing, check_target, json_sequencing
 from danube.discovery.routing import RoundRobin, group, route, split
-from danube.discovery.schema_gate import SchemaGate, Stamp
+from danube.discovery.schema_gate import Stamp
 from danube.frame import Record, encode_record
 from danube.frame.produce import ProducedFrames
 from danube.meta.records import Dispatch, Policies
@@ -192,8 +182,39 @@ class Limits:
         )
 
 
+class JsonMessages:
+    """A JSON body's messages as admission reads them (danube.discovery.admission.Messages):
+    the payloads are decoded (base64 or UTF-8) when admission asks for their sizes, the
+    first bad or oversize one refused as they go."""
+
+    __slots__ = ("_decoded", "request")
+
+    def __init__(self, request: ProduceRequest) -> None:
+        self.request = request
+        self._decoded: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.request.messages)
+
+    def sequencing(self) -> Sequencing | None:
+        return json_sequencing(self.request)
+
+    def payload_sizes(self, payload_bytes_max: int) -> Sequence[int]:
+        messages = self.request.messages
+        self._decoded = [decode_payload(m, i, payload_bytes_max) for i, m in enumerate(messages)]
+        return [len(payload) for payload in self._decoded]
+
+    def payloads(self) -> Sequence[bytes]:
+        """The decoded payloads (once :meth:`payload_sizes` decoded them)."""
+        return self._decoded
+
+    def check_chunked(self, limit: int) -> None:
+        check_chunked((m.attributes for m in self.request.messages), limit)
+
+
 class Producer:
-    """Produces HTTP batches through the bus; at most ``max_inflight`` at once."""
+    """Stores admitted batches (danube.discovery.admission) through the bus; at most
+    ``max_inflight`` at once."""
 
     def __init__(
         self,
@@ -202,12 +223,10 @@ class Producer:
         limits: Limits,
         *,
         max_inflight: int,
-        schemas: SchemaGate | None = None,
     ) -> None:
         self.bus = bus
         self.catalog = catalog
         self.limits = limits
-        self.schemas = schemas
         self.client = IngestClient(bus)
         self._robin = RoundRobin()
         self._slots = asyncio.Semaphore(max_inflight)
@@ -242,97 +261,44 @@ class Producer:
         if unplaced:
             log.info("topic %s: left to its first produce: %s", topic, "; ".join(unplaced))
 
-    async def produce(self, topic: TopicName, request: ProduceRequest) -> list[ProduceResult]:
-        """Store the batch; one result per message, in message order. A bad batch is refused
-        before any lookup, a full instance before any work (429); a topic with a schema
-        checks the payloads first (:mod:`danube.discovery.schema_gate`). Sequenced messages
-        keep to :mod:`danube.discovery.produce_sequences` (400 otherwise)."""
-        sequencing = json_sequencing(request)
-        try:
-            payloads = decode_payloads(
-                request,
-                max_payload_bytes=self.limits.max_payload_bytes,
-                max_messages=self.limits.max_messages,
-            )
-        except TooLargeError as exc:
-            metrics.POLICY_REFUSALS.labels(exc.code).inc()
-            raise
+    async def produce(self, admitted: Admitted, messages: JsonMessages) -> list[ProduceResult]:
+        """Store a JSON batch ``admitted`` (danube.discovery.admission); one result per
+        message, in message order; a full instance answers 429 at once."""
+        request = messages.request
         async with self._admitted():
-            _, policies = await self.catalog.effective_policies(topic)
-            limit = self._max_message_bytes(policies)
-            for index, payload in enumerate(payloads):
-                if len(payload) > limit:
-                    metrics.POLICY_REFUSALS.labels("payload_too_large").inc()
-                    raise TooLargeError(
-                        f"messages[{index}].payload is {len(payload)} bytes, over the limit "
-                        f"of {limit}",
-                        code="payload_too_large",
-                        limit=limit,
-                    )
-            check_chunked((m.attributes for m in request.messages), chunked_limit(policies))
-            stamp = None
-            if self.schemas is not None:
-                stamp = await self.schemas.admit(topic, payloads, version=request.schema_version)
             records = encode_records(
-                request, payloads, publish_time_ms=int(time.time() * 1000), schema=stamp
+                request,
+                messages.payloads(),
+                publish_time_ms=int(time.time() * 1000),
+                schema=admitted.stamp,
             )
             keys = [m.key for m in request.messages]
             return await self._store(
-                topic, records, keys, request.dispatch, policies, sequencing=sequencing
+                admitted.topic,
+                records,
+                keys,
+                request.dispatch,
+                admitted.policies,
+                sequencing=admitted.sequencing,
             )
 
     async def produce_frames(
-        self,
-        topic: TopicName,
-        frames: ProducedFrames,
-        *,
-        dispatch: Dispatch,
-        schema_version: int | None = None,
+        self, admitted: Admitted, frames: ProducedFrames, *, dispatch: Dispatch
     ) -> Stored:
         """:meth:`produce` of a binary body (checked frames, danube.frame.produce): the same
-        limits, policies, schema check, sequence rules and routing, with no record decoded
-        or encoded again unless the topic has a schema (then its records are stamped)."""
-        sizes = frames.payload_sizes
-        sequencing = frames_sequencing(frames)
-        try:
-            if len(sizes) > self.limits.max_messages:
-                raise TooLargeError(
-                    f"over {self.limits.max_messages} messages, the limit per request",
-                    code="too_many_messages",
-                    limit=self.limits.max_messages,
-                )
-            check_payload_sizes(sizes, self.limits.max_payload_bytes)
-        except TooLargeError as exc:
-            metrics.POLICY_REFUSALS.labels(exc.code).inc()
-            raise
+        routing, with no record decoded or encoded again unless the topic has a schema
+        (then its records are stamped)."""
         async with self._admitted():
-            _, policies = await self.catalog.effective_policies(topic)
-            try:
-                check_payload_sizes(sizes, self._max_message_bytes(policies))
-            except TooLargeError as exc:
-                metrics.POLICY_REFUSALS.labels(exc.code).inc()
-                raise
-            check_chunked_frames(frames, chunked_limit(policies))
-            if self.schemas is not None:
-                payloads = LazyPayloads(frames)
-                stamp = await self.schemas.admit(topic, payloads, version=schema_version)
-                if stamp is not None:
-                    frames = stamped_frames(frames, stamp)
+            if admitted.stamp is not None:
+                frames = stamped_frames(frames, admitted.stamp)
             return await self._stored(
-                topic, FramesBatch(frames), frames.keys, dispatch, policies, sequencing
+                admitted.topic,
+                FramesBatch(frames),
+                frames.keys,
+                dispatch,
+                admitted.policies,
+                admitted.sequencing,
             )
-
-    async def max_message_bytes(self, topic: TopicName) -> int:
-        """The largest payload ``topic`` takes: its policy's (docs/policies.md), never more
-        than the cluster's ``ingest.max_message_bytes``."""
-        _, policies = await self.catalog.effective_policies(topic)
-        return self._max_message_bytes(policies)
-
-    def _max_message_bytes(self, policies: Policies) -> int:
-        return min(
-            policies.max_message_bytes or self.limits.max_payload_bytes,
-            self.limits.max_payload_bytes,
-        )
 
     @contextlib.asynccontextmanager
     async def _admitted(self) -> AsyncIterator[None]:
@@ -344,18 +310,17 @@ class Producer:
 
     async def store(
         self,
-        topic: TopicName,
+        admitted: Admitted,
         records: Sequence[bytes],
         keys: Sequence[str | None],
         *,
         dispatch: Dispatch,
     ) -> list[ProduceResult]:
-        """Store encoded records in ``topic``: a topic (routed over its partitions by key,
+        """Store encoded records ``admitted``: to a topic (routed over its partitions by key,
         auto-created with ``dispatch`` when allowed) or one partition of an existing topic
         (``<t>-part-N``, as Danube's clients name them). One result per record, in order."""
         async with self._admitted():
-            _, policies = await self.catalog.effective_policies(topic)
-            return await self._store(topic, records, keys, dispatch, policies)
+            return await self._store(admitted.topic, records, keys, dispatch, admitted.policies)
 
     async def _store(
         self,

@@ -21,12 +21,15 @@ key or round robin would cut one run of sequences over several partitions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from danube.discovery.errors import BadRequestError
-from danube.discovery.models import ProduceRequest
 from danube.frame import RECORD_VERSION, record_sequence
 from danube.frame.produce import ProducedFrames
 from danube.meta import TopicName
+
+if TYPE_CHECKING:  # admission reads these rules and imports no HTTP body
+    from danube.discovery.models import ProduceRequest
 
 INVALID_SEQUENCE = "invalid_sequence"
 """400: sequences on some messages only, not consecutive, or of several producers or epochs."""

@@ -18,7 +18,7 @@ from starlette.types import Scope
 from danube.discovery.api.consume import parse_consumer_id
 from danube.discovery.api.state import services_of
 from danube.discovery.errors import BadRequestError
-from danube.discovery.security import SecurityGate
+from danube.discovery.security import ANONYMOUS, SecurityGate
 from danube.names import InvalidNameError, TopicName
 from danube.security import Permission, PermissionDeniedError, Resource, SecurityError
 
@@ -170,15 +170,13 @@ def principal_from_request(connection: HTTPConnection, gate: SecurityGate) -> st
     )
 
 
-def authorize_before_routing(
-    scope: Scope, gate: SecurityGate, permission: Permission, resource: Resource, action: str
-) -> None:
-    """The guard's decision for a request answered before routing (the produce fast path,
-    api/produce.py): the same principal, rule and errors, counted and audited the same."""
+def principal_of_scope(scope: Scope, gate: SecurityGate) -> str:
+    """The principal of a request answered before routing (the produce fast path,
+    api/produce.py), from its ASGI scope: the guard's, with the same errors, counted and
+    audited the same. Authorization is admission's (danube.discovery.admission)."""
     if not gate.enabled:
-        return
-    principal = principal_from_request(HTTPConnection(scope), gate)
-    gate.authorize(principal, permission, resource, action=action)
+        return ANONYMOUS
+    return principal_from_request(HTTPConnection(scope), gate)
 
 
 def _template(connection: HTTPConnection) -> tuple[str, str]:
@@ -194,7 +192,7 @@ async def guard(connection: HTTPConnection) -> None:
     ``connection.state.principal``; a WebSocket's refusal in ``connection.state.refusal``."""
     gate = services_of(connection).security
     if not gate.enabled:
-        connection.state.principal = "anonymous"
+        connection.state.principal = ANONYMOUS
         return
     method, path = _template(connection)
     if (method, path) in PUBLIC:

@@ -179,13 +179,13 @@ class MultiStream:
         refused: list[tuple[str, BaseException]] = []
         action = f"stream /v1/namespaces/{self.namespace}/subscriptions/{self.sub}"
         for name in names:
-            resource = Resource.topic(TopicName(self.namespace, name))
+            topic = TopicName(self.namespace, name)
             if self.selector.listed is None:
-                if gate.decision(self.principal, Permission.Consume, resource).allowed:
+                if gate.decision(self.principal, Permission.Consume, Resource.topic(topic)).allowed:
                     readable.append(name)
                 continue
             try:
-                gate.authorize(self.principal, Permission.Consume, resource, action=action)
+                self.services.admission.consume(self.principal, topic, action=action)
                 readable.append(name)
             except SecurityError as exc:
                 refused.append((name, exc))

@@ -18,31 +18,34 @@ import logging
 import re
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.types import Scope
 
-from danube.discovery.api.auth import authorize_before_routing
+from danube.discovery.admission import FramesMessages
+from danube.discovery.api.auth import principal_of_scope
 from danube.discovery.api.failures import danube_error_answer
 from danube.discovery.api.params import Namespace, ProduceTopic
 from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.catalog import produce_topic
 from danube.discovery.errors import error_body
 from danube.discovery.models import ProduceRequest, ProduceResponse
+from danube.discovery.produce import JsonMessages
 from danube.discovery.produce_binary import (
     parse_binary_params,
     runs_answer,
     scan_body,
 )
 from danube.discovery.produce_body import parse_produce, produce_answer
+from danube.discovery.security import ANONYMOUS
 from danube.errors import DanubeError
 from danube.meta import TopicName
-from danube.security import Permission, Resource
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1")
 
 PRODUCE_TEMPLATE = "/v1/topics/{ns}/{topic}/messages"
+_ACTION = f"POST {PRODUCE_TEMPLATE}"  # in the audit log
 _PRODUCE_PATH = re.compile(r"/v1/topics/([^/]+)/([^/]+)/messages")
 _JSON_TYPES = frozenset({b"application/json", b"application/json; charset=utf-8"})
 RECORDS_TYPE = "application/vnd.danube.records"
@@ -57,15 +60,29 @@ Answer = tuple[int, bytes, dict[str, str] | None]
     response_model_exclude_none=True,  # "duplicate" only on a resend's results
 )
 async def produce(
-    ns: Namespace, topic: ProduceTopic, body: ProduceRequest, services: ServicesDep
+    ns: Namespace,
+    topic: ProduceTopic,
+    body: ProduceRequest,
+    services: ServicesDep,
+    request: Request,
 ) -> ProduceResponse:
     """Store a batch of messages; one ``{partition, offset}`` per message, in order. 409
     ``producer_fenced`` while an exclusive producer other than ``producer_id`` holds the
     topic. ``topic`` may name one partition (``<t>-part-N``), as an idempotent producer's
     sequenced messages must for a partitioned topic (400 ``partition_required``)."""
     name = produce_topic(ns, topic)
-    await services.producers.check(name, body.producer_id)
-    return ProduceResponse(results=await services.producer.produce(name, body))
+    # The guard authenticated (and authorized the route, before its body was read).
+    principal = getattr(request.state, "principal", ANONYMOUS)
+    messages = JsonMessages(body)
+    admitted = await services.admission.produce(
+        principal,
+        name,
+        messages,
+        producer_id=body.producer_id,
+        schema_version=body.schema_version,
+        action=_ACTION,
+    )
+    return ProduceResponse(results=await services.producer.produce(admitted, messages))
 
 
 def is_produce(scope: Scope) -> bool:
@@ -106,27 +123,20 @@ async def fast_produce(services: Services, scope: Scope, body: bytes) -> Answer 
         name = produce_topic(match[1], match[2])
     except DanubeError:
         return None  # the route's 400 names the rule
+    messages = JsonMessages(request)
     try:
-        await _admit(services, scope, name, request.producer_id)
-        results = await services.producer.produce(name, request)
+        admitted = await services.admission.produce(
+            principal_of_scope(scope, services.security),
+            name,
+            messages,
+            producer_id=request.producer_id,
+            schema_version=request.schema_version,
+            action=_ACTION,
+        )
+        results = await services.producer.produce(admitted, messages)
     except Exception as exc:
         return _failed(exc, name)
     return 200, produce_answer([(r.partition, r.offset, bool(r.duplicate)) for r in results]), None
-
-
-async def _admit(
-    services: Services, scope: Scope, name: TopicName, producer_id: str | None
-) -> None:
-    """What both bodies check before routing: the principal may produce to ``name``, and a
-    producer session, if one is named, holds it."""
-    authorize_before_routing(
-        scope,
-        services.security,
-        Permission.Produce,
-        Resource.topic(name),
-        action=f"POST {PRODUCE_TEMPLATE}",
-    )
-    await services.producers.check(name, producer_id)
 
 
 def _failed(exc: Exception, name: TopicName | None) -> Answer:
@@ -143,20 +153,26 @@ async def _binary_produce(
     services: Services, scope: Scope, ns: str, topic: str, body: bytes
 ) -> Answer:
     """A binary produce, answered here whatever happens (the route knows JSON only). The
-    order of checks is the JSON path's: the name, the body, authorization, the producer
-    session, then the producer's (limits, policies, schema, routing)."""
+    order of checks is the JSON path's: the name, the body, authentication, then
+    admission's (danube.discovery.admission), then routing."""
     name = None
     try:
         name = produce_topic(ns, topic)
         params = parse_binary_params(scope["query_string"])
-        limits = services.producer.limits
+        admission = services.admission
+        limits = admission.limits
         frames = scan_body(
-            body, max_messages=limits.max_messages, max_payload_bytes=limits.max_payload_bytes
+            body, max_messages=limits.messages_max, max_payload_bytes=limits.payload_bytes_max
         )
-        await _admit(services, scope, name, params.producer_id)
-        stored = await services.producer.produce_frames(
-            name, frames, dispatch=params.dispatch, schema_version=params.schema_version
+        admitted = await admission.produce(
+            principal_of_scope(scope, services.security),
+            name,
+            FramesMessages(frames),
+            producer_id=params.producer_id,
+            schema_version=params.schema_version,
+            action=_ACTION,
         )
+        stored = await services.producer.produce_frames(admitted, frames, dispatch=params.dispatch)
     except Exception as exc:
         return _failed(exc, name)
     answer = runs_answer(

@@ -1,73 +1,17 @@
-"""What the HTTP handlers use, held by the app (``app.state.services``) and handed to each
-route through FastAPI's dependency injection, so tests can build the app over any of it."""
+"""What the HTTP handlers use: the instance's :class:`~danube.discovery.core.Services`, held
+by the app (``app.state.services``) and handed to each route through FastAPI's dependency
+injection, so tests can build the app over any of it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Annotated, Protocol
+from typing import Annotated
 
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
-from danube.bus import Bus
-from danube.discovery.catalog import Catalog
-from danube.discovery.produce import Producer
-from danube.discovery.producers import ProducerSessions
-from danube.discovery.schemas import SchemaRegistry
-from danube.discovery.security import SecurityGate
-from danube.discovery.stream_protocol import StreamSlots
-from danube.discovery.topic_lists import TopicLists
-from danube.meta import MetaStore
-from danube.storage import ObjectStore
-from danube.wire.dispatcher.client import DispatcherClient
+from danube.discovery.core import ControllerView, Services
 
-
-class ControllerView(Protocol):
-    """The part of the controller the API reads (``GET /v1/cluster``)."""
-
-    @property
-    def is_leader(self) -> bool:
-        """Whether this instance leads the cluster right now."""
-        ...
-
-    async def leader(self) -> str | None:
-        """The node id of the current leader, if any."""
-        ...
-
-
-@dataclass(frozen=True)
-class Services:
-    """One discovery instance's connections and logic."""
-
-    node_id: str
-    bus: Bus
-    store: MetaStore
-    catalog: Catalog
-    producer: Producer
-    controller: ControllerView
-    dispatcher: DispatcherClient
-    # Producer sessions and access modes; every front door checks a produce against them.
-    producers: ProducerSessions
-    # The schema registry and topic bindings (docs/schemas.md).
-    schemas: SchemaRegistry
-    # Object storage, to delete a deleted topic's objects (None: leave them).
-    objects: ObjectStore | None = None
-    objects_root: str = ""  # wal_cloud.uploader.root_prefix: where topics' objects live
-    ready_timeout_s: float = 2.0
-    # Open consumer streams (WebSocket), up to discovery.max_streams.
-    streams: StreamSlots = field(default_factory=lambda: StreamSlots(1024))
-    # A stream with no credits still tells the dispatcher its consumer is alive this often,
-    # well within dispatcher.consumer_session_timeout_s.
-    stream_keepalive_s: float = 20.0
-    # Many-topics streams (api/multi_stream.py): the topics one stream joins at most, and
-    # how often it lists its namespace's topics to join new ones (docs/http-api.md).
-    stream_topics_max: int = 256
-    stream_topics_refresh_s: float = 2.0
-    # The namespaces' topic lists those streams read, shared by all of them (None: each
-    # stream lists through the catalog itself).
-    topic_lists: TopicLists | None = None
-    # Authentication and authorization of both front doors (off: everything allowed).
-    security: SecurityGate = field(default_factory=SecurityGate.disabled)
+__all__ = ["ControllerView", "Services", "ServicesDep", "get_services", "services_of"]
 
 
 def services_of(connection: HTTPConnection) -> Services:

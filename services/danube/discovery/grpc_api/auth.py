@@ -14,7 +14,7 @@ from typing import Any
 
 from danube.discovery.catalog import client_topic
 from danube.discovery.grpc_api.clients import Clients
-from danube.discovery.security import SecurityGate
+from danube.discovery.security import ANONYMOUS, SecurityGate
 from danube.security import Permission, Resource
 
 P = Permission
@@ -24,10 +24,13 @@ ResourceOf = Callable[[Any, Clients], Resource | None]
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A method's permission and resource (None: authentication is enough)."""
+    """A method's permission and resource (None: authentication is enough). ``admitted``:
+    the handler authenticates the call and admission (danube.discovery.admission) decides
+    the permission, as on every other produce door; the table says it for readers."""
 
     permission: Permission | None
     resource: ResourceOf
+    admitted: bool = False
 
 
 def _cluster(_: Any, __: Clients) -> Resource:
@@ -51,8 +54,8 @@ def _consumer(request: Any, clients: Clients) -> Resource | None:
     return None if entry is None else Resource.topic(entry.topic)
 
 
-def _rule(permission: Permission | None, resource: ResourceOf) -> Rule:
-    return Rule(permission, resource)
+def _rule(permission: Permission | None, resource: ResourceOf, *, admitted: bool = False) -> Rule:
+    return Rule(permission, resource, admitted)
 
 
 # "<service>/<method>" -> rule. docs/security.md has this table for readers.
@@ -60,7 +63,7 @@ METHODS: dict[str, Rule] = {
     "danube.Discovery/TopicLookup": _rule(P.Lookup, _field("topic")),
     "danube.Discovery/TopicPartitions": _rule(P.Lookup, _field("topic")),
     "danube.ProducerService/CreateProducer": _rule(P.Produce, _field("topic_name")),
-    "danube.ProducerService/SendMessage": _rule(P.Produce, _msg_id_topic),
+    "danube.ProducerService/SendMessage": _rule(P.Produce, _msg_id_topic, admitted=True),
     "danube.ConsumerService/Subscribe": _rule(P.Consume, _field("topic_name")),
     "danube.ConsumerService/ReceiveMessages": _rule(P.Consume, _consumer),
     "danube.ConsumerService/Ack": _rule(P.Consume, _msg_id_topic),
@@ -109,6 +112,8 @@ def principal_from_call(context: Any, gate: SecurityGate) -> str:
     """The principal of a call: its ``authorization: Bearer`` metadata's ``sub``, else the
     verified client certificate's subject, else UnauthenticatedError. THE one place gRPC
     reads who is asking."""
+    if not gate.enabled:
+        return ANONYMOUS
     authorization = None
     for key, value in context.invocation_metadata() or ():
         if key == "authorization":
@@ -119,11 +124,12 @@ def principal_from_call(context: Any, gate: SecurityGate) -> str:
 
 def guard(gate: SecurityGate, clients: Clients, method: str, request: Any, context: Any) -> None:
     """Raise UnauthenticatedError or PermissionDeniedError unless the call may run.
-    ``request`` None (it did not decode; it is refused next): authentication only."""
-    if not gate.enabled:
+    ``request`` None (it did not decode; it is refused next): authentication only. A
+    method its handler admits (:attr:`Rule.admitted`) is left to the handler whole."""
+    rule = METHODS[method]
+    if not gate.enabled or (rule.admitted and request is not None):
         return
     principal = principal_from_call(context, gate)
-    rule = METHODS[method]
     if rule.permission is None or request is None:
         return
     resource = rule.resource(request, clients)

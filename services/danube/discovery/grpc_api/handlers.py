@@ -1,4 +1,5 @@
-"""Danube's client API (DESIGN §10) over the same internals as the HTTP API: the produce
+"""Danube's client API (DESIGN §10) over the same internals as the HTTP API (the instance's
+danube.discovery.core.Services): admission (danube.discovery.admission) and the produce
 path (danube.discovery.produce), the dispatcher client, the catalog.
 
 Topic names are Danube's: ``/<ns>/<topic>`` or a partition ``/<ns>/<topic>-part-N``.
@@ -16,9 +17,9 @@ from collections.abc import AsyncIterator, Sequence
 from functools import partial
 from typing import Any
 
-from danube.discovery import metrics
-from danube.discovery.api.state import Services
+from danube.discovery.admission import PayloadMessages
 from danube.discovery.catalog import client_topic
+from danube.discovery.core import Services
 from danube.discovery.errors import (
     BadRequestError,
     ConflictError,
@@ -27,9 +28,9 @@ from danube.discovery.errors import (
 )
 from danube.discovery.grpc_api import requests
 from danube.discovery.grpc_api.acks import AckBatcher
+from danube.discovery.grpc_api.auth import principal_from_call
 from danube.discovery.grpc_api.clients import Clients, ConsumerEntry, ProducerEntry
 from danube.discovery.models import TopicSpec
-from danube.discovery.produce_chunks import check_chunked, chunked_limit
 from danube.discovery.producers import ProducerSessions
 from danube.errors import DanubeError
 from danube.frame import (
@@ -43,7 +44,6 @@ from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Dispatch
 from danube.wire import DanubeApi_pb2 as pb
-from danube.wire.chunks import TOTAL_BYTES_ATTRIBUTE
 from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ RECEIVE_BATCH = 1000
 RECEIVE_WAIT_MS = 5_000
 _REATTACH_BASE_S = 0.1
 _REATTACH_CAP_S = 2.0
+_SEND_ACTION = "grpc danube.ProducerService/SendMessage"  # in the audit log
 
 
 class DanubeApi:
@@ -153,6 +154,9 @@ class DanubeApi:
         )
 
     async def send_message(self, request: Any, context: Any) -> Any:
+        # Authenticated here, then admitted as on every produce door (the guard leaves this
+        # method to its handler: grpc_api/auth.py).
+        principal = principal_from_call(context, self.services.security)
         msg_id = request.msg_id
         topic = client_topic(msg_id.topic_name)
         entry = self.clients.producers.get(msg_id.producer_id)
@@ -162,27 +166,17 @@ class DanubeApi:
             session_id = entry.session_id
         # Stateless past the entry: a producer this instance forgot (a restart) still sends,
         # unless the topic has an exclusive producer that is not it.
-        await self.sessions.check(topic, session_id)
-        limit = await self.services.producer.max_message_bytes(topic)  # the topic's policy
-        if len(request.payload) > limit:
-            metrics.POLICY_REFUSALS.labels("payload_too_large").inc()
-            raise BadRequestError(
-                f"payload is {len(request.payload)} bytes, over the limit of {limit}",
-                code="payload_too_large",
-            )
-        if TOTAL_BYTES_ATTRIBUTE in request.attributes:  # a chunk (danube.wire.chunks)
-            _, policies = await self.services.producer.catalog.effective_policies(topic)
-            check_chunked([request.attributes], chunked_limit(policies))
+        admitted = await self.services.admission.produce(
+            principal,
+            topic,
+            PayloadMessages([request.payload], [request.attributes]),
+            producer_id=session_id,
+            schema_id=request.schema_id if request.HasField("schema_id") else None,
+            schema_version=request.schema_version if request.HasField("schema_version") else None,
+            action=_SEND_ACTION,
+        )
         key = request.routing_key if request.HasField("routing_key") else None
-        stamp = None
-        gate = self.services.producer.schemas
-        if gate is not None:  # a topic with a schema: checked and stamped (docs/schemas.md)
-            stamp = await gate.admit(
-                topic,
-                [request.payload],
-                schema_id=request.schema_id if request.HasField("schema_id") else None,
-                version=request.schema_version if request.HasField("schema_version") else None,
-            )
+        stamp = admitted.stamp  # a topic with a schema: checked and stamped (docs/schemas.md)
         try:
             record = encode_record(
                 Record(
@@ -197,7 +191,7 @@ class DanubeApi:
             )
         except InvalidRecordError as exc:
             raise BadRequestError(str(exc), code="invalid_record") from exc
-        await self.services.producer.store(topic, [record], [key], dispatch="reliable")
+        await self.services.producer.store(admitted, [record], [key], dispatch="reliable")
         return pb.MessageResponse(request_id=request.request_id)
 
     # --- ConsumerService ------------------------------------------------------------------------

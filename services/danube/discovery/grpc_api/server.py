@@ -18,7 +18,7 @@ import grpc
 
 from danube import trace
 from danube.config import DiscoveryConfig
-from danube.discovery.api.state import Services
+from danube.discovery.core import Services
 from danube.discovery.grpc_api.auth import guard
 from danube.discovery.grpc_api.clients import Clients
 from danube.discovery.grpc_api.handlers import DanubeApi
