@@ -37,6 +37,7 @@ from danube.meta.records import (
     TopicConfig,
 )
 from danube.names import InvalidNameError, validate_segment, validate_user_topic
+from danube.wire import codes
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ class Catalog:
                 f"namespace {name} changed during the update", code="conflict"
             ) from None
         if found is None:
-            raise NotFoundError(f"namespace {name} does not exist", code="namespace_not_found")
+            raise NotFoundError(f"namespace {name} does not exist", code=codes.NAMESPACE_NOT_FOUND)
         updated = found[1]
         log.info("namespace %s updated: %s", name, changed)
         self._remember_namespace(name, updated)
@@ -226,7 +227,7 @@ class Catalog:
         """The namespace's policy; NotFoundError if it does not exist."""
         found = await self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy)
         if found is None:
-            raise NotFoundError(f"namespace {name} does not exist", code="namespace_not_found")
+            raise NotFoundError(f"namespace {name} does not exist", code=codes.NAMESPACE_NOT_FOUND)
         return found
 
     async def list_namespaces(self) -> list[str]:
@@ -243,7 +244,7 @@ class Catalog:
             )
         found = await self.store.get(key)
         if found is None:
-            raise NotFoundError(f"namespace {name} does not exist", code="namespace_not_found")
+            raise NotFoundError(f"namespace {name} does not exist", code=codes.NAMESPACE_NOT_FOUND)
         if await self.store.range(meta_keys.topics_prefix(name), limit=1):
             raise ConflictError(f"namespace {name} still has topics", code="namespace_not_empty")
         # A topic created meanwhile compared on the namespace key, so it either landed before
@@ -291,7 +292,7 @@ class Catalog:
             kv = result.first_kv()
             if kv is None:
                 raise NotFoundError(
-                    f"namespace {topic.namespace} does not exist", code="namespace_not_found"
+                    f"namespace {topic.namespace} does not exist", code=codes.NAMESPACE_NOT_FOUND
                 )
             existing = decode_model(kv, TopicConfig)
         if not _same_topic(existing, spec):
@@ -354,7 +355,7 @@ class Catalog:
         except UpdateRacedError:
             raise ConflictError(f"topic {topic} {raced}", code="conflict") from None
         if found is None:
-            raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+            raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
         self._remember(topic, found[1])
         return found
 
@@ -408,7 +409,7 @@ class Catalog:
         """The topic's config, read from etcd; NotFoundError if it does not exist."""
         found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
         if found is None:
-            raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+            raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
         self._remember(topic, found)
         return found
 
@@ -483,7 +484,7 @@ class Catalog:
         key = meta_keys.topic_key(topic)
         found = await self.store.get_model_kv(key, TopicConfig)
         if found is None:
-            raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+            raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
         config, kv = found
         if not await self.store.compare_and_delete(key, expected_mod_revision=kv.mod_revision):
             raise ConflictError(f"topic {topic} changed while being deleted", code="conflict")

@@ -44,6 +44,7 @@ from danube.frame import Record, encode_record
 from danube.frame.produce import ProducedFrames
 from danube.meta.records import Dispatch, Policies
 from danube.runtime.topic_metrics import topic_label
+from danube.wire import codes
 from danube.wire.ingest.client import IngestClient
 from danube.wire.ingest.protocol import ProduceReply
 from danube.wire.limits import (
@@ -86,7 +87,7 @@ def decode_payload(message: MessageIn, index: int, max_payload_bytes: int) -> by
         raise TooLargeError(
             f"messages[{index}].payload is {len(payload)} bytes, over the limit of "
             f"{max_payload_bytes}",
-            code="payload_too_large",
+            code=codes.PAYLOAD_TOO_LARGE,
             limit=max_payload_bytes,
         )
     return payload
@@ -378,7 +379,7 @@ class Producer:
             return config.partitions
         if not self.limits.auto_create:
             raise NotFoundError(
-                f"topic {topic} does not exist and auto-creation is off", code="topic_not_found"
+                f"topic {topic} does not exist and auto-creation is off", code=codes.TOPIC_NOT_FOUND
             )
         created, _ = await self.catalog.create_topic(topic, TopicSpec(dispatch=dispatch))
         return created.partitions
@@ -389,7 +390,7 @@ class Producer:
         config = await self.catalog.cached_topic(partition.parent)
         assert partition.partition is not None
         if config is None or config.partitions <= partition.partition:
-            raise NotFoundError(f"topic {partition} does not exist", code="topic_not_found")
+            raise NotFoundError(f"topic {partition} does not exist", code=codes.TOPIC_NOT_FOUND)
         return config.partitions
 
     async def _send(
@@ -410,7 +411,7 @@ class Producer:
             raise TooLargeError(
                 f"messages[{too_big[0]}] does not fit in one bus message "
                 f"({max_request_bytes} bytes)",
-                code="payload_too_large",
+                code=codes.PAYLOAD_TOO_LARGE,
                 limit=max_request_bytes,
             )
         offsets = [0] * len(sizes)

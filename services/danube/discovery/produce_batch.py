@@ -18,6 +18,7 @@ from danube.frame.produce import (
     scan_frames_for_produce,
     stamp_schema,
 )
+from danube.wire import codes
 from danube.wire.ingest.protocol import (
     FRAMED_HEAD_BYTES,
     encode_framed_produce_request,
@@ -32,7 +33,7 @@ def check_payload_sizes(sizes: Sequence[int], limit: int) -> None:
         index = sizes.index(biggest)
         raise TooLargeError(
             f"messages[{index}].payload is {biggest} bytes, over the limit of {limit}",
-            code="payload_too_large",
+            code=codes.PAYLOAD_TOO_LARGE,
             limit=limit,
         )
 

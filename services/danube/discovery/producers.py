@@ -42,6 +42,7 @@ from danube.meta.backoff import backoff_s
 from danube.meta.kv import KeyValue
 from danube.meta.records import AccessMode, ProducerRecord
 from danube.meta.txn import Txn
+from danube.wire import codes
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class ExclusiveView:
             if holder != producer_id:
                 raise ConflictError(
                     f"{topic} has an exclusive producer; only it may produce",
-                    code="producer_fenced",
+                    code=codes.PRODUCER_FENCED,
                 )
 
     def _set(self, topic: TopicName, producer_id: str) -> None:
@@ -318,10 +319,10 @@ class ProducerSessions:
         if config is not None and (topic.partition is None or topic.partition < config.partitions):
             return
         if topic.partition is not None:
-            raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+            raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
         if not self.auto_create:
             raise NotFoundError(
-                f"topic {topic} does not exist and auto-creation is off", code="topic_not_found"
+                f"topic {topic} does not exist and auto-creation is off", code=codes.TOPIC_NOT_FOUND
             )
         await self.catalog.create_topic(topic, TopicSpec())
 

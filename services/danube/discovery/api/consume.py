@@ -40,7 +40,7 @@ from danube.discovery.models import (
 from danube.frame import CorruptFrameError, decode_record
 from danube.meta import TopicName
 from danube.names import SEGMENT_CHARS, InvalidNameError, validate_segment
-from danube.wire import delivery
+from danube.wire import codes, delivery
 from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ async def _ensure_topic(services: Services, topic: TopicName) -> None:
         return
     if not services.producer.limits.auto_create:
         raise NotFoundError(
-            f"topic {topic} does not exist and auto-creation is off", code="topic_not_found"
+            f"topic {topic} does not exist and auto-creation is off", code=codes.TOPIC_NOT_FOUND
         )
     await services.catalog.create_topic(topic, TopicSpec())
 

@@ -20,6 +20,7 @@ from danube.meta import TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
 from danube.names import validate_segment
+from danube.wire import codes
 
 router = APIRouter(prefix="/v1", tags=["subscriptions"])
 
@@ -41,7 +42,7 @@ async def _existing(services: Services, ns: str, topic: str, sub: str) -> TopicN
     await services.catalog.get_topic(name)
     if await services.store.get(meta_keys.subscription_key(name, sub)) is None:
         raise NotFoundError(
-            f"subscription {sub!r} of {name} does not exist", code="subscription_not_found"
+            f"subscription {sub!r} of {name} does not exist", code=codes.SUBSCRIPTION_NOT_FOUND
         )
     return name
 

@@ -61,7 +61,7 @@ from danube.discovery.stream_protocol import (
 from danube.errors import DanubeError
 from danube.meta import TopicName
 from danube.security import Permission, Resource, SecurityError
-from danube.wire import delivery
+from danube.wire import codes, delivery
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,12 @@ TOLD_MAX = 10_000
 # dispatcher forgot the consumer (restarted). The pump ends; the next refresh joins the
 # topic again if it still exists (the subscription resumes from its cursor).
 _TOPIC_GONE = frozenset(
-    {"consumer_not_found", "subscription_not_found", "topic_not_found", "unknown_partition"}
+    {
+        codes.CONSUMER_NOT_FOUND,
+        codes.SUBSCRIPTION_NOT_FOUND,
+        codes.TOPIC_NOT_FOUND,
+        "unknown_partition",
+    }
 )
 
 

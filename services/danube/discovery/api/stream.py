@@ -61,7 +61,7 @@ from danube.discovery.stream_protocol import (
 )
 from danube.errors import DanubeError
 from danube.meta import TopicName
-from danube.wire import delivery
+from danube.wire import codes, delivery
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,10 @@ async def close_stream(websocket: WebSocket, error: BaseException) -> None:
 
 def _consumer_gone(exc: BaseException) -> bool:
     # consumer_detached: the dispatcher detached it for never acking (dispatcher.md).
-    return isinstance(exc, DanubeError) and exc.code in ("consumer_not_found", "consumer_detached")
+    return isinstance(exc, DanubeError) and exc.code in (
+        codes.CONSUMER_NOT_FOUND,
+        "consumer_detached",
+    )
 
 
 def first_ended(group: BaseExceptionGroup[_StreamEnded]) -> _StreamEnded:

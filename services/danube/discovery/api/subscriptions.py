@@ -41,6 +41,7 @@ from danube.meta import KeyValue, TopicName, decode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
 from danube.names import validate_segment
+from danube.wire import codes
 from danube.wire.dispatcher import protocol
 from danube.wire.dispatcher.client import DispatcherClient
 from danube.wire.ingest.client import IngestClient
@@ -193,7 +194,7 @@ async def _existing(services: Services, topic: TopicName, sub: str) -> TopicConf
     key = meta_keys.subscription_key(topic, sub)
     if await services.store.get(key) is None:
         raise NotFoundError(
-            f"subscription {sub!r} of {topic} does not exist", code="subscription_not_found"
+            f"subscription {sub!r} of {topic} does not exist", code=codes.SUBSCRIPTION_NOT_FOUND
         )
     return config
 

@@ -44,6 +44,7 @@ from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Dispatch
 from danube.wire import DanubeApi_pb2 as pb
+from danube.wire import codes
 from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,8 @@ class DanubeApi:
         if config is None:
             if not self.services.producer.limits.auto_create:
                 raise NotFoundError(
-                    f"topic {base} does not exist and auto-creation is off", code="topic_not_found"
+                    f"topic {base} does not exist and auto-creation is off",
+                    code=codes.TOPIC_NOT_FOUND,
                 )
             count = 0 if topic.partition is None else topic.partition + 1
             try:
@@ -125,7 +127,7 @@ class DanubeApi:
                 config = await catalog.get_topic(base)
         if topic.partition is not None and config.partitions <= topic.partition:
             if not self.services.producer.limits.auto_create:
-                raise NotFoundError(f"topic {topic} does not exist", code="topic_not_found")
+                raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
             await catalog.grow_partitions(base, topic.partition + 1)
 
     async def _topic_exists(self, topic: TopicName) -> bool:
@@ -243,7 +245,7 @@ class DanubeApi:
         if entry is None or entry.closed is not None:
             raise NotFoundError(
                 f"consumer {request.consumer_id} is not known here: subscribe again",
-                code="consumer_not_found",
+                code=codes.CONSUMER_NOT_FOUND,
             )
         streams = self.services.streams
         if not streams.try_take():
@@ -272,7 +274,7 @@ class DanubeApi:
                 failures = 0
             except DanubeError as exc:
                 failures += 1
-                if exc.code == "consumer_not_found":
+                if exc.code == codes.CONSUMER_NOT_FOUND:
                     await self._reattach(entry)  # its dispatcher restarted or it expired
                 elif not exc.retriable:
                     entry.closed = exc.message
@@ -355,7 +357,7 @@ class DanubeApi:
         if entry is None:
             raise NotFoundError(
                 f"no consumer of {request.subscription_name} on {partition} here",
-                code="consumer_not_found",
+                code=codes.CONSUMER_NOT_FOUND,
             )
         entry.last_seen = time.monotonic()
         return entry, partition, msg_id.topic_offset

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from danube.errors import DanubeError, ErrorKind
+from danube.wire import codes
 
 
 class WalError(DanubeError):
@@ -127,7 +128,7 @@ class BelowWalStartError(WalError):
 class PayloadTooLargeError(WalError):
     """One payload of an append is over the frame limit; nothing of the append was written."""
 
-    code = "payload_too_large"
+    code = codes.PAYLOAD_TOO_LARGE
     kind = ErrorKind.TOO_LARGE
 
     def __init__(self, *, index: int, size_bytes: int, limit_bytes: int) -> None:
