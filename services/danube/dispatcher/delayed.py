@@ -33,9 +33,19 @@ from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from danube.dispatcher.sealed import (
+    DELAY_SNAPSHOTS_MAX,
+    SEAL_BUFFER_BYTES_MAX,
+    Part,
+    ResumePlan,
+    SealBuffer,
+    Sealed,
+    garbage,
+)
+from danube.dispatcher.snapshot import RECORD, SnapshotHead, records
 from danube.dispatcher.spill import FileSpill, MemorySpill, Spill
 from danube.frame import (
     RECORD_HEADER,
@@ -46,13 +56,13 @@ from danube.frame import (
 )
 from danube.frame.errors import FrameError
 from danube.frame.record import read_attributes
+from danube.meta.records import DelaySnapshotRef
 from danube.wire.delay import deliver_at_ms
 
 __all__ = ["DelayedMessages", "Due", "FileSpill", "MemorySpill", "Spill", "due_of"]
 
-# One delayed message in a bucket, then its frame (``length`` bytes):
-#   due_ms i64 | slot u32 (the partition, see DelayedMessages.slot) | offset u64 | length u32
-_RECORD = struct.Struct("<qIQI")
+# One delayed message in a bucket is a RECORD (danube.dispatcher.snapshot: due, the
+# partition's slot (DelayedMessages.slot), offset, length), then its frame.
 BUCKET_MS = 1000
 # The stored lower bound of the offsets still delayed is rounded down to this many offsets:
 # one counter per block of the log, not per message.
@@ -62,6 +72,7 @@ _SPILL_KEEP_NEAR = 2  # buckets from the earliest one never spilled (read next)
 # A spilled bucket is read ahead (off the event loop) this long before it falls due.
 PREFETCH_MS = 2000
 _NAME_PART = b"danube.deliver_"
+_OFFSET_ANY = 2**64  # above every offset: delay_from's bound when none is wanted
 
 
 def due_of(payload: object) -> int | None:
@@ -95,6 +106,8 @@ class _Bucket:
     buffer: bytearray
     count: int = 0
     spilled: bool = False
+    parts: list[Part] | None = None  # in snapshots, loaded when due (danube.dispatcher.sealed)
+    waiting: int = 0  # parts not loaded yet: the bucket is not taken before they are
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +123,9 @@ class Due:
 @dataclass(slots=True)
 class _Rescan:
     position: int  # the next offset to read again
-    end: int  # the stored cursor's next_offset: read from there on as usual
+    end: int  # where this range ends (the last one: the stored cursor's next_offset)
     due_min_ms: int  # files again only what is due at or after this
+    buckets: frozenset[int] | None = None  # and, when set, due in one of these buckets
 
 
 class DelayedMessages:
@@ -141,10 +155,23 @@ class DelayedMessages:
         # of (due, partition, offset) with stale items left behind (lazy deletion).
         self._out: dict[tuple[str, int], int] = {}
         self._out_heap: list[tuple[int, str, int]] = []
-        self._rescans: dict[str, _Rescan] = {}
+        self._rescans: dict[str, list[_Rescan]] = {}  # per partition, in offset order
         self._restored_due_ms: int | None = None  # the stored bound until rescans end
+        # Snapshots (danube.dispatcher.sealed): sealing is on once the runtime has somewhere
+        # to write them (sealing); per partition the buffer of the next seal, the chain of
+        # written ones, and the loads not merged yet per snapshot (with its first offset,
+        # a bound of delay_from until merged); buckets with parts not asked for yet.
+        self.sealing = False
+        self._seals: dict[str, SealBuffer] = {}
+        self._chains: dict[str, list[DelaySnapshotRef]] = {}
+        self._unmerged: dict[str, dict[str, tuple[int, list[Part]]]] = {}
+        self._part_keys: list[int] = []  # a heap
+        self._waiting: set[int] = set()  # buckets with parts not loaded
+        self._dropped: list[DelaySnapshotRef] = []  # out of a chain: objects to delete
         self.filed = 0  # held in the index (not yet due), over every partition
         self.spilled_bytes = 0  # written to the spill since start
+        self.reread_frames = 0  # frames read from the log again since start (rescans)
+        self.loaded_records = 0  # delayed messages taken from snapshots since start
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -156,10 +183,13 @@ class DelayedMessages:
             self._names.append(partition)
         return slot
 
-    def file(self, partition: str, offset: int, due_ms: int, frame: RawFrame) -> None:
-        """Hold the message at ``partition@offset`` until ``due_ms``."""
+    def file(
+        self, partition: str, offset: int, due_ms: int, frame: RawFrame, *, sealed: bool = True
+    ) -> None:
+        """Hold the message at ``partition@offset`` until ``due_ms``; ``sealed``: it was read
+        by the usual reader, in offset order (it goes into the next snapshot as well)."""
         data = frame.data
-        record = _RECORD.pack(due_ms, self.slot(partition), offset, len(data))
+        record = RECORD.pack(due_ms, self.slot(partition), offset, len(data))
         key = due_ms // BUCKET_MS
         bucket = self._buckets.get(key)
         if bucket is None:
@@ -173,57 +203,257 @@ class DelayedMessages:
         blocks = self._blocks.setdefault(partition, {})
         block = offset // OFFSET_BLOCK
         blocks[block] = blocks.get(block, 0) + 1
+        if sealed and self.sealing:
+            self._seal_buffer(partition, offset).add(key, due_ms, offset, data)
         if self._memory_bytes > self._spill_at:
             self._spill_farthest()
 
     def rescanning(self, partition: str) -> int | None:
         """Where ``partition`` is read again from (None: not being read again)."""
-        rescan = self._rescans.get(partition)
-        return None if rescan is None else rescan.position
+        rescans = self._rescans.get(partition)
+        return rescans[0].position if rescans else None
 
     def rescan(self, partition: str, messages: list[tuple[int, object]], next_offset: int) -> int:
         """A read of ``partition`` again (from :meth:`rescanning`): file its delayed messages
-        below the rescan's end and due at or after the stored bound. Returns the offset
-        the rescan stopped at (the messages from there on are a usual read)."""
-        rescan = self._rescans[partition]
-        end = rescan.end
+        in the range read again and due at or after its bound. Returns where the next read
+        again starts (or the offset the last range stopped at)."""
+        rescans = self._rescans[partition]
+        rescan = rescans[0]
+        end, buckets = rescan.end, rescan.buckets
         for offset, payload in messages:
             if offset >= end:
                 break
             if offset < rescan.position:
                 continue
+            self.reread_frames += 1
             due = due_of(payload)
-            if due is not None and due >= rescan.due_min_ms and isinstance(payload, RawFrame):
-                self.file(partition, offset, due, RawFrame(offset, memoryview(bytes(payload.data))))
+            if due is None or due < rescan.due_min_ms or not isinstance(payload, RawFrame):
+                continue
+            if buckets is None or due // BUCKET_MS in buckets:
+                frame = RawFrame(offset, memoryview(bytes(payload.data)))
+                self.file(partition, offset, due, frame, sealed=False)
         rescan.position = max(rescan.position, min(next_offset, end))
-        if rescan.position >= end:
-            del self._rescans[partition]
-            if not self._rescans:
-                self._restored_due_ms = None
-        return rescan.position
+        if rescan.position < end:
+            return rescan.position
+        rescans.pop(0)
+        if rescans:
+            return rescans[0].position
+        del self._rescans[partition]
+        if not self._rescans:
+            self._restored_due_ms = None
+        return end
 
     def resume(self, partition: str, delay_from: int | None, due_ms: int | None, end: int) -> None:
         """``partition`` was stored with delayed messages from ``delay_from`` (due at or after
         ``due_ms``) below ``end`` (its next offset): read them again before reading on."""
-        if delay_from is None or delay_from >= end:
-            return
+        if delay_from is not None and delay_from < end:
+            self.resume_from(partition, ResumePlan(reread=[(delay_from, end)]), {}, due_ms)
+
+    def resume_from(
+        self,
+        partition: str,
+        plan: ResumePlan,
+        heads: Mapping[str, SnapshotHead],
+        due_ms: int | None,
+    ) -> None:
+        """``partition`` resumes by ``plan`` (danube.dispatcher.sealed.plan_resume): its
+        snapshots whose head was read whole (``heads``, by key) are loaded as they fall
+        due, the rest of its range is read from the log again."""
         bound = 0 if due_ms is None else due_ms
-        self._rescans[partition] = _Rescan(delay_from, end, bound)
+        self._dropped.extend(plan.garbage)
+        ranges = list(plan.reread)
+        for ref in plan.load:
+            head = heads.get(ref.key)
+            if head is None or head.size_bytes != ref.size_bytes:
+                ranges.append((ref.from_offset, ref.to_offset))  # missing or torn: the log
+                self._dropped.append(ref)
+            else:
+                self._add_snapshot(partition, ref, head, bound)
+        if not ranges:
+            return
+        rescans = self._rescans.setdefault(partition, [])
+        rescans.extend(_Rescan(start, end, bound) for start, end in ranges)
+        rescans.sort(key=lambda r: r.position)
         restored = self._restored_due_ms
         self._restored_due_ms = bound if restored is None else min(restored, bound)
+
+    # --- snapshots -------------------------------------------------------------------------
+
+    def _seal_buffer(self, partition: str, offset: int) -> SealBuffer:
+        buffer = self._seals.get(partition)
+        if buffer is None:  # after a seek or a dropped buffer: from this message on
+            buffer = self._seals[partition] = SealBuffer(offset)
+        elif buffer.size_bytes > SEAL_BUFFER_BYTES_MAX:
+            buffer.restart(offset)  # not written in time: a hole, read from the log
+        return buffer
+
+    def start_sealing(self, partition: str, from_offset: int) -> None:
+        """Seal what the usual reader files in ``partition`` from ``from_offset`` on."""
+        if self.sealing:
+            self._seals[partition] = SealBuffer(from_offset)
+
+    def seal(self, partition: str, to_offset: int) -> Sealed | None:
+        """The next snapshot of ``partition``, up to ``to_offset`` (its read position: every
+        delayed message below it is filed); None when there is nothing to write."""
+        buffer = self._seals.get(partition)
+        if buffer is None or to_offset <= buffer.from_offset:
+            return None
+        if not buffer.empty:
+            return buffer.seal(partition, to_offset)
+        chain = self._chains.get(partition)
+        if chain and chain[-1].to_offset == buffer.from_offset:
+            # Nothing delayed was read since: the last snapshot covers this range as well.
+            chain[-1] = chain[-1].model_copy(update={"to_offset": to_offset})
+        buffer.restart(to_offset)
+        return None
+
+    def sealed(self, partition: str, ref: DelaySnapshotRef) -> bool:
+        """The snapshot ``ref`` of ``partition`` is written whole: stored from now on with its
+        cursor. False (the caller deletes it) when the chain is full or the partition was
+        dropped meanwhile."""
+        if partition not in self._slot_of:
+            return False
+        chain = self._chains.setdefault(partition, [])
+        if len(chain) >= DELAY_SNAPSHOTS_MAX:
+            return False
+        chain.append(ref)
+        return True
+
+    def chain(self, partition: str) -> tuple[DelaySnapshotRef, ...]:
+        """The snapshots holding ``partition``'s delayed messages, in offset order."""
+        return tuple(self._chains.get(partition, ()))
+
+    def collect_garbage(self) -> list[DelaySnapshotRef]:
+        """The snapshots that hold nothing delayed any more, out of their chains now (and
+        those dropped since the last call): their objects are to be deleted."""
+        dead, self._dropped = self._dropped, []
+        floor = self.due_floor_ms()
+        for partition, chain in self._chains.items():
+            found = garbage(chain, self.delay_from(partition, _OFFSET_ANY), floor)
+            if found:
+                dead.extend(found)
+                self._chains[partition] = [ref for ref in chain if ref not in found]
+        return dead
+
+    def _add_snapshot(
+        self, partition: str, ref: DelaySnapshotRef, head: SnapshotHead, bound: int
+    ) -> None:
+        slot, parts = self.slot(partition), []
+        for entry in head.buckets:
+            if (entry.bucket + 1) * BUCKET_MS <= bound:
+                continue  # every record in it is due before the bound: delivered
+            part = Part(partition, slot, ref.key, entry, ref.from_offset, ref.to_offset, bound)
+            parts.append(part)
+            bucket = self._buckets.get(entry.bucket)
+            if bucket is None:
+                bucket = self._buckets[entry.bucket] = _Bucket(bytearray())
+                heapq.heappush(self._bucket_keys, entry.bucket)
+            if bucket.parts is None:
+                bucket.parts = []
+            bucket.parts.append(part)
+            bucket.waiting += 1
+            self._waiting.add(entry.bucket)
+            heapq.heappush(self._part_keys, entry.bucket)
+            self.filed += entry.count  # to the records merged, once loaded
+        self._chains.setdefault(partition, []).append(ref)
+        if parts:
+            self._unmerged.setdefault(partition, {})[ref.key] = (ref.from_offset, parts)
+
+    def wanted(self, now_ms: int) -> list[Part]:
+        """The snapshot parts to load now: those of buckets due by ``now_ms`` plus
+        PREFETCH_MS, earliest first, each asked for once."""
+        keys, found = self._part_keys, []
+        while keys and keys[0] * BUCKET_MS <= now_ms + PREFETCH_MS:
+            bucket = self._buckets.get(heapq.heappop(keys))
+            for part in (bucket.parts or []) if bucket is not None else []:
+                if not part.requested:
+                    part.requested = True
+                    found.append(part)
+        return found
+
+    def loaded(self, part: Part, data: bytes) -> None:
+        """``part``'s bytes, read and checked: its bucket is taken once all its parts are."""
+        if not part.dropped:
+            part.data = data
+            self._part_done(part)
+
+    def failed(self, part: Part) -> None:
+        """``part`` could not be read whole: its snapshot's parts not merged yet are
+        dropped, and read from the log again instead (only their buckets)."""
+        held = self._unmerged.get(part.partition, {}).pop(part.key, None)
+        if held is None or part.dropped:
+            return
+        _, parts = held
+        for dropped in parts:
+            dropped.dropped = True
+            bucket = self._buckets.get(dropped.entry.bucket)
+            if bucket is not None and bucket.parts is not None and dropped in bucket.parts:
+                bucket.parts.remove(dropped)
+                if dropped.data is None:
+                    self._part_done(dropped)
+            self.filed -= dropped.entry.count
+        if self._names[part.slot] is None:
+            return  # its partition was sought meanwhile
+        self._chains[part.partition] = [
+            ref for ref in self._chains.get(part.partition, []) if ref.key != part.key
+        ]
+        buckets = frozenset(p.entry.bucket for p in parts)
+        rescan = _Rescan(part.from_offset, part.to_offset, part.due_min_ms, buckets)
+        rescans = self._rescans.setdefault(part.partition, [])
+        rescans.append(rescan)
+        rescans.sort(key=lambda r: r.position)
+        restored = self._restored_due_ms
+        bound = part.due_min_ms
+        self._restored_due_ms = bound if restored is None else min(restored, bound)
+
+    def _part_done(self, part: Part) -> None:
+        bucket = self._buckets.get(part.entry.bucket)
+        if bucket is not None:
+            bucket.waiting -= 1
+            if bucket.waiting <= 0:
+                self._waiting.discard(part.entry.bucket)
+
+    def _merge(self, part: Part) -> None:
+        """A loaded part of a bucket falling due: its records kept join the near list."""
+        name, kept = self._names[part.slot], 0
+        if name is not None and part.data is not None:
+            blocks = self._blocks.setdefault(name, {})
+            low, high, bound = part.from_offset, part.to_offset, part.due_min_ms
+            for due, _, offset, frame in records(part.data):
+                if low <= offset < high and due >= bound:
+                    heapq.heappush(self._near, (due, part.slot, offset, frame))
+                    block = offset // OFFSET_BLOCK
+                    blocks[block] = blocks.get(block, 0) + 1
+                    kept += 1
+        self.filed -= part.entry.count - kept
+        self.loaded_records += kept
+        held = self._unmerged.get(part.partition, {}).get(part.key)
+        if held is not None:
+            held[1].remove(part)
+            if not held[1]:
+                del self._unmerged[part.partition][part.key]
 
     # --- falling due -----------------------------------------------------------------------
 
     def next_due_ms(self) -> int | None:
-        """The earliest due time held (to the bucket for what is not near yet)."""
+        """The earliest due time held (to the bucket for what is not near yet), buckets
+        waiting for a snapshot's load aside (the load's end says when)."""
         near = self._near[0][0] if self._near else None
-        keys = self._bucket_keys
-        while keys and keys[0] not in self._buckets:
-            heapq.heappop(keys)
-        far = keys[0] * BUCKET_MS if keys else None
+        far = self._earliest_bucket_ms(skip_waiting=True)
         if near is None or far is None:
             return near if far is None else far
         return min(near, far)
+
+    def _earliest_bucket_ms(self, *, skip_waiting: bool) -> int | None:
+        keys, buckets = self._bucket_keys, self._buckets
+        while keys and keys[0] not in buckets:
+            heapq.heappop(keys)
+        if not keys:
+            return None
+        if not skip_waiting or keys[0] not in self._waiting:
+            return keys[0] * BUCKET_MS
+        ready = [key for key in keys if key in buckets and key not in self._waiting]
+        return min(ready) * BUCKET_MS if ready else None
 
     def take_due(self, now_ms: int, count_max: int) -> list[Due]:
         """Up to ``count_max`` messages due at ``now_ms``, earliest first: out for delivery
@@ -250,21 +480,30 @@ class DelayedMessages:
             bucket = buckets.get(key)
             if bucket is not None and bucket.spilled and key * BUCKET_MS <= now_ms + PREFETCH_MS:
                 self.spill.prefetch(key)
+        waiting: list[int] = []  # due, but a snapshot's part of it is not loaded yet
         while keys and keys[0] * BUCKET_MS <= now_ms:
             key = heapq.heappop(keys)
-            bucket = buckets.pop(key, None)
+            bucket = buckets.get(key)
             if bucket is None:
                 continue
+            if bucket.waiting > 0:
+                waiting.append(key)
+                continue
+            del buckets[key]
             data = self.spill.take(key) if bucket.spilled else b""
             self._memory_bytes -= len(bucket.buffer)
             self._spill_at = max(
                 self.memory_bytes_max,
                 min(self._spill_at, self._memory_bytes + self.memory_bytes_max // 2),
             )
-            for item in _records(data):
+            for item in records(data):
                 heapq.heappush(self._near, item)
-            for item in _records(bytes(bucket.buffer)):
+            for item in records(bytes(bucket.buffer)):
                 heapq.heappush(self._near, item)
+            for part in bucket.parts or ():
+                self._merge(part)
+        for key in waiting:
+            heapq.heappush(keys, key)
 
     def _spill_farthest(self) -> None:
         """Move the farthest buckets' buffers to the spill until half the budget is used
@@ -315,6 +554,9 @@ class DelayedMessages:
             self._names[slot] = None
         self._blocks.pop(partition, None)
         self._rescans.pop(partition, None)
+        self._seals.pop(partition, None)
+        self._unmerged.pop(partition, None)
+        self._dropped.extend(self._chains.pop(partition, ()))
         for ref in [ref for ref in self._out if ref[0] == partition]:
             del self._out[ref]
 
@@ -323,17 +565,22 @@ class DelayedMessages:
         self.spill.clear()
         self._buckets.clear()
         self._near.clear()
+        self._seals.clear()
 
     # --- what is stored --------------------------------------------------------------------
 
     def delay_from(self, partition: str, read_position: int) -> int | None:
         """A lower bound of the offsets of ``partition``'s delayed messages not acked
         (None: none below ``read_position``)."""
-        rescan = self._rescans.get(partition)
         blocks = self._blocks.get(partition)
-        found = min(blocks) * OFFSET_BLOCK if blocks else None
-        if rescan is not None:
-            found = rescan.position if found is None else min(found, rescan.position)
+        candidates = [min(blocks) * OFFSET_BLOCK] if blocks else []
+        rescans = self._rescans.get(partition)
+        if rescans:
+            candidates.append(min(rescan.position for rescan in rescans))
+        unmerged = self._unmerged.get(partition)
+        if unmerged:
+            candidates.append(min(start for start, _ in unmerged.values()))
+        found = min(candidates, default=None)
         if found is None or found >= read_position:
             return None
         return found
@@ -343,7 +590,9 @@ class DelayedMessages:
         out = self._out_heap
         while out and self._out.get((out[0][1], out[0][2])) != out[0][0]:
             heapq.heappop(out)
-        candidates = [m for m in (self.next_due_ms(), self._restored_due_ms) if m is not None]
+        near = self._near[0][0] if self._near else None
+        far = self._earliest_bucket_ms(skip_waiting=False)
+        candidates = [m for m in (near, far, self._restored_due_ms) if m is not None]
         if out:
             candidates.append(out[0][0])
         return min(candidates) if candidates else None
@@ -357,13 +606,3 @@ class DelayedMessages:
     def memory_bytes(self) -> int:
         """Bytes of buffers held in memory (the near list not counted: one bucket)."""
         return self._memory_bytes
-
-
-def _records(data: bytes) -> Iterator[tuple[int, int, int, bytes]]:
-    view, at, end, size = memoryview(data), 0, len(data), _RECORD.size
-    unpack = _RECORD.unpack_from
-    while at < end:
-        due, slot, offset, length = unpack(view, at)
-        at += size
-        yield due, slot, offset, bytes(view[at : at + length])
-        at += length
