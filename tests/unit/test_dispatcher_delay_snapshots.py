@@ -182,7 +182,7 @@ def _seal_all(
             if sealed is not None:
                 key = f"s{sealed.from_offset}"
                 objects[key] = sealed.data
-                assert index.sealed("p0", ref_of(sealed, key))
+                assert index.sealed(sealed, ref_of(sealed, key))
     return objects
 
 
@@ -280,7 +280,7 @@ def test_the_machine_stores_its_chain_and_a_new_one_resumes_from_it() -> None:
     sealed = m.delayed.seal("p0", m.cursor("p0").read_position)
     assert sealed is not None
     assert (sealed.from_offset, sealed.to_offset) == (0, 100)
-    assert m.delayed.sealed("p0", ref_of(sealed, "a"))
+    assert m.delayed.sealed(sealed, ref_of(sealed, "a"))
     m.cursor("p0").touch()
     (state,) = [a.state for a in m.handle(Tick(5.0, T0)) if isinstance(a, FlushCursor)]
     assert state.delay_snapshots == (ref_of(sealed, "a"),)
@@ -333,3 +333,22 @@ def test_snapshots_are_written_read_and_collected_through_the_object_store() -> 
             await objects.read(written.key)
 
     asyncio.run(run())
+
+
+def test_a_seal_written_across_a_seek_is_not_referenced_and_an_empty_one_extends_the_last() -> None:
+    index = DelayedMessages()
+    index.sealing = True
+    index.start_sealing("p0", 0)
+    index.file("p0", 3, T0, frame(3, T0))
+    sealed = index.seal("p0", 10)
+    assert sealed is not None
+    assert index.seal("p0", 10) is None  # nothing new
+    index.drop_partition("p0")  # a seek while the seal was being written
+    assert not index.sealed(sealed, ref_of(sealed, "a"))  # the caller deletes it
+    index.file("p0", 20, T0, frame(20, T0))  # read from the new position: sealed from there
+    again = index.seal("p0", 30)
+    assert again is not None
+    assert (again.from_offset, again.to_offset) == (20, 30)
+    assert index.sealed(again, ref_of(again, "b"))
+    assert index.seal("p0", 45) is None  # nothing delayed in [30, 45): the last one covers it
+    assert [(r.key, r.from_offset, r.to_offset) for r in index.chain("p0")] == [("b", 20, 45)]

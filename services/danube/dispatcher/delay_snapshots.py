@@ -98,7 +98,7 @@ class DelaySnapshots:
                 head_bytes=sealed.head_bytes,
                 size_bytes=len(sealed.data),
             )
-            if delayed.sealed(name, ref):
+            if delayed.sealed(sealed, ref):
                 grown.add(name)
             else:
                 await self._delete(key)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from danube.dispatcher.sealed import (
     DELAY_SNAPSHOTS_MAX,
@@ -243,12 +243,6 @@ class DelayedMessages:
             self._restored_due_ms = None
         return end
 
-    def resume(self, partition: str, delay_from: int | None, due_ms: int | None, end: int) -> None:
-        """``partition`` was stored with delayed messages from ``delay_from`` (due at or after
-        ``due_ms``) below ``end`` (its next offset): read them again before reading on."""
-        if delay_from is not None and delay_from < end:
-            self.resume_from(partition, ResumePlan(reread=[(delay_from, end)]), {}, due_ms)
-
     def resume_from(
         self,
         partition: str,
@@ -299,7 +293,7 @@ class DelayedMessages:
         if buffer is None or to_offset <= buffer.from_offset:
             return None
         if not buffer.empty:
-            return buffer.seal(partition, to_offset)
+            return replace(buffer.seal(partition, to_offset), slot=self._slot_of[partition])
         chain = self._chains.get(partition)
         if chain and chain[-1].to_offset == buffer.from_offset:
             # Nothing delayed was read since: the last snapshot covers this range as well.
@@ -307,11 +301,12 @@ class DelayedMessages:
         buffer.restart(to_offset)
         return None
 
-    def sealed(self, partition: str, ref: DelaySnapshotRef) -> bool:
-        """The snapshot ``ref`` of ``partition`` is written whole: stored from now on with its
+    def sealed(self, sealed: Sealed, ref: DelaySnapshotRef) -> bool:
+        """``sealed`` is written whole as ``ref``: stored from now on with its partition's
         cursor. False (the caller deletes it) when the chain is full or the partition was
-        dropped meanwhile."""
-        if partition not in self._slot_of:
+        sought meanwhile (what it holds was read before the seek)."""
+        partition = sealed.partition
+        if self._slot_of.get(partition) != sealed.slot:
             return False
         chain = self._chains.setdefault(partition, [])
         if len(chain) >= DELAY_SNAPSHOTS_MAX:

@@ -57,6 +57,7 @@ class Sealed:
     due_max_ms: int
     head_bytes: int
     data: bytes
+    slot: int = -1  # the partition's slot in the index when sealed (a seek changes it)
 
 
 class SealBuffer:
