@@ -19,14 +19,15 @@ fetch per message. A local copy turns that into one sequential read per bucket.
 **Recovery.** The spill is a node-local cache; the log is the truth. A delayed message is
 acknowledged in its partition's cursor when it is read (so it never holds the cursor's
 contiguous point back, and out-of-order acks never pile up behind it), and the cursor's
-stored state carries, per partition, where to read again to find the delayed messages not
-acked yet (``delay_from``: a lower bound of their offsets, to the block of
-``OFFSET_BLOCK`` offsets) and a lower bound of their due times (``delay_due_ms``). A
-dispatcher resuming the subscription reads ``[delay_from, next_offset)`` once more and
-files every delayed message due at or after ``delay_due_ms`` again (:meth:`rescan`).
-Messages acked meanwhile with a due time at or after that bound come again (at-least-once):
-those acked while an earlier-due one was still unacked, which with prompt acks is the last
-ack round trip's worth.
+stored state carries, per partition, where to find again the delayed messages not acked yet
+(``delay_from``: a lower bound of their offsets, to the block of ``OFFSET_BLOCK`` offsets)
+and a lower bound of their due times (``delay_due_ms``). A dispatcher resuming the
+subscription files every delayed message of ``[delay_from, next_offset)`` due at or after
+``delay_due_ms`` again: those the sealed snapshots stored with the cursor hold are loaded
+bucket by bucket as they fall due (danube.dispatcher.sealed, loads.py), the rest is read
+from the log again (:meth:`rescan`). Messages acked meanwhile with a due time at or after
+that bound come again (at-least-once): those acked while an earlier-due one was still
+unacked, which with prompt acks is the last ack round trip's worth.
 """
 
 from __future__ import annotations
@@ -34,17 +35,10 @@ from __future__ import annotations
 import heapq
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from danube.dispatcher.sealed import (
-    DELAY_SNAPSHOTS_MAX,
-    SEAL_BUFFER_BYTES_MAX,
-    Part,
-    ResumePlan,
-    SealBuffer,
-    Sealed,
-    garbage,
-)
+from danube.dispatcher.loads import SnapshotLoads
+from danube.dispatcher.sealed import Chains, Part, ResumePlan, Sealed
 from danube.dispatcher.snapshot import RECORD, SnapshotHead, records
 from danube.dispatcher.spill import FileSpill, MemorySpill, Spill
 from danube.frame import (
@@ -106,8 +100,6 @@ class _Bucket:
     buffer: bytearray
     count: int = 0
     spilled: bool = False
-    parts: list[Part] | None = None  # in snapshots, loaded when due (danube.dispatcher.sealed)
-    waiting: int = 0  # parts not loaded yet: the bucket is not taken before they are
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,16 +150,11 @@ class DelayedMessages:
         self._rescans: dict[str, list[_Rescan]] = {}  # per partition, in offset order
         self._restored_due_ms: int | None = None  # the stored bound until rescans end
         # Snapshots (danube.dispatcher.sealed): sealing is on once the runtime has somewhere
-        # to write them (sealing); per partition the buffer of the next seal, the chain of
-        # written ones, and the loads not merged yet per snapshot (with its first offset,
-        # a bound of delay_from until merged); buckets with parts not asked for yet.
+        # to write them (sealing); per partition the buffer of the next seal and the chain
+        # of those written; the parts of snapshots to load after a resume (loads.py).
         self.sealing = False
-        self._seals: dict[str, SealBuffer] = {}
-        self._chains: dict[str, list[DelaySnapshotRef]] = {}
-        self._unmerged: dict[str, dict[str, tuple[int, list[Part]]]] = {}
-        self._part_keys: list[int] = []  # a heap
-        self._waiting: set[int] = set()  # buckets with parts not loaded
-        self._dropped: list[DelaySnapshotRef] = []  # out of a chain: objects to delete
+        self._chains = Chains()
+        self._loads = SnapshotLoads()
         self.filed = 0  # held in the index (not yet due), over every partition
         self.spilled_bytes = 0  # written to the spill since start
         self.reread_frames = 0  # frames read from the log again since start (rescans)
@@ -204,7 +191,7 @@ class DelayedMessages:
         block = offset // OFFSET_BLOCK
         blocks[block] = blocks.get(block, 0) + 1
         if sealed and self.sealing:
-            self._seal_buffer(partition, offset).add(key, due_ms, offset, data)
+            self._chains.add(partition, key, due_ms, offset, data)
         if self._memory_bytes > self._spill_at:
             self._spill_farthest()
 
@@ -254,159 +241,95 @@ class DelayedMessages:
         snapshots whose head was read whole (``heads``, by key) are loaded as they fall
         due, the rest of its range is read from the log again."""
         bound = 0 if due_ms is None else due_ms
-        self._dropped.extend(plan.garbage)
+        self._chains.dropped.extend(plan.garbage)
         ranges = list(plan.reread)
         for ref in plan.load:
             head = heads.get(ref.key)
             if head is None or head.size_bytes != ref.size_bytes:
                 ranges.append((ref.from_offset, ref.to_offset))  # missing or torn: the log
-                self._dropped.append(ref)
+                self._chains.dropped.append(ref)
             else:
                 self._add_snapshot(partition, ref, head, bound)
-        if not ranges:
+        self._add_rescans(partition, [_Rescan(start, end, bound) for start, end in ranges])
+
+    def _add_rescans(self, partition: str, added: list[_Rescan]) -> None:
+        """Read these ranges of ``partition`` again (in offset order with those pending);
+        the due bound stored holds until every read again ends."""
+        if not added:
             return
         rescans = self._rescans.setdefault(partition, [])
-        rescans.extend(_Rescan(start, end, bound) for start, end in ranges)
+        rescans.extend(added)
         rescans.sort(key=lambda r: r.position)
+        bound = min(rescan.due_min_ms for rescan in added)
         restored = self._restored_due_ms
         self._restored_due_ms = bound if restored is None else min(restored, bound)
 
     # --- snapshots -------------------------------------------------------------------------
 
-    def _seal_buffer(self, partition: str, offset: int) -> SealBuffer:
-        buffer = self._seals.get(partition)
-        if buffer is None:  # after a seek or a dropped buffer: from this message on
-            buffer = self._seals[partition] = SealBuffer(offset)
-        elif buffer.size_bytes > SEAL_BUFFER_BYTES_MAX:
-            buffer.restart(offset)  # not written in time: a hole, read from the log
-        return buffer
-
     def start_sealing(self, partition: str, from_offset: int) -> None:
         """Seal what the usual reader files in ``partition`` from ``from_offset`` on."""
         if self.sealing:
-            self._seals[partition] = SealBuffer(from_offset)
+            self._chains.start(partition, from_offset)
 
     def seal(self, partition: str, to_offset: int) -> Sealed | None:
         """The next snapshot of ``partition``, up to ``to_offset`` (its read position: every
         delayed message below it is filed); None when there is nothing to write."""
-        buffer = self._seals.get(partition)
-        if buffer is None or to_offset <= buffer.from_offset:
-            return None
-        if not buffer.empty:
-            return replace(buffer.seal(partition, to_offset), slot=self._slot_of[partition])
-        chain = self._chains.get(partition)
-        if chain and chain[-1].to_offset == buffer.from_offset:
-            # Nothing delayed was read since: the last snapshot covers this range as well.
-            chain[-1] = chain[-1].model_copy(update={"to_offset": to_offset})
-        buffer.restart(to_offset)
-        return None
+        slot = self._slot_of.get(partition)
+        return None if slot is None else self._chains.seal(partition, to_offset, slot)
 
     def sealed(self, sealed: Sealed, ref: DelaySnapshotRef) -> bool:
         """``sealed`` is written whole as ``ref``: stored from now on with its partition's
         cursor. False (the caller deletes it) when the chain is full or the partition was
         sought meanwhile (what it holds was read before the seek)."""
-        partition = sealed.partition
-        if self._slot_of.get(partition) != sealed.slot:
+        if self._slot_of.get(sealed.partition) != sealed.slot:
             return False
-        chain = self._chains.setdefault(partition, [])
-        if len(chain) >= DELAY_SNAPSHOTS_MAX:
-            return False
-        chain.append(ref)
-        return True
+        return self._chains.written(sealed.partition, ref)
 
     def chain(self, partition: str) -> tuple[DelaySnapshotRef, ...]:
         """The snapshots holding ``partition``'s delayed messages, in offset order."""
-        return tuple(self._chains.get(partition, ()))
+        return self._chains.chain(partition)
 
     def collect_garbage(self) -> list[DelaySnapshotRef]:
         """The snapshots that hold nothing delayed any more, out of their chains now (and
         those dropped since the last call): their objects are to be deleted."""
-        dead, self._dropped = self._dropped, []
-        floor = self.due_floor_ms()
-        for partition, chain in self._chains.items():
-            found = garbage(chain, self.delay_from(partition, _OFFSET_ANY), floor)
-            if found:
-                dead.extend(found)
-                self._chains[partition] = [ref for ref in chain if ref not in found]
-        return dead
+        return self._chains.collect(lambda p: self.delay_from(p, _OFFSET_ANY), self.due_floor_ms())
 
     def _add_snapshot(
         self, partition: str, ref: DelaySnapshotRef, head: SnapshotHead, bound: int
     ) -> None:
-        slot, parts = self.slot(partition), []
-        for entry in head.buckets:
-            if (entry.bucket + 1) * BUCKET_MS <= bound:
-                continue  # every record in it is due before the bound: delivered
-            part = Part(partition, slot, ref.key, entry, ref.from_offset, ref.to_offset, bound)
-            parts.append(part)
-            bucket = self._buckets.get(entry.bucket)
-            if bucket is None:
-                bucket = self._buckets[entry.bucket] = _Bucket(bytearray())
-                heapq.heappush(self._bucket_keys, entry.bucket)
-            if bucket.parts is None:
-                bucket.parts = []
-            bucket.parts.append(part)
-            bucket.waiting += 1
-            self._waiting.add(entry.bucket)
-            heapq.heappush(self._part_keys, entry.bucket)
-            self.filed += entry.count  # to the records merged, once loaded
-        self._chains.setdefault(partition, []).append(ref)
-        if parts:
-            self._unmerged.setdefault(partition, {})[ref.key] = (ref.from_offset, parts)
+        for key, count in self._loads.add(
+            partition, self.slot(partition), ref, head, bound
+        ).items():
+            if key not in self._buckets:
+                self._buckets[key] = _Bucket(bytearray())
+                heapq.heappush(self._bucket_keys, key)
+            self.filed += count  # to the records kept, once merged
+        self._chains.keep(partition, ref)
 
     def wanted(self, now_ms: int) -> list[Part]:
         """The snapshot parts to load now: those of buckets due by ``now_ms`` plus
         PREFETCH_MS, earliest first, each asked for once."""
-        keys, found = self._part_keys, []
-        while keys and keys[0] * BUCKET_MS <= now_ms + PREFETCH_MS:
-            bucket = self._buckets.get(heapq.heappop(keys))
-            for part in (bucket.parts or []) if bucket is not None else []:
-                if not part.requested:
-                    part.requested = True
-                    found.append(part)
-        return found
+        return self._loads.wanted(now_ms + PREFETCH_MS)
 
     def loaded(self, part: Part, data: bytes) -> None:
         """``part``'s bytes, read and checked: its bucket is taken once all its parts are."""
-        if not part.dropped:
-            part.data = data
-            self._part_done(part)
+        self._loads.loaded(part, data)
 
     def failed(self, part: Part) -> None:
         """``part`` could not be read whole: its snapshot's parts not merged yet are
         dropped, and read from the log again instead (only their buckets)."""
-        held = self._unmerged.get(part.partition, {}).pop(part.key, None)
-        if held is None or part.dropped:
+        dropped = self._loads.failed(part)
+        if dropped is None:
             return
-        _, parts = held
-        for dropped in parts:
-            dropped.dropped = True
-            bucket = self._buckets.get(dropped.entry.bucket)
-            if bucket is not None and bucket.parts is not None and dropped in bucket.parts:
-                bucket.parts.remove(dropped)
-                if dropped.data is None:
-                    self._part_done(dropped)
-            self.filed -= dropped.entry.count
+        self.filed -= dropped.count
         if self._names[part.slot] is None:
             return  # its partition was sought meanwhile
-        self._chains[part.partition] = [
-            ref for ref in self._chains.get(part.partition, []) if ref.key != part.key
-        ]
-        buckets = frozenset(p.entry.bucket for p in parts)
-        rescan = _Rescan(part.from_offset, part.to_offset, part.due_min_ms, buckets)
-        rescans = self._rescans.setdefault(part.partition, [])
-        rescans.append(rescan)
-        rescans.sort(key=lambda r: r.position)
-        restored = self._restored_due_ms
-        bound = part.due_min_ms
-        self._restored_due_ms = bound if restored is None else min(restored, bound)
-
-    def _part_done(self, part: Part) -> None:
-        bucket = self._buckets.get(part.entry.bucket)
-        if bucket is not None:
-            bucket.waiting -= 1
-            if bucket.waiting <= 0:
-                self._waiting.discard(part.entry.bucket)
+        name = dropped.partition
+        self._chains.remove(name, part.key)
+        self._add_rescans(
+            name,
+            [_Rescan(dropped.from_offset, dropped.to_offset, dropped.due_min_ms, dropped.buckets)],
+        )
 
     def _merge(self, part: Part) -> None:
         """A loaded part of a bucket falling due: its records kept join the near list."""
@@ -422,11 +345,6 @@ class DelayedMessages:
                     kept += 1
         self.filed -= part.entry.count - kept
         self.loaded_records += kept
-        held = self._unmerged.get(part.partition, {}).get(part.key)
-        if held is not None:
-            held[1].remove(part)
-            if not held[1]:
-                del self._unmerged[part.partition][part.key]
 
     # --- falling due -----------------------------------------------------------------------
 
@@ -445,9 +363,9 @@ class DelayedMessages:
             heapq.heappop(keys)
         if not keys:
             return None
-        if not skip_waiting or keys[0] not in self._waiting:
+        if not skip_waiting or not self._loads.waiting(keys[0]):
             return keys[0] * BUCKET_MS
-        ready = [key for key in keys if key in buckets and key not in self._waiting]
+        ready = self._loads.ready([key for key in keys if key in buckets])
         return min(ready) * BUCKET_MS if ready else None
 
     def take_due(self, now_ms: int, count_max: int) -> list[Due]:
@@ -481,7 +399,7 @@ class DelayedMessages:
             bucket = buckets.get(key)
             if bucket is None:
                 continue
-            if bucket.waiting > 0:
+            if self._loads.waiting(key):
                 waiting.append(key)
                 continue
             del buckets[key]
@@ -495,7 +413,7 @@ class DelayedMessages:
                 heapq.heappush(self._near, item)
             for item in records(bytes(bucket.buffer)):
                 heapq.heappush(self._near, item)
-            for part in bucket.parts or ():
+            for part in self._loads.take(key):
                 self._merge(part)
         for key in waiting:
             heapq.heappush(keys, key)
@@ -549,9 +467,8 @@ class DelayedMessages:
             self._names[slot] = None
         self._blocks.pop(partition, None)
         self._rescans.pop(partition, None)
-        self._seals.pop(partition, None)
-        self._unmerged.pop(partition, None)
-        self._dropped.extend(self._chains.pop(partition, ()))
+        self._loads.drop_partition(partition)
+        self._chains.drop(partition)
         for ref in [ref for ref in self._out if ref[0] == partition]:
             del self._out[ref]
 
@@ -560,7 +477,7 @@ class DelayedMessages:
         self.spill.clear()
         self._buckets.clear()
         self._near.clear()
-        self._seals.clear()
+        self._chains.clear()
 
     # --- what is stored --------------------------------------------------------------------
 
@@ -572,9 +489,9 @@ class DelayedMessages:
         rescans = self._rescans.get(partition)
         if rescans:
             candidates.append(min(rescan.position for rescan in rescans))
-        unmerged = self._unmerged.get(partition)
-        if unmerged:
-            candidates.append(min(start for start, _ in unmerged.values()))
+        loading = self._loads.low_offset(partition)
+        if loading is not None:
+            candidates.append(loading)
         found = min(candidates, default=None)
         if found is None or found >= read_position:
             return None

@@ -26,6 +26,7 @@ referenced: a hole).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from danube.dispatcher.snapshot import RECORD, BucketEntry, encode_snapshot
@@ -34,6 +35,7 @@ from danube.meta.records import DELAY_SNAPSHOTS_MAX, DelaySnapshotRef
 __all__ = [
     "DELAY_SNAPSHOTS_MAX",
     "SEAL_BUFFER_BYTES_MAX",
+    "Chains",
     "Part",
     "ResumePlan",
     "SealBuffer",
@@ -175,3 +177,92 @@ def garbage(
         return list(chain)
     floor = 0 if due_floor_ms is None else due_floor_ms
     return [ref for ref in chain if ref.to_offset <= delay_from or ref.due_max_ms < floor]
+
+
+class Chains:
+    """Per partition of one subscription: the buffer of its next seal and the chain of its
+    snapshots written; and the snapshots out of a chain whose objects are to be deleted."""
+
+    def __init__(self) -> None:
+        self._seals: dict[str, SealBuffer] = {}
+        self._chains: dict[str, list[DelaySnapshotRef]] = {}
+        self.dropped: list[DelaySnapshotRef] = []
+
+    def start(self, partition: str, from_offset: int) -> None:
+        """Seal what is filed in ``partition`` from ``from_offset`` on."""
+        self._seals[partition] = SealBuffer(from_offset)
+
+    def add(self, partition: str, bucket: int, due_ms: int, offset: int, frame: memoryview) -> None:
+        """The usual reader filed this message (offsets in increasing order)."""
+        buffer = self._seals.get(partition)
+        if buffer is None:  # after a seek: from this message on
+            buffer = self._seals[partition] = SealBuffer(offset)
+        elif buffer.size_bytes > SEAL_BUFFER_BYTES_MAX:
+            buffer.restart(offset)  # not written in time: a hole, read from the log
+        buffer.add(bucket, due_ms, offset, frame)
+
+    def seal(self, partition: str, to_offset: int, slot: int) -> Sealed | None:
+        """The next snapshot of ``partition`` up to ``to_offset``, tagged with the
+        partition's ``slot``; None when there is nothing to write."""
+        buffer = self._seals.get(partition)
+        if buffer is None or to_offset <= buffer.from_offset:
+            return None
+        if not buffer.empty:
+            sealed = buffer.seal(partition, to_offset)
+            return Sealed(
+                partition,
+                sealed.from_offset,
+                sealed.to_offset,
+                sealed.due_max_ms,
+                sealed.head_bytes,
+                sealed.data,
+                slot,
+            )
+        chain = self._chains.get(partition)
+        if chain and chain[-1].to_offset == buffer.from_offset:
+            # Nothing delayed was read since: the last snapshot covers this range as well.
+            chain[-1] = chain[-1].model_copy(update={"to_offset": to_offset})
+        buffer.restart(to_offset)
+        return None
+
+    def written(self, partition: str, ref: DelaySnapshotRef) -> bool:
+        """``ref`` is written whole: it joins the chain (False when the chain is full)."""
+        chain = self._chains.setdefault(partition, [])
+        if len(chain) >= DELAY_SNAPSHOTS_MAX:
+            return False
+        chain.append(ref)
+        return True
+
+    def chain(self, partition: str) -> tuple[DelaySnapshotRef, ...]:
+        """``partition``'s snapshots, in offset order."""
+        return tuple(self._chains.get(partition, ()))
+
+    def keep(self, partition: str, ref: DelaySnapshotRef) -> None:
+        """A snapshot of a former owner, being loaded, stays in the chain."""
+        self._chains.setdefault(partition, []).append(ref)
+
+    def remove(self, partition: str, key: str) -> None:
+        """The snapshot ``key`` failed its check: out of the chain (its range: the log)."""
+        self._chains[partition] = [r for r in self._chains.get(partition, []) if r.key != key]
+
+    def drop(self, partition: str) -> None:
+        """A seek of ``partition``: its buffer and chain go (the objects to delete)."""
+        self._seals.pop(partition, None)
+        self.dropped.extend(self._chains.pop(partition, ()))
+
+    def collect(
+        self, delay_from: Callable[[str], int | None], due_floor_ms: int | None
+    ) -> list[DelaySnapshotRef]:
+        """The snapshots holding nothing delayed any more (:func:`garbage`; ``delay_from``
+        of a partition) out of their chains, and those dropped since the last call."""
+        dead, self.dropped = self.dropped, []
+        for partition, chain in self._chains.items():
+            found = garbage(chain, delay_from(partition), due_floor_ms)
+            if found:
+                dead.extend(found)
+                self._chains[partition] = [ref for ref in chain if ref not in found]
+        return dead
+
+    def clear(self) -> None:
+        """Drop every buffer (the subscription stops here; the chains are stored)."""
+        self._seals.clear()
