@@ -83,6 +83,7 @@ TICK_INTERVAL_S = 0.05
 # A quiet subscription (nothing held, no cursor to write: SubscriptionMachine.quiet) ticks
 # this often instead, or at its next event: idle subscriptions cost next to nothing.
 QUIET_TICK_S = 1.0
+SEAL_LAST_TIMEOUT_S = 5.0  # a stop waits this long at most for its last delay snapshots
 
 
 class SubscriptionRuntime(ActionRunner):
@@ -291,6 +292,19 @@ class SubscriptionRuntime(ActionRunner):
         self._spawn(seal_loop(snapshots, delayed, positions, touch, interval_s), f"seal-{where}")
         self._spawn(load_loop(snapshots, delayed, self._loaded), f"load-{where}")
 
+    async def _seal_last(self) -> None:
+        """Seal what was read since the last seal (a clean stop): the final cursor write
+        names it, and the next owner reads nothing from the log again."""
+        machine, snapshots = self.machine, self._snapshots
+        if machine is None or machine.delayed is None or snapshots is None:
+            return
+        positions = {name: machine.cursor(name).read_position for name in self._partitions}
+        try:
+            async with asyncio.timeout(SEAL_LAST_TIMEOUT_S):
+                await snapshots.seal_once(machine.delayed, positions)
+        except Exception as exc:  # the next owner reads the range from the log
+            log.warning("last seal of %s/%s failed: %s", self.store.topic, self.store.sub, exc)
+
     def _loaded(self) -> None:
         """Snapshot parts were loaded: a rescan of a failed one may be wanted, and waiting
         polls may find their bucket's messages due now."""
@@ -362,6 +376,8 @@ class SubscriptionRuntime(ActionRunner):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if not self.failed and not self.store.held:
+            await self._seal_last()
         self._drop_delayed()
         if self.machine is None or self.failed or self.store.held:
             return  # held cursors die with the process: their acks come again (redelivery)
