@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import opendal
 import pytest
@@ -29,7 +30,7 @@ from danube.dispatcher.events import (
     Poll,
     Tick,
 )
-from danube.dispatcher.sealed import Sealed, garbage, plan_resume
+from danube.dispatcher.sealed import SealBuffer, Sealed, garbage, plan_resume
 from danube.dispatcher.snapshot import (
     RECORD,
     CorruptSnapshotError,
@@ -147,7 +148,10 @@ def test_the_plan_loads_what_snapshots_cover_and_reads_the_rest_from_the_log() -
     assert [r.key for r in plan.garbage] == ["k0", "k300"]
     # Trimmed to what they give: from delay_from, below the stored next offset.
     assert [(r.from_offset, r.to_offset) for r in plan.load] == [(150, 200), (250, 300)]
-    assert plan.reread == [(200, 250), (300, 380)]  # a hole, and the tail past the last seal
+    # A hole is read from the log; [300, 380) not: nothing there is due at the bound.
+    assert plan.reread == [(200, 250)]
+    tail = plan_resume(150, 450, T0 + 1000, chain[:3])
+    assert tail.reread == [(200, 250), (300, 450)]  # and the tail past the last seal
     whole = plan_resume(0, 500, None, [])
     assert (whole.load, whole.reread) == ([], [(0, 500)])  # no snapshots: the log, as before
     none = plan_resume(None, 500, None, chain)
@@ -352,3 +356,44 @@ def test_a_seal_written_across_a_seek_is_not_referenced_and_an_empty_one_extends
     assert index.sealed(again, ref_of(again, "b"))
     assert index.seal("p0", 45) is None  # nothing delayed in [30, 45): the last one covers it
     assert [(r.key, r.from_offset, r.to_offset) for r in index.chain("p0")] == [("b", 20, 45)]
+
+
+class _SlowWrites:
+    """An operator whose writes wait for the test: what is filed meanwhile is not sealed
+    into a snapshot whose position was taken before."""
+
+    def __init__(self, during_write: Callable[[], None]) -> None:
+        self.inner = opendal.AsyncOperator("memory")
+        self.during_write = during_write
+
+    async def write(self, path: str, bs: bytes, /) -> None:
+        self.during_write()
+        await self.inner.write(path, bs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_messages_filed_while_a_seal_is_written_are_in_the_next_snapshot() -> None:
+    index = DelayedMessages()
+    index.sealing = True
+    for p in ("a", "b"):
+        index.start_sealing(p, 0)
+        for offset in range(10):
+            index.file(p, offset, T0 + 5000, frame(offset, T0 + 5000))
+    filed_meanwhile = iter(range(10, 15))
+
+    def more() -> None:  # the reader of "b" goes on while "a"'s snapshot is written
+        for offset in filed_meanwhile:
+            index.file("b", offset, T0 + 5000, frame(offset, T0 + 5000))
+
+    async def run() -> None:
+        snapshots = DelaySnapshots(ObjectStore(_SlowWrites(more)), "d", epoch=1)
+        assert await snapshots.seal_once(index, {"a": 10, "b": 10}) == {"a", "b"}
+        assert await snapshots.seal_once(index, {"a": 10, "b": 15}) == {"b"}
+
+    asyncio.run(run())
+    assert [(r.from_offset, r.to_offset) for r in index.chain("b")] == [(0, 10), (10, 15)]
+    buffer = SealBuffer(0)
+    buffer.add(0, T0, 7, b"x")
+    assert buffer.seal("p", 5).to_offset == 8  # never a message past its end

@@ -77,8 +77,11 @@ class DelaySnapshots:
         read positions by partition), delete the garbage; the partitions whose chain grew
         (their cursors are to be written)."""
         grown: set[str] = set()
-        for name, position in positions.items():
-            sealed = delayed.seal(name, position)
+        # Every partition sealed at once, before any write: a write waits, the readers file
+        # on meanwhile, and a seal up to a position taken before that would hold messages
+        # past its end (and the next one would start after them).
+        seals = [delayed.seal(name, position) for name, position in positions.items()]
+        for sealed in seals:
             if sealed is None:
                 continue
             key = self.key(sealed)
@@ -99,7 +102,7 @@ class DelaySnapshots:
                 size_bytes=len(sealed.data),
             )
             if delayed.sealed(sealed, ref):
-                grown.add(name)
+                grown.add(sealed.partition)
             else:
                 await self._delete(key)
         for ref in delayed.collect_garbage():

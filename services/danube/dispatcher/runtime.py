@@ -265,7 +265,21 @@ class SubscriptionRuntime(ActionRunner):
             prefix = snapshot_prefix(self.store.topic, self.store.sub)
             self._snapshots = DelaySnapshots(self.objects, prefix, claim.epoch)
         delayed.sealing = True
-        refs = [ref for state in stored.values() for ref in resume_plan(state).load]
+        refs = []
+        for partition, state in stored.items():
+            plan = resume_plan(state)
+            refs.extend(plan.load)
+            if plan.load or plan.reread:
+                log.info(
+                    "%s/%s resumes the delayed messages of %s: %d snapshots to load up to %s, "
+                    "read again from the log: %s",
+                    self.store.topic,
+                    self.store.sub,
+                    partition,
+                    len(plan.load),
+                    plan.load[-1].to_offset if plan.load else None,
+                    plan.reread,
+                )
         return await self._snapshots.heads(refs) if refs else {}
 
     def _start_sealing(self, partitions: dict[str, TopicName]) -> None:

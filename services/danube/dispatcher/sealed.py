@@ -77,6 +77,7 @@ class SealBuffer:
         self._counts.clear()
         self._due_min_ms = 2**63 - 1
         self._due_max_ms = 0
+        self._offset_max = -1
         self.size_bytes = 0
 
     def add(self, bucket: int, due_ms: int, offset: int, frame: bytes | memoryview) -> None:
@@ -90,6 +91,7 @@ class SealBuffer:
         self._counts[bucket] += 1
         self._due_min_ms = min(self._due_min_ms, due_ms)
         self._due_max_ms = max(self._due_max_ms, due_ms)
+        self._offset_max = max(self._offset_max, offset)
         self.size_bytes += RECORD.size + len(frame)
 
     @property
@@ -98,7 +100,11 @@ class SealBuffer:
         return not self._buckets
 
     def seal(self, partition: str, to_offset: int) -> Sealed:
-        """The snapshot of ``[from_offset, to_offset)``; the buffer starts afresh there."""
+        """The snapshot of ``[from_offset, to_offset)``; the buffer starts afresh there. A
+        ``to_offset`` at or below a message held is raised past it (the messages were filed
+        in offset order, so every one below it is held): a snapshot never holds a message
+        outside its range, which a reader would drop."""
+        to_offset = max(to_offset, self._offset_max + 1)
         data = encode_snapshot(
             self.from_offset,
             to_offset,
@@ -157,6 +163,10 @@ def plan_resume(
         start, end = max(ref.from_offset, covered), min(ref.to_offset, next_offset)
         if start >= end or ref.due_max_ms < bound:
             plan.garbage.append(ref)
+            if start < end:  # it holds nothing due at the bound: its range needs no read
+                if start > covered:
+                    plan.reread.append((covered, start))
+                covered = end
             continue
         if start > covered:
             plan.reread.append((covered, start))
