@@ -313,7 +313,7 @@ def test_the_machine_stores_its_chain_and_a_new_one_resumes_from_it() -> None:
 def test_snapshots_are_written_read_and_collected_through_the_object_store() -> None:
     async def run() -> None:
         objects = ObjectStore(opendal.AsyncOperator("memory"))
-        snapshots = DelaySnapshots(objects, "delayed/default/t/s", epoch=3)
+        snapshots = DelaySnapshots(objects, "delayed/default/t/s", claim=3)
         first = DelayedMessages()
         first.sealing = True
         first.start_sealing("t", 0)
@@ -388,7 +388,7 @@ def test_messages_filed_while_a_seal_is_written_are_in_the_next_snapshot() -> No
             index.file("b", offset, T0 + 5000, frame(offset, T0 + 5000))
 
     async def run() -> None:
-        snapshots = DelaySnapshots(ObjectStore(_SlowWrites(more)), "d", epoch=1)
+        snapshots = DelaySnapshots(ObjectStore(_SlowWrites(more)), "d", claim=1)
         assert await snapshots.seal_once(index, {"a": 10, "b": 10}) == {"a", "b"}
         assert await snapshots.seal_once(index, {"a": 10, "b": 15}) == {"b"}
 

@@ -40,20 +40,22 @@ def snapshot_prefix(topic: TopicName, sub: str) -> str:
 
 
 class DelaySnapshots:
-    """Writes and reads the snapshots of one subscription, owned at ``epoch`` (in every key
-    written: a fenced former owner never writes over the keys of the new one)."""
+    """Writes and reads the snapshots of one subscription, owned under the claim of etcd
+    revision ``claim`` (in every key written: unique to one claim, where an epoch is not
+    once the owner key went with its lease; a former owner never writes over, nor collects,
+    a key of the new one)."""
 
-    def __init__(self, objects: ObjectStore, prefix: str, epoch: int) -> None:
+    def __init__(self, objects: ObjectStore, prefix: str, claim: int) -> None:
         self.objects = objects
         self.prefix = prefix
-        self.epoch = epoch
+        self.claim = claim
         self._reads = asyncio.Semaphore(READS_MAX)
 
     def key(self, sealed: Sealed) -> str:
         """The object key of a seal: sorts by partition, then offset."""
         return (
             f"{self.prefix}/{sealed.partition}/"
-            f"{sealed.from_offset:020d}-{sealed.to_offset:020d}-{self.epoch}.dly"
+            f"{sealed.from_offset:020d}-{sealed.to_offset:020d}-{self.claim}.dly"
         )
 
     async def heads(self, refs: list[DelaySnapshotRef]) -> dict[str, SnapshotHead]:

@@ -263,7 +263,7 @@ class SubscriptionRuntime(ActionRunner):
             return {}
         if self._snapshots is None:
             prefix = snapshot_prefix(self.store.topic, self.store.sub)
-            self._snapshots = DelaySnapshots(self.objects, prefix, claim.epoch)
+            self._snapshots = DelaySnapshots(self.objects, prefix, claim.revision)
         delayed.sealing = True
         refs = []
         for partition, state in stored.items():
