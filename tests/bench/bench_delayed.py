@@ -1,14 +1,17 @@
 """Delayed delivery at scale: N messages (default 1 000 000) each delayed by a random 1-120 s
-(``deliver_after_ms`` over HTTP JSON, produced as fast as the mesh takes them) on a shared
-subscription of a 4-partition topic, two dispatchers (the second standing by), two HTTP
-long-poll consumers acking in the background. KILL_AT_S into the run the dispatcher serving
-the subscription is killed with SIGKILL; the other takes over (lease 3 s).
+(``deliver_after_ms`` over HTTP JSON, produced as fast as the mesh takes them, PRODUCERS
+batches at a time) on a shared subscription of a 4-partition topic, two dispatchers (the
+second standing by), two HTTP long-poll consumers acking in the background. KILL_AT_S into
+the run (producing or not) the dispatcher serving the subscription is killed with SIGKILL;
+the other takes over (lease 3 s). Delay snapshots go to a local directory (fs objects),
+shared by both dispatchers as object storage would be.
 
 Prints: how long producing took; the serving dispatcher's resident memory (VmRSS, sampled
 every second: peak while it held everything) and the subscription's ``delayed`` count; the
 lateness of every delivery against its due time (publish time + delay), split into messages
 due while a dispatcher served and those due during the takeover; duplicates; messages lost
-(must be 0) and delivered early (must be 0).
+(must be 0) and delivered early (must be 0); what the new owner read from the log again and
+took from snapshots (its metrics).
 
 Run: .venv/bin/python tests/bench/bench_delayed.py [messages] [max delay s] [kill at s]
 """
@@ -36,6 +39,7 @@ SUB = "s"
 PARTITIONS = 4
 BATCH = 1000
 CONSUMERS = 2
+PRODUCERS = 4  # batches under way at once
 
 
 @dataclass
@@ -67,17 +71,21 @@ def _rss_kib(pid: int) -> int:
 
 async def _produce(http: httpx.AsyncClient, run: Run, count: int, delay_max_s: float) -> None:
     rng = random.Random(34)
-    for first in range(0, count, BATCH):
-        delays = [
-            rng.randrange(1000, int(delay_max_s * 1000)) for _ in range(min(BATCH, count - first))
-        ]
-        body = {"messages": [{"payload": str(d), "deliver_after_ms": d} for d in delays]}
-        answer = await http.post(f"{TOPIC}/messages", json=body)
-        answer.raise_for_status()
-        sent_ms = _now_ms()
-        for delay, result in zip(delays, answer.json()["results"], strict=True):
-            # Due at its publish time + delay: at most this (the delivery says exactly).
-            run.due.setdefault((result["partition"], result["offset"]), sent_ms + delay)
+    batches = iter(range(0, count, BATCH))
+
+    async def producer() -> None:
+        for first in batches:
+            size = min(BATCH, count - first)
+            delays = [rng.randrange(1000, int(delay_max_s * 1000)) for _ in range(size)]
+            body = {"messages": [{"payload": str(d), "deliver_after_ms": d} for d in delays]}
+            answer = await http.post(f"{TOPIC}/messages", json=body)
+            answer.raise_for_status()
+            sent_ms = _now_ms()
+            for delay, result in zip(delays, answer.json()["results"], strict=True):
+                # Due at its publish time + delay: at most this (the delivery says exactly).
+                run.due.setdefault((result["partition"], result["offset"]), sent_ms + delay)
+
+    await asyncio.gather(*(producer() for _ in range(PRODUCERS)))
 
 
 async def _attach(http: httpx.AsyncClient, name: str) -> str:
@@ -152,6 +160,31 @@ async def _watch(
         await asyncio.sleep(1.0)
 
 
+def _metrics_of(pid: int) -> dict[str, float]:
+    """The delay metrics of the process ``pid``: its listening ports are found in /proc,
+    the one answering /metrics is its metrics port."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+            ports.append(int(fields[1].split(":")[1], 16))
+    for port in ports:
+        with contextlib.suppress(httpx.HTTPError):
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            return {
+                name: float(value)
+                for name, _, value in (line.partition(" ") for line in text.splitlines())
+                if name.startswith("danube_dispatcher_delayed")
+            }
+    return {}
+
+
 def _quantiles(values: list[int]) -> str:
     if not values:
         return "none"
@@ -165,10 +198,15 @@ def _quantiles(values: list[int]) -> str:
 
 async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
     pids: dict[str, int] = {}
-    env = {"DANUBE_DISPATCHER__LEASE_TTL_S": "3"}
     run = Run()
     done = asyncio.Event()
+    survivor: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-delayed-") as tmp:
+        env = {
+            "DANUBE_DISPATCHER__LEASE_TTL_S": "3",
+            "DANUBE_WAL_CLOUD__CLOUD__BACKEND": "fs",
+            "DANUBE_WAL_CLOUD__CLOUD__ROOT": str(Path(tmp) / "objects"),
+        }
         services = ["ingest", "dispatcher", "dispatcher", "discovery"]
         async with bench_mesh(Path(tmp), services, env, pids=pids) as http:
             answer = await http.put(TOPIC, json={"partitions": PARTITIONS})
@@ -178,26 +216,43 @@ async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
             ]
             watcher = asyncio.create_task(_watch(http, run, pids, done))
             started = time.monotonic()
+
+            async def kill() -> str | None:
+                await asyncio.sleep(kill_at_s)
+                owner, delayed = await _owner(http)
+                for _ in range(40):  # a listing under load may miss the owner: ask again
+                    if owner is not None:
+                        break
+                    await asyncio.sleep(0.5)
+                    owner, delayed = await _owner(http)
+                else:  # still none: the dispatcher holding the most is the owner
+                    rss = {n: _rss_kib(pid) for n, pid in pids.items() if "dispatcher" in n}
+                    owner = max(rss, key=rss.__getitem__)
+                print(
+                    f"at {time.monotonic() - started:.0f} s: owner {owner}, delayed {delayed}, "
+                    f"{len(run.due)} produced, peak RSS so far "
+                    f"{ {n: f'{k / 1024:.0f} MiB' for n, k in run.rss_kib.items()} }"
+                )
+                if owner is not None and kill_at_s > 0:
+                    os.kill(pids[owner], signal.SIGKILL)
+                    run.killed_ms = _now_ms()
+                    print(f"killed {owner} (SIGKILL)")
+                return owner
+
+            killer = asyncio.create_task(kill())
             await _produce(http, run, count, delay_max_s)
             produced_s = time.monotonic() - started
             run.produced = True
             print(f"produced {count} in {produced_s:.1f} s ({count / produced_s:.0f}/s)")
-            await asyncio.sleep(max(0.0, kill_at_s - (time.monotonic() - started)))
-            owner, delayed = await _owner(http)
-            print(
-                f"at {time.monotonic() - started:.0f} s: owner {owner}, delayed {delayed}, "
-                f"peak RSS so far { {n: f'{k / 1024:.0f} MiB' for n, k in run.rss_kib.items()} }"
-            )
-            if owner is not None and kill_at_s > 0:
-                os.kill(pids[owner], signal.SIGKILL)
-                run.killed_ms = _now_ms()
-                print(f"killed {owner} (SIGKILL)")
+            killed_node = await killer
             # Each consumer checks after every poll; the run ends when all came, or on time out.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay_max_s + 120):
                     await run.complete.wait()
             done.set()
             await asyncio.gather(*consumers, watcher, return_exceptions=True)
+            others = [n for n in pids if n.startswith("bench-dispatcher") and n != killed_node]
+            survivor = _metrics_of(pids[others[0]]) if others else {}
     lost = [ref for ref in run.due if ref not in run.first]
     early = [ref for ref, at in run.due.items() if ref in run.first and run.first[ref] < at]
     killed = run.killed_ms if run.killed_ms is not None else 2**62
@@ -218,6 +273,7 @@ async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
     window_ms = 0 if run.killed_ms is None else settled - run.killed_ms
     print(f"lateness, due during the takeover ({window_ms} ms): {_quantiles(takeover)}")
     print(f"lateness, due after it: {_quantiles(after)}")
+    print(f"the new owner's delay metrics: {survivor or 'none'}")
 
 
 if __name__ == "__main__":
@@ -226,6 +282,6 @@ if __name__ == "__main__":
         main(
             int(args[0]) if args else 1_000_000,
             float(args[1]) if len(args) > 1 else 120.0,
-            float(args[2]) if len(args) > 2 else 60.0,
+            float(args[2]) if len(args) > 2 else 120.0,
         )
     )

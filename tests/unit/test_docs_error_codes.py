@@ -51,6 +51,7 @@ NEVER_ANSWERED = {
     "stale": "refresh.py answers from its stale entry instead",
     "http_stopped": "the HTTP server failed to start or stopped: no request to answer",
     "cursors_held": "the dispatcher keeps the cursor dirty and retries (its docstring)",
+    "snapshot_corrupt": "a delay snapshot refused: the dispatcher reads its range from the log",
     "pki_error": "making a local CA (danube up --secure), before any request",
     "tls_error": "loading certificates at start or on reload, never inside a request",
     "watch_closed": "etcd watches run in background tasks, not in a request",

@@ -514,6 +514,10 @@ class DispatcherConfig(ServiceConfig):
     # delayed_spill_dir (null: the system's temporary directory), a node-local cache.
     delayed_memory_bytes_max: Annotated[int, Field(ge=64 * 1024, le=4 * 1024 * MiB)] = 8 * MiB
     delayed_spill_dir: str | None = None
+    # Every this many seconds the delayed messages read since the last time are sealed into
+    # a snapshot in object storage (wal_cloud.cloud), so a dispatcher taking a subscription
+    # over loads them instead of reading the log again (0: none; a takeover reads the log).
+    delayed_seal_interval_s: Annotated[float, Field(ge=0, le=60)] = 1.0
 
 
 class MetricsConfig(_Section):

@@ -329,6 +329,24 @@ class SubscriptionConfig(_Record):
     failure_policy: FailurePolicy | None = None
 
 
+# Sealed delay snapshots kept per partition of a subscription (docs/dispatcher.md, "Delayed
+# delivery"): ~a second of the log each, at most the delay range of it.
+DELAY_SNAPSHOTS_MAX = 256
+
+
+class DelaySnapshotRef(_Record):
+    """A delay snapshot in object storage (docs/formats.md, "Delay snapshots"): it holds every
+    delayed message read in ``[from_offset, to_offset)`` of the partition, each due at or
+    before ``due_max_ms``; referenced only once written whole."""
+
+    key: Annotated[str, Field(min_length=1, max_length=1024)]
+    from_offset: Offset
+    to_offset: Offset
+    due_max_ms: TimeMs
+    head_bytes: Annotated[int, Field(ge=0)]
+    size_bytes: Annotated[int, Field(ge=0)]
+
+
 class SubscriptionCursor(_Record):
     """Every offset below ``next_offset`` in this partition is acknowledged, and so are the
     offsets in ``acked_beyond`` (out-of-order acks, lowest first; bounded: dropping some only
@@ -343,6 +361,11 @@ class SubscriptionCursor(_Record):
     # the log from ``delay_from`` on is still needed (retention's floor is the lower one).
     delay_from: Offset | None = None
     delay_due_ms: Annotated[int, Field(ge=0)] | None = None
+    # Where the delayed messages at and above ``delay_from`` are kept beside the log: a new
+    # owner loads them from these instead of reading their ranges again.
+    delay_snapshots: (
+        Annotated[tuple[DelaySnapshotRef, ...], Field(max_length=DELAY_SNAPSHOTS_MAX)] | None
+    ) = None
 
 
 # --- the schema registry (docs/schemas.md) ---------------------------------------------

@@ -37,6 +37,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from danube.meta.records import DelaySnapshotRef
+
 OFFSET_MAX = 2**64 - 1
 # The hard limit of a stored cursor, whatever the policy says: keeps one etcd value small
 # (10k offsets of up to 20 digits is ~210 KB, well under etcd's 1.5 MiB request limit).
@@ -57,6 +59,8 @@ class CursorState(BaseModel):
     # danube.dispatcher.delayed. None: none.
     delay_from: Offset | None = None
     delay_due_ms: Annotated[int, Field(ge=0)] | None = None
+    # The sealed delay snapshots holding them (danube.dispatcher.sealed), in offset order.
+    delay_snapshots: tuple[DelaySnapshotRef, ...] | None = None
 
     @model_validator(mode="after")
     def _check_order(self) -> CursorState:

@@ -19,23 +19,27 @@ fetch per message. A local copy turns that into one sequential read per bucket.
 **Recovery.** The spill is a node-local cache; the log is the truth. A delayed message is
 acknowledged in its partition's cursor when it is read (so it never holds the cursor's
 contiguous point back, and out-of-order acks never pile up behind it), and the cursor's
-stored state carries, per partition, where to read again to find the delayed messages not
-acked yet (``delay_from``: a lower bound of their offsets, to the block of
-``OFFSET_BLOCK`` offsets) and a lower bound of their due times (``delay_due_ms``). A
-dispatcher resuming the subscription reads ``[delay_from, next_offset)`` once more and
-files every delayed message due at or after ``delay_due_ms`` again (:meth:`rescan`).
-Messages acked meanwhile with a due time at or after that bound come again (at-least-once):
-those acked while an earlier-due one was still unacked, which with prompt acks is the last
-ack round trip's worth.
+stored state carries, per partition, where to find again the delayed messages not acked yet
+(``delay_from``: a lower bound of their offsets, to the block of ``OFFSET_BLOCK`` offsets)
+and a lower bound of their due times (``delay_due_ms``). A dispatcher resuming the
+subscription files every delayed message of ``[delay_from, next_offset)`` due at or after
+``delay_due_ms`` again: those the sealed snapshots stored with the cursor hold are loaded
+bucket by bucket as they fall due (danube.dispatcher.sealed, loads.py), the rest is read
+from the log again (:meth:`rescan`). Messages acked meanwhile with a due time at or after
+that bound come again (at-least-once): those acked while an earlier-due one was still
+unacked, which with prompt acks is the last ack round trip's worth.
 """
 
 from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from danube.dispatcher.loads import SnapshotLoads
+from danube.dispatcher.sealed import Chains, Part, ResumePlan, Sealed
+from danube.dispatcher.snapshot import RECORD, SnapshotHead, records
 from danube.dispatcher.spill import FileSpill, MemorySpill, Spill
 from danube.frame import (
     RECORD_HEADER,
@@ -46,13 +50,13 @@ from danube.frame import (
 )
 from danube.frame.errors import FrameError
 from danube.frame.record import read_attributes
+from danube.meta.records import DelaySnapshotRef
 from danube.wire.delay import deliver_at_ms
 
 __all__ = ["DelayedMessages", "Due", "FileSpill", "MemorySpill", "Spill", "due_of"]
 
-# One delayed message in a bucket, then its frame (``length`` bytes):
-#   due_ms i64 | slot u32 (the partition, see DelayedMessages.slot) | offset u64 | length u32
-_RECORD = struct.Struct("<qIQI")
+# One delayed message in a bucket is a RECORD (danube.dispatcher.snapshot: due, the
+# partition's slot (DelayedMessages.slot), offset, length), then its frame.
 BUCKET_MS = 1000
 # The stored lower bound of the offsets still delayed is rounded down to this many offsets:
 # one counter per block of the log, not per message.
@@ -62,6 +66,7 @@ _SPILL_KEEP_NEAR = 2  # buckets from the earliest one never spilled (read next)
 # A spilled bucket is read ahead (off the event loop) this long before it falls due.
 PREFETCH_MS = 2000
 _NAME_PART = b"danube.deliver_"
+_OFFSET_ANY = 2**64  # above every offset: delay_from's bound when none is wanted
 
 
 def due_of(payload: object) -> int | None:
@@ -110,8 +115,9 @@ class Due:
 @dataclass(slots=True)
 class _Rescan:
     position: int  # the next offset to read again
-    end: int  # the stored cursor's next_offset: read from there on as usual
+    end: int  # where this range ends (the last one: the stored cursor's next_offset)
     due_min_ms: int  # files again only what is due at or after this
+    buckets: frozenset[int] | None = None  # and, when set, due in one of these buckets
 
 
 class DelayedMessages:
@@ -141,10 +147,18 @@ class DelayedMessages:
         # of (due, partition, offset) with stale items left behind (lazy deletion).
         self._out: dict[tuple[str, int], int] = {}
         self._out_heap: list[tuple[int, str, int]] = []
-        self._rescans: dict[str, _Rescan] = {}
+        self._rescans: dict[str, list[_Rescan]] = {}  # per partition, in offset order
         self._restored_due_ms: int | None = None  # the stored bound until rescans end
+        # Snapshots (danube.dispatcher.sealed): sealing is on once the runtime has somewhere
+        # to write them (sealing); per partition the buffer of the next seal and the chain
+        # of those written; the parts of snapshots to load after a resume (loads.py).
+        self.sealing = False
+        self._chains = Chains()
+        self._loads = SnapshotLoads()
         self.filed = 0  # held in the index (not yet due), over every partition
         self.spilled_bytes = 0  # written to the spill since start
+        self.reread_frames = 0  # frames read from the log again since start (rescans)
+        self.loaded_records = 0  # delayed messages taken from snapshots since start
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -156,10 +170,13 @@ class DelayedMessages:
             self._names.append(partition)
         return slot
 
-    def file(self, partition: str, offset: int, due_ms: int, frame: RawFrame) -> None:
-        """Hold the message at ``partition@offset`` until ``due_ms``."""
+    def file(
+        self, partition: str, offset: int, due_ms: int, frame: RawFrame, *, sealed: bool = True
+    ) -> None:
+        """Hold the message at ``partition@offset`` until ``due_ms``; ``sealed``: it was read
+        by the usual reader, in offset order (it goes into the next snapshot as well)."""
         data = frame.data
-        record = _RECORD.pack(due_ms, self.slot(partition), offset, len(data))
+        record = RECORD.pack(due_ms, self.slot(partition), offset, len(data))
         key = due_ms // BUCKET_MS
         bucket = self._buckets.get(key)
         if bucket is None:
@@ -173,57 +190,183 @@ class DelayedMessages:
         blocks = self._blocks.setdefault(partition, {})
         block = offset // OFFSET_BLOCK
         blocks[block] = blocks.get(block, 0) + 1
+        if sealed and self.sealing:
+            self._chains.add(partition, key, due_ms, offset, data)
         if self._memory_bytes > self._spill_at:
             self._spill_farthest()
 
     def rescanning(self, partition: str) -> int | None:
         """Where ``partition`` is read again from (None: not being read again)."""
-        rescan = self._rescans.get(partition)
-        return None if rescan is None else rescan.position
+        rescans = self._rescans.get(partition)
+        return rescans[0].position if rescans else None
 
     def rescan(self, partition: str, messages: list[tuple[int, object]], next_offset: int) -> int:
         """A read of ``partition`` again (from :meth:`rescanning`): file its delayed messages
-        below the rescan's end and due at or after the stored bound. Returns the offset
-        the rescan stopped at (the messages from there on are a usual read)."""
-        rescan = self._rescans[partition]
-        end = rescan.end
+        in the range read again and due at or after its bound. Returns where the next read
+        again starts (or the offset the last range stopped at)."""
+        rescans = self._rescans[partition]
+        rescan = rescans[0]
+        end, buckets = rescan.end, rescan.buckets
         for offset, payload in messages:
             if offset >= end:
                 break
             if offset < rescan.position:
                 continue
+            self.reread_frames += 1
             due = due_of(payload)
-            if due is not None and due >= rescan.due_min_ms and isinstance(payload, RawFrame):
-                self.file(partition, offset, due, RawFrame(offset, memoryview(bytes(payload.data))))
+            if due is None or due < rescan.due_min_ms or not isinstance(payload, RawFrame):
+                continue
+            if buckets is None or due // BUCKET_MS in buckets:
+                frame = RawFrame(offset, memoryview(bytes(payload.data)))
+                self.file(partition, offset, due, frame, sealed=False)
         rescan.position = max(rescan.position, min(next_offset, end))
-        if rescan.position >= end:
-            del self._rescans[partition]
-            if not self._rescans:
-                self._restored_due_ms = None
-        return rescan.position
+        if rescan.position < end:
+            return rescan.position
+        rescans.pop(0)
+        if rescans:
+            return rescans[0].position
+        del self._rescans[partition]
+        if not self._rescans:
+            self._restored_due_ms = None
+        return end
 
-    def resume(self, partition: str, delay_from: int | None, due_ms: int | None, end: int) -> None:
-        """``partition`` was stored with delayed messages from ``delay_from`` (due at or after
-        ``due_ms``) below ``end`` (its next offset): read them again before reading on."""
-        if delay_from is None or delay_from >= end:
-            return
+    def resume_from(
+        self,
+        partition: str,
+        plan: ResumePlan,
+        heads: Mapping[str, SnapshotHead],
+        due_ms: int | None,
+    ) -> None:
+        """``partition`` resumes by ``plan`` (danube.dispatcher.sealed.plan_resume): its
+        snapshots whose head was read whole (``heads``, by key) are loaded as they fall
+        due, the rest of its range is read from the log again."""
         bound = 0 if due_ms is None else due_ms
-        self._rescans[partition] = _Rescan(delay_from, end, bound)
+        self._chains.dropped.extend(plan.garbage)
+        ranges = list(plan.reread)
+        for ref in plan.load:
+            head = heads.get(ref.key)
+            if head is None or head.size_bytes != ref.size_bytes:
+                ranges.append((ref.from_offset, ref.to_offset))  # missing or torn: the log
+                self._chains.dropped.append(ref)
+            else:
+                self._add_snapshot(partition, ref, head, bound)
+        self._add_rescans(partition, [_Rescan(start, end, bound) for start, end in ranges])
+
+    def _add_rescans(self, partition: str, added: list[_Rescan]) -> None:
+        """Read these ranges of ``partition`` again (in offset order with those pending);
+        the due bound stored holds until every read again ends."""
+        if not added:
+            return
+        rescans = self._rescans.setdefault(partition, [])
+        rescans.extend(added)
+        rescans.sort(key=lambda r: r.position)
+        bound = min(rescan.due_min_ms for rescan in added)
         restored = self._restored_due_ms
         self._restored_due_ms = bound if restored is None else min(restored, bound)
+
+    # --- snapshots -------------------------------------------------------------------------
+
+    def start_sealing(self, partition: str, from_offset: int) -> None:
+        """Seal what the usual reader files in ``partition`` from ``from_offset`` on."""
+        if self.sealing:
+            self._chains.start(partition, from_offset)
+
+    def seal(self, partition: str, to_offset: int) -> Sealed | None:
+        """The next snapshot of ``partition``, up to ``to_offset`` (its read position: every
+        delayed message below it is filed); None when there is nothing to write."""
+        slot = self._slot_of.get(partition)
+        return None if slot is None else self._chains.seal(partition, to_offset, slot)
+
+    def sealed(self, sealed: Sealed, ref: DelaySnapshotRef) -> bool:
+        """``sealed`` is written whole as ``ref``: stored from now on with its partition's
+        cursor. False (the caller deletes it) when the chain is full or the partition was
+        sought meanwhile (what it holds was read before the seek)."""
+        if self._slot_of.get(sealed.partition) != sealed.slot:
+            return False
+        return self._chains.written(sealed.partition, ref)
+
+    def chain(self, partition: str) -> tuple[DelaySnapshotRef, ...]:
+        """The snapshots holding ``partition``'s delayed messages, in offset order."""
+        return self._chains.chain(partition)
+
+    def collect_garbage(self) -> list[DelaySnapshotRef]:
+        """The snapshots that hold nothing delayed any more, out of their chains now (and
+        those dropped since the last call): their objects are to be deleted."""
+        return self._chains.collect(lambda p: self.delay_from(p, _OFFSET_ANY), self.due_floor_ms())
+
+    def _add_snapshot(
+        self, partition: str, ref: DelaySnapshotRef, head: SnapshotHead, bound: int
+    ) -> None:
+        for key, count in self._loads.add(
+            partition, self.slot(partition), ref, head, bound
+        ).items():
+            if key not in self._buckets:
+                self._buckets[key] = _Bucket(bytearray())
+                heapq.heappush(self._bucket_keys, key)
+            self.filed += count  # to the records kept, once merged
+        self._chains.keep(partition, ref)
+
+    def wanted(self, now_ms: int) -> list[Part]:
+        """The snapshot parts to load now: those of buckets due by ``now_ms`` plus
+        PREFETCH_MS, earliest first, each asked for once."""
+        return self._loads.wanted(now_ms + PREFETCH_MS)
+
+    def loaded(self, part: Part, data: bytes) -> None:
+        """``part``'s bytes, read and checked: its bucket is taken once all its parts are."""
+        self._loads.loaded(part, data)
+
+    def failed(self, part: Part) -> None:
+        """``part`` could not be read whole: its snapshot's parts not merged yet are
+        dropped, and read from the log again instead (only their buckets)."""
+        dropped = self._loads.failed(part)
+        if dropped is None:
+            return
+        self.filed -= dropped.count
+        if self._names[part.slot] is None:
+            return  # its partition was sought meanwhile
+        name = dropped.partition
+        self._chains.remove(name, part.key)
+        self._add_rescans(
+            name,
+            [_Rescan(dropped.from_offset, dropped.to_offset, dropped.due_min_ms, dropped.buckets)],
+        )
+
+    def _merge(self, part: Part) -> None:
+        """A loaded part of a bucket falling due: its records kept join the near list."""
+        name, kept = self._names[part.slot], 0
+        if name is not None and part.data is not None:
+            blocks = self._blocks.setdefault(name, {})
+            low, high, bound = part.from_offset, part.to_offset, part.due_min_ms
+            for due, _, offset, frame in records(part.data):
+                if low <= offset < high and due >= bound:
+                    heapq.heappush(self._near, (due, part.slot, offset, frame))
+                    block = offset // OFFSET_BLOCK
+                    blocks[block] = blocks.get(block, 0) + 1
+                    kept += 1
+        self.filed -= part.entry.count - kept
+        self.loaded_records += kept
 
     # --- falling due -----------------------------------------------------------------------
 
     def next_due_ms(self) -> int | None:
-        """The earliest due time held (to the bucket for what is not near yet)."""
+        """The earliest due time held (to the bucket for what is not near yet), buckets
+        waiting for a snapshot's load aside (the load's end says when)."""
         near = self._near[0][0] if self._near else None
-        keys = self._bucket_keys
-        while keys and keys[0] not in self._buckets:
-            heapq.heappop(keys)
-        far = keys[0] * BUCKET_MS if keys else None
+        far = self._earliest_bucket_ms(skip_waiting=True)
         if near is None or far is None:
             return near if far is None else far
         return min(near, far)
+
+    def _earliest_bucket_ms(self, *, skip_waiting: bool) -> int | None:
+        keys, buckets = self._bucket_keys, self._buckets
+        while keys and keys[0] not in buckets:
+            heapq.heappop(keys)
+        if not keys:
+            return None
+        if not skip_waiting or not self._loads.waiting(keys[0]):
+            return keys[0] * BUCKET_MS
+        ready = self._loads.ready([key for key in keys if key in buckets])
+        return min(ready) * BUCKET_MS if ready else None
 
     def take_due(self, now_ms: int, count_max: int) -> list[Due]:
         """Up to ``count_max`` messages due at ``now_ms``, earliest first: out for delivery
@@ -250,21 +393,30 @@ class DelayedMessages:
             bucket = buckets.get(key)
             if bucket is not None and bucket.spilled and key * BUCKET_MS <= now_ms + PREFETCH_MS:
                 self.spill.prefetch(key)
+        waiting: list[int] = []  # due, but a snapshot's part of it is not loaded yet
         while keys and keys[0] * BUCKET_MS <= now_ms:
             key = heapq.heappop(keys)
-            bucket = buckets.pop(key, None)
+            bucket = buckets.get(key)
             if bucket is None:
                 continue
+            if self._loads.waiting(key):
+                waiting.append(key)
+                continue
+            del buckets[key]
             data = self.spill.take(key) if bucket.spilled else b""
             self._memory_bytes -= len(bucket.buffer)
             self._spill_at = max(
                 self.memory_bytes_max,
                 min(self._spill_at, self._memory_bytes + self.memory_bytes_max // 2),
             )
-            for item in _records(data):
+            for item in records(data):
                 heapq.heappush(self._near, item)
-            for item in _records(bytes(bucket.buffer)):
+            for item in records(bytes(bucket.buffer)):
                 heapq.heappush(self._near, item)
+            for part in self._loads.take(key):
+                self._merge(part)
+        for key in waiting:
+            heapq.heappush(keys, key)
 
     def _spill_farthest(self) -> None:
         """Move the farthest buckets' buffers to the spill until half the budget is used
@@ -315,6 +467,8 @@ class DelayedMessages:
             self._names[slot] = None
         self._blocks.pop(partition, None)
         self._rescans.pop(partition, None)
+        self._loads.drop_partition(partition)
+        self._chains.drop(partition)
         for ref in [ref for ref in self._out if ref[0] == partition]:
             del self._out[ref]
 
@@ -323,17 +477,22 @@ class DelayedMessages:
         self.spill.clear()
         self._buckets.clear()
         self._near.clear()
+        self._chains.clear()
 
     # --- what is stored --------------------------------------------------------------------
 
     def delay_from(self, partition: str, read_position: int) -> int | None:
         """A lower bound of the offsets of ``partition``'s delayed messages not acked
         (None: none below ``read_position``)."""
-        rescan = self._rescans.get(partition)
         blocks = self._blocks.get(partition)
-        found = min(blocks) * OFFSET_BLOCK if blocks else None
-        if rescan is not None:
-            found = rescan.position if found is None else min(found, rescan.position)
+        candidates = [min(blocks) * OFFSET_BLOCK] if blocks else []
+        rescans = self._rescans.get(partition)
+        if rescans:
+            candidates.append(min(rescan.position for rescan in rescans))
+        loading = self._loads.low_offset(partition)
+        if loading is not None:
+            candidates.append(loading)
+        found = min(candidates, default=None)
         if found is None or found >= read_position:
             return None
         return found
@@ -343,7 +502,9 @@ class DelayedMessages:
         out = self._out_heap
         while out and self._out.get((out[0][1], out[0][2])) != out[0][0]:
             heapq.heappop(out)
-        candidates = [m for m in (self.next_due_ms(), self._restored_due_ms) if m is not None]
+        near = self._near[0][0] if self._near else None
+        far = self._earliest_bucket_ms(skip_waiting=False)
+        candidates = [m for m in (near, far, self._restored_due_ms) if m is not None]
         if out:
             candidates.append(out[0][0])
         return min(candidates) if candidates else None
@@ -357,13 +518,3 @@ class DelayedMessages:
     def memory_bytes(self) -> int:
         """Bytes of buffers held in memory (the near list not counted: one bucket)."""
         return self._memory_bytes
-
-
-def _records(data: bytes) -> Iterator[tuple[int, int, int, bytes]]:
-    view, at, end, size = memoryview(data), 0, len(data), _RECORD.size
-    unpack = _RECORD.unpack_from
-    while at < end:
-        due, slot, offset, length = unpack(view, at)
-        at += size
-        yield due, slot, offset, bytes(view[at : at + length])
-        at += length

@@ -17,6 +17,8 @@ from danube.dispatcher.delayed import DelayedMessages, due_of
 from danube.dispatcher.entries import Entry, PartitionQueue, Ref
 from danube.dispatcher.events import MessagesAvailable
 from danube.dispatcher.redelivery import DeliverySettings
+from danube.dispatcher.sealed import ResumePlan, plan_resume
+from danube.dispatcher.snapshot import SnapshotHead
 from danube.frame import RawFrame
 
 DELAYING_TYPES = ("shared", "key_shared")
@@ -37,13 +39,17 @@ class DelayHandling:
     def _enqueue(self, partition: PartitionQueue, entry: Entry) -> None:
         raise NotImplementedError
 
-    def resume_delayed(self, states: Mapping[str, CursorState]) -> None:
-        """The subscription resumed from ``states``: read again where they say delayed
-        messages not acked lie, before reading on (danube.dispatcher.delayed)."""
+    def resume_delayed(
+        self, states: Mapping[str, CursorState], heads: Mapping[str, SnapshotHead] | None = None
+    ) -> None:
+        """The subscription resumed from ``states``: the delayed messages not acked they
+        name come from their snapshots whose ``heads`` were read (by key), else from the
+        log, read again beside the usual reader (danube.dispatcher.sealed)."""
         if self.delayed is None:
             return
         for name, state in states.items():
-            self.delayed.resume(name, state.delay_from, state.delay_due_ms, state.next_offset)
+            plan = resume_plan(state)
+            self.delayed.resume_from(name, plan, heads or {}, state.delay_due_ms)
 
     def rescan_position(self, name: str) -> int | None:
         """Where partition ``name`` is being read again for its delayed messages not acked
@@ -119,7 +125,13 @@ class DelayHandling:
         if delay_from is None:
             return state
         due_ms = delayed.due_floor_ms()
-        return state.model_copy(update={"delay_from": delay_from, "delay_due_ms": due_ms})
+        return state.model_copy(
+            update={
+                "delay_from": delay_from,
+                "delay_due_ms": due_ms,
+                "delay_snapshots": delayed.chain(name) or None,
+            }
+        )
 
     def next_due_ms(self) -> int | None:
         """The earliest delivery time of a delayed message filed (None: none): the runtime
@@ -130,3 +142,10 @@ class DelayHandling:
     def delayed_count(self) -> int:
         """Delayed messages held and not acked (filed, or out and not acked yet)."""
         return 0 if self.delayed is None else self.delayed.held
+
+
+def resume_plan(state: CursorState) -> ResumePlan:
+    """Where ``state``'s delayed messages not acked come from (sealed.plan_resume)."""
+    return plan_resume(
+        state.delay_from, state.next_offset, state.delay_due_ms, state.delay_snapshots or ()
+    )

@@ -126,6 +126,24 @@ DELAYED_SPILLED = Counter(
     "danube_dispatcher_delayed_spilled_bytes",
     "Bytes of delayed messages moved from memory to the spill files (memory bound reached)",
 )
+DELAYED_SNAPSHOTS = Counter(
+    "danube_dispatcher_delayed_snapshots",
+    "Delay snapshots by event: written, deleted (garbage), write_failed (a hole: the log), "
+    "read_failed (its range read from the log instead)",
+    ["event"],
+)
+DELAYED_SNAPSHOT_BYTES = Counter(
+    "danube_dispatcher_delayed_snapshot_bytes", "Bytes of delay snapshots written"
+)
+DELAYED_SNAPSHOT_LOADED = Counter(
+    "danube_dispatcher_delayed_snapshot_loaded_messages",
+    "Delayed messages taken from snapshots after a resume",
+)
+DELAYED_REREAD = Counter(
+    "danube_dispatcher_delayed_reread_frames",
+    "Frames read from the log again after a resume to find the delayed messages not acked "
+    "(the ranges no snapshot holds)",
+)
 SUB_UNACKED = Gauge(
     "danube_subscription_unacked_messages",
     "Messages delivered to consumers and not acknowledged yet",

@@ -26,6 +26,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.follow import follow_prefix
 from danube.meta.records import Owner, TopicConfig
 from danube.runtime.owned import Owned
+from danube.storage import ObjectStore
 from danube.wire.dispatcher.errors import ClaimRefusedError
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class DispatcherNode:
         self.bus = bus
         self.store = store
         self.lease = lease
+        # Delay snapshots go to the mesh's object storage (no I/O until the first one).
+        self.objects = ObjectStore.from_config(settings.wal_cloud.cloud)
         # Fenced by this node's own rule on a lost lease (_lease_lost), not by Owned's.
         self._served: Owned[_Key, _Served] = Owned(
             None, fence=lambda served, reason: served.runtime.fail(reason)
@@ -107,7 +110,9 @@ class DispatcherNode:
             if await store.dispatch() == "non_reliable":
                 runtime = FanoutRuntime(store, self.bus, config, on_failed=self._on_failed)
             else:
-                runtime = SubscriptionRuntime(store, self.bus, config, on_failed=self._on_failed)
+                runtime = SubscriptionRuntime(
+                    store, self.bus, config, on_failed=self._on_failed, objects=self.objects
+                )
             try:
                 await runtime.start()
                 responder = await SubscriptionHandlers(runtime).serve(self.bus, topic, sub)

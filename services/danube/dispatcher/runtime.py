@@ -34,7 +34,14 @@ from danube.dispatcher import (
 from danube.dispatcher.actions import ActionRunner
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.damage import DamageBook
+from danube.dispatcher.delay_snapshots import (
+    DelaySnapshots,
+    load_loop,
+    seal_loop,
+    snapshot_prefix,
+)
 from danube.dispatcher.delayed import DelayedMessages, FileSpill
+from danube.dispatcher.delaying import resume_plan
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.events import (
@@ -55,6 +62,7 @@ from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
 from danube.dispatcher.readers import DelayRescanReader, PartitionReader
 from danube.dispatcher.redelivery import DeliverySettings
+from danube.dispatcher.snapshot import SnapshotHead
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.errors import ErrorKind
@@ -63,6 +71,7 @@ from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
 from danube.runtime.topic_metrics import subscription_labels
+from danube.storage import ObjectStore
 from danube.wire.cloud.client import CloudClient
 from danube.wire.dispatcher import protocol
 from danube.wire.dispatcher.errors import SubscriptionNotFoundError
@@ -74,6 +83,7 @@ TICK_INTERVAL_S = 0.05
 # A quiet subscription (nothing held, no cursor to write: SubscriptionMachine.quiet) ticks
 # this often instead, or at its next event: idle subscriptions cost next to nothing.
 QUIET_TICK_S = 1.0
+SEAL_LAST_TIMEOUT_S = 5.0  # a stop waits this long at most for its last delay snapshots
 
 
 class SubscriptionRuntime(ActionRunner):
@@ -89,10 +99,15 @@ class SubscriptionRuntime(ActionRunner):
         config: DispatcherConfig,
         *,
         on_failed: Callable[[SubscriptionRuntime, str], None],
+        objects: ObjectStore | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
         self.config = config
+        # Where delay snapshots go (danube.dispatcher.sealed); None: a takeover reads the log.
+        self.objects = objects if config.delayed_seal_interval_s > 0 else None
+        self._snapshots: DelaySnapshots | None = None
+        self._rescanning: set[str] = set()  # partitions with a rescan reader running
         self.ingest = IngestClient(bus)
         self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
@@ -119,6 +134,8 @@ class SubscriptionRuntime(ActionRunner):
         self._record_bytes_max = 0
         self._expired_counted = 0  # of machine.expired, what the metric has
         self._spilled_counted = 0  # of the delayed messages' spilled_bytes, likewise
+        self._reread_counted = 0  # of its reread_frames and loaded_records, likewise
+        self._loaded_counted = 0
         self._policy = FlushPolicy(
             flush_acks=config.cursor_flush_acks,
             flush_interval_s=config.cursor_flush_interval_s,
@@ -177,13 +194,16 @@ class SubscriptionRuntime(ActionRunner):
             self.machine.delayed = DelayedMessages(
                 FileSpill(self._spill_dir()), memory_bytes_max=self.config.delayed_memory_bytes_max
             )
-            self.machine.resume_delayed({p.topic: state for p, state in stored.items()})
+            heads = await self._snapshot_heads(stored)
+            self.machine.resume_delayed({p.topic: state for p, state in stored.items()}, heads)
+            self._start_sealing(self._partitions)
         self.machine.expiry_of = expiry_for((await policies.policies_of(self.store)).message_ttl_s)
         for name, partition in self._partitions.items():
             reader = PartitionReader(self, partition, name)
             self._readers[name] = reader
             self._spawn(reader.run(), f"reader-{partition}")
         self._rescan(self._partitions)
+        self._spawn_snapshot_loops()
         self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
         self._spawn(policies.evict_loop(self), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
@@ -206,7 +226,9 @@ class SubscriptionRuntime(ActionRunner):
             self.machine.add_partitions(
                 {p.topic: PartitionCursor.from_state(states[p], policy=self._policy) for p in new}
             )
-            self.machine.resume_delayed({p.topic: state for p, state in stored.items()})
+            heads = await self._snapshot_heads(stored)
+            self.machine.resume_delayed({p.topic: state for p, state in stored.items()}, heads)
+            self._start_sealing({p.topic: p for p in new})
             for partition in new:
                 self._partitions[partition.topic] = partition
                 reader = self._readers[partition.topic] = PartitionReader(
@@ -221,9 +243,87 @@ class SubscriptionRuntime(ActionRunner):
         read again (danube.dispatcher.delayed): it ends when that is done."""
         machine = self._machine()
         for name, partition in partitions.items():
-            if machine.rescan_position(name) is not None:
-                rescan = DelayRescanReader(self, partition, name)
-                self._spawn(rescan.run(), f"rescan-{partition}")
+            if name not in self._rescanning and machine.rescan_position(name) is not None:
+                self._rescanning.add(name)
+                self._spawn(self._read_again(partition, name), f"rescan-{partition}")
+
+    async def _read_again(self, partition: TopicName, name: str) -> None:
+        try:
+            await DelayRescanReader(self, partition, name).run()
+        finally:
+            self._rescanning.discard(name)
+
+    async def _snapshot_heads(
+        self, stored: dict[TopicName, CursorState]
+    ) -> dict[str, SnapshotHead]:
+        """The heads of the delay snapshots ``stored`` names (none without object storage:
+        their ranges are read from the log), sealing on from now when there is storage."""
+        delayed, claim = self._machine().delayed, self.store.claim
+        if self.objects is None or delayed is None or claim is None:
+            return {}
+        if self._snapshots is None:
+            prefix = snapshot_prefix(self.store.topic, self.store.sub)
+            self._snapshots = DelaySnapshots(self.objects, prefix, claim.revision)
+        delayed.sealing = True
+        refs = []
+        for partition, state in stored.items():
+            plan = resume_plan(state)
+            refs.extend(plan.load)
+            if plan.load or plan.reread:
+                log.info(
+                    "%s/%s resumes the delayed messages of %s: %d snapshots to load up to %s, "
+                    "read again from the log: %s",
+                    self.store.topic,
+                    self.store.sub,
+                    partition,
+                    len(plan.load),
+                    plan.load[-1].to_offset if plan.load else None,
+                    plan.reread,
+                )
+        return await self._snapshots.heads(refs) if refs else {}
+
+    def _start_sealing(self, partitions: dict[str, TopicName]) -> None:
+        delayed = self._machine().delayed
+        if delayed is not None:
+            for name in partitions:
+                delayed.start_sealing(name, self._machine().cursor(name).read_position)
+
+    def _spawn_snapshot_loops(self) -> None:
+        """Seal and load delay snapshots while serving (danube.dispatcher.delay_snapshots)."""
+        machine, snapshots = self._machine(), self._snapshots
+        delayed = machine.delayed
+        if snapshots is None or delayed is None:
+            return
+        where = f"{self.store.topic}-{self.store.sub}"
+
+        def positions() -> dict[str, int]:
+            return {name: machine.cursor(name).read_position for name in self._partitions}
+
+        def touch(name: str) -> None:
+            machine.cursor(name).touch()
+
+        interval_s = self.config.delayed_seal_interval_s
+        self._spawn(seal_loop(snapshots, delayed, positions, touch, interval_s), f"seal-{where}")
+        self._spawn(load_loop(snapshots, delayed, self._loaded), f"load-{where}")
+
+    async def _seal_last(self) -> None:
+        """Seal what was read since the last seal (a clean stop): the final cursor write
+        names it, and the next owner reads nothing from the log again."""
+        machine, snapshots = self.machine, self._snapshots
+        if machine is None or machine.delayed is None or snapshots is None:
+            return
+        positions = {name: machine.cursor(name).read_position for name in self._partitions}
+        try:
+            async with asyncio.timeout(SEAL_LAST_TIMEOUT_S):
+                await snapshots.seal_once(machine.delayed, positions)
+        except Exception as exc:  # the next owner reads the range from the log
+            log.warning("last seal of %s/%s failed: %s", self.store.topic, self.store.sub, exc)
+
+    def _loaded(self) -> None:
+        """Snapshot parts were loaded: a rescan of a failed one may be wanted, and waiting
+        polls may find their bucket's messages due now."""
+        self._rescan(self._partitions)
+        self.notify()
 
     def _spill_dir(self) -> Path:
         """Where this subscription's delayed messages go past the memory bound: a directory
@@ -290,6 +390,8 @@ class SubscriptionRuntime(ActionRunner):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if not self.failed and not self.store.held:
+            await self._seal_last()
         self._drop_delayed()
         if self.machine is None or self.failed or self.store.held:
             return  # held cursors die with the process: their acks come again (redelivery)
@@ -546,14 +648,24 @@ class SubscriptionRuntime(ActionRunner):
 
     def _count_expired(self) -> None:
         delayed = self._machine().delayed
-        if delayed is not None and delayed.spilled_bytes > self._spilled_counted:
-            metrics.DELAYED_SPILLED.inc(delayed.spilled_bytes - self._spilled_counted)
-            self._spilled_counted = delayed.spilled_bytes
+        if delayed is not None:
+            self._count_delayed(delayed)
         expired = self._machine().expired
         if expired > self._expired_counted:
             labels = subscription_labels(self.store.topic, self.store.sub)
             metrics.SUB_EXPIRED.labels(*labels).inc(expired - self._expired_counted)
             self._expired_counted = expired
+
+    def _count_delayed(self, delayed: DelayedMessages) -> None:
+        if delayed.spilled_bytes > self._spilled_counted:
+            metrics.DELAYED_SPILLED.inc(delayed.spilled_bytes - self._spilled_counted)
+            self._spilled_counted = delayed.spilled_bytes
+        if delayed.reread_frames > self._reread_counted:
+            metrics.DELAYED_REREAD.inc(delayed.reread_frames - self._reread_counted)
+            self._reread_counted = delayed.reread_frames
+        if delayed.loaded_records > self._loaded_counted:
+            metrics.DELAYED_SNAPSHOT_LOADED.inc(delayed.loaded_records - self._loaded_counted)
+            self._loaded_counted = delayed.loaded_records
 
     def notify(self) -> None:
         """Wake every waiting poll: messages may be available."""

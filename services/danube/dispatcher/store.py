@@ -246,6 +246,7 @@ class SubscriptionStore:
                     acked_beyond=cursor.acked_beyond,
                     delay_from=cursor.delay_from,
                     delay_due_ms=cursor.delay_due_ms,
+                    delay_snapshots=cursor.delay_snapshots,
                 )
         return found
 
@@ -266,6 +267,7 @@ class SubscriptionStore:
                 updated_ms=now_ms,
                 delay_from=state.delay_from,
                 delay_due_ms=state.delay_due_ms,
+                delay_snapshots=state.delay_snapshots,
             )
             key = meta_keys.subscription_cursor_key(self.topic, self.sub, partition)
             txn.then_put(key, encode_model(record))
