@@ -204,6 +204,8 @@ async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-delayed-") as tmp:
         env = {
             "DANUBE_DISPATCHER__LEASE_TTL_S": "3",
+            # Delay snapshots (off by default): DELAY_SNAPSHOTS=0 measures without them.
+            "DANUBE_DISPATCHER__DELAYED_SEAL_INTERVAL_S": os.environ.get("DELAY_SNAPSHOTS", "1.0"),
             "DANUBE_WAL_CLOUD__CLOUD__BACKEND": "fs",
             "DANUBE_WAL_CLOUD__CLOUD__ROOT": str(Path(tmp) / "objects"),
         }

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from danube.runtime import ProcessSpec, ServerProcess
+from danube.up import ProcessSpec, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -113,7 +113,11 @@ async def test_a_new_owner_loads_the_sealed_snapshots_instead_of_reading_the_log
     }
     services("ingest", "ingest-0")
     discovery = services("discovery", "discovery-0")
-    own = {**shared, "DANUBE_DISPATCHER__LEASE_TTL_S": "2"}
+    own = {
+        **shared,
+        "DANUBE_DISPATCHER__LEASE_TTL_S": "2",
+        "DANUBE_DISPATCHER__DELAYED_SEAL_INTERVAL_S": "1.0",  # off by default
+    }
     first = ServerProcess(spec_for("dispatcher", "dispatcher-0", **own), tmp_path / "d0.log")
     first.start()
     dispatchers = [first]

@@ -516,8 +516,9 @@ class DispatcherConfig(ServiceConfig):
     delayed_spill_dir: str | None = None
     # Every this many seconds the delayed messages read since the last time are sealed into
     # a snapshot in object storage (wal_cloud.cloud), so a dispatcher taking a subscription
-    # over loads them instead of reading the log again (0: none; a takeover reads the log).
-    delayed_seal_interval_s: Annotated[float, Field(ge=0, le=60)] = 1.0
+    # over loads them instead of reading the log again (0: none, the default while snapshots
+    # are new: a takeover reads the log; 1.0 turns them on).
+    delayed_seal_interval_s: Annotated[float, Field(ge=0, le=60)] = 0.0
 
 
 class MetricsConfig(_Section):
