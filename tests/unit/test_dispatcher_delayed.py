@@ -273,3 +273,27 @@ def test_file_spill_holds_a_bounded_amount_of_unwritten_bytes(tmp_path: Path) ->
         spill.append(bucket % 7, bytes(1000))
         assert spill.queued_bytes <= 10_000 + 1000  # the bound, plus the one just queued
     assert sum(len(spill.take(b)) for b in range(7)) == 200_000  # nothing lost on the way
+
+
+def test_a_delayed_message_read_above_an_unacked_one_survives_a_restart() -> None:
+    # 0..3 are plain and delivered but not acked when the dispatcher dies; 4 is delayed,
+    # acked in the cursor when read: it lies in acked_beyond, above the contiguous point,
+    # where the usual reader of a new owner skips it. The read again must reach it.
+    log = [(o, frame(o, T0 + 5_000 if o == 4 else None)) for o in range(5)]
+    first = machine()
+    first.handle(ConsumerAttached("c1", "one"))
+    first.handle(MessagesAvailable("p0", log, 0, 5))
+    assert delivered(first.handle(Poll("c1", 100, 1.0, T0))) == [0, 1, 2, 3]
+    first.cursor("p0").touch()
+    state = stored(first.handle(Tick(3.0, T0 + 10)))
+    assert (state.next_offset, state.acked_beyond, state.delay_from) == (0, (4,), 0)
+    second = machine(cursor=PartitionCursor.from_state(state))
+    second.resume_delayed({"p0": state})
+    second.handle(ConsumerAttached("c2", "two"))
+    second.handle(MessagesAvailable("p0", log[:4], 0, 5))  # the usual reader: 4 is acked
+    assert delivered(second.handle(Poll("c2", 100, 1.0, T0))) == [0, 1, 2, 3]
+    position = second.rescan_position("p0")
+    while position is not None:
+        second.reread(MessagesAvailable("p0", log[position:], position, 5))
+        position = second.rescan_position("p0")
+    assert delivered(second.handle(Poll("c2", 100, 6.0, T0 + 5_000))) == [4]

@@ -22,12 +22,14 @@ contiguous point back, and out-of-order acks never pile up behind it), and the c
 stored state carries, per partition, where to find again the delayed messages not acked yet
 (``delay_from``: a lower bound of their offsets, to the block of ``OFFSET_BLOCK`` offsets)
 and a lower bound of their due times (``delay_due_ms``). A dispatcher resuming the
-subscription files every delayed message of ``[delay_from, next_offset)`` due at or after
-``delay_due_ms`` again: those the sealed snapshots stored with the cursor hold are loaded
-bucket by bucket as they fall due (danube.dispatcher.sealed, loads.py), the rest is read
-from the log again (:meth:`rescan`). Messages acked meanwhile with a due time at or after
-that bound come again (at-least-once): those acked while an earlier-due one was still
-unacked, which with prompt acks is the last ack round trip's worth.
+subscription files every delayed message of ``[delay_from, end)`` due at or after
+``delay_due_ms`` again (``end``: past the cursor's highest out-of-order ack, where a delayed
+message read above the contiguous point lies; else ``next_offset``): those the sealed
+snapshots stored with the cursor hold are loaded bucket by bucket as they fall due
+(danube.dispatcher.sealed, loads.py), the rest is read from the log again (:meth:`rescan`).
+Messages acked meanwhile with a due time at or after that bound come again (at-least-once):
+those acked while an earlier-due one was still unacked, which with prompt acks is the last
+ack round trip's worth.
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ class DelayHandling:
         delayed = self.delayed
         if delayed is None:
             return state
-        delay_from = delayed.delay_from(name, state.next_offset)
+        delay_from = delayed.delay_from(name, _read_again_to(state))
         if delay_from is None:
             return state
         due_ms = delayed.due_floor_ms()
@@ -147,5 +147,14 @@ class DelayHandling:
 def resume_plan(state: CursorState) -> ResumePlan:
     """Where ``state``'s delayed messages not acked come from (sealed.plan_resume)."""
     return plan_resume(
-        state.delay_from, state.next_offset, state.delay_due_ms, state.delay_snapshots or ()
+        state.delay_from, _read_again_to(state), state.delay_due_ms, state.delay_snapshots or ()
     )
+
+
+def _read_again_to(state: CursorState) -> int:
+    """Where a resume's read again of the delayed messages ends. A delayed message is acked
+    in its cursor when read, so one read above the contiguous point lies in ``acked_beyond``,
+    which the usual reader of a new owner skips: the read again reaches past the highest of
+    them, not only to ``next_offset`` (what a stored ``acked_beyond`` left out, the usual
+    reader reads again and files itself)."""
+    return max(state.next_offset, state.acked_beyond[-1] + 1 if state.acked_beyond else 0)
