@@ -1,9 +1,10 @@
 """Outages of the cloud tier's dependencies while producing (ingest and uploader processes on
 their own S3 server and etcd):
 
-- the S3 server frozen (SIGSTOP) for 20 s: every produce still succeeds quickly; uploads stall
+- the S3 server frozen (SIGSTOP) for 10 s: every produce still succeeds quickly; uploads stall
   and catch up after it returns;
-- etcd frozen for 10 s: producing is unaffected; uploads pause and resume.
+- etcd frozen for 5 s (past two of the services' 2 s etcd request deadlines): producing is
+  unaffected; uploads pause and resume.
 
 Retention runs all along with a 1 MB WAL limit. Afterwards the cloud tier holds every offset
 exactly once (verify_partition): had retention dropped a segment before it was uploaded, the
@@ -37,8 +38,13 @@ from danube.wire.ingest.client import IngestClient
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 TOPIC = TopicName("default", "outage")
-S3_OUTAGE_S = 20.0  # about 2 MB produced meanwhile: twice the WAL limit, none of it uploaded
-ETCD_OUTAGE_S = 10.0
+S3_OUTAGE_S = 10.0  # 1-4 MB produced meanwhile: past the WAL limit, none of it uploaded
+ETCD_OUTAGE_S = 5.0  # past two etcd request deadlines (ETCD_REQUEST_TIMEOUT_S)
+ETCD_REQUEST_TIMEOUT_S = 2.0
+WAL_LIMIT_BYTES = 1024 * 1024  # DANUBE_WAL_CLOUD__WAL__RETENTION__SIZE_MB below
+# Each record's payload is padded to this size: at the floor of 10 produces of 50 records a
+# second (asserted below) the S3 outage outgrows the WAL limit; at the usual 40, four times.
+PAYLOAD_BYTES = 200
 PRODUCE_BOUND_S = 2.0  # no produce may take longer than this, outage or not
 
 
@@ -56,7 +62,13 @@ class Producer:
         number = 0
         while not self.stop.is_set():
             records = [
-                encode_record(Record(payload=b"%d" % (number + i), publish_time_ms=1, producer="o"))
+                encode_record(
+                    Record(
+                        payload=(b"%d:" % (number + i)).ljust(PAYLOAD_BYTES, b"o"),
+                        publish_time_ms=1,
+                        producer="o",
+                    )
+                )
                 for i in range(50)
             ]
             started = time.monotonic()
@@ -111,6 +123,7 @@ async def test_s3_and_etcd_outages_do_not_touch_producing_and_uploads_catch_up(
         env = {
             "DANUBE_WAL_CLOUD__METADATA__ETCD_ENDPOINT": etcd_endpoint,  # this test's own etcd
             "DANUBE_WAL_CLOUD__METADATA__PREFIX": "/outage",
+            "DANUBE_WAL_CLOUD__METADATA__REQUEST_TIMEOUT_S": str(ETCD_REQUEST_TIMEOUT_S),
             "DANUBE_WAL_CLOUD__CLOUD__BACKEND": "s3",
             "DANUBE_WAL_CLOUD__CLOUD__ROOT": "s3://outage/danube",
             "DANUBE_WAL_CLOUD__CLOUD__ENDPOINT": endpoint,
@@ -177,6 +190,7 @@ async def test_s3_and_etcd_outages_do_not_touch_producing_and_uploads_catch_up(
     during_etcd = producer.during(etcd_down, etcd_up)
     before = producer.during(0, s3_down)
     assert len(during_s3) > S3_OUTAGE_S * 10  # kept producing all along (about 40/s)
+    assert len(during_s3) * 50 * PAYLOAD_BYTES > WAL_LIMIT_BYTES  # more than the WAL may hold
     assert len(during_etcd) > ETCD_OUTAGE_S * 10
     assert max(during_s3 + during_etcd) < PRODUCE_BOUND_S
     assert stalled_at < behind  # uploads really stopped while S3 was away

@@ -160,7 +160,9 @@ async def test_new_dispatchers_take_their_share_and_sigterm_hands_over(
                 await asyncio.sleep(0.1)
         producer = asyncio.create_task(_produce(http, produced, stop_producing))
         assert (await _served(http, dispatchers)) == {"dispatcher-0": SUBSCRIPTIONS}
-        await asyncio.sleep(2)  # messages flowing to every consumer
+        async with asyncio.timeout(30):  # messages flowing to every consumer
+            while not all(c.received for c in consumers):  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
 
         # Two more dispatchers: each takes its share while consumers poll and ack.
         started = time.monotonic()

@@ -28,8 +28,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
 P = TopicName("default", "idem-part-0")
 SDK_P = TopicName("default", "idem-sdk-part-0")  # the one partition of /default/idem-sdk
-KILL_ROUNDS = 10
-FREEZE_ROUNDS = 10
 
 
 async def _rounds(
@@ -84,8 +82,8 @@ async def _rounds(
         await bus.close()
 
 
-# At the ingest contract: 3 rounds of each in `make test`, 10 in `make bench` (the SDK's
-# tests below run 10 of each in `make test`).
+# 3 rounds of each in `make test`, 10 in `make bench` (a soak): at the ingest contract and
+# through the SDK below alike.
 ROUNDS = [pytest.param(10, marks=pytest.mark.soak), 3]
 
 
@@ -216,6 +214,7 @@ async def _sdk_rounds(
     print(f"{rounds} {'freeze' if freeze else 'kill'} rounds, SDK: {sent} sent, stored once")
 
 
+@pytest.mark.parametrize("rounds", ROUNDS)
 @pytest.mark.parametrize("freeze", [False, True], ids=["sigkill", "sigstop"])
 async def test_leader_kill_or_freeze_rounds_two_sdk_producers_store_each_message_once(
     cluster: Callable[..., Cluster],
@@ -223,10 +222,10 @@ async def test_leader_kill_or_freeze_rounds_two_sdk_producers_store_each_message
     nats_url: str,
     store: MetaStore,
     freeze: bool,
+    rounds: int,
 ) -> None:
     nodes = cluster(3, factor=3, min_insync=2)
     discovery = services("discovery", "discovery-0")
-    rounds = FREEZE_ROUNDS if freeze else KILL_ROUNDS
     await _sdk_rounds(nodes, discovery, store, nats_url, rounds=rounds, freeze=freeze)
 
 

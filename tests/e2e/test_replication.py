@@ -39,11 +39,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 P = TopicName("default", "repl-part-0")
 
 
-@pytest.mark.parametrize("rounds", [pytest.param(10, marks=pytest.mark.soak), 5])
+@pytest.mark.parametrize("rounds", [pytest.param(10, marks=pytest.mark.soak), 3])
 async def test_leader_sigkill_rounds_factor_3_lose_nothing(
     cluster: Callable[..., Cluster], nats_url: str, store: MetaStore, rounds: int
 ) -> None:
-    """Rounds (5 in `make test`, 10 in `make bench`; the idempotent producers' own 10 are in
+    """Rounds (3 in `make test`, 10 in `make bench`; the idempotent producers' own 10 are in
     tests/e2e/test_idempotent_failover.py): SIGKILL the leader under a producer and a
     tailing reader, restart it; the history shows nothing acknowledged lost, no offset
     skipped or served twice differently, and the produce stall of each round stays under the

@@ -1,4 +1,4 @@
-"""The uploader under SIGKILL: rounds of kill -9 (5 in `make test`, 10 in `make bench`) while a
+"""The uploader under SIGKILL: rounds of kill -9 (3 in `make test`, 10 in `make bench`) while a
 producer keeps writing and uploads keep happening. Afterwards the cloud tier holds every offset
 exactly once, contiguous from the first to the uploaded-through offset, and objects, descriptors
 and checkpoint agree."""
@@ -48,7 +48,7 @@ async def _checkpoint(store: MetaStore) -> UploaderCheckpoint | None:
     return await store.get_model(meta_keys.uploader_checkpoint_key(TOPIC), UploaderCheckpoint)
 
 
-@pytest.mark.parametrize("rounds", [pytest.param(10, marks=pytest.mark.soak), 5])
+@pytest.mark.parametrize("rounds", [pytest.param(10, marks=pytest.mark.soak), 3])
 async def test_uploader_sigkill_rounds_leave_every_offset_exactly_once(
     rounds: int,
     tmp_path: Path,

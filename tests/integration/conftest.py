@@ -1,9 +1,13 @@
 """A discovery instance with one ingest and one dispatcher, in-process on the session's
-nats-server and etcd: the consume API tests (long-poll and WebSocket) share it."""
+nats-server and etcd: the consume API tests (long-poll and WebSocket) share it, one per module
+(``consume_http``), or start one of their own (``consume_mesh``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -11,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from danube.bus import Bus
 from danube.config import (
     BusConfig,
     DanubeSettings,
@@ -26,7 +31,7 @@ from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
 from danube.runtime.service import run_in_process
-from danube.up import free_port
+from danube.up import ServerProcess, free_port, nats_spec
 from tests.readiness import until_ready
 
 
@@ -92,6 +97,20 @@ def mesh_settings(
 ConsumeMesh = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 
+@asynccontextmanager
+async def _serving(settings: DanubeSettings) -> AsyncIterator[httpx.AsyncClient]:
+    """The three services on ``settings``, ready; an HTTP client on discovery."""
+    base_url = f"http://127.0.0.1:{settings.discovery.port}"
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),
+        run_in_process(dispatcher_app.serve, settings, "disp-1", must_stop_cleanly=True),
+        run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True) as task,
+        httpx.AsyncClient(base_url=base_url, timeout=30) as client,
+    ):
+        await until_ready(client, task)
+        yield client
+
+
 @pytest.fixture
 def consume_mesh(mesh_settings: MeshSettings) -> ConsumeMesh:
     """Starts a discovery instance with one ingest and one dispatcher; yields an HTTP client
@@ -100,22 +119,103 @@ def consume_mesh(mesh_settings: MeshSettings) -> ConsumeMesh:
 
     @asynccontextmanager
     async def start(**kw: Any) -> AsyncIterator[httpx.AsyncClient]:
-        settings = mesh_settings(**kw)
-        base_url = f"http://127.0.0.1:{settings.discovery.port}"
-        async with (
-            run_in_process(ingest_app.serve, settings, "ingest-1", must_stop_cleanly=True),
-            run_in_process(dispatcher_app.serve, settings, "disp-1", must_stop_cleanly=True),
-            run_in_process(discovery_app.serve, settings, "disc-1", must_stop_cleanly=True) as task,
-            httpx.AsyncClient(base_url=base_url, timeout=30) as client,
-        ):
-            await until_ready(client, task)
+        async with _serving(mesh_settings(**kw)) as client:
             yield client
 
     return start
 
 
+MESH_STOP_TIMEOUT_S = 30.0
+
+
+class _MeshThread:
+    """:func:`_serving` on an event loop of its own, in a thread: it outlives the loop of
+    each test (pytest-asyncio gives every test a new one), and tests reach it over HTTP and
+    WebSocket only. Started, it is ready or has raised; stopped, it re-raises what a service
+    failed with."""
+
+    def __init__(self, settings: DanubeSettings) -> None:
+        self.url = f"http://127.0.0.1:{settings.discovery.port}"
+        self.nats_url = settings.bus.servers[0]
+        self._settings = settings
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="consume-mesh", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+        self.check()
+
+    def check(self) -> None:
+        """Raise what stopped the mesh, if it stopped."""
+        if self._error is not None:
+            raise self._error
+        assert self._thread.is_alive(), "the shared consume mesh stopped"
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(MESH_STOP_TIMEOUT_S)
+        assert not self._thread.is_alive(), f"not stopped in {MESH_STOP_TIMEOUT_S} s"
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # handed to the test thread (check, stop)
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with _serving(self._settings):
+            self._ready.set()
+            await self._stop.wait()
+
+
+@pytest.fixture(scope="module")
+def shared_consume_mesh(
+    etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[_MeshThread]:
+    """One :func:`consume_mesh` (its defaults) for the tests of a module: starting and
+    stopping one per test cost about 1.5 s each. On a nats-server and an etcd prefix of its
+    own, so that a mesh a test starts meanwhile on the session's server (``consume_mesh``)
+    never hears it. Tests that share it keep to topics (and subscriptions, schema subjects)
+    of their own names; a test that needs a mesh to itself (other settings, etcd keys read
+    under its prefix, services stopped) starts one with ``consume_mesh``."""
+    tmp = tmp_path_factory.mktemp("consume-mesh")
+    nats = ServerProcess(nats_spec(port=free_port(), monitor_port=free_port()), tmp / "nats.log")
+    with nats:
+        nats_url = f"nats://127.0.0.1:{nats.spec.port}"
+        prefix = f"/t-{uuid.uuid4().hex[:12]}"
+        mesh = _MeshThread(_consume_settings(nats_url, etcd_endpoint, prefix, tmp / "wal"))
+        mesh.start()
+        try:
+            yield mesh
+        finally:
+            mesh.stop()
+
+
 @pytest.fixture
-async def consume_http(consume_mesh: ConsumeMesh) -> AsyncIterator[httpx.AsyncClient]:
-    """:func:`consume_mesh` with its defaults."""
-    async with consume_mesh() as client:
+async def consume_http(shared_consume_mesh: _MeshThread) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on the module's shared mesh (:func:`shared_consume_mesh`)."""
+    shared_consume_mesh.check()
+    async with httpx.AsyncClient(base_url=shared_consume_mesh.url, timeout=30) as client:
         yield client
+    shared_consume_mesh.check()
+
+
+@pytest.fixture
+async def consume_bus(shared_consume_mesh: _MeshThread) -> AsyncIterator[Bus]:
+    """A bus connection to the shared mesh's nats-server (its ingest's WAL, say)."""
+    bus = await Bus.connect(BusConfig(servers=[shared_consume_mesh.nats_url]), name="test")
+    try:
+        yield bus
+    finally:
+        await bus.close()

@@ -365,7 +365,7 @@ async def test_consume_key_shared_with_key_filters(consume_http: httpx.AsyncClie
 
 
 async def test_produce_is_idempotent_unless_told_not_to(
-    consume_http: httpx.AsyncClient, bus: Bus
+    consume_http: httpx.AsyncClient, consume_bus: Bus
 ) -> None:
     url = _url(consume_http)
     for topic, flags in (("/default/cli-idem", ()), ("/default/cli-plain", ("--no-idempotent",))):
@@ -373,7 +373,7 @@ async def test_produce_is_idempotent_unless_told_not_to(
             "produce", "-s", url, "-t", topic, "-m", "m", "-c", "3", *flags
         )
         assert code == 0, err
-    ingest = IngestClient(bus)
+    ingest = IngestClient(consume_bus)
     idem = await ingest.fetch(TopicName.parse("/default/cli-idem"), 0)
     plain = await ingest.fetch(TopicName.parse("/default/cli-plain"), 0)
     stored = [decode_record(frame.payload) for frame in idem.frames]
@@ -383,7 +383,7 @@ async def test_produce_is_idempotent_unless_told_not_to(
 
 
 async def test_produce_compressed_and_consume_it_back(
-    consume_http: httpx.AsyncClient, bus: Bus, tmp_path: Path
+    consume_http: httpx.AsyncClient, consume_bus: Bus, tmp_path: Path
 ) -> None:
     url = _url(consume_http)
     line = json.dumps({"level": "INFO", "message": "checkout ok " * 80}).encode()
@@ -395,7 +395,7 @@ async def test_produce_compressed_and_consume_it_back(
             "--compression", codec,
         )  # fmt: skip
         assert code == 0, err
-        fetched = await IngestClient(bus).fetch(TopicName.parse(topic), 0)
+        fetched = await IngestClient(consume_bus).fetch(TopicName.parse(topic), 0)
         stored = [decode_record(frame.payload) for frame in fetched.frames]
         assert [(r.payload, r.compression) for r in stored] == [(line, codec)] * 2
         assert all(len(frame.payload) < len(line) / 4 for frame in fetched.frames)

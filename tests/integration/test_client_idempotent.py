@@ -6,14 +6,11 @@ again; a non-reliable topic takes sequenced messages too."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 
 from danube.bus import Bus
 from danube.client import AsyncDanubeClient, ConflictError, RetryPolicy
-from danube.config import BusConfig
 from danube.frame import Record, decode_record
 from danube.names import TopicName
 from danube.routing import partition_for_key
@@ -25,12 +22,9 @@ FAST = RetryPolicy(base_s=0.01, cap_s=0.1)
 
 
 @pytest.fixture
-async def ingest(nats_url: str) -> AsyncIterator[IngestClient]:
-    bus = await Bus.connect(BusConfig(servers=[nats_url]), name="idempotent-reader")
-    try:
-        yield IngestClient(bus)
-    finally:
-        await bus.close()
+def ingest(consume_bus: Bus) -> IngestClient:
+    """The WAL of the consume mesh's ingest, read over its bus."""
+    return IngestClient(consume_bus)
 
 
 async def _stored(ingest: IngestClient, partition: str) -> list[Record]:

@@ -61,7 +61,11 @@ from danube.wire.ingest.client import IngestClient
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 TOPIC = TopicName("default", "history")
-MESSAGES = 100_000
+# Messages of the earliest-read test: 100 000 in `make bench` (a soak), 20 000 in `make test`.
+# Its WAL segments rotate at this many bytes per message (a message takes about 30 on disk):
+# a few segments at either size, so that dropping the lower half leaves objects to read.
+MESSAGES = [pytest.param(100_000, marks=pytest.mark.soak), 20_000]
+ROTATION_BYTES_PER_MESSAGE = 10
 
 
 @pytest.fixture
@@ -116,19 +120,26 @@ def _served_from_objects() -> float:
     return REGISTRY.get_sample_value("danube_cloud_reader_messages_total") or 0.0
 
 
+@pytest.mark.parametrize("messages", MESSAGES)
 async def test_earliest_reads_objects_then_the_wal_in_order_without_duplicates(
-    bus: Bus, store: MetaStore, settings: DanubeSettings
+    bus: Bus, store: MetaStore, settings: DanubeSettings, messages: int
 ) -> None:
+    wal = settings.wal_cloud.wal.model_copy(
+        update={"rotation": RotationConfig(max_bytes=messages * ROTATION_BYTES_PER_MESSAGE)}
+    )
+    settings = settings.model_copy(
+        update={"wal_cloud": settings.wal_cloud.model_copy(update={"wal": wal})}
+    )
     await store.put_model(meta_keys.topic_key(TOPIC), TopicConfig(created_ms=1))
     async with (
         run_in_process(ingest_app.serve, settings, "ingest-c"),
         run_in_process(uploader_app.serve, settings, "uploader-c"),
         run_in_process(cloud_reader_app.serve, settings, "cloud-c"),
     ):
-        await _produce(bus, MESSAGES)
-        await _uploaded_through(store, MESSAGES // 2)
-        wal_start = await _drop_wal_below(bus, MESSAGES // 2)
-        assert 0 < wal_start <= MESSAGES // 2  # the early segments are gone from the WAL
+        await _produce(bus, messages)
+        await _uploaded_through(store, messages // 2)
+        wal_start = await _drop_wal_below(bus, messages // 2)
+        assert 0 < wal_start <= messages // 2  # the early segments are gone from the WAL
         assert (await IngestClient(bus).fetch(TOPIC, 0)).below_wal_start
         from_objects = _served_from_objects()
         async with run_in_process(dispatcher_app.serve, settings, "disp-c"):
@@ -137,7 +148,7 @@ async def test_earliest_reads_objects_then_the_wal_in_order_without_duplicates(
             offsets: list[int] = []
             started = time.perf_counter()
             async with asyncio.timeout(120):
-                while len(offsets) < MESSAGES:
+                while len(offsets) < messages:
                     got = await client.poll(TOPIC, "s", consumer, max=1000, wait_ms=1000)
                     for message in got:
                         offsets.append(message.offset)
@@ -149,9 +160,9 @@ async def test_earliest_reads_objects_then_the_wal_in_order_without_duplicates(
                         )
             elapsed_s = time.perf_counter() - started
             assert await client.poll(TOPIC, "s", consumer, wait_ms=300) == []
-    assert offsets == list(range(MESSAGES))
+    assert offsets == list(range(messages))
     assert _served_from_objects() - from_objects >= wal_start  # the early part came from objects
-    print(f"earliest over objects + WAL: {MESSAGES / elapsed_s:,.0f} msg/s through the dispatcher")
+    print(f"earliest over objects + WAL: {messages / elapsed_s:,.0f} msg/s through the dispatcher")
 
 
 async def test_a_time_older_than_the_wal_is_found_in_the_objects(

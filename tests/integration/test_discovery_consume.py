@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ import pytest
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import SubscriptionConfig, SubscriptionCursor
+from tests.integration.conftest import ConsumeMesh
 
 pytestmark = pytest.mark.integration
 
@@ -330,8 +332,9 @@ async def test_seek_or_start_past_the_end_is_refused_and_the_next_message_still_
 
 
 async def test_list_shows_backlog_that_goes_down_with_acks_and_delete_starts_afresh(
-    http: httpx.AsyncClient, store: MetaStore
+    own_http: httpx.AsyncClient, store: MetaStore
 ) -> None:
+    http = own_http  # a mesh on this test's etcd prefix: ``store`` reads and writes its keys
     assert (await http.put("/v1/topics/default/lagging", json={"partitions": 2})).status_code == 201
     cid = await _attach(
         http, "default/lagging/subscriptions/s", name="w", type="shared", start="earliest"
@@ -436,6 +439,13 @@ async def test_subscription_admin_refusals(http: httpx.AsyncClient) -> None:
 def http(consume_http: httpx.AsyncClient) -> httpx.AsyncClient:
     """The subscription admin tests' name for the consume mesh's client."""
     return consume_http
+
+
+@pytest.fixture
+async def own_http(consume_mesh: ConsumeMesh) -> AsyncIterator[httpx.AsyncClient]:
+    """A consume mesh of the test's own, on its etcd prefix (``meta_prefix``, ``store``)."""
+    async with consume_mesh() as client:
+        yield client
 
 
 async def test_ack_by_ranges_acks_every_offset_of_them_and_bad_ranges_are_400(

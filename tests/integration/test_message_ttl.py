@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -14,11 +15,20 @@ import pytest
 from prometheus_client import REGISTRY
 
 from danube.client import TTL_ATTRIBUTE, AsyncDanubeClient
+from tests.integration.conftest import ConsumeMesh
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "default/ttl"
 WAIT_S = 15.0
+
+
+@pytest.fixture
+async def consume_http(consume_mesh: ConsumeMesh) -> AsyncIterator[httpx.AsyncClient]:
+    """A mesh per test, not the module's shared one: both tests create TOPIC, with other
+    policies."""
+    async with consume_mesh() as client:
+        yield client
 
 
 async def _attach(http: httpx.AsyncClient, sub: str) -> str:
