@@ -21,9 +21,7 @@ from danube.meta.records import Policies, TopicConfig
 pytestmark = pytest.mark.unit
 
 T = TopicName("default", "t")
-LIMITS = Limits(
-    max_payload_bytes=1024, max_messages=10, max_batch_records=10, timeout_s=1.0, auto_create=True
-)
+LIMITS = Limits(max_batch_records=10, timeout_s=1.0, auto_create=True)
 
 
 class BlockingCatalog:

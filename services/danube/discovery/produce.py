@@ -163,10 +163,9 @@ class Stored:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one produce may carry, from the settings."""
+    """How an admitted batch is stored, from the settings (what a produce may carry is
+    admission's: danube.discovery.admission.ProduceLimits)."""
 
-    max_payload_bytes: int
-    max_messages: int
     max_batch_records: int
     timeout_s: float
     auto_create: bool
@@ -175,8 +174,6 @@ class Limits:
     def from_settings(cls, settings: DanubeSettings) -> Limits:
         """The limits configured for this instance."""
         return cls(
-            max_payload_bytes=settings.ingest.max_message_bytes,
-            max_messages=settings.discovery.max_produce_messages,
             max_batch_records=settings.ingest.max_batch_messages,
             timeout_s=settings.discovery.produce_timeout_s,
             auto_create=settings.discovery.auto_create_topics,

@@ -87,7 +87,7 @@ def _config_out(config: TopicConfig, namespace: Policies | None = None) -> Topic
 
 
 def _check_policies(services: Services, policies: PoliciesSpec | None) -> None:
-    check_message_size(policies, services.producer.limits.max_payload_bytes)
+    check_message_size(policies, services.admission.limits.payload_bytes_max)
 
 
 async def _namespace_policies(services: Services, namespace: str) -> Policies | None:
