@@ -13,7 +13,8 @@
   produce carries to a partition's leader, and backlog arithmetic).
 - What they share: ``danube.wire.errors`` (``BadRequestError``, the one error of a body that
   breaks its layout) and ``danube.wire.claim`` (the claim-and-retry request loop of the
-  clients). Errors carry codes, not HTTP statuses: the front door maps codes to statuses.
+  clients). Errors carry codes and kinds (danube.errors.ErrorKind), not statuses: each door
+  answers a kind with its own; ``danube.wire.codes`` spells the client API's shared codes.
 
 A service imports the libs and itself only, never another service
 (tests/unit/test_service_imports.py): what two services share lives here.

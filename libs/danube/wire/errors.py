@@ -9,8 +9,8 @@ A request or reply body that does not follow its layout, or names nothing the re
 knows: nothing changed, and the same request fails again (not retriable). It is raised by
 the decoders of every service's contract (``danube.wire.ingest.protocol``,
 ``danube.wire.dispatcher.protocol``, ``danube.wire.cloud``) and by the services that answer
-them; on the bus it travels as its code. Errors carry no HTTP status: the front door maps
-codes to statuses in one place (danube.discovery.errors).
+them; on the bus it travels as its code and its kind (``invalid``). Errors carry no HTTP
+status: every door answers the kind with its own (danube.discovery.errors for HTTP).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@
         └── PolicyLimitError         "too_many_subscriptions", "too_many_consumers"
 
 A body that breaks its layout is :class:`danube.wire.errors.BadRequestError`, the error of
-every contract. These carry no HTTP status: the front door answers each code with its own
-(danube.discovery.errors, the one table).
+every contract. These carry no HTTP status: each states its kind (danube.errors.ErrorKind),
+which travels with its code over the bus and which every door answers with its own status.
 
 ``SubscriptionTakenError`` is the refusal of a second consumer on an exclusive
 subscription; ``OffsetOutOfRangeError`` refuses a seek or start past a partition's end,
