@@ -7,9 +7,9 @@ security off), decodes its body into :class:`Messages`, and calls::
     admitted = await admission.produce(principal, topic, messages, producer_id=...)
 
 It gets an :class:`Admitted` (the topic's policies, the schema stamp, the sequence run) or a
-DanubeError whose ``code`` is the same whichever door asked; the door maps that code to its
-status (HTTP: danube.discovery.errors, gRPC: grpc_api/status.py). Nothing here knows a web
-framework, an HTTP body or a gRPC message: doors translate, this decides.
+DanubeError whose ``code`` and kind are the same whichever door asked; the door answers the
+kind with its status (HTTP: danube.discovery.errors, gRPC: grpc_api/status.py). Nothing
+here knows a web framework, an HTTP body or a gRPC message: doors translate, this decides.
 
 The checks of a produce, in order (the first refusal answers; nothing is stored):
 
@@ -29,9 +29,9 @@ Where it lives: in discovery, because four of its collaborators are discovery's 
 security gate, the policy cache of the catalog, the schema gate over the registry, the view
 of exclusive producers) and so are the error classes and counters it raises and counts.
 It reaches them only through the Protocols below, so an ingest leader or a dispatcher
-builds one from the same pieces once those move to ``libs/danube`` (with
-danube.discovery.errors' classes, the refusal counters of danube.discovery.metrics, and the
-pure produce_chunks / produce_sequences / produce_batch helpers it calls).
+builds one from the same pieces once those move to ``libs/danube`` (with the refusal
+counters of danube.discovery.metrics and the pure produce_chunks / produce_sequences /
+produce_batch helpers it calls; its error classes are danube.errors' already).
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from typing import Protocol
 
 from danube.config import DanubeSettings
 from danube.discovery import metrics
-from danube.discovery.errors import TooLargeError
 from danube.discovery.produce_batch import LazyPayloads, check_payload_sizes
 from danube.discovery.produce_chunks import check_chunked, check_chunked_frames, chunked_limit
 from danube.discovery.produce_sequences import Sequencing, frames_sequencing
 from danube.discovery.schema_gate import Stamp
+from danube.errors import TooLargeError
 from danube.frame.produce import ProducedFrames
 from danube.meta import TopicName
 from danube.meta.records import Policies, TopicConfig
