@@ -27,11 +27,12 @@ from danube.config import DispatcherConfig
 from danube.dispatcher import metrics, policies
 from danube.dispatcher.delivery import DeliveryType
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
-from danube.errors import ErrorKind
+from danube.errors import ConflictError, NotFoundError
 from danube.frame import FRAME_HEADER_BYTES, CorruptFrameError, walk_frames
 from danube.meta import TopicName
 from danube.meta.records import SubscriptionConfig
 from danube.runtime.topic_metrics import subscription_labels
+from danube.wire import codes
 from danube.wire.dispatcher import protocol
 from danube.wire.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenError
 
@@ -269,10 +270,9 @@ class FanoutRuntime:
                 await self._activate(config)
         fanout = self._fanout()
         if request.type != fanout.delivery_type:
-            raise protocol.BadRequestError(
+            raise ConflictError(
                 f"the subscription is {fanout.delivery_type}, not {request.type}",
                 code="subscription_type_mismatch",
-                kind=ErrorKind.CONFLICT,
             )
         where = f"{self.store.topic}/{self.store.sub}"
         policies.check_consumers(limits, len(self._last_seen), where)
@@ -386,9 +386,7 @@ class FanoutRuntime:
 
     def _fanout(self) -> Fanout:
         if self.fanout is None:
-            raise protocol.BadRequestError(
-                self.store.absent(), code="consumer_not_found", kind=ErrorKind.NOT_FOUND
-            )
+            raise NotFoundError(self.store.absent(), code=codes.CONSUMER_NOT_FOUND)
         return self.fanout
 
     def _check_consumer(self, consumer_id: str) -> None:

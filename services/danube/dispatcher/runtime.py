@@ -65,13 +65,14 @@ from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.snapshot import SnapshotHead
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
-from danube.errors import ErrorKind
+from danube.errors import ConflictError, NotFoundError
 from danube.frame import FRAME_HEADER_BYTES
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
 from danube.runtime.topic_metrics import subscription_labels
 from danube.storage import ObjectStore
+from danube.wire import codes
 from danube.wire.cloud.client import CloudClient
 from danube.wire.dispatcher import protocol
 from danube.wire.dispatcher.errors import SubscriptionNotFoundError
@@ -438,10 +439,9 @@ class SubscriptionRuntime(ActionRunner):
             policy_admin.check_attach(self.stored_config, request.failure_policy)
         machine = self._machine()
         if request.type != machine.delivery_type:
-            raise protocol.BadRequestError(
+            raise ConflictError(
                 f"the subscription is {machine.delivery_type}, not {request.type}",
                 code="subscription_type_mismatch",
-                kind=ErrorKind.CONFLICT,
             )
         where = f"{self.store.topic}/{self.store.sub}"
         policies.check_consumers(limits, len(self._last_seen), where)
@@ -621,9 +621,7 @@ class SubscriptionRuntime(ActionRunner):
 
     def _machine(self) -> SubscriptionMachine:
         if self.machine is None:
-            raise protocol.BadRequestError(
-                self.store.absent(), code="consumer_not_found", kind=ErrorKind.NOT_FOUND
-            )
+            raise NotFoundError(self.store.absent(), code=codes.CONSUMER_NOT_FOUND)
         return self.machine
 
     async def handle(self, event: Event) -> list[Action]:
