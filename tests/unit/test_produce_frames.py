@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.discovery.errors import BadRequestError
-from danube.discovery.produce_binary import parse_binary_params, runs_answer
+from danube.wire.produce_binary import parse_binary_params, runs_answer
 from danube.frame import (
     CorruptFrameError,
     CorruptRecordError,

@@ -309,6 +309,10 @@ CompatibilityModeName = Literal[
 ]
 
 
+AdvertisedUrl = Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9._:\[\]-]{1,253}$")]
+"""Where clients reach a listener: scheme, host and port, nothing after."""
+
+
 class DiscoveryConfig(ServiceConfig):
     port: Annotated[int, Field(ge=1, le=65535)] = 8080  # the HTTP API
     # Danube's gRPC client API (docs/grpc-api.md): served on grpc_port (0: a free port),
@@ -317,9 +321,7 @@ class DiscoveryConfig(ServiceConfig):
     # http://<host>:<grpc_port>.
     grpc_enabled: bool = True
     grpc_port: Annotated[int, Field(ge=0, le=65535)] = 6650
-    grpc_advertised_url: (
-        Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9._:\[\]-]{1,253}$")] | None
-    ) = None
+    grpc_advertised_url: AdvertisedUrl | None = None
     # gRPC calls one instance works on at once (the next gets RESOURCE_EXHAUSTED), and the
     # idle time after which a producer or consumer this instance created is forgotten (its
     # HealthCheck answers CLOSE: the client looks up and re-creates it).
@@ -418,6 +420,14 @@ class SecurityConfig(_Section):
 
 
 class IngestConfig(ServiceConfig):
+    # The data door (DESIGN §10, docs/http-api.md "Direct produce"): the binary produce of
+    # the partitions this node leads, on data_port (0: a free port), with the listener
+    # limits and TLS of this section; lookups name data_advertised_url — the address
+    # clients reach this node by (None: http(s)://<host>:<data_port>). Off: produce only
+    # through discovery.
+    data_enabled: bool = True
+    data_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    data_advertised_url: AdvertisedUrl | None = None
     # A produce request travels in one NATS message (max_payload, 1 MiB by default).
     max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 512 * 1024
     max_batch_messages: Annotated[int, Field(ge=1, le=100_000)] = 10_000

@@ -253,6 +253,9 @@ class NodeRecord(_Record):
     node_id: Annotated[str, Field(min_length=1, max_length=128)]
     kind: ServiceKind
     address: str | None = None  # where it serves health/metrics, "host:port"
+    # Where clients reach its data door, "http(s)://host:port" (ingest: the produce of the
+    # partitions it leads; DESIGN §10); None: it serves none.
+    data_url: Annotated[str, Field(max_length=300)] | None = None
     started_ms: TimeMs
     version: str = ""
     # How busy the node is, in whatever unit all nodes of a kind share (ingest: appended

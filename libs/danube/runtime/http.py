@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from danube.config.model import ServiceConfig
 from danube.runtime.listener import uvicorn_limits, uvicorn_tls
@@ -88,22 +89,30 @@ class _Server(uvicorn.Server):
         yield
 
 
-class HealthServer:
-    """uvicorn serving :func:`health_app` on ``host:port`` until :meth:`stop`."""
+class AsgiServer:
+    """uvicorn serving an ASGI ``app`` on ``host:port`` until :meth:`stop`, with the
+    service's listener limits and TLS (danube.runtime.listener); ``listener`` names it in
+    the refusal metric."""
 
     def __init__(
-        self, host: str, port: int, ready: ReadyCheck, limits: ServiceConfig | None = None
+        self,
+        app: ASGIApp,
+        host: str,
+        port: int,
+        limits: ServiceConfig | None = None,
+        *,
+        listener: str,
     ) -> None:
         """``limits``: the service's section, whose listener limits and ``tls`` apply."""
         limits = limits or ServiceConfig()
         config = uvicorn.Config(
-            health_app(ready),
+            app,
             host=host,
             port=port,
             log_level="warning",
             access_log=False,
             lifespan="off",
-            **uvicorn_limits(limits, listener="health"),
+            **uvicorn_limits(limits, listener=listener),
             **uvicorn_tls(limits.tls),  # HTTPS when the service's tls section says so
         )
         self._server = _Server(config)
@@ -129,6 +138,15 @@ class HealthServer:
     def stop(self) -> None:
         """Ask the server to finish (it closes its socket and returns from serve())."""
         self._server.should_exit = True
+
+
+class HealthServer(AsgiServer):
+    """:func:`health_app` on ``host:port`` (the ``health`` listener)."""
+
+    def __init__(
+        self, host: str, port: int, ready: ReadyCheck, limits: ServiceConfig | None = None
+    ) -> None:
+        super().__init__(health_app(ready), host, port, limits, listener="health")
 
 
 async def wait_started(

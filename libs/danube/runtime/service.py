@@ -159,12 +159,23 @@ async def _main(serve: Serve, settings: DanubeSettings, node_id: str) -> None:
 
 
 async def register_node(
-    store: MetaStore, kind: ServiceKind, node_id: str, address: str, lease: Lease
+    store: MetaStore,
+    kind: ServiceKind,
+    node_id: str,
+    address: str,
+    lease: Lease,
+    *,
+    data_url: str | None = None,
 ) -> None:
     """Announce this process at ``nodes/<kind>/<node_id>``, under its lease: the key goes
-    when the process does, which is how the controller and ``GET /v1/cluster`` see it."""
+    when the process does, which is how the controller and ``GET /v1/cluster`` see it,
+    and lookups the ``data_url`` of its data door."""
     record = NodeRecord(
-        node_id=node_id, kind=kind, address=address, started_ms=int(time.time() * 1000)
+        node_id=node_id,
+        kind=kind,
+        address=address,
+        data_url=data_url,
+        started_ms=int(time.time() * 1000),
     )
     await store.put_model(meta_keys.node_key(kind, node_id), record, lease=lease)
 
@@ -195,6 +206,9 @@ class NodeSession:
     claims sit under the node lease writes them again under the new one."""
     ready_checks: list[Callable[[], NotReady | None]] = field(default_factory=list)
     """The service's own readiness conditions: each returns why it is not ready, or None."""
+    data_url: str | None = None
+    """Where clients reach this node's data door (:meth:`advertise`), in its registration."""
+    _address: str | None = None
     _renewal: asyncio.Task[None] | None = None
 
     def not_ready(self) -> list[NotReady]:
@@ -216,13 +230,24 @@ class NodeSession:
         """Announce this node at ``nodes/<kind>/<node_id>`` with ``address`` under the node
         lease (:func:`register_node`); with ``renew_lease``, keep it announced through lost
         leases from now on."""
-        await register_node(self.store, self.kind, self.node_id, address, self.lease)
+        self._address = address
+        await self._register(self.lease)
         if self.renew_lease and self._renewal is None:
-            self._renewal = self.tasks.create_task(
-                self._stay_registered(address), name="registration"
-            )
+            self._renewal = self.tasks.create_task(self._stay_registered(), name="registration")
 
-    async def _stay_registered(self, address: str) -> None:
+    async def advertise(self, data_url: str) -> None:
+        """Name ``data_url`` as this node's data door in its registration (written again
+        now; registered first with :meth:`register`)."""
+        self.data_url = data_url
+        await self._register(self.lease)
+
+    async def _register(self, lease: Lease) -> None:
+        assert self._address is not None, "register() first"
+        await register_node(
+            self.store, self.kind, self.node_id, self._address, lease, data_url=self.data_url
+        )
+
+    async def _stay_registered(self) -> None:
         """Register again under a new lease each time the lease is lost (an etcd stall
         longer than its TTL), once etcd answers."""
         failures = 0
@@ -234,7 +259,7 @@ class NodeSession:
                     lease = await self.store.grant_lease(self.lease_ttl_s)
                     lease.on_lost(lambda _: LEASES_LOST.labels(self.kind).inc())
                     self.lease = lease
-                    await register_node(self.store, self.kind, self.node_id, address, lease)
+                    await self._register(lease)
                     log.info("%s %s registered again", self.kind, self.node_id)
                     failures = 0
                     break

@@ -7,12 +7,15 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from danube.meta.records import PRODUCER_NAME_CHARS_MAX, AccessMode
-from danube.names import MAX_NAME_CHARS
+from danube.wire.produce_binary import ProducerId
 
-# A producer id as it travels in a body: a key segment (danube.names), checked again when
-# it is used in a key.
-ProducerId = Annotated[
-    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9_-]+$")
+__all__ = [
+    "ProducerEpochOut",
+    "ProducerId",
+    "ProducerList",
+    "ProducerOpen",
+    "ProducerOpened",
+    "ProducerOut",
 ]
 
 

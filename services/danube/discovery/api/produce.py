@@ -30,15 +30,15 @@ from danube.discovery.catalog import produce_topic
 from danube.discovery.errors import error_body
 from danube.discovery.models import ProduceRequest, ProduceResponse
 from danube.discovery.produce import JsonMessages
-from danube.discovery.produce_binary import (
-    parse_binary_params,
-    runs_answer,
-    scan_body,
-)
 from danube.discovery.produce_body import parse_produce, produce_answer
 from danube.discovery.security import ANONYMOUS
 from danube.errors import DanubeError
 from danube.meta import TopicName
+from danube.wire.produce_binary import (
+    parse_binary_params,
+    runs_answer,
+    scan_body,
+)
 
 log = logging.getLogger(__name__)
 

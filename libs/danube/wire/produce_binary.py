@@ -1,6 +1,7 @@
 """The binary produce body (``application/vnd.danube.records``, docs/http-api.md): its query
 parameters, its frames checked once (:mod:`danube.frame.produce`) with their errors mapped to
-the HTTP answers, and the compact answer. Pure functions, no I/O.
+the HTTP answers, and the compact answer. Pure functions, no I/O: every door that takes a
+binary produce (discovery's, an ingest leader's) reads and answers it with these.
 
 What the JSON body carries around its messages travels as query parameters:
 ``producer_id``, ``dispatch`` and ``schema_version``; the producer name is in every record.
@@ -13,22 +14,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 from urllib.parse import parse_qsl
 
 import orjson
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from danube.discovery.errors import BadRequestError, TooLargeError
-from danube.discovery.producer_models import ProducerId
+from danube.errors import BadRequestError, TooLargeError
 from danube.frame import FrameError
 from danube.frame.errors import DecompressedTooLargeError
 from danube.frame.produce import ProducedFrames, scan_frames_for_produce
 from danube.meta import TopicName
 from danube.meta.records import Dispatch
+from danube.names import MAX_NAME_CHARS
 
 _PARAMS = frozenset({"producer_id", "dispatch", "schema_version"})
 _SCHEMA_VERSION_MAX = 2**31
 _QUERY_BYTES_MAX = 1024
+ProducerId = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9_-]+$")
+]
+"""A producer session's id as a request carries it (a key segment: danube.names), checked
+again when it is used in a key."""
 _PRODUCER_ID = TypeAdapter(ProducerId, config=ConfigDict(strict=True))
 
 
