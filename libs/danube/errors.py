@@ -44,6 +44,7 @@ class ErrorKind(StrEnum):
     UNSUPPORTED_MEDIA = "unsupported_media"  # a body in a type or encoding not taken (415)
     OVER_LIMIT = "over_limit"  # over a rate, quota or concurrency limit: later (429)
     UNAVAILABLE = "unavailable"  # a dependency or owner is not answering now (503)
+    MISDIRECTED = "misdirected"  # asked of a node that does not own it; the owner may (421)
     INTERNAL = "internal"  # a bug or damage nobody can fix by asking again (500)
 
 
@@ -138,6 +139,19 @@ class UnavailableError(DanubeError):
     code = "unavailable"
     kind = ErrorKind.UNAVAILABLE
     retriable = True
+
+
+class NotLeaderError(DanubeError):
+    """A data door was asked for a partition its node does not lead (any more): ask the
+    leader, at ``leader_url`` when known (a lookup finds it otherwise). Retriable at once."""
+
+    code = "not_leader"
+    kind = ErrorKind.MISDIRECTED
+    retriable = True
+
+    def __init__(self, message: str, *, leader_url: str | None = None) -> None:
+        super().__init__(message)
+        self.leader_url = leader_url
 
 
 def kind_of(exc: BaseException) -> ErrorKind:

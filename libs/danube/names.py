@@ -30,6 +30,9 @@ MAX_NAME_CHARS = 255
 MAX_TOPIC_NAME_CHARS = 255
 """Limit on a whole topic name, ``/<ns>/<topic>`` included."""
 
+PARTITIONS_MAX = 1024
+"""A topic has at most this many partitions (``-part-0`` to ``-part-1023``)."""
+
 # Shown in an error instead of a name over the limits, so a huge input cannot flood the logs.
 _SHOWN_CHARS = 64
 
@@ -204,3 +207,35 @@ def validate_subject(subject: str) -> str:
         allowed = "only letters, digits, '.', '_' and '-' are allowed"
         raise InvalidNameError(kind="subject", value=subject, reason=allowed)
     return subject
+
+
+def user_topic(namespace: str, topic: str) -> TopicName:
+    """The topic a user names: valid segments, and not shaped like a partition
+    (:func:`danube.names.validate_user_topic`)."""
+    validate_segment("namespace", namespace)
+    return TopicName(namespace, validate_user_topic(topic))
+
+
+def client_topic(value: str) -> TopicName:
+    """A topic or one of its partitions as Danube's clients name it, ``/<ns>/<t>`` or
+    ``/<ns>/<t>-part-N``: ``<t>`` a topic a user may name (:func:`user_topic`) and ``N`` a
+    partition a topic can have (below ``PARTITIONS_MAX``); InvalidNameError otherwise."""
+    name = TopicName.parse(value)
+    base = name.parent
+    user_topic(base.namespace, base.topic)
+    if name.partition is not None and name.partition >= PARTITIONS_MAX:
+        raise InvalidNameError(
+            kind="partition",
+            value=str(name),
+            reason=f"a topic has at most {PARTITIONS_MAX} partitions (-part-0 to "
+            f"-part-{PARTITIONS_MAX - 1})",
+        )
+    return name
+
+
+def produce_topic(namespace: str, topic: str) -> TopicName:
+    """Where a produce goes as its path names it: a topic (:func:`user_topic`), or one
+    partition of a topic, ``<t>-part-N`` (:func:`client_topic`'s rules), as an idempotent
+    producer names it (its sequences are per partition)."""
+    validate_segment("namespace", namespace)
+    return client_topic(f"/{namespace}/{topic}")

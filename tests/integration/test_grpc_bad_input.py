@@ -16,7 +16,8 @@ import pytest
 
 from danube.discovery.grpc_api.handlers import DanubeApi
 from danube.frame import MAX_ATTRIBUTES, MAX_KEY_BYTES, MAX_PRODUCER_NAME_BYTES
-from danube.meta.records import PARTITIONS_MAX, SCHEMA_TAGS_MAX
+from danube.meta.records import SCHEMA_TAGS_MAX
+from danube.names import PARTITIONS_MAX
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire import SchemaRegistry_pb2 as sr
 from danube.wire.dispatcher.protocol import FILTER_CHARS_MAX, FILTERS_MAX

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.discovery.errors import TooLargeError, http_status
-from danube.wire.produce_binary import scan_body
 from danube.discovery.produce_chunks import check_chunked_frames
 from danube.frame import (
     CorruptRecordError,
@@ -45,6 +44,7 @@ from danube.frame.produce import (
 )
 from danube.frame.record import FLAG_CODEC, RECORD_FLAGS_AT, decode_record_at
 from danube.wire.chunks import TOTAL_BYTES_ATTRIBUTE
+from danube.wire.produce_binary import scan_body
 
 pytestmark = pytest.mark.unit
 

@@ -13,10 +13,15 @@ from pydantic import ValidationError
 from danube.config import DiscoveryConfig
 from danube.discovery.api.middleware import host_name
 from danube.discovery.api.params import CONSUMER_ID_PATTERN
-from danube.discovery.catalog import user_topic
 from danube.discovery.errors import BadRequestError, http_status
 from danube.discovery.models import INT64_MAX, AttachRequest, FlowFrame, TopicSpec
-from danube.names import SEGMENT_PATTERN, USER_TOPIC_PATTERN, InvalidNameError, validate_segment
+from danube.names import (
+    SEGMENT_PATTERN,
+    USER_TOPIC_PATTERN,
+    InvalidNameError,
+    user_topic,
+    validate_segment,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,6 @@ import pytest
 from pydantic import ValidationError
 
 from danube.bus import BusTimeoutError, NoRespondersError, RemoteError
-from danube.discovery.catalog import user_topic
 from danube.discovery.errors import (
     BadRequestError,
     ConflictError,
@@ -25,7 +24,7 @@ from danube.discovery.produce import encode_batch
 from danube.errors import ErrorKind
 from danube.frame import InvalidRecordError, decode_record
 from danube.meta import MetaUnavailableError
-from danube.names import InvalidNameError
+from danube.names import InvalidNameError, user_topic
 
 INVALID, TOO_LARGE = ErrorKind.INVALID, ErrorKind.TOO_LARGE
 pytestmark = pytest.mark.unit

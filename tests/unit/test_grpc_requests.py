@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from danube.discovery.catalog import client_topic
 from danube.discovery.errors import BadRequestError
 from danube.discovery.grpc_api import requests
-from danube.meta.records import PARTITIONS_MAX
-from danube.names import InvalidNameError, TopicName
+from danube.names import PARTITIONS_MAX, InvalidNameError, TopicName, client_topic
 from danube.wire import DanubeApi_pb2 as pb
 
 pytestmark = pytest.mark.unit

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.discovery.errors import BadRequestError
-from danube.wire.produce_binary import parse_binary_params, runs_answer
 from danube.frame import (
     CorruptFrameError,
     CorruptRecordError,
@@ -36,6 +35,7 @@ from danube.frame.produce import (
 from danube.frame.record import sequence_runs
 from danube.meta import TopicName
 from danube.wire.ingest import protocol
+from danube.wire.produce_binary import parse_binary_params, runs_answer
 
 pytestmark = pytest.mark.unit
 

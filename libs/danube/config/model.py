@@ -428,6 +428,10 @@ class IngestConfig(ServiceConfig):
     data_enabled: bool = True
     data_port: Annotated[int, Field(ge=0, le=65535)] = 0
     data_advertised_url: AdvertisedUrl | None = None
+    # A produce body larger than this is refused (413 body_too_large); past this many
+    # produce requests in progress the next is answered 429 at once.
+    data_body_bytes_max: Annotated[int, Field(ge=4096, le=256 * MiB)] = 16 * MiB
+    data_max_inflight: Annotated[int, Field(ge=1, le=100_000)] = 256
     # A produce request travels in one NATS message (max_payload, 1 MiB by default).
     max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 512 * 1024
     max_batch_messages: Annotated[int, Field(ge=1, le=100_000)] = 10_000

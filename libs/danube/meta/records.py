@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from danube.config.model import CompatibilityModeName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.keys import OFFSET_MAX, ServiceKind
+from danube.names import PARTITIONS_MAX
 
 Offset = Annotated[int, Field(ge=0, le=OFFSET_MAX)]
 TimeMs = Annotated[int, Field(ge=0)]
-PARTITIONS_MAX = 1024
 
 Dispatch = Literal["reliable", "non_reliable"]
 # "fsync": acknowledge after the group commit's fsync; "interval": acknowledge once written,

@@ -30,13 +30,11 @@ from danube.meta import (
 )
 from danube.meta import keys as meta_keys
 from danube.meta.records import (
-    PARTITIONS_MAX,
     NamespacePolicy,
     Policies,
     RetentionPolicy,
     TopicConfig,
 )
-from danube.names import InvalidNameError, validate_segment, validate_user_topic
 from danube.wire import codes
 
 log = logging.getLogger(__name__)
@@ -53,38 +51,6 @@ _UPDATE_TRIES = 5  # compare-and-swap attempts of an update racing another
 def now_ms() -> int:
     """Wall-clock Unix milliseconds (what records store)."""
     return int(time.time() * 1000)
-
-
-def user_topic(namespace: str, topic: str) -> TopicName:
-    """The topic a user names: valid segments, and not shaped like a partition
-    (:func:`danube.names.validate_user_topic`)."""
-    validate_segment("namespace", namespace)
-    return TopicName(namespace, validate_user_topic(topic))
-
-
-def client_topic(value: str) -> TopicName:
-    """A topic or one of its partitions as Danube's clients name it, ``/<ns>/<t>`` or
-    ``/<ns>/<t>-part-N``: ``<t>`` a topic a user may name (:func:`user_topic`) and ``N`` a
-    partition a topic can have (below ``PARTITIONS_MAX``); InvalidNameError otherwise."""
-    name = TopicName.parse(value)
-    base = name.parent
-    user_topic(base.namespace, base.topic)
-    if name.partition is not None and name.partition >= PARTITIONS_MAX:
-        raise InvalidNameError(
-            kind="partition",
-            value=str(name),
-            reason=f"a topic has at most {PARTITIONS_MAX} partitions (-part-0 to "
-            f"-part-{PARTITIONS_MAX - 1})",
-        )
-    return name
-
-
-def produce_topic(namespace: str, topic: str) -> TopicName:
-    """Where a produce goes as its path names it: a topic (:func:`user_topic`), or one
-    partition of a topic, ``<t>-part-N`` (:func:`client_topic`'s rules), as an idempotent
-    producer names it (its sequences are per partition)."""
-    validate_segment("namespace", namespace)
-    return client_topic(f"/{namespace}/{topic}")
 
 
 def _same_topic(existing: TopicConfig, spec: TopicSpec) -> bool:

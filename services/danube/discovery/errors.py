@@ -38,15 +38,13 @@ from __future__ import annotations
 from danube.errors import (
     BadRequestError,
     ConflictError,
-    DanubeError,
-    ErrorKind,
     NotFoundError,
     OverLimitError,
     TooLargeError,
     UnavailableError,
     UnsupportedMediaTypeError,
-    kind_of,
 )
+from danube.wire.http_errors import error_body, http_status
 
 __all__ = [
     "BadRequestError",
@@ -71,21 +69,6 @@ class StreamProtocolError(BadRequestError):
     code = "invalid_frame"
 
 
-_STATUS_BY_KIND: dict[ErrorKind, int] = {
-    ErrorKind.INVALID: 400,
-    ErrorKind.UNAUTHENTICATED: 401,
-    ErrorKind.FORBIDDEN: 403,
-    ErrorKind.NOT_FOUND: 404,
-    ErrorKind.CONFLICT: 409,
-    ErrorKind.GONE: 410,
-    ErrorKind.TOO_LARGE: 413,
-    ErrorKind.UNSUPPORTED_MEDIA: 415,
-    ErrorKind.OVER_LIMIT: 429,
-    ErrorKind.UNAVAILABLE: 503,
-    ErrorKind.INTERNAL: 500,
-}
-
-
 # Codes of the statuses the web framework answers by itself (no route, a method the route does
 # not serve, a body that does not parse or is not JSON).
 _CODE_BY_STATUS: dict[int, str] = {
@@ -102,20 +85,6 @@ _CODE_BY_STATUS: dict[int, str] = {
 def status_code(status: int) -> str:
     """The error code of an answer the web framework gives by itself with ``status``."""
     return _CODE_BY_STATUS.get(status, "bad_request" if status < 500 else "internal")
-
-
-def http_status(exc: BaseException) -> int:
-    """The HTTP status an error is answered with: its kind's (500 for anything unexpected)."""
-    return _STATUS_BY_KIND[kind_of(exc)]
-
-
-def error_body(exc: BaseException) -> dict[str, dict[str, str]]:
-    """``{"error": {"code", "message"}}`` for any error; internals are not shown."""
-    if isinstance(exc, DanubeError):
-        return {"error": {"code": exc.code, "message": exc.message}}
-    if isinstance(exc, TimeoutError):
-        return {"error": {"code": "timeout", "message": str(exc) or "no answer in time"}}
-    return {"error": {"code": "internal", "message": "internal error"}}
 
 
 # WebSocket close codes (RFC 6455 §7.4): the standard ones, then 4000-4999 for applications.

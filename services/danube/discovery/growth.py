@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from danube.discovery.errors import BadRequestError, ConflictError
 from danube.meta import TopicName
-from danube.meta.records import PARTITIONS_MAX, TopicConfig
+from danube.meta.records import TopicConfig
+from danube.names import PARTITIONS_MAX
 
 
 def grown(config: TopicConfig, topic: TopicName, count: int, *, exact: bool) -> TopicConfig:

@@ -22,7 +22,6 @@ from danube.frame import (
 )
 from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
 from danube.meta.records import (
-    PARTITIONS_MAX,
     REPLICAS_MAX,
     Dispatch,
     Durability,
@@ -30,7 +29,7 @@ from danube.meta.records import (
     RetentionPolicy,
     SubscriptionType,
 )
-from danube.names import MAX_TOPIC_NAME_CHARS, TOPIC_NAME_PATTERN
+from danube.names import MAX_TOPIC_NAME_CHARS, PARTITIONS_MAX, TOPIC_NAME_PATTERN
 from danube.wire.delay import (
     DELAY_MS_MAX,
     DELIVER_AFTER_ATTRIBUTE,

@@ -13,7 +13,6 @@ from danube.meta.records import (
     CHUNKED_BYTES_MAX,
     MESSAGE_ID_WINDOW_MAX_S,
     MESSAGE_TTL_MAX_S,
-    PARTITIONS_MAX,
     POLICY_COUNT_MAX,
     RATE_BYTES_MAX,
     RATE_MSGS_MAX,
@@ -21,6 +20,7 @@ from danube.meta.records import (
     Policies,
     RetentionMode,
 )
+from danube.names import PARTITIONS_MAX
 
 Count = Annotated[int, Field(ge=1, le=POLICY_COUNT_MAX)]
 

@@ -14,8 +14,9 @@ import orjson
 
 from danube.bus import Bus, Kind, Message, Request, Responder, Subscription, TopicName
 from danube.config import DanubeSettings
-from danube.errors import DanubeError, ErrorKind
+from danube.errors import DanubeError, ErrorKind, OverLimitError
 from danube.frame import FRAME_HEADER_BYTES, RawFrame
+from danube.frame.record import SequenceRun
 from danube.ingest import copies, leadership, metrics, timeseek
 from danube.ingest.quota import BacklogGuard
 from danube.ingest.ratelimit import PublishRate
@@ -41,12 +42,11 @@ REPL_CONCURRENCY = 16  # followers' long polls: a few per follower at most
 _REPL_WAIT_MAX_S = 5.0
 
 
-class RateLimitedError(DanubeError):
-    """The partition is over its publish rate; the message says how long to wait."""
+class RateLimitedError(OverLimitError):
+    """The partition is over its publish rate; the message (and ``retry_after_s``, in whole
+    seconds) says how long to wait."""
 
     code = RATE_LIMITED
-    kind = ErrorKind.OVER_LIMIT
-    retriable = True
 
 
 class CopyUnavailableError(DanubeError):
@@ -112,7 +112,17 @@ class PartitionHandlers:
         except protocol.BadRequestError as exc:  # every record was checked there
             metrics.PRODUCE_ERRORS.labels(exc.code).inc()
             raise
-        limits = PartitionLimits.from_headers(request.headers)
+        reply = await self.append(records, runs, PartitionLimits.from_headers(request.headers))
+        return protocol.encode_produce_reply(
+            reply.first_offset, reply.messages, duplicate=reply.duplicate, listed=reply.listed
+        )
+
+    async def append(
+        self, records: list[bytes], runs: list[SequenceRun] | None, limits: PartitionLimits
+    ) -> protocol.ProduceReply:
+        """Store checked ``records`` (``runs``: their sequenced ones, when read) under the
+        partition's share of its topic's policies: the one append of every produce door
+        (the bus's, the data door's)."""
         if not limits.empty:
             await self._admit(limits, records)
         # Awaited in this task, with none of its own: the bus cancels a handler at the
@@ -141,9 +151,7 @@ class PartitionHandlers:
             len(records),
             reply.first_offset,
         )
-        return protocol.encode_produce_reply(
-            reply.first_offset, reply.messages, duplicate=reply.duplicate, listed=reply.listed
-        )
+        return reply
 
     async def _admit(self, limits: PartitionLimits, records: list[bytes]) -> None:
         """Refuse a produce over the partition's backlog quota or publish rate (checked in
@@ -161,7 +169,10 @@ class PartitionHandlers:
         )
         if wait_ms:
             metrics.PRODUCE_ERRORS.labels(RATE_LIMITED).inc()
-            raise RateLimitedError(rate_limited_message(str(self.partition.name), wait_ms))
+            raise RateLimitedError(
+                rate_limited_message(str(self.partition.name), wait_ms),
+                retry_after_s=max(1, -(-wait_ms // 1000)),
+            )
 
     def _limits(self, max_bytes: int, max_count: int) -> tuple[int, int]:
         # The WAL counts payload bytes; the reply carries a frame header per message too, and

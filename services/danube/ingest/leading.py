@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Leading:
     partition: Partition
+    handlers: PartitionHandlers  # its requests, from the bus or the data door
     responders: list[Responder]
     tasks: TaskSet  # the leader's helpers: one that fails ends the leadership
 
@@ -130,7 +131,7 @@ class LeaderActs:
         )
         tasks.spawn(partition.live.run(), name=f"live-{self.name}")
         tasks.spawn(partition.maintain_isr(), name=f"isr-{self.name}")
-        self.leading = Leading(partition, responders, tasks)
+        self.leading = Leading(partition, handlers, responders, tasks)
         metrics.LEADER_ELECTIONS.inc()
         started, self._next_leading = self._next_leading, None
         if started is not None and not started.done():

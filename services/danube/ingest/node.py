@@ -21,6 +21,7 @@ from danube.bus import Bus, Request
 from danube.config import DanubeSettings
 from danube.ingest import leadership, metrics
 from danube.ingest.buswatch import BusWatch, round_trip
+from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.nodelease import NodeLease
 from danube.ingest.partition import Partition
 from danube.ingest.replica import NodeContext, Replica
@@ -133,6 +134,12 @@ class Node:
         """The partition if this node leads it."""
         kept = self._replicas.get(name)
         return None if kept is None else kept.replica.partition
+
+    def leader_of(self, name: TopicName) -> PartitionHandlers | None:
+        """The handlers of ``name`` while this node leads it (the data door's way in)."""
+        kept = self._replicas.get(name)
+        leading = None if kept is None else kept.replica.leading
+        return None if leading is None else leading.handlers
 
     @property
     def partitions(self) -> list[Partition]:

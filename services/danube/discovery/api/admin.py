@@ -15,7 +15,6 @@ from danube.discovery.api.params import Namespace, Topic
 from danube.discovery.api.producers import producers_of
 from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.api.subscriptions import list_subscriptions
-from danube.discovery.catalog import user_topic
 from danube.discovery.models import (
     ClusterOut,
     ControllerOut,
@@ -47,7 +46,7 @@ from danube.meta.records import (
     TopicConfig,
     UploaderCheckpoint,
 )
-from danube.names import validate_segment
+from danube.names import user_topic, validate_segment
 from danube.storage import StorageError, topic_prefix
 
 log = logging.getLogger(__name__)

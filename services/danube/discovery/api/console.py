@@ -29,7 +29,6 @@ from danube.discovery.api.admin import STATS_CONCURRENCY, STATS_TIMEOUT_S
 from danube.discovery.api.params import Namespace, Topic
 from danube.discovery.api.state import ServicesDep
 from danube.discovery.api.subscriptions import list_subscriptions
-from danube.discovery.catalog import user_topic
 from danube.discovery.console_models import (
     NodePlacementOut,
     PartitionStatsOut,
@@ -43,6 +42,7 @@ from danube.frame import FrameError, decode_record
 from danube.meta import MetaDecodeError, TopicName, decode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Assignment, PartitionState
+from danube.names import user_topic
 from danube.wire.ingest.client import IngestClient
 
 router = APIRouter(prefix="/v1", tags=["console"])

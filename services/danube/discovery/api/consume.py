@@ -25,7 +25,6 @@ from danube.discovery.api.params import (
     Topic,
 )
 from danube.discovery.api.state import Services, ServicesDep
-from danube.discovery.catalog import user_topic
 from danube.discovery.errors import BadRequestError, NotFoundError
 from danube.discovery.models import (
     AckRequest,
@@ -39,7 +38,7 @@ from danube.discovery.models import (
 )
 from danube.frame import CorruptFrameError, decode_record
 from danube.meta import TopicName
-from danube.names import SEGMENT_CHARS, InvalidNameError, validate_segment
+from danube.names import SEGMENT_CHARS, InvalidNameError, user_topic, validate_segment
 from danube.wire import codes, delivery
 from danube.wire.dispatcher import protocol
 

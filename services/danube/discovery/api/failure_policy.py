@@ -14,12 +14,11 @@ from pydantic import BaseModel, ConfigDict
 
 from danube.discovery.api.params import Namespace, Subscription, Topic
 from danube.discovery.api.state import Services, ServicesDep
-from danube.discovery.catalog import user_topic
 from danube.discovery.errors import BadRequestError, NotFoundError
 from danube.meta import TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
-from danube.names import validate_segment
+from danube.names import user_topic, validate_segment
 from danube.wire import codes
 
 router = APIRouter(prefix="/v1", tags=["subscriptions"])

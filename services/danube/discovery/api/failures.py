@@ -24,7 +24,6 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from danube.discovery.errors import (
-    OverLimitError,
     UnsupportedMediaTypeError,
     error_body,
     http_status,
@@ -32,6 +31,7 @@ from danube.discovery.errors import (
 )
 from danube.discovery.validation import location, validation_code, validation_message
 from danube.errors import DanubeError
+from danube.wire.http_errors import error_headers
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,7 @@ def danube_error_answer(exc: Exception) -> tuple[int, dict[str, Any], dict[str, 
     status = http_status(exc)
     if status >= 500:
         log.warning("answered %d: %r", status, exc)
-    headers = None
-    if isinstance(exc, OverLimitError) and exc.retry_after_s is not None:
-        headers = {"Retry-After": str(exc.retry_after_s)}
-    return status, error_body(exc), headers
+    return status, error_body(exc), error_headers(exc)
 
 
 async def _on_danube_error(_: Request, exc: Exception) -> Response:

@@ -26,7 +26,6 @@ from danube.discovery.api.auth import principal_of_scope
 from danube.discovery.api.failures import danube_error_answer
 from danube.discovery.api.params import Namespace, ProduceTopic
 from danube.discovery.api.state import Services, ServicesDep
-from danube.discovery.catalog import produce_topic
 from danube.discovery.errors import error_body
 from danube.discovery.models import ProduceRequest, ProduceResponse
 from danube.discovery.produce import JsonMessages
@@ -34,6 +33,7 @@ from danube.discovery.produce_body import parse_produce, produce_answer
 from danube.discovery.security import ANONYMOUS
 from danube.errors import DanubeError
 from danube.meta import TopicName
+from danube.names import produce_topic
 from danube.wire.produce_binary import (
     parse_binary_params,
     runs_answer,

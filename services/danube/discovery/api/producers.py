@@ -15,7 +15,6 @@ from danube.discovery.api.params import (
     Topic,
 )
 from danube.discovery.api.state import ServicesDep
-from danube.discovery.catalog import produce_topic, user_topic
 from danube.discovery.errors import BadRequestError, NotFoundError
 from danube.discovery.producer_epochs import next_epoch
 from danube.discovery.producer_models import (
@@ -28,7 +27,7 @@ from danube.discovery.producer_models import (
 from danube.discovery.producers import ProducerSessions
 from danube.frame import MAX_PRODUCER_NAME_BYTES
 from danube.meta import TopicName
-from danube.names import validate_segment
+from danube.names import produce_topic, user_topic, validate_segment
 
 router = APIRouter(prefix="/v1")
 

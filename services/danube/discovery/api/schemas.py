@@ -10,7 +10,6 @@ from fastapi import APIRouter, Path, Query, Response
 
 from danube.discovery.api.params import Namespace, Topic
 from danube.discovery.api.state import ServicesDep
-from danube.discovery.catalog import user_topic
 from danube.discovery.errors import NotFoundError, TooLargeError
 from danube.discovery.schema_models import (
     CompatibilityIn,
@@ -27,7 +26,7 @@ from danube.discovery.schema_models import (
     TopicSchemaOut,
 )
 from danube.discovery.schemas import SchemaVersion, TopicSchema
-from danube.names import validate_subject
+from danube.names import user_topic, validate_subject
 from danube.schemas import DEFINITION_BYTES_MAX
 
 router = APIRouter(prefix="/v1", tags=["schemas"])

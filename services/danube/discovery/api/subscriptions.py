@@ -22,7 +22,6 @@ from fastapi import APIRouter, Response
 from danube.discovery.api.consume import consumer_id
 from danube.discovery.api.params import Namespace, Subscription, Topic
 from danube.discovery.api.state import Services, ServicesDep
-from danube.discovery.catalog import user_topic
 from danube.discovery.errors import BadRequestError, NotFoundError
 from danube.discovery.models import (
     OwnerOut,
@@ -40,7 +39,7 @@ from danube.errors import DanubeError
 from danube.meta import KeyValue, TopicName, decode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
-from danube.names import validate_segment
+from danube.names import user_topic, validate_segment
 from danube.wire import codes
 from danube.wire.dispatcher import protocol
 from danube.wire.dispatcher.client import DispatcherClient

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from danube.discovery.catalog import client_topic
 from danube.discovery.grpc_api.clients import Clients
 from danube.discovery.security import ANONYMOUS, SecurityGate
+from danube.names import client_topic
 from danube.security import Permission, Resource
 
 P = Permission

@@ -18,7 +18,6 @@ from functools import partial
 from typing import Any
 
 from danube.discovery.admission import PayloadMessages
-from danube.discovery.catalog import client_topic
 from danube.discovery.core import Services
 from danube.discovery.errors import (
     BadRequestError,
@@ -43,6 +42,7 @@ from danube.frame import (
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Dispatch
+from danube.names import client_topic
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire import codes
 from danube.wire.dispatcher import protocol

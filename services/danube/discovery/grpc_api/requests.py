@@ -6,7 +6,7 @@ values to, so a handler works on valid values only and a bad one is refused
   that is not UTF-8): :func:`decoder` never raises (gRPC would answer ``UNKNOWN`` with the
   exception's class); it gives the server's wrapper a :class:`Malformed`, refused
   ``invalid_request``;
-- topic and partition names: :func:`danube.discovery.catalog.client_topic` (the user-topic
+- topic and partition names: :func:`danube.names.client_topic` (the user-topic
   rules of :mod:`danube.names`, a partition below ``PARTITIONS_MAX``), ``invalid_name``;
   subscriptions: :func:`danube.names.validate_segment`, ``invalid_name``;
 - a producer's and a consumer's settings: the HTTP API's own models (``ProducerOpen``,

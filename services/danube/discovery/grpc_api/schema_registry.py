@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from danube.discovery.catalog import client_topic
 from danube.discovery.errors import NotFoundError
 from danube.discovery.schemas import SchemaRegistry, SchemaVersion
+from danube.names import client_topic
 from danube.wire import SchemaRegistry_pb2 as sr
 
 

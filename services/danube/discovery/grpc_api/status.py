@@ -37,6 +37,7 @@ _BY_KIND: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.UNSUPPORTED_MEDIA: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorKind.OVER_LIMIT: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.MISDIRECTED: grpc.StatusCode.UNAVAILABLE,  # Danube's clients look up again
     ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
