@@ -432,6 +432,9 @@ class IngestConfig(ServiceConfig):
     # produce requests in progress the next is answered 429 at once.
     data_body_bytes_max: Annotated[int, Field(ge=4096, le=256 * MiB)] = 16 * MiB
     data_max_inflight: Annotated[int, Field(ge=1, le=100_000)] = 256
+    # A produce on the data door is answered within this (503 timeout past it; the append
+    # may still complete, as on discovery's path: docs/http-api.md).
+    data_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
     # A produce request travels in one NATS message (max_payload, 1 MiB by default).
     max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 512 * 1024
     max_batch_messages: Annotated[int, Field(ge=1, le=100_000)] = 10_000

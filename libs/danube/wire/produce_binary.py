@@ -28,6 +28,9 @@ from danube.meta import TopicName
 from danube.meta.records import Dispatch
 from danube.names import MAX_NAME_CHARS
 
+RECORDS_TYPE = "application/vnd.danube.records"
+"""The ``Content-Type`` of a binary produce body."""
+
 _PARAMS = frozenset({"producer_id", "dispatch", "schema_version"})
 _SCHEMA_VERSION_MAX = 2**31
 _QUERY_BYTES_MAX = 1024

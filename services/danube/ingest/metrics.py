@@ -7,6 +7,11 @@ from prometheus_client import Counter, Gauge, Histogram
 APPENDED_MESSAGES = Counter("danube_ingest_appended_messages", "Messages made durable")
 APPENDED_BYTES = Counter("danube_ingest_appended_bytes", "Payload bytes made durable")
 PRODUCE_ERRORS = Counter("danube_ingest_produce_errors", "Produce requests refused", ["code"])
+# The data door (danube.ingest.door): messages it stored, and its answers other than 200.
+DOOR_MESSAGES = Counter("danube_ingest_door_messages", "Messages stored through the data door")
+DOOR_REFUSALS = Counter(
+    "danube_ingest_door_refusals", "Data door produce requests refused, by code", ["code"]
+)
 FSYNC_SECONDS = Histogram(
     "danube_ingest_fsync_seconds",
     "Latency of one WAL fdatasync",

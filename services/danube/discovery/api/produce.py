@@ -35,6 +35,7 @@ from danube.errors import DanubeError
 from danube.meta import TopicName
 from danube.names import produce_topic
 from danube.wire.produce_binary import (
+    RECORDS_TYPE,
     parse_binary_params,
     runs_answer,
     scan_body,
@@ -48,7 +49,7 @@ PRODUCE_TEMPLATE = "/v1/topics/{ns}/{topic}/messages"
 _ACTION = f"POST {PRODUCE_TEMPLATE}"  # in the audit log
 _PRODUCE_PATH = re.compile(r"/v1/topics/([^/]+)/([^/]+)/messages")
 _JSON_TYPES = frozenset({b"application/json", b"application/json; charset=utf-8"})
-RECORDS_TYPE = "application/vnd.danube.records"
+
 _RECORDS_TYPE = RECORDS_TYPE.encode()
 
 Answer = tuple[int, bytes, dict[str, str] | None]

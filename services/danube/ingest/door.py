@@ -1,0 +1,269 @@
+"""The data door of an ingest node (DESIGN §10, docs/http-api.md "Direct produce"): the
+binary produce of the partitions this node leads, stored here with no hop through discovery
+or the bus.
+
+``POST /v1/topics/{ns}/{topic}/messages`` with ``Content-Type: application/vnd.danube.records``
+(the body and its query parameters are discovery's binary produce: danube.wire.produce_binary),
+where ``{topic}`` is a partition this node leads (``orders-part-3``) or an unpartitioned
+topic. The answer is discovery's too: the runs of offsets, and the topic's partition count.
+
+The checks, in order (the first refusal answers; nothing is stored):
+
+1. the path, the method, the body's type and size (404, 405, 415, 413 ``body_too_large``);
+2. who asks: a bearer token or the client certificate (401), with security on;
+3. whether this node leads the partition: 421 ``not_leader`` naming the leader's data URL
+   (the ``Danube-Leader-Url`` header) when etcd knows it, 503 ``no_owner`` when nobody leads
+   it now — the producer looks the topic up again and follows;
+4. the body's frames (400 with the frame error's code, 413 ``too_many_messages``);
+5. admission (danube.admission: RBAC, the exclusive-producer fence, sequences, limits, the
+   topic's policies, its schema), the same decision discovery's doors make;
+6. the partition's share of the topic's publish rate and backlog quota, then the append
+   (danube.ingest.handlers: the bus's path shares it from here on).
+
+At most ``ingest.data_max_inflight`` produces run at once (the next: 429 at once); each has
+``ingest.data_timeout_s`` to be answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import orjson
+from danube.admission import Admission, FramesMessages
+
+from danube.config import DanubeSettings
+from danube.errors import (
+    DanubeError,
+    NotFoundError,
+    NotLeaderError,
+    OverLimitError,
+    TooLargeError,
+    UnavailableError,
+    UnsupportedMediaTypeError,
+)
+from danube.frame.produce import ProducedFrames
+from danube.ingest import leadership, metrics
+from danube.ingest.handlers import PartitionHandlers
+from danube.meta import MetaStore, TopicName
+from danube.meta import keys as meta_keys
+from danube.meta.records import NodeRecord
+from danube.names import produce_topic
+from danube.security.tls import TLS_PRINCIPAL_SCOPE_KEY
+from danube.wire import codes
+from danube.wire.http_errors import error_body, error_headers, http_status
+from danube.wire.limits import for_partition
+from danube.wire.produce_binary import RECORDS_TYPE, parse_binary_params, runs_answer, scan_body
+
+log = logging.getLogger(__name__)
+
+_PRODUCE_PATH = re.compile(r"/v1/topics/([^/]+)/([^/]+)/messages")
+_ACTION = "produce (data door)"
+_ANONYMOUS = "anonymous"
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Answer = tuple[int, bytes, dict[str, str] | None]
+
+
+class Authenticator(Protocol):
+    """Who asks (danube.security.gate.SecurityGate)."""
+
+    @property
+    def enabled(self) -> bool:
+        """False: everyone is anonymous."""
+        ...
+
+    def authenticate(self, authorization: str | None, tls_principal: str | None) -> str:
+        """The principal of a bearer token or a verified client certificate, or
+        UnauthenticatedError."""
+        ...
+
+
+class Leaders(Protocol):
+    """The partitions this node leads (danube.ingest.node.Node)."""
+
+    def leader_of(self, name: TopicName) -> PartitionHandlers | None:
+        """The handlers of ``name`` while this node leads it."""
+        ...
+
+
+class DataDoor:
+    """The ASGI app of an ingest node's data listener."""
+
+    def __init__(
+        self,
+        settings: DanubeSettings,
+        leaders: Leaders,
+        admission: Admission,
+        security: Authenticator,
+        store: MetaStore,
+    ) -> None:
+        ingest = settings.ingest
+        self.leaders = leaders
+        self.admission = admission
+        self.security = security
+        self.store = store
+        self.body_bytes_max = ingest.data_body_bytes_max
+        self.timeout_s = ingest.data_timeout_s
+        self._inflight = 0
+        self._inflight_max = ingest.data_max_inflight
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # a WebSocket or lifespan: nothing served
+            return
+        try:
+            status, body, headers = await self._answer(scope, receive)
+        except Exception as exc:
+            status, body, headers = _failed(exc)
+        head = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        for name, value in (headers or {}).items():
+            head.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+        await send({"type": "http.response.start", "status": status, "headers": head})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _answer(self, scope: Scope, receive: Receive) -> Answer:
+        match = _PRODUCE_PATH.fullmatch(scope["path"])
+        if match is None:
+            raise NotFoundError(f"no route {scope['path']} on an ingest data door")
+        if scope["method"] != "POST":
+            return 405, orjson.dumps(_code("method_not_allowed", "POST only")), {"Allow": "POST"}
+        _check_headers(scope["headers"], self.body_bytes_max)
+        if self._inflight >= self._inflight_max:
+            raise OverLimitError("too many produce requests in flight on this node; retry")
+        self._inflight += 1
+        try:
+            body = await _read_body(receive, self.body_bytes_max)
+            async with asyncio.timeout(self.timeout_s):
+                return await self.produce(scope, match[1], match[2], body)
+        finally:
+            self._inflight -= 1
+
+    async def produce(self, scope: Scope, ns: str, topic: str, body: bytes) -> Answer:
+        """One binary produce to a partition this node leads (the module's docstring has
+        the order of its checks)."""
+        name = produce_topic(ns, topic)
+        principal = self._principal(scope)
+        handlers = self.leaders.leader_of(name)
+        if handlers is None:
+            raise await self._not_leader(name)
+        params = parse_binary_params(scope["query_string"])
+        limits = self.admission.limits
+        frames = scan_body(
+            body, max_messages=limits.messages_max, max_payload_bytes=limits.payload_bytes_max
+        )
+        admitted = await self.admission.produce(
+            principal,
+            name,
+            FramesMessages(frames),
+            producer_id=params.producer_id,
+            schema_version=params.schema_version,
+            action=_ACTION,
+        )
+        config, _ = await self.admission.policies.effective_policies(name)
+        if config is None:
+            raise NotFoundError(f"topic {name} does not exist", code=codes.TOPIC_NOT_FOUND)
+        if admitted.stamp is not None:
+            frames = admitted.stamp.frames(frames)
+        reply = await handlers.append(
+            _records(frames), frames.runs, for_partition(admitted.policies, config.partitions)
+        )
+        metrics.DOOR_MESSAGES.inc(reply.messages)
+        count = len(frames)
+        offsets = [reply.offset(i) for i in range(count)]
+        duplicates = [reply.duplicate_at(i) for i in range(count)]
+        answer = runs_answer([name], [0] * count, offsets, duplicates, config.partitions)
+        return 200, answer, None
+
+    def _principal(self, scope: Scope) -> str:
+        security = self.security
+        if not security.enabled:
+            return _ANONYMOUS
+        authorization = None
+        for header, value in scope["headers"]:
+            if header == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+        tls_principal = scope.get(TLS_PRINCIPAL_SCOPE_KEY)
+        return security.authenticate(
+            authorization, tls_principal if isinstance(tls_principal, str) else None
+        )
+
+    async def _not_leader(self, name: TopicName) -> DanubeError:
+        """The refusal of a produce to a partition this node does not lead: where its
+        leader is, if etcd says (one read of the owner and one of its registration)."""
+        view = await leadership.read(self.store, name)
+        owner = view.owner
+        if owner is None:
+            return UnavailableError(f"{name} has no leader now; look it up again", code="no_owner")
+        record = await self.store.get_model(meta_keys.node_key("ingest", owner.node_id), NodeRecord)
+        url = None if record is None else record.data_url
+        return NotLeaderError(f"this node does not lead {name}; its leader does", leader_url=url)
+
+
+def _records(frames: ProducedFrames) -> list[bytes]:
+    """The records of checked frames, as the append takes them."""
+    body, starts, ends = frames.body, frames.starts, frames.ends
+    return [bytes(body[start:end]) for start, end in zip(starts, ends, strict=True)]
+
+
+def _check_headers(headers: list[tuple[bytes, bytes]], body_bytes_max: int) -> None:
+    content_type = None
+    for header, value in headers:
+        if header == b"content-type":
+            content_type = value.decode("latin-1").lower()
+        elif header == b"content-length":
+            if not value.isdigit() or int(value) > body_bytes_max:
+                raise _body_too_large(body_bytes_max)
+        elif header == b"content-encoding" and value.lower() != b"identity":
+            raise UnsupportedMediaTypeError(
+                "a data door takes bodies as they are (frames compress their payloads)",
+                code="unsupported_content_encoding",
+            )
+    if content_type != RECORDS_TYPE:
+        raise UnsupportedMediaTypeError(f"a data door takes {RECORDS_TYPE} bodies only")
+
+
+async def _read_body(receive: Receive, body_bytes_max: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise UnavailableError("the client went away before its body was read")
+        part = message.get("body", b"")
+        size += len(part)
+        if size > body_bytes_max:
+            raise _body_too_large(body_bytes_max)
+        parts.append(part)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _body_too_large(body_bytes_max: int) -> TooLargeError:
+    return TooLargeError(
+        f"the body is over {body_bytes_max} bytes (ingest.data_body_bytes_max)",
+        code="body_too_large",
+        limit=body_bytes_max,
+    )
+
+
+def _code(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}
+
+
+def _failed(exc: Exception) -> Answer:
+    """The answer to a produce that raised ``exc``: its error for ours (and timeouts), a
+    logged 500 for anything else."""
+    if isinstance(exc, DanubeError | TimeoutError):
+        status = http_status(exc)
+        if status >= 500:
+            log.warning("data door answered %d: %r", status, exc)
+        metrics.DOOR_REFUSALS.labels(error_body(exc)["error"]["code"]).inc()
+        return status, orjson.dumps(error_body(exc)), error_headers(exc)
+    log.error("data door: produce failed", exc_info=exc)
+    return 500, orjson.dumps(error_body(exc)), None
