@@ -67,6 +67,7 @@ class HttpCore:
         self.retry = retry
         # The one context of https:// requests and wss:// streams (None: the system's CAs).
         self.ssl_context = ssl_context
+        self._token = token
         # Sent on every request and WebSocket upgrade (security.enabled servers).
         self.auth_headers: dict[str, str] = (
             {} if token is None else {"authorization": f"Bearer {token}"}
@@ -87,6 +88,17 @@ class HttpCore:
             self._wire = Http1Pool(
                 self.base_url, ssl_context=ssl_context, headers=self.auth_headers
             )
+
+    def sibling(self, base_url: str) -> HttpCore:
+        """A core for another server of the same cluster (a data door): the same deadline,
+        retry policy, TLS context and token."""
+        return HttpCore(
+            base_url,
+            timeout_s=self.timeout_s,
+            retry=self.retry,
+            ssl_context=self.ssl_context,
+            token=self._token,
+        )
 
     @property
     def _client(self) -> httpx.AsyncClient:

@@ -29,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from danube.client._http import HttpCore
+from danube.client._direct import NOT_LEADER, DataDoors
+from danube.client._http import Answer, HttpCore
 from danube.client._records import RECORDS_TYPE, results_of_runs
 from danube.client._sequencing import EPOCH_MAX, Router, Sequences, Stamp, key_of, stamp
 from danube.client.errors import (
@@ -42,6 +44,7 @@ from danube.client.errors import (
     NotFoundError,
     PermissionDeniedError,
     ProtocolError,
+    TransportError,
 )
 from danube.client.messages import SendResult, topic_path
 from danube.names import TopicName
@@ -53,6 +56,9 @@ DEFAULT_PRODUCER_NAME = "danube-client"
 OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
 PRODUCER_FENCED = codes.PRODUCER_FENCED
 PARTITION_REQUIRED = "partition_required"
+# A partition without a known data door is looked up again at most this often (its
+# parts go the proxy path meanwhile).
+LOOKUP_AGAIN_S = 1.0
 # Bytes of randomness in a generated producer name: 48 bits, so that two producers of one
 # topic collide with odds of ~1 in 2^24 even among thousands (a collision would fence).
 _NAME_RANDOM_BYTES = 6
@@ -92,7 +98,10 @@ class IdempotentSender:
         named: bool,
         send_timeout_s: float,
         params: Callable[[], Mapping[str, str | int]],
+        direct: bool = True,
     ) -> None:
+        """``direct``: post each part to its partition's leader (the lookup's data door)
+        when one is known, else through ``http``'s server."""
         self.topic = topic
         self.name = name
         self.named = named
@@ -103,6 +112,9 @@ class IdempotentSender:
         self._timeout_s = send_timeout_s
         self._params = params
         self._router = Router(topic)
+        # The leaders' data doors, as the last lookup named them.
+        self.doors = DataDoors(http, enabled=direct)
+        self._looked_up_s: float | None = None  # when the last lookup was answered
         self._sequences = Sequences()
         self._epoch_known = not named
         self._stale = False  # a part failed: take a new epoch before the next batch
@@ -180,7 +192,7 @@ class IdempotentSender:
         failure) and the partition count (asked once)."""
         if not self._epoch_known or self._stale:
             await self._new_epoch()
-        if self._router.partitions is None:
+        if self._router.partitions is None or self._doors_missing():
             self._router.partitions = await self._partition_count()
 
     def plan(self, frames: list[bytes]) -> list[Part]:
@@ -262,17 +274,18 @@ class IdempotentSender:
         while True:
             if self.fenced is not None:
                 raise self.fenced
+            door = self.doors.core(part.partition)
             try:
-                answer = await self._http.request_retrying(
-                    "POST",
-                    path,
-                    content=part.content,  # the same bytes on every attempt
-                    content_type=RECORDS_TYPE,
-                    params=self._params(),
-                    timeout_s=max(0.001, deadline - loop.time()),
-                    lean=True,
-                )
+                answer = await self._post(door, path, part.content, deadline)
+            except TransportError as exc:
+                if door is None or loop.time() >= deadline:
+                    raise
+                await self._door_failed(part.partition, exc)
+                continue
             except ApiError as exc:
+                if door is not None and _moved(exc) and loop.time() < deadline:
+                    await self._door_failed(part.partition, exc)
+                    continue
                 if exc.code == OUT_OF_ORDER_SEQUENCE:
                     earlier = self._earlier(part)
                     if earlier is not None and loop.time() < deadline:
@@ -292,6 +305,57 @@ class IdempotentSender:
                 raise
             self._note_partitions(answer.body)
             return results_of_runs(answer.body, len(part.indexes))
+
+    async def _post(
+        self, door: HttpCore | None, path: str, content: bytes, deadline: float
+    ) -> Answer:
+        """One part posted to its leader's data door (one attempt: a failure is the door's
+        to report), or through the server the client was given (retried there)."""
+        left_s = max(0.001, deadline - asyncio.get_running_loop().time())
+        params = self._params()
+        if door is not None:
+            timeout_s = min(door.timeout_s, left_s)
+            return await door.request(
+                "POST",
+                path,
+                content=content,  # the same bytes on every attempt
+                content_type=RECORDS_TYPE,
+                params=params,
+                timeout_s=timeout_s,
+                lean=True,
+            )
+        return await self._http.request_retrying(
+            "POST",
+            path,
+            content=content,
+            content_type=RECORDS_TYPE,
+            params=params,
+            timeout_s=left_s,
+            lean=True,
+        )
+
+    async def _door_failed(self, partition: TopicName, exc: ClientError) -> None:
+        """``partition``'s door failed it (its leader moved or died): forget it and look the
+        topic up again, so the part goes at once where the lookup says (a resend of
+        sequenced records is stored once). A lookup that names the same door again (the
+        dead leader's claim has not lapsed yet) leaves the part to the proxy path, which
+        waits for the new leader with its retries; the next batch looks up again."""
+        log.info("%s: its data door failed (%s); looking it up again", partition, exc)
+        failed = self.doors.url(partition)
+        self.doors.failed(partition)
+        await self._partition_count()
+        if self.doors.url(partition) == failed:
+            self.doors.forget(partition)
+
+    def _doors_missing(self) -> bool:
+        """Whether to look the topic up again before a batch: never looked up, or a
+        partition has no door known and the last lookup is over a second old."""
+        if self._looked_up_s is None:
+            return True
+        doors = self.doors
+        if not doors.enabled or doors.known >= max(1, self._router.partitions or 0):
+            return False
+        return time.monotonic() - self._looked_up_s >= LOOKUP_AGAIN_S
 
     def _note_partitions(self, answer: object) -> None:
         """The server's count of the topic's partitions, sent with every answer: a topic that
@@ -366,13 +430,14 @@ class IdempotentSender:
 
     async def _partition_count(self) -> int:
         """The topic's partitions (0: unpartitioned, or not there yet: the first produce
-        creates it unpartitioned). A principal without Lookup on the topic sends to the
-        topic itself: the server says ``partition_required`` if it is partitioned."""
-        if self.topic.partition is not None:
-            return 0
+        creates it unpartitioned), and the data door of each (danube.client._direct). A
+        principal without Lookup on the topic sends to the topic itself through the server
+        it was given: the server says ``partition_required`` if it is partitioned."""
+        lookup = self.topic.parent
+        self._looked_up_s = time.monotonic()
         try:
             answer = await self._http.request_retrying(
-                "GET", f"/v1/lookup/{topic_path(self.topic)}", timeout_s=self._timeout_s
+                "GET", f"/v1/lookup/{topic_path(lookup)}", timeout_s=self._timeout_s
             )
         except NotFoundError:
             return 0
@@ -384,6 +449,25 @@ class IdempotentSender:
         if not isinstance(partitions, list) or not partitions:
             raise ProtocolError(f"lookup answered {body!r:.200}")
         names = [p.get("name") if isinstance(p, dict) else None for p in partitions]
-        if names == [str(self.topic)]:
+        try:
+            self.doors.learn(
+                [TopicName.parse(str(name)) for name in names],
+                [_url_of(p) for p in partitions],
+            )
+        except ValueError as exc:
+            raise ProtocolError(f"lookup answered {body!r:.200}") from exc
+        if self.topic.partition is not None or names == [str(self.topic)]:
             return 0
         return len(partitions)
+
+
+def _moved(exc: ApiError) -> bool:
+    """Whether a data door's refusal says to ask elsewhere: its node does not lead the
+    partition any more, or has no leader for it now (the proxy path retries the latter)."""
+    return exc.code == NOT_LEADER or exc.status in (502, 503, 504)
+
+
+def _url_of(partition: object) -> str | None:
+    """A lookup's data door of one partition (None: none named, or not a URL)."""
+    url = partition.get("url") if isinstance(partition, dict) else None
+    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None

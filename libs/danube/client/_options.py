@@ -50,6 +50,10 @@ class ProducerOptions:
     # Each message's payload stored compressed ("zstd" or "lz4") when that makes it smaller
     # (binary transport only: docs/client.md, "Compression"). Consumers get it decompressed.
     compression: Compression | None = None
+    # Post each batch to its partition's leader, as the lookup names it (docs/client.md,
+    # "Direct produce"); off, or for a non-idempotent producer, everything goes through
+    # the server the client was given (the proxy path: one address, e.g. a load balancer).
+    direct: bool = True
 
     def __post_init__(self) -> None:
         check_producer_name(self.name)

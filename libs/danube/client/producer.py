@@ -162,6 +162,7 @@ class AsyncProducer:
                 named=named,
                 send_timeout_s=options.send_timeout_s,
                 params=lambda: self._params,
+                direct=options.direct,
             )
         self._head = request_head(options.name, options.dispatch, None)
         self._params = request_params(options.dispatch, None)
@@ -440,6 +441,8 @@ class AsyncProducer:
             if self._sender is not None:
                 await asyncio.shield(self._sender)
         finally:
+            if self._sequenced is not None:
+                await self._sequenced.doors.aclose()
             async with self._opening:
                 session, self._session = self._session, None
             if session is not None:

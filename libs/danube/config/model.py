@@ -435,6 +435,9 @@ class IngestConfig(ServiceConfig):
     # A produce on the data door is answered within this (503 timeout past it; the append
     # may still complete, as on discovery's path: docs/http-api.md).
     data_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    # Topic configs, policies and schema bindings are cached this long by the door's
+    # admission (as discovery.topic_cache_ttl_s: a change is seen at most this late).
+    data_cache_ttl_s: Annotated[float, Field(ge=0, le=300)] = 2.0
     # A produce request travels in one NATS message (max_payload, 1 MiB by default).
     max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 512 * 1024
     max_batch_messages: Annotated[int, Field(ge=1, le=100_000)] = 10_000

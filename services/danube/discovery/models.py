@@ -427,6 +427,9 @@ class OwnerOut(_Response):
 class PartitionOut(_Response):
     name: str
     owner: OwnerOut | None
+    # Where producers reach the owner's data door (a lookup names it; DESIGN §10): None
+    # when it has none or nobody owns the partition now.
+    url: str | None = None
 
 
 class TopicConfigOut(_Response):

@@ -8,6 +8,7 @@ import logging
 
 from danube.config import DanubeSettings
 from danube.ingest.disk import DiskRoom, check_wal_volume
+from danube.ingest.door import open_door
 from danube.ingest.handlers import serve_claims, serve_deletes, serve_probes
 from danube.ingest.load import report_load
 from danube.ingest.node import Node
@@ -48,6 +49,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         claims = await serve_claims(s.bus, node.answer_claim)
         probes = await serve_probes(s.bus, node.answer_probe)
         deletes = await serve_deletes(s.bus, node.delete_local)
+        door = await open_door(settings, node, s) if settings.ingest.data_enabled else None
         s.started.set()
         log.info("ingest %s keeps %d replicas", node_id, len(node.replicas))
         watcher = s.tasks.create_task(
@@ -61,6 +63,8 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         reporter.cancel()
         bus_watch.cancel()
         disk.cancel()
+        if door is not None:
+            await door.close()
         await claims.drain()
         await probes.drain()
         await deletes.unsubscribe()

@@ -27,8 +27,10 @@ At most ``ingest.data_max_inflight`` produces run at once (the next: 429 at once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -48,11 +50,16 @@ from danube.errors import (
 from danube.frame.produce import ProducedFrames
 from danube.ingest import leadership, metrics
 from danube.ingest.handlers import PartitionHandlers
+from danube.ingest.node import Node
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import NodeRecord
 from danube.names import produce_topic
+from danube.runtime.healthcheck import probe_url
+from danube.runtime.http import AsgiServer
+from danube.runtime.service import NodeSession
 from danube.security.tls import TLS_PRINCIPAL_SCOPE_KEY
+from danube.tasks import TaskSet
 from danube.wire import codes
 from danube.wire.http_errors import error_body, error_headers, http_status
 from danube.wire.limits import for_partition
@@ -63,6 +70,10 @@ log = logging.getLogger(__name__)
 _PRODUCE_PATH = re.compile(r"/v1/topics/([^/]+)/([^/]+)/messages")
 _ACTION = "produce (data door)"
 _ANONYMOUS = "anonymous"
+DOOR_START_S = 5.0  # the listener binds within this, or the node does not start
+DOOR_STOP_S = 5.0  # requests in progress are answered within this at a stop
+# Admission's refusals on this process: danube_ingest_policy_refusals_total and the like.
+ADMISSION_COUNTERS = AdmissionCounters.register("danube_ingest")
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -267,3 +278,57 @@ def _failed(exc: Exception) -> Answer:
         return status, orjson.dumps(error_body(exc)), error_headers(exc)
     log.error("data door: produce failed", exc_info=exc)
     return 500, orjson.dumps(error_body(exc)), None
+
+
+class OpenDoor:
+    """A data door serving: its listener, its admission's views and its caches."""
+
+    def __init__(
+        self, server: AsgiServer, serving: asyncio.Task[None], parts: AdmissionParts
+    ) -> None:
+        self.server = server
+        self.serving = serving
+        self.parts = parts
+        self._tasks = TaskSet("data door")
+        self._tasks.spawn(parts.follow(), name="admission-views")
+
+    async def close(self) -> None:
+        """Stop taking requests (those in progress are answered), then the views."""
+        self.server.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self.serving), DOOR_STOP_S)
+        await self._tasks.close(timeout_s=DOOR_STOP_S)
+        await self.parts.policies.close()
+
+
+async def open_door(settings: DanubeSettings, node: Node, session: NodeSession) -> OpenDoor:
+    """Listen on ``ingest.data_port`` with the section's limits and TLS, admission loaded
+    first; advertise the door's URL in the node's registration (lookups name it)."""
+    ingest = settings.ingest
+    refresher = Refresher()
+    parts = build(
+        settings,
+        session.store,
+        refresher=refresher,
+        cache_ttl_s=ingest.data_cache_ttl_s,
+        counters=ADMISSION_COUNTERS,
+    )
+    await parts.load()
+    door = DataDoor(settings, node, parts.admission, parts.security, session.store)
+    server = AsgiServer(door, ingest.host, ingest.data_port, ingest, listener="data")
+    serving = session.tasks.create_task(server.serve(), name="data-door")
+    await server.wait_started(serving, DOOR_START_S)
+    url = ingest.data_advertised_url or advertised_url(ingest, server.port)
+    await session.advertise(url)
+    log.info("ingest %s: data door at %s", node.node_id, url)
+    return OpenDoor(server, serving, parts)
+
+
+def advertised_url(config: IngestConfig, port: int) -> str:
+    """The door's URL when ``ingest.data_advertised_url`` names none: its host, or this
+    machine's name when it listens on every address (compose and Kubernetes set the
+    setting: docs/operations.md)."""
+    host = config.host
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return probe_url(host, port, "", tls=config.tls.enabled)

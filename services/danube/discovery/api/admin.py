@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -361,8 +362,23 @@ async def lookup(ns: Namespace, topic: Topic, services: ServicesDep) -> LookupOu
     config = await services.catalog.get_topic(name)
     names = name.partitions(config.partitions)
     owners = await _owners(services.store, name, names)
+    urls = await _data_urls(services.store) if any(owners) else {}
     return LookupOut(
         name=str(name),
         dispatch=config.dispatch,
-        partitions=[PartitionOut(name=str(p), owner=o) for p, o in zip(names, owners, strict=True)],
+        partitions=[
+            PartitionOut(name=str(p), owner=o, url=None if o is None else urls.get(o.node_id))
+            for p, o in zip(names, owners, strict=True)
+        ],
     )
+
+
+async def _data_urls(store: MetaStore) -> dict[str, str]:
+    """The data door of every registered ingest node, by node id (one range read)."""
+    urls: dict[str, str] = {}
+    for kv in await store.range(meta_keys.nodes_prefix("ingest")):
+        with contextlib.suppress(MetaDecodeError):
+            record = decode_model(kv, NodeRecord)
+            if record.data_url is not None:
+                urls[record.node_id] = record.data_url
+    return urls

@@ -1,0 +1,90 @@
+"""Where a producer's parts go (DESIGN §10, docs/client.md "Direct produce"): the data door
+of each partition's leader as the last lookup named it, or the server the client was given
+(discovery: the proxy path) when none is known.
+
+A lookup (``GET /v1/lookup``) names each partition's leader's ``url``; the producer posts a
+partition's part there. A leader that does not lead it any more answers ``421
+not_leader``; a door that does not answer (the leader died) is a transport error; both
+make the producer forget that door, look the topic up again and send the part at once to
+the leader it names (an idempotent producer's resend is stored once). A partition with no
+known door goes the proxy path. ``ClientOptions.direct = False`` (a client that reaches
+only one address) never learns a door.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from danube.client._http import HttpCore
+from danube.names import TopicName
+
+NOT_LEADER = "not_leader"
+
+# Distinct data doors a producer keeps connections to at most (a topic's leaders: a few
+# nodes); past it the oldest is closed when a new one is learned.
+DOORS_MAX = 64
+
+
+class DataDoors:
+    """The data doors of one topic's partitions, and a connection pool per door."""
+
+    def __init__(self, http: HttpCore, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._http = http
+        self._urls: dict[TopicName, str] = {}
+        self._cores: dict[str, HttpCore] = {}
+        # Pools trimmed off (DOORS_MAX): closed with the rest, a request may still use one.
+        self._closing: list[HttpCore] = []
+        self.failures = 0  # doors that failed a part (a leader moved or died), in all
+
+    def learn(self, names: Sequence[TopicName], urls: Sequence[str | None]) -> None:
+        """What a lookup said: each partition's door (None: none known, the proxy path)."""
+        if not self.enabled:
+            return
+        for name, url in zip(names, urls, strict=True):
+            if url is None:
+                self._urls.pop(name, None)
+            else:
+                self._urls[name] = url.rstrip("/")
+
+    def core(self, partition: TopicName) -> HttpCore | None:
+        """The connections to ``partition``'s door, None when it has none known."""
+        url = self._urls.get(partition)
+        if url is None:
+            return None
+        core = self._cores.get(url)
+        if core is None:
+            core = self._cores[url] = self._http.sibling(url)
+            self._trim()
+        return core
+
+    def url(self, partition: TopicName) -> str | None:
+        """``partition``'s door as last learned."""
+        return self._urls.get(partition)
+
+    def failed(self, partition: TopicName) -> None:
+        """``partition``'s door failed it: none known until the next lookup."""
+        self.failures += 1
+        self.forget(partition)
+
+    def forget(self, partition: TopicName) -> None:
+        """No door known for ``partition`` (the proxy path) until the next lookup."""
+        self._urls.pop(partition, None)
+
+    @property
+    def known(self) -> int:
+        """How many partitions have a door known."""
+        return len(self._urls)
+
+    def _trim(self) -> None:
+        while len(self._cores) > DOORS_MAX:
+            url = next(iter(self._cores))
+            core = self._cores.pop(url)
+            self._closing.append(core)
+
+    async def aclose(self) -> None:
+        """Close every door's connections."""
+        cores, self._cores = [*self._cores.values(), *self._closing], {}
+        self._closing = []
+        for core in cores:
+            await core.aclose()
