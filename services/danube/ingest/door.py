@@ -35,9 +35,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import orjson
-from danube.admission import Admission, FramesMessages
 
+from danube.admission import Admission, AdmissionCounters, AdmissionParts, FramesMessages, build
+from danube.admission.refresh import Refresher
 from danube.config import DanubeSettings
+from danube.config.model import IngestConfig
 from danube.errors import (
     DanubeError,
     NotFoundError,
