@@ -21,7 +21,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.types import Scope
 
-from danube.discovery.admission import FramesMessages
+from danube.admission import FramesMessages
 from danube.discovery.api.auth import principal_of_scope
 from danube.discovery.api.failures import danube_error_answer
 from danube.discovery.api.params import Namespace, ProduceTopic
@@ -36,9 +36,9 @@ from danube.discovery.produce_binary import (
     scan_body,
 )
 from danube.discovery.produce_body import parse_produce, produce_answer
-from danube.discovery.security import ANONYMOUS
 from danube.errors import DanubeError
 from danube.meta import TopicName
+from danube.security.gate import ANONYMOUS
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ async def _binary_produce(
 ) -> Answer:
     """A binary produce, answered here whatever happens (the route knows JSON only). The
     order of checks is the JSON path's: the name, the body, authentication, then
-    admission's (danube.discovery.admission), then routing."""
+    admission's (danube.admission), then routing."""
     name = None
     try:
         name = produce_topic(ns, topic)
