@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from danube.config import SecurityConfig
-from danube.discovery.security import SecurityGate
 from danube.meta import MetaStore
 from danube.security import UnauthenticatedError, generate_key, issue_token
+from danube.security.gate import SecurityGate
 from danube.security.tokens import SigningKey, public_pem
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,7 @@
-"""Admission (danube.discovery.admission) as every door calls it: one table of cases, run
+"""Admission (danube.admission) as every door calls it: one table of cases, run
 with each door's way of handing messages in (a JSON body, a binary body's frames, gRPC's
-payloads), answers the same error code; the checks' order; no web framework imported."""
+payloads), answers the same error code; the checks' order; no web framework imported,
+nor anything of discovery."""
 
 from __future__ import annotations
 
@@ -13,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from danube.discovery.admission import (
+from danube.admission import (
     Admission,
     FramesMessages,
     Messages,
     PayloadMessages,
     ProduceLimits,
+    Stamp,
 )
+from danube.admission.exclusive import ExclusiveView
 from danube.discovery.errors import BadRequestError
 from danube.discovery.models import ProduceRequest
 from danube.discovery.produce import JsonMessages
-from danube.discovery.producers import ExclusiveView
-from danube.discovery.schema_gate import Stamp
 from danube.errors import DanubeError
 from danube.frame.produce import encode_produce_frame, scan_frames_for_produce
 from danube.meta import TopicName
@@ -232,12 +233,12 @@ def test_admission_imports_no_web_framework_nor_http_body() -> None:
         "danube.discovery.grpc_api",
     )
     assert not [m for m in imported if m.startswith(forbidden) or m == "danube.discovery.models"]
-    # Nor does anything it imports (grpc comes with danube.config: not checked here).
+    # Nor does anything the package imports, its builder included: nothing of discovery
+    # at all (an ingest node builds one; grpc comes with danube.config: not checked here).
     probe = (
-        "import sys, danube.discovery.admission as a; "
+        "import sys, danube.admission as a; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'starlette') "
-        "or m.startswith(('danube.discovery.api', 'danube.discovery.grpc_api')) "
-        "or m == 'danube.discovery.models'))"
+        "or m == 'danube.discovery' or m.startswith('danube.discovery.')))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -14,8 +14,8 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from danube.admission.chunks import check_chunked_frames
 from danube.discovery.errors import TooLargeError, http_status
-from danube.discovery.produce_chunks import check_chunked_frames
 from danube.frame import (
     CorruptRecordError,
     InvalidRecordError,

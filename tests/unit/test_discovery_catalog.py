@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from danube.discovery import refresh
+from danube.admission import refresh
+from danube.admission.refresh import Refresher
 from danube.discovery.catalog import Catalog
-from danube.discovery.refresh import Refresher
 from danube.meta import TopicName
 from danube.meta.errors import MetaUnavailableError
 from danube.meta.records import NamespacePolicy, TopicConfig

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from danube.admission.chunks import check_chunked_frames
 from danube.client._chunking import chunk_attributes, new_uuid
 from danube.client._records import encode_frame
 from danube.discovery.errors import BadRequestError, TooLargeError
-from danube.discovery.produce_chunks import check_chunked_frames
 from danube.frame.produce import scan_frames_for_produce
 from danube.wire.chunks import TOTAL_BYTES_ATTRIBUTE, TOTAL_BYTES_NEEDLE
 

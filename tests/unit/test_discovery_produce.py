@@ -8,15 +8,15 @@ from typing import Any, cast
 
 import pytest
 
+from danube.admission import Admission, Admitted, ProduceLimits
+from danube.admission.exclusive import ExclusiveView
 from danube.bus import Bus, TopicName
-from danube.discovery.admission import Admission, Admitted, ProduceLimits
 from danube.discovery.catalog import Catalog
 from danube.discovery.errors import BadRequestError, OverLimitError, http_status
 from danube.discovery.models import ProduceRequest
 from danube.discovery.produce import JsonMessages, Limits, Producer
-from danube.discovery.producers import ExclusiveView
-from danube.discovery.security import SecurityGate
 from danube.meta.records import Policies, TopicConfig
+from danube.security.gate import SecurityGate
 
 pytestmark = pytest.mark.unit
 

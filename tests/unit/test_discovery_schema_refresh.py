@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from danube.discovery import refresh
-from danube.discovery.refresh import Refresher
-from danube.discovery.schema_gate import SchemaGate
+from danube.admission import refresh
+from danube.admission.refresh import Refresher
+from danube.admission.schema_gate import SchemaGate
 from danube.meta import TopicName
 from tests.fake_clock import Clock, settle
 

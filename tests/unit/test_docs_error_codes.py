@@ -14,12 +14,14 @@ from danube.discovery import errors
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-# Where the codes a request can end with are written: the HTTP door and its core, the
-# dispatcher (its refusals travel back over the bus as codes, with their kinds), the bus
-# contracts, the libraries discovery calls while it serves a request, and ingest's refusals
-# of a produce (leadership, sequences, limits, its WAL's failures).
+# Where the codes a request can end with are written: the HTTP door and its core, admission
+# (every produce door's decision), the dispatcher (its refusals travel back over the bus as
+# codes, with their kinds), the bus contracts, the libraries discovery calls while it serves
+# a request, and ingest's refusals of a produce (leadership, sequences, limits, its WAL's
+# failures).
 SOURCES = [
     "services/danube/discovery",
+    "libs/danube/admission",
     "services/danube/dispatcher",
     "services/danube/ingest/leadership.py",
     "services/danube/ingest/sequencing.py",
@@ -48,7 +50,7 @@ NEVER_ANSWERED = {
     "copy_unavailable": "a replica's read of another copy; the replica asks again",
     "invalid_offset": "a frame built with an offset past 64 bits: ingest assigns offsets",
     "deposed": "ends the controller's term; no request waits on the controller",
-    "stale": "refresh.py answers from its stale entry instead",
+    "stale": "danube.admission.refresh answers from its stale entry instead",
     "http_stopped": "the HTTP server failed to start or stopped: no request to answer",
     "cursors_held": "the dispatcher keeps the cursor dirty and retries (its docstring)",
     "snapshot_corrupt": "a delay snapshot refused: the dispatcher reads its range from the log",

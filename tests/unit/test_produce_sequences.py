@@ -1,6 +1,6 @@
-"""The rules an idempotent producer's produce keeps at discovery's door: sequences on every
-message or none, one producer and epoch, consecutive; partition_required for a partitioned
-topic's own name."""
+"""The rules an idempotent producer's produce keeps at every door (danube.admission.sequences;
+a JSON body's in danube.discovery.produce_sequences): sequences on every message or none,
+one producer and epoch, consecutive; partition_required for a partitioned topic's own name."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from danube.discovery.errors import BadRequestError
-from danube.discovery.models import ProduceRequest
-from danube.discovery.produce_sequences import (
+from danube.admission.sequences import (
     INVALID_SEQUENCE,
     PARTITION_REQUIRED,
     Sequencing,
     check_target,
     frames_sequencing,
-    json_sequencing,
 )
+from danube.discovery.errors import BadRequestError
+from danube.discovery.models import ProduceRequest
+from danube.discovery.produce_sequences import json_sequencing
 from danube.frame.produce import encode_produce_frame, scan_frames_for_produce
 from danube.meta import TopicName
 

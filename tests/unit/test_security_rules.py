@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 from fastapi.routing import APIRoute, APIWebSocketRoute
 
+from danube.admission.counters import AdmissionCounters
 from danube.config import SecurityConfig
-from danube.discovery import metrics
 from danube.discovery.api import build_app
 from danube.discovery.api.auth import AUTHENTICATED, PER_TOPIC, PUBLIC, ROUTES
 from danube.discovery.console import load_static
 from danube.discovery.grpc_api.auth import METHODS
 from danube.discovery.grpc_api.server import method_handlers
-from danube.discovery.security import SecurityGate
 from danube.meta import TopicName
 from danube.security import (
     Binding,
     Permission,
+    PermissionDeniedError,
     Policy,
     Resource,
     Role,
@@ -37,6 +37,7 @@ from danube.security import (
     load_keys,
 )
 from danube.security.apikeys import ApiKeyRecord, check_secret, new_api_key, parse_api_key
+from danube.security.gate import SecurityGate
 from danube.security.tokens import public_pem
 
 P = Permission
@@ -204,15 +205,20 @@ def test_the_gate_answers_questions_without_counting_them(tmp_path: Path) -> Non
     assert SecurityGate.disabled().grants("anyone") == []
     generate_key(tmp_path)
     verifier = TokenVerifier(load_keys(tmp_path).public, issuer="i", audience="a")
-    gate = SecurityGate(SecurityConfig(enabled=True), verifier=verifier)
+    counters = AdmissionCounters.unregistered()
+    gate = SecurityGate(
+        SecurityConfig(enabled=True), verifier=verifier, authz_denied=counters.authz_denied
+    )
     gate.policy = _policy("namespace", "shop")
-    denied_before = metrics.AUTHZ_DENIED.labels("Produce")._value.get()
     assert gate.permissions("alice", ORDERS) == [P.Lookup, P.Produce]
     assert gate.permissions("alice", OTHER_NS) == []
     assert gate.permissions("alice", Resource.cluster()) == []
     assert not gate.decision("alice", P.Produce, OTHER_NS).allowed
-    assert metrics.AUTHZ_DENIED.labels("Produce")._value.get() == denied_before
+    assert counters.authz_denied.labels("Produce")._value.get() == 0
     assert [(b.id, p) for b, p in gate.grants("alice")] == [("b1", [P.Lookup, P.Produce])]
+    with pytest.raises(PermissionDeniedError):  # a request refused is counted where told
+        gate.authorize("alice", P.Produce, OTHER_NS, action="test")
+    assert counters.authz_denied.labels("Produce")._value.get() == 1
 
 
 def test_the_console_offers_every_permission_and_no_other() -> None:

@@ -82,11 +82,19 @@ def _imports_of(modules: list[Path], forbidden: tuple[str, ...]) -> list[str]:
 
 
 def test_discoverys_doors_are_siblings_over_admission_and_the_core() -> None:
-    """The gRPC door imports nothing of the HTTP door; admission and the core no door
-    (DESIGN §10: every door calls admission the same way)."""
+    """The gRPC door imports nothing of the HTTP door; the core no door; admission (the
+    libs' danube.admission) no door and nothing of discovery (DESIGN §10: every door, an
+    ingest node's too, calls admission the same way)."""
     discovery = SERVICES_ROOT / "discovery"
     grpc_door = sorted((discovery / "grpc_api").rglob("*.py"))
     assert _imports_of(grpc_door, ("danube.discovery.api",)) == []
     doors = ("danube.discovery.api", "danube.discovery.grpc_api", "fastapi", "starlette", "grpc")
-    shared = [discovery / "admission.py", discovery / "core.py"]
-    assert _imports_of(shared, doors) == []
+    assert _imports_of([discovery / "core.py"], doors) == []
+    admission = SERVICES_ROOT.parents[1] / "libs" / "danube" / "admission"
+    assert len(list(admission.glob("*.py"))) > 5  # the package was found
+    assert [
+        f"{path.name}:{line} imports {module}"
+        for path in sorted(admission.rglob("*.py"))
+        for line, module in _imported_modules(path)
+        if module.startswith(("danube.discovery", *doors))
+    ] == []

@@ -9,9 +9,11 @@
 - :mod:`danube.security.apikeys`: API keys, stored hashed, exchanged for tokens;
 - :mod:`danube.security.rbac`: :class:`Permission`, :class:`Resource`, roles, bindings and
   the one pure decision, :func:`decide`;
-- :mod:`danube.security.errors`: 401 and 403 as errors.
+- :mod:`danube.security.errors`: 401 and 403 as errors;
+- :mod:`danube.security.gate`: :class:`~danube.security.gate.SecurityGate`, the gate every
+  door asks (authentication, RBAC from etcd kept current by a watch).
 
-Discovery wires them (``danube.discovery.security``); the CLI signs tokens with them.
+Discovery and danube.admission build gates from them; the CLI signs tokens with them.
 """
 
 from danube.security.errors import PermissionDeniedError, SecurityError, UnauthenticatedError

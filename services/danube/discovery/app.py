@@ -11,18 +11,17 @@ from typing import Any
 
 import uvicorn
 
+from danube.admission import build as build_admission
+from danube.admission.refresh import Refresher
 from danube.config import DanubeSettings
-from danube.discovery.admission import Admission, ProduceLimits
+from danube.discovery import metrics
 from danube.discovery.api import Services, build_app
 from danube.discovery.catalog import Catalog
 from danube.discovery.controller import Controller
 from danube.discovery.grpc_api.server import GrpcServer
 from danube.discovery.produce import Limits, Producer
 from danube.discovery.producers import ProducerSessions
-from danube.discovery.refresh import Refresher
-from danube.discovery.schema_gate import SchemaGate
 from danube.discovery.schemas import SchemaRegistry
-from danube.discovery.security import SecurityGate
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.discovery.topic_lists import TopicLists
 from danube.errors import DanubeError
@@ -66,7 +65,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
     ) as session:
         bus, store = session.bus, session.store
         # Entries of topics in use are read again in the background, before they expire:
-        # a produce never waits on etcd for them (danube.discovery.refresh).
+        # a produce never waits on etcd for them (danube.admission.refresh).
         refresher = Refresher()
         catalog = Catalog(store, cache_ttl_s=config.topic_cache_ttl_s, refresher=refresher)
         await catalog.ensure_default_namespace()
@@ -81,19 +80,22 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             ttl_s=config.producer_session_ttl_s,
             auto_create=config.auto_create_topics,
         )
-        # Exclusive holders are known before the first produce is served.
-        producers_revision = await producers.load()
-        # Roles and bindings too, before the first request is decided (docs/security.md).
-        security = SecurityGate.from_config(settings.security, store)
-        security_revision = await security.load()
-        admission = Admission(
-            ProduceLimits.from_settings(settings),
-            security=security,
+        # Every door's admission (danube.admission), over this instance's own catalog,
+        # registry and producer sessions, so that what it writes is decided on at once;
+        # bindings and versions cached as topic configs are: etcd off the produce path.
+        parts = build_admission(
+            settings,
+            store,
+            refresher=refresher,
+            cache_ttl_s=config.topic_cache_ttl_s,
+            counters=metrics.ADMISSION,
             policies=catalog,
-            fence=producers.view,
-            # Bindings and versions cached as topic configs are: etcd off the produce path.
-            schemas=SchemaGate(schemas, cache_ttl_s=config.topic_cache_ttl_s, refresher=refresher),
+            schemas=schemas,
+            holders=producers.holders,
         )
+        # Exclusive holders, roles and bindings are known before the first request is
+        # decided (docs/producers.md, docs/security.md).
+        await parts.load()
         services = Services(
             node_id=node_id,
             bus=bus,
@@ -106,7 +108,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             dispatcher=DispatcherClient(bus, timeout_s=config.produce_timeout_s),
             producers=producers,
             schemas=schemas,
-            admission=admission,
+            admission=parts.admission,
             objects=ObjectStore.from_config(settings.wal_cloud.cloud),
             objects_root=settings.wal_cloud.uploader.root_prefix,
             streams=StreamSlots(config.max_streams),
@@ -116,7 +118,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             stream_topics_refresh_s=config.stream_topics_refresh_s,
             # Half the refresh: a topic created is seen within 1.5 refreshes at worst.
             topic_lists=TopicLists(catalog.list_topics, config.stream_topics_refresh_s / 2),
-            security=security,
+            security=parts.security,
         )
         app = build_app(
             services,
@@ -165,9 +167,8 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
                 name="health",
             )
             tg.create_task(controller.run(leaving), name="controller")
-            producer_view = tg.create_task(producers.follow(producers_revision), name="producers")
-            security_view = tg.create_task(security.follow(security_revision), name="security")
-            keys_view = tg.create_task(security.follow_keys(), name="security-keys")
+            # Roles, bindings, keys and exclusive holders kept current while serving.
+            admission_views = tg.create_task(parts.follow(), name="admission-views")
             log.info(
                 "discovery %s serving on %s://%s:%d",
                 node_id,
@@ -181,9 +182,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             for wait in waits:
                 wait.cancel()
             leaving.set()
-            producer_view.cancel()
-            security_view.cancel()
-            keys_view.cancel()
+            admission_views.cancel()
             if grpc_server is not None:
                 grpc_reaper.cancel()
                 await grpc_server.stop()

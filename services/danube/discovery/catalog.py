@@ -1,5 +1,6 @@
-"""Namespaces and topics in etcd: create idempotently, read, list, delete; a small cache of
-topic configs for the produce path (etcd stays off the hot path).
+"""Namespaces and topics in etcd: create idempotently, read, list, delete; over the produce
+path's cache of topic configs and namespace policies (danube.admission.policies, which
+every produce door reads), kept current here at once on every write.
 
 Creation is a create-if-absent transaction, so of two instances creating the same topic at
 once exactly one writes it and the other reads the winner's config: the same config is
@@ -9,20 +10,16 @@ only while its namespace exists (compared in the same transaction).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from danube.admission.policies import PolicyCache
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
 from danube.discovery.growth import grown
 from danube.discovery.models import NamespacePatch, NamespaceSpec, TopicSpec
 from danube.discovery.policy_models import TopicPatch
-from danube.discovery.refresh import Refresher, StaleError, read_or_stale, refresh_at
 from danube.meta import (
-    MetaStore,
     TopicName,
     UpdateRacedError,
     decode_model,
@@ -31,7 +28,6 @@ from danube.meta import (
 from danube.meta import keys as meta_keys
 from danube.meta.records import (
     NamespacePolicy,
-    Policies,
     RetentionPolicy,
     TopicConfig,
 )
@@ -40,8 +36,6 @@ from danube.wire import codes
 log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "default"
-TOPIC_CACHE_ENTRIES_MAX = 10_000
-NAMESPACES_CACHED_MAX = 10_000
 # Deletes of one topic's records are sent in transactions of at most this many ops
 # (etcd refuses more than 128 per transaction).
 _DELETE_OPS_PER_TXN = 100
@@ -75,40 +69,10 @@ def _same_namespace(existing: NamespacePolicy, spec: NamespaceSpec) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Cached:
-    config: TopicConfig
-    expires_at: float
-    refresh_at: float  # a hit from then on reads it again in the background (refresh.py)
-
-
-@dataclass(frozen=True, slots=True)
-class _CachedNamespace:
-    policy: NamespacePolicy | None
-    expires_at: float
-    refresh_at: float
-
-
-class Catalog:
-    """Namespaces and topics of one cluster (one ``MetaStore``)."""
-
-    def __init__(
-        self,
-        store: MetaStore,
-        *,
-        cache_ttl_s: float,
-        refresher: Refresher | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """``refresher``: refresh-ahead of the produce path's entries (None: an entry is
-        read again only once expired, inline)."""
-        self.store = store
-        self._cache_ttl_s = cache_ttl_s
-        self._refresher = refresher
-        self._clock = clock
-        self._cache: OrderedDict[TopicName, _Cached] = OrderedDict()
-        self._namespaces: dict[str, _CachedNamespace] = {}  # bounded: NAMESPACES_CACHED_MAX
-        self._lock = asyncio.Lock()  # serialises cache fills only, never an etcd write
+class Catalog(PolicyCache):
+    """Namespaces and topics of one cluster (one ``MetaStore``): the policy cache of the
+    produce path (danube.admission.policies) and the writes that keep it current on this
+    instance at once."""
 
     # --- namespaces ----------------------------------------------------------------
 
@@ -325,52 +289,6 @@ class Catalog:
         self._remember(topic, found[1])
         return found
 
-    async def effective_policies(self, topic: TopicName) -> tuple[TopicConfig | None, Policies]:
-        """The topic's config (``None`` before it exists) and the policies in effect for it:
-        its own over its namespace's, both from the caches (the produce path's view)."""
-        config = await self.cached_topic(topic.parent)
-        namespace = await self.cached_namespace(topic.namespace)
-        fallback = None if namespace is None else namespace.policies
-        own = Policies() if config is None else config.policies
-        return config, own.over(fallback)
-
-    async def cached_namespace(self, name: str) -> NamespacePolicy | None:
-        """The namespace's policy from the cache while fresh, else etcd (else, when etcd
-        fails, the stale one); ``None`` if it does not exist."""
-        hit = self._namespaces.get(name)
-        now = self._clock()
-        if hit is not None and hit.expires_at > now:
-            if hit.refresh_at <= now and self._refresher is not None:
-                self._refresher.start(("namespace", name), lambda: self._refresh_ns(name, hit))
-            return hit.policy
-        key = ("namespace", name)
-        try:
-            found = await read_or_stale(
-                lambda: self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy),
-                has_stale=hit is not None,
-                stalled=self._stalled(key),
-            )
-        except StaleError:  # etcd stalls or fails: the policy known a moment ago
-            assert hit is not None
-            if self._refresher is not None:  # replaces the entry once etcd answers
-                self._refresher.start(key, lambda: self._refresh_ns(name, hit))
-            return hit.policy
-        self._remember_namespace(name, found)
-        return found
-
-    async def _refresh_ns(self, name: str, hit: _CachedNamespace) -> None:
-        found = await self.store.get_model(meta_keys.namespace_key(name), NamespacePolicy)
-        if self._namespaces.get(name) is hit:  # else replaced meanwhile: keep the newer
-            self._remember_namespace(name, found)
-
-    def _remember_namespace(self, name: str, policy: NamespacePolicy | None) -> None:
-        if len(self._namespaces) >= NAMESPACES_CACHED_MAX and name not in self._namespaces:
-            self._namespaces.clear()  # rare: a cache refills from etcd
-        now = self._clock()
-        self._namespaces[name] = _CachedNamespace(
-            policy, now + self._cache_ttl_s, refresh_at(now, self._cache_ttl_s)
-        )
-
     async def get_topic(self, topic: TopicName) -> TopicConfig:
         """The topic's config, read from etcd; NotFoundError if it does not exist."""
         found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
@@ -378,62 +296,6 @@ class Catalog:
             raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
         self._remember(topic, found)
         return found
-
-    async def cached_topic(self, topic: TopicName) -> TopicConfig | None:
-        """The topic's config for the produce path: from the cache while fresh, else etcd
-        (else, when etcd fails, the stale cached one); ``None`` if the topic does not exist
-        (absence is not cached)."""
-        hit = self._cache.get(topic)
-        now = self._clock()
-        if hit is not None and hit.expires_at > now:
-            if hit.refresh_at <= now and self._refresher is not None:
-                self._refresher.start(("topic", topic), lambda: self._refresh_topic(topic, hit))
-            return hit.config
-        key = ("topic", topic)
-        try:
-            found = await read_or_stale(
-                lambda: self._locked_get_topic(topic),
-                has_stale=hit is not None,
-                stalled=self._stalled(key),
-            )
-        except StaleError:
-            assert hit is not None
-            if self._refresher is not None:  # replaces the entry once etcd answers
-                self._refresher.start(key, lambda: self._refresh_topic(topic, hit))
-            # etcd stalls or fails: the config known a moment ago still routes the produce (a
-            # topic deleted meanwhile is fenced at ingest, whose owner key went with it).
-            return hit.config
-        if found is None:
-            self._cache.pop(topic, None)
-            return None
-        self._remember(topic, found)
-        return found
-
-    def _stalled(self, key: tuple[str, object]) -> bool:
-        """Whether the entry's background refresh is stuck or failed (etcd is away)."""
-        return self._refresher is not None and self._refresher.stalled(key)
-
-    async def _locked_get_topic(self, topic: TopicName) -> TopicConfig | None:
-        async with self._lock:
-            return await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
-
-    async def _refresh_topic(self, topic: TopicName, hit: _Cached) -> None:
-        found = await self.store.get_model(meta_keys.topic_key(topic), TopicConfig)
-        if self._cache.get(topic) is not hit:
-            return  # replaced meanwhile (an update or a delete here): keep the newer
-        if found is None:
-            self._cache.pop(topic, None)
-        else:
-            self._remember(topic, found)
-
-    def _remember(self, topic: TopicName, config: TopicConfig) -> None:
-        now = self._clock()
-        self._cache[topic] = _Cached(
-            config, now + self._cache_ttl_s, refresh_at(now, self._cache_ttl_s)
-        )
-        self._cache.move_to_end(topic)
-        while len(self._cache) > TOPIC_CACHE_ENTRIES_MAX:
-            self._cache.popitem(last=False)
 
     async def list_topics(self, namespace: str) -> list[str]:
         """The topic segments of a namespace, sorted; NotFoundError if it does not exist."""

@@ -7,16 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from danube.admission import Admission
 from danube.bus import Bus
-from danube.discovery.admission import Admission
 from danube.discovery.catalog import Catalog
 from danube.discovery.produce import Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
-from danube.discovery.security import SecurityGate
 from danube.discovery.stream_protocol import StreamSlots
 from danube.discovery.topic_lists import TopicLists
 from danube.meta import MetaStore
+from danube.security.gate import SecurityGate
 from danube.storage import ObjectStore
 from danube.wire.dispatcher.client import DispatcherClient
 
@@ -50,7 +50,7 @@ class Services:
     # The schema registry and topic bindings (docs/schemas.md).
     schemas: SchemaRegistry
     # What every produce door decides before storing: RBAC, producer sessions, limits,
-    # policies, schemas (danube.discovery.admission).
+    # policies, schemas (danube.admission).
     admission: Admission
     # Object storage, to delete a deleted topic's objects (None: leave them).
     objects: ObjectStore | None = None

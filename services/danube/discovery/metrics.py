@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from danube.admission.counters import AdmissionCounters
+
 HTTP_REQUESTS = Counter(
     "danube_discovery_http_requests", "HTTP requests answered", ["method", "route", "status"]
 )
@@ -40,26 +42,13 @@ STREAM_TOPICS_JOINED = Gauge(
 STREAM_MESSAGES = Counter(
     "danube_discovery_stream_messages", "Messages pushed to consumer streams (WebSocket)"
 )
-SCHEMA_VIOLATIONS = Counter(
-    "danube_discovery_schema_violations",
-    "Produced payloads that failed their topic's schema (policy warn: stored; enforce: refused)",
-    ["policy"],
-)
-POLICY_REFUSALS = Counter(
-    "danube_discovery_policy_refusals",
-    "Requests refused by a topic's policies (docs/policies.md), by reason",
-    ["reason"],
-)
-AUTHZ_DENIED = Counter(
-    "danube_discovery_authz_denied",
-    "Requests refused for a missing permission (HTTP 403 / gRPC PERMISSION_DENIED)",
-    ["permission"],
-)
-AUTHN_FAILED = Counter(
-    "danube_discovery_authn_failed",
-    "Requests refused for missing or invalid credentials (HTTP 401 / gRPC UNAUTHENTICATED)",
-    ["code"],
-)
+# What admission refuses (danube.admission, shared by every produce door): the set of
+# counters its pieces are given, registered here under discovery's names. The names stay
+# these (docs/operations.md): danube_discovery_{policy_refusals,schema_violations,
+# authz_denied,authn_failed}_total.
+ADMISSION = AdmissionCounters.register("danube_discovery")
+# Discovery's own refusals by policy count there too (too_many_producers, rate_limited...).
+POLICY_REFUSALS = ADMISSION.policy_refusals
 # The controller's balancer (docs/controller.md, "Balancing"); only the leader sets them.
 BALANCE_IMBALANCE = Gauge(
     "danube_discovery_balance_imbalance_replicas",

@@ -1,4 +1,4 @@
-"""Produce on the proxy path: store a batch admitted (danube.discovery.admission: every
+"""Produce on the proxy path: store a batch admitted (danube.admission: every
 door's checks), route it, send one bus request per partition (split to fit the bus and
 ingest limits), concurrently, and answer in message order.
 
@@ -7,7 +7,7 @@ as a record, so a bad message leaves no trace anywhere. The topic is
 auto-created (when allowed) only after that check. A batch spread over several partitions
 is not atomic: when one partition fails, the others may have stored their messages, and a
 retried batch may store those again (at-least-once). An idempotent producer's batch
-(sequenced: :mod:`danube.discovery.produce_sequences`) names one partition, and its resend is
+(sequenced: :mod:`danube.admission.sequences`) names one partition, and its resend is
 answered with the offsets first given, ``duplicate``, appending nothing.
 """
 
@@ -22,10 +22,13 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+from danube.admission import Admitted, Sequencing, Stamp
+from danube.admission.chunks import check_chunked
+from danube.admission.payloads import stamped_frames
+from danube.admission.sequences import check_target
 from danube.bus import Bus, BusError, NoRespondersError, RemoteError, TopicName
 from danube.config import DanubeSettings
 from danube.discovery import metrics
-from danube.discovery.admission import Admitted
 from danube.discovery.catalog import Catalog
 from danube.discovery.errors import (
     BadRequestError,
@@ -35,11 +38,9 @@ from danube.discovery.errors import (
     UnavailableError,
 )
 from danube.discovery.models import MessageIn, ProduceRequest, ProduceResult, TopicSpec
-from danube.discovery.produce_batch import Batch, FramesBatch, RecordsBatch, stamped_frames
-from danube.discovery.produce_chunks import check_chunked
-from danube.discovery.produce_sequences import Sequencing, check_target, json_sequencing
+from danube.discovery.produce_batch import Batch, FramesBatch, RecordsBatch
+from danube.discovery.produce_sequences import json_sequencing
 from danube.discovery.routing import RoundRobin, group, route, split
-from danube.discovery.schema_gate import Stamp
 from danube.frame import Record, encode_record
 from danube.frame.produce import ProducedFrames
 from danube.meta.records import Dispatch, Policies
@@ -164,7 +165,7 @@ class Stored:
 @dataclass(frozen=True, slots=True)
 class Limits:
     """How an admitted batch is stored, from the settings (what a produce may carry is
-    admission's: danube.discovery.admission.ProduceLimits)."""
+    admission's: danube.admission.ProduceLimits)."""
 
     max_batch_records: int
     timeout_s: float
@@ -181,7 +182,7 @@ class Limits:
 
 
 class JsonMessages:
-    """A JSON body's messages as admission reads them (danube.discovery.admission.Messages):
+    """A JSON body's messages as admission reads them (danube.admission.Messages):
     the payloads are decoded (base64 or UTF-8) when admission asks for their sizes, the
     first bad or oversize one refused as they go."""
 
@@ -211,7 +212,7 @@ class JsonMessages:
 
 
 class Producer:
-    """Stores admitted batches (danube.discovery.admission) through the bus; at most
+    """Stores admitted batches (danube.admission) through the bus; at most
     ``max_inflight`` at once."""
 
     def __init__(
@@ -260,7 +261,7 @@ class Producer:
             log.info("topic %s: left to its first produce: %s", topic, "; ".join(unplaced))
 
     async def produce(self, admitted: Admitted, messages: JsonMessages) -> list[ProduceResult]:
-        """Store a JSON batch ``admitted`` (danube.discovery.admission); one result per
+        """Store a JSON batch ``admitted`` (danube.admission); one result per
         message, in message order; a full instance answers 429 at once."""
         request = messages.request
         async with self._admitted():
@@ -288,7 +289,8 @@ class Producer:
         (then its records are stamped)."""
         async with self._admitted():
             if admitted.stamp is not None:
-                frames = stamped_frames(frames, admitted.stamp)
+                stamp = admitted.stamp
+                frames = stamped_frames(frames, stamp.schema_id, stamp.version)
             return await self._stored(
                 admitted.topic,
                 FramesBatch(frames),

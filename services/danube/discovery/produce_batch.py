@@ -1,73 +1,22 @@
 """The messages of one produce as the bus requests to ingest carry them (:class:`Batch`):
 encoded records sent size-prefixed (the JSON and gRPC paths) or produced frames passed on as
-a binary body brought them (danube.frame.produce); and the checks a binary body's frames take
-before they are sent. Pure, no I/O."""
+a binary body brought them (danube.frame.produce), stamped with their schema when their
+topic has one. Pure, no I/O. (The checks admission makes of the payloads are
+danube.admission.payloads'.)"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, overload
+from typing import Protocol
 
-from danube.discovery.errors import TooLargeError
 from danube.discovery.routing import RECORD_FRAMING_BYTES, REQUEST_HEAD_BYTES
-from danube.discovery.schema_gate import Stamp
 from danube.frame import FRAME_HEADER_BYTES
-from danube.frame.produce import (
-    ProducedFrames,
-    frame_for_produce,
-    scan_frames_for_produce,
-    stamp_schema,
-)
-from danube.wire import codes
+from danube.frame.produce import ProducedFrames
 from danube.wire.ingest.protocol import (
     FRAMED_HEAD_BYTES,
     encode_framed_produce_request,
     encode_produce_request,
 )
-
-
-def check_payload_sizes(sizes: Sequence[int], limit: int) -> None:
-    """413 ``payload_too_large`` naming the first of the largest payloads over ``limit``."""
-    biggest = max(sizes)
-    if biggest > limit:
-        index = sizes.index(biggest)
-        raise TooLargeError(
-            f"messages[{index}].payload is {biggest} bytes, over the limit of {limit}",
-            code=codes.PAYLOAD_TOO_LARGE,
-            limit=limit,
-        )
-
-
-class LazyPayloads(Sequence[bytes]):
-    """The payloads of produced frames, each copied out only when asked for: the schema gate
-    reads them for a topic with a schema only, and most topics have none."""
-
-    def __init__(self, frames: ProducedFrames) -> None:
-        self._frames = frames
-
-    def __len__(self) -> int:
-        return len(self._frames)
-
-    @overload
-    def __getitem__(self, index: int) -> bytes: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[bytes]: ...
-    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
-        if isinstance(index, slice):
-            return [bytes(self._frames.payload(i)) for i in range(len(self))[index]]
-        if not -len(self) <= index < len(self):
-            raise IndexError(index)
-        return bytes(self._frames.payload(index % len(self)))
-
-
-def stamped_frames(frames: ProducedFrames, stamp: Stamp) -> ProducedFrames:
-    """``frames`` with every record stamped with the schema it was checked against (a copy:
-    the only path on which a binary body's records are written anew)."""
-    body = b"".join(
-        frame_for_produce(stamp_schema(frames.record(i), stamp.schema_id, stamp.version))
-        for i in range(len(frames))
-    )
-    return scan_frames_for_produce(body, max_count=len(frames), stamped=True)
 
 
 class Batch(Protocol):

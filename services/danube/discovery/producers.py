@@ -15,31 +15,28 @@ No instance keeps anything alive: the client refreshes the lease by id through w
 instance it reaches (:meth:`ProducerSessions.keepalive`), closing revokes it, and when the
 client goes silent etcd drops both keys after the TTL.
 
-etcd stays off the produce path: each instance keeps :class:`ExclusiveView`, the exclusive
-holders of every topic, read once at start and then fed by a watch on ``producers/``, so
-:meth:`ProducerSessions.check` is a dict lookup. The price is a window: once an exclusive
-session is created, an instance that has not yet received the watch event (typically a few
-milliseconds) still accepts a produce from another producer. The opening instance updates
-its own view at once.
+etcd stays off the produce path: each instance keeps a view of the exclusive holders of
+every topic (danube.admission.exclusive: read once at start and then fed by a watch on
+``producers/``, as any door's process does), so :meth:`ProducerSessions.check` is a dict
+lookup. The price is a window: once an exclusive session is created, an instance that has
+not yet received the watch event (typically a few milliseconds) still accepts a produce
+from another producer. The opening instance updates its own view at once.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import secrets
 import time
 from dataclasses import dataclass
 
+from danube.admission.exclusive import ExclusiveHolders, covers
 from danube.discovery import metrics
 from danube.discovery.catalog import Catalog
 from danube.discovery.errors import ConflictError, NotFoundError
 from danube.discovery.models import TopicSpec
-from danube.meta import MetaError, MetaStore, TopicName, WatchEvent, decode_model, encode_model
+from danube.meta import MetaError, MetaStore, TopicName, decode_model, encode_model
 from danube.meta import keys as meta_keys
-from danube.meta.backoff import backoff_s
-from danube.meta.kv import KeyValue
 from danube.meta.records import AccessMode, ProducerRecord
 from danube.meta.txn import Txn
 from danube.wire import codes
@@ -50,9 +47,7 @@ log = logging.getLogger(__name__)
 # chance, short enough for a URL segment.
 PRODUCER_ID_BYTES = 8
 SESSIONS_LISTED_MAX = 10_000
-_RETRY_BASE_S = 0.1
 _OPEN_TRIES = 5  # opens racing others under a max_producers limit
-_RETRY_CAP_S = 5.0
 
 
 def new_producer_id() -> str:
@@ -86,87 +81,6 @@ class ProducerSession:
     created_ms: int
 
 
-def covers(holder: TopicName, topic: TopicName) -> bool:
-    """Whether an exclusive producer of ``holder`` excludes others from ``topic``: the whole
-    topic covers its partitions, and a producer of the whole topic reaches every partition."""
-    if holder.parent != topic.parent:
-        return False
-    return holder.partition is None or topic.partition in (None, holder.partition)
-
-
-class ExclusiveView:
-    """The exclusive producers of every topic and partition, as this instance has seen them
-    (no I/O); keyed by topic, then by scope (``None``: the whole topic, ``N``: partition N).
-
-    ``seen_revision`` is the etcd revision of the last change applied: a local update from
-    a transaction at revision R is applied only if the watch has not passed R yet (the
-    watch then delivers R and whatever followed, a delete included, in order)."""
-
-    def __init__(self) -> None:
-        self._holders: dict[TopicName, dict[int | None, str]] = {}
-        self.seen_revision = 0
-
-    def __len__(self) -> int:
-        return sum(len(scopes) for scopes in self._holders.values())
-
-    def holder(self, topic: TopicName) -> str | None:
-        """The id of the exclusive producer of exactly ``topic`` (or partition), if any."""
-        return self._holders.get(topic.parent, {}).get(topic.partition)
-
-    def holders_over(self, topic: TopicName) -> list[str]:
-        """The exclusive producers a produce to ``topic`` must come from: for a partition,
-        the whole topic's and the partition's; for a whole topic, every one of it."""
-        scopes = self._holders.get(topic.parent, {})
-        return [h for scope, h in scopes.items() if covers(_scoped(topic, scope), topic)]
-
-    def reset(self, kvs: list[KeyValue], revision: int) -> None:
-        """Replace everything with the keys under ``producers/`` read at ``revision``."""
-        self._holders = {}
-        for kv in kvs:
-            with contextlib.suppress(ValueError):  # InvalidNameError: not ours, skipped
-                topic, producer_id = meta_keys.parse_producer_key(kv.key)
-                if producer_id is None:
-                    self._set(topic, kv.value.decode("ascii", errors="replace"))
-        self.seen_revision = revision
-
-    def apply(self, event: WatchEvent) -> None:
-        """Apply one watched change (session keys only move the revision). A key that does
-        not parse raises InvalidNameError (a ValueError)."""
-        self.seen_revision = max(self.seen_revision, event.mod_revision)
-        topic, producer_id = meta_keys.parse_producer_key(event.key)
-        if producer_id is not None:
-            return
-        if event.kind == "put":
-            self._set(topic, event.value.decode("ascii", errors="replace"))
-        else:
-            scopes = self._holders.get(topic.parent, {})
-            scopes.pop(topic.partition, None)
-            if not scopes:
-                self._holders.pop(topic.parent, None)
-
-    def claimed(self, topic: TopicName, producer_id: str, revision: int) -> None:
-        """This instance created the exclusive key at ``revision``: see it before the watch."""
-        if revision > self.seen_revision:
-            self._set(topic, producer_id)
-
-    def check(self, topic: TopicName, producer_id: str | None) -> None:
-        """Refuse (409 ``producer_fenced``) a produce from anyone but the exclusive holders."""
-        for holder in self.holders_over(topic):
-            if holder != producer_id:
-                raise ConflictError(
-                    f"{topic} has an exclusive producer; only it may produce",
-                    code=codes.PRODUCER_FENCED,
-                )
-
-    def _set(self, topic: TopicName, producer_id: str) -> None:
-        self._holders.setdefault(topic.parent, {})[topic.partition] = producer_id
-
-
-def _scoped(topic: TopicName, scope: int | None) -> TopicName:
-    base = topic.parent
-    return base if scope is None else base.partition_name(scope)
-
-
 class ProducerSessions:
     """Open, keep alive, close and list producer sessions; check produces against them."""
 
@@ -177,38 +91,10 @@ class ProducerSessions:
         self.catalog = catalog
         self.ttl_s = ttl_s
         self.auto_create = auto_create
-        self.view = ExclusiveView()
-
-    # --- the view: loaded before serving, then followed -------------------------------
-
-    async def load(self) -> int:
-        """Read every exclusive holder; return the revision read at (watch from after it)."""
-        snapshot = await self.store.snapshot(meta_keys.PRODUCERS_PREFIX)
-        self.view.reset(snapshot.kvs, snapshot.revision)
-        return snapshot.revision
-
-    async def follow(self, revision: int) -> None:
-        """Keep the view current until cancelled. Any broken watch (compaction included)
-        is followed by a fresh read of the whole prefix, so no change is ever missed."""
-        failures = 0
-        while True:
-            # From the last change applied (events replayed after a break apply the same).
-            revision = max(revision, self.view.seen_revision)
-            try:
-                prefix = meta_keys.PRODUCERS_PREFIX
-                async with self.store.watch_prefix(prefix, start_revision=revision + 1) as events:
-                    async for event in events:
-                        failures = 0
-                        try:
-                            self.view.apply(event)
-                        except ValueError as exc:
-                            log.warning("producer watch: %s: %s", event.key, exc)
-            except MetaError as exc:
-                log.warning("producer watch broke: %s", exc)
-            failures += 1
-            await asyncio.sleep(backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S))
-            with contextlib.suppress(MetaError):
-                revision = await self.load()
+        # The exclusive holders of every topic, loaded before serving and followed
+        # (danube.admission.build runs them); a session opened here is seen at once.
+        self.holders = ExclusiveHolders(store)
+        self.view = self.holders.view
 
     # --- sessions ----------------------------------------------------------------------
 

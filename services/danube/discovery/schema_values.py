@@ -1,5 +1,6 @@
-"""The values the schema registry answers (:mod:`danube.discovery.schemas`), and the checks
-of its inputs that need no etcd: subject names, policies, metadata sizes."""
+"""What a registration answers (:mod:`danube.discovery.schemas`), and the checks of the
+registry's inputs that need no etcd: policies, metadata sizes. (Versions, bindings and
+subject names are danube.admission.schema_reads'.)"""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from danube.discovery.errors import BadRequestError
-from danube.meta import TopicName
 from danube.meta.records import SCHEMA_TAGS_MAX, ValidationPolicy
-from danube.names import validate_subject
 from danube.schemas import SchemaError
 
 DESCRIPTION_CHARS_MAX = 4096
@@ -30,43 +29,8 @@ class Registered:
     fingerprint: str
 
 
-@dataclass(frozen=True, slots=True)
-class SchemaVersion:
-    """One version of a subject, with the subject's effective compatibility mode."""
-
-    schema_id: int
-    version: int
-    subject: str
-    schema_type: str
-    definition: bytes
-    description: str
-    created_ms: int
-    created_by: str
-    tags: tuple[str, ...]
-    fingerprint: str
-    compatibility_mode: str
-    deleted: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TopicSchema:
-    """A topic's binding: its subject, policy, and the subject's schema id."""
-
-    topic: TopicName
-    subject: str
-    validation_policy: str
-    payload_validation: bool
-    schema_id: int
-    updated_ms: int
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def check_subject(subject: str) -> str:
-    """A valid subject name (``invalid_name`` 400 otherwise, from :mod:`danube.meta.keys`)."""
-    return validate_subject(subject)
 
 
 def bad_request(exc: SchemaError) -> BadRequestError:

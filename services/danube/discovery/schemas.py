@@ -16,6 +16,10 @@ Deleting a version is a soft delete: it leaves ``latest``, ``versions`` and comp
 checks, its fingerprint is freed (registering it again makes a new version), but
 ``get(schema_id, version)`` still answers it, for the stored records that carry it. The
 last live version of a subject bound to a topic cannot be deleted (409 ``schema_in_use``).
+
+The reads (versions, subjects, bindings) are danube.admission.schema_reads'
+:class:`SchemaReader`, which every produce door's schema gate reads through: the registry
+extends it with the writes.
 """
 
 from __future__ import annotations
@@ -25,15 +29,13 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError, UnavailableError
+from danube.admission.schema_reads import SchemaReader, SchemaVersion, TopicSchema, check_subject
+from danube.discovery.errors import ConflictError, NotFoundError, UnavailableError
 from danube.discovery.schema_values import (
     Registered,
-    SchemaVersion,
-    TopicSchema,
     bad_request,
     check_metadata,
     check_policy,
-    check_subject,
     now_ms,
 )
 from danube.meta import KeyValue, MetaStore, TopicName, decode_model, encode_model
@@ -43,7 +45,6 @@ from danube.meta.records import (
     SchemaVersionRecord,
     TopicSchemaRecord,
 )
-from danube.names import InvalidNameError
 from danube.schemas import (
     VALIDATORS_CACHED,
     ParsedSchema,
@@ -55,7 +56,7 @@ from danube.schemas import (
     parse_schema,
 )
 
-__all__ = ["Registered", "SchemaRegistry", "SchemaVersion", "TopicSchema"]
+__all__ = ["Registered", "SchemaRegistry"]
 
 log = logging.getLogger(__name__)
 
@@ -65,19 +66,14 @@ WRITE_ATTEMPTS_MAX = 16
 PARSED_CACHED = 256
 
 
-class SchemaRegistry:
-    """Subjects, versions and topic bindings in etcd; see the module docstring."""
+class SchemaRegistry(SchemaReader):
+    """Subjects, versions and topic bindings in etcd, read and written; see the module
+    docstring."""
 
     def __init__(self, store: MetaStore, *, default_mode: str = "backward") -> None:
-        self._store = store
-        self._default_mode = compatibility_mode_of(default_mode)
+        super().__init__(store, default_mode=default_mode)
         self._parsed: OrderedDict[tuple[str, str], ParsedSchema] = OrderedDict()
         self._validators: OrderedDict[tuple[str, str], Validator] = OrderedDict()
-
-    @property
-    def default_mode(self) -> str:
-        """The mode of subjects that set none (``discovery.schema_compatibility``)."""
-        return self._default_mode
 
     # --- parsing (off the event loop: protoc runs as a child process) ------------------
 
@@ -117,88 +113,6 @@ class SchemaRegistry:
         else:
             self._validators.move_to_end(key)
         return check
-
-    # --- reads -------------------------------------------------------------------------
-
-    async def _subject_kv(self, subject: str) -> tuple[SchemaSubject, KeyValue] | None:
-        return await self._store.get_model_kv(meta_keys.subject_key(subject), SchemaSubject)
-
-    async def _require_subject(self, subject: str) -> SchemaSubject:
-        found = await self._subject_kv(check_subject(subject))
-        if found is None:
-            raise NotFoundError(f"subject {subject!r} does not exist", code="subject_not_found")
-        return found[0]
-
-    async def _records(self, subject: str) -> list[SchemaVersionRecord]:
-        """Every version of the subject, deleted ones included, oldest first."""
-        prefix = meta_keys.schema_versions_prefix(subject)
-        return [record for _, record in await self._store.range_models(prefix, SchemaVersionRecord)]
-
-    def _version(
-        self, subject: str, meta: SchemaSubject, record: SchemaVersionRecord
-    ) -> SchemaVersion:
-        return SchemaVersion(
-            schema_id=meta.schema_id,
-            version=record.version,
-            subject=subject,
-            schema_type=record.schema_type,
-            definition=record.definition.encode(),
-            description=record.description,
-            created_ms=record.created_ms,
-            created_by=record.created_by,
-            tags=record.tags,
-            fingerprint=record.fingerprint,
-            compatibility_mode=meta.compatibility_mode or self._default_mode,
-            deleted=record.deleted_ms is not None,
-        )
-
-    async def versions(self, subject: str) -> list[SchemaVersion]:
-        """The live versions of a subject, oldest first (404 ``subject_not_found``)."""
-        meta = await self._require_subject(subject)
-        records = await self._records(subject)
-        return [self._version(subject, meta, r) for r in records if r.deleted_ms is None]
-
-    async def latest(self, subject: str) -> SchemaVersion:
-        """The newest live version (404 ``subject_not_found`` / ``schema_not_found``)."""
-        found = await self.versions(subject)
-        if not found:
-            raise NotFoundError(f"subject {subject!r} has no live version", code="schema_not_found")
-        return found[-1]
-
-    async def version(self, subject: str, version: int) -> SchemaVersion:
-        """One version, deleted ones included (404 ``schema_not_found``)."""
-        meta = await self._require_subject(subject)
-        try:
-            key = meta_keys.schema_version_key(subject, version)
-        except InvalidNameError as exc:
-            raise BadRequestError(exc.message, code="invalid_version") from exc
-        record = await self._store.get_model(key, SchemaVersionRecord)
-        if record is None:
-            raise NotFoundError(
-                f"subject {subject!r} has no version {version}", code="schema_not_found"
-            )
-        return self._version(subject, meta, record)
-
-    async def subject_of(self, schema_id: int) -> str:
-        """The subject a schema id names (404 ``schema_not_found``)."""
-        kv = None
-        if 1 <= schema_id <= meta_keys.OFFSET_MAX:
-            kv = await self._store.get(meta_keys.schema_id_key(schema_id))
-        if kv is None:
-            raise NotFoundError(f"no schema with id {schema_id}", code="schema_not_found")
-        return kv.value.decode()
-
-    async def get(self, schema_id: int, version: int | None = None) -> SchemaVersion:
-        """A version by schema id: ``version``, or the latest live one when None."""
-        subject = await self.subject_of(schema_id)
-        if version is None:
-            return await self.latest(subject)
-        return await self.version(subject, version)
-
-    async def subjects(self) -> list[str]:
-        """Every subject's name, sorted (read from the id keys, whose values are small)."""
-        kvs = await self._store.range(meta_keys.SCHEMAS_PREFIX + "ids/")
-        return sorted(kv.value.decode() for kv in kvs)
 
     # --- compatibility -------------------------------------------------------------------
 
@@ -365,11 +279,6 @@ class SchemaRegistry:
                 return
         raise UnavailableError(f"subject {subject!r}: too many concurrent changes")
 
-    async def mode(self, subject: str) -> str:
-        """The subject's effective compatibility mode."""
-        meta = await self._require_subject(subject)
-        return meta.compatibility_mode or self._default_mode
-
     async def delete_version(self, subject: str, version: int) -> None:
         """Soft-delete a version (see the module docstring)."""
         current = await self.version(subject, version)
@@ -463,27 +372,6 @@ class SchemaRegistry:
                 return self._binding(topic, updated, meta.schema_id)
         raise UnavailableError(f"topic {topic}: too many concurrent changes")
 
-    async def topic_schema(self, topic: TopicName) -> TopicSchema | None:
-        """The topic's binding, or None when it has none."""
-        record = await self._store.get_model(meta_keys.topic_schema_key(topic), TopicSchemaRecord)
-        if record is None:
-            return None
-        found = await self._subject_kv(record.subject)
-        if found is None:  # the subject is gone: nothing to validate against
-            return None
-        return self._binding(topic, record, found[0].schema_id)
-
     async def unbind_topic(self, topic: TopicName) -> bool:
         """Remove the topic's binding; False when it had none."""
         return await self._store.delete(meta_keys.topic_schema_key(topic))
-
-    @staticmethod
-    def _binding(topic: TopicName, record: TopicSchemaRecord, schema_id: int) -> TopicSchema:
-        return TopicSchema(
-            topic=topic,
-            subject=record.subject,
-            validation_policy=record.validation_policy,
-            payload_validation=record.payload_validation,
-            schema_id=schema_id,
-            updated_ms=record.updated_ms,
-        )

@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
-from danube.discovery.security import SecurityGate
 from danube.meta import MetaStore, WatchEvent, decode_model, encode_model
 from danube.meta import keys as meta_keys
 from danube.names import InvalidNameError, TopicName, validate_segment
 from danube.security import Binding, Resource, Role, UnauthenticatedError, issue_token
 from danube.security.apikeys import ApiKeyRecord, check_secret, new_api_key, parse_api_key
+from danube.security.gate import SecurityGate
 
 API_KEYS_MAX = 10_000
 # Reads and transactions a role delete makes while bindings keep being written meanwhile.

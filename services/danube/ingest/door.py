@@ -31,12 +31,13 @@ import contextlib
 import logging
 import re
 import socket
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
+from starlette.types import Receive, Scope, Send
 
 from danube.admission import Admission, AdmissionCounters, AdmissionParts, FramesMessages, build
+from danube.admission.payloads import stamped_frames
 from danube.admission.refresh import Refresher
 from danube.config import DanubeSettings
 from danube.config.model import IngestConfig
@@ -77,9 +78,6 @@ DOOR_STOP_S = 5.0  # requests in progress are answered within this at a stop
 # Admission's refusals on this process: danube_ingest_policy_refusals_total and the like.
 ADMISSION_COUNTERS = AdmissionCounters.register("danube_ingest")
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 Answer = tuple[int, bytes, dict[str, str] | None]
 
 
@@ -180,8 +178,9 @@ class DataDoor:
         config, _ = await self.admission.policies.effective_policies(name)
         if config is None:
             raise NotFoundError(f"topic {name} does not exist", code=codes.TOPIC_NOT_FOUND)
-        if admitted.stamp is not None:
-            frames = admitted.stamp.frames(frames)
+        stamp = admitted.stamp
+        if stamp is not None:
+            frames = stamped_frames(frames, stamp.schema_id, stamp.version)
         reply = await handlers.append(
             _records(frames), frames.runs, for_partition(admitted.policies, config.partitions)
         )
@@ -286,11 +285,16 @@ class OpenDoor:
     """A data door serving: its listener, its admission's views and its caches."""
 
     def __init__(
-        self, server: AsgiServer, serving: asyncio.Task[None], parts: AdmissionParts
+        self,
+        server: AsgiServer,
+        serving: asyncio.Task[None],
+        parts: AdmissionParts,
+        refresher: Refresher,
     ) -> None:
         self.server = server
         self.serving = serving
         self.parts = parts
+        self.refresher = refresher
         self._tasks = TaskSet("data door")
         self._tasks.spawn(parts.follow(), name="admission-views")
 
@@ -300,7 +304,7 @@ class OpenDoor:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(self.serving), DOOR_STOP_S)
         await self._tasks.close(timeout_s=DOOR_STOP_S)
-        await self.parts.policies.close()
+        await self.refresher.close()
 
 
 async def open_door(settings: DanubeSettings, node: Node, session: NodeSession) -> OpenDoor:
@@ -323,7 +327,7 @@ async def open_door(settings: DanubeSettings, node: Node, session: NodeSession) 
     url = ingest.data_advertised_url or advertised_url(ingest, server.port)
     await session.advertise(url)
     log.info("ingest %s: data door at %s", node.node_id, url)
-    return OpenDoor(server, serving, parts)
+    return OpenDoor(server, serving, parts, refresher)
 
 
 def advertised_url(config: IngestConfig, port: int) -> str:

@@ -3,7 +3,7 @@ in one table, checked by one dependency (:func:`guard`) that the app puts on eve
 
 A route missing from :data:`ROUTES` is refused (default deny) and
 ``tests/unit/test_http_permissions.py`` fails; :data:`PUBLIC` routes need no credentials.
-The decision itself is :meth:`danube.discovery.security.SecurityGate.authorize`, shared with
+The decision itself is :meth:`danube.security.gate.SecurityGate.authorize`, shared with
 the gRPC API.
 """
 
@@ -18,9 +18,9 @@ from starlette.types import Scope
 from danube.discovery.api.consume import parse_consumer_id
 from danube.discovery.api.state import services_of
 from danube.discovery.errors import BadRequestError
-from danube.discovery.security import ANONYMOUS, SecurityGate
 from danube.names import InvalidNameError, TopicName
 from danube.security import Permission, PermissionDeniedError, Resource, SecurityError
+from danube.security.gate import ANONYMOUS, SecurityGate
 
 P = Permission
 # Where the TLS listener puts the verified client certificate's subject (branch tls).
@@ -173,7 +173,7 @@ def principal_from_request(connection: HTTPConnection, gate: SecurityGate) -> st
 def principal_of_scope(scope: Scope, gate: SecurityGate) -> str:
     """The principal of a request answered before routing (the produce fast path,
     api/produce.py), from its ASGI scope: the guard's, with the same errors, counted and
-    audited the same. Authorization is admission's (danube.discovery.admission)."""
+    audited the same. Authorization is admission's (danube.admission)."""
     if not gate.enabled:
         return ANONYMOUS
     return principal_from_request(HTTPConnection(scope), gate)

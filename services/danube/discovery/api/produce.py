@@ -21,7 +21,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.types import Scope
 
-from danube.discovery.admission import FramesMessages
+from danube.admission import FramesMessages
 from danube.discovery.api.auth import principal_of_scope
 from danube.discovery.api.failures import danube_error_answer
 from danube.discovery.api.params import Namespace, ProduceTopic
@@ -30,10 +30,10 @@ from danube.discovery.errors import error_body
 from danube.discovery.models import ProduceRequest, ProduceResponse
 from danube.discovery.produce import JsonMessages
 from danube.discovery.produce_body import parse_produce, produce_answer
-from danube.discovery.security import ANONYMOUS
 from danube.errors import DanubeError
 from danube.meta import TopicName
 from danube.names import produce_topic
+from danube.security.gate import ANONYMOUS
 from danube.wire.produce_binary import (
     RECORDS_TYPE,
     parse_binary_params,
@@ -155,7 +155,7 @@ async def _binary_produce(
 ) -> Answer:
     """A binary produce, answered here whatever happens (the route knows JSON only). The
     order of checks is the JSON path's: the name, the body, authentication, then
-    admission's (danube.discovery.admission), then routing."""
+    admission's (danube.admission), then routing."""
     name = None
     try:
         name = produce_topic(ns, topic)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
+from danube.admission.schema_reads import SchemaVersion, TopicSchema
 from danube.discovery.api.params import Namespace, Topic
 from danube.discovery.api.state import ServicesDep
 from danube.discovery.errors import NotFoundError, TooLargeError
@@ -25,7 +26,6 @@ from danube.discovery.schema_models import (
     TopicSchemaIn,
     TopicSchemaOut,
 )
-from danube.discovery.schemas import SchemaVersion, TopicSchema
 from danube.names import user_topic, validate_subject
 from danube.schemas import DEFINITION_BYTES_MAX
 

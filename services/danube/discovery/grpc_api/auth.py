@@ -1,7 +1,7 @@
 """Authentication and authorization of the gRPC API: each method's permission and how its
 resource is read from the request, in one table, checked before the handler runs by
 :func:`guard` (called from the server's one wrapper). The decision is the HTTP API's:
-:meth:`danube.discovery.security.SecurityGate.authorize`.
+:meth:`danube.security.gate.SecurityGate.authorize`.
 
 Danube's clients send ``authorization: Bearer <JWT>`` metadata on every call.
 """
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from danube.discovery.grpc_api.clients import Clients
-from danube.discovery.security import ANONYMOUS, SecurityGate
 from danube.names import client_topic
 from danube.security import Permission, Resource
+from danube.security.gate import ANONYMOUS, SecurityGate
 
 P = Permission
 # None: the method needs an authenticated principal only.
@@ -25,7 +25,7 @@ ResourceOf = Callable[[Any, Clients], Resource | None]
 @dataclass(frozen=True, slots=True)
 class Rule:
     """A method's permission and resource (None: authentication is enough). ``admitted``:
-    the handler authenticates the call and admission (danube.discovery.admission) decides
+    the handler authenticates the call and admission (danube.admission) decides
     the permission, as on every other produce door; the table says it for readers."""
 
     permission: Permission | None

@@ -1,5 +1,5 @@
 """Danube's client API (DESIGN §10) over the same internals as the HTTP API (the instance's
-danube.discovery.core.Services): admission (danube.discovery.admission) and the produce
+danube.discovery.core.Services): admission (danube.admission) and the produce
 path (danube.discovery.produce), the dispatcher client, the catalog.
 
 Topic names are Danube's: ``/<ns>/<topic>`` or a partition ``/<ns>/<topic>-part-N``.
@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from functools import partial
 from typing import Any
 
-from danube.discovery.admission import PayloadMessages
+from danube.admission import PayloadMessages
 from danube.discovery.core import Services
 from danube.discovery.errors import (
     BadRequestError,

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from danube.admission.schema_reads import SchemaVersion
 from danube.discovery.errors import NotFoundError
-from danube.discovery.schemas import SchemaRegistry, SchemaVersion
+from danube.discovery.schemas import SchemaRegistry
 from danube.names import client_topic
 from danube.wire import SchemaRegistry_pb2 as sr
 

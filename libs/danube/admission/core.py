@@ -8,15 +8,16 @@ security off), decodes its body into :class:`Messages`, and calls::
 
 It gets an :class:`Admitted` (the topic's policies, the schema stamp, the sequence run) or a
 DanubeError whose ``code`` and kind are the same whichever door asked; the door answers the
-kind with its status (HTTP: danube.discovery.errors, gRPC: grpc_api/status.py). Nothing
-here knows a web framework, an HTTP body or a gRPC message: doors translate, this decides.
+kind with its status (discovery's HTTP: danube.discovery.errors, its gRPC:
+grpc_api/status.py). Nothing here knows a web framework, an HTTP body or a gRPC message:
+doors translate, this decides.
 
 The checks of a produce, in order (the first refusal answers; nothing is stored):
 
 1. RBAC: ``produce`` on the topic (403 ``permission_denied``); none with security off.
 2. Producer sessions: an exclusive producer other than ``producer_id`` holds the topic
    (409 ``producer_fenced``), from the instance's view of the holders: no I/O.
-3. Sequences: an idempotent producer's messages keep to danube.discovery.produce_sequences
+3. Sequences: an idempotent producer's messages keep to danube.admission.sequences
    (400 ``invalid_sequence``).
 4. The instance's limits: messages per request (413 ``too_many_messages``), payload bytes
    (413 ``payload_too_large``).
@@ -25,13 +26,13 @@ The checks of a produce, in order (the first refusal answers; nothing is stored)
 6. The topic's schema: the stamp its records carry, the payloads checked per the binding's
    policy (400 ``schema_violation``, ``schema_mismatch``, ``schema_not_found``).
 
-Where it lives: in discovery, because four of its collaborators are discovery's today (the
-security gate, the policy cache of the catalog, the schema gate over the registry, the view
-of exclusive producers) and so are the error classes and counters it raises and counts.
-It reaches them only through the Protocols below, so an ingest leader or a dispatcher
-builds one from the same pieces once those move to ``libs/danube`` (with the refusal
-counters of danube.discovery.metrics and the pure produce_chunks / produce_sequences /
-produce_batch helpers it calls; its error classes are danube.errors' already).
+Where it lives: in the libs (danube.admission), so that every door builds the same one
+from the same pieces, discovery's proxy doors and an ingest leader's direct door alike
+(:func:`danube.admission.build`). It reaches its collaborators only through the Protocols
+below; their implementations are beside it (the policy cache, the schema gate, the view
+of exclusive producers) or danube.security.gate's (RBAC), and its error classes are
+danube.errors'. What it refuses it counts in the counters it is given
+(danube.admission.counters: each service registers its own set).
 """
 
 from __future__ import annotations
@@ -40,17 +41,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from prometheus_client import Counter
+
+from danube.admission.chunks import check_chunked, check_chunked_frames, chunked_limit
+from danube.admission.payloads import LazyPayloads, check_payload_sizes
+from danube.admission.sequences import Sequencing, frames_sequencing
 from danube.config import DanubeSettings
-from danube.discovery import metrics
-from danube.discovery.produce_batch import LazyPayloads, check_payload_sizes
-from danube.discovery.produce_chunks import check_chunked, check_chunked_frames, chunked_limit
-from danube.discovery.produce_sequences import Sequencing, frames_sequencing
-from danube.discovery.schema_gate import Stamp
 from danube.errors import TooLargeError
 from danube.frame.produce import ProducedFrames
 from danube.meta import TopicName
 from danube.meta.records import Policies, TopicConfig
 from danube.security import Permission, Resource
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """What a batch's records carry: the schema (its id and version) they were checked
+    against (danube.admission.schema_gate)."""
+
+    schema_id: int
+    version: int
+
 
 Principal = str
 """Who asks: a token's ``sub`` or a client certificate's subject; ``"anonymous"`` with
@@ -140,7 +151,7 @@ class PayloadMessages:
 
 
 class Authorizer(Protocol):
-    """RBAC (danube.discovery.security.SecurityGate): counts and audits its denials."""
+    """RBAC (danube.security.gate.SecurityGate): counts and audits its denials."""
 
     @property
     def enabled(self) -> bool:
@@ -155,7 +166,8 @@ class Authorizer(Protocol):
 
 
 class PolicySource(Protocol):
-    """The policies in effect for a topic, from a cache (danube.discovery.catalog)."""
+    """The policies in effect for a topic, from a cache (danube.admission.policies.PolicyCache,
+    which discovery's catalog extends with its writes)."""
 
     async def effective_policies(self, topic: TopicName) -> tuple[TopicConfig | None, Policies]:
         """The topic's config (None before it exists) and its policies over its namespace's."""
@@ -163,7 +175,7 @@ class PolicySource(Protocol):
 
 
 class SchemaCheck(Protocol):
-    """The topics' schema bindings (danube.discovery.schema_gate.SchemaGate)."""
+    """The topics' schema bindings (danube.admission.schema_gate.SchemaGate)."""
 
     async def admit(
         self,
@@ -178,7 +190,8 @@ class SchemaCheck(Protocol):
 
 
 class Fence(Protocol):
-    """Exclusive producers as this instance sees them (danube.discovery.producers)."""
+    """Exclusive producers as this instance sees them
+    (danube.admission.exclusive.ExclusiveView)."""
 
     def check(self, topic: TopicName, producer_id: str | None) -> None:
         """Refuse (409 ``producer_fenced``) anyone but the exclusive holders of ``topic``."""
@@ -223,12 +236,16 @@ class Admission:
         policies: PolicySource,
         fence: Fence,
         schemas: SchemaCheck | None = None,
+        refusals: Counter | None = None,
     ) -> None:
+        """``refusals``: counts what the limits and policies refuse, by code
+        (AdmissionCounters.policy_refusals; None: not counted)."""
         self.limits = limits
         self.security = security
         self.policies = policies
         self.fence = fence
         self.schemas = schemas
+        self.refusals = refusals
 
     async def produce(
         self,
@@ -263,10 +280,11 @@ class Admission:
             check_payload_sizes(sizes, limits.payload_bytes_max)
             _, policies = await self.policies.effective_policies(topic)
             check_payload_sizes(sizes, self.payload_bytes_max(policies))
+            messages.check_chunked(chunked_limit(policies))
         except TooLargeError as exc:
-            metrics.POLICY_REFUSALS.labels(exc.code).inc()
+            if self.refusals is not None:
+                self.refusals.labels(exc.code).inc()
             raise
-        messages.check_chunked(chunked_limit(policies))
         stamp = None
         if self.schemas is not None:
             stamp = await self.schemas.admit(

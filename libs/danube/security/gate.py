@@ -1,11 +1,14 @@
-"""The one gate of both front doors (docs/security.md): who is asking (authentication) and
-may they (authorization), answered from memory.
+"""The one gate of every door (docs/security.md): who is asking (authentication) and may
+they (authorization), answered from memory.
 
 :class:`SecurityGate` holds the token verifier and the RBAC :class:`~danube.security.Policy`,
 loaded from etcd before serving and kept current by a watch (:meth:`SecurityGate.follow`),
-so no request waits on etcd for a decision. HTTP (``danube.discovery.api.auth``) and gRPC
-(``danube.discovery.grpc_api.auth``) map each route or method to a permission and resource
-and call :meth:`SecurityGate.authorize`; it counts denials and writes the audit log.
+so no request waits on etcd for a decision. Discovery's HTTP (``danube.discovery.api.auth``)
+and gRPC (``danube.discovery.grpc_api.auth``) doors, and admission (danube.admission) for
+any door that produces, map each route or method to a permission and resource and call
+:meth:`SecurityGate.authorize`; it counts denials (in the counters its service gives it:
+danube.admission.counters) and writes the audit log. Here in the libs, not in discovery,
+so that an ingest node serving produce builds the same gate over the same etcd keys.
 
 With ``security.enabled`` false the gate lets everything through, anonymous.
 """
@@ -19,8 +22,9 @@ import logging
 import time
 from collections import OrderedDict
 
+from prometheus_client import Counter
+
 from danube.config import SecurityConfig
-from danube.discovery import metrics
 from danube.meta import MetaError, MetaStore, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.backoff import backoff_s
@@ -53,7 +57,8 @@ _RETRY_CAP_S = 5.0
 
 
 class SecurityGate:
-    """Authentication and authorization for one discovery instance."""
+    """Authentication and authorization for one process (a discovery instance, an ingest
+    node)."""
 
     def __init__(
         self,
@@ -62,7 +67,11 @@ class SecurityGate:
         store: MetaStore | None = None,
         verifier: TokenVerifier | None = None,
         signing: SigningKey | None = None,
+        authn_failed: Counter | None = None,
+        authz_denied: Counter | None = None,
     ) -> None:
+        """``authn_failed`` (by code) and ``authz_denied`` (by permission): where refusals
+        are counted (AdmissionCounters'; None: not counted)."""
         if config.enabled and verifier is None:
             raise ValueError("security enabled without token keys (security.keys_dir)")
         self.config = config
@@ -70,6 +79,8 @@ class SecurityGate:
         self.verifier = verifier
         self.signing = signing
         self.super_admins = frozenset(config.super_admins)
+        self.authn_failed = authn_failed
+        self.authz_denied = authz_denied
         self.policy = Policy()
         self._seen_revision = 0
         self._keys_seen: DirStamp | None = None
@@ -84,17 +95,31 @@ class SecurityGate:
         return cls(SecurityConfig())
 
     @classmethod
-    def from_config(cls, config: SecurityConfig, store: MetaStore) -> SecurityGate:
+    def from_config(
+        cls,
+        config: SecurityConfig,
+        store: MetaStore,
+        *,
+        authn_failed: Counter | None = None,
+        authz_denied: Counter | None = None,
+    ) -> SecurityGate:
         """The gate of ``config``: its keys read from ``security.keys_dir`` when enabled
-        (ValueError naming what is missing)."""
+        (ValueError naming what is missing); refusals counted in the counters given."""
         if not config.enabled:
-            return cls(config, store=store)
+            return cls(config, store=store, authn_failed=authn_failed, authz_denied=authz_denied)
         if config.keys_dir is None:
             raise ValueError("security.enabled needs security.keys_dir")
         seen = dir_stamp(config.keys_dir)
         keys = load_keys(config.keys_dir, signing_kid=config.signing_kid)
         verifier = TokenVerifier(keys.public, issuer=config.issuer, audience=config.audience)
-        gate = cls(config, store=store, verifier=verifier, signing=keys.signing)
+        gate = cls(
+            config,
+            store=store,
+            verifier=verifier,
+            signing=keys.signing,
+            authn_failed=authn_failed,
+            authz_denied=authz_denied,
+        )
         gate._keys_seen = seen
         return gate
 
@@ -165,7 +190,8 @@ class SecurityGate:
                 "authentication required: send Authorization: Bearer <token>"
             )
         except UnauthenticatedError as exc:
-            metrics.AUTHN_FAILED.labels(exc.code).inc()
+            if self.authn_failed is not None:
+                self.authn_failed.labels(exc.code).inc()
             audit.warning(
                 "audit: unauthenticated (%s)",
                 exc.code,
@@ -231,7 +257,8 @@ class SecurityGate:
             extra=fields,
         )
         if not decision.allowed:
-            metrics.AUTHZ_DENIED.labels(permission.value).inc()
+            if self.authz_denied is not None:
+                self.authz_denied.labels(permission.value).inc()
             raise PermissionDeniedError(
                 f"permission {permission.value} required on {resource}: {decision.reason}",
                 permission=permission.value,

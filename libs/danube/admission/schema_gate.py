@@ -4,7 +4,8 @@ payloads checked by the binding's policy:
 
 - ``none``: stamped, not checked;
 - ``warn``: checked (with ``payload_validation``); a payload that fails is stored all the
-  same, counted (``danube_discovery_schema_violations_total``) and logged (at most once per
+  same, counted (``schema_violations``: discovery's
+  ``danube_discovery_schema_violations_total``) and logged (at most once per
   topic every :data:`WARN_LOG_EVERY_S`);
 - ``enforce``: checked; one failing message refuses the whole batch (400
   ``schema_violation`` naming the message index and the first error), nothing stored.
@@ -14,6 +15,9 @@ A produce names the version it was written with (HTTP ``schema_version``, gRPC
 names none. Bindings and latest versions are cached ``cache_ttl_s`` (etcd stays off the hot
 path: a binding or version change is seen that late); validators are compiled once per
 version.
+
+The gate reads the registry through its read side (danube.admission.schema_reads), so any
+door's process builds one over etcd alone; the registry's writes are discovery's.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from danube.discovery import metrics
-from danube.discovery.errors import BadRequestError, NotFoundError
-from danube.discovery.refresh import Refresher, StaleError, read_or_stale, refresh_at
-from danube.discovery.schemas import SchemaRegistry, SchemaVersion, TopicSchema
+from prometheus_client import Counter
+
+from danube.admission.core import Stamp
+from danube.admission.refresh import Refresher, StaleError, read_or_stale, refresh_at
+from danube.admission.schema_reads import SchemaReader, SchemaVersion, TopicSchema
+from danube.errors import BadRequestError, NotFoundError
 from danube.meta import TopicName
 from danube.schemas.validate import Validator, compile_validator
 
@@ -40,14 +46,6 @@ CACHED_MAX = 10_000  # bindings, versions
 VALIDATORS_MAX = 256  # compiled payload checks, one per schema version
 INLINE_CHECKS_MAX = 16  # larger batches are checked in a worker thread
 K = TypeVar("K")
-
-
-@dataclass(frozen=True, slots=True)
-class Stamp:
-    """What a batch's records carry."""
-
-    schema_id: int
-    version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +60,18 @@ class SchemaGate:
 
     def __init__(
         self,
-        registry: SchemaRegistry,
+        registry: SchemaReader,
         *,
         cache_ttl_s: float,
         refresher: Refresher | None = None,
+        violations: Counter | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``refresher``: refresh-ahead of bindings and versions (None: read again only
-        once expired, inline)."""
+        once expired, inline); ``violations``: counts the payloads that fail, by policy
+        (AdmissionCounters.schema_violations; None: not counted)."""
         self.registry = registry
+        self.violations = violations
         self.cache_ttl_s = cache_ttl_s
         self._refresher = refresher
         self._clock = clock
@@ -110,7 +111,8 @@ class SchemaGate:
             failures = _failures(check, payloads)
         if not failures:
             return stamp
-        metrics.SCHEMA_VIOLATIONS.labels(binding.validation_policy).inc(len(failures))
+        if self.violations is not None:
+            self.violations.labels(binding.validation_policy).inc(len(failures))
         index, error = failures[0]
         message = (
             f"messages[{index}] does not match {binding.subject!r} version "

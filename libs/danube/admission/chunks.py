@@ -1,4 +1,4 @@
-"""The ``max_chunked_message_bytes`` policy at the front door (docs/policies.md): a chunk
+"""The ``max_chunked_message_bytes`` policy at every produce door (docs/policies.md): a chunk
 (a record with ``danube.chunk.total_bytes``, danube.wire.chunks) claiming a whole message
 larger than the topic allows is refused, ``413 chunked_message_too_large``, before
 anything of its batch is written; a claim that is not a number, ``400 invalid_chunk``.
@@ -8,15 +8,15 @@ itself cannot store a larger one than its namespace allows. Every chunk carries 
 so the first chunk of such a message is refused, and so is every later one: nothing of it
 is stored. Cost on other produces: a search for the attribute's name (the whole body, or
 each record's head when records are large); records' attributes are read only in bodies
-that hold it.
+that hold it. Pure: admission counts the refusal (``policy_refusals``, reason
+``chunked_message_too_large``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from danube.discovery import metrics
-from danube.discovery.errors import BadRequestError, TooLargeError
+from danube.errors import BadRequestError, TooLargeError
 from danube.frame.produce import ProducedFrames
 from danube.frame.record import decode_record_at
 from danube.meta.records import Policies
@@ -40,7 +40,6 @@ def check_chunked(all_attributes: Iterable[Mapping[str, str]], limit: int) -> No
         except chunks.BadChunkError as exc:
             raise BadRequestError(f"messages[{index}]: {exc}", code="invalid_chunk") from exc
         if total is not None and total > limit:
-            metrics.POLICY_REFUSALS.labels(REFUSED).inc()
             raise TooLargeError(
                 f"messages[{index}] is a chunk of a {total}-byte message, over the topic's "
                 f"max_chunked_message_bytes of {limit}",
