@@ -15,7 +15,7 @@ import pytest
 
 from danube.bus import TopicName
 from danube.client import AsyncDanubeClient
-from danube.client._frames import encode_frame
+from danube.client._records import encode_frame
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import NodeRecord
