@@ -13,12 +13,18 @@ only one address) never learns a door.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from danube.client._http import HttpCore
 from danube.names import TopicName
 
 NOT_LEADER = "not_leader"
+
+# A door that did not answer at all (refused, unresolvable, a certificate refused: the
+# client cannot reach the nodes, e.g. from outside a compose network) is not tried again
+# for this long; its partitions go the proxy path meanwhile.
+UNREACHABLE_S = 30.0
 
 # Distinct data doors a producer keeps connections to at most (a topic's leaders: a few
 # nodes); past it the oldest is closed when a new one is learned.
@@ -36,16 +42,22 @@ class DataDoors:
         # Pools trimmed off (DOORS_MAX): closed with the rest, a request may still use one.
         self._closing: list[HttpCore] = []
         self.failures = 0  # doors that failed a part (a leader moved or died), in all
+        # Doors that did not answer, until when they are not tried (UNREACHABLE_S).
+        self._unreachable: dict[str, float] = {}
 
     def learn(self, names: Sequence[TopicName], urls: Sequence[str | None]) -> None:
         """What a lookup said: each partition's door (None: none known, the proxy path)."""
         if not self.enabled:
             return
+        now = time.monotonic()
         for name, url in zip(names, urls, strict=True):
+            url = None if url is None else url.rstrip("/")
+            if url is not None and self._unreachable.get(url, 0.0) > now:
+                url = None
             if url is None:
                 self._urls.pop(name, None)
             else:
-                self._urls[name] = url.rstrip("/")
+                self._urls[name] = url
 
     def core(self, partition: TopicName) -> HttpCore | None:
         """The connections to ``partition``'s door, None when it has none known."""
@@ -62,10 +74,16 @@ class DataDoors:
         """``partition``'s door as last learned."""
         return self._urls.get(partition)
 
-    def failed(self, partition: TopicName) -> None:
-        """``partition``'s door failed it: none known until the next lookup."""
+    def failed(self, partition: TopicName, *, unreachable: bool = False) -> None:
+        """``partition``'s door failed it: none known until the next lookup;
+        ``unreachable`` (no answer at all): that door is not learned again for a while."""
         self.failures += 1
-        self.forget(partition)
+        url = self._urls.pop(partition, None)
+        if unreachable and url is not None:
+            self._unreachable[url] = time.monotonic() + UNREACHABLE_S
+            if len(self._unreachable) > DOORS_MAX:
+                now = time.monotonic()
+                self._unreachable = {u: t for u, t in self._unreachable.items() if t > now}
 
     def forget(self, partition: TopicName) -> None:
         """No door known for ``partition`` (the proxy path) until the next lookup."""

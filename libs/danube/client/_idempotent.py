@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -280,7 +281,7 @@ class IdempotentSender:
             except TransportError as exc:
                 if door is None or loop.time() >= deadline:
                     raise
-                await self._door_failed(part.partition, exc)
+                await self._door_failed(part.partition, exc, unreachable=_unanswered(exc))
                 continue
             except ApiError as exc:
                 if door is not None and _moved(exc) and loop.time() < deadline:
@@ -334,7 +335,9 @@ class IdempotentSender:
             lean=True,
         )
 
-    async def _door_failed(self, partition: TopicName, exc: ClientError) -> None:
+    async def _door_failed(
+        self, partition: TopicName, exc: ClientError, *, unreachable: bool = False
+    ) -> None:
         """``partition``'s door failed it (its leader moved or died): forget it and look the
         topic up again, so the part goes at once where the lookup says (a resend of
         sequenced records is stored once). A lookup that names the same door again (the
@@ -342,7 +345,7 @@ class IdempotentSender:
         waits for the new leader with its retries; the next batch looks up again."""
         log.info("%s: its data door failed (%s); looking it up again", partition, exc)
         failed = self.doors.url(partition)
-        self.doors.failed(partition)
+        self.doors.failed(partition, unreachable=unreachable)
         await self._partition_count()
         if self.doors.url(partition) == failed:
             self.doors.forget(partition)
@@ -459,6 +462,14 @@ class IdempotentSender:
         if self.topic.partition is not None or names == [str(self.topic)]:
             return 0
         return len(partitions)
+
+
+def _unanswered(exc: TransportError) -> bool:
+    """Whether a door could not be reached at all (refused, a name that does not resolve, a
+    certificate refused) rather than cut short (a leader that died mid-request): the client
+    may not reach the nodes."""
+    cause = exc.__cause__
+    return not exc.retriable or isinstance(cause, ConnectionRefusedError | socket.gaierror)
 
 
 def _moved(exc: ApiError) -> bool:

@@ -1,0 +1,57 @@
+"""The SDK's data doors (danube.client._direct): what a lookup teaches, what a failure
+unlearns, and how long an unreachable door stays untried."""
+
+from __future__ import annotations
+
+import pytest
+
+from danube.client import _direct
+from danube.client._direct import DataDoors
+from danube.client._http import HttpCore
+from danube.client.retry import RetryPolicy
+from danube.names import TopicName
+
+P0 = TopicName("default", "t-part-0")
+P1 = TopicName("default", "t-part-1")
+
+
+def _doors(*, enabled: bool = True) -> DataDoors:
+    return DataDoors(
+        HttpCore("http://discovery:8080", timeout_s=5, retry=RetryPolicy()), enabled=enabled
+    )
+
+
+async def test_a_lookup_teaches_each_partitions_door_and_a_failure_unlearns_it() -> None:
+    doors = _doors()
+    doors.learn([P0, P1], ["http://a:7001/", None])
+    core = doors.core(P0)
+    assert core is not None and core.base_url == "http://a:7001"
+    assert doors.core(P1) is None  # no door: the proxy path
+    assert doors.core(P0) is core  # one pool per door
+    doors.failed(P0)
+    assert doors.core(P0) is None and doors.failures == 1
+    doors.learn([P0], ["http://a:7001"])  # a leader that moved back is learned again
+    assert doors.core(P0) is not None
+    await doors.aclose()
+
+
+async def test_an_unreachable_door_is_not_learned_again_until_its_time_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(_direct.time, "monotonic", lambda: now[0])
+    doors = _doors()
+    doors.learn([P0, P1], ["http://a:7001", "http://a:7001"])
+    doors.failed(P0, unreachable=True)
+    doors.learn([P0, P1], ["http://a:7001", "http://a:7001"])
+    assert doors.url(P0) is None and doors.url(P1) is None  # the same door, for both
+    now[0] += _direct.UNREACHABLE_S + 1
+    doors.learn([P0], ["http://a:7001"])
+    assert doors.url(P0) == "http://a:7001"
+    await doors.aclose()
+
+
+def test_a_client_that_reaches_one_address_learns_no_door() -> None:
+    doors = _doors(enabled=False)
+    doors.learn([P0], ["http://a:7001"])
+    assert doors.core(P0) is None and doors.known == 0
