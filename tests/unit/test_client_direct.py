@@ -25,11 +25,13 @@ async def test_a_lookup_teaches_each_partitions_door_and_a_failure_unlearns_it()
     doors = _doors()
     doors.learn([P0, P1], ["http://a:7001/", None])
     core = doors.core(P0)
-    assert core is not None and core.base_url == "http://a:7001"
+    assert core is not None
+    assert core.base_url == "http://a:7001"
     assert doors.core(P1) is None  # no door: the proxy path
     assert doors.core(P0) is core  # one pool per door
     doors.failed(P0)
-    assert doors.core(P0) is None and doors.failures == 1
+    assert doors.core(P0) is None
+    assert doors.failures == 1
     doors.learn([P0], ["http://a:7001"])  # a leader that moved back is learned again
     assert doors.core(P0) is not None
     await doors.aclose()
@@ -44,7 +46,8 @@ async def test_an_unreachable_door_is_not_learned_again_until_its_time_passed(
     doors.learn([P0, P1], ["http://a:7001", "http://a:7001"])
     doors.failed(P0, unreachable=True)
     doors.learn([P0, P1], ["http://a:7001", "http://a:7001"])
-    assert doors.url(P0) is None and doors.url(P1) is None  # the same door, for both
+    assert doors.url(P0) is None
+    assert doors.url(P1) is None
     now[0] += _direct.UNREACHABLE_S + 1
     doors.learn([P0], ["http://a:7001"])
     assert doors.url(P0) == "http://a:7001"
@@ -54,4 +57,5 @@ async def test_an_unreachable_door_is_not_learned_again_until_its_time_passed(
 def test_a_client_that_reaches_one_address_learns_no_door() -> None:
     doors = _doors(enabled=False)
     doors.learn([P0], ["http://a:7001"])
-    assert doors.core(P0) is None and doors.known == 0
+    assert doors.core(P0) is None
+    assert doors.known == 0
