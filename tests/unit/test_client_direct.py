@@ -3,6 +3,8 @@ unlearns, and how long an unreachable door stays untried."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from danube.client import _direct
@@ -41,7 +43,7 @@ async def test_an_unreachable_door_is_not_learned_again_until_its_time_passed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr(_direct.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     doors = _doors()
     doors.learn([P0, P1], ["http://a:7001", "http://a:7001"])
     doors.failed(P0, unreachable=True)
