@@ -4,8 +4,7 @@ unlearns, and how long an unreachable door stays untried."""
 from __future__ import annotations
 
 import time
-
-import pytest
+from collections.abc import Callable
 
 from danube.client import _direct
 from danube.client._direct import DataDoors
@@ -17,10 +16,9 @@ P0 = TopicName("default", "t-part-0")
 P1 = TopicName("default", "t-part-1")
 
 
-def _doors(*, enabled: bool = True) -> DataDoors:
-    return DataDoors(
-        HttpCore("http://discovery:8080", timeout_s=5, retry=RetryPolicy()), enabled=enabled
-    )
+def _doors(*, enabled: bool = True, clock: Callable[[], float] = time.monotonic) -> DataDoors:
+    http = HttpCore("http://discovery:8080", timeout_s=5, retry=RetryPolicy())
+    return DataDoors(http, enabled=enabled, clock=clock)
 
 
 async def test_a_lookup_teaches_each_partitions_door_and_a_failure_unlearns_it() -> None:
@@ -39,12 +37,9 @@ async def test_a_lookup_teaches_each_partitions_door_and_a_failure_unlearns_it()
     await doors.aclose()
 
 
-async def test_an_unreachable_door_is_not_learned_again_until_its_time_passed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_an_unreachable_door_is_not_learned_again_until_its_time_passed() -> None:
     now = [1000.0]
-    monkeypatch.setattr(time, "monotonic", lambda: now[0])
-    doors = _doors()
+    doors = _doors(clock=lambda: now[0])
     doors.learn([P0, P1], ["http://a:7001", "http://a:7001"])
     doors.failed(P0, unreachable=True)
     doors.learn([P0, P1], ["http://a:7001", "http://a:7001"])

@@ -14,7 +14,7 @@ only one address) never learns a door.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from danube.client._http import HttpCore
 from danube.names import TopicName
@@ -34,8 +34,15 @@ DOORS_MAX = 64
 class DataDoors:
     """The data doors of one topic's partitions, and a connection pool per door."""
 
-    def __init__(self, http: HttpCore, *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        http: HttpCore,
+        *,
+        enabled: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.enabled = enabled
+        self._clock = clock
         self._http = http
         self._urls: dict[TopicName, str] = {}
         self._cores: dict[str, HttpCore] = {}
@@ -49,7 +56,7 @@ class DataDoors:
         """What a lookup said: each partition's door (None: none known, the proxy path)."""
         if not self.enabled:
             return
-        now = time.monotonic()
+        now = self._clock()
         for name, url in zip(names, urls, strict=True):
             url = None if url is None else url.rstrip("/")
             if url is not None and self._unreachable.get(url, 0.0) > now:
@@ -80,9 +87,9 @@ class DataDoors:
         self.failures += 1
         url = self._urls.pop(partition, None)
         if unreachable and url is not None:
-            self._unreachable[url] = time.monotonic() + UNREACHABLE_S
+            self._unreachable[url] = self._clock() + UNREACHABLE_S
             if len(self._unreachable) > DOORS_MAX:
-                now = time.monotonic()
+                now = self._clock()
                 self._unreachable = {u: t for u, t in self._unreachable.items() if t > now}
 
     def forget(self, partition: TopicName) -> None:
