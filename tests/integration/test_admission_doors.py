@@ -1,7 +1,8 @@
 """One table of admission cases (allowed, unauthenticated, denied, over a limit, bad schema,
-fenced producer) against every produce door of a real discovery (HTTP JSON, HTTP binary,
-gRPC SendMessage through the project's own client), with security on and off: every door
-answers each case with the same error code, each in its own status."""
+fenced producer) against every produce door — a real discovery's (HTTP JSON, HTTP binary,
+gRPC SendMessage through the project's own client) and the ingest leader's data door
+(binary, DESIGN §10) — with security on and off: every door answers each case with the same
+error code, each in its own status."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from danube.discovery import app as discovery_app
 from danube.dispatcher import app as dispatcher_app
 from danube.frame.produce import encode_produce_frame
 from danube.ingest import app as ingest_app
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.records import NodeRecord
 from danube.runtime.service import run_in_process
 from danube.security import generate_key, issue_token
 from danube.up import free_port
@@ -88,6 +92,7 @@ class Mesh:
     http: httpx.AsyncClient
     grpc_url: str
     token: Callable[[str], str]
+    store: MetaStore
 
     def auth(self, principal: str | None) -> dict[str, str]:
         token = None if principal is None else self.token(principal)
@@ -121,7 +126,11 @@ async def mesh(mesh_settings: MeshSettings, tmp_path: Path, *, secure: bool) -> 
         httpx.AsyncClient(base_url=base_url, timeout=30) as http,
     ):
         await until_ready(http, task)
-        yield Mesh(http, f"http://127.0.0.1:{grpc_port}", token)
+        store = await MetaStore.connect(settings.wal_cloud.metadata)
+        try:
+            yield Mesh(http, f"http://127.0.0.1:{grpc_port}", token, store)
+        finally:
+            await store.close()
 
 
 async def _prepare(mesh: Mesh, secure: bool) -> None:
@@ -180,12 +189,31 @@ async def http_json_routed(mesh: Mesh, case: Case) -> tuple[str, Any]:
     return await _http(mesh, case, content=body.encode(), headers=headers)
 
 
-async def http_binary(mesh: Mesh, case: Case) -> tuple[str, Any]:
-    body = b"".join(
+def _binary_body(case: Case) -> bytes:
+    return b"".join(
         encode_produce_frame(p, producer=b"p", publish_time_ms=0) for p in case.payloads
     )
+
+
+async def http_binary(mesh: Mesh, case: Case) -> tuple[str, Any]:
     headers = {"content-type": "application/vnd.danube.records"}
-    return await _http(mesh, case, content=body, headers=headers)
+    return await _http(mesh, case, content=_binary_body(case), headers=headers)
+
+
+async def ingest_door(mesh: Mesh, case: Case) -> tuple[str, Any]:
+    """The binary produce on the data door of the topic's leader, as a lookup names it."""
+    record = await mesh.store.get_model(meta_keys.node_key("ingest", "ingest-1"), NodeRecord)
+    assert record is not None
+    assert record.data_url is not None
+    headers = {"content-type": "application/vnd.danube.records", **mesh.auth(case.principal)}
+    answer = await mesh.http.post(
+        f"{record.data_url}/v1/topics/default/{case.topic}/messages",
+        content=_binary_body(case),
+        headers=headers,
+    )
+    if answer.status_code == 200:
+        return OK, 200
+    return answer.json()["error"]["code"], answer.status_code
 
 
 async def grpc_send(mesh: Mesh, case: Case) -> tuple[str, Any]:
@@ -204,6 +232,7 @@ DOORS: dict[str, tuple[Door, dict[str, Any]]] = {
     "http json, routed": (http_json_routed, HTTP_STATUS),
     "http binary": (http_binary, HTTP_STATUS),
     "grpc": (grpc_send, GRPC_STATUS),
+    "ingest data door": (ingest_door, HTTP_STATUS),
 }
 # The one case a door cannot be asked: SendMessage carries one message a call.
 NOT_ASKED = {("grpc", "too many messages")}
