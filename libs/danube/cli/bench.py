@@ -84,6 +84,14 @@ Idempotent = Annotated[
         "the partition leader deduplicates.",
     ),
 ]
+Direct = Annotated[
+    bool,
+    typer.Option(
+        "--direct/--proxy",
+        help="Post to each partition's leader (the default; idempotent producers) or "
+        "everything through the service address (the proxy path).",
+    ),
+]
 Queue = Annotated[
     int, typer.Option("--queue", min=1, max=10_000, help="Consumer receive queue (credits).")
 ]
@@ -142,6 +150,7 @@ def produce(
         ),
     ] = False,
     idempotent: Idempotent = True,
+    direct: Direct = True,
     json_out: Json = False,
 ) -> None:
     """Produce as fast as the mesh takes it: msgs/s, MB/s, send→stored latency, client
@@ -163,6 +172,7 @@ def produce(
         send_many=send_many,
         sync=sync,
         idempotent=idempotent,
+        direct=direct,
     )
     run("bench produce", _bench(service_addr, spec, own, partitions, json_out))
 

@@ -130,6 +130,7 @@ class BenchSpec:
     sync: bool = False
     # Idempotent producers (the SDK's default: docs/client.md, "Exactly once into the log").
     idempotent: bool = True
+    direct: bool = True  # to the leaders' data doors (idempotent producers only)
 
 
 def payload_of(size: int) -> bytes:
@@ -211,6 +212,7 @@ class _Producing:
             max_pending_messages=max(10_000, 2 * spec.batch_max_messages * spec.inflight),
             transport=spec.transport,
             idempotent=spec.idempotent and spec.transport == "binary",
+            direct=spec.direct,
         )
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -291,6 +293,7 @@ def _base(spec: BenchSpec) -> dict[str, Any]:
         "transport": spec.transport,
         "sync": spec.sync,
         "idempotent": spec.idempotent and spec.transport == "binary",
+        "direct": spec.direct and spec.idempotent and spec.transport == "binary",
     }
 
 
