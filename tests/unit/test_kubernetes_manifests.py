@@ -11,6 +11,7 @@ the files of `danube admin security init`, and a Job turns etcd's authentication
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -119,17 +120,25 @@ def config_text(overlay: str, workload: dict[str, Any]) -> str:
 
 
 def environment(workload: dict[str, Any]) -> dict[str, str]:
-    """What the process sees: plain values; Secret keys as placeholders; the pod name as
-    the first ordinal's (``ingest-0``)."""
+    """What the process sees: plain values, with ``$(VAR)`` of earlier variables expanded
+    as the kubelet does; Secret keys as placeholders; the pod name as the first ordinal's
+    (``ingest-0``), its namespace as the workload's (``default`` when it names none)."""
     env: dict[str, str] = {}
+    fields = {
+        "metadata.name": f"{workload['metadata']['name']}-0",
+        "metadata.namespace": workload["metadata"].get("namespace", "default"),
+    }
     for item in container(workload).get("env", []):
         if "value" in item:
-            env[item["name"]] = item["value"]
+            env[item["name"]] = re.sub(
+                r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                lambda m: env.get(m[1], m[0]),
+                item["value"],
+            )
         elif "secretKeyRef" in item["valueFrom"]:
             env[item["name"]] = f"from-secret-{item['valueFrom']['secretKeyRef']['key']}"
         else:
-            assert item["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-            env[item["name"]] = f"{workload['metadata']['name']}-0"
+            env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
     return env
 
 
