@@ -35,6 +35,8 @@ _JSON = {"content-type": "application/json"}
 _SHOWN_BYTES = 200
 # Connections to one server at most; produce, consume and acks share them.
 MAX_CONNECTIONS = 32
+# Targets (path and query) remembered per core, at most (a producer posts a few).
+TARGETS_MAX = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,7 @@ class HttpCore:
         }
         self._httpx: httpx.AsyncClient | None = None
         self._closed = False
+        self._targets: dict[tuple[object, ...], str] = {}
         # The lean client of the producer's posts; none when a test plugs in a transport.
         self._wire: Http1Pool | None = None
         if transport is None:
@@ -222,7 +225,7 @@ class HttpCore:
     ) -> Answer:
         assert self._wire is not None
         timeout = timeout_s
-        target = path if not params else f"{path}?{urlencode(params)}"
+        target = path if not params else self._target(path, params)
         try:
             async with asyncio.timeout(timeout):
                 answer = await self._wire.request(
@@ -237,6 +240,17 @@ class HttpCore:
                 retriable=False if tls_refused else None,
             ) from exc
         return _answer(method, path, answer.status, answer.body)
+
+    def _target(self, path: str, params: Mapping[str, str | int]) -> str:
+        """``path?query``, remembered: a producer posts the same few targets again and
+        again (its partitions, its epoch's parameters), and quoting costs a few µs."""
+        key = (path, *params.items())
+        target = self._targets.get(key)
+        if target is None:
+            if len(self._targets) >= TARGETS_MAX:
+                self._targets.clear()
+            target = self._targets[key] = f"{path}?{urlencode(params)}"
+        return target
 
     async def aclose(self) -> None:
         """Close the connections."""

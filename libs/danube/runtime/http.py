@@ -112,6 +112,9 @@ class AsgiServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
+            # Nothing stands in front of these listeners: no X-Forwarded-* to read (and no
+            # middleware on every request's way).
+            proxy_headers=False,
             **uvicorn_limits(limits, listener=listener),
             **uvicorn_tls(limits.tls),  # HTTPS when the service's tls section says so
         )
