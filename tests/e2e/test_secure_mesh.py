@@ -106,6 +106,21 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
         )
     ]
     assert sorted(consumed) == sorted(produced)
+    # ... the produce through the leaders' data doors (TLS, the admin's token), not discovery.
+    tls = ssl.create_default_context(cafile=ca_file)
+    async with httpx.AsyncClient(verify=tls, timeout=10) as http:
+        cluster = await http.get(
+            f"{https_url}/v1/cluster", headers={"authorization": f"Bearer {admin_token}"}
+        )
+        through_doors = 0.0
+        for node in cluster.json()["nodes"]["ingest"]:
+            text = (await http.get(f"https://{node['address']}/metrics")).text
+            through_doors += sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("danube_ingest_door_messages_total")
+            )
+    assert through_doors == COUNT
 
     # NATS: no anonymous client; a service kind's credentials confined to its own subjects.
     with pytest.raises((nats.errors.Error, OSError)) as raised:
