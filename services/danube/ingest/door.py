@@ -148,8 +148,10 @@ class DataDoor:
             raise OverLimitError("too many produce requests in flight on this node; retry")
         self._inflight += 1
         try:
-            body = await _read_body(receive, self.body_bytes_max)
+            # The body's arrival is inside the deadline too: a client that sends its head
+            # and then trickles the body holds a slot no longer than a produce may take.
             async with asyncio.timeout(self.timeout_s):
+                body = await _read_body(receive, self.body_bytes_max)
                 return await self.produce(scope, match[1], match[2], body)
         finally:
             self._inflight -= 1
