@@ -109,8 +109,8 @@ async def test_a_door_answers_only_for_what_its_node_leads(
     store: MetaStore,
 ) -> None:
     """421 ``not_leader`` naming the leader's door, nothing stored; the leader's door stores
-    the same body; another type, encoding or route is refused."""
-    cluster(2, factor=1, min_insync=1)
+    the same body; another type, encoding or route is refused, and a body over the limit."""
+    cluster(2, factor=1, min_insync=1, DANUBE_INGEST__DATA_BODY_BYTES_MAX="4096")
     discovery = services("discovery", "discovery-0")
     base = f"http://127.0.0.1:{discovery.spec.port}"
     body = b"".join(
@@ -165,6 +165,8 @@ async def test_a_door_answers_only_for_what_its_node_leads(
         )
         assert (missing.status_code, missing.json()["error"]["code"]) == (503, "no_owner")
         assert (await http.get(door + "/v1/lookup/default/doors")).status_code == 404
+        large = await http.post(door + path, content=body * 200, headers={"content-type": RECORDS})
+        assert (large.status_code, large.json()["error"]["code"]) == (413, "body_too_large")
 
 
 async def test_a_leadership_moved_under_a_producer_costs_it_a_redirect_not_a_timeout(
