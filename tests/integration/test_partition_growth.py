@@ -29,6 +29,9 @@ pytestmark = pytest.mark.integration
 KEYS = [f"key-{i}" for i in range(256)]
 ROUNDS_BEFORE = 3  # full rounds of every key before the growth, and as many after it
 RECEIVE_TIMEOUT_S = 15.0
+# An idempotent producer learns the new count from its leaders' answers within their cache
+# TTL (ingest.data_cache_ttl_s, 2 s) and a refresh: well within this.
+GROWTH_SEEN_S = 10.0
 
 
 async def test_patch_partitions_grows_only(consume_http: httpx.AsyncClient) -> None:
@@ -100,8 +103,9 @@ async def _danube(*args: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("idempotent", [True, False])
 async def test_growth_under_a_keyed_producer(consume_mesh: ConsumeMesh, idempotent: bool) -> None:
-    # An idempotent producer routes itself, over the count its last produce answer gave;
-    # the other is routed by discovery, over the new count at once.
+    # An idempotent producer routes itself, over the count its last produce answer gave
+    # (from the leaders' doors: the new count within ingest.data_cache_ttl_s); the other is
+    # routed by discovery, over the new count at once.
     async with (
         consume_mesh() as http,
         AsyncDanubeClient(str(http.base_url)) as client,
@@ -168,6 +172,14 @@ async def _produce_around_growth(
         growth = asyncio.create_task(client.admin.update_topic(topic, partitions=8))
         await round_of("during", 0)
         assert (await growth).config.partitions == 8
+        # "during" rounds until the producer routes over the new count (at once for the
+        # one discovery routes for; an idempotent one within the doors' cache TTL).
+        deadline = time.monotonic() + GROWTH_SEEN_S
+        rounds = 1
+        while producer.partitions not in (None, 8):
+            assert time.monotonic() < deadline, f"still routing over {producer.partitions}"
+            await round_of("during", rounds)
+            rounds += 1
         for n in range(ROUNDS_BEFORE):
             await round_of("after", n)
     return sent

@@ -225,6 +225,14 @@ class AsyncProducer:
         return None if self._session is None else self._session.producer_id
 
     @property
+    def partitions(self) -> int | None:
+        """The topic's partition count an idempotent producer routes over, as it last
+        learned it (from a lookup or a produce's answer; 0: unpartitioned); None for a
+        producer the server routes for. A topic grown meanwhile is seen within the leaders'
+        ``ingest.data_cache_ttl_s`` (docs/client.md, "Direct produce")."""
+        return None if self._sequenced is None else self._sequenced.partitions
+
+    @property
     def session_error(self) -> ClientError | None:
         """Why the producer session ended (every later batch fails with it), if it did."""
         return None if self._session is None else self._session.lost
