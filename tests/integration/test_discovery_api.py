@@ -400,7 +400,7 @@ async def test_no_ingest_node_is_503_no_owner(mesh_for: MeshFactory) -> None:
         assert _error(answer) == (503, "no_owner")
         # The topic itself was created (the batch was valid); nothing owns it.
         assert (await mesh.http.get("/v1/lookup/default/lonely")).json()["partitions"] == [
-            {"name": "/default/lonely", "owner": None}
+            {"name": "/default/lonely", "owner": None, "url": None}
         ]
 
 

@@ -427,9 +427,12 @@ class OwnerOut(_Response):
 class PartitionOut(_Response):
     name: str
     owner: OwnerOut | None
-    # Where producers reach the owner's data door (a lookup names it; DESIGN §10): None
-    # when it has none or nobody owns the partition now.
-    url: str | None = None
+
+
+class LookupPartitionOut(PartitionOut):
+    # Where producers reach the owner's data door (DESIGN §10): None when it has none or
+    # nobody owns the partition now.
+    url: str | None
 
 
 class TopicConfigOut(_Response):
@@ -635,7 +638,7 @@ class TopicDetail(_Response):
 class LookupOut(_Response):
     name: str
     dispatch: Dispatch
-    partitions: list[PartitionOut]
+    partitions: list[LookupPartitionOut]
 
 
 class NodeOut(_Response):

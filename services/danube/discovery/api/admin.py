@@ -20,6 +20,7 @@ from danube.discovery.models import (
     ClusterOut,
     ControllerOut,
     LookupOut,
+    LookupPartitionOut,
     NamespaceList,
     NamespaceOut,
     NamespacePatch,
@@ -28,7 +29,6 @@ from danube.discovery.models import (
     OffsetsOut,
     OwnerOut,
     PartitionDetail,
-    PartitionOut,
     TopicConfigOut,
     TopicDetail,
     TopicList,
@@ -367,7 +367,7 @@ async def lookup(ns: Namespace, topic: Topic, services: ServicesDep) -> LookupOu
         name=str(name),
         dispatch=config.dispatch,
         partitions=[
-            PartitionOut(name=str(p), owner=o, url=None if o is None else urls.get(o.node_id))
+            LookupPartitionOut(name=str(p), owner=o, url=None if o is None else urls.get(o.node_id))
             for p, o in zip(names, owners, strict=True)
         ],
     )
