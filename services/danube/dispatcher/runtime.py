@@ -60,7 +60,7 @@ from danube.dispatcher.events import (
 from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
-from danube.dispatcher.readers import DelayRescanReader, PartitionReader
+from danube.dispatcher.readers import DelayRescanReader, PartitionReader, ReadLinks
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.snapshot import SnapshotHead
 from danube.dispatcher.stats import subscription_stats
@@ -119,6 +119,8 @@ class SubscriptionRuntime(ActionRunner):
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
         self._readers: dict[str, PartitionReader] = {}
+        where = f"{store.topic}/{store.sub}"
+        self._read_links = ReadLinks(bus, self.ingest, self.damage, self.notify, where)
         self._tasks: set[asyncio.Task[None]] = set()
         self._io_lock = asyncio.Lock()
         self._activate_lock = asyncio.Lock()
@@ -200,8 +202,7 @@ class SubscriptionRuntime(ActionRunner):
             self._start_sealing(self._partitions)
         self.machine.expiry_of = expiry_for((await policies.policies_of(self.store)).message_ttl_s)
         for name, partition in self._partitions.items():
-            reader = PartitionReader(self, partition, name)
-            self._readers[name] = reader
+            reader = self._readers[name] = self._reader(partition, name)
             self._spawn(reader.run(), f"reader-{partition}")
         self._rescan(self._partitions)
         self._spawn_snapshot_loops()
@@ -232,9 +233,7 @@ class SubscriptionRuntime(ActionRunner):
             self._start_sealing({p.topic: p for p in new})
             for partition in new:
                 self._partitions[partition.topic] = partition
-                reader = self._readers[partition.topic] = PartitionReader(
-                    self, partition, partition.topic
-                )
+                reader = self._readers[partition.topic] = self._reader(partition, partition.topic)
                 self._spawn(reader.run(), f"reader-{partition}")
             self._rescan({p.topic: p for p in new})
         log.info("%s/%s reads %d partitions now", self.store.topic, self.store.sub, count)
@@ -249,10 +248,33 @@ class SubscriptionRuntime(ActionRunner):
                 self._spawn(self._read_again(partition, name), f"rescan-{partition}")
 
     async def _read_again(self, partition: TopicName, name: str) -> None:
+        def position() -> int | None:
+            return None if self.machine is None else self.machine.rescan_position(name)
+
+        async def reread(event: MessagesAvailable) -> None:
+            self._machine().reread(event)
+            self.notify()
+
+        reader = DelayRescanReader(
+            self._read_links, partition, name, position=position, deliver=reread
+        )
         try:
-            await DelayRescanReader(self, partition, name).run()
+            await reader.run()
         finally:
             self._rescanning.discard(name)
+
+    def _reader(self, partition: TopicName, name: str) -> PartitionReader:
+        """The reader of ``partition``: from its cursor's read position into the machine."""
+
+        def position() -> int | None:
+            return self._machine().cursor(name).read_position
+
+        async def deliver(event: MessagesAvailable) -> None:
+            await self.run_actions(self.feed(event))
+
+        return PartitionReader(
+            self._read_links, partition, name, position=position, deliver=deliver
+        )
 
     async def _snapshot_heads(
         self, stored: dict[TopicName, CursorState]
