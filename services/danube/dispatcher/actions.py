@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import cast
 
 from danube.dispatcher import deadletter, metrics, policy_admin, tiers
 from danube.dispatcher.delivery import SubscriptionMachine
@@ -48,6 +47,7 @@ class ActionRunner:
     _io_lock: asyncio.Lock
     _durability: AckDurability
     _last_seen: dict[str, float]
+    _failure: policy_admin.FailurePolicyAdmin
 
     # The runtime's own (danube.dispatcher.runtime.SubscriptionRuntime).
     def fail(self, reason: str) -> None:
@@ -110,8 +110,7 @@ class ActionRunner:
             deadletter.drop(partition, message.offset, message.redelivery_count)
             self.dropped += 1
             return
-        # The runtime that mixes this in is the served subscription the policy admin reads.
-        topic = policy_admin.dead_letter_target(cast(policy_admin.Served, self), partition)
+        topic = self._failure.dead_letter_target(partition)
         try:
             await deadletter.send_dead_letter(
                 self.store,

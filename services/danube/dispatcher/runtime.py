@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -24,15 +25,10 @@ from typing import Any
 
 from danube.bus import Bus
 from danube.config import DispatcherConfig
-from danube.dispatcher import (
-    cursors_admin,
-    metrics,
-    policies,
-    policy_admin,
-    tiers,
-)
+from danube.dispatcher import metrics, policies, policy_admin, tiers
 from danube.dispatcher.actions import ActionRunner
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
+from danube.dispatcher.cursors_admin import CursorMoves
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.delay_snapshots import (
     DelaySnapshots,
@@ -112,7 +108,6 @@ class SubscriptionRuntime(ActionRunner):
         self.ingest = IngestClient(bus)
         self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
-        self.stored_config: SubscriptionConfig | None = None  # as last read or written
         self.dropped = 0  # poison messages dropped / dead-lettered while served here
         self.dead_lettered = 0
         self.damage = DamageBook()  # partitions stopped at offsets no copy holds intact
@@ -121,6 +116,27 @@ class SubscriptionRuntime(ActionRunner):
         self._readers: dict[str, PartitionReader] = {}
         where = f"{store.topic}/{store.sub}"
         self._read_links = ReadLinks(bus, self.ingest, self.damage, self.notify, where)
+        # The operators' and the topic policies' work, each with what it needs of this one.
+        self._failure = policy_admin.FailurePolicyAdmin(
+            config, store.topic, where, write=store.write_config
+        )
+        self._moves = CursorMoves(
+            store.topic,
+            store.sub,
+            self._partitions,
+            self.damage,
+            resolve=functools.partial(resolve_all, self.ingest, self.cloud),
+            move=self.handle,
+            check_serving=self.check_serving,
+        )
+        self._eviction = policies.BacklogEviction(
+            where,
+            self._partitions,
+            read_policies=functools.partial(policies.policies_of, store),
+            ingest=self.ingest,
+            machine=self.subscription,
+            move=self.handle,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._io_lock = asyncio.Lock()
         self._activate_lock = asyncio.Lock()
@@ -188,7 +204,7 @@ class SubscriptionRuntime(ActionRunner):
                 # so the caller's retry claims afresh rather than meet this one again.
                 self.fail(str(exc))
                 raise
-        self.stored_config = config
+        self._failure.stored = config
         self.machine = new_machine(
             config.type, cursors, DeliverySettings.from_config(self.config, config.failure_policy)
         )
@@ -207,7 +223,7 @@ class SubscriptionRuntime(ActionRunner):
         self._rescan(self._partitions)
         self._spawn_snapshot_loops()
         self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
-        self._spawn(policies.evict_loop(self), f"quota-{self.store.topic}-{self.store.sub}")
+        self._spawn(self._eviction.run(), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
 
     def grow(self, count: int) -> None:
@@ -457,8 +473,8 @@ class SubscriptionRuntime(ActionRunner):
                 )
                 resolved = dict(zip(partitions, offsets, strict=True))
                 await self._activate(config, request.start, resolved)
-            assert self.stored_config is not None
-            policy_admin.check_attach(self.stored_config, request.failure_policy)
+            assert self._failure.stored is not None
+            policy_admin.check_attach(self._failure.stored, request.failure_policy)
         machine = self._machine()
         if request.type != machine.delivery_type:
             raise ConflictError(
@@ -568,19 +584,26 @@ class SubscriptionRuntime(ActionRunner):
 
     async def seek(self, position: protocol.StartPosition) -> dict[str, int]:
         """Every partition's cursor to ``position`` (danube.dispatcher.cursors_admin)."""
-        return await cursors_admin.seek(self, position)
+        self.check_serving()
+        self.subscription()  # SubscriptionNotFoundError before the first attach
+        return await self._moves.seek(position)
 
     async def skip(self, name: str, to_offset: int | None) -> protocol.SkipReply:
-        """Partition ``name``'s cursor forward on purpose (cursors_admin.skip)."""
-        return await cursors_admin.skip(self, name, to_offset)
+        """Partition ``name``'s cursor forward on purpose (cursors_admin)."""
+        self.check_serving()
+        return await self._moves.skip(self.subscription(), name, to_offset)
 
     async def failure_policy(self, policy: FailurePolicy | None) -> protocol.PolicyReply:
         """Replace the failure policy with ``policy`` and apply it now, or (None) read it
-        (danube.dispatcher.policy_admin)."""
+        (danube.dispatcher.policy_admin); SubscriptionNotFoundError before the first attach."""
         async with self._activate_lock:
+            self.check_serving()
+            machine = self.subscription()
             if policy is None:
-                return await policy_admin.read(self)
-            return await policy_admin.replace(self, policy)
+                return self._failure.read()
+            return await self._failure.replace(
+                machine, policy, check_serving=self.check_serving, carry_out=self._carry_out
+            )
 
     async def stats(self) -> protocol.SubscriptionStats:
         """Cursors, WAL ends, backlog, damage and blocking poison messages per partition;
@@ -588,7 +611,7 @@ class SubscriptionRuntime(ActionRunner):
         self.check_serving()
         machine = self.subscription()
         found = await subscription_stats(self.ingest, machine, self._partitions, self.damage)
-        return policy_admin.with_policy(self, found).model_copy(
+        return self._failure.with_policy(found, self.dropped, self.dead_lettered).model_copy(
             update={"expired": machine.expired, "delayed": machine.delayed_count}
         )
 
@@ -655,6 +678,11 @@ class SubscriptionRuntime(ActionRunner):
         self.notify()
         await self.run_actions(actions)
         return actions
+
+    async def _carry_out(self, actions: list[Action]) -> None:
+        """Carry out what the machine decided outside an event (a new failure policy)."""
+        self.notify()
+        await self.run_actions(actions)
 
     def feed(self, event: MessagesAvailable) -> list[Action]:
         """Readers hand their reads in here; returns the actions left to execute."""
