@@ -14,13 +14,10 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import random
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 from danube.bus import Bus
@@ -30,14 +27,8 @@ from danube.dispatcher.actions import ActionRunner
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.cursors_admin import CursorMoves
 from danube.dispatcher.damage import DamageBook
-from danube.dispatcher.delay_snapshots import (
-    DelaySnapshots,
-    load_loop,
-    seal_loop,
-    snapshot_prefix,
-)
-from danube.dispatcher.delayed import DelayedMessages, FileSpill
-from danube.dispatcher.delaying import resume_plan
+from danube.dispatcher.delay_serving import DelayServing
+from danube.dispatcher.delayed import DelayedMessages
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.events import (
@@ -56,9 +47,8 @@ from danube.dispatcher.events import (
 from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
-from danube.dispatcher.readers import DelayRescanReader, PartitionReader, ReadLinks
+from danube.dispatcher.readers import PartitionReader, ReadLinks
 from danube.dispatcher.redelivery import DeliverySettings
-from danube.dispatcher.snapshot import SnapshotHead
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.errors import ConflictError, NotFoundError
@@ -80,7 +70,6 @@ TICK_INTERVAL_S = 0.05
 # A quiet subscription (nothing held, no cursor to write: SubscriptionMachine.quiet) ticks
 # this often instead, or at its next event: idle subscriptions cost next to nothing.
 QUIET_TICK_S = 1.0
-SEAL_LAST_TIMEOUT_S = 5.0  # a stop waits this long at most for its last delay snapshots
 
 
 class SubscriptionRuntime(ActionRunner):
@@ -101,10 +90,6 @@ class SubscriptionRuntime(ActionRunner):
         self.store = store
         self.bus = bus
         self.config = config
-        # Where delay snapshots go (danube.dispatcher.sealed); None: a takeover reads the log.
-        self.objects = objects if config.delayed_seal_interval_s > 0 else None
-        self._snapshots: DelaySnapshots | None = None
-        self._rescanning: set[str] = set()  # partitions with a rescan reader running
         self.ingest = IngestClient(bus)
         self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
@@ -136,6 +121,18 @@ class SubscriptionRuntime(ActionRunner):
             ingest=self.ingest,
             machine=self.subscription,
             move=self.handle,
+        )
+        self._delays = DelayServing(
+            config,
+            # Where delay snapshots go (danube.dispatcher.sealed); None: a takeover reads the log.
+            objects if config.delayed_seal_interval_s > 0 else None,
+            store.topic,
+            store.sub,
+            self._partitions,
+            machine=lambda: self.machine,
+            claim_revision=lambda: None if store.claim is None else store.claim.revision,
+            links=self._read_links,
+            spawn=self._spawn,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._io_lock = asyncio.Lock()
@@ -210,18 +207,16 @@ class SubscriptionRuntime(ActionRunner):
         )
         self.machine.detach_payload = tiers.detached
         if self.machine.delayed is not None:  # shared, key-shared: bounded, spilled to files
-            self.machine.delayed = DelayedMessages(
-                FileSpill(self._spill_dir()), memory_bytes_max=self.config.delayed_memory_bytes_max
-            )
-            heads = await self._snapshot_heads(stored)
+            self.machine.delayed = self._delays.new_messages()
+            heads = await self._delays.snapshot_heads(stored)
             self.machine.resume_delayed({p.topic: state for p, state in stored.items()}, heads)
-            self._start_sealing(self._partitions)
+            self._delays.start_sealing(self._partitions)
         self.machine.expiry_of = expiry_for((await policies.policies_of(self.store)).message_ttl_s)
         for name, partition in self._partitions.items():
             reader = self._readers[name] = self._reader(partition, name)
             self._spawn(reader.run(), f"reader-{partition}")
-        self._rescan(self._partitions)
-        self._spawn_snapshot_loops()
+        self._delays.rescan(self._partitions)
+        self._delays.spawn_loops()
         self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
         self._spawn(self._eviction.run(), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
@@ -244,40 +239,15 @@ class SubscriptionRuntime(ActionRunner):
             self.machine.add_partitions(
                 {p.topic: PartitionCursor.from_state(states[p], policy=self._policy) for p in new}
             )
-            heads = await self._snapshot_heads(stored)
+            heads = await self._delays.snapshot_heads(stored)
             self.machine.resume_delayed({p.topic: state for p, state in stored.items()}, heads)
-            self._start_sealing({p.topic: p for p in new})
+            self._delays.start_sealing({p.topic: p for p in new})
             for partition in new:
                 self._partitions[partition.topic] = partition
                 reader = self._readers[partition.topic] = self._reader(partition, partition.topic)
                 self._spawn(reader.run(), f"reader-{partition}")
-            self._rescan({p.topic: p for p in new})
+            self._delays.rescan({p.topic: p for p in new})
         log.info("%s/%s reads %d partitions now", self.store.topic, self.store.sub, count)
-
-    def _rescan(self, partitions: dict[str, TopicName]) -> None:
-        """A reader of its own for each of ``partitions`` whose delayed messages are to be
-        read again (danube.dispatcher.delayed): it ends when that is done."""
-        machine = self._machine()
-        for name, partition in partitions.items():
-            if name not in self._rescanning and machine.rescan_position(name) is not None:
-                self._rescanning.add(name)
-                self._spawn(self._read_again(partition, name), f"rescan-{partition}")
-
-    async def _read_again(self, partition: TopicName, name: str) -> None:
-        def position() -> int | None:
-            return None if self.machine is None else self.machine.rescan_position(name)
-
-        async def reread(event: MessagesAvailable) -> None:
-            self._machine().reread(event)
-            self.notify()
-
-        reader = DelayRescanReader(
-            self._read_links, partition, name, position=position, deliver=reread
-        )
-        try:
-            await reader.run()
-        finally:
-            self._rescanning.discard(name)
 
     def _reader(self, partition: TopicName, name: str) -> PartitionReader:
         """The reader of ``partition``: from its cursor's read position into the machine."""
@@ -291,90 +261,6 @@ class SubscriptionRuntime(ActionRunner):
         return PartitionReader(
             self._read_links, partition, name, position=position, deliver=deliver
         )
-
-    async def _snapshot_heads(
-        self, stored: dict[TopicName, CursorState]
-    ) -> dict[str, SnapshotHead]:
-        """The heads of the delay snapshots ``stored`` names (none without object storage:
-        their ranges are read from the log), sealing on from now when there is storage."""
-        delayed, claim = self._machine().delayed, self.store.claim
-        if self.objects is None or delayed is None or claim is None:
-            return {}
-        if self._snapshots is None:
-            prefix = snapshot_prefix(self.store.topic, self.store.sub)
-            self._snapshots = DelaySnapshots(self.objects, prefix, claim.revision)
-        delayed.sealing = True
-        refs = []
-        for partition, state in stored.items():
-            plan = resume_plan(state)
-            refs.extend(plan.load)
-            if plan.load or plan.reread:
-                log.info(
-                    "%s/%s resumes the delayed messages of %s: %d snapshots to load up to %s, "
-                    "read again from the log: %s",
-                    self.store.topic,
-                    self.store.sub,
-                    partition,
-                    len(plan.load),
-                    plan.load[-1].to_offset if plan.load else None,
-                    plan.reread,
-                )
-        return await self._snapshots.heads(refs) if refs else {}
-
-    def _start_sealing(self, partitions: dict[str, TopicName]) -> None:
-        delayed = self._machine().delayed
-        if delayed is not None:
-            for name in partitions:
-                delayed.start_sealing(name, self._machine().cursor(name).read_position)
-
-    def _spawn_snapshot_loops(self) -> None:
-        """Seal and load delay snapshots while serving (danube.dispatcher.delay_snapshots)."""
-        machine, snapshots = self._machine(), self._snapshots
-        delayed = machine.delayed
-        if snapshots is None or delayed is None:
-            return
-        where = f"{self.store.topic}-{self.store.sub}"
-
-        def positions() -> dict[str, int]:
-            return {name: machine.cursor(name).read_position for name in self._partitions}
-
-        def touch(name: str) -> None:
-            machine.cursor(name).touch()
-
-        interval_s = self.config.delayed_seal_interval_s
-        self._spawn(seal_loop(snapshots, delayed, positions, touch, interval_s), f"seal-{where}")
-        self._spawn(load_loop(snapshots, delayed, self._loaded), f"load-{where}")
-
-    async def _seal_last(self) -> None:
-        """Seal what was read since the last seal (a clean stop): the final cursor write
-        names it, and the next owner reads nothing from the log again."""
-        machine, snapshots = self.machine, self._snapshots
-        if machine is None or machine.delayed is None or snapshots is None:
-            return
-        positions = {name: machine.cursor(name).read_position for name in self._partitions}
-        try:
-            async with asyncio.timeout(SEAL_LAST_TIMEOUT_S):
-                await snapshots.seal_once(machine.delayed, positions)
-        except Exception as exc:  # the next owner reads the range from the log
-            log.warning("last seal of %s/%s failed: %s", self.store.topic, self.store.sub, exc)
-
-    def _loaded(self) -> None:
-        """Snapshot parts were loaded: a rescan of a failed one may be wanted, and waiting
-        polls may find their bucket's messages due now."""
-        self._rescan(self._partitions)
-        self.notify()
-
-    def _spill_dir(self) -> Path:
-        """Where this subscription's delayed messages go past the memory bound: a directory
-        of its own (made on the first spill, removed when it stops serving)."""
-        root = Path(self.config.delayed_spill_dir or tempfile.gettempdir())
-        return root / f"danube-delayed-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-
-    def _drop_delayed(self) -> None:
-        """Forget the delayed messages held here (their spill files included): the next
-        owner reads them again from the log."""
-        if self.machine is not None and self.machine.delayed is not None:
-            self.machine.delayed.clear()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -397,7 +283,7 @@ class SubscriptionRuntime(ActionRunner):
             log.error("subscription %s/%s fails: %s", self.store.topic, self.store.sub, reason)
         for task in list(self._tasks):
             task.cancel()
-        self._drop_delayed()
+        self._delays.drop()
         self._on_failed(self, reason)
 
     def hold_cursors(self, held: bool) -> None:
@@ -430,8 +316,8 @@ class SubscriptionRuntime(ActionRunner):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if not self.failed and not self.store.held:
-            await self._seal_last()
-        self._drop_delayed()
+            await self._delays.seal_last()
+        self._delays.drop()
         if self.machine is None or self.failed or self.store.held:
             return  # held cursors die with the process: their acks come again (redelivery)
         async with self._io_lock:
