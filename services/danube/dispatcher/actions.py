@@ -26,6 +26,7 @@ from danube.dispatcher.events import (
     SlowConsumerDetached,
 )
 from danube.dispatcher.readers import PartitionReader
+from danube.dispatcher.sessions import ConsumerSessions
 from danube.dispatcher.store import CursorsHeldError, NotOwnerError, SubscriptionStore
 from danube.frame import verify_frame
 from danube.meta import TopicName
@@ -46,7 +47,7 @@ class ActionRunner:
     _readers: dict[str, PartitionReader]
     _io_lock: asyncio.Lock
     _durability: AckDurability
-    _last_seen: dict[str, float]
+    _sessions: ConsumerSessions
     _failure: policy_admin.FailurePolicyAdmin
 
     # The runtime's own (danube.dispatcher.runtime.SubscriptionRuntime).
@@ -92,8 +93,7 @@ class ActionRunner:
         """The machine detached a consumer that never acks: its session ends here too (its
         next request is answered ``consumer_detached``)."""
         metrics.SLOW_DETACHED.inc()
-        if self._last_seen.pop(action.consumer_id, None) is not None:
-            metrics.CONSUMERS.dec()
+        self._sessions.end(action.consumer_id)
         log.warning(
             "consumer %s (%s) of %s/%s %s",
             action.consumer_id,

@@ -11,10 +11,8 @@ past it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -22,13 +20,13 @@ from typing import Any
 
 from danube.bus import Bus
 from danube.config import DispatcherConfig
-from danube.dispatcher import metrics, policies, policy_admin, tiers
+from danube.dispatcher import metrics, policies, policy_admin, ticking, tiers
 from danube.dispatcher.actions import ActionRunner
+from danube.dispatcher.counting import SubscriptionCounts
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
 from danube.dispatcher.cursors_admin import CursorMoves
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.delay_serving import DelayServing
-from danube.dispatcher.delayed import DelayedMessages
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.events import (
@@ -49,6 +47,7 @@ from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
 from danube.dispatcher.readers import PartitionReader, ReadLinks
 from danube.dispatcher.redelivery import DeliverySettings
+from danube.dispatcher.sessions import ConsumerSessions
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.errors import ConflictError, NotFoundError
@@ -56,7 +55,6 @@ from danube.frame import FRAME_HEADER_BYTES
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
-from danube.runtime.topic_metrics import subscription_labels
 from danube.storage import ObjectStore
 from danube.wire import codes
 from danube.wire.cloud.client import CloudClient
@@ -65,11 +63,6 @@ from danube.wire.dispatcher.errors import SubscriptionNotFoundError
 from danube.wire.ingest.client import IngestClient
 
 log = logging.getLogger(__name__)
-
-TICK_INTERVAL_S = 0.05
-# A quiet subscription (nothing held, no cursor to write: SubscriptionMachine.quiet) ticks
-# this often instead, or at its next event: idle subscriptions cost next to nothing.
-QUIET_TICK_S = 1.0
 
 
 class SubscriptionRuntime(ActionRunner):
@@ -144,14 +137,10 @@ class SubscriptionRuntime(ActionRunner):
         self.failed = False
         self.deleted = False  # set (for good) when a delete begins
         self.closing = False  # set on stop: waiting polls answer at once
-        # Consumers by the monotonic time they were last heard from (session expiry).
-        self._last_seen: dict[str, float] = {}
+        self._sessions = ConsumerSessions()
         # The largest record read so far: a poll takes no more messages than fit one reply.
         self._record_bytes_max = 0
-        self._expired_counted = 0  # of machine.expired, what the metric has
-        self._spilled_counted = 0  # of the delayed messages' spilled_bytes, likewise
-        self._reread_counted = 0  # of its reread_frames and loaded_records, likewise
-        self._loaded_counted = 0
+        self._counts = SubscriptionCounts(store.topic, store.sub)
         self._policy = FlushPolicy(
             flush_acks=config.cursor_flush_acks,
             flush_interval_s=config.cursor_flush_interval_s,
@@ -217,7 +206,8 @@ class SubscriptionRuntime(ActionRunner):
             self._spawn(reader.run(), f"reader-{partition}")
         self._delays.rescan(self._partitions)
         self._delays.spawn_loops()
-        self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
+        ticks = ticking.tick_loop(self._machine, lambda: self._changed, self._tick)
+        self._spawn(ticks, f"tick-{self.store.topic}-{self.store.sub}")
         self._spawn(self._eviction.run(), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
 
@@ -309,9 +299,8 @@ class SubscriptionRuntime(ActionRunner):
     async def stop(self) -> None:
         """Stop the tasks and write every cursor a last time (unless fenced)."""
         self.begin_stop()
-        metrics.CONSUMERS.dec(len(self._last_seen))  # forgotten with the subscription
         metrics.DAMAGED_PARTITIONS.dec(len(self.damage))
-        self._last_seen.clear()
+        self._sessions.clear()  # forgotten with the subscription
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -368,13 +357,12 @@ class SubscriptionRuntime(ActionRunner):
                 code="subscription_type_mismatch",
             )
         where = f"{self.store.topic}/{self.store.sub}"
-        policies.check_consumers(limits, len(self._last_seen), where)
+        policies.check_consumers(limits, len(self._sessions), where)
         consumer_id = uuid.uuid4().hex
         await self.handle(
             ConsumerAttached(consumer_id, request.consumer, tuple(request.key_filters))
         )
-        self._last_seen[consumer_id] = time.monotonic()
-        metrics.CONSUMERS.inc()
+        self._sessions.begin(consumer_id, time.monotonic())
         return consumer_id
 
     async def poll(self, request: protocol.PollRequest, wait_s: float) -> bytes:
@@ -384,31 +372,19 @@ class SubscriptionRuntime(ActionRunner):
         deadline = loop.time() + wait_s
         self.check_serving()
         while True:
-            self._seen(request.consumer_id)
+            self._sessions.seen(request.consumer_id, time.monotonic())
             wanted = protocol.poll_reply_max(
                 request.max, self.bus.max_payload_bytes, self._record_bytes_max
             )
             actions = self._machine().handle(
-                Poll(request.consumer_id, wanted, time.monotonic(), _wall_ms())
+                Poll(request.consumer_id, wanted, time.monotonic(), ticking.wall_ms())
             )
-            self._count_expired()
+            self._counts.follow(self._machine())
             delivered = [a for a in actions if isinstance(a, Deliver)]
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
-                # A poll's answer is one Deliver: its columns are the reply's.
-                (deliver,) = delivered
-                partitions, counts = deliver.partitions, deliver.redelivery_counts
-                frames = tiers.frame_views(deliver.payloads)
-                redelivered = len(counts) - counts.count(0)
-                metrics.observe_delivery_age(counts, frames)
-                metrics.DELIVERED.inc(len(frames))
-                metrics.REDELIVERED.inc(redelivered)
-                labels = subscription_labels(self.store.topic, self.store.sub)
-                metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(frames))
-                record_bytes = sum(map(len, frames)) - FRAME_HEADER_BYTES * len(frames)
-                metrics.SUB_BYTES_OUT.labels(*labels).inc(record_bytes)
-                metrics.SUB_REDELIVERED.labels(*labels).inc(redelivered)
-                return protocol.encode_poll_columns(partitions, counts, frames)
+                (deliver,) = delivered  # a poll's answer is one Deliver
+                return self._counts.poll_reply(deliver)
             damaged = self.damage.error()
             if damaged is not None:
                 raise damaged  # never silent empty polls while a partition is stopped
@@ -419,14 +395,10 @@ class SubscriptionRuntime(ActionRunner):
             # fall due with time, not with an event: look again at least every other tick.
             changed = self._changed
             try:
-                async with asyncio.timeout(min(remaining_s, TICK_INTERVAL_S * 2)):
+                async with asyncio.timeout(min(remaining_s, ticking.TICK_INTERVAL_S * 2)):
                     await changed.wait()
             except TimeoutError:
                 pass
-
-    def _seen(self, consumer_id: str) -> None:
-        if consumer_id in self._last_seen:
-            self._last_seen[consumer_id] = time.monotonic()
 
     async def ack(self, request: protocol.AckRequest, timeout_s: float) -> list[tuple[str, int]]:
         """Acknowledge messages; returns once the cursor holding the acks is stored, so an
@@ -435,7 +407,7 @@ class SubscriptionRuntime(ActionRunner):
         the refs that were not in flight (the ack did nothing for them)."""
         self.check_serving()
         started_s = time.monotonic()
-        self._seen(request.consumer_id)
+        self._sessions.seen(request.consumer_id, time.monotonic())
         refs = request.refs()
         actions = await self.handle(Ack(request.consumer_id, refs))
         ignored = [ref for a in actions if isinstance(a, NotInFlight) for ref in a.refs]
@@ -454,7 +426,7 @@ class SubscriptionRuntime(ActionRunner):
     async def nack(self, request: protocol.AckRequest) -> None:
         """Refuse messages: redelivered after ``delay_ms``."""
         self.check_serving()
-        self._seen(request.consumer_id)
+        self._sessions.seen(request.consumer_id, time.monotonic())
         refs = request.refs()
         await self.handle(Nack(request.consumer_id, refs, request.delay_ms, time.monotonic()))
         metrics.NACKED.inc(len(refs))
@@ -463,8 +435,7 @@ class SubscriptionRuntime(ActionRunner):
         """Remove a consumer; its unacked messages go to the others."""
         self.check_serving()
         await self.handle(ConsumerDetached(consumer_id, time.monotonic()))
-        if self._last_seen.pop(consumer_id, None) is not None:
-            metrics.CONSUMERS.dec()
+        self._sessions.end(consumer_id)
 
     # --- administration --------------------------------------------------------------------
 
@@ -558,7 +529,7 @@ class SubscriptionRuntime(ActionRunner):
     async def handle(self, event: Event) -> list[Action]:
         """Feed ``event`` to the machine and carry out what it decides."""
         actions = self._machine().handle(event)
-        self._count_expired()
+        self._counts.follow(self._machine())
         # Acks free window room, nacks and detaches return messages, time makes them due:
         # every waiting poll looks again (a poll itself wakes nobody).
         self.notify()
@@ -580,67 +551,16 @@ class SubscriptionRuntime(ActionRunner):
         self.notify()
         return actions
 
-    def _count_expired(self) -> None:
-        delayed = self._machine().delayed
-        if delayed is not None:
-            self._count_delayed(delayed)
-        expired = self._machine().expired
-        if expired > self._expired_counted:
-            labels = subscription_labels(self.store.topic, self.store.sub)
-            metrics.SUB_EXPIRED.labels(*labels).inc(expired - self._expired_counted)
-            self._expired_counted = expired
-
-    def _count_delayed(self, delayed: DelayedMessages) -> None:
-        if delayed.spilled_bytes > self._spilled_counted:
-            metrics.DELAYED_SPILLED.inc(delayed.spilled_bytes - self._spilled_counted)
-            self._spilled_counted = delayed.spilled_bytes
-        if delayed.reread_frames > self._reread_counted:
-            metrics.DELAYED_REREAD.inc(delayed.reread_frames - self._reread_counted)
-            self._reread_counted = delayed.reread_frames
-        if delayed.loaded_records > self._loaded_counted:
-            metrics.DELAYED_SNAPSHOT_LOADED.inc(delayed.loaded_records - self._loaded_counted)
-            self._loaded_counted = delayed.loaded_records
-
     def notify(self) -> None:
         """Wake every waiting poll: messages may be available."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def _tick_loop(self) -> None:
-        while True:
-            if self._machine().quiet():
-                # Nothing can fall due before the next event (it wakes us) or the next
-                # delayed message's time; consumer sessions (a minute by default) are looked
-                # at on this clock too.
-                changed = self._changed
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(_until_due_s(self._machine(), QUIET_TICK_S)):
-                        await changed.wait()
-            else:
-                await asyncio.sleep(_until_due_s(self._machine(), TICK_INTERVAL_S))
-            now_s = time.monotonic()
-            await self.handle(Tick(now_s, _wall_ms()))
-            timeout_s = self.config.consumer_session_timeout_s
-            for consumer_id, seen_s in list(self._last_seen.items()):
-                if now_s - seen_s > timeout_s:
-                    log.info(
-                        "consumer %s of %s/%s expired",
-                        consumer_id,
-                        self.store.topic,
-                        self.store.sub,
-                    )
-                    await self.detach(consumer_id)
-
-
-def _until_due_s(machine: SubscriptionMachine, tick_s: float) -> float:
-    """``tick_s`` (jittered), or less when a delayed message falls due sooner: it is handed
-    out at its time (within a millisecond or two), not at the next tick."""
-    wait_s = tick_s * random.uniform(0.9, 1.1)
-    due_ms = machine.next_due_ms()
-    if due_ms is not None:
-        wait_s = min(wait_s, max(0.0, (due_ms - time.time() * 1000) / 1000))
-    return wait_s
-
-
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
+    async def _tick(self, now_s: float, wall_ms: int) -> None:
+        """Time passes for the machine; consumers not heard from for their session
+        timeout are detached (danube.dispatcher.ticking runs this)."""
+        await self.handle(Tick(now_s, wall_ms))
+        timeout_s = self.config.consumer_session_timeout_s
+        for consumer_id in self._sessions.expired(now_s, timeout_s):
+            log.info("consumer %s of %s/%s expired", consumer_id, self.store.topic, self.store.sub)
+            await self.detach(consumer_id)
