@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 
 from danube.dispatcher import metrics
 from danube.dispatcher.damage import DamageBook, skip_target
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import Seek
+from danube.dispatcher.positions import Resolve
 from danube.meta import TopicName
 from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)
 
-Resolve = Callable[[Sequence[TopicName], protocol.StartPosition], Awaitable[list[int]]]
-"""The offsets ``position`` stands for in each partition, in order (positions.resolve_all);
-refuses an offset past a partition's end."""
 Move = Callable[[Seek], Awaitable[object]]
 """Hands a seek to the machine and carries out what it decides."""
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from danube.bus import Bus
 from danube.config import DispatcherConfig
-from danube.dispatcher import metrics, policies, policy_admin, ticking, tiers
+from danube.dispatcher import metrics, policies, policy_admin, starting, ticking, tiers
 from danube.dispatcher.actions import ActionRunner
 from danube.dispatcher.counting import SubscriptionCounts
 from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
@@ -94,6 +94,7 @@ class SubscriptionRuntime(ActionRunner):
         self._readers: dict[str, PartitionReader] = {}
         where = f"{store.topic}/{store.sub}"
         self._read_links = ReadLinks(bus, self.ingest, self.damage, self.notify, where)
+        self._resolve = functools.partial(resolve_all, self.ingest, self.cloud)
         # The operators' and the topic policies' work, each with what it needs of this one.
         self._failure = policy_admin.FailurePolicyAdmin(
             config, store.topic, where, write=store.write_config
@@ -103,7 +104,7 @@ class SubscriptionRuntime(ActionRunner):
             store.sub,
             self._partitions,
             self.damage,
-            resolve=functools.partial(resolve_all, self.ingest, self.cloud),
+            resolve=self._resolve,
             move=self.handle,
             check_serving=self.check_serving,
         )
@@ -163,28 +164,12 @@ class SubscriptionRuntime(ActionRunner):
     ) -> None:
         """Serve ``config``: partitions without a stored cursor start at ``resolved`` (the
         first attach resolves its start before creating the config), else at ``start``."""
-        partitions = await self.store.partitions()
-        stored = await self.store.load_cursors(partitions)
-        missing = [p for p in partitions if p not in stored and p not in (resolved or {})]
-        starts = dict(resolved or {})
-        if stored:  # resumed: a partition without a cursor came with a growth (read it all)
-            starts.update(dict.fromkeys(missing, 0))
-        else:
-            found = await resolve_all(self.ingest, self.cloud, missing, start)
-            starts.update(zip(missing, found, strict=True))
-        cursors: dict[str, PartitionCursor] = {}
-        fresh: dict[TopicName, CursorState] = {}
-        for partition in partitions:
-            state = stored.get(partition)
-            if state is None:
-                state = fresh[partition] = CursorState(next_offset=starts[partition])
-            cursors[partition.topic] = PartitionCursor.from_state(state, policy=self._policy)
-            self._partitions[partition.topic] = partition
-        if fresh:
-            # A new subscription's position is stored before any consumer sees a message,
-            # so "latest" means the latest at attach, not at the next restart.
+        begun = await starting.load_start(self.store, self._resolve, start, resolved, self._policy)
+        self._partitions.update((p.topic, p) for p in begun.partitions)
+        stored = begun.stored
+        if begun.fresh:  # stored before any consumer sees a message (starting.Start)
             try:
-                await self.store.write_cursors(fresh)
+                await self.store.write_cursors(begun.fresh)
             except NotOwnerError as exc:
                 # Fenced (the subscription was deleted, or claimed elsewhere): stop serving,
                 # so the caller's retry claims afresh rather than meet this one again.
@@ -192,7 +177,9 @@ class SubscriptionRuntime(ActionRunner):
                 raise
         self._failure.stored = config
         self.machine = new_machine(
-            config.type, cursors, DeliverySettings.from_config(self.config, config.failure_policy)
+            config.type,
+            begun.cursors,
+            DeliverySettings.from_config(self.config, config.failure_policy),
         )
         self.machine.detach_payload = tiers.detached
         if self.machine.delayed is not None:  # shared, key-shared: bounded, spilled to files
@@ -334,19 +321,9 @@ class SubscriptionRuntime(ActionRunner):
             self.check_serving()
             if self.machine is None:
                 # Resolved (and an offset past an end refused) before anything is stored.
-                partitions = await self.store.partitions()
-                offsets = await resolve_all(self.ingest, self.cloud, partitions, request.start)
-                initial = request.start if isinstance(request.start, str) else "earliest"
-                config = await self.store.create_config(
-                    SubscriptionConfig(
-                        type=request.type,
-                        initial_position=initial,
-                        created_ms=int(time.time() * 1000),
-                        failure_policy=request.failure_policy,
-                    ),
-                    max_subscriptions=limits.max_subscriptions,
+                config, resolved = await starting.create_config(
+                    self.store, self._resolve, request, limits
                 )
-                resolved = dict(zip(partitions, offsets, strict=True))
                 await self._activate(config, request.start, resolved)
             assert self._failure.stored is not None
             policy_admin.check_attach(self._failure.stored, request.failure_policy)
