@@ -25,7 +25,7 @@ from danube.dispatcher.events import (
     ResumeReading,
     SlowConsumerDetached,
 )
-from danube.dispatcher.readers import PartitionReader
+from danube.dispatcher.reading import SubscriptionReaders
 from danube.dispatcher.sessions import ConsumerSessions
 from danube.dispatcher.store import CursorsHeldError, NotOwnerError, SubscriptionStore
 from danube.frame import verify_frame
@@ -44,7 +44,7 @@ class ActionRunner:
     dropped: int
     dead_lettered: int
     _partitions: dict[str, TopicName]
-    _readers: dict[str, PartitionReader]
+    _readers: SubscriptionReaders
     _io_lock: asyncio.Lock
     _durability: AckDurability
     _sessions: ConsumerSessions
@@ -63,13 +63,9 @@ class ActionRunner:
         dead: list[DeadLetter] = []
         for action in actions:
             if isinstance(action, PauseReading | ResumeReading):
-                reader = self._readers.get(action.partition)
-                if reader is not None:
-                    reader.set_paused(isinstance(action, PauseReading))
+                self._readers.set_paused(action.partition, isinstance(action, PauseReading))
             elif isinstance(action, ReadFrom):
-                reader = self._readers.get(action.partition)
-                if reader is not None:
-                    reader.wake()  # it reads from the cursor's (new) read position
+                self._readers.wake(action.partition)  # from the cursor's (new) read position
             elif isinstance(action, DeadLetter):
                 dead.append(action)
             elif isinstance(action, FlushCursor):

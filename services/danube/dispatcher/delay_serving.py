@@ -16,9 +16,8 @@ import logging
 import os
 import tempfile
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from danube.config import DispatcherConfig
 from danube.dispatcher.cursor import CursorState
@@ -33,6 +32,7 @@ from danube.dispatcher.delaying import resume_plan
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import MessagesAvailable
 from danube.dispatcher.readers import DelayRescanReader, ReadLinks
+from danube.dispatcher.reading import Spawn
 from danube.dispatcher.snapshot import SnapshotHead
 from danube.meta import TopicName
 from danube.storage import ObjectStore
@@ -40,9 +40,6 @@ from danube.storage import ObjectStore
 log = logging.getLogger(__name__)
 
 SEAL_LAST_TIMEOUT_S = 5.0  # a stop waits this long at most for its last delay snapshots
-
-Spawn = Callable[[Coroutine[Any, Any, None], str], None]
-"""Starts a task (named) that its owner stops, and whose failure fails the subscription."""
 
 
 class DelayServing:

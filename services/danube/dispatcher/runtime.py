@@ -36,7 +36,6 @@ from danube.dispatcher.events import (
     ConsumerDetached,
     Deliver,
     Event,
-    MessagesAvailable,
     Nack,
     NotInFlight,
     Poll,
@@ -45,13 +44,13 @@ from danube.dispatcher.events import (
 from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
-from danube.dispatcher.readers import PartitionReader, ReadLinks
+from danube.dispatcher.readers import ReadLinks
+from danube.dispatcher.reading import SubscriptionReaders
 from danube.dispatcher.redelivery import DeliverySettings
 from danube.dispatcher.sessions import ConsumerSessions
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.errors import ConflictError, NotFoundError
-from danube.frame import FRAME_HEADER_BYTES
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
@@ -91,9 +90,13 @@ class SubscriptionRuntime(ActionRunner):
         self.damage = DamageBook()  # partitions stopped at offsets no copy holds intact
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
-        self._readers: dict[str, PartitionReader] = {}
         where = f"{store.topic}/{store.sub}"
-        self._read_links = ReadLinks(bus, self.ingest, self.damage, self.notify, where)
+        self._readers = SubscriptionReaders(
+            ReadLinks(bus, self.ingest, self.damage, self.notify, where),
+            machine=self._machine,
+            run_actions=self.run_actions,
+            spawn=self._spawn,
+        )
         self._resolve = functools.partial(resolve_all, self.ingest, self.cloud)
         # The operators' and the topic policies' work, each with what it needs of this one.
         self._failure = policy_admin.FailurePolicyAdmin(
@@ -125,7 +128,7 @@ class SubscriptionRuntime(ActionRunner):
             self._partitions,
             machine=lambda: self.machine,
             claim_revision=lambda: None if store.claim is None else store.claim.revision,
-            links=self._read_links,
+            links=self._readers.links,
             spawn=self._spawn,
         )
         self._tasks: set[asyncio.Task[None]] = set()
@@ -139,8 +142,6 @@ class SubscriptionRuntime(ActionRunner):
         self.deleted = False  # set (for good) when a delete begins
         self.closing = False  # set on stop: waiting polls answer at once
         self._sessions = ConsumerSessions()
-        # The largest record read so far: a poll takes no more messages than fit one reply.
-        self._record_bytes_max = 0
         self._counts = SubscriptionCounts(store.topic, store.sub)
         self._policy = FlushPolicy(
             flush_acks=config.cursor_flush_acks,
@@ -189,8 +190,7 @@ class SubscriptionRuntime(ActionRunner):
             self._delays.start_sealing(self._partitions)
         self.machine.expiry_of = expiry_for((await policies.policies_of(self.store)).message_ttl_s)
         for name, partition in self._partitions.items():
-            reader = self._readers[name] = self._reader(partition, name)
-            self._spawn(reader.run(), f"reader-{partition}")
+            self._readers.start(partition, name)
         self._delays.rescan(self._partitions)
         self._delays.spawn_loops()
         ticks = ticking.tick_loop(self._machine, lambda: self._changed, self._tick)
@@ -221,23 +221,9 @@ class SubscriptionRuntime(ActionRunner):
             self._delays.start_sealing({p.topic: p for p in new})
             for partition in new:
                 self._partitions[partition.topic] = partition
-                reader = self._readers[partition.topic] = self._reader(partition, partition.topic)
-                self._spawn(reader.run(), f"reader-{partition}")
+                self._readers.start(partition, partition.topic)
             self._delays.rescan({p.topic: p for p in new})
         log.info("%s/%s reads %d partitions now", self.store.topic, self.store.sub, count)
-
-    def _reader(self, partition: TopicName, name: str) -> PartitionReader:
-        """The reader of ``partition``: from its cursor's read position into the machine."""
-
-        def position() -> int | None:
-            return self._machine().cursor(name).read_position
-
-        async def deliver(event: MessagesAvailable) -> None:
-            await self.run_actions(self.feed(event))
-
-        return PartitionReader(
-            self._read_links, partition, name, position=position, deliver=deliver
-        )
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -351,7 +337,7 @@ class SubscriptionRuntime(ActionRunner):
         while True:
             self._sessions.seen(request.consumer_id, time.monotonic())
             wanted = protocol.poll_reply_max(
-                request.max, self.bus.max_payload_bytes, self._record_bytes_max
+                request.max, self.bus.max_payload_bytes, self._readers.record_bytes_max
             )
             actions = self._machine().handle(
                 Poll(request.consumer_id, wanted, time.monotonic(), ticking.wall_ms())
@@ -517,16 +503,6 @@ class SubscriptionRuntime(ActionRunner):
         """Carry out what the machine decided outside an event (a new failure policy)."""
         self.notify()
         await self.run_actions(actions)
-
-    def feed(self, event: MessagesAvailable) -> list[Action]:
-        """Readers hand their reads in here; returns the actions left to execute."""
-        if event.messages:
-            frames = tiers.frame_views([payload for _, payload in event.messages])
-            size = max(map(len, frames)) - FRAME_HEADER_BYTES
-            self._record_bytes_max = max(self._record_bytes_max, size)
-        actions = self._machine().handle(event)
-        self.notify()
-        return actions
 
     def notify(self) -> None:
         """Wake every waiting poll: messages may be available."""
