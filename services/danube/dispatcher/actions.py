@@ -4,16 +4,18 @@ letters produced or dropped and cursors written, one batch at a time under ``_io
 the order the machine gave them, so a dead letter is always produced before the cursor
 write that moves past it.
 
-danube.dispatcher.runtime.SubscriptionRuntime mixes it in; the state it uses is the
-runtime's.
+The subscription's runtime (danube.dispatcher.runtime) owns one :class:`ActionRunner`, built
+with what it needs: the store and ingest it writes to, the partitions, readers and consumer
+sessions the actions name, the machine, where a dead letter goes, and how to fail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 
-from danube.dispatcher import deadletter, metrics, policy_admin, tiers
+from danube.dispatcher import deadletter, metrics, tiers
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.events import (
@@ -36,28 +38,37 @@ log = logging.getLogger(__name__)
 
 
 class ActionRunner:
-    """The I/O share of a served subscription (danube.dispatcher.runtime mixes it in; its
-    state, ``fail`` and ``_machine`` are the runtime's)."""
+    """The I/O share of one served subscription: ``dropped`` and ``dead_lettered`` count
+    the poison messages let go while served here; ``io_lock`` is held by every write (a
+    stop's or a delete's too); acks wait on ``durability`` for the write holding them."""
 
-    store: SubscriptionStore
-    ingest: IngestClient
-    dropped: int
-    dead_lettered: int
-    _partitions: dict[str, TopicName]
-    _readers: SubscriptionReaders
-    _io_lock: asyncio.Lock
-    _durability: AckDurability
-    _sessions: ConsumerSessions
-    _failure: policy_admin.FailurePolicyAdmin
+    def __init__(
+        self,
+        store: SubscriptionStore,
+        ingest: IngestClient,
+        partitions: Mapping[str, TopicName],
+        readers: SubscriptionReaders,
+        sessions: ConsumerSessions,
+        *,
+        machine: Callable[[], SubscriptionMachine],
+        dead_letter_target: Callable[[TopicName], TopicName],
+        fail: Callable[[str], None],
+    ) -> None:
+        self.store = store
+        self.ingest = ingest
+        self._partitions = partitions
+        self._readers = readers
+        self._sessions = sessions
+        self._machine = machine
+        self._dead_letter_target = dead_letter_target
+        self.fail = fail
+        self.io_lock = asyncio.Lock()
+        # Acks are answered once the cursor write holding them is stored (group commit).
+        self.durability = AckDurability(self.run)
+        self.dropped = 0  # poison messages dropped / dead-lettered while served here
+        self.dead_lettered = 0
 
-    # The runtime's own (danube.dispatcher.runtime.SubscriptionRuntime).
-    def fail(self, reason: str) -> None:
-        raise NotImplementedError
-
-    def _machine(self) -> SubscriptionMachine:
-        raise NotImplementedError
-
-    async def run_actions(self, actions: list[Action]) -> None:
+    async def run(self, actions: list[Action]) -> None:
         """Carry out the machine's actions (all but Deliver, which only a poll takes)."""
         flushes: dict[TopicName, FlushCursor] = {}
         dead: list[DeadLetter] = []
@@ -79,7 +90,7 @@ class ActionRunner:
             flushes = {}
         if not dead and not flushes:
             return
-        async with self._io_lock:
+        async with self.io_lock:
             for letter in dead:
                 await self._dead_letter(letter)
             if flushes:
@@ -106,7 +117,7 @@ class ActionRunner:
             deadletter.drop(partition, message.offset, message.redelivery_count)
             self.dropped += 1
             return
-        topic = self._failure.dead_letter_target(partition)
+        topic = self._dead_letter_target(partition)
         try:
             await deadletter.send_dead_letter(
                 self.store,
@@ -144,6 +155,15 @@ class ActionRunner:
             self._keep_dirty(flushes)
             return
         metrics.CURSOR_WRITES.inc()
-        self._durability.stored(
-            (partition.topic, flush.seq) for partition, flush in flushes.items()
-        )
+        self.durability.stored((partition.topic, flush.seq) for partition, flush in flushes.items())
+
+    async def write_last(self, machine: SubscriptionMachine) -> None:
+        """Write every cursor a last time (a clean stop), after any write under way."""
+        async with self.io_lock:
+            states = {self._partitions[n]: s for n, s in machine.cursor_states().items()}
+            try:
+                await self.store.write_cursors(states)
+            except Exception as exc:
+                log.warning(
+                    "final cursor write of %s/%s failed: %s", self.store.topic, self.store.sub, exc
+                )

@@ -3,7 +3,7 @@ its timer, etcd (cursors) and ingest (dead letters).
 
 Every call into the machine is synchronous (it does no I/O), so the event loop serialises
 them; the actions it returns are carried out here (danube.dispatcher.actions). Those with I/O (a
-dead letter, a cursor write) run one batch at a time under ``_io_lock``, in the order the
+dead letter, a cursor write) run one batch at a time under its ``io_lock``, in the order the
 machine gave them, so a dead letter is always produced before the cursor write that moves
 past it.
 """
@@ -28,7 +28,6 @@ from danube.dispatcher.cursors_admin import CursorMoves
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.delay_serving import DelayServing
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.events import (
     Ack,
     Action,
@@ -64,7 +63,7 @@ from danube.wire.ingest.client import IngestClient
 log = logging.getLogger(__name__)
 
 
-class SubscriptionRuntime(ActionRunner):
+class SubscriptionRuntime:
     """Serves one subscription while this dispatcher owns it. ``on_failed`` is called (once)
     when it can no longer be served safely (fenced, or a dead letter could not be written)."""
 
@@ -85,11 +84,10 @@ class SubscriptionRuntime(ActionRunner):
         self.ingest = IngestClient(bus)
         self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
-        self.dropped = 0  # poison messages dropped / dead-lettered while served here
-        self.dead_lettered = 0
         self.damage = DamageBook()  # partitions stopped at offsets no copy holds intact
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
+        self._sessions = ConsumerSessions()
         where = f"{store.topic}/{store.sub}"
         self._readers = SubscriptionReaders(
             ReadLinks(bus, self.ingest, self.damage, self.notify, where),
@@ -101,6 +99,16 @@ class SubscriptionRuntime(ActionRunner):
         # The operators' and the topic policies' work, each with what it needs of this one.
         self._failure = policy_admin.FailurePolicyAdmin(
             config, store.topic, where, write=store.write_config
+        )
+        self._actions = ActionRunner(
+            store,
+            self.ingest,
+            self._partitions,
+            self._readers,
+            self._sessions,
+            machine=self._machine,
+            dead_letter_target=self._failure.dead_letter_target,
+            fail=self.fail,
         )
         self._moves = CursorMoves(
             store.topic,
@@ -132,16 +140,12 @@ class SubscriptionRuntime(ActionRunner):
             spawn=self._spawn,
         )
         self._tasks: set[asyncio.Task[None]] = set()
-        self._io_lock = asyncio.Lock()
         self._activate_lock = asyncio.Lock()
         # Replaced at every change: a waiting poll holds the old one, which is then set.
         self._changed = asyncio.Event()
-        # Acks are answered once the cursor write holding them is stored (group commit).
-        self._durability = AckDurability(self.run_actions)
         self.failed = False
         self.deleted = False  # set (for good) when a delete begins
         self.closing = False  # set on stop: waiting polls answer at once
-        self._sessions = ConsumerSessions()
         self._counts = SubscriptionCounts(store.topic, store.sub)
         self._policy = FlushPolicy(
             flush_acks=config.cursor_flush_acks,
@@ -254,7 +258,7 @@ class SubscriptionRuntime(ActionRunner):
         cursor writes there; with it again (after the reclaim), write them as before (the
         next tick writes every dirty cursor, fenced on the new owner key)."""
         self.store.held = held
-        self._durability.hold(held)
+        self._actions.durability.hold(held)
         self.notify()
 
     async def flush_held(self) -> None:
@@ -282,14 +286,7 @@ class SubscriptionRuntime(ActionRunner):
         self._delays.drop()
         if self.machine is None or self.failed or self.store.held:
             return  # held cursors die with the process: their acks come again (redelivery)
-        async with self._io_lock:
-            states = {self._partitions[n]: s for n, s in self.machine.cursor_states().items()}
-            try:
-                await self.store.write_cursors(states)
-            except Exception as exc:
-                log.warning(
-                    "final cursor write of %s/%s failed: %s", self.store.topic, self.store.sub, exc
-                )
+        await self._actions.write_last(self.machine)
 
     def unacked_count(self) -> int:
         """Messages delivered and not acked, over every consumer."""
@@ -382,7 +379,7 @@ class SubscriptionRuntime(ActionRunner):
         else:  # the usual case: every partition named had an ack that counted
             acked = request.partitions()
         what = f"{self.store.topic}/{self.store.sub}"
-        await self._durability.wait(self._machine(), acked, timeout_s, what)
+        await self._actions.durability.wait(self._machine(), acked, timeout_s, what)
         metrics.ACK_SECONDS.observe(time.monotonic() - started_s)
         return ignored
 
@@ -431,9 +428,9 @@ class SubscriptionRuntime(ActionRunner):
         self.check_serving()
         machine = self.subscription()
         found = await subscription_stats(self.ingest, machine, self._partitions, self.damage)
-        return self._failure.with_policy(found, self.dropped, self.dead_lettered).model_copy(
-            update={"expired": machine.expired, "delayed": machine.delayed_count}
-        )
+        return self._failure.with_policy(
+            found, self._actions.dropped, self._actions.dead_lettered
+        ).model_copy(update={"expired": machine.expired, "delayed": machine.delayed_count})
 
     async def delete(self) -> None:
         """Delete the subscription: detach every consumer, stop reading, delete its keys
@@ -445,8 +442,9 @@ class SubscriptionRuntime(ActionRunner):
         finds no config, so a racing attach creates a new subscription from its own start
         position and never sees this one's cursors. No cursor write of ours can land after
         the delete: the timer and readers are stopped first, a write already under way
-        finishes before it (``_io_lock``), and any later one is fenced on the deleted owner
-        key. Consumers learn it at their next poll (``consumer_not_found``)."""
+        finishes before it (the action runner's ``io_lock``), and any later one is fenced
+        on the deleted owner key. Consumers learn it at their next poll
+        (``consumer_not_found``)."""
         async with self._activate_lock:
             self.check_serving()
             self.deleted = True
@@ -455,7 +453,7 @@ class SubscriptionRuntime(ActionRunner):
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
-            async with self._io_lock:
+            async with self._actions.io_lock:
                 await self.store.delete()
         finally:
             # Stop serving either way: if the delete failed, the next owner loads what is
@@ -503,6 +501,10 @@ class SubscriptionRuntime(ActionRunner):
         """Carry out what the machine decided outside an event (a new failure policy)."""
         self.notify()
         await self.run_actions(actions)
+
+    async def run_actions(self, actions: list[Action]) -> None:
+        """Carry out the machine's actions (danube.dispatcher.actions)."""
+        await self._actions.run(actions)
 
     def notify(self) -> None:
         """Wake every waiting poll: messages may be available."""
