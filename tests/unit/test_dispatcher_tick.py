@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from danube.dispatcher import ticking
+from danube.dispatcher.changes import Changes
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import ConsumerAttached, Event, MessagesAvailable, Tick
@@ -29,21 +30,20 @@ class TickHost:
             "exclusive", {"p0": PartitionCursor(0)}, DeliverySettings(), rng=lambda: 0.5
         )
         self.machine.handle(ConsumerAttached("c", "c"))
-        self._changed = asyncio.Event()
+        self.changes = Changes()
         self.ticks = 0
 
     def _machine(self) -> SubscriptionMachine:
         return self.machine
 
-    def changed(self) -> asyncio.Event:
-        return self._changed
+    async def changed(self, timeout_s: float) -> None:
+        await self.changes.wait(timeout_s)
 
     async def tick(self, now_s: float, wall_ms: int) -> None:
         await self.handle(Tick(now_s, wall_ms))
 
     def notify(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self.changes.notify()
 
     async def handle(self, event: Event) -> list[Any]:
         self.ticks += isinstance(event, Tick)

@@ -88,7 +88,19 @@ class DelayServing:
             FileSpill(spill_dir), memory_bytes_max=self._config.delayed_memory_bytes_max
         )
 
-    async def snapshot_heads(self, stored: dict[TopicName, CursorState]) -> dict[str, SnapshotHead]:
+    async def resume(
+        self, stored: dict[TopicName, CursorState], partitions: Mapping[str, TopicName]
+    ) -> None:
+        """Resume the delayed messages the ``stored`` cursors name (their snapshots' heads
+        read: :meth:`_snapshot_heads`), and seal ``partitions`` from their read positions
+        on."""
+        heads = await self._snapshot_heads(stored)
+        self._machine().resume_delayed({p.topic: state for p, state in stored.items()}, heads)
+        self._start_sealing(partitions)
+
+    async def _snapshot_heads(
+        self, stored: dict[TopicName, CursorState]
+    ) -> dict[str, SnapshotHead]:
         """The heads of the delay snapshots ``stored`` names (none without object storage:
         their ranges are read from the log), sealing on from now when there is storage."""
         delayed, revision = self._machine().delayed, self._claim_revision()
@@ -115,8 +127,7 @@ class DelayServing:
                 )
         return await self._snapshots.heads(refs) if refs else {}
 
-    def start_sealing(self, partitions: Mapping[str, TopicName]) -> None:
-        """Seal ``partitions`` from their read positions on."""
+    def _start_sealing(self, partitions: Mapping[str, TopicName]) -> None:
         machine = self._machine()
         delayed = machine.delayed
         if delayed is not None:

@@ -22,8 +22,9 @@ from danube.bus import Bus
 from danube.config import DispatcherConfig
 from danube.dispatcher import metrics, policies, policy_admin, starting, ticking, tiers
 from danube.dispatcher.actions import ActionRunner
+from danube.dispatcher.changes import Changes
 from danube.dispatcher.counting import SubscriptionCounts
-from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
+from danube.dispatcher.cursor import FlushPolicy
 from danube.dispatcher.cursors_admin import CursorMoves
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.delay_serving import DelayServing
@@ -87,10 +88,11 @@ class SubscriptionRuntime:
         self.damage = DamageBook()  # partitions stopped at offsets no copy holds intact
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
+        self._changes = Changes()  # waiting polls wake at every change
         self._sessions = ConsumerSessions()
         where = f"{store.topic}/{store.sub}"
         self._readers = SubscriptionReaders(
-            ReadLinks(bus, self.ingest, self.damage, self.notify, where),
+            ReadLinks(bus, self.ingest, self.damage, self._changes.notify, where),
             machine=self._machine,
             run_actions=self.run_actions,
             spawn=self._spawn,
@@ -141,8 +143,6 @@ class SubscriptionRuntime:
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._activate_lock = asyncio.Lock()
-        # Replaced at every change: a waiting poll holds the old one, which is then set.
-        self._changed = asyncio.Event()
         self.failed = False
         self.deleted = False  # set (for good) when a delete begins
         self.closing = False  # set on stop: waiting polls answer at once
@@ -171,7 +171,6 @@ class SubscriptionRuntime:
         first attach resolves its start before creating the config), else at ``start``."""
         begun = await starting.load_start(self.store, self._resolve, start, resolved, self._policy)
         self._partitions.update((p.topic, p) for p in begun.partitions)
-        stored = begun.stored
         if begun.fresh:  # stored before any consumer sees a message (starting.Start)
             try:
                 await self.store.write_cursors(begun.fresh)
@@ -189,15 +188,13 @@ class SubscriptionRuntime:
         self.machine.detach_payload = tiers.detached
         if self.machine.delayed is not None:  # shared, key-shared: bounded, spilled to files
             self.machine.delayed = self._delays.new_messages()
-            heads = await self._delays.snapshot_heads(stored)
-            self.machine.resume_delayed({p.topic: state for p, state in stored.items()}, heads)
-            self._delays.start_sealing(self._partitions)
+            await self._delays.resume(begun.stored, self._partitions)
         self.machine.expiry_of = expiry_for((await policies.policies_of(self.store)).message_ttl_s)
         for name, partition in self._partitions.items():
             self._readers.start(partition, name)
         self._delays.rescan(self._partitions)
         self._delays.spawn_loops()
-        ticks = ticking.tick_loop(self._machine, lambda: self._changed, self._tick)
+        ticks = ticking.tick_loop(self._machine, self._changes.wait, self._tick)
         self._spawn(ticks, f"tick-{self.store.topic}-{self.store.sub}")
         self._spawn(self._eviction.run(), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
@@ -213,16 +210,9 @@ class SubscriptionRuntime:
             new = [p for p in self.store.topic.partitions(count) if p.topic not in self._partitions]
             if self.machine is None or self.failed or not new:
                 return
-            # Not written now: a resumed subscription reads a partition it has no cursor of
-            # from 0 as well (_activate); the first ack writes it.
-            stored = await self.store.load_cursors(new)  # a former owner's, if it grew there
-            states = {p: stored.get(p, CursorState(next_offset=0)) for p in new}
-            self.machine.add_partitions(
-                {p.topic: PartitionCursor.from_state(states[p], policy=self._policy) for p in new}
-            )
-            heads = await self._delays.snapshot_heads(stored)
-            self.machine.resume_delayed({p.topic: state for p, state in stored.items()}, heads)
-            self._delays.start_sealing({p.topic: p for p in new})
+            grown = await starting.load_grown(self.store, new, self._policy)  # not written now
+            self.machine.add_partitions(grown.cursors)
+            await self._delays.resume(grown.stored, {p.topic: p for p in new})
             for partition in new:
                 self._partitions[partition.topic] = partition
                 self._readers.start(partition, partition.topic)
@@ -259,7 +249,7 @@ class SubscriptionRuntime:
         next tick writes every dirty cursor, fenced on the new owner key)."""
         self.store.held = held
         self._actions.durability.hold(held)
-        self.notify()
+        self._changes.notify()
 
     async def flush_held(self) -> None:
         """Write every dirty cursor now (after the reclaim), fenced on the owner key."""
@@ -271,7 +261,7 @@ class SubscriptionRuntime:
     def begin_stop(self) -> None:
         """Make waiting polls answer now, so the responder drains quickly."""
         self.closing = True
-        self.notify()
+        self._changes.notify()
 
     async def stop(self) -> None:
         """Stop the tasks and write every cursor a last time (unless fenced)."""
@@ -353,12 +343,7 @@ class SubscriptionRuntime:
                 return protocol.encode_poll_columns([], [], [])
             # Taken only now: this poll's own actions notified the one before. Redeliveries
             # fall due with time, not with an event: look again at least every other tick.
-            changed = self._changed
-            try:
-                async with asyncio.timeout(min(remaining_s, ticking.TICK_INTERVAL_S * 2)):
-                    await changed.wait()
-            except TimeoutError:
-                pass
+            await self._changes.wait(min(remaining_s, ticking.TICK_INTERVAL_S * 2))
 
     async def ack(self, request: protocol.AckRequest, timeout_s: float) -> list[tuple[str, int]]:
         """Acknowledge messages; returns once the cursor holding the acks is stored, so an
@@ -460,11 +445,6 @@ class SubscriptionRuntime:
             # stored and the caller's retry deletes it there.
             self.fail("deleted")
 
-    @property
-    def partitions(self) -> dict[str, TopicName]:
-        """The partitions read, by short name."""
-        return self._partitions
-
     def check_serving(self) -> None:
         """NotOwnerError once the subscription is being deleted or stopped."""
         if self.deleted or self.failed:
@@ -493,23 +473,18 @@ class SubscriptionRuntime:
         self._counts.follow(self._machine())
         # Acks free window room, nacks and detaches return messages, time makes them due:
         # every waiting poll looks again (a poll itself wakes nobody).
-        self.notify()
+        self._changes.notify()
         await self.run_actions(actions)
         return actions
 
     async def _carry_out(self, actions: list[Action]) -> None:
         """Carry out what the machine decided outside an event (a new failure policy)."""
-        self.notify()
+        self._changes.notify()
         await self.run_actions(actions)
 
     async def run_actions(self, actions: list[Action]) -> None:
         """Carry out the machine's actions (danube.dispatcher.actions)."""
         await self._actions.run(actions)
-
-    def notify(self) -> None:
-        """Wake every waiting poll: messages may be available."""
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
 
     async def _tick(self, now_s: float, wall_ms: int) -> None:
         """Time passes for the machine; consumers not heard from for their session

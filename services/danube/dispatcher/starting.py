@@ -81,3 +81,16 @@ async def load_start(
             state = fresh[partition] = CursorState(next_offset=starts[partition])
         cursors[partition.topic] = PartitionCursor.from_state(state, policy=policy)
     return Start(partitions, stored, fresh, cursors)
+
+
+async def load_grown(
+    store: SubscriptionStore, partitions: list[TopicName], policy: FlushPolicy
+) -> Start:
+    """The cursors of ``partitions``, new since the topic grew: a former owner's if it grew
+    there, else from 0 (a new partition holds only what came after the growth). None is
+    written now: a resumed subscription reads a partition it has no cursor of from 0 as
+    well, and the first ack writes it."""
+    stored = await store.load_cursors(partitions)
+    states = {p: stored.get(p, CursorState(next_offset=0)) for p in partitions}
+    cursors = {p.topic: PartitionCursor.from_state(states[p], policy=policy) for p in partitions}
+    return Start(partitions, stored, {}, cursors)

@@ -8,7 +8,6 @@ time, not at the next tick."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -23,21 +22,18 @@ QUIET_TICK_S = 1.0
 
 async def tick_loop(
     machine: Callable[[], SubscriptionMachine],
-    changed: Callable[[], asyncio.Event],
+    changed: Callable[[float], Awaitable[None]],
     tick: Callable[[float, int], Awaitable[None]],
 ) -> None:
     """Call ``tick(monotonic now_s, wall_ms)`` for ever, as often as ``machine()`` needs:
-    ``changed()`` is the event set at the subscription's next change (it wakes a quiet
-    wait)."""
+    ``changed(timeout_s)`` waits at most that long for the subscription's next change (it
+    ends a quiet wait: danube.dispatcher.changes)."""
     while True:
         if machine().quiet():
             # Nothing can fall due before the next event (it wakes us) or the next
             # delayed message's time; consumer sessions (a minute by default) are looked
             # at on this clock too.
-            waiting = changed()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(until_due_s(machine(), QUIET_TICK_S)):
-                    await waiting.wait()
+            await changed(until_due_s(machine(), QUIET_TICK_S))
         else:
             await asyncio.sleep(until_due_s(machine(), TICK_INTERVAL_S))
         await tick(time.monotonic(), wall_ms())
