@@ -90,7 +90,7 @@ class SubscriptionRuntime:
         self._partitions: dict[str, TopicName] = {}
         self._changes = Changes()  # waiting polls wake at every change
         self._sessions = ConsumerSessions()
-        where = f"{store.topic}/{store.sub}"
+        self._where = where = f"{store.topic}/{store.sub}"  # for logs and errors
         self._readers = SubscriptionReaders(
             ReadLinks(bus, self.ingest, self.damage, self._changes.notify, where),
             machine=self._machine,
@@ -98,7 +98,6 @@ class SubscriptionRuntime:
             spawn=self._spawn,
         )
         self._resolve = functools.partial(resolve_all, self.ingest, self.cloud)
-        # The operators' and the topic policies' work, each with what it needs of this one.
         self._failure = policy_admin.FailurePolicyAdmin(
             config, store.topic, where, write=store.write_config
         )
@@ -112,35 +111,7 @@ class SubscriptionRuntime:
             dead_letter_target=self._failure.dead_letter_target,
             fail=self.fail,
         )
-        self._moves = CursorMoves(
-            store.topic,
-            store.sub,
-            self._partitions,
-            self.damage,
-            resolve=self._resolve,
-            move=self.handle,
-            check_serving=self.check_serving,
-        )
-        self._eviction = policies.BacklogEviction(
-            where,
-            self._partitions,
-            read_policies=functools.partial(policies.policies_of, store),
-            ingest=self.ingest,
-            machine=self.subscription,
-            move=self.handle,
-        )
-        self._delays = DelayServing(
-            config,
-            # Where delay snapshots go (danube.dispatcher.sealed); None: a takeover reads the log.
-            objects if config.delayed_seal_interval_s > 0 else None,
-            store.topic,
-            store.sub,
-            self._partitions,
-            machine=lambda: self.machine,
-            claim_revision=lambda: None if store.claim is None else store.claim.revision,
-            links=self._readers.links,
-            spawn=self._spawn,
-        )
+        self._add_helpers(objects)
         self._tasks: set[asyncio.Task[None]] = set()
         self._activate_lock = asyncio.Lock()
         self.failed = False
@@ -150,6 +121,39 @@ class SubscriptionRuntime:
         self._policy = FlushPolicy(
             flush_acks=config.cursor_flush_acks,
             flush_interval_s=config.cursor_flush_interval_s,
+        )
+
+    def _add_helpers(self, objects: ObjectStore | None) -> None:
+        """The operators' work (seek, skip), the topic policies' (eviction) and the delayed
+        messages', each built with what it needs of this subscription."""
+        self._moves = CursorMoves(
+            self.store.topic,
+            self.store.sub,
+            self._partitions,
+            self.damage,
+            resolve=self._resolve,
+            move=self.handle,
+            check_serving=self.check_serving,
+        )
+        self._eviction = policies.BacklogEviction(
+            self._where,
+            self._partitions,
+            read_policies=functools.partial(policies.policies_of, self.store),
+            ingest=self.ingest,
+            machine=self.subscription,
+            move=self.handle,
+        )
+        self._delays = DelayServing(
+            self.config,
+            # Where delay snapshots go (danube.dispatcher.sealed); None: a takeover reads the log.
+            objects if self.config.delayed_seal_interval_s > 0 else None,
+            self.store.topic,
+            self.store.sub,
+            self._partitions,
+            machine=lambda: self.machine,
+            claim_revision=lambda: None if self.store.claim is None else self.store.claim.revision,
+            links=self._readers.links,
+            spawn=self._spawn,
         )
 
     # --- life cycle ------------------------------------------------------------------------
@@ -306,8 +310,7 @@ class SubscriptionRuntime:
                 f"the subscription is {machine.delivery_type}, not {request.type}",
                 code="subscription_type_mismatch",
             )
-        where = f"{self.store.topic}/{self.store.sub}"
-        policies.check_consumers(limits, len(self._sessions), where)
+        policies.check_consumers(limits, len(self._sessions), self._where)
         consumer_id = uuid.uuid4().hex
         await self.handle(
             ConsumerAttached(consumer_id, request.consumer, tuple(request.key_filters))
@@ -363,8 +366,7 @@ class SubscriptionRuntime:
             acked = {partition for partition, _ in set(refs).difference(ignored)}
         else:  # the usual case: every partition named had an ack that counted
             acked = request.partitions()
-        what = f"{self.store.topic}/{self.store.sub}"
-        await self._actions.durability.wait(self._machine(), acked, timeout_s, what)
+        await self._actions.durability.wait(self._machine(), acked, timeout_s, self._where)
         metrics.ACK_SECONDS.observe(time.monotonic() - started_s)
         return ignored
 
