@@ -13,7 +13,7 @@ import pytest
 from danube.bus import Subjects
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.events import Action, MessagesAvailable, PauseReading
-from danube.dispatcher.readers import PartitionReader
+from danube.dispatcher.readers import PartitionReader, ReadLinks
 from danube.frame import RawFrame, append_frame, walk_frames
 from danube.meta import TopicName
 from danube.wire.ingest.client import FetchReply
@@ -87,7 +87,18 @@ class FakeRuntime:
 
 async def test_a_swallowed_cancel_still_stops_the_reader() -> None:
     runtime = FakeRuntime()
-    reader = PartitionReader(runtime, PARTITION, PARTITION.topic)  # type: ignore[arg-type]
+    links = ReadLinks(runtime.bus, runtime.ingest, runtime.damage, lambda: None, "ns/t/sub")  # type: ignore[arg-type]
+
+    async def deliver(event: MessagesAvailable) -> None:
+        await runtime.run_actions(runtime.feed(event))
+
+    reader = PartitionReader(
+        links,
+        PARTITION,
+        PARTITION.topic,
+        position=lambda: runtime.machine.cursor_.read_position,
+        deliver=deliver,
+    )
     runtime.reader = reader
     task = asyncio.create_task(reader.run())
     await runtime.ingest.fetching.wait()

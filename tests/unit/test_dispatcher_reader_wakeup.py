@@ -15,7 +15,7 @@ from danube.bus import Message, Subjects
 from danube.dispatcher import readers
 from danube.dispatcher.damage import DamageBook
 from danube.dispatcher.events import Action, MessagesAvailable
-from danube.dispatcher.readers import PartitionReader
+from danube.dispatcher.readers import PartitionReader, ReadLinks
 from danube.frame import RawFrame, append_frame, walk_frames
 from danube.meta import TopicName
 from danube.wire.ingest.client import FetchReply
@@ -97,6 +97,22 @@ class FakeRuntime:
     def notify(self) -> None:
         return None
 
+    def reader(self) -> PartitionReader:
+        """A reader of PARTITION wired as the runtime wires one: its cursor's read position,
+        each read fed to the machine and its actions carried out."""
+        links = ReadLinks(self.bus, self.ingest, self.damage, self.notify, "ns/t/sub")  # type: ignore[arg-type]
+
+        async def deliver(event: MessagesAvailable) -> None:
+            await self.run_actions(self.feed(event))
+
+        return PartitionReader(
+            links,
+            PARTITION,
+            PARTITION.topic,
+            position=lambda: self.machine.cursor_.read_position,
+            deliver=deliver,
+        )
+
 
 async def _commit(runtime: FakeRuntime, count: int, *, wakeup: bool = True) -> None:
     """Append ``count`` records and announce them on the live subject."""
@@ -109,7 +125,7 @@ async def _commit(runtime: FakeRuntime, count: int, *, wakeup: bool = True) -> N
 
 
 async def _reader(runtime: FakeRuntime) -> asyncio.Task[None]:
-    reader = PartitionReader(runtime, PARTITION, PARTITION.topic)  # type: ignore[arg-type]
+    reader = runtime.reader()
     task = asyncio.create_task(reader.run())
     await asyncio.sleep(SETTLE_S)  # subscribed, first (empty) fetch made
     assert runtime.bus.live is not None
@@ -215,7 +231,7 @@ async def test_carried_frames_that_do_not_start_at_the_read_position_are_fetched
 
 async def test_a_paused_reader_keeps_no_carried_frames_and_fetches_when_it_resumes() -> None:
     runtime = FakeRuntime(max_count=1000)
-    reader = PartitionReader(runtime, PARTITION, PARTITION.topic)  # type: ignore[arg-type]
+    reader = runtime.reader()
     task = asyncio.create_task(reader.run())
     try:
         await asyncio.sleep(SETTLE_S)
@@ -306,7 +322,7 @@ async def test_a_catching_up_reader_fetches_the_next_range_while_the_last_is_han
 async def test_a_pause_drops_the_fetch_sent_ahead_and_a_resumed_reader_fetches_anew() -> None:
     runtime = HookedRuntime(max_count=2)
     runtime.ingest.records += [b"record"] * 4
-    reader = PartitionReader(runtime, PARTITION, PARTITION.topic)  # type: ignore[arg-type]
+    reader = runtime.reader()
 
     async def pause_after_first_feed() -> None:
         runtime.during_feed = None
@@ -355,7 +371,7 @@ async def test_idle_polls_back_off_and_a_wakeup_brings_them_back(
     monkeypatch.setattr(readers, "IDLE_POLL_S", 0.02)
     monkeypatch.setattr(readers, "IDLE_POLL_MAX_S", 0.4)
     runtime = HookedRuntime(max_count=1000)
-    reader = PartitionReader(runtime, PARTITION, PARTITION.topic)  # type: ignore[arg-type]
+    reader = runtime.reader()
     loop = asyncio.get_running_loop()
     times: list[float] = []
 

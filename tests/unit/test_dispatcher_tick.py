@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from danube.dispatcher import runtime
+from danube.dispatcher import ticking
+from danube.dispatcher.changes import Changes
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import ConsumerAttached, Event, MessagesAvailable, Tick
@@ -23,24 +23,27 @@ pytestmark = pytest.mark.unit
 
 
 class TickHost:
-    """What SubscriptionRuntime._tick_loop uses of its runtime, around a real machine."""
+    """What ticking.tick_loop is handed by a subscription's runtime, around a real machine."""
 
     def __init__(self) -> None:
         self.machine = SubscriptionMachine(
             "exclusive", {"p0": PartitionCursor(0)}, DeliverySettings(), rng=lambda: 0.5
         )
         self.machine.handle(ConsumerAttached("c", "c"))
-        self.config = SimpleNamespace(consumer_session_timeout_s=60.0)
-        self._last_seen: dict[str, float] = {}
-        self._changed = asyncio.Event()
+        self.changes = Changes()
         self.ticks = 0
 
     def _machine(self) -> SubscriptionMachine:
         return self.machine
 
+    async def changed(self, timeout_s: float) -> None:
+        await self.changes.wait(timeout_s)
+
+    async def tick(self, now_s: float, wall_ms: int) -> None:
+        await self.handle(Tick(now_s, wall_ms))
+
     def notify(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self.changes.notify()
 
     async def handle(self, event: Event) -> list[Any]:
         self.ticks += isinstance(event, Tick)
@@ -56,10 +59,10 @@ async def _ticks_in(host: TickHost, seconds: float) -> int:
 async def test_a_quiet_subscription_ticks_rarely_and_an_event_wakes_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runtime, "TICK_INTERVAL_S", 0.01)
-    monkeypatch.setattr(runtime, "QUIET_TICK_S", 0.2)
+    monkeypatch.setattr(ticking, "TICK_INTERVAL_S", 0.01)
+    monkeypatch.setattr(ticking, "QUIET_TICK_S", 0.2)
     host = TickHost()
-    loop = asyncio.create_task(runtime.SubscriptionRuntime._tick_loop(host))  # type: ignore[arg-type]
+    loop = asyncio.create_task(ticking.tick_loop(host._machine, host.changed, host.tick))
     try:
         assert host.machine.quiet()
         assert await _ticks_in(host, 0.5) <= 3  # every 0.2 s (50 at the busy interval)
@@ -76,7 +79,7 @@ async def test_a_quiet_subscription_ticks_rarely_and_an_event_wakes_it(
 async def test_a_quiet_subscription_ticks_when_a_delayed_message_falls_due(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runtime, "QUIET_TICK_S", 5.0)  # far longer than the test
+    monkeypatch.setattr(ticking, "QUIET_TICK_S", 5.0)  # far longer than the test
     host = TickHost()
     host.machine = SubscriptionMachine("shared", {"p0": PartitionCursor(0)}, DeliverySettings())
     host.machine.handle(ConsumerAttached("c", "c"))
@@ -104,7 +107,7 @@ async def test_a_quiet_subscription_ticks_when_a_delayed_message_falls_due(
         return actions
 
     host.handle = watched  # type: ignore[method-assign]
-    loop = asyncio.create_task(runtime.SubscriptionRuntime._tick_loop(host))  # type: ignore[arg-type]
+    loop = asyncio.create_task(ticking.tick_loop(host._machine, host.changed, host.tick))
     try:
         await asyncio.sleep(0.6)
     finally:

@@ -12,7 +12,9 @@ import pytest
 
 from danube.bus import NoRespondersError, Subjects
 from danube.config import DanubeSettings
-from danube.dispatcher.readers import PartitionReader
+from danube.dispatcher.damage import DamageBook
+from danube.dispatcher.events import MessagesAvailable
+from danube.dispatcher.readers import PartitionReader, ReadLinks
 from danube.frame import RawFrame
 from danube.ingest.node import Node as IngestNode
 from danube.meta import TopicName
@@ -90,15 +92,6 @@ class _Bus:
         return None
 
 
-class _Cursor:
-    read_position = 0
-
-
-class _Machine:
-    def cursor(self, name: str) -> _Cursor:
-        return _Cursor()
-
-
 class _DownIngest:
     """Every fetch times out (the partition's owner is unreachable)."""
 
@@ -112,18 +105,16 @@ class _DownIngest:
         raise TimeoutError("fetch timed out")
 
 
-class _Runtime:
-    def __init__(self) -> None:
-        self.bus = _Bus()
-        self.machine = _Machine()
-        self.ingest = _DownIngest()
+async def _never_delivered(event: MessagesAvailable) -> None:
+    raise AssertionError("every fetch fails: nothing is read")
 
 
 async def test_reader_keeps_retrying_past_1024_failures(sleeps: RecordedSleeps) -> None:
-    runtime = _Runtime()
-    reader = PartitionReader(runtime, PARTITION, "sub")  # type: ignore[arg-type]
+    ingest = _DownIngest()
+    links = ReadLinks(_Bus(), ingest, DamageBook(), lambda: None, "ns/t/sub")  # type: ignore[arg-type]
+    reader = PartitionReader(links, PARTITION, "sub", position=lambda: 0, deliver=_never_delivered)
     await _run_until_enough(asyncio.create_task(reader.run()), sleeps)
-    assert runtime.ingest.fetches >= FAILURES
+    assert ingest.fetches >= FAILURES
     assert max(sleeps.delays) <= 2.0
     assert min(sleeps.delays[20:]) >= 1.0  # at the cap (equal jitter keeps half of it)
 

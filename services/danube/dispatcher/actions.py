@@ -4,17 +4,18 @@ letters produced or dropped and cursors written, one batch at a time under ``_io
 the order the machine gave them, so a dead letter is always produced before the cursor
 write that moves past it.
 
-danube.dispatcher.runtime.SubscriptionRuntime mixes it in; the state it uses is the
-runtime's.
+The subscription's runtime (danube.dispatcher.runtime) owns one :class:`ActionRunner`, built
+with what it needs: the store and ingest it writes to, the partitions, readers and consumer
+sessions the actions name, the machine, where a dead letter goes, and how to fail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import cast
+from collections.abc import Callable, Mapping
 
-from danube.dispatcher import deadletter, metrics, policy_admin, tiers
+from danube.dispatcher import deadletter, metrics, tiers
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.events import (
@@ -26,7 +27,8 @@ from danube.dispatcher.events import (
     ResumeReading,
     SlowConsumerDetached,
 )
-from danube.dispatcher.readers import PartitionReader
+from danube.dispatcher.reading import SubscriptionReaders
+from danube.dispatcher.sessions import ConsumerSessions
 from danube.dispatcher.store import CursorsHeldError, NotOwnerError, SubscriptionStore
 from danube.frame import verify_frame
 from danube.meta import TopicName
@@ -36,39 +38,45 @@ log = logging.getLogger(__name__)
 
 
 class ActionRunner:
-    """The I/O share of a served subscription (danube.dispatcher.runtime mixes it in; its
-    state, ``fail`` and ``_machine`` are the runtime's)."""
+    """The I/O share of one served subscription: ``dropped`` and ``dead_lettered`` count
+    the poison messages let go while served here; ``io_lock`` is held by every write (a
+    stop's or a delete's too); acks wait on ``durability`` for the write holding them."""
 
-    store: SubscriptionStore
-    ingest: IngestClient
-    dropped: int
-    dead_lettered: int
-    _partitions: dict[str, TopicName]
-    _readers: dict[str, PartitionReader]
-    _io_lock: asyncio.Lock
-    _durability: AckDurability
-    _last_seen: dict[str, float]
+    def __init__(
+        self,
+        store: SubscriptionStore,
+        ingest: IngestClient,
+        partitions: Mapping[str, TopicName],
+        readers: SubscriptionReaders,
+        sessions: ConsumerSessions,
+        *,
+        machine: Callable[[], SubscriptionMachine],
+        dead_letter_target: Callable[[TopicName], TopicName],
+        fail: Callable[[str], None],
+    ) -> None:
+        self.store = store
+        self.ingest = ingest
+        self._partitions = partitions
+        self._readers = readers
+        self._sessions = sessions
+        self._machine = machine
+        self._dead_letter_target = dead_letter_target
+        self.fail = fail
+        self.io_lock = asyncio.Lock()
+        # Acks are answered once the cursor write holding them is stored (group commit).
+        self.durability = AckDurability(self.run)
+        self.dropped = 0  # poison messages dropped / dead-lettered while served here
+        self.dead_lettered = 0
 
-    # The runtime's own (danube.dispatcher.runtime.SubscriptionRuntime).
-    def fail(self, reason: str) -> None:
-        raise NotImplementedError
-
-    def _machine(self) -> SubscriptionMachine:
-        raise NotImplementedError
-
-    async def run_actions(self, actions: list[Action]) -> None:
+    async def run(self, actions: list[Action]) -> None:
         """Carry out the machine's actions (all but Deliver, which only a poll takes)."""
         flushes: dict[TopicName, FlushCursor] = {}
         dead: list[DeadLetter] = []
         for action in actions:
             if isinstance(action, PauseReading | ResumeReading):
-                reader = self._readers.get(action.partition)
-                if reader is not None:
-                    reader.set_paused(isinstance(action, PauseReading))
+                self._readers.set_paused(action.partition, isinstance(action, PauseReading))
             elif isinstance(action, ReadFrom):
-                reader = self._readers.get(action.partition)
-                if reader is not None:
-                    reader.wake()  # it reads from the cursor's (new) read position
+                self._readers.wake(action.partition)  # from the cursor's (new) read position
             elif isinstance(action, DeadLetter):
                 dead.append(action)
             elif isinstance(action, FlushCursor):
@@ -82,7 +90,7 @@ class ActionRunner:
             flushes = {}
         if not dead and not flushes:
             return
-        async with self._io_lock:
+        async with self.io_lock:
             for letter in dead:
                 await self._dead_letter(letter)
             if flushes:
@@ -92,8 +100,7 @@ class ActionRunner:
         """The machine detached a consumer that never acks: its session ends here too (its
         next request is answered ``consumer_detached``)."""
         metrics.SLOW_DETACHED.inc()
-        if self._last_seen.pop(action.consumer_id, None) is not None:
-            metrics.CONSUMERS.dec()
+        self._sessions.end(action.consumer_id)
         log.warning(
             "consumer %s (%s) of %s/%s %s",
             action.consumer_id,
@@ -110,8 +117,7 @@ class ActionRunner:
             deadletter.drop(partition, message.offset, message.redelivery_count)
             self.dropped += 1
             return
-        # The runtime that mixes this in is the served subscription the policy admin reads.
-        topic = policy_admin.dead_letter_target(cast(policy_admin.Served, self), partition)
+        topic = self._dead_letter_target(partition)
         try:
             await deadletter.send_dead_letter(
                 self.store,
@@ -149,6 +155,15 @@ class ActionRunner:
             self._keep_dirty(flushes)
             return
         metrics.CURSOR_WRITES.inc()
-        self._durability.stored(
-            (partition.topic, flush.seq) for partition, flush in flushes.items()
-        )
+        self.durability.stored((partition.topic, flush.seq) for partition, flush in flushes.items())
+
+    async def write_last(self, machine: SubscriptionMachine) -> None:
+        """Write every cursor a last time (a clean stop), after any write under way."""
+        async with self.io_lock:
+            states = {self._partitions[n]: s for n, s in machine.cursor_states().items()}
+            try:
+                await self.store.write_cursors(states)
+            except Exception as exc:
+                log.warning(
+                    "final cursor write of %s/%s failed: %s", self.store.topic, self.store.sub, exc
+                )

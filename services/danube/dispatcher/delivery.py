@@ -23,7 +23,8 @@ slowed, then detached (danube.dispatcher.slow).
 
 docs/dispatcher.md gives the invariants and the order guarantees; :meth:`validate` checks
 those of the data structures (danube.dispatcher.inspection, with the other read-only views;
-the fair-redelivery glue is danube.dispatcher.fair).
+the fair-redelivery glue is danube.dispatcher.fair; which messages a poll takes, and in what
+order, danube.dispatcher.taking).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from danube.dispatcher.fair import FairRedelivery
 from danube.dispatcher.inspection import MachineInspection
 from danube.dispatcher.poison import BlockBook, PoisonHandling
 from danube.dispatcher.redelivery import DeliverySettings
+from danube.dispatcher.taking import PollTaking
 from danube.errors import ErrorKind
 from danube.wire.dispatcher.errors import (
     ConsumerDetachedError,
@@ -74,15 +76,11 @@ from danube.wire.dispatcher.errors import (
 
 log = logging.getLogger(__name__)
 
-# A poll passes over at most this many of its consumer's own refused redeliveries (left for
-# the others) before it stops looking at redeliveries: a poll's work stays bounded.
-REFUSED_SKIPPED_MAX = 256
-
 DeliveryType = Literal["exclusive", "shared", "failover", "key_shared"]
 
 
 class SubscriptionMachine(
-    PoisonHandling, DelayHandling, MachineInspection, FairRedelivery, ExpiryHandling
+    PoisonHandling, DelayHandling, MachineInspection, FairRedelivery, ExpiryHandling, PollTaking
 ):
     """Delivery of one subscription: who gets which message, when it comes back, when the
     cursor moves. Deterministic for a given event sequence and ``rng``. Key-shared is the
@@ -263,59 +261,6 @@ class SubscriptionMachine(
             counts = [entry.redelivery_count for entry in batch]
             actions.append(Deliver(consumer.consumer_id, partitions, offsets, payloads, counts))
 
-    def _take(self, consumer: ConsumerWindow, wanted: int, stamp: int) -> list[Entry]:
-        """Up to ``wanted`` messages for ``consumer``, each sent (in flight) with ``stamp``."""
-        batch: list[Entry] = []
-        # Due redeliveries past a blocked partition's poison message wait (poison.py).
-        held_back: list[tuple[list[tuple[int, str, int]], tuple[int, str, int]]] = []
-        # Its own due redeliveries first (they are already counted in its window), unless
-        # another consumer can take them: they timed out here (slow.py).
-        elsewhere = self._elsewhere(consumer)
-        while wanted > 0 and consumer.ready and not elsewhere():
-            item = heapq.heappop(consumer.ready)
-            entry = self._due(item)
-            if entry is not None and self._expire(entry):
-                continue
-            if entry is not None and not self._blocked.passable(entry.partition, entry.offset):
-                held_back.append((consumer.ready, item))
-            elif entry is not None and entry.consumer_id == consumer.consumer_id:
-                batch.append(self._send(entry, consumer, stamp))
-                wanted -= 1
-        # Then, as its window allows, other due redeliveries (the oldest messages of the
-        # subscription), then fresh messages.
-        room = min(wanted, slow.window(self.settings, consumer) - len(consumer.held))
-        refused = 0  # its own refusals passed over, left for the others (bounded per poll)
-        while room > 0 and self._ready and refused < REFUSED_SKIPPED_MAX:
-            item = heapq.heappop(self._ready)
-            entry = self._due(item)
-            if entry is None or self._expire(entry):
-                continue
-            if not self._blocked.passable(entry.partition, entry.offset):
-                held_back.append((self._ready, item))
-            elif entry.refused_by == consumer.consumer_id and elsewhere():
-                held_back.append((self._ready, item))
-                refused += 1
-            else:
-                batch.append(self._send(entry, consumer, stamp))
-                room -= 1
-        for heap, item in held_back:
-            heapq.heappush(heap, item)
-        idle, count = 0, len(self._order)
-        while room > 0 and idle < count:
-            name = self._order[self._next_partition]
-            self._next_partition = (self._next_partition + 1) % count
-            fresh = self._partitions[name].fresh
-            if not fresh or self._blocked.boundary(name) is not None:
-                idle += 1
-                continue
-            idle = 0
-            entry = fresh.popleft()
-            if self._expire(entry):
-                continue
-            batch.append(self._send(entry, consumer, stamp))
-            room -= 1
-        return batch
-
     def _ack(self, event: Ack, actions: list[Action]) -> None:
         consumer = self._consumer(event.consumer_id)
         ignored: dict[Ref, None] = {}
@@ -473,14 +418,6 @@ class SubscriptionMachine(
         holder = None if entry.consumer_id is None else self._consumers.get(entry.consumer_id)
         if holder is not None:
             heapq.heappush(holder.ready, item)
-
-    def _due(self, item: tuple[int, str, int]) -> Entry | None:
-        """The entry a ready-heap item stands for, None when the item is stale."""
-        offset, name, stamp = item
-        entry = self._entries.get((name, offset))
-        if entry is None or entry.stamp != stamp or entry.state != "ready":
-            return None
-        return entry
 
     def _flush(
         self, name: str, partition: PartitionQueue, now_s: float, actions: list[Action]

@@ -13,11 +13,11 @@ import asyncio
 import logging
 import random
 import time
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping
 
 from danube.dispatcher import metrics
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.events import Action, Event, Seek
+from danube.dispatcher.events import Seek
 from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.store import SubscriptionStore
 from danube.meta import MetaError, TopicName
@@ -54,69 +54,71 @@ def check_consumers(policies: Policies, attached: int, where: str) -> None:
         )
 
 
-class Evictable(Protocol):
-    """What of a served subscription (danube.dispatcher.runtime) eviction uses."""
+class BacklogEviction:
+    """Eviction (``evict_oldest``) for one served subscription, whose runtime owns it and runs
+    :meth:`run` as one of its tasks. Built with what it needs: the topic's policies, the end
+    of a partition's WAL, the partitions read (the runtime's own map: it grows with the
+    topic), the machine, and how a move reaches it."""
 
-    store: SubscriptionStore
-    ingest: IngestClient
+    def __init__(
+        self,
+        where: str,
+        partitions: Mapping[str, TopicName],
+        *,
+        read_policies: Callable[[], Awaitable[Policies]],
+        ingest: IngestClient,
+        machine: Callable[[], SubscriptionMachine],
+        move: Callable[[Seek], Awaitable[object]],
+    ) -> None:
+        self._where = where  # topic/sub, for the logs
+        self._partitions = partitions
+        self._read_policies = read_policies
+        self._ingest = ingest
+        self._machine = machine
+        self._move = move
 
-    @property
-    def partitions(self) -> dict[str, TopicName]:
-        """Its partitions by short name."""
-        ...
-
-    def subscription(self) -> SubscriptionMachine:
-        """Its state machine."""
-        ...
-
-    async def handle(self, event: Event) -> list[Action]:
-        """Feed ``event`` to the machine and carry out what it decides."""
-        ...
-
-
-async def evict_loop(served: Evictable) -> None:
-    """Every ``EVICT_CHECK_S``, move each partition's cursor forward to keep at most the
-    quota unacknowledged, while the topic's backlog quota policy is ``evict_oldest`` (read
-    every ``EVICT_POLICY_CHECK_S`` while it is not)."""
-    wait_s = EVICT_CHECK_S
-    while True:
-        await asyncio.sleep(wait_s * random.uniform(0.9, 1.1))
-        try:
-            policies = await policies_of(served.store)
-        except MetaError as exc:
-            log.debug("backlog quota: cannot read policies: %s", exc)
-            continue
-        served.subscription().expiry_of = expiry_for(policies.message_ttl_s)  # a change holds
-        quota = policies.backlog_quota_messages
-        if quota is None or policies.backlog_quota_policy != "evict_oldest":
-            wait_s = EVICT_POLICY_CHECK_S
-            continue
+    async def run(self) -> None:
+        """Every ``EVICT_CHECK_S``, move each partition's cursor forward to keep at most the
+        quota unacknowledged, while the topic's backlog quota policy is ``evict_oldest``
+        (read every ``EVICT_POLICY_CHECK_S`` while it is not)."""
         wait_s = EVICT_CHECK_S
-        for name, partition in served.partitions.items():
-            await _evict(served, name, partition, quota)
+        while True:
+            await asyncio.sleep(wait_s * random.uniform(0.9, 1.1))
+            try:
+                policies = await self._read_policies()
+            except MetaError as exc:
+                log.debug("backlog quota: cannot read policies: %s", exc)
+                continue
+            self._machine().expiry_of = expiry_for(policies.message_ttl_s)  # a change holds
+            quota = policies.backlog_quota_messages
+            if quota is None or policies.backlog_quota_policy != "evict_oldest":
+                wait_s = EVICT_POLICY_CHECK_S
+                continue
+            wait_s = EVICT_CHECK_S
+            for name, partition in self._partitions.items():
+                await self._evict(name, partition, quota)
 
-
-async def _evict(served: Evictable, name: str, partition: TopicName, quota: int) -> None:
-    try:
-        end = (await served.ingest.wal_offsets(partition, timeout_s=_WAL_TIMEOUT_S)).durable_next
-    except Exception as exc:  # no leader right now: looked at again next time
-        log.debug("backlog quota: no end of %s: %s", partition, exc)
-        return
-    cursor = served.subscription().cursor(name)
-    behind = backlog(cursor.next_offset, cursor.acked_beyond, end) or 0
-    if behind <= quota:
-        return
-    before = cursor.next_offset
-    target = end - quota
-    await served.handle(Seek({name: target}, time.monotonic()))
-    metrics.BACKLOG_EVICTED.inc(target - before)
-    log.warning(
-        "%s/%s: backlog of %d over the quota of %d in %s: evicted offsets %d..%d",
-        served.store.topic,
-        served.store.sub,
-        behind,
-        quota,
-        partition,
-        before,
-        target - 1,
-    )
+    async def _evict(self, name: str, partition: TopicName, quota: int) -> None:
+        try:
+            wal = await self._ingest.wal_offsets(partition, timeout_s=_WAL_TIMEOUT_S)
+        except Exception as exc:  # no leader right now: looked at again next time
+            log.debug("backlog quota: no end of %s: %s", partition, exc)
+            return
+        end = wal.durable_next
+        cursor = self._machine().cursor(name)
+        behind = backlog(cursor.next_offset, cursor.acked_beyond, end) or 0
+        if behind <= quota:
+            return
+        before = cursor.next_offset
+        target = end - quota
+        await self._move(Seek({name: target}, time.monotonic()))
+        metrics.BACKLOG_EVICTED.inc(target - before)
+        log.warning(
+            "%s: backlog of %d over the quota of %d in %s: evicted offsets %d..%d",
+            self._where,
+            behind,
+            quota,
+            partition,
+            before,
+            target - 1,
+        )

@@ -23,7 +23,7 @@ only a cloud reader can search.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from danube.bus import BusError, NoRespondersError
@@ -92,6 +92,11 @@ async def resolve_start(
         return offsets.durable_next
     except NoRespondersError:
         return 0
+
+
+Resolve = Callable[[Sequence[TopicName], protocol.StartPosition], Awaitable[list[int]]]
+""":func:`resolve_all` with its clients bound: what a served subscription's helpers are
+handed to resolve positions."""
 
 
 async def resolve_all(

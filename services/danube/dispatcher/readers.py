@@ -21,14 +21,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
 
 from danube.bus import Bus, BusError, Message, NoRespondersError, RemoteError, Subscription
 from danube.dispatcher import metrics, tiers
 from danube.dispatcher.damage import DamageBook
-from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.events import Action, MessagesAvailable
-from danube.dispatcher.store import SubscriptionStore
+from danube.dispatcher.events import MessagesAvailable
 from danube.frame import RawFrame
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
@@ -55,33 +54,45 @@ _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
 
 
-class ReaderHost(Protocol):
-    """What a reader needs of the subscription it feeds (danube.dispatcher.runtime's
-    SubscriptionRuntime is one): named here so that readers never import the runtime."""
+@dataclass(frozen=True)
+class ReadLinks:
+    """What every reader of one subscription shares (built once by its runtime): where it
+    reads, and where it reports a range no copy holds intact."""
 
-    @property
-    def bus(self) -> Bus: ...
-    @property
-    def ingest(self) -> IngestClient: ...
-    @property
-    def store(self) -> SubscriptionStore: ...
-    @property
-    def machine(self) -> SubscriptionMachine | None: ...
-    @property
-    def damage(self) -> DamageBook: ...
-    def feed(self, event: MessagesAvailable) -> list[Action]: ...
-    async def run_actions(self, actions: list[Action]) -> None: ...
-    def notify(self) -> None: ...
+    bus: Bus
+    ingest: IngestClient
+    damage: DamageBook
+    notify: Callable[[], None]
+    """Wakes the subscription's waiting polls (they answer a damage error at once)."""
+    where: str
+    """``topic/sub``, for the logs."""
+
+
+Position = Callable[[], int | None]
+"""Where a reader reads next (None: nothing to read now)."""
+Deliver = Callable[[MessagesAvailable], Awaitable[None]]
+"""Hands one read over (to the machine, and carries out what it decides)."""
 
 
 class PartitionReader:
-    """Feeds one partition of a subscription to its machine until cancelled."""
+    """Feeds one partition of a subscription to its machine until cancelled: reads from
+    ``position()`` and hands each read to ``deliver``."""
 
-    def __init__(self, runtime: ReaderHost, partition: TopicName, name: str) -> None:
-        self.runtime = runtime
+    def __init__(
+        self,
+        links: ReadLinks,
+        partition: TopicName,
+        name: str,
+        *,
+        position: Position,
+        deliver: Deliver,
+    ) -> None:
+        self.links = links
         self.partition = partition
         self.name = name
-        self.cloud = CloudClient(runtime.bus)
+        self.cloud = CloudClient(links.bus)
+        self._position = position
+        self._deliver = deliver
         self._wake = asyncio.Event()
         self._resumed = asyncio.Event()
         self._resumed.set()
@@ -129,7 +140,7 @@ class PartitionReader:
 
     async def run(self) -> None:
         """Fetch whenever woken (live traffic), else after an idle wait; never returns."""
-        bus = self.runtime.bus
+        bus = self.links.bus
         live: Subscription | None = None
         try:
             # A bounded pending queue: a wake-up lost to a full queue is caught by the idle poll.
@@ -176,9 +187,7 @@ class PartitionReader:
         """One read from the read position, from the WAL or, when the WAL cannot serve it
         (below its start, damaged), from the cloud tier (danube.dispatcher.tiers); whether
         more may be waiting right away."""
-        machine = self.runtime.machine
-        assert machine is not None
-        position = self._position(machine)
+        position = self._position()
         if position is None:
             return False
         reply = self._carried_at(position)
@@ -215,15 +224,8 @@ class PartitionReader:
         if more and step.tier == "wal":
             self._fetch_ahead(step.next_offset)
         event = MessagesAvailable(self.name, step.messages, position, step.next_offset)
-        await self._feed(event)
+        await self._deliver(event)
         return more
-
-    def _position(self, machine: SubscriptionMachine) -> int | None:
-        """Where this reader reads next."""
-        return machine.cursor(self.name).read_position
-
-    async def _feed(self, event: MessagesAvailable) -> None:
-        await self.runtime.run_actions(self.runtime.feed(event))
 
     async def _fetched_at(self, position: int) -> FetchReply[RawFrame]:
         """The WAL's answer to a fetch from ``position``: the one sent ahead from there, or
@@ -236,7 +238,7 @@ class PartitionReader:
         return await self._fetch(position)
 
     async def _fetch(self, position: int) -> FetchReply[RawFrame]:
-        return await self._timed("wal", self.runtime.ingest.fetch_frames, position)
+        return await self._timed("wal", self.links.ingest.fetch_frames, position)
 
     async def _timed(self, tier: str, fetch: Callable[..., Awaitable[_R]], position: int) -> _R:
         """``fetch`` (a tier's client) from ``position`` with the reader's limits, timed."""
@@ -286,18 +288,16 @@ class PartitionReader:
     def _blocked(self, damage: tiers.Damage) -> None:
         """No intact copy at the read position: stop here, say so once (the loop asks both
         tiers again at every idle poll: a repaired range reads on by itself)."""
-        book = self.runtime.damage
+        book = self.links.damage
         before = len(book)
         if book.report(damage):
             metrics.DAMAGED_RANGES.inc()
-            log.error(
-                "%s/%s: %s", self.runtime.store.topic, self.runtime.store.sub, damage.describe()
-            )
-            self.runtime.notify()  # waiting polls answer the error now
+            log.error("%s: %s", self.links.where, damage.describe())
+            self.links.notify()  # waiting polls answer the error now
         metrics.DAMAGED_PARTITIONS.inc(len(book) - before)
 
     def _unblocked(self) -> None:
-        cleared = self.runtime.damage.clear(str(self.partition))
+        cleared = self.links.damage.clear(str(self.partition))
         if cleared is not None:
             metrics.DAMAGED_PARTITIONS.dec()
             log.warning("%s: reads on past %s", self.partition, cleared.describe())
@@ -313,24 +313,15 @@ class DelayRescanReader(PartitionReader):
     """Reads a partition again for its delayed messages not acked (from the stored
     ``delay_from`` up to the stored next offset: danube.dispatcher.delayed) after a resume,
     beside the usual reader, so the partition's other messages are not held back while it
-    does; it ends when the rescan does."""
-
-    def _position(self, machine: SubscriptionMachine) -> int | None:
-        return machine.rescan_position(self.name)
-
-    async def _feed(self, event: MessagesAvailable) -> None:
-        machine = self.runtime.machine
-        assert machine is not None
-        machine.reread(event)
-        self.runtime.notify()
+    does; it ends when the rescan does (``position()`` is None: the runtime hands in the
+    machine's ``rescan_position``, and a ``deliver`` that rereads)."""
 
     async def run(self) -> None:
         """Read until the rescan ends (or the task is cancelled)."""
         failures = 0
         try:
             while True:
-                machine = self.runtime.machine
-                if machine is None or machine.rescan_position(self.name) is None:
+                if self._position() is None:
                     return
                 try:
                     more = await self._read_once()

@@ -3,7 +3,7 @@ its timer, etcd (cursors) and ingest (dead letters).
 
 Every call into the machine is synchronous (it does no I/O), so the event loop serialises
 them; the actions it returns are carried out here (danube.dispatcher.actions). Those with I/O (a
-dead letter, a cursor write) run one batch at a time under ``_io_lock``, in the order the
+dead letter, a cursor write) run one batch at a time under its ``io_lock``, in the order the
 machine gave them, so a dead letter is always produced before the cursor write that moves
 past it.
 """
@@ -11,39 +11,24 @@ past it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
-import os
-import random
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 from danube.bus import Bus
 from danube.config import DispatcherConfig
-from danube.dispatcher import (
-    cursors_admin,
-    metrics,
-    policies,
-    policy_admin,
-    tiers,
-)
+from danube.dispatcher import metrics, policies, policy_admin, starting, ticking, tiers
 from danube.dispatcher.actions import ActionRunner
-from danube.dispatcher.cursor import CursorState, FlushPolicy, PartitionCursor
+from danube.dispatcher.changes import Changes
+from danube.dispatcher.counting import SubscriptionCounts
+from danube.dispatcher.cursor import FlushPolicy
+from danube.dispatcher.cursors_admin import CursorMoves
 from danube.dispatcher.damage import DamageBook
-from danube.dispatcher.delay_snapshots import (
-    DelaySnapshots,
-    load_loop,
-    seal_loop,
-    snapshot_prefix,
-)
-from danube.dispatcher.delayed import DelayedMessages, FileSpill
-from danube.dispatcher.delaying import resume_plan
+from danube.dispatcher.delay_serving import DelayServing
 from danube.dispatcher.delivery import SubscriptionMachine
-from danube.dispatcher.durability import AckDurability
 from danube.dispatcher.events import (
     Ack,
     Action,
@@ -51,7 +36,6 @@ from danube.dispatcher.events import (
     ConsumerDetached,
     Deliver,
     Event,
-    MessagesAvailable,
     Nack,
     NotInFlight,
     Poll,
@@ -60,17 +44,16 @@ from danube.dispatcher.events import (
 from danube.dispatcher.expiring import expiry_for
 from danube.dispatcher.keyed import new_machine
 from danube.dispatcher.positions import resolve_all
-from danube.dispatcher.readers import DelayRescanReader, PartitionReader
+from danube.dispatcher.readers import ReadLinks
+from danube.dispatcher.reading import SubscriptionReaders
 from danube.dispatcher.redelivery import DeliverySettings
-from danube.dispatcher.snapshot import SnapshotHead
+from danube.dispatcher.sessions import ConsumerSessions
 from danube.dispatcher.stats import subscription_stats
 from danube.dispatcher.store import NotOwnerError, SubscriptionStore
 from danube.errors import ConflictError, NotFoundError
-from danube.frame import FRAME_HEADER_BYTES
 from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
-from danube.runtime.topic_metrics import subscription_labels
 from danube.storage import ObjectStore
 from danube.wire import codes
 from danube.wire.cloud.client import CloudClient
@@ -80,14 +63,8 @@ from danube.wire.ingest.client import IngestClient
 
 log = logging.getLogger(__name__)
 
-TICK_INTERVAL_S = 0.05
-# A quiet subscription (nothing held, no cursor to write: SubscriptionMachine.quiet) ticks
-# this often instead, or at its next event: idle subscriptions cost next to nothing.
-QUIET_TICK_S = 1.0
-SEAL_LAST_TIMEOUT_S = 5.0  # a stop waits this long at most for its last delay snapshots
 
-
-class SubscriptionRuntime(ActionRunner):
+class SubscriptionRuntime:
     """Serves one subscription while this dispatcher owns it. ``on_failed`` is called (once)
     when it can no longer be served safely (fenced, or a dead letter could not be written)."""
 
@@ -105,41 +82,78 @@ class SubscriptionRuntime(ActionRunner):
         self.store = store
         self.bus = bus
         self.config = config
-        # Where delay snapshots go (danube.dispatcher.sealed); None: a takeover reads the log.
-        self.objects = objects if config.delayed_seal_interval_s > 0 else None
-        self._snapshots: DelaySnapshots | None = None
-        self._rescanning: set[str] = set()  # partitions with a rescan reader running
         self.ingest = IngestClient(bus)
         self.cloud = CloudClient(bus)
         self.machine: SubscriptionMachine | None = None
-        self.stored_config: SubscriptionConfig | None = None  # as last read or written
-        self.dropped = 0  # poison messages dropped / dead-lettered while served here
-        self.dead_lettered = 0
         self.damage = DamageBook()  # partitions stopped at offsets no copy holds intact
         self._on_failed = on_failed
         self._partitions: dict[str, TopicName] = {}
-        self._readers: dict[str, PartitionReader] = {}
+        self._changes = Changes()  # waiting polls wake at every change
+        self._sessions = ConsumerSessions()
+        self._where = where = f"{store.topic}/{store.sub}"  # for logs and errors
+        self._readers = SubscriptionReaders(
+            ReadLinks(bus, self.ingest, self.damage, self._changes.notify, where),
+            machine=self._machine,
+            run_actions=self.run_actions,
+            spawn=self._spawn,
+        )
+        self._resolve = functools.partial(resolve_all, self.ingest, self.cloud)
+        self._failure = policy_admin.FailurePolicyAdmin(
+            config, store.topic, where, write=store.write_config
+        )
+        self._actions = ActionRunner(
+            store,
+            self.ingest,
+            self._partitions,
+            self._readers,
+            self._sessions,
+            machine=self._machine,
+            dead_letter_target=self._failure.dead_letter_target,
+            fail=self.fail,
+        )
+        self._add_helpers(objects)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._io_lock = asyncio.Lock()
         self._activate_lock = asyncio.Lock()
-        # Replaced at every change: a waiting poll holds the old one, which is then set.
-        self._changed = asyncio.Event()
-        # Acks are answered once the cursor write holding them is stored (group commit).
-        self._durability = AckDurability(self.run_actions)
         self.failed = False
         self.deleted = False  # set (for good) when a delete begins
         self.closing = False  # set on stop: waiting polls answer at once
-        # Consumers by the monotonic time they were last heard from (session expiry).
-        self._last_seen: dict[str, float] = {}
-        # The largest record read so far: a poll takes no more messages than fit one reply.
-        self._record_bytes_max = 0
-        self._expired_counted = 0  # of machine.expired, what the metric has
-        self._spilled_counted = 0  # of the delayed messages' spilled_bytes, likewise
-        self._reread_counted = 0  # of its reread_frames and loaded_records, likewise
-        self._loaded_counted = 0
+        self._counts = SubscriptionCounts(store.topic, store.sub)
         self._policy = FlushPolicy(
             flush_acks=config.cursor_flush_acks,
             flush_interval_s=config.cursor_flush_interval_s,
+        )
+
+    def _add_helpers(self, objects: ObjectStore | None) -> None:
+        """The operators' work (seek, skip), the topic policies' (eviction) and the delayed
+        messages', each built with what it needs of this subscription."""
+        self._moves = CursorMoves(
+            self.store.topic,
+            self.store.sub,
+            self._partitions,
+            self.damage,
+            resolve=self._resolve,
+            move=self.handle,
+            check_serving=self.check_serving,
+        )
+        self._eviction = policies.BacklogEviction(
+            self._where,
+            self._partitions,
+            read_policies=functools.partial(policies.policies_of, self.store),
+            ingest=self.ingest,
+            machine=self.subscription,
+            move=self.handle,
+        )
+        self._delays = DelayServing(
+            self.config,
+            # Where delay snapshots go (danube.dispatcher.sealed); None: a takeover reads the log.
+            objects if self.config.delayed_seal_interval_s > 0 else None,
+            self.store.topic,
+            self.store.sub,
+            self._partitions,
+            machine=lambda: self.machine,
+            claim_revision=lambda: None if self.store.claim is None else self.store.claim.revision,
+            links=self._readers.links,
+            spawn=self._spawn,
         )
 
     # --- life cycle ------------------------------------------------------------------------
@@ -159,54 +173,34 @@ class SubscriptionRuntime(ActionRunner):
     ) -> None:
         """Serve ``config``: partitions without a stored cursor start at ``resolved`` (the
         first attach resolves its start before creating the config), else at ``start``."""
-        partitions = await self.store.partitions()
-        stored = await self.store.load_cursors(partitions)
-        missing = [p for p in partitions if p not in stored and p not in (resolved or {})]
-        starts = dict(resolved or {})
-        if stored:  # resumed: a partition without a cursor came with a growth (read it all)
-            starts.update(dict.fromkeys(missing, 0))
-        else:
-            found = await resolve_all(self.ingest, self.cloud, missing, start)
-            starts.update(zip(missing, found, strict=True))
-        cursors: dict[str, PartitionCursor] = {}
-        fresh: dict[TopicName, CursorState] = {}
-        for partition in partitions:
-            state = stored.get(partition)
-            if state is None:
-                state = fresh[partition] = CursorState(next_offset=starts[partition])
-            cursors[partition.topic] = PartitionCursor.from_state(state, policy=self._policy)
-            self._partitions[partition.topic] = partition
-        if fresh:
-            # A new subscription's position is stored before any consumer sees a message,
-            # so "latest" means the latest at attach, not at the next restart.
+        begun = await starting.load_start(self.store, self._resolve, start, resolved, self._policy)
+        self._partitions.update((p.topic, p) for p in begun.partitions)
+        if begun.fresh:  # stored before any consumer sees a message (starting.Start)
             try:
-                await self.store.write_cursors(fresh)
+                await self.store.write_cursors(begun.fresh)
             except NotOwnerError as exc:
                 # Fenced (the subscription was deleted, or claimed elsewhere): stop serving,
                 # so the caller's retry claims afresh rather than meet this one again.
                 self.fail(str(exc))
                 raise
-        self.stored_config = config
+        self._failure.stored = config
         self.machine = new_machine(
-            config.type, cursors, DeliverySettings.from_config(self.config, config.failure_policy)
+            config.type,
+            begun.cursors,
+            DeliverySettings.from_config(self.config, config.failure_policy),
         )
         self.machine.detach_payload = tiers.detached
         if self.machine.delayed is not None:  # shared, key-shared: bounded, spilled to files
-            self.machine.delayed = DelayedMessages(
-                FileSpill(self._spill_dir()), memory_bytes_max=self.config.delayed_memory_bytes_max
-            )
-            heads = await self._snapshot_heads(stored)
-            self.machine.resume_delayed({p.topic: state for p, state in stored.items()}, heads)
-            self._start_sealing(self._partitions)
+            self.machine.delayed = self._delays.new_messages()
+            await self._delays.resume(begun.stored, self._partitions)
         self.machine.expiry_of = expiry_for((await policies.policies_of(self.store)).message_ttl_s)
         for name, partition in self._partitions.items():
-            reader = PartitionReader(self, partition, name)
-            self._readers[name] = reader
-            self._spawn(reader.run(), f"reader-{partition}")
-        self._rescan(self._partitions)
-        self._spawn_snapshot_loops()
-        self._spawn(self._tick_loop(), f"tick-{self.store.topic}-{self.store.sub}")
-        self._spawn(policies.evict_loop(self), f"quota-{self.store.topic}-{self.store.sub}")
+            self._readers.start(partition, name)
+        self._delays.rescan(self._partitions)
+        self._delays.spawn_loops()
+        ticks = ticking.tick_loop(self._machine, self._changes.wait, self._tick)
+        self._spawn(ticks, f"tick-{self.store.topic}-{self.store.sub}")
+        self._spawn(self._eviction.run(), f"quota-{self.store.topic}-{self.store.sub}")
         log.info("serving subscription %s/%s (%s)", self.store.topic, self.store.sub, config.type)
 
     def grow(self, count: int) -> None:
@@ -220,123 +214,14 @@ class SubscriptionRuntime(ActionRunner):
             new = [p for p in self.store.topic.partitions(count) if p.topic not in self._partitions]
             if self.machine is None or self.failed or not new:
                 return
-            # Not written now: a resumed subscription reads a partition it has no cursor of
-            # from 0 as well (_activate); the first ack writes it.
-            stored = await self.store.load_cursors(new)  # a former owner's, if it grew there
-            states = {p: stored.get(p, CursorState(next_offset=0)) for p in new}
-            self.machine.add_partitions(
-                {p.topic: PartitionCursor.from_state(states[p], policy=self._policy) for p in new}
-            )
-            heads = await self._snapshot_heads(stored)
-            self.machine.resume_delayed({p.topic: state for p, state in stored.items()}, heads)
-            self._start_sealing({p.topic: p for p in new})
+            grown = await starting.load_grown(self.store, new, self._policy)  # not written now
+            self.machine.add_partitions(grown.cursors)
+            await self._delays.resume(grown.stored, {p.topic: p for p in new})
             for partition in new:
                 self._partitions[partition.topic] = partition
-                reader = self._readers[partition.topic] = PartitionReader(
-                    self, partition, partition.topic
-                )
-                self._spawn(reader.run(), f"reader-{partition}")
-            self._rescan({p.topic: p for p in new})
+                self._readers.start(partition, partition.topic)
+            self._delays.rescan({p.topic: p for p in new})
         log.info("%s/%s reads %d partitions now", self.store.topic, self.store.sub, count)
-
-    def _rescan(self, partitions: dict[str, TopicName]) -> None:
-        """A reader of its own for each of ``partitions`` whose delayed messages are to be
-        read again (danube.dispatcher.delayed): it ends when that is done."""
-        machine = self._machine()
-        for name, partition in partitions.items():
-            if name not in self._rescanning and machine.rescan_position(name) is not None:
-                self._rescanning.add(name)
-                self._spawn(self._read_again(partition, name), f"rescan-{partition}")
-
-    async def _read_again(self, partition: TopicName, name: str) -> None:
-        try:
-            await DelayRescanReader(self, partition, name).run()
-        finally:
-            self._rescanning.discard(name)
-
-    async def _snapshot_heads(
-        self, stored: dict[TopicName, CursorState]
-    ) -> dict[str, SnapshotHead]:
-        """The heads of the delay snapshots ``stored`` names (none without object storage:
-        their ranges are read from the log), sealing on from now when there is storage."""
-        delayed, claim = self._machine().delayed, self.store.claim
-        if self.objects is None or delayed is None or claim is None:
-            return {}
-        if self._snapshots is None:
-            prefix = snapshot_prefix(self.store.topic, self.store.sub)
-            self._snapshots = DelaySnapshots(self.objects, prefix, claim.revision)
-        delayed.sealing = True
-        refs = []
-        for partition, state in stored.items():
-            plan = resume_plan(state)
-            refs.extend(plan.load)
-            if plan.load or plan.reread:
-                log.info(
-                    "%s/%s resumes the delayed messages of %s: %d snapshots to load up to %s, "
-                    "read again from the log: %s",
-                    self.store.topic,
-                    self.store.sub,
-                    partition,
-                    len(plan.load),
-                    plan.load[-1].to_offset if plan.load else None,
-                    plan.reread,
-                )
-        return await self._snapshots.heads(refs) if refs else {}
-
-    def _start_sealing(self, partitions: dict[str, TopicName]) -> None:
-        delayed = self._machine().delayed
-        if delayed is not None:
-            for name in partitions:
-                delayed.start_sealing(name, self._machine().cursor(name).read_position)
-
-    def _spawn_snapshot_loops(self) -> None:
-        """Seal and load delay snapshots while serving (danube.dispatcher.delay_snapshots)."""
-        machine, snapshots = self._machine(), self._snapshots
-        delayed = machine.delayed
-        if snapshots is None or delayed is None:
-            return
-        where = f"{self.store.topic}-{self.store.sub}"
-
-        def positions() -> dict[str, int]:
-            return {name: machine.cursor(name).read_position for name in self._partitions}
-
-        def touch(name: str) -> None:
-            machine.cursor(name).touch()
-
-        interval_s = self.config.delayed_seal_interval_s
-        self._spawn(seal_loop(snapshots, delayed, positions, touch, interval_s), f"seal-{where}")
-        self._spawn(load_loop(snapshots, delayed, self._loaded), f"load-{where}")
-
-    async def _seal_last(self) -> None:
-        """Seal what was read since the last seal (a clean stop): the final cursor write
-        names it, and the next owner reads nothing from the log again."""
-        machine, snapshots = self.machine, self._snapshots
-        if machine is None or machine.delayed is None or snapshots is None:
-            return
-        positions = {name: machine.cursor(name).read_position for name in self._partitions}
-        try:
-            async with asyncio.timeout(SEAL_LAST_TIMEOUT_S):
-                await snapshots.seal_once(machine.delayed, positions)
-        except Exception as exc:  # the next owner reads the range from the log
-            log.warning("last seal of %s/%s failed: %s", self.store.topic, self.store.sub, exc)
-
-    def _loaded(self) -> None:
-        """Snapshot parts were loaded: a rescan of a failed one may be wanted, and waiting
-        polls may find their bucket's messages due now."""
-        self._rescan(self._partitions)
-        self.notify()
-
-    def _spill_dir(self) -> Path:
-        """Where this subscription's delayed messages go past the memory bound: a directory
-        of its own (made on the first spill, removed when it stops serving)."""
-        root = Path(self.config.delayed_spill_dir or tempfile.gettempdir())
-        return root / f"danube-delayed-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-
-    def _drop_delayed(self) -> None:
-        """Forget the delayed messages held here (their spill files included): the next
-        owner reads them again from the log."""
-        if self.machine is not None and self.machine.delayed is not None:
-            self.machine.delayed.clear()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -359,7 +244,7 @@ class SubscriptionRuntime(ActionRunner):
             log.error("subscription %s/%s fails: %s", self.store.topic, self.store.sub, reason)
         for task in list(self._tasks):
             task.cancel()
-        self._drop_delayed()
+        self._delays.drop()
         self._on_failed(self, reason)
 
     def hold_cursors(self, held: bool) -> None:
@@ -367,8 +252,8 @@ class SubscriptionRuntime(ActionRunner):
         cursor writes there; with it again (after the reclaim), write them as before (the
         next tick writes every dirty cursor, fenced on the new owner key)."""
         self.store.held = held
-        self._durability.hold(held)
-        self.notify()
+        self._actions.durability.hold(held)
+        self._changes.notify()
 
     async def flush_held(self) -> None:
         """Write every dirty cursor now (after the reclaim), fenced on the owner key."""
@@ -380,30 +265,22 @@ class SubscriptionRuntime(ActionRunner):
     def begin_stop(self) -> None:
         """Make waiting polls answer now, so the responder drains quickly."""
         self.closing = True
-        self.notify()
+        self._changes.notify()
 
     async def stop(self) -> None:
         """Stop the tasks and write every cursor a last time (unless fenced)."""
         self.begin_stop()
-        metrics.CONSUMERS.dec(len(self._last_seen))  # forgotten with the subscription
         metrics.DAMAGED_PARTITIONS.dec(len(self.damage))
-        self._last_seen.clear()
+        self._sessions.clear()  # forgotten with the subscription
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if not self.failed and not self.store.held:
-            await self._seal_last()
-        self._drop_delayed()
+            await self._delays.seal_last()
+        self._delays.drop()
         if self.machine is None or self.failed or self.store.held:
             return  # held cursors die with the process: their acks come again (redelivery)
-        async with self._io_lock:
-            states = {self._partitions[n]: s for n, s in self.machine.cursor_states().items()}
-            try:
-                await self.store.write_cursors(states)
-            except Exception as exc:
-                log.warning(
-                    "final cursor write of %s/%s failed: %s", self.store.topic, self.store.sub, exc
-                )
+        await self._actions.write_last(self.machine)
 
     def unacked_count(self) -> int:
         """Messages delivered and not acked, over every consumer."""
@@ -421,36 +298,24 @@ class SubscriptionRuntime(ActionRunner):
             self.check_serving()
             if self.machine is None:
                 # Resolved (and an offset past an end refused) before anything is stored.
-                partitions = await self.store.partitions()
-                offsets = await resolve_all(self.ingest, self.cloud, partitions, request.start)
-                initial = request.start if isinstance(request.start, str) else "earliest"
-                config = await self.store.create_config(
-                    SubscriptionConfig(
-                        type=request.type,
-                        initial_position=initial,
-                        created_ms=int(time.time() * 1000),
-                        failure_policy=request.failure_policy,
-                    ),
-                    max_subscriptions=limits.max_subscriptions,
+                config, resolved = await starting.create_config(
+                    self.store, self._resolve, request, limits
                 )
-                resolved = dict(zip(partitions, offsets, strict=True))
                 await self._activate(config, request.start, resolved)
-            assert self.stored_config is not None
-            policy_admin.check_attach(self.stored_config, request.failure_policy)
+            assert self._failure.stored is not None
+            policy_admin.check_attach(self._failure.stored, request.failure_policy)
         machine = self._machine()
         if request.type != machine.delivery_type:
             raise ConflictError(
                 f"the subscription is {machine.delivery_type}, not {request.type}",
                 code="subscription_type_mismatch",
             )
-        where = f"{self.store.topic}/{self.store.sub}"
-        policies.check_consumers(limits, len(self._last_seen), where)
+        policies.check_consumers(limits, len(self._sessions), self._where)
         consumer_id = uuid.uuid4().hex
         await self.handle(
             ConsumerAttached(consumer_id, request.consumer, tuple(request.key_filters))
         )
-        self._last_seen[consumer_id] = time.monotonic()
-        metrics.CONSUMERS.inc()
+        self._sessions.begin(consumer_id, time.monotonic())
         return consumer_id
 
     async def poll(self, request: protocol.PollRequest, wait_s: float) -> bytes:
@@ -460,31 +325,19 @@ class SubscriptionRuntime(ActionRunner):
         deadline = loop.time() + wait_s
         self.check_serving()
         while True:
-            self._seen(request.consumer_id)
+            self._sessions.seen(request.consumer_id, time.monotonic())
             wanted = protocol.poll_reply_max(
-                request.max, self.bus.max_payload_bytes, self._record_bytes_max
+                request.max, self.bus.max_payload_bytes, self._readers.record_bytes_max
             )
             actions = self._machine().handle(
-                Poll(request.consumer_id, wanted, time.monotonic(), _wall_ms())
+                Poll(request.consumer_id, wanted, time.monotonic(), ticking.wall_ms())
             )
-            self._count_expired()
+            self._counts.follow(self._machine())
             delivered = [a for a in actions if isinstance(a, Deliver)]
             await self.run_actions([a for a in actions if not isinstance(a, Deliver)])
             if delivered:
-                # A poll's answer is one Deliver: its columns are the reply's.
-                (deliver,) = delivered
-                partitions, counts = deliver.partitions, deliver.redelivery_counts
-                frames = tiers.frame_views(deliver.payloads)
-                redelivered = len(counts) - counts.count(0)
-                metrics.observe_delivery_age(counts, frames)
-                metrics.DELIVERED.inc(len(frames))
-                metrics.REDELIVERED.inc(redelivered)
-                labels = subscription_labels(self.store.topic, self.store.sub)
-                metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(frames))
-                record_bytes = sum(map(len, frames)) - FRAME_HEADER_BYTES * len(frames)
-                metrics.SUB_BYTES_OUT.labels(*labels).inc(record_bytes)
-                metrics.SUB_REDELIVERED.labels(*labels).inc(redelivered)
-                return protocol.encode_poll_columns(partitions, counts, frames)
+                (deliver,) = delivered  # a poll's answer is one Deliver
+                return self._counts.poll_reply(deliver)
             damaged = self.damage.error()
             if damaged is not None:
                 raise damaged  # never silent empty polls while a partition is stopped
@@ -493,16 +346,7 @@ class SubscriptionRuntime(ActionRunner):
                 return protocol.encode_poll_columns([], [], [])
             # Taken only now: this poll's own actions notified the one before. Redeliveries
             # fall due with time, not with an event: look again at least every other tick.
-            changed = self._changed
-            try:
-                async with asyncio.timeout(min(remaining_s, TICK_INTERVAL_S * 2)):
-                    await changed.wait()
-            except TimeoutError:
-                pass
-
-    def _seen(self, consumer_id: str) -> None:
-        if consumer_id in self._last_seen:
-            self._last_seen[consumer_id] = time.monotonic()
+            await self._changes.wait(min(remaining_s, ticking.TICK_INTERVAL_S * 2))
 
     async def ack(self, request: protocol.AckRequest, timeout_s: float) -> list[tuple[str, int]]:
         """Acknowledge messages; returns once the cursor holding the acks is stored, so an
@@ -511,7 +355,7 @@ class SubscriptionRuntime(ActionRunner):
         the refs that were not in flight (the ack did nothing for them)."""
         self.check_serving()
         started_s = time.monotonic()
-        self._seen(request.consumer_id)
+        self._sessions.seen(request.consumer_id, time.monotonic())
         refs = request.refs()
         actions = await self.handle(Ack(request.consumer_id, refs))
         ignored = [ref for a in actions if isinstance(a, NotInFlight) for ref in a.refs]
@@ -522,15 +366,14 @@ class SubscriptionRuntime(ActionRunner):
             acked = {partition for partition, _ in set(refs).difference(ignored)}
         else:  # the usual case: every partition named had an ack that counted
             acked = request.partitions()
-        what = f"{self.store.topic}/{self.store.sub}"
-        await self._durability.wait(self._machine(), acked, timeout_s, what)
+        await self._actions.durability.wait(self._machine(), acked, timeout_s, self._where)
         metrics.ACK_SECONDS.observe(time.monotonic() - started_s)
         return ignored
 
     async def nack(self, request: protocol.AckRequest) -> None:
         """Refuse messages: redelivered after ``delay_ms``."""
         self.check_serving()
-        self._seen(request.consumer_id)
+        self._sessions.seen(request.consumer_id, time.monotonic())
         refs = request.refs()
         await self.handle(Nack(request.consumer_id, refs, request.delay_ms, time.monotonic()))
         metrics.NACKED.inc(len(refs))
@@ -539,26 +382,32 @@ class SubscriptionRuntime(ActionRunner):
         """Remove a consumer; its unacked messages go to the others."""
         self.check_serving()
         await self.handle(ConsumerDetached(consumer_id, time.monotonic()))
-        if self._last_seen.pop(consumer_id, None) is not None:
-            metrics.CONSUMERS.dec()
+        self._sessions.end(consumer_id)
 
     # --- administration --------------------------------------------------------------------
 
     async def seek(self, position: protocol.StartPosition) -> dict[str, int]:
         """Every partition's cursor to ``position`` (danube.dispatcher.cursors_admin)."""
-        return await cursors_admin.seek(self, position)
+        self.check_serving()
+        self.subscription()  # SubscriptionNotFoundError before the first attach
+        return await self._moves.seek(position)
 
     async def skip(self, name: str, to_offset: int | None) -> protocol.SkipReply:
-        """Partition ``name``'s cursor forward on purpose (cursors_admin.skip)."""
-        return await cursors_admin.skip(self, name, to_offset)
+        """Partition ``name``'s cursor forward on purpose (cursors_admin)."""
+        self.check_serving()
+        return await self._moves.skip(self.subscription(), name, to_offset)
 
     async def failure_policy(self, policy: FailurePolicy | None) -> protocol.PolicyReply:
         """Replace the failure policy with ``policy`` and apply it now, or (None) read it
-        (danube.dispatcher.policy_admin)."""
+        (danube.dispatcher.policy_admin); SubscriptionNotFoundError before the first attach."""
         async with self._activate_lock:
+            self.check_serving()
+            machine = self.subscription()
             if policy is None:
-                return await policy_admin.read(self)
-            return await policy_admin.replace(self, policy)
+                return self._failure.read()
+            return await self._failure.replace(
+                machine, policy, check_serving=self.check_serving, carry_out=self._carry_out
+            )
 
     async def stats(self) -> protocol.SubscriptionStats:
         """Cursors, WAL ends, backlog, damage and blocking poison messages per partition;
@@ -566,9 +415,9 @@ class SubscriptionRuntime(ActionRunner):
         self.check_serving()
         machine = self.subscription()
         found = await subscription_stats(self.ingest, machine, self._partitions, self.damage)
-        return policy_admin.with_policy(self, found).model_copy(
-            update={"expired": machine.expired, "delayed": machine.delayed_count}
-        )
+        return self._failure.with_policy(
+            found, self._actions.dropped, self._actions.dead_lettered
+        ).model_copy(update={"expired": machine.expired, "delayed": machine.delayed_count})
 
     async def delete(self) -> None:
         """Delete the subscription: detach every consumer, stop reading, delete its keys
@@ -580,8 +429,9 @@ class SubscriptionRuntime(ActionRunner):
         finds no config, so a racing attach creates a new subscription from its own start
         position and never sees this one's cursors. No cursor write of ours can land after
         the delete: the timer and readers are stopped first, a write already under way
-        finishes before it (``_io_lock``), and any later one is fenced on the deleted owner
-        key. Consumers learn it at their next poll (``consumer_not_found``)."""
+        finishes before it (the action runner's ``io_lock``), and any later one is fenced
+        on the deleted owner key. Consumers learn it at their next poll
+        (``consumer_not_found``)."""
         async with self._activate_lock:
             self.check_serving()
             self.deleted = True
@@ -590,17 +440,12 @@ class SubscriptionRuntime(ActionRunner):
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
-            async with self._io_lock:
+            async with self._actions.io_lock:
                 await self.store.delete()
         finally:
             # Stop serving either way: if the delete failed, the next owner loads what is
             # stored and the caller's retry deletes it there.
             self.fail("deleted")
-
-    @property
-    def partitions(self) -> dict[str, TopicName]:
-        """The partitions read, by short name."""
-        return self._partitions
 
     def check_serving(self) -> None:
         """NotOwnerError once the subscription is being deleted or stopped."""
@@ -627,84 +472,27 @@ class SubscriptionRuntime(ActionRunner):
     async def handle(self, event: Event) -> list[Action]:
         """Feed ``event`` to the machine and carry out what it decides."""
         actions = self._machine().handle(event)
-        self._count_expired()
+        self._counts.follow(self._machine())
         # Acks free window room, nacks and detaches return messages, time makes them due:
         # every waiting poll looks again (a poll itself wakes nobody).
-        self.notify()
+        self._changes.notify()
         await self.run_actions(actions)
         return actions
 
-    def feed(self, event: MessagesAvailable) -> list[Action]:
-        """Readers hand their reads in here; returns the actions left to execute."""
-        if event.messages:
-            frames = tiers.frame_views([payload for _, payload in event.messages])
-            size = max(map(len, frames)) - FRAME_HEADER_BYTES
-            self._record_bytes_max = max(self._record_bytes_max, size)
-        actions = self._machine().handle(event)
-        self.notify()
-        return actions
+    async def _carry_out(self, actions: list[Action]) -> None:
+        """Carry out what the machine decided outside an event (a new failure policy)."""
+        self._changes.notify()
+        await self.run_actions(actions)
 
-    def _count_expired(self) -> None:
-        delayed = self._machine().delayed
-        if delayed is not None:
-            self._count_delayed(delayed)
-        expired = self._machine().expired
-        if expired > self._expired_counted:
-            labels = subscription_labels(self.store.topic, self.store.sub)
-            metrics.SUB_EXPIRED.labels(*labels).inc(expired - self._expired_counted)
-            self._expired_counted = expired
+    async def run_actions(self, actions: list[Action]) -> None:
+        """Carry out the machine's actions (danube.dispatcher.actions)."""
+        await self._actions.run(actions)
 
-    def _count_delayed(self, delayed: DelayedMessages) -> None:
-        if delayed.spilled_bytes > self._spilled_counted:
-            metrics.DELAYED_SPILLED.inc(delayed.spilled_bytes - self._spilled_counted)
-            self._spilled_counted = delayed.spilled_bytes
-        if delayed.reread_frames > self._reread_counted:
-            metrics.DELAYED_REREAD.inc(delayed.reread_frames - self._reread_counted)
-            self._reread_counted = delayed.reread_frames
-        if delayed.loaded_records > self._loaded_counted:
-            metrics.DELAYED_SNAPSHOT_LOADED.inc(delayed.loaded_records - self._loaded_counted)
-            self._loaded_counted = delayed.loaded_records
-
-    def notify(self) -> None:
-        """Wake every waiting poll: messages may be available."""
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    async def _tick_loop(self) -> None:
-        while True:
-            if self._machine().quiet():
-                # Nothing can fall due before the next event (it wakes us) or the next
-                # delayed message's time; consumer sessions (a minute by default) are looked
-                # at on this clock too.
-                changed = self._changed
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(_until_due_s(self._machine(), QUIET_TICK_S)):
-                        await changed.wait()
-            else:
-                await asyncio.sleep(_until_due_s(self._machine(), TICK_INTERVAL_S))
-            now_s = time.monotonic()
-            await self.handle(Tick(now_s, _wall_ms()))
-            timeout_s = self.config.consumer_session_timeout_s
-            for consumer_id, seen_s in list(self._last_seen.items()):
-                if now_s - seen_s > timeout_s:
-                    log.info(
-                        "consumer %s of %s/%s expired",
-                        consumer_id,
-                        self.store.topic,
-                        self.store.sub,
-                    )
-                    await self.detach(consumer_id)
-
-
-def _until_due_s(machine: SubscriptionMachine, tick_s: float) -> float:
-    """``tick_s`` (jittered), or less when a delayed message falls due sooner: it is handed
-    out at its time (within a millisecond or two), not at the next tick."""
-    wait_s = tick_s * random.uniform(0.9, 1.1)
-    due_ms = machine.next_due_ms()
-    if due_ms is not None:
-        wait_s = min(wait_s, max(0.0, (due_ms - time.time() * 1000) / 1000))
-    return wait_s
-
-
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
+    async def _tick(self, now_s: float, wall_ms: int) -> None:
+        """Time passes for the machine; consumers not heard from for their session
+        timeout are detached (danube.dispatcher.ticking runs this)."""
+        await self.handle(Tick(now_s, wall_ms))
+        timeout_s = self.config.consumer_session_timeout_s
+        for consumer_id in self._sessions.expired(now_s, timeout_s):
+            log.info("consumer %s of %s/%s expired", consumer_id, self.store.topic, self.store.sub)
+            await self.detach(consumer_id)
