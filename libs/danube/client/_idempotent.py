@@ -60,6 +60,11 @@ PARTITION_REQUIRED = "partition_required"
 # A partition without a known data door is looked up again at most this often (its
 # parts go the proxy path meanwhile).
 LOOKUP_AGAIN_S = 1.0
+# One attempt at a data door waits this long at most: a leader frozen (not dead: its socket
+# takes the request and says nothing) costs this, then the lookup and the proxy path,
+# which waits for the next leader; a leader that is only slow answers the resend as a
+# duplicate.
+DOOR_ATTEMPT_S = 3.0
 # Bytes of randomness in a generated producer name: 48 bits, so that two producers of one
 # topic collide with odds of ~1 in 2^24 even among thousands (a collision would fence).
 _NAME_RANDOM_BYTES = 6
@@ -315,7 +320,7 @@ class IdempotentSender:
         left_s = max(0.001, deadline - asyncio.get_running_loop().time())
         params = self._params()
         if door is not None:
-            timeout_s = min(door.timeout_s, left_s)
+            timeout_s = min(door.timeout_s, DOOR_ATTEMPT_S, left_s)
             return await door.request(
                 "POST",
                 path,
