@@ -8,7 +8,9 @@ APPENDED_MESSAGES = Counter("danube_ingest_appended_messages", "Messages made du
 APPENDED_BYTES = Counter("danube_ingest_appended_bytes", "Payload bytes made durable")
 PRODUCE_ERRORS = Counter("danube_ingest_produce_errors", "Produce requests refused", ["code"])
 # The data door (danube.ingest.door): messages it stored, and its answers other than 200.
-DOOR_MESSAGES = Counter("danube_ingest_door_messages", "Messages stored through the data door")
+DOOR_MESSAGES = Counter(
+    "danube_ingest_door_messages", "Messages acknowledged through the data door (resends too)"
+)
 DOOR_REFUSALS = Counter(
     "danube_ingest_door_refusals", "Data door produce requests refused, by code", ["code"]
 )
