@@ -165,6 +165,16 @@ async def test_a_door_answers_only_for_what_its_node_leads(
         )
         assert (missing.status_code, missing.json()["error"]["code"]) == (503, "no_owner")
         assert (await http.get(door + "/v1/lookup/default/doors")).status_code == 404
+        # A producer over the topic's publish rate meets 429 rate_limited at the door and
+        # retries there: every message stored once, at the rate.
+        rate = {"policies": {"publish_rate_msgs_s": 20}}
+        assert (await http.put(f"{base}/v1/topics/default/paced", json=rate)).status_code == 201
+        paced = sdk.producer(TopicName("default", "paced"), linger_ms=0)
+        started = time.monotonic()
+        results = [await paced.send_and_wait(f"r{i}".encode()) for i in range(40)]
+        assert [r.offset for r in results] == list(range(40))
+        assert time.monotonic() - started > 1.0  # 40 at 20/s, a burst of 20 allowed first
+        await paced.close()
         large = await http.post(door + path, content=body * 200, headers={"content-type": RECORDS})
         assert (large.status_code, large.json()["error"]["code"]) == (413, "body_too_large")
 

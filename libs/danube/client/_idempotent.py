@@ -48,6 +48,7 @@ from danube.client.errors import (
     TransportError,
 )
 from danube.client.messages import SendResult, topic_path
+from danube.client.retry import retrying
 from danube.names import TopicName
 from danube.wire import codes
 
@@ -320,15 +321,23 @@ class IdempotentSender:
         left_s = max(0.001, deadline - asyncio.get_running_loop().time())
         params = self._params()
         if door is not None:
-            timeout_s = min(door.timeout_s, DOOR_ATTEMPT_S, left_s)
-            return await door.request(
-                "POST",
-                path,
-                content=content,  # the same bytes on every attempt
-                content_type=RECORDS_TYPE,
-                params=params,
-                timeout_s=timeout_s,
-                lean=True,
+
+            async def attempt(attempt_s: float) -> Answer:
+                return await door.request(
+                    "POST",
+                    path,
+                    content=content,  # the same bytes on every attempt
+                    content_type=RECORDS_TYPE,
+                    params=params,
+                    timeout_s=min(door.timeout_s, DOOR_ATTEMPT_S, attempt_s),
+                    lean=True,
+                )
+
+            # Over a limit (429: a publish rate, a backlog quota, the door's slots) is
+            # retried at the same door with the client's backoff; anything else is the
+            # caller's to judge (a door that failed, or the request's own refusal).
+            return await retrying(
+                attempt, timeout_s=left_s, policy=door.retry, what=path, retry_if=_over_limit
             )
         return await self._http.request_retrying(
             "POST",
@@ -477,6 +486,10 @@ def _unanswered(exc: TransportError) -> bool:
     may not reach the nodes."""
     cause = exc.__cause__
     return not exc.retriable or isinstance(cause, ConnectionRefusedError | socket.gaierror)
+
+
+def _over_limit(exc: ClientError) -> bool:
+    return isinstance(exc, ApiError) and exc.status == 429
 
 
 def _moved(exc: ApiError) -> bool:
