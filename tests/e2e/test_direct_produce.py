@@ -70,6 +70,10 @@ async def test_a_producer_posts_to_the_leaders_doors_and_discovery_carries_no_me
             owner = partition["owner"]
             assert owner is not None
             assert partition["url"] == doors[owner["node_id"]]
+        # The SDK's admin (and `danube admin topics lookup`) read the same doors.
+        assert [p.url for p in (await sdk.admin.lookup(topic)).partitions] == [
+            p["url"] for p in looked["partitions"]
+        ]
         produced_before = await _metric(
             http, f"{base}/metrics", "danube_discovery_messages_produced_total"
         )

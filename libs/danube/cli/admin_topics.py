@@ -243,20 +243,21 @@ def topics_delete(topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1
 def topics_lookup(
     topic: TopicArg, service_addr: ServiceAddr = "http://127.0.0.1:8080", json_out: Json = False
 ) -> None:
-    """The partitions of a topic and who owns each."""
+    """The partitions of a topic, who owns each and its data door (where producers post)."""
 
     async def call(admin: AsyncAdmin) -> None:
         found = await admin.lookup(topic)
         if json_out:
             print_json(found.model_dump())
             return
-        table = Table("partition", "owner", "epoch")
+        table = Table("partition", "owner", "epoch", "data door")
         for partition in found.partitions:
             owner = partition.owner
             table.add_row(
                 partition.name,
                 owner.node_id if owner else "(none)",
                 str(owner.epoch) if owner else "",
+                partition.url or "",
             )
         out.print(f"{found.name} ({found.dispatch})")
         out.print(table)

@@ -259,12 +259,19 @@ class TopicDescription(_Model):
     producers: list[ProducerInfo] = []
 
 
+class LookupPartition(PartitionInfo):
+    """A partition as a lookup names it: with ``url``, its leader's data door (None: none
+    known, docs/http-api.md "Direct produce")."""
+
+    url: str | None = None
+
+
 class Lookup(_Model):
-    """The partitions of a topic and who owns each."""
+    """The partitions of a topic, who owns each and where its producers post."""
 
     name: str
     dispatch: Dispatch
-    partitions: list[PartitionInfo]
+    partitions: list[LookupPartition]
 
 
 def _namespace(ns: str) -> str:
