@@ -168,6 +168,12 @@ async def test_a_door_answers_only_for_what_its_node_leads(
             headers={"content-type": RECORDS},
         )
         assert (missing.status_code, missing.json()["error"]["code"]) == (503, "no_owner")
+        whole = await http.post(
+            door + "/v1/topics/default/doors/messages",
+            content=body,
+            headers={"content-type": RECORDS},
+        )
+        assert (whole.status_code, whole.json()["error"]["code"]) == (400, "partition_required")
         assert (await http.get(door + "/v1/lookup/default/doors")).status_code == 404
         # A producer over the topic's publish rate meets 429 rate_limited at the door and
         # retries there: every message stored once, at the rate.

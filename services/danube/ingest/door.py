@@ -13,7 +13,8 @@ The checks, in order (the first refusal answers; nothing is stored):
 2. who asks: a bearer token or the client certificate (401), with security on;
 3. whether this node leads the partition: 421 ``not_leader`` naming the leader's data URL
    (the ``Danube-Leader-Url`` header) when etcd knows it, 503 ``no_owner`` when nobody leads
-   it now — the producer looks the topic up again and follows;
+   it now — the producer looks the topic up again and follows; a partitioned topic's own
+   name is 400 ``partition_required``;
 4. the body's frames (400 with the frame error's code, 413 ``too_many_messages``);
 5. admission (danube.admission: RBAC, the exclusive-producer fence, sequences, limits, the
    topic's policies, its schema), the same decision discovery's doors make;
@@ -39,9 +40,11 @@ from starlette.types import Receive, Scope, Send
 from danube.admission import Admission, AdmissionCounters, AdmissionParts, FramesMessages, build
 from danube.admission.payloads import stamped_frames
 from danube.admission.refresh import Refresher
+from danube.admission.sequences import PARTITION_REQUIRED
 from danube.config import DanubeSettings
 from danube.config.model import IngestConfig
 from danube.errors import (
+    BadRequestError,
     DanubeError,
     NotFoundError,
     NotLeaderError,
@@ -210,6 +213,14 @@ class DataDoor:
     async def _not_leader(self, name: TopicName) -> DanubeError:
         """The refusal of a produce to a partition this node does not lead: where its
         leader is, if etcd says (one read of the owner and one of its registration)."""
+        if name.partition is None:
+            config, _ = await self.admission.policies.effective_policies(name)
+            if config is not None and config.partitions > 0:
+                return BadRequestError(
+                    f"{name} has {config.partitions} partitions: a data door takes one of "
+                    f"them, {name.partition_name(0)} and on",
+                    code=PARTITION_REQUIRED,
+                )
         view = await leadership.read(self.store, name)
         owner = view.owner
         if owner is None:
