@@ -23,6 +23,7 @@ from danube.discovery.schemas import SchemaRegistry
 from danube.errors import DanubeError
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
+from danube.meta.records import TopicConfig
 from danube.security import Binding, Permission, Role, generate_key
 
 pytestmark = pytest.mark.integration
@@ -172,3 +173,48 @@ async def test_follow_before_load_is_refused(store: MetaStore, tmp_path: Path) -
     )
     with pytest.raises(RuntimeError, match="before load"):
         await parts.follow()
+
+
+async def test_a_topic_changed_elsewhere_is_seen_long_before_the_cache_expires(
+    store: MetaStore, tmp_path: Path
+) -> None:
+    """The door's cache holds configs for an hour here: a topic grown and given a smaller
+    message limit by another writer (discovery's catalog) is seen from the watch, and so is
+    its namespace's policy."""
+    generate_key(tmp_path)
+    parts = build(
+        DanubeSettings(discovery=DiscoveryConfig(max_produce_messages=MESSAGES_MAX)),
+        store,
+        refresher=None,
+        cache_ttl_s=3600.0,
+        counters=AdmissionCounters.unregistered(),
+    )
+    writer = Catalog(store, cache_ttl_s=1.0)
+    await writer.ensure_default_namespace()
+    topic = TopicName("default", "grows")
+    await writer.create_topic(topic, TopicSpec(partitions=2))
+    cache = parts.policies
+    config, _ = await cache.effective_policies(topic)
+    assert config is not None
+    assert config.partitions == 2
+    assert await _answer(parts, "anonymous", topic, [b"x" * 200]) == "ok"
+    async with _following(parts):
+        await asyncio.sleep(0.2)  # the watches are open
+        await writer.grow_partitions(topic, 4)
+        await _until(lambda: _partitions_are(cache.effective_policies(topic), 4))
+        await store.put_model(
+            meta_keys.topic_key(topic),
+            (await writer.get_topic(topic)).model_copy(
+                update={"policies": PoliciesSpec(max_message_bytes=100).stored()}
+            ),
+        )
+        await _until(
+            lambda: _is(_answer(parts, "anonymous", topic, [b"x" * 200]), "payload_too_large")
+        )
+
+
+async def _partitions_are(
+    reading: Awaitable[tuple[TopicConfig | None, object]], expected: int
+) -> bool:
+    config, _ = await reading
+    return config is not None and config.partitions == expected

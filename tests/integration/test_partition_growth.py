@@ -29,8 +29,8 @@ pytestmark = pytest.mark.integration
 KEYS = [f"key-{i}" for i in range(256)]
 ROUNDS_BEFORE = 3  # full rounds of every key before the growth, and as many after it
 RECEIVE_TIMEOUT_S = 15.0
-# An idempotent producer learns the new count from its leaders' answers within their cache
-# TTL (ingest.data_cache_ttl_s, 2 s) and a refresh: well within this.
+# An idempotent producer learns the new count from its leaders' answers once their caches
+# heard of the change (a watch; ingest.data_cache_ttl_s, 2 s, while it is broken).
 GROWTH_SEEN_S = 10.0
 
 
@@ -104,8 +104,8 @@ async def _danube(*args: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("idempotent", [True, False])
 async def test_growth_under_a_keyed_producer(consume_mesh: ConsumeMesh, idempotent: bool) -> None:
     # An idempotent producer routes itself, over the count its last produce answer gave
-    # (from the leaders' doors: the new count within ingest.data_cache_ttl_s); the other is
-    # routed by discovery, over the new count at once.
+    # (from the leaders' doors: the new count once their caches heard of the change); the
+    # other is routed by discovery, over the new count at once.
     async with (
         consume_mesh() as http,
         AsyncDanubeClient(str(http.base_url)) as client,

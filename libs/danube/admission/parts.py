@@ -57,8 +57,9 @@ class AdmissionParts:
         self._revisions = (security_revision, holders_revision)
 
     async def follow(self) -> None:
-        """Keep the security policy, the security keys and the exclusive producers current
-        until cancelled (each watch re-reads its prefix after a break). After :meth:`load`."""
+        """Keep the security policy, the security keys and the exclusive producers current,
+        and forget cached topic configs and namespace policies as they change, until
+        cancelled (each watch re-reads its prefix after a break). After :meth:`load`."""
         if self._revisions is None:
             raise RuntimeError("AdmissionParts.follow before load")
         security_revision, holders_revision = self._revisions
@@ -66,6 +67,7 @@ class AdmissionParts:
             tg.create_task(self.security.follow(security_revision), name="security")
             tg.create_task(self.security.follow_keys(), name="security-keys")
             tg.create_task(self.holders.follow(holders_revision), name="exclusive-producers")
+            tg.create_task(self.policies.follow_changes(), name="policy-changes")
 
 
 def build(

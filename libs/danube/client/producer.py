@@ -228,8 +228,8 @@ class AsyncProducer:
     def partitions(self) -> int | None:
         """The topic's partition count an idempotent producer routes over, as it last
         learned it (from a lookup or a produce's answer; 0: unpartitioned); None for a
-        producer the server routes for. A topic grown meanwhile is seen within the leaders'
-        ``ingest.data_cache_ttl_s`` (docs/client.md, "Direct produce")."""
+        producer the server routes for. A topic grown meanwhile is seen from the next answer
+        after the leaders' caches heard of it (docs/client.md, "Direct produce")."""
         return None if self._sequenced is None else self._sequenced.partitions
 
     @property
