@@ -222,6 +222,8 @@ class Admitted:
     policies: Policies
     stamp: Stamp | None  # the schema its records are stamped with (None: no schema)
     sequencing: Sequencing | None  # an idempotent producer's run (None: unsequenced)
+    # The topic's config as the policies were read with it (None: the topic does not exist).
+    config: TopicConfig | None = None
 
 
 class Admission:
@@ -278,7 +280,7 @@ class Admission:
                 )
             sizes = messages.payload_sizes(limits.payload_bytes_max)
             check_payload_sizes(sizes, limits.payload_bytes_max)
-            _, policies = await self.policies.effective_policies(topic)
+            config, policies = await self.policies.effective_policies(topic)
             check_payload_sizes(sizes, self.payload_bytes_max(policies))
             messages.check_chunked(chunked_limit(policies))
         except TooLargeError as exc:
@@ -290,7 +292,7 @@ class Admission:
             stamp = await self.schemas.admit(
                 topic, messages.payloads(), schema_id=schema_id, version=schema_version
             )
-        return Admitted(topic, policies, stamp, sequencing)
+        return Admitted(topic, policies, stamp, sequencing, config)
 
     def consume(self, principal: Principal, topic: TopicName, *, action: str) -> None:
         """Admit ``principal`` to consume from ``topic`` (a topic or one partition), or

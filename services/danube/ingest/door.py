@@ -180,7 +180,7 @@ class DataDoor:
             schema_version=params.schema_version,
             action=_ACTION,
         )
-        config, _ = await self.admission.policies.effective_policies(name)
+        config = admitted.config  # read with the policies: no second cache lookup
         if config is None:
             raise NotFoundError(f"topic {name} does not exist", code=codes.TOPIC_NOT_FOUND)
         stamp = admitted.stamp
