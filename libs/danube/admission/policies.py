@@ -13,23 +13,18 @@ instance that wrote a change sees it at once and the others within the TTL.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from danube.admission.refresh import Refresher, StaleError, read_or_stale, refresh_at
-from danube.meta import MetaError, MetaStore, TopicName
+from danube.meta import MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
-from danube.meta.backoff import backoff_s
+from danube.meta.follow import follow_prefix
 from danube.meta.records import NamespacePolicy, Policies, TopicConfig
 
-log = logging.getLogger(__name__)
-
 TOPIC_CACHE_ENTRIES_MAX = 10_000
-_RETRY_BASE_S, _RETRY_CAP_S = 0.2, 5.0  # a broken watch is opened again after this backoff
 NAMESPACES_CACHED_MAX = 10_000
 
 
@@ -148,34 +143,21 @@ class PolicyCache:
         """Forget a cached topic config or namespace policy as soon as etcd says it changed
         (the next read takes it from etcd): an instance that did not write a change — an
         ingest node's door, another discovery — sees it within a watch's delay rather than
-        the TTL (a topic grown, a policy set). Runs until cancelled; a broken watch is
-        opened again after a backoff, the cache emptied (what changed meanwhile is unknown),
-        and the TTL bounds what is missed in between."""
+        the TTL (a topic grown, a policy set). Runs until cancelled (danube.meta.follow:
+        a broken watch resumes where it stopped; the TTL bounds what a compaction skips)."""
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._follow(meta_keys.topics_prefix(), self._topic_changed))
-            tasks.create_task(self._follow(meta_keys.NAMESPACES_PREFIX, self._namespace_changed))
+            tasks.create_task(
+                follow_prefix(self.store, meta_keys.topics_prefix(), self._topic_changed)
+            )
+            tasks.create_task(
+                follow_prefix(self.store, meta_keys.NAMESPACES_PREFIX, self._namespace_changed)
+            )
 
-    async def _follow(self, prefix: str, changed: Callable[[str], None]) -> None:
-        failures = 0
-        while True:
-            try:
-                async with self.store.watch_prefix(prefix) as events:
-                    async for event in events:
-                        failures = 0
-                        changed(event.key)
-            except MetaError as exc:
-                log.warning("watch of %s broke: %s", prefix, exc)
-            failures += 1
-            self._cache.clear()
-            self._namespaces.clear()
-            await asyncio.sleep(backoff_s(failures - 1, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S))
+    def _topic_changed(self, event: WatchEvent) -> None:
+        self._cache.pop(meta_keys.parse_topic_key(event.key), None)
 
-    def _topic_changed(self, key: str) -> None:
-        with contextlib.suppress(ValueError):  # a key that is not a topic's: not cached
-            self._cache.pop(meta_keys.parse_topic_key(key), None)
-
-    def _namespace_changed(self, key: str) -> None:
-        self._namespaces.pop(key.removeprefix(meta_keys.NAMESPACES_PREFIX), None)
+    def _namespace_changed(self, event: WatchEvent) -> None:
+        self._namespaces.pop(event.key.removeprefix(meta_keys.NAMESPACES_PREFIX), None)
 
     def _stalled(self, key: tuple[str, object]) -> bool:
         """Whether the entry's background refresh is stuck or failed (etcd is away)."""
