@@ -271,7 +271,7 @@ async def test_partitions_and_their_topic_exclude_each_other(store: MetaStore) -
     catalog = Catalog(store, cache_ttl_s=0.0)
     await catalog.ensure_default_namespace()
     orders = TopicName("default", "orders")
-    await catalog.create_topic(orders, TopicSpec(partitions=2))
+    await catalog.create_topic(orders, TopicSpec(partitions=2).stored())
     p0, p1 = orders.partitions(2)
     sessions = ProducerSessions(store, catalog, ttl_s=15)
 

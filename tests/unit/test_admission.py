@@ -23,9 +23,9 @@ from danube.admission import (
     Stamp,
 )
 from danube.admission.exclusive import ExclusiveView
+from danube.discovery.api.produce_json import JsonMessages
 from danube.discovery.errors import BadRequestError
 from danube.discovery.models import ProduceRequest
-from danube.discovery.produce import JsonMessages
 from danube.errors import DanubeError
 from danube.frame.produce import encode_produce_frame, scan_frames_for_produce
 from danube.meta import TopicName

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from danube.bus import BusTimeoutError, NoRespondersError, RemoteError
+from danube.discovery.api.produce_json import encode_batch
 from danube.discovery.errors import (
     BadRequestError,
     ConflictError,
@@ -20,7 +21,6 @@ from danube.discovery.errors import (
     http_status,
 )
 from danube.discovery.models import ProduceRequest, TopicSpec
-from danube.discovery.produce import encode_batch
 from danube.errors import ErrorKind
 from danube.frame import InvalidRecordError, decode_record
 from danube.meta import MetaUnavailableError

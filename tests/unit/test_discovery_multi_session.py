@@ -12,8 +12,8 @@ from typing import Any, cast
 import pytest
 
 from danube.discovery.api.multi_session import MultiStream, MultiStreamParams
+from danube.discovery.api.multi_topic import TopicSelector
 from danube.discovery.api.state import Services
-from danube.discovery.multi_topic import TopicSelector
 from danube.meta import TopicName
 from danube.wire.dispatcher import protocol
 

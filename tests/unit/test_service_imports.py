@@ -98,3 +98,52 @@ def test_discoverys_doors_are_siblings_over_admission_and_the_core() -> None:
         for line, module in _imported_modules(path)
         if module.startswith(("danube.discovery", *doors))
     ] == []
+
+
+# Discovery's domain (DESIGN §10): what the doors call. It answers in records
+# (danube.meta.records) and domain values, never in a door's bodies.
+DOMAIN = (
+    "assignment",
+    "balance",
+    "catalog",
+    "controller",
+    "core",
+    "growth",
+    "moves",
+    "partition_records",
+    "produce",
+    "produce_batch",
+    "producer_epochs",
+    "producers",
+    "reassignments",
+    "routing",
+    "schema_values",
+    "schemas",
+    "security_admin",
+    "topic_lists",
+)
+# The doors, and the models of their bodies (HTTP and gRPC build them from requests).
+DOORS_AND_BODIES = (
+    "danube.discovery.api",
+    "danube.discovery.grpc_api",
+    "danube.discovery.console",
+    "danube.discovery.models",
+    "danube.discovery.console_models",
+    "danube.discovery.elastic_models",
+    "danube.discovery.policy_models",
+    "danube.discovery.producer_models",
+    "danube.discovery.schema_models",
+    "danube.discovery.validation",
+    "danube.discovery.stream_protocol",
+    "fastapi",
+    "starlette",
+    "grpc",
+    "pydantic",
+)
+
+
+def test_no_module_of_discoverys_domain_imports_a_door_or_a_body() -> None:
+    discovery = SERVICES_ROOT / "discovery"
+    paths = [discovery / f"{name}.py" for name in DOMAIN]
+    assert all(path.exists() for path in paths), [p.name for p in paths if not p.exists()]
+    assert _imports_of(paths, DOORS_AND_BODIES) == []

@@ -22,10 +22,11 @@ from danube.discovery.grpc_api.server import GrpcServer
 from danube.discovery.produce import Limits, Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
-from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
+from danube.discovery.stream_protocol import FRAME_BYTES_MAX
 from danube.discovery.topic_lists import TopicLists
 from danube.errors import DanubeError
 from danube.runtime.healthcheck import probe_url, write_health_file
+from danube.runtime.held import Slots
 from danube.runtime.http import bound_port, wait_started
 from danube.runtime.listener import uvicorn_limits, uvicorn_tls
 from danube.runtime.service import HEALTH_START_TIMEOUT_S, node_session
@@ -111,7 +112,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             admission=parts.admission,
             objects=ObjectStore.from_config(settings.wal_cloud.cloud),
             objects_root=settings.wal_cloud.uploader.root_prefix,
-            streams=StreamSlots(config.max_streams),
+            streams=Slots(config.max_streams),
             # Three chances to be heard before the dispatcher expires an idle consumer.
             stream_keepalive_s=settings.dispatcher.consumer_session_timeout_s / 3,
             stream_topics_max=config.stream_topics_max,

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from danube.admission.policies import PolicyCache
-from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
+from danube.discovery.errors import ConflictError, NotFoundError
 from danube.discovery.growth import grown
-from danube.discovery.models import NamespacePatch, NamespaceSpec, TopicSpec
-from danube.discovery.policy_models import TopicPatch
 from danube.meta import (
     TopicName,
     UpdateRacedError,
@@ -26,11 +24,7 @@ from danube.meta import (
     encode_model,
 )
 from danube.meta import keys as meta_keys
-from danube.meta.records import (
-    NamespacePolicy,
-    RetentionPolicy,
-    TopicConfig,
-)
+from danube.meta.records import Dispatch, NamespacePolicy, TopicConfig
 from danube.wire import codes
 
 log = logging.getLogger(__name__)
@@ -47,26 +41,9 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _same_topic(existing: TopicConfig, spec: TopicSpec) -> bool:
-    return (
-        existing.partitions == spec.partitions
-        and existing.dispatch == spec.dispatch
-        and existing.durability == spec.durability
-        and existing.retention == spec.retention.policy()
-        and existing.replication_factor == spec.replication_factor
-        and existing.min_insync_replicas == spec.min_insync_replicas
-        and existing.policies == spec.policies.stored()
-    )
-
-
-def _same_namespace(existing: NamespacePolicy, spec: NamespaceSpec) -> bool:
-    return (
-        existing.max_topics == spec.max_topics
-        and existing.retention == spec.retention.policy()
-        and existing.replication_factor == spec.replication_factor
-        and existing.min_insync_replicas == spec.min_insync_replicas
-        and existing.policies == spec.policies.stored()
-    )
+def _same(existing: TopicConfig | NamespacePolicy, wanted: TopicConfig | NamespacePolicy) -> bool:
+    """Whether two records say the same, their creation times aside."""
+    return existing.model_dump(exclude={"created_ms"}) == wanted.model_dump(exclude={"created_ms"})
 
 
 class Catalog(PolicyCache):
@@ -82,18 +59,12 @@ class Catalog(PolicyCache):
         await self.store.create_model(meta_keys.namespace_key(DEFAULT_NAMESPACE), policy)
 
     async def create_namespace(
-        self, name: str, spec: NamespaceSpec
+        self, name: str, wanted: NamespacePolicy
     ) -> tuple[NamespacePolicy, bool]:
-        """Create the namespace; ``(policy, created)``. The same spec again is not an error."""
+        """Create the namespace with the policy ``wanted`` (its ``created_ms`` is set here);
+        ``(policy, created)``. The same policy again is not an error."""
         key = meta_keys.namespace_key(name)
-        policy = NamespacePolicy(
-            created_ms=now_ms(),
-            max_topics=spec.max_topics,
-            retention=spec.retention.policy(),
-            replication_factor=spec.replication_factor,
-            min_insync_replicas=spec.min_insync_replicas,
-            policies=spec.policies.stored(),
-        )
+        policy = wanted.model_copy(update={"created_ms": now_ms()})
         result = (
             await self.store.txn()
             .if_absent(key)
@@ -107,38 +78,22 @@ class Catalog(PolicyCache):
         if kv is None:  # deleted between the compare and the read: cannot happen in one txn
             raise ConflictError(f"namespace {name} changed while being created", code="conflict")
         existing = decode_model(kv, NamespacePolicy)
-        if not _same_namespace(existing, spec):
+        if not _same(existing, policy):
             raise ConflictError(
                 f"namespace {name} exists with another policy", code="namespace_exists"
             )
         return existing, False
 
-    async def update_namespace(self, name: str, patch: NamespacePatch) -> NamespacePolicy:
-        """Apply ``patch`` to the namespace's policy (compare-and-swap on its revision, a few
-        tries); NotFoundError if it does not exist."""
-        given = patch.model_fields_set
-        fields = ("max_topics", "replication_factor", "min_insync_replicas", "retention")
-        changed = sorted(
-            [f for f in fields if f in given] + ["policies"] * (patch.policies is not None)
-        )
-
-        def change(current: NamespacePolicy) -> NamespacePolicy:
-            if "max_topics" in given and patch.max_topics is None:
-                raise BadRequestError("max_topics cannot be null", code="invalid_request")
-            changes: dict[str, object] = {
-                field: getattr(patch, field)
-                for field in ("max_topics", "replication_factor", "min_insync_replicas")
-                if field in given
-            }
-            if "retention" in given:
-                retention = patch.retention
-                changes["retention"] = (
-                    RetentionPolicy() if retention is None else retention.policy()
-                )
-            if patch.policies is not None:
-                changes["policies"] = patch.policies.applied_to(current.policies)
-            return NamespacePolicy.model_validate({**current.model_dump(), **changes})
-
+    async def update_namespace(
+        self,
+        name: str,
+        change: Callable[[NamespacePolicy], NamespacePolicy],
+        *,
+        changed: Sequence[str],
+    ) -> NamespacePolicy:
+        """Apply ``change`` to the namespace's policy (compare-and-swap on its revision, a
+        few tries; ``changed`` names the fields it changes, for the log); NotFoundError if
+        it does not exist."""
         key = meta_keys.namespace_key(name)
         try:
             found = await self.store.update_model(key, NamespacePolicy, change, tries=_UPDATE_TRIES)
@@ -149,7 +104,7 @@ class Catalog(PolicyCache):
         if found is None:
             raise NotFoundError(f"namespace {name} does not exist", code=codes.NAMESPACE_NOT_FOUND)
         updated = found[1]
-        log.info("namespace %s updated: %s", name, changed)
+        log.info("namespace %s updated: %s", name, list(changed))
         self._remember_namespace(name, updated)
         return updated
 
@@ -183,21 +138,13 @@ class Catalog(PolicyCache):
 
     # --- topics --------------------------------------------------------------------
 
-    async def create_topic(self, topic: TopicName, spec: TopicSpec) -> tuple[TopicConfig, bool]:
-        """Create the topic; ``(config, created)``. The same spec again is not an error; a
-        different one is ConflictError; a missing namespace NotFoundError."""
+    async def create_topic(self, topic: TopicName, wanted: TopicConfig) -> tuple[TopicConfig, bool]:
+        """Create the topic with the config ``wanted`` (its ``created_ms`` is set here);
+        ``(config, created)``. The same config again is not an error; a different one is
+        ConflictError; a missing namespace NotFoundError."""
         ns_key = meta_keys.namespace_key(topic.namespace)
         key = meta_keys.topic_key(topic)
-        config = TopicConfig(
-            partitions=spec.partitions,
-            dispatch=spec.dispatch,
-            durability=spec.durability,
-            retention=spec.retention.policy(),
-            created_ms=now_ms(),
-            replication_factor=spec.replication_factor,
-            min_insync_replicas=spec.min_insync_replicas,
-            policies=spec.policies.stored(),
-        )
+        config = wanted.model_copy(update={"created_ms": now_ms()})
         policy = await self.get_namespace(topic.namespace)
         existing = await self.store.get_model(key, TopicConfig)
         if existing is None:
@@ -217,7 +164,7 @@ class Catalog(PolicyCache):
             )
             if result.succeeded:
                 self._remember(topic, config)
-                log.info("created topic %s (%d partitions)", topic, spec.partitions)
+                log.info("created topic %s (%d partitions)", topic, config.partitions)
                 return config, True
             kv = result.first_kv()
             if kv is None:
@@ -225,10 +172,42 @@ class Catalog(PolicyCache):
                     f"namespace {topic.namespace} does not exist", code=codes.NAMESPACE_NOT_FOUND
                 )
             existing = decode_model(kv, TopicConfig)
-        if not _same_topic(existing, spec):
+        if not _same(existing, config):
             raise ConflictError(f"topic {topic} exists with another config", code="topic_exists")
         self._remember(topic, existing)
         return existing, False
+
+    async def ensure_topic(
+        self, topic: TopicName, *, auto_create: bool, dispatch: Dispatch = "reliable"
+    ) -> tuple[TopicConfig, bool]:
+        """The config of ``topic`` (or of the topic of a partition, ``<t>-part-N``), made to
+        exist when it does not and ``auto_create`` allows: a topic is created unpartitioned
+        with ``dispatch``; a partition's topic is created with ``N + 1`` partitions, or grown
+        to have it (Danube's clients name partitions). ``(config, created)``; NotFoundError
+        ``topic_not_found`` when it does not exist and may not be made to. The one place a
+        topic is created on demand (produce, attach, a gRPC producer or consumer)."""
+        base = topic.parent
+        config = await self.cached_topic(base)
+        created = False
+        if config is None:
+            if not auto_create:
+                raise NotFoundError(
+                    f"topic {base} does not exist and auto-creation is off",
+                    code=codes.TOPIC_NOT_FOUND,
+                )
+            count = 0 if topic.partition is None else topic.partition + 1
+            wanted = TopicConfig(partitions=count, dispatch=dispatch, created_ms=0)
+            try:
+                config, created = await self.create_topic(base, wanted)
+            except ConflictError as exc:  # created meanwhile, with another config
+                if exc.code != "topic_exists":
+                    raise
+                config = await self.get_topic(base)
+        if topic.partition is not None and config.partitions <= topic.partition:
+            if not auto_create:
+                raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
+            config = await self.grow_partitions(base, topic.partition + 1)
+        return config, created
 
     async def grow_partitions(self, topic: TopicName, count: int) -> TopicConfig:
         """Give the partitioned topic at least ``count`` partitions (Danube's clients create a
@@ -246,21 +225,12 @@ class Catalog(PolicyCache):
         return after
 
     async def update_topic(
-        self, topic: TopicName, patch: TopicPatch
+        self, topic: TopicName, change: Callable[[TopicConfig], TopicConfig]
     ) -> tuple[TopicConfig, TopicConfig]:
-        """Apply ``patch`` (policies, and a growth of its partitions: the rules of
+        """Apply ``change`` (its policies, and a growth of its partitions: the rules of
         :func:`danube.discovery.growth.grown`, exact) in one compare-and-swap on its
         revision (a few tries); ``(before, after)``; NotFoundError if it does not exist.
-        Other instances see it within their cache's TTL (``discovery.topic_cache_ttl_s``),
-        this one at once."""
-
-        def change(config: TopicConfig) -> TopicConfig:
-            if patch.partitions is not None:
-                config = grown(config, topic, patch.partitions, exact=True)
-            return config.model_copy(
-                update={"policies": patch.policies.applied_to(config.policies)}
-            )
-
+        Other instances see it at once (their caches follow etcd), this one too."""
         before, updated = await self._change_topic(topic, change, raced="changed during the update")
         if updated.partitions != before.partitions:
             log.info(

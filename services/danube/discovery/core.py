@@ -13,9 +13,9 @@ from danube.discovery.catalog import Catalog
 from danube.discovery.produce import Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
-from danube.discovery.stream_protocol import StreamSlots
 from danube.discovery.topic_lists import TopicLists
 from danube.meta import MetaStore
+from danube.runtime.held import Slots
 from danube.security.gate import SecurityGate
 from danube.storage import ObjectStore
 from danube.wire.dispatcher.client import DispatcherClient
@@ -57,7 +57,7 @@ class Services:
     objects_root: str = ""  # wal_cloud.uploader.root_prefix: where topics' objects live
     ready_timeout_s: float = 2.0
     # Open consumer streams (WebSocket), up to discovery.max_streams.
-    streams: StreamSlots = field(default_factory=lambda: StreamSlots(1024))
+    streams: Slots = field(default_factory=lambda: Slots(1024))
     # A stream with no credits still tells the dispatcher its consumer is alive this often,
     # well within dispatcher.consumer_session_timeout_s.
     stream_keepalive_s: float = 20.0

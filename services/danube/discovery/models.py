@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from danube.discovery.errors import BadRequestError
 from danube.discovery.policy_models import PoliciesSpec
 from danube.discovery.producer_models import ProducerId, ProducerOut
 from danube.frame import (
@@ -25,9 +26,11 @@ from danube.meta.records import (
     REPLICAS_MAX,
     Dispatch,
     Durability,
+    NamespacePolicy,
     Policies,
     RetentionPolicy,
     SubscriptionType,
+    TopicConfig,
 )
 from danube.names import MAX_TOPIC_NAME_CHARS, PARTITIONS_MAX, TOPIC_NAME_PATTERN
 from danube.wire.delay import (
@@ -94,6 +97,17 @@ class NamespaceSpec(_Request):
     # What the namespace's topics hold to where they set nothing (docs/policies.md).
     policies: PoliciesSpec = PoliciesSpec()
 
+    def stored(self) -> NamespacePolicy:
+        """The policy it asks for (its ``created_ms`` is the catalog's to set)."""
+        return NamespacePolicy(
+            created_ms=0,
+            max_topics=self.max_topics,
+            retention=self.retention.policy(),
+            replication_factor=self.replication_factor,
+            min_insync_replicas=self.min_insync_replicas,
+            policies=self.policies.stored(),
+        )
+
 
 class NamespacePatch(_Request):
     """``PATCH /v1/namespaces/{ns}``: the fields given replace the stored ones (``retention``
@@ -105,6 +119,32 @@ class NamespacePatch(_Request):
     min_insync_replicas: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
     # The policy fields given replace the stored ones; null unsets one.
     policies: PoliciesSpec | None = None
+
+    def changed(self) -> list[str]:
+        """The fields it changes, sorted."""
+        fields = ("max_topics", "replication_factor", "min_insync_replicas", "retention")
+        given = self.model_fields_set
+        return sorted(
+            [f for f in fields if f in given] + ["policies"] * (self.policies is not None)
+        )
+
+    def applied_to(self, current: NamespacePolicy) -> NamespacePolicy:
+        """``current`` with the fields given replaced (``retention`` as a whole; ``null``
+        resets a replication default); 400 when ``max_topics`` is null."""
+        given = self.model_fields_set
+        if "max_topics" in given and self.max_topics is None:
+            raise BadRequestError("max_topics cannot be null", code="invalid_request")
+        changes: dict[str, object] = {
+            field: getattr(self, field)
+            for field in ("max_topics", "replication_factor", "min_insync_replicas")
+            if field in given
+        }
+        if "retention" in given:
+            retention = self.retention
+            changes["retention"] = RetentionPolicy() if retention is None else retention.policy()
+        if self.policies is not None:
+            changes["policies"] = self.policies.applied_to(current.policies)
+        return NamespacePolicy.model_validate({**current.model_dump(), **changes})
 
 
 class TopicSpec(_Request):
@@ -120,6 +160,19 @@ class TopicSpec(_Request):
     min_insync_replicas: Annotated[int, Field(ge=1, le=REPLICAS_MAX)] | None = None
     # Its limits (docs/policies.md); what it leaves unset: the namespace's, else none.
     policies: PoliciesSpec = PoliciesSpec()
+
+    def stored(self) -> TopicConfig:
+        """The config it asks for (its ``created_ms`` is the catalog's to set)."""
+        return TopicConfig(
+            partitions=self.partitions,
+            dispatch=self.dispatch,
+            durability=self.durability,
+            retention=self.retention.policy(),
+            created_ms=0,
+            replication_factor=self.replication_factor,
+            min_insync_replicas=self.min_insync_replicas,
+            policies=self.policies.stored(),
+        )
 
 
 class MessageIn(_Request):

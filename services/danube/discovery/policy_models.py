@@ -3,11 +3,14 @@ fields refused, every number bounded (a 400 naming ``policies.<field>`` past a b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from danube.discovery.errors import BadRequestError
+from danube.discovery.growth import grown
+from danube.meta import TopicName
 from danube.meta.records import (
     BACKLOG_MESSAGES_MAX,
     CHUNKED_BYTES_MAX,
@@ -19,6 +22,7 @@ from danube.meta.records import (
     BacklogPolicy,
     Policies,
     RetentionMode,
+    TopicConfig,
 )
 from danube.names import PARTITIONS_MAX
 
@@ -64,6 +68,17 @@ class TopicPatch(BaseModel):
 
     partitions: Annotated[int, Field(ge=1, le=PARTITIONS_MAX)] | None = None
     policies: PoliciesSpec = PoliciesSpec()
+
+    def change(self, topic: TopicName) -> Callable[[TopicConfig], TopicConfig]:
+        """What it does to ``topic``'s config: grow its partitions (exactly to the count
+        given: danube.discovery.growth), then apply its policies."""
+
+        def change(config: TopicConfig) -> TopicConfig:
+            if self.partitions is not None:
+                config = grown(config, topic, self.partitions, exact=True)
+            return config.model_copy(update={"policies": self.policies.applied_to(config.policies)})
+
+        return change
 
 
 def check_message_size(policies: PoliciesSpec | None, cap_bytes: int) -> None:

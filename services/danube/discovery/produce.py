@@ -14,16 +14,13 @@ answered with the offsets first given, ``duplicate``, appending nothing.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from danube.admission import Admitted, Sequencing, Stamp
-from danube.admission.chunks import check_chunked
+from danube.admission import Admitted, Sequencing
 from danube.admission.payloads import stamped_frames
 from danube.admission.sequences import check_target
 from danube.bus import Bus, BusError, NoRespondersError, RemoteError, TopicName
@@ -31,17 +28,13 @@ from danube.config import DanubeSettings
 from danube.discovery import metrics
 from danube.discovery.catalog import Catalog
 from danube.discovery.errors import (
-    BadRequestError,
     NotFoundError,
     OverLimitError,
     TooLargeError,
     UnavailableError,
 )
-from danube.discovery.models import MessageIn, ProduceRequest, ProduceResult, TopicSpec
 from danube.discovery.produce_batch import Batch, FramesBatch, RecordsBatch
-from danube.discovery.produce_sequences import json_sequencing
 from danube.discovery.routing import RoundRobin, group, route, split
-from danube.frame import Record, encode_record
 from danube.frame.produce import ProducedFrames
 from danube.meta.records import Dispatch, Policies
 from danube.runtime.topic_metrics import topic_label
@@ -65,88 +58,6 @@ PLACE_TIMEOUT_S = 1.0
 PLACE_CONCURRENCY = 16
 
 # Room for NATS headers (deadline...) inside the server's max_payload.
-
-
-def decode_payload(message: MessageIn, index: int, max_payload_bytes: int) -> bytes:
-    """The payload bytes of ``message``; BadRequestError for bad base64, TooLargeError over
-    the limit."""
-    if message.encoding == "base64":
-        try:
-            payload = base64.b64decode(message.payload, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise BadRequestError(
-                f"messages[{index}].payload is not valid base64", code="bad_encoding"
-            ) from exc
-    else:
-        try:
-            payload = message.payload.encode("utf-8")
-        except UnicodeEncodeError as exc:  # a lone surrogate escaped in the JSON
-            raise BadRequestError(
-                f"messages[{index}].payload is not valid Unicode text", code="bad_encoding"
-            ) from exc
-    if len(payload) > max_payload_bytes:
-        raise TooLargeError(
-            f"messages[{index}].payload is {len(payload)} bytes, over the limit of "
-            f"{max_payload_bytes}",
-            code=codes.PAYLOAD_TOO_LARGE,
-            limit=max_payload_bytes,
-        )
-    return payload
-
-
-def encode_batch(
-    request: ProduceRequest,
-    *,
-    max_payload_bytes: int,
-    max_messages: int,
-    publish_time_ms: int,
-    schema: Stamp | None = None,
-) -> list[bytes]:
-    """Every message as an encoded record, in order, or the first message's error."""
-    payloads = decode_payloads(
-        request, max_payload_bytes=max_payload_bytes, max_messages=max_messages
-    )
-    return encode_records(request, payloads, publish_time_ms=publish_time_ms, schema=schema)
-
-
-def decode_payloads(
-    request: ProduceRequest, *, max_payload_bytes: int, max_messages: int
-) -> list[bytes]:
-    """Every message's payload bytes, in order, or the first message's error."""
-    if len(request.messages) > max_messages:
-        raise TooLargeError(
-            f"{len(request.messages)} messages, over the limit of {max_messages} per request",
-            code="too_many_messages",
-            limit=max_messages,
-        )
-    return [decode_payload(m, i, max_payload_bytes) for i, m in enumerate(request.messages)]
-
-
-def encode_records(
-    request: ProduceRequest,
-    payloads: Sequence[bytes],
-    *,
-    publish_time_ms: int,
-    schema: Stamp | None = None,
-) -> list[bytes]:
-    """The messages with their decoded ``payloads`` as encoded records, stamped with the
-    schema they were checked against; InvalidRecordError (400) names the field."""
-    return [
-        encode_record(
-            Record(
-                payload=payload,
-                publish_time_ms=publish_time_ms,
-                producer=request.producer,
-                key=message.key,
-                attributes=message.record_attributes(),
-                schema_id=None if schema is None else schema.schema_id,
-                schema_version=None if schema is None else schema.version,
-                sequence=message.sequence,
-                producer_epoch=0 if message.sequence is None else request.producer_epoch,
-            )
-        )
-        for message, payload in zip(request.messages, payloads, strict=True)
-    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,36 +90,6 @@ class Limits:
             timeout_s=settings.discovery.produce_timeout_s,
             auto_create=settings.discovery.auto_create_topics,
         )
-
-
-class JsonMessages:
-    """A JSON body's messages as admission reads them (danube.admission.Messages):
-    the payloads are decoded (base64 or UTF-8) when admission asks for their sizes, the
-    first bad or oversize one refused as they go."""
-
-    __slots__ = ("_decoded", "request")
-
-    def __init__(self, request: ProduceRequest) -> None:
-        self.request = request
-        self._decoded: list[bytes] = []
-
-    def __len__(self) -> int:
-        return len(self.request.messages)
-
-    def sequencing(self) -> Sequencing | None:
-        return json_sequencing(self.request)
-
-    def payload_sizes(self, payload_bytes_max: int) -> Sequence[int]:
-        messages = self.request.messages
-        self._decoded = [decode_payload(m, i, payload_bytes_max) for i, m in enumerate(messages)]
-        return [len(payload) for payload in self._decoded]
-
-    def payloads(self) -> Sequence[bytes]:
-        """The decoded payloads (once :meth:`payload_sizes` decoded them)."""
-        return self._decoded
-
-    def check_chunked(self, limit: int) -> None:
-        check_chunked((m.attributes for m in self.request.messages), limit)
 
 
 class Producer:
@@ -260,27 +141,6 @@ class Producer:
         if unplaced:
             log.info("topic %s: left to its first produce: %s", topic, "; ".join(unplaced))
 
-    async def produce(self, admitted: Admitted, messages: JsonMessages) -> list[ProduceResult]:
-        """Store a JSON batch ``admitted`` (danube.admission); one result per
-        message, in message order; a full instance answers 429 at once."""
-        request = messages.request
-        async with self._admitted():
-            records = encode_records(
-                request,
-                messages.payloads(),
-                publish_time_ms=int(time.time() * 1000),
-                schema=admitted.stamp,
-            )
-            keys = [m.key for m in request.messages]
-            return await self._store(
-                admitted.topic,
-                records,
-                keys,
-                request.dispatch,
-                admitted.policies,
-                sequencing=admitted.sequencing,
-            )
-
     async def produce_frames(
         self, admitted: Admitted, frames: ProducedFrames, *, dispatch: Dispatch
     ) -> Stored:
@@ -315,33 +175,20 @@ class Producer:
         keys: Sequence[str | None],
         *,
         dispatch: Dispatch,
-    ) -> list[ProduceResult]:
+    ) -> Stored:
         """Store encoded records ``admitted``: to a topic (routed over its partitions by key,
         auto-created with ``dispatch`` when allowed) or one partition of an existing topic
-        (``<t>-part-N``, as Danube's clients name them). One result per record, in order."""
+        (``<t>-part-N``, as Danube's clients name them); where each went, in order. A full
+        instance answers 429 at once."""
         async with self._admitted():
-            return await self._store(admitted.topic, records, keys, dispatch, admitted.policies)
-
-    async def _store(
-        self,
-        topic: TopicName,
-        records: Sequence[bytes],
-        keys: Sequence[str | None],
-        dispatch: Dispatch,
-        policies: Policies,
-        *,
-        sequencing: Sequencing | None = None,
-    ) -> list[ProduceResult]:
-        stored = await self._stored(
-            topic, RecordsBatch(records), keys, dispatch, policies, sequencing
-        )
-        names, offsets, duplicates = stored.names, stored.offsets, stored.duplicates
-        return [
-            ProduceResult(partition=str(names[p]), offset=offsets[i], duplicate=True)
-            if duplicates[i]
-            else ProduceResult(partition=str(names[p]), offset=offsets[i])
-            for i, p in enumerate(stored.routed)
-        ]
+            return await self._stored(
+                admitted.topic,
+                RecordsBatch(records),
+                keys,
+                dispatch,
+                admitted.policies,
+                admitted.sequencing,
+            )
 
     async def _stored(
         self,
@@ -373,15 +220,10 @@ class Producer:
         return Stored(names, routed, offsets, duplicates, partitions)
 
     async def _partitions_of(self, topic: TopicName, dispatch: Dispatch) -> int:
-        config = await self.catalog.cached_topic(topic)
-        if config is not None:
-            return config.partitions
-        if not self.limits.auto_create:
-            raise NotFoundError(
-                f"topic {topic} does not exist and auto-creation is off", code=codes.TOPIC_NOT_FOUND
-            )
-        created, _ = await self.catalog.create_topic(topic, TopicSpec(dispatch=dispatch))
-        return created.partitions
+        config, _ = await self.catalog.ensure_topic(
+            topic, auto_create=self.limits.auto_create, dispatch=dispatch
+        )
+        return config.partitions
 
     async def _check_partition(self, partition: TopicName) -> int:
         """A partition is written only while its topic exists and has it (a deleted topic's

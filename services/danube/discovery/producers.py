@@ -34,7 +34,6 @@ from danube.admission.exclusive import ExclusiveHolders, covers
 from danube.discovery import metrics
 from danube.discovery.catalog import Catalog
 from danube.discovery.errors import ConflictError, NotFoundError
-from danube.discovery.models import TopicSpec
 from danube.meta import MetaError, MetaStore, TopicName, decode_model, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import AccessMode, ProducerRecord
@@ -200,17 +199,13 @@ class ProducerSessions:
 
     async def _ensure_topic(self, topic: TopicName) -> None:
         # A partition (``<t>-part-N``, as Danube's clients name them) exists when its topic
-        # has it; the gRPC front door creates or grows the topic before opening a session.
-        config = await self.catalog.cached_topic(topic.parent)
-        if config is not None and (topic.partition is None or topic.partition < config.partitions):
-            return
+        # has it (the gRPC front door creates or grows the topic before opening a session).
         if topic.partition is not None:
-            raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
-        if not self.auto_create:
-            raise NotFoundError(
-                f"topic {topic} does not exist and auto-creation is off", code=codes.TOPIC_NOT_FOUND
-            )
-        await self.catalog.create_topic(topic, TopicSpec())
+            config = await self.catalog.cached_topic(topic.parent)
+            if config is None or topic.partition >= config.partitions:
+                raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
+            return
+        await self.catalog.ensure_topic(topic, auto_create=self.auto_create)
 
     async def _revoke(self, lease_id: int) -> None:
         try:

@@ -218,7 +218,7 @@ async def put_namespace(
     validate_segment("namespace", ns)
     spec = spec or NamespaceSpec()
     _check_policies(services, spec.policies)
-    policy, created = await services.catalog.create_namespace(ns, spec)
+    policy, created = await services.catalog.create_namespace(ns, spec.stored())
     response.status_code = 201 if created else 200
     return _namespace_out(ns, policy)
 
@@ -231,7 +231,8 @@ async def patch_namespace(
     set no retention (or replication) of their own follow the namespace's."""
     validate_segment("namespace", ns)
     _check_policies(services, patch.policies)
-    return _namespace_out(ns, await services.catalog.update_namespace(ns, patch))
+    updated = await services.catalog.update_namespace(ns, patch.applied_to, changed=patch.changed())
+    return _namespace_out(ns, updated)
 
 
 @router.delete("/namespaces/{ns}", status_code=204)
@@ -270,7 +271,7 @@ async def put_topic(
     name = user_topic(ns, topic)
     spec = spec or TopicSpec()
     _check_policies(services, spec.policies)
-    config, created = await services.catalog.create_topic(name, spec)
+    config, created = await services.catalog.create_topic(name, spec.stored())
     if created:
         await services.producer.place(name, config.partitions)
     response.status_code = 201 if created else 200
@@ -286,7 +287,7 @@ async def patch_topic(
     the topic (never shrinks it): the new partitions are placed as a new topic's are."""
     name = user_topic(ns, topic)
     _check_policies(services, patch.policies)
-    before, after = await services.catalog.update_topic(name, patch)
+    before, after = await services.catalog.update_topic(name, patch.change(name))
     if after.partitions > before.partitions:
         await services.producer.place(name, after.partitions, first=before.partitions)
     return await _topic_out(services, name, after)

@@ -25,7 +25,7 @@ from danube.discovery.api.params import (
     Topic,
 )
 from danube.discovery.api.state import Services, ServicesDep
-from danube.discovery.errors import BadRequestError, NotFoundError
+from danube.discovery.errors import BadRequestError
 from danube.discovery.models import (
     AckRequest,
     AckResult,
@@ -34,12 +34,11 @@ from danube.discovery.models import (
     MessageOut,
     MessageRefOut,
     MessagesOut,
-    TopicSpec,
 )
 from danube.frame import CorruptFrameError, decode_record
 from danube.meta import TopicName
 from danube.names import SEGMENT_CHARS, InvalidNameError, user_topic, validate_segment
-from danube.wire import codes, delivery
+from danube.wire import delivery
 from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)
@@ -138,18 +137,6 @@ def _segment(topic: TopicName, name: str, where: str) -> str:
     return partition.topic
 
 
-async def _ensure_topic(services: Services, topic: TopicName) -> None:
-    # The dispatcher reads the partitions the topic config names, so the config must exist
-    # before the first attach; as produce does, create it when auto-creation is on.
-    if await services.catalog.cached_topic(topic) is not None:
-        return
-    if not services.producer.limits.auto_create:
-        raise NotFoundError(
-            f"topic {topic} does not exist and auto-creation is off", code=codes.TOPIC_NOT_FOUND
-        )
-    await services.catalog.create_topic(topic, TopicSpec())
-
-
 @router.post(
     "/topics/{ns}/{topic}/subscriptions/{sub}/consumers",
     response_model=AttachResponse,
@@ -162,7 +149,8 @@ async def attach(
     ``subscription_taken`` when an exclusive subscription already has its consumer."""
     name = user_topic(ns, topic)
     validate_segment("subscription", sub)
-    await _ensure_topic(services, name)
+    # The dispatcher reads the partitions the topic config names: it must exist first.
+    await services.catalog.ensure_topic(name, auto_create=services.producer.limits.auto_create)
     start: protocol.StartPosition = (
         body.start if isinstance(body.start, str) else body.start.model_dump()
     )

@@ -1,7 +1,7 @@
 """One many-topics stream (``GET /v1/namespaces/{ns}/subscriptions/{sub}/stream``, opened by
 :mod:`danube.discovery.api.multi_stream`): one subscription over many topics of a namespace,
 those created later included (docs/http-api.md, "Consume many topics"; the selection, the
-lending of credits and the routing of acks are :mod:`danube.discovery.multi_topic`'s,
+lending of credits and the routing of acks are :mod:`danube.discovery.api.multi_topic`'s,
 without I/O).
 
 The state lives as long as the socket: on open the stream attaches a consumer to the
@@ -35,6 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from danube.discovery import metrics
 from danube.discovery.api.consume import full_names, messages_out
+from danube.discovery.api.multi_topic import (
+    TOO_MANY_TOPICS,
+    Lender,
+    Loan,
+    TopicSelector,
+    runs_by_topic,
+)
 from danube.discovery.api.state import Services
 from danube.discovery.api.stream import (
     POLL_WAIT_MS,
@@ -51,7 +58,6 @@ from danube.discovery.errors import (
     error_body,
 )
 from danube.discovery.models import MessageOut
-from danube.discovery.multi_topic import TOO_MANY_TOPICS, Lender, Loan, TopicSelector, runs_by_topic
 from danube.discovery.stream_protocol import (
     AckFrame,
     FlowFrame,

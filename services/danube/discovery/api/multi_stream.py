@@ -3,7 +3,7 @@
 topics of a namespace, those created later included (docs/http-api.md, "Consume many
 topics"). This module opens and closes the socket and reads the query; the stream itself is
 :class:`danube.discovery.api.multi_session.MultiStream`, and the selection, the lending of
-credits and the routing of acks are :mod:`danube.discovery.multi_topic`'s, without I/O.
+credits and the routing of acks are :mod:`danube.discovery.api.multi_topic`'s, without I/O.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 
 from danube.discovery.api.multi_session import MultiStream, MultiStreamParams
+from danube.discovery.api.multi_topic import TopicSelector
 from danube.discovery.api.state import Services, services_of
 from danube.discovery.api.stream import run_stream
 from danube.discovery.errors import BadRequestError
-from danube.discovery.multi_topic import TopicSelector
 from danube.errors import DanubeError
 from danube.names import InvalidNameError, validate_segment
 from danube.security import SecurityError

@@ -2,7 +2,7 @@
 
 Two ways in, one answer. :func:`fast_produce` serves a well-formed JSON body straight from
 the API's ASGI layer (:class:`~danube.discovery.api.middleware.ApiFront`): orjson in,
-hand-checked bounds (:mod:`danube.discovery.produce_body`), orjson out, no FastAPI routing,
+hand-checked bounds (:mod:`danube.discovery.api.produce_body`), orjson out, no FastAPI routing,
 dependency injection or pydantic per message. Anything it does not take as is goes to the
 FastAPI route below, which answers it as the OpenAPI says (every 400 and 415 included).
 
@@ -25,11 +25,11 @@ from danube.admission import FramesMessages
 from danube.discovery.api.auth import principal_of_scope
 from danube.discovery.api.failures import danube_error_answer
 from danube.discovery.api.params import Namespace, ProduceTopic
+from danube.discovery.api.produce_body import parse_produce, produce_answer
+from danube.discovery.api.produce_json import JsonMessages, store_json
 from danube.discovery.api.state import Services, ServicesDep
 from danube.discovery.errors import error_body
 from danube.discovery.models import ProduceRequest, ProduceResponse
-from danube.discovery.produce import JsonMessages
-from danube.discovery.produce_body import parse_produce, produce_answer
 from danube.errors import DanubeError
 from danube.meta import TopicName
 from danube.names import produce_topic
@@ -83,7 +83,7 @@ async def produce(
         schema_version=body.schema_version,
         action=_ACTION,
     )
-    return ProduceResponse(results=await services.producer.produce(admitted, messages))
+    return ProduceResponse(results=await store_json(services.producer, admitted, messages))
 
 
 def is_produce(scope: Scope) -> bool:
@@ -134,7 +134,7 @@ async def fast_produce(services: Services, scope: Scope, body: bytes) -> Answer 
             schema_version=request.schema_version,
             action=_ACTION,
         )
-        results = await services.producer.produce(admitted, messages)
+        results = await store_json(services.producer, admitted, messages)
     except Exception as exc:
         return _failed(exc, name)
     return 200, produce_answer([(r.partition, r.offset, bool(r.duplicate)) for r in results]), None

@@ -21,7 +21,6 @@ from danube.admission import PayloadMessages
 from danube.discovery.core import Services
 from danube.discovery.errors import (
     BadRequestError,
-    ConflictError,
     NotFoundError,
     OverLimitError,
 )
@@ -29,7 +28,6 @@ from danube.discovery.grpc_api import requests
 from danube.discovery.grpc_api.acks import AckBatcher
 from danube.discovery.grpc_api.auth import principal_from_call
 from danube.discovery.grpc_api.clients import Clients, ConsumerEntry, ProducerEntry
-from danube.discovery.models import TopicSpec
 from danube.discovery.producers import ProducerSessions
 from danube.errors import DanubeError
 from danube.frame import (
@@ -104,31 +102,13 @@ class DanubeApi:
 
     async def _ensure_topic(self, topic: TopicName, dispatch: Dispatch) -> None:
         """Make ``topic`` exist (auto-creation allowed): a plain topic as asked, a partition
-        by creating or growing its topic to have it."""
-        catalog = self.services.catalog
-        base = topic.parent
-        config = await catalog.cached_topic(base)
-        if config is None:
-            if not self.services.producer.limits.auto_create:
-                raise NotFoundError(
-                    f"topic {base} does not exist and auto-creation is off",
-                    code=codes.TOPIC_NOT_FOUND,
-                )
-            count = 0 if topic.partition is None else topic.partition + 1
-            try:
-                config, created = await catalog.create_topic(
-                    base, TopicSpec(partitions=count, dispatch=dispatch)
-                )
-                if created:  # placed now: the producer's first message does not claim them
-                    await self.services.producer.place(base, config.partitions)
-            except ConflictError as exc:  # created meanwhile, with another partition count
-                if exc.code != "topic_exists":
-                    raise
-                config = await catalog.get_topic(base)
-        if topic.partition is not None and config.partitions <= topic.partition:
-            if not self.services.producer.limits.auto_create:
-                raise NotFoundError(f"topic {topic} does not exist", code=codes.TOPIC_NOT_FOUND)
-            await catalog.grow_partitions(base, topic.partition + 1)
+        by creating or growing its topic to have it (Catalog.ensure_topic)."""
+        producer = self.services.producer
+        config, created = await self.services.catalog.ensure_topic(
+            topic, auto_create=producer.limits.auto_create, dispatch=dispatch
+        )
+        if created:  # placed now: the producer's first message does not claim them
+            await producer.place(topic.parent, config.partitions)
 
     async def _topic_exists(self, topic: TopicName) -> bool:
         config = await self.services.catalog.cached_topic(topic.parent)
