@@ -15,11 +15,11 @@ import pytest
 
 from danube.admission import AdmissionCounters, AdmissionParts, PayloadMessages, build
 from danube.config import DanubeSettings, DiscoveryConfig, SecurityConfig
-from danube.discovery.catalog import Catalog
-from danube.discovery.models import TopicSpec
-from danube.discovery.policy_models import PoliciesSpec
-from danube.discovery.producers import ProducerSessions
-from danube.discovery.schemas import SchemaRegistry
+from danube.discovery.catalog.catalog import Catalog
+from danube.discovery.doors.bodies.api import TopicSpec
+from danube.discovery.doors.bodies.policies import PoliciesSpec
+from danube.discovery.produce.sessions import ProducerSessions
+from danube.discovery.schemas.registry import SchemaRegistry
 from danube.errors import DanubeError
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys

@@ -25,10 +25,10 @@ from danube.config import (
     WalConfig,
 )
 from danube.discovery import app as discovery_app
-from danube.discovery.catalog import Catalog
+from danube.discovery.catalog.catalog import Catalog
+from danube.discovery.doors.bodies.api import TopicSpec
 from danube.discovery.errors import ConflictError
-from danube.discovery.models import TopicSpec
-from danube.discovery.producers import ProducerSessions
+from danube.discovery.produce.sessions import ProducerSessions
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys

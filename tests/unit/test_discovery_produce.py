@@ -11,11 +11,11 @@ import pytest
 from danube.admission import Admission, Admitted, ProduceLimits
 from danube.admission.exclusive import ExclusiveView
 from danube.bus import Bus, TopicName
-from danube.discovery.api.produce_json import JsonMessages
-from danube.discovery.catalog import Catalog
+from danube.discovery.catalog.catalog import Catalog
+from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.http.produce_json import JsonMessages
 from danube.discovery.errors import BadRequestError, OverLimitError, http_status
-from danube.discovery.models import ProduceRequest
-from danube.discovery.produce import Limits, Producer
+from danube.discovery.produce.producer import Limits, Producer
 from danube.meta.records import Policies, TopicConfig
 from danube.security.gate import SecurityGate
 

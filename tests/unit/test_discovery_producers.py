@@ -11,7 +11,7 @@ import pytest
 
 from danube.admission.exclusive import ExclusiveView, covers
 from danube.discovery.errors import ConflictError, http_status
-from danube.discovery.producers import _open_txn, new_producer_id, refusal
+from danube.discovery.produce.sessions import _open_txn, new_producer_id, refusal
 from danube.meta import keys
 from danube.meta.kv import KeyValue
 from danube.meta.txn import Compare, PutOp, Txn, build_request

@@ -8,14 +8,8 @@ import json
 import pytest
 
 from danube.bus import RemoteError
-from danube.discovery.errors import (
-    BadRequestError,
-    OverLimitError,
-    StreamProtocolError,
-    ws_close_code,
-)
-from danube.discovery.models import MessageOut
-from danube.discovery.stream_protocol import (
+from danube.discovery.doors.bodies.api import MessageOut
+from danube.discovery.doors.http.stream_protocol import (
     CREDITS_MAX,
     AckFrame,
     Credits,
@@ -24,6 +18,12 @@ from danube.discovery.stream_protocol import (
     error_frame,
     message_frame,
     parse_frame,
+)
+from danube.discovery.errors import (
+    BadRequestError,
+    OverLimitError,
+    StreamProtocolError,
+    ws_close_code,
 )
 from danube.errors import ErrorKind
 from danube.runtime.held import Slots

@@ -86,9 +86,10 @@ def test_discoverys_doors_are_siblings_over_admission_and_the_core() -> None:
     libs' danube.admission) no door and nothing of discovery (DESIGN §10: every door, an
     ingest node's too, calls admission the same way)."""
     discovery = SERVICES_ROOT / "discovery"
-    grpc_door = sorted((discovery / "grpc_api").rglob("*.py"))
-    assert _imports_of(grpc_door, ("danube.discovery.api",)) == []
-    doors = ("danube.discovery.api", "danube.discovery.grpc_api", "fastapi", "starlette", "grpc")
+    grpc_door = sorted((discovery / "doors" / "grpc").rglob("*.py"))
+    assert len(grpc_door) > 3  # the door was found
+    assert _imports_of(grpc_door, ("danube.discovery.doors.http",)) == []
+    doors = ("danube.discovery.doors", "fastapi", "starlette", "grpc")
     assert _imports_of([discovery / "core.py"], doors) == []
     admission = SERVICES_ROOT.parents[1] / "libs" / "danube" / "admission"
     assert len(list(admission.glob("*.py"))) > 5  # the package was found
@@ -100,50 +101,28 @@ def test_discoverys_doors_are_siblings_over_admission_and_the_core() -> None:
     ] == []
 
 
-# Discovery's domain (DESIGN §10): what the doors call. It answers in records
-# (danube.meta.records) and domain values, never in a door's bodies.
-DOMAIN = (
-    "assignment",
-    "balance",
-    "catalog",
-    "controller",
-    "core",
-    "growth",
-    "moves",
-    "partition_records",
-    "produce",
-    "produce_batch",
-    "producer_epochs",
-    "producers",
-    "reassignments",
-    "routing",
-    "schema_values",
-    "schemas",
-    "security_admin",
-    "topic_lists",
-)
-# The doors, and the models of their bodies (HTTP and gRPC build them from requests).
-DOORS_AND_BODIES = (
-    "danube.discovery.api",
-    "danube.discovery.grpc_api",
-    "danube.discovery.console",
-    "danube.discovery.models",
-    "danube.discovery.console_models",
-    "danube.discovery.elastic_models",
-    "danube.discovery.policy_models",
-    "danube.discovery.producer_models",
-    "danube.discovery.schema_models",
-    "danube.discovery.validation",
-    "danube.discovery.stream_protocol",
-    "fastapi",
-    "starlette",
-    "grpc",
-    "pydantic",
-)
+# Discovery's domain (DESIGN §10, STYLE "doors over a core"): what the doors call, in
+# packages of their own beside the doors. It answers in records (danube.meta.records) and
+# domain values, never in a door's bodies (danube.discovery.doors.bodies).
+DOMAIN = ("catalog", "controller", "produce", "schemas", "security")
+DOORS = ("danube.discovery.doors", "fastapi", "starlette", "grpc")
 
 
-def test_no_module_of_discoverys_domain_imports_a_door_or_a_body() -> None:
+def test_discovery_is_doors_over_a_core_over_the_domain() -> None:
     discovery = SERVICES_ROOT / "discovery"
-    paths = [discovery / f"{name}.py" for name in DOMAIN]
-    assert all(path.exists() for path in paths), [p.name for p in paths if not p.exists()]
-    assert _imports_of(paths, DOORS_AND_BODIES) == []
+    top = sorted(p.name for p in discovery.iterdir() if p.suffix == ".py" or p.is_dir())
+    # Wiring, the core, errors and metrics at the top; everything else in a package.
+    assert [name for name in top if name.endswith(".py")] == [
+        "__init__.py",
+        "__main__.py",
+        "app.py",
+        "core.py",
+        "errors.py",
+        "metrics.py",
+    ]
+    paths = [discovery / "core.py"]
+    for package in DOMAIN:
+        found = sorted((discovery / package).rglob("*.py"))
+        assert len(found) > 1, package
+        paths += found
+    assert _imports_of(paths, DOORS) == []

@@ -5,7 +5,7 @@
   ``*_pb2.pyi`` modules are generated (``make proto``, i.e. ``python -m danube.wire.generate``)
   and committed; a unit test regenerates them and fails when they drift from the ``.proto``
   files. Service stubs are not generated: the front door binds its handlers itself
-  (danube.discovery.grpc_api), tests call methods by path.
+  (danube.discovery.doors.grpc), tests call methods by path.
 - The services' bus contracts, one package per service that answers requests: its bodies,
   status codes and the client its callers use: ``danube.wire.ingest`` (produce, WAL fetch,
   replication), ``danube.wire.dispatcher`` (subscriptions and their refusals),

@@ -18,15 +18,15 @@ from danube.admission.refresh import Refresher
 from danube.bus import Bus
 from danube.config import DanubeSettings
 from danube.discovery import metrics
-from danube.discovery.api import Services, build_app
-from danube.discovery.catalog import Catalog
-from danube.discovery.controller import Controller
-from danube.discovery.grpc_api.server import GrpcServer
-from danube.discovery.produce import Limits, Producer
-from danube.discovery.producers import ProducerSessions
-from danube.discovery.schemas import SchemaRegistry
-from danube.discovery.stream_protocol import FRAME_BYTES_MAX
-from danube.discovery.topic_lists import TopicLists
+from danube.discovery.catalog.catalog import Catalog
+from danube.discovery.catalog.topic_lists import TopicLists
+from danube.discovery.controller.controller import Controller
+from danube.discovery.doors.grpc.server import GrpcServer
+from danube.discovery.doors.http import Services, build_app
+from danube.discovery.doors.http.stream_protocol import FRAME_BYTES_MAX
+from danube.discovery.produce.producer import Limits, Producer
+from danube.discovery.produce.sessions import ProducerSessions
+from danube.discovery.schemas.registry import SchemaRegistry
 from danube.errors import DanubeError
 from danube.meta import MetaStore
 from danube.runtime.healthcheck import probe_url, write_health_file
