@@ -15,7 +15,8 @@ from danube.discovery.errors import (
     ws_close_code,
 )
 from danube.discovery.models import MessageOut
-from danube.discovery.stream_protocol import (
+from danube.errors import ErrorKind
+from danube.wire.consume.stream_protocol import (
     CREDITS_MAX,
     AckFrame,
     Credits,
@@ -26,7 +27,6 @@ from danube.discovery.stream_protocol import (
     message_frame,
     parse_frame,
 )
-from danube.errors import ErrorKind
 
 pytestmark = pytest.mark.unit
 

@@ -22,7 +22,6 @@ from danube.discovery.grpc_api.server import GrpcServer
 from danube.discovery.produce import Limits, Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
-from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.discovery.topic_lists import TopicLists
 from danube.errors import DanubeError
 from danube.runtime.healthcheck import probe_url, write_health_file
@@ -30,6 +29,7 @@ from danube.runtime.http import bound_port, wait_started
 from danube.runtime.listener import uvicorn_limits, uvicorn_tls
 from danube.runtime.service import HEALTH_START_TIMEOUT_S, node_session
 from danube.storage import ObjectStore
+from danube.wire.consume.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.wire.dispatcher.client import DispatcherClient
 
 log = logging.getLogger(__name__)

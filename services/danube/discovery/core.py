@@ -13,11 +13,11 @@ from danube.discovery.catalog import Catalog
 from danube.discovery.produce import Producer
 from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
-from danube.discovery.stream_protocol import StreamSlots
 from danube.discovery.topic_lists import TopicLists
 from danube.meta import MetaStore
 from danube.security.gate import SecurityGate
 from danube.storage import ObjectStore
+from danube.wire.consume.stream_protocol import StreamSlots
 from danube.wire.dispatcher.client import DispatcherClient
 
 
