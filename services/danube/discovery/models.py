@@ -585,6 +585,9 @@ class ClusterOut(_Response):
 
 
 class AttachResponse(_Response):
-    """The id to poll, ack, nack and detach with (it names topic and subscription)."""
+    """The id to poll, ack, nack and detach with (it names topic and subscription), and
+    the consume door of the dispatcher that owns the subscription: the same routes there,
+    without discovery (docs/http-api.md, "Direct consume"; None: it has none)."""
 
     consumer_id: str
+    url: str | None = None

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from danube.errors import BadRequestError
 from danube.names import MAX_TOPIC_NAME_CHARS, TOPIC_NAME_PATTERN
 
 Encoding = Literal["utf8", "base64"]
@@ -142,3 +143,15 @@ class MessagesOut(_Response):
     """A poll's messages, in delivery order (offset order within a partition)."""
 
     messages: list[MessageOut]
+
+
+def parse_ack_body(body: bytes) -> AckRequest:
+    """An ack or nack request's body; BadRequestError ``invalid_json``, ``unknown_field``
+    or ``invalid_request`` (the first bad field named) when it is not one."""
+    # Here, not at the top: stream_protocol imports this module's frames.
+    from danube.wire.consume.stream_protocol import violation
+
+    try:
+        return AckRequest.model_validate_json(body)
+    except ValidationError as exc:
+        raise violation(exc, error=BadRequestError, code="invalid_request", what="body") from None

@@ -91,19 +91,28 @@ def parse_frame(text: str) -> FlowFrame | AckFrame | NackFrame:
     try:
         return _FRAME.validate_json(text)
     except ValidationError as exc:
-        raise _violation(exc) from None
+        raise violation(exc) from None
 
 
-def _violation(exc: ValidationError) -> StreamProtocolError:
+def violation(
+    exc: ValidationError,
+    *,
+    error: type[BadRequestError] = StreamProtocolError,
+    code: str = "invalid_frame",
+    what: str = "frame",
+) -> BadRequestError:
+    """The refusal of a frame (or a request body: ``error``, ``code`` and ``what`` say which)
+    that does not validate: ``invalid_json``, ``unknown_field``, else ``code``, naming the
+    first bad field by its path."""
     errors = exc.errors()
-    kinds = {str(error.get("type", "")) for error in errors}
+    kinds = {str(e.get("type", "")) for e in errors}
     if "json_invalid" in kinds:
-        return StreamProtocolError("the frame is not JSON", code="invalid_json")
+        return error(f"the {what} is not JSON", code="invalid_json")
     first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "frame"
+    where = ".".join(str(part) for part in first.get("loc", ())) or what
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    code = "unknown_field" if "extra_forbidden" in kinds else "invalid_frame"
-    return StreamProtocolError(f"{where}: {first.get('msg', 'invalid')}{more}", code=code)
+    kind = "unknown_field" if "extra_forbidden" in kinds else code
+    return error(f"{where}: {first.get('msg', 'invalid')}{more}", code=kind)
 
 
 class Credits:

@@ -75,7 +75,7 @@ async def attach(
     )
     policy = None if body.failure_policy is None else body.failure_policy.stored()
     check_dead_letter_topic(name, policy)
-    dispatcher_id = await services.dispatcher.attach(
+    attached = await services.dispatcher.attach_consumer(
         name,
         sub,
         body.name,
@@ -84,7 +84,9 @@ async def attach(
         key_filters=body.key_filters,
         failure_policy=policy,
     )
-    return AttachResponse(consumer_id=consumer_id(name, sub, dispatcher_id))
+    return AttachResponse(
+        consumer_id=consumer_id(name, sub, attached.consumer_id), url=attached.url
+    )
 
 
 @router.get(
