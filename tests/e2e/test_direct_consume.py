@@ -8,15 +8,14 @@ acked delivered again."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 
 import httpx
 import pytest
 
-from danube.bus import TopicName
 from danube.client import AsyncDanubeClient, ConsumerOptions
+from danube.client.errors import DeadlineExceededError
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import NodeRecord
@@ -88,9 +87,7 @@ async def test_the_door_serves_what_its_dispatcher_owns_and_refuses_the_rest(
         again = await http.post(f"{url}/v1/consumers/{cid}/ack", json={"ranges": ranges})
         assert again.status_code == 204  # acked before: nothing to name
         # Not owned there: 421 not_leader naming the owner's door.
-        misdirected = await http.get(
-            f"{other}/v1/consumers/{cid}/messages", params={"wait_ms": 0}
-        )
+        misdirected = await http.get(f"{other}/v1/consumers/{cid}/messages", params={"wait_ms": 0})
         assert misdirected.status_code == 421, misdirected.text
         assert misdirected.json()["error"]["code"] == "not_leader"
         assert misdirected.headers["danube-leader-url"] == url
@@ -109,3 +106,92 @@ async def test_the_door_serves_what_its_dispatcher_owns_and_refuses_the_rest(
         assert (await http.delete(f"{url}/v1/consumers/{cid}")).status_code == 204
         gone = await http.get(f"{url}/v1/consumers/{cid}/messages", params={"wait_ms": 0})
         assert (gone.status_code, gone.json()["error"]["code"]) == (404, "consumer_not_found")
+
+
+def _consume_routes_used(metrics_text: str) -> float:
+    """Requests discovery answered on its consumer-id routes (not attach)."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("danube_discovery_http_requests_total") and "/v1/consumers/" in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.mark.parametrize("mode", ["stream", "poll"])
+async def test_a_consumer_receives_and_acks_on_the_owners_door(
+    services: Callable[..., ServerProcess], store: MetaStore, mode: str
+) -> None:
+    services("ingest", "ingest-0")
+    discovery = services("discovery", "discovery-0")
+    dispatcher = services("dispatcher", "dispatcher-0", **DISPATCHER_ENV)
+    base = f"http://127.0.0.1:{discovery.spec.port}"
+    payloads = [f"{mode}-{i}" for i in range(300)]
+    async with AsyncDanubeClient(base) as sdk, httpx.AsyncClient(timeout=10) as http:
+        await _produce(http, base, "direct", payloads)
+        before = await _metric(http, _metrics_url(dispatcher), "danube_dispatcher_door_messages")
+        options = ConsumerOptions(start="earliest", mode=mode, ack_interval_ms=10)  # type: ignore[arg-type]
+        async with sdk.consumer("/default/direct", "s", options) as consumer:
+            assert consumer.door_url == (await _doors(store))["dispatcher-0"]
+            got = []
+            for _ in payloads:
+                message = await consumer.receive(timeout_s=20)
+                got.append((message.offset, message.payload.decode()))
+                consumer.ack(message)
+            await consumer.flush_acks()
+            assert consumer.door_fallbacks == 0
+            assert consumer.acks_failed == 0
+        assert got == list(enumerate(payloads))  # every message, in order, once
+        delivered = await _metric(http, _metrics_url(dispatcher), "danube_dispatcher_door_messages")
+        assert delivered - before >= len(payloads)
+        # Discovery answered the attach and nothing on the consumer's routes.
+        assert _consume_routes_used((await http.get(f"{base}/metrics")).text) == 0
+        # Every ack counted: a new consumer of the subscription gets nothing.
+        async with sdk.consumer("/default/direct", "s", start="earliest", mode=mode) as again:
+            with pytest.raises(DeadlineExceededError):
+                await again.receive(timeout_s=2)
+
+
+async def test_a_subscription_moved_under_a_streaming_consumer_is_followed(
+    services: Callable[..., ServerProcess], store: MetaStore
+) -> None:
+    services("ingest", "ingest-0")
+    discovery = services("discovery", "discovery-0")
+    dispatchers = {
+        f"dispatcher-{n}": services("dispatcher", f"dispatcher-{n}", **DISPATCHER_ENV)
+        for n in range(2)
+    }
+    base = f"http://127.0.0.1:{discovery.spec.port}"
+    total = 600
+    payloads = [f"m-{i}" for i in range(total)]
+    async with AsyncDanubeClient(base) as sdk, httpx.AsyncClient(timeout=10) as http:
+        await _produce(http, base, "moved", payloads[:300])
+        options = ConsumerOptions(start="earliest", ack_interval_ms=10, reconnect_timeout_s=60)
+        async with sdk.consumer("/default/moved", "s", options) as consumer:
+            first_door = consumer.door_url
+            doors = await _doors(store)
+            owner = next(node for node, url in doors.items() if url == first_door)
+            seen: dict[int, int] = {}  # offset -> deliveries
+            acked: set[int] = set()
+            acked_then_delivered: list[int] = []
+            while len(seen) < 150:
+                message = await consumer.receive(timeout_s=20)
+                seen[message.offset] = seen.get(message.offset, 0) + 1
+                consumer.ack(message)
+            await consumer.flush_acks()
+            acked |= set(seen)
+            dispatchers[owner].kill()  # SIGKILL: the subscription moves to the other one
+            await _produce(http, base, "moved", payloads[300:])
+            deadline = time.monotonic() + 90
+            while len(seen) < total:
+                assert time.monotonic() < deadline, f"{len(seen)} of {total} delivered"
+                message = await consumer.receive(timeout_s=60)
+                if message.offset in acked:
+                    acked_then_delivered.append(message.offset)
+                seen[message.offset] = seen.get(message.offset, 0) + 1
+                consumer.ack(message)
+            await consumer.flush_acks()
+            assert consumer.door_fallbacks >= 1
+            survivor = next(url for node, url in doors.items() if node != owner)
+            assert consumer.door_url in (survivor, None)
+        assert sorted(seen) == list(range(total))  # every produced message delivered
+        assert acked_then_delivered == []  # nothing whose ack was answered came again
