@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
+import orjson
 import pytest
+import websockets
 
 from danube.client import AsyncDanubeClient, ConsumerOptions
 from danube.client.errors import DeadlineExceededError
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import NodeRecord
+from danube.security import ensure_signing_key, issue_token
 from danube.up import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -195,3 +199,60 @@ async def test_a_subscription_moved_under_a_streaming_consumer_is_followed(
             assert consumer.door_url in (survivor, None)
         assert sorted(seen) == list(range(total))  # every produced message delivered
         assert acked_then_delivered == []  # nothing whose ack was answered came again
+
+
+async def test_with_security_on_the_door_asks_who_and_whether_they_may_consume(
+    services: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    key = ensure_signing_key(tmp_path / "keys")
+    admin = issue_token(key, "admin", 600, issuer="danube", audience="danube")
+    stranger = issue_token(key, "mallory", 600, issuer="danube", audience="danube")
+    secure = {
+        "DANUBE_SECURITY__ENABLED": "true",
+        "DANUBE_SECURITY__KEYS_DIR": str(tmp_path / "keys"),
+        "DANUBE_SECURITY__SUPER_ADMINS": '["admin"]',
+    }
+    services("ingest", "ingest-0", **secure)
+    discovery = services("discovery", "discovery-0", **secure)
+    services("dispatcher", "dispatcher-0", **secure, **DISPATCHER_ENV)
+    base = f"http://127.0.0.1:{discovery.spec.port}"
+    as_admin = {"authorization": f"Bearer {admin}"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        await http.put(f"{base}/v1/topics/default/guarded", json={}, headers=as_admin)
+        attach = await http.post(
+            f"{base}/v1/topics/default/guarded/subscriptions/s/consumers",
+            json={"name": "c", "start": "earliest"},
+            headers=as_admin,
+        )
+        assert attach.status_code == 201, attach.text
+        cid, url = attach.json()["consumer_id"], attach.json()["url"]
+        poll = f"{url}/v1/consumers/{cid}/messages"
+        nobody = await http.get(poll, params={"wait_ms": 0})
+        assert (nobody.status_code, nobody.json()["error"]["code"]) == (401, "unauthenticated")
+        denied = await http.get(
+            poll, params={"wait_ms": 0}, headers={"authorization": f"Bearer {stranger}"}
+        )
+        assert denied.status_code == 403, denied.text
+        assert "Consume" in denied.json()["error"]["message"]
+        allowed = await http.get(poll, params={"wait_ms": 0}, headers=as_admin)
+        assert allowed.status_code == 200, allowed.text
+        # A stream without a token is accepted, told why, and closed with 4401.
+        ws_url = url.replace("http://", "ws://") + f"/v1/consumers/{cid}/stream"
+        async with websockets.connect(ws_url, proxy=None) as ws:
+            frame = orjson.loads(await ws.recv())
+            assert frame["error"]["code"] == "unauthenticated"
+            with pytest.raises(websockets.ConnectionClosed):
+                await ws.recv()
+        assert ws.close_code == 4401
+        detached = await http.delete(f"{url}/v1/consumers/{cid}", headers=as_admin)
+        assert detached.status_code == 204, detached.text
+    # The SDK with the token streams through the door.
+    async with AsyncDanubeClient(base, token=admin) as sdk:
+        await sdk.producer("/default/guarded").send_and_wait(b"secret")
+        async with sdk.consumer("/default/guarded", "s", start="earliest") as consumer:
+            assert consumer.door_url == url
+            message = await consumer.receive(timeout_s=20)
+            assert message.payload == b"secret"
+            consumer.ack(message)
+            await consumer.flush_acks()
+            assert consumer.acks_failed == 0
