@@ -118,8 +118,8 @@ async def test_an_ack_refused_by_a_moved_door_is_sent_again_through_discovery() 
     async def proxy_post(method: str, path: str, **options: Any) -> None:
         sent.append((PROXY, path, options["body"]))
 
-    route.http.request_retrying = door_post  # type: ignore[method-assign]
-    proxy.request_retrying = proxy_post  # type: ignore[method-assign]
+    route.http.request_retrying = door_post  # type: ignore[method-assign,assignment]
+    proxy.request_retrying = proxy_post  # type: ignore[method-assign,assignment]
     batcher = AckBatcher(route, Session(), interval_s=0.0, batch_max=10, timeout_s=1.0)
     runner = asyncio.create_task(batcher.run())
     batcher.ack("/ns/t", 4)

@@ -36,10 +36,7 @@ from danube.wire.consume.models import (
 from danube.wire.consume.models import (
     FLOW_CREDITS_CAP as FLOW_CREDITS_CAP,
 )
-from danube.wire.consume.models import (
-    INT64_MAX,
-    Encoding,
-)
+from danube.wire.consume.models import INT64_MAX as INT64_MAX
 from danube.wire.consume.models import (
     NACK_DELAY_MS_CAP as NACK_DELAY_MS_CAP,
 )
@@ -47,6 +44,7 @@ from danube.wire.consume.models import AckFrame as AckFrame
 from danube.wire.consume.models import AckRequest as AckRequest
 from danube.wire.consume.models import AckResult as AckResult
 from danube.wire.consume.models import ClientFrame as ClientFrame
+from danube.wire.consume.models import Encoding
 from danube.wire.consume.models import FlowFrame as FlowFrame
 from danube.wire.consume.models import MessageOut as MessageOut
 from danube.wire.consume.models import MessageRefIn as MessageRefIn
