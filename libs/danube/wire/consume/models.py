@@ -145,12 +145,30 @@ class MessagesOut(_Response):
     messages: list[MessageOut]
 
 
+def violation(
+    exc: ValidationError,
+    *,
+    error: type[BadRequestError],
+    code: str,
+    what: str,
+) -> BadRequestError:
+    """The refusal of a stream frame or a request body (``what``) that does not validate:
+    an ``error``: ``invalid_json``, ``unknown_field``, else ``code``, naming the
+    first bad field by its path."""
+    errors = exc.errors()
+    kinds = {str(e.get("type", "")) for e in errors}
+    if "json_invalid" in kinds:
+        return error(f"the {what} is not JSON", code="invalid_json")
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or what
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    kind = "unknown_field" if "extra_forbidden" in kinds else code
+    return error(f"{where}: {first.get('msg', 'invalid')}{more}", code=kind)
+
+
 def parse_ack_body(body: bytes) -> AckRequest:
     """An ack or nack request's body; BadRequestError ``invalid_json``, ``unknown_field``
     or ``invalid_request`` (the first bad field named) when it is not one."""
-    # Here, not at the top: stream_protocol imports this module's frames.
-    from danube.wire.consume.stream_protocol import violation
-
     try:
         return AckRequest.model_validate_json(body)
     except ValidationError as exc:

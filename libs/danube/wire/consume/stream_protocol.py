@@ -31,6 +31,7 @@ from danube.wire.consume.models import (
     FlowFrame,
     MessageOut,
     NackFrame,
+    violation,
 )
 from danube.wire.http_errors import error_body, http_status
 
@@ -91,28 +92,9 @@ def parse_frame(text: str) -> FlowFrame | AckFrame | NackFrame:
     try:
         return _FRAME.validate_json(text)
     except ValidationError as exc:
-        raise violation(exc) from None
-
-
-def violation(
-    exc: ValidationError,
-    *,
-    error: type[BadRequestError] = StreamProtocolError,
-    code: str = "invalid_frame",
-    what: str = "frame",
-) -> BadRequestError:
-    """The refusal of a frame (or a request body: ``error``, ``code`` and ``what`` say which)
-    that does not validate: ``invalid_json``, ``unknown_field``, else ``code``, naming the
-    first bad field by its path."""
-    errors = exc.errors()
-    kinds = {str(e.get("type", "")) for e in errors}
-    if "json_invalid" in kinds:
-        return error(f"the {what} is not JSON", code="invalid_json")
-    first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or what
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    kind = "unknown_field" if "extra_forbidden" in kinds else code
-    return error(f"{where}: {first.get('msg', 'invalid')}{more}", code=kind)
+        raise violation(
+            exc, error=StreamProtocolError, code="invalid_frame", what="frame"
+        ) from None
 
 
 class Credits:
