@@ -92,7 +92,7 @@ class StreamDoor:
     messages: Counter
 
 
-class StreamEnded(Exception):
+class _StreamEnded(Exception):
     """Raised by a stream's task to end the stream: ``error`` is told to the client before
     the close, None when the client is gone (nothing left to tell). Control flow of the
     consumer streams (this module's and discovery's many-topics stream), never answered."""
@@ -176,10 +176,10 @@ def consumer_gone(exc: BaseException) -> bool:
     )
 
 
-def first_ended(group: BaseExceptionGroup[StreamEnded]) -> StreamEnded:
-    """The first StreamEnded of a stream's task group."""
+def first_ended(group: BaseExceptionGroup[_StreamEnded]) -> _StreamEnded:
+    """The first _StreamEnded of a stream's task group."""
     first = group.exceptions[0]
-    return first if isinstance(first, StreamEnded) else first_ended(first)
+    return first if isinstance(first, _StreamEnded) else first_ended(first)
 
 
 class ConsumerStream:
@@ -212,16 +212,16 @@ class ConsumerStream:
 
     async def run(self) -> BaseException | None:
         """Serve until the client leaves (None) or an error ends the stream (returned)."""
-        ended: StreamEnded | None = None
+        ended: _StreamEnded | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._receive(), name="stream-receive")
                 tg.create_task(self._pump(), name="stream-pump")
                 tg.create_task(self._write(), name="stream-write")
-        except* StreamEnded as group:
+        except* _StreamEnded as group:
             ended = first_ended(group)
         if ended is None:
-            raise AssertionError("the tasks of a stream end only by StreamEnded")
+            raise AssertionError("the tasks of a stream end only by _StreamEnded")
         return ended.error
 
     # --- receive ---------------------------------------------------------------------------
@@ -235,7 +235,7 @@ class ConsumerStream:
                 try:
                     self.credits.grant(frame.credits)
                 except StreamProtocolError as exc:
-                    raise StreamEnded(exc) from None
+                    raise _StreamEnded(exc) from None
                 self._granted.set()
             else:
                 await self._acknowledge(frame)
@@ -255,7 +255,7 @@ class ConsumerStream:
                     await self._outbox.put([error_frame(not_in_flight_error(self.topic, ignored))])
         except (DanubeError, TimeoutError) as exc:
             if consumer_gone(exc):
-                raise StreamEnded(exc) from None
+                raise _StreamEnded(exc) from None
             # The stream goes on; messages whose ack failed stay unacked and come again.
             await self._outbox.put([error_frame(exc)])
 
@@ -294,7 +294,7 @@ class ConsumerStream:
                 )
                 texts: list[str | bytes] = [message_frame(m) for m in out]
             except DanubeError as exc:  # a record that does not decode
-                raise StreamEnded(exc) from None
+                raise _StreamEnded(exc) from None
             self.credits.spend(len(texts))
             self.door.messages.inc(len(texts))
             await self._outbox.put(texts)
@@ -313,7 +313,7 @@ class ConsumerStream:
         try:
             return await call
         except (DanubeError, TimeoutError) as exc:
-            raise StreamEnded(exc) from None
+            raise _StreamEnded(exc) from None
 
     # --- write -----------------------------------------------------------------------------
 
@@ -327,10 +327,10 @@ class ConsumerStream:
                         else:
                             await self.websocket.send_text(frame)
                 except WebSocketDisconnect:
-                    raise StreamEnded(None) from None
+                    raise _StreamEnded(None) from None
                 except TimeoutError:
                     log.info("consumer stream: the client took nothing for %.0f s", SEND_TIMEOUT_S)
-                    raise StreamEnded(None) from None
+                    raise _StreamEnded(None) from None
 
 
 def not_in_flight_error(topic: TopicName, refs: list[tuple[str, int]]) -> BadRequestError:
@@ -346,14 +346,14 @@ def not_in_flight_error(topic: TopicName, refs: list[tuple[str, int]]) -> BadReq
 
 
 def parse_client_frame(message: Message) -> FlowFrame | AckFrame | NackFrame:
-    """The client frame of an ASGI WebSocket message; StreamEnded when the client left or
+    """The client frame of an ASGI WebSocket message; _StreamEnded when the client left or
     sent something that is not a frame."""
     if message["type"] == "websocket.disconnect":
-        raise StreamEnded(None)
+        raise _StreamEnded(None)
     text = message.get("text")
     try:
         if text is None:
             raise StreamProtocolError("frames are JSON text, not binary")
         return parse_frame(text)
     except StreamProtocolError as exc:
-        raise StreamEnded(exc) from None
+        raise _StreamEnded(exc) from None

@@ -51,7 +51,7 @@ from danube.wire.consume.stream import (
     POLL_WAIT_MS,
     SEND_QUEUE_BATCHES,
     SEND_TIMEOUT_S,
-    StreamEnded,
+    _StreamEnded,
     first_ended,
     not_in_flight_error,
     parse_client_frame,
@@ -248,7 +248,7 @@ class MultiStream:
             try:
                 matching = self.selector.select(listed - set(self.joined))
             except BadRequestError as exc:  # a pattern too slow to match
-                raise StreamEnded(exc) from None
+                raise _StreamEnded(exc) from None
             new, refused = self._readable(matching)
             room = max(self.services.stream_topics_max - len(self.joined), 0)
             limit = self.services.stream_topics_max
@@ -312,7 +312,7 @@ class MultiStream:
 
     async def run(self) -> BaseException | None:
         """Serve until the client leaves (None) or an error ends the stream (returned)."""
-        ended: StreamEnded | None = None
+        ended: _StreamEnded | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
@@ -321,12 +321,12 @@ class MultiStream:
                 tg.create_task(self._refresh(), name="multi-refresh")
                 for name in list(self.joined):
                     self._start_pump(name)
-        except* StreamEnded as group:
+        except* _StreamEnded as group:
             ended = first_ended(group)
         finally:
             self._tg = None
         if ended is None:
-            raise AssertionError("the tasks of a stream end only by StreamEnded")
+            raise AssertionError("the tasks of a stream end only by _StreamEnded")
         return ended.error
 
     def _start_pump(self, name: str) -> None:
@@ -343,7 +343,7 @@ class MultiStream:
                 try:
                     self._hand_over(self.lender.grant(frame.credits))
                 except DanubeError as exc:
-                    raise StreamEnded(exc) from None
+                    raise _StreamEnded(exc) from None
             else:
                 await self._acknowledge(frame)
 
@@ -444,7 +444,7 @@ class MultiStream:
         """What a failed poll (or touch) of ``joined`` does: whether its pump goes on."""
         code = getattr(exc, "code", "timeout")
         if code == "consumer_detached":  # too slow to ack: as one topic's stream, it ends
-            raise StreamEnded(exc) from None
+            raise _StreamEnded(exc) from None
         name = joined.topic.topic
         if code in _TOPIC_GONE:
             self._leave(name, code)
@@ -486,9 +486,9 @@ class MultiStream:
                             await self.websocket.send_text(frame)
                 except TimeoutError:
                     log.info("many-topics stream: no frame taken for %.0f s", SEND_TIMEOUT_S)
-                    raise StreamEnded(None) from None
+                    raise _StreamEnded(None) from None
                 except Exception:  # the socket is gone (disconnected, closed)
-                    raise StreamEnded(None) from None
+                    raise _StreamEnded(None) from None
 
 
 def _over_limit(name: str, limit: int) -> ConflictError:
