@@ -311,7 +311,12 @@ async def open_door(
     policy loaded first; advertise the door's URL in the node's registration. The door and
     its URL (attach answers name it)."""
     config = settings.dispatcher
-    gate = SecurityGate.from_config(settings.security, session.store)
+    gate = SecurityGate.from_config(
+        settings.security,
+        session.store,
+        authn_failed=metrics.AUTHN_FAILED,
+        authz_denied=metrics.AUTHZ_DENIED,
+    )
     revision = await gate.load()
     door = ConsumeDoor(settings, calls, gate)
     server = AsgiServer(door, config.host, config.data_port, config, listener="data")

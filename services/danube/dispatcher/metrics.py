@@ -233,3 +233,14 @@ DOOR_REFUSALS = Counter(
     "Consume door requests refused, by error code (not_leader: the subscription is elsewhere)",
     ["code"],
 )
+# Who the consume door refused, as every door counts them (danube.security.gate).
+AUTHN_FAILED = Counter(
+    "danube_dispatcher_authn_failed",
+    "Consume door requests refused for missing or invalid credentials (HTTP 401)",
+    ["code"],
+)
+AUTHZ_DENIED = Counter(
+    "danube_dispatcher_authz_denied",
+    "Consume door requests refused for a missing permission (HTTP 403)",
+    ["permission"],
+)
