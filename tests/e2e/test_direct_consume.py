@@ -8,6 +8,7 @@ acked delivered again."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -65,8 +66,12 @@ async def test_the_door_serves_what_its_dispatcher_owns_and_refuses_the_rest(
 ) -> None:
     services("ingest", "ingest-0")
     discovery = services("discovery", "discovery-0")
-    services("dispatcher", "dispatcher-0", **DISPATCHER_ENV)
-    services("dispatcher", "dispatcher-1", **DISPATCHER_ENV)
+    limits = {
+        "DANUBE_DISPATCHER__DATA_BODY_BYTES_MAX": "4096",
+        "DANUBE_DISPATCHER__DATA_MAX_STREAMS": "1",
+    }
+    services("dispatcher", "dispatcher-0", **DISPATCHER_ENV, **limits)
+    services("dispatcher", "dispatcher-1", **DISPATCHER_ENV, **limits)
     base = f"http://127.0.0.1:{discovery.spec.port}"
     async with httpx.AsyncClient(timeout=10) as http:
         await _produce(http, base, "raw", [f"m-{i}" for i in range(10)])
@@ -106,6 +111,30 @@ async def test_the_door_serves_what_its_dispatcher_owns_and_refuses_the_rest(
             400,
             "invalid_request",
         )
+        # The door's limits: a body past data_body_bytes_max (413); a second stream past
+        # data_max_streams (closed with 4429); the first one streams.
+        many = [{"partition": messages[0]["partition"], "offset": o} for o in range(400)]
+        too_large = await http.post(f"{url}/v1/consumers/{cid}/ack", json={"messages": many})
+        assert (too_large.status_code, too_large.json()["error"]["code"]) == (
+            413,
+            "body_too_large",
+        )
+        ws_url = url.replace("http://", "ws://") + f"/v1/consumers/{cid}/stream"
+        async with websockets.connect(ws_url, proxy=None) as first:
+            await first.send(orjson.dumps({"type": "flow", "credits": 5}).decode())
+            async with websockets.connect(ws_url, proxy=None) as second:
+                frame = orjson.loads(await second.recv())
+                assert frame["error"]["code"] == "too_many_streams"
+                with pytest.raises(websockets.ConnectionClosed):
+                    await second.recv()
+            assert second.close_code == 4429
+            await _produce(http, base, "raw", ["streamed"])
+            pushed = orjson.loads(await asyncio.wait_for(first.recv(), 10))
+            assert (pushed["type"], pushed["payload"], pushed["offset"]) == (
+                "message",
+                "streamed",
+                10,
+            )
         # Detach on the door: the consumer is gone (404 consumer_not_found after it).
         assert (await http.delete(f"{url}/v1/consumers/{cid}")).status_code == 204
         gone = await http.get(f"{url}/v1/consumers/{cid}/messages", params={"wait_ms": 0})

@@ -9,6 +9,10 @@ only failures, without saying which ack failed), and is retried on 429/503
 (``ack_not_durable`` included: acking again is safe). An ack that still fails is logged and
 counted; its message comes again (at-least-once).
 
+Acks go where the consumer's other calls go (danube.client._consume_route): the consume door
+its attach named, else the client's server; one a door refuses for being elsewhere (421, no
+answer, 502-504) is sent again at once through the client's server, same consumer id.
+
 Up to ``INFLIGHT_MAX`` batches are under way at once: the next batch does not wait for the
 answer to the one before (which waits for a cursor write), so a consumer's window
 (``max_unacked_per_consumer``) frees at the pace acks are sent, not at one etcd write per

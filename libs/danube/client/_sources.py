@@ -11,6 +11,11 @@ the inbox, and ``receive()`` raises it once the queued messages are taken.
 socket starts with no credits; the source grants the room left (``capacity - len(inbox)``) and
 grants again whenever at least half the capacity is free, like Pulsar's permits.
 
+**Where**: the consume door of the subscription's owner, as the last attach named it, else
+the client's server (danube.client._consume_route); a door that fails a poll or a socket
+(421 ``not_leader``, no answer, 502-504) is left at once, without a backoff, for the
+client's server.
+
 **Transport**: ``binary`` (the default) asks for delivery batches (``Accept:
 application/x-danube-frames`` on a poll, the ``danube.frames.v1`` subprotocol on a stream):
 many messages per answer or WebSocket message, frames as the WAL holds them, checked here

@@ -548,6 +548,9 @@ class DispatcherConfig(ServiceConfig, DataDoorSettings):
     # The consume door (DataDoorSettings; docs/http-api.md, "Direct consume"): WebSocket
     # streams it holds open at most (the next is closed with 4429 too_many_streams).
     data_max_streams: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
+    # Requests in progress on the consume door: a long poll holds one for up to its wait_ms,
+    # so more than a produce door's (each poll-mode consumer keeps one poll open).
+    data_max_inflight: Annotated[int, Field(ge=1, le=100_000)] = 1024
 
 
 class MetricsConfig(_Section):
