@@ -20,9 +20,9 @@ import websockets
 
 from danube.client import AsyncDanubeClient, ConsumerOptions
 from danube.client.errors import DeadlineExceededError
-from danube.meta import MetaStore
+from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
-from danube.meta.records import NodeRecord
+from danube.meta.records import NodeRecord, Owner
 from danube.security import ensure_signing_key, issue_token
 from danube.up import ServerProcess
 
@@ -55,6 +55,17 @@ async def _produce(http: httpx.AsyncClient, base: str, topic: str, payloads: lis
         body = {"messages": [{"payload": p} for p in payloads[first : first + 100]]}
         answer = await http.post(f"{base}/v1/topics/default/{topic}/messages", json=body)
         assert answer.status_code == 200, answer.text
+
+
+async def _owned_elsewhere(store: MetaStore, topic: TopicName, sub: str, old: str) -> None:
+    """Wait until etcd names another owner of ``sub`` than ``old`` (a hand-over done)."""
+    key = meta_keys.subscription_owner_key(topic, sub)
+    async with asyncio.timeout(30):
+        while True:
+            owner = await store.get_model(key, Owner)
+            if owner is not None and owner.node_id != old:
+                return
+            await asyncio.sleep(0.1)
 
 
 def _metrics_url(process: ServerProcess) -> str:
@@ -285,3 +296,52 @@ async def test_with_security_on_the_door_asks_who_and_whether_they_may_consume(
             consumer.ack(message)
             await consumer.flush_acks()
             assert consumer.acks_failed == 0
+
+
+@pytest.mark.parametrize("mode", ["stream", "poll"])
+async def test_a_subscription_handed_over_under_a_consumer_costs_it_a_421_not_a_timeout(
+    services: Callable[..., ServerProcess], store: MetaStore, mode: str
+) -> None:
+    services("ingest", "ingest-0")
+    discovery = services("discovery", "discovery-0")
+    balance = {**DISPATCHER_ENV, "DANUBE_DISPATCHER__BALANCE_INTERVAL_S": "0.5"}
+    services("dispatcher", "dispatcher-0", **balance)
+    services("dispatcher", "dispatcher-1", **balance)
+    base = f"http://127.0.0.1:{discovery.spec.port}"
+    total = 400
+    payloads = [f"h-{i}" for i in range(total)]
+    async with AsyncDanubeClient(base) as sdk, httpx.AsyncClient(timeout=10) as http:
+        await _produce(http, base, "handed", payloads[:200])
+        options = ConsumerOptions(start="earliest", mode=mode, ack_interval_ms=10)  # type: ignore[arg-type]
+        async with sdk.consumer("/default/handed", "s", options) as consumer:
+            doors = await _doors(store)
+            owner = next(node for node, url in doors.items() if url == consumer.door_url)
+            survivor = next(url for node, url in doors.items() if node != owner)
+            seen: dict[int, str] = {}
+            while len(seen) < 100:
+                message = await consumer.receive(timeout_s=20)
+                seen[message.offset] = message.payload.decode()
+                consumer.ack(message)
+            await consumer.flush_acks()
+            acked = set(seen)
+            # The owner drained: it hands the subscription over (a clean hand-over, no crash).
+            drained = await http.post(f"{base}/v1/nodes/{owner}/drain")
+            assert drained.status_code in (200, 201), drained.text
+            await _owned_elsewhere(store, TopicName("default", "handed"), "s", owner)
+            await _produce(http, base, "handed", payloads[200:])
+            started = time.monotonic()
+            again: list[int] = []
+            while len(seen) < total:
+                message = await consumer.receive(timeout_s=30)
+                if message.offset in acked:
+                    again.append(message.offset)
+                seen[message.offset] = message.payload.decode()
+                consumer.ack(message)
+            took_s = time.monotonic() - started
+            await consumer.flush_acks()
+            assert consumer.door_fallbacks >= 1  # a 421 (or a closed stream), then discovery
+            assert consumer.door_url == survivor  # the new attach named the new owner's door
+            assert consumer.acks_failed == 0
+        assert [seen[o] for o in range(total)] == payloads  # every message, once at least
+        assert again == []  # nothing whose ack was answered came again
+        assert took_s < 20, took_s  # followed at once, not after a session timeout
