@@ -131,7 +131,9 @@ class ConsumeDoor:
         tail = match[2]
         method = _METHODS[tail]
         if scope["method"] != method:
-            body = orjson.dumps({"error": {"code": "method_not_allowed", "message": method}})
+            body = orjson.dumps(
+                {"error": {"code": "method_not_allowed", "message": f"{method} only"}}
+            )
             return 405, body, _JSON, {"Allow": method}
         topic, sub, dispatcher_id = self._authorized(scope, match[1])
         if self._inflight >= self._inflight_max:
