@@ -1,5 +1,5 @@
-"""Wires one dispatcher: the node session (bus, etcd, lease, registration, health) and the
-subscriptions it serves."""
+"""Wires one dispatcher: the node session (bus, etcd, lease, registration, health), the
+subscriptions it serves, and its consume door (danube.dispatcher.door)."""
 
 from __future__ import annotations
 
