@@ -42,6 +42,8 @@ def test_which_errors_send_a_consumer_back_to_discovery() -> None:
     assert door_failed(TransportError("connection refused"))
     for status in (502, 503, 504):
         assert door_failed(api_error(status, "unavailable", "x"))
+    # Discovery took the client's credentials (it attached): the door should have too.
+    assert door_failed(api_error(401, "unauthenticated", "x"))
     assert not door_failed(NotFoundError("gone", code="consumer_not_found", status=404))
     assert not door_failed(OverLimitError("slow down", code="too_many_requests", status=429))
 

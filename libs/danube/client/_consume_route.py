@@ -5,10 +5,11 @@ server the client was given (discovery: the proxy path).
 Attach always goes to discovery (it creates topics, checks policies, claims the
 subscription); its answer's ``url`` names the owner's door. Polls, streams, acks, nacks and
 the detach then go there. A door that fails the consumer — ``421 not_leader`` (the
-subscription moved), no answer at all (its dispatcher died), 502-504 — is forgotten: the
-call is made again at once through discovery with the same consumer id, which finds the
-subscription wherever it is now (``consumer_not_found`` there attaches again, as it always
-did, and the new attach names the new owner's door). Nothing is lost on the way: an ack
+subscription moved), no answer at all (its dispatcher died), 502-504, or 401 (it cannot
+authenticate what discovery did) — is forgotten: the call is made again at once through
+discovery with the same consumer id, which finds the subscription wherever it is now
+(``consumer_not_found`` there attaches again, as it always did, and the new attach names
+the new owner's door). Nothing is lost on the way: an ack
 not answered is sent again, a message not acked comes again (at-least-once).
 
 A door that did not answer at all is not used again for ``UNREACHABLE_S`` (the client may
@@ -26,8 +27,10 @@ from danube.client.errors import ClientError, TransportError
 from danube.client.retry import is_retriable
 
 NOT_LEADER = "not_leader"
-# Statuses of a door that is there but cannot serve (a proxy in front of it, a restart).
-_DOOR_FAILED_STATUSES = frozenset({502, 503, 504})
+# Statuses of a door that is there but cannot serve: a proxy in front of it, a restart
+# (502-504); 401: it cannot tell who the client is although discovery could (a client
+# certificate the door's listener does not ask for, a key the door has not read yet).
+_DOOR_FAILED_STATUSES = frozenset({401, 502, 503, 504})
 UNREACHABLE_S = 30.0
 
 
