@@ -95,6 +95,14 @@ async def test_the_door_serves_what_its_dispatcher_owns_and_refuses_the_rest(
         doors = await _doors(store)
         assert url in doors.values()
         other = next(u for u in doors.values() if u != url)
+        # A lookup names the subscription's owner and its door as the attach did.
+        looked = await http.get(f"{base}/v1/lookup/default/raw", params={"subscription": "s"})
+        owner = next(node for node, door in doors.items() if door == url)
+        assert looked.json()["subscription"] == {"name": "s", "owner": owner, "url": url}
+        unknown = await http.get(f"{base}/v1/lookup/default/raw", params={"subscription": "x"})
+        assert unknown.json()["subscription"] == {"name": "x", "owner": None, "url": None}
+        plain = await http.get(f"{base}/v1/lookup/default/raw")
+        assert plain.json()["subscription"] is None
         # The owner's door: a poll in JSON, then an ack, as discovery answers them.
         polled = await http.get(f"{url}/v1/consumers/{cid}/messages", params={"wait_ms": 2000})
         assert polled.status_code == 200, polled.text

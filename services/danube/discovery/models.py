@@ -560,10 +560,21 @@ class TopicDetail(_Response):
     producers: list[ProducerOut] = []
 
 
+class SubscriptionLookupOut(_Response):
+    """Who owns a subscription now, and its consume door (DESIGN §10): None when nobody
+    owns it (the next attach claims it) or its owner serves none."""
+
+    name: str
+    owner: str | None
+    url: str | None
+
+
 class LookupOut(_Response):
     name: str
     dispatch: Dispatch
     partitions: list[LookupPartitionOut]
+    # Asked with ?subscription=: that subscription's owner and consume door.
+    subscription: SubscriptionLookupOut | None = None
 
 
 class NodeOut(_Response):
