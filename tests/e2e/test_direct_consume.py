@@ -123,6 +123,12 @@ async def test_the_door_serves_what_its_dispatcher_owns_and_refuses_the_rest(
         bad = await http.get(f"{url}/v1/consumers/not-an-id/messages")
         assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_consumer_id")
         assert (await http.get(f"{url}/v1/topics")).status_code == 404
+        for query in ({"max": "0"}, {"wait_ms": "30001"}, {"max": "x"}):
+            out_of_range = await http.get(f"{url}/v1/consumers/{cid}/messages", params=query)
+            assert (out_of_range.status_code, out_of_range.json()["error"]["code"]) == (
+                400,
+                "invalid_request",
+            ), query
         wrong = await http.put(f"{url}/v1/consumers/{cid}/ack")
         assert (wrong.status_code, wrong.headers["allow"]) == (405, "POST")
         bad_body = await http.post(f"{url}/v1/consumers/{cid}/ack", json={"ranges": []})
