@@ -106,7 +106,7 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
         )
     ]
     assert sorted(consumed) == sorted(produced)
-    # ... the produce through the leaders' data doors (TLS, the admin's token), not discovery.
+    # ... the produce through the leaders' data doors (TLS, the admin's token), not discovery;
     tls = ssl.create_default_context(cafile=ca_file)
     async with httpx.AsyncClient(verify=tls, timeout=10) as http:
         cluster = await http.get(
@@ -120,7 +120,17 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
                 for line in text.splitlines()
                 if line.startswith("danube_ingest_door_messages_total")
             )
+        # ... and the consume through the dispatcher's consume door (TLS, the admin's token).
+        consumed_on_doors = 0.0
+        for node in cluster.json()["nodes"]["dispatcher"]:
+            text = (await http.get(f"https://{node['address']}/metrics")).text
+            consumed_on_doors += sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("danube_dispatcher_door_messages_total")
+            )
     assert through_doors == COUNT
+    assert consumed_on_doors >= COUNT
 
     # NATS: no anonymous client; a service kind's credentials confined to its own subjects.
     with pytest.raises((nats.errors.Error, OSError)) as raised:

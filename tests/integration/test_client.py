@@ -110,19 +110,24 @@ async def test_keys_route_to_one_partition_each_in_send_order(
         assert offsets == list(range(len(offsets)))  # dense, in send order
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["proxy", "direct"])
 @pytest.mark.parametrize("mode", ["stream", "poll"])
 async def test_consumer_receives_exactly_what_was_produced_in_order(
-    consume_http: httpx.AsyncClient, mode: str
+    consume_http: httpx.AsyncClient, mode: str, direct: bool
 ) -> None:
     transport = CountingTransport()
     async with AsyncDanubeClient(str(consume_http.base_url), transport=transport) as client:
-        await _produce_and_consume(client, f"/default/exact-{mode}", mode)
+        topic = f"/default/exact-{mode}-{'direct' if direct else 'proxy'}"
+        await _produce_and_consume(client, topic, mode, direct=direct)
     polls = transport.count("GET", "/messages")
-    assert polls == 0 if mode == "stream" else polls >= 300 / 50, polls
+    if direct:  # on the dispatcher's consume door: nothing through the client's server
+        assert polls == 0, polls
+    else:
+        assert polls == 0 if mode == "stream" else polls >= 300 / 50, polls
 
 
 async def _produce_and_consume(
-    client: AsyncDanubeClient, topic: str, mode: str
+    client: AsyncDanubeClient, topic: str, mode: str, *, direct: bool = True
 ) -> tuple[list[ReceivedMessage], list[tuple[bytes, str | None, dict[str, str]]]]:
     sent: list[tuple[bytes, str | None, dict[str, str]]] = [
         (f"text-{i}".encode(), f"k{i}", {"i": str(i)}) for i in range(300)
@@ -132,8 +137,9 @@ async def _produce_and_consume(
         for payload, key, attributes in sent:
             await producer.send(payload, key=key, attributes=attributes)
     async with client.consumer(
-        topic, "s", mode=mode, start="earliest", receiver_queue_size=50
+        topic, "s", mode=mode, start="earliest", receiver_queue_size=50, direct=direct
     ) as consumer:
+        assert (consumer.door_url is not None) == direct
         got = await _receive(consumer, len(sent))
         await _nothing_more(consumer)
         for message in got:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from danube.discovery.doors.bodies.api import AckRequest
-from danube.discovery.doors.http.consume import message_ranges
 from danube.discovery.errors import BadRequestError
 from danube.meta import TopicName
+from danube.wire.consume.messages import message_ranges
+from danube.wire.consume.models import AckRequest
 from danube.wire.dispatcher import protocol
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,15 @@ import pytest
 
 from danube.bus import RemoteError
 from danube.discovery.doors.bodies.api import MessageOut
-from danube.discovery.doors.http.stream_protocol import (
+from danube.discovery.errors import (
+    BadRequestError,
+    OverLimitError,
+    StreamProtocolError,
+    ws_close_code,
+)
+from danube.errors import ErrorKind
+from danube.runtime.held import Slots
+from danube.wire.consume.stream_protocol import (
     CREDITS_MAX,
     AckFrame,
     Credits,
@@ -19,14 +27,6 @@ from danube.discovery.doors.http.stream_protocol import (
     message_frame,
     parse_frame,
 )
-from danube.discovery.errors import (
-    BadRequestError,
-    OverLimitError,
-    StreamProtocolError,
-    ws_close_code,
-)
-from danube.errors import ErrorKind
-from danube.runtime.held import Slots
 
 pytestmark = pytest.mark.unit
 

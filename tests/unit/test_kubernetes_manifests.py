@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from danube.cli.main import app
 from danube.config import PROCESS_VARIABLES, S3Cloud, load_settings
 from danube.up.mesh import SERVICE_ORDER
-from danube.up.secure import ensure_secure_files, service_environment
+from danube.up.secure import TOKEN_KINDS, ensure_secure_files, service_environment
 from tests.unit.test_compose_file import is_setting, parses
 
 pytestmark = pytest.mark.unit
@@ -315,12 +315,16 @@ def test_every_mesh_workload_mounts_its_credentials_and_runs_secured(
         settings = load_settings(config, environ=env | {"DANUBE_NODE_ID": f"{kind}-0"})
         assert settings.bus.user == kind
         assert getattr(settings, kind).tls.cert_file == Path(f"{SECURE_MOUNT}/pki/server.pem")
-        if kind == "discovery":
+        if kind in TOKEN_KINDS:  # discovery, and the dispatchers' consume doors
             assert settings.security.enabled
             assert settings.security.keys_dir == Path(KEYS_MOUNT)
             assert files[f"{KEYS_MOUNT}/*"] == ("danube-signing-keys", "*")
+        if kind == "discovery":
             assert (settings.discovery.grpc_advertised_url or "").startswith("https://")
-        else:
+        elif kind == "dispatcher":
+            assert (settings.dispatcher.data_advertised_url or "").startswith("https://")
+            assert settings.dispatcher.data_port == 7002
+        if kind not in TOKEN_KINDS:
             assert not settings.security.enabled
             assert not any(path.startswith(KEYS_MOUNT) for path in files), kind
 

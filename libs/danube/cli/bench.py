@@ -92,6 +92,14 @@ Direct = Annotated[
         "everything through the service address (the proxy path).",
     ),
 ]
+ConsumeDirect = Annotated[
+    bool,
+    typer.Option(
+        "--consume-direct/--consume-proxy",
+        help="Consumer: poll, stream and ack on the subscription owner's consume door (the "
+        "default) or through the service address (the proxy path).",
+    ),
+]
 Queue = Annotated[
     int, typer.Option("--queue", min=1, max=10_000, help="Consumer receive queue (credits).")
 ]
@@ -188,6 +196,7 @@ def consume(
     ] = 50_000,
     partitions: Partitions = 0,
     mode: ConsumeMode = "stream",
+    consume_direct: ConsumeDirect = True,
     queue: Queue = 1000,
     transport: ConsumeTransport = "binary",
     json_out: Json = False,
@@ -200,6 +209,7 @@ def consume(
         batch_max_messages=batch_size,
         count=count,
         mode=mode,
+        consume_direct=consume_direct,
         receiver_queue_size=queue,
         consume_transport=transport,
     )
@@ -220,6 +230,7 @@ def e2e(
     rate: Rate = 0.0,
     partitions: Partitions = 0,
     mode: ConsumeMode = "stream",
+    consume_direct: ConsumeDirect = True,
     queue: Queue = 1000,
     transport: ConsumeTransport = "binary",
     json_out: Json = False,
@@ -237,6 +248,7 @@ def e2e(
         count=count,
         rate=rate,
         mode=mode,
+        consume_direct=consume_direct,
         receiver_queue_size=queue,
         consume_transport=transport,
     )

@@ -131,6 +131,7 @@ class BenchSpec:
     # Idempotent producers (the SDK's default: docs/client.md, "Exactly once into the log").
     idempotent: bool = True
     direct: bool = True  # to the leaders' data doors (idempotent producers only)
+    consume_direct: bool = True  # the consumer on its subscription owner's consume door
 
 
 def payload_of(size: int) -> bytes:
@@ -294,6 +295,7 @@ def _base(spec: BenchSpec) -> dict[str, Any]:
         "sync": spec.sync,
         "idempotent": spec.idempotent and spec.transport == "binary",
         "direct": spec.direct and spec.idempotent and spec.transport == "binary",
+        "consume_direct": spec.consume_direct,
     }
 
 
@@ -336,6 +338,7 @@ async def bench_consume(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
         mode=spec.mode,
         receiver_queue_size=spec.receiver_queue_size,
         transport=spec.consume_transport,
+        direct=spec.consume_direct,
     ) as consumer:
         # Timed once the consumer is attached (its subscription created), as a JetStream
         # pull consumer is created before the clock starts (tests/bench/bench_peers.py).
@@ -388,6 +391,7 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
         mode=spec.mode,
         receiver_queue_size=spec.receiver_queue_size,
         transport=spec.consume_transport,
+        direct=spec.consume_direct,
     ) as consumer:
         producers_done = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -430,11 +434,14 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
             await receiving
         elapsed = last_delivery - started
         await consumer.flush_acks()
+        # Whether the consumer stayed on a consume door (a fall back goes through discovery).
+        on_door = consumer.door_url is not None and consumer.door_fallbacks == 0
     after_ack, before_ack = _after_ack(received_ns, producing.acked_ns)
     return {
         **_base(spec),
         "mode": spec.mode,
         "consume_transport": spec.consume_transport,
+        "consumed_on_door": on_door,
         "produced": meter.produced,
         "consumed": len(seen),
         "messages": len(seen),

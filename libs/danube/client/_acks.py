@@ -9,6 +9,10 @@ only failures, without saying which ack failed), and is retried on 429/503
 (``ack_not_durable`` included: acking again is safe). An ack that still fails is logged and
 counted; its message comes again (at-least-once).
 
+Acks go where the consumer's other calls go (danube.client._consume_route): the consume door
+its attach named, else the client's server; one a door refuses for being elsewhere (421, no
+answer, 502-504) is sent again at once through the client's server, same consumer id.
+
 Up to ``INFLIGHT_MAX`` batches are under way at once: the next batch does not wait for the
 answer to the one before (which waits for a cursor write), so a consumer's window
 (``max_unacked_per_consumer``) frees at the pace acks are sent, not at one etcd write per
@@ -22,9 +26,11 @@ import asyncio
 import logging
 from collections import defaultdict
 
+from danube.client._consume_route import ConsumeRoute, retry_on_door, routed
 from danube.client._http import HttpCore
 from danube.client._session import Session
 from danube.client.errors import ClientError
+from danube.client.retry import is_retriable
 from danube.wire import codes
 
 log = logging.getLogger(__name__)
@@ -44,7 +50,7 @@ class AckBatcher:
 
     def __init__(
         self,
-        http: HttpCore,
+        http: HttpCore | ConsumeRoute,
         session: Session,
         *,
         interval_s: float,
@@ -53,7 +59,7 @@ class AckBatcher:
     ) -> None:
         if not 1 <= batch_max <= REFS_MAX:
             raise ValueError(f"ack batch_max must be in 1..{REFS_MAX}, got {batch_max}")
-        self.http = http
+        self.route = routed(http)
         self.session = session
         self.interval_s = interval_s
         self.batch_max = batch_max
@@ -150,15 +156,19 @@ class AckBatcher:
         attach_again = self.session.reattach_enabled
         while True:
             consumer_id = self.session.consumer_id
+            http = self.route.http
             try:
-                await self.http.request_retrying(
+                await http.request_retrying(
                     "POST",
                     f"/v1/consumers/{consumer_id}/{kind}",
                     body=body,
                     timeout_s=self.timeout_s,
                     lean=True,  # the kept-alive lean client: a fraction of httpx's CPU
+                    retry_if=is_retriable if http is self.route.proxy else retry_on_door,
                 )
             except ClientError as exc:
+                if self.route.fall_back(exc, http):
+                    continue  # the door failed it: through discovery now (same id)
                 if exc.code == codes.CONSUMER_NOT_FOUND and attach_again:
                     # The dispatcher forgot the consumer (restart, expiry); acks from any
                     # consumer of the subscription count, so the new one may send them.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -24,7 +24,7 @@ from danube.client.errors import (
     TransportError,
     error_from_body,
 )
-from danube.client.retry import RetryPolicy, retrying
+from danube.client.retry import RetryPolicy, is_retriable, retrying
 
 if TYPE_CHECKING:
     # httpx is imported with the client made at the first request that needs it (below).
@@ -193,8 +193,10 @@ class HttpCore:
         timeout_s: float,
         attempt_timeout_s: float | None = None,
         lean: bool = False,
+        retry_if: Callable[[ClientError], bool] = is_retriable,
     ) -> Answer:
-        """:meth:`request`, retrying 429, 503 and transport failures within ``timeout_s``."""
+        """:meth:`request`, retrying 429, 503 and transport failures (those ``retry_if``
+        accepts) within ``timeout_s``."""
         if body is not None:
             content = orjson.dumps(body)
         cap = self.timeout_s if attempt_timeout_s is None else attempt_timeout_s
@@ -211,7 +213,11 @@ class HttpCore:
             )
 
         return await retrying(
-            attempt, timeout_s=timeout_s, policy=self.retry, what=f"{method} {path}"
+            attempt,
+            timeout_s=timeout_s,
+            policy=self.retry,
+            what=f"{method} {path}",
+            retry_if=retry_if,
         )
 
     async def _lean(

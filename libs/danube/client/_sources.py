@@ -11,6 +11,11 @@ the inbox, and ``receive()`` raises it once the queued messages are taken.
 socket starts with no credits; the source grants the room left (``capacity - len(inbox)``) and
 grants again whenever at least half the capacity is free, like Pulsar's permits.
 
+**Where**: the consume door of the subscription's owner, as the last attach named it, else
+the client's server (danube.client._consume_route); a door that fails a poll or a socket
+(421 ``not_leader``, no answer, 502-504) is left at once, without a backoff, for the
+client's server.
+
 **Transport**: ``binary`` (the default) asks for delivery batches (``Accept:
 application/x-danube-frames`` on a poll, the ``danube.frames.v1`` subprotocol on a stream):
 many messages per answer or WebSocket message, frames as the WAL holds them, checked here
@@ -30,6 +35,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.typing import Subprotocol
 
+from danube.client._consume_route import ConsumeRoute, routed
 from danube.client._frames import FrameChecker, decode_frames_batch
 from danube.client._http import HttpCore
 from danube.client._inbox import Inbox
@@ -141,7 +147,7 @@ class PollSource:
 
     def __init__(
         self,
-        http: HttpCore,
+        http: HttpCore | ConsumeRoute,
         inbox: Inbox,
         consumer: FrameChecker,
         recovery: Recovery,
@@ -149,7 +155,7 @@ class PollSource:
         wait_ms: int,
         binary: bool = True,
     ) -> None:
-        self.http = http
+        self.route = routed(http)
         self.inbox = inbox
         self.consumer = consumer
         self.recovery = recovery
@@ -157,17 +163,25 @@ class PollSource:
         self.binary = binary
 
     async def fill(self, consumer_id: str) -> None:
-        """One poll: wait for room, ask for that many, queue what comes."""
+        """One poll: wait for room, ask for that many, queue what comes. A consume door
+        that fails it (docs/client.md, "Direct consume") is left: the next poll, at once,
+        goes through discovery."""
         while self.inbox.free == 0:
             await self.inbox.wait_taken()
-        answer = await self.http.request(
-            "GET",
-            f"/v1/consumers/{consumer_id}/messages",
-            params={"max": min(self.inbox.free, POLL_MAX), "wait_ms": self.wait_ms},
-            # The server may hold the poll wait_ms, then take 2 s to reach the dispatcher.
-            timeout_s=self.wait_ms / 1000 + self.http.timeout_s,
-            accept=MEDIA_TYPE if self.binary else None,
-        )
+        http = self.route.http
+        try:
+            answer = await http.request(
+                "GET",
+                f"/v1/consumers/{consumer_id}/messages",
+                params={"max": min(self.inbox.free, POLL_MAX), "wait_ms": self.wait_ms},
+                # The server may hold the poll wait_ms, then take 2 s to reach the dispatcher.
+                timeout_s=self.wait_ms / 1000 + http.timeout_s,
+                accept=MEDIA_TYPE if self.binary else None,
+            )
+        except ClientError as error:
+            if self.route.fall_back(error, http):
+                return
+            raise
         body = answer.body
         if isinstance(body, bytes):
             self.recovery.healthy()
@@ -186,14 +200,14 @@ class StreamSource:
 
     def __init__(
         self,
-        http: HttpCore,
+        http: HttpCore | ConsumeRoute,
         inbox: Inbox,
         consumer: FrameChecker,
         recovery: Recovery,
         *,
         binary: bool = True,
     ) -> None:
-        self.http = http
+        self.route = routed(http)
         self.inbox = inbox
         self.consumer = consumer
         self.recovery = recovery
@@ -210,8 +224,18 @@ class StreamSource:
             self._room.set()
 
     async def fill(self, consumer_id: str) -> None:
-        """One socket's life; always ends with the ClientError that closed it."""
-        url = self.http.ws_url(f"/v1/consumers/{consumer_id}/stream")
+        """One socket's life; ends with the ClientError that closed it, or returns when a
+        consume door failed it (the next socket, at once, goes through discovery)."""
+        http = self.route.http
+        try:
+            await self._socket(http, consumer_id)
+        except ClientError as error:
+            if self.route.fall_back(error, http):
+                return
+            raise
+
+    async def _socket(self, http: HttpCore, consumer_id: str) -> None:
+        url = http.ws_url(f"/v1/consumers/{consumer_id}/stream")
         try:
             # No compression: on the loopback and in a LAN it costs more CPU than it saves.
             async with connect(
@@ -223,8 +247,8 @@ class StreamSource:
                 max_size=MAX_FRAME_BYTES,
                 # wss://: the client's TLS context (CA, client certificate), else the
                 # default one (True); ws:// takes none.
-                ssl=(self.http.ssl_context or True) if url.startswith("wss://") else None,
-                additional_headers=self.http.auth_headers,
+                ssl=(http.ssl_context or True) if url.startswith("wss://") else None,
+                additional_headers=http.auth_headers,
                 subprotocols=[Subprotocol(SUBPROTOCOL)] if self.binary else None,
             ) as ws:
                 self.outstanding = 0

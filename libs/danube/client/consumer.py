@@ -30,6 +30,7 @@ from danube.client._chunking import (
     IncompleteMessageError,
     Reassembler,
 )
+from danube.client._consume_route import ConsumeRoute
 from danube.client._http import HttpCore
 from danube.client._inbox import Inbox
 from danube.client._sources import PollSource, Recovery, StreamSource, run_source
@@ -109,6 +110,10 @@ class ConsumerOptions:
     chunked_partials_max: int = 16
     chunk_expiry_s: float = 60.0
     chunk_give_up: ChunkGiveUp = "ack"
+    # Poll, stream, ack, nack and detach on the consume door of the dispatcher that owns
+    # the subscription, as the attach names it (docs/client.md, "Direct consume"); off, or
+    # when the attach names none, everything goes through the server the client was given.
+    direct: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.name) <= 128:
@@ -179,10 +184,11 @@ class AsyncConsumer:
         self.received = 0  # messages handed to the application
         self.reattached = 0  # times the consumer attached again
         self._http = http
+        self._route = ConsumeRoute(http, enabled=options.direct)
         self._consumer_id: str | None = None
         self._inbox = Inbox(options.receiver_queue_size)
         self._acks = AckBatcher(
-            http,
+            self._route,
             self,
             interval_s=options.ack_interval_ms / 1000,
             batch_max=options.ack_batch_max,
@@ -211,6 +217,16 @@ class AsyncConsumer:
         return self._consumer_id
 
     @property
+    def door_url(self) -> str | None:
+        """The consume door this consumer uses now (None: through the server it was given)."""
+        return self._route.url
+
+    @property
+    def door_fallbacks(self) -> int:
+        """Times a consume door failed this consumer and the server it was given took over."""
+        return self._route.fallbacks
+
+    @property
     def acks_failed(self) -> int:
         """Acks and nacks given up on (their messages come again)."""
         return self._acks.failed
@@ -235,11 +251,11 @@ class AsyncConsumer:
         )
         binary = self.options.transport == "binary"
         if self.options.mode == "stream":
-            self._stream = StreamSource(self._http, self._inbox, self, recovery, binary=binary)
+            self._stream = StreamSource(self._route, self._inbox, self, recovery, binary=binary)
             fill = self._stream.fill
         else:
             fill = PollSource(
-                self._http,
+                self._route,
                 self._inbox,
                 self,
                 recovery,
@@ -259,9 +275,11 @@ class AsyncConsumer:
             body=self.options.attach_body(),
             timeout_s=self.options.attach_timeout_s,
         )
-        consumer_id = answer.body.get("consumer_id") if isinstance(answer.body, dict) else None
-        if not isinstance(consumer_id, str):
+        body = answer.body if isinstance(answer.body, dict) else {}
+        consumer_id, url = body.get("consumer_id"), body.get("url")
+        if not isinstance(consumer_id, str) or not isinstance(url, str | None):
             raise ProtocolError(f"attach answered {answer.body!r:.200}")
+        self._route.learn(url)  # the owner's consume door, or none
         return consumer_id
 
     async def reattach(self, stale_id: str) -> None:
@@ -421,12 +439,21 @@ class AsyncConsumer:
                 await self._detach(self._consumer_id)
         finally:
             self._inbox.fail(ClosedError(f"consumer of {self.topic} is closed"))
+            await self._route.aclose()
 
     async def _detach(self, consumer_id: str) -> None:
         try:
-            await self._http.request(
-                "DELETE", f"/v1/consumers/{consumer_id}", timeout_s=DETACH_TIMEOUT_S
-            )
+            http = self._route.http
+            try:
+                await http.request(
+                    "DELETE", f"/v1/consumers/{consumer_id}", timeout_s=DETACH_TIMEOUT_S
+                )
+            except ClientError as exc:
+                if not self._route.fall_back(exc, http):
+                    raise
+                await self._http.request(
+                    "DELETE", f"/v1/consumers/{consumer_id}", timeout_s=DETACH_TIMEOUT_S
+                )
         except ClientError as exc:
             if exc.code != codes.CONSUMER_NOT_FOUND:
                 log.warning("detaching %s failed (it expires on its own): %s", consumer_id, exc)

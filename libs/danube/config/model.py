@@ -419,22 +419,28 @@ class SecurityConfig(_Section):
     keys_reload_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
 
 
-class IngestConfig(ServiceConfig):
-    # The data door (DESIGN §10, docs/http-api.md "Direct produce"): the binary produce of
-    # the partitions this node leads, on data_port (0: a free port), with the listener
-    # limits and TLS of this section; lookups name data_advertised_url — the address
-    # clients reach this node by (None: http(s)://<host>:<data_port>). Off: produce only
-    # through discovery.
+class DataDoorSettings(_Section):
+    """The data door of a node (DESIGN §10): its own listener, with the limits and TLS of
+    the node's section, serving what this node owns (an ingest node: the produce of the
+    partitions it leads, docs/http-api.md "Direct produce"; a dispatcher: the consume of the
+    subscriptions it owns, "Direct consume"). Lookups and attaches name data_advertised_url —
+    the address clients reach this node by (None: http(s)://<host>:<data_port>)."""
+
+    # On data_port (0: a free port). Off: only through discovery.
     data_enabled: bool = True
     data_port: Annotated[int, Field(ge=0, le=65535)] = 0
     data_advertised_url: AdvertisedUrl | None = None
-    # A produce body larger than this is refused (413 body_too_large); past this many
-    # produce requests in progress the next is answered 429 at once.
+    # A body larger than this is refused (413 body_too_large); past this many requests in
+    # progress the next is answered 429 at once.
     data_body_bytes_max: Annotated[int, Field(ge=4096, le=256 * MiB)] = 16 * MiB
     data_max_inflight: Annotated[int, Field(ge=1, le=100_000)] = 256
-    # A produce on the data door is answered within this (503 timeout past it; the append
-    # may still complete, as on discovery's path: docs/http-api.md).
+    # A request on the data door is answered within this (503 timeout past it; a produce's
+    # append may still complete, as on discovery's path: docs/http-api.md). A long poll's
+    # wait comes on top.
     data_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+
+
+class IngestConfig(ServiceConfig, DataDoorSettings):
     # Topic configs, policies and schema bindings are cached this long by the door's
     # admission (as discovery.topic_cache_ttl_s: a change is seen at most this late).
     data_cache_ttl_s: Annotated[float, Field(ge=0, le=300)] = 2.0
@@ -484,7 +490,7 @@ class CloudReaderConfig(ServiceConfig):
     chunk_bytes: Annotated[int, Field(ge=4096, le=64 * MiB)] = 1 * MiB
 
 
-class DispatcherConfig(ServiceConfig):
+class DispatcherConfig(ServiceConfig, DataDoorSettings):
     """Delivery limits of every subscription (danube.dispatcher.DeliverySettings and the
     cursor FlushPolicy are built from these)."""
 
@@ -539,6 +545,12 @@ class DispatcherConfig(ServiceConfig):
     # over loads them instead of reading the log again (0: none, the default while snapshots
     # are new: a takeover reads the log; 1.0 turns them on).
     delayed_seal_interval_s: Annotated[float, Field(ge=0, le=60)] = 0.0
+    # The consume door (DataDoorSettings; docs/http-api.md, "Direct consume"): WebSocket
+    # streams it holds open at most (the next is closed with 4429 too_many_streams).
+    data_max_streams: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
+    # Requests in progress on the consume door: a long poll holds one for up to its wait_ms,
+    # so more than a produce door's (each poll-mode consumer keeps one poll open).
+    data_max_inflight: Annotated[int, Field(ge=1, le=100_000)] = 1024
 
 
 class MetricsConfig(_Section):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from danube.config.model import ServiceConfig
+from danube.runtime.healthcheck import probe_url
 from danube.runtime.listener import uvicorn_limits, uvicorn_tls
 
 log = logging.getLogger(__name__)
@@ -174,3 +176,13 @@ def bound_port(server: uvicorn.Server) -> int:
             port: int = sock.getsockname()[1]
             return port
     raise RuntimeError("the HTTP server is not listening")
+
+
+def advertised_url(config: ServiceConfig, port: int) -> str:
+    """Where clients reach a data door listening on ``port`` when its section names no
+    ``data_advertised_url``: its host, or this machine's name when it listens on every
+    address (compose and Kubernetes set the setting: docs/operations.md)."""
+    host = config.host
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return probe_url(host, port, "", tls=config.tls.enabled)

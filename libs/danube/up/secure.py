@@ -327,14 +327,20 @@ class SecureMesh:
         return dict(self.kind_env.get(kind, {}))
 
 
+# The kinds whose doors ask clients for a token (RBAC): discovery, and the dispatchers'
+# consume doors (docs/http-api.md, "Direct consume").
+TOKEN_KINDS = frozenset({"discovery", "dispatcher"})
+
+
 def service_environment(
     files: SecureFiles, kind: str, *, super_admins: Sequence[str] = ()
 ) -> dict[str, str]:
     """The settings, as ``DANUBE_*`` variables, that service ``kind`` runs with in a mesh
     secured with ``files``: its NATS user and the path of its password, the etcd mesh user
     and the path of its password, its listener's certificate; discovery also the client CA
-    (client certificates optional: the subject is a principal), tokens and RBAC with
-    ``admin`` among the super-admins. Paths only, never a secret. docker-compose.yml and
+    (client certificates optional: the subject is a principal); discovery and the
+    dispatchers (their consume doors) tokens and RBAC with ``admin`` among the
+    super-admins. Paths only, never a secret. docker-compose.yml and
     deploy/kubernetes/ set the same (a unit test compares them)."""
     credentials, pki = files.credentials, files.pki
     env = {
@@ -349,6 +355,9 @@ def service_environment(
         env |= {
             "DANUBE_DISCOVERY__TLS__CLIENT_CA_FILE": str(pki.ca.cert),
             "DANUBE_DISCOVERY__TLS__CLIENT_AUTH": "optional",
+        }
+    if kind in TOKEN_KINDS:
+        env |= {
             "DANUBE_SECURITY__ENABLED": "true",
             "DANUBE_SECURITY__KEYS_DIR": str(files.keys_dir),
             "DANUBE_SECURITY__SUPER_ADMINS": json.dumps(sorted({*super_admins, ADMIN_PRINCIPAL})),

@@ -23,7 +23,6 @@ from danube.discovery.catalog.topic_lists import TopicLists
 from danube.discovery.controller.controller import Controller
 from danube.discovery.doors.grpc.server import GrpcServer
 from danube.discovery.doors.http import Services, build_app
-from danube.discovery.doors.http.stream_protocol import FRAME_BYTES_MAX
 from danube.discovery.produce.producer import Limits, Producer
 from danube.discovery.produce.sessions import ProducerSessions
 from danube.discovery.schemas.registry import SchemaRegistry
@@ -35,6 +34,7 @@ from danube.runtime.http import bound_port, wait_started
 from danube.runtime.listener import uvicorn_limits, uvicorn_tls
 from danube.runtime.service import HEALTH_START_TIMEOUT_S, NodeSession, node_session
 from danube.storage import ObjectStore
+from danube.wire.consume.stream_protocol import FRAME_BYTES_MAX
 from danube.wire.dispatcher.client import DispatcherClient
 
 log = logging.getLogger(__name__)

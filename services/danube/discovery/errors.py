@@ -44,6 +44,7 @@ from danube.errors import (
     UnavailableError,
     UnsupportedMediaTypeError,
 )
+from danube.wire.consume.stream_protocol import StreamProtocolError, ws_close_code
 from danube.wire.http_errors import error_body, http_status
 
 __all__ = [
@@ -62,13 +63,6 @@ __all__ = [
 ]
 
 
-class StreamProtocolError(BadRequestError):
-    """A consumer stream's client broke the WebSocket protocol (a frame that is not one, too
-    many credits): the stream answers an error frame and closes with 1008."""
-
-    code = "invalid_frame"
-
-
 # Codes of the statuses the web framework answers by itself (no route, a method the route does
 # not serve, a body that does not parse or is not JSON).
 _CODE_BY_STATUS: dict[int, str] = {
@@ -85,21 +79,3 @@ _CODE_BY_STATUS: dict[int, str] = {
 def status_code(status: int) -> str:
     """The error code of an answer the web framework gives by itself with ``status``."""
     return _CODE_BY_STATUS.get(status, "bad_request" if status < 500 else "internal")
-
-
-# WebSocket close codes (RFC 6455 §7.4): the standard ones, then 4000-4999 for applications.
-WS_POLICY_VIOLATION = 1008
-WS_INTERNAL_ERROR = 1011
-_WS_APP_CODES = 4000
-
-
-def ws_close_code(exc: BaseException) -> int:
-    """The close code a consumer stream ends with on ``exc``: 1008 when the client broke the
-    protocol, 1011 for anything unexpected, else 4000 + its HTTP status (4404
-    ``consumer_not_found``, 4503 the dispatcher did not answer...)."""
-    if isinstance(exc, StreamProtocolError):
-        return WS_POLICY_VIOLATION
-    status = http_status(exc)
-    if status >= 500 and status != 503:
-        return WS_INTERNAL_ERROR
-    return _WS_APP_CODES + status

@@ -1,5 +1,5 @@
-"""Wires one dispatcher: the node session (bus, etcd, lease, registration, health) and the
-subscriptions it serves."""
+"""Wires one dispatcher: the node session (bus, etcd, lease, registration, health), the
+subscriptions it serves, and its consume door (danube.dispatcher.door)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import logging
 
 from danube.bus.subjects import Kind
 from danube.config import DanubeSettings
+from danube.dispatcher.door import open_door
 from danube.dispatcher.handlers import serve_claims
+from danube.dispatcher.local_consume import LocalConsumers
 from danube.dispatcher.node import DispatcherNode
 from danube.dispatcher.sampling import SubscriptionSampler
 from danube.runtime.service import node_session
@@ -27,6 +29,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
     ) as s:
         node = DispatcherNode(settings, node_id=node_id, bus=s.bus, store=s.store, lease=s.lease)
         s.renewed.append(node.renewed)
+        door = None
+        if settings.dispatcher.data_enabled:  # before the claims: every attach names it
+            calls = LocalConsumers(node.owned, s.store)
+            door, node.data_url = await open_door(settings, s, calls)
         notices = await s.bus.subscribe(
             s.bus.subjects.all_of_kind(Kind.SUBSCRIPTION_CLAIMED), node.on_claim_notice
         )
@@ -47,6 +53,8 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         grower.cancel()
         balancer.cancel()
         sampler.cancel()
+        if door is not None:
+            await door.close()
         await claims.drain()
         await notices.unsubscribe()
         await node.close(release=s.lease.alive)

@@ -29,8 +29,11 @@ _OK = b'{"ok":true}'
 class SubscriptionHandlers:
     """Request handlers of one subscription (one responder over all its ops)."""
 
-    def __init__(self, runtime: ServedSubscription) -> None:
+    def __init__(
+        self, runtime: ServedSubscription, door_url: Callable[[], str | None] = lambda: None
+    ) -> None:
         self.runtime = runtime
+        self.door_url = door_url
 
     async def serve(self, bus: Bus, topic: TopicName, sub: str) -> Responder:
         """Answer ``subjects.dispatch(topic, sub, op)`` for every op."""
@@ -44,7 +47,9 @@ class SubscriptionHandlers:
         runtime = self.runtime
         if op == DispatchOp.ATTACH:
             attach = protocol.parse(request.body, protocol.AttachRequest)
-            return orjson.dumps({"consumer_id": await runtime.attach(attach)})
+            consumer_id = await runtime.attach(attach)
+            # Where the consumer reaches this dispatcher without the bus (its consume door).
+            return orjson.dumps({"consumer_id": consumer_id, "url": self.door_url()})
         if op == DispatchOp.POLL:
             poll = protocol.parse(request.body, protocol.PollRequest)
             wait_s = min(poll.wait_ms / 1000, request.remaining_s() - _REPLY_MARGIN_S)

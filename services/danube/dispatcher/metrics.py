@@ -215,3 +215,32 @@ LEASELESS_EXPIRED = Counter(
     "danube_dispatcher_leaseless_expired",
     "Subscriptions stopped because the dispatcher was without its lease past leaseless_serve_max_s",
 )
+
+# The consume door (danube.dispatcher.door; docs/http-api.md, "Direct consume").
+DOOR_REQUESTS = Counter(
+    "danube_dispatcher_door_requests",
+    "Requests answered by the consume door, by operation (poll, ack, nack, detach, stream)",
+    ["op"],
+)
+DOOR_MESSAGES = Counter(
+    "danube_dispatcher_door_messages", "Messages delivered through the consume door"
+)
+DOOR_STREAMS_OPEN = Gauge(
+    "danube_dispatcher_door_streams_open", "Consumer streams (WebSocket) open on the consume door"
+)
+DOOR_REFUSALS = Counter(
+    "danube_dispatcher_door_refusals",
+    "Consume door requests refused, by error code (not_leader: the subscription is elsewhere)",
+    ["code"],
+)
+# Who the consume door refused, as every door counts them (danube.security.gate).
+AUTHN_FAILED = Counter(
+    "danube_dispatcher_authn_failed",
+    "Consume door requests refused for missing or invalid credentials (HTTP 401)",
+    ["code"],
+)
+AUTHZ_DENIED = Counter(
+    "danube_dispatcher_authz_denied",
+    "Consume door requests refused for a missing permission (HTTP 403)",
+    ["permission"],
+)

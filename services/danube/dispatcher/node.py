@@ -66,6 +66,7 @@ class DispatcherNode:
             None, fence=lambda served, reason: served.runtime.fail(reason)
         )
         self.leaseless_since: float | None = None  # monotonic; None while the lease holds
+        self.data_url: str | None = None  # the consume door's (danube.dispatcher.door)
         lease.on_lost(self._lease_lost)
         self._reclaiming: set[asyncio.Task[int]] = set()
         self._retiring: set[asyncio.Task[None]] = set()
@@ -89,6 +90,11 @@ class DispatcherNode:
     def runtimes(self) -> list[ServedSubscription]:
         """The runtime of every subscription served."""
         return [served.runtime for served in self._served.values()]
+
+    def owned(self, topic: TopicName, sub: str) -> ServedSubscription | None:
+        """The runtime of ``sub`` of ``topic`` while this dispatcher serves it."""
+        served = self._served.get((topic, sub))
+        return None if served is None else served.runtime
 
     async def ensure_serving(self, topic: TopicName, sub: str) -> ServedSubscription:
         """Claim ``sub`` of ``topic`` (if not ours yet), resume it and answer its subjects."""
@@ -115,7 +121,8 @@ class DispatcherNode:
                 )
             try:
                 await runtime.start()
-                responder = await SubscriptionHandlers(runtime).serve(self.bus, topic, sub)
+                handlers = SubscriptionHandlers(runtime, lambda: self.data_url)
+                responder = await handlers.serve(self.bus, topic, sub)
             except BaseException:
                 await runtime.stop()
                 await store.release()

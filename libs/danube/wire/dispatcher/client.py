@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -26,6 +26,13 @@ from danube.wire.dispatcher.errors import ClaimRefusedError
 
 # A long poll's request deadline is its wait plus this much for the reply to travel.
 _POLL_MARGIN_S = 2.0
+
+
+class Attached(NamedTuple):
+    """An attached consumer: its id at the dispatcher, and that dispatcher's consume door."""
+
+    consumer_id: str
+    url: str | None
 
 
 class DispatcherClient:
@@ -46,7 +53,31 @@ class DispatcherClient:
         key_filters: Sequence[str] = (),
         failure_policy: FailurePolicy | Mapping[str, Any] | None = None,
     ) -> str:
-        """Attach a consumer; its consumer id. RemoteError ``subscription_taken`` when an
+        """:meth:`attach_consumer`'s consumer id."""
+        attached = await self.attach_consumer(
+            topic,
+            sub,
+            consumer,
+            type=type,
+            start=start,
+            key_filters=key_filters,
+            failure_policy=failure_policy,
+        )
+        return attached.consumer_id
+
+    async def attach_consumer(
+        self,
+        topic: TopicName,
+        sub: str,
+        consumer: str,
+        *,
+        type: str = "exclusive",
+        start: protocol.StartPosition = "latest",
+        key_filters: Sequence[str] = (),
+        failure_policy: FailurePolicy | Mapping[str, Any] | None = None,
+    ) -> Attached:
+        """Attach a consumer: its consumer id, and the consume door of the dispatcher that
+        owns the subscription (None: it has none). RemoteError ``subscription_taken`` when an
         exclusive subscription already has its consumer. ``key_filters`` (glob patterns, only
         with ``type="key_shared"``): the keys it takes; none, every key. ``failure_policy``
         is applied when this attach creates the subscription; naming another one than an
@@ -60,8 +91,11 @@ class DispatcherClient:
         if policy is not None:
             fields["failure_policy"] = policy
         body = orjson.dumps(fields)
-        reply = await self._request(topic, sub, DispatchOp.ATTACH, body, self.timeout_s)
-        return str(orjson.loads(reply)["consumer_id"])
+        reply = orjson.loads(
+            await self._request(topic, sub, DispatchOp.ATTACH, body, self.timeout_s)
+        )
+        url = reply.get("url")
+        return Attached(str(reply["consumer_id"]), url if isinstance(url, str) else None)
 
     async def poll(
         self, topic: TopicName, sub: str, consumer_id: str, *, max: int = 100, wait_ms: int = 1000

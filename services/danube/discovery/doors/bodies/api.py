@@ -32,7 +32,29 @@ from danube.meta.records import (
     SubscriptionType,
     TopicConfig,
 )
-from danube.names import MAX_TOPIC_NAME_CHARS, PARTITIONS_MAX, TOPIC_NAME_PATTERN
+from danube.names import PARTITIONS_MAX
+from danube.wire.consume.models import (
+    ACK_MESSAGES_CAP as ACK_MESSAGES_CAP,
+)
+from danube.wire.consume.models import (
+    FLOW_CREDITS_CAP as FLOW_CREDITS_CAP,
+)
+from danube.wire.consume.models import INT64_MAX as INT64_MAX
+from danube.wire.consume.models import (
+    NACK_DELAY_MS_CAP as NACK_DELAY_MS_CAP,
+)
+from danube.wire.consume.models import AckFrame as AckFrame
+from danube.wire.consume.models import AckRequest as AckRequest
+from danube.wire.consume.models import AckResult as AckResult
+from danube.wire.consume.models import ClientFrame as ClientFrame
+from danube.wire.consume.models import Encoding
+from danube.wire.consume.models import FlowFrame as FlowFrame
+from danube.wire.consume.models import MessageOut as MessageOut
+from danube.wire.consume.models import MessageRefIn as MessageRefIn
+from danube.wire.consume.models import MessageRefOut as MessageRefOut
+from danube.wire.consume.models import MessagesOut as MessagesOut
+from danube.wire.consume.models import NackFrame as NackFrame
+from danube.wire.consume.models import RefRangeIn as RefRangeIn
 from danube.wire.delay import (
     DELAY_MS_MAX,
     DELIVER_AFTER_ATTRIBUTE,
@@ -48,14 +70,6 @@ from danube.wire.dispatcher.protocol import (
 # A hard cap on the list whatever the settings say; discovery.max_produce_messages is the
 # configured limit (checked with its own 413).
 PRODUCE_MESSAGES_CAP = 100_000
-Encoding = Literal["utf8", "base64"]
-# The dispatcher's own limits (danube.wire.dispatcher.protocol), checked here for a clean 400.
-ACK_MESSAGES_CAP = 100_000
-NACK_DELAY_MS_CAP = 24 * 3600 * 1000
-# Credits one flow frame of a consumer stream may grant.
-FLOW_CREDITS_CAP = 10_000
-# Offsets and times: what a signed 64-bit integer holds (any JSON client can send it).
-INT64_MAX = 2**63 - 1
 # An idempotent producer's numbers (danube.frame.record, format version 2).
 SEQUENCE_MAX = 2**64 - 1
 PRODUCER_EPOCH_MAX = 2**32 - 1
@@ -329,84 +343,6 @@ class SkipRequest(_Request):
     to_offset: Annotated[int, Field(ge=0, le=2**64 - 1)] | None = None
 
 
-# A partition's name as a poll answered it. The pattern is documented, and checked by the route
-# (400 invalid_partition).
-PolledPartition = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=MAX_TOPIC_NAME_CHARS,
-        json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
-    ),
-]
-
-
-class MessageRefIn(_Request):
-    """One delivered message: its partition (as polled) and offset."""
-
-    partition: PolledPartition
-    offset: Annotated[int, Field(ge=0, le=INT64_MAX)]
-
-
-class RefRangeIn(_Request):
-    """Delivered messages ``first..last`` (both included) of one partition (as polled)."""
-
-    partition: PolledPartition
-    first: Annotated[int, Field(ge=0, le=INT64_MAX)]
-    last: Annotated[int, Field(ge=0, le=INT64_MAX)]
-
-    @model_validator(mode="after")
-    def _forwards(self) -> RefRangeIn:
-        if self.last < self.first:
-            raise ValueError(f"last ({self.last}) is below first ({self.first})")
-        return self
-
-
-class AckRequest(_Request):
-    """``POST /v1/consumers/{id}/ack`` and ``/nack``: ``messages`` one by one and ``ranges``
-    of consecutive offsets (a consumer that acks in delivery order sends a few ranges, not
-    an object per message), at least one ref and at most ``ACK_MESSAGES_CAP`` in all;
-    ``delay_ms`` only matters to a nack."""
-
-    messages: Annotated[list[MessageRefIn], Field(max_length=ACK_MESSAGES_CAP)] = []
-    ranges: Annotated[list[RefRangeIn], Field(max_length=ACK_MESSAGES_CAP)] = []
-    delay_ms: Annotated[int, Field(ge=0, le=NACK_DELAY_MS_CAP)] = 0
-
-    @model_validator(mode="after")
-    def _some_refs(self) -> AckRequest:
-        if not self.messages and not self.ranges:
-            raise ValueError("name at least one message (messages or ranges)")
-        runs = sum(r.last - r.first + 1 for r in self.ranges)
-        if len(self.messages) + runs > ACK_MESSAGES_CAP:
-            raise ValueError(f"at most {ACK_MESSAGES_CAP} messages in one request")
-        return self
-
-
-# --- WebSocket stream frames from the client (GET /v1/consumers/{id}/stream) -----------
-
-
-class FlowFrame(_Request):
-    """``{"type": "flow", "credits": N}``: the client may take ``N`` more messages."""
-
-    type: Literal["flow"]
-    credits: Annotated[int, Field(ge=1, le=FLOW_CREDITS_CAP)]
-
-
-class AckFrame(AckRequest):
-    """``{"type": "ack", "messages": [...]}``: the body of ``POST .../ack``, typed."""
-
-    type: Literal["ack"]
-
-
-class NackFrame(AckRequest):
-    """``{"type": "nack", "messages": [...], "delay_ms": N}``: the body of ``POST .../nack``."""
-
-    type: Literal["nack"]
-
-
-ClientFrame = Annotated[FlowFrame | AckFrame | NackFrame, Field(discriminator="type")]
-
-
 # --- responses -------------------------------------------------------------------------
 
 
@@ -419,17 +355,6 @@ class ErrorBody(_Response):
     """Every error answer: ``{"error": {"code": "...", "message": "..."}}``."""
 
     error: ErrorDetail
-
-
-class MessageRefOut(_Response):
-    partition: str
-    offset: int
-
-
-class AckResult(_Response):
-    """An ack that did nothing for some refs: those, as sent."""
-
-    not_in_flight: list[MessageRefOut]
 
 
 class ReadyOut(_Response):
@@ -688,10 +613,21 @@ class TopicDetail(_Response):
     producers: list[ProducerOut] = []
 
 
+class SubscriptionLookupOut(_Response):
+    """Who owns a subscription now, and its consume door (DESIGN §10): None when nobody
+    owns it (the next attach claims it) or its owner serves none."""
+
+    name: str
+    owner: str | None
+    url: str | None
+
+
 class LookupOut(_Response):
     name: str
     dispatch: Dispatch
     partitions: list[LookupPartitionOut]
+    # Asked with ?subscription=: that subscription's owner and consume door.
+    subscription: SubscriptionLookupOut | None = None
 
 
 class NodeOut(_Response):
@@ -711,29 +647,9 @@ class ClusterOut(_Response):
 
 
 class AttachResponse(_Response):
-    """The id to poll, ack, nack and detach with (it names topic and subscription)."""
+    """The id to poll, ack, nack and detach with (it names topic and subscription), and
+    the consume door of the dispatcher that owns the subscription: the same routes there,
+    without discovery (docs/http-api.md, "Direct consume"; None: it has none)."""
 
     consumer_id: str
-
-
-class MessageOut(_Response):
-    """One delivered message; ``payload`` is text when it is valid UTF-8, else base64."""
-
-    partition: str
-    offset: int
-    payload: str
-    encoding: Encoding
-    key: str | None
-    attributes: dict[str, str]
-    publish_time_ms: int
-    producer: str
-    redelivery_count: int
-    # The schema the payload was checked against, when the topic has one (docs/schemas.md).
-    schema_id: int | None = None
-    schema_version: int | None = None
-
-
-class MessagesOut(_Response):
-    """A poll's messages, in delivery order (offset order within a partition)."""
-
-    messages: list[MessageOut]
+    url: str | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from danube.discovery.doors.bodies.api import Encoding
+from danube.wire.consume.models import Encoding
 
 
 class _Response(BaseModel):

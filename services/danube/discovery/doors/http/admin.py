@@ -25,6 +25,7 @@ from danube.discovery.doors.bodies.api import (
     OffsetsOut,
     OwnerOut,
     PartitionDetail,
+    SubscriptionLookupOut,
     TopicConfigOut,
     TopicDetail,
     TopicList,
@@ -357,13 +358,20 @@ async def _delete_objects(services: Services, partitions: list[TopicName]) -> No
 
 
 @router.get("/lookup/{ns}/{topic}", response_model=LookupOut)
-async def lookup(ns: Namespace, topic: Topic, services: ServicesDep) -> LookupOut:
-    """Partitions, dispatch mode and the owner of each partition."""
+async def lookup(
+    ns: Namespace, topic: Topic, services: ServicesDep, subscription: str | None = None
+) -> LookupOut:
+    """Partitions, dispatch mode and the owner of each partition; with ``subscription``,
+    that subscription's owner and consume door too."""
     name = user_topic(ns, topic)
     config = await services.catalog.get_topic(name)
     names = name.partitions(config.partitions)
     owners = await _owners(services.store, name, names)
     urls = await _data_urls(services.store) if any(owners) else {}
+    found = None
+    if subscription is not None:
+        validate_segment("subscription", subscription)
+        found = await _subscription_owner(services.store, name, subscription)
     return LookupOut(
         name=str(name),
         dispatch=config.dispatch,
@@ -371,7 +379,20 @@ async def lookup(ns: Namespace, topic: Topic, services: ServicesDep) -> LookupOu
             LookupPartitionOut(name=str(p), owner=o, url=None if o is None else urls.get(o.node_id))
             for p, o in zip(names, owners, strict=True)
         ],
+        subscription=found,
     )
+
+
+async def _subscription_owner(
+    store: MetaStore, topic: TopicName, sub: str
+) -> SubscriptionLookupOut:
+    """The dispatcher owning ``sub`` now and its consume door (two reads)."""
+    owner = await store.get_model(meta_keys.subscription_owner_key(topic, sub), Owner)
+    if owner is None:
+        return SubscriptionLookupOut(name=sub, owner=None, url=None)
+    record = await store.get_model(meta_keys.node_key("dispatcher", owner.node_id), NodeRecord)
+    url = None if record is None else record.data_url
+    return SubscriptionLookupOut(name=sub, owner=owner.node_id, url=url)
 
 
 async def _data_urls(store: MetaStore) -> dict[str, str]:

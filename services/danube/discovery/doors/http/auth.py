@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
-from danube.discovery.doors.http.consume import parse_consumer_id
 from danube.discovery.doors.http.state import services_of
 from danube.discovery.errors import BadRequestError
 from danube.names import InvalidNameError, TopicName
 from danube.security import Permission, PermissionDeniedError, Resource, SecurityError
 from danube.security.gate import ANONYMOUS, SecurityGate
+from danube.wire.consume.ids import parse_consumer_id
 
 P = Permission
 # Where the TLS listener puts the verified client certificate's subject (branch tls).

@@ -8,10 +8,7 @@ needed to find it again on any instance: ``<ns>.<topic>.<sub>.<dispatcher consum
 
 from __future__ import annotations
 
-import base64
 import logging
-import re
-from collections.abc import Callable, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
@@ -21,120 +18,28 @@ from danube.discovery.doors.bodies.api import (
     AckResult,
     AttachRequest,
     AttachResponse,
-    MessageOut,
-    MessageRefOut,
     MessagesOut,
 )
 from danube.discovery.doors.http.failure_policy import check_dead_letter_topic
-from danube.discovery.doors.http.params import (
-    DISPATCHER_ID_CHARS_MAX,
-    ConsumerId,
-    Namespace,
-    Subscription,
-    Topic,
-)
-from danube.discovery.doors.http.state import Services, ServicesDep
-from danube.discovery.errors import BadRequestError
-from danube.frame import CorruptFrameError, decode_record
-from danube.meta import TopicName
-from danube.names import SEGMENT_CHARS, InvalidNameError, user_topic, validate_segment
+from danube.discovery.doors.http.params import ConsumerId, Namespace, Subscription, Topic
+from danube.discovery.doors.http.state import ServicesDep
+from danube.names import user_topic, validate_segment
 from danube.wire import delivery
+from danube.wire.consume.ids import consumer_id, parse_consumer_id
+from danube.wire.consume.messages import (
+    POLL_MAX_MESSAGES,
+    POLL_WAIT_MS_MAX,
+    full_names,
+    message_ranges,
+    messages_out,
+    not_in_flight,
+    wants_frames,
+)
 from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1", tags=["consume"])
-
-POLL_MAX_MESSAGES = 1000
-POLL_WAIT_MS_MAX = 30_000
-_DISPATCHER_ID = re.compile(f"[{SEGMENT_CHARS}]{{1,{DISPATCHER_ID_CHARS_MAX}}}")
-
-
-def consumer_id(topic: TopicName, sub: str, dispatcher_id: str) -> str:
-    """The public id of a consumer the dispatcher knows as ``dispatcher_id``."""
-    return f"{topic.namespace}.{topic.topic}.{sub}.{dispatcher_id}"
-
-
-def parse_consumer_id(value: str) -> tuple[TopicName, str, str]:
-    """``(topic, subscription, dispatcher id)`` of a public consumer id; BadRequestError
-    ``invalid_consumer_id`` when it is not one."""
-    parts = value.split(".")
-    if len(parts) != 4 or not _DISPATCHER_ID.fullmatch(parts[3]):
-        raise BadRequestError(f"{value[:200]!r} is not a consumer id", code="invalid_consumer_id")
-    ns, topic, sub, dispatcher_id = parts
-    try:
-        name = user_topic(ns, topic)
-        validate_segment("subscription", sub)
-    except InvalidNameError as exc:
-        raise BadRequestError(
-            f"{value[:200]!r} is not a consumer id: {exc.message}", code="invalid_consumer_id"
-        ) from exc
-    return name, sub, dispatcher_id
-
-
-def message_out(topic: TopicName, message: protocol.PolledMessage) -> MessageOut:
-    """The public form of a polled message of ``topic``: the partition by its full name (as
-    produce answers it), the payload as text when it is UTF-8, else base64. Its frame is
-    checked here (CorruptFrameError), where its record is decoded."""
-    record = decode_record(message.record)
-    try:
-        payload, encoding = record.payload.decode("utf-8"), "utf8"
-    except UnicodeDecodeError:
-        payload, encoding = base64.b64encode(record.payload).decode("ascii"), "base64"
-    return MessageOut(
-        partition=str(TopicName(topic.namespace, message.partition)),
-        offset=message.offset,
-        payload=payload,
-        encoding=encoding,
-        key=record.key,
-        attributes=dict(record.attributes),
-        publish_time_ms=record.publish_time_ms,
-        producer=record.producer,
-        redelivery_count=message.redelivery_count,
-        schema_id=record.schema_id,
-        schema_version=record.schema_version,
-    )
-
-
-def message_ranges(topic: TopicName, body: AckRequest) -> list[tuple[str, int, int]]:
-    """The ``(partition segment, first, last)`` runs the dispatcher takes for an ack or nack
-    body of a consumer of ``topic`` (``messages`` each a run of one, then ``ranges`` as they
-    came: never one object per offset); BadRequestError ``invalid_partition`` when one names
-    a partition that is not the topic or one of its partitions."""
-    # The dispatcher names a partition by its topic segment; the API by its full name, as
-    # polled. Another topic's partition is a caller mistake, refused before anything moves.
-    segments: dict[str, str] = {}  # each name checked once, however many refs name it
-
-    def segment(name: str, where: str) -> str:
-        found = segments.get(name)
-        if found is None:
-            found = segments[name] = _segment(topic, name, where)
-        return found
-
-    runs = [
-        (segment(m.partition, f"messages[{i}]"), m.offset, m.offset)
-        for i, m in enumerate(body.messages)
-    ]
-    runs += (
-        (segment(run.partition, f"ranges[{i}]"), run.first, run.last)
-        for i, run in enumerate(body.ranges)
-    )
-    return runs
-
-
-def _segment(topic: TopicName, name: str, where: str) -> str:
-    try:
-        partition = TopicName.parse(name)
-    except InvalidNameError as exc:
-        raise BadRequestError(
-            f"{where}.partition: {exc.message}", code="invalid_partition"
-        ) from exc
-    if partition.parent != topic:
-        raise BadRequestError(
-            f"{where}.partition {partition} is not a partition of {topic}",
-            code="invalid_partition",
-        )
-    return partition.topic
 
 
 @router.post(
@@ -156,7 +61,7 @@ async def attach(
     )
     policy = None if body.failure_policy is None else body.failure_policy.stored()
     check_dead_letter_topic(name, policy)
-    dispatcher_id = await services.dispatcher.attach(
+    attached = await services.dispatcher.attach_consumer(
         name,
         sub,
         body.name,
@@ -165,37 +70,9 @@ async def attach(
         key_filters=body.key_filters,
         failure_policy=policy,
     )
-    return AttachResponse(consumer_id=consumer_id(name, sub, dispatcher_id))
-
-
-async def messages_out(
-    services: Services, topic: TopicName, sub: str, dispatcher_id: str, batch: protocol.PollBatch
-) -> list[MessageOut]:
-    """The public form of a polled batch. A message whose frame fails its check (damaged on
-    the way: it was checked where it was read) is left out and nacked, so that it comes
-    again, read afresh."""
-    out: list[MessageOut] = []
-    corrupt: list[tuple[str, int]] = []
-    for message in batch.messages:
-        try:
-            out.append(message_out(topic, message))
-        except CorruptFrameError as exc:
-            log.warning("%s@%d: %s; nacked", message.partition, message.offset, exc)
-            corrupt.append((message.partition, message.offset))
-    if corrupt:
-        await services.dispatcher.nack(topic, sub, dispatcher_id, corrupt, delay_ms=0)
-    return out
-
-
-def full_names(topic: TopicName) -> Callable[[str], str]:
-    """Renames a partition named by its topic segment (as the dispatcher names it) to its
-    full name (as produce answers it and acks take it)."""
-    return lambda segment: str(TopicName(topic.namespace, segment))
-
-
-def wants_frames(accept: str | None) -> bool:
-    """Whether an ``Accept`` header asks for delivery batches (danube.wire.delivery)."""
-    return accept is not None and delivery.MEDIA_TYPE in accept
+    return AttachResponse(
+        consumer_id=consumer_id(name, sub, attached.consumer_id), url=attached.url
+    )
 
 
 @router.get(
@@ -220,7 +97,7 @@ async def poll(
         body = delivery.rename_partitions(frames.body, full_names(topic))
         return Response(body, media_type=delivery.MEDIA_TYPE)
     batch = await dispatcher.poll(topic, sub, dispatcher_id, max=max, wait_ms=wait_ms)
-    out = MessagesOut(messages=await messages_out(services, topic, sub, dispatcher_id, batch))
+    out = MessagesOut(messages=await messages_out(dispatcher, topic, sub, dispatcher_id, batch))
     return Response(out.model_dump_json(), media_type="application/json")
 
 
@@ -245,12 +122,6 @@ async def ack(cid: ConsumerId, body: AckRequest, services: ServicesDep) -> Respo
         return Response(status_code=204)
     result = AckResult(not_in_flight=not_in_flight(topic, ignored))
     return Response(result.model_dump_json(), status_code=200, media_type="application/json")
-
-
-def not_in_flight(topic: TopicName, refs: Sequence[tuple[str, int]]) -> list[MessageRefOut]:
-    """The public form of refs the dispatcher told were not in flight: the partition by its
-    full name, as polled and acked."""
-    return [MessageRefOut(partition=str(TopicName(topic.namespace, p)), offset=o) for p, o in refs]
 
 
 @router.post("/consumers/{cid}/nack", status_code=204)

@@ -35,7 +35,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from danube.discovery import metrics
 from danube.discovery.doors.bodies.api import MessageOut
-from danube.discovery.doors.http.consume import full_names, messages_out
 from danube.discovery.doors.http.multi_topic import (
     TOO_MANY_TOPICS,
     Lender,
@@ -44,21 +43,6 @@ from danube.discovery.doors.http.multi_topic import (
     runs_by_topic,
 )
 from danube.discovery.doors.http.state import Services
-from danube.discovery.doors.http.stream import (
-    POLL_WAIT_MS,
-    SEND_QUEUE_BATCHES,
-    SEND_TIMEOUT_S,
-    _StreamEnded,
-    first_ended,
-    not_in_flight_error,
-    parse_client_frame,
-)
-from danube.discovery.doors.http.stream_protocol import (
-    AckFrame,
-    FlowFrame,
-    NackFrame,
-    error_frame,
-)
 from danube.discovery.errors import (
     BadRequestError,
     ConflictError,
@@ -68,6 +52,22 @@ from danube.errors import DanubeError
 from danube.meta import TopicName
 from danube.security import Permission, Resource, SecurityError
 from danube.wire import codes, delivery
+from danube.wire.consume.messages import full_names, messages_out
+from danube.wire.consume.stream import (
+    POLL_WAIT_MS,
+    SEND_QUEUE_BATCHES,
+    SEND_TIMEOUT_S,
+    _StreamEnded,
+    first_ended,
+    not_in_flight_error,
+    parse_client_frame,
+)
+from danube.wire.consume.stream_protocol import (
+    AckFrame,
+    FlowFrame,
+    NackFrame,
+    error_frame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -476,7 +476,7 @@ class MultiStream:
         )
         if not batch.messages:
             return [], 0
-        out = await messages_out(self.services, topic, self.sub, consumer_id, batch)
+        out = await messages_out(self.services.dispatcher, topic, self.sub, consumer_id, batch)
         return [_message_frame(topic, m) for m in out], len(out)
 
     # --- write ---------------------------------------------------------------------------

@@ -14,9 +14,8 @@ from typing import Annotated
 from fastapi import Path
 
 from danube.names import MAX_NAME_CHARS, SEGMENT_CHARS, SEGMENT_PATTERN, USER_TOPIC_PATTERN
+from danube.wire.consume.ids import DISPATCHER_ID_CHARS_MAX
 
-# The dispatcher's own id of a consumer: the last part of a public consumer id.
-DISPATCHER_ID_CHARS_MAX = 128
 _SEGMENT = f"[{SEGMENT_CHARS}]{{1,{MAX_NAME_CHARS}}}"
 CONSUMER_ID_PATTERN = (
     f"^{_SEGMENT}\\.{_SEGMENT}\\.{_SEGMENT}\\.[{SEGMENT_CHARS}]{{1,{DISPATCHER_ID_CHARS_MAX}}}$"

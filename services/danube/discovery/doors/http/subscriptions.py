@@ -31,7 +31,6 @@ from danube.discovery.doors.bodies.api import (
     SubscriptionOut,
     SubscriptionPartitionOut,
 )
-from danube.discovery.doors.http.consume import consumer_id
 from danube.discovery.doors.http.params import Namespace, Subscription, Topic
 from danube.discovery.doors.http.state import Services, ServicesDep
 from danube.discovery.errors import BadRequestError, NotFoundError
@@ -41,6 +40,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
 from danube.names import user_topic, validate_segment
 from danube.wire import codes
+from danube.wire.consume.ids import consumer_id
 from danube.wire.dispatcher import protocol
 from danube.wire.dispatcher.client import DispatcherClient
 from danube.wire.ingest.client import IngestClient

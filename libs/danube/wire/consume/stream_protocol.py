@@ -1,6 +1,7 @@
 """The consumer stream protocol (``GET /v1/consumers/{id}/stream``, docs/http-api.md) without
 any I/O: the frames a client may send, the credits it granted, the frames the server sends,
-and the count of open streams. :mod:`danube.discovery.doors.http.stream` does the I/O around it.
+and the count of open streams. :mod:`danube.wire.consume.stream` does the I/O around it,
+on discovery and on a dispatcher's consume door.
 
 Every frame is one JSON text message::
 
@@ -22,15 +23,17 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from danube.discovery.doors.bodies.api import (
+from danube.errors import BadRequestError
+from danube.wire.consume.models import (
     FLOW_CREDITS_CAP,
     AckFrame,
     ClientFrame,
     FlowFrame,
     MessageOut,
     NackFrame,
+    violation,
 )
-from danube.discovery.errors import StreamProtocolError, error_body
+from danube.wire.http_errors import error_body, http_status
 
 __all__ = [
     "CREDITS_MAX",
@@ -39,9 +42,11 @@ __all__ = [
     "Credits",
     "FlowFrame",
     "NackFrame",
+    "StreamProtocolError",
     "error_frame",
     "message_frame",
     "parse_frame",
+    "ws_close_code",
 ]
 
 # Credits outstanding at once (granted, not yet spent): what a client may hold unread.
@@ -49,6 +54,33 @@ CREDITS_MAX = FLOW_CREDITS_CAP
 # The largest frame a client may send (the WebSocket server closes with 1009 past it): room
 # for an ack of ~10 000 refs; a client acks more in several frames.
 FRAME_BYTES_MAX = 1024 * 1024
+
+
+class StreamProtocolError(BadRequestError):
+    """A consumer stream's client broke the WebSocket protocol (a frame that is not one, too
+    many credits): the stream answers an error frame and closes with 1008."""
+
+    code = "invalid_frame"
+
+
+# WebSocket close codes (RFC 6455 §7.4): the standard ones, then 4000-4999 for applications.
+WS_POLICY_VIOLATION = 1008
+WS_INTERNAL_ERROR = 1011
+_WS_APP_CODES = 4000
+
+
+def ws_close_code(exc: BaseException) -> int:
+    """The close code a consumer stream ends with on ``exc``: 1008 when the client broke the
+    protocol, 1011 for anything unexpected, else 4000 + its HTTP status (4404
+    ``consumer_not_found``, 4421 ``not_leader`` on a consume door, 4503 the dispatcher did
+    not answer...)."""
+    if isinstance(exc, StreamProtocolError):
+        return WS_POLICY_VIOLATION
+    status = http_status(exc)
+    if status >= 500 and status != 503:
+        return WS_INTERNAL_ERROR
+    return _WS_APP_CODES + status
+
 
 _FRAME: TypeAdapter[ClientFrame] = TypeAdapter(ClientFrame)
 
@@ -59,19 +91,9 @@ def parse_frame(text: str) -> FlowFrame | AckFrame | NackFrame:
     try:
         return _FRAME.validate_json(text)
     except ValidationError as exc:
-        raise _violation(exc) from None
-
-
-def _violation(exc: ValidationError) -> StreamProtocolError:
-    errors = exc.errors()
-    kinds = {str(error.get("type", "")) for error in errors}
-    if "json_invalid" in kinds:
-        return StreamProtocolError("the frame is not JSON", code="invalid_json")
-    first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "frame"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    code = "unknown_field" if "extra_forbidden" in kinds else "invalid_frame"
-    return StreamProtocolError(f"{where}: {first.get('msg', 'invalid')}{more}", code=code)
+        raise violation(
+            exc, error=StreamProtocolError, code="invalid_frame", what="frame"
+        ) from None
 
 
 class Credits:
