@@ -18,7 +18,7 @@ from danube.config import DanubeSettings, DiscoveryConfig, SecurityConfig
 from danube.discovery.catalog import Catalog
 from danube.discovery.models import TopicSpec
 from danube.discovery.policy_models import PoliciesSpec
-from danube.discovery.producers import ProducerSessions
+from danube.discovery.producers import DiscoverySessions
 from danube.discovery.schemas import SchemaRegistry
 from danube.errors import DanubeError
 from danube.meta import MetaStore, TopicName
@@ -99,7 +99,7 @@ async def test_a_built_admission_decides_as_discoverys(store: MetaStore, tmp_pat
     await registry.bind_topic(
         TYPED, "typed-value", validation_policy="enforce", payload_validation=True
     )
-    sessions = ProducerSessions(store, catalog, ttl_s=30)
+    sessions = DiscoverySessions(store, catalog, ttl_s=30)
     holder = await sessions.open(HELD, "p", access_mode="exclusive")
     await _grant(store, "alice")
 

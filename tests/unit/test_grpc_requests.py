@@ -1,4 +1,4 @@
-"""The gRPC door's request checks (danube.discovery.grpc_api.requests): decoding that never
+"""The gRPC door's request checks (danube.grpc_door.requests): decoding that never
 raises, client topic names, enum values, and settings held to the HTTP API's models."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from danube.discovery.errors import BadRequestError
-from danube.discovery.grpc_api import requests
+from danube.grpc_door import requests
 from danube.names import PARTITIONS_MAX, InvalidNameError, TopicName, client_topic
 from danube.wire import DanubeApi_pb2 as pb
 

@@ -18,8 +18,8 @@ from danube.config import SecurityConfig
 from danube.discovery.api import build_app
 from danube.discovery.api.auth import AUTHENTICATED, PER_TOPIC, PUBLIC, ROUTES
 from danube.discovery.console import load_static
-from danube.discovery.grpc_api.auth import METHODS
 from danube.discovery.grpc_api.server import method_handlers
+from danube.grpc_door.auth import METHODS
 from danube.meta import TopicName
 from danube.security import (
     Binding,

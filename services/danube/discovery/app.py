@@ -20,7 +20,7 @@ from danube.discovery.catalog import Catalog
 from danube.discovery.controller import Controller
 from danube.discovery.grpc_api.server import GrpcServer
 from danube.discovery.produce import Limits, Producer
-from danube.discovery.producers import ProducerSessions
+from danube.discovery.producers import DiscoverySessions
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.stream_protocol import FRAME_BYTES_MAX, StreamSlots
 from danube.discovery.topic_lists import TopicLists
@@ -74,7 +74,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         producer = Producer(
             bus, catalog, Limits.from_settings(settings), max_inflight=config.max_inflight_produce
         )
-        producers = ProducerSessions(
+        producers = DiscoverySessions(
             store,
             catalog,
             ttl_s=config.producer_session_ttl_s,
@@ -156,6 +156,8 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             )
             await grpc_server.start()
         address = f"{config.host}:{config.port}"
+        if grpc_server is not None:  # ingest doors send clients of a new topic here
+            session.grpc_url = grpc_server.url
         await session.register(address)
         leaving = asyncio.Event()  # tells the controller to resign, however we leave
         async with asyncio.TaskGroup() as tg:

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from danube.admission import Admission
+from danube.admission.sessions import ProducerSessions
 from danube.bus import Bus
 from danube.discovery.catalog import Catalog
 from danube.discovery.produce import Producer
-from danube.discovery.producers import ProducerSessions
 from danube.discovery.schemas import SchemaRegistry
 from danube.discovery.stream_protocol import StreamSlots
 from danube.discovery.topic_lists import TopicLists

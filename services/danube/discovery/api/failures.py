@@ -29,9 +29,9 @@ from danube.discovery.errors import (
     http_status,
     status_code,
 )
-from danube.discovery.validation import location, validation_code, validation_message
 from danube.errors import DanubeError
 from danube.wire.http_errors import error_headers
+from danube.wire.validation import location, validation_code, validation_message
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Producer session routes: ``/v1/topics/{ns}/{topic}/producers[/{id}[/keepalive]]``
-(docs/producers.md; the logic is :class:`~danube.discovery.producers.ProducerSessions`), and
+(docs/producers.md; the logic is :class:`~danube.admission.sessions.ProducerSessions`), and
 an idempotent producer's epoch: ``POST …/producers/{name}/epoch``
 (:mod:`danube.discovery.producer_epochs`)."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from danube.admission.sessions import ProducerSessions
 from danube.discovery.api.params import (
     Namespace,
     ProducerIdParam,
@@ -24,7 +25,6 @@ from danube.discovery.producer_models import (
     ProducerOpened,
     ProducerOut,
 )
-from danube.discovery.producers import ProducerSessions
 from danube.frame import MAX_PRODUCER_NAME_BYTES
 from danube.meta import TopicName
 from danube.names import produce_topic, user_topic, validate_segment
