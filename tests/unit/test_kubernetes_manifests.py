@@ -320,7 +320,16 @@ def test_every_mesh_workload_mounts_its_credentials_and_runs_secured(
             assert settings.security.keys_dir == Path(KEYS_MOUNT)
             assert files[f"{KEYS_MOUNT}/*"] == ("danube-signing-keys", "*")
             assert (settings.discovery.grpc_advertised_url or "").startswith("https://")
-        else:
+            # Outside clients reach the load balancer only: no Redirect to the pods.
+            assert settings.discovery.grpc_redirect is (overlay != "production")
+        if kind == "ingest":  # each pod's doors at its DNS name, on their container ports
+            ports = [p["containerPort"] for p in container(workload)["ports"]]
+            pod = f"https://ingest-0.ingest.{env['POD_NAMESPACE']}.svc"
+            assert settings.ingest.data_port in ports
+            assert settings.ingest.data_advertised_url == f"{pod}:{settings.ingest.data_port}"
+            assert settings.ingest.grpc_port in ports
+            assert settings.ingest.grpc_advertised_url == f"{pod}:{settings.ingest.grpc_port}"
+        if kind != "discovery":
             assert not settings.security.enabled
             assert not any(path.startswith(KEYS_MOUNT) for path in files), kind
 
