@@ -315,10 +315,11 @@ def test_every_mesh_workload_mounts_its_credentials_and_runs_secured(
         settings = load_settings(config, environ=env | {"DANUBE_NODE_ID": f"{kind}-0"})
         assert settings.bus.user == kind
         assert getattr(settings, kind).tls.cert_file == Path(f"{SECURE_MOUNT}/pki/server.pem")
-        if kind == "discovery":
+        if kind in ("discovery", "ingest"):  # the services with client doors
             assert settings.security.enabled
             assert settings.security.keys_dir == Path(KEYS_MOUNT)
             assert files[f"{KEYS_MOUNT}/*"] == ("danube-signing-keys", "*")
+        if kind == "discovery":
             assert (settings.discovery.grpc_advertised_url or "").startswith("https://")
             # Outside clients reach the load balancer only: no Redirect to the pods.
             assert settings.discovery.grpc_redirect is (overlay != "production")
@@ -329,7 +330,7 @@ def test_every_mesh_workload_mounts_its_credentials_and_runs_secured(
             assert settings.ingest.data_advertised_url == f"{pod}:{settings.ingest.data_port}"
             assert settings.ingest.grpc_port in ports
             assert settings.ingest.grpc_advertised_url == f"{pod}:{settings.ingest.grpc_port}"
-        if kind != "discovery":
+        if kind not in ("discovery", "ingest"):
             assert not settings.security.enabled
             assert not any(path.startswith(KEYS_MOUNT) for path in files), kind
 

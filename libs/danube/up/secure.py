@@ -332,9 +332,10 @@ def service_environment(
 ) -> dict[str, str]:
     """The settings, as ``DANUBE_*`` variables, that service ``kind`` runs with in a mesh
     secured with ``files``: its NATS user and the path of its password, the etcd mesh user
-    and the path of its password, its listener's certificate; discovery also the client CA
-    (client certificates optional: the subject is a principal), tokens and RBAC with
-    ``admin`` among the super-admins. Paths only, never a secret. docker-compose.yml and
+    and the path of its password, its listener's certificate; discovery and ingest (whose
+    data and gRPC doors take produce from clients) also the client CA (client certificates
+    optional: the subject is a principal), tokens and RBAC with ``admin`` among the
+    super-admins. Paths only, never a secret. docker-compose.yml and
     deploy/kubernetes/ set the same (a unit test compares them)."""
     credentials, pki = files.credentials, files.pki
     env = {
@@ -345,10 +346,10 @@ def service_environment(
         f"DANUBE_{kind.upper()}__TLS__CERT_FILE": str(pki.server.cert),
         f"DANUBE_{kind.upper()}__TLS__KEY_FILE": str(pki.server.key),
     }
-    if kind == "discovery":
+    if kind in ("discovery", "ingest"):
         env |= {
-            "DANUBE_DISCOVERY__TLS__CLIENT_CA_FILE": str(pki.ca.cert),
-            "DANUBE_DISCOVERY__TLS__CLIENT_AUTH": "optional",
+            f"DANUBE_{kind.upper()}__TLS__CLIENT_CA_FILE": str(pki.ca.cert),
+            f"DANUBE_{kind.upper()}__TLS__CLIENT_AUTH": "optional",
             "DANUBE_SECURITY__ENABLED": "true",
             "DANUBE_SECURITY__KEYS_DIR": str(files.keys_dir),
             "DANUBE_SECURITY__SUPER_ADMINS": json.dumps(sorted({*super_admins, ADMIN_PRINCIPAL})),
