@@ -19,6 +19,7 @@ Topic names are Danube's: ``/<ns>/<topic>`` or a partition ``/<ns>/<topic>-part-
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from abc import abstractmethod
@@ -43,6 +44,7 @@ from danube.wire.dispatcher.client import DispatcherClient
 log = logging.getLogger(__name__)
 
 _SEND_ACTION = "grpc danube.ProducerService/SendMessage"  # in the audit log
+REAP_EVERY_S = 2.0  # how often producers and consumers left idle are looked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +228,16 @@ class DanubeApi(ConsumerHandlers):
         return await self.consumer_healthy(client_id)
 
     # --- the end ---------------------------------------------------------------------------------
+
+    async def forget_idle(self, every_s: float = REAP_EVERY_S) -> None:
+        """:meth:`drop_idle` every ``every_s``, until cancelled (a failed round is logged:
+        the next one tries again)."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.drop_idle()
+            except Exception:  # one bad round must not end the door
+                log.exception("dropping idle gRPC clients failed")
 
     async def drop_idle(self) -> None:
         """Forget producers and consumers their clients stopped checking on: close their

@@ -31,6 +31,7 @@ from danube.discovery.models import (
     MessageOut,
     NackFrame,
 )
+from danube.runtime.stream_slots import StreamSlots
 
 __all__ = [
     "CREDITS_MAX",
@@ -101,27 +102,6 @@ class Credits:
         if not 0 <= messages <= self.available:
             raise ValueError(f"spending {messages} credits of {self.available}")
         self.available -= messages
-
-
-class StreamSlots:
-    """The streams one discovery instance holds open, up to ``limit``."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.open = 0
-
-    def try_take(self) -> bool:
-        """Take a slot; False when all ``limit`` are taken."""
-        if self.open >= self.limit:
-            return False
-        self.open += 1
-        return True
-
-    def give_back(self) -> None:
-        """Return a slot taken with :meth:`try_take`."""
-        if self.open <= 0:
-            raise ValueError("no stream slot was taken")
-        self.open -= 1
 
 
 def message_frame(message: MessageOut) -> str:

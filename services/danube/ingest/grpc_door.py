@@ -42,6 +42,7 @@ from danube.ingest.handlers import PartitionHandlers
 from danube.meta import TopicName
 from danube.meta.records import Dispatch, TopicConfig
 from danube.runtime.service import NodeSession
+from danube.runtime.stream_slots import StreamSlots
 from danube.tasks import TaskSet
 from danube.wire import codes
 from danube.wire.dispatcher.client import DispatcherClient
@@ -49,27 +50,7 @@ from danube.wire.limits import for_partition
 
 log = logging.getLogger(__name__)
 
-REAP_EVERY_S = 2.0
 STOP_GRACE_S = 5.0
-
-
-class Streams:
-    """The consumer streams this node holds open, up to ``limit``."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.open = 0
-
-    def try_take(self) -> bool:
-        """Take a slot; False when all ``limit`` are taken."""
-        if self.open >= self.limit:
-            return False
-        self.open += 1
-        return True
-
-    def give_back(self) -> None:
-        """Return a slot taken with :meth:`try_take`."""
-        self.open = max(self.open - 1, 0)
 
 
 class IngestApi(DanubeApi):
@@ -138,15 +119,7 @@ class GrpcDoor:
         self.api = api
         self.url = url
         self._tasks = TaskSet("grpc door")
-        self._tasks.spawn(self._reap(), name="grpc-clients")
-
-    async def _reap(self) -> None:
-        while True:
-            await asyncio.sleep(REAP_EVERY_S)
-            try:
-                await self.api.drop_idle()
-            except Exception:  # one bad round must not end the door
-                log.exception("dropping idle gRPC clients failed")
+        self._tasks.spawn(api.forget_idle(), name="grpc-clients")
 
     async def close(self) -> None:
         """No new calls; calls in flight get a few seconds to finish."""
@@ -190,7 +163,7 @@ async def open_grpc_door(
         sessions=sessions,
         clients=clients,
         dispatcher=DispatcherClient(session.bus, timeout_s=ingest.data_timeout_s),
-        streams=Streams(ingest.grpc_max_streams),
+        streams=StreamSlots(ingest.grpc_max_streams),
         advertised_url=url,
     )
     check = partial(guard, parts.security, clients)

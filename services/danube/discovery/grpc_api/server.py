@@ -4,7 +4,6 @@ forgets the producers and consumers of clients that went away."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 from functools import partial
@@ -23,8 +22,6 @@ from danube.grpc_door.server import Check, allow_all
 from danube.wire import SchemaRegistry_pb2 as sr
 
 log = logging.getLogger(__name__)
-
-REAP_EVERY_S = 2.0
 
 
 def advertised_url(config: DiscoveryConfig, port: int) -> str:
@@ -149,12 +146,7 @@ class GrpcServer:
     async def run(self) -> None:
         """Forget idle clients, every few seconds, until cancelled."""
         assert self.api is not None
-        while True:
-            await asyncio.sleep(REAP_EVERY_S)
-            try:
-                await self.api.drop_idle()
-            except Exception:  # one bad round must not end the server
-                log.exception("dropping idle gRPC clients failed")
+        await self.api.forget_idle()
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop: no new calls; calls in flight get ``grace_s`` to finish."""
