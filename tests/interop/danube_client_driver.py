@@ -377,6 +377,27 @@ async def follow(url: str, topic: str, seconds: str) -> dict[str, Any]:
     }
 
 
+async def latency(url: str, topic: str, count: str, size: str, warmup: str) -> dict[str, Any]:
+    """One producer sends ``warmup`` then ``count`` messages of ``size`` bytes one at a
+    time (each awaited): the measured sends' latencies (ms), and where it talked."""
+    c = await client(url)
+    p = await producer(c, topic, "lat-producer")
+    body = b"x" * int(size)
+    for _ in range(int(warmup)):
+        await p.send(body, {})
+    times_ms = []
+    for _ in range(int(count)):
+        started = time.perf_counter()
+        await p.send(body, {})
+        times_ms.append((time.perf_counter() - started) * 1000)
+    times_ms.sort()
+    return {
+        "p50_ms": times_ms[len(times_ms) // 2],
+        "p99_ms": times_ms[min(len(times_ms) - 1, int(len(times_ms) * 0.99))],
+        "doors": doors(p),
+    }
+
+
 SCENARIOS = {
     "secured": secured,
     "roundtrip": roundtrip,
@@ -388,6 +409,7 @@ SCENARIOS = {
     "schema_enforce": schema_enforce,
     "one_by_one": one_by_one,
     "follow": follow,
+    "latency": latency,
 }
 
 
