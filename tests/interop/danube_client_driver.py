@@ -281,17 +281,20 @@ async def schema_enforce(url: str, topic: str) -> dict[str, Any]:
 
 
 async def secured(url: str, topic: str, ca_file: str, token: str, stranger: str) -> dict[str, Any]:
-    """Over TLS with a bearer token (``with_tls`` + ``with_token``): 5 messages round trip;
-    then a token whose principal has no binding: the producer is refused."""
+    """Over TLS with a bearer token (``with_tls`` + ``with_token``): the producer first (it
+    makes the topic: its lookup found none), then the consumer (its lookup finds the topic's
+    leader), 5 messages round trip; then a token whose principal has no binding: the
+    producer is refused. Where the producer and the consumer talked, too."""
     c = await DanubeClientBuilder().service_url(url).with_tls(ca_file).with_token(token).build()
+    p = await producer(c, topic, "sec-producer")
     cons = await consumer(c, topic, "sec-consumer", "sec-sub", SubType.EXCLUSIVE)
     queue = await cons.receive()
-    p = await producer(c, topic, "sec-producer")
     for i in range(5):
         await p.send(f"secret-{i}".encode(), {})
     got = await take(queue, 5, 30)
     for m in got:
         await cons.ack(m)
+    consumer_doors = [{"url": tc.connect_url, "proxy": tc.proxy} for tc in cons._consumers.values()]
     await cons.close()
     outsider = (
         await DanubeClientBuilder().service_url(url).with_tls(ca_file).with_token(stranger).build()
@@ -301,7 +304,11 @@ async def secured(url: str, topic: str, ca_file: str, token: str, stranger: str)
         await producer(outsider, topic, "stranger-producer")
     except Exception as exc:  # the client wraps the gRPC status in its own errors
         refused = f"{type(exc).__name__}: {exc}"
-    return {"received": [describe(m) for m in got], "refused": refused}
+    return {
+        "received": [describe(m) for m in got],
+        "refused": refused,
+        "consumer_doors": consumer_doors,
+    }
 
 
 def doors(p: Any) -> list[dict[str, Any]]:
