@@ -15,11 +15,11 @@ import pytest
 
 from danube.admission import AdmissionCounters, AdmissionParts, PayloadMessages, build
 from danube.config import DanubeSettings, DiscoveryConfig, SecurityConfig
-from danube.discovery.catalog import Catalog
-from danube.discovery.models import TopicSpec
-from danube.discovery.policy_models import PoliciesSpec
-from danube.discovery.producers import DiscoverySessions
-from danube.discovery.schemas import SchemaRegistry
+from danube.discovery.catalog.catalog import Catalog
+from danube.discovery.doors.bodies.api import TopicSpec
+from danube.discovery.doors.bodies.policies import PoliciesSpec
+from danube.discovery.produce.sessions import DiscoverySessions
+from danube.discovery.schemas.registry import SchemaRegistry
 from danube.errors import DanubeError
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
@@ -92,8 +92,10 @@ async def test_a_built_admission_decides_as_discoverys(store: MetaStore, tmp_pat
     catalog = Catalog(store, cache_ttl_s=0.0)
     await catalog.ensure_default_namespace()
     for topic in (PLAIN, TYPED, HELD, LATER):
-        await catalog.create_topic(topic, TopicSpec())
-    await catalog.create_topic(SMALL, TopicSpec(policies=PoliciesSpec(max_message_bytes=100)))
+        await catalog.create_topic(topic, TopicSpec().stored())
+    await catalog.create_topic(
+        SMALL, TopicSpec(policies=PoliciesSpec(max_message_bytes=100)).stored()
+    )
     registry = SchemaRegistry(store)
     await registry.register("typed-value", "json_schema", json.dumps(SCHEMA).encode())
     await registry.bind_topic(
@@ -192,7 +194,7 @@ async def test_a_topic_changed_elsewhere_is_seen_long_before_the_cache_expires(
     writer = Catalog(store, cache_ttl_s=1.0)
     await writer.ensure_default_namespace()
     topic = TopicName("default", "grows")
-    await writer.create_topic(topic, TopicSpec(partitions=2))
+    await writer.create_topic(topic, TopicSpec(partitions=2).stored())
     cache = parts.policies
     config, _ = await cache.effective_policies(topic)
     assert config is not None

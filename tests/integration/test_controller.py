@@ -22,8 +22,8 @@ from danube.config import (
     WalCloudConfig,
     WalConfig,
 )
-from danube.discovery.assignment import Plan
-from danube.discovery.controller import Controller
+from danube.discovery.controller.assignment import Plan
+from danube.discovery.controller.controller import Controller
 from danube.meta import DeposedError, Leadership, MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.reassign import completed

@@ -30,7 +30,7 @@ from danube.config import (
     WalConfig,
 )
 from danube.discovery import app as discovery_app
-from danube.discovery.produce import PLACE_TIMEOUT_S
+from danube.discovery.produce.producer import PLACE_TIMEOUT_S
 from danube.frame import decode_record
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore

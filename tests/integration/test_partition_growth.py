@@ -16,7 +16,7 @@ import pytest
 
 from danube.client import AsyncDanubeClient, ConflictError, ReceivedMessage
 from danube.discovery import app as discovery_app
-from danube.discovery.growth import moved_fraction
+from danube.discovery.catalog.growth import moved_fraction
 from danube.dispatcher import app as dispatcher_app
 from danube.ingest import app as ingest_app
 from danube.routing import fnv1a_32, partition_for_key

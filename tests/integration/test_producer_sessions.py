@@ -25,10 +25,10 @@ from danube.config import (
     WalConfig,
 )
 from danube.discovery import app as discovery_app
-from danube.discovery.catalog import Catalog
+from danube.discovery.catalog.catalog import Catalog
+from danube.discovery.doors.bodies.api import TopicSpec
 from danube.discovery.errors import ConflictError
-from danube.discovery.models import TopicSpec
-from danube.discovery.producers import DiscoverySessions
+from danube.discovery.produce.sessions import DiscoverySessions
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
@@ -271,7 +271,7 @@ async def test_partitions_and_their_topic_exclude_each_other(store: MetaStore) -
     catalog = Catalog(store, cache_ttl_s=0.0)
     await catalog.ensure_default_namespace()
     orders = TopicName("default", "orders")
-    await catalog.create_topic(orders, TopicSpec(partitions=2))
+    await catalog.create_topic(orders, TopicSpec(partitions=2).stored())
     p0, p1 = orders.partitions(2)
     sessions = DiscoverySessions(store, catalog, ttl_s=15)
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from danube.client import AsyncDanubeClient, ConflictError, DanubeClient, NotFoundError
-from danube.discovery.schemas import SchemaRegistry
+from danube.discovery.schemas.registry import SchemaRegistry
 from danube.errors import DanubeError
 from danube.meta import MetaStore, TopicName
 

@@ -11,7 +11,7 @@ import pytest
 
 from danube.config import SecurityConfig
 from danube.discovery.errors import BadRequestError, ConflictError, NotFoundError
-from danube.discovery.security_admin import SecurityAdmin
+from danube.discovery.security.admin import SecurityAdmin
 from danube.meta import MetaStore, RangeResult, encode_model
 from danube.meta import keys as meta_keys
 from danube.security import Binding, Role

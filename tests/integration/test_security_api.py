@@ -615,7 +615,7 @@ ANY_INT: Any = _AnyInt()
 
 
 async def test_a_second_gate_follows_roles_and_bindings(store: Any, tmp_path: Path) -> None:
-    from danube.discovery.security_admin import SecurityAdmin
+    from danube.discovery.security.admin import SecurityAdmin
     from danube.meta import TopicName
     from danube.security import Binding, Permission, PermissionDeniedError, Resource, Role
     from danube.security.gate import SecurityGate

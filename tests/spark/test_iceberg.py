@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from danube.config import CloudConfig
 from danube.config.model import FsCloud
-from danube.discovery.schemas import SchemaRegistry
+from danube.discovery.schemas.registry import SchemaRegistry
 from danube.meta import MetaStore
 from danube.names import TopicName
 from danube.spark import iceberg as iceberg_job

@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from danube.config import CloudConfig
-from danube.discovery.schemas import SchemaRegistry
+from danube.discovery.schemas.registry import SchemaRegistry
 from danube.meta import MetaStore
 from danube.names import TopicName
 from danube.storage import ObjectStore

@@ -23,9 +23,9 @@ from danube.admission import (
     Stamp,
 )
 from danube.admission.exclusive import ExclusiveView
+from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.http.produce_json import JsonMessages
 from danube.discovery.errors import BadRequestError
-from danube.discovery.models import ProduceRequest
-from danube.discovery.produce import JsonMessages
 from danube.errors import DanubeError
 from danube.frame.produce import encode_produce_frame, scan_frames_for_produce
 from danube.meta import TopicName
@@ -229,10 +229,12 @@ def test_admission_imports_no_web_framework_nor_http_body() -> None:
         "fastapi",
         "starlette",
         "grpc",
-        "danube.discovery.api",
-        "danube.discovery.grpc_api",
+        "danube.discovery.doors.http",
+        "danube.discovery.doors.grpc",
     )
-    assert not [m for m in imported if m.startswith(forbidden) or m == "danube.discovery.models"]
+    assert not [
+        m for m in imported if m.startswith(forbidden) or m == "danube.discovery.doors.bodies.api"
+    ]
     # Nor does anything the package imports, its builder included: nothing of discovery
     # at all (an ingest node builds one; grpc comes with danube.config: not checked here).
     probe = (

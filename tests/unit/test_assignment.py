@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from danube.discovery.assignment import ClusterView, partitions_of, plan, replica_counts
+from danube.discovery.controller.assignment import ClusterView, partitions_of, plan, replica_counts
 from danube.meta import keys
 from danube.meta.records import Assignment, TopicConfig
 from danube.names import TopicName

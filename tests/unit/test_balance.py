@@ -1,4 +1,4 @@
-"""The controller's balancer (danube.discovery.balance), round by round over a simulated
+"""The controller's balancer (danube.discovery.controller.balance), round by round over a simulated
 cluster where a round's reassignments complete before the next: convergence under the moves
 limit, drains, preferred-leader spread, hysteresis (a balanced state plans nothing), and the
 partitions it must leave alone."""
@@ -10,7 +10,12 @@ from collections.abc import Mapping
 
 import pytest
 
-from danube.discovery.balance import BalancePlan, BalanceView, PartitionView, plan_balance
+from danube.discovery.controller.balance import (
+    BalancePlan,
+    BalanceView,
+    PartitionView,
+    plan_balance,
+)
 from danube.meta.reassign import completed, reassign
 from danube.meta.records import Assignment
 from danube.names import TopicName

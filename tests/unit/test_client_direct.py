@@ -51,6 +51,23 @@ async def test_an_unreachable_door_is_not_learned_again_until_its_time_passed() 
     await doors.aclose()
 
 
+async def test_an_unreachable_door_named_under_a_newer_epoch_is_tried_at_once() -> None:
+    # A node restarted on the same address takes a partition's lead again (a new epoch):
+    # its door is up, whatever the ban said. The same epoch (a frozen leader still named)
+    # keeps the ban, for every partition it held then.
+    now = [1000.0]
+    doors = _doors(clock=lambda: now[0])
+    doors.learn([P0, P1], ["http://a:7001", "http://a:7001"], [4, 9])
+    doors.failed(P0, unreachable=True)
+    doors.learn([P0, P1], ["http://a:7001", "http://a:7001"], [4, 9])
+    assert (doors.url(P0), doors.url(P1)) == (None, None)
+    doors.learn([P0, P1], ["http://b:7001", "http://a:7001"], [5, 9])  # P0 moved to b
+    assert (doors.url(P0), doors.url(P1)) == ("http://b:7001", None)
+    doors.learn([P0, P1], ["http://a:7001", "http://a:7001"], [6, 9])  # back on a, restarted
+    assert (doors.url(P0), doors.url(P1)) == ("http://a:7001", "http://a:7001")
+    await doors.aclose()
+
+
 def test_a_client_that_reaches_one_address_learns_no_door() -> None:
     doors = _doors(enabled=False)
     doors.learn([P0], ["http://a:7001"])

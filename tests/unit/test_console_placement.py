@@ -1,11 +1,11 @@
-"""The console's placement count (danube.discovery.api.console.Placement): partitions per
+"""The console's placement count (danube.discovery.doors.http.console.Placement): partitions per
 ingest node, under-replicated and leaderless partitions, from partition records alone."""
 
 from __future__ import annotations
 
 import pytest
 
-from danube.discovery.api.console import Placement
+from danube.discovery.doors.http.console import Placement
 from danube.meta import TopicName
 from danube.meta.records import Assignment, PartitionState
 

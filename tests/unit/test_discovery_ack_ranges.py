@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from danube.discovery.api.consume import message_ranges
+from danube.discovery.doors.bodies.api import AckRequest
+from danube.discovery.doors.http.consume import message_ranges
 from danube.discovery.errors import BadRequestError
-from danube.discovery.models import AckRequest
 from danube.meta import TopicName
 from danube.wire.dispatcher import protocol
 

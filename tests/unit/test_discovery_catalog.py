@@ -11,7 +11,7 @@ import pytest
 
 from danube.admission import refresh
 from danube.admission.refresh import Refresher
-from danube.discovery.catalog import Catalog
+from danube.discovery.catalog.catalog import Catalog
 from danube.meta import TopicName
 from danube.meta.errors import MetaUnavailableError
 from danube.meta.records import NamespacePolicy, TopicConfig

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from danube.config import DiscoveryConfig
-from danube.discovery.api.middleware import host_name
-from danube.discovery.api.params import CONSUMER_ID_PATTERN
+from danube.discovery.doors.bodies.api import INT64_MAX, AttachRequest, FlowFrame, TopicSpec
+from danube.discovery.doors.http.middleware import host_name
+from danube.discovery.doors.http.params import CONSUMER_ID_PATTERN
 from danube.discovery.errors import BadRequestError, http_status
-from danube.discovery.models import INT64_MAX, AttachRequest, FlowFrame, TopicSpec
 from danube.names import (
     SEGMENT_PATTERN,
     USER_TOPIC_PATTERN,

@@ -9,6 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from danube.bus import BusTimeoutError, NoRespondersError, RemoteError
+from danube.discovery.doors.bodies.api import ProduceRequest, TopicSpec
+from danube.discovery.doors.http.produce_json import encode_batch
 from danube.discovery.errors import (
     BadRequestError,
     ConflictError,
@@ -19,8 +21,6 @@ from danube.discovery.errors import (
     error_body,
     http_status,
 )
-from danube.discovery.models import ProduceRequest, TopicSpec
-from danube.discovery.produce import encode_batch
 from danube.errors import ErrorKind
 from danube.frame import InvalidRecordError, decode_record
 from danube.meta import MetaUnavailableError

@@ -1,4 +1,4 @@
-"""A many-topics stream's session (danube.discovery.api.multi_session) over fakes of the
+"""A many-topics stream's session (danube.discovery.doors.http.multi_session) over fakes of the
 socket, the dispatcher and the catalog: a topic attached while the stream ends is detached
 once its attach answers (an exclusive subscription would stay taken otherwise), and an ack
 frame naming two topics reaches each topic's consumer with its own refs only."""
@@ -11,9 +11,9 @@ from typing import Any, cast
 
 import pytest
 
-from danube.discovery.api.multi_session import MultiStream, MultiStreamParams
-from danube.discovery.api.state import Services
-from danube.discovery.multi_topic import TopicSelector
+from danube.discovery.doors.http.multi_session import MultiStream, MultiStreamParams
+from danube.discovery.doors.http.multi_topic import TopicSelector
+from danube.discovery.doors.http.state import Services
 from danube.meta import TopicName
 from danube.wire.dispatcher import protocol
 

@@ -1,4 +1,5 @@
-"""The many-topics stream's logic without I/O (danube.discovery.multi_topic): which topics a
+"""The many-topics stream's logic without I/O (danube.discovery.doors.http.multi_topic): which
+topics a
 list or a regex selects (whole names, partitions refused, bad and catastrophic patterns
 refused with invalid_pattern), how credits are lent to topics in turn (never past what the
 client granted, every topic served, a deep backlog not starving the others), and how an
@@ -12,16 +13,16 @@ import time
 
 import pytest
 
-from danube.discovery.errors import BadRequestError, StreamProtocolError
-from danube.discovery.models import AckRequest
-from danube.discovery.multi_topic import (
+from danube.discovery.catalog.topic_lists import TopicLists
+from danube.discovery.doors.bodies.api import AckRequest
+from danube.discovery.doors.http.multi_topic import (
     INVALID_PATTERN,
     Lender,
     Loan,
     TopicSelector,
     runs_by_topic,
 )
-from danube.discovery.topic_lists import TopicLists
+from danube.discovery.errors import BadRequestError, StreamProtocolError
 
 pytestmark = pytest.mark.unit
 

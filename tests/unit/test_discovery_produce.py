@@ -11,10 +11,11 @@ import pytest
 from danube.admission import Admission, Admitted, ProduceLimits
 from danube.admission.exclusive import ExclusiveView
 from danube.bus import Bus, TopicName
-from danube.discovery.catalog import Catalog
+from danube.discovery.catalog.catalog import Catalog
+from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.http.produce_json import JsonMessages
 from danube.discovery.errors import BadRequestError, OverLimitError, http_status
-from danube.discovery.models import ProduceRequest
-from danube.discovery.produce import JsonMessages, Limits, Producer
+from danube.discovery.produce.producer import Limits, Producer
 from danube.meta.records import Policies, TopicConfig
 from danube.security.gate import SecurityGate
 
@@ -37,6 +38,12 @@ class BlockingCatalog:
         self.entered.set()
         await self.release.wait()
         raise BadRequestError("stop here")  # the test only cares about admission
+
+    async def ensure_topic(
+        self, topic: TopicName, *, auto_create: bool, dispatch: str = "reliable"
+    ) -> tuple[TopicConfig, bool]:
+        await self.cached_topic(topic)
+        raise AssertionError("unreachable")
 
     async def effective_policies(self, topic: TopicName) -> tuple[None, Policies]:
         await self.cached_topic(topic)

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from danube.discovery.routing import (
+from danube.discovery.produce.routing import (
     RECORD_FRAMING_BYTES,
     REQUEST_HEAD_BYTES,
     RoundRobin,

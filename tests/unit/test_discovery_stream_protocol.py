@@ -8,25 +8,25 @@ import json
 import pytest
 
 from danube.bus import RemoteError
+from danube.discovery.doors.bodies.api import MessageOut
+from danube.discovery.doors.http.stream_protocol import (
+    CREDITS_MAX,
+    AckFrame,
+    Credits,
+    FlowFrame,
+    NackFrame,
+    error_frame,
+    message_frame,
+    parse_frame,
+)
 from danube.discovery.errors import (
     BadRequestError,
     OverLimitError,
     StreamProtocolError,
     ws_close_code,
 )
-from danube.discovery.models import MessageOut
-from danube.discovery.stream_protocol import (
-    CREDITS_MAX,
-    AckFrame,
-    Credits,
-    FlowFrame,
-    NackFrame,
-    StreamSlots,
-    error_frame,
-    message_frame,
-    parse_frame,
-)
 from danube.errors import ErrorKind
+from danube.runtime.held import Slots
 
 pytestmark = pytest.mark.unit
 
@@ -88,7 +88,7 @@ def test_credits_are_granted_spent_and_bounded() -> None:
 
 
 def test_stream_slots_stop_at_the_limit_and_come_back() -> None:
-    slots = StreamSlots(2)
+    slots = Slots(2)
     assert slots.try_take()
     assert slots.try_take()
     assert not slots.try_take()
@@ -96,7 +96,7 @@ def test_stream_slots_stop_at_the_limit_and_come_back() -> None:
     assert slots.try_take()
     slots.give_back()
     slots.give_back()
-    with pytest.raises(ValueError, match="no stream slot"):
+    with pytest.raises(ValueError, match="no slot was taken"):
         slots.give_back()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from danube.discovery.api.subscriptions import StoredSubscription, group_records, summarize
+from danube.discovery.doors.http.subscriptions import StoredSubscription, group_records, summarize
 from danube.meta import KeyValue, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionConfig, SubscriptionCursor

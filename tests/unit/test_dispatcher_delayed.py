@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from danube.client.delay import deliver_after, deliver_at
 from danube.client.errors import InvalidMessageError
-from danube.discovery.models import ProduceRequest
-from danube.discovery.produce_body import parse_produce
+from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.http.produce_body import parse_produce
 from danube.dispatcher.cursor import CursorState, PartitionCursor
 from danube.dispatcher.delayed import BUCKET_MS, DelayedMessages, FileSpill, MemorySpill, due_of
 from danube.dispatcher.delivery import SubscriptionMachine

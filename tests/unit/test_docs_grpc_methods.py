@@ -1,5 +1,5 @@
 """docs/grpc-api.md's "Services" table against the gRPC server: it names every method the
-server registers (danube.discovery.grpc_api.server.method_handlers) and no other."""
+server registers (danube.discovery.doors.grpc.server.method_handlers) and no other."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from danube.discovery.grpc_api.server import method_handlers
+from danube.discovery.doors.grpc.server import method_handlers
 
 pytestmark = pytest.mark.unit
 

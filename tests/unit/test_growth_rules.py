@@ -1,13 +1,13 @@
 """Partition growth without servers: the one rule both doors follow
-(danube.discovery.growth), the fraction of keys a growth moves, and a subscription machine
+(danube.discovery.catalog.growth), the fraction of keys a growth moves, and a subscription machine
 that takes a new partition into its round robin."""
 
 from __future__ import annotations
 
 import pytest
 
+from danube.discovery.catalog.growth import grown, moved_fraction
 from danube.discovery.errors import BadRequestError, ConflictError
-from danube.discovery.growth import grown, moved_fraction
 from danube.dispatcher.cursor import PartitionCursor
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import Ack, ConsumerAttached, Deliver, MessagesAvailable, Poll

@@ -9,8 +9,8 @@ import typer
 from pydantic import ValidationError
 
 from danube.cli.policies import parse_policies
+from danube.discovery.doors.bodies.policies import PoliciesSpec, check_message_size
 from danube.discovery.errors import BadRequestError
-from danube.discovery.policy_models import PoliciesSpec, check_message_size
 from danube.ingest.ratelimit import BURST_S, PublishRate, TokenBucket
 from danube.meta.records import Policies
 from danube.wire.limits import (

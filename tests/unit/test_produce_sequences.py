@@ -1,5 +1,5 @@
 """The rules an idempotent producer's produce keeps at every door (danube.admission.sequences;
-a JSON body's in danube.discovery.produce_sequences): sequences on every message or none,
+a JSON body's in danube.discovery.doors.http.produce_json): sequences on every message or none,
 one producer and epoch, consecutive; partition_required for a partitioned topic's own name."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from danube.admission.sequences import (
     check_target,
     frames_sequencing,
 )
+from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.http.produce_json import json_sequencing
 from danube.discovery.errors import BadRequestError
-from danube.discovery.models import ProduceRequest
-from danube.discovery.produce_sequences import json_sequencing
 from danube.frame.produce import encode_produce_frame, scan_frames_for_produce
 from danube.meta import TopicName
 

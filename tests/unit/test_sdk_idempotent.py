@@ -17,7 +17,7 @@ import pytest
 from danube.client import AsyncDanubeClient, ConflictError, RetryPolicy
 from danube.client._records import encode_frame
 from danube.client._sequencing import Router, Sequences, key_of, stamp
-from danube.discovery.routing import RoundRobin, route
+from danube.discovery.produce.routing import RoundRobin, route
 from danube.frame import Record, decode_record
 from danube.frame.produce import scan_frames_for_produce
 from danube.names import TopicName

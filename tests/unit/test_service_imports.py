@@ -86,9 +86,15 @@ def test_discoverys_doors_are_siblings_over_admission_and_the_core() -> None:
     libs' danube.admission) no door and nothing of discovery (DESIGN §10: every door, an
     ingest node's too, calls admission the same way)."""
     discovery = SERVICES_ROOT / "discovery"
-    grpc_door = sorted((discovery / "grpc_api").rglob("*.py"))
-    assert _imports_of(grpc_door, ("danube.discovery.api",)) == []
-    doors = ("danube.discovery.api", "danube.discovery.grpc_api", "fastapi", "starlette", "grpc")
+    grpc_door = sorted((discovery / "doors" / "grpc").rglob("*.py"))
+    assert len(grpc_door) >= 3  # the door was found (its protocol: libs' danube.grpc_door)
+    assert _imports_of(grpc_door, ("danube.discovery.doors.http",)) == []
+    # The gRPC protocol every door shares (discovery's, an ingest node's) imports no service.
+    shared = sorted((SERVICES_ROOT.parents[1] / "libs" / "danube" / "grpc_door").rglob("*.py"))
+    assert len(shared) > 5  # the package was found
+    services = ("danube.discovery", "danube.ingest", "danube.dispatcher")
+    assert _imports_of(shared, services) == []
+    doors = ("danube.discovery.doors", "fastapi", "starlette", "grpc")
     assert _imports_of([discovery / "core.py"], doors) == []
     admission = SERVICES_ROOT.parents[1] / "libs" / "danube" / "admission"
     assert len(list(admission.glob("*.py"))) > 5  # the package was found
@@ -98,3 +104,30 @@ def test_discoverys_doors_are_siblings_over_admission_and_the_core() -> None:
         for line, module in _imported_modules(path)
         if module.startswith(("danube.discovery", *doors))
     ] == []
+
+
+# Discovery's domain (DESIGN §10, STYLE "doors over a core"): what the doors call, in
+# packages of their own beside the doors. It answers in records (danube.meta.records) and
+# domain values, never in a door's bodies (danube.discovery.doors.bodies).
+DOMAIN = ("catalog", "controller", "produce", "schemas", "security")
+DOORS = ("danube.discovery.doors", "fastapi", "starlette", "grpc")
+
+
+def test_discovery_is_doors_over_a_core_over_the_domain() -> None:
+    discovery = SERVICES_ROOT / "discovery"
+    top = sorted(p.name for p in discovery.iterdir() if p.suffix == ".py" or p.is_dir())
+    # Wiring, the core, errors and metrics at the top; everything else in a package.
+    assert [name for name in top if name.endswith(".py")] == [
+        "__init__.py",
+        "__main__.py",
+        "app.py",
+        "core.py",
+        "errors.py",
+        "metrics.py",
+    ]
+    paths = [discovery / "core.py"]
+    for package in DOMAIN:
+        found = sorted((discovery / package).rglob("*.py"))
+        assert len(found) > 1, package
+        paths += found
+    assert _imports_of(paths, DOORS) == []

@@ -5,7 +5,7 @@ expiry in the background (danube.admission.refresh), and, while etcd stalls or f
 answered from the entry known a moment ago.
 
 A topic's policies are its own over its namespace's (:meth:`PolicyCache.effective_policies`).
-Reads only: discovery's catalog (danube.discovery.catalog) extends :class:`PolicyCache` with
+Reads only: discovery's catalog (danube.discovery.catalog.catalog) extends :class:`PolicyCache` with
 the writes of namespaces and topics, and puts what it writes in the cache at once, so the
 instance that wrote a change sees it at once and the others within the TTL.
 """

@@ -18,7 +18,7 @@ topic, or ``/<ns>/<t>-part-N``. To a partitioned topic's own name it is refused 
 key or round robin would cut one run of sequences over several partitions.
 
 A binary body's rules are here (:func:`frames_sequencing`); a JSON body's, which read
-discovery's HTTP model, are danube.discovery.produce_sequences', with the same errors
+discovery's HTTP model, are danube.discovery.doors.http.produce_json', with the same errors
 (:func:`mixed`, :func:`gap`).
 """
 

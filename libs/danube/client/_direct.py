@@ -23,7 +23,9 @@ NOT_LEADER = "not_leader"
 
 # A door that did not answer at all (refused, unresolvable, a certificate refused: the
 # client cannot reach the nodes, e.g. from outside a compose network) is not tried again
-# for this long; its partitions go the proxy path meanwhile.
+# for this long; its partitions go the proxy path meanwhile. Sooner when a lookup names it
+# for a partition under a newer leader epoch than it had then: its node took a partition's
+# lead since, so it is up (a node restarted on the same address).
 UNREACHABLE_S = 30.0
 
 # Distinct data doors a producer keeps connections to at most (a topic's leaders: a few
@@ -49,22 +51,46 @@ class DataDoors:
         # Pools trimmed off (DOORS_MAX): closed with the rest, a request may still use one.
         self._closing: list[HttpCore] = []
         self.failures = 0  # doors that failed a part (a leader moved or died), in all
-        # Doors that did not answer, until when they are not tried (UNREACHABLE_S).
-        self._unreachable: dict[str, float] = {}
+        # Doors that did not answer: until when they are not tried (UNREACHABLE_S), and
+        # the leader epochs their partitions had then.
+        self._unreachable: dict[str, tuple[float, dict[TopicName, int]]] = {}
+        self._epochs: dict[TopicName, int] = {}  # each partition's leader epoch, as learned
 
-    def learn(self, names: Sequence[TopicName], urls: Sequence[str | None]) -> None:
-        """What a lookup said: each partition's door (None: none known, the proxy path)."""
+    def learn(
+        self,
+        names: Sequence[TopicName],
+        urls: Sequence[str | None],
+        epochs: Sequence[int | None] | None = None,
+    ) -> None:
+        """What a lookup said: each partition's door (None: none known, the proxy path) and
+        its leader's epoch (None: not said)."""
         if not self.enabled:
             return
         now = self._clock()
-        for name, url in zip(names, urls, strict=True):
+        for i, (name, url) in enumerate(zip(names, urls, strict=True)):
             url = None if url is None else url.rstrip("/")
-            if url is not None and self._unreachable.get(url, 0.0) > now:
+            epoch = None if epochs is None else epochs[i]
+            if url is not None and not self._reachable(url, name, epoch, now):
                 url = None
             if url is None:
                 self._urls.pop(name, None)
             else:
                 self._urls[name] = url
+            if epoch is None:
+                self._epochs.pop(name, None)
+            else:
+                self._epochs[name] = epoch
+
+    def _reachable(self, url: str, partition: TopicName, epoch: int | None, now: float) -> bool:
+        banned = self._unreachable.get(url)
+        if banned is None:
+            return True
+        until, epochs_then = banned
+        then = epochs_then.get(partition)
+        if until <= now or (epoch is not None and then is not None and epoch > then):
+            del self._unreachable[url]
+            return True
+        return False
 
     def core(self, partition: TopicName) -> HttpCore | None:
         """The connections to ``partition``'s door, None when it has none known."""
@@ -87,10 +113,12 @@ class DataDoors:
         self.failures += 1
         url = self._urls.pop(partition, None)
         if unreachable and url is not None:
-            self._unreachable[url] = self._clock() + UNREACHABLE_S
+            now = self._clock()
+            at_url = [partition, *(p for p, u in self._urls.items() if u == url)]
+            epochs = {p: self._epochs[p] for p in at_url if p in self._epochs}
+            self._unreachable[url] = (now + UNREACHABLE_S, epochs)
             if len(self._unreachable) > DOORS_MAX:
-                now = self._clock()
-                self._unreachable = {u: t for u, t in self._unreachable.items() if t > now}
+                self._unreachable = {u: b for u, b in self._unreachable.items() if b[0] > now}
 
     def forget(self, partition: TopicName) -> None:
         """No door known for ``partition`` (the proxy path) until the next lookup."""

@@ -472,6 +472,7 @@ class IdempotentSender:
             self.doors.learn(
                 [TopicName.parse(str(name)) for name in names],
                 [_url_of(p) for p in partitions],
+                [_epoch_of(p) for p in partitions],
             )
         except ValueError as exc:
             raise ProtocolError(f"lookup answered {body!r:.200}") from exc
@@ -496,6 +497,13 @@ def _moved(exc: ApiError) -> bool:
     """Whether a data door's refusal says to ask elsewhere: its node does not lead the
     partition any more, or has no leader for it now (the proxy path retries the latter)."""
     return exc.code == NOT_LEADER or exc.status in (502, 503, 504)
+
+
+def _epoch_of(partition: object) -> int | None:
+    """A lookup's leader epoch of one partition (None: no owner named)."""
+    owner = partition.get("owner") if isinstance(partition, dict) else None
+    epoch = owner.get("epoch") if isinstance(owner, dict) else None
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
 
 def _url_of(partition: object) -> str | None:

@@ -1,6 +1,6 @@
 """What one discovery instance serves with, built once by the app (danube.discovery.app) and
-handed to each door: the HTTP API (danube.discovery.api) and Danube's gRPC API
-(danube.discovery.grpc_api) both read it; neither door imports the other."""
+handed to each door: the HTTP API (danube.discovery.doors.http) and Danube's gRPC API
+(danube.discovery.doors.grpc) both read it; neither door imports the other."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Protocol
 from danube.admission import Admission
 from danube.admission.sessions import ProducerSessions
 from danube.bus import Bus
-from danube.discovery.catalog import Catalog
-from danube.discovery.produce import Producer
-from danube.discovery.schemas import SchemaRegistry
-from danube.discovery.stream_protocol import StreamSlots
-from danube.discovery.topic_lists import TopicLists
+from danube.discovery.catalog.catalog import Catalog
+from danube.discovery.catalog.topic_lists import TopicLists
+from danube.discovery.produce.producer import Producer
+from danube.discovery.schemas.registry import SchemaRegistry
 from danube.meta import MetaStore
+from danube.runtime.held import Slots
 from danube.security.gate import SecurityGate
 from danube.storage import ObjectStore
 from danube.wire.dispatcher.client import DispatcherClient
@@ -57,11 +57,11 @@ class Services:
     objects_root: str = ""  # wal_cloud.uploader.root_prefix: where topics' objects live
     ready_timeout_s: float = 2.0
     # Open consumer streams (WebSocket), up to discovery.max_streams.
-    streams: StreamSlots = field(default_factory=lambda: StreamSlots(1024))
+    streams: Slots = field(default_factory=lambda: Slots(1024))
     # A stream with no credits still tells the dispatcher its consumer is alive this often,
     # well within dispatcher.consumer_session_timeout_s.
     stream_keepalive_s: float = 20.0
-    # Many-topics streams (api/multi_stream.py): the topics one stream joins at most, and
+    # Many-topics streams (doors/http/multi_stream.py): the topics one stream joins at most, and
     # how often it lists its namespace's topics to join new ones (docs/http-api.md).
     stream_topics_max: int = 256
     stream_topics_refresh_s: float = 2.0

@@ -41,8 +41,8 @@ from danube.ingest.door import ADMISSION_COUNTERS, DoorAdmission, Leaders, adver
 from danube.ingest.handlers import PartitionHandlers
 from danube.meta import TopicName
 from danube.meta.records import Dispatch, TopicConfig
+from danube.runtime.held import Slots
 from danube.runtime.service import NodeSession
-from danube.runtime.stream_slots import StreamSlots
 from danube.tasks import TaskSet
 from danube.wire import codes
 from danube.wire.dispatcher.client import DispatcherClient
@@ -163,7 +163,7 @@ async def open_grpc_door(
         sessions=sessions,
         clients=clients,
         dispatcher=DispatcherClient(session.bus, timeout_s=ingest.data_timeout_s),
-        streams=StreamSlots(ingest.grpc_max_streams),
+        streams=Slots(ingest.grpc_max_streams),
         advertised_url=url,
     )
     check = partial(guard, parts.security, clients)

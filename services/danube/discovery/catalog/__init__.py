@@ -1,0 +1,1 @@
+"""Namespaces and topics in etcd, their growth, and the topic lists of many-topics streams."""

@@ -1,0 +1,1 @@
+"""The cluster controller: assignment, balancing, moves and drains (docs/controller.md)."""

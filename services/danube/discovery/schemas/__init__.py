@@ -1,0 +1,1 @@
+"""The schema registry: subjects, versions, compatibility, topic bindings (docs/schemas.md)."""

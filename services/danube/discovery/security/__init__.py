@@ -1,0 +1,1 @@
+"""The security admin: roles, bindings, API keys (docs/security.md)."""
