@@ -72,7 +72,7 @@ check: setup
 # the consume API over 1M messages; last, the mesh against its peers (JetStream and Redis Streams,
 # fsync before ack everywhere) side by side (PEERS_ARGS, e.g. `--quick` or `--mesh-args "..."`: see
 # its --help; alone: `make bench-peers`). Against a running mesh: `.venv/bin/danube bench e2e`.
-bench: setup setup-bench
+bench: setup setup-bench setup-interop
 	$(BIN)/pytest -q -s tests/unit/test_frame_throughput.py $(ARGS)
 	$(BIN)/pytest -q -m soak tests/
 	$(BIN)/python tests/bench/bench_cli_start.py
@@ -84,6 +84,7 @@ bench: setup setup-bench
 	$(BIN)/python tests/bench/bench_cloud_read.py
 	$(BIN)/python tests/bench/bench_client.py
 	$(BIN)/python tests/bench/bench_first_produce.py
+	$(BIN)/python tests/bench/bench_grpc_redirect.py
 	$(BIN)/python tests/bench/bench_produce_transport.py
 	$(BIN)/python tests/bench/bench_spark.py
 	$(BIN)/python tests/bench/bench_replication.py

@@ -185,5 +185,11 @@ def test_tls_and_token_with_danube_s_client(tmp_path: Path) -> None:
         secure.kill()
     assert [m["payload"] for m in result["received"]] == [f"secret-{i}" for i in range(5)]
     assert [m["offset"] for m in result["received"]] == list(range(5))
+    # The consumer, made once the topic had a leader, was redirected to that leader's gRPC
+    # door (TLS, its token): its stream and acks went through an ingest node.
+    (door,) = result["consumer_doors"]
+    assert door["proxy"] is False
+    assert door["url"].startswith("https://")
+    assert door["url"] != url
     assert result["refused"] is not None
     assert "Produce" in result["refused"], result["refused"]

@@ -2,7 +2,8 @@
 service kind, etcd authentication, TLS on the front doors and tokens with RBAC; a round trip
 works through it with the admin's token, outsiders are refused (anonymous delete, read and
 seek get 401, a principal without bindings 403, plain HTTP nothing), and the generated
-secrets appear in no log line nor in ``/v1/cluster`` or ``/metrics``."""
+secrets appear in no log line nor in ``/v1/cluster`` or ``/metrics``. An ingest node's gRPC
+door serves TLS and refuses a call without a token (UNAUTHENTICATED), answers one with."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import httpx
 import nats
 import nats.errors
@@ -20,8 +22,11 @@ import pytest
 
 from danube.config import MetadataConfig
 from danube.meta import MetaAuthError, MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.records import NodeRecord
 from danube.security import issue_token, load_keys
 from danube.up.secure import ADMIN_PRINCIPAL, ETCD_MESH_USER, MeshCredentials
+from danube.wire import DanubeApi_pb2 as pb
 
 from meshrun import DANUBE, ROOT, MeshRun
 
@@ -170,6 +175,11 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
     )
     async with await MetaStore.connect(mesh_login) as store:
         assert any(kv.key.startswith("nodes/ingest/") for kv in await store.range("nodes/"))
+        doors = [
+            NodeRecord.model_validate_json(kv.value).grpc_url
+            for kv in await store.range(meta_keys.nodes_prefix("ingest"))
+        ]
+    await _ingest_grpc_door_needs_a_token(doors, ca_file.read_bytes(), admin_token)
 
     # Nothing the mesh prints or serves holds a secret.
     async with httpx.AsyncClient(
@@ -213,3 +223,36 @@ async def test_secure_mesh_round_trip_and_outsiders_refused(
     )
     assert plain.returncode == 2
     assert "--secure" in plain.stdout
+
+
+async def _ingest_grpc_door_needs_a_token(doors: list[str | None], ca: bytes, token: str) -> None:
+    """Each ingest node's gRPC door: TLS only; no token, UNAUTHENTICATED; the admin's token,
+    an answer (a lookup of the partition produced to: Redirect, to a leader's door)."""
+    assert doors
+    assert all(url is not None and url.startswith("https://") for url in doors), doors
+    credentials = grpc.ssl_channel_credentials(ca)
+    bearer = (("authorization", f"Bearer {token}"),)
+    lookup = pb.TopicLookupRequest(topic="/default/secured-part-0")
+    for url in doors:
+        assert url is not None
+        async with grpc.aio.secure_channel(url.removeprefix("https://"), credentials) as channel:
+            call = channel.unary_unary(
+                "/danube.Discovery/TopicLookup",
+                request_serializer=pb.TopicLookupRequest.SerializeToString,
+                response_deserializer=pb.TopicLookupResponse.FromString,
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call(lookup, timeout=10)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value
+            answer = await call(lookup, timeout=10, metadata=bearer)
+            assert answer.response_type == pb.TopicLookupResponse.Redirect
+            assert answer.connect_url in doors
+        async with grpc.aio.insecure_channel(url.removeprefix("https://")) as plain:
+            call = plain.unary_unary(
+                "/danube.Discovery/TopicLookup",
+                request_serializer=pb.TopicLookupRequest.SerializeToString,
+                response_deserializer=pb.TopicLookupResponse.FromString,
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as unreadable:  # TLS only
+                await call(lookup, timeout=5)
+            assert unreadable.value.code() == grpc.StatusCode.UNAVAILABLE

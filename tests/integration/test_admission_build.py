@@ -18,7 +18,7 @@ from danube.config import DanubeSettings, DiscoveryConfig, SecurityConfig
 from danube.discovery.catalog.catalog import Catalog
 from danube.discovery.doors.bodies.api import TopicSpec
 from danube.discovery.doors.bodies.policies import PoliciesSpec
-from danube.discovery.produce.sessions import ProducerSessions
+from danube.discovery.produce.sessions import DiscoverySessions
 from danube.discovery.schemas.registry import SchemaRegistry
 from danube.errors import DanubeError
 from danube.meta import MetaStore, TopicName
@@ -101,7 +101,7 @@ async def test_a_built_admission_decides_as_discoverys(store: MetaStore, tmp_pat
     await registry.bind_topic(
         TYPED, "typed-value", validation_policy="enforce", payload_validation=True
     )
-    sessions = ProducerSessions(store, catalog, ttl_s=30)
+    sessions = DiscoverySessions(store, catalog, ttl_s=30)
     holder = await sessions.open(HELD, "p", access_mode="exclusive")
     await _grant(store, "alice")
 

@@ -1,8 +1,8 @@
 """One table of admission cases (allowed, unauthenticated, denied, over a limit, bad schema,
 fenced producer) against every produce door — a real discovery's (HTTP JSON, HTTP binary,
-gRPC SendMessage through the project's own client) and the ingest leader's data door
-(binary, DESIGN §10) — with security on and off: every door answers each case with the same
-error code, each in its own status."""
+gRPC SendMessage through the project's own client) and the ingest leader's doors (the
+binary data door and the gRPC door, DESIGN §10) — with security on and off: every door
+answers each case with the same error code, each in its own status."""
 
 from __future__ import annotations
 
@@ -216,9 +216,9 @@ async def ingest_door(mesh: Mesh, case: Case) -> tuple[str, Any]:
     return answer.json()["error"]["code"], answer.status_code
 
 
-async def grpc_send(mesh: Mesh, case: Case) -> tuple[str, Any]:
+async def grpc_send(mesh: Mesh, case: Case, url: str | None = None) -> tuple[str, Any]:
     token = None if case.principal is None else mesh.token(case.principal)
-    async with WireClient(mesh.grpc_url, timeout_s=10, token=token or None) as client:
+    async with WireClient(url or mesh.grpc_url, timeout_s=10, token=token or None) as client:
         try:
             for payload in case.payloads:  # one message a call (never past the limit)
                 await client.send(f"/default/{case.topic}", 0, "p", payload)
@@ -227,15 +227,24 @@ async def grpc_send(mesh: Mesh, case: Case) -> tuple[str, Any]:
     return OK, grpc.StatusCode.OK
 
 
+async def ingest_grpc(mesh: Mesh, case: Case) -> tuple[str, Any]:
+    """SendMessage on the gRPC door of the topic's leader, as TopicLookup redirects to it."""
+    record = await mesh.store.get_model(meta_keys.node_key("ingest", "ingest-1"), NodeRecord)
+    assert record is not None
+    assert record.grpc_url is not None
+    return await grpc_send(mesh, case, record.grpc_url)
+
+
 DOORS: dict[str, tuple[Door, dict[str, Any]]] = {
     "http json": (http_json, HTTP_STATUS),
     "http json, routed": (http_json_routed, HTTP_STATUS),
     "http binary": (http_binary, HTTP_STATUS),
     "grpc": (grpc_send, GRPC_STATUS),
     "ingest data door": (ingest_door, HTTP_STATUS),
+    "ingest grpc door": (ingest_grpc, GRPC_STATUS),
 }
 # The one case a door cannot be asked: SendMessage carries one message a call.
-NOT_ASKED = {("grpc", "too many messages")}
+NOT_ASKED = {("grpc", "too many messages"), ("ingest grpc door", "too many messages")}
 
 
 @pytest.mark.parametrize("secure", [True, False], ids=["security on", "security off"])

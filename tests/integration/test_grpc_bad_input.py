@@ -14,8 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
-from danube.discovery.doors.grpc.handlers import DanubeApi
 from danube.frame import MAX_ATTRIBUTES, MAX_KEY_BYTES, MAX_PRODUCER_NAME_BYTES
+from danube.grpc_door.api import DanubeApi
 from danube.meta.records import SCHEMA_TAGS_MAX
 from danube.names import PARTITIONS_MAX
 from danube.wire import DanubeApi_pb2 as pb
@@ -643,7 +643,7 @@ async def test_every_bad_input_has_its_documented_status_and_code(
         assert (status, code) == (S.RESOURCE_EXHAUSTED, ""), details
 
         # A bug in a handler: INTERNAL, nothing said but "internal", logged with its trace.
-        with caplog.at_level(logging.ERROR, logger="danube.discovery.doors.grpc"):
+        with caplog.at_level(logging.ERROR, logger="danube.grpc_door"):
             boom = pb.HealthCheckRequest(id=BOOM_ID).SerializeToString()
             status, details, code = await _call(
                 api.channel, Case("/danube.HealthCheck/HealthCheck", "a bug", boom, OK, "")

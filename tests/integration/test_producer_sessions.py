@@ -28,7 +28,7 @@ from danube.discovery import app as discovery_app
 from danube.discovery.catalog.catalog import Catalog
 from danube.discovery.doors.bodies.api import TopicSpec
 from danube.discovery.errors import ConflictError
-from danube.discovery.produce.sessions import ProducerSessions
+from danube.discovery.produce.sessions import DiscoverySessions
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
@@ -273,7 +273,7 @@ async def test_partitions_and_their_topic_exclude_each_other(store: MetaStore) -
     orders = TopicName("default", "orders")
     await catalog.create_topic(orders, TopicSpec(partitions=2).stored())
     p0, p1 = orders.partitions(2)
-    sessions = ProducerSessions(store, catalog, ttl_s=15)
+    sessions = DiscoverySessions(store, catalog, ttl_s=15)
 
     async def refused(topic: TopicName, mode: AccessMode) -> str:
         with pytest.raises(ConflictError) as error:

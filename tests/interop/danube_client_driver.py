@@ -281,17 +281,20 @@ async def schema_enforce(url: str, topic: str) -> dict[str, Any]:
 
 
 async def secured(url: str, topic: str, ca_file: str, token: str, stranger: str) -> dict[str, Any]:
-    """Over TLS with a bearer token (``with_tls`` + ``with_token``): 5 messages round trip;
-    then a token whose principal has no binding: the producer is refused."""
+    """Over TLS with a bearer token (``with_tls`` + ``with_token``): the producer first (it
+    makes the topic: its lookup found none), then the consumer (its lookup finds the topic's
+    leader), 5 messages round trip; then a token whose principal has no binding: the
+    producer is refused. Where the producer and the consumer talked, too."""
     c = await DanubeClientBuilder().service_url(url).with_tls(ca_file).with_token(token).build()
+    p = await producer(c, topic, "sec-producer")
     cons = await consumer(c, topic, "sec-consumer", "sec-sub", SubType.EXCLUSIVE)
     queue = await cons.receive()
-    p = await producer(c, topic, "sec-producer")
     for i in range(5):
         await p.send(f"secret-{i}".encode(), {})
     got = await take(queue, 5, 30)
     for m in got:
         await cons.ack(m)
+    consumer_doors = [{"url": tc.connect_url, "proxy": tc.proxy} for tc in cons._consumers.values()]
     await cons.close()
     outsider = (
         await DanubeClientBuilder().service_url(url).with_tls(ca_file).with_token(stranger).build()
@@ -301,7 +304,105 @@ async def secured(url: str, topic: str, ca_file: str, token: str, stranger: str)
         await producer(outsider, topic, "stranger-producer")
     except Exception as exc:  # the client wraps the gRPC status in its own errors
         refused = f"{type(exc).__name__}: {exc}"
-    return {"received": [describe(m) for m in got], "refused": refused}
+    return {
+        "received": [describe(m) for m in got],
+        "refused": refused,
+        "consumer_doors": consumer_doors,
+    }
+
+
+def doors(p: Any) -> list[dict[str, Any]]:
+    """Where each partition's producer talks now (the client's lookup answers)."""
+    return [{"url": tp.connect_url, "proxy": tp.proxy} for tp in p._producers]
+
+
+async def one_by_one(url: str, topic: str, count: str, partitions: str) -> dict[str, Any]:
+    """An exclusive consumer, then ``count`` messages sent one at a time (each awaited)
+    round robin over ``partitions``: what was sent, received, and where the producers
+    talked."""
+    c = await client(url)
+    cons = await consumer(c, topic, "obo-consumer", "obo-sub", SubType.EXCLUSIVE)
+    queue = await cons.receive()
+    p = await producer(c, topic, "obo-producer", partitions=int(partitions))
+    sent = []
+    for i in range(int(count)):
+        await p.send(f"obo-{i}".encode(), {"index": str(i)})
+        sent.append(f"obo-{i}")
+    got = await take(queue, len(sent), 60)
+    for m in got:
+        await cons.ack(m)
+    await cons.close()
+    return {"sent": sent, "received": [describe(m) for m in got], "doors": doors(p)}
+
+
+async def follow(url: str, topic: str, seconds: str) -> dict[str, Any]:
+    """One producer (one partition, already made) sends one at a time for ``seconds``
+    while the test moves its leader; an exclusive consumer drains. What was acknowledged,
+    received, and where the producer talked before and after."""
+    c = await client(url)
+    cons = await consumer(c, topic, "fl-consumer", "fl-sub", SubType.EXCLUSIVE)
+    queue = await cons.receive()
+    p = await producer(c, topic, "fl-producer", partitions=1)
+    before = doors(p)
+    acked: list[str] = []
+    received: list[str] = []
+    errors: list[str] = []
+    slowest_s = 0.0
+    stop = time.monotonic() + float(seconds)
+    print("ready", flush=True)  # the test moves the leader after this line
+
+    async def drain() -> None:
+        while True:
+            m = await queue.get()
+            received.append(m.payload.decode())
+            await cons.ack(m)
+
+    draining = asyncio.create_task(drain())
+    i = 0
+    while time.monotonic() < stop:
+        body = f"fl-{i}"
+        started = time.monotonic()
+        try:
+            await p.send(body.encode(), {})
+            acked.append(body)
+            i += 1
+        except Exception as exc:  # not acknowledged: sent again
+            errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+        slowest_s = max(slowest_s, time.monotonic() - started)
+    deadline = time.monotonic() + 30
+    while not set(acked) <= set(received) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)  # polled: the drain task appends
+    draining.cancel()
+    await cons.close()
+    return {
+        "acked": acked,
+        "received": received,
+        "errors": errors[-20:],
+        "before": before,
+        "after": doors(p),
+        "slowest_s": slowest_s,
+    }
+
+
+async def latency(url: str, topic: str, count: str, size: str, warmup: str) -> dict[str, Any]:
+    """One producer sends ``warmup`` then ``count`` messages of ``size`` bytes one at a
+    time (each awaited): the measured sends' latencies (ms), and where it talked."""
+    c = await client(url)
+    p = await producer(c, topic, "lat-producer")
+    body = b"x" * int(size)
+    for _ in range(int(warmup)):
+        await p.send(body, {})
+    times_ms = []
+    for _ in range(int(count)):
+        started = time.perf_counter()
+        await p.send(body, {})
+        times_ms.append((time.perf_counter() - started) * 1000)
+    times_ms.sort()
+    return {
+        "p50_ms": times_ms[len(times_ms) // 2],
+        "p99_ms": times_ms[min(len(times_ms) - 1, int(len(times_ms) * 0.99))],
+        "doors": doors(p),
+    }
 
 
 SCENARIOS = {
@@ -313,6 +414,9 @@ SCENARIOS = {
     "nack_delay": nack_delay,
     "survive": survive,
     "schema_enforce": schema_enforce,
+    "one_by_one": one_by_one,
+    "follow": follow,
+    "latency": latency,
 }
 
 

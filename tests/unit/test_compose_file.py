@@ -454,6 +454,8 @@ def test_each_mesh_service_runs_with_the_settings_of_up_secure(
     assert "admin" in settings.security.super_admins
     assert settings.discovery.tls.client_ca_file == Path(f"{SECURE_MOUNT}/pki/ca.pem")
     assert (settings.discovery.grpc_advertised_url or "").startswith("https://")
+    # Host clients reach the published port only: lookups never Redirect to a container.
+    assert settings.discovery.grpc_redirect is False
 
 
 def test_security_init_writes_the_volume_every_other_service_reads(

@@ -10,8 +10,8 @@ from typing import Literal
 import pytest
 
 from danube.admission.exclusive import ExclusiveView, covers
+from danube.admission.sessions import _open_txn, new_producer_id, refusal
 from danube.discovery.errors import ConflictError, http_status
-from danube.discovery.produce.sessions import _open_txn, new_producer_id, refusal
 from danube.meta import keys
 from danube.meta.kv import KeyValue
 from danube.meta.txn import Compare, PutOp, Txn, build_request

@@ -15,10 +15,10 @@ import pytest
 from danube.bus import RemoteError
 from danube.bus.protocol import error_headers, remote_error
 from danube.client.errors import NotFoundError, api_error
-from danube.discovery.doors.grpc.status import grpc_status
 from danube.discovery.errors import error_body, http_status, ws_close_code
 from danube.dispatcher.store import NotOwnerError
 from danube.errors import DanubeError, ErrorKind
+from danube.grpc_door.status import grpc_status
 from danube.wire.dispatcher import errors as dispatcher_errors
 from danube.wire.dispatcher import protocol as dispatcher_protocol
 from danube.wire.errors import BadRequestError

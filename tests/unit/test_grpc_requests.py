@@ -1,12 +1,12 @@
-"""The gRPC door's request checks (danube.discovery.doors.grpc.requests): decoding that never
+"""The gRPC door's request checks (danube.grpc_door.requests): decoding that never
 raises, client topic names, enum values, and settings held to the HTTP API's models."""
 
 from __future__ import annotations
 
 import pytest
 
-from danube.discovery.doors.grpc import requests
 from danube.discovery.errors import BadRequestError
+from danube.grpc_door import requests
 from danube.names import PARTITIONS_MAX, InvalidNameError, TopicName, client_topic
 from danube.wire import DanubeApi_pb2 as pb
 

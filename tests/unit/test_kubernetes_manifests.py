@@ -315,15 +315,24 @@ def test_every_mesh_workload_mounts_its_credentials_and_runs_secured(
         settings = load_settings(config, environ=env | {"DANUBE_NODE_ID": f"{kind}-0"})
         assert settings.bus.user == kind
         assert getattr(settings, kind).tls.cert_file == Path(f"{SECURE_MOUNT}/pki/server.pem")
-        if kind in TOKEN_KINDS:  # discovery, and the dispatchers' consume doors
+        if kind in TOKEN_KINDS:  # the services with client doors
             assert settings.security.enabled
             assert settings.security.keys_dir == Path(KEYS_MOUNT)
             assert files[f"{KEYS_MOUNT}/*"] == ("danube-signing-keys", "*")
         if kind == "discovery":
             assert (settings.discovery.grpc_advertised_url or "").startswith("https://")
+            # Outside clients reach the load balancer only: no Redirect to the pods.
+            assert settings.discovery.grpc_redirect is (overlay != "production")
         elif kind == "dispatcher":
             assert (settings.dispatcher.data_advertised_url or "").startswith("https://")
             assert settings.dispatcher.data_port == 7002
+        if kind == "ingest":  # each pod's doors at its DNS name, on their container ports
+            ports = [p["containerPort"] for p in container(workload)["ports"]]
+            pod = f"https://ingest-0.ingest.{env['POD_NAMESPACE']}.svc"
+            assert settings.ingest.data_port in ports
+            assert settings.ingest.data_advertised_url == f"{pod}:{settings.ingest.data_port}"
+            assert settings.ingest.grpc_port in ports
+            assert settings.ingest.grpc_advertised_url == f"{pod}:{settings.ingest.grpc_port}"
         if kind not in TOKEN_KINDS:
             assert not settings.security.enabled
             assert not any(path.startswith(KEYS_MOUNT) for path in files), kind

@@ -16,10 +16,10 @@ from fastapi.routing import APIRoute, APIWebSocketRoute
 from danube.admission.counters import AdmissionCounters
 from danube.config import SecurityConfig
 from danube.discovery.doors.console import load_static
-from danube.discovery.doors.grpc.auth import METHODS
 from danube.discovery.doors.grpc.server import method_handlers
 from danube.discovery.doors.http import build_app
 from danube.discovery.doors.http.auth import AUTHENTICATED, PER_TOPIC, PUBLIC, ROUTES
+from danube.grpc_door.auth import METHODS
 from danube.meta import TopicName
 from danube.security import (
     Binding,

@@ -87,8 +87,13 @@ def test_discoverys_doors_are_siblings_over_admission_and_the_core() -> None:
     ingest node's too, calls admission the same way)."""
     discovery = SERVICES_ROOT / "discovery"
     grpc_door = sorted((discovery / "doors" / "grpc").rglob("*.py"))
-    assert len(grpc_door) > 3  # the door was found
+    assert len(grpc_door) >= 3  # the door was found (its protocol: libs' danube.grpc_door)
     assert _imports_of(grpc_door, ("danube.discovery.doors.http",)) == []
+    # The gRPC protocol every door shares (discovery's, an ingest node's) imports no service.
+    shared = sorted((SERVICES_ROOT.parents[1] / "libs" / "danube" / "grpc_door").rglob("*.py"))
+    assert len(shared) > 5  # the package was found
+    services = ("danube.discovery", "danube.ingest", "danube.dispatcher")
+    assert _imports_of(shared, services) == []
     doors = ("danube.discovery.doors", "fastapi", "starlette", "grpc")
     assert _imports_of([discovery / "core.py"], doors) == []
     admission = SERVICES_ROOT.parents[1] / "libs" / "danube" / "admission"

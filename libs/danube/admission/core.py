@@ -8,8 +8,8 @@ security off), decodes its body into :class:`Messages`, and calls::
 
 It gets an :class:`Admitted` (the topic's policies, the schema stamp, the sequence run) or a
 DanubeError whose ``code`` and kind are the same whichever door asked; the door answers the
-kind with its status (discovery's HTTP: danube.discovery.errors, its gRPC:
-doors/grpc/status.py). Nothing here knows a web framework, an HTTP body or a gRPC message:
+kind with its status (discovery's HTTP: danube.discovery.errors, every gRPC door:
+danube.grpc_door.status). Nothing here knows a web framework, an HTTP body or a gRPC message:
 doors translate, this decides.
 
 The checks of a produce, in order (the first refusal answers; nothing is stored):

@@ -3,9 +3,10 @@ path: :class:`ExclusiveView` answers "who may produce to this topic" from memory
 :class:`ExclusiveHolders` keeps one current from etcd (read once before serving, then fed by
 a watch on ``producers/``).
 
-Sessions are opened, kept alive and closed by discovery (danube.discovery.produce.sessions, which
-writes the keys read here); any door that produces (discovery's proxy doors, an ingest
-leader's direct door) fences with a view of its own. The price is a window: once an
+Sessions are opened, kept alive and closed by the doors that take producers
+(danube.admission.sessions: discovery's, and an ingest leader's gRPC door), which write the
+keys read here; any door that produces (discovery's proxy doors, an ingest leader's direct
+doors) fences with a view of its own. The price is a window: once an
 exclusive session is created, a process that has not yet received the watch event
 (typically a few milliseconds) still admits a produce from another producer. The opening
 instance updates its own view at once (:meth:`ExclusiveView.claimed`).

@@ -69,9 +69,16 @@ KIND_PERMISSIONS: dict[str, KindPermissions] = {
     ),
     "ingest": KindPermissions(
         # live messages once durable; followers fetch from their leader; a replica reads
-        # a range of another's copy (around damage, to repair its own).
+        # a range of another's copy (around damage, to repair its own); its gRPC door's
+        # consumers through DispatcherClient (danube.grpc_door.consumers).
         publish=_kinds(
-            Kind.LIVE, Kind.REPL_FETCH, Kind.REPL_EPOCHS, Kind.REPL_LEAVE, Kind.REPL_READ
+            Kind.LIVE,
+            Kind.REPL_FETCH,
+            Kind.REPL_EPOCHS,
+            Kind.REPL_LEAVE,
+            Kind.REPL_READ,
+            Kind.DISPATCH,
+            Kind.SUBSCRIPTION_OWNERSHIP,
         ),
         subscribe=_kinds(
             Kind.PRODUCE,

@@ -322,6 +322,10 @@ class DiscoveryConfig(ServiceConfig):
     grpc_enabled: bool = True
     grpc_port: Annotated[int, Field(ge=0, le=65535)] = 6650
     grpc_advertised_url: AdvertisedUrl | None = None
+    # TopicLookup answers Redirect to the leader's gRPC door (ingest.grpc_enabled) when the
+    # topic or partition exists and its leader serves one; off: always Connect with proxy,
+    # this instance (for clients that reach only one address: a load balancer).
+    grpc_redirect: bool = True
     # gRPC calls one instance works on at once (the next gets RESOURCE_EXHAUSTED), and the
     # idle time after which a producer or consumer this instance created is forgotten (its
     # HealthCheck answers CLOSE: the client looks up and re-creates it).
@@ -444,6 +448,21 @@ class IngestConfig(ServiceConfig, DataDoorSettings):
     # Topic configs, policies and schema bindings are cached this long by the door's
     # admission (as discovery.topic_cache_ttl_s: a change is seen at most this late).
     data_cache_ttl_s: Annotated[float, Field(ge=0, le=300)] = 2.0
+    # The gRPC door (docs/grpc-api.md, "Ingest doors"): Danube's client API for the
+    # partitions this node leads, on grpc_port (0: a free port), with this section's TLS;
+    # TopicLookup redirects clients to grpc_advertised_url (None: http(s)://<host>:<port>).
+    # Its limits are discovery's gRPC limits, here for one node.
+    grpc_enabled: bool = True
+    grpc_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    grpc_advertised_url: AdvertisedUrl | None = None
+    grpc_max_message_bytes: Annotated[int, Field(ge=4096, le=256 * MiB)] = 16 * MiB
+    grpc_max_concurrent_rpcs: Annotated[int, Field(ge=1, le=100_000)] = 4096
+    grpc_max_concurrent_rpcs_per_client: Annotated[int, Field(ge=1, le=100_000)] = 1024
+    grpc_client_idle_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    grpc_max_clients: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+    # Consumer streams (ReceiveMessages) one node holds open at once.
+    # (Producer sessions opened here have discovery.producer_session_ttl_s, as everywhere.)
+    grpc_max_streams: Annotated[int, Field(ge=1, le=100_000)] = 1024
     # A produce request travels in one NATS message (max_payload, 1 MiB by default).
     max_message_bytes: Annotated[int, Field(ge=1, le=64 * MiB)] = 512 * 1024
     max_batch_messages: Annotated[int, Field(ge=1, le=100_000)] = 10_000

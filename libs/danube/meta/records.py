@@ -256,6 +256,10 @@ class NodeRecord(_Record):
     # Where clients reach its data door, "http(s)://host:port" (ingest: the produce of the
     # partitions it leads; DESIGN §10); None: it serves none.
     data_url: Annotated[str, Field(max_length=300)] | None = None
+    # Where Danube's clients reach its gRPC door, "http(s)://host:port" (ingest: the
+    # partitions it leads, TopicLookup redirects there; discovery: its client API, any
+    # topic in proxy mode); None: it serves none.
+    grpc_url: Annotated[str, Field(max_length=300)] | None = None
     started_ms: TimeMs
     version: str = ""
     # How busy the node is, in whatever unit all nodes of a kind share (ingest: appended

@@ -166,15 +166,17 @@ async def register_node(
     lease: Lease,
     *,
     data_url: str | None = None,
+    grpc_url: str | None = None,
 ) -> None:
     """Announce this process at ``nodes/<kind>/<node_id>``, under its lease: the key goes
     when the process does, which is how the controller and ``GET /v1/cluster`` see it,
-    and lookups the ``data_url`` of its data door."""
+    and lookups the ``data_url`` of its data door and the ``grpc_url`` of its gRPC door."""
     record = NodeRecord(
         node_id=node_id,
         kind=kind,
         address=address,
         data_url=data_url,
+        grpc_url=grpc_url,
         started_ms=int(time.time() * 1000),
     )
     await store.put_model(meta_keys.node_key(kind, node_id), record, lease=lease)
@@ -208,6 +210,8 @@ class NodeSession:
     """The service's own readiness conditions: each returns why it is not ready, or None."""
     data_url: str | None = None
     """Where clients reach this node's data door (:meth:`advertise`), in its registration."""
+    grpc_url: str | None = None
+    """Where Danube's clients reach this node's gRPC door, in its registration."""
     _address: str | None = None
     _renewal: asyncio.Task[None] | None = None
 
@@ -235,16 +239,26 @@ class NodeSession:
         if self.renew_lease and self._renewal is None:
             self._renewal = self.tasks.create_task(self._stay_registered(), name="registration")
 
-    async def advertise(self, data_url: str) -> None:
-        """Name ``data_url`` as this node's data door in its registration (written again
-        now; registered first with :meth:`register`)."""
-        self.data_url = data_url
+    async def advertise(self, data_url: str | None = None, *, grpc_url: str | None = None) -> None:
+        """Name ``data_url`` as this node's data door and ``grpc_url`` as its gRPC door (those
+        given) in its registration (written again now; registered first with
+        :meth:`register`)."""
+        if data_url is not None:
+            self.data_url = data_url
+        if grpc_url is not None:
+            self.grpc_url = grpc_url
         await self._register(self.lease)
 
     async def _register(self, lease: Lease) -> None:
         assert self._address is not None, "register() first"
         await register_node(
-            self.store, self.kind, self.node_id, self._address, lease, data_url=self.data_url
+            self.store,
+            self.kind,
+            self.node_id,
+            self._address,
+            lease,
+            data_url=self.data_url,
+            grpc_url=self.grpc_url,
         )
 
     async def _stay_registered(self) -> None:

@@ -4,7 +4,7 @@ they (authorization), answered from memory.
 :class:`SecurityGate` holds the token verifier and the RBAC :class:`~danube.security.Policy`,
 loaded from etcd before serving and kept current by a watch (:meth:`SecurityGate.follow`),
 so no request waits on etcd for a decision. Discovery's HTTP (``danube.discovery.doors.http.auth``)
-and gRPC (``danube.discovery.doors.grpc.auth``) doors, and admission (danube.admission) for
+and gRPC (``danube.grpc_door.auth``) doors, and admission (danube.admission) for
 any door that produces, map each route or method to a permission and resource and call
 :meth:`SecurityGate.authorize`; it counts denials (in the counters its service gives it:
 danube.admission.counters) and writes the audit log. Here in the libs, not in discovery,

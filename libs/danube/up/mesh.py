@@ -219,6 +219,10 @@ def _service_spec(
     else:
         port = metrics_port(base, service, index) if base else free_port()
         env[f"{section}__METRICS_PORT"] = str(port)
+        if service == "ingest":
+            # The gRPC door keeps its port across the supervisor's restarts: a client
+            # redirected there retries that address, and finds the node again.
+            env[f"{section}__GRPC_PORT"] = str(free_port())
         tls = tls or getattr(settings, service).tls.enabled
         ready_url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/readyz"
     argv = [sys.executable, "-m", f"danube.{service}"]

@@ -329,7 +329,11 @@ class SecureMesh:
 
 # The kinds whose doors ask clients for a token (RBAC): discovery, and the dispatchers'
 # consume doors (docs/http-api.md, "Direct consume").
-TOKEN_KINDS = frozenset({"discovery", "dispatcher"})
+# The services with doors clients reach: tokens and RBAC (discovery; ingest's data and gRPC
+# doors; the dispatchers' consume doors).
+TOKEN_KINDS = frozenset({"discovery", "dispatcher", "ingest"})
+# Those that also take a client certificate as a principal (optional).
+CLIENT_CERT_KINDS = frozenset({"discovery", "ingest"})
 
 
 def service_environment(
@@ -337,9 +341,10 @@ def service_environment(
 ) -> dict[str, str]:
     """The settings, as ``DANUBE_*`` variables, that service ``kind`` runs with in a mesh
     secured with ``files``: its NATS user and the path of its password, the etcd mesh user
-    and the path of its password, its listener's certificate; discovery also the client CA
-    (client certificates optional: the subject is a principal); discovery and the
-    dispatchers (their consume doors) tokens and RBAC with ``admin`` among the
+    and the path of its password, its listener's certificate; discovery and ingest (whose
+    data and gRPC doors take produce from clients) also the client CA (client certificates
+    optional: the subject is a principal); those and the dispatchers (their consume doors)
+    tokens and RBAC with ``admin`` among the
     super-admins. Paths only, never a secret. docker-compose.yml and
     deploy/kubernetes/ set the same (a unit test compares them)."""
     credentials, pki = files.credentials, files.pki
@@ -351,10 +356,10 @@ def service_environment(
         f"DANUBE_{kind.upper()}__TLS__CERT_FILE": str(pki.server.cert),
         f"DANUBE_{kind.upper()}__TLS__KEY_FILE": str(pki.server.key),
     }
-    if kind == "discovery":
+    if kind in CLIENT_CERT_KINDS:
         env |= {
-            "DANUBE_DISCOVERY__TLS__CLIENT_CA_FILE": str(pki.ca.cert),
-            "DANUBE_DISCOVERY__TLS__CLIENT_AUTH": "optional",
+            f"DANUBE_{kind.upper()}__TLS__CLIENT_CA_FILE": str(pki.ca.cert),
+            f"DANUBE_{kind.upper()}__TLS__CLIENT_AUTH": "optional",
         }
     if kind in TOKEN_KINDS:
         env |= {

@@ -4,8 +4,8 @@
   ``SchemaRegistry.proto``) and the message classes generated from it. The ``*_pb2.py`` /
   ``*_pb2.pyi`` modules are generated (``make proto``, i.e. ``python -m danube.wire.generate``)
   and committed; a unit test regenerates them and fails when they drift from the ``.proto``
-  files. Service stubs are not generated: the front door binds its handlers itself
-  (danube.discovery.doors.grpc), tests call methods by path.
+  files. Service stubs are not generated: the gRPC doors bind their handlers themselves
+  (danube.grpc_door.server), tests call methods by path.
 - The services' bus contracts, one package per service that answers requests: its bodies,
   status codes and the client its callers use: ``danube.wire.ingest`` (produce, WAL fetch,
   replication), ``danube.wire.dispatcher`` (subscriptions and their refusals),

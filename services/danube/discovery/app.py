@@ -24,7 +24,7 @@ from danube.discovery.controller.controller import Controller
 from danube.discovery.doors.grpc.server import GrpcServer
 from danube.discovery.doors.http import Services, build_app
 from danube.discovery.produce.producer import Limits, Producer
-from danube.discovery.produce.sessions import ProducerSessions
+from danube.discovery.produce.sessions import DiscoverySessions
 from danube.discovery.schemas.registry import SchemaRegistry
 from danube.errors import DanubeError
 from danube.meta import MetaStore
@@ -81,7 +81,7 @@ async def build_services(
     catalog = Catalog(store, cache_ttl_s=config.topic_cache_ttl_s, refresher=refresher)
     await catalog.ensure_default_namespace()
     schemas = SchemaRegistry(store, default_mode=config.schema_compatibility)
-    producers = ProducerSessions(
+    producers = DiscoverySessions(
         store, catalog, ttl_s=config.producer_session_ttl_s, auto_create=config.auto_create_topics
     )
     # Every door's admission (danube.admission), over this instance's own catalog,
@@ -194,6 +194,7 @@ async def _run(
             services, services.producers, config, max_message_bytes=config.max_body_bytes
         )
         await grpc_server.start()
+        session.grpc_url = grpc_server.url  # ingest doors send clients of a new topic here
     await session.register(f"{config.host}:{config.port}")
     leaving = asyncio.Event()  # tells the controller to resign, however we leave
     async with asyncio.TaskGroup() as tg:

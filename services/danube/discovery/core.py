@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from danube.admission import Admission
+from danube.admission.sessions import ProducerSessions
 from danube.bus import Bus
 from danube.discovery.catalog.catalog import Catalog
 from danube.discovery.catalog.topic_lists import TopicLists
 from danube.discovery.produce.producer import Producer
-from danube.discovery.produce.sessions import ProducerSessions
 from danube.discovery.schemas.registry import SchemaRegistry
 from danube.meta import MetaStore
 from danube.runtime.held import Slots

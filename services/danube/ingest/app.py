@@ -8,7 +8,8 @@ import logging
 
 from danube.config import DanubeSettings
 from danube.ingest.disk import DiskRoom, check_wal_volume
-from danube.ingest.door import open_door
+from danube.ingest.door import DoorAdmission, open_door
+from danube.ingest.grpc_door import open_grpc_door
 from danube.ingest.handlers import serve_claims, serve_deletes, serve_probes
 from danube.ingest.load import report_load
 from danube.ingest.node import Node
@@ -49,7 +50,16 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         claims = await serve_claims(s.bus, node.answer_claim)
         probes = await serve_probes(s.bus, node.answer_probe)
         deletes = await serve_deletes(s.bus, node.delete_local)
-        door = await open_door(settings, node, s) if settings.ingest.data_enabled else None
+        ingest = settings.ingest
+        admission = None
+        if ingest.data_enabled or ingest.grpc_enabled:  # the doors' one admission
+            admission = DoorAdmission(settings, s.store)
+            await admission.open()
+        door = grpc = None
+        if admission is not None and ingest.data_enabled:
+            door = await open_door(settings, node, s, admission)
+        if admission is not None and ingest.grpc_enabled:
+            grpc = await open_grpc_door(settings, node, s, admission)
         s.started.set()
         log.info("ingest %s keeps %d replicas", node_id, len(node.replicas))
         watcher = s.tasks.create_task(
@@ -65,6 +75,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         disk.cancel()
         if door is not None:
             await door.close()
+        if grpc is not None:
+            await grpc.close()
+        if admission is not None:
+            await admission.close()
         await claims.drain()
         await probes.drain()
         await deletes.unsubscribe()

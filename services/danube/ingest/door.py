@@ -37,7 +37,7 @@ from typing import Protocol
 import orjson
 from starlette.types import Receive, Scope, Send
 
-from danube.admission import Admission, AdmissionCounters, AdmissionParts, FramesMessages, build
+from danube.admission import Admission, AdmissionCounters, FramesMessages, build
 from danube.admission.payloads import stamped_frames
 from danube.admission.refresh import Refresher
 from danube.admission.sequences import PARTITION_REQUIRED
@@ -294,45 +294,55 @@ def _failed(exc: Exception) -> Answer:
     return 500, orjson.dumps(error_body(exc)), None
 
 
-class OpenDoor:
-    """A data door serving: its listener, its admission's views and its caches."""
+class DoorAdmission:
+    """The admission of a node's doors (this data door and the gRPC door,
+    danube.ingest.grpc_door): one per process, its views of etcd loaded before the doors
+    open and followed while they serve, its caches refreshed ahead."""
 
-    def __init__(
-        self,
-        server: AsgiServer,
-        serving: asyncio.Task[None],
-        parts: AdmissionParts,
-        refresher: Refresher,
-    ) -> None:
-        self.server = server
-        self.serving = serving
-        self.parts = parts
-        self.refresher = refresher
-        self._tasks = TaskSet("data door")
-        self._tasks.spawn(parts.follow(), name="admission-views")
+    def __init__(self, settings: DanubeSettings, store: MetaStore) -> None:
+        self.refresher = Refresher()
+        self.parts = build(
+            settings,
+            store,
+            refresher=self.refresher,
+            cache_ttl_s=settings.ingest.data_cache_ttl_s,
+            counters=ADMISSION_COUNTERS,
+        )
+        self._tasks = TaskSet("door admission")
+
+    async def open(self) -> None:
+        """Load the views (MetaError when etcd fails: the node does not serve without
+        them), then follow them."""
+        await self.parts.load()
+        self._tasks.spawn(self.parts.follow(), name="admission-views")
 
     async def close(self) -> None:
-        """Stop taking requests (those in progress are answered), then the views."""
-        self.server.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self.serving), DOOR_STOP_S)
+        """Stop following; close the caches' refresher."""
         await self._tasks.close(timeout_s=DOOR_STOP_S)
         await self.refresher.close()
 
 
-async def open_door(settings: DanubeSettings, node: Node, session: NodeSession) -> OpenDoor:
-    """Listen on ``ingest.data_port`` with the section's limits and TLS, admission loaded
-    first; advertise the door's URL in the node's registration (lookups name it)."""
+class OpenDoor:
+    """A data door serving: its listener."""
+
+    def __init__(self, server: AsgiServer, serving: asyncio.Task[None]) -> None:
+        self.server = server
+        self.serving = serving
+
+    async def close(self) -> None:
+        """Stop taking requests (those in progress are answered)."""
+        self.server.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self.serving), DOOR_STOP_S)
+
+
+async def open_door(
+    settings: DanubeSettings, node: Node, session: NodeSession, admission: DoorAdmission
+) -> OpenDoor:
+    """Listen on ``ingest.data_port`` with the section's limits and TLS (``admission``
+    opened first); advertise the door's URL in the node's registration (lookups name it)."""
     ingest = settings.ingest
-    refresher = Refresher()
-    parts = build(
-        settings,
-        session.store,
-        refresher=refresher,
-        cache_ttl_s=ingest.data_cache_ttl_s,
-        counters=ADMISSION_COUNTERS,
-    )
-    await parts.load()
+    parts = admission.parts
     door = DataDoor(settings, node, parts.admission, parts.security, session.store)
     server = AsgiServer(door, ingest.host, ingest.data_port, ingest, listener="data")
     serving = session.tasks.create_task(server.serve(), name="data-door")
@@ -340,13 +350,13 @@ async def open_door(settings: DanubeSettings, node: Node, session: NodeSession) 
     url = ingest.data_advertised_url or advertised_url(ingest, server.port)
     await session.advertise(url)
     log.info("ingest %s: data door at %s", node.node_id, url)
-    return OpenDoor(server, serving, parts, refresher)
+    return OpenDoor(server, serving)
 
 
 def advertised_url(config: IngestConfig, port: int) -> str:
-    """The door's URL when ``ingest.data_advertised_url`` names none: its host, or this
-    machine's name when it listens on every address (compose and Kubernetes set the
-    setting: docs/operations.md)."""
+    """A door's URL when its advertised-URL setting names none (``ingest.data_advertised_url``,
+    ``ingest.grpc_advertised_url``): its host, or this machine's name when it listens on
+    every address (compose and Kubernetes set the settings: docs/operations.md)."""
     host = config.host
     if host in ("0.0.0.0", "::", ""):
         host = socket.gethostname()

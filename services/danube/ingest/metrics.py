@@ -11,6 +11,10 @@ PRODUCE_ERRORS = Counter("danube_ingest_produce_errors", "Produce requests refus
 DOOR_MESSAGES = Counter(
     "danube_ingest_door_messages", "Messages acknowledged through the data door (resends too)"
 )
+GRPC_MESSAGES = Counter(
+    "danube_ingest_grpc_messages",
+    "Messages acknowledged through the gRPC door (Danube's SendMessage)",
+)
 DOOR_REFUSALS = Counter(
     "danube_ingest_door_refusals", "Data door produce requests refused, by code", ["code"]
 )

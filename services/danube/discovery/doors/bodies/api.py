@@ -62,10 +62,7 @@ from danube.wire.delay import (
     delay_attributes,
 )
 from danube.wire.delivery import TTL_ATTRIBUTE, TTL_MS_MAX
-from danube.wire.dispatcher.protocol import (
-    FILTER_CHARS_MAX,
-    FILTERS_MAX,
-)
+from danube.wire.opens import ConsumerOpen
 
 # A hard cap on the list whatever the settings say; discovery.max_produce_messages is the
 # configured limit (checked with its own 413).
@@ -276,9 +273,7 @@ class StartTimestamp(_Request):
     timestamp_ms: Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
-# pydantic puts the tag of a union's member in an error's location; tags start with this, so
-# the error message leaves them out (``start.timestamp_ms``, not ``start.<tag>.timestamp_ms``).
-UNION_TAG_MARK = "~"
+# Union tags start with UNION_TAG_MARK (danube.wire.validation), which error messages leave out.
 
 
 def _position_kind(value: Any) -> str | None:
@@ -305,26 +300,14 @@ Position = Annotated[
 ]
 
 
-class AttachRequest(_Request):
+class AttachRequest(ConsumerOpen):
     """``POST /v1/topics/{ns}/{topic}/subscriptions/{sub}/consumers``. ``type`` and
-    ``start`` matter to the first attach, which creates the subscription."""
+    ``start`` matter to the first attach, which creates the subscription (its name, type
+    and key filters: danube.wire.opens, the rules every door's attach shares)."""
 
-    name: Annotated[str, Field(min_length=1, max_length=128)]
-    type: Literal["exclusive", "shared", "failover", "key_shared"] = "exclusive"
     start: Position = "latest"
-    # key_shared only: glob patterns (fnmatch: *, ?, [...]) of the keys this consumer takes.
-    key_filters: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=FILTER_CHARS_MAX)]],
-        Field(max_length=FILTERS_MAX),
-    ] = []
     # Applied when this attach creates the subscription; another one: 409 policy_conflict.
     failure_policy: FailurePolicyIn | None = None
-
-    @model_validator(mode="after")
-    def _filters_need_key_shared(self) -> AttachRequest:
-        if self.key_filters and self.type != "key_shared":
-            raise ValueError(f"key_filters are for key_shared subscriptions, not {self.type}")
-        return self
 
 
 class SeekRequest(_Request):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pydantic import BaseModel, ConfigDict
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from danube.meta.records import PRODUCER_NAME_CHARS_MAX, AccessMode
+from danube.meta.records import AccessMode
+from danube.wire.opens import ProducerOpen
 from danube.wire.produce_binary import ProducerId
 
 __all__ = [
@@ -17,15 +16,6 @@ __all__ = [
     "ProducerOpened",
     "ProducerOut",
 ]
-
-
-class ProducerOpen(BaseModel):
-    """``POST /v1/topics/{ns}/{topic}/producers``: open a producer session."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    name: Annotated[str, Field(min_length=1, max_length=PRODUCER_NAME_CHARS_MAX)]
-    access_mode: AccessMode = "shared"
 
 
 class ProducerOpened(BaseModel):

@@ -23,7 +23,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from danube.discovery.doors.bodies.validation import location, validation_code, validation_message
 from danube.discovery.errors import (
     UnsupportedMediaTypeError,
     error_body,
@@ -32,6 +31,7 @@ from danube.discovery.errors import (
 )
 from danube.errors import DanubeError
 from danube.wire.http_errors import error_headers
+from danube.wire.validation import location, validation_code, validation_message
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Producer session routes: ``/v1/topics/{ns}/{topic}/producers[/{id}[/keepalive]]``
-(docs/producers.md; the logic is :class:`~danube.discovery.produce.sessions.ProducerSessions`), and
+(docs/producers.md; the logic is :class:`~danube.admission.sessions.ProducerSessions`), and
 an idempotent producer's epoch: ``POST …/producers/{name}/epoch``
 (:mod:`danube.discovery.produce.epochs`)."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from danube.admission.sessions import ProducerSessions
 from danube.discovery.doors.bodies.producers import (
     ProducerEpochOut,
     ProducerList,
@@ -24,7 +25,6 @@ from danube.discovery.doors.http.params import (
 from danube.discovery.doors.http.state import ServicesDep
 from danube.discovery.errors import BadRequestError, NotFoundError
 from danube.discovery.produce.epochs import next_epoch
-from danube.discovery.produce.sessions import ProducerSessions
 from danube.frame import MAX_PRODUCER_NAME_BYTES
 from danube.meta import TopicName
 from danube.names import produce_topic, user_topic, validate_segment

@@ -1,4 +1,4 @@
-"""What the gRPC door takes from a request, held to the rules the HTTP API holds the same
+"""What a gRPC door takes from a request, held to the rules the HTTP API holds the same
 values to, so a handler works on valid values only and a bad one is refused
 ``INVALID_ARGUMENT`` with the HTTP API's code (docs/grpc-api.md, "Bad input"):
 
@@ -10,9 +10,8 @@ values to, so a handler works on valid values only and a bad one is refused
   rules of :mod:`danube.names`, a partition below ``PARTITIONS_MAX``), ``invalid_name``;
   subscriptions: :func:`danube.names.validate_segment`, ``invalid_name``;
 - a producer's and a consumer's settings: the HTTP API's own models (``ProducerOpen``,
-  ``AttachRequest``) through :func:`danube.discovery.doors.bodies.validation.checked`,
-  ``invalid_request``
-  naming the field by its gRPC name;
+  ``ConsumerOpen``: danube.wire.opens) through :func:`danube.wire.validation.checked`,
+  ``invalid_request`` naming the field by its gRPC name;
 - an enum value this server does not know (proto3 enums are open: any number decodes):
   ``invalid_request``.
 """
@@ -25,13 +24,12 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError
 
-from danube.discovery.doors.bodies.api import AttachRequest
-from danube.discovery.doors.bodies.producers import ProducerOpen
-from danube.discovery.doors.bodies.validation import checked
-from danube.discovery.errors import BadRequestError
+from danube.errors import BadRequestError
 from danube.meta.records import AccessMode, Dispatch
 from danube.names import validate_segment
 from danube.wire import DanubeApi_pb2 as pb
+from danube.wire.opens import ConsumerOpen, ProducerOpen
+from danube.wire.validation import checked
 
 SUBSCRIPTION_TYPES: dict[int, str] = {
     pb.ConsumerRequest.Exclusive: "exclusive",
@@ -120,12 +118,12 @@ def subscription(value: str, field: str = "subscription") -> str:
     return validate_segment(field, value)
 
 
-def attach(request: Any) -> AttachRequest:
+def attach(request: Any) -> ConsumerOpen:
     """A ``ConsumerRequest``'s consumer name, type and key filters, by the rules of
     ``POST …/subscriptions/{sub}/consumers`` (its subscription: :func:`subscription`)."""
     sub_type = known(SUBSCRIPTION_TYPES, request.subscription_type, "subscription_type")
     return checked(
-        AttachRequest,
+        ConsumerOpen,
         {"name": request.consumer_name, "type": sub_type, "key_filters": list(request.key_filters)},
         {"name": "consumer_name", "type": "subscription_type"},
     )

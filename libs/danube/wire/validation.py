@@ -1,7 +1,7 @@
 """How a request whose values break their model is refused, by every door alike: the code
 and the message the HTTP API answers a bad body with (``invalid_json``, ``unknown_field``,
 else ``invalid_request``; the first bad field named by its path), and :func:`checked`, which
-builds one of the HTTP API's models from another door's values (the gRPC door's) so that
+builds one of the HTTP API's models from another door's values (the gRPC doors') so that
 both doors hold a value to exactly the same rules and refuse it with the same code."""
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from danube.discovery.doors.bodies.api import UNION_TAG_MARK
-from danube.discovery.errors import BadRequestError
+from danube.errors import BadRequestError
+
+# pydantic puts the tag of a union's member in an error's location; tags start with this, so
+# the error message leaves them out (``start.timestamp_ms``, not ``start.<tag>.timestamp_ms``).
+UNION_TAG_MARK = "~"
 
 Model = TypeVar("Model", bound=BaseModel)
 _NO_RENAMES: Mapping[str, str] = {}

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from danube.discovery.doors.grpc.clients import Clients
+from danube.grpc_door.clients import Clients
 from danube.names import client_topic
 from danube.security import Permission, Resource
 from danube.security.gate import ANONYMOUS, SecurityGate

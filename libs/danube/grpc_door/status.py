@@ -1,5 +1,5 @@
 """How an error is answered over gRPC: by its kind (danube.errors.ErrorKind), as the HTTP door
-answers by it (danube.discovery.errors), with a few codes the Danube clients expect named.
+answers by it (danube.wire.http_errors), with a few codes the Danube clients expect named.
 
 The official Danube clients retry UNAVAILABLE, DEADLINE_EXCEEDED and RESOURCE_EXHAUSTED (then
 look the topic up again) and give up on anything else, so a retriable failure (no owner yet, a
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import grpc
 
-from danube.discovery.errors import error_body
 from danube.errors import ErrorKind, kind_of
+from danube.wire.http_errors import error_body
 
 # The codes the Danube clients expect a status of their own for; the rest by kind.
 _BY_CODE: dict[str, grpc.StatusCode] = {

@@ -16,8 +16,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from danube.discovery.doors.grpc.acks import AckBatcher
-from danube.discovery.errors import OverLimitError
+from danube.errors import OverLimitError
+from danube.grpc_door.acks import AckBatcher
 from danube.meta import TopicName
 
 # Deliveries remembered to route an ack (which names no consumer) to the consumer that got
@@ -32,7 +32,7 @@ class ProducerEntry:
     topic: TopicName  # a topic or one partition of it (``<t>-part-N``)
     name: str
     access_mode: str  # "shared" | "exclusive"
-    session_id: str  # its producer session (danube.discovery.produce.sessions)
+    session_id: str  # its producer session (danube.admission.sessions)
     last_seen: float = field(default_factory=time.monotonic)
 
 
