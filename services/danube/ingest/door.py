@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import logging
 import re
-import socket
 from typing import Protocol
 
 import orjson
@@ -42,7 +41,6 @@ from danube.admission.payloads import stamped_frames
 from danube.admission.refresh import Refresher
 from danube.admission.sequences import PARTITION_REQUIRED
 from danube.config import DanubeSettings
-from danube.config.model import IngestConfig
 from danube.errors import (
     BadRequestError,
     DanubeError,
@@ -61,8 +59,7 @@ from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import NodeRecord
 from danube.names import produce_topic
-from danube.runtime.healthcheck import probe_url
-from danube.runtime.http import AsgiServer
+from danube.runtime.http import AsgiServer, advertised_url
 from danube.runtime.service import NodeSession
 from danube.security.tls import TLS_PRINCIPAL_SCOPE_KEY
 from danube.tasks import TaskSet
@@ -351,13 +348,3 @@ async def open_door(
     await session.advertise(url)
     log.info("ingest %s: data door at %s", node.node_id, url)
     return OpenDoor(server, serving)
-
-
-def advertised_url(config: IngestConfig, port: int) -> str:
-    """A door's URL when its advertised-URL setting names none (``ingest.data_advertised_url``,
-    ``ingest.grpc_advertised_url``): its host, or this machine's name when it listens on
-    every address (compose and Kubernetes set the settings: docs/operations.md)."""
-    host = config.host
-    if host in ("0.0.0.0", "::", ""):
-        host = socket.gethostname()
-    return probe_url(host, port, "", tls=config.tls.enabled)

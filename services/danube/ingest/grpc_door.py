@@ -37,11 +37,12 @@ from danube.grpc_door.auth import guard
 from danube.grpc_door.clients import Clients
 from danube.grpc_door.leaders import LeaderDoors
 from danube.ingest import metrics
-from danube.ingest.door import ADMISSION_COUNTERS, DoorAdmission, Leaders, advertised_url
+from danube.ingest.door import ADMISSION_COUNTERS, DoorAdmission, Leaders
 from danube.ingest.handlers import PartitionHandlers
 from danube.meta import TopicName
 from danube.meta.records import Dispatch, TopicConfig
 from danube.runtime.held import Slots
+from danube.runtime.http import advertised_url
 from danube.runtime.service import NodeSession
 from danube.tasks import TaskSet
 from danube.wire import codes

@@ -5,7 +5,6 @@ forgets the producers and consumers of clients that went away."""
 from __future__ import annotations
 
 import logging
-import socket
 from functools import partial
 from typing import Any
 
@@ -19,6 +18,7 @@ from danube.grpc_door.auth import guard
 from danube.grpc_door.clients import Clients
 from danube.grpc_door.leaders import LeaderDoors
 from danube.grpc_door.server import Check, allow_all
+from danube.runtime.http import advertised_url as door_url
 from danube.wire import SchemaRegistry_pb2 as sr
 
 log = logging.getLogger(__name__)
@@ -27,14 +27,7 @@ log = logging.getLogger(__name__)
 def advertised_url(config: DiscoveryConfig, port: int) -> str:
     """What lookups answer: the configured URL, else this host and the bound port
     (``https://`` when the API serves TLS)."""
-    if config.grpc_advertised_url is not None:
-        return config.grpc_advertised_url
-    host = config.host
-    if host in ("0.0.0.0", "::", ""):
-        host = socket.gethostname()
-    elif ":" in host:
-        host = f"[{host}]"
-    return f"{'https' if config.tls.enabled else 'http'}://{host}:{port}"
+    return config.grpc_advertised_url or door_url(config, port)
 
 
 _SCHEMA_METHODS = [
