@@ -14,6 +14,7 @@ due while a dispatcher served and those due during the takeover; duplicates; mes
 took from snapshots (its metrics).
 
 Run: .venv/bin/python tests/bench/bench_delayed.py [messages] [max delay s] [kill at s]
+(``CONSUME=proxy``: the consumers poll through discovery instead of the owner's door)
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ PARTITIONS = 4
 BATCH = 1000
 CONSUMERS = 2
 PRODUCERS = 4  # batches under way at once
+# Consumers poll their subscription owner's consume door (DESIGN §10); CONSUME=proxy: through
+# discovery, as before the doors.
+DIRECT = os.environ.get("CONSUME", "direct") != "proxy"
 
 
 @dataclass
@@ -88,7 +92,8 @@ async def _produce(http: httpx.AsyncClient, run: Run, count: int, delay_max_s: f
     await asyncio.gather(*(producer() for _ in range(PRODUCERS)))
 
 
-async def _attach(http: httpx.AsyncClient, name: str) -> str:
+async def _attach(http: httpx.AsyncClient, name: str) -> tuple[str, str | None]:
+    """The consumer's id and its subscription owner's consume door (None: none named)."""
     async with asyncio.timeout(120):
         while True:
             answer = await http.post(
@@ -96,44 +101,73 @@ async def _attach(http: httpx.AsyncClient, name: str) -> str:
                 json={"name": name, "type": "shared", "start": "earliest"},
             )
             if answer.status_code == 201:
-                consumer_id: str = answer.json()["consumer_id"]
-                return consumer_id
+                body = answer.json()
+                url = body.get("url") if DIRECT else None
+                return str(body["consumer_id"]), url
             await asyncio.sleep(0.1)
 
 
 async def _consume(http: httpx.AsyncClient, run: Run, name: str, done: asyncio.Event) -> None:
-    consumer = await _attach(http, name)
+    consumer, url = await _attach(http, name)
     acks: set[asyncio.Task[Any]] = set()
-    while not done.is_set():
-        sent = _now_ms()
-        answer = await http.get(
-            f"/v1/consumers/{consumer}/messages", params={"max": 1000, "wait_ms": 500}
-        )
-        arrived = _now_ms()
-        if answer.status_code != 200:
-            assert answer.status_code in (404, 503), answer.text  # its dispatcher was killed
-            consumer = await _attach(http, name)
-            continue
-        messages = answer.json()["messages"]
-        # Served again: a poll sent after the kill answered (one in flight may still bring
-        # what the killed dispatcher sent just before).
-        killed = run.killed_ms
-        if messages and killed is not None and sent > killed and run.served_again_ms is None:
-            run.served_again_ms = arrived
-        run.deliveries += len(messages)
-        for m in messages:
-            ref = (m["partition"], m["offset"])
-            run.first.setdefault(ref, arrived)
-            run.due[ref] = m["publish_time_ms"] + int(m["payload"])  # exact: as stored
-        if run.produced and len(run.first) >= len(run.due):
-            run.complete.set()
-        if messages:
-            refs = [{"partition": m["partition"], "offset": m["offset"]} for m in messages]
-            task = asyncio.create_task(
-                http.post(f"/v1/consumers/{consumer}/ack", json={"messages": refs})
-            )
-            acks.add(task)
-            task.add_done_callback(acks.discard)
+    doors: dict[str, httpx.AsyncClient] = {}
+    try:
+        while not done.is_set():
+            # The owner's consume door when the attach named one (DESIGN §10), else discovery.
+            if url is not None and url not in doors:
+                doors[url] = httpx.AsyncClient(base_url=url, timeout=30)
+            at = http if url is None else doors[url]
+            sent = _now_ms()
+            try:
+                answer = await at.get(
+                    f"/v1/consumers/{consumer}/messages", params={"max": 1000, "wait_ms": 500}
+                )
+            except httpx.TransportError:  # the door's dispatcher was killed
+                consumer, url = await _attach(http, name)
+                continue
+            arrived = _now_ms()
+            if answer.status_code != 200:
+                # Its dispatcher was killed (404, 503), or the subscription moved (421).
+                assert answer.status_code in (404, 421, 503), answer.text
+                consumer, url = await _attach(http, name)
+                continue
+            await _took(run, answer.json()["messages"], sent, arrived, at, consumer, acks)
+    finally:
+        for door in doors.values():
+            await door.aclose()
+
+
+async def _took(
+    run: Run,
+    messages: list[dict[str, Any]],
+    sent: int,
+    arrived: int,
+    at: httpx.AsyncClient,
+    consumer: str,
+    acks: set[asyncio.Task[Any]],
+) -> None:
+    # Served again: a poll sent after the kill answered (one in flight may still bring
+    # what the killed dispatcher sent just before).
+    killed = run.killed_ms
+    if messages and killed is not None and sent > killed and run.served_again_ms is None:
+        run.served_again_ms = arrived
+    run.deliveries += len(messages)
+    for m in messages:
+        ref = (m["partition"], m["offset"])
+        run.first.setdefault(ref, arrived)
+        run.due[ref] = m["publish_time_ms"] + int(m["payload"])  # exact: as stored
+    if run.produced and len(run.first) >= len(run.due):
+        run.complete.set()
+    if messages:
+        refs = [{"partition": m["partition"], "offset": m["offset"]} for m in messages]
+        task = asyncio.create_task(_ack(at, consumer, refs))
+        acks.add(task)
+        task.add_done_callback(acks.discard)
+
+
+async def _ack(at: httpx.AsyncClient, consumer: str, refs: list[dict[str, Any]]) -> None:
+    with contextlib.suppress(httpx.TransportError):  # a killed door: they come again
+        await at.post(f"/v1/consumers/{consumer}/ack", json={"messages": refs})
 
 
 async def _owner(http: httpx.AsyncClient) -> tuple[str | None, int]:
