@@ -30,7 +30,6 @@ A stream refused at 2 or 3 is accepted, told why in an error frame and closed (4
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from urllib.parse import parse_qs
@@ -47,16 +46,25 @@ from danube.errors import (
     DanubeError,
     NotFoundError,
     OverLimitError,
-    TooLargeError,
-    UnavailableError,
 )
 from danube.meta import TopicName
+from danube.runtime.door import (
+    DOOR_START_S,
+    DOOR_STOP_S,
+    JSON,
+    Answer,
+    Listening,
+    error_answer,
+    header,
+    principal,
+    read_body,
+    send_answer,
+)
 from danube.runtime.held import Slots
 from danube.runtime.http import AsgiServer, advertised_url
 from danube.runtime.service import NodeSession
 from danube.security import Permission, Resource, SecurityError
-from danube.security.gate import ANONYMOUS, SecurityGate
-from danube.security.tls import TLS_PRINCIPAL_SCOPE_KEY
+from danube.security.gate import SecurityGate
 from danube.tasks import TaskSet
 from danube.wire import delivery
 from danube.wire.consume.ids import parse_consumer_id
@@ -71,18 +79,13 @@ from danube.wire.consume.messages import (
 )
 from danube.wire.consume.models import AckResult, MessagesOut, parse_ack_body
 from danube.wire.consume.stream import StreamDoor, run_stream, serve_consumer
-from danube.wire.http_errors import error_body, error_headers, http_status
 
 log = logging.getLogger(__name__)
 
 _ROUTE = re.compile(r"/v1/consumers/([^/]+)(/messages|/ack|/nack|/stream)?")
 _METHODS = {"/messages": "GET", "/ack": "POST", "/nack": "POST", None: "DELETE"}
 _OPS = {"/messages": "poll", "/ack": "ack", "/nack": "nack", None: "detach"}
-DOOR_START_S = 5.0  # the listener binds within this, or the dispatcher does not start
-DOOR_STOP_S = 5.0  # requests in progress are answered within this at a stop
-
-Answer = tuple[int, bytes, str, dict[str, str] | None]
-_JSON = "application/json"
+_BODY_SETTING = "dispatcher.data_body_bytes_max"
 
 
 class ConsumeDoor:
@@ -113,16 +116,10 @@ class ConsumeDoor:
         if scope["type"] != "http":  # lifespan: nothing served
             return
         try:
-            status, body, media, headers = await self._answer(scope, receive)
+            answer = await self._answer(scope, receive)
         except Exception as exc:
-            status, body, media, headers = _failed(exc)
-        head = [(b"content-length", b"%d" % len(body))]
-        if body:
-            head.append((b"content-type", media.encode("latin-1")))
-        for name, value in (headers or {}).items():
-            head.append((name.lower().encode("latin-1"), value.encode("latin-1")))
-        await send({"type": "http.response.start", "status": status, "headers": head})
-        await send({"type": "http.response.body", "body": body})
+            answer = error_answer(exc, "consume door", metrics.DOOR_REFUSALS)
+        await send_answer(send, answer)
 
     async def _answer(self, scope: Scope, receive: Receive) -> Answer:
         match = _ROUTE.fullmatch(scope["path"])
@@ -134,7 +131,7 @@ class ConsumeDoor:
             body = orjson.dumps(
                 {"error": {"code": "method_not_allowed", "message": f"{method} only"}}
             )
-            return 405, body, _JSON, {"Allow": method}
+            return 405, body, JSON, {"Allow": method}
         topic, sub, dispatcher_id = self._authorized(scope, match[1])
         if self._inflight >= self._inflight_max:
             raise OverLimitError("too many requests in flight on this consume door; retry")
@@ -146,8 +143,8 @@ class ConsumeDoor:
             async with asyncio.timeout(self.timeout_s):
                 if tail is None:
                     await self.calls.detach(topic, sub, dispatcher_id)
-                    return 204, b"", _JSON, None
-                body = await _read_body(receive, self.body_bytes_max)
+                    return 204, b"", JSON, None
+                body = await read_body(receive, self.body_bytes_max, _BODY_SETTING)
                 return await self._acknowledge(tail == "/nack", topic, sub, dispatcher_id, body)
         finally:
             self._inflight -= 1
@@ -155,15 +152,15 @@ class ConsumeDoor:
     def _authorized(self, scope: Scope, cid: str) -> tuple[TopicName, str, str]:
         """Who asks (401), the consumer id (400), ``consume`` on its topic (403): the order
         of discovery's guard."""
-        principal = self._principal(scope)
+        who = principal(self.security, scope)
         topic, sub, dispatcher_id = parse_consumer_id(cid)
         action = f"{scope.get('method', 'WEBSOCKET')} /v1/consumers/{{cid}} (consume door)"
-        self.security.authorize(principal, Permission.Consume, Resource.topic(topic), action=action)
+        self.security.authorize(who, Permission.Consume, Resource.topic(topic), action=action)
         return topic, sub, dispatcher_id
 
     async def _poll(self, scope: Scope, topic: TopicName, sub: str, dispatcher_id: str) -> Answer:
         max_, wait_ms = _poll_params(scope["query_string"])
-        accept = _header(scope, b"accept")
+        accept = header(scope, b"accept")
         async with asyncio.timeout(self.timeout_s + wait_ms / 1000):
             if wants_frames(accept):
                 frames = await self.calls.poll_frames(
@@ -175,7 +172,7 @@ class ConsumeDoor:
             batch = await self.calls.poll(topic, sub, dispatcher_id, max=max_, wait_ms=wait_ms)
             out = await messages_out(self.calls, topic, sub, dispatcher_id, batch)
         metrics.DOOR_MESSAGES.inc(len(out))
-        return 200, MessagesOut(messages=out).model_dump_json().encode(), _JSON, None
+        return 200, MessagesOut(messages=out).model_dump_json().encode(), JSON, None
 
     async def _acknowledge(
         self, nack: bool, topic: TopicName, sub: str, dispatcher_id: str, body: bytes
@@ -186,12 +183,12 @@ class ConsumeDoor:
             await self.calls.nack_ranges(
                 topic, sub, dispatcher_id, ranges, delay_ms=request.delay_ms
             )
-            return 204, b"", _JSON, None
+            return 204, b"", JSON, None
         ignored = await self.calls.ack_ranges(topic, sub, dispatcher_id, ranges)
         if not ignored:
-            return 204, b"", _JSON, None
+            return 204, b"", JSON, None
         result = AckResult(not_in_flight=not_in_flight(topic, ignored))
-        return 200, result.model_dump_json().encode(), _JSON, None
+        return 200, result.model_dump_json().encode(), JSON, None
 
     async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = _ROUTE.fullmatch(scope["path"])
@@ -211,22 +208,6 @@ class ConsumeDoor:
         await run_stream(
             websocket, door, lambda frames: serve_consumer(websocket, door, cid, frames), refusal
         )
-
-    def _principal(self, scope: Scope) -> str:
-        if not self.security.enabled:
-            return ANONYMOUS
-        tls_principal = scope.get(TLS_PRINCIPAL_SCOPE_KEY)
-        return self.security.authenticate(
-            _header(scope, b"authorization"),
-            tls_principal if isinstance(tls_principal, str) else None,
-        )
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for header, value in scope["headers"]:
-        if header == name:
-            return str(value.decode("latin-1"))
-    return None
 
 
 def _poll_params(query_string: bytes) -> tuple[int, int]:
@@ -250,46 +231,11 @@ def _int_param(query: dict[str, list[str]], name: str, default: int, low: int, h
     return int(text)
 
 
-async def _read_body(receive: Receive, body_bytes_max: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise UnavailableError("the client went away before its body was read")
-        part = message.get("body", b"")
-        size += len(part)
-        if size > body_bytes_max:
-            raise TooLargeError(
-                f"the body is over {body_bytes_max} bytes (dispatcher.data_body_bytes_max)",
-                code="body_too_large",
-                limit=body_bytes_max,
-            )
-        parts.append(part)
-        if not message.get("more_body", False):
-            return b"".join(parts)
-
-
-def _failed(exc: Exception) -> Answer:
-    """The answer to a request that raised ``exc``: its error for ours (and timeouts), a
-    logged 500 for anything else."""
-    if isinstance(exc, DanubeError | SecurityError | TimeoutError):
-        status = http_status(exc)
-        if status >= 500:
-            log.warning("consume door answered %d: %r", status, exc)
-        body = error_body(exc)
-        metrics.DOOR_REFUSALS.labels(body["error"]["code"]).inc()
-        return status, orjson.dumps(body), _JSON, error_headers(exc)
-    log.error("consume door: request failed", exc_info=exc)
-    return 500, orjson.dumps(error_body(exc)), _JSON, None
-
-
-class OpenDoor:
+class OpenDoor(Listening):
     """A consume door serving: its listener and its view of the security policy."""
 
     def __init__(self, server: AsgiServer, serving: asyncio.Task[None], gate: SecurityGate) -> None:
-        self.server = server
-        self.serving = serving
+        super().__init__(server, serving)
         self._tasks = TaskSet("consume door")
         if gate.enabled:
             self._tasks.spawn(gate.follow_keys(), name="security-keys")
@@ -300,9 +246,7 @@ class OpenDoor:
 
     async def close(self) -> None:
         """Stop taking requests (those in progress are answered), then the views."""
-        self.server.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self.serving), DOOR_STOP_S)
+        await super().close()
         await self._tasks.close(timeout_s=DOOR_STOP_S)
 
 

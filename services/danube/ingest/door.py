@@ -28,7 +28,6 @@ At most ``ingest.data_max_inflight`` produces run at once (the next: 429 at once
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from typing import Protocol
@@ -47,7 +46,6 @@ from danube.errors import (
     NotFoundError,
     NotLeaderError,
     OverLimitError,
-    TooLargeError,
     UnavailableError,
     UnsupportedMediaTypeError,
 )
@@ -59,12 +57,23 @@ from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.records import NodeRecord
 from danube.names import produce_topic
+from danube.runtime.door import (
+    DOOR_START_S,
+    DOOR_STOP_S,
+    JSON,
+    Answer,
+    Authenticator,
+    Listening,
+    body_too_large,
+    error_answer,
+    principal,
+    read_body,
+    send_answer,
+)
 from danube.runtime.http import AsgiServer, advertised_url
 from danube.runtime.service import NodeSession
-from danube.security.tls import TLS_PRINCIPAL_SCOPE_KEY
 from danube.tasks import TaskSet
 from danube.wire import codes
-from danube.wire.http_errors import error_body, error_headers, http_status
 from danube.wire.limits import for_partition
 from danube.wire.produce_binary import RECORDS_TYPE, parse_binary_params, runs_answer, scan_body
 
@@ -72,27 +81,9 @@ log = logging.getLogger(__name__)
 
 _PRODUCE_PATH = re.compile(r"/v1/topics/([^/]+)/([^/]+)/messages")
 _ACTION = "produce (data door)"
-_ANONYMOUS = "anonymous"
-DOOR_START_S = 5.0  # the listener binds within this, or the node does not start
-DOOR_STOP_S = 5.0  # requests in progress are answered within this at a stop
+_BODY_SETTING = "ingest.data_body_bytes_max"
 # Admission's refusals on this process: danube_ingest_policy_refusals_total and the like.
 ADMISSION_COUNTERS = AdmissionCounters.register("danube_ingest")
-
-Answer = tuple[int, bytes, dict[str, str] | None]
-
-
-class Authenticator(Protocol):
-    """Who asks (danube.security.gate.SecurityGate)."""
-
-    @property
-    def enabled(self) -> bool:
-        """False: everyone is anonymous."""
-        ...
-
-    def authenticate(self, authorization: str | None, tls_principal: str | None) -> str:
-        """The principal of a bearer token or a verified client certificate, or
-        UnauthenticatedError."""
-        ...
 
 
 class Leaders(Protocol):
@@ -128,21 +119,18 @@ class DataDoor:
         if scope["type"] != "http":  # a WebSocket or lifespan: nothing served
             return
         try:
-            status, body, headers = await self._answer(scope, receive)
+            answer = await self._answer(scope, receive)
         except Exception as exc:
-            status, body, headers = _failed(exc)
-        head = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        for name, value in (headers or {}).items():
-            head.append((name.lower().encode("latin-1"), value.encode("latin-1")))
-        await send({"type": "http.response.start", "status": status, "headers": head})
-        await send({"type": "http.response.body", "body": body})
+            answer = error_answer(exc, "data door", metrics.DOOR_REFUSALS)
+        await send_answer(send, answer)
 
     async def _answer(self, scope: Scope, receive: Receive) -> Answer:
         match = _PRODUCE_PATH.fullmatch(scope["path"])
         if match is None:
             raise NotFoundError(f"no route {scope['path']} on an ingest data door")
         if scope["method"] != "POST":
-            return 405, orjson.dumps(_code("method_not_allowed", "POST only")), {"Allow": "POST"}
+            body = orjson.dumps(_code("method_not_allowed", "POST only"))
+            return 405, body, JSON, {"Allow": "POST"}
         _check_headers(scope["headers"], self.body_bytes_max)
         if self._inflight >= self._inflight_max:
             raise OverLimitError("too many produce requests in flight on this node; retry")
@@ -151,7 +139,7 @@ class DataDoor:
             # The body's arrival is inside the deadline too: a client that sends its head
             # and then trickles the body holds a slot no longer than a produce may take.
             async with asyncio.timeout(self.timeout_s):
-                body = await _read_body(receive, self.body_bytes_max)
+                body = await read_body(receive, self.body_bytes_max, _BODY_SETTING)
                 return await self.produce(scope, match[1], match[2], body)
         finally:
             self._inflight -= 1
@@ -160,7 +148,7 @@ class DataDoor:
         """One binary produce to a partition this node leads (the module's docstring has
         the order of its checks)."""
         name = produce_topic(ns, topic)
-        principal = self._principal(scope)
+        who = principal(self.security, scope)
         handlers = self.leaders.leader_of(name)
         if handlers is None:
             raise await self._not_leader(name)
@@ -170,7 +158,7 @@ class DataDoor:
             body, max_messages=limits.messages_max, max_payload_bytes=limits.payload_bytes_max
         )
         admitted = await self.admission.produce(
-            principal,
+            who,
             name,
             FramesMessages(frames),
             producer_id=params.producer_id,
@@ -191,21 +179,7 @@ class DataDoor:
         offsets = [reply.offset(i) for i in range(count)]
         duplicates = [reply.duplicate_at(i) for i in range(count)]
         answer = runs_answer([name], [0] * count, offsets, duplicates, config.partitions)
-        return 200, answer, None
-
-    def _principal(self, scope: Scope) -> str:
-        security = self.security
-        if not security.enabled:
-            return _ANONYMOUS
-        authorization = None
-        for header, value in scope["headers"]:
-            if header == b"authorization":
-                authorization = value.decode("latin-1")
-                break
-        tls_principal = scope.get(TLS_PRINCIPAL_SCOPE_KEY)
-        return security.authenticate(
-            authorization, tls_principal if isinstance(tls_principal, str) else None
-        )
+        return 200, answer, JSON, None
 
     async def _not_leader(self, name: TopicName) -> DanubeError:
         """The refusal of a produce to a partition this node does not lead: where its
@@ -240,7 +214,7 @@ def _check_headers(headers: list[tuple[bytes, bytes]], body_bytes_max: int) -> N
             content_type = value.decode("latin-1").lower()
         elif header == b"content-length":
             if not value.isdigit() or int(value) > body_bytes_max:
-                raise _body_too_large(body_bytes_max)
+                raise body_too_large(body_bytes_max, _BODY_SETTING)
         elif header == b"content-encoding" and value.lower() != b"identity":
             raise UnsupportedMediaTypeError(
                 "a data door takes bodies as they are (frames compress their payloads)",
@@ -250,45 +224,8 @@ def _check_headers(headers: list[tuple[bytes, bytes]], body_bytes_max: int) -> N
         raise UnsupportedMediaTypeError(f"a data door takes {RECORDS_TYPE} bodies only")
 
 
-async def _read_body(receive: Receive, body_bytes_max: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise UnavailableError("the client went away before its body was read")
-        part = message.get("body", b"")
-        size += len(part)
-        if size > body_bytes_max:
-            raise _body_too_large(body_bytes_max)
-        parts.append(part)
-        if not message.get("more_body", False):
-            return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _body_too_large(body_bytes_max: int) -> TooLargeError:
-    return TooLargeError(
-        f"the body is over {body_bytes_max} bytes (ingest.data_body_bytes_max)",
-        code="body_too_large",
-        limit=body_bytes_max,
-    )
-
-
 def _code(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
-
-
-def _failed(exc: Exception) -> Answer:
-    """The answer to a produce that raised ``exc``: its error for ours (and timeouts), a
-    logged 500 for anything else."""
-    if isinstance(exc, DanubeError | TimeoutError):
-        status = http_status(exc)
-        if status >= 500:
-            log.warning("data door answered %d: %r", status, exc)
-        metrics.DOOR_REFUSALS.labels(error_body(exc)["error"]["code"]).inc()
-        return status, orjson.dumps(error_body(exc)), error_headers(exc)
-    log.error("data door: produce failed", exc_info=exc)
-    return 500, orjson.dumps(error_body(exc)), None
 
 
 class DoorAdmission:
@@ -319,23 +256,9 @@ class DoorAdmission:
         await self.refresher.close()
 
 
-class OpenDoor:
-    """A data door serving: its listener."""
-
-    def __init__(self, server: AsgiServer, serving: asyncio.Task[None]) -> None:
-        self.server = server
-        self.serving = serving
-
-    async def close(self) -> None:
-        """Stop taking requests (those in progress are answered)."""
-        self.server.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self.serving), DOOR_STOP_S)
-
-
 async def open_door(
     settings: DanubeSettings, node: Node, session: NodeSession, admission: DoorAdmission
-) -> OpenDoor:
+) -> Listening:
     """Listen on ``ingest.data_port`` with the section's limits and TLS (``admission``
     opened first); advertise the door's URL in the node's registration (lookups name it)."""
     ingest = settings.ingest
@@ -347,4 +270,4 @@ async def open_door(
     url = ingest.data_advertised_url or advertised_url(ingest, server.port)
     await session.advertise(url)
     log.info("ingest %s: data door at %s", node.node_id, url)
-    return OpenDoor(server, serving)
+    return Listening(server, serving)
