@@ -17,37 +17,19 @@ import httpx
 import orjson
 import pytest
 import websockets
+from doors import metric, registered_doors
 
 from danube.client import AsyncDanubeClient, ConsumerOptions
 from danube.client.errors import DeadlineExceededError
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
-from danube.meta.records import NodeRecord, Owner
+from danube.meta.records import Owner
 from danube.security import ensure_signing_key, issue_token
 from danube.up import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 DISPATCHER_ENV = {"DANUBE_DISPATCHER__LEASE_TTL_S": "2"}
-
-
-async def _doors(store: MetaStore) -> dict[str, str]:
-    """Each dispatcher's consume door, as it registered it."""
-    doors = {}
-    for kv in await store.range(meta_keys.nodes_prefix("dispatcher")):
-        record = NodeRecord.model_validate_json(kv.value)
-        assert record.data_url is not None, f"{record.node_id} registered no consume door"
-        doors[record.node_id] = record.data_url
-    return doors
-
-
-async def _metric(http: httpx.AsyncClient, url: str, name: str) -> float:
-    text = (await http.get(url)).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name) and not line.startswith("#")
-    )
 
 
 async def _produce(http: httpx.AsyncClient, base: str, topic: str, payloads: list[str]) -> None:
@@ -92,7 +74,7 @@ async def test_the_door_serves_what_its_dispatcher_owns_and_refuses_the_rest(
         )
         assert attach.status_code == 201, attach.text
         cid, url = attach.json()["consumer_id"], attach.json()["url"]
-        doors = await _doors(store)
+        doors = await registered_doors(store, "dispatcher")
         assert url in doors.values()
         other = next(u for u in doors.values() if u != url)
         # A lookup names the subscription's owner and its door as the attach did.
@@ -186,10 +168,12 @@ async def test_a_consumer_receives_and_acks_on_the_owners_door(
     payloads = [f"{mode}-{i}" for i in range(300)]
     async with AsyncDanubeClient(base) as sdk, httpx.AsyncClient(timeout=10) as http:
         await _produce(http, base, "direct", payloads)
-        before = await _metric(http, _metrics_url(dispatcher), "danube_dispatcher_door_messages")
+        before = await metric(http, _metrics_url(dispatcher), "danube_dispatcher_door_messages")
         options = ConsumerOptions(start="earliest", mode=mode, ack_interval_ms=10)  # type: ignore[arg-type]
         async with sdk.consumer("/default/direct", "s", options) as consumer:
-            assert consumer.door_url == (await _doors(store))["dispatcher-0"]
+            assert (
+                consumer.door_url == (await registered_doors(store, "dispatcher"))["dispatcher-0"]
+            )
             got = []
             for _ in payloads:
                 message = await consumer.receive(timeout_s=20)
@@ -199,7 +183,7 @@ async def test_a_consumer_receives_and_acks_on_the_owners_door(
             assert consumer.door_fallbacks == 0
             assert consumer.acks_failed == 0
         assert got == list(enumerate(payloads))  # every message, in order, once
-        delivered = await _metric(http, _metrics_url(dispatcher), "danube_dispatcher_door_messages")
+        delivered = await metric(http, _metrics_url(dispatcher), "danube_dispatcher_door_messages")
         assert delivered - before >= len(payloads)
         # Discovery answered the attach and nothing on the consumer's routes.
         assert _consume_routes_used((await http.get(f"{base}/metrics")).text) == 0
@@ -226,7 +210,7 @@ async def test_a_subscription_moved_under_a_streaming_consumer_is_followed(
         options = ConsumerOptions(start="earliest", ack_interval_ms=10, reconnect_timeout_s=60)
         async with sdk.consumer("/default/moved", "s", options) as consumer:
             first_door = consumer.door_url
-            doors = await _doors(store)
+            doors = await registered_doors(store, "dispatcher")
             owner = next(node for node, url in doors.items() if url == first_door)
             seen: dict[int, int] = {}  # offset -> deliveries
             acked: set[int] = set()
@@ -328,7 +312,7 @@ async def test_a_subscription_handed_over_under_a_consumer_costs_it_a_421_not_a_
         await _produce(http, base, "handed", payloads[:200])
         options = ConsumerOptions(start="earliest", mode=mode, ack_interval_ms=10)  # type: ignore[arg-type]
         async with sdk.consumer("/default/handed", "s", options) as consumer:
-            doors = await _doors(store)
+            doors = await registered_doors(store, "dispatcher")
             owner = next(node for node, url in doors.items() if url == consumer.door_url)
             survivor = next(url for node, url in doors.items() if node != owner)
             seen: dict[int, str] = {}

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from doors import metric, registered_doors
 
 from danube.bus import TopicName
 from danube.client import AsyncDanubeClient
@@ -27,25 +28,6 @@ from replication import Cluster, connect, leader, new_leader, read_all, wait_isr
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 RECORDS = "application/vnd.danube.records"
-
-
-async def _doors(store: MetaStore) -> dict[str, str]:
-    """Each ingest node's data door, as it registered it."""
-    doors = {}
-    for kv in await store.range(meta_keys.nodes_prefix("ingest")):
-        record = NodeRecord.model_validate_json(kv.value)
-        assert record.data_url is not None, f"{record.node_id} registered no data door"
-        doors[record.node_id] = record.data_url
-    return doors
-
-
-async def _metric(http: httpx.AsyncClient, url: str, name: str) -> float:
-    text = (await http.get(url)).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name) and not line.startswith("#")
-    )
 
 
 async def test_a_producer_posts_to_the_leaders_doors_and_discovery_carries_no_message(
@@ -64,7 +46,7 @@ async def test_a_producer_posts_to_the_leaders_doors_and_discovery_carries_no_me
         producer = sdk.producer(topic, linger_ms=1)
         await producer.send_and_wait(b"warm-up", key="k-0")  # every leader elected
         looked = (await http.get(f"{base}/v1/lookup/default/direct")).json()
-        doors = await _doors(store)
+        doors = await registered_doors(store, "ingest")
         assert len(set(doors.values())) == 2
         for partition in looked["partitions"]:
             owner = partition["owner"]
@@ -74,7 +56,7 @@ async def test_a_producer_posts_to_the_leaders_doors_and_discovery_carries_no_me
         assert [p.url for p in (await sdk.admin.lookup(topic)).partitions] == [
             p["url"] for p in looked["partitions"]
         ]
-        produced_before = await _metric(
+        produced_before = await metric(
             http, f"{base}/metrics", "danube_discovery_messages_produced_total"
         )
         ids = [f"m-{i}" for i in range(400)]
@@ -82,13 +64,13 @@ async def test_a_producer_posts_to_the_leaders_doors_and_discovery_carries_no_me
         for msg_id, result in zip(ids, await asyncio.gather(*futures), strict=True):
             history.produced(msg_id, partition=result.partition, offset=result.offset, acked=True)
         await producer.close()
-        produced_after = await _metric(
+        produced_after = await metric(
             http, f"{base}/metrics", "danube_discovery_messages_produced_total"
         )
         through_doors = 0.0
         for kv in await store.range(meta_keys.nodes_prefix("ingest")):
             address = NodeRecord.model_validate_json(kv.value).address
-            through_doors += await _metric(
+            through_doors += await metric(
                 http, f"http://{address}/metrics", "danube_ingest_door_messages_total"
             )
     assert produced_after == produced_before, "discovery carried messages"
@@ -133,7 +115,7 @@ async def test_a_door_answers_only_for_what_its_node_leads(
         await sdk.admin.create_topic(TopicName("default", "doors"), partitions=1)
         await sdk.producer(TopicName("default", "doors")).send_and_wait(b"elect")
         owner = await leader(store, TopicName("default", "doors-part-0"))
-        doors = await _doors(store)
+        doors = await registered_doors(store, "ingest")
         (other,) = [node for node in doors if node != owner.node_id]
         path = "/v1/topics/default/doors-part-0/messages"
         refused = await http.post(
@@ -211,7 +193,7 @@ async def test_a_leadership_moved_under_a_producer_costs_it_a_redirect_not_a_tim
         history.produced("m-0", partition=str(partition), offset=0, acked=True)
         await wait_isr(store, partition, 2)
         owner = await leader(store, partition)
-        doors = await _doors(store)
+        doors = await registered_doors(store, "ingest")
         (other,) = [node for node in doors if node != owner.node_id]
         slowest_s = 0.0
         sent = 1

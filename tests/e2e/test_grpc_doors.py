@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from doors import metric, registered_doors
 
 from danube.bus import TopicName
 from danube.client import AsyncDanubeClient
@@ -69,25 +70,6 @@ async def drive(grpc_url: str, scenario: str, *args: str, timeout_s: float = 120
     return json.loads(out.decode().splitlines()[-1])
 
 
-async def grpc_doors(store: MetaStore) -> dict[str, str]:
-    """Each ingest node's gRPC door, as it registered it."""
-    doors = {}
-    for kv in await store.range(meta_keys.nodes_prefix("ingest")):
-        record = NodeRecord.model_validate_json(kv.value)
-        assert record.grpc_url is not None, f"{record.node_id} registered no gRPC door"
-        doors[record.node_id] = record.grpc_url
-    return doors
-
-
-async def metric(http: httpx.AsyncClient, url: str, name: str) -> float:
-    text = (await http.get(url)).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name) and not line.startswith("#")
-    )
-
-
 async def ingest_metric(http: httpx.AsyncClient, store: MetaStore, name: str) -> float:
     total = 0.0
     for kv in await store.range(meta_keys.nodes_prefix("ingest")):
@@ -127,7 +109,7 @@ async def test_the_official_client_is_redirected_to_the_leaders_and_discovery_ca
         await warm.send_and_wait(b"warm-up", key="k-0")  # every leader elected
         await warm.close()
         owners = [await leader(store, topic.partition_name(i)) for i in range(2)]
-        doors = await grpc_doors(store)
+        doors = await registered_doors(store, "ingest", "grpc_url")
         assert len(set(doors.values())) == 2
         produced_before = await metric(
             http, f"{base}/metrics", "danube_discovery_messages_produced_total"
@@ -168,7 +150,7 @@ async def test_the_official_client_follows_a_moved_leader_and_loses_nothing(
         await warm.close()
         await wait_isr(store, partition, 2)
         owner = await leader(store, partition)
-        doors = await grpc_doors(store)
+        doors = await registered_doors(store, "ingest", "grpc_url")
         (other,) = [node for node in doors if node != owner.node_id]
         process = await asyncio.create_subprocess_exec(
             str(CLIENT_PYTHON),
@@ -224,7 +206,7 @@ async def test_lookups_redirect_to_the_leader_or_connect_to_discovery(
         await plain.close()
     owner = await leader(store, topic.partition_name(0))
     plain_owner = await leader(store, TopicName("default", "plain"))
-    doors = await grpc_doors(store)
+    doors = await registered_doors(store, "ingest", "grpc_url")
     leader_door = doors[owner.node_id]
     (other_door,) = [url for node, url in doors.items() if node != owner.node_id]
 
