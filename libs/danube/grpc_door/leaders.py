@@ -10,7 +10,8 @@ import contextlib
 
 from danube.meta import MetaDecodeError, MetaStore, TopicName, decode_model
 from danube.meta import keys as meta_keys
-from danube.meta.records import NodeRecord, Owner
+from danube.meta.doors import owner_door
+from danube.meta.records import NodeRecord
 
 DISCOVERY_NODES_READ_MAX = 64
 
@@ -24,11 +25,9 @@ class LeaderDoors:
     async def door_of(self, partition: TopicName) -> str | None:
         """The gRPC door of ``partition``'s leader (a partition, or a topic without
         partitions); None when it has no leader now or the leader serves none."""
-        owner = await self.store.get_model(meta_keys.partition_owner_key(partition), Owner)
-        if owner is None:
-            return None
-        record = await self.store.get_model(meta_keys.node_key("ingest", owner.node_id), NodeRecord)
-        return None if record is None else record.grpc_url
+        key = meta_keys.partition_owner_key(partition)
+        _, url = await owner_door(self.store, key, "ingest", "grpc_url")
+        return url
 
     async def discovery_door(self) -> str | None:
         """The gRPC door of a registered discovery instance (the first in key order), or

@@ -17,7 +17,7 @@ from danube.dispatcher.served import ServedSubscription
 from danube.errors import NotLeaderError
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys
-from danube.meta.records import NodeRecord, Owner
+from danube.meta.doors import owner_door
 from danube.wire.dispatcher import protocol
 
 # An ack or a detach is answered within this (as DispatcherClient's calls).
@@ -47,15 +47,12 @@ class LocalConsumers:
         """The consume door of ``sub``'s owner as etcd says now (two reads), None when
         nobody owns it, its owner advertises none, or etcd does not answer."""
         try:
-            owner = await self.store.get_model(meta_keys.subscription_owner_key(topic, sub), Owner)
-            if owner is None:
-                return None
-            record = await self.store.get_model(
-                meta_keys.node_key("dispatcher", owner.node_id), NodeRecord
+            _, url = await owner_door(
+                self.store, meta_keys.subscription_owner_key(topic, sub), "dispatcher"
             )
         except Exception:  # a hint only: the client attaches again through discovery
             return None
-        return None if record is None else record.data_url
+        return url
 
     async def poll(
         self, topic: TopicName, sub: str, consumer_id: str, *, max: int = 100, wait_ms: int = 1000

@@ -54,8 +54,7 @@ from danube.ingest import leadership, metrics
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.node import Node
 from danube.meta import MetaStore, TopicName
-from danube.meta import keys as meta_keys
-from danube.meta.records import NodeRecord
+from danube.meta.doors import node_door
 from danube.names import produce_topic
 from danube.runtime.door import (
     DOOR_START_S,
@@ -196,8 +195,7 @@ class DataDoor:
         owner = view.owner
         if owner is None:
             return UnavailableError(f"{name} has no leader now; look it up again", code="no_owner")
-        record = await self.store.get_model(meta_keys.node_key("ingest", owner.node_id), NodeRecord)
-        url = None if record is None else record.data_url
+        url = await node_door(self.store, "ingest", owner.node_id)
         return NotLeaderError(f"this node does not lead {name}; its leader does", leader_url=url)
 
 

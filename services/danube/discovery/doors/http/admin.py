@@ -39,6 +39,7 @@ from danube.discovery.doors.http.state import Services, ServicesDep
 from danube.discovery.doors.http.subscriptions import list_subscriptions
 from danube.meta import MetaDecodeError, MetaStore, TopicName, decode_model
 from danube.meta import keys as meta_keys
+from danube.meta.doors import owner_door
 from danube.meta.records import (
     NamespacePolicy,
     NodeRecord,
@@ -387,12 +388,9 @@ async def _subscription_owner(
     store: MetaStore, topic: TopicName, sub: str
 ) -> SubscriptionLookupOut:
     """The dispatcher owning ``sub`` now and its consume door (two reads)."""
-    owner = await store.get_model(meta_keys.subscription_owner_key(topic, sub), Owner)
-    if owner is None:
-        return SubscriptionLookupOut(name=sub, owner=None, url=None)
-    record = await store.get_model(meta_keys.node_key("dispatcher", owner.node_id), NodeRecord)
-    url = None if record is None else record.data_url
-    return SubscriptionLookupOut(name=sub, owner=owner.node_id, url=url)
+    key = meta_keys.subscription_owner_key(topic, sub)
+    owner, url = await owner_door(store, key, "dispatcher")
+    return SubscriptionLookupOut(name=sub, owner=None if owner is None else owner.node_id, url=url)
 
 
 async def _data_urls(store: MetaStore) -> dict[str, str]:
