@@ -198,6 +198,7 @@ async def test_a_leadership_moved_under_a_producer_costs_it_a_redirect_not_a_tim
         slowest_s = 0.0
         sent = 1
         stop = asyncio.Event()
+        progress = asyncio.Condition()
 
         async def send() -> None:
             nonlocal slowest_s, sent
@@ -210,9 +211,15 @@ async def test_a_leadership_moved_under_a_producer_costs_it_a_redirect_not_a_tim
                 history.produced(
                     msg_id, partition=result.partition, offset=result.offset, acked=True
                 )
+                async with progress:
+                    progress.notify_all()
+
+        async def sent_past(count: int) -> None:
+            async with asyncio.timeout(20), progress:
+                await progress.wait_for(lambda: sent >= count)
 
         sending = asyncio.create_task(send())
-        await asyncio.sleep(0.5)
+        await sent_past(50)  # under way at the old leader
         moved = await http.post(
             f"{base}/v1/partitions/default/{partition.topic}/reassign",
             json={"replicas": [other, owner.node_id]},
@@ -220,7 +227,7 @@ async def test_a_leadership_moved_under_a_producer_costs_it_a_redirect_not_a_tim
         assert moved.status_code == 200, moved.text
         elected = await new_leader(store, partition, owner.epoch)
         assert elected.node_id == other
-        await asyncio.sleep(1.0)
+        await sent_past(sent + 50)  # and on at the new one
         stop.set()
         await sending
         redirects = producer._sequenced.doors.failures if producer._sequenced else -1
