@@ -115,6 +115,13 @@ async def _produce(http: httpx.AsyncClient, started_ms: int) -> dict[tuple[str, 
     return due
 
 
+async def _tick(lags: list[tuple[int, int]], done: asyncio.Event) -> None:
+    while not done.is_set():
+        before = time.monotonic()
+        await asyncio.sleep(0.01)
+        lags.append((_now_ms(), int((time.monotonic() - before - 0.01) * 1000)))
+
+
 async def _refusals(http: httpx.AsyncClient) -> None:
     path = f"/v1/topics/default/{TOPIC}/messages"
     far = _now_ms() + 11 * 86_400_000
@@ -148,6 +155,8 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
     dispatchers = [first]
     seen = Seen()
     done = asyncio.Event()
+    lags: list[tuple[int, int]] = []  # (when, ms): how late this process's own 10 ms ticks ran
+    observer = asyncio.create_task(_tick(lags, done))
     try:
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{discovery.spec.port}", timeout=60
@@ -183,6 +192,7 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
             await consumer
     finally:
         done.set()
+        await observer
         for process in dispatchers:
             process.stop()
 
@@ -204,19 +214,23 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
         for ref, at in due.items()
         if at is not None and killed_ms <= at < settled_ms
     )
+    stalled = max(lag for at, lag in lags if at >= settled_ms)  # while the judged were due
     duplicates = sum(len(times) - 1 for times in seen.arrivals.values())
     print(
         f"killed at {killed_ms - started_ms} ms, served again at "
         f"{seen.served_again_ms - started_ms} ms; due after: {len(late)}, lateness ms "
         f"p50 {late[len(late) // 2]} p99 {late[len(late) * 99 // 100]} max {late[-1]}; "
         f"due during the takeover: {len(waited)}, late by at most {max(waited, default=0)} ms; "
-        f"duplicates {duplicates}"
+        f"duplicates {duplicates}; this process stalled {stalled} ms at most"
     )
     # On time: nine in ten within 50 ms of their time (the consumer's poll included, through
     # discovery); the rest by a stall of the loaded 2-core machine (four processes, shared
     # with other runs: p99 measured 36 to 64 ms there, the max 47 to 90 ms).
     assert late[len(late) * 9 // 10] <= LATE_MS_MAX, f"p90 late by {late[len(late) * 9 // 10]}"
-    assert late[-1] <= STALL_MS_MAX, f"late by {late[-1]} ms"
+    # The longest lateness, beyond what this process (the observer) stalled itself: a stall of
+    # the whole machine delays the observer's poll as much as the dispatcher (a CI run saw a
+    # max of 274 ms with p50 4 ms; quiet runs 32 to 66 ms, also with two busy loops beside).
+    assert late[-1] <= STALL_MS_MAX + stalled, f"late by {late[-1]} ms, stalled {stalled}"
     # What fell due while nobody served came as soon as the new dispatcher served.
     for ref, at in due.items():
         if at is not None and at < settled_ms:

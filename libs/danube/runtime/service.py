@@ -368,18 +368,49 @@ async def node_session(
         raise LeaseLostError(f"{kind} {node_id}: node lease lost", lease_id=lease.id)
 
 
+# How long an in-process service may take to stop once asked (tests and benchmarks).
+IN_PROCESS_STOP_S = 30.0
+
+
 @asynccontextmanager
 async def run_in_process(
     serve: Serve, settings: DanubeSettings, node_id: str, *, must_stop_cleanly: bool = False
 ) -> AsyncIterator[asyncio.Task[None]]:
     """Run a service's ``serve`` as a task of this process until the block ends (tests and
-    benchmarks); ``must_stop_cleanly``: re-raise what it failed with, if anything."""
+    benchmarks); ``must_stop_cleanly``: re-raise what it failed with, if anything. A service
+    still running :data:`IN_PROCESS_STOP_S` after the block ends is cancelled and the block
+    fails naming where each task waited (a hung stop would otherwise hold the test until its
+    timeout and leave the service's bus subscriptions to answer the next test)."""
     stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, node_id, stop))
+    task = asyncio.create_task(serve(settings, node_id, stop), name=f"serve-{node_id}")
     try:
         yield task
     finally:
         stop.set()
+        done, _ = await asyncio.wait([task], timeout=IN_PROCESS_STOP_S)
+        if not done:  # a stop that hangs is a bug: say where, then end it
+            stuck = _task_stacks()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise TimeoutError(
+                f"{node_id} did not stop within {IN_PROCESS_STOP_S:.0f} s; its tasks:\n{stuck}"
+            )
         (outcome,) = await asyncio.gather(task, return_exceptions=True)
     if must_stop_cleanly and isinstance(outcome, BaseException):
         raise outcome  # a clean stop returns; anything else is a bug
+
+
+def _task_stacks() -> str:
+    """Every task of the loop with the chain of coroutines it waits in, outermost first."""
+    lines: list[str] = []
+    for task in asyncio.all_tasks():
+        chain: list[str] = []
+        awaited: Any = task.get_coro()
+        while awaited is not None and getattr(awaited, "cr_frame", None) is not None:
+            frame = awaited.cr_frame
+            chain.append(
+                f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})"
+            )
+            awaited = awaited.cr_await
+        lines.append(f"  {task.get_name()}: {' -> '.join(chain) or 'not started'}")
+    return "\n".join(sorted(lines))
