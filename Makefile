@@ -18,8 +18,18 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/danube up $(ARGS)
 
+# Without ARGS: the unit and integration tiers on two workers (pytest-xdist; each worker starts
+# its own nats-server, etcd and S3 server), then the whole-mesh and Spark tiers one at a time
+# (their processes and timing assertions get both cores). Both halves run; either failing fails.
+# With ARGS (a marker, a file, -k ...): one pytest run, one worker, as given.
 test: setup setup-interop setup-tools
+ifeq ($(strip $(ARGS)),)
+	$(BIN)/pytest -n 2 --durations=20 tests/unit tests/integration; first=$$?; \
+	$(BIN)/pytest --durations=40 tests/e2e tests/spark; second=$$?; \
+	test $$first -eq 0 -a $$second -eq 0
+else
 	$(BIN)/pytest --durations=40 $(ARGS)
+endif
 
 # Command-line tools the tests run (Debian packages, installed once when missing): kubectl
 # renders deploy/kubernetes (tests/unit/test_kubernetes_manifests.py), promtool checks
