@@ -444,6 +444,40 @@ async def test_close_cancels_handlers_past_the_drain_timeout(config: BusConfig) 
     await client.close()
 
 
+async def test_a_responder_drained_alone_cancels_a_stuck_handler_past_the_drain_timeout(
+    config: BusConfig,
+) -> None:
+    """An owner stops serving one subject (a dispatcher letting a subscription go, ingest
+    stepping down) while its bus lives on: the drain ends within the timeout, not with the
+    stuck handler."""
+    short = config.model_copy(update={"drain_timeout_s": 0.3})
+    server = await Bus.connect(short, name="stuck-one")
+    client = await Bus.connect(short, name="stuck-one-client")
+    cancelled = asyncio.Event()
+
+    async def stuck(request: Request) -> bytes:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return b""
+
+    responder = await server.serve(server.subjects.produce(TOPIC), stuck)
+    call = asyncio.create_task(client.request(server.subjects.produce(TOPIC), b"", timeout_s=10))
+    await wait_until(lambda: responder.in_flight == 1)
+    start = time.monotonic()
+    await responder.drain()
+    assert time.monotonic() - start < 0.3 + 1.0
+    await wait_until(cancelled.is_set)
+    assert responder.in_flight == 0
+    call.cancel()
+    with contextlib.suppress(asyncio.CancelledError, BusError):
+        await call
+    await server.close()
+    await client.close()
+
+
 async def test_a_finished_subscription_or_responder_is_not_kept_by_the_bus(
     server: Bus, client: Bus
 ) -> None:

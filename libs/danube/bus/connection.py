@@ -240,6 +240,7 @@ class Bus:
             publish_timeout_s=self.config.request_timeout_s,
             max_payload_bytes=lambda: self._nc.max_payload,
             publish=self._publish,
+            drain_timeout_s=self.config.drain_timeout_s,
         )
         sub = await self._subscribe(
             subject, queue, responder.on_message, pending_msgs_limit, pending_bytes_limit

@@ -83,6 +83,7 @@ class Responder(DropCounter):
         publish_timeout_s: float,
         max_payload_bytes: Callable[[], int],
         publish: PublishFn,
+        drain_timeout_s: float = 10.0,
     ) -> None:
         if max_concurrency < 1:
             raise BusError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -91,6 +92,7 @@ class Responder(DropCounter):
         self._slots = asyncio.Semaphore(max_concurrency)
         self._default_timeout_s = default_timeout_s
         self._publish_timeout_s = publish_timeout_s
+        self._drain_timeout_s = drain_timeout_s
         self._max_payload_bytes = max_payload_bytes
         self._publish = publish
         self._tasks: set[asyncio.Task[None]] = set()
@@ -189,16 +191,25 @@ class Responder(DropCounter):
             logger.warning("bus: reply on %s lost: %r", self.subject, exc)
 
     async def drain(self) -> None:
-        """Stop taking requests, then wait for the queued and running ones to be answered.
-
-        Unbounded on its own: the caller (``Bus.close``) puts a deadline around it.
-        """
-        sub, self._sub = self._sub, None
-        if sub is not None:
-            with contextlib.suppress(nats.errors.Error):  # closed already: nothing left to take
-                await sub.drain()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
-        if self._tasks:
-            await asyncio.wait(set(self._tasks))
+        """Stop taking requests, then wait for the queued and running ones to be answered,
+        for ``drain_timeout_s`` at most: the handlers still running then are cancelled (their
+        callers time out), so an owner's stop never waits on a stuck handler."""
+        try:
+            async with asyncio.timeout(self._drain_timeout_s):
+                sub, self._sub = self._sub, None
+                if sub is not None:
+                    with contextlib.suppress(nats.errors.Error):  # closed already
+                        await sub.drain()  # type: ignore[no-untyped-call]  # unannotated in nats-py
+                if self._tasks:
+                    await asyncio.wait(set(self._tasks))
+        except TimeoutError:
+            logger.warning(
+                "bus: %d handlers on %s still running after %.0f s of draining: cancelled",
+                len(self._tasks),
+                self.subject,
+                self._drain_timeout_s,
+            )
+            self.cancel()
 
     async def unsubscribe(self) -> None:
         """Stop taking requests now; cancel the handlers in flight (their callers time out)."""
