@@ -42,7 +42,13 @@ SECRET = "danube-object-store"
 WORKLOADS = {name: name.replace("_", "-") for name in SERVICE_ORDER}  # kind -> object name
 SECURE_MOUNT = "/run/danube/secure"
 KEYS_MOUNT = "/run/danube/keys"
-MESH_SECRETS = ("danube-tls", "danube-nats", "danube-etcd", "danube-signing-keys")
+MESH_SECRETS = (
+    "danube-tls",
+    "danube-nats",
+    "danube-etcd",
+    "danube-signing-keys",
+    "danube-verify-keys",
+)
 # What docs/operations.md and the dev overlay's kustomization tell the operator to run.
 DEV_HOSTS = (
     "discovery",
@@ -285,7 +291,9 @@ def secured_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str,
     files = ensure_secure_files(made, subject_prefix="danube", issuer="danube", audience="danube")
     return {
         kind: {
-            key: value.replace(str(made / "keys"), KEYS_MOUNT).replace(str(made), SECURE_MOUNT)
+            key: value.replace(str(made / "verify-keys"), KEYS_MOUNT)
+            .replace(str(made / "keys"), KEYS_MOUNT)
+            .replace(str(made), SECURE_MOUNT)
             for key, value in service_environment(files, kind).items()
         }
         for kind in SERVICE_ORDER
@@ -318,7 +326,12 @@ def test_every_mesh_workload_mounts_its_credentials_and_runs_secured(
         if kind in TOKEN_KINDS:  # the services with client doors
             assert settings.security.enabled
             assert settings.security.keys_dir == Path(KEYS_MOUNT)
-            assert files[f"{KEYS_MOUNT}/*"] == ("danube-signing-keys", "*")
+            # Only discovery issues tokens: the others hold the public halves, never a
+            # key that signs.
+            keys = "danube-signing-keys" if kind == "discovery" else "danube-verify-keys"
+            assert files[f"{KEYS_MOUNT}/*"] == (keys, "*"), kind
+        else:
+            assert KEYS_MOUNT not in repr(files), kind
         if kind == "discovery":
             assert (settings.discovery.grpc_advertised_url or "").startswith("https://")
             # Outside clients reach the load balancer only: no Redirect to the pods.
@@ -382,6 +395,9 @@ def test_dev_generates_the_secrets_from_the_files_init_writes(secured_tree: Path
         assert value == (secure / key).read_bytes()
     assert set(_secret_data("dev", "danube-etcd")) == {"etcd-root.password", "etcd-mesh.password"}
     assert set(_secret_data("dev", "danube-signing-keys")) == {"dev.pem"}
+    (public,) = _secret_data("dev", "danube-verify-keys").items()
+    assert public == ("dev.pub.pem", (secure / "verify-keys/dev.pub.pem").read_bytes())
+    assert b"PRIVATE" not in public[1]
     config = json.loads(_secret_data("dev", "danube-nats-config")["nats.conf"])
     users = {user["user"] for user in config["authorization"]["users"]}
     assert users == set(SERVICE_ORDER)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from danube.bus.permissions import KIND_PERMISSIONS
 from danube.cli.main import app
 from danube.config import load_settings
-from danube.security import load_keys
+from danube.security import generate_key, load_keys, write_public_keys
 from danube.security.tokens import TokenVerifier
 from danube.up.secure import (
     SECURE_DIR_NAME,
@@ -127,15 +127,21 @@ def test_init_and_up_secure_share_the_layout_and_the_settings(tmp_path: Path) ->
     init(tmp_path / "init")
     made_by_up = set(snapshot(tmp_path / "data" / SECURE_DIR_NAME))
     made_by_init = set(snapshot(tmp_path / "init"))
-    key_files = {name for name in made_by_up if name.startswith("keys/")}
-    assert made_by_up - key_files == made_by_init - {
-        name for name in made_by_init if name.startswith("keys/")
+
+    def keyless(names: set[str]) -> set[str]:  # each made its own key: a new id
+        return {name for name in names if not name.startswith(("keys/", "verify-keys/"))}
+
+    assert keyless(made_by_up) == keyless(made_by_init)
+    assert {name.split("/")[0] for name in made_by_up - keyless(made_by_up)} == {
+        "keys",
+        "verify-keys",
     }
     files = SecureFiles(
         credentials=secured.credentials,
         nats_config=secured.nats_config,
         pki=secured.pki,
         keys_dir=secured.credentials.dir / "keys",
+        verify_keys_dir=secured.credentials.dir / "verify-keys",
         admin_token_file=secured.admin_token_file,
     )
     for kind in KIND_PERMISSIONS:
@@ -147,6 +153,31 @@ def test_init_and_up_secure_share_the_layout_and_the_settings(tmp_path: Path) ->
     discovery = load_settings(None, environ=secured.env_for("discovery"))
     assert discovery.security.enabled
     assert discovery.security.super_admins == ["admin"]
+    assert discovery.security.keys_dir == files.keys_dir
+    for kind in ("ingest", "dispatcher"):  # they verify tokens: the public halves only
+        verifying = load_settings(None, environ=secured.env_for(kind))
+        assert verifying.security.enabled
+        assert verifying.security.keys_dir == files.verify_keys_dir
+
+
+def test_the_verifying_kinds_get_public_keys_that_verify_and_never_sign(tmp_path: Path) -> None:
+    directory = tmp_path / "secure"
+    init(directory, "--signing-kid", "dev")
+    verify = directory / "verify-keys"
+    assert [path.name for path in verify.iterdir()] == ["dev.pub.pem"]
+    assert b"PRIVATE" not in (verify / "dev.pub.pem").read_bytes()
+    public = load_keys(verify)
+    assert public.signing is None
+    token = (directory / "admin.token").read_text().strip()
+    verifier = TokenVerifier(dict(public.public), issuer="danube", audience="danube")
+    assert verifier.verify(token).principal == "admin"
+    # A key added where the signing keys are shows up beside it; a key removed goes.
+    generate_key(directory / "keys", "k2")
+    assert write_public_keys(directory / "keys", verify) == ["dev", "k2"]
+    assert sorted(path.name for path in verify.iterdir()) == ["dev.pub.pem", "k2.pub.pem"]
+    (directory / "keys" / "dev.pem").unlink()
+    assert write_public_keys(directory / "keys", verify) == ["k2"]
+    assert [path.name for path in verify.iterdir()] == ["k2.pub.pem"]
 
 
 def test_init_uses_the_configured_subject_prefix(tmp_path: Path) -> None:

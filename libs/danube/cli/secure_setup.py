@@ -89,7 +89,10 @@ def init(
     err.print(f"secured mesh files in {files.credentials.dir}")
     err.print(f"  nats-server config: {files.nats_config}")
     err.print(f"  CA: {files.pki.ca.cert}; server certificate: {files.pki.server.cert}")
-    err.print(f"  signing keys: {files.keys_dir}; admin token: {files.admin_token_file}")
+    err.print(
+        f"  signing keys: {files.keys_dir} (their public halves: {files.verify_keys_dir}); "
+        f"admin token: {files.admin_token_file}"
+    )
 
 
 def etcd_setup(

@@ -36,6 +36,7 @@ from danube.security.tokens import (
     generate_key,
     issue_token,
     load_keys,
+    write_public_keys,
 )
 
 __all__ = [
@@ -58,4 +59,5 @@ __all__ = [
     "generate_key",
     "issue_token",
     "load_keys",
+    "write_public_keys",
 ]

@@ -147,6 +147,32 @@ def generate_key(keys_dir: Path, kid: str | None = None) -> SigningKey:
     return SigningKey(kid, private)
 
 
+def write_public_keys(keys_dir: Path, public_dir: Path) -> list[str]:
+    """Make ``public_dir`` hold the public half of every key of ``keys_dir`` and nothing
+    else: ``<kid>.pub.pem`` each (written elsewhere and renamed in, so a service reading the
+    directory never sees half a file), public files of keys gone from ``keys_dir`` removed.
+    For the services that only verify tokens (ingest and dispatcher doors): they never hold
+    a key that signs. Returns the key ids, sorted."""
+    keys = load_keys(keys_dir)
+    public_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for kid, key in keys.public.items():
+        pem = key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        path = public_dir / f"{kid}{PUBLIC_SUFFIX}"
+        if path.exists() and path.read_bytes() == pem:
+            continue
+        staged = public_dir / f".{kid}.staged"
+        staged.write_bytes(pem)
+        os.chmod(staged, 0o644)
+        os.replace(staged, path)
+    for path in public_dir.iterdir():
+        name = path.name
+        if name.endswith(PUBLIC_SUFFIX) and name[: -len(PUBLIC_SUFFIX)] not in keys.public:
+            path.unlink()
+    return sorted(keys.public)
+
+
 def ensure_signing_key(keys_dir: Path, kid: str | None = None) -> SigningKey:
     """The key that signs in ``keys_dir`` (the greatest private key id), made (with id
     ``kid``, default :func:`new_kid`) when the directory has none: what ``danube up

@@ -43,7 +43,7 @@ from danube.meta.client import EtcdClient, EtcdLogin
 from danube.meta.errors import MetaError
 from danube.meta.txn import prefix_range_end
 from danube.security.pki import DEFAULT_HOSTS, LocalPki, ensure_local_pki
-from danube.security.tokens import ensure_signing_key, issue_token
+from danube.security.tokens import ensure_signing_key, issue_token, write_public_keys
 
 __all__ = [
     "ETCD_MESH_ROLE",
@@ -267,7 +267,9 @@ class SecureFiles:
     pki: LocalPki
     """The local CA, the server certificate of every listener, the admin's client one."""
     keys_dir: Path
-    """The token signing keys (``security.keys_dir``)."""
+    """The token signing keys (discovery's ``security.keys_dir``: it issues tokens)."""
+    verify_keys_dir: Path
+    """Their public halves only (the ``security.keys_dir`` of the kinds that only verify)."""
     admin_token_file: Path
 
 
@@ -293,6 +295,8 @@ def ensure_secure_files(
     pki = ensure_local_pki(credentials.dir / "pki", hosts=wanted, clients=(ADMIN_PRINCIPAL,))
     keys_dir = credentials.dir / "keys"
     signing = ensure_signing_key(keys_dir, signing_kid)
+    verify_keys_dir = credentials.dir / "verify-keys"
+    write_public_keys(keys_dir, verify_keys_dir)
     admin_token = issue_token(
         signing, ADMIN_PRINCIPAL, admin_token_ttl_s, issuer=issuer, audience=audience
     )
@@ -303,6 +307,7 @@ def ensure_secure_files(
         nats_config=nats_config,
         pki=pki,
         keys_dir=keys_dir,
+        verify_keys_dir=verify_keys_dir,
         admin_token_file=token_file,
     )
 
@@ -327,11 +332,12 @@ class SecureMesh:
         return dict(self.kind_env.get(kind, {}))
 
 
-# The kinds whose doors ask clients for a token (RBAC): discovery, and the dispatchers'
-# consume doors (docs/http-api.md, "Direct consume").
 # The services with doors clients reach: tokens and RBAC (discovery; ingest's data and gRPC
 # doors; the dispatchers' consume doors).
 TOKEN_KINDS = frozenset({"discovery", "dispatcher", "ingest"})
+# Those of them that issue tokens (API keys exchanged for tokens), so hold the private keys;
+# the others get the public halves only (a compromised ingest pod cannot mint a token).
+SIGNING_KINDS = frozenset({"discovery"})
 # Those that also take a client certificate as a principal (optional).
 CLIENT_CERT_KINDS = frozenset({"discovery", "ingest"})
 
@@ -344,8 +350,8 @@ def service_environment(
     and the path of its password, its listener's certificate; discovery and ingest (whose
     data and gRPC doors take produce from clients) also the client CA (client certificates
     optional: the subject is a principal); those and the dispatchers (their consume doors)
-    tokens and RBAC with ``admin`` among the
-    super-admins. Paths only, never a secret. docker-compose.yml and
+    tokens and RBAC with ``admin`` among the super-admins, discovery with the signing keys,
+    the others with their public halves only. Paths only, never a secret. docker-compose.yml and
     deploy/kubernetes/ set the same (a unit test compares them)."""
     credentials, pki = files.credentials, files.pki
     env = {
@@ -364,7 +370,9 @@ def service_environment(
     if kind in TOKEN_KINDS:
         env |= {
             "DANUBE_SECURITY__ENABLED": "true",
-            "DANUBE_SECURITY__KEYS_DIR": str(files.keys_dir),
+            "DANUBE_SECURITY__KEYS_DIR": str(
+                files.keys_dir if kind in SIGNING_KINDS else files.verify_keys_dir
+            ),
             "DANUBE_SECURITY__SUPER_ADMINS": json.dumps(sorted({*super_admins, ADMIN_PRINCIPAL})),
         }
     return env
