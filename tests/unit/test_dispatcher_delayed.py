@@ -31,6 +31,7 @@ from danube.dispatcher.events import (
     Tick,
 )
 from danube.dispatcher.keyed import KeySharedMachine, record_key
+from danube.dispatcher.redelivery import DeliverySettings
 from danube.frame import RawFrame, Record, encode_frame, encode_record
 from danube.wire.delay import (
     DELAY_MS_MAX,
@@ -157,6 +158,24 @@ def test_delayed_messages_wait_without_holding_the_cursor_back(kind: str) -> Non
     state = stored(m.handle(Tick(10.0, T0 + 3600)))
     assert (state.next_offset, state.delay_from, state.delay_due_ms) == (5, None, None)
     assert m.delayed_count == 0
+    m.validate()
+
+
+def test_a_full_subscription_does_not_ask_to_tick_at_a_due_time_it_cannot_release() -> None:
+    """At max_held, a delayed message due stays filed (late rather than over the bound); its
+    due time must not make the runtime tick at once, over and over, until an ack."""
+    m = SubscriptionMachine(
+        "shared", {"p0": PartitionCursor(0)}, DeliverySettings(max_held=2, ack_timeout_s=60)
+    )
+    m.handle(ConsumerAttached("c1", "one"))
+    reads = [(0, frame(0)), (1, frame(1)), (2, frame(2, T0 + 1000))]
+    m.handle(MessagesAvailable("p0", reads, 0, 3))
+    assert delivered(m.handle(Poll("c1", 100, 1.0, T0))) == [0, 1]
+    assert m.next_due_ms() is None  # two held: no room for the delayed one
+    assert delivered(m.handle(Poll("c1", 100, 2.0, T0 + 1000))) == []
+    m.handle(Ack("c1", [("p0", 0)]))
+    assert m.next_due_ms() == T0 + 1000  # room again: due now
+    assert delivered(m.handle(Poll("c1", 100, 3.0, T0 + 1001))) == [2]
     m.validate()
 
 

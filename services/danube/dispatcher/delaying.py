@@ -134,9 +134,13 @@ class DelayHandling:
         )
 
     def next_due_ms(self) -> int | None:
-        """The earliest delivery time of a delayed message filed (None: none): the runtime
-        ticks then rather than at its usual pace."""
-        return None if self.delayed is None else self.delayed.next_due_ms()
+        """The earliest delivery time of a delayed message filed: the runtime ticks then
+        rather than at its usual pace. None when none is filed, and while the subscription
+        holds ``max_held`` messages: a due one could not be released, so a wait until it
+        would be a loop of empty ticks; the usual tick looks again once acks made room."""
+        if self.delayed is None or len(self._entries) >= self.settings.max_held:
+            return None
+        return self.delayed.next_due_ms()
 
     @property
     def delayed_count(self) -> int:
