@@ -19,7 +19,15 @@ from danube.client.errors import InvalidMessageError
 from danube.discovery.doors.bodies.api import ProduceRequest
 from danube.discovery.doors.http.produce_body import parse_produce
 from danube.dispatcher.cursor import CursorState, PartitionCursor
-from danube.dispatcher.delayed import BUCKET_MS, DelayedMessages, FileSpill, MemorySpill, due_of
+from danube.dispatcher.delayed import (
+    BUCKET_MS,
+    LOAD_AHEAD_MS,
+    LOAD_SLICE,
+    DelayedMessages,
+    FileSpill,
+    MemorySpill,
+    due_of,
+)
 from danube.dispatcher.delivery import SubscriptionMachine
 from danube.dispatcher.events import (
     Ack,
@@ -134,6 +142,43 @@ def stored(actions: Sequence[object]) -> CursorState:
     return state
 
 
+def test_a_bucket_is_moved_near_in_slices_before_it_falls_due_and_late_filings_join() -> None:
+    """A second's worth of messages is moved into the near list LOAD_AHEAD_MS before its
+    time, LOAD_SLICE records a step (no step holds the loop for a whole bucket); messages
+    filed meanwhile, into that second too, still come once, in time, never early."""
+    rng = random.Random(11)
+    index = DelayedMessages(MemorySpill())
+    start = T0 + 5 * BUCKET_MS
+    dues = {offset: start + rng.randrange(BUCKET_MS) for offset in range(3 * LOAD_SLICE + 7)}
+    for offset, due in dues.items():
+        index.file("p0", offset, due, frame(offset, due))
+    assert index.next_due_ms() == start - LOAD_AHEAD_MS
+    now, seen, offset = start - LOAD_AHEAD_MS, dict[int, int](), len(dues)
+    near_before = 0
+    while index.filed:
+        if now < start + BUCKET_MS:  # late filings: into the second being moved, then soon
+            due = start + rng.randrange(BUCKET_MS) if now < start else now + rng.randrange(1, 400)
+            dues[offset] = due
+            index.file("p0", offset, due, frame(offset, due))
+            offset += 1
+        got = index.take_due(now, 10_000)
+        if now < start:  # ahead of the second: a slice a step, nothing handed out
+            assert got == []
+            assert len(index._near) - near_before <= LOAD_SLICE + 1
+        for message in got:
+            assert message.due_ms <= now, "handed out early"
+            assert message.due_ms > now - 5, "not handed out as soon as due"
+            assert message.offset not in seen, "handed out twice"
+            seen[message.offset] = message.due_ms
+            index.done(message.partition, message.offset)
+        near_before = len(index._near)
+        next_ms = index.next_due_ms()
+        assert next_ms is not None or not index.filed
+        now += 5
+    assert seen == dues
+    assert index.held == 0
+
+
 @pytest.mark.parametrize("kind", ["shared", "key_shared"])
 def test_delayed_messages_wait_without_holding_the_cursor_back(kind: str) -> None:
     m = machine(kind)
@@ -174,7 +219,9 @@ def test_a_full_subscription_does_not_ask_to_tick_at_a_due_time_it_cannot_releas
     assert m.next_due_ms() is None  # two held: no room for the delayed one
     assert delivered(m.handle(Poll("c1", 100, 2.0, T0 + 1000))) == []
     m.handle(Ack("c1", [("p0", 0)]))
-    assert m.next_due_ms() == T0 + 1000  # room again: due now
+    due_ms = m.next_due_ms()
+    assert due_ms is not None
+    assert due_ms <= T0 + 1000  # room again: step now
     assert delivered(m.handle(Poll("c1", 100, 3.0, T0 + 1001))) == [2]
     m.validate()
 

@@ -35,8 +35,9 @@ ack round trip's worth.
 from __future__ import annotations
 
 import heapq
+import itertools
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from danube.dispatcher.loads import SnapshotLoads
@@ -67,6 +68,12 @@ MEMORY_BYTES_MAX = 8 << 20  # per subscription, buffers not yet spilled
 _SPILL_KEEP_NEAR = 2  # buckets from the earliest one never spilled (read next)
 # A spilled bucket is read ahead (off the event loop) this long before it falls due.
 PREFETCH_MS = 2000
+# The next bucket is moved into the near list this long before it falls due, at most
+# LOAD_SLICE records per step: a second's worth of messages (8 000 at 1 000 000 over two
+# minutes) was moved in one step when due, holding the loop ~7-28 ms while its first
+# messages were due.
+LOAD_AHEAD_MS = 250
+LOAD_SLICE = 512
 _NAME_PART = b"danube.deliver_"
 _OFFSET_ANY = 2**64  # above every offset: delay_from's bound when none is wanted
 
@@ -133,6 +140,10 @@ class DelayedMessages:
         self._buckets: dict[int, _Bucket] = {}
         self._bucket_keys: list[int] = []  # a heap of the keys in _buckets
         self._near: list[tuple[int, int, int, bytes]] = []  # a heap: due, slot, offset, frame
+        # The bucket being moved into _near ahead of its time (LOAD_AHEAD_MS): its key and
+        # the records not moved yet.
+        self._ahead_key: int | None = None
+        self._ahead: Iterator[tuple[int, int, int, bytes]] = iter(())
         self._memory_bytes = 0
         # Spill once memory passes this: the bound, or more while the nearest buckets alone
         # hold over half of it (they are never spilled), so each spill moves a good share
@@ -351,10 +362,15 @@ class DelayedMessages:
     # --- falling due -----------------------------------------------------------------------
 
     def next_due_ms(self) -> int | None:
-        """The earliest due time held (to the bucket for what is not near yet), buckets
-        waiting for a snapshot's load aside (the load's end says when)."""
+        """When to step next: the earliest due time near, or LOAD_AHEAD_MS before the
+        earliest bucket not near yet falls due (buckets waiting for a snapshot's load aside:
+        the load's end says when), or at once while a bucket is being moved near."""
+        if self._ahead_key is not None:
+            return self._ahead_key * BUCKET_MS - LOAD_AHEAD_MS
         near = self._near[0][0] if self._near else None
         far = self._earliest_bucket_ms(skip_waiting=True)
+        if far is not None and far == self._earliest_bucket_ms(skip_waiting=False):
+            far -= LOAD_AHEAD_MS  # the earliest bucket, ready: moved near ahead of its time
         if near is None or far is None:
             return near if far is None else far
         return min(near, far)
@@ -395,6 +411,9 @@ class DelayedMessages:
             bucket = buckets.get(key)
             if bucket is not None and bucket.spilled and key * BUCKET_MS <= now_ms + PREFETCH_MS:
                 self.spill.prefetch(key)
+        ahead = self._ahead_key
+        if ahead is not None and ahead * BUCKET_MS <= now_ms:
+            self._move_near(None)  # due: the rest of it at once
         waiting: list[int] = []  # due, but a snapshot's part of it is not loaded yet
         while keys and keys[0] * BUCKET_MS <= now_ms:
             key = heapq.heappop(keys)
@@ -404,21 +423,48 @@ class DelayedMessages:
             if self._loads.waiting(key):
                 waiting.append(key)
                 continue
-            del buckets[key]
-            data = self.spill.take(key) if bucket.spilled else b""
-            self._memory_bytes -= len(bucket.buffer)
-            self._spill_at = max(
-                self.memory_bytes_max,
-                min(self._spill_at, self._memory_bytes + self.memory_bytes_max // 2),
-            )
-            for item in records(data):
-                heapq.heappush(self._near, item)
-            for item in records(bytes(bucket.buffer)):
-                heapq.heappush(self._near, item)
-            for part in self._loads.take(key):
-                self._merge(part)
+            self._start_moving(key, bucket)
+            self._move_near(None)
         for key in waiting:
             heapq.heappush(keys, key)
+        if waiting:
+            return
+        # Not due yet: the next bucket a slice at a time, so none is moved in one step.
+        if self._ahead_key is None:
+            while keys and keys[0] not in buckets:
+                heapq.heappop(keys)
+            if not keys or keys[0] * BUCKET_MS > now_ms + LOAD_AHEAD_MS:
+                return
+            if self._loads.waiting(keys[0]):
+                return
+            key = heapq.heappop(keys)
+            self._start_moving(key, buckets[key])
+        self._move_near(LOAD_SLICE)
+
+    def _start_moving(self, key: int, bucket: _Bucket) -> None:
+        """Take bucket ``key`` out of the buckets (a message filed for it from now on starts
+        a new one) to move its records near; a snapshot's parts of it join at once."""
+        del self._buckets[key]
+        data = self.spill.take(key) if bucket.spilled else b""
+        self._memory_bytes -= len(bucket.buffer)
+        self._spill_at = max(
+            self.memory_bytes_max,
+            min(self._spill_at, self._memory_bytes + self.memory_bytes_max // 2),
+        )
+        self._ahead = itertools.chain(self._ahead, records(data), records(bytes(bucket.buffer)))
+        self._ahead_key = key if self._ahead_key is None else min(key, self._ahead_key)
+        for part in self._loads.take(key):
+            self._merge(part)
+
+    def _move_near(self, count_max: int | None) -> None:
+        """Move up to ``count_max`` (None: all) records of the bucket being moved near."""
+        near, moved = self._near, 0
+        for item in itertools.islice(self._ahead, count_max):
+            heapq.heappush(near, item)
+            moved += 1
+        if count_max is None or moved < count_max:
+            self._ahead_key = None
+            self._ahead = iter(())
 
     def _spill_farthest(self) -> None:
         """Move the farthest buckets' buffers to the spill until half the budget is used
@@ -479,6 +525,7 @@ class DelayedMessages:
         self.spill.clear()
         self._buckets.clear()
         self._near.clear()
+        self._ahead_key, self._ahead = None, iter(())
         self._chains.clear()
 
     # --- what is stored --------------------------------------------------------------------
@@ -506,7 +553,8 @@ class DelayedMessages:
             heapq.heappop(out)
         near = self._near[0][0] if self._near else None
         far = self._earliest_bucket_ms(skip_waiting=False)
-        candidates = [m for m in (near, far, self._restored_due_ms) if m is not None]
+        moving = None if self._ahead_key is None else self._ahead_key * BUCKET_MS
+        candidates = [m for m in (near, far, moving, self._restored_due_ms) if m is not None]
         if out:
             candidates.append(out[0][0])
         return min(candidates) if candidates else None
