@@ -208,9 +208,12 @@ def _metrics_of(pid: int) -> dict[str, float]:
         fields = line.split()
         if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
             ports.append(int(fields[1].split(":")[1], 16))
-    for port in ports:
+    for port in ports:  # the consume door listens too: the one whose /metrics answers
         with contextlib.suppress(httpx.HTTPError):
-            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            answer = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+            if answer.status_code != 200:
+                continue
+            text = answer.text
             return {
                 name: float(value)
                 for name, _, value in (line.partition(" ") for line in text.splitlines())
