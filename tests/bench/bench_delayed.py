@@ -194,9 +194,9 @@ async def _watch(
         await asyncio.sleep(1.0)
 
 
-def _metrics_of(pid: int) -> dict[str, float]:
-    """The delay metrics of the process ``pid``: its listening ports are found in /proc,
-    the one answering /metrics is its metrics port."""
+def _metrics_of(pid: int, prefix: str = "danube_dispatcher_delayed") -> dict[str, float]:
+    """The metrics named ``prefix``... of the process ``pid``: its listening ports are found
+    in /proc, the one answering /metrics is its metrics port."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         with contextlib.suppress(OSError):
@@ -217,9 +217,31 @@ def _metrics_of(pid: int) -> dict[str, float]:
             return {
                 name: float(value)
                 for name, _, value in (line.partition(" ") for line in text.splitlines())
-                if name.startswith("danube_dispatcher_delayed")
+                if name.startswith(prefix)
             }
     return {}
+
+
+def _stalls(pid: int) -> str:
+    """How often the process ``pid``'s event loop was late and its collections long (its
+    danube_event_loop_lag_seconds and danube_gc_pause_seconds)."""
+    metrics = _metrics_of(pid, "danube_")
+
+    def over(name: str, bound: str, labels: str = "") -> int:
+        total = metrics.get(f"{name}_count{labels and '{' + labels + '}'}", 0.0)
+        joined = f"{labels}," if labels else ""
+        within = metrics.get(f'{name}_bucket{{{joined}le="{bound}"}}', 0.0)
+        return int(total - within)
+
+    lag = "danube_event_loop_lag_seconds"
+    samples = int(metrics.get(f"{lag}_count", 0.0))
+    gc = "danube_gc_pause_seconds"
+    collections = {g: int(metrics.get(f'{gc}_count{{generation="{g}"}}', 0.0)) for g in "012"}
+    long_ones = {g: over(gc, "0.01", f'generation="{g}"') for g in "012"}
+    return (
+        f"loop lag samples {samples}: over 10 ms {over(lag, '0.01')}, 50 ms {over(lag, '0.05')},"
+        f" 100 ms {over(lag, '0.1')}; collections {collections}, over 10 ms {long_ones}"
+    )
 
 
 def _quantiles(values: list[int]) -> str:
@@ -272,6 +294,8 @@ async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
                     f"{len(run.due)} produced, peak RSS so far "
                     f"{ {n: f'{k / 1024:.0f} MiB' for n, k in run.rss_kib.items()} }"
                 )
+                if owner is not None:
+                    print(f"{owner} until now: {_stalls(pids[owner])}")
                 if owner is not None and kill_at_s > 0:
                     os.kill(pids[owner], signal.SIGKILL)
                     run.killed_ms = _now_ms()
