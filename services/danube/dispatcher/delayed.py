@@ -8,9 +8,10 @@ offset, frame length) followed by its frame as read, appended to the byte buffer
 *bucket* (``due_ms // BUCKET_MS``). No Python object per message: per bucket a bytearray
 and four integers. When the buffers pass ``memory_bytes_max`` the farthest buckets are
 appended to the spill and dropped from memory (the nearest two never are: they are about
-to be read). A bucket falling due is read whole (its buffer and what was spilled of it),
-sorted by due time, and becomes the *near* list, the only per-message objects held; due
-messages are taken from its head.
+to be read). The next bucket is read (its buffer and what was spilled of it) into the
+*near* heap, ordered by due time, a slice at a time from ``LOAD_AHEAD_MS`` before it falls
+due (whatever is left of it at once when it does): the near heap holds the only per-message
+objects, and due messages are taken from its head.
 
 **Why the frame is kept** rather than only ``(due, offset)``: messages falling due in one
 second are spread over the whole log (random delays), so reading them again would be one
