@@ -214,7 +214,7 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
         for ref, at in due.items()
         if at is not None and killed_ms <= at < settled_ms
     )
-    stalled = max(lag for at, lag in lags if at >= settled_ms)  # while the judged were due
+    stalled = max((lag for at, lag in lags if at >= settled_ms), default=0)  # judged ones due
     duplicates = sum(len(times) - 1 for times in seen.arrivals.values())
     print(
         f"killed at {killed_ms - started_ms} ms, served again at "
