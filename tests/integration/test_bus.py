@@ -12,6 +12,7 @@ import uuid
 import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import nats
 import pytest
@@ -31,6 +32,7 @@ from danube.bus import (
     Request,
 )
 from danube.bus.protocol import ERROR_CODE_HEADER, monotonic_s
+from danube.bus.rpc import Responder
 from danube.config.model import BusConfig
 from danube.errors import DanubeError
 from danube.up.servers import free_port
@@ -417,10 +419,16 @@ async def test_close_drains_requests_in_flight(config: BusConfig, client: Bus) -
         await client.request(subject, b"", timeout_s=1)
 
 
-async def test_close_cancels_handlers_past_the_drain_timeout(config: BusConfig) -> None:
+@asynccontextmanager
+async def _stuck_request(
+    config: BusConfig, name: str
+) -> AsyncIterator[tuple[Bus, Responder, asyncio.Event]]:
+    """A bus with a 0.3 s drain timeout serving a handler that never returns, with one
+    request in it; the event is set when the handler is cancelled. Everything is closed
+    after (closing the bus again is a no-op)."""
     short = config.model_copy(update={"drain_timeout_s": 0.3})
-    server = await Bus.connect(short, name="stuck")
-    client = await Bus.connect(short, name="stuck-client")
+    server = await Bus.connect(short, name=name)
+    client = await Bus.connect(short, name=f"{name}-client")
     cancelled = asyncio.Event()
 
     async def stuck(request: Request) -> bytes:
@@ -433,15 +441,23 @@ async def test_close_cancels_handlers_past_the_drain_timeout(config: BusConfig) 
 
     responder = await server.serve(server.subjects.produce(TOPIC), stuck)
     call = asyncio.create_task(client.request(server.subjects.produce(TOPIC), b"", timeout_s=10))
-    await wait_until(lambda: responder.in_flight == 1)
-    start = time.monotonic()
-    await server.close()
-    assert time.monotonic() - start < 0.3 + 2.5
-    assert cancelled.is_set()
-    call.cancel()
-    with contextlib.suppress(asyncio.CancelledError, BusError):
-        await call
-    await client.close()
+    try:
+        await wait_until(lambda: responder.in_flight == 1)
+        yield server, responder, cancelled
+    finally:
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError, BusError):
+            await call
+        await server.close()
+        await client.close()
+
+
+async def test_close_cancels_handlers_past_the_drain_timeout(config: BusConfig) -> None:
+    async with _stuck_request(config, "stuck") as (server, _, cancelled):
+        start = time.monotonic()
+        await server.close()
+        assert time.monotonic() - start < 0.3 + 2.5
+        assert cancelled.is_set()
 
 
 async def test_a_responder_drained_alone_cancels_a_stuck_handler_past_the_drain_timeout(
@@ -450,32 +466,12 @@ async def test_a_responder_drained_alone_cancels_a_stuck_handler_past_the_drain_
     """An owner stops serving one subject (a dispatcher letting a subscription go, ingest
     stepping down) while its bus lives on: the drain ends within the timeout, not with the
     stuck handler."""
-    short = config.model_copy(update={"drain_timeout_s": 0.3})
-    server = await Bus.connect(short, name="stuck-one")
-    client = await Bus.connect(short, name="stuck-one-client")
-    cancelled = asyncio.Event()
-
-    async def stuck(request: Request) -> bytes:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return b""
-
-    responder = await server.serve(server.subjects.produce(TOPIC), stuck)
-    call = asyncio.create_task(client.request(server.subjects.produce(TOPIC), b"", timeout_s=10))
-    await wait_until(lambda: responder.in_flight == 1)
-    start = time.monotonic()
-    await responder.drain()
-    assert time.monotonic() - start < 0.3 + 1.0
-    await wait_until(cancelled.is_set)
-    assert responder.in_flight == 0
-    call.cancel()
-    with contextlib.suppress(asyncio.CancelledError, BusError):
-        await call
-    await server.close()
-    await client.close()
+    async with _stuck_request(config, "stuck-one") as (_, responder, cancelled):
+        start = time.monotonic()
+        await responder.drain()
+        assert time.monotonic() - start < 0.3 + 1.0
+        await wait_until(cancelled.is_set)
+        assert responder.in_flight == 0
 
 
 async def test_a_finished_subscription_or_responder_is_not_kept_by_the_bus(
