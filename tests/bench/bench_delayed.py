@@ -227,20 +227,20 @@ def _stalls(pid: int) -> str:
     danube_event_loop_lag_seconds and danube_gc_pause_seconds)."""
     metrics = _metrics_of(pid, "danube_")
 
-    def over(name: str, bound: str, labels: str = "") -> int:
-        total = metrics.get(f"{name}_count{labels and '{' + labels + '}'}", 0.0)
-        joined = f"{labels}," if labels else ""
-        within = metrics.get(f'{name}_bucket{{{joined}le="{bound}"}}', 0.0)
-        return int(total - within)
+    def count(name: str, labels: str = "") -> int:  # labels: 'generation="2"' or none
+        return int(metrics.get(f"{name}_count{{{labels}}}" if labels else f"{name}_count", 0))
 
-    lag = "danube_event_loop_lag_seconds"
-    samples = int(metrics.get(f"{lag}_count", 0.0))
-    gc = "danube_gc_pause_seconds"
-    collections = {g: int(metrics.get(f'{gc}_count{{generation="{g}"}}', 0.0)) for g in "012"}
+    def over(name: str, bound: str, labels: str = "") -> int:
+        le = f'{labels},le="{bound}"' if labels else f'le="{bound}"'
+        return count(name, labels) - int(metrics.get(f"{name}_bucket{{{le}}}", 0))
+
+    lag, gc = "danube_event_loop_lag_seconds", "danube_gc_pause_seconds"
+    collections = {g: count(gc, f'generation="{g}"') for g in "012"}
     long_ones = {g: over(gc, "0.01", f'generation="{g}"') for g in "012"}
     return (
-        f"loop lag samples {samples}: over 10 ms {over(lag, '0.01')}, 50 ms {over(lag, '0.05')},"
-        f" 100 ms {over(lag, '0.1')}; collections {collections}, over 10 ms {long_ones}"
+        f"loop lag samples {count(lag)}: over 10 ms {over(lag, '0.01')}, 50 ms "
+        f"{over(lag, '0.05')}, 100 ms {over(lag, '0.1')}; collections {collections}, "
+        f"over 10 ms {long_ones}"
     )
 
 
