@@ -39,6 +39,7 @@ from danube.wire.ingest import protocol
 log = logging.getLogger(__name__)
 
 _CLAIM_POLL_S = 0.05
+_SLOW_DELETE_S = 2.0  # a delete slower than this is logged with where its time went
 # A claim request waits this long for a leader before it answers that there is none.
 CLAIM_WAIT_S = 3.0
 
@@ -176,11 +177,11 @@ class Node:
             if kept is not None and kept.replica is replica:
                 self._replicas.discard(replica.name, kept)
 
-    async def _stop_replica(self, name: TopicName, *, release: bool) -> None:
+    async def _stop_replica(self, name: TopicName, *, release: bool, deleted: bool = False) -> None:
         kept = self._replicas.get(name)
         if kept is None:
             return
-        kept.replica.stop(release=release)
+        kept.replica.stop(release=release, deleted=deleted)
         await asyncio.wait({kept.task}, timeout=30.0)
         await self._tasks.cancel(kept.task)
 
@@ -352,14 +353,26 @@ class Node:
 
     async def delete_local(self, name: TopicName) -> bool:
         """The partition's topic was deleted: stop its replica and remove its WAL directory.
-        Idempotent; returns whether a directory was removed."""
-        await self._stop_replica(name, release=False)
+        Idempotent; returns whether there was a copy to delete."""
+        started_s = time.monotonic()
+        had_replica = name in self.replicas
+        await self._stop_replica(name, release=False, deleted=True)
+        stopped_s = time.monotonic()
         directory = self.wal_dir(name)
-        if not await asyncio.to_thread(directory.exists):
-            return False
-        await asyncio.to_thread(shutil.rmtree, directory)
-        log.info("deleted the WAL of %s", name)
-        return True
+        removed = await asyncio.to_thread(directory.exists)
+        if removed:  # no replica (it removes its own copy), or one that could not
+            await asyncio.to_thread(shutil.rmtree, directory)
+        took_s = time.monotonic() - started_s
+        if took_s > _SLOW_DELETE_S:
+            log.warning(
+                "deleting the WAL of %s took %.1f s (stopping its replica %.1f s)",
+                name,
+                took_s,
+                stopped_s - started_s,
+            )
+        if removed or had_replica:
+            log.info("deleted the WAL of %s", name)
+        return removed or had_replica
 
     def fence_all(self, reason: str) -> None:
         """Fence every partition this node leads: no more appends."""

@@ -17,6 +17,7 @@ import random
 import shutil
 import time
 from pathlib import Path
+from typing import Literal
 
 from danube.bus import Responder
 from danube.ingest import epochs, leadership, metrics
@@ -75,7 +76,9 @@ class Replica(LeaderActs):
         self._wake = asyncio.Event()
         self._stopped = False
         self._release = False
-        self._retire = False  # a reassignment moved the partition away: delete the copy
+        # Why this copy is deleted when it closes: "retired" (a reassignment moved the
+        # partition away), "deleted" (its topic was deleted); None: kept.
+        self._discard: Literal["retired", "deleted"] | None = None
         self._assignment: Assignment | None = None  # as last read
         self._next_leading: asyncio.Future[None] | None = None
         # A truncation (the WAL closed and cut) and a repair's rewrite never run together.
@@ -164,10 +167,14 @@ class Replica(LeaderActs):
         finally:
             await self.close(release=self._release)
 
-    def stop(self, *, release: bool) -> None:
-        """Make :meth:`run` end (``release``: hand leadership on at once); await the task."""
+    def stop(self, *, release: bool, deleted: bool = False) -> None:
+        """Make :meth:`run` end (``release``: hand leadership on at once; ``deleted``: the
+        topic is gone, so the copy is removed as it closes, with no snapshot written for
+        the next start); await the task."""
         self._stopped = True
         self._release = release
+        if deleted:
+            self._discard = "deleted"
         self.kick()
 
     async def _step(self) -> float | None:
@@ -223,7 +230,8 @@ class Replica(LeaderActs):
         if act in (Act.STOP, Act.RETIRE):
             log.info("%s: not a replica here any more", self.name)
             self._stopped = True
-            self._retire = act is Act.RETIRE
+            if act is Act.RETIRE:
+                self._discard = "retired"
             return None
         if act is Act.KEEP:
             if self.leading is not None:
@@ -451,16 +459,18 @@ class Replica(LeaderActs):
             await self._copy_reads.drain()
             self._copy_reads = None
         await self.repairer.stop()
-        if release and self.ctx.lease.alive and not self._retire:
+        if release and self.ctx.lease.alive and self._discard is None:
             # Whether it followed or had just handed leadership over (its successor may
             # count it in the ISR): out of the ISR now, not after replica_lag_max_s.
             await self._leave_isr()
         if self.wal is not None:
-            await self.producers.snapshot(self.wal)  # a restart reads no log to rebuild
+            if self._discard is None:
+                await self.producers.snapshot(self.wal)  # a restart reads no log to rebuild
             await self.wal.close()
         self.producers.closed()
-        if self._retire:
+        if self._discard is not None:
             await asyncio.to_thread(shutil.rmtree, self.directory, True)
+        if self._discard == "retired":
             metrics.RETIRED_COPIES.inc()
             log.info("%s: moved away by a reassignment; local copy deleted", self.name)
 
