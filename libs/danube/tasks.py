@@ -11,9 +11,11 @@ retrieves is lost with its task. A :class:`TaskSet` is their owner instead:
   logged, nothing more);
 - a task that ends by cancellation, or returns, is simply forgotten;
 - :meth:`TaskSet.cancel` stops one task and waits for it (within a deadline: on Python 3.11
-  a task can swallow a cancellation, :func:`danube.meta.aio.cancel_and_wait` cancels again);
+  a task can swallow a cancellation, :func:`danube.aio.cancel_and_wait` cancels again);
 - :meth:`TaskSet.join` waits for them to end by themselves; :meth:`TaskSet.close` stops
-  them all, and no task may be spawned after it.
+  them all, and no task may be spawned after it; :meth:`TaskSet.cancel_all` cancels them
+  all at once from code that cannot wait (an owner failing in a callback), and a later
+  ``close`` waits for them.
 
 Only ``TaskGroup`` does more (it cancels siblings and raises from ``async with``); it suits
 work whose tasks end together. A TaskSet suits tasks that come and go while their owner
@@ -27,7 +29,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
-from danube.meta.aio import cancel_and_wait
+from danube.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,14 @@ class TaskSet:
             return True
         self._tasks.pop(task, None)
         return await cancel_and_wait(task, timeout_s=timeout_s)
+
+    def cancel_all(self) -> None:
+        """Cancel every task now without waiting (for synchronous code: an owner that
+        fails in a callback stops its helpers at once); :meth:`close` waits for them later.
+        Their ends are no failure."""
+        for task in self._tasks:
+            self._tasks[task] = "log"  # an exception raised as it stops is only logged
+            task.cancel()
 
     async def join(self, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
         """Wait (at most ``timeout_s``) for the tasks running now to end by themselves;

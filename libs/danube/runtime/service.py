@@ -24,12 +24,12 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from danube.aio import wait_any
 from danube.bus import Bus
 from danube.config import ConfigError, DanubeSettings, load_settings
 from danube.config.model import ServiceConfig
 from danube.meta import Lease, LeaseLostError, MetaError, MetaStore
 from danube.meta import keys as meta_keys
-from danube.meta.aio import wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.keys import ServiceKind
 from danube.meta.records import NodeRecord

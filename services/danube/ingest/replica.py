@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from danube.aio import cancel_and_wait
 from danube.bus import Responder
 from danube.ingest import epochs, leadership, metrics
 from danube.ingest.context import NodeContext as NodeContext
@@ -36,7 +37,6 @@ from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.ingest.wal.truncate import truncate_dir
 from danube.meta import TopicName
 from danube.meta import keys as meta_keys
-from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment, TopicConfig
 from danube.wire.ingest import protocol
