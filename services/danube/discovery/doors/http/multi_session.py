@@ -33,6 +33,7 @@ import orjson
 from fastapi import WebSocket
 from pydantic import BaseModel, ConfigDict, Field
 
+from danube.aio import awaited_task
 from danube.discovery import metrics
 from danube.discovery.doors.bodies.api import MessageOut
 from danube.discovery.doors.http.multi_topic import (
@@ -213,10 +214,11 @@ class MultiStream:
         async def attach(name: str) -> None:
             topic = TopicName(self.namespace, name)
             async with gate:
-                call = asyncio.ensure_future(
+                call = awaited_task(
                     self.dispatcher.attach(
                         topic, self.sub, self.params.name, type=self.params.type, start=start
-                    )
+                    ),
+                    name=f"attach {name}",
                 )
                 try:
                     consumer_id = await asyncio.shield(call)
