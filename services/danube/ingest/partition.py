@@ -65,6 +65,7 @@ from danube.ingest.wal.wal import QueuedHook
 from danube.meta import MetaStore, TopicName
 from danube.meta.records import Assignment
 from danube.runtime.topic_metrics import topic_label
+from danube.tasks import TaskSet
 from danube.wire.ingest import protocol
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,14 @@ class Partition:
         self.message_ids = MessageIds()
         self._ids_lock = asyncio.Lock()  # one read-back of the message ids at a time
         self._hw_event = asyncio.Event()
-        self._isr_task: asyncio.Task[None] | None = None
+        # The leader's helpers (the live stream, the ISR's upkeep and its changes; started
+        # by danube.ingest.leading, stopped when leading stops). One that fails would leave
+        # a leader that acknowledges but publishes nothing live, or never changes its ISR:
+        # it fences instead, and another term starts clean.
+        self.tasks = TaskSet(
+            f"leader of {name}", on_failure=lambda task, exc: self.fence(f"{task} failed: {exc!r}")
+        )
+        self._isr_task: asyncio.Task[None] | None = None  # one ISR change at a time
         self.live = self._live_stream(bus)
         self._remove_listener = wal.add_durable_listener(self._on_durable)
         # A failed WAL fences at once, whether or not a produce of ours waits on it (its
@@ -408,7 +416,7 @@ class Partition:
         if self._transferring is not None:
             return  # the ISR stays as the hand-over will write it
         if self.tracker.to_expand() and self._isr_task is None and not self.fenced:
-            self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
+            self._start_isr_change()
 
     async def maintain_isr(self) -> None:
         """Shrink the ISR of followers that stopped keeping up, until cancelled."""
@@ -421,7 +429,11 @@ class Partition:
             if shrink and not self._may_shrink():
                 continue
             if shrink and self._isr_task is None and self._transferring is None:
-                self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
+                self._start_isr_change()
+
+    def _start_isr_change(self) -> asyncio.Task[None]:
+        self._isr_task = self.tasks.spawn(self._change_isr(), name=f"isr-change-{self.name}")
+        return self._isr_task
 
     async def _change_isr(self) -> None:
         try:
@@ -555,9 +567,8 @@ class Partition:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while node in self.tracker.isr and not self.fenced and loop.time() < deadline:
-            if self._isr_task is None:
-                self._isr_task = asyncio.create_task(self._change_isr(), name=f"isr-{self.name}")
-            await asyncio.wait({self._isr_task}, timeout=max(0.0, deadline - loop.time()))
+            changing = self._isr_task or self._start_isr_change()
+            await asyncio.wait({changing}, timeout=max(0.0, deadline - loop.time()))
             if node in self.tracker.isr:
                 await asyncio.sleep(0.05)  # etcd refused for now: the next try backs off
         return node not in self.tracker.isr

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from danube.aio import awaited_task
 from danube.frame import FRAME_HEADER_BYTES
 from danube.ingest.wal.admission import Admission
 from danube.ingest.wal.cache import MessageCache
@@ -262,11 +263,11 @@ class Wal(SegmentUpkeep):
             return first
         if not self._admission.try_acquire(nbytes):
             # Backpressure: wait for room, in order. A caller cancelled meanwhile leaves its
-            # append to finish anyway (as one cancelled once queued does): the task is shielded.
-            waiting = asyncio.ensure_future(
-                self._append_with_room(payloads, nbytes, commit, on_queued)
+            # append to finish anyway (as one cancelled once queued does): the task is
+            # shielded, and ends at the latest when the WAL closes (its waiters fail).
+            waiting = awaited_task(
+                self._append_with_room(payloads, nbytes, commit, on_queued), name="wal append"
             )
-            waiting.add_done_callback(_outcome_read)
             return await asyncio.shield(waiting)
         # The hot path, with no task of its own: queued before the first wait, so a caller
         # cancelled while it waits cancels only its future; the writer still writes the append
@@ -518,10 +519,3 @@ class Wal(SegmentUpkeep):
         except (OSError, WalTimeoutError) as exc:
             self._failed(f"{op} failed: {exc}", False, 0)
             raise WalFailedError(self._failure or str(exc)) from exc
-
-
-def _outcome_read(task: asyncio.Future[int]) -> None:
-    """Read a shielded append's outcome, so one whose caller gave up is not reported as an
-    exception never retrieved; the caller, when still there, gets it as well."""
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("an append ended with %r", task.exception())
