@@ -90,9 +90,9 @@ class TaskSet:
     def cancel_all(self) -> None:
         """Cancel every task now without waiting (for synchronous code: an owner that
         fails in a callback stops its helpers at once); :meth:`close` waits for them later.
-        Their ends are no failure."""
+        What one raises as it stops is logged, and is no failure of the owner's."""
         for task in self._tasks:
-            self._tasks[task] = "log"  # an exception raised as it stops is only logged
+            self._tasks[task] = "log"
             task.cancel()
 
     async def join(self, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
