@@ -52,7 +52,8 @@ class TaskSet:
     def __init__(self, owner: str, *, on_failure: OnFailure | None = None) -> None:
         self.owner = owner
         self._on_failure = on_failure
-        self._tasks: dict[asyncio.Task[Any], FailurePolicy] = {}
+        # None: stopped by cancel_all, its end no failure (as one stopped by cancel)
+        self._tasks: dict[asyncio.Task[Any], FailurePolicy | None] = {}
         self._closed = False
 
     def __len__(self) -> int:
@@ -90,9 +91,9 @@ class TaskSet:
     def cancel_all(self) -> None:
         """Cancel every task now without waiting (for synchronous code: an owner that
         fails in a callback stops its helpers at once); :meth:`close` waits for them later.
-        What one raises as it stops is logged, and is no failure of the owner's."""
+        What one raises as it stops is no failure, as with :meth:`cancel`."""
         for task in self._tasks:
-            self._tasks[task] = "log"
+            self._tasks[task] = None
             task.cancel()
 
     async def join(self, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
@@ -115,11 +116,11 @@ class TaskSet:
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         policy = self._tasks.pop(task, None)
-        if policy is None or task.cancelled():
-            return  # stopped by its owner, or cancelled: not a failure
-        exc = task.exception()
-        if exc is None:
-            return
+        if task.cancelled():
+            return  # not a failure
+        exc = task.exception()  # read also when its owner stopped it: never "not retrieved"
+        if exc is None or policy is None:
+            return  # returned, or stopped by its owner: not a failure
         log.error("%s: task %s failed: %r", self.owner, task.get_name(), exc, exc_info=exc)
         if policy == "fail" and self._on_failure is not None:
             self._on_failure(task.get_name(), exc)
