@@ -11,9 +11,11 @@ retrieves is lost with its task. A :class:`TaskSet` is their owner instead:
   logged, nothing more);
 - a task that ends by cancellation, or returns, is simply forgotten;
 - :meth:`TaskSet.cancel` stops one task and waits for it (within a deadline: on Python 3.11
-  a task can swallow a cancellation, :func:`danube.meta.aio.cancel_and_wait` cancels again);
+  a task can swallow a cancellation, :func:`danube.aio.cancel_and_wait` cancels again);
 - :meth:`TaskSet.join` waits for them to end by themselves; :meth:`TaskSet.close` stops
-  them all, and no task may be spawned after it.
+  them all, and no task may be spawned after it; :meth:`TaskSet.cancel_all` cancels them
+  all at once from code that cannot wait (an owner failing in a callback), and a later
+  ``close`` waits for them.
 
 Only ``TaskGroup`` does more (it cancels siblings and raises from ``async with``); it suits
 work whose tasks end together. A TaskSet suits tasks that come and go while their owner
@@ -27,7 +29,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
-from danube.meta.aio import cancel_and_wait
+from danube.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,8 @@ class TaskSet:
     def __init__(self, owner: str, *, on_failure: OnFailure | None = None) -> None:
         self.owner = owner
         self._on_failure = on_failure
-        self._tasks: dict[asyncio.Task[Any], FailurePolicy] = {}
+        # None: stopped by cancel_all, its end no failure (as one stopped by cancel)
+        self._tasks: dict[asyncio.Task[Any], FailurePolicy | None] = {}
         self._closed = False
 
     def __len__(self) -> int:
@@ -85,6 +88,14 @@ class TaskSet:
         self._tasks.pop(task, None)
         return await cancel_and_wait(task, timeout_s=timeout_s)
 
+    def cancel_all(self) -> None:
+        """Cancel every task now without waiting (for synchronous code: an owner that
+        fails in a callback stops its helpers at once); :meth:`close` waits for them later.
+        What one raises as it stops is no failure, as with :meth:`cancel`."""
+        for task in self._tasks:
+            self._tasks[task] = None
+            task.cancel()
+
     async def join(self, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
         """Wait (at most ``timeout_s``) for the tasks running now to end by themselves;
         False if some did not."""
@@ -105,11 +116,11 @@ class TaskSet:
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         policy = self._tasks.pop(task, None)
-        if policy is None or task.cancelled():
-            return  # stopped by its owner, or cancelled: not a failure
-        exc = task.exception()
-        if exc is None:
-            return
+        if task.cancelled():
+            return  # not a failure
+        exc = task.exception()  # read also when its owner stopped it: never "not retrieved"
+        if exc is None or policy is None:
+            return  # returned, or stopped by its owner: not a failure
         log.error("%s: task %s failed: %r", self.owner, task.get_name(), exc, exc_info=exc)
         if policy == "fail" and self._on_failure is not None:
             self._on_failure(task.get_name(), exc)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from danube.aio import KeyedLocks
 from danube.config import DanubeSettings
 from danube.dispatcher.node import DispatcherNode
 from danube.meta import TopicName
-from danube.meta.aio import KeyedLocks
 
 pytestmark = pytest.mark.unit
 

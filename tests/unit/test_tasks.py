@@ -1,5 +1,5 @@
 """The task owner (danube.tasks): failures reach the owner by policy, cancellation is no
-failure, close stops everything and takes nothing after."""
+failure, close stops everything and takes nothing after, cancel_all stops everything at once."""
 
 from __future__ import annotations
 
@@ -82,3 +82,30 @@ async def test_close_stops_every_task_even_one_that_swallows_a_cancel() -> None:
     with pytest.raises(TaskSetClosedError, match="closed"):
         tasks.spawn(late, name="late")
     assert inspect.getcoroutinestate(late) == inspect.CORO_CLOSED  # no "never awaited"
+
+
+async def test_cancel_all_stops_every_task_at_once_and_fails_no_owner(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failures: list[str] = []
+    tasks = TaskSet("node-1", on_failure=lambda name, exc: failures.append(name))
+
+    async def raises_as_it_stops() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            raise Boom("while stopping")
+
+    plain = tasks.spawn(asyncio.sleep(3600), name="plain")
+    loud = tasks.spawn(raises_as_it_stops(), name="loud")
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.ERROR):
+        tasks.cancel_all()  # synchronous: from a failure callback, say
+        await asyncio.wait({plain, loud})
+        await asyncio.sleep(0)  # done callbacks run
+    assert plain.cancelled()
+    assert isinstance(loud.exception(), Boom)
+    assert failures == []  # stopped by its owner: no failure of the owner's
+    assert caplog.records == []
+    await tasks.close(timeout_s=5)
+    assert len(tasks) == 0

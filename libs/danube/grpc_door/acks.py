@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+from danube.tasks import TaskSet
+
 Ref = tuple[str, int]  # (partition segment, offset), as the dispatcher takes them
 Send = Callable[[Sequence[Ref]], Awaitable[None]]
 
@@ -25,7 +27,9 @@ class AckBatcher:
         self._max_refs = max_refs
         self._pending: list[tuple[Ref, asyncio.Future[None]]] = []
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Each request's outcome goes to its acks' callers (_deliver): anything else that
+        # escapes is logged. One ends with its request (the dispatcher client's deadline).
+        self._tasks = TaskSet("ack requests")
 
     async def ack(self, ref: Ref) -> None:
         """Ack ``ref``; returns when the request carrying it was answered (or raises its
@@ -45,9 +49,7 @@ class AckBatcher:
             self._timer = None
         batch, self._pending = self._pending, []
         if batch:
-            task = asyncio.get_running_loop().create_task(self._deliver(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self._deliver(batch), name="ack request", on_failure="log")
 
     async def _deliver(self, batch: list[tuple[Ref, asyncio.Future[None]]]) -> None:
         try:

@@ -20,10 +20,10 @@ import aetcd
 import aetcd.rpc
 import grpc
 
+from danube.aio import awaited_task
 from danube.config.errors import ConfigError
 from danube.config.model import MetadataConfig
 from danube.config.secrets import read_password
-from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
 from danube.meta.errors import (
     INVALID_TOKEN_DETAIL,
@@ -34,6 +34,7 @@ from danube.meta.errors import (
     MetaUnavailableError,
     map_error,
 )
+from danube.tasks import TaskSet, TaskSetClosedError
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +218,9 @@ class EtcdClient:
         self._failed_in_a_row = 0  # switches since a call last succeeded
         self.failovers = 0  # switches made so far (logged, and read by tests)
         self._client = self._member(0)
-        self._retired: set[asyncio.Task[None]] = set()  # old members' channels being closed
-        self._orphans: set[asyncio.Task[None]] = set()  # watches created for cancelled callers
+        # Both only clean up (each catches what it meets): a failure of theirs is logged.
+        self._retired = TaskSet("etcd members left")  # their channels being closed
+        self._orphans = TaskSet("etcd orphaned watches")  # created for cancelled callers
         self._closed = False
 
     @property
@@ -244,11 +246,9 @@ class EtcdClient:
         """Cancel orphaned watches and close the channel (idempotent, never raises)."""
         if self._closed:
             return
-        for orphan in list(self._orphans):
-            await cancel_and_wait(orphan, timeout_s=self.request_timeout_s)
+        await self._orphans.close(timeout_s=self.request_timeout_s)
         self._closed = True
-        for retiring in list(self._retired):
-            await cancel_and_wait(retiring, timeout_s=self.request_timeout_s)
+        await self._retired.close(timeout_s=self.request_timeout_s)
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 await self._client.close()
@@ -341,9 +341,7 @@ class EtcdClient:
         log.warning(
             "etcd member %s failed (%s); switching to %s", failed, error.code, self.endpoint
         )
-        retiring = asyncio.get_running_loop().create_task(self._retire(old, failed))
-        self._retired.add(retiring)
-        retiring.add_done_callback(self._retired.discard)
+        self._retired.spawn(self._retire(old, failed), name=f"retire {failed}", on_failure="log")
 
     async def _retire(self, old: _AetcdClient, failed: str) -> None:
         """Close a member left behind: its channel first (its calls end at once, even on a
@@ -422,19 +420,23 @@ class EtcdClient:
         a cancellation; so it runs in a task of its own, cancelling *this* call always works,
         and a watch created after its caller was cancelled is cancelled in etcd.
         """
-        creating = asyncio.get_running_loop().create_task(
+        creating = awaited_task(
             self.call(
                 "watch",
                 lambda: self._client.watch(key, range_end=range_end, start_revision=start_revision),
                 idempotent=True,
-            )
+            ),
+            name="etcd watch",
         )
         try:
             return await asyncio.shield(creating)
         except asyncio.CancelledError:
-            orphan = asyncio.get_running_loop().create_task(self._cancel_when_created(creating))
-            self._orphans.add(orphan)
-            orphan.add_done_callback(self._orphans.discard)
+            try:
+                self._orphans.spawn(
+                    self._cancel_when_created(creating), name="orphaned watch", on_failure="log"
+                )
+            except TaskSetClosedError:  # closing: the channel goes, and the watch with it
+                creating.cancel()
             raise
 
     async def _cancel_when_created(self, creating: asyncio.Task[Any]) -> None:

@@ -21,12 +21,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from danube.meta.aio import cancel_and_wait, until_stopped, wait_any
+from danube.aio import until_stopped, wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.errors import LeaseLostError, MetaError, WatchCompactedError, WatchError
 from danube.meta.keys import election_key
 from danube.meta.lease import Lease
 from danube.meta.store import MetaStore
+from danube.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ class Election:
         self._lease: Lease | None = None
         self._term: Leadership | None = None
         self._monitor: asyncio.Task[None] | None = None
+        # A term whose monitor died would never learn that its key went: it ends instead.
+        self._tasks = TaskSet(f"election {name}", on_failure=self._monitor_failed)
         self._campaigning = asyncio.Lock()
         self._no_term = asyncio.Event()
         self._no_term.set()
@@ -208,7 +211,7 @@ class Election:
         term = Leadership(self.name, self.candidate_id, lease, revision)
         self._term = term
         lease.on_lost(lambda _: self._end_term(term, "lease lost"))
-        self._monitor = asyncio.get_running_loop().create_task(
+        self._monitor = self._tasks.spawn(
             self._watch_term(term), name=f"election-{self.name}-monitor"
         )
         log.info("election %s: %s is leader (revision %d)", self.name, self.candidate_id, revision)
@@ -222,6 +225,10 @@ class Election:
         monitor = self._monitor
         if term is self._term and monitor is not None and monitor is not asyncio.current_task():
             monitor.cancel()  # it may be blocked on a watch that will never fire now
+
+    def _monitor_failed(self, task_name: str, exc: BaseException) -> None:
+        if self._term is not None:
+            self._end_term(self._term, f"{task_name} failed: {exc!r}")
 
     async def _watch_term(self, term: Leadership) -> None:
         """End the term when the key is deleted or replaced. If etcd stays unreachable, the
@@ -254,7 +261,7 @@ class Election:
 
     async def _stop_monitor(self) -> None:
         task, self._monitor = self._monitor, None
-        await cancel_and_wait(task, timeout_s=self._store.request_timeout_s)
+        await self._tasks.cancel(task, timeout_s=self._store.request_timeout_s)
 
     async def _drop_lease(self) -> None:
         lease, self._lease = self._lease, None

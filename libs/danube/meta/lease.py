@@ -23,9 +23,9 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
 from danube.meta.errors import LeaseLostError, MetaError
+from danube.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,11 @@ class Lease:
         self._refreshing = True
         self._callbacks: list[LostCallback] = []
         self._task: asyncio.Task[None] | None = None
+        # A keep-alive that fails (a bug) must not leave the lease looking alive: it is lost.
+        self._tasks = TaskSet(
+            f"lease {lease_id:x}",
+            on_failure=lambda _, exc: self._mark_lost(f"keep-alive failed: {exc!r}"),
+        )
 
     def __repr__(self) -> str:
         state = "alive" if self.alive else f"lost ({self.lost_reason})"
@@ -86,8 +91,8 @@ class Lease:
     def start(self) -> None:
         """Start the keep-alive task (the store does this when it grants the lease)."""
         if self._task is None and not self.lost.is_set():
-            self._task = asyncio.get_running_loop().create_task(
-                self._keep_alive(), name=f"lease-keepalive-{self.id:x}"
+            self._task = self._tasks.spawn(
+                self._refresh_until_lost(), name=f"lease-keepalive-{self.id:x}"
             )
 
     @property
@@ -129,8 +134,8 @@ class Lease:
         if self._task is not None:
             # Restart the task so a refresh in flight cannot extend the deadline.
             await self._cancel_task()
-            self._task = asyncio.get_running_loop().create_task(
-                self._keep_alive(), name=f"lease-expiry-{self.id:x}"
+            self._task = self._tasks.spawn(
+                self._refresh_until_lost(), name=f"lease-expiry-{self.id:x}"
             )
 
     async def revoke(self) -> bool:
@@ -149,14 +154,7 @@ class Lease:
 
     async def _cancel_task(self) -> None:
         task, self._task = self._task, None
-        await cancel_and_wait(task, timeout_s=self._request_timeout_s)
-
-    async def _keep_alive(self) -> None:
-        try:
-            await self._refresh_until_lost()
-        except Exception as exc:  # a bug must not leave a lease looking alive
-            log.exception("lease %x keep-alive failed", self.id)
-            self._mark_lost(f"keep-alive failed: {exc!r}")
+        await self._tasks.cancel(task, timeout_s=self._request_timeout_s)
 
     async def _refresh_until_lost(self) -> None:
         loop = asyncio.get_running_loop()

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 
-from danube.meta.aio import cancel_and_wait
 from danube.meta.errors import MetaError, WatchError, WatchOverflowError, map_error
 from danube.meta.kv import kv_from_pb
+from danube.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,9 @@ class Watch:
         self._closed = False
         self._last_received: int | None = None
         self._handle: Any = None
-        self._pump_task: asyncio.Task[None] | None = None
+        # The pump hands every failure of the stream to the reader (_fail); anything that
+        # still escapes it is a bug of its own, logged.
+        self._tasks = TaskSet("etcd watch")
 
     @property
     def last_revision(self) -> int | None:
@@ -100,7 +102,10 @@ class Watch:
             except BaseException:
                 self._started = False  # nothing was created: a later start may try again
                 raise
-            self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+            if self._closed:  # closed while the watch was being created: nothing reads it
+                await self._cancel_handle()
+                return self
+            self._tasks.spawn(self._pump(), name="etcd watch pump", on_failure="log")
         return self
 
     async def __aenter__(self) -> Watch:
@@ -137,8 +142,7 @@ class Watch:
         self._closed = True
         self._wakeup.set()
         await self._cancel_handle()
-        task, self._pump_task = self._pump_task, None
-        await cancel_and_wait(task, timeout_s=self._cancel_timeout_s)
+        await self._tasks.close(timeout_s=self._cancel_timeout_s)
 
     async def _cancel_handle(self) -> None:
         handle, self._handle = self._handle, None

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from danube.aio import KeyedLocks
 from danube.meta import Lease
-from danube.meta.aio import KeyedLocks
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

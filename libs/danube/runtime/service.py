@@ -24,12 +24,12 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from danube.aio import awaited_task, cancel_and_wait, wait_any
 from danube.bus import Bus
 from danube.config import ConfigError, DanubeSettings, load_settings
 from danube.config.model import ServiceConfig
 from danube.meta import Lease, LeaseLostError, MetaError, MetaStore
 from danube.meta import keys as meta_keys
-from danube.meta.aio import wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.keys import ServiceKind
 from danube.meta.records import NodeRecord
@@ -384,7 +384,8 @@ async def run_in_process(
     fails naming where each task waited (a hung stop would otherwise hold the test until its
     timeout and leave the service's bus subscriptions to answer the next test)."""
     stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, node_id, stop), name=f"serve-{node_id}")
+    # Its outcome is the block's (raised when asked), not an owner's to log.
+    task = awaited_task(serve(settings, node_id, stop), name=f"serve-{node_id}")
     try:
         yield task
     finally:
@@ -392,13 +393,12 @@ async def run_in_process(
         done, _ = await asyncio.wait([task], timeout=IN_PROCESS_STOP_S)
         if not done:  # a stop that hangs is a bug: say where, then end it
             stuck = _task_stacks()
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(task, timeout_s=IN_PROCESS_STOP_S)
             raise TimeoutError(
                 f"{node_id} did not stop within {IN_PROCESS_STOP_S:.0f} s; its tasks:\n{stuck}"
             )
-        (outcome,) = await asyncio.gather(task, return_exceptions=True)
-    if must_stop_cleanly and isinstance(outcome, BaseException):
+    outcome = asyncio.CancelledError() if task.cancelled() else task.exception()
+    if must_stop_cleanly and outcome is not None:
         raise outcome  # a clean stop returns; anything else is a bug
 
 

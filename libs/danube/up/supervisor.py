@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from danube.aio import wait_any
 from danube.up.servers import ProcessSpec, ServerError, die_with_parent, probe
 
 log = logging.getLogger(__name__)
@@ -191,17 +192,7 @@ class Supervisor:
             raise failure
 
     async def _await_ready(self, child: _Child, stop: asyncio.Event) -> ServerError | None:
-        ready = asyncio.ensure_future(child.ready.wait())
-        stopped = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait(
-                {ready, stopped},
-                timeout=child.spec.ready_timeout_s,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            ready.cancel()
-            stopped.cancel()
+        await wait_any(child.ready, stop, timeout_s=child.spec.ready_timeout_s)
         if stop.is_set():
             return None
         if child.ready.is_set():

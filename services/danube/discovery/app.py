@@ -8,13 +8,13 @@ import contextlib
 import logging
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
 
 import uvicorn
 
 from danube.admission import AdmissionParts
 from danube.admission import build as build_admission
 from danube.admission.refresh import Refresher
+from danube.aio import wait_any
 from danube.bus import Bus
 from danube.config import DanubeSettings
 from danube.discovery import metrics
@@ -215,11 +215,9 @@ async def _run(
             config.host,
             config.port,
         )
-        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
-        waits.append(asyncio.shield(http))
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for wait in waits:
-            wait.cancel()
+        http_ended = asyncio.Event()
+        http.add_done_callback(lambda _: http_ended.set())
+        await wait_any(stop, http_ended)
         leaving.set()
         admission_views.cancel()
         if grpc_server is not None:

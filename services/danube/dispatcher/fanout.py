@@ -15,6 +15,7 @@ position is always "now": messages produced while no consumer is attached are no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -32,6 +33,7 @@ from danube.frame import FRAME_HEADER_BYTES, CorruptFrameError, walk_frames
 from danube.meta import TopicName
 from danube.meta.records import SubscriptionConfig
 from danube.runtime.topic_metrics import subscription_labels
+from danube.tasks import TaskSet, TaskSetClosedError
 from danube.wire import codes
 from danube.wire.dispatcher import protocol
 from danube.wire.dispatcher.errors import ConsumerNotFoundError, SubscriptionTakenError
@@ -148,8 +150,12 @@ class FanoutRuntime:
         self._on_failed = on_failed
         self._live: list[Subscription] = []
         self._listening: set[str] = set()  # partitions (short names) listened to
-        self._growing: set[asyncio.Task[None]] = set()
-        self._expiry: asyncio.Task[None] | None = None
+        # Its expiry loop and the listens of a growth: without one, consumers would never
+        # expire or a partition would go unheard, so a failure fails the subscription.
+        self._tasks = TaskSet(
+            f"{store.topic}/{store.sub}",
+            on_failure=lambda name, exc: self.fail(f"task {name} failed: {exc!r}"),
+        )
         self._activate_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._last_seen: dict[str, float] = {}
@@ -174,7 +180,7 @@ class FanoutRuntime:
             )
         self.fanout = Fanout(config.type, self.config.non_reliable_buffer_messages)
         await self._listen(await self.store.partitions())
-        self._expiry = asyncio.create_task(self._expire_loop(), name=f"expiry-{self.store.topic}")
+        self._tasks.spawn(self._expire_loop(), name=f"expiry-{self.store.topic}")
         log.info(
             "serving non-reliable subscription %s/%s (%s)",
             self.store.topic,
@@ -201,11 +207,10 @@ class FanoutRuntime:
         non-reliable delivery has no past to read)."""
         if self.fanout is None or self.failed or count <= len(self._listening):
             return
-        task = asyncio.create_task(
-            self._listen(self.store.topic.partitions(count)), name=f"grow-{self.store.topic}"
-        )
-        self._growing.add(task)
-        task.add_done_callback(self._growing.discard)
+        with contextlib.suppress(TaskSetClosedError):  # stopped: nothing starts
+            self._tasks.spawn(
+                self._listen(self.store.topic.partitions(count)), name=f"grow-{self.store.topic}"
+            )
 
     def fail(self, reason: str) -> None:
         """Stop serving at once and tell the owner."""
@@ -235,11 +240,7 @@ class FanoutRuntime:
     async def stop(self) -> None:
         """Stop listening; buffered messages are dropped (at-most-once)."""
         self.begin_stop()
-        for task in [*self._growing, *([self._expiry] if self._expiry else [])]:
-            task.cancel()
-        await asyncio.gather(*self._growing, return_exceptions=True)
-        if self._expiry is not None:
-            await asyncio.gather(self._expiry, return_exceptions=True)
+        await self._tasks.close()
         for live in self._live:
             await live.unsubscribe()
         self._live.clear()

@@ -27,6 +27,7 @@ from danube.meta.follow import follow_prefix
 from danube.meta.records import Owner, TopicConfig
 from danube.runtime.owned import Owned
 from danube.storage import ObjectStore
+from danube.tasks import TaskSet, TaskSetClosedError
 from danube.wire.dispatcher.errors import ClaimRefusedError
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,9 @@ _CENSUS_TIMEOUT_S = 10.0
 _RECOUNT_MIN_S = 0.5
 # How often the time served without the lease is looked at (the gauge, the bound).
 _LEASELESS_CHECK_S = 0.5
+# How long a stop waits for hand-overs under way: each drains its responder (10 s at most),
+# then writes cursors and releases the owner key under etcd's request deadline.
+_HAND_OVER_WAIT_S = 30.0
 
 
 class _Served:
@@ -68,9 +72,13 @@ class DispatcherNode:
         self.leaseless_since: float | None = None  # monotonic; None while the lease holds
         self.data_url: str | None = None  # the consume door's (danube.dispatcher.door)
         lease.on_lost(self._lease_lost)
-        self._reclaiming: set[asyncio.Task[int]] = set()
-        self._retiring: set[asyncio.Task[None]] = set()
-        self._handing_over: set[asyncio.Task[None]] = set()
+        # Three kinds of task, each stopped in its turn by close(). Their failures are
+        # their own, logged: a hand-over's caller hears of it too; a reclaim that broke
+        # leaves subscriptions leaseless, which watch_leaseless bounds; a retiring
+        # subscription is no longer served whatever its stop met.
+        self._handing_over = TaskSet(f"dispatcher {node_id} hand-overs")
+        self._reclaiming = TaskSet(f"dispatcher {node_id} reclaims")
+        self._retiring = TaskSet(f"dispatcher {node_id} retirements")
         self._recount = asyncio.Event()
         config = settings.dispatcher
         self.balancer: Balancer[_Key] = Balancer(
@@ -202,9 +210,9 @@ class DispatcherNode:
         attach again and get the unacked messages again from the stored cursor."""
         # Shielded: a hand-over cut short would leave the subscription neither served nor
         # released (its consumers would wait for the lease); close() waits for it instead.
-        task = asyncio.get_running_loop().create_task(self._hand_over(key, reason))
-        self._handing_over.add(task)
-        task.add_done_callback(self._handing_over.discard)
+        task = self._handing_over.spawn(
+            self._hand_over(key, reason), name=f"hand over {key[0]}/{key[1]}", on_failure="log"
+        )
         await asyncio.shield(task)
 
     async def _hand_over(self, key: _Key, reason: str) -> None:
@@ -223,9 +231,10 @@ class DispatcherNode:
             return
         if not runtime.deleted:  # a delete's own request must still get its answer
             served.responder.cancel()
-        task = asyncio.get_running_loop().create_task(self._retire(key, runtime))
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+        with contextlib.suppress(TaskSetClosedError):  # closing: close() stops it
+            self._retiring.spawn(
+                self._retire(key, runtime), name=f"retire {key[0]}/{key[1]}", on_failure="log"
+            )
 
     async def _retire(self, key: _Key, runtime: ServedSubscription) -> None:
         async with self._served.locks.hold(key):
@@ -349,9 +358,8 @@ class DispatcherNode:
         """A new node lease after a lost one (NodeSession.renewed): reclaim what is served."""
         self.lease = lease
         lease.on_lost(self._lease_lost)
-        task = asyncio.get_running_loop().create_task(self.reclaim_all(lease))
-        self._reclaiming.add(task)
-        task.add_done_callback(self._reclaiming.discard)
+        with contextlib.suppress(TaskSetClosedError):  # closing: nothing left to reclaim
+            self._reclaiming.spawn(self.reclaim_all(lease), name="reclaim", on_failure="log")
 
     async def reclaim_all(self, lease: Lease) -> int:
         """Reclaim every subscription served through the lost lease under ``lease``, one
@@ -441,12 +449,10 @@ class DispatcherNode:
 
     async def close(self, *, release: bool) -> None:
         """Stop serving everything; ``release`` hands the subscriptions on (clean stop)."""
-        await asyncio.gather(*self._handing_over, return_exceptions=True)
-        for reclaiming in list(self._reclaiming):
-            reclaiming.cancel()
-        await asyncio.gather(*self._reclaiming, return_exceptions=True)
+        if not await self._handing_over.join(timeout_s=_HAND_OVER_WAIT_S):
+            log.warning("dispatcher %s: hand-overs still under way: cancelled", self.node_id)
+        await self._handing_over.close()
+        await self._reclaiming.close()
         for key in self._served.served():
             await self._stop_serving(key, release=release)
-        for task in list(self._retiring):
-            task.cancel()
-        await asyncio.gather(*self._retiring, return_exceptions=True)
+        await self._retiring.close()

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from danube.aio import awaited_task
 from danube.bus import Bus, BusError, Message, NoRespondersError, RemoteError, Subscription
 from danube.dispatcher import metrics, tiers
 from danube.dispatcher.damage import DamageBook
@@ -255,9 +256,9 @@ class PartitionReader:
 
     def _fetch_ahead(self, position: int) -> None:
         self._drop_ahead()
-        task = asyncio.create_task(self._fetch(position), name=f"fetch-ahead {self.partition}")
-        # Its outcome is taken by the read from `position`; one dropped unread is not an error.
-        task.add_done_callback(_consume_outcome)
+        # Its outcome is taken by the read from `position`; one dropped unread is not an error
+        # (and run()'s end drops it).
+        task = awaited_task(self._fetch(position), name=f"fetch-ahead {self.partition}")
         self._ahead = (position, task)
 
     def _drop_ahead(self) -> None:
@@ -301,12 +302,6 @@ class PartitionReader:
         if cleared is not None:
             metrics.DAMAGED_PARTITIONS.dec()
             log.warning("%s: reads on past %s", self.partition, cleared.describe())
-
-
-def _consume_outcome(task: asyncio.Task[FetchReply[RawFrame]]) -> None:
-    """Mark a fetch sent ahead as seen (asyncio logs a task whose exception nobody read)."""
-    if not task.cancelled():
-        task.exception()
 
 
 class DelayRescanReader(PartitionReader):

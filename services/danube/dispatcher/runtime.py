@@ -11,6 +11,7 @@ past it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -55,6 +56,7 @@ from danube.meta import TopicName
 from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import SubscriptionConfig
 from danube.storage import ObjectStore
+from danube.tasks import TaskSet, TaskSetClosedError
 from danube.wire import codes
 from danube.wire.cloud.client import CloudClient
 from danube.wire.dispatcher import protocol
@@ -112,7 +114,11 @@ class SubscriptionRuntime:
             fail=self.fail,
         )
         self._add_helpers(objects)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Its tasks (timer, readers, eviction, delays, growth): one that fails leaves a
+        # subscription that can no longer be served safely, so it fails (to be claimed again).
+        self._tasks = TaskSet(
+            where, on_failure=lambda name, exc: self.fail(f"task {name} failed: {exc!r}")
+        )
         self._activate_lock = asyncio.Lock()
         self.failed = False
         self.deleted = False  # set (for good) when a delete begins
@@ -223,15 +229,9 @@ class SubscriptionRuntime:
             self._delays.rescan({p.topic: p for p in new})
         log.info("%s/%s reads %d partitions now", self.store.topic, self.store.sub, count)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.fail(f"task {task.get_name()} failed: {task.exception()!r}")
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        with contextlib.suppress(TaskSetClosedError):  # stopped or deleted: nothing starts
+            self._tasks.spawn(work, name=name)
 
     def fail(self, reason: str) -> None:
         """Stop serving at once (no more cursor writes) and tell the owner."""
@@ -242,8 +242,7 @@ class SubscriptionRuntime:
             log.info("subscription %s/%s stops: %s", self.store.topic, self.store.sub, reason)
         else:
             log.error("subscription %s/%s fails: %s", self.store.topic, self.store.sub, reason)
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel_all()  # at once: no more cursor writes; stop() waits for them
         self._delays.drop()
         self._on_failed(self, reason)
 
@@ -272,9 +271,7 @@ class SubscriptionRuntime:
         self.begin_stop()
         metrics.DAMAGED_PARTITIONS.dec(len(self.damage))
         self._sessions.clear()  # forgotten with the subscription
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
         if not self.failed and not self.store.held:
             await self._delays.seal_last()
         self._delays.drop()
@@ -437,9 +434,7 @@ class SubscriptionRuntime:
             self.deleted = True
         self.begin_stop()
         try:
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._tasks.close()
             async with self._actions.io_lock:
                 await self.store.delete()
         finally:

@@ -123,12 +123,7 @@ class LeaderActs:
             on_damage=self.repairer.report,
         )
         responders = await handlers.serve(ctx.bus)
-        # A helper that fails leaves a leader that acknowledges but publishes nothing live,
-        # or never changes its ISR: it fences instead, and another term starts clean.
-        tasks = TaskSet(
-            f"leader of {self.name}",
-            on_failure=lambda task, exc: partition.fence(f"{task} failed: {exc!r}"),
-        )
+        tasks = partition.tasks  # one that fails fences the partition
         tasks.spawn(partition.live.run(), name=f"live-{self.name}")
         tasks.spawn(partition.maintain_isr(), name=f"isr-{self.name}")
         self.leading = Leading(partition, handlers, responders, tasks)

@@ -36,9 +36,9 @@ from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.ingest.wal.truncate import truncate_dir
 from danube.meta import TopicName
 from danube.meta import keys as meta_keys
-from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
 from danube.meta.records import Assignment, TopicConfig
+from danube.tasks import TaskSet
 from danube.wire.ingest import protocol
 from danube.wire.sizes import RECORD_OVERHEAD_BYTES
 
@@ -73,6 +73,9 @@ class Replica(LeaderActs):
         self.leading: Leading | None = None
         self._fetcher: Fetcher | None = None
         self._follow_task: asyncio.Task[None] | None = None
+        # The follower's fetcher. One that fails is dropped, and the next reconcile (at its
+        # poll: a failure that comes back at once does not spin) follows afresh.
+        self._tasks = TaskSet(f"replica {name}", on_failure=lambda *_: self._lost_fetcher())
         self._wake = asyncio.Event()
         self._stopped = False
         self._release = False
@@ -420,7 +423,7 @@ class Replica(LeaderActs):
 
     def _start_following(self, leader: str, epoch: int) -> None:
         self._fetcher = Fetcher(self, leader, epoch)
-        self._follow_task = asyncio.create_task(
+        self._follow_task = self._tasks.spawn(
             self._fetcher.run(), name=f"follow-{self.name}-{epoch}"
         )
         metrics.FOLLOWING.inc()
@@ -428,8 +431,11 @@ class Replica(LeaderActs):
     async def _stop_following(self) -> None:
         task, self._follow_task, self._fetcher = self._follow_task, None, None
         if task is not None:
-            await cancel_and_wait(task, timeout_s=10.0)
+            await self._tasks.cancel(task, timeout_s=10.0)
             metrics.FOLLOWING.dec()
+
+    def _lost_fetcher(self) -> None:
+        self._fetcher = None  # following no epoch now (its task is reaped when one starts)
 
     def follow_ended(self) -> None:
         """The fetcher gave up on its epoch (the leader moved on): reconcile."""

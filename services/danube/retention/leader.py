@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
+from danube.aio import wait_any
 from danube.bus import Bus, BusError
 from danube.config import DanubeSettings
 from danube.meta import (
@@ -26,7 +27,6 @@ from danube.meta import (
     run_as_leader,
 )
 from danube.meta import keys as meta_keys
-from danube.meta.aio import wait_any
 from danube.meta.topics import read_namespaces, read_topics
 from danube.retention import metrics
 from danube.retention.cloud import CloudRetention, Fence

@@ -21,6 +21,7 @@ from typing import Generic, TypeVar
 
 import orjson
 
+from danube.aio import awaited_task
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, Reply, TopicName
 from danube.frame import Frame, RawFrame, decode_frames, walk_frames
 from danube.wire.claim import request_with_claim
@@ -197,16 +198,13 @@ class IngestClient:
         now = loop.time()
         latest = self._probes.get(partition)
         if latest is None or latest[0] < max(sent_at, now - _PROBE_SHARE_S):
-            task = asyncio.create_task(self._ask_leader(partition, deadline))
+            task = awaited_task(self._ask_leader(partition, deadline), name="leader probe")
             latest = (now, task)
             self._probes[partition] = latest
             task.add_done_callback(lambda done: self._probe_done(partition, done))
         return await asyncio.shield(latest[1])
 
     def _probe_done(self, partition: TopicName, done: asyncio.Task[Leader | None]) -> None:
-        if not done.cancelled():
-            done.exception()  # read: a probe whose waiters all left must not warn
-
         def forget() -> None:
             latest = self._probes.get(partition)
             if latest is not None and latest[1] is done:

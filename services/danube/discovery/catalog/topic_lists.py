@@ -9,6 +9,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
+from danube.aio import awaited_task
+
 # Namespaces remembered at once (least recently asked forgotten first).
 NAMESPACES_MAX = 1024
 
@@ -38,7 +40,7 @@ class TopicLists:
             return hit[1]
         task = self._inflight.get(namespace)
         if task is None:
-            task = asyncio.create_task(self._fetch(namespace), name=f"list topics {namespace}")
+            task = awaited_task(self._fetch(namespace), name=f"list topics {namespace}")
             self._inflight[namespace] = task
             task.add_done_callback(lambda done: self._done(namespace, done))
         return await asyncio.shield(task)
@@ -55,5 +57,3 @@ class TopicLists:
     def _done(self, namespace: str, task: asyncio.Task[list[str]]) -> None:
         if self._inflight.get(namespace) is task:
             del self._inflight[namespace]
-        if not task.cancelled():
-            task.exception()  # retrieved here: its askers may all have left

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 
+from danube.aio import wait_any
 from danube.config import DanubeSettings
 from danube.discovery import metrics
 from danube.discovery.controller.assignment import ClusterView, Plan, partitions_of, plan
@@ -49,7 +50,6 @@ from danube.meta import (
     run_as_leader,
 )
 from danube.meta import keys as meta_keys
-from danube.meta.aio import wait_any
 from danube.meta.backoff import backoff_s
 from danube.meta.reassign import ReassignError, reassign
 from danube.meta.records import Assignment, NodeRecord

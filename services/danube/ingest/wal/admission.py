@@ -1,5 +1,8 @@
 """Backpressure: a byte budget for appends accepted but not yet durable, with a FIFO of waiters.
 
+An append's share of the budget is its frame bytes (:func:`frame_bytes`, which checks its
+sizes first).
+
 An append first acquires its frame bytes; the writer releases them once the batch is durable.
 While the budget is spent, appenders wait in arrival order (a large append is not starved by a
 stream of small ones) instead of growing the writer's queue: memory stays bounded by
@@ -10,7 +13,32 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+from danube.frame import FRAME_HEADER_BYTES
+from danube.ingest.wal.errors import AppendTooLargeError, PayloadTooLargeError
+from danube.ingest.wal.options import WalOptions
+
+
+def frame_bytes(payloads: Sequence[bytes], options: WalOptions) -> int:
+    """The frame bytes of an append of ``payloads``, once every payload is checked against
+    the frame limit and the whole against the pending budget (it must fit it whole)."""
+    limit = options.max_frame_payload_bytes
+    if len(payloads) == 1:  # the common case, without the lists below
+        size = len(payloads[0])
+        if size > limit:
+            raise PayloadTooLargeError(index=0, size_bytes=size, limit_bytes=limit)
+        return size + FRAME_HEADER_BYTES  # max_pending_bytes holds one frame (options)
+    sizes = [len(payload) for payload in payloads]
+    biggest = max(sizes)
+    if biggest > limit:
+        raise PayloadTooLargeError(
+            index=sizes.index(biggest), size_bytes=biggest, limit_bytes=limit
+        )
+    nbytes = sum(sizes) + FRAME_HEADER_BYTES * len(sizes)
+    if nbytes > options.max_pending_bytes:
+        raise AppendTooLargeError(size_bytes=nbytes, limit_bytes=options.max_pending_bytes)
+    return nbytes
 
 
 class Admission:

@@ -1,7 +1,7 @@
-"""Work on the sealed segments of an open WAL: finding and repairing damage from another
-copy (the blocking work is danube.ingest.wal.repair's), and dropping the segments below a
-retention point. Each holds ``_admin_lock`` while it changes the segment set, so the two
-never race.
+"""Work on the sealed segments of an open WAL: listing them for retention, finding and
+repairing damage from another copy (the blocking work is danube.ingest.wal.repair's), and
+dropping the segments below a retention point (asking the drop guards first). A repair
+and a drop each hold ``_admin_lock`` while they change the segment set, so they never race.
 
 danube.ingest.wal.wal.Wal mixes it in; the state it uses is the WAL's.
 """
@@ -19,9 +19,11 @@ from danube.ingest.wal.cache import MessageCache
 from danube.ingest.wal.checkpoint import CheckpointStore
 from danube.ingest.wal.commit import in_thread
 from danube.ingest.wal.errors import WalClosedError
+from danube.ingest.wal.feed import registered
 from danube.ingest.wal.fileops import FileOps
 from danube.ingest.wal.options import WalOptions
 from danube.ingest.wal.repair import RepairRefusedError, SegmentDamage, find_damage, rewrite_segment
+from danube.ingest.wal.results import SegmentInfo
 from danube.ingest.wal.segment import SegmentSet
 
 log = logging.getLogger("danube.ingest.wal.wal")  # the WAL's log, whichever module writes it
@@ -38,7 +40,7 @@ class _State(Enum):
 
 
 class SegmentUpkeep:
-    """Repairs and drops of sealed segments (danube.ingest.wal.wal.Wal mixes it in; its
+    """Listings, repairs and drops of sealed segments (danube.ingest.wal.wal.Wal mixes it in; its
     state and ``start_offset`` are the WAL's)."""
 
     directory: Path
@@ -63,6 +65,41 @@ class SegmentUpkeep:
 
     async def _checkpoint_io(self, op: str, call: Callable[..., object], **kwargs: Any) -> None:
         raise NotImplementedError
+
+    async def segment_infos(self, limit: int) -> list[SegmentInfo]:
+        """The ``limit`` oldest segments with their offsets, sizes and mtimes (for retention).
+
+        A segment dropped while its mtime is read is left out.
+        """
+        if self._memory:
+            return []
+        listed = self._segments.oldest(limit)
+        paths = [segment.path for segment, _ in listed]
+        times = await in_thread("stat", self.options.io_timeout_s, self._modified_ms, paths)
+        return [
+            SegmentInfo(segment.first_offset, end, segment.size_bytes, segment.sealed, modified)
+            for (segment, end), modified in zip(listed, times, strict=True)
+            if modified is not None
+        ]
+
+    def _modified_ms(self, paths: list[Path]) -> list[int | None]:
+        found: list[int | None] = []
+        for path in paths:
+            try:
+                found.append(self._ops.modified_ms(path))
+            except FileNotFoundError:
+                found.append(None)
+        return found
+
+    def segment_names(self) -> list[str]:
+        """The segment file names, oldest first."""
+        return self._segments.names()
+
+    def add_drop_guard(self, guard: Callable[[int], Awaitable[None]]) -> Callable[[], None]:
+        """Await ``guard(new_start_offset)`` before :meth:`drop_below` removes segments (the
+        records below ``new_start_offset`` go); if it raises, nothing is dropped. Returns
+        its remover."""
+        return registered(self._drop_guards, guard)
 
     async def find_damage(self, offset: int) -> SegmentDamage | None:
         """The damage of the sealed segment holding ``offset`` (a bad frame at or before

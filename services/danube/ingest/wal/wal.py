@@ -17,15 +17,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from danube.frame import FRAME_HEADER_BYTES
-from danube.ingest.wal.admission import Admission
+from danube.aio import awaited_task
+from danube.ingest.wal.admission import Admission, frame_bytes
 from danube.ingest.wal.cache import MessageCache
 from danube.ingest.wal.checkpoint import CheckpointStore
 from danube.ingest.wal.commit import GroupCommit, Queued, in_thread
 from danube.ingest.wal.errors import (
-    AppendTooLargeError,
     BelowWalStartError,
-    PayloadTooLargeError,
     WalClosedError,
     WalError,
     WalFailedError,
@@ -37,7 +35,7 @@ from danube.ingest.wal.fileops import FileOps, OsFileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.reader import read_messages
 from danube.ingest.wal.recovery import TailCut, recover
-from danube.ingest.wal.results import FetchResult, SegmentInfo, WalStats
+from danube.ingest.wal.results import FetchResult, WalStats
 from danube.ingest.wal.segment import SegmentSet
 from danube.ingest.wal.upkeep import DEFAULT_OPEN_TIMEOUT_S, SegmentUpkeep, _State
 from danube.ingest.wal.writer import SegmentWriter
@@ -187,35 +185,6 @@ class Wal(SegmentUpkeep):
             failed=self._failure is not None,
         )
 
-    async def segment_infos(self, limit: int) -> list[SegmentInfo]:
-        """The ``limit`` oldest segments with their offsets, sizes and mtimes (for retention).
-
-        A segment dropped while its mtime is read is left out.
-        """
-        if self._memory:
-            return []
-        listed = self._segments.oldest(limit)
-        paths = [segment.path for segment, _ in listed]
-        times = await in_thread("stat", self.options.io_timeout_s, self._modified_ms, paths)
-        return [
-            SegmentInfo(segment.first_offset, end, segment.size_bytes, segment.sealed, modified)
-            for (segment, end), modified in zip(listed, times, strict=True)
-            if modified is not None
-        ]
-
-    def _modified_ms(self, paths: list[Path]) -> list[int | None]:
-        found: list[int | None] = []
-        for path in paths:
-            try:
-                found.append(self._ops.modified_ms(path))
-            except FileNotFoundError:
-                found.append(None)
-        return found
-
-    def segment_names(self) -> list[str]:
-        """The segment file names, oldest first."""
-        return self._segments.names()
-
     def add_durable_listener(self, listener: DurableListener) -> Callable[[], None]:
         """Call ``listener`` after each batch becomes durable; returns its remover.
 
@@ -223,12 +192,6 @@ class Wal(SegmentUpkeep):
         not block (hand the messages to a bounded queue). Exceptions are logged, not raised.
         """
         return self._feed.add_listener(listener)
-
-    def add_drop_guard(self, guard: Callable[[int], Awaitable[None]]) -> Callable[[], None]:
-        """Await ``guard(new_start_offset)`` before :meth:`drop_below` removes segments (the
-        records below ``new_start_offset`` go); if it raises, nothing is dropped. Returns
-        its remover."""
-        return registered(self._drop_guards, guard)
 
     def add_failure_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Call ``listener(reason)`` once, on the event loop, when the WAL fails (a write,
@@ -252,7 +215,7 @@ class Wal(SegmentUpkeep):
         count = len(payloads)
         if count == 0:
             return self._next_offset
-        nbytes = self._frame_bytes(payloads)
+        nbytes = frame_bytes(payloads, self.options)
         commit = self._commit
         if commit is None:  # memory mode: appended is durable
             first = self._take_offsets(count)
@@ -262,11 +225,11 @@ class Wal(SegmentUpkeep):
             return first
         if not self._admission.try_acquire(nbytes):
             # Backpressure: wait for room, in order. A caller cancelled meanwhile leaves its
-            # append to finish anyway (as one cancelled once queued does): the task is shielded.
-            waiting = asyncio.ensure_future(
-                self._append_with_room(payloads, nbytes, commit, on_queued)
+            # append to finish anyway (as one cancelled once queued does): the task is
+            # shielded, and ends at the latest when the WAL closes (its waiters fail).
+            waiting = awaited_task(
+                self._append_with_room(payloads, nbytes, commit, on_queued), name="wal append"
             )
-            waiting.add_done_callback(_outcome_read)
             return await asyncio.shield(waiting)
         # The hot path, with no task of its own: queued before the first wait, so a caller
         # cancelled while it waits cancels only its future; the writer still writes the append
@@ -309,25 +272,6 @@ class Wal(SegmentUpkeep):
             on_queued(first, future)
         await future
         return first
-
-    def _frame_bytes(self, payloads: Sequence[bytes]) -> int:
-        """Check every payload against the frame limit; return the append's frame bytes."""
-        limit = self.options.max_frame_payload_bytes
-        if len(payloads) == 1:  # the common case, without the lists below
-            size = len(payloads[0])
-            if size > limit:
-                raise PayloadTooLargeError(index=0, size_bytes=size, limit_bytes=limit)
-            return size + FRAME_HEADER_BYTES  # max_pending_bytes holds one frame (options)
-        sizes = [len(payload) for payload in payloads]
-        biggest = max(sizes)
-        if biggest > limit:
-            raise PayloadTooLargeError(
-                index=sizes.index(biggest), size_bytes=biggest, limit_bytes=limit
-            )
-        nbytes = sum(sizes) + FRAME_HEADER_BYTES * len(sizes)
-        if nbytes > self.options.max_pending_bytes:
-            raise AppendTooLargeError(size_bytes=nbytes, limit_bytes=self.options.max_pending_bytes)
-        return nbytes
 
     def _check_open(self) -> None:
         if self._failure is not None:
@@ -518,10 +462,3 @@ class Wal(SegmentUpkeep):
         except (OSError, WalTimeoutError) as exc:
             self._failed(f"{op} failed: {exc}", False, 0)
             raise WalFailedError(self._failure or str(exc)) from exc
-
-
-def _outcome_read(task: asyncio.Future[int]) -> None:
-    """Read a shielded append's outcome, so one whose caller gave up is not reported as an
-    exception never retrieved; the caller, when still there, gets it as well."""
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("an append ended with %r", task.exception())

@@ -6,7 +6,8 @@ without I/O).
 
 The state lives as long as the socket: on open the stream attaches a consumer to the
 subscription ``sub`` of every matching topic (the dispatcher's ordinary per-topic consumer,
-as ``POST …/consumers`` makes), and on close it detaches them all. Its tasks, in one
+as ``POST …/consumers`` makes), and on close it detaches them all
+(:mod:`danube.discovery.doors.http.multi_consumers`). Its tasks, in one
 TaskGroup, all ended when the stream ends:
 
 - ``receive`` reads client frames: flow frames grant credits; an ack or nack goes, ref by
@@ -23,7 +24,6 @@ TaskGroup, all ended when the stream ends:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from dataclasses import dataclass, field
@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from danube.discovery import metrics
 from danube.discovery.doors.bodies.api import MessageOut
+from danube.discovery.doors.http.multi_consumers import StreamConsumers
 from danube.discovery.doors.http.multi_topic import (
     TOO_MANY_TOPICS,
     Lender,
@@ -71,15 +72,9 @@ from danube.wire.consume.stream_protocol import (
 
 log = logging.getLogger(__name__)
 
-# Attaches (and detaches) under way at once for one stream: a pattern matching hundreds of
-# topics opens in a few round trips, without a burst of hundreds of bus requests.
-ATTACH_CONCURRENCY = 16
 # A topic's dispatcher that did not answer is polled again after this backoff (doubling,
 # jittered), the other topics going on meanwhile.
 RETRY_BACKOFF_S = (0.2, 5.0)
-# Detaching every consumer when the stream ends, at most this long in all (those not
-# detached by then expire after dispatcher.consumer_session_timeout_s).
-DETACH_TIMEOUT_S = 5.0
 # Error frames about one topic are told once per (topic, code); at most this many remembered.
 TOLD_MAX = 10_000
 # Codes that mean a topic's consumer is gone for good: the topic was deleted, or its
@@ -144,8 +139,7 @@ class MultiStream:
         self._told: set[tuple[str, str]] = set()  # (topic, code) told in an error frame
         self._outbox: asyncio.Queue[list[str | bytes]] = asyncio.Queue(maxsize=SEND_QUEUE_BATCHES)
         self._tg: asyncio.TaskGroup | None = None
-        # Attaches cut short by the stream's end, still in flight (detach_all's to finish).
-        self._attaching: list[tuple[TopicName, asyncio.Future[str]]] = []
+        self.consumers = StreamConsumers(self.dispatcher, sub, params.name, params.type)
 
     # --- joining -----------------------------------------------------------------------
 
@@ -205,30 +199,17 @@ class MultiStream:
     async def _join(
         self, names: list[str], start: Literal["latest", "earliest"]
     ) -> list[tuple[str, BaseException]]:
-        """Attach to ``names`` (at most ATTACH_CONCURRENCY at once) and start their pumps
-        once running; the failures, by topic."""
-        gate = asyncio.Semaphore(ATTACH_CONCURRENCY)
+        """Attach to ``names`` (a few at once: StreamConsumers) and start their pumps once
+        running; the failures, by topic."""
         failures: list[tuple[str, BaseException]] = []
 
         async def attach(name: str) -> None:
             topic = TopicName(self.namespace, name)
-            async with gate:
-                call = asyncio.ensure_future(
-                    self.dispatcher.attach(
-                        topic, self.sub, self.params.name, type=self.params.type, start=start
-                    )
-                )
-                try:
-                    consumer_id = await asyncio.shield(call)
-                except (DanubeError, TimeoutError) as exc:
-                    failures.append((name, exc))
-                    return
-                except asyncio.CancelledError:
-                    # The stream ends with the attach in flight: the dispatcher may attach
-                    # all the same. detach_all waits for its answer and detaches it, else
-                    # an exclusive subscription would stay taken for the session timeout.
-                    self._attaching.append((topic, call))
-                    raise
+            try:
+                consumer_id = await self.consumers.attach(topic, start)
+            except (DanubeError, TimeoutError) as exc:
+                failures.append((name, exc))
+                return
             self.joined[name] = _Joined(topic, consumer_id)
             metrics.STREAM_TOPICS_JOINED.inc()
             if self._tg is not None:
@@ -284,35 +265,12 @@ class MultiStream:
         await self._outbox.put([error_frame(exc)])
 
     async def detach_all(self) -> None:
-        """Detach every joined consumer, and those of attaches still in flight once they
-        answer (at most DETACH_TIMEOUT_S in all): their unacked messages go to the other
+        """Detach every joined consumer, and those of attaches the end cut short once they
+        answer (StreamConsumers.detach_all): their unacked messages go to the other
         consumers at once."""
         joined, self.joined = list(self.joined.values()), {}
-        attaching, self._attaching = self._attaching, []
         metrics.STREAM_TOPICS_JOINED.dec(len(joined))
-        gate = asyncio.Semaphore(ATTACH_CONCURRENCY)
-
-        async def detach(topic: TopicName, consumer_id: str) -> None:
-            async with gate:
-                with contextlib.suppress(DanubeError, TimeoutError):
-                    await self.dispatcher.detach(topic, self.sub, consumer_id)
-
-        async def detach_when_attached(topic: TopicName, call: asyncio.Future[str]) -> None:
-            try:
-                consumer_id = await call
-            except (DanubeError, TimeoutError):
-                return  # not attached: nothing to detach
-            await detach(topic, consumer_id)
-
-        try:
-            async with asyncio.timeout(DETACH_TIMEOUT_S):
-                await asyncio.gather(
-                    *(detach(one.topic, one.consumer_id) for one in joined),
-                    *(detach_when_attached(topic, call) for topic, call in attaching),
-                )
-        except TimeoutError:
-            for _, call in attaching:
-                call.cancel()
+        await self.consumers.detach_all([(one.topic, one.consumer_id) for one in joined])
 
     # --- running -----------------------------------------------------------------------
 

@@ -1,4 +1,11 @@
-"""Waiting and cancelling in asyncio, robustly (used by this package and the services).
+"""Waiting and cancelling in asyncio, robustly; one lock per key. Standard library only:
+the floor under :mod:`danube.tasks`, :mod:`danube.meta` and the services.
+
+Background work has an owner (:class:`danube.tasks.TaskSet`); the futures here are the
+other kind, short-lived and awaited where they start: :func:`wait_any` and
+:func:`until_stopped` race events against work, :func:`awaited_task` runs work that its
+awaiters share or hand on. Nothing else in the project starts a bare task (a unit test,
+tests/unit/test_task_owners.py, keeps it so).
 
 On Python 3.11, ``asyncio.wait_for`` (which aetcd uses while it creates a watch) swallows a
 cancellation that arrives just as the awaited future completes; the task then carries on as
@@ -11,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Hashable
 from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -43,6 +50,23 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None, *, timeout_s: float) -
     return True
 
 
+def awaited_task(work: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:
+    """Start ``work`` as a task whose outcome belongs to whoever awaits it, not to an owner:
+    a call shared by several waiters, or one that must finish even if its caller leaves
+    (awaited through ``asyncio.shield``, then handed to whoever cleans up after it), or a
+    read sent ahead that the next read takes or cancels. It must end by a deadline of its
+    own. An exception nobody is left to take is read (and dropped, at debug level), so
+    asyncio does not report it as never retrieved; its awaiters, if any, get it as well."""
+    task = asyncio.get_running_loop().create_task(work, name=name)
+    task.add_done_callback(_outcome_read)
+    return task
+
+
+def _outcome_read(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("task %s ended with %r", task.get_name(), task.exception())
+
+
 async def wait_any(*events: asyncio.Event, timeout_s: float | None = None) -> None:
     """Return as soon as one of ``events`` is set, or after ``timeout_s`` (if given)."""
     if timeout_s is not None and timeout_s <= 0:
@@ -53,7 +77,7 @@ async def wait_any(*events: asyncio.Event, timeout_s: float | None = None) -> No
     finally:
         for wait in waits:
             wait.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
+        await asyncio.wait(waits)  # an event's wait ends at once when cancelled
 
 
 async def until_stopped(
