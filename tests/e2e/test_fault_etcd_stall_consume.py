@@ -62,6 +62,13 @@ def _metric(text: str, name: str) -> float:
     return 0.0
 
 
+def _lease_story(process: ServerProcess) -> str:
+    """What the service logged about its lease and claims (a failure's context)."""
+    words = ("lease", "reclaim", "registered", "claim", "fenced", "failed")
+    lines = process.log_path.read_text(errors="replace").splitlines()
+    return "\n".join(line[:300] for line in lines if any(w in line for w in words))[-6000:]
+
+
 async def _stored_cursors(store: MetaStore) -> dict[str, int]:
     found: dict[str, int] = {}
     for partition in TOPIC.partitions(PARTITIONS):
@@ -185,7 +192,7 @@ async def test_etcd_stall_consume_goes_on(
         # ... because it served without its lease and reclaimed the subscription (the
         # epoch alone cannot tell: a fresh claim after the key expired is epoch 1 again).
         reclaims = 'danube_dispatcher_reclaims_total{outcome="reclaimed"}'
-        assert _metric(metrics_text, reclaims) == 1
+        assert _metric(metrics_text, reclaims) == 1, _lease_story(dispatcher)
         assert _metric(metrics_text, 'danube_dispatcher_reclaims_total{outcome="lost"}') == 0
         assert _metric(metrics_text, "danube_dispatcher_leaseless_acks_total") > 0
         assert _metric(metrics_text, "danube_dispatcher_leaseless_seconds") == 0
