@@ -21,8 +21,8 @@ import aetcd.rpc
 import grpc
 
 from danube.config.errors import ConfigError
-from danube.config.model import MetadataConfig
 from danube.config.secrets import read_password
+from danube.config.wal_cloud import MetadataConfig
 from danube.meta.aio import cancel_and_wait
 from danube.meta.backoff import backoff_s
 from danube.meta.errors import (
