@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from danube.client.delay import deliver_after, deliver_at
 from danube.client.errors import InvalidMessageError
-from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.bodies.produce import ProduceRequest
 from danube.discovery.doors.http.produce_body import parse_produce
 from danube.dispatcher.cursor import CursorState, PartitionCursor
 from danube.dispatcher.delayed import (
