@@ -26,9 +26,9 @@ from danube.dispatcher.delayed import (
     DelayedMessages,
     FileSpill,
     MemorySpill,
-    due_of,
 )
 from danube.dispatcher.delivery import SubscriptionMachine
+from danube.dispatcher.due_time import due_of
 from danube.dispatcher.events import (
     Ack,
     ConsumerAttached,
