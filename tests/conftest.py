@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from danube.bus import Bus
 from danube.config import BusConfig, CloudConfig, MetadataConfig
-from danube.config.model import FsCloud
+from danube.config.wal_cloud import FsCloud
 from danube.meta import MetaStore
 from danube.up import (
     EtcdCluster,

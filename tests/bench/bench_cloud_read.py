@@ -34,7 +34,7 @@ from danube.config import (
     WalCloudConfig,
     WalConfig,
 )
-from danube.config.model import FsCloud
+from danube.config.wal_cloud import FsCloud
 from danube.frame import Record, encode_record, verify_frame
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from danube.config.model import WalConfig
+from danube.config.wal_cloud import WalConfig
 from danube.ingest.wal import Durability, Wal, WalOptions
 
 RECORD_BYTES = 1024

@@ -17,7 +17,7 @@ import pytest
 
 from danube.bus import Bus, TopicName
 from danube.config import BusConfig
-from danube.config.model import MetadataConfig
+from danube.config.wal_cloud import MetadataConfig
 from danube.meta import MetaStore
 from danube.up import EtcdCluster, NatsCluster, ProcessSpec
 from danube.wire.ingest.client import IngestClient

@@ -13,7 +13,7 @@ import pytest
 
 from danube.client import AsyncDanubeClient
 from danube.config import MetadataConfig
-from danube.config.model import FsCloud
+from danube.config.wal_cloud import FsCloud
 from danube.frame import decode_frames, decode_record_fields
 from danube.meta import MetaStore, TopicName
 from danube.meta import keys as meta_keys

@@ -14,7 +14,7 @@ import pytest
 
 from danube.bus import Bus, TopicName
 from danube.config import BusConfig, MetadataConfig
-from danube.config.model import FsCloud
+from danube.config.wal_cloud import FsCloud
 from danube.frame import Record, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys

@@ -13,7 +13,7 @@ import pytest
 
 from danube.bus import Bus, NoRespondersError, Reply, Request
 from danube.config import BusConfig
-from danube.config.model import MetadataConfig
+from danube.config.wal_cloud import MetadataConfig
 from danube.meta import MetaStore, WatchError, WatchEvent
 from danube.meta.follow import follow_prefix
 from danube.up import EtcdCluster, NatsCluster

@@ -15,7 +15,8 @@ import pytest
 from danube.bus import Request, Subjects
 from danube.config import DanubeSettings
 from danube.frame import decode_frames
-from danube.frame.record import Record, decode_record, encode_record
+from danube.frame.record import Record, encode_record
+from danube.frame.record_decode import decode_record
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.leadership import NotLeaderError, Term

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aetcd
 import pytest
 
-from danube.config.model import MetadataConfig
+from danube.config.wal_cloud import MetadataConfig
 from danube.meta import (
     Election,
     LeaseLostError,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from danube.config.model import FsCloud, S3Cloud
+from danube.config.wal_cloud import FsCloud, S3Cloud
 from danube.frame import Record, encode_frame, encode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys

@@ -9,7 +9,7 @@ import boto3
 import pytest
 
 from danube.config import CloudConfig
-from danube.config.model import FsCloud, MemoryCloud
+from danube.config.wal_cloud import FsCloud, MemoryCloud
 from danube.frame import append_frame, decode_frames
 from danube.storage import (
     PARTIAL_DIR,

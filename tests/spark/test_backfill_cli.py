@@ -28,7 +28,7 @@ from danube.config import (
     WalCloudConfig,
     WalConfig,
 )
-from danube.config.model import FsCloud
+from danube.config.wal_cloud import FsCloud
 from danube.discovery import app as discovery_app
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore

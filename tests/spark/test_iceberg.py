@@ -25,7 +25,7 @@ from pyiceberg.types import StructType
 from pyspark.sql import SparkSession
 
 from danube.config import CloudConfig
-from danube.config.model import FsCloud
+from danube.config.wal_cloud import FsCloud
 from danube.discovery.schemas.registry import SchemaRegistry
 from danube.meta import MetaStore
 from danube.names import TopicName

@@ -42,7 +42,8 @@ from danube.frame.produce import (
     scan_frames_for_produce,
     stamp_schema,
 )
-from danube.frame.record import FLAG_CODEC, RECORD_FLAGS_AT, decode_record_at
+from danube.frame.record import FLAG_CODEC, RECORD_FLAGS_AT
+from danube.frame.record_decode import decode_record_at
 from danube.wire.chunks import TOTAL_BYTES_ATTRIBUTE
 from danube.wire.produce_binary import scan_body
 

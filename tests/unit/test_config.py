@@ -24,7 +24,7 @@ from danube.config import (
     load_settings,
 )
 from danube.config.interpolate import interpolate_value
-from danube.config.model import MiB
+from danube.config.section import MiB
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from danube.config import DiscoveryConfig
-from danube.discovery.doors.bodies.api import INT64_MAX, AttachRequest, FlowFrame, TopicSpec
+from danube.discovery.doors.bodies.api import TopicSpec
+from danube.discovery.doors.bodies.consume import AttachRequest
 from danube.discovery.doors.http.middleware import host_name
 from danube.discovery.doors.http.params import CONSUMER_ID_PATTERN
 from danube.discovery.errors import BadRequestError, http_status
@@ -22,6 +23,7 @@ from danube.names import (
     user_topic,
     validate_segment,
 )
+from danube.wire.consume.models import INT64_MAX, FlowFrame
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from danube.bus import BusTimeoutError, NoRespondersError, RemoteError
-from danube.discovery.doors.bodies.api import ProduceRequest, TopicSpec
+from danube.discovery.doors.bodies.api import TopicSpec
+from danube.discovery.doors.bodies.produce import ProduceRequest
 from danube.discovery.doors.http.produce_json import encode_batch
 from danube.discovery.errors import (
     BadRequestError,

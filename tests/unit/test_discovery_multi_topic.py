@@ -14,7 +14,6 @@ import time
 import pytest
 
 from danube.discovery.catalog.topic_lists import TopicLists
-from danube.discovery.doors.bodies.api import AckRequest
 from danube.discovery.doors.http.multi_topic import (
     INVALID_PATTERN,
     Lender,
@@ -23,6 +22,7 @@ from danube.discovery.doors.http.multi_topic import (
     runs_by_topic,
 )
 from danube.discovery.errors import BadRequestError, StreamProtocolError
+from danube.wire.consume.models import AckRequest
 
 pytestmark = pytest.mark.unit
 

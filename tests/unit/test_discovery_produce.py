@@ -12,7 +12,7 @@ from danube.admission import Admission, Admitted, ProduceLimits
 from danube.admission.exclusive import ExclusiveView
 from danube.bus import Bus, TopicName
 from danube.discovery.catalog.catalog import Catalog
-from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.bodies.produce import ProduceRequest
 from danube.discovery.doors.http.produce_json import JsonMessages
 from danube.discovery.errors import BadRequestError, OverLimitError, http_status
 from danube.discovery.produce.producer import Limits, Producer

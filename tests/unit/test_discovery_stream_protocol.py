@@ -8,7 +8,6 @@ import json
 import pytest
 
 from danube.bus import RemoteError
-from danube.discovery.doors.bodies.api import MessageOut
 from danube.discovery.errors import (
     BadRequestError,
     OverLimitError,
@@ -17,6 +16,7 @@ from danube.discovery.errors import (
 )
 from danube.errors import ErrorKind
 from danube.runtime.held import Slots
+from danube.wire.consume.models import MessageOut
 from danube.wire.consume.stream_protocol import (
     CREDITS_MAX,
     AckFrame,

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from danube.client.delay import deliver_after, deliver_at
 from danube.client.errors import InvalidMessageError
-from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.bodies.produce import ProduceRequest
 from danube.discovery.doors.http.produce_body import parse_produce
 from danube.dispatcher.cursor import CursorState, PartitionCursor
 from danube.dispatcher.delayed import (
@@ -26,9 +26,9 @@ from danube.dispatcher.delayed import (
     DelayedMessages,
     FileSpill,
     MemorySpill,
-    due_of,
 )
 from danube.dispatcher.delivery import SubscriptionMachine
+from danube.dispatcher.due_time import due_of
 from danube.dispatcher.events import (
     Ack,
     ConsumerAttached,

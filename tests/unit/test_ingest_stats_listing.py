@@ -7,9 +7,9 @@ from typing import Any
 import orjson
 import pytest
 
-from danube.wire.ingest import protocol
+from danube.wire.ingest import control, protocol
 from danube.wire.ingest.client import WalListing
-from danube.wire.ingest.protocol import SegmentInfo
+from danube.wire.ingest.control import SegmentInfo
 
 pytestmark = pytest.mark.unit
 
@@ -33,12 +33,12 @@ def _reply(**changes: Any) -> dict[str, Any]:
 
 
 def test_stats_request_is_empty_or_a_segment_count() -> None:
-    assert protocol.encode_stats_request() == b""
-    assert protocol.decode_stats_request(b"") == 0
-    assert protocol.decode_stats_request(protocol.encode_stats_request(17)) == 17
-    for bad in (b"\x00\x00\x00\x00", (protocol.STATS_SEGMENTS_MAX + 1).to_bytes(4, "little"), b"x"):
+    assert control.encode_stats_request() == b""
+    assert control.decode_stats_request(b"") == 0
+    assert control.decode_stats_request(control.encode_stats_request(17)) == 17
+    for bad in (b"\x00\x00\x00\x00", (control.STATS_SEGMENTS_MAX + 1).to_bytes(4, "little"), b"x"):
         with pytest.raises(protocol.BadRequestError):
-            protocol.decode_stats_request(bad)
+            control.decode_stats_request(bad)
 
 
 def test_a_listing_decodes_with_its_segments() -> None:

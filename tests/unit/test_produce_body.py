@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from danube.discovery.doors.bodies.api import ProduceRequest, ProduceResponse, ProduceResult
+from danube.discovery.doors.bodies.produce import ProduceRequest, ProduceResponse, ProduceResult
 from danube.discovery.doors.http.produce_body import parse_produce, produce_answer
 from danube.frame import MAX_ATTRIBUTES, MAX_KEY_BYTES, MAX_PRODUCER_NAME_BYTES
 

@@ -15,7 +15,7 @@ from danube.admission.sequences import (
     check_target,
     frames_sequencing,
 )
-from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.bodies.produce import ProduceRequest
 from danube.discovery.doors.http.produce_json import json_sequencing
 from danube.discovery.errors import BadRequestError
 from danube.frame.produce import encode_produce_frame, scan_frames_for_produce

@@ -31,7 +31,8 @@ from danube.frame import (
     record_publish_time_ms,
     record_sequence,
 )
-from danube.frame.record import decode_record_at, sequence_runs
+from danube.frame.record import sequence_runs
+from danube.frame.record_decode import decode_record_at
 
 pytestmark = pytest.mark.unit
 

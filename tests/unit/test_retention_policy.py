@@ -30,7 +30,7 @@ from danube.retention.policy import (
     reliable_partitions,
 )
 from danube.retention.tally import added
-from danube.wire.ingest.protocol import SegmentInfo
+from danube.wire.ingest.control import SegmentInfo
 
 pytestmark = pytest.mark.unit
 

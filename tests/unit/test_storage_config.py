@@ -12,7 +12,7 @@ import opendal
 import pytest
 from pydantic import TypeAdapter
 
-from danube.config.model import CloudConfig
+from danube.config.wal_cloud import CloudConfig
 from danube.storage import (
     PARTIAL_DIR,
     ObjectStore,

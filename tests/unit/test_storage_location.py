@@ -12,7 +12,14 @@ import pytest
 from pydantic import SecretStr, TypeAdapter
 
 from danube.config import load_settings
-from danube.config.model import AzblobCloud, CloudConfig, FsCloud, GcsCloud, MemoryCloud, S3Cloud
+from danube.config.wal_cloud import (
+    AzblobCloud,
+    CloudConfig,
+    FsCloud,
+    GcsCloud,
+    MemoryCloud,
+    S3Cloud,
+)
 from danube.meta.records import ObjectStoreRecord
 from danube.spark.options import (
     backend_given,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from danube.config.model import WalConfig
+from danube.config.wal_cloud import WalConfig
 from danube.errors import DanubeError
 from danube.ingest.wal import (
     AppendTooLargeError,

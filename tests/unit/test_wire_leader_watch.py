@@ -11,7 +11,7 @@ import pytest
 
 from danube.bus import BusTimeoutError, NoRespondersError, RemoteError, Reply, TopicName
 from danube.bus.subjects import Subjects
-from danube.wire.ingest import protocol
+from danube.wire.ingest import control, protocol
 from danube.wire.ingest.client import IngestClient
 from danube.wire.leader_watch import (
     Leader,
@@ -228,7 +228,7 @@ class FakeBus:
 async def test_ingest_client_sends_again_to_the_next_leader() -> None:
     """The first produce is held by a leader that died; the probes name it, then nobody:
     the client abandons it, claims a leader, and the third request lands."""
-    bus = FakeBus([protocol.encode_probe_reply("a", 1), protocol.encode_probe_reply(None)])
+    bus = FakeBus([control.encode_probe_reply("a", 1), control.encode_probe_reply(None)])
     client = IngestClient(bus, probe_after_s=0.05, probe_every_s=0.05)  # type: ignore[arg-type]
     claims: list[float] = []
 
@@ -248,7 +248,7 @@ async def test_ingest_client_sends_again_to_the_next_leader() -> None:
 
 
 async def test_a_produce_to_a_slow_leader_that_stays_is_sent_once() -> None:
-    bus = FakeBus([protocol.encode_probe_reply("a", 1)] * 3)
+    bus = FakeBus([control.encode_probe_reply("a", 1)] * 3)
     client = IngestClient(bus, probe_after_s=0.02, probe_every_s=0.02)  # type: ignore[arg-type]
 
     async def answer_late() -> None:
@@ -265,7 +265,7 @@ async def test_a_produce_to_a_slow_leader_that_stays_is_sent_once() -> None:
 async def test_a_fetch_held_by_a_leader_that_died_is_given_up_when_the_leader_moves() -> None:
     """Readers (dispatcher, uploader) fetch again on any bus error: a fetch held by a dead
     leader ends with not_owner at the probe that sees the new leader, not at its timeout."""
-    bus = FakeBus([protocol.encode_probe_reply("a", 1), protocol.encode_probe_reply("b", 2)])
+    bus = FakeBus([control.encode_probe_reply("a", 1), control.encode_probe_reply("b", 2)])
     client = IngestClient(bus, probe_after_s=0.02, probe_every_s=0.02)  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -288,7 +288,7 @@ class SlowProbes:
         assert subject == self.subjects.leader_probe(P)
         self.probes += 1
         await asyncio.sleep(0.05)
-        return Reply(body=protocol.encode_probe_reply("a", 1))
+        return Reply(body=control.encode_probe_reply("a", 1))
 
 
 async def test_slow_requests_of_a_partition_share_a_recent_probe() -> None:
@@ -312,11 +312,11 @@ async def test_slow_requests_of_a_partition_share_a_recent_probe() -> None:
 
 
 def test_probe_replies_decode_and_bad_ones_are_refused() -> None:
-    assert protocol.decode_probe_reply(protocol.encode_probe_reply("a", 3)) == ("a", 3)
-    assert protocol.decode_probe_reply(protocol.encode_probe_reply(None)) == (None, None)
+    assert control.decode_probe_reply(control.encode_probe_reply("a", 3)) == ("a", 3)
+    assert control.decode_probe_reply(control.encode_probe_reply(None)) == (None, None)
     for bad in (b"", b"[]", b'{"epoch": 1}', b'{"leader": "a"}', b'{"leader": 1, "epoch": 1}'):
         with pytest.raises(protocol.BadRequestError):
-            protocol.decode_probe_reply(bad)
+            control.decode_probe_reply(bad)
 
 
 def test_an_abandoned_produce_is_a_retriable_503_at_discovery_and_in_the_sdk() -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 from danube.errors import BadRequestError, TooLargeError
 from danube.frame.produce import ProducedFrames
-from danube.frame.record import decode_record_at
+from danube.frame.record_decode import decode_record_at
 from danube.meta.records import Policies
 from danube.wire import chunks
 

@@ -17,7 +17,8 @@ from danube.cli.policies import PolicyOption, parse_policies, policies_text
 from danube.cli.producers_table import producers_table
 
 if TYPE_CHECKING:
-    from danube.client.admin import AsyncAdmin, Subscription, TopicDescription
+    from danube.client.admin import AsyncAdmin, TopicDescription
+    from danube.client.subscriptions import Subscription
 
 topics = typer.Typer(
     help="List, create, describe, delete and look up topics.", no_args_is_help=True

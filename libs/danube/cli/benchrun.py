@@ -377,13 +377,40 @@ def _after_ack(received_ns: dict[str, int], acked_ns: dict[str, int]) -> tuple[L
     return after_ack, before_ack
 
 
+class _Deliveries:
+    """What an e2e run's consumer received: each message once (``duplicates`` counts the
+    others), its send→delivered latency, and the delivery time of a sample of them (for
+    ``after_ack_ms``)."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.meter = meter
+        self.seen: set[tuple[str, int]] = set()
+        self.duplicates = 0
+        self.latency = Latencies()
+        self.received_ns: dict[str, int] = {}  # by stamp, at most SAMPLES_MAX
+
+    def take(self, message: ReceivedMessage) -> None:
+        """One delivery."""
+        ref = (message.partition, message.offset)
+        seen = self.seen
+        if ref in seen:
+            self.duplicates += 1
+            return
+        seen.add(ref)
+        self.meter.consumed = len(seen)
+        stamp = message.attributes.get(STAMP)
+        if stamp is not None:
+            now_ns = time.time_ns()
+            self.latency.add((now_ns - int(stamp)) / 1e9)
+            if len(self.received_ns) < SAMPLES_MAX:
+                self.received_ns[stamp] = now_ns
+
+
 async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) -> dict[str, Any]:
     """Produce and consume at once; send→stored and send→delivered latencies."""
     producing = _Producing(spec, meter, stamp=True)
-    delivered = Latencies()
-    received_ns: dict[str, int] = {}
-    seen: set[tuple[str, int]] = set()
-    duplicates = 0
+    deliveries = _Deliveries(meter)
+    seen = deliveries.seen
     async with client.consumer(
         spec.topic,
         "bench",
@@ -408,23 +435,8 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
                         return
                     continue
                 last_delivery = loop.time()
-                _take(message)
+                deliveries.take(message)
                 message.ack()
-
-        def _take(message: ReceivedMessage) -> None:
-            nonlocal duplicates
-            ref = (message.partition, message.offset)
-            if ref in seen:
-                duplicates += 1
-                return
-            seen.add(ref)
-            meter.consumed = len(seen)
-            stamp = message.attributes.get(STAMP)
-            if stamp is not None:
-                now_ns = time.time_ns()
-                delivered.add((now_ns - int(stamp)) / 1e9)
-                if len(received_ns) < SAMPLES_MAX:
-                    received_ns[stamp] = now_ns
 
         meter.started = time.monotonic()
         async with asyncio.TaskGroup() as tg:
@@ -436,7 +448,7 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
         await consumer.flush_acks()
         # Whether the consumer stayed on a consume door (a fall back goes through discovery).
         on_door = consumer.door_url is not None and consumer.door_fallbacks == 0
-    after_ack, before_ack = _after_ack(received_ns, producing.acked_ns)
+    after_ack, before_ack = _after_ack(deliveries.received_ns, producing.acked_ns)
     return {
         **_base(spec),
         "mode": spec.mode,
@@ -445,13 +457,13 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
         "produced": meter.produced,
         "consumed": len(seen),
         "messages": len(seen),
-        "duplicates": duplicates,
+        "duplicates": deliveries.duplicates,
         "missing": meter.produced - len(seen),
         "errors": meter.errors,
         "last_error": str(producing.last_error) if producing.last_error else None,
         "bytes": len(seen) * spec.size_bytes,
         **_rates(len(seen), spec.size_bytes, elapsed),
-        "latency_ms": delivered.summary_ms(),
+        "latency_ms": deliveries.latency.summary_ms(),
         "produce_latency_ms": producing.latency.summary_ms(),
         "after_ack_ms": after_ack.summary_ms(),
         "delivered_before_ack": before_ack,

@@ -14,7 +14,7 @@ from danube.cli._common import Json, ServiceAddr, connect, err, out, print_json,
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from danube.client.admin import FailurePolicy, FailurePolicyInfo
+    from danube.client.subscriptions import FailurePolicy, FailurePolicyInfo
 
 app = typer.Typer(help="Show or replace a subscription's failure policy.", no_args_is_help=True)
 

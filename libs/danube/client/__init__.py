@@ -24,18 +24,12 @@ if TYPE_CHECKING:
     from danube.client._chunking import ChunkedMessage, IncompleteMessageError
     from danube.client.admin import (
         AsyncAdmin,
-        Backoff,
         Cluster,
-        FailurePolicy,
-        FailurePolicyInfo,
         Lookup,
         Namespace,
         Policies,
         ProducerInfo,
         Retention,
-        SeekPartition,
-        Skip,
-        Subscription,
         Topic,
         TopicConfig,
         TopicDescription,
@@ -81,6 +75,14 @@ if TYPE_CHECKING:
         SchemaVersion,
         TopicSchema,
     )
+    from danube.client.subscriptions import (
+        Backoff,
+        FailurePolicy,
+        FailurePolicyInfo,
+        SeekPartition,
+        Skip,
+        Subscription,
+    )
     from danube.client.sync import Admin, Consumer, DanubeClient, Producer, Schemas
     from danube.client.tls import ClientTls
     from danube.wire.delay import DELIVER_AFTER_ATTRIBUTE, DELIVER_AT_ATTRIBUTE
@@ -103,7 +105,7 @@ _HOMES = {
     "AsyncDanubeClient": "danube.client.client",
     "AsyncProducer": "danube.client.producer",
     "AsyncSchemas": "danube.client.schemas",
-    "Backoff": "danube.client.admin",
+    "Backoff": "danube.client.subscriptions",
     "BadRequestError": "danube.client.errors",
     "ChunkedMessage": "danube.client._chunking",
     "ClientError": "danube.client.errors",
@@ -118,8 +120,8 @@ _HOMES = {
     "DanubeClient": "danube.client.sync",
     "DeadlineExceededError": "danube.client.errors",
     "DrainStatus": "danube.client.elastic",
-    "FailurePolicy": "danube.client.admin",
-    "FailurePolicyInfo": "danube.client.admin",
+    "FailurePolicy": "danube.client.subscriptions",
+    "FailurePolicyInfo": "danube.client.subscriptions",
     "IncompleteMessageError": "danube.client._chunking",
     "InvalidArgumentError": "danube.client.errors",
     "InvalidMessageError": "danube.client.errors",
@@ -145,11 +147,11 @@ _HOMES = {
     "RetryPolicy": "danube.client.retry",
     "SchemaVersion": "danube.client.schemas",
     "Schemas": "danube.client.sync",
-    "SeekPartition": "danube.client.admin",
+    "SeekPartition": "danube.client.subscriptions",
     "SendResult": "danube.client.messages",
     "ServerError": "danube.client.errors",
-    "Skip": "danube.client.admin",
-    "Subscription": "danube.client.admin",
+    "Skip": "danube.client.subscriptions",
+    "Subscription": "danube.client.subscriptions",
     "Timestamp": "danube.client.messages",
     "TooLargeError": "danube.client.errors",
     "Topic": "danube.client.admin",

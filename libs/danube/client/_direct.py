@@ -9,17 +9,31 @@ make the producer forget that door, look the topic up again and send the part at
 the leader it names (an idempotent producer's resend is stored once). A partition with no
 known door goes the proxy path. ``ClientOptions.direct = False`` (a client that reaches
 only one address) never learns a door.
+
+Here: the doors a lookup names (:func:`lookup_doors`, :class:`DataDoors`), a part posted to
+one (:func:`post_to_door`), and what a door's failure says (:func:`moved`,
+:func:`unanswered`); the idempotent producer (danube.client._idempotent) decides with them.
 """
 
 from __future__ import annotations
 
+import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from danube.client._http import HttpCore
+from danube.client._http import Answer, HttpCore
+from danube.client._records import RECORDS_TYPE
+from danube.client.errors import ApiError, ClientError, ProtocolError, TransportError
+from danube.client.retry import retrying
 from danube.names import TopicName
 
 NOT_LEADER = "not_leader"
+
+# One attempt at a data door waits this long at most: a leader frozen (not dead: its socket
+# takes the request and says nothing) costs this, then the lookup and the proxy path,
+# which waits for the next leader; a leader that is only slow answers the resend as a
+# duplicate.
+DOOR_ATTEMPT_S = 3.0
 
 # A door that did not answer at all (refused, unresolvable, a certificate refused: the
 # client cannot reach the nodes, e.g. from outside a compose network) is not tried again
@@ -141,3 +155,75 @@ class DataDoors:
         self._closing = []
         for core in cores:
             await core.aclose()
+
+
+async def post_to_door(
+    door: HttpCore, path: str, content: bytes, params: Mapping[str, str | int], left_s: float
+) -> Answer:
+    """``content`` posted to a data door, each attempt within ``DOOR_ATTEMPT_S``. Over a limit
+    (429: a publish rate, a backlog quota, the door's slots) is retried at the same door with
+    the client's backoff within ``left_s``; anything else is the caller's to judge (a door
+    that failed, or the request's own refusal)."""
+
+    async def attempt(attempt_s: float) -> Answer:
+        return await door.request(
+            "POST",
+            path,
+            content=content,  # the same bytes on every attempt
+            content_type=RECORDS_TYPE,
+            params=params,
+            timeout_s=min(door.timeout_s, DOOR_ATTEMPT_S, attempt_s),
+            lean=True,
+        )
+
+    return await retrying(
+        attempt, timeout_s=left_s, policy=door.retry, what=path, retry_if=_over_limit
+    )
+
+
+def unanswered(exc: TransportError) -> bool:
+    """Whether a door could not be reached at all (refused, a name that does not resolve, a
+    certificate refused) rather than cut short (a leader that died mid-request): the client
+    may not reach the nodes."""
+    cause = exc.__cause__
+    return not exc.retriable or isinstance(cause, ConnectionRefusedError | socket.gaierror)
+
+
+def moved(exc: ApiError) -> bool:
+    """Whether a data door's refusal says to ask elsewhere: its node does not lead the
+    partition any more, or has no leader for it now (the proxy path retries the latter)."""
+    return exc.code == NOT_LEADER or exc.status in (502, 503, 504)
+
+
+def lookup_doors(
+    body: object,
+) -> tuple[list[TopicName], list[str | None], list[int | None]]:
+    """What a lookup's answer names (what :meth:`DataDoors.learn` takes): each partition's
+    name, data door and leader epoch. :class:`ProtocolError` for an answer that is not one."""
+    partitions = body.get("partitions") if isinstance(body, dict) else None
+    if not isinstance(partitions, list) or not partitions:
+        raise ProtocolError(f"lookup answered {body!r:.200}")
+    try:
+        names = [
+            TopicName.parse(str(p.get("name") if isinstance(p, dict) else None)) for p in partitions
+        ]
+    except ValueError as exc:
+        raise ProtocolError(f"lookup answered {body!r:.200}") from exc
+    return names, [_url_of(p) for p in partitions], [_epoch_of(p) for p in partitions]
+
+
+def _over_limit(exc: ClientError) -> bool:
+    return isinstance(exc, ApiError) and exc.status == 429
+
+
+def _epoch_of(partition: object) -> int | None:
+    """A lookup's leader epoch of one partition (None: no owner named)."""
+    owner = partition.get("owner") if isinstance(partition, dict) else None
+    epoch = owner.get("epoch") if isinstance(owner, dict) else None
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
+
+def _url_of(partition: object) -> str | None:
+    """A lookup's data door of one partition (None: none named, or not a URL)."""
+    url = partition.get("url") if isinstance(partition, dict) else None
+    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None

@@ -27,7 +27,7 @@ from danube.frame import (
     CorruptFrameError,
     FrameError,
 )
-from danube.frame.record import decode_record_at
+from danube.frame.record_decode import decode_record_at
 from danube.wire.delivery import ENTRY_BYTES, BatchFormatError, check_entries, read_head
 
 log = logging.getLogger(__name__)

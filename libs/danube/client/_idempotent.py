@@ -29,12 +29,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from danube.client._direct import NOT_LEADER, DataDoors
+from danube.client._direct import DataDoors, lookup_doors, moved, post_to_door, unanswered
 from danube.client._http import Answer, HttpCore
 from danube.client._records import RECORDS_TYPE, results_of_runs
 from danube.client._sequencing import EPOCH_MAX, Router, Sequences, Stamp, key_of, stamp
@@ -48,7 +47,6 @@ from danube.client.errors import (
     TransportError,
 )
 from danube.client.messages import SendResult, topic_path
-from danube.client.retry import retrying
 from danube.names import TopicName
 from danube.wire import codes
 
@@ -61,11 +59,6 @@ PARTITION_REQUIRED = "partition_required"
 # A partition without a known data door is looked up again at most this often (its
 # parts go the proxy path meanwhile).
 LOOKUP_AGAIN_S = 1.0
-# One attempt at a data door waits this long at most: a leader frozen (not dead: its socket
-# takes the request and says nothing) costs this, then the lookup and the proxy path,
-# which waits for the next leader; a leader that is only slow answers the resend as a
-# duplicate.
-DOOR_ATTEMPT_S = 3.0
 # Bytes of randomness in a generated producer name: 48 bits, so that two producers of one
 # topic collide with odds of ~1 in 2^24 even among thousands (a collision would fence).
 _NAME_RANDOM_BYTES = 6
@@ -287,10 +280,10 @@ class IdempotentSender:
             except TransportError as exc:
                 if door is None or loop.time() >= deadline:
                     raise
-                await self._door_failed(part.partition, exc, unreachable=_unanswered(exc))
+                await self._door_failed(part.partition, exc, unreachable=unanswered(exc))
                 continue
             except ApiError as exc:
-                if door is not None and _moved(exc) and loop.time() < deadline:
+                if door is not None and moved(exc) and loop.time() < deadline:
                     await self._door_failed(part.partition, exc)
                     continue
                 if exc.code == OUT_OF_ORDER_SEQUENCE:
@@ -321,24 +314,7 @@ class IdempotentSender:
         left_s = max(0.001, deadline - asyncio.get_running_loop().time())
         params = self._params()
         if door is not None:
-
-            async def attempt(attempt_s: float) -> Answer:
-                return await door.request(
-                    "POST",
-                    path,
-                    content=content,  # the same bytes on every attempt
-                    content_type=RECORDS_TYPE,
-                    params=params,
-                    timeout_s=min(door.timeout_s, DOOR_ATTEMPT_S, attempt_s),
-                    lean=True,
-                )
-
-            # Over a limit (429: a publish rate, a backlog quota, the door's slots) is
-            # retried at the same door with the client's backoff; anything else is the
-            # caller's to judge (a door that failed, or the request's own refusal).
-            return await retrying(
-                attempt, timeout_s=left_s, policy=door.retry, what=path, retry_if=_over_limit
-            )
+            return await post_to_door(door, path, content, params, left_s)
         return await self._http.request_retrying(
             "POST",
             path,
@@ -463,50 +439,8 @@ class IdempotentSender:
             self.doors.enabled = False
             log.warning("%s: no lookup (%s): sending to the topic itself", self.topic, exc)
             return 0
-        body = answer.body
-        partitions = body.get("partitions") if isinstance(body, dict) else None
-        if not isinstance(partitions, list) or not partitions:
-            raise ProtocolError(f"lookup answered {body!r:.200}")
-        names = [p.get("name") if isinstance(p, dict) else None for p in partitions]
-        try:
-            self.doors.learn(
-                [TopicName.parse(str(name)) for name in names],
-                [_url_of(p) for p in partitions],
-                [_epoch_of(p) for p in partitions],
-            )
-        except ValueError as exc:
-            raise ProtocolError(f"lookup answered {body!r:.200}") from exc
-        if self.topic.partition is not None or names == [str(self.topic)]:
+        names, urls, epochs = lookup_doors(answer.body)
+        self.doors.learn(names, urls, epochs)
+        if self.topic.partition is not None or names == [self.topic]:
             return 0
-        return len(partitions)
-
-
-def _unanswered(exc: TransportError) -> bool:
-    """Whether a door could not be reached at all (refused, a name that does not resolve, a
-    certificate refused) rather than cut short (a leader that died mid-request): the client
-    may not reach the nodes."""
-    cause = exc.__cause__
-    return not exc.retriable or isinstance(cause, ConnectionRefusedError | socket.gaierror)
-
-
-def _over_limit(exc: ClientError) -> bool:
-    return isinstance(exc, ApiError) and exc.status == 429
-
-
-def _moved(exc: ApiError) -> bool:
-    """Whether a data door's refusal says to ask elsewhere: its node does not lead the
-    partition any more, or has no leader for it now (the proxy path retries the latter)."""
-    return exc.code == NOT_LEADER or exc.status in (502, 503, 504)
-
-
-def _epoch_of(partition: object) -> int | None:
-    """A lookup's leader epoch of one partition (None: no owner named)."""
-    owner = partition.get("owner") if isinstance(partition, dict) else None
-    epoch = owner.get("epoch") if isinstance(owner, dict) else None
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
-
-
-def _url_of(partition: object) -> str | None:
-    """A lookup's data door of one partition (None: none named, or not a URL)."""
-    url = partition.get("url") if isinstance(partition, dict) else None
-    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+        return len(names)

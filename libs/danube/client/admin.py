@@ -1,5 +1,6 @@
 """The admin routes of the HTTP API (docs/http-api.md): cluster, namespaces, topics, lookup,
-subscriptions (list with backlog, delete, seek).
+producers, partition moves; a topic's subscriptions are :mod:`danube.client.subscriptions`'s,
+reassignments and drains :mod:`danube.client.elastic`'s.
 
 Answers are parsed into frozen models that ignore fields they do not know, so a newer
 server does not break an older client. Reads and idempotent writes (``PUT``) are retried on
@@ -16,10 +17,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from danube.client._answers import parse_answer as _parse
-from danube.client._http import Answer, HttpCore
+from danube.client._http import HttpCore
 from danube.client.elastic import ElasticAdmin
 from danube.client.errors import InvalidArgumentError, ProtocolError
-from danube.client.messages import Position, position_json, topic_name, topic_path
+from danube.client.messages import topic_name, topic_path
+from danube.client.subscriptions import (
+    Owner,
+    Skip,
+    Subscription,
+    SubscriptionAdmin,
+)
 from danube.names import InvalidNameError, TopicName, validate_segment
 
 Dispatch = Literal["reliable", "non_reliable"]
@@ -108,11 +115,6 @@ class Topic(_Model):
     created: bool = True
 
 
-class Owner(_Model):
-    node_id: str
-    epoch: int
-
-
 class Follower(_Model):
     end: int | None = None
     lag: int | None = None
@@ -166,78 +168,6 @@ class PartitionInfo(_Model):
     offsets: Offsets = Offsets()
 
 
-class SubscriptionPartition(_Model):
-    """A subscription in one partition: ``cursor`` (every offset below it is acked; None
-    before its first write), acks beyond it, the partition's end and the backlog between."""
-
-    name: str
-    cursor: int | None = None
-    acked_beyond: int = 0
-    end_offset: int | None = None
-    backlog: int | None = None
-    blocked_offset: int | None = None  # a poison message holds it (failure policy "block")
-
-
-class Backoff(_Model):
-    """The redelivery backoff of a failure policy (None: the cluster's)."""
-
-    kind: Literal["fixed", "exponential"] = "exponential"
-    base_ms: int | None = None
-    max_ms: int | None = None
-
-
-class FailurePolicy(_Model):
-    """A subscription's failure policy (docs/http-api.md, "Failure policy"); a field None
-    takes the cluster's value."""
-
-    max_redeliveries: int | None = None
-    ack_timeout_ms: int | None = None
-    backoff: Backoff | None = None
-    poison_policy: Literal["block", "drop", "dead_letter"] | None = None
-    dead_letter_topic: str | None = None
-
-    def body(self) -> dict[str, Any]:
-        """The policy as a request body gives it (unset fields left out)."""
-        return self.model_dump(exclude_none=True)
-
-
-class FailurePolicyInfo(_Model):
-    """A subscription's failure policy as set (None: never set) and as in effect."""
-
-    subscription: str
-    policy: FailurePolicy | None = None
-    effective: FailurePolicy
-
-
-class SubscriptionConsumer(_Model):
-    consumer_id: str
-    name: str
-    unacked: int
-
-
-class Subscription(_Model):
-    """A subscription: its type, the dispatcher serving it (None: none now), its backlog
-    (sum of the partitions whose backlog is known), partitions and attached consumers."""
-
-    name: str
-    type: str
-    created_ms: int
-    owner: Owner | None = None
-    backlog: int = 0
-    partitions: list[SubscriptionPartition] = []
-    consumers: list[SubscriptionConsumer] = []
-    failure_policy: FailurePolicy | None = None  # as set (None: the cluster's)
-    effective_failure_policy: FailurePolicy | None = None  # in effect, when served
-    expired: int | None = None  # let go past their TTL while served there (None: not served)
-
-
-class SeekPartition(_Model):
-    """Where a seek put one partition's cursor."""
-
-    name: str
-    offset: int
-
-
 class ProducerInfo(_Model):
     """An open producer session of a topic (docs/producers.md); ``topic`` names the
     partition when it was opened on one."""
@@ -281,19 +211,13 @@ def _namespace(ns: str) -> str:
         raise InvalidArgumentError(exc.message, code=exc.code) from exc
 
 
-class AsyncAdmin(ElasticAdmin):
-    """Cluster, namespace and topic administration through one server; reassignments and
-    drains (:class:`danube.client.elastic.ElasticAdmin`)."""
+class AsyncAdmin(SubscriptionAdmin, ElasticAdmin):
+    """Cluster, namespace and topic administration through one server; subscriptions
+    (:class:`danube.client.subscriptions.SubscriptionAdmin`), reassignments and drains
+    (:class:`danube.client.elastic.ElasticAdmin`)."""
 
     def __init__(self, http: HttpCore) -> None:
         self._http = http
-
-    async def _call(self, method: str, path: str, body: Any = None) -> Answer:
-        if method == "DELETE":
-            return await self._http.request(method, path, body=body)
-        return await self._http.request_retrying(
-            method, path, body=body, timeout_s=self._http.timeout_s
-        )
 
     async def cluster(self) -> Cluster:
         """Registered nodes by service kind, and the controller's leader."""
@@ -442,37 +366,10 @@ class AsyncAdmin(ElasticAdmin):
         answer = await self._call("GET", f"/v1/lookup/{_topic_path(topic)}")
         return _parse(Lookup, answer.body, "lookup")
 
-    async def subscriptions(self, topic: str | TopicName) -> list[Subscription]:
-        """Every subscription of a topic: type, cursors, backlog, consumers."""
-        answer = await self._call("GET", f"/v1/topics/{_topic_path(topic)}/subscriptions")
-        return _parse(_SubscriptionList, answer.body, "subscriptions").subscriptions
-
     async def producers(self, topic: str | TopicName) -> list[ProducerInfo]:
         """The open producer sessions of a topic."""
         answer = await self._call("GET", f"/v1/topics/{_topic_path(topic)}/producers")
         return _parse(_ProducerList, answer.body, "producers").producers
-
-    async def delete_subscription(self, topic: str | TopicName, subscription: str) -> None:
-        """Delete a subscription: its consumers are detached, its cursors removed;
-        NotFoundError ``subscription_not_found``."""
-        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
-        await self._call("DELETE", path)
-
-    async def failure_policy(self, topic: str | TopicName, subscription: str) -> FailurePolicyInfo:
-        """The subscription's failure policy, as set and as in effect; NotFoundError
-        ``subscription_not_found``."""
-        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
-        answer = await self._call("GET", f"{path}/failure-policy")
-        return _parse(FailurePolicyInfo, answer.body, "failure policy")
-
-    async def set_failure_policy(
-        self, topic: str | TopicName, subscription: str, policy: FailurePolicy
-    ) -> FailurePolicyInfo:
-        """Replace the subscription's failure policy (fields None: the cluster's); the
-        dispatcher serving it applies it at once. A value out of bounds: ApiError 400."""
-        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
-        answer = await self._call("PUT", f"{path}/failure-policy", body=policy.body())
-        return _parse(FailurePolicyInfo, answer.body, "set failure policy")
 
     async def move_partition(
         self, partition: str | TopicName, replicas: list[str], *, unclean: bool = False
@@ -498,50 +395,6 @@ class AsyncAdmin(ElasticAdmin):
         answer = await self._http.request("POST", path, body=body)
         return _parse(Skip, answer.body, "skip upload")
 
-    async def seek(
-        self, topic: str | TopicName, subscription: str, position: Position
-    ) -> list[SeekPartition]:
-        """Move the subscription's cursor in every partition to ``position`` (``"earliest"``,
-        ``"latest"``, an offset, or a :class:`Timestamp`); unacked messages are dropped,
-        acked ones after it come again. Returns where each cursor now is."""
-        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
-        body = {"position": position_json(position)}
-        # Not retried: a seek whose answer was lost moved the cursor; a second one would
-        # drop what was delivered in between.
-        answer = await self._http.request("POST", f"{path}/seek", body=body)
-        return _parse(_SeekAnswer, answer.body, "seek").partitions
-
-    async def skip(
-        self,
-        topic: str | TopicName,
-        subscription: str,
-        *,
-        partition: int | None = None,
-        to_offset: int | None = None,
-    ) -> Skip:
-        """Move one partition's cursor forward on purpose (``partition`` is its index;
-        None for an unpartitioned topic): to ``to_offset``, or, when None, past the range
-        no copy holds intact that stops it (``data_damaged``). The offsets skipped are never
-        delivered to this subscription."""
-        path = f"/v1/topics/{_topic_path(topic)}/subscriptions/{_subscription(subscription)}"
-        body: dict[str, int] = {}
-        if partition is not None:
-            body["partition"] = partition
-        if to_offset is not None:
-            body["to_offset"] = to_offset
-        # Not retried: a skip whose answer was lost moved the cursor.
-        answer = await self._http.request("POST", f"{path}/skip", body=body)
-        return _parse(Skip, answer.body, "skip")
-
-
-class Skip(_Model):
-    """What a skip did (see :meth:`AsyncAdmin.skip`)."""
-
-    partition: str
-    from_offset: int
-    to_offset: int
-    skipped: int
-
 
 class Move(_Model):
     """What a partition move did (see :meth:`AsyncAdmin.move_partition`)."""
@@ -558,24 +411,9 @@ class _ProducerList(_Model):
     producers: list[ProducerInfo]
 
 
-class _SubscriptionList(_Model):
-    subscriptions: list[Subscription]
-
-
-class _SeekAnswer(_Model):
-    partitions: list[SeekPartition]
-
-
 def _node(node_id: str) -> str:
     try:
         return validate_segment("node", node_id)
-    except InvalidNameError as exc:
-        raise InvalidArgumentError(exc.message, code=exc.code) from exc
-
-
-def _subscription(name: str) -> str:
-    try:
-        return validate_segment("subscription", name)
     except InvalidNameError as exc:
         raise InvalidArgumentError(exc.message, code=exc.code) from exc
 

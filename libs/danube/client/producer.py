@@ -45,13 +45,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Iterable, Mapping
 
 from danube.client._chunk_sender import ChunkSender
 from danube.client._http import HttpCore
 from danube.client._idempotent import DEFAULT_PRODUCER_NAME, IdempotentSender, Part, unique_name
 from danube.client._options import ProducerOptions as ProducerOptions
+from danube.client._outbox import Batch, Group, Outbox, Queued, fail, succeed
 from danube.client._producer_session import ProducerSession
 from danube.client._records import (
     RECORDS_TYPE,
@@ -81,58 +81,6 @@ log = logging.getLogger(__name__)
 # The produce body around the messages: producer name and dispatch (the name is at most
 # 256 bytes, JSON escaping at most 6x that).
 _BODY_OVERHEAD_BYTES = 2048
-
-
-class _Group:
-    """The messages of one :meth:`AsyncProducer.send_many`: one future for all of them,
-    resolved when the last is settled (no future, callback or queue object per message)."""
-
-    __slots__ = ("error", "future", "left", "results")
-
-    def __init__(self, future: asyncio.Future[list[SendResult]], count: int) -> None:
-        self.future = future
-        self.results: list[SendResult | None] = [None] * count
-        self.left = count
-        self.error: BaseException | None = None
-
-    def settle(self, index: int, result: SendResult | None, error: BaseException | None) -> None:
-        self.results[index] = result
-        if error is not None and self.error is None:
-            self.error = error
-        self.left -= 1
-        if self.left == 0 and not self.future.done():
-            if self.error is not None:
-                self.future.set_exception(self.error)
-            else:
-                self.future.set_result(self.results)  # type: ignore[arg-type]
-
-
-# Who wants a queued message's result: its own future (``send``) or its group and its
-# index in the group (``send_many``). Its wire form is kept beside it (``_bodies``), not
-# with it: a ``send()`` leaves no object but its future and its frame behind (every object
-# that outlives a batch's round trip is one more for the cyclic GC's full collections).
-_Grouped = tuple[_Group, int]
-_Queued = asyncio.Future[SendResult] | _Grouped
-
-
-class _Inflight:
-    """A batch taken from the queue: its messages (who waits for each, its wire form, and
-    an idempotent producer's stamp of each), and the sequence number of its first (what
-    :meth:`AsyncProducer.flush` waits past)."""
-
-    __slots__ = ("bodies", "first_seq", "items", "stamps")
-
-    def __init__(
-        self,
-        items: list[_Queued],
-        bodies: list[bytes],
-        stamps: list[Stamp | None],
-        first_seq: int,
-    ) -> None:
-        self.items = items
-        self.bodies = bodies
-        self.stamps = stamps
-        self.first_seq = first_seq
 
 
 class AsyncProducer:
@@ -168,24 +116,17 @@ class AsyncProducer:
         self._params = request_params(options.dispatch, None)
         self._session: ProducerSession | None = None
         self._opening = asyncio.Lock()
-        self._queue: Accumulator[_Queued] = Accumulator(
+        queue: Accumulator[Queued] = Accumulator(
             max_messages=options.batch_max_messages,
             max_bytes=options.batch_max_bytes - _BODY_OVERHEAD_BYTES,
             linger_s=options.linger_ms / 1000,
         )
-        self._bodies: list[bytes] = []  # the wire form of each queued message, in order
-        # An idempotent producer's stamp of each queued message (None: stamped when its
-        # batch is planned; a plain producer keeps this empty).
-        self._stamps: list[Stamp | None] = []
-        # Accepted and not yet settled (queued or in flight): at most max_pending_messages.
-        self._pending = 0
-        self._room_waiters: deque[asyncio.Future[None]] = deque()
-        self._accepted = 0  # messages ever queued: the next one's sequence number
-        self._inflight: set[_Inflight] = set()
-        self._progress: list[asyncio.Future[None]] = []  # flushes waiting for a settle
-        self._wake = asyncio.Event()
-        self._flushing = False
-        self._closing = False  # no more sends: closing, fenced, or the sender ended
+        self._outbox = Outbox(
+            queue,
+            pending_max=options.max_pending_messages,
+            stamped=self._sequenced is not None,
+            start=self._start_sender,
+        )
         self._close_called = False
         self._sender: asyncio.Task[None] | None = None
         # Large messages (docs/client.md): a layer over send(), None unless asked for.
@@ -207,7 +148,7 @@ class AsyncProducer:
         if self.options.access_mode is None:
             return None
         async with self._opening:
-            if self._closing:
+            if self._outbox.closing:
                 raise ClosedError(f"producer of {self.topic} is closed")
             if self._session is None:
                 self._session = await ProducerSession.open(
@@ -288,14 +229,14 @@ class AsyncProducer:
                 payload, key, attributes = message.payload, message.key, message.attributes
             body, stamp = self._encode_stamped(payload, key, attributes)
             sent: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-            self._enqueue(body, sent, stamp)
+            self._outbox.add(body, sent, stamp)
             return sent
         # send_encoded() spelled out: one coroutine per message, not two.
         body = self.encode(payload, key=key, attributes=attributes)
         if self._must_wait():
             await self._room_for_one()
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-        self._enqueue(body, future)
+        self._outbox.add(body, future)
         return future
 
     def would_chunk(self, payload: Payload | Message) -> bool:
@@ -315,7 +256,7 @@ class AsyncProducer:
         fields = checked_fields(
             payload, key, attributes, max_payload_bytes=self.options.max_payload_bytes
         )
-        stamps = self._stamps
+        stamps = self._outbox.stamps
         stamp = sender.stamp_next(fields[1], stamps[-1] if stamps else None, queued=bool(stamps))
         if stamp is None:
             body = encode_checked(
@@ -339,7 +280,7 @@ class AsyncProducer:
         if self._must_wait():
             await self._room_for_one()
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-        self._enqueue(body, future)
+        self._outbox.add(body, future)
         return future
 
     async def send_many(
@@ -356,57 +297,38 @@ class AsyncProducer:
         if not bodies:
             future.set_result([])
             return future
-        group = _Group(future, len(bodies))
-        limit = self.options.max_pending_messages
+        group = Group(future, len(bodies))
+        outbox = self._outbox
         index = 0
         while index < len(bodies):
             if self._must_wait():
                 await self._room_for_one()
-            room = min(limit - self._pending, len(bodies) - index)
+            room = min(outbox.pending_max - outbox.pending, len(bodies) - index)
             for body in bodies[index : index + room]:
-                self._enqueue(body, (group, index))
+                outbox.add(body, (group, index))
                 index += 1
         return future
 
     def _must_wait(self) -> bool:
         """A send must not queue at once: closing, no room, or a session to open first."""
+        outbox = self._outbox
         return (
-            self._closing
-            or self._pending >= self.options.max_pending_messages
+            outbox.closing
+            or outbox.pending >= outbox.pending_max
             or (self._session is None and self.options.access_mode is not None)
         )
 
     async def _room_for_one(self) -> None:
         """Wait until one more message may be queued (the session opened, room in the
         queue); :class:`ClosedError` once the producer is closing."""
-        if self._closing:
+        if self._outbox.closing:
             if self._sequenced is not None and self._sequenced.fenced is not None:
                 raise self._sequenced.fenced
             raise ClosedError(f"producer of {self.topic} is closed")
         if self._session is None and self.options.access_mode is not None:
             await self.open()
-        loop = asyncio.get_running_loop()
-        while self._pending >= self.options.max_pending_messages:
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._room_waiters.append(waiter)
-            await waiter
-            if self._closing:
-                raise ClosedError(f"producer of {self.topic} is closed")
-
-    def _enqueue(self, body: bytes, target: _Queued, stamp: Stamp | None = None) -> None:
-        queue = self._queue
-        self._pending += 1
-        self._accepted += 1
-        self._bodies.append(body)
-        if self._sequenced is not None:
-            self._stamps.append(stamp)
-        # +1: the comma between two JSON messages (a binary body's bound is as good).
-        queue.add(target, len(body) + 1, asyncio.get_running_loop().time())
-        if self._sender is None:
-            self._sender = asyncio.create_task(self._run(), name=f"producer {self.topic}")
-            self._sender.add_done_callback(self._sender_done)
-        if len(queue) == 1 or queue.full():
-            self._wake.set()
+        if not await self._outbox.room_for_one():
+            raise ClosedError(f"producer of {self.topic} is closed")
 
     async def send_and_wait(
         self,
@@ -421,20 +343,7 @@ class AsyncProducer:
     async def flush(self) -> None:
         """Send every queued message now (no lingering) and wait until each is settled
         (stored or failed; the failures stay on their futures)."""
-        target = self._accepted
-        while self._oldest_unsettled() < target:
-            self._flushing = True
-            self._wake.set()
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._progress.append(waiter)
-            await waiter
-
-    def _oldest_unsettled(self) -> int:
-        """The sequence number of the oldest message not settled (``_accepted``: none)."""
-        oldest = self._accepted - len(self._queue)
-        for batch in self._inflight:
-            oldest = min(oldest, batch.first_seq)
-        return oldest
+        await self._outbox.flush()
 
     async def close(self) -> None:
         """Flush, then stop the sender; later sends raise :class:`ClosedError`."""
@@ -442,9 +351,8 @@ class AsyncProducer:
             if self._sender is not None:
                 await asyncio.shield(self._sender)
             return
-        self._close_called = self._closing = True
-        self._wake.set()
-        self._wake_waiters(self._room_waiters, len(self._room_waiters))
+        self._close_called = True
+        self._outbox.close()
         try:
             if self._sender is not None:
                 await asyncio.shield(self._sender)
@@ -459,44 +367,23 @@ class AsyncProducer:
     @property
     def pending(self) -> int:
         """Messages queued or in flight (not yet settled)."""
-        return self._pending
+        return self._outbox.pending
 
     # --- the sender ------------------------------------------------------------------------
 
-    @staticmethod
-    def _wake_waiters(waiters: deque[asyncio.Future[None]], count: int) -> None:
-        while waiters and count > 0:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                count -= 1
-
-    def _settled(self, count: int) -> None:
-        """``count`` messages settled: their room back, and flushes look again."""
-        self._pending -= count
-        if self._room_waiters:
-            self._wake_waiters(self._room_waiters, count)
-        progress, self._progress = self._progress, []
-        for waiter in progress:
-            if not waiter.done():
-                waiter.set_result(None)
+    def _start_sender(self) -> None:
+        """At the first message: the sender task, which turns the outbox into batches."""
+        self._sender = asyncio.create_task(self._run(), name=f"producer {self.topic}")
+        self._sender.add_done_callback(self._sender_done)
 
     def _sender_done(self, task: asyncio.Task[None]) -> None:
         # The sender ends only on close; a bug (or a cancelled loop) must not leave
         # callers waiting forever on their futures, nor take new messages.
-        self._closing = True
         error: BaseException = ClosedError(f"producer of {self.topic} stopped")
         if not task.cancelled() and task.exception() is not None:
             error = task.exception() or error
             log.error("producer of %s failed", self.topic, exc_info=error)
-        stranded = self._queue.take_all()
-        self._bodies, self._stamps = [], []
-        for batch in self._inflight:
-            stranded += batch.items
-        self._inflight.clear()
-        _fail(stranded, error)
-        self._settled(self._pending)
-        self._wake_waiters(self._room_waiters, len(self._room_waiters))
+        self._outbox.fail_all(error)
 
     async def _run(self) -> None:
         inflight = asyncio.Semaphore(self.options.max_inflight_batches)
@@ -505,7 +392,7 @@ class AsyncProducer:
             while True:
                 # Room in flight first: messages keep joining the next batch meanwhile.
                 await inflight.acquire()
-                batch = await self._next_batch()
+                batch = await self._outbox.next_batch()
                 if batch is None:
                     return
                 if self._sequenced is not None:
@@ -523,36 +410,7 @@ class AsyncProducer:
                 else:
                     tg.create_task(self._deliver(batch, inflight))
 
-    async def _next_batch(self) -> _Inflight | None:
-        loop = asyncio.get_running_loop()
-        while True:
-            now = loop.time()
-            if not self._queue:
-                self._flushing = False
-                if self._closing:
-                    return None
-            # An idle pipe (no batch in flight) sends at once: lingering then only delays
-            # the message, company comes while a batch is in flight.
-            elif self._queue.due(now, flush=self._flushing or self._closing or not self._inflight):
-                first_seq = self._accepted - len(self._queue)
-                items = self._queue.take()
-                bodies, stamps = self._bodies, self._stamps
-                if len(items) == len(bodies):
-                    self._bodies, self._stamps = [], []
-                else:
-                    bodies, stamps = bodies[: len(items)], stamps[: len(items)]
-                    del self._bodies[: len(items)], self._stamps[: len(items)]
-                batch = _Inflight(items, bodies, stamps, first_seq)
-                self._inflight.add(batch)
-                return batch
-            self._wake.clear()
-            try:
-                async with asyncio.timeout(self._queue.wait_s(now)):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
-
-    async def _deliver(self, batch: _Inflight, inflight: asyncio.Semaphore) -> None:
+    async def _deliver(self, batch: Batch, inflight: asyncio.Semaphore) -> None:
         items = batch.items
         try:
             if self._binary:
@@ -576,13 +434,13 @@ class AsyncProducer:
                 else:
                     results = json_results(answer.body, len(items))
             except ClientError as exc:
-                _fail(items, exc)
+                fail(items, exc)
                 return
-            _succeed(items, results)
+            succeed(items, results)
         finally:
             self._done(batch, inflight)
 
-    async def _plan(self, batch: _Inflight, inflight: asyncio.Semaphore) -> list[Part] | None:
+    async def _plan(self, batch: Batch, inflight: asyncio.Semaphore) -> list[Part] | None:
         """The parts of an idempotent producer's batch (in the sender, in batch order: the
         sequences follow the order of sends); None when the batch failed already."""
         assert self._sequenced is not None
@@ -593,15 +451,15 @@ class AsyncProducer:
             # Records sent before the epoch and partitions were known, or under an epoch
             # given up since, are stamped now: this batch's first, then the queue's.
             self._sequenced.restamp(batch.bodies, batch.stamps)
-            self._sequenced.restamp(self._bodies, self._stamps)
+            self._sequenced.restamp(self._outbox.bodies, self._outbox.stamps)
             return self._sequenced.plan_stamped(batch.bodies, batch.stamps)
         except ClientError as exc:
-            _fail(batch.items, exc)
+            fail(batch.items, exc)
             self._done(batch, inflight)
             return None
 
     async def _deliver_sequenced(
-        self, batch: _Inflight, parts: list[Part], inflight: asyncio.Semaphore
+        self, batch: Batch, parts: list[Part], inflight: asyncio.Semaphore
     ) -> None:
         assert self._sequenced is not None
         items = batch.items
@@ -615,42 +473,16 @@ class AsyncProducer:
             for indexes, outcome in outcomes:
                 chosen = [items[i] for i in indexes]
                 if isinstance(outcome, ClientError):
-                    _fail(chosen, outcome)
+                    fail(chosen, outcome)
                 else:
-                    _succeed(chosen, outcome)
-            if self._sequenced.fenced is not None and not self._closing:
+                    succeed(chosen, outcome)
+            if self._sequenced.fenced is not None and not self._outbox.closing:
                 # Another instance of this name took over: nothing more goes out.
-                self._closing = True
-                stranded = self._queue.take_all()
-                self._bodies, self._stamps = [], []
-                _fail(stranded, self._sequenced.fenced)
-                self._settled(len(stranded))
-                self._wake.set()
-                self._wake_waiters(self._room_waiters, len(self._room_waiters))
+                self._outbox.fail_queued(self._sequenced.fenced)
         finally:
             self._done(batch, inflight)
 
-    def _done(self, batch: _Inflight, inflight: asyncio.Semaphore) -> None:
-        """A batch settled: its room back; an idle pipe sends what lingers."""
-        if batch in self._inflight:  # not already failed by _sender_done
-            self._inflight.discard(batch)
-            self._settled(len(batch.items))
-            if not self._inflight and self._queue:
-                self._wake.set()  # the pipe is idle: a lingering batch goes now
+    def _done(self, batch: Batch, inflight: asyncio.Semaphore) -> None:
+        """A batch settled: its room back (the outbox's, and a slot in flight)."""
+        self._outbox.done(batch)
         inflight.release()
-
-
-def _succeed(items: list[_Queued], results: list[SendResult]) -> None:
-    for target, result in zip(items, results, strict=True):
-        if isinstance(target, tuple):
-            target[0].settle(target[1], result, None)
-        elif not target.done():
-            target.set_result(result)
-
-
-def _fail(items: list[_Queued], error: BaseException) -> None:
-    for target in items:
-        if isinstance(target, tuple):
-            target[0].settle(target[1], None, error)
-        elif not target.done():
-            target.set_exception(error)

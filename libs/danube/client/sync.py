@@ -26,8 +26,6 @@ from danube.client.admin import (
     Policies,
     ProducerInfo,
     Retention,
-    SeekPartition,
-    Subscription,
     Topic,
     TopicDescription,
 )
@@ -46,6 +44,7 @@ from danube.client.schemas import (
     TopicSchema,
     ValidationPolicy,
 )
+from danube.client.subscriptions import SeekPartition, Subscription
 from danube.client.tls import ClientTls
 from danube.names import TopicName
 

@@ -5,7 +5,7 @@ Public surface::
     load_settings(path=None, *, environ=None) -> DanubeSettings
     DanubeSettings                  the whole configuration (frozen)
     ConfigError, ConfigProblem      what a bad configuration raises
-    WalCloudConfig, BusConfig, ...  the sections (see danube.config.model)
+    WalCloudConfig, BusConfig, ...  the sections (see danube.config.model, danube.config.wal_cloud)
 
 See docs/configuration.md for every key, its unit and default.
 """
@@ -13,30 +13,17 @@ See docs/configuration.md for every key, its unit and default.
 from danube.config.errors import ConfigError, ConfigProblem
 from danube.config.loader import load_settings
 from danube.config.model import (
-    AzblobCloud,
     BusConfig,
-    CloudConfig,
     CloudReaderConfig,
     DiscoveryConfig,
     DispatcherConfig,
-    FileSyncConfig,
-    FsCloud,
-    GcsCloud,
     IngestConfig,
-    MemoryCloud,
-    MetadataConfig,
     MetricsConfig,
     RetentionServiceConfig,
-    RotationConfig,
-    S3Cloud,
     SecurityConfig,
     ServiceConfig,
     TlsConfig,
-    UploaderConfig,
     UploaderServiceConfig,
-    WalCloudConfig,
-    WalConfig,
-    WalRetentionConfig,
 )
 from danube.config.settings import (
     CLIENT_VARIABLES,
@@ -44,6 +31,21 @@ from danube.config.settings import (
     ENV_PREFIX,
     PROCESS_VARIABLES,
     DanubeSettings,
+)
+from danube.config.wal_cloud import (
+    AzblobCloud,
+    CloudConfig,
+    FileSyncConfig,
+    FsCloud,
+    GcsCloud,
+    MemoryCloud,
+    MetadataConfig,
+    RotationConfig,
+    S3Cloud,
+    UploaderConfig,
+    WalCloudConfig,
+    WalConfig,
+    WalRetentionConfig,
 )
 
 __all__ = [

@@ -1,10 +1,10 @@
 """The typed shape of ``danube.yml``: every section, key, unit and default.
 
 The ``wal_cloud`` section accepts Danube's own keys exactly as its docs give
-them (``wal``, ``uploader``, ``cloud``, ``metadata``); the other top-level
-sections configure the bus and each service of the mesh. Units are in the key
-names (``_ms``, ``_bytes``, ``_mb``); every model forbids unknown keys so a typo
-fails at start instead of being ignored.
+them (``wal``, ``uploader``, ``cloud``, ``metadata``: :mod:`danube.config.wal_cloud`);
+the other top-level sections, here, configure the bus and each service of the mesh.
+Units are in the key names (``_ms``, ``_bytes``, ``_mb``); every model forbids unknown
+keys (:mod:`danube.config.section`) so a typo fails at start instead of being ignored.
 """
 
 from __future__ import annotations
@@ -12,211 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 
-MiB = 1024 * 1024
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# A user name travels into NATS subjects (the per-user reply inbox) and etcd role names.
-UserName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-
-
-class _Credentials(_Section):
-    """A user and its password: inline (best from the environment, e.g.
-    ``DANUBE_BUS__PASSWORD``) or in a file (``password_file``, read when connecting).
-    The password is a SecretStr: repr, logs and error messages show ``**********``."""
-
-    user: UserName | None = None
-    password: SecretStr | None = None
-    password_file: Path | None = None
-
-    @model_validator(mode="after")
-    def _one_password_with_a_user(self) -> _Credentials:
-        if self.password is not None and self.password_file is not None:
-            raise ValueError("set password or password_file, not both")
-        has_password = self.password is not None or self.password_file is not None
-        if has_password != (self.user is not None):
-            raise ValueError("user and a password (password or password_file) go together")
-        return self
-
-
-# --- wal_cloud.wal -------------------------------------------------------------------
-
-
-class FileSyncConfig(_Section):
-    """When the WAL writer flushes: Danube's periodic cadence and the group-commit size."""
-
-    interval_ms: Annotated[int, Field(ge=1, le=3_600_000)] = 5000
-    max_batch_bytes: Annotated[int, Field(ge=4096, le=1024 * MiB)] = 10 * MiB
-
-
-class RotationConfig(_Section):
-    """When a WAL segment is sealed and a new one started (whichever comes first)."""
-
-    max_bytes: Annotated[int, Field(ge=4096)] = 512 * MiB
-    max_hours: Annotated[int, Field(ge=1)] | None = None
-
-
-class WalRetentionConfig(_Section):
-    """How long uploaded WAL segments stay on local disk."""
-
-    time_minutes: Annotated[int, Field(ge=1)] = 2880
-    size_mb: Annotated[int, Field(ge=1)] = 20480
-    check_interval_minutes: Annotated[int, Field(ge=1)] = 5
-
-
-class WalConfig(_Section):
-    """The local write-ahead log of each topic partition."""
-
-    dir: Path = Path("./danube-data/wal")
-    file_name: str = Field(default="wal.log", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    cache_capacity: Annotated[int, Field(ge=0, le=10_000_000)] = 1024
-    file_sync: FileSyncConfig = FileSyncConfig()
-    rotation: RotationConfig = RotationConfig()
-    retention: WalRetentionConfig = WalRetentionConfig()
-
-
-# --- wal_cloud.uploader --------------------------------------------------------------
-
-
-class UploaderConfig(_Section):
-    """How WAL frames move to object storage: cadence and object size cap."""
-
-    enabled: bool = True
-    interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 300
-    root_prefix: str = "/danube-data"
-    max_object_mb: Annotated[int, Field(ge=1, le=5 * 1024 * 1024)] = 1024
-
-
-# --- wal_cloud.cloud: one model per OpenDAL backend, chosen by `backend` --------------
-
-
-class S3Cloud(_Section):
-    """Amazon S3 or an S3-compatible server (MinIO); credentials fall back to the AWS chain."""
-
-    backend: Literal["s3"]
-    root: str  # "s3://bucket/prefix" or "bucket/prefix"
-    region: str = "us-east-1"
-    endpoint: str | None = None
-    access_key: str | None = None
-    secret_key: SecretStr | None = None
-    profile: str | None = None
-    role_arn: str | None = None
-    session_token: SecretStr | None = None
-    anonymous: bool = False
-    virtual_host_style: bool = False
-
-
-class GcsCloud(_Section):
-    """Google Cloud Storage; credentials inline (JSON), from a file, or the default chain."""
-
-    backend: Literal["gcs"]
-    root: str  # "gcs://bucket/prefix" or "bucket/prefix"
-    project: str | None = None
-    credentials_json: SecretStr | None = None
-    credentials_path: str | None = None
-    endpoint: str | None = None
-
-
-class AzblobCloud(_Section):
-    """Azure Blob Storage (or Azurite)."""
-
-    backend: Literal["azblob"]
-    root: str  # "container/prefix"
-    endpoint: str
-    account_name: str | None = None
-    account_key: SecretStr | None = None
-
-
-class FsCloud(_Section):
-    """A local directory: the default, for one machine and tests."""
-
-    backend: Literal["fs"]
-    root: str = "./danube-data/objects"
-
-
-class MemoryCloud(_Section):
-    """In-process memory: lost on exit; for tests only."""
-
-    backend: Literal["memory"]
-    root: str = "danube"
-
-
-CloudConfig = Annotated[
-    S3Cloud | GcsCloud | AzblobCloud | FsCloud | MemoryCloud, Field(discriminator="backend")
-]
-
-
-ETCD_ENDPOINTS_MAX = 16
-_HOST_PORT = r"[^\s:/,]+:\d{1,5}"
-ETCD_ENDPOINT_LIST_PATTERN = rf"^{_HOST_PORT}(\s*,\s*{_HOST_PORT})*$"
-EtcdEndpoint = Annotated[str, Field(pattern=rf"^{_HOST_PORT}$")]
-
-
-class MetadataConfig(_Credentials):
-    """Where the metadata store (etcd) is, and how to log in to it.
-
-    ``user`` with ``password``/``password_file``: etcd authentication (docs/security.md).
-    ``ca_file``: talk TLS, checking etcd's certificate against this CA; ``cert_file`` and
-    ``key_file`` add a client certificate (etcd's ``--client-cert-auth``)."""
-
-    # The members of the etcd cluster, tried in this order (danube.meta.client fails over
-    # between them). Danube's own key, ``etcd_endpoint``, is accepted too: one ``host:port``
-    # or several separated by commas (handy in one environment variable); set one or the
-    # other. Read ``etcd_endpoints``: it holds the members whichever key named them.
-    etcd_endpoints: list[EtcdEndpoint] = Field(
-        default_factory=lambda: ["127.0.0.1:2379"], min_length=1, max_length=ETCD_ENDPOINTS_MAX
-    )
-    etcd_endpoint: str | None = Field(default=None, pattern=ETCD_ENDPOINT_LIST_PATTERN)
-    in_memory: bool = False  # accepted for Danube compatibility; the mesh always uses etcd
-    prefix: str = Field(default="/danube", pattern=r"^/[A-Za-z0-9_/-]*[A-Za-z0-9_-]$")
-    request_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-
-    @model_validator(mode="after")
-    def _one_endpoint_key(self) -> MetadataConfig:
-        if self.etcd_endpoint is None:
-            return self
-        members = [part.strip() for part in self.etcd_endpoint.split(",")]
-        if "etcd_endpoints" in self.model_fields_set and self.etcd_endpoints != members:
-            raise ValueError(
-                "set etcd_endpoints or etcd_endpoint (Danube's key), not both: "
-                f"{self.etcd_endpoints} vs {self.etcd_endpoint!r}"
-            )
-        if len(members) > ETCD_ENDPOINTS_MAX:
-            raise ValueError(f"etcd_endpoint: at most {ETCD_ENDPOINTS_MAX} members")
-        # The model is frozen; this is its own validator settling its one derived field.
-        object.__setattr__(self, "etcd_endpoints", members)
-        return self
-
-    @model_validator(mode="after")
-    def _tls_files_together(self) -> MetadataConfig:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("cert_file and key_file go together")
-        if self.cert_file is not None and self.ca_file is None:
-            raise ValueError("a client certificate (cert_file) needs ca_file: TLS")
-        return self
-
-
-class WalCloudConfig(_Section):
-    """Danube's ``wal_cloud`` section, key for key."""
-
-    wal: WalConfig = WalConfig()
-    uploader: UploaderConfig = UploaderConfig()
-    cloud: CloudConfig = FsCloud(backend="fs")
-    metadata: MetadataConfig = MetadataConfig()
-
+from danube.config.section import Credentials, MiB, Section
 
 # --- the mesh: bus and services --------------------------------------------------------
 
 
-class BusConfig(_Credentials):
+class BusConfig(Credentials):
     """The NATS connection every service opens.
 
     ``user`` with ``password``/``password_file``: NATS user/password authentication; the
@@ -243,7 +46,7 @@ class BusConfig(_Credentials):
 ClientAuthMode = Literal["none", "optional", "required"]
 
 
-class TlsConfig(_Section):
+class TlsConfig(Section):
     """TLS on a service's listeners (docs/security.md#tls): off unless ``cert_file`` is set.
 
     The certificate chain and key are PEM files, re-read when their modification time
@@ -277,7 +80,7 @@ class TlsConfig(_Section):
         return self.cert_file is not None
 
 
-class ServiceConfig(_Section):
+class ServiceConfig(Section):
     """What every service process has: where it serves health and metrics."""
 
     host: str = "127.0.0.1"
@@ -395,7 +198,7 @@ class DiscoveryConfig(ServiceConfig):
 # --- security ---------------------------------------------------------------------
 
 
-class SecurityConfig(_Section):
+class SecurityConfig(Section):
     """Authentication and authorization of the front doors (docs/security.md). Off by
     default: every request is served as before, anonymous."""
 
@@ -423,7 +226,7 @@ class SecurityConfig(_Section):
     keys_reload_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
 
 
-class DataDoorSettings(_Section):
+class DataDoorSettings(Section):
     """The data door of a node (DESIGN §10): its own listener, with the limits and TLS of
     the node's section, serving what this node owns (an ingest node: the produce of the
     partitions it leads, docs/http-api.md "Direct produce"; a dispatcher: the consume of the
@@ -572,7 +375,7 @@ class DispatcherConfig(ServiceConfig, DataDoorSettings):
     data_max_inflight: Annotated[int, Field(ge=1, le=100_000)] = 1024
 
 
-class MetricsConfig(_Section):
+class MetricsConfig(Section):
     """Per-topic and per-subscription Prometheus series, with bounded label sets: each
     process labels the first ``topics_max`` topics (and ``subscriptions_max``
     subscriptions) it sees by name; the rest are summed under ``topic="_other"`` (or

@@ -1,11 +1,12 @@
 """``DanubeSettings``: every setting of a mesh process, and where each value comes from.
 
-Precedence, lowest to highest: the defaults in :mod:`danube.config.model`, the
-YAML file, then ``DANUBE_<SECTION>__<KEY>`` environment variables. The merge is
-pydantic-settings' own (``settings_customise_sources``); this module only
-supplies two sources: a YAML source that reads strictly and interpolates
-``${VAR}``, and an environment source that reads a given mapping instead of
-``os.environ`` so callers and tests can pass their own.
+Precedence, lowest to highest: the defaults in :mod:`danube.config.model` (and
+:mod:`danube.config.wal_cloud`), the YAML file, then ``DANUBE_<SECTION>__<KEY>``
+environment variables. The merge is pydantic-settings' own
+(``settings_customise_sources``); this module only supplies two sources: a YAML
+source that reads strictly and interpolates ``${VAR}``, and an environment source
+that reads a given mapping instead of ``os.environ`` so callers and tests can pass
+their own.
 
 Build settings through :func:`danube.config.load_settings`, which turns every
 failure into a :class:`~danube.config.errors.ConfigError`. Nothing here reads
@@ -44,8 +45,8 @@ from danube.config.model import (
     RetentionServiceConfig,
     SecurityConfig,
     UploaderServiceConfig,
-    WalCloudConfig,
 )
+from danube.config.wal_cloud import WalCloudConfig
 from danube.config.yamlfile import read_yaml_file
 
 __all__ = [

@@ -43,14 +43,12 @@ from danube.frame.record import (
     SEQUENCED_RECORD_HEADER,
     SEQUENCED_RECORD_VERSION,
     Record,
-    RecordFields,
     Sequenced,
-    decode_record,
-    decode_record_fields,
     encode_record,
     record_publish_time_ms,
     record_sequence,
 )
+from danube.frame.record_decode import RecordFields, decode_record, decode_record_fields
 
 __all__ = [
     "FRAME_COVERED",

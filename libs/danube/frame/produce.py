@@ -231,9 +231,19 @@ def scan_frames_for_produce(
     view = memoryview(body)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
-    end = len(view)
-    if end == 0:
+    if len(view) == 0:
         raise TruncatedFramesError(position=0, reason="an empty body holds no frame")
+    return _scan(view, max_count, stamped, payload_bytes_max)
+
+
+def _scan(
+    view: memoryview, max_count: int, stamped: bool, payload_bytes_max: int
+) -> ProducedFrames:
+    """The walk of :func:`scan_frames_for_produce` over a body of bytes, not empty: the common
+    record (no key, attributes or schema) checked in one unpack, without a call per record
+    (this runs for every produced message, in discovery and again in ingest); anything else,
+    or anything wrong, by the general path (_scan_general), which says what is wrong."""
+    end = len(view)
     starts: list[int] = []
     ends: list[int] = []
     keys: list[str | None] = []
@@ -243,10 +253,6 @@ def scan_frames_for_produce(
     pos = 0
     while pos < end and len(starts) <= max_count:
         name: str | None = None
-        # The common record first (no key, no attributes, no schema), in one unpack: what
-        # check_record checks of it, it checks here without a call per record (this loop
-        # runs for every produced message in discovery and again in ingest). Anything else,
-        # or anything wrong, takes the general path (_scan_general), which says what is wrong.
         if end - pos >= _SCANNED_BYTES:
             (
                 offset,
@@ -285,10 +291,9 @@ def scan_frames_for_produce(
                                 size_bytes_max=payload_bytes_max,
                             )
                         )
+                    key = None
                 except (UnicodeDecodeError, CorruptRecordError):
                     name = None  # the general path refuses it, saying why
-                else:
-                    key = None
         if name is None:
             start, stop, key, size, version, name = _scan_general(
                 view, pos, end, stamped, len(starts), payload_bytes_max

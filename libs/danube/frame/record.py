@@ -33,11 +33,16 @@ A record without a sequence is written as version 1, one with a sequence as vers
 encoding per record. Readers read both.
 
 A compressed payload (flag bits 3-4, either version) is handed out decompressed by every
-decoder here (``decompress=False`` leaves it as stored, for readers of the other fields), and
+decoder (``decompress=False`` leaves it as stored, for readers of the other fields), and
 ``payload_len`` is its stored (compressed) length.
 
 Every length is checked against both its limit and the bytes left before anything is read, so a
 garbled record raises :class:`CorruptRecordError` and never reads past its buffer.
+
+Here: the layout, :class:`Record` and :func:`encode_record`, the checks every reader shares
+(:func:`read_record_header`, :func:`read_attributes`) and readers of one header field
+(:func:`record_publish_time_ms`, :func:`record_sequence`, :func:`sequence_runs`). The
+decoders are :mod:`danube.frame.record_decode`'s.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from danube.frame.compression import (
     CODEC_IDS,
@@ -54,14 +59,11 @@ from danube.frame.compression import (
     Compression,
     compress,
 )
-from danube.frame.compression import decompress as decompress_payload  # `decompress`: a flag
 from danube.frame.errors import (
     CorruptRecordError,
     InvalidRecordError,
     UnsupportedRecordVersionError,
 )
-
-_Bytes = TypeVar("_Bytes", bytes, memoryview)  # a buffer and its slices, of one type
 
 RECORD_VERSION = 1
 """The format version of a record without a sequence (what every record was before version 2)."""
@@ -227,7 +229,9 @@ def encode_record(record: Record) -> bytes:
     return b"".join(parts)
 
 
-def _text(view: bytes | memoryview, pos: int, size: int, what: str) -> str:
+def read_text(view: bytes | memoryview, pos: int, size: int, what: str) -> str:
+    """The UTF-8 text of ``size`` bytes at ``pos`` (checked: :class:`CorruptRecordError`
+    naming ``what`` when it is not UTF-8)."""
     try:
         return str(view[pos : pos + size], "utf-8")
     except UnicodeDecodeError as exc:
@@ -245,8 +249,9 @@ _PUBLISH_TIME_AT = RECORD_PUBLISH_TIME_AT
 
 def record_publish_time_ms(buf: bytes | bytearray | memoryview) -> int:
     """The ``publish_time_ms`` of an encoded record, read from its header alone (for scans
-    that look at many records and need nothing else). Raises like :func:`decode_record`
-    for a buffer that cannot be a record of this version."""
+    that look at many records and need nothing else). Raises like
+    :func:`~danube.frame.record_decode.decode_record` for a buffer that cannot be a record
+    of this version."""
     view = memoryview(buf).cast("B")
     _header_bytes(view, 0, len(view))
     (time_ms,) = _PUBLISH_TIME.unpack_from(view, _PUBLISH_TIME_AT)
@@ -255,7 +260,7 @@ def record_publish_time_ms(buf: bytes | bytearray | memoryview) -> int:
 
 def _header_bytes(view: bytes | memoryview, start: int, end: int) -> int:
     """The header size of the record in ``view[start:end]`` by its version, once it holds
-    that header; raises like :func:`decode_record` otherwise."""
+    that header; raises like :func:`~danube.frame.record_decode.decode_record` otherwise."""
     size = end - start
     if size == 0:
         raise CorruptRecordError("empty buffer")
@@ -291,7 +296,7 @@ def record_sequence(buf: bytes | memoryview, start: int = 0) -> Sequenced | None
     (producer_len,) = _LENGTH.unpack_from(buf, start + _PRODUCER_LEN_AT)
     epoch, sequence = _SEQUENCE.unpack_from(buf, start + RECORD_HEADER_BYTES)
     text_at = start + header_bytes
-    producer = _text(buf, text_at, producer_len, "producer")
+    producer = read_text(buf, text_at, producer_len, "producer")
     return Sequenced(producer, epoch, sequence)
 
 
@@ -349,137 +354,16 @@ def sequence_runs(records: Sequence[bytes | memoryview]) -> list[SequenceRun]:
     return runs
 
 
-class RecordFields(NamedTuple):
-    """A decoded record as a plain tuple: what :func:`decode_record_fields` returns, for
-    readers that turn many records into columns and need no :class:`Record` objects."""
-
-    publish_time_ms: int
-    producer: str
-    key: str | None
-    attributes: dict[str, str]
-    payload: bytes
-    schema_id: int | None
-    schema_version: int | None
-    sequence: int | None = None
-    producer_epoch: int = 0
-    compression: Compression | None = None  # how the payload was stored
-
-
-def decode_record(buf: bytes | bytearray | memoryview) -> Record:
-    """Decode one record that spans exactly ``buf`` (e.g. a :class:`~danube.frame.Frame` payload).
-
-    The returned payload is a detached ``bytes`` copy. Raises
-    :class:`UnsupportedRecordVersionError` for an unknown version and
-    :class:`CorruptRecordError` for anything else wrong, naming what.
-    """
-    fields = decode_record_fields(buf)
-    return Record(
-        payload=fields.payload,
-        publish_time_ms=fields.publish_time_ms,
-        producer=fields.producer,
-        key=fields.key,
-        attributes=fields.attributes,
-        schema_id=fields.schema_id,
-        schema_version=fields.schema_version,
-        sequence=fields.sequence,
-        producer_epoch=fields.producer_epoch,
-        compression=fields.compression,
-    )
-
-
-def decode_record_fields(
-    buf: bytes | bytearray | memoryview, *, decompress: bool = True
-) -> RecordFields:
-    """:func:`decode_record`, with the same checks, as a tuple (no frozen dataclass to build:
-    about twice as fast, which bulk readers such as the Spark source need).
-    ``decompress=False``: a compressed payload as stored (for readers of the other fields,
-    which need not pay for inflating it)."""
-    view = memoryview(buf)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    time_ms, producer, key, attributes, payload, schema_id, schema_version = decode_record_at(
-        view, 0, len(view), decompress=decompress
-    )
-    sequenced = record_sequence(view)
-    compression = CODEC_NAMES.get((view[RECORD_FLAGS_AT] & FLAG_CODEC) >> FLAG_CODEC_SHIFT)
-    return RecordFields(
-        time_ms,
-        producer,
-        key,
-        attributes,
-        bytes(payload),
-        schema_id,
-        schema_version,
-        None if sequenced is None else sequenced.sequence,
-        0 if sequenced is None else sequenced.producer_epoch,
-        compression,
-    )
-
-
-def decode_record_at(
-    data: _Bytes, start: int, end: int, *, decompress: bool = True
-) -> tuple[int, str, str | None, dict[str, str], _Bytes, int | None, int | None]:
-    """:func:`decode_record_fields` of the record in ``data[start:end]``, with the same
-    checks, as a plain tuple in the order of :class:`RecordFields`, with no view or slice of
-    ``data`` made first: for a reader of many records in one body (a delivery batch), where
-    those cost as much as the decoding. The payload is ``data[pos:end]``: one copy out of
-    ``bytes``, a view of a ``memoryview`` (of unsigned bytes). A compressed payload comes
-    out decompressed (a new buffer of the same type), unless ``decompress=False``."""
-    if not 0 <= start <= end <= len(data):
-        raise CorruptRecordError(f"record at {start}..{end} of a {len(data)}-byte buffer")
-    flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len = (
-        read_record_header(data, start, end)
-    )
-    pos = start + (RECORD_HEADER_BYTES if data[start] == RECORD_VERSION else SEQUENCED_HEADER_BYTES)
-    if end - pos < producer_len + key_len:
-        raise CorruptRecordError("truncated in producer or key")
-    producer = _text(data, pos, producer_len, "producer")
-    pos += producer_len
-    key = _text(data, pos, key_len, "key") if flags & _FLAG_KEY else None
-    pos += key_len
-    attributes: dict[str, str] = {}
-    if count:
-        pos = read_attributes(data, pos, end, count, attributes)
-    if end - pos != payload_len:
-        problem = "truncated in payload" if end - pos < payload_len else "trailing bytes"
-        raise CorruptRecordError(
-            f"{problem}: {end - pos} bytes left for a {payload_len}-byte payload"
-        )
-    payload = data[pos:end]
-    if decompress and flags & FLAG_CODEC:
-        payload = _inflated(payload, flags)
-    return (
-        time_ms,
-        producer,
-        key,
-        attributes,
-        payload,
-        schema_id if flags & _FLAG_SCHEMA_ID else None,
-        schema_version if flags & _FLAG_SCHEMA_VERSION else None,
-    )
-
-
-def _inflated(payload: _Bytes, flags: int) -> _Bytes:
-    """A stored payload of the codec ``flags`` name, decompressed, in a buffer of its type."""
-    out = decompress_payload(
-        (flags & FLAG_CODEC) >> FLAG_CODEC_SHIFT,
-        payload,
-        size_bytes_max=MAX_DECOMPRESSED_PAYLOAD_BYTES,
-    )
-    if isinstance(payload, memoryview):
-        return memoryview(out)
-    return out
-
-
 def read_record_header(
     view: bytes | memoryview, start: int, end: int
 ) -> tuple[int, int, int, int, int, int, int, int]:
     """The header of the record in ``view[start:end]`` once it holds together — version,
     size, flags that agree with their fields, limits: the checks every reader of a record
-    shares (:func:`decode_record_fields`, and ``danube.frame.produce.check_record``, which
-    builds nothing). ``(flags, time_ms, schema_id, schema_version, producer_len, key_len,
-    attribute count, payload_len)``, a plain tuple (this runs once per record); the text
-    starts after the header of the record's version (``view[start]``: 1 or 2)."""
+    shares (:func:`~danube.frame.record_decode.decode_record_fields`, and
+    ``danube.frame.produce.check_record``, which builds nothing). ``(flags, time_ms,
+    schema_id, schema_version, producer_len, key_len, attribute count, payload_len)``, a
+    plain tuple (this runs once per record); the text starts after the header of the
+    record's version (``view[start]``: 1 or 2)."""
     _header_bytes(view, start, end)
     (_, flags, time_ms, schema_id, schema_version, producer_len, key_len, count, payload_len) = (
         _HEADER.unpack_from(view, start)
@@ -521,7 +405,7 @@ def read_attributes(
             pos += _LENGTH.size
             if end - pos < size:
                 raise CorruptRecordError(f"truncated in {what}")
-            texts.append(_text(view, pos, size, what))
+            texts.append(read_text(view, pos, size, what))
             pos += size
         name, value = texts
         if name in attributes:

@@ -22,8 +22,8 @@ import grpc
 
 from danube.aio import awaited_task
 from danube.config.errors import ConfigError
-from danube.config.model import MetadataConfig
 from danube.config.secrets import read_password
+from danube.config.wal_cloud import MetadataConfig
 from danube.meta.backoff import backoff_s
 from danube.meta.errors import (
     INVALID_TOKEN_DETAIL,

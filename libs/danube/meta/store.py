@@ -19,7 +19,7 @@ from typing import Any
 import aetcd.rpc
 from pydantic import BaseModel
 
-from danube.config.model import MetadataConfig
+from danube.config.wal_cloud import MetadataConfig
 from danube.meta.client import EtcdClient, EtcdLogin, member_failed
 from danube.meta.errors import LeaseLostError, MetaError, MetaRequestError, UpdateRacedError
 from danube.meta.kv import KeyValue, M, check_value, decode_model, encode_model, kv_from_pb

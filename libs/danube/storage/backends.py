@@ -16,7 +16,14 @@ import re
 import opendal
 from pydantic import SecretStr
 
-from danube.config.model import AzblobCloud, CloudConfig, FsCloud, GcsCloud, MemoryCloud, S3Cloud
+from danube.config.wal_cloud import (
+    AzblobCloud,
+    CloudConfig,
+    FsCloud,
+    GcsCloud,
+    MemoryCloud,
+    S3Cloud,
+)
 from danube.storage.errors import StorageConfigError
 
 PARTIAL_DIR = ".partial"

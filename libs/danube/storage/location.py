@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
-from danube.config.model import CloudConfig, FsCloud, MemoryCloud
+from danube.config.wal_cloud import CloudConfig, FsCloud, MemoryCloud
 
 # Keys that say who the reader is rather than where the data is: never recorded. Every
 # SecretStr field is left out as well, whatever its name (a later backend's secret is safe

@@ -21,7 +21,7 @@ from types import TracebackType
 
 import opendal
 
-from danube.config.model import CloudConfig
+from danube.config.wal_cloud import CloudConfig
 from danube.storage.backends import PARTIAL_DIR, open_operator
 from danube.storage.errors import (
     InvalidObjectKeyError,

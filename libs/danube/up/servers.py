@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from danube.config.model import S3Cloud
+from danube.config.wal_cloud import S3Cloud
 from danube.errors import DanubeError
 from danube.runtime.healthcheck import probe_context
 

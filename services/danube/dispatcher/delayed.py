@@ -27,7 +27,7 @@ subscription files every delayed message of ``[delay_from, end)`` due at or afte
 ``delay_due_ms`` again (``end``: past the cursor's highest out-of-order ack, where a delayed
 message read above the contiguous point lies; else ``next_offset``): those the sealed
 snapshots stored with the cursor hold are loaded bucket by bucket as they fall due
-(danube.dispatcher.sealed, loads.py), the rest is read from the log again (:meth:`rescan`).
+(danube.dispatcher.sealed, loads.py), the rest is read from the log again (rescans.py).
 Messages acked meanwhile with a due time at or after that bound come again (at-least-once):
 those acked while an earlier-due one was still unacked, which with prompt acks is the last
 ack round trip's worth.
@@ -37,27 +37,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from danube.dispatcher.loads import SnapshotLoads
+from danube.dispatcher.rescans import Rescan, Rescans
 from danube.dispatcher.sealed import Chains, Part, ResumePlan, Sealed
 from danube.dispatcher.snapshot import RECORD, SnapshotHead, records
 from danube.dispatcher.spill import FileSpill, MemorySpill, Spill
-from danube.frame import (
-    RECORD_HEADER,
-    RECORD_HEADER_BYTES,
-    SEQUENCED_HEADER_BYTES,
-    SEQUENCED_RECORD_VERSION,
-    RawFrame,
-)
-from danube.frame.errors import FrameError
-from danube.frame.record import read_attributes
+from danube.frame import RawFrame
 from danube.meta.records import DelaySnapshotRef
-from danube.wire.delay import deliver_at_ms
 
-__all__ = ["DelayedMessages", "Due", "FileSpill", "MemorySpill", "Spill", "due_of"]
+__all__ = ["DelayedMessages", "Due", "FileSpill", "MemorySpill", "Spill"]
 
 # One delayed message in a bucket is a RECORD (danube.dispatcher.snapshot: due, the
 # partition's slot (DelayedMessages.slot), offset, length), then its frame.
@@ -75,34 +66,7 @@ PREFETCH_MS = 2000
 # messages were due.
 LOAD_AHEAD_MS = 250
 LOAD_SLICE = 512
-_NAME_PART = b"danube.deliver_"
 _OFFSET_ANY = 2**64  # above every offset: delay_from's bound when none is wanted
-
-
-def due_of(payload: object) -> int | None:
-    """When the record in ``payload`` (a frame as read) is due, Unix ms; None when it is
-    not delayed. The usual record (no such attribute) costs the header alone (~1 µs)."""
-    record = payload.record if isinstance(payload, RawFrame) else payload
-    if not isinstance(record, bytes | bytearray | memoryview):
-        return None
-    view = memoryview(record)
-    try:
-        version, _, time_ms, _, _, producer_len, key_len, count, payload_len = (
-            RECORD_HEADER.unpack_from(view, 0)
-        )
-        if not count:
-            return None
-        start = (
-            SEQUENCED_HEADER_BYTES if version == SEQUENCED_RECORD_VERSION else RECORD_HEADER_BYTES
-        )
-        at = start + producer_len + key_len
-        if _NAME_PART not in bytes(view[at : len(view) - payload_len]):
-            return None
-        attributes: dict[str, str] = {}
-        read_attributes(view, at, len(view), count, attributes)
-    except (FrameError, ValueError, IndexError, struct.error):
-        return None
-    return deliver_at_ms(attributes, int(time_ms))
 
 
 @dataclass(slots=True)
@@ -120,14 +84,6 @@ class Due:
     partition: str
     offset: int
     frame: RawFrame
-
-
-@dataclass(slots=True)
-class _Rescan:
-    position: int  # the next offset to read again
-    end: int  # where this range ends (the last one: the stored cursor's next_offset)
-    due_min_ms: int  # files again only what is due at or after this
-    buckets: frozenset[int] | None = None  # and, when set, due in one of these buckets
 
 
 class DelayedMessages:
@@ -161,8 +117,7 @@ class DelayedMessages:
         # of (due, partition, offset) with stale items left behind (lazy deletion).
         self._out: dict[tuple[str, int], int] = {}
         self._out_heap: list[tuple[int, str, int]] = []
-        self._rescans: dict[str, list[_Rescan]] = {}  # per partition, in offset order
-        self._restored_due_ms: int | None = None  # the stored bound until rescans end
+        self._rescans = Rescans(BUCKET_MS)  # ranges read from the log again (rescans.py)
         # Snapshots (danube.dispatcher.sealed): sealing is on once the runtime has somewhere
         # to write them (sealing); per partition the buffer of the next seal and the chain
         # of those written; the parts of snapshots to load after a resume (loads.py).
@@ -171,7 +126,6 @@ class DelayedMessages:
         self._loads = SnapshotLoads()
         self.filed = 0  # held in the index (not yet due), over every partition
         self.spilled_bytes = 0  # written to the spill since start
-        self.reread_frames = 0  # frames read from the log again since start (rescans)
         self.loaded_records = 0  # delayed messages taken from snapshots since start
 
     # --- reading ---------------------------------------------------------------------------
@@ -211,38 +165,16 @@ class DelayedMessages:
 
     def rescanning(self, partition: str) -> int | None:
         """Where ``partition`` is read again from (None: not being read again)."""
-        rescans = self._rescans.get(partition)
-        return rescans[0].position if rescans else None
+        return self._rescans.position(partition)
 
     def rescan(self, partition: str, messages: list[tuple[int, object]], next_offset: int) -> int:
         """A read of ``partition`` again (from :meth:`rescanning`): file its delayed messages
         in the range read again and due at or after its bound. Returns where the next read
         again starts (or the offset the last range stopped at)."""
-        rescans = self._rescans[partition]
-        rescan = rescans[0]
-        end, buckets = rescan.end, rescan.buckets
-        for offset, payload in messages:
-            if offset >= end:
-                break
-            if offset < rescan.position:
-                continue
-            self.reread_frames += 1
-            due = due_of(payload)
-            if due is None or due < rescan.due_min_ms or not isinstance(payload, RawFrame):
-                continue
-            if buckets is None or due // BUCKET_MS in buckets:
-                frame = RawFrame(offset, memoryview(bytes(payload.data)))
-                self.file(partition, offset, due, frame, sealed=False)
-        rescan.position = max(rescan.position, min(next_offset, end))
-        if rescan.position < end:
-            return rescan.position
-        rescans.pop(0)
-        if rescans:
-            return rescans[0].position
-        del self._rescans[partition]
-        if not self._rescans:
-            self._restored_due_ms = None
-        return end
+        found, position = self._rescans.read(partition, messages, next_offset)
+        for offset, due, frame in found:
+            self.file(partition, offset, due, frame, sealed=False)
+        return position
 
     def resume_from(
         self,
@@ -264,19 +196,7 @@ class DelayedMessages:
                 self._chains.dropped.append(ref)
             else:
                 self._add_snapshot(partition, ref, head, bound)
-        self._add_rescans(partition, [_Rescan(start, end, bound) for start, end in ranges])
-
-    def _add_rescans(self, partition: str, added: list[_Rescan]) -> None:
-        """Read these ranges of ``partition`` again (in offset order with those pending);
-        the due bound stored holds until every read again ends."""
-        if not added:
-            return
-        rescans = self._rescans.setdefault(partition, [])
-        rescans.extend(added)
-        rescans.sort(key=lambda r: r.position)
-        bound = min(rescan.due_min_ms for rescan in added)
-        restored = self._restored_due_ms
-        self._restored_due_ms = bound if restored is None else min(restored, bound)
+        self._rescans.add(partition, [Rescan(start, end, bound) for start, end in ranges])
 
     # --- snapshots -------------------------------------------------------------------------
 
@@ -340,9 +260,9 @@ class DelayedMessages:
             return  # its partition was sought meanwhile
         name = dropped.partition
         self._chains.remove(name, part.key)
-        self._add_rescans(
+        self._rescans.add(
             name,
-            [_Rescan(dropped.from_offset, dropped.to_offset, dropped.due_min_ms, dropped.buckets)],
+            [Rescan(dropped.from_offset, dropped.to_offset, dropped.due_min_ms, dropped.buckets)],
         )
 
     def _merge(self, part: Part) -> None:
@@ -515,7 +435,7 @@ class DelayedMessages:
         if slot is not None:
             self._names[slot] = None
         self._blocks.pop(partition, None)
-        self._rescans.pop(partition, None)
+        self._rescans.drop(partition)
         self._loads.drop_partition(partition)
         self._chains.drop(partition)
         for ref in [ref for ref in self._out if ref[0] == partition]:
@@ -536,9 +456,9 @@ class DelayedMessages:
         (None: none below ``read_position``)."""
         blocks = self._blocks.get(partition)
         candidates = [min(blocks) * OFFSET_BLOCK] if blocks else []
-        rescans = self._rescans.get(partition)
-        if rescans:
-            candidates.append(min(rescan.position for rescan in rescans))
+        rescanning = self._rescans.low_offset(partition)
+        if rescanning is not None:
+            candidates.append(rescanning)
         loading = self._loads.low_offset(partition)
         if loading is not None:
             candidates.append(loading)
@@ -555,10 +475,16 @@ class DelayedMessages:
         near = self._near[0][0] if self._near else None
         far = self._earliest_bucket_ms(skip_waiting=False)
         moving = None if self._ahead_key is None else self._ahead_key * BUCKET_MS
-        candidates = [m for m in (near, far, moving, self._restored_due_ms) if m is not None]
+        restored = self._rescans.restored_due_ms
+        candidates = [m for m in (near, far, moving, restored) if m is not None]
         if out:
             candidates.append(out[0][0])
         return min(candidates) if candidates else None
+
+    @property
+    def reread_frames(self) -> int:
+        """Frames read from the log again since start (rescans)."""
+        return self._rescans.reread_frames
 
     @property
     def held(self) -> int:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from danube.dispatcher.cursor import CursorState, PartitionCursor
-from danube.dispatcher.delayed import DelayedMessages, due_of
+from danube.dispatcher.delayed import DelayedMessages
+from danube.dispatcher.due_time import due_of
 from danube.dispatcher.entries import Entry, PartitionQueue, Ref
 from danube.dispatcher.events import MessagesAvailable
 from danube.dispatcher.redelivery import DeliverySettings

@@ -24,7 +24,7 @@ from danube.ingest.sequencing import OutOfOrderSequenceError, ProducerFencedErro
 from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import BelowWalStartError, DiskFullError, WalCorruptionError
 from danube.meta import MetaStore
-from danube.wire.ingest import protocol, replication
+from danube.wire.ingest import control, protocol, replication
 from danube.wire.limits import RATE_LIMITED, PartitionLimits, rate_limited_message
 from danube.wire.sizes import RECORD_OVERHEAD_BYTES, body_limit
 
@@ -396,7 +396,7 @@ class PartitionHandlers:
             "wal": partition.wal.stats().as_dict(),
             **partition.stats(),
         }
-        max_segments = protocol.decode_stats_request(request.body)
+        max_segments = control.decode_stats_request(request.body)
         if max_segments:  # retention asks; the others want the cheap answer
             infos = await partition.wal.segment_infos(max_segments)
             reply["segments"] = [info.as_dict() for info in infos]

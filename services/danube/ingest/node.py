@@ -34,7 +34,7 @@ from danube.meta.records import Assignment, NamespacePolicy, Owner, TopicConfig
 from danube.meta.topics import live_nodes
 from danube.runtime.owned import Owned
 from danube.tasks import TaskSet
-from danube.wire.ingest import protocol
+from danube.wire.ingest import control
 
 log = logging.getLogger(__name__)
 
@@ -312,10 +312,10 @@ class Node:
         name = self.bus.subjects.parse(request.subject).name
         view = await leadership.read(self.store, name)
         if view.owner is not None:
-            return protocol.encode_probe_reply(view.owner.node_id, view.owner.epoch)
+            return control.encode_probe_reply(view.owner.node_id, view.owner.epoch)
         if await self._may_get_leader(view) or (await self._replication_of(name))[2]:
             # A non-reliable partition holds nothing to lose: a claim moves it to a live node.
-            return protocol.encode_probe_reply(None)
+            return control.encode_probe_reply(None)
         replicas = [] if view.assignment is None else view.assignment.replicas
         raise _unavailable(name, replicas, view)
 

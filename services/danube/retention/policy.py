@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from danube.meta.records import NamespacePolicy, Policies, RetentionPolicy, TopicConfig
 from danube.names import TopicName
-from danube.wire.ingest.protocol import SegmentInfo
+from danube.wire.ingest.control import SegmentInfo
 
 MIB = 1024 * 1024
 MS_PER_MINUTE = 60_000

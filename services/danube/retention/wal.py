@@ -21,7 +21,7 @@ from danube.retention import metrics
 from danube.retention.policy import NOTHING, Dropped, Limits, acked_prefix, plan_wal_drop
 from danube.retention.tally import add_wal_drop
 from danube.wire.ingest.client import IngestClient
-from danube.wire.ingest.protocol import STATS_SEGMENTS_MAX, SegmentInfo
+from danube.wire.ingest.control import STATS_SEGMENTS_MAX, SegmentInfo
 
 log = logging.getLogger(__name__)
 

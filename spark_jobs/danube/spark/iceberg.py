@@ -46,6 +46,7 @@ from danube.spark.catalog import read_partitions, source_settings
 from danube.spark.errors import InvalidOptionError, TopicNotReadableError
 from danube.spark.options import parse_options
 from danube.spark.outputs import Output
+from danube.spark.plan import PartitionObjects
 from danube.spark.source import FORMAT
 
 log = logging.getLogger(__name__)
@@ -108,22 +109,7 @@ def sync_to_iceberg(
     names = {p.index: str(p.name) for p in found}
     table = _table(iceberg, table_name, topic, _empty(spark, source_options))
     next_offsets = _next_offsets(_summary(table), topic)
-    ranges = {}
-    for partition in found:
-        if not partition.descriptors:
-            continue
-        first = partition.descriptors[0].first_offset
-        end = partition.descriptors[-1].last_offset + 1
-        # A partition new to the table starts at its oldest object (retention may have
-        # expired the ones before); one the table has must go on where it ends.
-        start = next_offsets.get(partition.index, first)
-        if start < first:
-            raise TopicNotReadableError(
-                names[partition.index],
-                f"offsets {start}..{first - 1} left object storage before {table_name} got them",
-            )
-        if end > start:
-            ranges[partition.index] = (start, end)
+    ranges = _ranges_to_add(found, next_offsets, table_name)
     if not ranges:
         log.info("%s: nothing new for %s", topic, table_name)
         return IcebergSync(table_name, 0)
@@ -163,6 +149,30 @@ def sync_to_iceberg(
     return IcebergSync(
         table_name, written, ranges, None if snapshot is None else snapshot.snapshot_id, seconds
     )
+
+
+def _ranges_to_add(
+    found: list[PartitionObjects], next_offsets: Mapping[int, int], table_name: str
+) -> dict[int, tuple[int, int]]:
+    """The offsets ``[start, end)`` of each partition that the table lacks and object storage
+    holds (a partition with nothing new: none)."""
+    ranges = {}
+    for partition in found:
+        if not partition.descriptors:
+            continue
+        first = partition.descriptors[0].first_offset
+        end = partition.descriptors[-1].last_offset + 1
+        # A partition new to the table starts at its oldest object (retention may have
+        # expired the ones before); one the table has must go on where it ends.
+        start = next_offsets.get(partition.index, first)
+        if start < first:
+            raise TopicNotReadableError(
+                str(partition.name),
+                f"offsets {start}..{first - 1} left object storage before {table_name} got them",
+            )
+        if end > start:
+            ranges[partition.index] = (start, end)
+    return ranges
 
 
 def _write(spark: SparkSession, rows: DataFrame, path: str) -> tuple[int, list[str]]:

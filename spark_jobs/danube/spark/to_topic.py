@@ -40,7 +40,7 @@ from pyspark.sql import SparkSession
 
 from danube.client import AsyncDanubeClient, AsyncProducer, Message, ProducerOptions, SendResult
 from danube.config import CloudConfig
-from danube.config.model import FsCloud
+from danube.config.wal_cloud import FsCloud
 from danube.names import TopicName, validate_segment
 from danube.spark.catalog import read_partitions, source_settings
 from danube.spark.errors import BackfillStateError, InvalidOptionError

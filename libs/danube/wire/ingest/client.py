@@ -25,8 +25,8 @@ from danube.aio import awaited_task
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError, Reply, TopicName
 from danube.frame import Frame, RawFrame, decode_frames, walk_frames
 from danube.wire.claim import request_with_claim
-from danube.wire.ingest import protocol
-from danube.wire.ingest.protocol import SegmentInfo
+from danube.wire.ingest import control, protocol
+from danube.wire.ingest.control import SegmentInfo
 from danube.wire.leader_watch import (
     PROBE_AFTER_S,
     PROBE_EVERY_S,
@@ -226,7 +226,7 @@ class IngestClient:
         except (NoRespondersError, BusTimeoutError):
             return None
         try:
-            node_id, epoch = protocol.decode_probe_reply(reply.body)
+            node_id, epoch = control.decode_probe_reply(reply.body)
         except protocol.BadRequestError as exc:
             log.warning("%s: %s", partition, exc)
             return None  # nothing learned; the request is still awaited
@@ -334,7 +334,7 @@ class IngestClient:
         NoRespondersError when nobody owns the partition."""
         reply = await self.bus.request(
             self.bus.subjects.wal_stats(partition),
-            protocol.encode_stats_request(max_segments),
+            control.encode_stats_request(max_segments),
             timeout_s=timeout_s,
         )
         return WalListing.decode(reply.body)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from danube.config.model import WalConfig
+from danube.config.wal_cloud import WalConfig
 from danube.frame import FRAME_HEADER_BYTES, MAX_FRAME_PAYLOAD_BYTES
 from danube.ingest.wal.errors import WalError
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from danube.frame import FRAME_HEADER_BYTES
-from danube.wire.ingest.protocol import SegmentInfo
+from danube.wire.ingest.control import SegmentInfo
 
 __all__ = ["FetchResult", "SegmentInfo", "WalStats"]
 

@@ -1,27 +1,24 @@
-"""The JSON bodies of the public HTTP API (docs/http-api.md). Requests refuse unknown
-fields (``extra="forbid"``), so a typo is a 400 rather than a silently ignored setting, and
-take JSON types as they are (``strict``: ``true`` is not an integer, ``"10"`` is not a
-number). Every integer has both bounds, given in the OpenAPI; past them it is a 400 naming
-the field's path, before anything is stored or encoded."""
+"""The JSON bodies of the public HTTP API (docs/http-api.md): namespaces, topics, lookups,
+subscriptions (listed, sought, skipped), partitions (moved, uploads skipped), the cluster and
+errors; those of produce (:mod:`~danube.discovery.doors.bodies.produce`), attach
+(:mod:`~danube.discovery.doors.bodies.consume`), policies, producers, schemas, elasticity
+and the console are beside it. Requests refuse unknown fields (``extra="forbid"``), so a
+typo is a 400 rather than a silently ignored setting, and take JSON types as they are
+(``strict``: ``true`` is not an integer, ``"10"`` is not a number). Every integer has both
+bounds, given in the OpenAPI; past them it is a 400 naming the field's path, before
+anything is stored or encoded."""
 
 from __future__ import annotations
 
-import time
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from danube.discovery.doors.bodies.consume import Position
 from danube.discovery.doors.bodies.policies import PoliciesSpec
-from danube.discovery.doors.bodies.producers import ProducerId, ProducerOut
+from danube.discovery.doors.bodies.producers import ProducerOut
 from danube.discovery.errors import BadRequestError
-from danube.frame import (
-    MAX_ATTRIBUTE_NAME_BYTES,
-    MAX_ATTRIBUTE_VALUE_BYTES,
-    MAX_ATTRIBUTES,
-    MAX_KEY_BYTES,
-    MAX_PRODUCER_NAME_BYTES,
-)
-from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
+from danube.meta.failure_policy import FailurePolicy
 from danube.meta.records import (
     REPLICAS_MAX,
     Dispatch,
@@ -33,43 +30,12 @@ from danube.meta.records import (
     TopicConfig,
 )
 from danube.names import PARTITIONS_MAX
-from danube.wire.consume.models import (
-    ACK_MESSAGES_CAP as ACK_MESSAGES_CAP,
-)
-from danube.wire.consume.models import (
-    FLOW_CREDITS_CAP as FLOW_CREDITS_CAP,
-)
-from danube.wire.consume.models import INT64_MAX as INT64_MAX
-from danube.wire.consume.models import (
-    NACK_DELAY_MS_CAP as NACK_DELAY_MS_CAP,
-)
-from danube.wire.consume.models import AckFrame as AckFrame
-from danube.wire.consume.models import AckRequest as AckRequest
-from danube.wire.consume.models import AckResult as AckResult
-from danube.wire.consume.models import ClientFrame as ClientFrame
-from danube.wire.consume.models import Encoding
-from danube.wire.consume.models import FlowFrame as FlowFrame
-from danube.wire.consume.models import MessageOut as MessageOut
-from danube.wire.consume.models import MessageRefIn as MessageRefIn
-from danube.wire.consume.models import MessageRefOut as MessageRefOut
-from danube.wire.consume.models import MessagesOut as MessagesOut
-from danube.wire.consume.models import NackFrame as NackFrame
-from danube.wire.consume.models import RefRangeIn as RefRangeIn
-from danube.wire.delay import (
-    DELAY_MS_MAX,
-    DELIVER_AFTER_ATTRIBUTE,
-    DELIVER_AT_ATTRIBUTE,
-    delay_attributes,
-)
-from danube.wire.delivery import TTL_ATTRIBUTE, TTL_MS_MAX
-from danube.wire.opens import ConsumerOpen
+from danube.wire.consume.models import INT64_MAX
 
-# A hard cap on the list whatever the settings say; discovery.max_produce_messages is the
-# configured limit (checked with its own 413).
-PRODUCE_MESSAGES_CAP = 100_000
-# An idempotent producer's numbers (danube.frame.record, format version 2).
-SEQUENCE_MAX = 2**64 - 1
-PRODUCER_EPOCH_MAX = 2**32 - 1
+# doors/http/multi_session.py reads MessageOut from here (defined once, in
+# danube.wire.consume.models).
+from danube.wire.consume.models import MessageOut as MessageOut
+
 # Retention so that the time in milliseconds and the size in bytes stay 64-bit integers.
 RETENTION_MINUTES_MAX = INT64_MAX // 60_000
 RETENTION_MB_MAX = INT64_MAX // 2**20
@@ -186,130 +152,6 @@ class TopicSpec(_Request):
         )
 
 
-class MessageIn(_Request):
-    """One message to produce. ``payload`` is text (``utf8``) or base64 (``base64``)."""
-
-    payload: str
-    encoding: Encoding = "utf8"
-    key: Annotated[str, Field(max_length=MAX_KEY_BYTES)] | None = None
-    attributes: Annotated[
-        dict[
-            Annotated[str, Field(max_length=MAX_ATTRIBUTE_NAME_BYTES)],
-            Annotated[str, Field(max_length=MAX_ATTRIBUTE_VALUE_BYTES)],
-        ],
-        Field(max_length=MAX_ATTRIBUTES),
-    ] = Field(default_factory=dict)
-    # An idempotent producer's number for the message in its stream to the partition
-    # (docs/http-api.md, "Idempotent produce"): every message of a request has one, or none.
-    sequence: Annotated[int, Field(ge=0, le=SEQUENCE_MAX)] | None = None
-    # Its own time to live (docs/policies.md, "Message TTL"): stored as the attribute
-    # danube.ttl_ms, which it replaces when both are given.
-    ttl_ms: Annotated[int, Field(ge=1, le=TTL_MS_MAX)] | None = None
-    # Its delivery time (docs/policies.md, "Delayed delivery"): one of the two, stored as
-    # the attribute danube.deliver_at_ms or danube.deliver_after_ms (replacing one given).
-    deliver_at_ms: Annotated[int, Field(ge=0)] | None = None
-    deliver_after_ms: Annotated[int, Field(ge=0, le=DELAY_MS_MAX)] | None = None
-
-    @model_validator(mode="after")
-    def _one_delivery_time(self) -> MessageIn:
-        # DelayError is a ValueError: answered 400 invalid_request naming the message.
-        delivery_attributes(self)
-        return self
-
-    def record_attributes(self) -> dict[str, str]:
-        """Its attributes as stored: ``ttl_ms`` and the delivery time among them when given."""
-        if self.ttl_ms is None and self.deliver_at_ms is None and self.deliver_after_ms is None:
-            return self.attributes
-        stored = dict(self.attributes)
-        delay = delivery_attributes(self)
-        if delay:  # one time given replaces both attributes: a record never carries two
-            stored.pop(DELIVER_AT_ATTRIBUTE, None)
-            stored.pop(DELIVER_AFTER_ATTRIBUTE, None)
-            stored.update(delay)
-        if self.ttl_ms is not None:
-            stored[TTL_ATTRIBUTE] = str(self.ttl_ms)
-        return stored
-
-
-def delivery_attributes(message: MessageIn) -> dict[str, str]:
-    """The delay attributes of ``message`` (DelayError for a refused time)."""
-    if message.deliver_at_ms is None and message.deliver_after_ms is None:
-        return {}
-    return delay_attributes(
-        deliver_at_ms=message.deliver_at_ms,
-        deliver_after_ms=message.deliver_after_ms,
-        now_ms=int(time.time() * 1000),
-    )
-
-
-class ProduceRequest(_Request):
-    """``POST /v1/topics/{ns}/{topic}/messages``. ``dispatch`` is used only when the topic
-    is auto-created by this request."""
-
-    messages: Annotated[list[MessageIn], Field(min_length=1, max_length=PRODUCE_MESSAGES_CAP)]
-    producer: Annotated[str, Field(max_length=MAX_PRODUCER_NAME_BYTES)] = "http"
-    dispatch: Dispatch = "reliable"
-    # The producer session sending (docs/producers.md): required to produce to a topic held
-    # by an exclusive producer, which must be this one. Not a keep-alive.
-    producer_id: ProducerId | None = None
-    # The version of the topic's schema subject the payloads were written with (checked and
-    # stamped on every record: docs/schemas.md); None: the latest. Ignored without a schema.
-    schema_version: Annotated[int, Field(ge=1, le=2**31)] | None = None
-    # The incarnation of ``producer`` sending sequenced messages (POST
-    # …/producers/{name}/epoch hands them out); only with sequences.
-    producer_epoch: Annotated[int, Field(ge=0, le=PRODUCER_EPOCH_MAX)] = 0
-
-
-class StartOffset(_Request):
-    """Start every partition of a new subscription at this offset."""
-
-    offset: Annotated[int, Field(ge=0, le=INT64_MAX)]
-
-
-class StartTimestamp(_Request):
-    """Start at the first message published at or after this time (Unix milliseconds), in
-    every partition."""
-
-    timestamp_ms: Annotated[int, Field(ge=0, le=INT64_MAX)]
-
-
-# Union tags start with UNION_TAG_MARK (danube.wire.validation), which error messages leave out.
-
-
-def _position_kind(value: Any) -> str | None:
-    # Picks the one shape a position is meant to be, so an error names that shape's field
-    # (``start.timestamp_ms: ... less than or equal to``), not every shape's complaint.
-    if isinstance(value, StartOffset | StartTimestamp):
-        return "~timestamp" if isinstance(value, StartTimestamp) else "~offset"
-    if isinstance(value, dict):
-        return "~timestamp" if "timestamp_ms" in value else "~offset"
-    if value in ("latest", "earliest"):
-        return "~named"
-    return None
-
-
-Position = Annotated[
-    Annotated[Literal["latest", "earliest"], Tag("~named")]
-    | Annotated[StartOffset, Tag("~offset")]
-    | Annotated[StartTimestamp, Tag("~timestamp")],
-    Discriminator(
-        _position_kind,
-        custom_error_type="invalid_position",
-        custom_error_message='expected "latest", "earliest", {"offset": N} or {"timestamp_ms": T}',
-    ),
-]
-
-
-class AttachRequest(ConsumerOpen):
-    """``POST /v1/topics/{ns}/{topic}/subscriptions/{sub}/consumers``. ``type`` and
-    ``start`` matter to the first attach, which creates the subscription (its name, type
-    and key filters: danube.wire.opens, the rules every door's attach shares)."""
-
-    start: Position = "latest"
-    # Applied when this attach creates the subscription; another one: 409 policy_conflict.
-    failure_policy: FailurePolicyIn | None = None
-
-
 class SeekRequest(_Request):
     """``POST /v1/topics/{ns}/{topic}/subscriptions/{sub}/seek``: move the cursor of every
     partition (unacked messages included)."""
@@ -344,21 +186,6 @@ class ReadyOut(_Response):
     """``GET /readyz``: whether the bus is connected and etcd answers."""
 
     ready: bool
-
-
-class ProduceResult(_Response):
-    """Where a message is stored; ``duplicate`` (only when true): an idempotent producer's
-    resend, stored before at this offset (nothing was appended)."""
-
-    partition: str
-    offset: int
-    duplicate: bool | None = None
-
-
-class ProduceResponse(_Response):
-    """One result per message, in message order."""
-
-    results: list[ProduceResult]
 
 
 class NamespaceOut(_Response):
@@ -627,12 +454,3 @@ class ControllerOut(_Response):
 class ClusterOut(_Response):
     nodes: dict[str, list[NodeOut]]
     controller: ControllerOut
-
-
-class AttachResponse(_Response):
-    """The id to poll, ack, nack and detach with (it names topic and subscription), and
-    the consume door of the dispatcher that owns the subscription: the same routes there,
-    without discovery (docs/http-api.md, "Direct consume"; None: it has none)."""
-
-    consumer_id: str
-    url: str | None = None

@@ -13,13 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 
-from danube.discovery.doors.bodies.api import (
-    AckRequest,
-    AckResult,
-    AttachRequest,
-    AttachResponse,
-    MessagesOut,
-)
+from danube.discovery.doors.bodies.consume import AttachRequest, AttachResponse
 from danube.discovery.doors.http.failure_policy import check_dead_letter_topic
 from danube.discovery.doors.http.params import ConsumerId, Namespace, Subscription, Topic
 from danube.discovery.doors.http.state import ServicesDep
@@ -35,6 +29,7 @@ from danube.wire.consume.messages import (
     not_in_flight,
     wants_frames,
 )
+from danube.wire.consume.models import AckRequest, AckResult, MessagesOut
 from danube.wire.dispatcher import protocol
 
 log = logging.getLogger(__name__)

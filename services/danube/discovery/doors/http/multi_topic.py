@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import regex
 
-from danube.discovery.doors.bodies.api import FLOW_CREDITS_CAP, AckRequest
 from danube.discovery.errors import BadRequestError, StreamProtocolError
 from danube.names import InvalidNameError, TopicName
+from danube.wire.consume.models import FLOW_CREDITS_CAP, AckRequest
 
 __all__ = [
     "INVALID_PATTERN",

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 from starlette.types import Scope
 
 from danube.admission import FramesMessages
-from danube.discovery.doors.bodies.api import ProduceRequest, ProduceResponse
+from danube.discovery.doors.bodies.produce import ProduceRequest, ProduceResponse
 from danube.discovery.doors.http.auth import principal_of_scope
 from danube.discovery.doors.http.failures import danube_error_answer
 from danube.discovery.doors.http.params import Namespace, ProduceTopic

@@ -1,7 +1,7 @@
 """The produce body read without pydantic on the hot path: orjson and hand-checked bounds.
 
 :func:`parse_produce` accepts only bodies that
-:class:`~danube.discovery.doors.bodies.api.ProduceRequest`
+:class:`~danube.discovery.doors.bodies.produce.ProduceRequest`
 accepts too, with the same values, and answers None for anything else — a body that does not
 parse, a field it does not know, a bound it does not hold, a type it would not take as is
 (``strict``). The caller then hands the request to the FastAPI route, whose pydantic model
@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from danube.discovery.doors.bodies.api import (
+from danube.discovery.doors.bodies.produce import (
     PRODUCE_MESSAGES_CAP,
     PRODUCER_EPOCH_MAX,
     SEQUENCE_MAX,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from danube.admission import Admitted, Sequencing, Stamp
 from danube.admission.chunks import check_chunked
 from danube.admission.sequences import INVALID_SEQUENCE, gap, mixed
-from danube.discovery.doors.bodies.api import MessageIn, ProduceRequest, ProduceResult
+from danube.discovery.doors.bodies.produce import MessageIn, ProduceRequest, ProduceResult
 from danube.discovery.errors import BadRequestError, TooLargeError
 from danube.discovery.produce.producer import Producer, Stored
 from danube.frame import Record, encode_record
