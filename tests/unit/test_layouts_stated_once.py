@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,9 @@ ALLOWED_NAMES = {
     ("libs/danube/wire/ingest/", "_FETCH_REQUEST"): (
         "a fetch request (from_offset u64, max_bytes u32, max_count u32), not a frame header"
     ),
+    # Known, left to the module's owner: the frame's length position typed in; it should be
+    # derived from FRAME_HEADER as FRAME_CRC_AT is. Remove this entry when it is.
+    ("libs/danube/wire/delivery.py", "_FRAME_LENGTH_AT"): "the frame's length position (8)",
 }
 # Files that state the documented layouts on purpose, independently of danube.frame: a test
 # that took them from there could not notice a change to them.
@@ -45,8 +49,10 @@ ALLOWED_FILES = {
 _STRUCT_FORMAT = re.compile(r"[@=<>!]?[0-9xcbB?hHiIlLqQnNefdspP ]+")
 _LAYOUT_NAME = re.compile(r"crc|frame|header", re.IGNORECASE)
 _HEADER_NUMBERS = (FRAME_CRC_AT, FRAME_HEADER_BYTES)  # 12 and 16
+# And the frame's length position (8), typed in as a name's value.
+_POSITIONS = (struct.calcsize(FRAME_HEADER.format[:2]), *_HEADER_NUMBERS)
 # What a file must hold for restatements() to find anything in it: the scan parses only those.
-_MAYBE = re.compile(r"QII|crc|=\s*1[26]\b", re.IGNORECASE)
+_MAYBE = re.compile(r"QII|crc|(?:frame|header)\w*\s*(?::[^=\n]*)?=[^\n]*\b(?:8|1[26])\b", re.I)
 
 
 def _restates_format(text: str) -> bool:
@@ -57,10 +63,15 @@ def _restates_format(text: str) -> bool:
     return body.startswith(FRAME_HEADER.format[1:]) or RECORD_HEADER.format[1:] in body
 
 
-def _is_header_number(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Constant) and type(node.value) is int and node.value in _HEADER_NUMBERS
-    )
+def _is_header_number(node: ast.AST, numbers: tuple[int, ...] = _HEADER_NUMBERS) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int and node.value in numbers
+
+
+def _states_a_position(value: ast.expr) -> bool:
+    """``8``, ``12`` or ``16`` as is, or ``16 + x`` (a frame's size typed in)."""
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+        return _is_header_number(value.left) or _is_header_number(value.right)
+    return _is_header_number(value, _POSITIONS)
 
 
 def _name_of(target: ast.expr) -> str:
@@ -84,7 +95,7 @@ def restatements(source: str) -> list[tuple[int, str, str]]:
             name = ",".join(_name_of(t) for t in targets)
             for inner in ast.walk(node.value):
                 assigned[id(inner)] = name
-            if _is_header_number(node.value) and _LAYOUT_NAME.search(name):
+            if _states_a_position(node.value) and _LAYOUT_NAME.search(name):
                 found.append((node.lineno, f"{name} = {ast.unparse(node.value)}", name))
     for node in ast.walk(tree):
         if (
@@ -124,6 +135,9 @@ def test_the_headers_are_what_docs_formats_md_describes() -> None:
         'RECORD = struct.Struct("=BBQIIHHHIIQ")',
         "_CRC_AT = 12",
         "FRAME_HEADER_SIZE: int = 16",
+        "_FRAME_LENGTH_AT = 8",
+        "FRAME_BYTES = 16 + PAYLOAD_BYTES",
+        "FRAME_BYTES = PAYLOAD_BYTES + 16",
         "crc = crc32c(view[pos + 16 : end], crc32c(view[pos : pos + 12]))",
     ],
 )
@@ -142,6 +156,8 @@ def test_a_restated_header_is_found(line: str) -> None:
         "crc = crc32c(view[pos : pos + FRAME_CRC_AT])",
         '"""The frame header is "<QII": docs/formats.md."""',
         "retries = 12",
+        "MAX_FRAME_BYTES = 8 * 1024",
+        "HEADER_AT = FRAME_HEADER_BYTES + 8",
     ],
 )
 def test_what_only_looks_like_a_header_is_not_found(line: str) -> None:
