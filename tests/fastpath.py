@@ -97,13 +97,14 @@ _VALUES = [
 def _garbled_record(draw: st.DrawFn, record: bytes) -> bytes:
     """``record`` with one header field set, a byte set, a cut, or bytes added."""
     raw = bytearray(record)
-    how = draw(st.sampled_from(["field", "byte", "cut", "extend"]))
+    ways = ["byte", "cut", "extend"] if raw else ["cut", "extend"]
+    how = draw(st.sampled_from(ways + ["field"] * (len(raw) >= RECORD_HEADER.size)))
     if how == "field":
         index, code = draw(st.sampled_from(_FIELDS))
         size = struct.calcsize("<" + code)
         value = draw(st.sampled_from(_VALUES)) % (1 << (8 * size))
         struct.pack_into("<" + code, raw, _at(index), value)
-    elif how == "byte" and raw:
+    elif how == "byte":
         raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
     elif how == "cut":
         del raw[draw(st.integers(0, len(raw))) :]
