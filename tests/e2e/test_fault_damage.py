@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import pytest
 
 from danube.bus import Bus, TopicName
 from danube.config import BusConfig
+from danube.frame import FRAME_HEADER
 from danube.up import ServerProcess
 from danube.wire.ingest.client import IngestClient
 
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.fault, pytest.mark.timeout(120)]
 COUNT = 3000
 BATCH = 500
 SEGMENT_BYTES = 64 * 1024  # about 290 messages per segment: many sealed segments
-_HEADER = struct.Struct("<QII")  # a frame's [u64 offset][u32 len][u32 crc32c]
+_HEADER = FRAME_HEADER  # a frame's [u64 offset][u32 len][u32 crc32c]
 
 
 def _payload(i: int) -> str:

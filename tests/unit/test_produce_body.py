@@ -3,6 +3,7 @@ everything the model would refuse (or that it is not sure of) is left to the mod
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -159,3 +160,78 @@ def test_the_fast_answer_is_the_models_json(results: list[tuple[str, int, bool]]
         ]
     )
     assert orjson.loads(produce_answer(results)) == model.model_dump(exclude_none=True)
+
+
+# The route's own reading of the bytes (Starlette's Request.json(): json.loads, then the model
+# in Python mode) is the slow twin of orjson and the hand checks. Bodies written as text,
+# each value in one of the ways JSON allows: a field given twice (the last counts, in both
+# readers), text escaped or raw, a non-BMP letter as a surrogate pair, a lone surrogate,
+# numbers as floats, whitespace; and text whose length in characters and in bytes differ.
+_UNICODE = st.sampled_from(["\U0001f600", "\ud800", "\x00", "e\u0301", "\u00e9" * 3])
+
+
+def _text(*limits: int) -> st.SearchStrategy[str]:
+    """Plain text mostly, else an edge: a non-BMP letter, a lone surrogate, a NUL, or a
+    2-byte letter repeated to a limit in characters or one past it (twice over in bytes)."""
+    plain = st.sampled_from(["x", "aGk=", ""])
+    if not limits:
+        return st.one_of(plain, _UNICODE)
+    at_limits = st.sampled_from(["\u00e9" * n for limit in limits for n in (limit, limit + 1)])
+    return st.one_of(plain, _UNICODE, at_limits)
+
+
+_RAW_MESSAGE = st.fixed_dictionaries(
+    {"payload": _text()},
+    optional={
+        "encoding": st.sampled_from(["utf8", "base64"]),
+        "key": st.none() | _text(MAX_KEY_BYTES),
+        "attributes": st.dictionaries(_text(), _text(), max_size=2),
+        "sequence": st.integers(0, 3),
+    },
+)
+_RAW_BODY = st.fixed_dictionaries(
+    {"messages": st.lists(_RAW_MESSAGE, min_size=1, max_size=2)},
+    optional={
+        "producer": _text(MAX_PRODUCER_NAME_BYTES),
+        "dispatch": st.sampled_from(["reliable", "non_reliable"]),
+        "producer_epoch": st.integers(0, 3),
+    },
+)
+
+
+@st.composite
+def _json_text(draw: st.DrawFn, value: Any) -> str:
+    space = draw(st.sampled_from(["", " ", "\n\t"]))
+    if isinstance(value, dict):
+        items = [(k, draw(_json_text(v))) for k, v in value.items()]
+        if items and draw(st.integers(0, 3)) == 0:  # a field twice, another value before or after
+            at = draw(st.integers(0, len(items) - 1))
+            items.insert(at + draw(st.integers(0, 1)), (items[at][0], draw(_json_text(draw(_ODD)))))
+        inner = f",{space}".join(f"{draw(_json_text(k))}:{space}{v}" for k, v in items)
+        return "{" + space + inner + "}"
+    if isinstance(value, list):
+        return "[" + f",{space}".join(draw(_json_text(v)) for v in value) + "]"
+    if isinstance(value, str):
+        # Escaped as ASCII (a non-BMP letter as a surrogate pair, a lone one as it is) or raw.
+        raw = draw(st.booleans()) and not any("\ud800" <= c <= "\udfff" for c in value)
+        return json.dumps(value, ensure_ascii=not raw)
+    if type(value) is int and draw(st.integers(0, 9)) == 0:
+        return draw(st.sampled_from([f"{value}.0", f"{value}e0"]))
+    return json.dumps(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_RAW_BODY.flatmap(_json_text))
+def test_the_fast_reader_of_the_bytes_never_disagrees_with_the_routes(text: str) -> None:
+    raw = text.encode("utf-8", "surrogatepass")
+    fast = parse_produce(raw)
+    try:
+        model = ProduceRequest.model_validate(json.loads(raw))
+    except (ValueError, ValidationError):  # json.JSONDecodeError is a ValueError
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast == model
+        assert fast.model_fields_set == model.model_fields_set
+        for ours, theirs in zip(fast.messages, model.messages, strict=True):
+            assert ours.model_fields_set == theirs.model_fields_set

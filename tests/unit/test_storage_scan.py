@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from danube.frame import encode_frame
+from danube.frame import FRAME_HEADER_BYTES, encode_frame
 from danube.storage import (
     CorruptObjectError,
     IndexEntry,
@@ -20,7 +20,7 @@ from danube.storage import (
 pytestmark = pytest.mark.unit
 
 PAYLOAD_BYTES = 100
-FRAME_BYTES = 16 + PAYLOAD_BYTES
+FRAME_BYTES = FRAME_HEADER_BYTES + PAYLOAD_BYTES
 
 
 def _object(first: int, last: int, *, every_bytes: int = 1000) -> tuple[bytes, ObjectDescriptor]:

@@ -40,10 +40,14 @@ def expiry_ms(payload: object, policy_ttl_ms: int | None) -> int | None:
     """When the record in ``payload`` (its frame as read, or the record bytes) expires, in
     Unix ms; None when it never does. Its own ``danube.ttl_ms`` (a whole number of ms,
     1 … ``TTL_MS_MAX``) wins over ``policy_ttl_ms``; another value there is ignored. A
-    record that does not decode never expires (the consumer's own check reports it).
+    record whose header does not unpack, or whose attributes (decoded only when their bytes
+    hold the name) do not decode, never expires (the consumer's own check reports it).
 
     This runs for every message a subscription reads, so the usual case reads the header
-    alone (~1 µs): the attributes are decoded only when their bytes hold the name."""
+    alone (~1 µs) and checks nothing else: a record damaged elsewhere (its version, flags,
+    text or lengths) is timed by its header like any other. Records reach the dispatcher
+    checked (the produce scan, then the CRC of every read); a full decode here would cost
+    several times as much (measured: ~7 µs a record against ~1 µs)."""
     record = payload.record if isinstance(payload, RawFrame) else payload
     if not isinstance(record, bytes | bytearray | memoryview):
         return None
