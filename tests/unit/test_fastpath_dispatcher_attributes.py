@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from danube.dispatcher.delayed import due_of
+from danube.dispatcher.due_time import due_of
 from danube.dispatcher.expiring import expiry_ms
 from danube.frame import (
     RECORD_HEADER_BYTES,

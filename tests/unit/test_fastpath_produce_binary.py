@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from danube.admission import Admission, FramesMessages, ProduceLimits
 from danube.admission.exclusive import ExclusiveView
 from danube.client._records import json_results, results_of_runs
-from danube.discovery.doors.bodies.api import ProduceRequest
+from danube.discovery.doors.bodies.produce import ProduceRequest
 from danube.discovery.doors.http.produce_body import produce_answer
 from danube.discovery.doors.http.produce_json import JsonMessages, encode_records, results
 from danube.discovery.produce.producer import Stored
