@@ -34,9 +34,6 @@ ALLOWED_NAMES = {
     ("libs/danube/wire/ingest/", "_FETCH_REQUEST"): (
         "a fetch request (from_offset u64, max_bytes u32, max_count u32), not a frame header"
     ),
-    # Known, left to the module's owner: the frame's length position typed in; it should be
-    # derived from FRAME_HEADER as FRAME_CRC_AT is. Remove this entry when it is.
-    ("libs/danube/wire/delivery.py", "_FRAME_LENGTH_AT"): "the frame's length position (8)",
 }
 # Files that state the documented layouts on purpose, independently of danube.frame: a test
 # that took them from there could not notice a change to them.

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from danube.errors import DanubeError
-from danube.frame import FRAME_HEADER_BYTES, MAX_FRAME_PAYLOAD_BYTES, verify_frame, walk_frames
+from danube.frame import (
+    FRAME_HEADER,
+    FRAME_HEADER_BYTES,
+    MAX_FRAME_PAYLOAD_BYTES,
+    verify_frame,
+    walk_frames,
+)
 
 MEDIA_TYPE = "application/x-danube-frames"
 """The media type of a delivery batch (HTTP ``Accept`` / ``Content-Type``)."""
@@ -45,8 +51,8 @@ _U32 = struct.Struct("<I")
 _ENTRY = struct.Struct("<HI")  # partition index, redelivery count
 ENTRY_BYTES = _ENTRY.size
 # A frame's length field (danube.frame): after its u64 offset.
-_FRAME_LENGTH = struct.Struct("<I")
-_FRAME_LENGTH_AT = 8
+_FRAME_LENGTH = struct.Struct("<" + FRAME_HEADER.format[2])
+_FRAME_LENGTH_AT = struct.calcsize(FRAME_HEADER.format[:2])
 PARTITIONS_MAX = 0xFFFF
 NAME_BYTES_MAX = 1024
 
