@@ -20,7 +20,7 @@ from danube.config import DanubeSettings
 from danube.dispatcher.node import DispatcherNode
 from danube.frame import Record, encode_record
 from danube.ingest import app as ingest_app
-from danube.meta import MetaStore, WatchEvent
+from danube.meta import Lease, MetaStore, Txn, TxnResult, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionCursor
 from danube.runtime.service import run_in_process
@@ -212,3 +212,59 @@ async def test_a_replayed_deletion_older_than_the_reclaim_fences_nothing(
             WatchEvent("delete", key, b"", runtime.store.claim.revision + 1, 0, 0)
         )
         assert runtime.failed
+
+
+class _LeaseGoesMeanwhile:
+    """A subscription's etcd whose node lease runs out while its next transaction is on the
+    way (an etcd stall: the request waits, the lease expires, etcd comes back and drops the
+    owner key with the lease before it applies the request)."""
+
+    def __init__(self, store: MetaStore, lease: Lease) -> None:
+        self.store = store
+        self.lease = lease
+        self.went = False
+
+    def txn(self) -> Txn:
+        return Txn(self)
+
+    async def commit(self, txn: Txn) -> TxnResult:
+        if not self.went:
+            self.went = True
+            await self.lease.revoke()
+        return await self.store.commit(txn)
+
+
+async def test_a_cursor_write_under_way_when_the_lease_goes_is_held_not_fenced(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    """The cursor write's fence (the owner key's revision) fails because the key went with
+    the lease while the write waited: that is no other owner, so the subscription serves on
+    with the cursor held, and the reclaim writes it (the e2e etcd stall test saw it fail
+    there instead, and everything acked during the stall come again)."""
+    client = DispatcherClient(bus)
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-a"),
+        _node(settings, bus, store, "disp-a") as (a, _),
+    ):
+        runtime = await a.ensure_serving(TOPIC, SUB)
+        consumer = await client.attach(TOPIC, SUB, "c", type="exclusive", start="earliest")
+        await _produce(bus, [b"a", b"b", b"c"])
+        delivered = await _poll(client, consumer, 3)
+        meanwhile = _LeaseGoesMeanwhile(store, a.lease)
+        runtime.store.store = meanwhile  # type: ignore[assignment]  # only txn() is used
+        assert await client.ack(TOPIC, SUB, consumer, delivered) == []
+        async with asyncio.timeout(5.0):
+            while not meanwhile.went:  # noqa: ASYNC110 - the next tick's cursor write
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # the write's answer, and the ticks after it
+        assert a.leaseless_since is not None
+        assert not runtime.failed
+        assert await _stored_next(store) is None or await _stored_next(store) == 0
+        runtime.store.store = store
+        lease = await store.grant_lease(LEASE_TTL_S)
+        a.lease = lease
+        assert await a.reclaim_all(lease) == 1
+        assert not runtime.failed
+        assert await _stored_next(store) == 3  # the held cursor, written fenced
+        await _produce(bus, [b"d"])
+        assert await _poll(client, consumer, 1) == [(TOPIC.topic, 3)]

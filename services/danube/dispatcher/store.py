@@ -258,7 +258,8 @@ class SubscriptionStore:
             raise NotOwnerError(f"{self.topic}/{self.sub}: not claimed")
         if self.held:
             raise CursorsHeldError(f"{self.topic}/{self.sub}: cursor writes held (no lease)")
-        txn = self.store.txn().if_mod_revision(self.owner_key, "==", self.claim.revision)
+        claim = self.claim
+        txn = self.store.txn().if_mod_revision(self.owner_key, "==", claim.revision)
         now_ms = _now_ms()
         for partition, state in states.items():
             record = SubscriptionCursor(
@@ -273,5 +274,13 @@ class SubscriptionStore:
             txn.then_put(key, encode_model(record))
         result = await txn.commit()
         if not result.succeeded:
+            if self.held or self.claim is not claim:
+                # The lease went while this write waited on etcd (a stall: the owner key
+                # went with the lease when etcd came back), or the subscription was
+                # reclaimed meanwhile: not a fence. The reclaim judges whether anyone
+                # else wrote under the subscription; the cursors stay dirty until then.
+                raise CursorsHeldError(
+                    f"{self.topic}/{self.sub}: the lease went while the cursors were written"
+                )
             raise NotOwnerError(f"{self.topic}/{self.sub}: the owner key changed; fenced")
         self.written_revision = max(self.written_revision, result.revision)
