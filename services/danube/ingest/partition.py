@@ -124,13 +124,7 @@ class Partition(LeaderReplicas):
         self.message_ids = MessageIds()
         self._ids_lock = asyncio.Lock()  # one read-back of the message ids at a time
         self._hw_event = asyncio.Event()
-        # The leader's helpers (the live stream, the ISR's upkeep and its changes; started
-        # by danube.ingest.leading, stopped when leading stops). One that fails would leave
-        # a leader that acknowledges but publishes nothing live, or never changes its ISR:
-        # it fences instead, and another term starts clean.
-        self.tasks = TaskSet(
-            f"leader of {name}", on_failure=lambda task, exc: self.fence(f"{task} failed: {exc!r}")
-        )
+        self.tasks = self._helpers_owner()
         self._isr_task: asyncio.Task[None] | None = None  # one ISR change at a time
         self.live = self._live_stream(bus)
         self._remove_listener = wal.add_durable_listener(self._on_durable)
@@ -138,6 +132,16 @@ class Partition(LeaderReplicas):
         # caller may have been cancelled at its deadline).
         self._remove_failure_listener = wal.add_failure_listener(self._on_wal_failed)
         self._advance()
+
+    def _helpers_owner(self) -> TaskSet:
+        """The owner of the leader's helpers (the live stream, the ISR's upkeep and its
+        changes; started by danube.ingest.leading, stopped when leading stops). One that
+        fails would leave a leader that acknowledges but publishes nothing live, or never
+        changes its ISR: it fences instead, and another term starts clean."""
+        return TaskSet(
+            f"leader of {self.name}",
+            on_failure=lambda task, exc: self.fence(f"{task} failed: {exc!r}"),
+        )
 
     def _live_stream(self, bus: Bus) -> LiveStream:
         # Non-reliable (memory) partitions fan out from the live subject: it carries their
