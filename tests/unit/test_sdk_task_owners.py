@@ -2,13 +2,15 @@
 producer's failed sender fails every queued message with its error, a producer session's dead
 keep-alive loses the session, a consumer's dead ack sender fails receive(), a stream's credit
 granter fails its consumer on a bug but not on a closed socket, the bench's progress ticker
-stops with its run."""
+stops with its run, `danube up` announces the mesh once ready and nothing if stopped first."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -17,10 +19,13 @@ from websockets.exceptions import ConnectionClosed
 
 from danube.cli.bench import _progress
 from danube.cli.benchrun import Meter
+from danube.cli.up import _announce
 from danube.client import AsyncDanubeClient, RetryPolicy
 from danube.client._inbox import Inbox
 from danube.client._sources import StreamSource
 from danube.client.errors import ClientError, ClosedError
+from danube.config import load_settings
+from danube.up.mesh import plan_mesh
 
 pytestmark = pytest.mark.unit
 
@@ -195,3 +200,26 @@ async def test_the_bench_progress_ticker_ends_with_its_run() -> None:
         await asyncio.sleep(0)
         assert len(tickers()) == 1
     assert tickers() == []
+
+
+async def test_up_announces_the_mesh_once_ready_and_nothing_when_stopped_first(
+    tmp_path: Path,
+) -> None:
+    plan = plan_mesh(load_settings(None, environ={}), data_dir=tmp_path, services=["ingest"])
+    lines: list[str] = []
+    printer = SimpleNamespace(line=lambda _, text: lines.append(text))
+    supervisor, stop = SimpleNamespace(ready=asyncio.Event()), asyncio.Event()
+    tasks_before = len(asyncio.all_tasks())
+
+    stop.set()
+    await asyncio.wait_for(_announce(supervisor, plan, printer, tmp_path, stop), WAIT_S)  # type: ignore[arg-type]
+    assert lines == []
+
+    stop.clear()
+    announcing = asyncio.create_task(_announce(supervisor, plan, printer, tmp_path, stop))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    assert lines == []  # waits for the mesh
+    supervisor.ready.set()
+    await asyncio.wait_for(announcing, WAIT_S)
+    assert lines[0].startswith(f"mesh ready: {len(plan.specs)} processes")
+    assert len(asyncio.all_tasks()) == tasks_before  # its waits are gone
