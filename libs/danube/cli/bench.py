@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import gc
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -25,6 +25,7 @@ from danube.cli.benchrun import (
     bench_produce,
 )
 from danube.client.errors import ClientError
+from danube.tasks import TaskSet
 
 if TYPE_CHECKING:
     from danube.client.client import AsyncDanubeClient
@@ -327,7 +328,7 @@ async def _bench(url: str, spec: BenchSpec, own: bool, partitions: int, json_out
         # time (measured: ~1 s of a 3 s produce run of 200 000 messages went to them).
         gc.freeze()
         try:
-            with _progress(spec.kind, meter):
+            async with _progress(spec.kind, meter):
                 result = await _RUNNERS[spec.kind](client, spec, meter)
         finally:
             if own:
@@ -340,8 +341,8 @@ async def _bench(url: str, spec: BenchSpec, own: bool, partitions: int, json_out
     return 1 if result["errors"] or result.get("missing") else 0
 
 
-@contextlib.contextmanager
-def _progress(kind: Kind, meter: Meter) -> Iterator[None]:
+@contextlib.asynccontextmanager
+async def _progress(kind: Kind, meter: Meter) -> AsyncIterator[None]:
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -362,12 +363,14 @@ def _progress(kind: Kind, meter: Meter) -> Iterator[None]:
             await asyncio.sleep(PROGRESS_INTERVAL_S)
 
     start = asyncio.get_running_loop().time()
-    ticker = asyncio.ensure_future(tick())
+    ticker = TaskSet("bench progress")
     with progress:
+        # "log": a progress bar that breaks is logged; the run it shows goes on.
+        ticker.spawn(tick(), name="ticker", on_failure="log")
         try:
             yield
         finally:
-            ticker.cancel()
+            await ticker.close()
 
 
 def _table(result: dict[str, Any]) -> Table:

@@ -19,6 +19,7 @@ from typing import Any
 from danube.cli._common import bearer_token
 from danube.cli.benchrun import Latencies, payload_of
 from danube.client import AsyncDanubeClient, AsyncProducer, ClientTls
+from danube.tasks import TaskSet
 from danube.wire.client import WireClient, channel_credentials
 
 ACKS_IN_FLIGHT = 256
@@ -67,24 +68,25 @@ async def grpc_produce_consume(
         produce_s = time.monotonic() - started
 
         received = 0
-        acks: set[asyncio.Task[None]] = set()
         slots = asyncio.Semaphore(ACKS_IN_FLIGHT)
-
-        def acked(task: asyncio.Task[None]) -> None:
-            acks.discard(task)
-            slots.release()
-
+        # An ack that fails fails the run ("fail"), once the consume is over.
+        failed: list[BaseException] = []
+        acks = TaskSet("bench acks", on_failure=lambda _, error: failed.append(error))
         started = time.monotonic()
-        async with asyncio.timeout(CONSUME_TIMEOUT_S):
-            async for message in client.receive(consumer_id):
-                received += 1
-                await slots.acquire()
-                task = asyncio.create_task(client.ack(message))
-                acks.add(task)
-                task.add_done_callback(acked)
-                if received == count:
-                    break
-            await asyncio.gather(*acks)
+        try:
+            async with asyncio.timeout(CONSUME_TIMEOUT_S):
+                async for message in client.receive(consumer_id):
+                    received += 1
+                    await slots.acquire()
+                    ack = acks.spawn(client.ack(message), name="ack")
+                    ack.add_done_callback(lambda _: slots.release())
+                    if received == count:
+                        break
+                await acks.join(timeout_s=CONSUME_TIMEOUT_S)
+        finally:
+            await acks.close()
+        if failed:
+            raise failed[0]
         consume_s = time.monotonic() - started
     return {
         "produced": count,

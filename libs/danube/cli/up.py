@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from danube.aio import wait_any
 from danube.config import ConfigError, load_settings
 from danube.errors import DanubeError
 from danube.up.mesh import (
@@ -113,11 +114,7 @@ def metrics_banner(plan: MeshPlan, data_dir: Path) -> list[str]:
 async def _announce(
     supervisor: Supervisor, plan: MeshPlan, printer: _Printer, data_dir: Path, stop: asyncio.Event
 ) -> None:
-    ready = asyncio.ensure_future(supervisor.ready.wait())
-    stopped = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({ready, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    ready.cancel()
-    stopped.cancel()
+    await wait_any(supervisor.ready, stop)
     if not supervisor.ready.is_set():
         return
     printer.line("supervisor", f"mesh ready: {len(plan.specs)} processes, data in {data_dir}")

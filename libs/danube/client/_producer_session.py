@@ -6,13 +6,13 @@ The keep-alive tolerates failures (a discovery instance restarting, a lost conne
 as long as the session can still be alive on the server; once the server answers 404 (the
 session expired, was closed, or its topic deleted) the session is **lost**: :attr:`lost`
 holds the error, and the producer fails every later batch with it rather than producing
-outside the session it was asked to hold.
+outside the session it was asked to hold. A keep-alive task that fails (a bug) loses the
+session the same way: nothing keeps it alive any more.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Literal
@@ -21,6 +21,7 @@ from danube.client._http import HttpCore
 from danube.client.errors import ClientError, NotFoundError, ProtocolError
 from danube.client.messages import topic_path
 from danube.names import TopicName
+from danube.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,9 @@ class ProducerSession:
         self.lost: ClientError | None = None
         self._http = http
         self._path = f"/v1/topics/{topic_path(topic)}/producers/{info.producer_id}"
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(
+            f"producer session {info.producer_id}", on_failure=self._keep_alive_failed
+        )
 
     @property
     def producer_id(self) -> str:
@@ -76,23 +79,25 @@ class ProducerSession:
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"producer open answered {body!r:.200}") from exc
         session = cls(http, topic, info)
-        session._task = asyncio.create_task(
-            session._keep_alive(), name=f"producer-session {info.producer_id}"
-        )
+        session._tasks.spawn(session._keep_alive(), name="keep-alive")
         return session
 
     async def close(self) -> None:
         """Stop keeping it alive and close it on the server (best effort: a session that
         cannot be closed now expires after its TTL)."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.close()
         try:
             await self._http.request("DELETE", self._path)
         except ClientError as exc:
             log.warning("could not close producer session %s: %s", self.producer_id, exc)
+
+    def _keep_alive_failed(self, _task: str, error: BaseException) -> None:
+        # The keep-alive died of a bug (its owner logged it): nothing keeps the session
+        # alive on the server any more, so it is lost from here, as after a 404; the
+        # producer fails its later batches rather than produce outside it.
+        self.lost = ClientError(
+            f"producer session {self.producer_id}: keep-alive failed: {error!r}"
+        )
 
     async def _keep_alive(self) -> None:
         loop = asyncio.get_running_loop()

@@ -51,6 +51,7 @@ from danube.client.errors import (
 )
 from danube.client.messages import ReceivedMessage, decode_message
 from danube.client.retry import RetryPolicy
+from danube.tasks import TaskSet
 from danube.wire import codes
 from danube.wire.delivery import MEDIA_TYPE, SUBPROTOCOL
 
@@ -216,6 +217,10 @@ class StreamSource:
         # Credits are granted when at least this many are due (half the queue).
         self.threshold = max(1, inbox.capacity // 2)
         self._room = asyncio.Event()  # set when enough room to grant credits freed up
+        # The credit granter of the socket open now. A granter that fails (a bug: a closed
+        # socket ends it quietly) fails the consumer, whose stream would otherwise stall
+        # for want of credits with the socket still open.
+        self._tasks = TaskSet("consumer stream", on_failure=lambda _, error: inbox.fail(error))
 
     def taken(self) -> None:
         """The application took a message from the inbox: wake the granting task once
@@ -264,7 +269,7 @@ class StreamSource:
 
     async def _serve(self, ws: ClientConnection) -> ClientError:
         last_error: dict[str, Any] | None = None
-        granting = asyncio.create_task(self._grant(ws), name="stream-credits")
+        granting = self._tasks.spawn(self._grant(ws), name="stream-credits")
         try:
             async for raw in ws:
                 if isinstance(raw, bytes):  # a delivery batch (danube.frames.v1)
@@ -290,8 +295,7 @@ class StreamSource:
         except ConnectionClosed:
             pass
         finally:
-            granting.cancel()
-            await asyncio.gather(granting, return_exceptions=True)
+            await self._tasks.cancel(granting)
         return _close_error(ws.close_code, ws.close_reason or "", last_error)
 
     def _batch(self, raw: bytes) -> list[ReceivedMessage]:
@@ -308,7 +312,10 @@ class StreamSource:
             if room >= self.threshold:
                 # Counted before the send, so that taken() meanwhile sees them granted.
                 self.outstanding += room
-                await ws.send(orjson.dumps({"type": "flow", "credits": room}).decode())
+                try:
+                    await ws.send(orjson.dumps({"type": "flow", "credits": room}).decode())
+                except ConnectionClosed:
+                    return  # the reader sees the same close, and reports it
                 continue
             await self._room.wait()
 

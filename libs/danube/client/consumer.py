@@ -3,7 +3,8 @@
 ``start()`` attaches (``POST .../subscriptions/{sub}/consumers``) and starts two tasks the
 consumer owns: the **source** (the WebSocket stream with credits, or long-poll; see
 :mod:`danube.client._sources`) filling a queue of at most ``receiver_queue_size`` messages,
-and the **ack batcher** (:mod:`danube.client._acks`). ``receive()`` and ``async for`` take
+and the **ack batcher** (:mod:`danube.client._acks`); a bug that ends either fails the
+consumer (``receive()`` raises it). ``receive()`` and ``async for`` take
 from the queue; ``ack()``/``nack()`` only queue (they do not wait) and may be called from
 any thread. ``close()`` stops the source, sends the queued acks, then detaches, so the
 messages not acked go to the subscription's other consumers at once.
@@ -49,6 +50,7 @@ from danube.client.messages import (
     topic_path,
 )
 from danube.names import InvalidNameError, TopicName, validate_segment
+from danube.tasks import TaskSet
 from danube.wire import codes
 from danube.wire.chunks import CHUNKED_BYTES_MAX, UUID_ATTRIBUTE
 
@@ -197,7 +199,9 @@ class AsyncConsumer:
         self._attach_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stream: StreamSource | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSet(f"consumer {topic} {subscription}", on_failure=self._part_failed)
+        self._source: asyncio.Task[None] | None = None
+        self._acks_task: asyncio.Task[None] | None = None
         self._closed = False
         self.frames_corrupt = 0  # delivered frames that failed their check (nacked)
         self._chunks = Reassembler(
@@ -246,6 +250,8 @@ class AsyncConsumer:
             return
         self._loop = asyncio.get_running_loop()
         self._consumer_id = await self._attach()
+        if self._closed:  # closed while it attached: nothing starts now
+            raise ClosedError(f"consumer of {self.topic} is closed")
         recovery = Recovery(
             self._http.retry, self.options.reconnect_timeout_s, reattach=self.options.reattach
         )
@@ -262,11 +268,17 @@ class AsyncConsumer:
                 wait_ms=self.options.poll_wait_ms,
                 binary=binary,
             ).fill
-        name = f"consumer {self.topic} {self.subscription}"
-        self._tasks = [
-            asyncio.create_task(run_source(fill, self, self._inbox, recovery), name=name),
-            asyncio.create_task(self._acks.run(), name=f"{name} acks"),
-        ]
+        self._source = self._tasks.spawn(
+            run_source(fill, self, self._inbox, recovery), name="source"
+        )
+        self._acks_task = self._tasks.spawn(self._acks.run(), name="acks")
+
+    def _part_failed(self, _task: str, error: BaseException) -> None:
+        # The source or the ack sender died of a bug (the source hands the failures it
+        # knows to the inbox itself; its owner logged this one): receive() raises it once
+        # the queued messages are taken, rather than wait on a source that is gone or let
+        # acks pile up that nothing sends.
+        self._inbox.fail(error)
 
     async def _attach(self) -> str:
         answer = await self._http.request_retrying(
@@ -424,17 +436,13 @@ class AsyncConsumer:
         if self._closed:
             return
         self._closed = True
-        source, acks = self._tasks or (None, None)
         try:
-            if source is not None:
-                source.cancel()
-                await asyncio.gather(source, return_exceptions=True)
-            if acks is not None:
+            await self._tasks.cancel(self._source)
+            if self._acks_task is not None and not self._acks_task.done():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.options.ack_timeout_s):
                         await self._acks.flush()
-                acks.cancel()
-                await asyncio.gather(acks, return_exceptions=True)
+            await self._tasks.close()  # the ack sender, with the requests under way
             if detach and self._consumer_id is not None:
                 await self._detach(self._consumer_id)
         finally:

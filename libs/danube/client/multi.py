@@ -34,6 +34,7 @@ from danube.client.errors import (
 )
 from danube.client.messages import ReceivedMessage
 from danube.names import InvalidNameError, TopicName, validate_segment
+from danube.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,11 @@ class AsyncMultiConsumer:
         self.options = options
         self.refresh_interval_s = refresh_interval_s
         self._consumers: dict[str, AsyncConsumer] = {}
-        self._pumps: dict[str, asyncio.Task[None]] = {}
+        # The refresher and one pump per topic. Their failures are logged, nothing more
+        # ("log"): a pump that ends leaves the other topics going (a topic that goes away
+        # ends its own), and a refresher that ends leaves the topics joined going.
+        self._tasks = TaskSet(f"multi-consumer {namespace} {subscription}")
         self._merged: asyncio.Queue[ReceivedMessage] = asyncio.Queue(options.receiver_queue_size)
-        self._refresher: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
 
@@ -103,9 +106,9 @@ class AsyncMultiConsumer:
             return
         self._started = True
         await self._join_new(self.options)
-        self._refresher = asyncio.create_task(
-            self._refresh_loop(), name=f"multi-consumer {self.namespace} {self.subscription}"
-        )
+        if self._closed:  # closed while it joined
+            raise ClosedError(f"multi-topic consumer of {self.namespace} is closed")
+        self._tasks.spawn(self._refresh_loop(), name="refresher", on_failure="log")
 
     async def _refresh_loop(self) -> None:
         later = dataclasses.replace(self.options, start="earliest")
@@ -125,7 +128,10 @@ class AsyncMultiConsumer:
             consumer = self._make(TopicName(self.namespace, name), options)
             await consumer.start()
             self._consumers[name] = consumer
-            self._pumps[name] = asyncio.create_task(self._pump(name, consumer), name=name)
+            if self._closed:  # closed while it attached: no pump may start now
+                await consumer.close()
+                raise ClosedError(f"multi-topic consumer of {self.namespace} is closed")
+            self._tasks.spawn(self._pump(name, consumer), name=f"pump {name}", on_failure="log")
             log.info(
                 "multi-topic consumer %s joined /%s/%s", self.subscription, self.namespace, name
             )
@@ -164,10 +170,7 @@ class AsyncMultiConsumer:
         if self._closed:
             return
         self._closed = True
-        tasks = [*self._pumps.values(), *([self._refresher] if self._refresher else [])]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()
         with contextlib.suppress(ClientError):
             await asyncio.gather(*(c.close() for c in self._consumers.values()))
 

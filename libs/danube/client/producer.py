@@ -75,6 +75,7 @@ from danube.client.messages import (
 )
 from danube.frame.compression import codec_id
 from danube.names import TopicName
+from danube.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,8 @@ class AsyncProducer:
             start=self._start_sender,
         )
         self._close_called = False
+        # The sender's owner: it logs the sender's failure, _sender_done settles the queue.
+        self._tasks = TaskSet(f"producer {topic}")
         self._sender: asyncio.Task[None] | None = None
         # Large messages (docs/client.md): a layer over send(), None unless asked for.
         self._chunks: ChunkSender | None = None
@@ -373,16 +376,18 @@ class AsyncProducer:
 
     def _start_sender(self) -> None:
         """At the first message: the sender task, which turns the outbox into batches."""
-        self._sender = asyncio.create_task(self._run(), name=f"producer {self.topic}")
+        # "log": the owner logs a failure; what it means to the producer is _sender_done's,
+        # which must also run when the sender returns or is cancelled.
+        self._sender = self._tasks.spawn(self._run(), name="sender", on_failure="log")
         self._sender.add_done_callback(self._sender_done)
 
     def _sender_done(self, task: asyncio.Task[None]) -> None:
         # The sender ends only on close; a bug (or a cancelled loop) must not leave
-        # callers waiting forever on their futures, nor take new messages.
+        # callers waiting forever on their futures, nor take new messages. (Its owner,
+        # self._tasks, logged the bug.)
         error: BaseException = ClosedError(f"producer of {self.topic} stopped")
         if not task.cancelled() and task.exception() is not None:
             error = task.exception() or error
-            log.error("producer of %s failed", self.topic, exc_info=error)
         self._outbox.fail_all(error)
 
     async def _run(self) -> None:
