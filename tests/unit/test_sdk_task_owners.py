@@ -1,8 +1,9 @@
 """What the failure of each background task of the SDK and the CLI does to its owner: the
-producer's failed sender fails every queued message with its error, a producer session's dead
-keep-alive loses the session, a consumer's dead ack sender fails receive(), a stream's credit
-granter fails its consumer on a bug but not on a closed socket, the bench's progress ticker
-stops with its run, `danube up` announces the mesh once ready and nothing if stopped first."""
+producer's failed sender fails the batch it was sending and every queued message with its
+error, a producer session's dead keep-alive loses the session, a consumer's dead ack sender
+fails receive(), a stream's credit granter fails its consumer on a bug but not on a closed
+socket, the bench's progress ticker stops with its run, `danube up` announces the mesh once
+ready and nothing if stopped first."""
 
 from __future__ import annotations
 
@@ -57,11 +58,11 @@ async def test_a_failed_sender_fails_every_queued_message_with_its_error(
     async with _client(handler) as client:
         producer = client.producer("t", idempotent=False)
         with caplog.at_level(logging.ERROR, logger="danube.tasks"):
-            await producer.send(b"in flight")
+            in_flight = await producer.send(b"in flight")
             await asyncio.wait_for(posted.wait(), WAIT_S)
             queued = [await producer.send(b"a"), await producer.send(b"b")]
             release.set()
-            await asyncio.wait(queued, timeout=WAIT_S)
+            await asyncio.wait([in_flight, *queued], timeout=WAIT_S)
         sender = producer._sender
         assert sender is not None
         assert sender.done()
@@ -69,6 +70,9 @@ async def test_a_failed_sender_fails_every_queued_message_with_its_error(
         assert isinstance(error, BaseExceptionGroup)
         assert error.subgroup(Bug) is not None
         assert [future.exception() for future in queued] == [error, error]
+        # The batch the failure ended gets the failure itself, not silence.
+        assert in_flight.done()
+        assert isinstance(in_flight.exception(), Bug)
         assert any("task sender failed" in r.getMessage() for r in caplog.records)
         with pytest.raises(ClosedError):
             await producer.send(b"c")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from danube.client._sequencing import Stamp
 from danube.client.batch import Accumulator
+from danube.client.errors import ClosedError
 from danube.client.messages import SendResult
 
 
@@ -253,3 +254,12 @@ def fail(items: list[Queued], error: BaseException) -> None:
             target[0].settle(target[1], None, error)
         elif not target.done():
             target.set_exception(error)
+
+
+def stopped_by(exc: BaseException, what: str) -> BaseException:
+    """What the messages of a batch in flight get when its delivery ends in something other
+    than a ClientError (a bug; the sender cancelled): the batch leaves the in-flight set as
+    it ends, so the sender's own end would not reach its messages."""
+    if isinstance(exc, asyncio.CancelledError):
+        return ClosedError(f"{what} stopped")
+    return exc

@@ -51,7 +51,7 @@ from danube.client._chunk_sender import ChunkSender
 from danube.client._http import HttpCore
 from danube.client._idempotent import DEFAULT_PRODUCER_NAME, IdempotentSender, Part, unique_name
 from danube.client._options import ProducerOptions as ProducerOptions
-from danube.client._outbox import Batch, Group, Outbox, Queued, fail, succeed
+from danube.client._outbox import Batch, Group, Outbox, Queued, fail, stopped_by, succeed
 from danube.client._producer_session import ProducerSession
 from danube.client._records import (
     RECORDS_TYPE,
@@ -442,6 +442,9 @@ class AsyncProducer:
                 fail(items, exc)
                 return
             succeed(items, results)
+        except BaseException as exc:
+            fail(items, stopped_by(exc, f"producer of {self.topic}"))
+            raise
         finally:
             self._done(batch, inflight)
 
@@ -484,6 +487,9 @@ class AsyncProducer:
             if self._sequenced.fenced is not None and not self._outbox.closing:
                 # Another instance of this name took over: nothing more goes out.
                 self._outbox.fail_queued(self._sequenced.fenced)
+        except BaseException as exc:
+            fail(items, stopped_by(exc, f"producer of {self.topic}"))
+            raise
         finally:
             self._done(batch, inflight)
 
