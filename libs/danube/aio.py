@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Hashable
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
 _RECANCEL_EVERY_S = 0.05
+STOP_S = 10.0  # how long a service's stop waits for one of its helpers to end
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 
@@ -48,6 +49,19 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None, *, timeout_s: float) -
     if not task.cancelled() and task.exception() is not None:
         log.debug("task %s ended with %r", task.get_name(), task.exception())
     return True
+
+
+async def cancel_all_and_wait(
+    tasks: Iterable[asyncio.Task[Any] | None], *, timeout_s: float = STOP_S
+) -> bool:
+    """Cancel every task at once, then wait for each as :func:`cancel_and_wait` does (a
+    service's helpers at its stop: a ``TaskGroup`` waits without a deadline for a child
+    that swallowed its cancellation); ``False`` if one outlived ``timeout_s``."""
+    pending = [task for task in tasks if task is not None]
+    for task in pending:
+        task.cancel()
+    stopped = [await cancel_and_wait(task, timeout_s=timeout_s) for task in pending]
+    return all(stopped)
 
 
 def awaited_task(work: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:

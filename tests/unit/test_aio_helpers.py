@@ -1,6 +1,7 @@
 """danube.aio's futures awaited where they start: an awaited_task outlives an awaiter that
 leaves and its unclaimed exception is never reported as lost; wait_any returns at the first
-event, or at its timeout, and leaves nothing running."""
+event, or at its timeout, and leaves nothing running; cancel_all_and_wait ends a task that
+swallowed a cancellation and says when one outlives its deadline."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from danube.aio import awaited_task, wait_any
+from danube.aio import awaited_task, cancel_all_and_wait, wait_any
 
 pytestmark = pytest.mark.unit
 
@@ -58,3 +59,45 @@ async def test_wait_any_returns_at_the_first_event_or_the_timeout() -> None:
     async with asyncio.timeout(5):
         await wait_any(first, timeout_s=0.01)  # never set: the timeout ends it
     assert len(asyncio.all_tasks()) == before  # its waits are gone
+
+
+async def test_cancel_all_and_wait_ends_a_task_that_swallowed_its_first_cancellation() -> None:
+    """As asyncio.wait_for on Python 3.11 may (a cancellation meeting its result): the task
+    goes on as if never cancelled; a TaskGroup would wait for it for ever."""
+    swallowed = 0
+
+    async def stubborn() -> None:
+        nonlocal swallowed
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed += 1
+
+    async def plain() -> None:
+        await asyncio.sleep(3600)
+
+    tasks = [asyncio.create_task(stubborn()), asyncio.create_task(plain()), None]
+    await asyncio.sleep(0)
+    assert await cancel_all_and_wait(tasks, timeout_s=2.0)
+    assert swallowed == 1
+    assert all(task.cancelled() for task in tasks if task is not None)
+
+
+async def test_cancel_all_and_wait_says_when_a_task_outlives_the_deadline() -> None:
+    release = asyncio.Event()
+
+    async def deaf() -> None:
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+
+    task = asyncio.create_task(deaf())
+    await asyncio.sleep(0)
+    assert not await cancel_all_and_wait([task], timeout_s=0.2)
+    release.set()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

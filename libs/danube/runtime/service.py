@@ -24,7 +24,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from danube.aio import awaited_task, cancel_and_wait, wait_any
+from danube.aio import awaited_task, cancel_all_and_wait, cancel_and_wait, wait_any
 from danube.bus import Bus
 from danube.config import ConfigError, DanubeSettings, load_settings
 from danube.config.model import ServiceConfig
@@ -292,10 +292,6 @@ class NodeSession:
                 except Exception:  # one bad callback must not keep the others from running
                     log.exception("%s: lease renewal callback %r failed", self.node_id, callback)
 
-    def _close(self) -> None:
-        if self._renewal is not None:
-            self._renewal.cancel()
-
 
 @asynccontextmanager
 async def node_session(
@@ -361,8 +357,7 @@ async def node_session(
                 yield session
                 health.stop()
             finally:
-                lag.cancel()
-                session._close()
+                await cancel_all_and_wait([lag, session._renewal])
     finally:
         await store.close()
         await bus.close()

@@ -14,7 +14,7 @@ import uvicorn
 from danube.admission import AdmissionParts
 from danube.admission import build as build_admission
 from danube.admission.refresh import Refresher
-from danube.aio import wait_any
+from danube.aio import cancel_all_and_wait, wait_any
 from danube.bus import Bus
 from danube.config import DanubeSettings
 from danube.discovery import metrics
@@ -197,6 +197,7 @@ async def _run(
         session.grpc_url = grpc_server.url  # ingest doors send clients of a new topic here
     await session.register(f"{config.host}:{config.port}")
     leaving = asyncio.Event()  # tells the controller to resign, however we leave
+    grpc_reaper: asyncio.Task[None] | None = None
     async with asyncio.TaskGroup() as tg:
         http = tg.create_task(_serve_http(server), name="http")
         if grpc_server is not None:
@@ -219,9 +220,8 @@ async def _run(
         http.add_done_callback(lambda _: http_ended.set())
         await wait_any(stop, http_ended)
         leaving.set()
-        admission_views.cancel()
+        await cancel_all_and_wait([admission_views, grpc_reaper])
         if grpc_server is not None:
-            grpc_reaper.cancel()
             await grpc_server.stop()
         server.should_exit = True
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from danube.aio import cancel_all_and_wait
 from danube.bus.subjects import Kind
 from danube.config import DanubeSettings
 from danube.dispatcher.door import open_door
@@ -48,11 +49,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         s.started.set()
         log.info("dispatcher %s up", node_id)
         await stop.wait()
-        leaseless.cancel()
-        watcher.cancel()
-        grower.cancel()
-        balancer.cancel()
-        sampler.cancel()
+        await cancel_all_and_wait([leaseless, watcher, grower, balancer, sampler])
         if door is not None:
             await door.close()
         await claims.drain()

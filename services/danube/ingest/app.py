@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from danube.aio import cancel_all_and_wait
 from danube.config import DanubeSettings
 from danube.ingest.disk import DiskRoom, check_wal_volume
 from danube.ingest.door import DoorAdmission, open_door
@@ -69,10 +70,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             report_load(s.store, node_id, lambda: s.lease), name="load-report"
         )
         await wait_for_any(stop, node.failed)
-        watcher.cancel()
-        reporter.cancel()
-        bus_watch.cancel()
-        disk.cancel()
+        await cancel_all_and_wait([watcher, reporter, bus_watch, disk])
         if door is not None:
             await door.close()
         if grpc is not None:

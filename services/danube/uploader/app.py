@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from danube.aio import cancel_all_and_wait
 from danube.config import DanubeSettings
 from danube.runtime.service import node_session, wait_for_any
 from danube.storage import ObjectStore
@@ -30,5 +31,5 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         s.started.set()
         log.info("uploader %s up", node_id)
         await wait_for_any(stop, s.lease.lost)
-        assigner.cancel()
+        await cancel_all_and_wait([assigner])
         await node.close()
