@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Hashable, Iterable
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -147,3 +148,19 @@ class _LockEntry:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.users = 0  # holders and waiters
+
+
+def task_stacks() -> str:
+    """Every task of the loop with the chain of coroutines it waits in, outermost first."""
+    lines: list[str] = []
+    for task in asyncio.all_tasks():
+        chain: list[str] = []
+        awaited: Any = task.get_coro()
+        while awaited is not None and getattr(awaited, "cr_frame", None) is not None:
+            frame = awaited.cr_frame
+            chain.append(
+                f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})"
+            )
+            awaited = awaited.cr_await
+        lines.append(f"  {task.get_name()}: {' -> '.join(chain) or 'not started'}")
+    return "\n".join(sorted(lines))

@@ -19,6 +19,7 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
+from danube.aio import task_stacks
 from danube.bus import Bus, BusError, TopicName
 from danube.config import (
     BusConfig,
@@ -625,9 +626,12 @@ async def test_delete_topic_removes_its_wal_and_a_recreated_topic_starts_empty(
         names = sorted(p.name for p in wal_root.iterdir() if p.name.startswith("gone"))
         assert names == ["gone-part-0", "gone-part-1"]
         assert (await http.delete("/v1/topics/default/gone")).status_code == 204
-        async with asyncio.timeout(10):
-            while any(p.name.startswith("gone") for p in wal_root.iterdir()):  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
+        try:
+            async with asyncio.timeout(10):
+                while any(p.name.startswith("gone") for p in wal_root.iterdir()):  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+        except TimeoutError:  # where the mesh (in this process) waited instead
+            pytest.fail(f"the WAL outlived its topic's delete by 10 s; tasks:\n{task_stacks()}")
         assert (
             await http.put("/v1/topics/default/gone", json={"partitions": 2})
         ).status_code == 201

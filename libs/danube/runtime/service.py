@@ -24,7 +24,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from danube.aio import awaited_task, cancel_all_and_wait, cancel_and_wait, wait_any
+from danube.aio import awaited_task, cancel_all_and_wait, cancel_and_wait, task_stacks, wait_any
 from danube.bus import Bus
 from danube.config import ConfigError, DanubeSettings, load_settings
 from danube.config.model import ServiceConfig
@@ -387,7 +387,7 @@ async def run_in_process(
         stop.set()
         done, _ = await asyncio.wait([task], timeout=IN_PROCESS_STOP_S)
         if not done:  # a stop that hangs is a bug: say where, then end it
-            stuck = _task_stacks()
+            stuck = task_stacks()
             await cancel_and_wait(task, timeout_s=IN_PROCESS_STOP_S)
             raise TimeoutError(
                 f"{node_id} did not stop within {IN_PROCESS_STOP_S:.0f} s; its tasks:\n{stuck}"
@@ -395,19 +395,3 @@ async def run_in_process(
     outcome = asyncio.CancelledError() if task.cancelled() else task.exception()
     if must_stop_cleanly and outcome is not None:
         raise outcome  # a clean stop returns; anything else is a bug
-
-
-def _task_stacks() -> str:
-    """Every task of the loop with the chain of coroutines it waits in, outermost first."""
-    lines: list[str] = []
-    for task in asyncio.all_tasks():
-        chain: list[str] = []
-        awaited: Any = task.get_coro()
-        while awaited is not None and getattr(awaited, "cr_frame", None) is not None:
-            frame = awaited.cr_frame
-            chain.append(
-                f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})"
-            )
-            awaited = awaited.cr_await
-        lines.append(f"  {task.get_name()}: {' -> '.join(chain) or 'not started'}")
-    return "\n".join(sorted(lines))
