@@ -35,6 +35,7 @@ from danube.discovery.produce.producer import PLACE_TIMEOUT_S
 from danube.frame import decode_record
 from danube.ingest import app as ingest_app
 from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
 from danube.routing import partition_for_key
 from danube.runtime.service import run_in_process
 from danube.up import free_port
@@ -610,6 +611,36 @@ async def test_produce_to_unknown_topic_with_auto_create_off_leaves_no_trace(
         answer = await mesh.http.post("/v1/topics/default/ghost/messages", json=ONE)
         assert _error(answer) == (404, "topic_not_found")
         assert await _trace(mesh) == before
+
+
+async def test_a_deleted_topics_wal_goes_even_when_the_bus_notice_is_lost(
+    mesh_for: MeshFactory,
+) -> None:
+    """The topic's records deleted from etcd as discovery deletes them, with no wal.delete on
+    the bus (NATS delivers at most once: a node reconnecting then misses it): the replicas
+    see their assignments go and remove their copies themselves."""
+    async with mesh_for() as mesh:
+        http = mesh.http
+        assert (
+            await http.put("/v1/topics/default/lost", json={"partitions": 2})
+        ).status_code == 201
+        body = {"messages": [{"payload": f"m{i}", "key": f"k{i}"} for i in range(10)]}
+        assert (await http.post("/v1/topics/default/lost/messages", json=body)).status_code == 200
+        wal_root = mesh.settings.wal_cloud.wal.dir / "default"
+        assert sorted(p.name for p in wal_root.iterdir() if p.name.startswith("lost")) == [
+            "lost-part-0",
+            "lost-part-1",
+        ]
+        topic = TopicName("default", "lost")
+        await mesh.store.delete(meta_keys.topic_key(topic))
+        for partition in topic.partitions(2):
+            await mesh.store.delete_prefix(meta_keys.partition_prefix(partition))
+        try:
+            async with asyncio.timeout(10):
+                while any(p.name.startswith("lost") for p in wal_root.iterdir()):  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            pytest.fail(f"the WAL outlived its topic's records by 10 s; tasks:\n{task_stacks()}")
 
 
 async def test_delete_topic_removes_its_wal_and_a_recreated_topic_starts_empty(

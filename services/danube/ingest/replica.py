@@ -235,6 +235,8 @@ class Replica(LeaderActs):
             self._stopped = True
             if act is Act.RETIRE:
                 self._discard = "retired"
+            elif view.assignment is None:  # its topic was deleted: the copy goes too,
+                self._discard = "deleted"  # whether or not the bus's wal.delete comes
             return None
         if act is Act.KEEP:
             if self.leading is not None:
