@@ -7,11 +7,11 @@ attach becomes."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from danube.meta.records import PRODUCER_NAME_CHARS_MAX, AccessMode
+from danube.meta.records import PRODUCER_NAME_CHARS_MAX, AccessMode, SubscriptionType
 
 CONSUMER_NAME_CHARS_MAX = 128
 # A key-shared consumer's key filters (glob patterns): how many, and how long each.
@@ -37,7 +37,7 @@ class ConsumerOpen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: ConsumerName
-    type: Literal["exclusive", "shared", "failover", "key_shared"] = "exclusive"
+    type: SubscriptionType = "exclusive"
     # key_shared only: glob patterns (fnmatch: *, ?, [...]) of the keys this consumer takes.
     key_filters: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=FILTER_CHARS_MAX)]],
