@@ -1,0 +1,47 @@
+"""The values that cross the wire load light: ``danube.meta.records`` and
+``danube.meta.failure_policy`` (which the HTTP API's answers, and so the SDK, are made of)
+import no etcd client, gRPC, NATS or settings loader; ``danube.meta`` and ``danube.config``
+import each public name from its home on first use."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from types import ModuleType
+
+import pytest
+
+import danube.config
+import danube.meta
+
+pytestmark = pytest.mark.unit
+
+HEAVY = ("aetcd", "grpc", "nats", "google.protobuf", "fastapi", "danube.config.loader")
+
+
+def _loaded_by(statement: str) -> list[str]:
+    """The heavy modules that ``statement`` loads in a fresh interpreter."""
+    script = (
+        f"import json, sys; {statement}; "
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    return list(json.loads(done.stdout))
+
+
+def test_the_records_load_without_the_etcd_client_or_the_settings_loader() -> None:
+    assert _loaded_by("import danube.meta.records, danube.meta.failure_policy") == []
+
+
+@pytest.mark.parametrize("package", [danube.meta, danube.config])
+def test_every_public_name_of_a_lazy_package_has_its_home(package: ModuleType) -> None:
+    homes: dict[str, str] = vars(package)["_HOMES"]
+    assert set(homes) == set(package.__all__)
+    for name, home in homes.items():
+        assert getattr(package, name) is getattr(importlib.import_module(home), name), name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        package.Nope  # noqa: B018
