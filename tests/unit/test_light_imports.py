@@ -1,7 +1,8 @@
-"""The values that cross the wire load light: ``danube.meta.records`` and
-``danube.meta.failure_policy`` (which the HTTP API's answers, and so the SDK, are made of)
-import no etcd client, gRPC, NATS or settings loader; ``danube.meta`` and ``danube.config``
-import each public name from its home on first use."""
+"""The values that cross the wire load light: the HTTP API's answers (``danube.wire.api``,
+which the SDK reads) and the records they hold (``danube.meta.records``,
+``danube.meta.failure_policy``) import no etcd client, gRPC, NATS, web framework or settings
+loader; ``danube.meta`` and ``danube.config`` import each public name from its home on first
+use."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ def _loaded_by(statement: str) -> list[str]:
     return list(json.loads(done.stdout))
 
 
-def test_the_records_load_without_the_etcd_client_or_the_settings_loader() -> None:
+def test_the_answers_and_records_load_without_a_server_s_machinery() -> None:
     assert _loaded_by("import danube.meta.records, danube.meta.failure_policy") == []
+    assert _loaded_by("import danube.wire.api.catalog, danube.wire.api.producers") == []
 
 
 @pytest.mark.parametrize("package", [danube.meta, danube.config])

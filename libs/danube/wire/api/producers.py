@@ -1,21 +1,12 @@
-"""The JSON bodies of the producer session routes (docs/http-api.md, docs/producers.md)."""
+"""The answers of the producer session routes (docs/http-api.md, docs/producers.md)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from danube.meta.records import AccessMode
-from danube.wire.opens import ProducerOpen
-from danube.wire.produce_binary import ProducerId
-
-__all__ = [
-    "ProducerEpochOut",
-    "ProducerId",
-    "ProducerList",
-    "ProducerOpen",
-    "ProducerOpened",
-    "ProducerOut",
-]
 
 
 class ProducerOpened(BaseModel):
@@ -47,7 +38,7 @@ class ProducerList(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    producers: list[ProducerOut]
+    producers: Sequence[ProducerOut]
 
 
 class ProducerEpochOut(BaseModel):
