@@ -14,7 +14,7 @@ from danube.wire.api.producers import ProducerOut
 
 
 class _Response(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 # --- namespaces and topics -------------------------------------------------------------
@@ -227,7 +227,7 @@ class FailurePolicyOut(BaseModel):
     """A subscription's failure policy: as set (``null``: never set, every field the
     cluster's; a field ``null``: that one the cluster's) and as in effect."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     subscription: str
     policy: FailurePolicy | None

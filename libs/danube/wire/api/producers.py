@@ -13,7 +13,7 @@ class ProducerOpened(BaseModel):
     """The session opened: keep it alive at least every ``session_ttl_ms`` (better: a third
     of it) with ``POST …/producers/{producer_id}/keepalive``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     producer_id: str
     access_mode: AccessMode
@@ -24,7 +24,7 @@ class ProducerOut(BaseModel):
     """One open producer session of a topic; ``topic`` names the partition when it was
     opened on one (as Danube's clients do)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     producer_id: str
     topic: str
@@ -36,7 +36,7 @@ class ProducerOut(BaseModel):
 class ProducerList(BaseModel):
     """The open producer sessions of a topic."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     producers: Sequence[ProducerOut]
 
@@ -44,7 +44,7 @@ class ProducerList(BaseModel):
 class ProducerEpochOut(BaseModel):
     """``POST …/producers/{name}/epoch``: the producer's new epoch on the topic."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     producer: str
     epoch: int
