@@ -36,7 +36,8 @@ def _loaded_by(statement: str) -> list[str]:
 
 def test_the_answers_and_records_load_without_a_server_s_machinery() -> None:
     assert _loaded_by("import danube.meta.records, danube.meta.failure_policy") == []
-    assert _loaded_by("import danube.wire.api.catalog, danube.wire.api.producers") == []
+    sdk = "import danube.client.admin, danube.client.schemas, danube.client.security"
+    assert _loaded_by(sdk) == []
 
 
 @pytest.mark.parametrize("package", [danube.meta, danube.config])
