@@ -1,8 +1,8 @@
 """The values that cross the wire load light: the HTTP API's answers (``danube.wire.api``,
 which the SDK reads) and the records they hold (``danube.meta.records``,
 ``danube.meta.failure_policy``) import no etcd client, gRPC, NATS, web framework or settings
-loader; ``danube.meta`` and ``danube.config`` import each public name from its home on first
-use."""
+loader; ``danube.meta``, ``danube.config`` and ``danube.security`` import each public name
+from its home on first use."""
 
 from __future__ import annotations
 
@@ -16,10 +16,19 @@ import pytest
 
 import danube.config
 import danube.meta
+import danube.security
 
 pytestmark = pytest.mark.unit
 
-HEAVY = ("aetcd", "grpc", "nats", "google.protobuf", "fastapi", "danube.config.loader")
+HEAVY = (
+    "aetcd",
+    "grpc",
+    "nats",
+    "google.protobuf",
+    "fastapi",
+    "danube.config.loader",
+    "danube.security.tokens",
+)
 
 
 def _loaded_by(statement: str) -> list[str]:
@@ -40,7 +49,7 @@ def test_the_answers_and_records_load_without_a_server_s_machinery() -> None:
     assert _loaded_by(sdk) == []
 
 
-@pytest.mark.parametrize("package", [danube.meta, danube.config])
+@pytest.mark.parametrize("package", [danube.meta, danube.config, danube.security])
 def test_every_public_name_of_a_lazy_package_has_its_home(package: ModuleType) -> None:
     homes: dict[str, str] = vars(package)["_HOMES"]
     assert set(homes) == set(package.__all__)
