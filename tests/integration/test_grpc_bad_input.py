@@ -20,7 +20,7 @@ from danube.meta.records import SCHEMA_TAGS_MAX
 from danube.names import PARTITIONS_MAX
 from danube.wire import DanubeApi_pb2 as pb
 from danube.wire import SchemaRegistry_pb2 as sr
-from danube.wire.dispatcher.protocol import FILTER_CHARS_MAX, FILTERS_MAX
+from danube.wire.opens import FILTER_CHARS_MAX, FILTERS_MAX
 from tests.integration.conftest import MeshSettings
 from tests.integration.test_grpc_api import grpc_mesh
 

@@ -15,7 +15,7 @@ from danube.dispatcher.keyshared import (
     deliverable,
     stable_hash,
 )
-from danube.wire.dispatcher.protocol import FILTERS_MAX
+from danube.wire.opens import FILTERS_MAX
 
 pytestmark = pytest.mark.unit
 

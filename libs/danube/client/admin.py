@@ -12,9 +12,9 @@ A new route is one method: build the path, call :meth:`AsyncAdmin._call`, parse 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from danube.client._answers import parse_answer as _parse
 from danube.client._http import HttpCore
@@ -27,26 +27,32 @@ from danube.client.subscriptions import (
     Subscription,
     SubscriptionAdmin,
 )
+from danube.meta import records
+
+# Re-exported: the SDK's callers (danube.client.sync) name a topic's settings from here.
+from danube.meta.records import Dispatch as Dispatch
+from danube.meta.records import Durability as Durability
 from danube.names import InvalidNameError, TopicName, validate_segment
+from danube.wire.api import catalog as api
+from danube.wire.api import producers
 
-Dispatch = Literal["reliable", "non_reliable"]
-Durability = Literal["fsync", "interval"]
+# The answers are danube.wire.api's, as in danube.client.subscriptions: each model here
+# subclasses the one the server answers with and states only what a client tolerates beyond
+# it (a field an older server may leave out, the SDK's own models where answers nest).
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class Retention(_Model):
-    """How long data stays in object storage (None: no limit)."""
+class Retention(records.RetentionPolicy):
+    """How long data stays in object storage (None: no limit). Built as given: the server
+    checks the bounds (a 400 naming the field)."""
 
     time_minutes: int | None = None
     size_mb: int | None = None
 
 
-class Policies(_Model):
+class Policies(records.Policies):
     """A topic's or namespace's limits (docs/policies.md); None: not set (inherited from
-    the namespace, else the cluster's: no limit)."""
+    the namespace, else the cluster's: no limit). Built as given: the server checks the
+    bounds (a 400 naming the field)."""
 
     max_producers: int | None = None
     max_subscriptions: int | None = None
@@ -55,86 +61,65 @@ class Policies(_Model):
     publish_rate_bytes_s: int | None = None
     max_message_bytes: int | None = None
     backlog_quota_messages: int | None = None
-    backlog_quota_policy: Literal["refuse", "evict_oldest"] | None = None
     message_id_window_s: int | None = None
     message_ttl_s: int | None = None
     max_chunked_message_bytes: int | None = None
-    retention_mode: Literal["time_size", "queue"] | None = None
 
     def body(self) -> dict[str, Any]:
         """The fields set, as a request body (a PATCH replaces exactly these)."""
         return self.model_dump(exclude_unset=True)
 
 
-class Node(_Model):
-    node_id: str
+class Node(api.NodeOut):
     address: str | None = None
-    started_ms: int
-    drained: bool = False
 
 
-class Controller(_Model):
+class Controller(api.ControllerOut):
     leader: str | None = None
 
 
-class Cluster(_Model):
+class Cluster(api.ClusterOut):
     """Live nodes by service kind, and the controller's leader."""
 
     nodes: dict[str, list[Node]]
     controller: Controller
 
 
-class Namespace(_Model):
-    name: str
-    max_topics: int
+class Namespace(api.NamespaceOut):
     retention: Retention
-    created_ms: int
-    replication_factor: int | None = None
-    min_insync_replicas: int | None = None
     policies: Policies = Policies()
 
 
-class TopicConfig(_Model):
-    partitions: int
-    dispatch: Dispatch
-    durability: Durability
+class TopicConfig(api.TopicConfigOut):
     retention: Retention
-    created_ms: int
-    replication_factor: int | None = None
-    min_insync_replicas: int | None = None
     policies: Policies = Policies()  # the topic's own
     effective_policies: Policies = Policies()  # in effect: the namespace's where unset
 
 
-class Topic(_Model):
+class Topic(api.TopicOut):
     """A topic as created: its name and config; ``created`` is False when it existed
     already with the same config (the create is idempotent)."""
 
-    name: str
     config: TopicConfig
-    created: bool = True
+    created: bool = True  # the client's: the answer's status (201 or 200)
 
 
-class Follower(_Model):
+class Follower(api.FollowerOut):
     end: int | None = None
     lag: int | None = None
 
 
-class UploadDamage(_Model):
+class UploadDamage(api.UploadDamageOut):
     """Uploads stop at ``from_offset``: the WAL copy of ``[from_offset, to_offset)`` is
     damaged (``file``)."""
 
-    from_offset: int
-    to_offset: int
-    file: str
 
-
-class Dropped(_Model):
+class Dropped(api.DroppedOut):
     messages: int = 0
     size_bytes: int = 0
 
 
-class RetentionDropped(_Model):
+class RetentionDropped(api.RetentionDroppedOut):
     """What retention removed from a partition's tiers so far: ``*_acked`` every
     subscription had acknowledged (queue retention), ``*_limits`` the time and size limits
     took (docs/retention.md, "Accounting")."""
@@ -145,62 +130,51 @@ class RetentionDropped(_Model):
     cloud_limits: Dropped = Dropped()
 
 
-class Offsets(_Model):
+class Offsets(api.OffsetsOut):
     """``None`` where the leader did not answer, or nothing is uploaded yet. ``next_offset``
     is the high watermark (what readers see); ``leader_end`` the leader's own durable end."""
 
     wal_start: int | None = None
     next_offset: int | None = None
     uploaded_through: int | None = None
-    leader_epoch: int | None = None
-    replicas: list[str] = []
-    isr: list[str] = []
-    leader_end: int | None = None
-    followers: dict[str, Follower] = {}
+    followers: dict[str, Follower] = Field(default_factory=dict)
     upload_damaged: UploadDamage | None = None
-    upload_skipped_offsets: int = 0
     retention_dropped: RetentionDropped | None = None
 
 
-class PartitionInfo(_Model):
-    name: str
+class PartitionInfo(api.PartitionDetail):
     owner: Owner | None = None
     offsets: Offsets = Offsets()
 
 
-class ProducerInfo(_Model):
+class ProducerInfo(producers.ProducerOut):
     """An open producer session of a topic (docs/producers.md); ``topic`` names the
     partition when it was opened on one."""
 
-    producer_id: str
     topic: str = ""
-    name: str
-    access_mode: Literal["shared", "exclusive"]
-    created_ms: int
 
 
-class TopicDescription(_Model):
+class TopicDescription(api.TopicDetail):
     """Config, partitions (owner, offsets), subscriptions and producers of a topic."""
 
-    name: str
     config: TopicConfig
     partitions: list[PartitionInfo]
-    subscriptions: list[Subscription] = []
-    producers: list[ProducerInfo] = []
+    subscriptions: list[Subscription] = Field(default_factory=list)
+    producers: list[ProducerInfo] = Field(default_factory=list)
 
 
-class LookupPartition(PartitionInfo):
+class LookupPartition(api.LookupPartitionOut):
     """A partition as a lookup names it: with ``url``, its leader's data door (None: none
     known, docs/http-api.md "Direct produce")."""
 
+    owner: Owner | None = None
+    offsets: Offsets = Offsets()  # the client's: a lookup answers none
     url: str | None = None
 
 
-class Lookup(_Model):
+class Lookup(api.LookupOut):
     """The partitions of a topic, who owns each and where its producers post."""
 
-    name: str
-    dispatch: Dispatch
     partitions: list[LookupPartition]
 
 
@@ -396,18 +370,11 @@ class AsyncAdmin(SubscriptionAdmin, ElasticAdmin):
         return _parse(Skip, answer.body, "skip upload")
 
 
-class Move(_Model):
+class Move(api.MoveOut):
     """What a partition move did (see :meth:`AsyncAdmin.move_partition`)."""
 
-    partition: str
-    previous_replicas: list[str]
-    replicas: list[str]
-    unclean: bool
-    continues_at: int | None = None
-    given_up_from: int | None = None
 
-
-class _ProducerList(_Model):
+class _ProducerList(producers.ProducerList):
     producers: list[ProducerInfo]
 
 

@@ -7,77 +7,63 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from danube.client._answers import parse_answer as _parse
 from danube.client._http import HttpCore
 from danube.client.errors import InvalidArgumentError
 from danube.client.messages import topic_name, topic_path
 from danube.names import InvalidNameError, TopicName, validate_segment
+from danube.wire.api import elastic as api
+
+# The answers are danube.wire.api's, as in danube.client.subscriptions: each model here
+# subclasses the one the server answers with and states only what a client tolerates beyond
+# it (a field an older server may leave out, the SDK's own models where answers nest).
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class ReplicaAssignment(_Model):
+class ReplicaAssignment(api.AssignmentOut):
     """A partition's replica set; while ``adding`` or ``removing`` is not empty, a
     reassignment from ``original`` to ``target`` is under way. ``changed`` is False when
     the request asked for what was already so."""
 
-    partition: str
-    replicas: list[str]
-    target: list[str]
-    original: list[str]
-    adding: list[str] = []
-    removing: list[str] = []
+    adding: list[str] = Field(default_factory=list)
+    removing: list[str] = Field(default_factory=list)
     catchup_bytes_s: int | None = None
-    assigned_ms: int
-    changed: bool = True
 
 
-class ReplicaProgress(_Model):
+class ReplicaProgress(api.ReplicaProgress):
     """A replica being added: in the ISR yet, its end and lag behind the leader (None: the
     leader did not answer)."""
 
-    node_id: str
-    in_isr: bool
     end: int | None = None
     lag: int | None = None
 
 
-class Reassignment(_Model):
+class Reassignment(api.ReassignmentOut):
     """A reassignment under way, with the partition's leader, ISR and per-replica progress."""
 
-    partition: str
-    replicas: list[str]
-    target: list[str]
-    original: list[str]
-    adding: list[str] = []
-    removing: list[str] = []
+    adding: list[str] = Field(default_factory=list)
+    removing: list[str] = Field(default_factory=list)
     leader: str | None = None
-    isr: list[str] = []
+    isr: list[str] = Field(default_factory=list)
     catchup_bytes_s: int | None = None
-    assigned_ms: int
-    progress: list[ReplicaProgress] = []
+    progress: list[ReplicaProgress] = Field(default_factory=list)
 
 
-class Reassignments(_Model):
+class Reassignments(api.ReassignmentList):
     reassignments: list[Reassignment]
     truncated: bool = False
 
 
-class DrainStatus(_Model):
+class DrainStatus(api.DrainOut):
     """A node's drain: asked when (None: not drained), the partitions it still holds a
     replica of, those leaving it now; ``done`` once drained and holding nothing."""
 
-    node_id: str
-    drained: bool
     requested_ms: int | None = None
-    replicas: list[str] = []
-    leaving: list[str] = []
-    subscriptions: list[str] = []
-    kinds: list[str] = []
+    replicas: list[str] = Field(default_factory=list)
+    leaving: list[str] = Field(default_factory=list)
+    subscriptions: list[str] = Field(default_factory=list)
+    kinds: list[str] = Field(default_factory=list)
     done: bool = False
 
 

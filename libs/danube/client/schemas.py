@@ -8,82 +8,70 @@ on 429, 503 and transport failures; a ``DELETE`` is tried once.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from danube.client._answers import parse_answer as _parse
 from danube.client._http import Answer, HttpCore
 from danube.client.errors import InvalidArgumentError
 from danube.client.messages import topic_name, topic_path
+
+# Re-exported: the SDK's callers (danube.client.sync) name a binding's policy from here.
+from danube.meta.records import SchemaTypeName
+from danube.meta.records import ValidationPolicy as ValidationPolicy
 from danube.names import InvalidNameError, TopicName, validate_subject
+from danube.wire.api import schemas as api
 
-SchemaType = Literal["bytes", "string", "number", "json_schema", "avro", "protobuf"]
-ValidationPolicy = Literal["none", "warn", "enforce"]
+SchemaType = SchemaTypeName  # the SDK's name of a schema's type
+
+# The answers are danube.wire.api's, as in danube.client.subscriptions: each model here
+# subclasses the one the server answers with and states only what a client tolerates beyond
+# it (a field an older server may leave out, ``str`` for a value a newer server may add).
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
-
-
-class Registered(_Model):
+class Registered(api.RegisteredOut):
     """A registration's answer: ``is_new_version`` False when the subject had the
     definition already (same fingerprint)."""
 
-    schema_id: int
-    version: int
-    is_new_version: bool
-    fingerprint: str
 
-
-class SchemaVersion(_Model):
+class SchemaVersion(api.SchemaVersionOut):
     """One version of a subject; ``definition`` is the schema text as registered."""
 
-    subject: str
-    schema_id: int
-    version: int
-    schema_type: str
-    definition: str = Field(alias="schema")
-    fingerprint: str
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_type: str  # type: ignore[assignment]  # a newer server's types too
     description: str = ""
     created_by: str = ""
-    created_ms: int
-    tags: list[str] = []
-    compatibility_mode: str
-    deleted: bool = False
+    tags: list[str] = Field(default_factory=list)
+    compatibility_mode: str  # type: ignore[assignment]  # a newer server's modes too
 
 
-class Compatibility(_Model):
+class Compatibility(api.CompatibilityOut):
     """Whether a definition could be registered; each error names the version, the
     direction, the failed rule and where."""
 
-    compatible: bool
-    mode: str
-    errors: list[str] = []
+    mode: str  # type: ignore[assignment]  # a newer server's modes too
+    errors: list[str] = Field(default_factory=list)
 
 
-class TopicSchema(_Model):
+class TopicSchema(api.TopicSchemaOut):
     """A topic's binding to a subject, with its validation policy."""
 
-    topic: str
-    subject: str
-    schema_id: int
-    validation_policy: ValidationPolicy
-    payload_validation: bool
-    updated_ms: int
 
-
-class _Versions(_Model):
+class _Versions(api.SchemaVersionList):
+    subject: str = ""
     versions: list[SchemaVersion]
 
 
-class _Subjects(_Model):
-    subjects: list[str]
+class _Subjects(api.SubjectList):
+    """Every subject's name."""
 
 
-class _Mode(_Model):
-    mode: str
+class _Mode(api.ModeOut):
+    subject: str = ""
+    mode: str  # type: ignore[assignment]  # a newer server's modes too
 
 
 def _subject(subject: str) -> str:

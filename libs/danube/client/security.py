@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from danube.client._http import Answer, HttpCore
 from danube.client.errors import ProtocolError
@@ -18,104 +18,81 @@ from danube.client.errors import ProtocolError
 # Re-exported: the SDK's callers import them from here.
 from danube.client.permissions import PERMISSIONS as PERMISSIONS
 from danube.client.permissions import Scope as Scope
+from danube.security import rbac
+from danube.wire.api import security as api
+
+# The answers are danube.wire.api's (roles and bindings: the records the server keeps),
+# as in danube.client.subscriptions: each model here subclasses the one the server answers
+# with and states only what a client tolerates beyond it (unknown fields ignored, a newer
+# server's permissions as text, names the server checks).
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class Role(_Model):
+class Role(rbac.Role):
     """A named set of permissions."""
 
+    model_config = ConfigDict(extra="ignore")
+
     name: str
-    permissions: list[str]
-    created_ms: int = 0
+    permissions: list[str]  # type: ignore[assignment]  # a newer server's permissions too
 
 
-class Binding(_Model):
+class Binding(rbac.Binding):
     """Roles granted to a principal at a scope (``resource``: "" for the cluster, the
     namespace, or ``/<ns>/<topic>``)."""
 
+    model_config = ConfigDict(extra="ignore")
+
     id: str
     principal: str
     roles: list[str]
-    scope: Scope
     resource: str = ""
-    created_ms: int = 0
 
 
-class ApiKey(_Model):
+class ApiKey(api.ApiKeyOut):
     """An API key as listed (never the key itself)."""
 
-    id: str
-    principal: str
-    created_ms: int
-    expires_ms: int | None = None
-    description: str = ""
 
-
-class NewApiKey(ApiKey):
+class NewApiKey(api.ApiKeyCreated, ApiKey):
     """A key just made: ``api_key`` is shown this once."""
 
-    api_key: str
 
-
-class Token(_Model):
+class Token(api.TokenOut):
     """A bearer token and when it expires."""
 
-    token: str
-    principal: str
-    expires_ms: int
-    token_type: str = "Bearer"
 
-
-class Grant(_Model):
+class Grant(api.Grant):
     """One of the principal's own bindings and the permissions it grants."""
 
-    binding: str
-    scope: Scope
-    resource: str
-    roles: list[str]
-    permissions: list[str]
+    permissions: list[str]  # type: ignore[assignment]  # a newer server's permissions too
 
 
-class WhoAmI(_Model):
+class WhoAmI(api.WhoAmI):
     """Who the token stands for and what it may do on the resource asked about (the
     cluster unless a namespace or topic was given)."""
 
-    principal: str
-    security_enabled: bool
-    super_admin: bool = False
-    scope: Scope = "cluster"
-    resource: str = ""
-    permissions: list[str] = []
-    grants: list[Grant] = []
+    permissions: list[str] = Field(default_factory=list)  # type: ignore[assignment]
+    grants: list[Grant] = Field(default_factory=list)
 
 
-class Can(_Model):
+class Can(api.Can):
     """Whether the principal may one permission on one resource, and why."""
 
-    principal: str
-    permission: str
-    scope: Scope
-    resource: str
-    allowed: bool
-    reason: str
+    permission: str  # type: ignore[assignment]  # a newer server's permissions too
 
 
-class _Roles(_Model):
+class _Roles(api.RoleList):
     roles: list[Role]
 
 
-class _Bindings(_Model):
+class _Bindings(api.BindingList):
     bindings: list[Binding]
 
 
-class _ApiKeys(_Model):
+class _ApiKeys(api.ApiKeyList):
     api_keys: list[ApiKey]
 
 
-_M = TypeVar("_M", bound=_Model)
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def _where(namespace: str | None, topic: str | None, *, joiner: str = "?") -> str:

@@ -5,56 +5,58 @@ with their cursors and backlog, delete one, read and set its failure policy, see
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field, model_validator
 
 from danube.client._answers import AdminCalls
 from danube.client._answers import parse_answer as _parse
 from danube.client.errors import InvalidArgumentError
 from danube.client.messages import Position, position_json, topic_name, topic_path
+from danube.meta import failure_policy
 from danube.names import InvalidNameError, TopicName, validate_segment
+from danube.wire.api import catalog as api
+
+# The answers are danube.wire.api's, the ones the server answers with (one definition each);
+# each model here subclasses one and states only what a client tolerates beyond it: a field
+# an older server may leave out (a default), a value a newer server may add (``str``), and
+# the SDK's own models where answers nest. Unknown fields are ignored, as there.
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class Owner(_Model):
+class Owner(api.OwnerOut):
     """Who serves it now: a partition's leader, or the dispatcher of a subscription."""
 
-    node_id: str
-    epoch: int
 
-
-class SubscriptionPartition(_Model):
+class SubscriptionPartition(api.SubscriptionPartitionOut):
     """A subscription in one partition: ``cursor`` (every offset below it is acked; None
     before its first write), acks beyond it, the partition's end and the backlog between."""
 
-    name: str
     cursor: int | None = None
     acked_beyond: int = 0
     end_offset: int | None = None
     backlog: int | None = None
-    blocked_offset: int | None = None  # a poison message holds it (failure policy "block")
 
 
-class Backoff(_Model):
-    """The redelivery backoff of a failure policy (None: the cluster's)."""
+class Backoff(failure_policy.Backoff):
+    """The redelivery backoff of a failure policy (None: the cluster's). Built as given:
+    the server checks the bounds and the order (a 400 naming the field)."""
 
-    kind: Literal["fixed", "exponential"] = "exponential"
     base_ms: int | None = None
     max_ms: int | None = None
 
+    @model_validator(mode="after")
+    def _ordered(self) -> Backoff:  # in place of the record's check that base <= max
+        return self
 
-class FailurePolicy(_Model):
+
+class FailurePolicy(failure_policy.FailurePolicy):
     """A subscription's failure policy (docs/http-api.md, "Failure policy"); a field None
-    takes the cluster's value."""
+    takes the cluster's value. Built as given: the server checks the bounds (a 400 naming
+    the field)."""
 
     max_redeliveries: int | None = None
     ack_timeout_ms: int | None = None
     backoff: Backoff | None = None
-    poison_policy: Literal["block", "drop", "dead_letter"] | None = None
     dead_letter_topic: str | None = None
 
     def body(self) -> dict[str, Any]:
@@ -62,57 +64,44 @@ class FailurePolicy(_Model):
         return self.model_dump(exclude_none=True)
 
 
-class FailurePolicyInfo(_Model):
+class FailurePolicyInfo(api.FailurePolicyOut):
     """A subscription's failure policy as set (None: never set) and as in effect."""
 
-    subscription: str
     policy: FailurePolicy | None = None
     effective: FailurePolicy
 
 
-class SubscriptionConsumer(_Model):
-    consumer_id: str
-    name: str
-    unacked: int
+class SubscriptionConsumer(api.SubscriptionConsumerOut):
+    """An attached consumer: its id, its name and the messages it holds unacked."""
 
 
-class Subscription(_Model):
+class Subscription(api.SubscriptionOut):
     """A subscription: its type, the dispatcher serving it (None: none now), its backlog
     (sum of the partitions whose backlog is known), partitions and attached consumers."""
 
-    name: str
-    type: str
-    created_ms: int
+    type: str  # type: ignore[assignment]  # a newer server's types too
     owner: Owner | None = None
     backlog: int = 0
-    partitions: list[SubscriptionPartition] = []
-    consumers: list[SubscriptionConsumer] = []
+    partitions: list[SubscriptionPartition] = Field(default_factory=list)
+    consumers: list[SubscriptionConsumer] = Field(default_factory=list)
     failure_policy: FailurePolicy | None = None  # as set (None: the cluster's)
     effective_failure_policy: FailurePolicy | None = None  # in effect, when served
-    expired: int | None = None  # let go past their TTL while served there (None: not served)
 
 
-class SeekPartition(_Model):
+class SeekPartition(api.SeekPartitionOut):
     """Where a seek put one partition's cursor."""
 
-    name: str
-    offset: int
 
-
-class Skip(_Model):
+class Skip(api.SkipResponse):
     """What a skip did (see :meth:`AsyncAdmin.skip`)."""
 
-    partition: str
-    from_offset: int
-    to_offset: int
-    skipped: int
 
-
-class _SubscriptionList(_Model):
+class _SubscriptionList(api.SubscriptionList):
+    topic: str = ""
     subscriptions: list[Subscription]
 
 
-class _SeekAnswer(_Model):
+class _SeekAnswer(api.SeekResponse):
     partitions: list[SeekPartition]
 
 

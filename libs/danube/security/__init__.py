@@ -16,28 +16,74 @@
 Discovery and danube.admission build gates from them; the CLI signs tokens with them.
 """
 
-from danube.security.errors import PermissionDeniedError, SecurityError, UnauthenticatedError
-from danube.security.rbac import (
-    MANAGEMENT,
-    Binding,
-    Decision,
-    Permission,
-    Policy,
-    Resource,
-    Role,
-    decide,
-)
-from danube.security.tokens import (
-    Claims,
-    KeySet,
-    SigningKey,
-    TokenVerifier,
-    ensure_signing_key,
-    generate_key,
-    issue_token,
-    load_keys,
-    write_public_keys,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from danube.security.errors import PermissionDeniedError, SecurityError, UnauthenticatedError
+    from danube.security.rbac import (
+        MANAGEMENT,
+        Binding,
+        Decision,
+        Permission,
+        Policy,
+        Resource,
+        Role,
+        decide,
+    )
+    from danube.security.tokens import (
+        Claims,
+        KeySet,
+        SigningKey,
+        TokenVerifier,
+        ensure_signing_key,
+        generate_key,
+        issue_token,
+        load_keys,
+        write_public_keys,
+    )
+
+# Each public name and the module that defines it, imported on first use: importing one
+# module of the package (danube.security.rbac, whose roles and bindings the HTTP API answers
+# and the SDK reads) loads that module, not the token signing and the gate.
+_HOMES = {
+    "PermissionDeniedError": "danube.security.errors",
+    "SecurityError": "danube.security.errors",
+    "UnauthenticatedError": "danube.security.errors",
+    "MANAGEMENT": "danube.security.rbac",
+    "Binding": "danube.security.rbac",
+    "Decision": "danube.security.rbac",
+    "Permission": "danube.security.rbac",
+    "Policy": "danube.security.rbac",
+    "Resource": "danube.security.rbac",
+    "Role": "danube.security.rbac",
+    "decide": "danube.security.rbac",
+    "Claims": "danube.security.tokens",
+    "KeySet": "danube.security.tokens",
+    "SigningKey": "danube.security.tokens",
+    "TokenVerifier": "danube.security.tokens",
+    "ensure_signing_key": "danube.security.tokens",
+    "generate_key": "danube.security.tokens",
+    "issue_token": "danube.security.tokens",
+    "load_keys": "danube.security.tokens",
+    "write_public_keys": "danube.security.tokens",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next lookup is a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
 
 __all__ = [
     "MANAGEMENT",

@@ -11,6 +11,10 @@
   replication), ``danube.wire.dispatcher`` (subscriptions and their refusals),
   ``danube.wire.cloud`` (the cloud reader), and ``danube.wire.limits`` (the policy limits a
   produce carries to a partition's leader, and backlog arithmetic).
+- The public HTTP API's answers, ``danube.wire.api``: discovery's doors answer them and the
+  SDK reads them (subclassing them where a client must tolerate more), one definition each;
+  the bodies of consuming, ``danube.wire.consume``, likewise for discovery and a dispatcher's
+  consume door.
 - What they share: ``danube.wire.errors`` (``BadRequestError``, the one error of a body that
   breaks its layout) and ``danube.wire.claim`` (the claim-and-retry request loop of the
   clients). Errors carry codes and kinds (danube.errors.ErrorKind), not statuses: each door

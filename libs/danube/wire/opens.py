@@ -1,18 +1,24 @@
 """What a client asks for when it opens a producer or a consumer, held to one set of rules
-by every door that takes it: discovery's HTTP API (its bodies), and the gRPC doors of
-discovery and of the ingest leaders (danube.grpc_door.requests builds these models from a
-Danube request's fields, so both refuse a bad value with the same code and message)."""
+by every door that takes it: discovery's HTTP API (its bodies), the gRPC doors of discovery
+and of the ingest leaders (danube.grpc_door.requests builds these models from a Danube
+request's fields, so both refuse a bad value with the same code and message), and the
+dispatcher's bus attach (danube.wire.dispatcher.protocol.AttachRequest), which every door's
+attach becomes."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from danube.meta.records import PRODUCER_NAME_CHARS_MAX, AccessMode
-from danube.wire.dispatcher.protocol import FILTER_CHARS_MAX, FILTERS_MAX
+from danube.meta.records import PRODUCER_NAME_CHARS_MAX, AccessMode, SubscriptionType
 
 CONSUMER_NAME_CHARS_MAX = 128
+# A key-shared consumer's key filters (glob patterns): how many, and how long each.
+FILTERS_MAX = 32
+FILTER_CHARS_MAX = 256
+
+ConsumerName = Annotated[str, Field(min_length=1, max_length=CONSUMER_NAME_CHARS_MAX)]
 
 
 class ProducerOpen(BaseModel):
@@ -30,8 +36,8 @@ class ConsumerOpen(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    name: Annotated[str, Field(min_length=1, max_length=CONSUMER_NAME_CHARS_MAX)]
-    type: Literal["exclusive", "shared", "failover", "key_shared"] = "exclusive"
+    name: ConsumerName
+    type: SubscriptionType = "exclusive"
     # key_shared only: glob patterns (fnmatch: *, ?, [...]) of the keys this consumer takes.
     key_filters: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=FILTER_CHARS_MAX)]],

@@ -279,7 +279,7 @@ class FanoutRuntime:
         policies.check_consumers(limits, len(self._last_seen), where)
         consumer_id = uuid.uuid4().hex
         fanout.attach(consumer_id)
-        self._names[consumer_id] = request.consumer
+        self._names[consumer_id] = request.name
         self._last_seen[consumer_id] = time.monotonic()
         metrics.CONSUMERS.inc()
         return consumer_id

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from fnmatch import translate
 from typing import Protocol, TypeVar
 
-from danube.wire.dispatcher.protocol import FILTER_CHARS_MAX, FILTERS_MAX
+from danube.wire.opens import FILTER_CHARS_MAX, FILTERS_MAX
 
 POINTS_PER_CONSUMER = 64
 

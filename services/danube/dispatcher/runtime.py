@@ -309,9 +309,7 @@ class SubscriptionRuntime:
             )
         policies.check_consumers(limits, len(self._sessions), self._where)
         consumer_id = uuid.uuid4().hex
-        await self.handle(
-            ConsumerAttached(consumer_id, request.consumer, tuple(request.key_filters))
-        )
+        await self.handle(ConsumerAttached(consumer_id, request.name, tuple(request.key_filters)))
         self._sessions.begin(consumer_id, time.monotonic())
         return consumer_id
 

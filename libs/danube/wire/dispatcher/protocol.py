@@ -47,7 +47,7 @@ from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from danube.meta.failure_policy import FailurePolicy
 from danube.wire.delivery import (
@@ -61,10 +61,7 @@ from danube.wire.delivery import (
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
 from danube.wire.errors import BadRequestError as BadRequestError
-
-# A key-shared consumer's key filters (glob patterns): how many, and how long each.
-FILTERS_MAX = 32
-FILTER_CHARS_MAX = 256
+from danube.wire.opens import ConsumerName, ConsumerOpen
 
 POLL_MAX_MESSAGES = 10_000
 POLL_WAIT_MS_MAX = 30_000
@@ -112,24 +109,19 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class AttachRequest(_Body):
-    """A consumer joins a subscription (created on the first attach with ``type``)."""
+class AttachRequest(ConsumerOpen):
+    """A consumer joins a subscription (created on the first attach with ``type``): the
+    consumer's open every door takes (danube.wire.opens: its name, spelled ``consumer`` on
+    the bus, its type and key filters, held to the same rules), where a new subscription
+    starts and the failure policy it is created with."""
 
-    consumer: Annotated[str, Field(min_length=1, max_length=128)]
-    type: Literal["exclusive", "shared", "failover", "key_shared"] = "exclusive"
+    # Not strict, as every bus body; the name travels as "consumer", the key the layout
+    # above gives it (a dispatcher of another version reads that key).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, serialize_by_alias=True)
+
+    name: Annotated[ConsumerName, Field(alias="consumer")]
     start: Position = "latest"
-    # Glob patterns of the keys a key-shared consumer takes (danube.dispatcher.keyshared).
-    key_filters: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=FILTER_CHARS_MAX)]],
-        Field(max_length=FILTERS_MAX),
-    ] = []
     failure_policy: FailurePolicy | None = None
-
-    @model_validator(mode="after")
-    def _filters_need_key_shared(self) -> AttachRequest:
-        if self.key_filters and self.type != "key_shared":
-            raise ValueError(f"key_filters are for key_shared subscriptions, not {self.type}")
-        return self
 
 
 class PollRequest(_Body):

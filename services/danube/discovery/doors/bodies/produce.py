@@ -10,7 +10,6 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from danube.discovery.doors.bodies.producers import ProducerId
 from danube.frame import (
     MAX_ATTRIBUTE_NAME_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
@@ -27,6 +26,7 @@ from danube.wire.delay import (
     delay_attributes,
 )
 from danube.wire.delivery import TTL_ATTRIBUTE, TTL_MS_MAX
+from danube.wire.produce_binary import ProducerId
 
 # A hard cap on the list whatever the settings say; discovery.max_produce_messages is the
 # configured limit (checked with its own 413).

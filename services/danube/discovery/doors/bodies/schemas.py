@@ -1,5 +1,6 @@
-"""The JSON bodies of the schema registry's HTTP routes (docs/http-api.md, docs/schemas.md).
-Requests refuse unknown fields and take JSON types as they are, like every request body."""
+"""The request bodies of the schema registry's HTTP routes (docs/http-api.md,
+docs/schemas.md); the answers are :mod:`danube.wire.api.schemas`'s. Requests refuse unknown
+fields and take JSON types as they are, like every request body."""
 
 from __future__ import annotations
 
@@ -17,10 +18,6 @@ SCHEMA_CHARS_MAX = DEFINITION_BYTES_MAX
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class _Response(BaseModel):
-    model_config = ConfigDict(frozen=True)
 
 
 class SchemaIn(_Request):
@@ -64,59 +61,3 @@ class TopicPolicyIn(_Request):
 
     validation_policy: ValidationPolicy
     payload_validation: bool
-
-
-class RegisteredOut(_Response):
-    schema_id: int
-    version: int
-    is_new_version: bool
-    fingerprint: str
-
-
-class SchemaVersionOut(_Response):
-    """One version of a subject; ``schema`` is the definition as registered."""
-
-    subject: str
-    schema_id: int
-    version: int
-    schema_type: SchemaTypeName
-    schema_: str = Field(alias="schema", serialization_alias="schema")
-    fingerprint: str
-    description: str
-    created_by: str
-    created_ms: int
-    tags: list[str]
-    compatibility_mode: CompatibilityModeName
-    deleted: bool = False
-
-
-class SchemaVersionList(_Response):
-    subject: str
-    versions: list[SchemaVersionOut]
-
-
-class SubjectList(_Response):
-    subjects: list[str]
-
-
-class CompatibilityOut(_Response):
-    """Whether the definition could be registered; each error names the version compared
-    with, the direction, the failed rule and where."""
-
-    compatible: bool
-    mode: CompatibilityModeName
-    errors: list[str]
-
-
-class ModeOut(_Response):
-    subject: str
-    mode: CompatibilityModeName
-
-
-class TopicSchemaOut(_Response):
-    topic: str
-    subject: str
-    schema_id: int
-    validation_policy: ValidationPolicy
-    payload_validation: bool
-    updated_ms: int

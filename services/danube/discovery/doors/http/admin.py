@@ -12,26 +12,7 @@ import orjson
 from fastapi import APIRouter, Body, Response
 
 from danube.bus import Bus, BusError
-from danube.discovery.doors.bodies.api import (
-    ClusterOut,
-    ControllerOut,
-    LookupOut,
-    LookupPartitionOut,
-    NamespaceList,
-    NamespaceOut,
-    NamespacePatch,
-    NamespaceSpec,
-    NodeOut,
-    OffsetsOut,
-    OwnerOut,
-    PartitionDetail,
-    SubscriptionLookupOut,
-    TopicConfigOut,
-    TopicDetail,
-    TopicList,
-    TopicOut,
-    TopicSpec,
-)
+from danube.discovery.doors.bodies.api import NamespacePatch, NamespaceSpec, TopicSpec
 from danube.discovery.doors.bodies.policies import PoliciesSpec, TopicPatch, check_message_size
 from danube.discovery.doors.http.params import Namespace, Topic
 from danube.discovery.doors.http.producers import producers_of
@@ -51,6 +32,23 @@ from danube.meta.records import (
 )
 from danube.names import user_topic, validate_segment
 from danube.storage import StorageError, topic_prefix
+from danube.wire.api.catalog import (
+    ClusterOut,
+    ControllerOut,
+    LookupOut,
+    LookupPartitionOut,
+    NamespaceList,
+    NamespaceOut,
+    NodeOut,
+    OffsetsOut,
+    OwnerOut,
+    PartitionDetail,
+    SubscriptionLookupOut,
+    TopicConfigOut,
+    TopicDetail,
+    TopicList,
+    TopicOut,
+)
 
 log = logging.getLogger(__name__)
 

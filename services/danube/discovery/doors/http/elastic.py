@@ -8,19 +8,19 @@ from fastapi import APIRouter, Response
 
 from danube.discovery.controller import reassignments
 from danube.discovery.controller.moves import check_partition
-from danube.discovery.doors.bodies.elastic import (
-    AssignmentOut,
-    DrainOut,
-    ReassignmentList,
-    ReassignmentOut,
-    ReassignRequest,
-    ReplicaProgress,
-)
+from danube.discovery.doors.bodies.elastic import ReassignRequest
 from danube.discovery.doors.http.params import Namespace, NodeIdParam, Partition
 from danube.discovery.doors.http.state import ServicesDep
 from danube.meta import TopicName
 from danube.meta.records import Assignment
 from danube.names import validate_segment
+from danube.wire.api.elastic import (
+    AssignmentOut,
+    DrainOut,
+    ReassignmentList,
+    ReassignmentOut,
+    ReplicaProgress,
+)
 
 router = APIRouter(prefix="/v1")
 

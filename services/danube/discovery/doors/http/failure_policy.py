@@ -10,7 +10,6 @@ once; a GET answers the policy as stored and as in effect there (unset fields: t
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict
 
 from danube.discovery.doors.http.params import Namespace, Subscription, Topic
 from danube.discovery.doors.http.state import Services, ServicesDep
@@ -20,19 +19,9 @@ from danube.meta import keys as meta_keys
 from danube.meta.failure_policy import FailurePolicy, FailurePolicyIn
 from danube.names import user_topic, validate_segment
 from danube.wire import codes
+from danube.wire.api.catalog import FailurePolicyOut
 
 router = APIRouter(prefix="/v1", tags=["subscriptions"])
-
-
-class FailurePolicyOut(BaseModel):
-    """A subscription's failure policy: as set (``null``: never set, every field the
-    cluster's; a field ``null``: that one the cluster's) and as in effect."""
-
-    model_config = ConfigDict(frozen=True)
-
-    subscription: str
-    policy: FailurePolicy | None
-    effective: FailurePolicy
 
 
 async def _existing(services: Services, ns: str, topic: str, sub: str) -> TopicName:

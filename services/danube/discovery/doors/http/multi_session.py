@@ -34,7 +34,6 @@ from fastapi import WebSocket
 from pydantic import BaseModel, ConfigDict, Field
 
 from danube.discovery import metrics
-from danube.discovery.doors.bodies.api import MessageOut
 from danube.discovery.doors.http.multi_consumers import StreamConsumers
 from danube.discovery.doors.http.multi_topic import (
     TOO_MANY_TOPICS,
@@ -54,6 +53,7 @@ from danube.meta import TopicName
 from danube.security import Permission, Resource, SecurityError
 from danube.wire import codes, delivery
 from danube.wire.consume.messages import full_names, messages_out
+from danube.wire.consume.models import MessageOut
 from danube.wire.consume.stream import (
     POLL_WAIT_MS,
     SEND_QUEUE_BATCHES,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from danube.discovery.controller.moves import check_partition, move_partition
-from danube.discovery.doors.bodies.api import MoveOut, MoveRequest, SkipUploadOut, SkipUploadRequest
+from danube.discovery.doors.bodies.api import MoveRequest, SkipUploadRequest
 from danube.discovery.doors.http.params import Namespace, Partition
 from danube.discovery.doors.http.state import ServicesDep
 from danube.discovery.errors import ConflictError
@@ -14,6 +14,7 @@ from danube.meta import TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.records import UploaderCheckpoint
 from danube.names import validate_segment
+from danube.wire.api.catalog import MoveOut, SkipUploadOut
 
 router = APIRouter(prefix="/v1")
 

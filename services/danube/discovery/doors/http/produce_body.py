@@ -23,7 +23,6 @@ from danube.discovery.doors.bodies.produce import (
     MessageIn,
     ProduceRequest,
 )
-from danube.discovery.doors.bodies.producers import ProducerId
 from danube.frame import (
     MAX_ATTRIBUTE_NAME_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
@@ -32,6 +31,7 @@ from danube.frame import (
     MAX_PRODUCER_NAME_BYTES,
 )
 from danube.wire.delivery import TTL_MS_MAX
+from danube.wire.produce_binary import ProducerId
 
 _REQUEST_FIELDS = frozenset(ProduceRequest.model_fields)
 _MESSAGE_FIELDS = frozenset(MessageIn.model_fields)

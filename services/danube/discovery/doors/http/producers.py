@@ -8,13 +8,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from danube.admission.sessions import ProducerSessions
-from danube.discovery.doors.bodies.producers import (
-    ProducerEpochOut,
-    ProducerList,
-    ProducerOpen,
-    ProducerOpened,
-    ProducerOut,
-)
 from danube.discovery.doors.http.params import (
     Namespace,
     ProducerIdParam,
@@ -28,6 +21,8 @@ from danube.discovery.produce.epochs import next_epoch
 from danube.frame import MAX_PRODUCER_NAME_BYTES
 from danube.meta import TopicName
 from danube.names import produce_topic, user_topic, validate_segment
+from danube.wire.api.producers import ProducerEpochOut, ProducerList, ProducerOpened, ProducerOut
+from danube.wire.opens import ProducerOpen
 
 router = APIRouter(prefix="/v1")
 

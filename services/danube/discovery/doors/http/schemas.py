@@ -11,23 +11,25 @@ from fastapi import APIRouter, Path, Query, Response
 from danube.admission.schema_reads import SchemaVersion, TopicSchema
 from danube.discovery.doors.bodies.schemas import (
     CompatibilityIn,
-    CompatibilityOut,
     ModeIn,
-    ModeOut,
-    RegisteredOut,
     SchemaIn,
-    SchemaVersionList,
-    SchemaVersionOut,
-    SubjectList,
     TopicPolicyIn,
     TopicSchemaIn,
-    TopicSchemaOut,
 )
 from danube.discovery.doors.http.params import Namespace, Topic
 from danube.discovery.doors.http.state import ServicesDep
 from danube.discovery.errors import NotFoundError, TooLargeError
 from danube.names import user_topic, validate_subject
 from danube.schemas import DEFINITION_BYTES_MAX
+from danube.wire.api.schemas import (
+    CompatibilityOut,
+    ModeOut,
+    RegisteredOut,
+    SchemaVersionList,
+    SchemaVersionOut,
+    SubjectList,
+    TopicSchemaOut,
+)
 
 router = APIRouter(prefix="/v1", tags=["schemas"])
 

@@ -17,6 +17,17 @@ from danube.names import InvalidNameError, TopicName, validate_segment
 from danube.security import Binding, Permission, Resource, Role
 from danube.security.apikeys import ApiKeyRecord
 from danube.security.rbac import NAME_RE, PRINCIPAL_RE, Scope
+from danube.wire.api.security import (
+    ApiKeyCreated,
+    ApiKeyList,
+    ApiKeyOut,
+    BindingList,
+    Can,
+    Grant,
+    RoleList,
+    TokenOut,
+    WhoAmI,
+)
 
 router = APIRouter(prefix="/v1", tags=["security"])
 
@@ -32,10 +43,6 @@ class RoleIn(_In):
     permissions: Annotated[list[Permission], Field(min_length=1, max_length=len(Permission))]
 
 
-class RoleList(BaseModel):
-    roles: list[Role]
-
-
 class BindingIn(_In):
     principal: Annotated[str, Field(pattern=PRINCIPAL_RE)]
     roles: Annotated[
@@ -45,73 +52,15 @@ class BindingIn(_In):
     resource: Annotated[str, Field(max_length=300)] = ""
 
 
-class BindingList(BaseModel):
-    bindings: list[Binding]
-
-
 class ApiKeyIn(_In):
     principal: Annotated[str, Field(pattern=PRINCIPAL_RE)]
     description: Annotated[str, Field(max_length=200)] = ""
     expires_s: Annotated[int, Field(ge=60, le=5 * 366 * 86_400)] | None = None
 
 
-class ApiKeyOut(BaseModel):
-    id: str
-    principal: str
-    created_ms: int
-    expires_ms: int | None = None
-    description: str = ""
-
-
-class ApiKeyCreated(ApiKeyOut):
-    api_key: str  # shown this once; only its hash is kept
-
-
-class ApiKeyList(BaseModel):
-    api_keys: list[ApiKeyOut]
-
-
 class TokenIn(_In):
     api_key: Annotated[str, Field(min_length=1, max_length=256)]
     ttl_s: Annotated[int, Field(ge=10, le=366 * 86_400)] | None = None
-
-
-class TokenOut(BaseModel):
-    token: str
-    token_type: str = "Bearer"
-    principal: str
-    expires_ms: int
-
-
-class Grant(BaseModel):
-    """One of the principal's bindings and what it grants."""
-
-    binding: str
-    scope: Scope
-    resource: str
-    roles: list[str]
-    permissions: list[Permission]
-
-
-class WhoAmI(BaseModel):
-    principal: str
-    security_enabled: bool
-    super_admin: bool = False
-    # The resource asked about (the cluster unless ?namespace= / ?topic= were given) and
-    # every permission the principal holds there, decided as the guard decides.
-    scope: Scope = "cluster"
-    resource: str = ""
-    permissions: list[Permission] = []
-    grants: list[Grant] = []
-
-
-class Can(BaseModel):
-    principal: str
-    permission: Permission
-    scope: Scope
-    resource: str
-    allowed: bool
-    reason: str
 
 
 NamespaceQ = Annotated[

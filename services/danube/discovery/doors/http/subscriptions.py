@@ -19,18 +19,7 @@ from dataclasses import dataclass, field
 
 from fastapi import APIRouter, Response
 
-from danube.discovery.doors.bodies.api import (
-    OwnerOut,
-    SeekPartitionOut,
-    SeekRequest,
-    SeekResponse,
-    SkipRequest,
-    SkipResponse,
-    SubscriptionConsumerOut,
-    SubscriptionList,
-    SubscriptionOut,
-    SubscriptionPartitionOut,
-)
+from danube.discovery.doors.bodies.api import SeekRequest, SkipRequest
 from danube.discovery.doors.http.params import Namespace, Subscription, Topic
 from danube.discovery.doors.http.state import Services, ServicesDep
 from danube.discovery.errors import BadRequestError, NotFoundError
@@ -40,6 +29,16 @@ from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
 from danube.names import user_topic, validate_segment
 from danube.wire import codes
+from danube.wire.api.catalog import (
+    OwnerOut,
+    SeekPartitionOut,
+    SeekResponse,
+    SkipResponse,
+    SubscriptionConsumerOut,
+    SubscriptionList,
+    SubscriptionOut,
+    SubscriptionPartitionOut,
+)
 from danube.wire.consume.ids import consumer_id
 from danube.wire.dispatcher import protocol
 from danube.wire.dispatcher.client import DispatcherClient

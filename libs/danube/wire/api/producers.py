@@ -1,28 +1,19 @@
-"""The JSON bodies of the producer session routes (docs/http-api.md, docs/producers.md)."""
+"""The answers of the producer session routes (docs/http-api.md, docs/producers.md)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from danube.meta.records import AccessMode
-from danube.wire.opens import ProducerOpen
-from danube.wire.produce_binary import ProducerId
-
-__all__ = [
-    "ProducerEpochOut",
-    "ProducerId",
-    "ProducerList",
-    "ProducerOpen",
-    "ProducerOpened",
-    "ProducerOut",
-]
 
 
 class ProducerOpened(BaseModel):
     """The session opened: keep it alive at least every ``session_ttl_ms`` (better: a third
     of it) with ``POST …/producers/{producer_id}/keepalive``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     producer_id: str
     access_mode: AccessMode
@@ -33,7 +24,7 @@ class ProducerOut(BaseModel):
     """One open producer session of a topic; ``topic`` names the partition when it was
     opened on one (as Danube's clients do)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     producer_id: str
     topic: str
@@ -45,15 +36,15 @@ class ProducerOut(BaseModel):
 class ProducerList(BaseModel):
     """The open producer sessions of a topic."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
-    producers: list[ProducerOut]
+    producers: Sequence[ProducerOut]
 
 
 class ProducerEpochOut(BaseModel):
     """``POST …/producers/{name}/epoch``: the producer's new epoch on the topic."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     producer: str
     epoch: int
