@@ -1,6 +1,7 @@
-"""danube.bus._client on a real nats-server: write-through keeps order and flushes, replies
-resolved in the read loop keep timeouts and no-responders, requests started there keep order
-and the pending queue's bound, all through a server restart."""
+"""danube.bus._client on a real nats-server: write-through keeps order and flushes (a PING
+never overtakes a queued command), replies resolved in the read loop keep timeouts and
+no-responders, requests started there keep order and the pending queue's bound, all through a
+server restart."""
 
 from __future__ import annotations
 
@@ -86,6 +87,39 @@ async def test_write_through_and_the_flusher_keep_publish_order(client: Bus, ser
             await asyncio.sleep(0)
     got = await received
     assert [int.from_bytes(m.body[:4], "big") for m in got] == list(range(count))
+
+
+async def test_a_ping_goes_out_after_the_commands_queued_before_it(
+    client: Bus, server: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush's PING (a drain's, after its UNSUB) never overtakes a command waiting in the
+    pending buffer: its PONG would come back before the server saw the command."""
+    subject = _subject(client, "fast.ping")
+    received = await _collecting(server, subject, 2)
+    nc = client._nc
+    transport = nc._transport
+    assert transport is not None
+    written: list[bytes] = []
+    write, writelines = transport.write, transport.writelines
+
+    def record(data: bytes) -> None:
+        written.append(bytes(data))
+        write(data)
+
+    def record_lines(lines: list[bytes]) -> None:
+        written.extend(bytes(line) for line in lines)
+        writelines(lines)
+
+    monkeypatch.setattr(transport, "write", record)
+    monkeypatch.setattr(transport, "writelines", record_lines)
+    await client.publish(subject, b"first")  # straight out: this turn's write-through
+    await client.publish(subject, b"second")  # the same turn: the pending buffer
+    assert nc._pending, "the second publish was to wait in the pending buffer"
+    await nc.flush(timeout=2)  # nats-py's own flush, as a subscription's drain calls it
+    monkeypatch.undo()
+    wire = b"".join(written)
+    assert wire.index(b"second") < wire.rindex(b"PING\r\n")
+    assert [m.body for m in await received] == [b"first", b"second"]
 
 
 async def test_close_flushes_what_was_published(config: BusConfig, server: Bus) -> None:

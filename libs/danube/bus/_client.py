@@ -92,6 +92,19 @@ class FastClient(Client):
             return None
         return await super()._flush_pending(force_flush)
 
+    async def _send_ping(self, future: asyncio.Future[Any] | None = None) -> None:
+        # nats-py writes a PING straight to the socket while commands may wait in the pending
+        # buffer (a second command in a loop turn does): its PONG can then come back before
+        # the server has seen them. A drain's flush is such a PING after its UNSUB: requests
+        # the server still sends after the PONG are dropped unanswered when the drain stops
+        # the subscription, and their callers wait out their whole deadline. The commands
+        # queued before the PING go out before it.
+        if self._pending and self._status == Client.CONNECTED and self._transport is not None:
+            self._transport.writelines(self._pending)
+            self._pending = []
+            self._pending_data_size = 0
+        await super()._send_ping(future)
+
     # --- requests -------------------------------------------------------------------------
 
     async def _init_request_sub(self) -> None:
