@@ -613,6 +613,17 @@ async def test_produce_to_unknown_topic_with_auto_create_off_leaves_no_trace(
         assert await _trace(mesh) == before
 
 
+async def _wal_goes(wal_root: Path, topic: str, after: str) -> None:
+    """Wait until no WAL directory of ``topic`` is left; fail naming where the mesh's tasks
+    (in this process) waited when one outlives ``after`` by 10 s."""
+    try:
+        async with asyncio.timeout(10):
+            while any(p.name.startswith(topic) for p in wal_root.iterdir()):  # noqa: ASYNC110, ASYNC240
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        pytest.fail(f"the WAL outlived {after} by 10 s; tasks:\n{task_stacks()}")
+
+
 async def test_a_deleted_topics_wal_goes_even_when_the_bus_notice_is_lost(
     mesh_for: MeshFactory,
 ) -> None:
@@ -635,12 +646,7 @@ async def test_a_deleted_topics_wal_goes_even_when_the_bus_notice_is_lost(
         await mesh.store.delete(meta_keys.topic_key(topic))
         for partition in topic.partitions(2):
             await mesh.store.delete_prefix(meta_keys.partition_prefix(partition))
-        try:
-            async with asyncio.timeout(10):
-                while any(p.name.startswith("lost") for p in wal_root.iterdir()):  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)
-        except TimeoutError:
-            pytest.fail(f"the WAL outlived its topic's records by 10 s; tasks:\n{task_stacks()}")
+        await _wal_goes(wal_root, "lost", "its topic's records")
 
 
 async def test_delete_topic_removes_its_wal_and_a_recreated_topic_starts_empty(
@@ -657,12 +663,7 @@ async def test_delete_topic_removes_its_wal_and_a_recreated_topic_starts_empty(
         names = sorted(p.name for p in wal_root.iterdir() if p.name.startswith("gone"))
         assert names == ["gone-part-0", "gone-part-1"]
         assert (await http.delete("/v1/topics/default/gone")).status_code == 204
-        try:
-            async with asyncio.timeout(10):
-                while any(p.name.startswith("gone") for p in wal_root.iterdir()):  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)
-        except TimeoutError:  # where the mesh (in this process) waited instead
-            pytest.fail(f"the WAL outlived its topic's delete by 10 s; tasks:\n{task_stacks()}")
+        await _wal_goes(wal_root, "gone", "its topic's delete")
         assert (
             await http.put("/v1/topics/default/gone", json={"partitions": 2})
         ).status_code == 201

@@ -12,8 +12,9 @@ See docs/configuration.md for every key, its unit and default.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from danube.lazy import LazyNames
 
 if TYPE_CHECKING:
     from danube.config.errors import ConfigError, ConfigProblem
@@ -93,17 +94,15 @@ _HOMES = {
 }
 
 
+_LAZY = LazyNames(__name__, globals(), _HOMES)
+
+
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # the next lookup is a plain module attribute
-    return value
+    return _LAZY.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOMES])
+    return _LAZY.names()
 
 
 __all__ = [

@@ -18,8 +18,9 @@ Discovery and danube.admission build gates from them; the CLI signs tokens with 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from danube.lazy import LazyNames
 
 if TYPE_CHECKING:
     from danube.security.errors import PermissionDeniedError, SecurityError, UnauthenticatedError
@@ -72,17 +73,15 @@ _HOMES = {
 }
 
 
+_LAZY = LazyNames(__name__, globals(), _HOMES)
+
+
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # the next lookup is a plain module attribute
-    return value
+    return _LAZY.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOMES])
+    return _LAZY.names()
 
 
 __all__ = [
