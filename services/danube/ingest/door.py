@@ -49,7 +49,7 @@ from danube.errors import (
     UnavailableError,
     UnsupportedMediaTypeError,
 )
-from danube.frame.produce import ProducedFrames
+from danube.frame.batch import FrameBatch
 from danube.ingest import leadership, metrics
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.node import Node
@@ -171,7 +171,9 @@ class DataDoor:
         if stamp is not None:
             frames = stamped_frames(frames, stamp.schema_id, stamp.version)
         reply = await handlers.append(
-            _records(frames), frames.runs, for_partition(admitted.policies, config.partitions)
+            FrameBatch.of_frames(frames.body, frames.starts, frames.ends),
+            frames.runs,
+            for_partition(admitted.policies, config.partitions),
         )
         metrics.DOOR_MESSAGES.inc(reply.messages)
         count = len(frames)
@@ -197,12 +199,6 @@ class DataDoor:
             return UnavailableError(f"{name} has no leader now; look it up again", code="no_owner")
         url = await node_door(self.store, "ingest", owner.node_id)
         return NotLeaderError(f"this node does not lead {name}; its leader does", leader_url=url)
-
-
-def _records(frames: ProducedFrames) -> list[bytes]:
-    """The records of checked frames, as the append takes them."""
-    body, starts, ends = frames.body, frames.starts, frames.ends
-    return [bytes(body[start:end]) for start, end in zip(starts, ends, strict=True)]
 
 
 def _check_headers(headers: list[tuple[bytes, bytes]], body_bytes_max: int) -> None:

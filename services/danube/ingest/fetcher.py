@@ -189,5 +189,7 @@ class Fetcher:
                 raise _Restart()  # overlaps what this replica has: compare histories again
             if first > wal.next_offset:
                 await wal.advance_to(first)
-            await wal.append([bytes(frame.payload) for frame in batch])
+            # Framed once more, into one buffer (the WAL writes each frame's offset and CRC
+            # where it lies: the leader's offsets, so the leader's bytes).
+            await wal.append([frame.payload for frame in batch])
         metrics.REPLICATED_MESSAGES.inc(len(frames))

@@ -31,6 +31,7 @@ from danube.admission import Admitted
 from danube.admission.sessions import ProducerSessions
 from danube.config import DanubeSettings
 from danube.errors import NotFoundError, NotLeaderError, UnavailableError
+from danube.frame.batch import FrameBatch
 from danube.grpc_door import server as door
 from danube.grpc_door.api import DanubeApi, Lookup
 from danube.grpc_door.auth import guard
@@ -98,7 +99,8 @@ class IngestApi(DanubeApi):
             raise NotFoundError(
                 f"topic {admitted.topic} does not exist", code=codes.TOPIC_NOT_FOUND
             )
-        await handlers.append([record], None, for_partition(admitted.policies, config.partitions))
+        limits = for_partition(admitted.policies, config.partitions)
+        await handlers.append(FrameBatch.of_records([record]), None, limits)
         metrics.GRPC_MESSAGES.inc()
 
     async def _leading(self, topic: TopicName) -> PartitionHandlers:

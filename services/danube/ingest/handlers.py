@@ -16,6 +16,7 @@ from danube.bus import Bus, Kind, Message, Request, Responder, Subscription, Top
 from danube.config import DanubeSettings
 from danube.errors import DanubeError, ErrorKind, OverLimitError
 from danube.frame import FRAME_HEADER_BYTES, RawFrame
+from danube.frame.batch import FrameBatch
 from danube.frame.record import SequenceRun
 from danube.ingest import copies, leadership, metrics, timeseek
 from danube.ingest.quota import BacklogGuard
@@ -118,11 +119,12 @@ class PartitionHandlers:
         )
 
     async def append(
-        self, records: list[bytes], runs: list[SequenceRun] | None, limits: PartitionLimits
+        self, records: FrameBatch, runs: list[SequenceRun] | None, limits: PartitionLimits
     ) -> protocol.ProduceReply:
-        """Store checked ``records`` (``runs``: their sequenced ones, when read) under the
-        partition's share of its topic's policies: the one append of every produce door
-        (the bus's, the data door's)."""
+        """Store checked ``records`` (their frames: the WAL gives them their offsets where
+        they lie; ``runs``: their sequenced ones, when read) under the partition's share of
+        its topic's policies: the one append of every produce door (the bus's, the data
+        door's, the gRPC door's)."""
         if not limits.empty:
             await self._admit(limits, records)
         # Awaited in this task, with none of its own: the bus cancels a handler at the
@@ -153,7 +155,7 @@ class PartitionHandlers:
         )
         return reply
 
-    async def _admit(self, limits: PartitionLimits, records: list[bytes]) -> None:
+    async def _admit(self, limits: PartitionLimits, records: FrameBatch) -> None:
         """Refuse a produce over the partition's backlog quota or publish rate (checked in
         that order: a refused produce takes no tokens)."""
         if limits.refuses:
@@ -163,7 +165,7 @@ class PartitionHandlers:
             except DanubeError as exc:
                 metrics.PRODUCE_ERRORS.labels(exc.code).inc()
                 raise
-        size = sum(len(r) for r in records)
+        size = records.record_bytes()
         wait_ms = self.rate.admit(
             limits.rate_msgs_s, limits.rate_bytes_s, len(records), size, time.monotonic()
         )

@@ -39,7 +39,7 @@ IDS_MAX_DEFAULT = 100_000
 _ID_SCAN_BYTES = 4 * 1024 * 1024  # one read of the message ids' read-back
 
 
-def message_id(record: bytes) -> str | None:
+def message_id(record: bytes | memoryview) -> str | None:
     """The record's ``danube.message_id`` attribute (an empty one counts as none)."""
     if not record or record[0] not in (1, 2):
         return None
@@ -162,7 +162,7 @@ class IdPlan:
     request: the i-th appended) or ``("before", offset or pending offset)`` (stored within
     the window)."""
 
-    fresh: list[bytes] = field(default_factory=list)
+    fresh: list[bytes | memoryview] = field(default_factory=list)
     fresh_ids: list[tuple[str, int]] = field(default_factory=list)
     places: list[Place] = field(default_factory=list)
 
@@ -181,7 +181,9 @@ class IdPlan:
         return listed
 
 
-def plan_ids(records: Sequence[bytes], ids: Sequence[str | None], known: MessageIds) -> IdPlan:
+def plan_ids(
+    records: Sequence[bytes | memoryview], ids: Sequence[str | None], known: MessageIds
+) -> IdPlan:
     """Which of ``records`` (their ``ids``) are new, and where the others were stored."""
     plan = IdPlan()
     first_seen: dict[str, int] = {}

@@ -227,12 +227,14 @@ class Partition(LeaderReplicas):
 
     async def produce(
         self,
-        records: Sequence[bytes],
+        records: Sequence[bytes | memoryview],
         *,
         runs: list[SequenceRun] | None = None,
         message_id_window_s: int | None = None,
     ) -> protocol.ProduceReply:
-        """Append ``records``; answer their offsets once the ISR holds them durably.
+        """Append ``records`` (a :class:`~danube.frame.batch.FrameBatch`: a produce's
+        frames, given their offsets where they lie); answer their offsets once the ISR holds
+        them durably.
 
         An idempotent producer's batch is admitted first (danube.ingest.sequencing): a
         resend is answered with the offsets it was stored at, once committed, and nothing is
@@ -277,7 +279,7 @@ class Partition(LeaderReplicas):
 
     async def _append(
         self,
-        records: Sequence[bytes],
+        records: Sequence[bytes | memoryview],
         on_queued: QueuedHook | None = None,
         on_failed: Callable[[BaseException], None] | None = None,
     ) -> int:
@@ -302,7 +304,7 @@ class Partition(LeaderReplicas):
             self._progress.set()
 
     async def _produce_with_ids(
-        self, records: Sequence[bytes], ids: list[str | None], window_s: int
+        self, records: Sequence[bytes | memoryview], ids: list[str | None], window_s: int
     ) -> protocol.ProduceReply:
         """:meth:`produce` of records some of which carry a message id: those stored within
         the window (or earlier in this request) are answered with the first one's offset,

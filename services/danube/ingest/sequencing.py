@@ -84,7 +84,7 @@ class SequencedBatch:
 
 
 def sequenced_batch(
-    records: Sequence[bytes], runs: list[SequenceRun] | None = None
+    records: Sequence[bytes | memoryview], runs: list[SequenceRun] | None = None
 ) -> SequencedBatch | None:
     """The batch ``records`` are, None when none is sequenced; OutOfOrderSequenceError when
     they mix sequenced and unsequenced records, producers or epochs, or their sequences do

@@ -5,10 +5,11 @@ them. Fetch replies carry danube.frame frames exactly as the WAL holds them (che
 where they were read; the hops after carry them unchanged, and whoever decodes a record
 checks its frame), so the uploader can write them to objects as is::
 
-    produce request   [u32 count] then count x ([u32 size][record bytes])
-                      or, framed: [u32 0xFFFFFFFF][u32 count] then count frames of offset 0
-                      (danube.frame.produce: CRC-checked; the leader frames each record
-                      again with its offset)
+    produce request   [u32 0xFFFFFFFF][u32 count] then count frames of offset 0
+                      (danube.frame.produce: CRC-checked; the leader writes each frame's
+                      offset and CRC where it lies: danube.frame.batch). The mark is what
+                      told this layout from a size-prefixed one ([u32 count] then count x
+                      ([u32 size][record])), no longer taken
     produce reply     [u64 first_offset][u32 count]     offsets first..first+count-1
                       [u8 flags] (may be absent: 0): bit 0 duplicate, the records were an
                       idempotent producer's resend, stored before at these offsets
@@ -48,16 +49,16 @@ from enum import IntEnum
 from typing import NamedTuple
 
 from danube.errors import ErrorKind
-from danube.frame import CorruptRecordError, FrameError
+from danube.frame import FrameError
+from danube.frame.batch import FrameBatch
 from danube.frame.codec import BytesLike
-from danube.frame.produce import check_record, scan_frames_for_produce
+from danube.frame.produce import frame_for_produce, scan_frames_for_produce
 from danube.frame.record import SequenceRun
 from danube.wire import codes
 
 # The one error of every contract, re-exported: callers raise ``protocol.BadRequestError``.
 from danube.wire.errors import BadRequestError as BadRequestError
 
-_U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _PRODUCE_REPLY = struct.Struct("<QI")
 _PRODUCE_DUPLICATE = struct.Struct("<QIB")
@@ -96,77 +97,44 @@ class FetchStatus(IntEnum):
 FILE_NAME_BYTES_MAX = 1024
 
 
-def encode_produce_request(records: Sequence[bytes]) -> bytes:
-    """Pack encoded records (danube.frame.encode_record output) into one request body."""
-    parts = [_U32.pack(len(records))]
-    for record in records:
-        parts.append(_U32.pack(len(record)))
-        parts.append(record)
-    return b"".join(parts)
+def encode_produce_request(records: Sequence[BytesLike]) -> bytes:
+    """Frame encoded records (danube.frame.encode_record output) into one request body."""
+    return encode_framed_produce_request(len(records), [frame_for_produce(r) for r in records])
 
 
 def encode_framed_produce_request(count: int, frames: Sequence[BytesLike]) -> bytes:
     """Pack ``count`` frames of offset 0 (danube.frame.produce), given as one or more runs of
-    whole frames, into one framed request body."""
+    whole frames, into one request body."""
     return b"".join((_FRAMED_HEAD.pack(FRAMED_MARK, count), *frames))
 
 
 def framed_request_bytes(frame_bytes: int) -> int:
-    """The size of a framed request carrying ``frame_bytes`` of frames."""
+    """The size of a request carrying ``frame_bytes`` of frames."""
     return FRAMED_HEAD_BYTES + frame_bytes
 
 
 class ProduceRecords(NamedTuple):
-    """A decoded produce request: its records, and their sequenced ones as runs when the
-    decoding read them (the framed layout; None: not read)."""
+    """A decoded produce request: its frames (the records, as a sequence), and their
+    sequenced ones as runs."""
 
-    records: list[bytes]
-    runs: list[SequenceRun] | None
+    records: FrameBatch
+    runs: list[SequenceRun]
 
 
 def decode_produce_request(
     body: bytes, *, max_record_bytes: int, max_count: int = PRODUCE_COUNT_MAX
 ) -> ProduceRecords:
-    """The records of a produce request of either layout, each checked as a record (nothing
-    built but the bytes to append); BadRequestError if the layout, a size or a record is off."""
+    """The frames of a produce request, each checked as a frame and a record (nothing built
+    but the writable buffer the WAL gives them their offsets in); BadRequestError if the
+    layout, a size or a record is off."""
     view = memoryview(body)
-    if len(view) < _U32.size:
-        raise BadRequestError("produce request shorter than its count field")
-    (count,) = _U32.unpack_from(view, 0)
-    if count == FRAMED_MARK:
-        return _decode_framed(view, max_record_bytes=max_record_bytes, max_count=max_count)
-    if not 1 <= count <= max_count:
-        raise BadRequestError(f"produce request count {count} outside 1..{max_count}")
-    records: list[bytes] = []
-    pos = _U32.size
-    for index in range(count):
-        if pos + _U32.size > len(view):
-            raise BadRequestError(f"record {index}: size field past the end of the body")
-        (size,) = _U32.unpack_from(view, pos)
-        pos += _U32.size
-        if size > max_record_bytes:
-            raise BadRequestError(
-                f"record {index}: {size} bytes is over the {max_record_bytes}-byte limit",
-                code=codes.PAYLOAD_TOO_LARGE,
-                kind=ErrorKind.TOO_LARGE,
-            )
-        if pos + size > len(view):
-            raise BadRequestError(f"record {index}: {size} bytes run past the end of the body")
-        try:
-            check_record(view, pos, pos + size)  # check data before writing it
-        except CorruptRecordError as exc:
-            raise BadRequestError(f"record {index}: {exc}") from exc
-        records.append(bytes(view[pos : pos + size]))
-        pos += size
-    if pos != len(view):
-        raise BadRequestError(f"{len(view) - pos} trailing bytes after {count} records")
-    return ProduceRecords(records, None)
-
-
-def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -> ProduceRecords:
     if len(view) < FRAMED_HEAD_BYTES:
-        raise BadRequestError("framed produce request shorter than its head")
-    _, count = _FRAMED_HEAD.unpack_from(view, 0)
+        raise BadRequestError("produce request shorter than its head")
+    mark, count = _FRAMED_HEAD.unpack_from(view, 0)
+    if mark != FRAMED_MARK:
+        raise BadRequestError(
+            "not a framed produce request (the size-prefixed layout is no longer taken)"
+        )
     if not 1 <= count <= max_count:
         raise BadRequestError(f"produce request count {count} outside 1..{max_count}")
     try:
@@ -175,18 +143,16 @@ def _decode_framed(view: memoryview, *, max_record_bytes: int, max_count: int) -
         raise BadRequestError(f"framed produce request: {exc}") from exc
     if len(frames) != count:
         raise BadRequestError(f"framed produce request of {len(frames)} frames, not {count}")
-    body, starts, ends = frames.body, frames.starts, frames.ends
-    records = []
+    starts, ends = frames.starts, frames.ends
     for index in range(count):
-        start, end = starts[index], ends[index]
-        if end - start > max_record_bytes:
+        if ends[index] - starts[index] > max_record_bytes:
             raise BadRequestError(
-                f"record {index}: {end - start} bytes is over the {max_record_bytes}-byte limit",
+                f"record {index}: {ends[index] - starts[index]} bytes is over the "
+                f"{max_record_bytes}-byte limit",
                 code=codes.PAYLOAD_TOO_LARGE,
                 kind=ErrorKind.TOO_LARGE,
             )
-        records.append(bytes(body[start:end]))
-    return ProduceRecords(records, frames.runs)
+    return ProduceRecords(FrameBatch.of_frames(frames.body, starts, ends), frames.runs)
 
 
 class ProduceReply(NamedTuple):

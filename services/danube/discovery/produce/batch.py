@@ -1,6 +1,6 @@
 """The messages of one produce as the bus requests to ingest carry them (:class:`Batch`):
-encoded records sent size-prefixed (the JSON and gRPC paths) or produced frames passed on as
-a binary body brought them (danube.frame.produce), stamped with their schema when their
+frames of offset 0 (danube.frame.produce), framed here from encoded records (the JSON and
+gRPC paths) or passed on as a binary body brought them, stamped with their schema when their
 topic has one. Pure, no I/O. (The checks admission makes of the payloads are
 danube.admission.payloads'.)"""
 
@@ -12,11 +12,7 @@ from typing import Protocol
 from danube.discovery.produce.routing import RECORD_FRAMING_BYTES, REQUEST_HEAD_BYTES
 from danube.frame import FRAME_HEADER_BYTES
 from danube.frame.produce import ProducedFrames
-from danube.wire.ingest.protocol import (
-    FRAMED_HEAD_BYTES,
-    encode_framed_produce_request,
-    encode_produce_request,
-)
+from danube.wire.ingest.protocol import encode_framed_produce_request, encode_produce_request
 
 
 class Batch(Protocol):
@@ -39,7 +35,7 @@ class Batch(Protocol):
 
 
 class RecordsBatch:
-    """Encoded records, sent size-prefixed (the JSON and gRPC paths encode them here)."""
+    """Encoded records, framed as they go (the JSON and gRPC paths encode them here)."""
 
     head_bytes = REQUEST_HEAD_BYTES
     framing_bytes = RECORD_FRAMING_BYTES
@@ -56,8 +52,8 @@ class FramesBatch:
     """Produced frames (the binary body), passed on as they came: a run of consecutive
     messages (all of them, for a topic of one partition) is one slice of the body."""
 
-    head_bytes = FRAMED_HEAD_BYTES
-    framing_bytes = FRAME_HEADER_BYTES
+    head_bytes = REQUEST_HEAD_BYTES
+    framing_bytes = RECORD_FRAMING_BYTES
 
     def __init__(self, frames: ProducedFrames) -> None:
         self.frames = frames

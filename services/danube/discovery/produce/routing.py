@@ -14,12 +14,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from danube.frame import FRAME_HEADER_BYTES
 from danube.routing import partition_for_key
+from danube.wire.ingest.protocol import FRAMED_HEAD_BYTES
 
 _U32_MASK = 0xFFFFFFFF
-# Each record travels in a produce request behind its own 4-byte size field.
-RECORD_FRAMING_BYTES = 4
-REQUEST_HEAD_BYTES = 4
+# Each record travels in a produce request framed (danube.wire.ingest.protocol), behind the
+# request's head.
+RECORD_FRAMING_BYTES = FRAME_HEADER_BYTES
+REQUEST_HEAD_BYTES = FRAMED_HEAD_BYTES
 
 
 class RoundRobin:
@@ -84,7 +87,7 @@ def split(
     """Cut one partition's records into requests of at most ``max_records`` records and
     ``max_request_bytes`` bytes (framing included), keeping their order. ``sizes[i]`` is the
     encoded size of record ``i`` of the batch; a request has a head of ``head_bytes`` and
-    each record ``framing_bytes`` around it (the defaults: the size-prefixed layout). A record
+    each record ``framing_bytes`` around it (the defaults: the request's layout). A record
     too big for any request raises ValueError (the caller checks sizes before)."""
     chunks: list[Chunk] = []
     current: list[int] = []

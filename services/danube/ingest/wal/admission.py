@@ -13,30 +13,23 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from danube.frame import FRAME_HEADER_BYTES
+from danube.frame.batch import FrameBatch
 from danube.ingest.wal.errors import AppendTooLargeError, PayloadTooLargeError
 from danube.ingest.wal.options import WalOptions
 
 
-def frame_bytes(payloads: Sequence[bytes], options: WalOptions) -> int:
-    """The frame bytes of an append of ``payloads``, once every payload is checked against
-    the frame limit and the whole against the pending budget (it must fit it whole)."""
+def frame_bytes(frames: FrameBatch, options: WalOptions) -> int:
+    """The frame bytes of an append of ``frames``, once every record is checked against the
+    frame limit and the whole against the pending budget (it must fit it whole)."""
     limit = options.max_frame_payload_bytes
-    if len(payloads) == 1:  # the common case, without the lists below
-        size = len(payloads[0])
-        if size > limit:
-            raise PayloadTooLargeError(index=0, size_bytes=size, limit_bytes=limit)
-        return size + FRAME_HEADER_BYTES  # max_pending_bytes holds one frame (options)
-    sizes = [len(payload) for payload in payloads]
-    biggest = max(sizes)
+    index, biggest = frames.largest_record()
     if biggest > limit:
-        raise PayloadTooLargeError(
-            index=sizes.index(biggest), size_bytes=biggest, limit_bytes=limit
-        )
-    nbytes = sum(sizes) + FRAME_HEADER_BYTES * len(sizes)
-    if nbytes > options.max_pending_bytes:
+        raise PayloadTooLargeError(index=index, size_bytes=biggest, limit_bytes=limit)
+    nbytes = frames.nbytes
+    # max_pending_bytes holds one frame at least (options): a lone record always fits.
+    if len(frames) > 1 and nbytes > options.max_pending_bytes:
         raise AppendTooLargeError(size_bytes=nbytes, limit_bytes=options.max_pending_bytes)
     return nbytes
 

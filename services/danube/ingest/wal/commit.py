@@ -1,6 +1,6 @@
 """Group commit: the one writer thread that owns the segment file.
 
-Appends queue ``(first offset, payloads, frame bytes, future)`` from the event loop. A thread of
+Appends queue ``(first offset, frames, frame bytes, future)`` from the event loop. A thread of
 its own takes everything queued (up to ``max_batch_bytes``; a larger single append goes alone),
 hands it to the :class:`SegmentWriter` (one write, and in ``fsync`` mode one fdatasync), and
 posts the outcome back to the loop in one ``call_soon_threadsafe``, where the WAL publishes the
@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from danube.frame.batch import FrameBatch
 from danube.ingest.wal.errors import (
     DiskFullError,
     WalClosedError,
@@ -44,8 +45,9 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-Queued = tuple[int, Sequence[bytes], int, "asyncio.Future[None] | None"]
-"""One queued append: first offset, payloads, frame bytes, its future (a tuple: the cheapest)."""
+Queued = tuple[int, FrameBatch, int, "asyncio.Future[None] | None"]
+"""One queued append: first offset, its frames (danube.frame.batch: the writer gives them
+their offsets in place), frame bytes, its future (a tuple: the cheapest)."""
 DurableHook = Callable[[list[Queued], Sequence[bytes]], None]  # the batch, the frames written
 FailedHook = Callable[[str, bool, int], None]  # reason, closed (not failed), bytes released
 RefusedHook = Callable[[int, int], None]  # first offset refused, bytes released
@@ -212,7 +214,7 @@ class GroupCommit:
 
     def _write(self, batch: list[Queued]) -> bool:
         """Write one batch and post its outcome; False when the thread must end."""
-        groups = [(first, payloads) for first, payloads, _nbytes, _future in batch]
+        groups = [(first, frames) for first, frames, _nbytes, _future in batch]
         try:
             result = self.writer.write_batch(groups)
         except DiskFullError as exc:
@@ -313,7 +315,7 @@ class GroupCommit:
             self._paused = False
             self._cond.notify()
         self._outstanding -= len(refused)
-        for _first, _payloads, _nbytes, future in refused:
+        for _first, _frames, _nbytes, future in refused:
             if future is not None and not future.done():
                 future.set_exception(
                     DiskFullError(
@@ -340,7 +342,7 @@ class GroupCommit:
         def error() -> WalError:
             return WalClosedError(f"the WAL closed: {reason}") if closed else WalFailedError(reason)
 
-        for _first, _payloads, _nbytes, future in pending:
+        for _first, _frames, _nbytes, future in pending:
             if future is not None and not future.done():
                 future.set_exception(error())
         self._on_failed(reason, closed, sum(item[2] for item in pending))

@@ -1,7 +1,7 @@
 """The WAL of one topic partition: group-committed appends, reads, drops, recovery at open.
 
 One writer thread owns the file. ``append`` takes room in the pending budget, gets its offsets
-and queues ``(first offset, payloads, bytes, future)``; the writer thread takes everything queued
+and queues ``(first offset, frames, bytes, future)``; the writer thread takes everything queued
 (up to ``max_batch_bytes``), writes it with one write (and, in ``fsync`` mode, one fdatasync),
 then, in one callback on the event loop, the WAL publishes the new durable end, resolves the
 futures, fills the cache and calls the durable listeners. Appends that arrive while the thread
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from danube.aio import awaited_task
+from danube.frame.batch import FrameBatch
+from danube.frame.codec import BytesLike
 from danube.ingest.wal.admission import Admission, frame_bytes
 from danube.ingest.wal.cache import MessageCache
 from danube.ingest.wal.checkpoint import CheckpointStore
@@ -203,42 +205,49 @@ class Wal(SegmentUpkeep):
     # --- appending --------------------------------------------------------------------
 
     async def append(
-        self, payloads: Sequence[bytes], *, on_queued: QueuedHook | None = None
+        self,
+        payloads: FrameBatch | Sequence[BytesLike],
+        *,
+        on_queued: QueuedHook | None = None,
     ) -> int:
         """Append messages; return the first one's offset once all are durable (per the mode).
 
-        Offsets are ``first .. first + len(payloads) - 1`` in order. All or nothing: a size
-        error writes nothing; a failed write fails every message. Waits while the pending bytes
-        are spent (backpressure). An empty sequence returns ``next_offset`` and writes nothing.
+        ``payloads``: a :class:`~danube.frame.batch.FrameBatch` (a produce's frames: the
+        writer gives them their offsets where they lie, the buffer is the WAL's from now on),
+        or records to frame. Offsets are ``first .. first + len(payloads) - 1`` in order. All
+        or nothing: a size error writes nothing; a failed write fails every message. Waits
+        while the pending bytes are spent (backpressure). An empty sequence returns
+        ``next_offset`` and writes nothing.
         """
         self._check_open()
         count = len(payloads)
         if count == 0:
             return self._next_offset
-        nbytes = frame_bytes(payloads, self.options)
+        frames = payloads if isinstance(payloads, FrameBatch) else FrameBatch.of_records(payloads)
+        nbytes = frame_bytes(frames, self.options)
         commit = self._commit
         if commit is None:  # memory mode: appended is durable
             first = self._take_offsets(count)
             if on_queued is not None:  # first: it may tell the durable listeners about it
                 on_queued(first, None)
-            self._durable([(first, payloads, nbytes, None)])
+            self._durable([(first, frames, nbytes, None)])
             return first
         if not self._admission.try_acquire(nbytes):
             # Backpressure: wait for room, in order. A caller cancelled meanwhile leaves its
             # append to finish anyway (as one cancelled once queued does): the task is
             # shielded, and ends at the latest when the WAL closes (its waiters fail).
             waiting = awaited_task(
-                self._append_with_room(payloads, nbytes, commit, on_queued), name="wal append"
+                self._append_with_room(frames, nbytes, commit, on_queued), name="wal append"
             )
             return await asyncio.shield(waiting)
         # The hot path, with no task of its own: queued before the first wait, so a caller
         # cancelled while it waits cancels only its future; the writer still writes the append
         # and skips a future already done.
-        return await self._queue(payloads, nbytes, commit, on_queued)
+        return await self._queue(frames, nbytes, commit, on_queued)
 
     async def _append_with_room(
         self,
-        payloads: Sequence[bytes],
+        frames: FrameBatch,
         nbytes: int,
         commit: GroupCommit,
         on_queued: QueuedHook | None,
@@ -247,7 +256,7 @@ class Wal(SegmentUpkeep):
         if self._failure is not None or self._state is not _State.OPEN:
             self._admission.release(nbytes)
             self._check_open()
-        return await self._queue(payloads, nbytes, commit, on_queued)
+        return await self._queue(frames, nbytes, commit, on_queued)
 
     def _take_offsets(self, count: int) -> int:
         """The next ``count`` offsets for one append; the first of them."""
@@ -258,16 +267,16 @@ class Wal(SegmentUpkeep):
 
     async def _queue(
         self,
-        payloads: Sequence[bytes],
+        frames: FrameBatch,
         nbytes: int,
         commit: GroupCommit,
         on_queued: QueuedHook | None = None,
     ) -> int:
         """Queue an append (its room taken) for the writer before any wait; its first offset
         once durable."""
-        first = self._take_offsets(len(payloads))
+        first = self._take_offsets(len(frames))
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        commit.submit((first, payloads, nbytes, future))
+        commit.submit((first, frames, nbytes, future))
         if on_queued is not None:
             on_queued(first, future)
         await future

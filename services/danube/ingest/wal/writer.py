@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from danube.frame import FRAME_HEADER_BYTES, append_frame
+from danube.frame.batch import FrameBatch
 from danube.ingest.wal.checkpoint import CheckpointStore
 from danube.ingest.wal.errors import DiskFullError
 from danube.ingest.wal.fileops import FileOps
@@ -75,17 +75,21 @@ class SegmentWriter:
             return None
         return self.created_at + max_age_s
 
-    def write_batch(self, groups: Sequence[tuple[int, Sequence[bytes]]]) -> BatchResult:
-        """Write ``(first offset, payloads)`` groups in order with one write per segment.
+    def write_batch(self, groups: Sequence[tuple[int, FrameBatch]]) -> BatchResult:
+        """Write ``(first offset, frames)`` groups in order with one write per segment.
 
-        A group that does not follow the active segment's last offset (``advance_to`` made a
-        gap) and a frame that would take the segment past ``rotation_max_bytes`` seal it and
-        start a new one. With ``fsync`` durability, the batch is fdatasync'ed before returning.
+        Each group's frames get their offsets and CRCs where they lie (``FrameBatch.seal``)
+        and are written from its buffer as they are. A group that does not follow the active
+        segment's last offset (``advance_to`` made a gap) and a frame that would take the
+        segment past ``rotation_max_bytes`` seal it and start a new one. With ``fsync``
+        durability, the batch is fdatasync'ed before returning.
         :class:`DiskFullError` when there is no room: nothing of the batch stays on disk.
         """
-        count = sum(len(payloads) for _, payloads in groups)
-        size = count * FRAME_HEADER_BYTES + sum(len(p) for _, ps in groups for p in ps)
+        size = sum(frames.nbytes for _, frames in groups)
         self._ops.check_room(self._dir, size)  # DiskFullError before anything is touched
+        limit = self._options.max_frame_payload_bytes
+        for first, frames in groups:
+            frames.seal(first, max_payload_bytes=limit)
         result = BatchResult()
         try:
             self._write_groups(groups, result)
@@ -100,42 +104,50 @@ class SegmentWriter:
             self.sync()
         return result
 
-    def _write_groups(
-        self, groups: Sequence[tuple[int, Sequence[bytes]]], result: BatchResult
-    ) -> None:
+    def _write_groups(self, groups: Sequence[tuple[int, FrameBatch]], result: BatchResult) -> None:
         due = self.age_due()
         if due is not None and self._clock() >= due:
             self.seal("age")
         max_bytes = self._options.rotation_max_bytes
-        limit = self._options.max_frame_payload_bytes
-        buf = bytearray()
+        pieces: list[memoryview] = []  # what the active segment's next write holds
         segment = self.active
         pos = self._written  # position in the active segment of the next frame
         next_offset = self._next
         next_mark = self._next_mark
-        for first, payloads in groups:
+        for first, frames in groups:
+            view = memoryview(frames.buf)
             offset = first
-            for payload in payloads:
-                frame_bytes = FRAME_HEADER_BYTES + len(payload)
+            run_start = run_end = -1  # the frames of this group that go in one piece
+            for start, end in zip(frames.starts, frames.ends, strict=True):
+                frame_bytes = end - start
                 if (
                     segment is None
                     or offset != next_offset
                     or (pos and pos + frame_bytes > max_bytes)
                 ):
+                    if run_end >= 0:
+                        pieces.append(view[run_start:run_end])
+                        run_end = -1
                     if segment is not None:
-                        self._flush(buf, result, next_offset)
-                        buf = bytearray()
+                        self._flush(pieces, result, next_offset)
+                        pieces = []
                         self.seal("gap" if offset != next_offset else "size")
                     segment = self._start(offset)
                     pos, next_mark = 0, 0
                 if pos >= next_mark:
                     segment.index.append((offset, pos))
                     next_mark = pos + INDEX_EVERY_BYTES
-                append_frame(buf, offset, payload, max_payload_bytes=limit)
+                if start != run_end:
+                    if run_end >= 0:
+                        pieces.append(view[run_start:run_end])
+                    run_start = start
+                run_end = end
                 pos += frame_bytes
                 offset += 1
                 next_offset = offset
-        self._flush(buf, result, next_offset)
+            if run_end >= 0:
+                pieces.append(view[run_start:run_end])
+        self._flush(pieces, result, next_offset)
         self._next_mark = next_mark
 
     def _cut_back(self) -> None:
@@ -157,15 +169,20 @@ class SegmentWriter:
         except OSError:
             return 0
 
-    def _flush(self, buf: bytearray, result: BatchResult, next_offset: int) -> None:
-        """Write ``buf`` at the end of the active segment and note how far it now reaches."""
-        if self._fd is None or self.active is None or not buf:
+    def _flush(self, pieces: list[memoryview], result: BatchResult, next_offset: int) -> None:
+        """Write ``pieces`` (whole frames, in offset order) at the end of the active segment
+        in one write and note how far it now reaches."""
+        if self._fd is None or self.active is None or not pieces:
             return
-        self._ops.write(self._fd, buf)
-        result.frames.append(bytes(buf))
-        self._written += len(buf)
+        # The one copy of the frames on the way: the bytes written are kept (the cache and
+        # the live stream take them as they are). A produce body's frames lie end to end:
+        # one piece.
+        data = bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
+        self._ops.write(self._fd, data)
+        result.frames.append(data)
+        self._written += len(data)
         self._next = next_offset
-        self.bytes_written += len(buf)
+        self.bytes_written += len(data)
         self.unsynced = True
         result.touched.append((self.active, self._written, next_offset))
 
