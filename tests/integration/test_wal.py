@@ -10,7 +10,7 @@ import logging
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -611,7 +611,13 @@ async def test_concurrent_appends_get_contiguous_offsets_in_file_order(tmp_path:
 async def test_durable_listeners_get_each_batch_in_offset_order(tmp_path: Path) -> None:
     wal = await Wal.open(tmp_path / "p", options())
     calls: list[tuple[int, list[bytes]]] = []
-    remove = wal.add_durable_listener(lambda first, payloads: calls.append((first, list(payloads))))
+    written: list[tuple[int, bytes | None]] = []
+
+    def listener(first: int, payloads: Sequence[bytes | memoryview], frames: bytes | None) -> None:
+        calls.append((first, [bytes(p) for p in payloads]))
+        written.append((first, frames))
+
+    remove = wal.add_durable_listener(listener)
     await wal.append([b"a", b"b"])
     await asyncio.gather(wal.append([b"c"]), wal.append([b"d"]))
     await wal.advance_to(10)
@@ -620,6 +626,11 @@ async def test_durable_listeners_get_each_batch_in_offset_order(tmp_path: Path) 
     await wal.append([b"not seen"])
     flat = [(first + i, p) for first, payloads in calls for i, p in enumerate(payloads)]
     assert flat == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (10, b"k")]
+    # A run one write held comes with those frames, as the codec makes them.
+    for (first, payloads), (_, frames) in zip(calls, written, strict=True):
+        if frames is not None:
+            assert frames == b"".join(encode_frame(first + i, p) for i, p in enumerate(payloads))
+    assert written[0][1] is not None  # the first append: one run, one write
     await wal.close()
 
 

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from danube.bus import BusTimeoutError, NotConnectedError, PayloadTooLargeError, Subjects
-from danube.frame import decode_frames
+from danube.frame import decode_frames, encode_frame
+from danube.ingest import live as live_module
 from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.leadership import Term
+from danube.ingest.live import Run, frame_chunks
 from danube.ingest.partition import Partition
 from danube.ingest.wal import Durability
 from danube.meta import TopicName
@@ -37,20 +39,23 @@ class FakeWal:
         self.options = SimpleNamespace(durability=durability)
         self.durable_next = 0
         self.start_offset = 0
-        self._listener: Callable[[int, Sequence[bytes]], None] | None = None
+        self._listener: Callable[[int, Sequence[bytes], bytes | None], None] | None = None
 
-    def add_durable_listener(self, listener: Callable[[int, Sequence[bytes]], None]) -> Any:
+    def add_durable_listener(
+        self, listener: Callable[[int, Sequence[bytes], bytes | None], None]
+    ) -> Any:
         self._listener = listener
         return lambda: None
 
     def add_failure_listener(self, listener: Callable[[str], None]) -> Any:
         return lambda: None
 
-    def made_durable(self, payloads: Sequence[bytes]) -> None:
+    def made_durable(self, payloads: Sequence[bytes], frames: bytes | None = None) -> None:
+        """``payloads`` durable, ``frames``: as the WAL wrote them (None: it did not say)."""
         first = self.durable_next
         self.durable_next += len(payloads)
         assert self._listener is not None
-        self._listener(first, payloads)
+        self._listener(first, payloads, frames)
 
 
 class FlakyBus:
@@ -217,12 +222,54 @@ async def test_a_large_commit_or_a_gap_is_a_plain_wakeup() -> None:
             await bus.got.wait()
         assert bus.published[-1] == protocol.Wakeup(1, 1, len(big)).encode()
         # A run with a batch missing between two others (dropped from a full live queue).
-        gap = partition.live.wakeup_body(protocol.Wakeup(4, 2, 2), [(1, [b"a"]), (3, [b"c"])])
+        gap = partition.live.wakeup_body(protocol.Wakeup(4, 2, 2), [Run(1, [b"a"]), Run(3, [b"c"])])
         assert gap == protocol.Wakeup(4, 2, 2).encode()
         whole = partition.live.wakeup_body(
-            protocol.Wakeup(4, 3, 3), [(1, [b"a", b"b"]), (3, [b"c"])]
+            protocol.Wakeup(4, 3, 3), [Run(1, [b"a", b"b"]), Run(3, [b"c"])]
         )
         assert protocol.Carried.decode(whole) is not None
     finally:
         task.cancel()
         await asyncio.wait({task})
+
+
+async def test_frames_the_wal_wrote_are_published_as_they_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run the WAL hands on with its frames goes out in those bytes, framed by nobody
+    here; one without (a batch of several runs) is framed as the codec frames it."""
+
+    def framed_again(*_: object) -> int:
+        raise AssertionError("the WAL's frames were framed again")
+
+    wal = FakeWal()
+    bus = FlakyBus([])
+    partition = _partition(wal, bus)
+    task = asyncio.create_task(partition.live.run())
+    try:
+        monkeypatch.setattr(live_module, "append_frame", framed_again)
+        written = encode_frame(0, b"a") + encode_frame(1, b"bc")
+        wal.made_durable([b"a", b"bc"], written)
+        assert await _published_offsets(bus, 2) == [0, 1]
+        assert bus.published == [written]
+        monkeypatch.undo()
+        wal.made_durable([b"d"])
+        assert await _published_offsets(bus, 3) == [0, 1, 2]
+        assert bus.published[-1] == encode_frame(2, b"d")
+    finally:
+        task.cancel()
+        await asyncio.wait({task})
+
+
+def test_frame_chunks_cut_the_written_frames_where_a_frame_ends() -> None:
+    payloads = [b"a" * 10, b"b" * 20, b"c" * 5, b"d" * 40]
+    written = b"".join(encode_frame(7 + i, p) for i, p in enumerate(payloads))
+    for frames in (written, None):  # the WAL's bytes, or framed here: the same bodies
+        bodies = frame_chunks(Run(7, payloads, frames), 16 + 20 + 16 + 5)
+        assert [count for _, count in bodies] == [1, 2, 1]
+        assert b"".join(body for body, _ in bodies) == written
+        assert [[f.offset for f in decode_frames(body)[0]] for body, _ in bodies] == [
+            [7],
+            [8, 9],
+            [10],
+        ]

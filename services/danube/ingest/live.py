@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from danube.bus import Bus
 from danube.errors import DanubeError
@@ -30,6 +31,26 @@ from danube.wire.sizes import body_limit
 log = logging.getLogger(__name__)
 
 LIVE_QUEUE_BATCHES_MAX = 1024
+
+Payloads = Sequence[bytes | memoryview]
+
+
+class Run(NamedTuple):
+    """A durable run of the WAL: its first offset, its records, and their frames as the WAL
+    wrote them when it handed them on (None: framed here when they are sent)."""
+
+    first: int
+    payloads: Payloads
+    frames: bytes | None = None
+
+    def framed(self) -> bytes:
+        """The run's frames: the WAL's bytes as they are, or framed here."""
+        if self.frames is not None:
+            return self.frames
+        out = bytearray()
+        for index, payload in enumerate(self.payloads):
+            append_frame(out, self.first + index, payload)
+        return bytes(out)
 
 
 class LiveStream:
@@ -53,16 +74,16 @@ class LiveStream:
         self._committed = committed
         self._wal_start = wal_start
         self._stopped = stopped
-        self._queue: deque[tuple[int, Sequence[bytes]]] = deque()
+        self._queue: deque[Run] = deque()
         self._ready = asyncio.Event()
 
-    def offer(self, first_offset: int, payloads: Sequence[bytes]) -> None:
-        """A batch the WAL made durable: queued until committed, or dropped (counted) when
-        the queue is full."""
+    def offer(self, first_offset: int, payloads: Payloads, frames: bytes | None = None) -> None:
+        """A batch the WAL made durable (``frames``: as it wrote them, when it says):
+        queued until committed, or dropped (counted) when the queue is full."""
         if len(self._queue) >= LIVE_QUEUE_BATCHES_MAX:
             metrics.LIVE_DROPPED.inc(len(payloads))
             return
-        self._queue.append((first_offset, payloads))
+        self._queue.append(Run(first_offset, payloads, frames))
         self._ready.set()
 
     def committed_moved(self) -> None:
@@ -76,9 +97,10 @@ class LiveStream:
             await self._ready.wait()
             self._ready.clear()
             wakeup: protocol.Wakeup | None = None
-            ready: list[tuple[int, Sequence[bytes]]] = []
+            ready: list[Run] = []
             while self._queue:
-                first, payloads = self._queue[0]
+                run = self._queue[0]
+                first, payloads = run.first, run.payloads
                 if first + len(payloads) > self._committed():
                     break  # the next watermark move sets _ready again
                 self._queue.popleft()
@@ -89,31 +111,26 @@ class LiveStream:
                     count = len(payloads) + (wakeup.count if wakeup else 0)
                     size = sum(map(len, payloads)) + (wakeup.payload_bytes if wakeup else 0)
                     wakeup = protocol.Wakeup(first + len(payloads), count, size)
-                    ready.append((first, payloads))
+                    ready.append(run)
                     continue
-                for body, count in frame_chunks(first, payloads, limit):
+                for body, count in frame_chunks(run, limit):
                     await self._publish(body, count)
             if wakeup is not None:
                 await self._publish(self.wakeup_body(wakeup, ready), wakeup.count)
 
-    def wakeup_body(
-        self, wakeup: protocol.Wakeup, batches: Sequence[tuple[int, Sequence[bytes]]]
-    ) -> bytes:
-        """A plain wake-up, or one carrying the frames of ``batches`` (protocol.Carried)
+    def wakeup_body(self, wakeup: protocol.Wakeup, runs: Sequence[Run]) -> bytes:
+        """A plain wake-up, or one carrying the frames of ``runs`` (protocol.Carried)
         when they are small and one run of offsets (a batch dropped from a full live queue
         leaves a gap: then readers fetch)."""
         if wakeup.payload_bytes > protocol.LIVE_CARRY_BYTES_MAX:
             return wakeup.encode()
-        frames = bytearray()
-        expected = batches[0][0]
-        for first, payloads in batches:
-            if first != expected:
+        expected = runs[0].first
+        for run in runs:
+            if run.first != expected:
                 return wakeup.encode()
-            for index, payload in enumerate(payloads):
-                append_frame(frames, first + index, payload)
-            expected = first + len(payloads)
-        first_offset = batches[0][0]
-        return protocol.Carried.encode(first_offset, self._wal_start(), wakeup, bytes(frames))
+            expected = run.first + len(run.payloads)
+        frames = b"".join(run.framed() for run in runs)
+        return protocol.Carried.encode(runs[0].first, self._wal_start(), wakeup, frames)
 
     async def _publish(self, body: bytes, count: int) -> None:
         """Publish one live body, retrying what may work later (the bus reconnecting) with
@@ -139,21 +156,21 @@ class LiveStream:
             return
 
 
-def frame_chunks(
-    first: int, payloads: Sequence[bytes], limit_bytes: int
-) -> list[tuple[bytes, int]]:
-    """Frames of ``payloads`` from offset ``first``, packed into bodies of at most the limit
-    (a single frame over the limit travels alone; the bus refuses it and counts it), each
-    with the number of frames it holds."""
+def frame_chunks(run: Run, limit_bytes: int) -> list[tuple[bytes, int]]:
+    """The frames of ``run`` packed into bodies of at most the limit (a single frame over
+    the limit travels alone; the bus refuses it and counts it), each with the number of
+    frames it holds: slices of its frames, cut where a frame ends."""
+    frames = run.framed()
+    if len(frames) <= limit_bytes:
+        return [(frames, len(run.payloads))]
     bodies: list[tuple[bytes, int]] = []
-    body = bytearray()
-    count = 0
-    for index, payload in enumerate(payloads):
-        if body and len(body) + FRAME_HEADER_BYTES + len(payload) > limit_bytes:
-            bodies.append((bytes(body), count))
-            body, count = bytearray(), 0
-        append_frame(body, first + index, payload)
+    start = end = count = 0
+    for payload in run.payloads:
+        size = FRAME_HEADER_BYTES + len(payload)
+        if count and end + size - start > limit_bytes:
+            bodies.append((frames[start:end], count))
+            start, count = end, 0
+        end += size
         count += 1
-    if body:
-        bodies.append((bytes(body), count))
+    bodies.append((frames[start:end], count))
     return bodies

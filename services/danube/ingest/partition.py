@@ -429,16 +429,18 @@ class Partition(LeaderReplicas):
 
     # --- committed batches --------------------------------------------------------------
 
-    def _on_durable(self, first_offset: int, payloads: Sequence[bytes]) -> None:
+    def _on_durable(
+        self, first_offset: int, payloads: Sequence[bytes | memoryview], frames: bytes | None
+    ) -> None:
         self._advance()
         # Counted two loop steps later: the producers this commit answers resume in the next
         # step and nats-py's flusher writes their replies in the one after; the counters,
         # run cold after an idle spell, cost more than the rest of this callback.
         loop = asyncio.get_running_loop()
         loop.call_soon(loop.call_soon, self._count_durable, payloads)
-        self.live.offer(first_offset, payloads)
+        self.live.offer(first_offset, payloads, frames)
 
-    def _count_durable(self, payloads: Sequence[bytes]) -> None:
+    def _count_durable(self, payloads: Sequence[bytes | memoryview]) -> None:
         metrics.APPENDED_MESSAGES.inc(len(payloads))
         size_bytes = sum(map(len, payloads))
         metrics.APPENDED_BYTES.inc(size_bytes)

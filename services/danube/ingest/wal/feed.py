@@ -1,8 +1,10 @@
 """What happens to a batch once durable: it enters the cache and goes to the durable listeners.
 
 A batch is split into runs of consecutive offsets (an ``advance_to`` between two appends of one
-batch makes two runs), so a listener always gets ``(first offset, payloads)`` whose offsets are
-``first, first + 1, ...``, in offset order across calls.
+batch makes two runs), so a listener always gets ``(first offset, payloads, frames)`` whose
+offsets are ``first, first + 1, ...``, in offset order across calls; ``frames``: the run's
+frames as the writer wrote them (offsets and CRCs set), when one write held exactly the run
+(None otherwise): whoever sends them on takes them as they are instead of framing again.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from danube.ingest.wal.cache import MessageCache
 
 log = logging.getLogger(__name__)
 
-DurableListener = Callable[[int, Sequence[bytes]], None]
-"""Called with ``(first offset, payloads)``: consecutive offsets, just made durable, in order."""
+DurableListener = Callable[[int, Sequence[bytes | memoryview], bytes | None], None]
+"""Called with ``(first offset, payloads, frames)``: consecutive offsets, just made durable, in
+order; their frames as written, or None."""
 
 
 _L = TypeVar("_L")
@@ -68,6 +71,6 @@ class DurableFeed:
         self.cache.extend(first, payloads, frames)
         for listener in tuple(self._listeners):
             try:
-                listener(first, payloads)
+                listener(first, payloads, frames)
             except Exception:  # one bad listener must not stop the writer or the others
                 log.exception("WAL durable listener failed", extra={"first_offset": first})

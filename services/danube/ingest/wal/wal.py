@@ -230,7 +230,8 @@ class Wal(SegmentUpkeep):
             first = self._take_offsets(count)
             if on_queued is not None:  # first: it may tell the durable listeners about it
                 on_queued(first, None)
-            self._durable([(first, frames, nbytes, None)])
+            frames.seal(first, max_payload_bytes=self.options.max_frame_payload_bytes)
+            self._durable([(first, frames, nbytes, None)], [b"".join(frames.runs())])
             return first
         if not self._admission.try_acquire(nbytes):
             # Backpressure: wait for room, in order. A caller cancelled meanwhile leaves its
