@@ -14,7 +14,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from danube.cli.benchrun import BenchSpec, Meter, bench_consume, bench_e2e, bench_produce
+from danube.bench.run import BenchSpec, Meter, bench_consume, bench_e2e, bench_produce
 from danube.client import AsyncDanubeClient
 
 from mesh import bench_mesh

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from danube.cli.benchrun import BenchSpec, Meter, bench_produce
+from danube.bench.run import BenchSpec, Meter, bench_produce
 from danube.client import AsyncDanubeClient
 
 from mesh import bench_mesh

@@ -25,7 +25,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 from websockets.asyncio.client import connect
 
-from danube.cli import benchgrpc
+from danube.bench import grpc_compare
 from danube.client import AsyncDanubeClient, ClientTls, DanubeClient, TransportError
 from danube.config import DanubeSettings, ServiceConfig, TlsConfig
 from danube.config.model import ClientAuthMode
@@ -223,7 +223,7 @@ async def test_https_produce_lookup_stream_and_grpc_with_the_ca(
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
 
         # `danube bench grpc` over TLS on both APIs.
-        result = await benchgrpc.compare(
+        result = await grpc_compare.compare(
             url, grpc_url, size=16, count=5, producers=1, tls=ClientTls(ca_file=pki.ca.cert)
         )
         assert (result["grpc"]["consumed"], result["http"]["consumed"]) == (5, 5)

@@ -31,6 +31,8 @@ HEAVY = (
     "danube.runtime",
     "danube.spark",
     "pyspark",
+    # The bench's package, loaded only when a command line names `bench`.
+    "danube.bench",
     # Loaded by typer for a help page, or by a command once it prints or runs its loop.
     "rich",
     "asyncio",
@@ -91,3 +93,7 @@ def test_a_named_group_is_the_whole_group() -> None:
     for command in ("cluster", "namespaces", "topics", "subscriptions", "partitions", "nodes"):
         assert command in text
     assert "drain" in _help(build_app(("admin",)), ["admin", "nodes", "--help"])
+    # `bench`: its own package (danube.bench), the same four commands.
+    text = _help(build_app(("bench",)), ["bench", "--help"])
+    for command in ("produce", "consume", "e2e", "grpc"):
+        assert command in text

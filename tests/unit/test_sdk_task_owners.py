@@ -18,8 +18,8 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from danube.cli.bench import _progress
-from danube.cli.benchrun import Meter
+from danube.bench.app import _progress
+from danube.bench.run import Meter
 from danube.cli.up import _announce
 from danube.client import AsyncDanubeClient, RetryPolicy
 from danube.client._inbox import Inbox

@@ -87,9 +87,10 @@ def _schemas() -> typer.Typer:
 
 
 def _bench() -> typer.Typer:
-    from danube.cli import bench
+    # A package of its own beside the CLI (danube.bench): only this loads it.
+    from danube.bench import app
 
-    return bench.app
+    return app.app
 
 
 def _backfill() -> typer.Typer:

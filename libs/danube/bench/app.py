@@ -14,8 +14,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from danube.cli._common import Json, ServiceAddr, client_tls, connect, err, out, print_json, run
-from danube.cli.benchrun import (
+from danube.bench.run import (
     BenchSpec,
     Kind,
     Meter,
@@ -24,6 +23,7 @@ from danube.cli.benchrun import (
     bench_e2e,
     bench_produce,
 )
+from danube.cli._common import Json, ServiceAddr, client_tls, connect, err, out, print_json, run
 from danube.client.errors import ClientError
 from danube.tasks import TaskSet
 
@@ -271,10 +271,10 @@ def grpc(
 ) -> None:
     """gRPC against HTTP, one message per call: produce msgs/s and latency, consume msgs/s."""
 
-    from danube.cli import benchgrpc  # grpc only for this command: the CLI starts lean
+    from danube.bench import grpc_compare  # grpc only for this command: the CLI starts lean
 
     async def go() -> int:
-        result = await benchgrpc.compare(
+        result = await grpc_compare.compare(
             service_addr,
             grpc_addr,
             size=size,

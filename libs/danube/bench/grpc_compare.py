@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from danube.bench.run import Latencies, payload_of
 from danube.cli._common import bearer_token
-from danube.cli.benchrun import Latencies, payload_of
 from danube.client import AsyncDanubeClient, AsyncProducer, ClientTls
 from danube.tasks import TaskSet
 from danube.wire.client import WireClient, channel_credentials
