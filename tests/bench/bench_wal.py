@@ -44,7 +44,7 @@ async def run_once(directory: Path, producers: int, per_append: int, seconds: fl
     options = WalOptions.from_config(WalConfig(), Durability.FSYNC)
     wal = await Wal.open(directory, options)
     batch_sizes: list[int] = []
-    wal.add_durable_listener(lambda _first, payloads, _frames: batch_sizes.append(len(payloads)))
+    wal.add_durable_listener(lambda run: batch_sizes.append(len(run.payloads)))
     records = [os.urandom(RECORD_BYTES) for _ in range(per_append)]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds

@@ -10,7 +10,7 @@ import logging
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from danube.ingest.wal import (
     WalOptions,
     segment_name,
 )
+from danube.ingest.wal.feed import DurableRun
 
 pytestmark = pytest.mark.integration
 
@@ -613,9 +614,10 @@ async def test_durable_listeners_get_each_batch_in_offset_order(tmp_path: Path) 
     calls: list[tuple[int, list[bytes]]] = []
     written: list[tuple[int, bytes | None]] = []
 
-    def listener(first: int, payloads: Sequence[bytes | memoryview], frames: bytes | None) -> None:
-        calls.append((first, [bytes(p) for p in payloads]))
-        written.append((first, frames))
+    def listener(run: DurableRun) -> None:
+        calls.append((run.first, [bytes(p) for p in run.payloads]))
+        written.append((run.first, run.frames))
+        assert run.payload_bytes == sum(map(len, run.payloads))
 
     remove = wal.add_durable_listener(listener)
     await wal.append([b"a", b"b"])

@@ -15,13 +15,14 @@ import pytest
 
 from danube.bus import BusTimeoutError, NotConnectedError, PayloadTooLargeError, Subjects
 from danube.frame import decode_frames, encode_frame
-from danube.ingest import live as live_module
 from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory
 from danube.ingest.leadership import Term
-from danube.ingest.live import Run, frame_chunks
+from danube.ingest.live import frame_chunks
 from danube.ingest.partition import Partition
 from danube.ingest.wal import Durability
+from danube.ingest.wal import feed as feed_module
+from danube.ingest.wal.feed import DurableRun as Run
 from danube.meta import TopicName
 from danube.wire.ingest import protocol
 from danube.wire.ingest.client import carried_reply
@@ -39,11 +40,9 @@ class FakeWal:
         self.options = SimpleNamespace(durability=durability)
         self.durable_next = 0
         self.start_offset = 0
-        self._listener: Callable[[int, Sequence[bytes], bytes | None], None] | None = None
+        self._listener: Callable[[Run], None] | None = None
 
-    def add_durable_listener(
-        self, listener: Callable[[int, Sequence[bytes], bytes | None], None]
-    ) -> Any:
+    def add_durable_listener(self, listener: Callable[[Run], None]) -> Any:
         self._listener = listener
         return lambda: None
 
@@ -55,7 +54,7 @@ class FakeWal:
         first = self.durable_next
         self.durable_next += len(payloads)
         assert self._listener is not None
-        self._listener(first, payloads, frames)
+        self._listener(Run(first, payloads, frames, sum(map(len, payloads))))
 
 
 class FlakyBus:
@@ -247,7 +246,7 @@ async def test_frames_the_wal_wrote_are_published_as_they_are(
     partition = _partition(wal, bus)
     task = asyncio.create_task(partition.live.run())
     try:
-        monkeypatch.setattr(live_module, "append_frame", framed_again)
+        monkeypatch.setattr(feed_module, "append_frame", framed_again)
         written = encode_frame(0, b"a") + encode_frame(1, b"bc")
         wal.made_durable([b"a", b"bc"], written)
         assert await _published_offsets(bus, 2) == [0, 1]

@@ -10,7 +10,9 @@ or gRPC produce, a test) are framed once, into one buffer (:meth:`FrameBatch.of_
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Sequence
+from typing import overload
 
 from crc32c import crc32c
 
@@ -68,7 +70,15 @@ class FrameBatch(Sequence[memoryview]):
     def __len__(self) -> int:
         return len(self.starts)
 
-    def __getitem__(self, index: int) -> memoryview:  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> memoryview: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[memoryview]: ...
+
+    def __getitem__(self, index: int | slice) -> memoryview | list[memoryview]:
+        if isinstance(index, slice):
+            return list(self)[index]
         view = memoryview(self.buf).toreadonly()
         return view[self.starts[index] + FRAME_HEADER_BYTES : self.ends[index]]
 
@@ -83,9 +93,9 @@ class FrameBatch(Sequence[memoryview]):
 
     def largest_record(self) -> tuple[int, int]:
         """``(index, size)`` of the largest record (the first of equals); ``(0, 0)`` if none."""
-        sizes = [end - start for start, end in zip(self.starts, self.ends, strict=True)]
-        if not sizes:
+        if not self.starts:
             return 0, 0
+        sizes = list(map(operator.sub, self.ends, self.starts))
         biggest = max(sizes)
         return sizes.index(biggest), biggest - FRAME_HEADER_BYTES
 

@@ -17,12 +17,12 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 from danube.bus import Bus
 from danube.errors import DanubeError
-from danube.frame import FRAME_HEADER_BYTES, append_frame
+from danube.frame import FRAME_HEADER_BYTES
 from danube.ingest import metrics
+from danube.ingest.wal.feed import DurableRun as Run
 from danube.meta import TopicName
 from danube.meta.backoff import backoff_s
 from danube.wire.ingest import protocol
@@ -31,26 +31,6 @@ from danube.wire.sizes import body_limit
 log = logging.getLogger(__name__)
 
 LIVE_QUEUE_BATCHES_MAX = 1024
-
-Payloads = Sequence[bytes | memoryview]
-
-
-class Run(NamedTuple):
-    """A durable run of the WAL: its first offset, its records, and their frames as the WAL
-    wrote them when it handed them on (None: framed here when they are sent)."""
-
-    first: int
-    payloads: Payloads
-    frames: bytes | None = None
-
-    def framed(self) -> bytes:
-        """The run's frames: the WAL's bytes as they are, or framed here."""
-        if self.frames is not None:
-            return self.frames
-        out = bytearray()
-        for index, payload in enumerate(self.payloads):
-            append_frame(out, self.first + index, payload)
-        return bytes(out)
 
 
 class LiveStream:
@@ -77,13 +57,13 @@ class LiveStream:
         self._queue: deque[Run] = deque()
         self._ready = asyncio.Event()
 
-    def offer(self, first_offset: int, payloads: Payloads, frames: bytes | None = None) -> None:
-        """A batch the WAL made durable (``frames``: as it wrote them, when it says):
-        queued until committed, or dropped (counted) when the queue is full."""
+    def offer(self, run: Run) -> None:
+        """A run the WAL made durable: queued until committed, or dropped (counted) when
+        the queue is full."""
         if len(self._queue) >= LIVE_QUEUE_BATCHES_MAX:
-            metrics.LIVE_DROPPED.inc(len(payloads))
+            metrics.LIVE_DROPPED.inc(len(run.payloads))
             return
-        self._queue.append(Run(first_offset, payloads, frames))
+        self._queue.append(run)
         self._ready.set()
 
     def committed_moved(self) -> None:
@@ -109,7 +89,7 @@ class LiveStream:
                     # subject wakes them: one body for every committed batch ready now,
                     # with their frames when they are small (wakeup_body).
                     count = len(payloads) + (wakeup.count if wakeup else 0)
-                    size = sum(map(len, payloads)) + (wakeup.payload_bytes if wakeup else 0)
+                    size = run.payload_bytes + (wakeup.payload_bytes if wakeup else 0)
                     wakeup = protocol.Wakeup(first + len(payloads), count, size)
                     ready.append(run)
                     continue

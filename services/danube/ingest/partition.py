@@ -54,6 +54,7 @@ from danube.ingest.sequencing import (
     sequenced_batch,
 )
 from danube.ingest.wal import Durability, Wal, WalFailedError
+from danube.ingest.wal.feed import DurableRun
 from danube.ingest.wal.wal import QueuedHook
 from danube.meta import MetaStore, TopicName
 from danube.runtime.topic_metrics import topic_label
@@ -429,25 +430,22 @@ class Partition(LeaderReplicas):
 
     # --- committed batches --------------------------------------------------------------
 
-    def _on_durable(
-        self, first_offset: int, payloads: Sequence[bytes | memoryview], frames: bytes | None
-    ) -> None:
+    def _on_durable(self, run: DurableRun) -> None:
         self._advance()
         # Counted two loop steps later: the producers this commit answers resume in the next
         # step and nats-py's flusher writes their replies in the one after; the counters,
         # run cold after an idle spell, cost more than the rest of this callback.
         loop = asyncio.get_running_loop()
-        loop.call_soon(loop.call_soon, self._count_durable, payloads)
-        self.live.offer(first_offset, payloads, frames)
+        loop.call_soon(loop.call_soon, self._count_durable, len(run.payloads), run.payload_bytes)
+        self.live.offer(run)
 
-    def _count_durable(self, payloads: Sequence[bytes | memoryview]) -> None:
-        metrics.APPENDED_MESSAGES.inc(len(payloads))
-        size_bytes = sum(map(len, payloads))
+    def _count_durable(self, count: int, size_bytes: int) -> None:
+        metrics.APPENDED_MESSAGES.inc(count)
         metrics.APPENDED_BYTES.inc(size_bytes)
         topic = topic_label(self.name)
-        metrics.TOPIC_MESSAGES_IN.labels(topic).inc(len(payloads))
+        metrics.TOPIC_MESSAGES_IN.labels(topic).inc(count)
         metrics.TOPIC_BYTES_IN.labels(topic).inc(size_bytes)
-        metrics.BATCH_MESSAGES.observe(len(payloads))
+        metrics.BATCH_MESSAGES.observe(count)
 
 
 def _tracker(

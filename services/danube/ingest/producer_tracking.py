@@ -184,7 +184,7 @@ class ProducerTracking:
         """``wal`` was just opened (nothing appended yet): rebuild, then follow it."""
         memory = wal.options.durability is Durability.MEMORY
         self._snapshot_end = await rebuild(None if memory else self.directory, wal, self.states)
-        wal.add_durable_listener(self.states.apply)
+        wal.add_durable_listener(lambda run: self.states.apply(run.first, run.payloads))
         wal.add_drop_guard(lambda new_start: self._before_drop(wal, new_start))
         self._count()
 

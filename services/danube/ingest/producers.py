@@ -126,12 +126,7 @@ class ProducerStates:
     def items(self) -> Iterator[tuple[bytes, ProducerState]]:
         return iter(self._states.items())
 
-    def apply(
-        self,
-        first_offset: int,
-        payloads: Sequence[bytes | memoryview],
-        _frames: bytes | None = None,
-    ) -> None:
+    def apply(self, first_offset: int, payloads: Sequence[bytes | memoryview]) -> None:
         """Records ``payloads`` were stored at ``first_offset ..``: take in the sequenced
         ones (a WAL durable listener: called once per durable run, in offset order). The
         leader's own batches, announced by :meth:`expect`, are taken whole; anything else is

@@ -24,7 +24,7 @@ from danube.ingest.wal.errors import (
     WalIoError,
     WalTimeoutError,
 )
-from danube.ingest.wal.feed import DurableListener
+from danube.ingest.wal.feed import DurableListener, DurableRun
 from danube.ingest.wal.fileops import FileOps, OsFileOps
 from danube.ingest.wal.options import Durability, WalOptions
 from danube.ingest.wal.recovery import TailCut
@@ -45,6 +45,7 @@ __all__ = [
     "DiskFullError",
     "Durability",
     "DurableListener",
+    "DurableRun",
     "FetchResult",
     "FileOps",
     "OsFileOps",

@@ -49,11 +49,16 @@ class MessageCache:
         return self._items[0][0] if self._items else None
 
     def extend(
-        self, first_offset: int, payloads: Sequence[bytes], written: bytes | None = None
+        self,
+        first_offset: int,
+        payloads: Sequence[bytes | memoryview],
+        written: bytes | None = None,
+        payload_bytes: int | None = None,
     ) -> None:
         """Add messages with consecutive offsets from ``first_offset``, evicting the oldest.
         ``written``: their frames as the WAL writer wrote them (one write holding exactly
-        this run), split by their headers instead of framed again (no CRC computed here)."""
+        this run), split by their headers instead of framed again (no CRC computed here);
+        ``payload_bytes``: the payloads' bytes, when known (else counted here)."""
         if self._capacity == 0:
             return
         skip = len(payloads) - self._capacity
@@ -69,7 +74,9 @@ class MessageCache:
                 (offset, encode_frame(offset, payload))
                 for offset, payload in zip(offsets, payloads, strict=True)
             )
-        self._bytes += sum(map(len, payloads))
+        self._bytes += (
+            payload_bytes if payload_bytes is not None and skip <= 0 else sum(map(len, payloads))
+        )
         items = self._items
         while len(items) > self._capacity or self._bytes > self._max_bytes:
             self._bytes -= len(items.popleft()[1]) - FRAME_HEADER_BYTES
