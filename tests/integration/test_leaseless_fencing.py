@@ -23,6 +23,7 @@ from danube.ingest.leadership import NotLeaderError, Term
 from danube.ingest.partition import Partition
 from danube.ingest.wal import Durability, Wal, WalOptions
 from danube.meta import TopicName
+from danube.meta.records import Assignment
 from danube.wire.ingest import protocol, replication
 from danube.wire.sizes import body_limit
 
@@ -190,5 +191,43 @@ async def test_a_non_reliable_partition_stops_with_its_lease(tmp_path: Path) -> 
         with pytest.raises(NotLeaderError):
             await partition.produce([_record("m0")])
         assert partition.fenced
+    finally:
+        await wal.close()
+
+
+async def test_a_node_the_leader_does_not_know_as_a_replica_is_served_nothing(
+    tmp_path: Path,
+) -> None:
+    """A new replica whose watch saw the reassignment before the leader's did: the leader
+    serves it nothing (an empty answer after a short wait, not counted as a follower) until
+    it reads the assignment, and then at the assignment's catch-up limit from the first
+    fetch. Served at once, it caught up unthrottled (the elastic e2e throttle test saw
+    654 KB/s against a 512 KiB/s limit)."""
+    wal, partition, handlers = await _leader(tmp_path, replicas=("a", "b"))
+    try:
+        for index in range(20):
+            await wal.append([_record(f"m{index}" + "x" * 16_000)])
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        body = replication.ReplFetchRequest(EPOCH, 0, 1 << 20, 1000, "d").encode()
+        deadline = loop.time() + 5
+        reply = replication.decode_repl_reply(
+            await handlers.repl_fetch(Request("repl", body, {}, deadline_s=deadline))
+        )
+        assert reply.status is replication.ReplStatus.OK
+        assert bytes(reply.frames) == b""
+        assert 0.05 <= loop.time() - started < 1.0  # it waited a little, not wait_ms
+        assert "d" not in partition.tracker.isr
+        rate = 64 * 1024
+        partition.set_assignment(
+            Assignment(replicas=("a", "b", "d"), assigned_ms=1, catchup_bytes_s=rate)
+        )
+        first = await _fetch(handlers, "d", 0)
+        frames, _ = decode_frames(first.frames)
+        assert [f.offset for f in frames][:1] == [0]
+        # A fetch's least grant (64 KiB) and at most one frame more, not the 320 KB there are.
+        assert len(first.frames) <= 64 * 1024 + 16_200
+        assert first.leader_end == 20
+        assert frames[-1].offset < 19
     finally:
         await wal.close()

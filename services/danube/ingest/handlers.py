@@ -41,6 +41,9 @@ PRODUCE_CONCURRENCY = 512
 FETCH_CONCURRENCY = 32
 REPL_CONCURRENCY = 16  # followers' long polls: a few per follower at most
 _REPL_WAIT_MAX_S = 5.0
+# How long a fetch from a node that is no replica yet (as the leader knows) waits before its
+# empty answer: the leader's watch of the assignment usually follows within it.
+_UNKNOWN_FOLLOWER_WAIT_S = 0.1
 
 
 class RateLimitedError(OverLimitError):
@@ -226,6 +229,13 @@ class PartitionHandlers:
             partition.fence(f"{fetch.follower} follows epoch {fetch.leader_epoch}")
         if fetch.leader_epoch != epoch or partition.fenced:
             return head(replication.ReplStatus.WRONG_EPOCH)
+        if fetch.follower not in partition.term.replicas:
+            # Not a replica as this leader has read the assignment: a new one whose own watch
+            # was quicker (served now, it would catch up before this leader knew the
+            # assignment's catch-up limit), or a removed one. Nothing is served or counted
+            # until the leader knows it; it asks again.
+            await asyncio.sleep(min(fetch.wait_ms / 1000, _UNKNOWN_FOLLOWER_WAIT_S))
+            return head(replication.ReplStatus.OK)
         if fetch.from_offset > wal.durable_next:
             return head(replication.ReplStatus.AHEAD)
         partition.on_follower_fetch(fetch.follower, fetch.from_offset, damaged=fetch.damaged)
