@@ -22,6 +22,7 @@ from danube.frame import Record, encode_record
 from danube.ingest import app as ingest_app
 from danube.meta import Lease, MetaStore, Txn, TxnResult, WatchEvent
 from danube.meta import keys as meta_keys
+from danube.meta.errors import MetaTimeoutError
 from danube.meta.records import Owner, SubscriptionCursor
 from danube.runtime.service import run_in_process
 from danube.wire.dispatcher.client import DispatcherClient
@@ -266,5 +267,62 @@ async def test_a_cursor_write_under_way_when_the_lease_goes_is_held_not_fenced(
         assert await a.reclaim_all(lease) == 1
         assert not runtime.failed
         assert await _stored_next(store) == 3  # the held cursor, written fenced
+        await _produce(bus, [b"d"])
+        assert await _poll(client, consumer, 1) == [(TOPIC.topic, 3)]
+
+
+class _AnswerLost:
+    """A subscription's etcd that applies the next transaction but whose answer never comes
+    (an etcd stall: the request waits past its deadline, etcd comes back and applies it),
+    and the node lease runs out right after."""
+
+    def __init__(self, store: MetaStore, lease: Lease) -> None:
+        self.store = store
+        self.lease = lease
+        self.went = False
+
+    def txn(self) -> Txn:
+        return Txn(self)
+
+    async def commit(self, txn: Txn) -> TxnResult:
+        if self.went:
+            return await self.store.commit(txn)
+        self.went = True
+        result = await self.store.commit(txn)
+        assert result.succeeded
+        await self.lease.revoke()
+        raise MetaTimeoutError("etcd txn: no answer within the deadline")
+
+
+async def test_a_cursor_write_whose_answer_was_lost_is_ours_at_the_reclaim(
+    bus: Bus, store: MetaStore, settings: DanubeSettings
+) -> None:
+    """The cursor write landed but its answer was lost, and the lease went: the reclaim sees
+    the cursor key written after our last known write, and that value is the one we sent,
+    so the subscription is reclaimed (the e2e etcd stall test saw it fail as "changed
+    meanwhile" instead, and everything acked during the stall come again)."""
+    client = DispatcherClient(bus)
+    async with (
+        run_in_process(ingest_app.serve, settings, "ingest-a"),
+        _node(settings, bus, store, "disp-a") as (a, _),
+    ):
+        runtime = await a.ensure_serving(TOPIC, SUB)
+        consumer = await client.attach(TOPIC, SUB, "c", type="exclusive", start="earliest")
+        await _produce(bus, [b"a", b"b", b"c"])
+        delivered = await _poll(client, consumer, 3)
+        lost = _AnswerLost(store, a.lease)
+        runtime.store.store = lost  # type: ignore[assignment]  # only txn() is used
+        await client.ack(TOPIC, SUB, consumer, delivered)
+        async with asyncio.timeout(5.0):
+            while not lost.went or a.leaseless_since is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert await _stored_next(store) == 3  # it landed
+        assert not runtime.failed
+        runtime.store.store = store
+        lease = await store.grant_lease(LEASE_TTL_S)
+        a.lease = lease
+        assert await a.reclaim_all(lease) == 1
+        assert not runtime.failed
+        assert await _stored_next(store) == 3
         await _produce(bus, [b"d"])
         assert await _poll(client, consumer, 1) == [(TOPIC.topic, 3)]

@@ -22,11 +22,17 @@ from danube.dispatcher.cursor import CursorState
 from danube.errors import DanubeError, ErrorKind
 from danube.meta import Lease, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
+from danube.meta.errors import MetaError
 from danube.meta.records import Dispatch, Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
 from danube.meta.topics import create_topic_if_absent
+from danube.meta.txn import TxnResult
 from danube.wire.dispatcher.errors import DispatcherError, PolicyLimitError
 
 log = logging.getLogger(__name__)
+
+# Values kept per cursor key of writes that got no answer (a write is in doubt only around an
+# etcd stall: writes are held once the lease is gone).
+_IN_DOUBT_MAX = 16
 
 
 class NotOwnerError(DispatcherError):
@@ -75,6 +81,9 @@ class SubscriptionStore:
         # The revision of our last write under the subscription's prefix (claim, cursors,
         # config): a key there changed after it was written by someone else.
         self.written_revision = 0
+        # Cursor writes that got no answer (etcd stalled): each may land yet, so the values
+        # each key may hold by our own hand; forgotten at the next write that is answered.
+        self._in_doubt: dict[str, set[bytes]] = {}
         self._configured: set[TopicName] = set()  # dead-letter topics known to have a config
 
     def absent(self) -> str:
@@ -146,21 +155,51 @@ class SubscriptionStore:
             raise NotOwnerError(f"{self.topic}/{self.sub}: not claimed")
         owner = Owner(node_id=node_id, epoch=self.claim.epoch, assigned_ms=_now_ms())
         prefix = meta_keys.subscription_prefix(self.topic, self.sub)
-        result = await (
-            self.store.txn()
-            .if_present(self.config_key)
-            .if_prefix_unchanged_since(prefix, self.written_revision)
-            .then_put(self.owner_key, encode_model(owner), lease=lease)
-            .commit()
-        )
+
+        async def attempt() -> TxnResult:
+            return await (
+                self.store.txn()
+                .if_present(self.config_key)
+                .if_prefix_unchanged_since(prefix, self.written_revision)
+                .then_put(self.owner_key, encode_model(owner), lease=lease)
+                .commit()
+            )
+
+        result = await attempt()
+        if not result.succeeded and await self._changed_only_by_us(prefix):
+            result = await attempt()
         if not result.succeeded:
             raise NotOwnerError(
                 f"{self.topic}/{self.sub}: changed while this dispatcher had no lease"
             )
         self.claim = OwnerClaim(self.claim.epoch, result.revision, lease.id)
         self.written_revision = result.revision
+        self._in_doubt.clear()
         log.info("reclaimed subscription %s/%s: epoch %d", self.topic, self.sub, owner.epoch)
         return self.claim
+
+    async def _changed_only_by_us(self, prefix: str) -> bool:
+        """Whether every key under the subscription written since our last known write holds
+        a value of one of our cursor writes that got no answer (it landed when etcd came
+        back, after its caller gave up): then it is ours, and so is that revision. Such a
+        write is fenced on our owner key, so it landed before anyone else's claim; anyone
+        else's write after it is a key it did not write (a claim: the owner key) or a value
+        not ours."""
+        if not self._in_doubt:
+            return False
+        newer = [
+            kv for kv in await self.store.range(prefix) if kv.mod_revision > self.written_revision
+        ]
+        if not newer or any(kv.value not in self._in_doubt.get(kv.key, ()) for kv in newer):
+            return False
+        log.info(
+            "%s/%s: %d cursor write(s) that got no answer landed after all",
+            self.topic,
+            self.sub,
+            len(newer),
+        )
+        self.written_revision = max(kv.mod_revision for kv in newer)
+        return True
 
     async def release(self) -> None:
         """Delete the owner key if it is still ours (a clean stop hands the subscription on)."""
@@ -260,6 +299,7 @@ class SubscriptionStore:
             raise CursorsHeldError(f"{self.topic}/{self.sub}: cursor writes held (no lease)")
         claim = self.claim
         txn = self.store.txn().if_mod_revision(self.owner_key, "==", claim.revision)
+        written: dict[str, bytes] = {}
         now_ms = _now_ms()
         for partition, state in states.items():
             record = SubscriptionCursor(
@@ -271,8 +311,17 @@ class SubscriptionStore:
                 delay_snapshots=state.delay_snapshots,
             )
             key = meta_keys.subscription_cursor_key(self.topic, self.sub, partition)
-            txn.then_put(key, encode_model(record))
-        result = await txn.commit()
+            written[key] = encode_model(record)
+            txn.then_put(key, written[key])
+        try:
+            result = await txn.commit()
+        except MetaError:  # no answer: it may land yet, when etcd comes back
+            for key, value in written.items():
+                doubts = self._in_doubt.setdefault(key, set())
+                if len(doubts) < _IN_DOUBT_MAX:  # past it, a reclaim fails as it would have
+                    doubts.add(value)
+            raise
+        self._in_doubt.clear()  # answered: whatever landed before, this write came after
         if not result.succeeded:
             if self.held or self.claim is not claim:
                 # The lease went while this write waited on etcd (a stall: the owner key
