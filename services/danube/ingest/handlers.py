@@ -271,11 +271,7 @@ class PartitionHandlers:
                 [(frame.offset, frame.data) for frame in frames],
             )
         if buckets:
-            sent = sum(len(frame) for _, frame in result.frames)
-            now_s = time.monotonic()
-            for bucket in buckets:
-                bucket.charge(sent, now_s)
-            metrics.CATCHUP_BYTES.inc(sent)
+            _charge(buckets, sum(len(frame) for _, frame in result.frames))
         return replication.encode_repl_reply(
             replication.ReplStatus.OK,
             epoch,
@@ -414,6 +410,14 @@ class PartitionHandlers:
             reply["segments"] = [info.as_dict() for info in infos]
             reply["now_ms"] = int(time.time() * 1000)  # ages by this host's clock, as mtimes
         return orjson.dumps(reply)
+
+
+def _charge(buckets: list[TokenBucket], sent_bytes: int) -> None:
+    """A catch-up fetch sent ``sent_bytes``: every bucket it drew from pays."""
+    now_s = time.monotonic()
+    for bucket in buckets:
+        bucket.charge(sent_bytes, now_s)
+    metrics.CATCHUP_BYTES.inc(sent_bytes)
 
 
 async def _throttle(buckets: list[TokenBucket], want_bytes: int, wait_max_s: float) -> int:
