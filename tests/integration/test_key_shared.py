@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from danube.client import AsyncDanubeClient, InvalidArgumentError
+from danube.meta.failure_policy import MAX_REDELIVERIES_MAX
 
 pytestmark = pytest.mark.integration
 
@@ -258,7 +259,12 @@ async def _churning_consumer(
 async def test_key_shared_ordering_under_consumer_churn(consume_http: httpx.AsyncClient) -> None:
     http = consume_http
     log = Log()
-    first = await _attach(http, "ks-churn", "first")  # creates the subscription at earliest
+    # Creates the subscription at earliest. Every consumer leaves with its last batch unacked
+    # (or, on a slow machine, after one poll with all of it): a message may go round more
+    # than the default 5 times and be dead-lettered, never acked here; this test is about
+    # ordering, so it may go round as often as it takes.
+    churn = {"max_redeliveries": MAX_REDELIVERIES_MAX}
+    first = await _attach(http, "ks-churn", "first", failure_policy=churn)
     assert (await http.delete(f"/v1/consumers/{first}")).status_code == 204
     done = asyncio.Event()
     started = time.monotonic()
