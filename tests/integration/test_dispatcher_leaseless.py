@@ -18,6 +18,7 @@ from danube.bus import Bus, Subscription, TopicName
 from danube.bus.subjects import Kind
 from danube.config import DanubeSettings
 from danube.dispatcher.node import DispatcherNode
+from danube.dispatcher.served import ServedSubscription
 from danube.frame import Record, encode_record
 from danube.ingest import app as ingest_app
 from danube.meta import Lease, MetaStore, Txn, TxnResult, WatchEvent
@@ -215,6 +216,25 @@ async def test_a_replayed_deletion_older_than_the_reclaim_fences_nothing(
         assert runtime.failed
 
 
+async def _reclaimed_and_serving(
+    bus: Bus,
+    store: MetaStore,
+    node: DispatcherNode,
+    runtime: ServedSubscription,
+    served: tuple[DispatcherClient, str],
+) -> None:
+    """A new node lease: the one subscription is reclaimed, its cursor (3) stored fenced,
+    and it delivers on from there to ``served`` (the client and its consumer)."""
+    client, consumer = served
+    lease = await store.grant_lease(LEASE_TTL_S)
+    node.lease = lease
+    assert await node.reclaim_all(lease) == 1
+    assert not runtime.failed
+    assert await _stored_next(store) == 3  # the held cursor, written fenced
+    await _produce(bus, [b"d"])
+    assert await _poll(client, consumer, 1) == [(TOPIC.topic, 3)]
+
+
 class _LeaseGoesMeanwhile:
     """A subscription's etcd whose node lease runs out while its next transaction is on the
     way (an etcd stall: the request waits, the lease expires, etcd comes back and drops the
@@ -262,13 +282,7 @@ async def test_a_cursor_write_under_way_when_the_lease_goes_is_held_not_fenced(
         assert not runtime.failed
         assert await _stored_next(store) is None or await _stored_next(store) == 0
         runtime.store.store = store
-        lease = await store.grant_lease(LEASE_TTL_S)
-        a.lease = lease
-        assert await a.reclaim_all(lease) == 1
-        assert not runtime.failed
-        assert await _stored_next(store) == 3  # the held cursor, written fenced
-        await _produce(bus, [b"d"])
-        assert await _poll(client, consumer, 1) == [(TOPIC.topic, 3)]
+        await _reclaimed_and_serving(bus, store, a, runtime, (client, consumer))
 
 
 class _AnswerLost:
@@ -319,10 +333,4 @@ async def test_a_cursor_write_whose_answer_was_lost_is_ours_at_the_reclaim(
         assert await _stored_next(store) == 3  # it landed
         assert not runtime.failed
         runtime.store.store = store
-        lease = await store.grant_lease(LEASE_TTL_S)
-        a.lease = lease
-        assert await a.reclaim_all(lease) == 1
-        assert not runtime.failed
-        assert await _stored_next(store) == 3
-        await _produce(bus, [b"d"])
-        assert await _poll(client, consumer, 1) == [(TOPIC.topic, 3)]
+        await _reclaimed_and_serving(bus, store, a, runtime, (client, consumer))

@@ -61,15 +61,20 @@ def test_a_produce_bodys_frames_sealed_in_place_are_the_codecs_framing(
     assert [bytes(r) for r in batch] == encoded
     batch.seal(first)
     assert bytes(batch.buf) == twin(first, encoded)
-    assert body == b"".join(frame_for_produce(r) for r in encoded)  # the body was copied
+    # A writable body is sealed where it lies, not copied.
+    writable = bytearray(body)
+    in_place = FrameBatch.of_frames(writable, scanned.starts, scanned.ends)
+    in_place.seal(first)
+    assert in_place.buf is writable
+    assert writable == twin(first, encoded)
 
 
-def test_a_slice_seals_only_its_frames_and_runs_join_adjacent_ones() -> None:
+def test_a_subset_seals_only_its_frames_and_runs_join_adjacent_ones() -> None:
     batch = FrameBatch.of_records([b"a", b"bb", b"ccc", b"dddd"])
     odd = FrameBatch(batch.buf, [batch.starts[1], batch.starts[3]], [batch.ends[1], batch.ends[3]])
     odd.seal(7)
     assert [bytes(v) for v in odd.runs()] == [encode_frame(7, b"bb"), encode_frame(8, b"dddd")]
-    tail = batch.slice(2, 4)
+    tail = FrameBatch(batch.buf, batch.starts[2:], batch.ends[2:])
     tail.seal(100)
     assert b"".join(tail.runs()) == twin(100, [b"ccc", b"dddd"])
 

@@ -221,10 +221,12 @@ async def test_a_large_commit_or_a_gap_is_a_plain_wakeup() -> None:
             await bus.got.wait()
         assert bus.published[-1] == protocol.Wakeup(1, 1, len(big)).encode()
         # A run with a batch missing between two others (dropped from a full live queue).
-        gap = partition.live.wakeup_body(protocol.Wakeup(4, 2, 2), [Run(1, [b"a"]), Run(3, [b"c"])])
+        gap = partition.live.wakeup_body(
+            protocol.Wakeup(4, 2, 2), [Run(1, [b"a"], None, 1), Run(3, [b"c"], None, 1)]
+        )
         assert gap == protocol.Wakeup(4, 2, 2).encode()
         whole = partition.live.wakeup_body(
-            protocol.Wakeup(4, 3, 3), [Run(1, [b"a", b"b"]), Run(3, [b"c"])]
+            protocol.Wakeup(4, 3, 3), [Run(1, [b"a", b"b"], None, 2), Run(3, [b"c"], None, 1)]
         )
         assert protocol.Carried.decode(whole) is not None
     finally:
@@ -264,7 +266,7 @@ def test_frame_chunks_cut_the_written_frames_where_a_frame_ends() -> None:
     payloads = [b"a" * 10, b"b" * 20, b"c" * 5, b"d" * 40]
     written = b"".join(encode_frame(7 + i, p) for i, p in enumerate(payloads))
     for frames in (written, None):  # the WAL's bytes, or framed here: the same bodies
-        bodies = frame_chunks(Run(7, payloads, frames), 16 + 20 + 16 + 5)
+        bodies = frame_chunks(Run(7, payloads, frames, 75), 16 + 20 + 16 + 5)
         assert [count for _, count in bodies] == [1, 2, 1]
         assert b"".join(body for body, _ in bodies) == written
         assert [[f.offset for f in decode_frames(body)[0]] for body, _ in bodies] == [

@@ -105,7 +105,7 @@ class FrameBatch(Sequence[memoryview]):
         over ``max_payload_bytes`` (checked before anything is written)."""
         if first_offset < 0 or first_offset + len(self.starts) - 1 > _MAX_OFFSET:
             raise FrameError(f"frame offset {first_offset} is outside [0, 2**64)")
-        _, biggest = self.largest_record()
+        biggest = max(map(operator.sub, self.ends, self.starts), default=0) - FRAME_HEADER_BYTES
         if biggest > max_payload_bytes:
             raise FrameTooLargeError(size_bytes=biggest, limit_bytes=max_payload_bytes)
         buf, view = self.buf, memoryview(self.buf)
@@ -133,7 +133,3 @@ class FrameBatch(Sequence[memoryview]):
         if run_end >= 0:
             out.append(view[run_start:run_end])
         return out
-
-    def slice(self, begin: int, end: int) -> FrameBatch:
-        """Frames ``begin`` to ``end`` (exclusive) of this batch, on the same buffer."""
-        return FrameBatch(self.buf, self.starts[begin:end], self.ends[begin:end])

@@ -31,8 +31,8 @@ class DurableRun(NamedTuple):
 
     first: int
     payloads: Payloads
-    frames: bytes | None = None
-    payload_bytes: int = 0
+    frames: bytes | None
+    payload_bytes: int
 
     def framed(self) -> bytes:
         """The run's frames: the writer's bytes as they are, or framed here."""
