@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from danube.errors import DanubeError, ErrorKind
 
@@ -233,6 +234,8 @@ def client_topic(value: str) -> TopicName:
     return name
 
 
+# Every produce names its partition: checked once per name (what is refused is not kept).
+@lru_cache(maxsize=4096)
 def produce_topic(namespace: str, topic: str) -> TopicName:
     """Where a produce goes as its path names it: a topic (:func:`user_topic`), or one
     partition of a topic, ``<t>-part-N`` (:func:`client_topic`'s rules), as an idempotent

@@ -26,6 +26,7 @@ from danube.meta.records import NamespacePolicy, Policies, TopicConfig
 
 TOPIC_CACHE_ENTRIES_MAX = 10_000
 NAMESPACES_CACHED_MAX = 10_000
+_NO_POLICIES = Policies()  # a topic not created yet: nothing of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,10 @@ class PolicyCache:
         self._clock = clock
         self._cache: OrderedDict[TopicName, _Cached] = OrderedDict()
         self._namespaces: dict[str, _CachedNamespace] = {}  # bounded: NAMESPACES_CACHED_MAX
+        # The last merge of each topic's policies over its namespace's, while both are the
+        # objects it was made from (bounded: TOPIC_CACHE_ENTRIES_MAX): a produce merges
+        # nothing while the cached entries stand.
+        self._merged: dict[TopicName, tuple[Policies, Policies | None, Policies]] = {}
         self._lock = asyncio.Lock()  # serialises cache fills only, never an etcd write
 
     async def effective_policies(self, topic: TopicName) -> tuple[TopicConfig | None, Policies]:
@@ -69,8 +74,15 @@ class PolicyCache:
         config = await self.cached_topic(topic.parent)
         namespace = await self.cached_namespace(topic.namespace)
         fallback = None if namespace is None else namespace.policies
-        own = Policies() if config is None else config.policies
-        return config, own.over(fallback)
+        own = _NO_POLICIES if config is None else config.policies
+        merged = self._merged.get(topic)
+        if merged is not None and merged[0] is own and merged[1] is fallback:
+            return config, merged[2]
+        effective = own.over(fallback)
+        if len(self._merged) >= TOPIC_CACHE_ENTRIES_MAX:
+            self._merged.clear()  # rare: merged again on the next produce of each
+        self._merged[topic] = (own, fallback, effective)
+        return config, effective
 
     async def cached_namespace(self, name: str) -> NamespacePolicy | None:
         """The namespace's policy from the cache while fresh, else etcd (else, when etcd

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated
 from urllib.parse import parse_qsl
 
@@ -51,6 +52,9 @@ class BinaryParams:
     schema_version: int | None = None
 
 
+# A producer sends the same query string with every request: its parameters are read once
+# (what is refused is not kept; at most this many strings of _QUERY_BYTES_MAX each are).
+@lru_cache(maxsize=1024)
 def parse_binary_params(query: bytes) -> BinaryParams:
     """The parameters of ``query`` (the raw query string); 400 for an unknown or bad one."""
     if not query:

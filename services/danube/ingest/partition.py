@@ -27,6 +27,8 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from prometheus_client import Counter
+
 from danube.bus import Bus
 from danube.frame.record import SequenceRun
 from danube.ingest import metrics
@@ -104,6 +106,8 @@ class Partition(LeaderReplicas):
         self._on_change = on_change  # the ISR changed: the replica reconsiders transfers
         self._transferring: str | None = None  # appends refused: leadership is moving here
         self._inflight = 0  # produces between their checks and their answer
+        # The topic's counters of what came in (bound at the first commit).
+        self._topic_in: tuple[Counter, Counter] | None = None
         self._progress = asyncio.Event()  # a fetch, a commit or an answer: a transfer looks
         # Every write of the partition's state (ISR changes, completing a reassignment, the
         # hand-over) holds this: each compares on the state's revision, so two at once would
@@ -442,9 +446,14 @@ class Partition(LeaderReplicas):
     def _count_durable(self, count: int, size_bytes: int) -> None:
         metrics.APPENDED_MESSAGES.inc(count)
         metrics.APPENDED_BYTES.inc(size_bytes)
-        topic = topic_label(self.name)
-        metrics.TOPIC_MESSAGES_IN.labels(topic).inc(count)
-        metrics.TOPIC_BYTES_IN.labels(topic).inc(size_bytes)
+        if self._topic_in is None:  # the topic's series, looked up once per term
+            topic = topic_label(self.name)
+            self._topic_in = (
+                metrics.TOPIC_MESSAGES_IN.labels(topic),
+                metrics.TOPIC_BYTES_IN.labels(topic),
+            )
+        self._topic_in[0].inc(count)
+        self._topic_in[1].inc(size_bytes)
         metrics.BATCH_MESSAGES.observe(count)
 
 
