@@ -48,13 +48,16 @@ class TimedFileOps(BoundedFileOps):
     """The real disk with the node's limits (open segment files, free space), every
     write and fdatasync timed into their latency histograms."""
 
+    # Timed by hand: a Timer object per call costs more than the two clock reads.
     def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
-        with metrics.WRITE_SECONDS.time():
-            super().write(fd, data)
+        started_s = time.perf_counter()
+        super().write(fd, data)
+        metrics.WRITE_SECONDS.observe(time.perf_counter() - started_s)
 
     def fdatasync(self, fd: int) -> None:
-        with metrics.FSYNC_SECONDS.time():
-            super().fdatasync(fd)
+        started_s = time.perf_counter()
+        super().fdatasync(fd)
+        metrics.FSYNC_SECONDS.observe(time.perf_counter() - started_s)
 
 
 class Node:

@@ -112,7 +112,10 @@ class OsFileOps:
 
     def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``: ``os.write`` may write less than asked (signals, quotas)."""
-        view = memoryview(data)
+        written = os.write(fd, data)
+        if written == len(data):
+            return
+        view = memoryview(data)[written:]
         while view:
             written = os.write(fd, view)
             view = view[written:]
