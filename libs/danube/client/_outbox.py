@@ -181,8 +181,12 @@ class Outbox:
                 self.inflight.add(batch)
                 return batch
             self.wake.clear()
+            wait_s = queue.wait_s(now)
+            if wait_s is None:  # nothing lingers: wait for a message, with no timer
+                await self.wake.wait()
+                continue
             try:
-                async with asyncio.timeout(queue.wait_s(now)):
+                async with asyncio.timeout(wait_s):
                     await self.wake.wait()
             except TimeoutError:
                 pass

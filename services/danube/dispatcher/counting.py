@@ -5,6 +5,8 @@ as they grow. The subscription's runtime owns one :class:`SubscriptionCounts`.""
 
 from __future__ import annotations
 
+from prometheus_client import Counter
+
 from danube.dispatcher import metrics, tiers
 from danube.dispatcher.delayed import DelayedMessages
 from danube.dispatcher.delivery import SubscriptionMachine
@@ -22,6 +24,7 @@ class SubscriptionCounts:
     def __init__(self, topic: TopicName, sub: str) -> None:
         self._topic = topic
         self._sub = sub
+        self._out: tuple[Counter, Counter, Counter] | None = None  # messages, bytes, again
         self._expired = 0  # of machine.expired
         self._spilled = 0  # of the delayed messages' spilled_bytes
         self._reread = 0  # of their reread_frames
@@ -36,11 +39,18 @@ class SubscriptionCounts:
         metrics.observe_delivery_age(counts, frames)
         metrics.DELIVERED.inc(len(frames))
         metrics.REDELIVERED.inc(redelivered)
-        labels = subscription_labels(self._topic, self._sub)
-        metrics.SUB_MESSAGES_OUT.labels(*labels).inc(len(frames))
-        record_bytes = sum(map(len, frames)) - FRAME_HEADER_BYTES * len(frames)
-        metrics.SUB_BYTES_OUT.labels(*labels).inc(record_bytes)
-        metrics.SUB_REDELIVERED.labels(*labels).inc(redelivered)
+        out = self._out
+        if out is None:  # the subscription's series, looked up once
+            labels = subscription_labels(self._topic, self._sub)
+            out = self._out = (
+                metrics.SUB_MESSAGES_OUT.labels(*labels),
+                metrics.SUB_BYTES_OUT.labels(*labels),
+                metrics.SUB_REDELIVERED.labels(*labels),
+            )
+        out[0].inc(len(frames))
+        out[1].inc(sum(map(len, frames)) - FRAME_HEADER_BYTES * len(frames))
+        if redelivered:
+            out[2].inc(redelivered)
         return protocol.encode_poll_columns(partitions, counts, frames)
 
     def follow(self, machine: SubscriptionMachine) -> None:
