@@ -5,10 +5,10 @@ replica's follower, a repair) run as tasks that nobody awaits while they work. L
 ``asyncio.create_task`` each site chooses what a failure means, and an exception nobody
 retrieves is lost with its task. A :class:`TaskSet` is their owner instead:
 
-- :meth:`TaskSet.spawn` starts a task under a name and a failure policy: ``"fail"`` (the
-  default: a task that ends with an exception fails its owner, through the owner's
-  ``on_failure``, and is logged) or ``"log"`` (the task says its failure is its own: it is
-  logged, nothing more);
+- :meth:`TaskSet.spawn` starts a task (with no request's trace id: it outlives the request)
+  under a name and a failure policy: ``"fail"`` (the default: a task that ends with an
+  exception fails its owner, through the owner's ``on_failure``, and is logged) or ``"log"``
+  (the task says its failure is its own: it is logged, nothing more);
 - a task that ends by cancellation, or returns, is simply forgotten;
 - :meth:`TaskSet.cancel` stops one task and waits for it (within a deadline: on Python 3.11
   a task can swallow a cancellation, :func:`danube.aio.cancel_and_wait` cancels again);
@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
+from danube import trace
 from danube.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,10 @@ class TaskSet:
         if self._closed:
             work.close()  # never started: no "never awaited" warning
             raise TaskSetClosedError(f"{self.owner}: cannot start {name}: closed")
-        task = asyncio.get_running_loop().create_task(work, name=name)
+        # A helper outlives the request that may have started it (a claim over the bus, a
+        # produce that created a topic): it carries no trace id of it (danube.trace).
+        with trace.bound(None):
+            task = asyncio.get_running_loop().create_task(work, name=name)
         self._tasks[task] = on_failure
         task.add_done_callback(self._ended)
         return task

@@ -10,6 +10,7 @@ import logging
 
 import pytest
 
+from danube import trace
 from danube.tasks import TaskSet, TaskSetClosedError
 
 pytestmark = pytest.mark.unit
@@ -109,3 +110,20 @@ async def test_cancel_all_stops_every_task_at_once_and_fails_no_owner(
     assert caplog.records == []
     await tasks.close(timeout_s=5)
     assert len(tasks) == 0
+
+
+async def test_a_spawned_helper_carries_no_trace_of_the_request_that_started_it() -> None:
+    """A helper started while a request is served (a claim over the bus starts a partition's
+    live stream) outlives it: what it sends on the bus carries no trace header of it."""
+    seen: list[dict[str, str]] = []
+
+    async def helper() -> None:
+        seen.append(trace.bus_headers())  # what its bus messages would carry
+
+    tasks = TaskSet("test")
+    with trace.bound("the-claim-request"):
+        task = tasks.spawn(helper(), name="helper")
+        assert trace.bus_headers() != {}  # the request itself keeps its id
+    await task
+    assert seen == [{}]
+    await tasks.close()
