@@ -20,8 +20,6 @@ Run: ``.venv/bin/python tests/bench/bench_against.py --commit 8c4c50a [--kind e2
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -34,7 +32,7 @@ import bench_peers as peers
 import nats
 import uvloop
 
-from mesh import DANUBE, bench_mesh
+from mesh import bench_mesh
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("libs", "services", "spark_jobs")
@@ -48,16 +46,9 @@ def python_path(tree: Path) -> str:
 
 
 async def bench(kind: str, url: str, tree: Path, args: list[str]) -> dict[str, Any]:
-    """``danube bench <kind>`` of ``tree`` against ``url``: its JSON result."""
+    """``danube bench <kind>`` of ``tree`` (its CLI and client) against ``url``."""
     env = {**os.environ, "PYTHONPATH": python_path(tree)}
-    command = [DANUBE, "bench", kind, "-s", url, "--size", "1024", "--json", *args]
-    done = await asyncio.to_thread(
-        subprocess.run, command, capture_output=True, text=True, env=env, timeout=600
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    return await peers.danube_bench(kind, url, args, env=env)
 
 
 Sides = dict[str, tuple[Path, dict[str, str]]]  # name: its tree, its services' extra env
@@ -75,7 +66,11 @@ async def measure_side(
     mesh_env = {"PYTHONPATH": python_path(tree), **env}
     async with bench_mesh(tmp, services, mesh_env, pids=pids) as http:
         url = str(http.base_url)
-        warm = ["--rate", "1000", "-n", "500"] if kind == "e2e" else [*ONE_AT_A_TIME, "-n", "300"]
+        warm = (
+            ["--rate", "1000", "-n", "500"]
+            if kind == "e2e"
+            else [*ONE_AT_A_TIME, "-n", str(WARM_UP)]
+        )
         await bench(kind, url, tree, warm)
         before = {name: peers.cpu_s(pid) for name, pid in pids.items()}
         client_before = peers.children_cpu_s()

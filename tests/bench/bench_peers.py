@@ -355,11 +355,14 @@ async def js_consume(js: JetStreamContext, count: int) -> dict[str, float]:
 # --------------------------------------------------------------------------- mesh ---
 
 
-async def danube_bench(kind: str, url: str, args: list[str]) -> dict[str, Any]:
-    """``danube bench <kind> -s url --size 1024 --json args``: its JSON result."""
+async def danube_bench(
+    kind: str, url: str, args: list[str], env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``danube bench <kind> -s url --size 1024 --json args``: its JSON result (``env``: the
+    command's environment, this process's when None)."""
     command = [DANUBE, "bench", kind, "-s", url, "--size", str(SIZE_BYTES), "--json", *args]
     out = await asyncio.to_thread(
-        subprocess.run, command, capture_output=True, text=True, timeout=ROW_TIMEOUT_S
+        subprocess.run, command, capture_output=True, text=True, env=env, timeout=ROW_TIMEOUT_S
     )
     if out.returncode != 0:
         raise SystemExit(f"{shlex.join(command)} failed ({out.returncode}): {out.stderr[-2000:]}")
