@@ -54,15 +54,21 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 
 def principal(security: Authenticator, scope: Scope) -> str:
+    """Who asks (:func:`principal_of`) in an ASGI request."""
+    if not security.enabled:
+        return ANONYMOUS
+    tls = scope.get(TLS_PRINCIPAL_SCOPE_KEY)
+    return security.authenticate(
+        header(scope, b"authorization"), tls if isinstance(tls, str) else None
+    )
+
+
+def principal_of(security: Authenticator, authorization: str | None, tls: str | None) -> str:
     """Who asks: the bearer token or the client certificate (401 when neither holds), or
     anonymous with security off."""
     if not security.enabled:
         return ANONYMOUS
-    tls_principal = scope.get(TLS_PRINCIPAL_SCOPE_KEY)
-    return security.authenticate(
-        header(scope, b"authorization"),
-        tls_principal if isinstance(tls_principal, str) else None,
-    )
+    return security.authenticate(authorization, tls)
 
 
 def body_too_large(body_bytes_max: int, setting: str) -> TooLargeError:

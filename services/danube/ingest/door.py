@@ -22,7 +22,9 @@ The checks, in order (the first refusal answers; nothing is stored):
    (danube.ingest.handlers: the bus's path shares it from here on).
 
 At most ``ingest.data_max_inflight`` produces run at once (the next: 429 at once); each has
-``ingest.data_timeout_s`` to be answered.
+``ingest.data_timeout_s`` from its head's arrival to be answered (its body's arrival
+included). The listener is danube.runtime.data_listener (HTTP/1.1 without an ASGI server:
+the limits of the node's other listeners, TLS as its ``tls`` section says).
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import re
 from typing import Protocol
 
 import orjson
-from starlette.types import Receive, Scope, Send
 
 from danube.admission import Admission, AdmissionCounters, FramesMessages, build
 from danube.admission.payloads import stamped_frames
@@ -56,21 +57,20 @@ from danube.ingest.node import Node
 from danube.meta import MetaStore, TopicName
 from danube.meta.doors import node_door
 from danube.names import produce_topic
+from danube.runtime.data_listener import DataListener, DoorLimits, DoorRequest
 from danube.runtime.door import (
     DOOR_START_S,
     DOOR_STOP_S,
     JSON,
     Answer,
     Authenticator,
-    Listening,
     body_too_large,
     error_answer,
-    principal,
-    read_body,
-    send_answer,
+    principal_of,
 )
-from danube.runtime.http import AsgiServer, advertised_url
+from danube.runtime.http import advertised_url
 from danube.runtime.service import NodeSession
+from danube.security.tls import ServerTls
 from danube.tasks import TaskSet
 from danube.wire import codes
 from danube.wire.limits import for_partition
@@ -94,7 +94,7 @@ class Leaders(Protocol):
 
 
 class DataDoor:
-    """The ASGI app of an ingest node's data listener."""
+    """What an ingest node's data listener answers (danube.runtime.data_listener.DoorApp)."""
 
     def __init__(
         self,
@@ -109,49 +109,42 @@ class DataDoor:
         self.admission = admission
         self.security = security
         self.store = store
-        self.body_bytes_max = ingest.data_body_bytes_max
-        self.timeout_s = ingest.data_timeout_s
         self._inflight = 0
         self._inflight_max = ingest.data_max_inflight
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # a WebSocket or lifespan: nothing served
-            return
+    async def __call__(self, request: DoorRequest) -> Answer:
         try:
-            answer = await self._answer(scope, receive)
+            return await self._answer(request)
         except Exception as exc:
-            answer = error_answer(exc, "data door", metrics.DOOR_REFUSALS)
-        await send_answer(send, answer)
+            return refusal(exc)
 
-    async def _answer(self, scope: Scope, receive: Receive) -> Answer:
-        match = _PRODUCE_PATH.fullmatch(scope["path"])
+    async def _answer(self, request: DoorRequest) -> Answer:
+        match = _PRODUCE_PATH.fullmatch(request.path)
         if match is None:
-            raise NotFoundError(f"no route {scope['path']} on an ingest data door")
-        if scope["method"] != "POST":
+            raise NotFoundError(f"no route {request.path} on an ingest data door")
+        if request.method != "POST":
             body = orjson.dumps(_code("method_not_allowed", "POST only"))
             return 405, body, JSON, {"Allow": "POST"}
-        _check_headers(scope["headers"], self.body_bytes_max)
+        _check_headers(request.headers)
         if self._inflight >= self._inflight_max:
             raise OverLimitError("too many produce requests in flight on this node; retry")
         self._inflight += 1
         try:
-            # The body's arrival is inside the deadline too: a client that sends its head
-            # and then trickles the body holds a slot no longer than a produce may take.
-            async with asyncio.timeout(self.timeout_s):
-                body = await read_body(receive, self.body_bytes_max, _BODY_SETTING)
-                return await self.produce(scope, match[1], match[2], body)
+            async with asyncio.timeout_at(request.deadline):
+                return await self.produce(request, match[1], match[2])
         finally:
             self._inflight -= 1
 
-    async def produce(self, scope: Scope, ns: str, topic: str, body: bytes) -> Answer:
+    async def produce(self, request: DoorRequest, ns: str, topic: str) -> Answer:
         """One binary produce to a partition this node leads (the module's docstring has
         the order of its checks)."""
         name = produce_topic(ns, topic)
-        who = principal(self.security, scope)
+        who = principal_of(self.security, request.header(b"authorization"), request.tls_principal)
         handlers = self.leaders.leader_of(name)
         if handlers is None:
             raise await self._not_leader(name)
-        params = parse_binary_params(scope["query_string"])
+        params = parse_binary_params(request.query)
+        body = request.body
         limits = self.admission.limits
         frames = scan_body(
             body, max_messages=limits.messages_max, max_payload_bytes=limits.payload_bytes_max
@@ -201,14 +194,12 @@ class DataDoor:
         return NotLeaderError(f"this node does not lead {name}; its leader does", leader_url=url)
 
 
-def _check_headers(headers: list[tuple[bytes, bytes]], body_bytes_max: int) -> None:
+def _check_headers(headers: list[tuple[bytes, bytes]]) -> None:
+    """The body's type and encoding (its size is the listener's to bound)."""
     content_type = None
     for header, value in headers:
         if header == b"content-type":
             content_type = value.decode("latin-1").lower()
-        elif header == b"content-length":
-            if not value.isdigit() or int(value) > body_bytes_max:
-                raise body_too_large(body_bytes_max, _BODY_SETTING)
         elif header == b"content-encoding" and value.lower() != b"identity":
             raise UnsupportedMediaTypeError(
                 "a data door takes bodies as they are (frames compress their payloads)",
@@ -220,6 +211,11 @@ def _check_headers(headers: list[tuple[bytes, bytes]], body_bytes_max: int) -> N
 
 def _code(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
+
+
+def refusal(exc: Exception) -> Answer:
+    """The answer to a request that raised ``exc``, counted in the door's refusals."""
+    return error_answer(exc, "data door", metrics.DOOR_REFUSALS)
 
 
 class DoorAdmission:
@@ -252,16 +248,23 @@ class DoorAdmission:
 
 async def open_door(
     settings: DanubeSettings, node: Node, session: NodeSession, admission: DoorAdmission
-) -> Listening:
+) -> DataListener:
     """Listen on ``ingest.data_port`` with the section's limits and TLS (``admission``
     opened first); advertise the door's URL in the node's registration (lookups name it)."""
     ingest = settings.ingest
     parts = admission.parts
     door = DataDoor(settings, node, parts.admission, parts.security, session.store)
-    server = AsgiServer(door, ingest.host, ingest.data_port, ingest, listener="data")
-    serving = session.tasks.create_task(server.serve(), name="data-door")
-    await server.wait_started(serving, DOOR_START_S)
-    url = ingest.data_advertised_url or advertised_url(ingest, server.port)
+    listener = DataListener(
+        door,
+        refusal,
+        lambda: body_too_large(ingest.data_body_bytes_max, _BODY_SETTING),
+        DoorLimits.of(ingest, ingest.data_body_bytes_max, ingest.data_timeout_s),
+        # loads the files now: a bad path fails the start, clearly
+        tls=ServerTls(ingest.tls) if ingest.tls.enabled else None,
+    )
+    async with asyncio.timeout(DOOR_START_S):
+        await listener.start(ingest.host, ingest.data_port)
+    url = ingest.data_advertised_url or advertised_url(ingest, listener.port)
     await session.advertise(url)
     log.info("ingest %s: data door at %s", node.node_id, url)
-    return Listening(server, serving)
+    return listener
