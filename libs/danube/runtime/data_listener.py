@@ -61,6 +61,10 @@ log = logging.getLogger(__name__)
 LINGER_S = 1.0
 """After a refusal that closes a connection, what the client still sends is read and dropped
 this long before the socket closes."""
+SWEEP_MIN_S = 0.05
+SWEEP_MAX_S = 1.0
+"""How often a listener looks at its connections' deadlines (a quarter of its shortest
+bound, within these): a deadline is kept to within this."""
 
 
 @dataclass(slots=True)
@@ -145,7 +149,19 @@ class DataListener:
         self.connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
         self._port: int | None = None
+        # Every connection's deadlines are looked at this often (a quarter of the shortest
+        # bound): no timer per request.
+        shortest = min(limits.header_timeout_s, limits.keep_alive_timeout_s, limits.timeout_s)
+        self._sweep_s = max(SWEEP_MIN_S, min(SWEEP_MAX_S, shortest / 4, LINGER_S / 4))
+        self._sweeping: asyncio.TimerHandle | None = None
         self._emptied: asyncio.Event | None = None  # while it stops: set when no connection is left
+
+    def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for connection in list(self.connections):
+            connection.check(now)
+        self._sweeping = loop.call_later(self._sweep_s, self._sweep)
 
     def forget(self, connection: _Connection) -> None:
         """``connection`` closed."""
@@ -164,6 +180,7 @@ class DataListener:
         """Listen on ``host:port`` (OSError when it cannot)."""
         loop = asyncio.get_running_loop()
         context: ssl.SSLContext | None = self.tls.context if self.tls is not None else None
+        self._sweeping = loop.call_later(self._sweep_s, self._sweep)
         self._server = await loop.create_server(
             lambda: _Connection(self, loop),
             host,
@@ -189,6 +206,8 @@ class DataListener:
             await asyncio.wait_for(self._emptied.wait(), stop_s)
         for connection in list(self.connections):
             connection.abort()
+        if self._sweeping is not None:
+            self._sweeping.cancel()
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -213,6 +232,8 @@ class _Connection(asyncio.Protocol):
         self.in_head = True  # no head under way is whole yet
         self.begun = False  # a byte of the next request came
         self.head_at = 0.0  # when the request's head became whole
+        self.declared: int | None = None  # its Content-Length
+        self.expects_continue = False
         # Whole requests waiting for their turn (pipelined), each with whether its
         # connection stays open after its answer.
         self.pending: collections.deque[tuple[DoorRequest, bool]] = collections.deque()
@@ -221,8 +242,9 @@ class _Connection(asyncio.Protocol):
         self.writable: asyncio.Future[None] | None = None  # set while writes are paused
         self.refused = False  # a refusal was written: the rest is dropped
         self.stopping = False  # the listener stops: close after the answer under way
-        self.waiting_since = loop.time()  # since when the next head is awaited
-        self.timer: asyncio.TimerHandle | None = None
+        # Since when this connection waits for what it waits for: the next head, a body,
+        # or the end of a linger (see check).
+        self.since = loop.time()
 
     # --- asyncio.Protocol ------------------------------------------------------------
 
@@ -244,7 +266,6 @@ class _Connection(asyncio.Protocol):
             # The handshake is over when a protocol hears of its connection; only a
             # certificate the CA verified is reported.
             self.tls_principal = principal_of_peercert(transport.get_extra_info("peercert"))
-        self._await_head()
 
     def _turn_away(self, reason: str) -> None:
         CONNECTIONS_REFUSED.labels(self.listener.listener, reason).inc()
@@ -252,7 +273,6 @@ class _Connection(asyncio.Protocol):
         self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
         self.listener.forget(self)
         if self.counted_as is not None:
             self.listener.per_client.release(self.counted_as)
@@ -303,23 +323,27 @@ class _Connection(asyncio.Protocol):
         self.headers = []
         self.body = []
         self.body_bytes = 0
+        self.declared = None
+        self.expects_continue = False
 
     def on_url(self, url: bytes) -> None:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value))
+        name = name.lower()
+        self.headers.append((name, value))
+        if name == b"content-length":
+            self.declared = int(value) if value.isdigit() else None  # httptools checks it
+        elif name == b"expect":
+            self.expects_continue = value.lower() == b"100-continue"
 
     def on_headers_complete(self) -> None:
         self.in_head = False
-        self.head_at = self.loop.time()
-        limits = self.limits
-        length = _content_length(self.headers)
-        if length is not None and length > limits.body_bytes_max:
+        self.since = self.head_at = self.loop.time()
+        if self.declared is not None and self.declared > self.limits.body_bytes_max:
             self._refuse(self.listener.too_large())
             return
-        self._arm(limits.timeout_s, self._body_too_slow)
-        if _expects_continue(self.headers) and self.transport is not None:
+        if self.expects_continue and self.transport is not None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
@@ -334,7 +358,6 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self.refused:
             return
-        self._disarm()
         path, _, query = self.url.partition(b"?")
         body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
         request = DoorRequest(
@@ -391,10 +414,8 @@ class _Connection(asyncio.Protocol):
         if self.paused:
             self.paused = False
             transport.resume_reading()
-        if self.in_head:
-            self._await_head()
-        else:  # the next body was on its way (its client may have waited on us)
-            self._arm(self.limits.timeout_s, self._body_too_slow)
+        # Waiting for the next head, or for a body on its way (its client waited on us).
+        self.since = self.loop.time()
 
     def _pause(self) -> None:
         if not self.paused and self.transport is not None:
@@ -404,7 +425,6 @@ class _Connection(asyncio.Protocol):
     def _refuse(self, exc: Exception) -> None:
         """Answer ``exc`` (after what is under way), drop what else comes, and close."""
         self.refused = True
-        self._disarm()
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -426,49 +446,33 @@ class _Connection(asyncio.Protocol):
             transport.resume_reading()
         if transport.can_write_eof():
             transport.write_eof()
-        self._arm(LINGER_S, transport.close)
+        self.since = self.loop.time()  # closed by check() after LINGER_S
 
-    # --- timers ------------------------------------------------------------------------
+    # --- deadlines (DataListener's sweep) ------------------------------------------------
 
-    def _await_head(self) -> None:
-        """Wait for the next request's head: closed after keep_alive_timeout_s without a
-        byte of it, after header_timeout_s without all of it."""
-        self.waiting_since = self.loop.time()
+    def check(self, now: float) -> None:
+        """Close (or refuse) this connection if what it waits for is overdue at ``now``."""
+        transport = self.transport
+        if self.running is not None or transport is None or transport.is_closing():
+            return  # answering: its client may be waiting on us
         limits = self.limits
-        self._arm(min(limits.keep_alive_timeout_s, limits.header_timeout_s), self._head_due)
-
-    def _head_due(self) -> None:
-        self.timer = None
-        if self.running is not None or not self.in_head or self.transport is None:
-            return  # busy answering, or a head is whole: not waiting for one
-        waited = self.loop.time() - self.waiting_since
-        if not self.begun or waited >= self.limits.header_timeout_s:
-            self.transport.close()
-            return
-        # A head began: it has until header_timeout_s.
-        self._arm(self.limits.header_timeout_s - waited, self._head_due)
-
-    def _body_too_slow(self) -> None:
-        self.timer = None
-        if self.running is not None:
-            # Busy with the request before it: the client's bytes may be waiting on us.
-            self._arm(self.limits.timeout_s, self._body_too_slow)
-            return
-        self._refuse(
-            UnavailableError(
-                f"the body did not all come within {self.limits.timeout_s} s of its head",
-                code="timeout",
+        waited = now - self.since
+        if self.refused:
+            if waited >= LINGER_S:
+                transport.close()
+        elif self.in_head:
+            if self.begun:  # a head under way: it has header_timeout_s
+                if waited >= limits.header_timeout_s:
+                    transport.close()
+            elif waited >= min(limits.keep_alive_timeout_s, limits.header_timeout_s):
+                transport.close()  # idle
+        elif waited >= limits.timeout_s:
+            self._refuse(
+                UnavailableError(
+                    f"the body did not all come within {limits.timeout_s} s of its head",
+                    code="timeout",
+                )
             )
-        )
-
-    def _arm(self, delay_s: float, callback: Callable[[], None]) -> None:
-        self._disarm()
-        self.timer = self.loop.call_later(delay_s, callback)
-
-    def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
 
     # --- the listener stops ------------------------------------------------------------
 
@@ -485,20 +489,6 @@ class _Connection(asyncio.Protocol):
             self.running.cancel()
         if self.transport is not None:
             self.transport.abort()
-
-
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    for name, value in headers:
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None  # httptools refuses a bad one
-    return None
-
-
-def _expects_continue(headers: list[tuple[bytes, bytes]]) -> bool:
-    for name, value in headers:
-        if name == b"expect":
-            return value.lower() == b"100-continue"
-    return False
 
 
 _PHRASES = {status.value: status.phrase.encode("ascii") for status in http.HTTPStatus}
