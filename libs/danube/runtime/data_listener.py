@@ -37,6 +37,7 @@ import contextlib
 import http
 import logging
 import ssl
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
@@ -358,11 +359,14 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self.refused:
             return
-        path, _, query = self.url.partition(b"?")
+        raw_path, _, query = self.url.partition(b"?")
+        path = raw_path.decode("latin-1")
+        if "%" in path:  # decoded as every other listener of the mesh decodes it (uvicorn)
+            path = urllib.parse.unquote(path)
         body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
         request = DoorRequest(
             method=self.parser.get_method().decode("ascii"),
-            path=path.decode("latin-1"),
+            path=path,
             query=query,
             headers=self.headers,
             body=body,
