@@ -65,16 +65,20 @@ async def test_every_client_delays_and_exclusive_delivers_at_once(
         for i in range(5):
             await producer.send(f"now-{i}", key=f"k{i % 4}")
         await producer.flush()
-    cli = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "danube"), "produce", "-s", url, "-t", "/" + TOPIC,
-        "-m", "cli", "--deliver-after-ms", str(DELAY_MS),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    output, _ = await cli.communicate()
-    assert cli.returncode == 0, output
-
-    # Both subscriptions polled together from now on.
-    got, whole_got = await asyncio.gather(_take(http, keyed, 27), _take(http, whole, 27))
+    # Both subscriptions polled together from now on, while the CLI sends its message (its
+    # start alone may take longer than the delay on a busy machine: the messages not
+    # delayed are looked for from here, not after it).
+    async with asyncio.TaskGroup() as tasks:
+        keyed_taken = tasks.create_task(_take(http, keyed, 27))
+        whole_taken = tasks.create_task(_take(http, whole, 27))
+        cli = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "danube"), "produce", "-s", url, "-t", "/" + TOPIC,
+            "-m", "cli", "--deliver-after-ms", str(DELAY_MS),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        output, _ = await cli.communicate()
+        assert cli.returncode == 0, output
+    got, whole_got = keyed_taken.result(), whole_taken.result()
     # Key-shared: the five not delayed at once; the 22 delayed no earlier than due.
     by_payload = {m["payload"]: (arrived, m) for arrived, m in got}
     assert len(by_payload) == 27

@@ -31,6 +31,13 @@ BARE_TASKS_ALLOWED: dict[str, tuple[int, str]] = {
         "failure logged there; drain and unsubscribe stop them within deadlines. A TaskSet "
         "would add a second done callback to every request of the bus",
     ),
+    "libs/danube/runtime/data_connection.py": (
+        1,
+        "a data door's connection: one task per run of requests, held in the connection's "
+        "running slot (pipelined requests wait their turn in it), every failure logged in "
+        "it, cut by the listener's close after its stop time. A TaskSet would add a done "
+        "callback and a context copy to every produce sent one at a time",
+    ),
     "libs/danube/wire/leader_watch.py": (
         3,
         "every produce's path: the request raced against leader probes (and a test's fake "
