@@ -72,7 +72,7 @@ async def measure(kind: str, count: int) -> tuple[float, float]:
     """Median round trip and server CPU per request, both in µs."""
     config = ServiceConfig()
     if kind == "data listener":
-        limits = DoorLimits.of(config, 16 << 20, 10.0)
+        limits = DoorLimits.of(config, 16 << 20, 10.0, 256)
         listener = DataListener(door, lambda _: ANSWER, lambda: ValueError(), limits)
         await listener.start("127.0.0.1", 0)
         port = listener.port

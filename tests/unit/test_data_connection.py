@@ -25,6 +25,7 @@ pytestmark = pytest.mark.unit
 LIMITS = DoorLimits(
     body_bytes_max=4096,
     timeout_s=10,
+    max_inflight=3,
     header_timeout_s=10,
     keep_alive_timeout_s=10,
     max_connections=8,
@@ -36,7 +37,8 @@ _REFUSALS = Counter("danube_test_data_connection_refusals", "refusals", ["code"]
 class Transport:
     """What a connection writes, whether it paused reading, and whether it closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, protocol: Connection) -> None:
+        self.protocol = protocol
         self.written = bytearray()
         self.closed = False
         self.paused = False
@@ -52,7 +54,9 @@ class Transport:
         return self.closed
 
     def close(self) -> None:
-        self.closed = True
+        if not self.closed:  # as asyncio's: the protocol hears of it on a later turn
+            self.closed = True
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
 
     abort = close
 
@@ -77,6 +81,7 @@ class Listener:
         self.listener = "unit"
         self.per_client = PerClient(8)
         self.connections: set[Connection] = set()
+        self.inflight = 0
 
     async def app(self, request: DoorRequest) -> Answer:
         await asyncio.sleep(0)  # answered on a later turn of the loop, as a door does
@@ -93,12 +98,13 @@ class Listener:
         self.connections.discard(connection)
 
 
-async def feed(chunks: list[bytes]) -> Transport:
+async def feed(chunks: list[bytes]) -> tuple[Transport, Listener]:
     """A connection fed ``chunks`` one read at a time (as its transport allows), then left
     to answer what it took."""
     loop = asyncio.get_running_loop()
-    connection = Connection(Listener(), loop)  # type: ignore[arg-type]
-    transport = Transport()
+    listener = Listener()
+    connection = Connection(listener, loop)  # type: ignore[arg-type]
+    transport = Transport(connection)
     connection.connection_made(transport)  # type: ignore[arg-type]
     pending = list(chunks)
     for _ in range(10_000):
@@ -107,7 +113,8 @@ async def feed(chunks: list[bytes]) -> Transport:
         elif connection.running is None and (not pending or transport.closed):
             break
         await asyncio.sleep(0)
-    return transport
+    await asyncio.sleep(0)  # a close heard
+    return transport, listener
 
 
 def _post(path: str, body: bytes, *extra: str) -> bytes:
@@ -144,9 +151,10 @@ async def test_however_the_stream_is_cut_every_request_is_answered_in_order(
     sent: list[tuple[str, bytes]], points: list[int]
 ) -> None:
     stream = b"".join(_post(path, body) for path, body in sent)
-    transport = await feed(_cuts(stream, points))
+    transport, listener = await feed(_cuts(stream, points))
     answers = _answers(bytes(transport.written))
     assert [status for status, _ in answers] == [200] * len(sent)
+    assert listener.inflight == 0  # every slot given back with its answer
     assert [orjson.loads(body) for _, body in answers] == [
         {"path": path, "length": len(body)} for path, body in sent
     ]
@@ -168,9 +176,12 @@ async def test_however_the_stream_is_cut_every_request_is_answered_in_order(
 async def test_whatever_bytes_come_the_connection_answers_or_closes(
     data: bytes, points: list[int]
 ) -> None:
-    transport = await feed(_cuts(data, points))
+    transport, listener = await feed(_cuts(data, points))
     answers = _answers(bytes(transport.written))
     statuses = [status for status, _ in answers]
+    # A slot is held only by a request whose head came and that is not answered yet: none
+    # once the connection closed.
+    assert listener.inflight == 0 if transport.closed else 0 <= listener.inflight <= 1
     # Only whole requests are answered 200; anything else is one refusal, then closed.
     assert all(status in (200, 400, 413) for status in statuses), statuses
     if any(status != 200 for status in statuses):
@@ -184,6 +195,6 @@ async def test_a_body_past_the_bound_is_refused_413_even_when_chunked() -> None:
         b"POST /big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
         + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
     )
-    transport = await feed([chunked[i : i + 700] for i in range(0, len(chunked), 700)])
+    transport, _ = await feed([chunked[i : i + 700] for i in range(0, len(chunked), 700)])
     ((status, answer),) = _answers(bytes(transport.written))
     assert (status, orjson.loads(answer)["error"]["code"]) == (413, "body_too_large")

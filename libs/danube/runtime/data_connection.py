@@ -16,7 +16,7 @@ from typing import Protocol, cast
 import httptools
 
 from danube.config.model import ServiceConfig
-from danube.errors import BadRequestError, UnavailableError
+from danube.errors import BadRequestError, OverLimitError, UnavailableError
 from danube.runtime.door import Answer
 from danube.runtime.listener import HEAD_BYTES_MAX
 from danube.runtime.peers import (
@@ -73,17 +73,21 @@ class DoorLimits:
 
     body_bytes_max: int
     timeout_s: float
+    max_inflight: int
     header_timeout_s: float
     keep_alive_timeout_s: float
     max_connections: int
     max_connections_per_client: int
 
     @classmethod
-    def of(cls, config: ServiceConfig, body_bytes_max: int, timeout_s: float) -> DoorLimits:
-        """The limits of ``config``'s listeners with the door's own two."""
+    def of(
+        cls, config: ServiceConfig, body_bytes_max: int, timeout_s: float, max_inflight: int
+    ) -> DoorLimits:
+        """The limits of ``config``'s listeners with the door's own three."""
         return cls(
             body_bytes_max=body_bytes_max,
             timeout_s=timeout_s,
+            max_inflight=max_inflight,
             header_timeout_s=config.header_timeout_s,
             keep_alive_timeout_s=config.keep_alive_timeout_s,
             max_connections=config.max_connections,
@@ -103,6 +107,7 @@ class Owner(Protocol):
     listener: str  # its name in the refusal metric
     per_client: PerClient
     connections: set[Connection]
+    inflight: int  # requests of all its connections from their heads to their answers
 
     def forget(self, connection: Connection) -> None:
         """``connection`` closed."""
@@ -137,6 +142,7 @@ class Connection(asyncio.Protocol):
         self.running: asyncio.Task[None] | None = None
         self.paused = False  # reading paused: a request waits its turn
         self.writable: asyncio.Future[None] | None = None  # set while writes are paused
+        self.slot = False  # holds one of the listener's inflight (see on_headers_complete)
         self.refused = False  # a refusal was written: the rest is dropped
         self.stopping = False  # the listener stops: close after the answer under way
         # Since when this connection waits for what it waits for: the next head, a body,
@@ -170,6 +176,7 @@ class Connection(asyncio.Protocol):
         self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._give_slot()
         self.listener.forget(self)
         if self.counted_as is not None:
             self.listener.per_client.release(self.counted_as)
@@ -240,6 +247,17 @@ class Connection(asyncio.Protocol):
         if self.declared is not None and self.declared > self.limits.body_bytes_max:
             self._refuse(self.listener.too_large())
             return
+        # A connection holds a slot of the listener's from a request's head (before any of
+        # its body is kept) until it has none read, waiting or answered: what a listener
+        # holds of bodies is bounded by max_inflight connections' worth (each at most the
+        # request answered, one waiting its turn and what one read brought after it).
+        if not self.slot:
+            listener = self.listener
+            if listener.inflight >= self.limits.max_inflight:
+                self._refuse(OverLimitError("too many produce requests in flight; retry"))
+                return
+            listener.inflight += 1
+            self.slot = True
         if self.expects_continue and self.transport is not None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -318,6 +336,13 @@ class Connection(asyncio.Protocol):
             transport.resume_reading()
         # Waiting for the next head, or for a body on its way (its client waited on us).
         self.since = self.loop.time()
+        if self.in_head:
+            self._give_slot()
+
+    def _give_slot(self) -> None:
+        if self.slot:
+            self.slot = False
+            self.listener.inflight -= 1
 
     def _pause(self) -> None:
         if not self.paused and self.transport is not None:

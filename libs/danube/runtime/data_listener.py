@@ -15,6 +15,9 @@ answer — and keeps every guard the mesh's uvicorn listeners have (danube.runti
   its previous answer was written closes the connection; ``keep_alive_timeout_s``: so does
   a connection that sends nothing that long between requests;
 - a request head past ``HEAD_BYTES_MAX``, or that does not parse: 400, closed;
+- ``max_inflight`` connections with a request from its head to its answer: the next
+  request of another is 429 ``too_many_requests`` and closed before any of its body is
+  kept (what the listener holds of bodies is bounded by that many connections' worth);
 - a body past the door's bound (by ``Content-Length`` before it is read, or as it arrives
   chunked): 413, closed; a body not whole within the door's timeout after its head: 503,
   closed. A connection closed after a refusal reads (and drops) what its client still
@@ -78,6 +81,7 @@ class DataListener:
         self.tls = tls
         self.per_client = PerClient(limits.max_connections_per_client)
         self.connections: set[Connection] = set()
+        self.inflight = 0  # connections with a request from its head to its answer
         self._server: asyncio.Server | None = None
         self._port: int | None = None
         # Every connection's deadlines are looked at this often (a quarter of the shortest

@@ -21,7 +21,8 @@ The checks, in order (the first refusal answers; nothing is stored):
 6. the partition's share of the topic's publish rate and backlog quota, then the append
    (danube.ingest.handlers: the bus's path shares it from here on).
 
-At most ``ingest.data_max_inflight`` produces run at once (the next: 429 at once); each has
+At most ``ingest.data_max_inflight`` connections have a produce in progress, counted by the
+listener from its head (the next: 429 at once, before its body is read); each has
 ``ingest.data_timeout_s`` from its head's arrival to be answered (its body's arrival
 included). The listener is danube.runtime.data_listener (HTTP/1.1 without an ASGI server:
 the limits of the node's other listeners, TLS as its ``tls`` section says).
@@ -46,7 +47,6 @@ from danube.errors import (
     DanubeError,
     NotFoundError,
     NotLeaderError,
-    OverLimitError,
     UnavailableError,
     UnsupportedMediaTypeError,
 )
@@ -97,20 +97,12 @@ class DataDoor:
     """What an ingest node's data listener answers (danube.runtime.data_listener.DoorApp)."""
 
     def __init__(
-        self,
-        settings: DanubeSettings,
-        leaders: Leaders,
-        admission: Admission,
-        security: Authenticator,
-        store: MetaStore,
+        self, leaders: Leaders, admission: Admission, security: Authenticator, store: MetaStore
     ) -> None:
-        ingest = settings.ingest
         self.leaders = leaders
         self.admission = admission
         self.security = security
         self.store = store
-        self._inflight = 0
-        self._inflight_max = ingest.data_max_inflight
 
     async def __call__(self, request: DoorRequest) -> Answer:
         try:
@@ -126,14 +118,8 @@ class DataDoor:
             body = orjson.dumps(_code("method_not_allowed", "POST only"))
             return 405, body, JSON, {"Allow": "POST"}
         _check_headers(request.headers)
-        if self._inflight >= self._inflight_max:
-            raise OverLimitError("too many produce requests in flight on this node; retry")
-        self._inflight += 1
-        try:
-            async with asyncio.timeout_at(request.deadline):
-                return await self.produce(request, match[1], match[2])
-        finally:
-            self._inflight -= 1
+        async with asyncio.timeout_at(request.deadline):
+            return await self.produce(request, match[1], match[2])
 
     async def produce(self, request: DoorRequest, ns: str, topic: str) -> Answer:
         """One binary produce to a partition this node leads (the module's docstring has
@@ -253,12 +239,14 @@ async def open_door(
     opened first); advertise the door's URL in the node's registration (lookups name it)."""
     ingest = settings.ingest
     parts = admission.parts
-    door = DataDoor(settings, node, parts.admission, parts.security, session.store)
+    door = DataDoor(node, parts.admission, parts.security, session.store)
     listener = DataListener(
         door,
         refusal,
         lambda: body_too_large(ingest.data_body_bytes_max, _BODY_SETTING),
-        DoorLimits.of(ingest, ingest.data_body_bytes_max, ingest.data_timeout_s),
+        DoorLimits.of(
+            ingest, ingest.data_body_bytes_max, ingest.data_timeout_s, ingest.data_max_inflight
+        ),
         # loads the files now: a bad path fails the start, clearly
         tls=ServerTls(ingest.tls) if ingest.tls.enabled else None,
     )

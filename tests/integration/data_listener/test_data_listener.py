@@ -32,6 +32,7 @@ BODY_MAX = 64 * 1024
 LIMITS = DoorLimits(
     body_bytes_max=BODY_MAX,
     timeout_s=0.6,
+    max_inflight=2,
     header_timeout_s=0.6,
     keep_alive_timeout_s=0.4,
     max_connections=6,
@@ -346,6 +347,7 @@ async def test_the_global_cap_is_counted(started: Started) -> None:
     small = DoorLimits(
         body_bytes_max=BODY_MAX,
         timeout_s=1,
+        max_inflight=8,
         header_timeout_s=5,
         keep_alive_timeout_s=5,
         max_connections=2,
@@ -465,3 +467,31 @@ async def test_a_stop_cuts_what_is_not_answered_within_its_time(started: Started
     assert await asyncio.wait_for(reader.read(), 1) == b""
     assert listener.connections == set()
     writer.close()
+
+
+async def test_requests_past_max_inflight_are_429_before_their_body_is_read(
+    started: Started,
+) -> None:
+    listener, door = await started()
+    door.delay_s = 0.5
+    held = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(2)]
+    for _, writer in held:
+        writer.write(_post("/slow", b"s"))
+    await door.called.wait()
+    await asyncio.sleep(0.2)  # both in progress (max_inflight=2)
+    assert len(door.seen) == 2
+    refused = await asyncio.to_thread(_talk, listener.port, _post("/third", b"t" * 1000))
+    ((status, headers, body),) = _answers(refused)
+    assert (status, orjson.loads(body)["error"]["code"]) == (429, "too_many_requests")
+    assert headers["connection"] == "close"
+    assert len(door.seen) == 2  # the third never reached the door
+    for reader, writer in held:
+        ((status, _, _),) = _answers(await asyncio.wait_for(reader.read(65536), 2))
+        assert status == 200
+        writer.close()
+    assert listener.inflight == 0  # given back with the answers
+    door.delay_s = 0
+    again = await asyncio.to_thread(
+        _talk, listener.port, _post("/fourth", b"f", "Connection: close")
+    )
+    assert _answers(again)[0][0] == 200
