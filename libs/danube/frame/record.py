@@ -392,23 +392,28 @@ def read_attributes(
     """Decode ``count`` attributes from ``pos`` (before ``end``) into ``attributes``; the
     position after them."""
     for index in range(count):
-        texts = []
-        for part, limit in (
-            ("name", MAX_ATTRIBUTE_NAME_BYTES),
-            ("value", MAX_ATTRIBUTE_VALUE_BYTES),
-        ):
-            what = f"attribute {index} {part}"
-            if end - pos < _LENGTH.size:
-                raise CorruptRecordError(f"truncated in {what} length")
-            (size,) = _LENGTH.unpack_from(view, pos)
-            _check(size, limit, f"{what} length")
-            pos += _LENGTH.size
-            if end - pos < size:
-                raise CorruptRecordError(f"truncated in {what}")
-            texts.append(read_text(view, pos, size, what))
-            pos += size
-        name, value = texts
+        name, pos = _attribute_text(view, pos, end, MAX_ATTRIBUTE_NAME_BYTES, index, "name")
+        value, pos = _attribute_text(view, pos, end, MAX_ATTRIBUTE_VALUE_BYTES, index, "value")
         if name in attributes:
             raise CorruptRecordError(f"duplicate attribute name {name!r}")
         attributes[name] = value
     return pos
+
+
+def _attribute_text(
+    view: bytes | memoryview, pos: int, end: int, limit: int, index: int, part: str
+) -> tuple[str, int]:
+    """An attribute's name or value at ``pos`` and the position after it (every message's
+    attributes come this way: what the error names is written only for an error)."""
+    if end - pos < _LENGTH.size:
+        raise CorruptRecordError(f"truncated in attribute {index} {part} length")
+    (size,) = _LENGTH.unpack_from(view, pos)
+    if size > limit:
+        _check(size, limit, f"attribute {index} {part} length")
+    pos += _LENGTH.size
+    if end - pos < size:
+        raise CorruptRecordError(f"truncated in attribute {index} {part}")
+    try:
+        return str(view[pos : pos + size], "utf-8"), pos + size
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"attribute {index} {part} is not valid UTF-8") from exc
