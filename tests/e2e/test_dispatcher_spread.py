@@ -47,14 +47,20 @@ class Consumer:
 async def _attach(http: httpx.AsyncClient, consumer: Consumer) -> str:
     path = f"/v1/topics/default/{TOPIC}/subscriptions/{consumer.sub}/consumers"
     body = {"name": consumer.sub, "type": "exclusive", "start": "earliest"}
-    async with asyncio.timeout(30):
-        while True:
-            response = await http.post(path, json=body)
-            if response.status_code == 201:
-                consumer.attaches += 1
-                return str(response.json()["consumer_id"])
-            assert response.status_code == 503, response.text  # moving: claim refused, retried
-            await asyncio.sleep(0.1)
+    answers: list[str] = []  # what it was told before, for the failure's message
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                response = await http.post(path, json=body)
+                if response.status_code == 201:
+                    consumer.attaches += 1
+                    return str(response.json()["consumer_id"])
+                answers.append(f"{response.status_code} {response.text[:200]}")
+                # moving: claim refused, retried
+                assert response.status_code == 503, (consumer.sub, answers)
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"{consumer.sub} not attached within 30 s: {answers}") from None
 
 
 async def _consume(http: httpx.AsyncClient, consumer: Consumer, done: asyncio.Event) -> None:
@@ -156,7 +162,10 @@ async def test_new_dispatchers_take_their_share_and_sigterm_hands_over(
         assert created.status_code in (200, 201), created.text
         tasks = [asyncio.create_task(_consume(http, c, done)) for c in consumers]
         async with asyncio.timeout(60):
-            while sum(c.attaches for c in consumers) < SUBSCRIPTIONS:  # noqa: ASYNC110
+            while sum(c.attaches for c in consumers) < SUBSCRIPTIONS:
+                for task in tasks:
+                    if task.done():
+                        task.result()  # a consumer that failed to attach says why
                 await asyncio.sleep(0.1)
         producer = asyncio.create_task(_produce(http, produced, stop_producing))
         assert (await _served(http, dispatchers)) == {"dispatcher-0": SUBSCRIPTIONS}
