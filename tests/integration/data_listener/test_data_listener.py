@@ -97,6 +97,13 @@ async def started() -> AsyncIterator[Started]:
         await listener.close(2.0)
 
 
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Wait for ``condition`` (the listener's state, changed by its own callbacks)."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():  # noqa: ASYNC110 - no event to wait on in the listener
+            await asyncio.sleep(0.01)
+
+
 def _read_all(sock: socket.socket) -> bytes:
     chunks = []
     while True:
@@ -331,23 +338,22 @@ async def test_connections_past_the_caps_are_closed_at_accept_and_counted(
     per_client = _refused("test", "per_client")
     held = [socket.create_connection(("127.0.0.1", listener.port), timeout=5) for _ in range(4)]
     try:
-        await asyncio.sleep(0.1)
+        await until(lambda: len(listener.connections) == 4)  # all four accepted
         answer = await asyncio.to_thread(_talk, listener.port, _post("/x", b"x"))
         assert answer == b""  # this address holds its four
         assert _refused("test", "per_client") - per_client == 1
     finally:
         for sock in held:
             sock.close()
-    await asyncio.sleep(0.1)
+    await until(lambda: not listener.connections)  # their closes heard
     answer = await asyncio.to_thread(_talk, listener.port, _post("/x", b"x", "Connection: close"))
     assert _answers(answer)[0][0] == 200  # given back at close
 
 
 async def test_the_global_cap_is_counted(started: Started) -> None:
-    small = DoorLimits(
-        body_bytes_max=BODY_MAX,
+    small = dataclasses.replace(
+        LIMITS,
         timeout_s=1,
-        max_inflight=8,
         header_timeout_s=5,
         keep_alive_timeout_s=5,
         max_connections=2,
@@ -357,7 +363,7 @@ async def test_the_global_cap_is_counted(started: Started) -> None:
     before = _refused("test", "max_connections")
     held = [socket.create_connection(("127.0.0.1", listener.port), timeout=5) for _ in range(2)]
     try:
-        await asyncio.sleep(0.1)
+        await until(lambda: len(listener.connections) == 2)
         # the third: over the global cap (checked before the per-client one, equal here)
         assert await asyncio.to_thread(_talk, listener.port, _post("/x", b"x")) == b""
         assert _refused("test", "max_connections") - before == 1
@@ -482,9 +488,7 @@ async def test_requests_past_max_inflight_are_429_before_their_body_is_read(
     held = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(2)]
     for _, writer in held:
         writer.write(_post("/slow", b"s"))
-    await door.called.wait()
-    await asyncio.sleep(0.2)  # both in progress (max_inflight=2)
-    assert len(door.seen) == 2
+    await until(lambda: len(door.seen) == 2)  # both in progress (max_inflight=2)
     refused = await asyncio.to_thread(_talk, listener.port, _post("/third", b"t" * 1000))
     ((status, headers, body),) = _answers(refused)
     assert (status, orjson.loads(body)["error"]["code"]) == (429, "too_many_requests")
