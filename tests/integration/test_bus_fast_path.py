@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from danube import trace
 from danube.bus import Bus, BusTimeoutError, Message, NoRespondersError, Request
+from danube.bus.errors import InvalidSubjectError
 from danube.config.model import BusConfig
 from danube.up import ServerProcess, nats_spec
 from danube.up.servers import free_port
@@ -72,6 +74,40 @@ async def test_a_publish_on_an_idle_connection_is_written_at_once(client: Bus, s
     # Written before the call returned: nothing left for nats-py's flusher task.
     assert client._nc.pending_data_size == 0
     assert [m.body for m in await received] == [b"one"]
+
+
+async def test_a_plain_publish_is_one_pub_and_a_traced_one_keeps_its_header(
+    client: Bus, server: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish with no headers outside any trace (a live stream's) is written as one plain
+    ``PUB``; one inside a trace still carries the trace's id; a subject that is not one is
+    refused every time (a refusal is not remembered as checked)."""
+    subject = _subject(client, "fast.plain")
+    received = await _collecting(server, subject, 2)
+    transport = client._nc._transport
+    assert transport is not None
+    written: list[bytes] = []
+    write = transport.write
+
+    def record(data: bytes) -> None:
+        written.append(bytes(data))
+        write(data)
+
+    monkeypatch.setattr(transport, "write", record)
+    await client.publish(subject, b"plain")
+    await asyncio.sleep(0)  # the next turn: write-through again
+    with trace.bound("t-plain"):
+        await client.publish(subject, b"traced")
+    monkeypatch.undo()
+    assert written[0] == b"PUB %b 5\r\nplain\r\n" % subject.encode()
+    got = await received
+    assert [m.body for m in got] == [b"plain", b"traced"]
+    assert got[0].headers == {}
+    assert got[1].headers.get("Danube-Trace-Id") == "t-plain"
+    for bad in (f"{subject} x", f"{subject}.*", f"{subject}..x", f"{subject}\r\nPUB x 1"):
+        for _ in range(2):
+            with pytest.raises(InvalidSubjectError):
+                await client.publish(bad, b"no")
 
 
 async def test_write_through_and_the_flusher_keep_publish_order(client: Bus, server: Bus) -> None:

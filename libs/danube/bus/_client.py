@@ -75,6 +75,23 @@ class FastClient(Client):
     def _end_turn(self) -> None:
         self._wrote_through = False
 
+    def publish_now(self, subject: bytes, payload: bytes) -> bool:
+        """A plain ``PUB`` (no reply, no headers) of ``payload`` to ``subject`` (checked by
+        the caller: a valid, concrete subject; ``payload`` within ``max_payload``) written
+        through at once, as :meth:`_send_command` writes through; False when it cannot go
+        that way now (something waits ahead of it, this turn wrote through already, the
+        connection is not up): the caller publishes the usual way. A live stream's publish
+        without nats-py's checks, command building and coroutine layers."""
+        if not self._can_write_through():
+            return False
+        assert self._transport is not None
+        self._wrote_through = True
+        asyncio.get_running_loop().call_soon(self._end_turn)
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += len(payload)
+        self._transport.write(b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload))
+        return True
+
     async def _send_command(self, cmd: bytes, priority: bool = False) -> None:
         if not priority and self._can_write_through():
             assert self._transport is not None

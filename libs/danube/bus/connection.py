@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
+import re
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
@@ -173,6 +175,14 @@ class Bus:
         self, subject: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> None:
         """Publish ``body`` (raw bytes) to ``subject``; at most once, no reply expected."""
+        if not headers and trace.current() is None:
+            # A plain publish (a live stream's): its subject checked once, written through
+            # when nothing waits ahead of it.
+            raw = _plain_subject(subject)
+            self._check_size(body, None)
+            if not self._nc.publish_now(raw, body):
+                await self._publish(subject, body, None)
+            return
         sent = check_user_headers(headers)
         sent.update(trace.bus_headers())  # the request being served, if any (danube.trace)
         await self._publish(subject, body, sent or None)
@@ -408,6 +418,19 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
         return "the server refused the credentials (authorization violation)"
     return repr(exc)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_subject(subject: str) -> bytes:
+    """``subject`` as a plain publish writes it, once checked (concrete, and what nats-py's
+    publish checks: no whitespace or line break); a bad one raises (not remembered)."""
+    _check_concrete(subject)
+    if _NOT_IN_SUBJECT.search(subject):
+        raise InvalidSubjectError(subject, "not a valid NATS subject")
+    return subject.encode()
+
+
+_NOT_IN_SUBJECT = re.compile(r"\s")
 
 
 def _check_concrete(subject: str) -> None:
