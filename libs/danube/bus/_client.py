@@ -13,6 +13,11 @@ only then the caller's own wake-up. On a loaded machine each wake-up is ~100 µs
   ``writelines``, order is kept (a command goes straight only when nothing is queued ahead
   of it), the pending limit and the flusher's ``drain`` still hold back a writer whose
   server does not read, and a command made while reconnecting is buffered as before.
+- **Plain publishes written whole.** A publish with no reply and no headers whose subject
+  the caller checked (:meth:`FastClient.publish_now`: the bus's plain publish, a live
+  stream's) is one ``PUB`` command written through under the same conditions, without
+  nats-py's checks, command building and coroutine layers; when it cannot go straight out
+  the caller publishes the usual way.
 - **Replies resolved where they are read.** The answer to :meth:`request_now` resolves its
   future in the read loop's own turn: no subscription task, no ``wait_for`` (the caller's
   deadline is its own ``asyncio.timeout``).
