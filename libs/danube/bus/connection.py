@@ -423,14 +423,14 @@ def _describe(exc: BaseException) -> str:
 @functools.lru_cache(maxsize=4096)
 def _plain_subject(subject: str) -> bytes:
     """``subject`` as a plain publish writes it, once checked (concrete, and what nats-py's
-    publish checks: no whitespace or line break); a bad one raises (not remembered)."""
+    publish checks: no space, tab or line break); a bad one raises (not remembered)."""
     _check_concrete(subject)
     if _NOT_IN_SUBJECT.search(subject):
         raise InvalidSubjectError(subject, "not a valid NATS subject")
     return subject.encode()
 
 
-_NOT_IN_SUBJECT = re.compile(r"\s")
+_NOT_IN_SUBJECT = re.compile(r"[ \t\r\n]")  # as nats-py's publish checks (its _validate_subject)
 
 
 def _check_concrete(subject: str) -> None:
