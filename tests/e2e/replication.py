@@ -161,7 +161,7 @@ async def read_all(
     offsets: list[int] = []
     offset = 0
     while True:
-        reply = await _fetch(client, partition, offset)
+        reply = await fetch_served(client, partition, offset)
         assert not reply.below_wal_start
         for frame in reply.frames:
             msg_id = decode_record(frame.payload).payload.decode()
@@ -174,7 +174,9 @@ async def read_all(
         offset = reply.next_offset
 
 
-async def _fetch(client: IngestClient, partition: TopicName, offset: int) -> FetchReply[Frame]:
+async def fetch_served(
+    client: IngestClient, partition: TopicName, offset: int
+) -> FetchReply[Frame]:
     """A fetch that waits (10 s at most) for a leader to serve: a new leader's owner key is
     written before it subscribes to its partition's subjects, so a read between the two
     finds no responder."""

@@ -22,7 +22,7 @@ from danube.frame import Record, decode_frames, decode_record, encode_record
 from danube.meta import MetaStore
 from danube.up import ServerProcess
 
-from replication import Cluster, connect, leader, new_leader, wait_isr
+from replication import Cluster, connect, fetch_served, leader, new_leader, wait_isr
 
 ServiceFactory = Callable[..., ServerProcess]
 
@@ -190,7 +190,8 @@ async def test_a_damaged_copy_repairs_from_the_leader_before_it_leads_again(
         whole: list[tuple[int, str]] = []
         offset = 0
         while offset < COUNT:
-            reply = await client.fetch(partition, offset, max_count=COUNT)
+            # The owner key named it a moment before it serves the partition's subjects.
+            reply = await fetch_served(client, partition, offset)
             whole += [(f.offset, decode_record(f.payload).payload.decode()) for f in reply.frames]
             offset = reply.next_offset
         assert whole == [(i, _payload(i)) for i in range(COUNT)]
