@@ -11,13 +11,13 @@ import contextlib
 import functools
 import logging
 import math
-import re
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
 import nats.errors
+from nats.aio.client import _validate_subject
 from nats.aio.subscription import Subscription as NatsSubscription
 
 from danube import trace
@@ -422,15 +422,15 @@ def _describe(exc: BaseException) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _plain_subject(subject: str) -> bytes:
-    """``subject`` as a plain publish writes it, once checked (concrete, and what nats-py's
-    publish checks: no space, tab or line break); a bad one raises (not remembered)."""
+    """``subject`` as a plain publish writes it, once checked: concrete, and nats-py's own
+    check of a publish's subject (``_validate_subject``, which the plain publish skips); a
+    bad one raises (not remembered)."""
     _check_concrete(subject)
-    if _NOT_IN_SUBJECT.search(subject):
-        raise InvalidSubjectError(subject, "not a valid NATS subject")
+    try:
+        _validate_subject(subject)
+    except nats.errors.BadSubjectError:
+        raise InvalidSubjectError(subject, "not a valid NATS subject") from None
     return subject.encode()
-
-
-_NOT_IN_SUBJECT = re.compile(r"[ \t\r\n]")  # as nats-py's publish checks (its _validate_subject)
 
 
 def _check_concrete(subject: str) -> None:
