@@ -139,6 +139,16 @@ async def test_a_retry_cut_by_the_deadline_raises_the_refusal_not_the_timeout() 
         await _call(server, clock)
 
 
+async def test_a_retry_after_no_responders_cut_by_the_deadline_raises_timeout() -> None:
+    # Nobody owns the work; the last retry went out with a millisecond left and the
+    # no-responders answer missed it (a loaded CI run): still "nobody answered in time",
+    # not a bare bus timeout (the producer answers the first no_owner, the second timeout).
+    clock, server = FakeClock(), FakeServer([NoRespondersError("s"), BusTimeoutError("s", 0.001)])
+    with pytest.raises(TimeoutError, match=r"op: no answer in 2\.0s") as raised:
+        await _call(server, clock)
+    assert not isinstance(raised.value, BusTimeoutError)
+
+
 async def test_with_no_reason_the_deadline_raises_timeout() -> None:
     clock, server = FakeClock(), FakeServer([])  # nobody ever answers
     with pytest.raises(TimeoutError, match=r"op: no answer in 2\.0s"):

@@ -55,7 +55,9 @@ async def request_with_claim(
     - ``RemoteError``: raised at once unless retriable and not in ``give_up_codes`` (those
       are retriable, but not within one request: e.g. a full disk); else kept as the reason.
     - ``BusTimeoutError`` (the deadline ran out during an attempt): the kept reason if
-      there is one, else the timeout itself.
+      there is one; else, when an earlier attempt found no responder, the same
+      ``TimeoutError`` as below (nobody owned the work: a retry sent with a millisecond
+      left timing out says nothing more); else the timeout itself.
     - Anything else propagates. When the next backoff would pass the deadline: the kept
       reason, else ``TimeoutError(timeout_message)``.
     """
@@ -65,10 +67,12 @@ async def request_with_claim(
     failures = 0
     reason: RemoteError | None = None  # why the last attempt failed, if the server said
     claimed = False  # a claim answered already: later ones back off
+    unowned = False  # an attempt found no responder
     while True:
         try:
             return await attempt(deadline)
         except NoRespondersError:
+            unowned = True
             refused = await claim(deadline)
             reason = refused or reason
             if reason is not None and reason.code in give_up_codes:
@@ -81,9 +85,11 @@ async def request_with_claim(
                 raise
             reason = exc
         except BusTimeoutError:
-            if reason is None:
-                raise
-            raise reason from None  # the deadline ran out in a retry: the refusal says more
+            if reason is not None:
+                raise reason from None  # the deadline ran out in a retry: the refusal says more
+            if unowned:
+                raise TimeoutError(timeout_message) from None
+            raise
         failures += 1
         delay_s = backoff_s(failures, base_s=base_s, cap_s=cap_s)
         if now() + delay_s >= deadline:
