@@ -19,13 +19,15 @@ run: setup
 	$(BIN)/danube up $(ARGS)
 
 # Without ARGS: the unit and integration tiers on two workers (pytest-xdist; each worker starts
-# its own nats-server, etcd and S3 server), then the whole-mesh and Spark tiers one at a time
-# (their processes and timing assertions get both cores). Both halves run; either failing fails.
-# With ARGS (a marker, a file, -k ...): one pytest run, one worker, as given.
+# its own nats-server, etcd and S3 server), then the whole-mesh and Spark tiers on two workers
+# a file at a time (--dist loadfile: a file's module-wide mesh is started once; the meshes
+# mostly wait on leases, kills and timeouts, so two at once took 15 min against 25 serial).
+# Both halves run; either failing fails. With ARGS (a marker, a file, -k ...): one pytest
+# run, one worker, as given.
 test: setup setup-interop setup-tools
 ifeq ($(strip $(ARGS)),)
 	$(BIN)/pytest -n 2 --durations=20 tests/unit tests/integration; first=$$?; \
-	$(BIN)/pytest --durations=40 tests/e2e tests/spark; second=$$?; \
+	$(BIN)/pytest -n 2 --dist loadfile --durations=40 tests/e2e tests/spark; second=$$?; \
 	test $$first -eq 0 -a $$second -eq 0
 else
 	$(BIN)/pytest --durations=40 $(ARGS)
