@@ -35,6 +35,7 @@ from danube.ingest.wal import (
     segment_name,
 )
 from danube.ingest.wal.feed import DurableRun
+from danube.ingest.wal.options import DEFAULT_PREALLOCATE_BYTES
 
 pytestmark = pytest.mark.integration
 
@@ -212,7 +213,10 @@ def append_bytes(path: Path, data: bytes) -> None:
         pytest.param(lambda: frame_of(5)[: FRAME_BYTES // 2], "incomplete", id="half-frame"),
         pytest.param(lambda: frame_of(5)[:7], "incomplete", id="half-header"),
         pytest.param(lambda: b"\xde\xad\xbe\xef" * 64, "", id="garbage"),
-        pytest.param(lambda: bytes(4096), "crc", id="zero-filled"),
+        # A torn frame followed by zeros (allocated ahead): the torn bytes are cut, and said.
+        pytest.param(
+            lambda: frame_of(5)[: FRAME_BYTES // 2] + bytes(4096), "crc", id="half-frame-zeros"
+        ),
         pytest.param(lambda: frame_of(9) + frame_of(10), "offset 9 where 5", id="offset-gap"),
         pytest.param(lambda: frame_of(4), "offset 4 where 5", id="offset-backwards"),
     ],
@@ -240,6 +244,71 @@ async def test_a_bad_tail_of_the_last_segment_is_cut_and_logged(
     assert await wal.append([payload(5)]) == 5
     assert await fetch_all(wal, 0) == [(o, payload(o)) for o in range(6)]
     await wal.close()
+
+
+async def test_zeros_allocated_ahead_are_dropped_at_open_with_no_cut_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory, crashed = tmp_path / "p", tmp_path / "crashed"
+    wal = await Wal.open(directory, options())
+    await wal.append([payload(offset) for offset in range(5)])
+    shutil.copytree(directory, crashed)  # the files as a kill -9 would leave them
+    await wal.close()
+    (segment,) = list(crashed.glob("*.wal"))
+    data = segment.read_bytes()
+    # The open segment's file reaches a preallocation past its frames, in zeros.
+    assert len(data) == 5 * FRAME_BYTES + DEFAULT_PREALLOCATE_BYTES
+    assert data[5 * FRAME_BYTES :] == bytes(DEFAULT_PREALLOCATE_BYTES)
+    with caplog.at_level(logging.DEBUG, logger="danube.ingest.wal"):
+        wal = await Wal.open(crashed, options())
+    assert wal.recovery_cut is None
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert segment.stat().st_size == 5 * FRAME_BYTES  # the zeros gone from the disk
+    assert wal.next_offset == 5
+    assert await wal.append([payload(5)]) == 5
+    assert await fetch_all(wal, 0) == [(o, payload(o)) for o in range(6)]
+    await wal.close()
+    assert frames_on_disk(crashed) == [(o, payload(o)) for o in range(6)]
+
+
+class NoAllocateOps(OsFileOps):
+    """A disk that refuses to allocate ahead (no room for it)."""
+
+    def allocate(self, fd: int, position: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "no room to allocate ahead")
+
+
+@pytest.mark.parametrize("how", ["refused", "off"])
+async def test_a_segment_not_allocated_ahead_is_written_as_appends(
+    tmp_path: Path, how: str
+) -> None:
+    directory = tmp_path / "p"
+    if how == "refused":
+        wal = await Wal.open(directory, options(**SMALL_SEGMENTS), file_ops=NoAllocateOps())
+    else:
+        wal = await Wal.open(directory, options(**SMALL_SEGMENTS, preallocate_bytes=0))
+    for offset in range(PER_SEGMENT + 3):
+        assert await wal.append([payload(offset)]) == offset
+        active = sorted(directory.glob("*.wal"))[-1]
+        assert active.stat().st_size == (offset % PER_SEGMENT + 1) * FRAME_BYTES
+    assert await fetch_all(wal, 0) == [(o, payload(o)) for o in range(PER_SEGMENT + 3)]
+    await wal.close()
+    assert frames_on_disk(directory) == [(o, payload(o)) for o in range(PER_SEGMENT + 3)]
+
+
+async def test_sealed_and_closed_segments_end_at_their_last_frame(tmp_path: Path) -> None:
+    # Allocated ahead while written; cut back to the last frame when sealed (the next
+    # segment begins) and when closed.
+    directory = tmp_path / "p"
+    wal = await Wal.open(directory, options(**SMALL_SEGMENTS))
+    for offset in range(PER_SEGMENT + 3):
+        await wal.append([payload(offset)])
+    first, second = sorted(directory.glob("*.wal"))
+    assert first.stat().st_size == PER_SEGMENT * FRAME_BYTES
+    assert second.stat().st_size == PER_SEGMENT * FRAME_BYTES  # allocated to the rotation size
+    await wal.close()
+    assert second.stat().st_size == 3 * FRAME_BYTES
+    assert frames_on_disk(directory) == [(o, payload(o)) for o in range(PER_SEGMENT + 3)]
 
 
 def frame_of(offset: int) -> bytes:
@@ -321,8 +390,8 @@ async def test_rotation_by_size_keeps_segments_contiguous_and_sorted(tmp_path: P
     for path in directory.glob("*.wal"):
         assert path.stat().st_size <= FRAME_BYTES * PER_SEGMENT
     assert await fetch_all(wal, 0, max_count=7) == [(o, payload(o)) for o in range(105)]
+    await wal.close()  # the open segment's file reaches past its frames (allocated ahead)
     assert frames_on_disk(directory) == [(o, payload(o)) for o in range(105)]
-    await wal.close()
 
 
 async def test_a_frame_larger_than_the_rotation_size_gets_a_segment_of_its_own(
@@ -425,7 +494,7 @@ async def test_restart_after_advance_to_resumes_at_the_floor(tmp_path: Path) -> 
     await wal.advance_to(1000)
     # A crash right now: copy the directory as it is, with the WAL still open.
     crashed = tmp_path / "crashed"
-    shutil.copytree(directory, crashed)
+    shutil.copytree(directory, crashed)  # the files as a kill -9 would leave them
     await wal.close()
     for path in (directory, crashed):
         reopened = await Wal.open(path, options())

@@ -1,10 +1,12 @@
 """The file layer an ingest node's WALs share (danube.ingest.wal.bounded): at most
 ``open_max`` descriptors, the least recently used one synced and closed for room and reopened
-in append mode at its next use; free space checked against the floor, the last look trusted
-only far above it. Real files, real fdatasync."""
+at its next use; free space checked against the floor, the last look trusted only far above
+it; allocating ahead refused where it would pass the floor. Real files, real fdatasync."""
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from pathlib import Path
 
@@ -18,18 +20,18 @@ def _ops(tmp_path: Path, *, open_max: int = 1, free_min_bytes: int = 0) -> Bound
     return BoundedFileOps(open_max=open_max, free_min_bytes=free_min_bytes, wal_root=tmp_path)
 
 
-def test_the_least_recently_used_file_is_closed_for_room_and_reopened_to_append(
+def test_the_least_recently_used_file_is_closed_for_room_and_reopened_to_write(
     tmp_path: Path,
 ) -> None:
     ops = _ops(tmp_path, open_max=1)
     first = ops.create(tmp_path / "a", exclusive=True)
-    ops.write(first, b"a1")
+    ops.write_at(first, b"a1", 0)
     second = ops.create(tmp_path / "b", exclusive=True)  # closes `a` for room
     assert ops.open_count == 1
-    ops.write(second, b"b1")
-    ops.write(first, b"a2")  # reopened in append mode; `b` closed for room
+    ops.write_at(second, b"b1", 0)
+    ops.write_at(first, b"a2", 2)  # reopened; `b` closed for room
     ops.fdatasync(first)
-    ops.write(second, b"b2")
+    ops.write_at(second, b"b2", 2)
     ops.fdatasync(second)
     assert ops.reopens == 2
     assert ops.open_count == 1
@@ -111,3 +113,27 @@ def test_trusted_room_runs_out_with_what_was_written(
     assert len(looks) == 1
     ops.check_room(tmp_path, spare)  # would leave less than the trusted margin: look again
     assert len(looks) == 2
+
+
+def test_allocating_ahead_stops_at_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    free = 3 << 20
+    monkeypatch.setattr(
+        os,
+        "fstatvfs",
+        lambda fd: type("Stats", (), {"f_bavail": free, "f_frsize": 1})(),
+    )
+    ops = _ops(tmp_path, free_min_bytes=1 << 20)
+    handle = ops.create(tmp_path / "a", exclusive=True)
+    ops.allocate(handle, 0, 1 << 20)  # 2 MiB left: above the floor
+    assert (tmp_path / "a").stat().st_size == 1 << 20
+    assert (tmp_path / "a").read_bytes() == bytes(1 << 20)
+    free = (2 << 20) - 1  # the next MiB would leave less than the floor
+    with pytest.raises(OSError, match="floor") as refused:
+        ops.allocate(handle, 1 << 20, 1 << 20)
+    assert refused.value.errno == errno.ENOSPC
+    assert (tmp_path / "a").stat().st_size == 1 << 20  # nothing allocated
+    ops.write_at(handle, b"x", 5)  # the file is still usable
+    ops.close(handle)
+    assert (tmp_path / "a").read_bytes()[:6] == b"\0" * 5 + b"x"

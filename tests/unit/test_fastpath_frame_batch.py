@@ -115,6 +115,7 @@ def test_the_writer_writes_the_bodys_frames_with_their_offsets(tmp_path: Path) -
     written = b"".join(result.frames)
     expected = twin(0, [one, two]) + encode_frame(5, three)
     assert written == expected
+    writer.close()  # the open segment is allocated ahead of its frames until then
     on_disk = b"".join(p.read_bytes() for p in sorted(tmp_path.glob("*.wal")))
     assert on_disk == expected
     frames = decode_frames(on_disk)[0]

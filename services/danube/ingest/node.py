@@ -54,6 +54,11 @@ class TimedFileOps(BoundedFileOps):
         super().write(fd, data)
         metrics.WRITE_SECONDS.observe(time.perf_counter() - started_s)
 
+    def write_at(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+        started_s = time.perf_counter()
+        super().write_at(fd, data, position)
+        metrics.WRITE_SECONDS.observe(time.perf_counter() - started_s)
+
     def fdatasync(self, fd: int) -> None:
         started_s = time.perf_counter()
         super().fdatasync(fd)

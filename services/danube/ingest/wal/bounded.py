@@ -5,11 +5,13 @@
   ``RLIMIT_NOFILE`` cannot accept a connection or open a checkpoint any more. Here a segment's
   descriptor is a *handle*; at most ``open_max`` of them hold a real descriptor, the least
   recently used is closed (fdatasync'ed first if it has unsynced bytes, so a write-back error
-  is never lost with it) and reopened in append mode at its next use.
+  is never lost with it) and reopened at its next use.
 - **Free space** (``free_min_bytes``): a batch that would leave less than this free on the WAL's
   filesystem is refused with :class:`DiskFullError` before a byte is written, so checkpoints,
   epoch files and new segments still find room, and producers hear "disk full" at once instead
   of a failed WAL. The change into and out of that state is logged once, naming the directory.
+  Allocating a segment ahead of its writes (:meth:`BoundedFileOps.allocate`) never takes the
+  free space under the floor: it is refused instead, and the writes go on as appends.
 
 Every method blocks (worker threads); the handle table is shared by the WALs' writer threads,
 so it is guarded by one lock, and each handle by its own while a system call uses it.
@@ -17,7 +19,9 @@ so it is guarded by one lock, and each handle by its own while a system call use
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -156,12 +160,37 @@ class BoundedFileOps(OsFileOps):
                 entry.lock.release()
 
     def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
-        """Write all of ``data`` at the end of the handle's file."""
+        """Write all of ``data`` at the handle's file position (a fresh file: sequentially)."""
         entry, victims = self._take(fd)
         try:
             assert entry.fd is not None
             entry.unsynced = True
             super().write(entry.fd, data)
+        finally:
+            self._give(entry, victims)
+
+    def write_at(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+        """Write all of ``data`` at ``position`` of the handle's file."""
+        entry, victims = self._take(fd)
+        try:
+            assert entry.fd is not None
+            entry.unsynced = True
+            super().write_at(entry.fd, data, position)
+        finally:
+            self._give(entry, victims)
+
+    def allocate(self, fd: int, position: int, length: int) -> None:
+        """Allocate the range unless that would take the free space under the floor (then
+        ENOSPC, allocating nothing: room kept for what must be written, not reserved)."""
+        entry, victims = self._take(fd)
+        try:
+            assert entry.fd is not None
+            if not self._room_trusted(length):
+                stats = os.fstatvfs(entry.fd)
+                if stats.f_bavail * stats.f_frsize - length < self.free_min_bytes:
+                    raise OSError(errno.ENOSPC, "allocating ahead would pass the WAL disk's floor")
+            entry.unsynced = True
+            super().allocate(entry.fd, position, length)
         finally:
             self._give(entry, victims)
 
@@ -190,6 +219,15 @@ class BoundedFileOps(OsFileOps):
                 super().close(real)
 
     # --- free space ------------------------------------------------------------------------
+
+    def _room_trusted(self, size_bytes: int) -> bool:
+        """Whether the last look at the free space, still trusted (see :meth:`check_room`),
+        leaves ROOM_TRUSTED_BYTES after ``size_bytes`` more."""
+        with self._lock:
+            return (
+                time.monotonic() - self._room_seen_at < ROOM_TRUSTED_S
+                and self._room_left - size_bytes >= ROOM_TRUSTED_BYTES
+            )
 
     def check_room(self, path: Path, size_bytes: int) -> None:
         """Raise :class:`DiskFullError` if writing ``size_bytes`` at ``path`` would leave less

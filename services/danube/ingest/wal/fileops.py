@@ -33,7 +33,7 @@ class FileOps(Protocol):
         """When the file's data last changed (its mtime), in ms since the epoch."""
 
     def create(self, path: Path, *, exclusive: bool) -> int:
-        """Open a new file for appending (``exclusive``: fail if it exists, else truncate it)."""
+        """Open a new file for writing (``exclusive``: fail if it exists, else truncate it)."""
 
     def check_room(self, path: Path, size_bytes: int) -> None:
         """Raise :class:`DiskFullError` if ``size_bytes`` more would not fit where ``path`` is
@@ -44,6 +44,14 @@ class FileOps(Protocol):
 
     def write(self, fd: int, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data`` at the file's current position."""
+
+    def write_at(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+        """Write all of ``data`` at byte ``position`` (the file's own position unchanged)."""
+
+    def allocate(self, fd: int, position: int, length: int) -> None:
+        """Give the file disk blocks for ``[position, position + length)``, reading as
+        zeros; its size grows to the end of that range if it was shorter. OSError (ENOSPC)
+        when there is no room, possibly with part of the range allocated."""
 
     def fdatasync(self, fd: int) -> None:
         """Make the file's data (and its size) durable."""
@@ -90,17 +98,17 @@ class OsFileOps:
         return os.stat(path).st_mtime_ns // 1_000_000
 
     def create(self, path: Path, *, exclusive: bool) -> int:
-        """Open a new file for appending (``exclusive``: fail if it exists, else truncate it).
+        """Open a new file for writing (``exclusive``: fail if it exists, else truncate it).
 
-        ``O_APPEND``: every write lands at the end of the file, so after a failed write is cut
-        back (``truncate``) the next one follows the last good byte, not the cut-off ones."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_APPEND
+        No ``O_APPEND``: a segment's writer says where each write goes (:meth:`write_at`),
+        since its file may reach past its last frame (:meth:`allocate`)."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
         flags |= os.O_EXCL if exclusive else os.O_TRUNC
         return os.open(path, flags, _FILE_MODE)
 
     def reopen(self, path: Path) -> int:
-        """Open an existing file for appending (a descriptor closed to save descriptors)."""
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        """Open an existing file for writing (a descriptor closed to save descriptors)."""
+        return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
 
     def check_room(self, path: Path, size_bytes: int) -> None:
         """No policy on the plain disk: a full one answers ENOSPC to the write itself."""
@@ -119,6 +127,22 @@ class OsFileOps:
         while view:
             written = os.write(fd, view)
             view = view[written:]
+
+    def write_at(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+        """Write all of ``data`` at ``position``: ``os.pwrite`` may write less than asked."""
+        written = os.pwrite(fd, data, position)
+        if written == len(data):
+            return
+        view = memoryview(data)[written:]
+        position += written
+        while view:
+            written = os.pwrite(fd, view, position)
+            view = view[written:]
+            position += written
+
+    def allocate(self, fd: int, position: int, length: int) -> None:
+        """``posix_fallocate``: blocks for the range, read as zeros; the size grows to its end."""
+        os.posix_fallocate(fd, position, length)
 
     def fdatasync(self, fd: int) -> None:
         """Make the file's data (and its size) durable."""

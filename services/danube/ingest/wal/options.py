@@ -20,6 +20,8 @@ DEFAULT_MAX_PENDING_BYTES = 64 * MiB
 """Bytes accepted but not yet durable before appenders wait: bounds the writer's memory."""
 DEFAULT_CACHE_MAX_BYTES = 64 * MiB
 """The cache holds ``cache_capacity`` messages but never more payload bytes than this."""
+DEFAULT_PREALLOCATE_BYTES = 1 * MiB
+"""The active segment's file is allocated this far ahead of its writes (0: not at all)."""
 DEFAULT_IO_TIMEOUT_S = 30.0
 """A write, fsync or read slower than this fails (a stuck disk must not hang producers forever)."""
 
@@ -64,6 +66,10 @@ class WalOptions:
     max_frame_payload_bytes: int = MAX_FRAME_PAYLOAD_BYTES
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     io_timeout_s: float = DEFAULT_IO_TIMEOUT_S
+    preallocate_bytes: int = DEFAULT_PREALLOCATE_BYTES
+    """The active segment's file is allocated this far ahead of its writes (within
+    ``rotation_max_bytes``): a write then leaves the file's size alone, and its fdatasync
+    commits less. 0: every write appends."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.durability, Durability):
@@ -87,6 +93,8 @@ class WalOptions:
             )
         if not self.io_timeout_s > 0:
             raise _invalid("io_timeout_s", "must be positive")
+        if self.preallocate_bytes < 0:
+            raise _invalid("preallocate_bytes", "must not be negative")
 
     @classmethod
     def from_config(

@@ -6,9 +6,11 @@ Rules (docs/wal.md, "Recovery"):
 2. Segments wholly below the checkpoint's start offset (a ``drop_below`` cut by a crash after
    its checkpoint) are removed; the newest segment always stays.
 3. Only the last segment is scanned: every frame's CRC, length and offset order. The file is
-   truncated (and fsynced) just after the last good frame, and the cut is logged. A last segment
-   left with no frame is removed. Earlier segments were fsynced when sealed and are checked
-   when first read.
+   truncated (and fsynced) just after the last good frame, and the cut is logged, unless
+   everything past that frame is zeros: the file was allocated ahead of its writes
+   (danube.ingest.wal.writer) and the crash came before it was cut back, so nothing written
+   is cut. A last segment left with no frame is removed. Earlier segments were fsynced (and
+   cut back to their last frame) when sealed and are checked when first read.
 4. ``next_offset = max(last frame + 1, checkpoint floor, first offset of the last segment)``;
    ``start_offset`` is the first segment's first offset (or the checkpoint's start if larger).
 
@@ -84,7 +86,13 @@ def recover(
         last = segments[-1]
         next_offset = max(next_offset, last.first_offset)
         scan = scan_segment(ops, last.path, last.first_offset, max_payload_bytes=max_payload_bytes)
-        if scan.problem is not None:
+        if scan.problem is not None and _zeros(ops, last.path, scan.good_end, scan.file_bytes):
+            log.debug(
+                "dropped the zeros allocated ahead in WAL segment %s from byte %d",
+                last.name,
+                scan.good_end,
+            )
+        elif scan.problem is not None:
             cut = TailCut(last.name, scan.good_end, scan.file_bytes - scan.good_end, scan.problem)
             log.warning(
                 "cut the tail of WAL segment %s at byte %d (%d bytes): %s",
@@ -118,3 +126,18 @@ def recover(
     if checkpoint is not None:
         start_offset = max(start_offset, checkpoint.start_offset)
     return Recovered(segments, next_offset, min(start_offset, next_offset), checkpoint, cut)
+
+
+_ZERO_CHUNK_BYTES = 1 << 20
+
+
+def _zeros(ops: FileOps, path: Path, start: int, end: int) -> bool:
+    """Whether bytes ``[start, end)`` of the file are all zero (and there are some)."""
+    if start >= end:
+        return False
+    while start < end:
+        chunk = ops.read_at(path, start, min(_ZERO_CHUNK_BYTES, end - start))
+        if not chunk or chunk.count(0) != len(chunk):
+            return False
+        start += len(chunk)
+    return True

@@ -4,6 +4,11 @@ Every method blocks and is called by the WAL's single writer task through ``asyn
 one call at a time, so the file descriptor has exactly one user. Nothing here is published to
 readers: the event loop publishes a batch's results (segment ends, the durable offset) once the
 call returned, so a reader never sees bytes that were not durable.
+
+The active segment's file is allocated ahead of its writes (``preallocate_bytes`` at a time,
+zeros past the last frame): a write into blocks the file already has leaves its size alone,
+so the fdatasync after it has less to commit (docs/wal.md, "Allocating ahead"). Sealing and
+closing cut the file back to its last frame; after a crash, recovery drops the zeros.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class SegmentWriter:
         self.active: Segment | None = None  # after an open, the first write starts a segment
         self._fd: int | None = None
         self._written = 0  # bytes written to the active segment
+        self._allocated = 0  # how far its file may reach (allocated ahead of the writes)
         self._next = 0  # the offset the active segment's next frame must carry
         self._next_mark = 0  # the position from which the next frame gets an index mark
         self.created_at = 0.0  # clock() when the active segment was created
@@ -151,14 +157,13 @@ class SegmentWriter:
         self._next_mark = next_mark
 
     def _cut_back(self) -> None:
-        """A write ran out of room: cut the active segment back to its last whole batch.
-
-        Its descriptor appends (``O_APPEND``), so the next write follows the last good byte;
-        the index marks the failed batch added go too."""
+        """A write ran out of room: cut the active segment back to its last whole batch
+        (and whatever was allocated ahead); the index marks the failed batch added go too."""
         segment = self.active
         if segment is None:
             return
         self._ops.truncate(segment.path, self._written)
+        self._allocated = self._written
         index = segment.index
         while index and index[-1][1] >= self._written:
             index.pop()
@@ -178,13 +183,41 @@ class SegmentWriter:
         # the live stream take them as they are). A produce body's frames lie end to end:
         # one piece.
         data = bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
-        self._ops.write(self._fd, data)
+        if self._written + len(data) > self._allocated:
+            self._allocate(self._written + len(data))
+        self._ops.write_at(self._fd, data, self._written)
         result.frames.append(data)
         self._written += len(data)
         self._next = next_offset
         self.bytes_written += len(data)
         self.unsynced = True
         result.touched.append((self.active, self._written, next_offset))
+
+    def _allocate(self, end: int) -> None:
+        """Allocate the active segment's file from where it was allocated to past ``end``, by
+        ``preallocate_bytes`` (within ``rotation_max_bytes``). Best effort: with no room (or
+        allocation refused) the write goes on without, as an append."""
+        ahead = self._options.preallocate_bytes
+        if ahead <= 0 or self._fd is None:
+            return
+        start = self._allocated
+        stop = max(min(end + ahead, self._options.rotation_max_bytes), end)
+        self._allocated = stop  # the file may reach this far even if the call fails part way
+        try:
+            self._ops.allocate(self._fd, start, stop - start)
+        except OSError as exc:
+            level = logging.DEBUG if exc.errno in _NO_ROOM else logging.WARNING
+            log.log(
+                level, "WAL segment not allocated ahead: %s", exc, extra={"wal_dir": str(self._dir)}
+            )
+
+    def _trim(self) -> None:
+        """Cut the active segment's file back to its last frame (drop what was allocated
+        ahead), durably: a sealed or closed segment's file ends where its frames do."""
+        segment = self.active
+        if segment is not None and self._allocated > self._written:
+            self._ops.truncate(segment.path, self._written)
+        self._allocated = self._written
 
     def _start(self, first_offset: int) -> Segment:
         """Create the segment file and make its directory entry durable before any frame."""
@@ -202,6 +235,7 @@ class SegmentWriter:
         self._segments.add(segment)
         self.active = segment
         self._written = 0
+        self._allocated = 0
         self._next = first_offset
         self._next_mark = 0
         self.created_at = self._clock()
@@ -221,6 +255,7 @@ class SegmentWriter:
         if segment is None or self._fd is None:
             return
         self.sync()
+        self._trim()
         self._ops.close(self._fd)
         self._fd = None
         self.active = None
@@ -241,6 +276,7 @@ class SegmentWriter:
             return
         try:
             self.sync()
+            self._trim()
         finally:
             self._ops.close(self._fd)
             self._fd = None
