@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Protocol
 
 _FILE_MODE = 0o644
+_ZEROS = bytes(1024 * 1024)  # what allocate() writes, a slice at a time
+_ZEROS_VIEW = memoryview(_ZEROS)
 MAX_SMALL_FILE_BYTES = 1024 * 1024
 """``read_file`` refuses larger files: it reads the checkpoint, which is a few hundred bytes."""
 
@@ -49,9 +51,9 @@ class FileOps(Protocol):
         """Write all of ``data`` at byte ``position`` (the file's own position unchanged)."""
 
     def allocate(self, fd: int, position: int, length: int) -> None:
-        """Give the file disk blocks for ``[position, position + length)``, reading as
-        zeros; its size grows to the end of that range if it was shorter. OSError (ENOSPC)
-        when there is no room, possibly with part of the range allocated."""
+        """Give the file disk blocks for ``[position, position + length)``, holding zeros;
+        its size grows to the end of that range if it was shorter. OSError (ENOSPC) when
+        there is no room, possibly with part of the range allocated."""
 
     def fdatasync(self, fd: int) -> None:
         """Make the file's data (and its size) durable."""
@@ -129,20 +131,20 @@ class OsFileOps:
             view = view[written:]
 
     def write_at(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
-        """Write all of ``data`` at ``position``: ``os.pwrite`` may write less than asked."""
-        written = os.pwrite(fd, data, position)
-        if written == len(data):
-            return
-        view = memoryview(data)[written:]
-        position += written
-        while view:
-            written = os.pwrite(fd, view, position)
-            view = view[written:]
-            position += written
+        """Write all of ``data`` at ``position``."""
+        _pwrite_all(fd, data, position)
 
     def allocate(self, fd: int, position: int, length: int) -> None:
-        """``posix_fallocate``: blocks for the range, read as zeros; the size grows to its end."""
-        os.posix_fallocate(fd, position, length)
+        """Zeros written over the range (the size grows to its end). Written, not
+        ``posix_fallocate``: its blocks would be *unwritten* extents, and each later write
+        into them converts a piece of the extent, metadata its fdatasync commits; over
+        written zeros a write and its fdatasync change data only (PostgreSQL zero-fills its
+        WAL segments for the same reason). The zeros reach the disk with the next fdatasync."""
+        while length > 0:
+            chunk = min(length, len(_ZEROS))
+            _pwrite_all(fd, _ZEROS_VIEW[:chunk], position)
+            position += chunk
+            length -= chunk
 
     def fdatasync(self, fd: int) -> None:
         """Make the file's data (and its size) durable."""
@@ -200,3 +202,16 @@ class OsFileOps:
         """Delete a file (no error if it is already gone)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    """All of ``data`` at ``position``: ``os.pwrite`` may write less than asked."""
+    written = os.pwrite(fd, data, position)
+    if written == len(data):
+        return
+    view = memoryview(data)[written:]
+    position += written
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written

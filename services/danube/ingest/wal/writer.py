@@ -200,7 +200,7 @@ class SegmentWriter:
         ahead = self._options.preallocate_bytes
         if ahead <= 0 or self._fd is None:
             return
-        start = self._allocated
+        start = max(self._allocated, self._written)
         stop = max(min(end + ahead, self._options.rotation_max_bytes), end)
         self._allocated = stop  # the file may reach this far even if the call fails part way
         try:
