@@ -20,7 +20,7 @@ from pathlib import Path
 from danube.bus import Bus, NoRespondersError, TopicName
 from danube.config import BusConfig, MetadataConfig
 from danube.errors import DanubeError
-from danube.frame import decode_frames, decode_record
+from danube.frame import decode_record
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.records import Owner, PartitionState
@@ -30,6 +30,7 @@ from danube.wire.ingest.client import IngestClient
 from tests.chaos import RunResult, Schedule, Step
 from tests.history import History, Report
 from tests.netlab import HUB, Lab
+from tests.walfiles import segment_frames
 
 from chaosload import Load
 from replication import NODE_ENV
@@ -195,12 +196,11 @@ class NetMesh:
     def replica_log(self, host: str, partition: TopicName) -> dict[int, str]:
         """The message id at each offset of ``host``'s WAL of ``partition``, read from its
         segment files (stop the mesh first: a live tail may be cut mid-frame, which is
-        left out)."""
+        left out, as are the zeros an open segment is allocated ahead with)."""
         directory = self.tmp / "wal" / host / partition.namespace / partition.topic
         log: dict[int, str] = {}
         for segment in sorted(directory.glob("*.wal")):
-            frames, _ = decode_frames(segment.read_bytes())
-            for frame in frames:
+            for frame in segment_frames(segment):
                 log[frame.offset] = decode_record(frame.payload).payload.decode()
         return log
 

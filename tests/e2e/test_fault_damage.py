@@ -22,6 +22,7 @@ from danube.config import BusConfig
 from danube.frame import FRAME_HEADER
 from danube.up import ServerProcess
 from danube.wire.ingest.client import IngestClient
+from tests.walfiles import frames_end
 
 from meshrun import DANUBE
 
@@ -85,8 +86,9 @@ def _wait_uploaded(http: httpx.Client, topic: str, through: int, timeout_s: floa
 def _frames(path: Path) -> dict[int, tuple[int, int]]:
     """offset -> (byte position, payload length) of every frame of a segment or object."""
     data = path.read_bytes()
+    end = frames_end(data)  # an open segment goes on in zeros
     found, position = {}, 0
-    while position + _HEADER.size <= len(data):
+    while position + _HEADER.size <= end:
         offset, length, _crc = _HEADER.unpack_from(data, position)
         found[offset] = (position, length)
         position += _HEADER.size + length

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from danube.ingest.wal.checkpoint import TEMP_SUFFIX, Checkpoint, CheckpointStore
 from danube.ingest.wal.fileops import FileOps
-from danube.ingest.wal.segment import Segment, parse_segment_name, scan_segment
+from danube.ingest.wal.segment import Segment, SegmentScan, parse_segment_name, scan_segment
 
 log = logging.getLogger(__name__)
 
@@ -86,28 +86,7 @@ def recover(
         last = segments[-1]
         next_offset = max(next_offset, last.first_offset)
         scan = scan_segment(ops, last.path, last.first_offset, max_payload_bytes=max_payload_bytes)
-        if scan.problem is not None and _zeros(ops, last.path, scan.good_end, scan.file_bytes):
-            log.debug(
-                "dropped the zeros allocated ahead in WAL segment %s from byte %d",
-                last.name,
-                scan.good_end,
-            )
-        elif scan.problem is not None:
-            cut = TailCut(last.name, scan.good_end, scan.file_bytes - scan.good_end, scan.problem)
-            log.warning(
-                "cut the tail of WAL segment %s at byte %d (%d bytes): %s",
-                cut.segment,
-                cut.position,
-                cut.bytes_cut,
-                cut.reason,
-                extra={
-                    "segment": cut.segment,
-                    "position": cut.position,
-                    "bytes_cut": cut.bytes_cut,
-                    "reason": cut.reason,
-                    "torn": scan.torn,
-                },
-            )
+        cut = _tail_cut(ops, last, scan)
         if scan.frame_count == 0:
             ops.remove(last.path)  # a segment holds at least one frame
             segments.pop()
@@ -126,6 +105,36 @@ def recover(
     if checkpoint is not None:
         start_offset = max(start_offset, checkpoint.start_offset)
     return Recovered(segments, next_offset, min(start_offset, next_offset), checkpoint, cut)
+
+
+def _tail_cut(ops: FileOps, last: Segment, scan: SegmentScan) -> TailCut | None:
+    """What the scan of the last segment found past its good frames, logged: a cut (torn or
+    bad bytes), or None (nothing, or only the zeros it was allocated ahead with)."""
+    if scan.problem is None:
+        return None
+    if _zeros(ops, last.path, scan.good_end, scan.file_bytes):
+        log.debug(
+            "dropped the zeros allocated ahead in WAL segment %s from byte %d",
+            last.name,
+            scan.good_end,
+        )
+        return None
+    cut = TailCut(last.name, scan.good_end, scan.file_bytes - scan.good_end, scan.problem)
+    log.warning(
+        "cut the tail of WAL segment %s at byte %d (%d bytes): %s",
+        cut.segment,
+        cut.position,
+        cut.bytes_cut,
+        cut.reason,
+        extra={
+            "segment": cut.segment,
+            "position": cut.position,
+            "bytes_cut": cut.bytes_cut,
+            "reason": cut.reason,
+            "torn": scan.torn,
+        },
+    )
+    return cut
 
 
 _ZERO_CHUNK_BYTES = 1 << 20
