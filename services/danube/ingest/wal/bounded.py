@@ -185,7 +185,7 @@ class BoundedFileOps(OsFileOps):
         entry, victims = self._take(fd)
         try:
             assert entry.fd is not None
-            if not self._room_trusted(length):
+            if not self._take_trusted_room(length, time.monotonic()):
                 stats = os.fstatvfs(entry.fd)
                 if stats.f_bavail * stats.f_frsize - length < self.free_min_bytes:
                     raise OSError(errno.ENOSPC, "allocating ahead would pass the WAL disk's floor")
@@ -220,27 +220,25 @@ class BoundedFileOps(OsFileOps):
 
     # --- free space ------------------------------------------------------------------------
 
-    def _room_trusted(self, size_bytes: int) -> bool:
-        """Whether the last look at the free space, still trusted (see :meth:`check_room`),
-        leaves ROOM_TRUSTED_BYTES after ``size_bytes`` more."""
-        with self._lock:
-            return (
-                time.monotonic() - self._room_seen_at < ROOM_TRUSTED_S
-                and self._room_left - size_bytes >= ROOM_TRUSTED_BYTES
-            )
-
-    def check_room(self, path: Path, size_bytes: int) -> None:
-        """Raise :class:`DiskFullError` if writing ``size_bytes`` at ``path`` would leave less
-        than ``free_min_bytes`` free; log the change into and out of that state once. With
-        ROOM_TRUSTED_BYTES to spare as of under ROOM_TRUSTED_S ago, the last look answers."""
-        now = time.monotonic()
+    def _take_trusted_room(self, size_bytes: int, now: float) -> bool:
+        """Take ``size_bytes`` off the last look at the free space if that look is still
+        trusted (under ROOM_TRUSTED_S old) and leaves ROOM_TRUSTED_BYTES after them."""
         with self._lock:
             if (
                 now - self._room_seen_at < ROOM_TRUSTED_S
                 and self._room_left - size_bytes >= ROOM_TRUSTED_BYTES
             ):
                 self._room_left -= size_bytes
-                return
+                return True
+            return False
+
+    def check_room(self, path: Path, size_bytes: int) -> None:
+        """Raise :class:`DiskFullError` if writing ``size_bytes`` at ``path`` would leave less
+        than ``free_min_bytes`` free; log the change into and out of that state once. With
+        ROOM_TRUSTED_BYTES to spare as of under ROOM_TRUSTED_S ago, the last look answers."""
+        now = time.monotonic()
+        if self._take_trusted_room(size_bytes, now):
+            return
         free = self.free_bytes(path)
         full = free - size_bytes < self.free_min_bytes
         with self._lock:
