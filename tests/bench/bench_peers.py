@@ -80,6 +80,7 @@ JS_FETCH = 500
 # single XADD) and paced at PACED_RATE a second (every process idle between messages: what
 # an occasional producer sees, caches and disk cold).
 PACED_RATE = 50
+BATCHED = ["--batch-size", "1000", "--inflight", "4"]  # the batched rows' producer
 FLOOR = "the floor: Python, uvloop TCP, a writer thread, write + fdatasync (tests/bench/floor.py)"
 # What the mesh's one-at-a-time produce crosses before any of its services' work (floor.py).
 PATH = "the mesh's path, no work, closed loop"
@@ -126,6 +127,15 @@ COMPARISONS = (
         "batched.mesh.msgs_per_s",
         f"JetStream publish_async x{JS_ASYNC_INFLIGHT}, sync_interval always",
         "batched.jetstream.msgs_per_s",
+    ),
+    # The same batches handed over as Redis's pipeline is: a list of messages per call and
+    # one result for them all (send_many), not a send() and a future per message.
+    Comparison(
+        "batched durable produce, send_many",
+        "msg/s",
+        "batched_many.mesh.msgs_per_s",
+        f"Redis XADD pipelined x{REDIS_PIPELINE}, appendfsync always",
+        "batched.redis.msgs_per_s",
     ),
     *(
         Comparison(row, measure, f"{key}.mesh.{unit}", peer, f"{key}.{peer_key}.{unit}")
@@ -424,8 +434,12 @@ class Bench:
                 await side()
 
         redis_, js = self.redis, self.js
+        batched_many = [*BATCHED, "--send-many", "-n", str(c.batched)]
         await pair(
-            [partial(self._mesh_batched, out)],
+            [
+                partial(self._mesh_batched, out),
+                partial(self._mesh, "batched_many", "produce", batched_many, out),
+            ],
             [
                 partial(self._peer, "batched.redis", out,
                         partial(redis_pipelined, redis_, c.batched), c.batched, REDIS_SERVER),
@@ -480,7 +494,7 @@ class Bench:
 
     async def _mesh_batched(self, out: dict[str, float]) -> None:
         """The batched produce row, with every mesh process's CPU and the client's."""
-        args = ["--batch-size", "1000", "--inflight", "4", "-n", str(self.counts.batched)]
+        args = [*BATCHED, "-n", str(self.counts.batched)]
         before = {name: cpu_s(pid) for name, pid in self.mesh_pids.items()}
         client_before = children_cpu_s()
         result = await self._mesh("batched", "produce", args, out)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from danube.client import AsyncDanubeClient, ConflictError, RetryPolicy
+from danube.client import AsyncDanubeClient, ConflictError, InvalidMessageError, RetryPolicy
 from danube.client._records import encode_frame
 from danube.client._sequencing import Router, Sequences, key_of, stamp
 from danube.discovery.produce.routing import RoundRobin, route
@@ -480,3 +480,25 @@ async def test_messages_stamped_at_send_take_a_new_epochs_sequences_after_a_fail
         sent = [r.payload for r in renewed if r.payload != b"keyless"]
         assert sent == sorted(sent, key=lambda payload: int(payload[1:])), partition
     assert {r.payload for r in records if r.producer_epoch == 0} == {b"first"}
+
+
+async def test_send_many_stamps_as_it_queues_and_a_bad_message_takes_no_sequence() -> None:
+    # send_many checks every message before it queues any: a bad one in the list must leave
+    # the sequences as they were, or the next message would be refused as a gap.
+    mesh = FakeMesh()
+    async with _client(mesh) as client, client.producer("t", max_payload_bytes=64) as p:
+        await p.send_and_wait("first")
+        with pytest.raises(InvalidMessageError):
+            await p.send_many(["ok", "x" * 65])
+        assert p.pending == 0
+        results = await (await p.send_many(["a", "b", "c"]))
+        assert [r.offset for r in results] == [1, 2, 3]
+        assert (await p.send_and_wait("last")).offset == 4
+    assert [(r.payload, r.sequence) for r in mesh.logs["/default/t"]] == [
+        (b"first", 0),
+        (b"a", 1),
+        (b"b", 2),
+        (b"c", 3),
+        (b"last", 4),
+    ]
+    assert all(r.producer_epoch == 0 for r in mesh.logs["/default/t"])

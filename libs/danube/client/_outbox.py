@@ -122,6 +122,29 @@ class Outbox:
         if len(queue) == 1 or queue.full():
             self.wake.set()
 
+    def add_many(
+        self, bodies: list[bytes], targets: list[Queued], stamps: list[Stamp | None]
+    ) -> None:
+        """Queue several messages in order, as :meth:`add` each (room for all of them
+        checked by the caller); ``stamps`` only for a stamped outbox."""
+        if not bodies:
+            return
+        queue = self._queue
+        was_empty = not queue
+        self.pending += len(bodies)
+        self._accepted += len(bodies)
+        self.bodies += bodies
+        if self._stamped:
+            self.stamps += stamps
+        # +1: the comma between two JSON messages (a binary body's bound is as good).
+        sizes = [len(body) + 1 for body in bodies]
+        queue.add_many(targets, sizes, asyncio.get_running_loop().time())
+        if self._start is not None:
+            start, self._start = self._start, None
+            start()
+        if was_empty or queue.full():
+            self.wake.set()
+
     async def room_for_one(self) -> bool:
         """Wait until one more message may be queued; False once the outbox is closing."""
         loop = asyncio.get_running_loop()

@@ -54,6 +54,13 @@ class Accumulator(Generic[_T]):
         self._added_s.append(now_s)
         self._bytes += size_bytes
 
+    def add_many(self, items: list[_T], sizes: list[int], now_s: float) -> None:
+        """Queue ``items`` in order (each ``sizes[i]`` bytes on the wire) at time ``now_s``."""
+        self._items += items
+        self._sizes += sizes
+        self._added_s += [now_s] * len(items)
+        self._bytes += sum(sizes)
+
     def full(self) -> bool:
         """A whole batch is waiting: no reason to linger."""
         return len(self._items) >= self.max_messages or self._bytes >= self.max_bytes

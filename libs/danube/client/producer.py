@@ -55,6 +55,7 @@ from danube.client._outbox import Batch, Group, Outbox, Queued, fail, stopped_by
 from danube.client._producer_session import ProducerSession
 from danube.client._records import (
     RECORDS_TYPE,
+    CheckedFields,
     checked_fields,
     encode_checked,
     encode_frame,
@@ -227,10 +228,7 @@ class AsyncProducer:
         if self._sequenced is not None:
             if self._must_wait():
                 await self._room_for_one()
-            if isinstance(payload, Message):
-                message = payload
-                payload, key, attributes = message.payload, message.key, message.attributes
-            body, stamp = self._encode_stamped(payload, key, attributes)
+            body, stamp = self._encode_stamped(self._checked(payload, key, attributes))
             sent: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
             self._outbox.add(body, sent, stamp)
             return sent
@@ -247,18 +245,29 @@ class AsyncProducer:
         payload is over ``max_payload_bytes``)."""
         return self._chunks is not None and self._chunks.wants(payload)
 
-    def _encode_stamped(
-        self, payload: Payload, key: str | None, attributes: Mapping[str, str] | None
-    ) -> tuple[bytes, Stamp | None]:
-        """An idempotent producer's record of a message queued right after: stamped with
-        its partition's next sequence when it can be (the epoch and partitions known, and
-        every message queued before it stamped too: sequences follow the queue's order),
-        else with sequence 0, stamped when its batch is planned."""
-        sender = self._sequenced
-        assert sender is not None
-        fields = checked_fields(
+    def _checked(
+        self,
+        payload: Payload | Message,
+        key: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> CheckedFields:
+        """A message's fields checked against every limit of a record
+        (:class:`InvalidMessageError`), for :meth:`_encode_stamped`."""
+        if isinstance(payload, Message):
+            message = payload
+            payload, key, attributes = message.payload, message.key, message.attributes
+        return checked_fields(
             payload, key, attributes, max_payload_bytes=self.options.max_payload_bytes
         )
+
+    def _encode_stamped(self, fields: CheckedFields) -> tuple[bytes, Stamp | None]:
+        """An idempotent producer's record of a message queued right after (no await
+        between the two): stamped with its partition's next sequence when it can be (the
+        epoch and partitions known, and every message queued before it stamped too:
+        sequences follow the queue's order), else with sequence 0, stamped when its batch
+        is planned."""
+        sender = self._sequenced
+        assert sender is not None
         stamps = self._outbox.stamps
         stamp = sender.stamp_next(fields[1], stamps[-1] if stamps else None, queued=bool(stamps))
         if stamp is None:
@@ -295,21 +304,35 @@ class AsyncProducer:
         again, at-least-once). Every message is encoded and checked before any is queued,
         so a bad one raises :class:`InvalidMessageError` here with nothing queued. The
         cheaper way to send many: no future or callback per message."""
-        bodies = [self.encode(message) for message in messages]
+        # An idempotent producer's records are stamped as they are queued (sequences follow
+        # the queue's order; a message checked out here takes none), a plain one's encoded.
+        if self._sequenced is not None:
+            fields = [self._checked(message) for message in messages]
+            count = len(fields)
+        else:
+            bodies = [self.encode(message) for message in messages]
+            count = len(bodies)
         future: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
-        if not bodies:
+        if not count:
             future.set_result([])
             return future
-        group = Group(future, len(bodies))
+        group = Group(future, count)
         outbox = self._outbox
         index = 0
-        while index < len(bodies):
+        while index < count:
             if self._must_wait():
                 await self._room_for_one()
-            room = min(outbox.pending_max - outbox.pending, len(bodies) - index)
-            for body in bodies[index : index + room]:
-                outbox.add(body, (group, index))
-                index += 1
+            room = min(outbox.pending_max - outbox.pending, count - index)
+            targets: list[Queued] = [(group, i) for i in range(index, index + room)]
+            if self._sequenced is not None:
+                # Stamped and queued with no await between: nothing is queued meanwhile.
+                stamped = [self._encode_stamped(item) for item in fields[index : index + room]]
+                outbox.add_many(
+                    [pair[0] for pair in stamped], targets, [pair[1] for pair in stamped]
+                )
+            else:
+                outbox.add_many(bodies[index : index + room], targets, [])
+            index += room
         return future
 
     def _must_wait(self) -> bool:
