@@ -36,6 +36,7 @@ from danube.ingest.wal import (
 )
 from danube.ingest.wal.feed import DurableRun
 from danube.ingest.wal.options import DEFAULT_PREALLOCATE_BYTES
+from danube.ingest.wal.writer import APPEND_FRACTION
 
 pytestmark = pytest.mark.integration
 
@@ -294,6 +295,23 @@ async def test_a_segment_not_allocated_ahead_is_written_as_appends(
     assert await fetch_all(wal, 0) == [(o, payload(o)) for o in range(PER_SEGMENT + 3)]
     await wal.close()
     assert frames_on_disk(directory) == [(o, payload(o)) for o in range(PER_SEGMENT + 3)]
+
+
+async def test_a_large_write_is_appended_and_a_small_one_allocates_ahead(tmp_path: Path) -> None:
+    # Zeros ahead of a write of a quarter of the allocation step or more would double its
+    # bytes on the disk: it goes as an append; the small writes after it allocate again.
+    directory = tmp_path / "p"
+    step = 16 * FRAME_BYTES
+    wal = await Wal.open(directory, options(preallocate_bytes=step))
+    large = step // APPEND_FRACTION // FRAME_BYTES + 1  # frames in one write past the bound
+    assert await wal.append([payload(o) for o in range(large)]) == 0
+    (segment,) = directory.glob("*.wal")
+    assert segment.stat().st_size == large * FRAME_BYTES  # appended: nothing ahead
+    assert await wal.append([payload(large)]) == large
+    assert segment.stat().st_size == (large + 1) * FRAME_BYTES + step  # allocated ahead
+    assert await fetch_all(wal, 0) == [(o, payload(o)) for o in range(large + 1)]
+    await wal.close()
+    assert frames_on_disk(directory) == [(o, payload(o)) for o in range(large + 1)]
 
 
 async def test_sealed_and_closed_segments_end_at_their_last_frame(tmp_path: Path) -> None:

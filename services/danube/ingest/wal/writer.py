@@ -29,6 +29,8 @@ from danube.ingest.wal.segment import INDEX_EVERY_BYTES, Segment, SegmentSet, se
 log = logging.getLogger(__name__)
 
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+# A write of at least preallocate_bytes / APPEND_FRACTION is appended, not allocated ahead.
+APPEND_FRACTION = 4
 
 
 @dataclass(slots=True)
@@ -64,6 +66,10 @@ class SegmentWriter:
         self._fd: int | None = None
         self._written = 0  # bytes written to the active segment
         self._allocated = 0  # how far its file may reach (allocated ahead of the writes)
+        # Writes this large go as appends, not allocated ahead: zeros written before them
+        # would double their bytes on the disk, for a metadata commit that their size
+        # makes small anyway (a batch of a thousand messages, a follower catching up).
+        self._append_from = options.preallocate_bytes // APPEND_FRACTION
         self._next = 0  # the offset the active segment's next frame must carry
         self._next_mark = 0  # the position from which the next frame gets an index mark
         self.created_at = 0.0  # clock() when the active segment was created
@@ -183,7 +189,7 @@ class SegmentWriter:
         # the live stream take them as they are). A produce body's frames lie end to end:
         # one piece.
         data = bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
-        if self._written + len(data) > self._allocated:
+        if self._written + len(data) > self._allocated and len(data) < self._append_from:
             self._allocate(self._written + len(data))
         self._ops.write_at(self._fd, data, self._written)
         result.frames.append(data)
