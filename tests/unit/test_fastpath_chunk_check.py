@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 
 LIMIT = 5000
 _NAME = TOTAL_BYTES_ATTRIBUTE
-# Small and large payloads (the search is per record past ~1 KiB a record), the name in them;
+# Small and large payloads (the search is per record past ~2.5 KiB a record), the name in them;
 # a large one that compresses (its record is small: a compressed payload's size is not its
 # stored size) beside one that does not.
 _NOISE = random.Random(7).randbytes(3000)
