@@ -253,6 +253,39 @@ async def test_a_failed_append_and_a_fenced_leader_let_go_of_their_pending_batch
         await resent.pending.durable
 
 
+def where(states: ProducerStates, name: bytes) -> tuple[int, int | None] | None:
+    """A producer's epoch and next sequence as the states hold them (None: unknown)."""
+    state = states.get(name)
+    return None if state is None else (state.epoch, state.next_sequence)
+
+
+async def test_an_announced_batch_counts_only_where_it_was_stored() -> None:
+    # The leader announces each batch it queues; the states take it whole only if the
+    # records stored at its offset are that batch (a leader that stopped before its batch
+    # was durable: another leader stored other records at those offsets).
+    states = ProducerStates()
+    announced = sequenced_batch(batch("p", 0, 3))
+    assert announced is not None
+    states.expect(0, announced.run)
+    states.apply(0, batch("q", 0, 3))  # another producer's records there instead
+    assert (where(states, b"p"), where(states, b"q")) == (None, (0, 3))
+    states.expect(3, announced.run)
+    states.apply(3, batch("p", 7, 3, epoch=1))  # the same producer, other records
+    assert where(states, b"p") == (1, 10)
+    # The leader's own batch, once durable, is taken whole as it was stored; a leader
+    # that stops forgets what it announced and has not stored.
+    admission, log = Admission(states), Log(states)
+    assert isinstance(produce(admission, log, batch("r", 0, 4)), Fresh)
+    log.durable()
+    await settle()
+    assert where(states, b"r") == (0, 4)
+    assert produce(admission, log, batch("r", 0, 4)) == Stored(0)  # its log's offsets
+    assert isinstance(produce(admission, log, batch("r", 4, 1)), Fresh)  # announced at 4
+    admission.clear(RuntimeError("not the leader any more"))
+    states.apply(4, batch("s", 0, 1))  # what another leader stored there
+    assert (where(states, b"r"), where(states, b"s")) == ((0, 4), (0, 1))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(

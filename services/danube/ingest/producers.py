@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from danube.frame.record import SequenceRun, sequence_runs
+from danube.frame.errors import CorruptRecordError
+from danube.frame.record import SequenceRun, record_sequence, sequence_runs
 
 RUNS_MAX_DEFAULT = 5  # as Kafka keeps the last 5 batches of an idempotent producer
 
@@ -137,7 +138,16 @@ class ProducerStates:
         index = 0
         while index < count:
             known = expected.pop(first_offset + index, None) if expected else None
-            if known is not None and index + known.length <= count:
+            if (
+                known is not None
+                and index + known.length <= count
+                and _holds(payloads[index], known, known.first_sequence)
+                and _holds(
+                    payloads[index + known.length - 1],
+                    known,
+                    known.first_sequence + known.length - 1,
+                )
+            ):
                 self._add(known, first_offset + index, now_s)
                 index += known.length
                 continue
@@ -166,6 +176,10 @@ class ProducerStates:
         """``run`` will not be stored at ``first_offset`` after all (its write failed)."""
         if self._expected.get(first_offset) is run:
             del self._expected[first_offset]
+
+    def unexpect_all(self) -> None:
+        """No batch announced is coming any more (the leader stopped)."""
+        self._expected.clear()
 
     def _add(self, run: SequenceRun, offset: int, now_s: float) -> None:
         state = self._state_for(run.producer, run.producer_epoch, now_s)
@@ -242,3 +256,14 @@ class ProducerStates:
         self._expected.clear()
         self.end_offset = end_offset
         self.applied_since_snapshot = 0
+
+
+def _holds(record: bytes | memoryview, run: SequenceRun, sequence: int) -> bool:
+    """Whether ``record`` is ``run``'s producer's record ``sequence`` of its epoch: what the
+    leader announced is what was stored (a batch announced by a leader that stopped since
+    never takes the place of what another leader stored at that offset)."""
+    try:
+        found = record_sequence(record)
+    except CorruptRecordError:
+        return False
+    return found == (run.producer.decode("utf-8", "replace"), run.producer_epoch, sequence)

@@ -216,8 +216,11 @@ class Admission:
     def queued(
         self, entry: Pending, first_offset: int, durable: asyncio.Future[None] | None
     ) -> None:
-        """The WAL took ``entry``'s offsets; ``durable`` (None: durable already) settles it."""
+        """The WAL took ``entry``'s offsets; ``durable`` (None: durable already) settles it.
+        The batch is announced to the producers' states (before the WAL's durable listener
+        runs for it): they take it whole rather than reading its records again."""
         entry.first_offset = first_offset
+        self.states.expect(first_offset, entry.batch.run)
         if durable is None:
             self._settle(entry, None)
         else:
@@ -239,6 +242,7 @@ class Admission:
                     entry.durable.set_exception(exc)
                     entry.durable.exception()
         self._pending.clear()
+        self.states.unexpect_all()
 
     def _settle(self, entry: Pending, done: asyncio.Future[None] | None) -> None:
         if not entry.durable.done():
