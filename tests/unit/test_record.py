@@ -31,7 +31,7 @@ from danube.frame import (
     record_publish_time_ms,
     record_sequence,
 )
-from danube.frame.record import sequence_runs
+from danube.frame.record import is_record_of, sequence_runs
 from danube.frame.record_decode import decode_record_at
 
 pytestmark = pytest.mark.unit
@@ -372,3 +372,31 @@ def test_sequence_runs_agree_with_reading_each_record(
             and (after.producer, after.producer_epoch) == (before.producer, before.producer_epoch)
             and after.first_sequence == before.first_sequence + before.length
         )
+
+
+@given(
+    st.sampled_from(["a", "ab", "b", None]),
+    st.integers(0, 3),
+    st.integers(0, 6),
+    st.sampled_from(["a", "ab", "b"]),
+    st.integers(0, 3),
+    st.integers(0, 6),
+)
+def test_is_record_of_agrees_with_reading_the_record(
+    name: str | None, epoch: int, sequence: int, asked: str, asked_epoch: int, asked_seq: int
+) -> None:
+    """The quick check against its slow twin, record_sequence (a plain record is nobody's)."""
+    record = encode_record(
+        Record(
+            payload=b"x",
+            publish_time_ms=0,
+            producer=name or "plain",
+            sequence=None if name is None else sequence,
+            producer_epoch=0 if name is None else epoch,
+        )
+    )
+    found = record_sequence(record)
+    expected = found == (asked, asked_epoch, asked_seq)
+    assert is_record_of(record, asked.encode(), asked_epoch, asked_seq) is expected
+    assert is_record_of(memoryview(record), asked.encode(), asked_epoch, asked_seq) is expected
+    assert not is_record_of(record[:10], asked.encode(), asked_epoch, asked_seq)

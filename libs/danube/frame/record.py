@@ -354,6 +354,20 @@ def sequence_runs(records: Sequence[bytes | memoryview]) -> list[SequenceRun]:
     return runs
 
 
+def is_record_of(buf: bytes | memoryview, producer: bytes, epoch: int, sequence: int) -> bool:
+    """Whether the checked record ``buf`` is ``producer``'s (its name's UTF-8 bytes) record
+    ``sequence`` of ``epoch``: one unpack and one comparison, nothing decoded."""
+    if len(buf) < SEQUENCED_HEADER_BYTES or buf[0] != SEQUENCED_RECORD_VERSION:
+        return False
+    _, producer_len, record_epoch, record_sequence = _SEQUENCE_HEAD.unpack_from(buf, 0)
+    end = SEQUENCED_HEADER_BYTES + producer_len
+    return (
+        record_sequence == sequence
+        and record_epoch == epoch
+        and buf[SEQUENCED_HEADER_BYTES:end] == producer
+    )
+
+
 def read_record_header(
     view: bytes | memoryview, start: int, end: int
 ) -> tuple[int, int, int, int, int, int, int, int]:

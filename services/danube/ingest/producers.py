@@ -30,8 +30,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from danube.frame.errors import CorruptRecordError
-from danube.frame.record import SequenceRun, record_sequence, sequence_runs
+from danube.frame.record import SequenceRun, is_record_of, sequence_runs
 
 RUNS_MAX_DEFAULT = 5  # as Kafka keeps the last 5 batches of an idempotent producer
 
@@ -138,16 +137,7 @@ class ProducerStates:
         index = 0
         while index < count:
             known = expected.pop(first_offset + index, None) if expected else None
-            if (
-                known is not None
-                and index + known.length <= count
-                and _holds(payloads[index], known, known.first_sequence)
-                and _holds(
-                    payloads[index + known.length - 1],
-                    known,
-                    known.first_sequence + known.length - 1,
-                )
-            ):
+            if known is not None and _holds(payloads, index, known):
                 self._add(known, first_offset + index, now_s)
                 index += known.length
                 continue
@@ -258,12 +248,14 @@ class ProducerStates:
         self.applied_since_snapshot = 0
 
 
-def _holds(record: bytes | memoryview, run: SequenceRun, sequence: int) -> bool:
-    """Whether ``record`` is ``run``'s producer's record ``sequence`` of its epoch: what the
-    leader announced is what was stored (a batch announced by a leader that stopped since
-    never takes the place of what another leader stored at that offset)."""
-    try:
-        found = record_sequence(record)
-    except CorruptRecordError:
+def _holds(payloads: Sequence[bytes | memoryview], index: int, run: SequenceRun) -> bool:
+    """Whether ``payloads[index:]`` begins with ``run``'s records (its first and its last
+    checked): what the leader announced is what was stored (a batch announced by a leader
+    that stopped since never takes the place of what another leader stored there)."""
+    last = run.length - 1
+    if index + last >= len(payloads):
         return False
-    return found == (run.producer.decode("utf-8", "replace"), run.producer_epoch, sequence)
+    name, epoch, first = run.producer, run.producer_epoch, run.first_sequence
+    return is_record_of(payloads[index], name, epoch, first) and (
+        not last or is_record_of(payloads[index + last], name, epoch, first + last)
+    )
