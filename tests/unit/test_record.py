@@ -329,6 +329,19 @@ def test_a_sequence_outside_u64_is_refused(sequence: int) -> None:
         encode_record(Record(**{**_fields(SAMPLE), "sequence": sequence}))
 
 
+def _sequenced(name: str | None, epoch: int, sequence: int) -> bytes:
+    """A record of producer ``name``'s ``sequence`` of ``epoch`` (None: a plain record)."""
+    return encode_record(
+        Record(
+            payload=b"",
+            publish_time_ms=0,
+            producer=name or "plain",
+            sequence=None if name is None else sequence,
+            producer_epoch=0 if name is None else epoch,
+        )
+    )
+
+
 def _fields(record: Record) -> dict[str, Any]:
     return {name: getattr(record, name) for name in Record.__dataclass_fields__}
 
@@ -343,18 +356,7 @@ def test_sequence_runs_agree_with_reading_each_record(
     shapes: list[tuple[str | None, int, int]],
 ) -> None:
     """The fast run reader against its slow twin, record_sequence on every record."""
-    records = [
-        encode_record(
-            Record(
-                payload=b"",
-                publish_time_ms=0,
-                producer=name or "plain",
-                sequence=None if name is None else sequence,
-                producer_epoch=0 if name is None else epoch,
-            )
-        )
-        for name, epoch, sequence in shapes
-    ]
+    records = [_sequenced(name, epoch, sequence) for name, epoch, sequence in shapes]
     expanded = [
         (run.producer.decode(), run.producer_epoch, run.first_sequence + i, run.first_index + i)
         for run in sequence_runs(records)
@@ -386,15 +388,7 @@ def test_is_record_of_agrees_with_reading_the_record(
     name: str | None, epoch: int, sequence: int, asked: str, asked_epoch: int, asked_seq: int
 ) -> None:
     """The quick check against its slow twin, record_sequence (a plain record is nobody's)."""
-    record = encode_record(
-        Record(
-            payload=b"x",
-            publish_time_ms=0,
-            producer=name or "plain",
-            sequence=None if name is None else sequence,
-            producer_epoch=0 if name is None else epoch,
-        )
-    )
+    record = _sequenced(name, epoch, sequence)
     found = record_sequence(record)
     expected = found == (asked, asked_epoch, asked_seq)
     assert is_record_of(record, asked.encode(), asked_epoch, asked_seq) is expected
