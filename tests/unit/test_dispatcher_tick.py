@@ -115,3 +115,51 @@ async def test_a_quiet_subscription_ticks_when_a_delayed_message_falls_due(
         await asyncio.gather(loop, return_exceptions=True)
     assert released, "the delayed message was not released"
     assert due_ms <= released[0] < due_ms + 40  # at its time, not at a quiet tick (5 s)
+
+
+def _delayed(offset: int, due_ms: int) -> tuple[int, RawFrame]:
+    record = encode_record(
+        Record(
+            payload=b"m",
+            publish_time_ms=due_ms - 300,
+            producer="p",
+            attributes={DELIVER_AT_ATTRIBUTE: str(due_ms)},
+        )
+    )
+    return offset, RawFrame(offset, memoryview(encode_frame(offset, record)))
+
+
+async def test_messages_falling_due_every_millisecond_are_released_a_gap_at_a_time() -> None:
+    # 200 messages due one a millisecond: released in ticks at least DUE_TICK_GAP_S apart
+    # (not one tick a millisecond), none before its time, none later than the gap allows.
+    host = TickHost()
+    host.machine = SubscriptionMachine(
+        "shared", {"p0": PartitionCursor(0)}, DeliverySettings(max_held=10_000)
+    )
+    host.machine.handle(ConsumerAttached("c", "c"))
+    first_due = int(time.time() * 1000) + 100
+    frames = [_delayed(offset, first_due + offset) for offset in range(200)]
+    host.machine.handle(MessagesAvailable("p0", frames, 0, len(frames)))
+    released: dict[int, float] = {}  # offset -> when it was released (ms)
+    handle = host.handle
+
+    async def watched(event: Event) -> list[Any]:
+        actions = await handle(event)
+        now_ms = time.time() * 1000
+        for offset in range(len(released), host.machine.held_count):  # released in due order
+            released[offset] = now_ms
+        return actions
+
+    host.handle = watched  # type: ignore[method-assign]
+    loop = asyncio.create_task(ticking.tick_loop(host._machine, host.changed, host.tick))
+    try:
+        await asyncio.sleep(0.45)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    assert sorted(released) == list(range(200))
+    assert all(released[offset] >= first_due + offset for offset in released)
+    late = sorted(released[offset] - (first_due + offset) for offset in released)
+    assert late[len(late) // 2] <= ticking.DUE_TICK_GAP_S * 1000 + 10
+    ticks = len({round(at, 1) for at in released.values()})
+    assert ticks <= 60  # ~40 over the 200 ms at a 5 ms gap; ~200 with a tick a millisecond

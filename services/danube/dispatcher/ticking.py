@@ -3,7 +3,7 @@ redeliveries, delayed messages and cursor writes fall due with time) every
 ``TICK_INTERVAL_S`` while it holds something, and every ``QUIET_TICK_S`` (or at its next
 event) while it is quiet (SubscriptionMachine.quiet): idle subscriptions cost next to
 nothing. A delayed message falling due sooner shortens the wait: it is handed out at its
-time, not at the next tick."""
+time, not at the next tick (at most one such tick every ``DUE_TICK_GAP_S``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,11 @@ from collections.abc import Awaitable, Callable
 from danube.dispatcher.delivery import SubscriptionMachine
 
 TICK_INTERVAL_S = 0.05
+# A tick for delayed messages falling due comes at least this long after the one before:
+# while thousands fall due a second (some every millisecond), each tick releases what fell
+# due since the last, rather than a tick, a wake-up of every waiting poll and a send to each
+# consumer every millisecond. A delayed message is handed out up to this much later.
+DUE_TICK_GAP_S = 0.005
 # A quiet subscription (nothing held, no cursor to write: SubscriptionMachine.quiet) ticks
 # this often instead, or at its next event: idle subscriptions cost next to nothing.
 QUIET_TICK_S = 1.0
@@ -41,11 +46,11 @@ async def tick_loop(
 
 def until_due_s(machine: SubscriptionMachine, tick_s: float) -> float:
     """``tick_s`` (jittered), or less when a delayed message falls due sooner: it is handed
-    out at its time (within a millisecond or two), not at the next tick."""
+    out at its time (within ``DUE_TICK_GAP_S`` of the last tick), not at the next tick."""
     wait_s = tick_s * random.uniform(0.9, 1.1)
     due_ms = machine.next_due_ms()
     if due_ms is not None:
-        wait_s = min(wait_s, max(0.0, (due_ms - time.time() * 1000) / 1000))
+        wait_s = min(wait_s, max(DUE_TICK_GAP_S, (due_ms - time.time() * 1000) / 1000))
     return wait_s
 
 
