@@ -76,48 +76,8 @@ async def test_a_quiet_subscription_ticks_rarely_and_an_event_wakes_it(
         await asyncio.gather(loop, return_exceptions=True)
 
 
-async def test_a_quiet_subscription_ticks_when_a_delayed_message_falls_due(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(ticking, "QUIET_TICK_S", 5.0)  # far longer than the test
-    host = TickHost()
-    host.machine = SubscriptionMachine("shared", {"p0": PartitionCursor(0)}, DeliverySettings())
-    host.machine.handle(ConsumerAttached("c", "c"))
-    due_ms = int(time.time() * 1000) + 300
-    record = encode_record(
-        Record(
-            payload=b"m",
-            publish_time_ms=due_ms - 300,
-            producer="p",
-            attributes={DELIVER_AT_ATTRIBUTE: str(due_ms)},
-        )
-    )
-    host.machine.handle(
-        MessagesAvailable("p0", [(0, RawFrame(0, memoryview(encode_frame(0, record))))], 0, 1)
-    )
-    host.machine.handle(Tick(time.monotonic(), due_ms - 300))  # its cursor written: quiet
-    assert host.machine.quiet()
-    released: list[float] = []
-    handle = host.handle
-
-    async def watched(event: Event) -> list[Any]:
-        actions = await handle(event)
-        if host.machine.held_count and not released:
-            released.append(time.time() * 1000)
-        return actions
-
-    host.handle = watched  # type: ignore[method-assign]
-    loop = asyncio.create_task(ticking.tick_loop(host._machine, host.changed, host.tick))
-    try:
-        await asyncio.sleep(0.6)
-    finally:
-        loop.cancel()
-        await asyncio.gather(loop, return_exceptions=True)
-    assert released, "the delayed message was not released"
-    assert due_ms <= released[0] < due_ms + 40  # at its time, not at a quiet tick (5 s)
-
-
 def _delayed(offset: int, due_ms: int) -> tuple[int, RawFrame]:
+    """A frame at ``offset`` of a record to be delivered at ``due_ms``."""
     record = encode_record(
         Record(
             payload=b"m",
@@ -127,6 +87,45 @@ def _delayed(offset: int, due_ms: int) -> tuple[int, RawFrame]:
         )
     )
     return offset, RawFrame(offset, memoryview(encode_frame(offset, record)))
+
+
+async def _released_over(host: TickHost, seconds: float) -> dict[int, float]:
+    """Run the tick loop for ``seconds``; when each offset was released (ms of the wall
+    clock), the delayed messages being released in due order."""
+    released: dict[int, float] = {}
+    handle = host.handle
+
+    async def watched(event: Event) -> list[Any]:
+        actions = await handle(event)
+        now_ms = time.time() * 1000
+        for offset in range(len(released), host.machine.held_count):
+            released[offset] = now_ms
+        return actions
+
+    host.handle = watched  # type: ignore[method-assign]
+    loop = asyncio.create_task(ticking.tick_loop(host._machine, host.changed, host.tick))
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    return released
+
+
+async def test_a_quiet_subscription_ticks_when_a_delayed_message_falls_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ticking, "QUIET_TICK_S", 5.0)  # far longer than the test
+    host = TickHost()
+    host.machine = SubscriptionMachine("shared", {"p0": PartitionCursor(0)}, DeliverySettings())
+    host.machine.handle(ConsumerAttached("c", "c"))
+    due_ms = int(time.time() * 1000) + 300
+    host.machine.handle(MessagesAvailable("p0", [_delayed(0, due_ms)], 0, 1))
+    host.machine.handle(Tick(time.monotonic(), due_ms - 300))  # its cursor written: quiet
+    assert host.machine.quiet()
+    released = await _released_over(host, 0.6)
+    assert 0 in released, "the delayed message was not released"
+    assert due_ms <= released[0] < due_ms + 40  # at its time, not at a quiet tick (5 s)
 
 
 async def test_messages_falling_due_every_millisecond_are_released_a_gap_at_a_time() -> None:
@@ -140,26 +139,10 @@ async def test_messages_falling_due_every_millisecond_are_released_a_gap_at_a_ti
     first_due = int(time.time() * 1000) + 100
     frames = [_delayed(offset, first_due + offset) for offset in range(200)]
     host.machine.handle(MessagesAvailable("p0", frames, 0, len(frames)))
-    released: dict[int, float] = {}  # offset -> when it was released (ms)
-    handle = host.handle
-
-    async def watched(event: Event) -> list[Any]:
-        actions = await handle(event)
-        now_ms = time.time() * 1000
-        for offset in range(len(released), host.machine.held_count):  # released in due order
-            released[offset] = now_ms
-        return actions
-
-    host.handle = watched  # type: ignore[method-assign]
-    loop = asyncio.create_task(ticking.tick_loop(host._machine, host.changed, host.tick))
-    try:
-        await asyncio.sleep(0.45)
-    finally:
-        loop.cancel()
-        await asyncio.gather(loop, return_exceptions=True)
+    released = await _released_over(host, 0.45)
     assert sorted(released) == list(range(200))
     assert all(released[offset] >= first_due + offset for offset in released)
     late = sorted(released[offset] - (first_due + offset) for offset in released)
-    assert late[len(late) // 2] <= ticking.DUE_TICK_GAP_S * 1000 + 10
+    assert late[len(late) // 2] <= ticking.DUE_TICK_GAP_S * 1000 + 20  # a loaded machine's stalls
     ticks = len({round(at, 1) for at in released.values()})
     assert ticks <= 60  # ~40 over the 200 ms at a 5 ms gap; ~200 with a tick a millisecond
