@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import os
 import random
 import signal
@@ -47,6 +48,30 @@ PRODUCERS = 4  # batches under way at once
 # streamed from the owner's door, acks grouped), as an application would.
 CONSUME = os.environ.get("CONSUME", "direct")
 DIRECT = CONSUME != "proxy"
+# This process holds a due time and an arrival per message (two dicts of a million tuple
+# keys): a full collection of its own walks them all while deliveries wait in its sockets,
+# which would count as the dispatcher's lateness. BENCH_GC=freeze (the default) moves what
+# it holds out of the collector's way each second; BENCH_GC=on leaves the collector alone.
+# Either way its own pauses are printed.
+BENCH_GC = os.environ.get("BENCH_GC", "freeze")
+_own_pauses_s: list[float] = []
+_own_started = [0.0]
+
+
+def _time_own_collections(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        _own_started[0] = time.perf_counter()
+    else:
+        _own_pauses_s.append(time.perf_counter() - _own_started[0])
+
+
+def _own_gc() -> str:
+    pauses = _own_pauses_s
+    return (
+        f"this process's collections {len(pauses)}, held {sum(pauses):.2f} s, longest "
+        f"{max(pauses, default=0) * 1000:.0f} ms, over 10 ms {sum(p > 0.01 for p in pauses)} "
+        f"(BENCH_GC={BENCH_GC})"
+    )
 
 
 @dataclass
@@ -223,6 +248,8 @@ async def _watch(
             run.delayed_max = max(run.delayed_max, delayed)
         except httpx.HTTPError:
             pass
+        if BENCH_GC == "freeze":
+            gc.freeze()
         await asyncio.sleep(1.0)
 
 
@@ -269,10 +296,11 @@ def _stalls(pid: int) -> str:
     lag, gc = "danube_event_loop_lag_seconds", "danube_gc_pause_seconds"
     collections = {g: count(gc, f'generation="{g}"') for g in "012"}
     long_ones = {g: over(gc, "0.01", f'generation="{g}"') for g in "012"}
+    held_s = {g: round(metrics.get(f'{gc}_sum{{generation="{g}"}}', 0.0), 2) for g in "012"}
     return (
         f"loop lag samples {count(lag)}: over 10 ms {over(lag, '0.01')}, 50 ms "
         f"{over(lag, '0.05')}, 100 ms {over(lag, '0.1')}; collections {collections}, "
-        f"over 10 ms {long_ones}"
+        f"over 10 ms {long_ones}, seconds held {held_s}"
     )
 
 
@@ -288,6 +316,7 @@ def _quantiles(values: list[int]) -> str:
 
 
 async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
+    gc.callbacks.append(_time_own_collections)
     pids: dict[str, int] = {}
     run = Run()
     done = asyncio.Event()
@@ -375,6 +404,7 @@ async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
         f"delayed held at most {run.delayed_max}; dispatchers' peak RSS "
         f"{ {n: f'{k / 1024:.0f} MiB' for n, k in run.rss_kib.items()} }"
     )
+    print(_own_gc())
     print(f"lateness, due before the kill: {_quantiles(before)}")
     print(f"  of which due while producing: {_quantiles(producing)}")
     print(f"  of which due after producing: {_quantiles(steady)}")
