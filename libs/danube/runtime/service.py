@@ -35,7 +35,7 @@ from danube.meta.keys import ServiceKind
 from danube.meta.records import NodeRecord
 from danube.runtime import topic_metrics
 from danube.runtime.allocator import keep_freed_memory
-from danube.runtime.gcpause import track_gc_pauses
+from danube.runtime.gcpause import collect_fully_less_often, track_gc_pauses
 from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.http import HealthServer, NotReady
 from danube.runtime.listener import AcceptBackoffLoop, raise_open_files_limit
@@ -113,6 +113,7 @@ def run_service(
     # it does: out of the cyclic GC's way, so that the full collections that long-lived
     # young objects (a message cache, requests in flight) set off do not walk it each time.
     gc.freeze()
+    collect_fully_less_often()
     track_gc_pauses()  # danube_gc_pause_seconds: what the collections that remain cost
     keep_freed_memory()  # ~1 MB buffers per batched produce: reused, not faulted in anew
     try:

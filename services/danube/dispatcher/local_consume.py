@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import orjson
-
 from danube.dispatcher.served import ServedSubscription
 from danube.errors import NotLeaderError
 from danube.meta import MetaStore, TopicName
@@ -120,6 +118,7 @@ class LocalConsumers:
 def _acks(
     consumer_id: str, ranges: Sequence[tuple[str, int, int]], delay_ms: int
 ) -> protocol.AckRequest:
-    # The bus's request, parsed as the bus's handler parses it: the same checks.
-    body = orjson.dumps({"consumer_id": consumer_id, "ranges": ranges, "delay_ms": delay_ms})
-    return protocol.parse(body, protocol.AckRequest)
+    # The bus's request, with the checks of the bus's handler (its model's), taken from the
+    # values as they are rather than from a JSON body written for the purpose.
+    fields = {"consumer_id": consumer_id, "ranges": ranges, "delay_ms": delay_ms}
+    return protocol.validated(fields, protocol.AckRequest)

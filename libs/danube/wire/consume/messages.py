@@ -118,22 +118,22 @@ def message_ranges(topic: TopicName, body: AckRequest) -> list[tuple[str, int, i
     a partition that is not the topic or one of its partitions."""
     # The dispatcher names a partition by its topic segment; the API by its full name, as
     # polled. Another topic's partition is a caller mistake, refused before anything moves.
-    segments: dict[str, str] = {}  # each name checked once, however many refs name it
-
-    def segment(name: str, where: str) -> str:
-        found = segments.get(name)
-        if found is None:
-            found = segments[name] = _segment(topic, name, where)
-        return found
-
-    runs = [
-        (segment(m.partition, f"messages[{i}]"), m.offset, m.offset)
-        for i, m in enumerate(body.messages)
-    ]
-    runs += (
-        (segment(run.partition, f"ranges[{i}]"), run.first, run.last)
-        for i, run in enumerate(body.ranges)
-    )
+    # Each name is checked once, however many refs name it: a consumer acking out of order
+    # sends a run per message.
+    segments: dict[str, str] = {}
+    runs: list[tuple[str, int, int]] = []
+    for i, m in enumerate(body.messages):
+        name = m.partition
+        found = segments.get(name) or segments.setdefault(
+            name, _segment(topic, name, f"messages[{i}]")
+        )
+        runs.append((found, m.offset, m.offset))
+    for i, run in enumerate(body.ranges):
+        name = run.partition
+        found = segments.get(name) or segments.setdefault(
+            name, _segment(topic, name, f"ranges[{i}]")
+        )
+        runs.append((found, run.first, run.last))
     return runs
 
 

@@ -301,9 +301,22 @@ def parse(body: bytes, model: type[_M]) -> _M:
     try:
         return model.model_validate_json(body or b"{}")
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise BadRequestError(f"{model.__name__}: {where}: {first['msg']}") from exc
+        raise _refusal(model, exc) from exc
+
+
+def validated(fields: dict[str, object], model: type[_M]) -> _M:
+    """``fields`` checked as :func:`parse` checks a body of ``model`` (the same
+    BadRequestError), for a caller in the same process that holds them as values."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        raise _refusal(model, exc) from exc
+
+
+def _refusal(model: type[BaseModel], exc: ValidationError) -> BadRequestError:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    return BadRequestError(f"{model.__name__}: {where}: {first['msg']}")
 
 
 def encode(model: BaseModel) -> bytes:
