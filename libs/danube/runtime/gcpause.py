@@ -28,12 +28,12 @@ _started_s = 0.0
 # at every middle collection and the default rule runs a full one every second or two, each
 # walking everything the process made since it started (what it built to start is frozen:
 # danube.runtime.service) — 20-30 ms on this project's 2-core machine in a dispatcher
-# delivering 8 000 delayed messages a second, 69 of them in two minutes, 59 over 10 ms.
-# With 100: 7 in the same two minutes, 4 over 10 ms, and the lateness p99 of its delayed
-# messages 35 ms against 67-181 (docs/performance.md, "Delayed delivery"). Cyclic garbage
-# that reached the old generation waits ten times longer to be freed; CPython's other rule
-# (no full collection until a quarter as many objects as survived the last one are new to
-# the old generation) still holds.
+# delivering 8 000 delayed messages a second: 66-69 of them in two minutes, 46-59 over
+# 10 ms. With 100: 6-7, 4-6 over 10 ms, and the lateness p99 of its delayed messages 35
+# and 39 ms against 49 and 181 in runs alternated with the default (docs/performance.md,
+# "Delayed delivery"). Cyclic garbage that reached the old generation waits ten times longer
+# to be freed; CPython's other rule (no full collection until a quarter as many objects as
+# survived the last one are new to the old generation) still holds.
 FULL_COLLECTION_AFTER = 100
 
 
