@@ -191,7 +191,13 @@ async def test_a_damaged_copy_repairs_from_the_leader_before_it_leads_again(
                     break
                 await asyncio.sleep(0.1)
         assert not (damaged.parent / "damaged.json").exists()
-        logged = process.tail_log(1_000_000)
+        # The node logs its term just after etcd records it: wait for the line, then read.
+        async with asyncio.timeout(10):
+            while True:
+                logged = process.tail_log(1_000_000)
+                if "leading epoch" in logged:
+                    break
+                await asyncio.sleep(0.05)
         repaired_at = logged.index("repaired offsets 1500..")
         assert "from " + elected.node_id in logged[repaired_at : repaired_at + 200]
         assert logged.index("leading epoch") > repaired_at  # not led while damaged
