@@ -22,13 +22,17 @@ run: setup
 # its own nats-server, etcd and S3 server), then the whole-mesh and Spark tiers on two workers
 # a file at a time (--dist loadfile: a file's module-wide mesh is started once; the meshes
 # mostly wait on leases, kills and timeouts, so two at once took 15 min against 25 serial).
-# Both halves run; either failing fails. With ARGS (a marker, a file, -k ...): one pytest
-# run, one worker, as given.
+# Last, the tests marked solo, one at a time: they assert latency (delayed messages within
+# 50 ms of their time), which a Spark job or another mesh on the same two cores would decide
+# instead (CI saw p50 30 to 33 ms beside one; 11 and 12 alone). All three run; any failing fails.
+# With ARGS (a marker, a file, -k ...): one pytest run, one worker, as given.
 test: setup setup-interop setup-tools
 ifeq ($(strip $(ARGS)),)
 	$(BIN)/pytest -n 2 --durations=20 tests/unit tests/integration; first=$$?; \
-	$(BIN)/pytest -n 2 --dist loadfile --durations=40 tests/e2e tests/spark; second=$$?; \
-	test $$first -eq 0 -a $$second -eq 0
+	$(BIN)/pytest -n 2 --dist loadfile --durations=40 -m 'not soak and not solo' \
+		tests/e2e tests/spark; second=$$?; \
+	$(BIN)/pytest --durations=10 -m 'solo and not soak' tests/e2e tests/spark; third=$$?; \
+	test $$first -eq 0 -a $$second -eq 0 -a $$third -eq 0
 else
 	$(BIN)/pytest --durations=40 $(ARGS)
 endif

@@ -21,7 +21,7 @@ import pytest
 
 from danube.up import ProcessSpec, ServerProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.solo, pytest.mark.timeout(120)]
 
 TOPIC = "delayed"
 SUB = "s"
@@ -224,8 +224,9 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
         f"duplicates {duplicates}; this process stalled {stalled} ms at most"
     )
     # On time: nine in ten within 50 ms of their time (the consumer's poll included, through
-    # discovery); the rest by a stall of the loaded 2-core machine (four processes, shared
-    # with other runs: p99 measured 36 to 64 ms there, the max 47 to 90 ms).
+    # discovery); the rest by a stall of the 2-core machine (four processes). Marked solo:
+    # beside another test's mesh or Spark job, CI measured p50 30 to 33 ms, which is that
+    # neighbour's share of the cores; alone p50 11, p99 24 ms.
     assert late[len(late) * 9 // 10] <= LATE_MS_MAX, f"p90 late by {late[len(late) * 9 // 10]}"
     # The longest lateness, beyond what this process (the observer) stalled itself: a stall of
     # the whole machine delays the observer's poll as much as the dispatcher (a CI run saw a

@@ -20,7 +20,7 @@ import pytest
 
 from danube.up import ProcessSpec, ServerProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.solo, pytest.mark.timeout(120)]
 
 TOPIC = "snapped"
 SUB = "s"

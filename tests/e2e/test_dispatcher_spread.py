@@ -129,10 +129,14 @@ async def _wait_for(
     dispatchers: dict[str, ServerProcess],
     ok: Callable[[dict[str, int]], bool],
     timeout_s: float,
+    consumers: list[asyncio.Task[None]],
 ) -> tuple[float, dict[str, int]]:
     started = time.monotonic()
     counts: dict[str, int] = {}
     while time.monotonic() - started < timeout_s:
+        for task in consumers:  # a consumer that gave up leaves its subscription unclaimed
+            if task.done():
+                task.result()
         counts = await _served(http, dispatchers)
         if ok(counts):
             return time.monotonic() - started, counts
@@ -183,7 +187,7 @@ async def test_new_dispatchers_take_their_share_and_sigterm_hands_over(
         )
         dispatchers.update({f"dispatcher-{n}": p for n, p in zip((1, 2), more, strict=True)})
         up_s = time.monotonic() - started
-        balanced_s, counts = await _wait_for(http, dispatchers, _fair, BALANCE_WITHIN_S)
+        balanced_s, counts = await _wait_for(http, dispatchers, _fair, BALANCE_WITHIN_S, tasks)
         balanced_s += up_s
         moves = sum(c.attaches for c in consumers) - SUBSCRIPTIONS
         await asyncio.sleep(3)
@@ -196,7 +200,7 @@ async def test_new_dispatchers_take_their_share_and_sigterm_hands_over(
         await asyncio.to_thread(dispatchers.pop("dispatcher-2").stop)
         stop_s = time.monotonic() - stopping
         sigterm_s, after = await _wait_for(
-            http, dispatchers, lambda c: sum(c.values()) == SUBSCRIPTIONS, BALANCE_WITHIN_S
+            http, dispatchers, lambda c: sum(c.values()) == SUBSCRIPTIONS, BALANCE_WITHIN_S, tasks
         )
         sigterm_moves = sum(c.attaches for c in consumers) - attaches_before
 
@@ -209,6 +213,7 @@ async def test_new_dispatchers_take_their_share_and_sigterm_hands_over(
             dispatchers,
             lambda c: c == {"dispatcher-0": SUBSCRIPTIONS, "dispatcher-1": 0},
             BALANCE_WITHIN_S,
+            tasks,
         )
         status = (await http.get("/v1/nodes/dispatcher-1/drain")).json()
         assert (status["subscriptions"], status["done"]) == ([], True)

@@ -252,6 +252,18 @@ class NodeSession:
             self.grpc_url = grpc_url
         await self._register(self.lease)
 
+    async def leave(self) -> None:
+        """Take this node's registration out of ``nodes/<kind>/`` before a clean stop hands
+        its work over: peers counting the live nodes (the dispatchers' balancing) count it
+        out at once and take what it hands over, rather than refusing it while the node
+        still looks like the one to hold it until its lease goes. Best effort: etcd away,
+        the key goes with the lease."""
+        await cancel_all_and_wait([self._renewal])  # not written again under a new lease
+        try:
+            await self.store.delete(meta_keys.node_key(self.kind, self.node_id))
+        except MetaError as exc:
+            log.warning("%s %s: registered until the lease goes: %s", self.kind, self.node_id, exc)
+
     async def _register(self, lease: Lease) -> None:
         assert self._address is not None, "register() first"
         await register_node(

@@ -50,6 +50,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         log.info("dispatcher %s up", node_id)
         await stop.wait()
         await cancel_all_and_wait([leaseless, watcher, grower, balancer, sampler])
+        await s.leave()  # peers count it out: they take what it hands over below at once
         if door is not None:
             await door.close()
         await claims.drain()

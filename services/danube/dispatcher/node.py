@@ -44,6 +44,8 @@ _LEASELESS_CHECK_S = 0.5
 # How long a stop waits for hand-overs under way: each drains its responder (10 s at most),
 # then writes cursors and releases the owner key under etcd's request deadline.
 _HAND_OVER_WAIT_S = 30.0
+# Subscriptions a stop hands over at once.
+_STOPS_AT_ONCE = 8
 
 
 class _Served:
@@ -453,6 +455,17 @@ class DispatcherNode:
             log.warning("dispatcher %s: hand-overs still under way: cancelled", self.node_id)
         await self._handing_over.close()
         await self._reclaiming.close()
-        for key in self._served.served():
-            await self._stop_serving(key, release=release)
+        # A few at a time: each waits for its polls to answer (up to their wait_ms) and
+        # writes its cursors; one after another, a SIGTERM of a dispatcher serving many
+        # kept the last of them waiting for the sum.
+        room = asyncio.Semaphore(_STOPS_AT_ONCE)
+
+        async def stop(key: _Key) -> None:
+            async with room:
+                try:
+                    await self._stop_serving(key, release=release)
+                except Exception:
+                    log.exception("dispatcher %s: stopping %s/%s failed", self.node_id, *key)
+
+        await asyncio.gather(*(stop(key) for key in self._served.served()))
         await self._retiring.close()
