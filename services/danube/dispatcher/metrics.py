@@ -187,6 +187,10 @@ HANDED_OVER = Counter(
     "Subscriptions handed over while serving: beyond the fair share (balance) or drained (drain)",
     ["reason"],
 )
+DEAD_OWNERS_ENDED = Counter(
+    "danube_dispatcher_dead_owner_leases_ended",
+    "Leases of killed dispatchers ended by a claim here (their door refused connections)",
+)
 CLAIMS_REFUSED = Counter(
     "danube_dispatcher_refused_claims",
     "Claims refused (claim_refused, retriable): drained, at its fair share, or held off",

@@ -24,7 +24,9 @@ from danube.dispatcher.store import NotOwnerError, OwnerClaim, SubscriptionStore
 from danube.meta import Lease, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.follow import follow_prefix
+from danube.meta.kv import KeyValue
 from danube.meta.records import Owner, TopicConfig
+from danube.runtime.liveness import gone_door
 from danube.runtime.owned import Owned
 from danube.storage import ObjectStore
 from danube.tasks import TaskSet, TaskSetClosedError
@@ -119,7 +121,7 @@ class DispatcherNode:
                 self._check_claim(key)
             self.lease.ensure_alive()
             store = SubscriptionStore(self.store, topic, sub)
-            claim = await store.claim_owner(self.node_id, self.lease)
+            claim = await store.claim_owner(self.node_id, self.lease, end_if_gone=self._end_if_gone)
             await self._announce(key, claim)
             config = self.settings.dispatcher
             runtime: ServedSubscription
@@ -142,6 +144,24 @@ class DispatcherNode:
                 runtime.hold_cursors(True)
             metrics.SUBSCRIPTIONS.labels(runtime.dispatch).inc()
             return runtime
+
+    async def _end_if_gone(self, owner: Owner, kv: KeyValue) -> bool:
+        """Revoke the lease holding a subscription's owner key when the dispatcher holding it
+        is provably gone (killed: its door refuses connections; danube.runtime.liveness),
+        rather than wait out its TTL: its registration and every owner key it held go at
+        once, and their claims go through now. True when the key may be free now."""
+        door = await gone_door(self.store, "dispatcher", owner.node_id, kv.lease_id)
+        if door is None:
+            return False
+        if await self.store.revoke_lease(kv.lease_id):  # False: another claimant was first
+            metrics.DEAD_OWNERS_ENDED.inc()
+            log.warning(
+                "dispatcher %s: %s's door %s refuses connections: ended its lease",
+                self.node_id,
+                owner.node_id,
+                door,
+            )
+        return True
 
     def _check_claim(self, key: _Key) -> None:
         """ClaimRefusedError (retriable: the claimant asks the queue group again) when the

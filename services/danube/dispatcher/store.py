@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from danube.dispatcher import metrics
@@ -23,6 +24,7 @@ from danube.errors import DanubeError, ErrorKind
 from danube.meta import Lease, MetaStore, TopicName, encode_model
 from danube.meta import keys as meta_keys
 from danube.meta.errors import MetaError
+from danube.meta.kv import KeyValue
 from danube.meta.records import Dispatch, Owner, SubscriptionConfig, SubscriptionCursor, TopicConfig
 from danube.meta.topics import create_topic_if_absent
 from danube.meta.txn import TxnResult
@@ -124,10 +126,21 @@ class SubscriptionStore:
             return [self.topic]
         return self.topic.partitions(config.partitions)
 
-    async def claim_owner(self, node_id: str, lease: Lease) -> OwnerClaim:
+    async def claim_owner(
+        self,
+        node_id: str,
+        lease: Lease,
+        *,
+        end_if_gone: Callable[[Owner, KeyValue], Awaitable[bool]] | None = None,
+    ) -> OwnerClaim:
         """Create the owner key (epoch + 1) on ``lease``; NotOwnerError if another live
-        dispatcher holds it. Re-claiming our own key takes a new epoch as well."""
+        dispatcher holds it. Re-claiming our own key takes a new epoch as well.
+        ``end_if_gone(owner, kv)``: asked when another holds it; True when it ended that
+        holder's lease (its process is gone): the key is read again."""
         found = await self.store.get_model_kv(self.owner_key, Owner)
+        other = found if found is not None and found[0].node_id != node_id else None
+        if other is not None and end_if_gone is not None and await end_if_gone(*other):
+            found = await self.store.get_model_kv(self.owner_key, Owner)  # its lease ended
         if found is not None and found[0].node_id != node_id:
             raise NotOwnerError(f"{self.topic}/{self.sub} is owned by {found[0].node_id}")
         epoch = (found[0].epoch if found is not None else 0) + 1

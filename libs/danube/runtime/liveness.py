@@ -1,0 +1,71 @@
+"""Whether the process that holds a key is provably gone, so a claimant may end its lease at
+once instead of waiting out the TTL (docs/dispatcher.md, "Taking over from a killed
+dispatcher").
+
+A lease is the failure detector of last resort: it expires ``lease_ttl_s`` after the last
+keep-alive, whatever became of the process. A process that died (kill -9, a crash, an OOM
+kill) on a host that is still up leaves one more sign: its listening sockets are closed, so
+a connection to its advertised door is refused at once (the host's kernel answers RST). That
+is evidence of death, not of a slow or cut-off process:
+
+- a frozen process (SIGSTOP, a stalled VM's guest still answering) keeps its listening
+  socket: the kernel completes the handshake into the backlog, the connect succeeds;
+- a host that is down or cut off answers nothing: the connect times out;
+- a process that restarted on the same address accepts again.
+
+Only a refusal counts. The door must be the one registered under the very lease that holds
+the key (a node registered again under a new lease is another incarnation: its old lease is
+in the hands of its own reclaim, danube.dispatcher.store.reclaim). A node that deleted its
+registration is leaving cleanly and hands its work over itself: nothing to probe.
+
+A false refusal (a firewall that rejects rather than drops) ends a live node's lease early:
+the same as an etcd partition longer than the TTL would, which the owner keys' fencing
+already covers (the old owner's cursor writes fail on the changed owner key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from urllib.parse import urlsplit
+
+from danube.meta import MetaStore
+from danube.meta import keys as meta_keys
+from danube.meta.keys import ServiceKind
+from danube.meta.records import NodeRecord
+
+# How long a probe's connect may take. A refusal comes back within a round trip; anything
+# slower is no evidence and the claim waits for the lease as before.
+PROBE_TIMEOUT_S = 0.25
+
+
+async def refuses_connections(url: str, *, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connect to ``url``'s host and port is refused (nothing listens there).
+    False when it connects, times out, or fails any other way (no evidence)."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        return False
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, writer = await asyncio.open_connection(parts.hostname, port)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return False
+
+
+async def gone_door(store: MetaStore, kind: ServiceKind, node_id: str, lease_id: int) -> str | None:
+    """The door of ``node_id`` when the process registered under ``lease_id`` is provably
+    gone (registered under that lease, its door refusing connections); None otherwise."""
+    kv = await store.get(meta_keys.node_key(kind, node_id))
+    if kv is None or kv.lease_id != lease_id or lease_id == 0:
+        return None
+    record = NodeRecord.model_validate_json(kv.value)
+    if record.data_url is None or not await refuses_connections(record.data_url):
+        return None
+    return record.data_url
