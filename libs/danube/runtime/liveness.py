@@ -29,10 +29,10 @@ import asyncio
 import contextlib
 from urllib.parse import urlsplit
 
-from danube.meta import MetaStore
+from danube.meta import MetaError, MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.keys import ServiceKind
-from danube.meta.records import NodeRecord
+from danube.meta.records import NodeRecord, Owner
 
 # How long a probe's connect may take. A refusal comes back within a round trip; anything
 # slower is no evidence and the claim waits for the lease as before.
@@ -69,3 +69,18 @@ async def gone_door(store: MetaStore, kind: ServiceKind, node_id: str, lease_id:
     if record.data_url is None or not await refuses_connections(record.data_url):
         return None
     return record.data_url
+
+
+async def subscription_owner_gone(store: MetaStore, topic: TopicName, sub: str) -> bool:
+    """Whether a request to ``sub`` of ``topic`` that got no reply will never get one: the
+    dispatcher that owns it is provably gone (:func:`gone_door`), or nobody owns it any more
+    (a dispatcher answers what it was asked before it releases the owner key: a key gone
+    under a waiting request went with the lease of a dispatcher that died)."""
+    try:
+        found = await store.get_model_kv(meta_keys.subscription_owner_key(topic, sub), Owner)
+        if found is None:
+            return True
+        owner, kv = found
+        return await gone_door(store, "dispatcher", owner.node_id, kv.lease_id) is not None
+    except MetaError:  # etcd away: no evidence either way
+        return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from danube.runtime.healthcheck import probe_url, write_health_file
 from danube.runtime.held import Slots
 from danube.runtime.http import bound_port, wait_started
 from danube.runtime.listener import uvicorn_limits, uvicorn_tls
+from danube.runtime.liveness import subscription_owner_gone
 from danube.runtime.service import HEALTH_START_TIMEOUT_S, NodeSession, node_session
 from danube.storage import ObjectStore
 from danube.wire.consume.stream_protocol import FRAME_BYTES_MAX
@@ -110,7 +112,12 @@ async def build_services(
         controller=controller,
         # One deadline for the data path: a consume call gets what a produce gets,
         # claims and retries included (a poll: its own wait plus a 2 s margin).
-        dispatcher=DispatcherClient(bus, timeout_s=config.produce_timeout_s),
+        # A request to a dispatcher killed under it gives up at once (danube.runtime.liveness).
+        dispatcher=DispatcherClient(
+            bus,
+            timeout_s=config.produce_timeout_s,
+            owner_gone=functools.partial(subscription_owner_gone, store),
+        ),
         producers=producers,
         schemas=schemas,
         admission=parts.admission,

@@ -21,7 +21,7 @@ from danube.dispatcher.handlers import SubscriptionHandlers
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.dispatcher.served import ServedSubscription
 from danube.dispatcher.store import NotOwnerError, OwnerClaim, SubscriptionStore
-from danube.meta import Lease, MetaStore, TopicName, WatchEvent
+from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.follow import follow_prefix
 from danube.meta.kv import KeyValue
@@ -150,10 +150,17 @@ class DispatcherNode:
         is provably gone (killed: its door refuses connections; danube.runtime.liveness),
         rather than wait out its TTL: its registration and every owner key it held go at
         once, and their claims go through now. True when the key may be free now."""
-        door = await gone_door(self.store, "dispatcher", owner.node_id, kv.lease_id)
-        if door is None:
+        try:
+            door = await gone_door(self.store, "dispatcher", owner.node_id, kv.lease_id)
+            if door is None:
+                return False
+            revoked = await self.store.revoke_lease(kv.lease_id)  # False: another was first
+        except MetaError as exc:  # etcd away: the claim waits for the lease as before
+            log.info(
+                "dispatcher %s: could not end %s's lease: %s", self.node_id, owner.node_id, exc
+            )
             return False
-        if await self.store.revoke_lease(kv.lease_id):  # False: another claimant was first
+        if revoked:
             metrics.DEAD_OWNERS_ENDED.inc()
             log.warning(
                 "dispatcher %s: %s's door %s refuses connections: ended its lease",

@@ -44,6 +44,7 @@ from danube.meta import TopicName
 from danube.meta.records import Dispatch, TopicConfig
 from danube.runtime.held import Slots
 from danube.runtime.http import advertised_url
+from danube.runtime.liveness import subscription_owner_gone
 from danube.runtime.service import NodeSession
 from danube.tasks import TaskSet
 from danube.wire import codes
@@ -165,7 +166,11 @@ async def open_grpc_door(
         security=parts.security,
         sessions=sessions,
         clients=clients,
-        dispatcher=DispatcherClient(session.bus, timeout_s=ingest.data_timeout_s),
+        dispatcher=DispatcherClient(
+            session.bus,
+            timeout_s=ingest.data_timeout_s,
+            owner_gone=partial(subscription_owner_gone, session.store),
+        ),
         streams=Slots(ingest.grpc_max_streams),
         advertised_url=url,
     )

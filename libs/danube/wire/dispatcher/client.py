@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
+from danube.aio import awaited_task, cancel_and_wait
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError
 from danube.bus.subjects import DispatchOp
 from danube.meta import TopicName
@@ -26,6 +27,11 @@ from danube.wire.dispatcher.errors import ClaimRefusedError
 
 # A long poll's request deadline is its wait plus this much for the reply to travel.
 _POLL_MARGIN_S = 2.0
+# A request not answered this long after it was due (a poll: after its wait) asks whether
+# the subscription's owner is gone (``owner_gone``), then again at this pace.
+QUIET_S = 0.5
+
+OwnerGone = Callable[[TopicName, str], Awaitable[bool]]
 
 
 class Attached(NamedTuple):
@@ -38,9 +44,17 @@ class Attached(NamedTuple):
 class DispatcherClient:
     """Attach, poll, ack, nack and detach consumers of a subscription over the bus."""
 
-    def __init__(self, bus: Bus, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, bus: Bus, *, timeout_s: float = 10.0, owner_gone: OwnerGone | None = None
+    ) -> None:
+        """``owner_gone(topic, sub)``: whether the dispatcher that owns the subscription is
+        provably gone (danube.runtime.liveness.subscription_owner_gone). A request it
+        answers no longer waits out its deadline when that owner was killed under it:
+        after QUIET_S without a reply it asks, and on yes the request goes the way of one
+        that found no responder (a claim, then again to the new owner)."""
         self.bus = bus
         self.timeout_s = timeout_s
+        self._owner_gone = owner_gone
 
     async def attach(
         self,
@@ -120,7 +134,8 @@ class DispatcherClient:
             protocol.PollRequest(consumer_id=consumer_id, max=max, wait_ms=wait_ms)
         )
         timeout_s = wait_ms / 1000 + _POLL_MARGIN_S
-        return await self._request(topic, sub, DispatchOp.POLL, body, timeout_s)
+        quiet_s = wait_ms / 1000 + QUIET_S
+        return await self._request(topic, sub, DispatchOp.POLL, body, timeout_s, quiet_s)
 
     async def ack(
         self, topic: TopicName, sub: str, consumer_id: str, refs: Sequence[tuple[str, int]]
@@ -251,14 +266,32 @@ class DispatcherClient:
         return await self._request(topic, sub, op, body, self.timeout_s)
 
     async def _request(
-        self, topic: TopicName, sub: str, op: DispatchOp, body: bytes, timeout_s: float
+        self,
+        topic: TopicName,
+        sub: str,
+        op: DispatchOp,
+        body: bytes,
+        timeout_s: float,
+        quiet_s: float = QUIET_S,
     ) -> bytes:
         subject = self.bus.subjects.dispatch(topic, sub, op)
+        owner_gone = self._owner_gone
 
         async def attempt(deadline: float) -> bytes:
             remaining_s = deadline - asyncio.get_running_loop().time()
-            reply = await self.bus.request(subject, body, timeout_s=max(remaining_s, 0.001))
-            return reply.body
+            request = self.bus.request(subject, body, timeout_s=max(remaining_s, 0.001))
+            if owner_gone is None:
+                return (await request).body
+            answer = awaited_task(request, name=f"{op} on {topic}/{sub}")  # ends by its deadline
+            try:
+                wait_s = quiet_s
+                while not (await asyncio.wait([answer], timeout=wait_s))[0]:
+                    if await owner_gone(topic, sub):  # killed under the request: no reply
+                        raise NoRespondersError(subject)
+                    wait_s = QUIET_S
+                return answer.result().body
+            finally:
+                await cancel_and_wait(answer, timeout_s=1.0)
 
         return await request_with_claim(
             attempt,
