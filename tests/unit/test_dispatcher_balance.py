@@ -66,7 +66,8 @@ def test_claims_are_refused_at_the_ceiling_when_drained_or_held_off() -> None:
     assert refusal(21) is None
     assert "holds its share" in str(refusal(22))
     assert refusal(0, drained=True) == "this dispatcher is drained"
-    assert refusal(0, held_off=True) is not None
+    assert refusal(20, held_off=True) is not None  # at its share (20): it would go again
+    assert refusal(19, held_off=True) is None  # below it: taking one back moves nothing
     # Every live dispatcher drained: someone must serve.
     assert claim_refusal(50, 60, 0, drained=True, held_off=True, slack=1) is None
 
@@ -105,11 +106,49 @@ def test_the_hold_off_ends_after_holdoff_s() -> None:
     census = Census(live=frozenset({"d0", "d1"}), drained=frozenset(), owned={"d0": 4})
     balancer.observe(census, 0.0)
     balancer.released(["a"], 0.0)
-    assert balancer.refusal("a", 0, 10.0) == "this dispatcher handed it over a moment ago"
-    assert balancer.refusal("b", 0, 10.0) is None
-    assert balancer.refusal("a", 0, 30.0) is None
+    assert balancer.refusal("a", 2, 10.0) == "this dispatcher handed it over a moment ago"
+    assert balancer.refusal("b", 2, 10.0) is None
+    assert balancer.refusal("a", 2, 30.0) is None
     balancer.observe(census, 31.0)
     assert balancer.held_off() == []
+
+
+def test_one_it_let_go_that_every_other_refuses_it_takes_back_below_its_share() -> None:
+    # d0 handed "x" over down to 17; d1 and d2 hold 21 each, their ceiling while nobody
+    # owns "x" (59 counted): both refuse it. d0 takes it back rather than leave it unserved
+    # for the 30 s hold-off.
+    census = Census(
+        live=frozenset({"d0", "d1", "d2"}),
+        drained=frozenset(),
+        owned={"d0": 17, "d1": 21, "d2": 21},
+    )
+    balancers = {n: Balancer[str](n, POLICY) for n in ("d0", "d1", "d2")}
+    for balancer in balancers.values():
+        balancer.observe(census, 0.0)
+    balancers["d0"].released(["x"], 0.0)
+    assert balancers["d1"].refusal("x", 21, 1.0) is not None
+    assert balancers["d2"].refusal("x", 21, 1.0) is not None
+    assert balancers["d0"].refusal("x", 17, 1.0) is None
+    assert balancers["d0"].refusal("x", 20, 1.0) is not None  # at its share: held off
+    # And taking it back hands nothing over again.
+    census = Census(census.live, census.drained, {"d0": 18, "d1": 21, "d2": 21})
+    balancers["d0"].observe(census, 2.0)
+    assert balancers["d0"].plan({f"s{i}": 0 for i in range(18)}) == []
+
+
+def test_a_count_that_misses_subscriptions_between_owners_moves_nothing_more() -> None:
+    # Seen in tests/e2e/test_dispatcher_spread.py: 60 subscriptions, d1 owns 21; a count
+    # taken while 12 were between owners says 48. On such a count d1's ceiling was 18: it
+    # handed over, refused claims, and the subscriptions went round for 40 s.
+    live = frozenset({"d0", "d1", "d2"})
+    balancer: Balancer[str] = Balancer("d1", POLICY)
+    balancer.observe(Census(live, frozenset(), {"d0": 20, "d1": 20, "d2": 20}), 0.0)
+    balancer.observe(Census(live, frozenset(), {"d0": 14, "d1": 21, "d2": 13}), 1.0)
+    assert balancer.plan({f"s{i}": 0 for i in range(21)}) == []
+    assert balancer.refusal("x", 21, 1.0) is None  # ceiling 22 of 60, not 18 of 48
+    # Forgotten after TOTAL_MEMORY_S (deleted subscriptions stop counting).
+    balancer.observe(Census(live, frozenset(), {"d0": 14, "d1": 21, "d2": 13}), 12.0)
+    assert len(balancer.plan({f"s{i}": 0 for i in range(21)})) == 4  # down to 16 of 48
 
 
 def test_own_count_is_taken_from_what_it_serves_not_the_older_census() -> None:
@@ -193,6 +232,6 @@ def test_a_dispatcher_leaving_ends_every_hold_off() -> None:
     balancer.observe(three, 0.0)
     balancer.released(["a", "b"], 0.0)
     balancer.observe(three, 1.0)
-    assert balancer.refusal("a", 0, 1.0) is not None
+    assert balancer.refusal("a", 1, 1.0) is not None  # at its share (1 of 3)
     balancer.observe(Census(live=frozenset({"d0", "d1"}), drained=frozenset()), 2.0)
-    assert balancer.refusal("a", 0, 2.0) is None
+    assert balancer.refusal("a", 2, 2.0) is None  # at its share (2 of 3) too: not held off

@@ -3,7 +3,8 @@ which claims to refuse. No I/O, time passed in; the node (danube.dispatcher.node
 counts from etcd and carries the decisions out.
 
 Eligible dispatchers are the live ones (registered under their lease) that are not drained.
-Each one's share is ``ceil(total / eligible)`` of the subscriptions owned in the cluster, its
+Each one's share is ``ceil(total / eligible)`` of the subscriptions owned in the cluster (the
+most counted in the last ``TOTAL_MEMORY_S``: a count misses those between owners), its
 ceiling ``ceil((total + 1) / eligible) + slack``. A dispatcher owning more than its ceiling
 hands over down to its share, at most ``moves_max`` per round, the ones with the fewest
 unacked messages first (each unacked message may be delivered again by the next owner). It
@@ -13,7 +14,10 @@ refuses claims (the claimant's retry reaches another member of the queue group):
   where it would hand over again: no ping-pong; the ``+ 1`` counts a new subscription that
   nobody owns yet, so with accurate counts some eligible dispatcher always has room);
 - of a subscription it handed over less than ``holdoff_s`` ago (it would take it right back),
-  unless a dispatcher has left since (the one that took it, perhaps);
+  while it owns its share or more, unless a dispatcher has left since (the one that took it,
+  perhaps). Below its share it takes it back: one more cannot take it past its ceiling, and
+  the others may all be at theirs (the count misses the subscriptions nobody owns: every
+  other dispatcher refused the one it let go, which waited out the hold-off, 30 s);
 - of any subscription while it is drained, which hands over everything.
 
 When no dispatcher is eligible (every live one is drained) nothing is handed over and no
@@ -23,11 +27,17 @@ claim is refused: serving beats draining into nowhere.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+
+# How long a count's total is remembered: a subscription between owners is missing from the
+# counts for a moment (a claim takes milliseconds; a consumer's retry up to a second), and a
+# deleted one is forgotten this much later (a share a little high for a while: harmless).
+TOTAL_MEMORY_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +116,7 @@ def claim_refusal(
         return None  # every live dispatcher is drained: someone must serve
     if drained:
         return "this dispatcher is drained"
-    if held_off:
+    if held_off and owned >= fair_share(total, eligible):
         return "this dispatcher handed it over a moment ago"
     most = ceiling(total, eligible, slack)
     if owned >= most:
@@ -123,6 +133,7 @@ class Balancer(Generic[K]):
     policy: BalancePolicy
     census: Census | None = None
     _released_s: dict[K, float] = field(default_factory=dict)
+    _totals: deque[tuple[float, int]] = field(default_factory=deque)  # (when, counted)
 
     def observe(self, census: Census, now_s: float) -> None:
         """A new count; forgets hand-overs older than the hold-off, and every one when a
@@ -130,6 +141,9 @@ class Balancer(Generic[K]):
         if self.census is not None and self.census.live - census.live:
             self._released_s.clear()
         self.census = census
+        self._totals.append((now_s, census.total))
+        while now_s - self._totals[0][0] > TOTAL_MEMORY_S:
+            self._totals.popleft()
         for key, at_s in list(self._released_s.items()):
             if now_s - at_s >= self.policy.holdoff_s:
                 del self._released_s[key]
@@ -175,10 +189,14 @@ class Balancer(Generic[K]):
         )
 
     def _total(self, census: Census, owned: int) -> int:
-        """The cluster's total as counted: our hand-overs since do not take from it
-        (someone else owns those a moment later), nor do our claims add to it (most are
-        of subscriptions counted as another's; a new one is the ``+ 1`` of the ceiling)."""
-        return max(census.total, owned)
+        """The cluster's total: the most counted in the last TOTAL_MEMORY_S. A count misses
+        the subscriptions between owners (handed over, not claimed yet; all of a dispatcher
+        that left); on that lower total every dispatcher looked above its share, handed
+        over more and refused claims, and the subscriptions went round (tests/e2e/
+        test_dispatcher_spread.py: fair after 40 s instead of 12). Our hand-overs since do
+        not take from it, nor do our claims add to it (most are of subscriptions counted as
+        another's; a new one is the ``+ 1`` of the ceiling)."""
+        return max(max(total for _, total in self._totals), census.total, owned)
 
     def held_off(self) -> Sequence[K]:
         """The subscriptions held off now (for stats and tests)."""

@@ -9,24 +9,24 @@ import contextlib
 import logging
 import random
 import time
+from functools import partial
 
 from danube.bus import Bus, Message, Responder
 from danube.config import DanubeSettings
 from danube.dispatcher import metrics
 from danube.dispatcher.balance import BalancePolicy, Balancer
-from danube.dispatcher.census import read_census
+from danube.dispatcher.census import CensusCounts
 from danube.dispatcher.claims import decode_notice, encode_notice, fences
 from danube.dispatcher.fanout import FanoutRuntime
 from danube.dispatcher.handlers import SubscriptionHandlers
 from danube.dispatcher.runtime import SubscriptionRuntime
 from danube.dispatcher.served import ServedSubscription
 from danube.dispatcher.store import NotOwnerError, OwnerClaim, SubscriptionStore
+from danube.dispatcher.takeover import end_lease_if_gone
 from danube.meta import Lease, MetaError, MetaStore, TopicName, WatchEvent
 from danube.meta import keys as meta_keys
 from danube.meta.follow import follow_prefix
-from danube.meta.kv import KeyValue
 from danube.meta.records import Owner, TopicConfig
-from danube.runtime.liveness import gone_door
 from danube.runtime.owned import Owned
 from danube.storage import ObjectStore
 from danube.tasks import TaskSet, TaskSetClosedError
@@ -41,6 +41,8 @@ _CENSUS_TIMEOUT_S = 10.0
 # A refused claim asks for a count now (the refusal may rest on a stale one: a dispatcher
 # that just left still counted as live), at most this often.
 _RECOUNT_MIN_S = 0.5
+# A claim refused on a count older than this is decided again on a new one.
+_FRESH_CENSUS_S = 0.25
 # How often the time served without the lease is looked at (the gauge, the bound).
 _LEASELESS_CHECK_S = 0.5
 # How long a stop waits for hand-overs under way: each drains its responder (10 s at most),
@@ -93,6 +95,7 @@ class DispatcherNode:
                 holdoff_s=config.balance_holdoff_s,
             ),
         )
+        self._counts = CensusCounts(store, self.balancer, timeout_s=_CENSUS_TIMEOUT_S)
 
     @property
     def subscriptions(self) -> list[_Key]:
@@ -118,10 +121,14 @@ class DispatcherNode:
             if served is not None:
                 await self._stop_serving(key, release=False)
             else:
-                self._check_claim(key)
+                await self._check_claim(key)
             self.lease.ensure_alive()
             store = SubscriptionStore(self.store, topic, sub)
-            claim = await store.claim_owner(self.node_id, self.lease, end_if_gone=self._end_if_gone)
+            claim = await store.claim_owner(
+                self.node_id,
+                self.lease,
+                end_if_gone=partial(end_lease_if_gone, self.store, self.node_id),
+            )
             await self._announce(key, claim)
             config = self.settings.dispatcher
             runtime: ServedSubscription
@@ -145,37 +152,19 @@ class DispatcherNode:
             metrics.SUBSCRIPTIONS.labels(runtime.dispatch).inc()
             return runtime
 
-    async def _end_if_gone(self, owner: Owner, kv: KeyValue) -> bool:
-        """Revoke the lease holding a subscription's owner key when the dispatcher holding it
-        is provably gone (killed: its door refuses connections; danube.runtime.liveness),
-        rather than wait out its TTL: its registration and every owner key it held go at
-        once, and their claims go through now. True when the key may be free now."""
-        try:
-            door = await gone_door(self.store, "dispatcher", owner.node_id, kv.lease_id)
-            if door is None:
-                return False
-            revoked = await self.store.revoke_lease(kv.lease_id)  # False: another was first
-        except MetaError as exc:  # etcd away: the claim waits for the lease as before
-            log.info(
-                "dispatcher %s: could not end %s's lease: %s", self.node_id, owner.node_id, exc
-            )
-            return False
-        if revoked:
-            metrics.DEAD_OWNERS_ENDED.inc()
-            log.warning(
-                "dispatcher %s: %s's door %s refuses connections: ended its lease",
-                self.node_id,
-                owner.node_id,
-                door,
-            )
-        return True
-
-    def _check_claim(self, key: _Key) -> None:
+    async def _check_claim(self, key: _Key) -> None:
         """ClaimRefusedError (retriable: the claimant asks the queue group again) when the
-        balancer will not take ``key`` now (docs/dispatcher.md, Balancing)."""
+        balancer will not take ``key`` now (docs/dispatcher.md, Balancing). A refusal on a
+        count older than _FRESH_CENSUS_S is decided again on a new count first: the count
+        misses the subscriptions nobody owns (a dispatcher that left released them all),
+        and each of their claims would otherwise wait for the next round's."""
         if not self.settings.dispatcher.balance_enabled:
             return
         why = self.balancer.refusal(key, len(self._served), time.monotonic())
+        if why is not None and self._counts.age_s() >= _FRESH_CENSUS_S:
+            with contextlib.suppress(MetaError, TimeoutError):  # no count: the refusal stands
+                await asyncio.shield(self._counts.count())
+            why = self.balancer.refusal(key, len(self._served), time.monotonic())
         if why is not None:
             metrics.CLAIMS_REFUSED.inc()
             self._recount.set()
@@ -206,9 +195,7 @@ class DispatcherNode:
         over."""
         if not self.lease.alive:
             return []
-        async with asyncio.timeout(_CENSUS_TIMEOUT_S):
-            census = await read_census(self.store)
-        self.balancer.observe(census, time.monotonic())
+        census = await asyncio.shield(self._counts.count())  # others may wait for it too
         unacked: dict[_Key, int] = {}
         for key in self._served.served():
             served = self._served.get(key)

@@ -27,6 +27,8 @@ from danube.wire.dispatcher.errors import ClaimRefusedError
 
 # A long poll's request deadline is its wait plus this much for the reply to travel.
 _POLL_MARGIN_S = 2.0
+# Claims asked in a row while members refuse (each ask picks a member at random).
+_CLAIM_ASKS = 3
 # A request not answered this long after it was due (a poll: after its wait) asks whether
 # the subscription's owner is gone (``owner_gone``), then again at this pace.
 QUIET_S = 0.5
@@ -301,22 +303,29 @@ class DispatcherClient:
         )
 
     async def _ask_claim(self, topic: TopicName, sub: str, deadline: float) -> RemoteError | None:
-        remaining_s = deadline - asyncio.get_running_loop().time()
-        if remaining_s <= 0:
+        refused: RemoteError | None = None
+        for _ in range(_CLAIM_ASKS):
+            remaining_s = deadline - asyncio.get_running_loop().time()
+            if remaining_s <= 0:
+                break
+            # No dispatcher up yet, or another one won: the retry finds out.
+            with contextlib.suppress(NoRespondersError, BusTimeoutError):
+                try:
+                    await self.bus.request(
+                        self.bus.subjects.subscription_ownership(topic, sub),
+                        b"",
+                        timeout_s=remaining_s,
+                    )
+                except RemoteError as exc:
+                    if exc.code != ClaimRefusedError.code:
+                        return None
+                    # A member that will not take it (balancing, drain): the queue group
+                    # picks a member at random, so ask again at once; after _CLAIM_ASKS
+                    # refusals, back off (kept as the reason should the deadline pass).
+                    refused = exc
+                    continue
             return None
-        # No dispatcher up yet, or another one won: the retry finds out.
-        with contextlib.suppress(NoRespondersError, BusTimeoutError):
-            try:
-                await self.bus.request(
-                    self.bus.subjects.subscription_ownership(topic, sub),
-                    b"",
-                    timeout_s=remaining_s,
-                )
-            except RemoteError as exc:
-                # A member that will not take it (balancing, drain): back off, then the
-                # queue group picks again; kept as the reason should the deadline pass.
-                return exc if exc.code == ClaimRefusedError.code else None
-        return None
+        return refused
 
 
 def _policy_body(policy: FailurePolicy | Mapping[str, Any] | None) -> dict[str, Any] | None:
