@@ -303,29 +303,36 @@ class DispatcherClient:
         )
 
     async def _ask_claim(self, topic: TopicName, sub: str, deadline: float) -> RemoteError | None:
+        """Ask the queue group to claim; a member that refuses (balancing, drain) is asked
+        past at once, up to _CLAIM_ASKS times (each ask picks a member at random), then the
+        refusal is returned: the caller backs off, keeping it as the reason should the
+        deadline pass."""
         refused: RemoteError | None = None
         for _ in range(_CLAIM_ASKS):
-            remaining_s = deadline - asyncio.get_running_loop().time()
-            if remaining_s <= 0:
-                break
-            # No dispatcher up yet, or another one won: the retry finds out.
-            with contextlib.suppress(NoRespondersError, BusTimeoutError):
-                try:
-                    await self.bus.request(
-                        self.bus.subjects.subscription_ownership(topic, sub),
-                        b"",
-                        timeout_s=remaining_s,
-                    )
-                except RemoteError as exc:
-                    if exc.code != ClaimRefusedError.code:
-                        return None
-                    # A member that will not take it (balancing, drain): the queue group
-                    # picks a member at random, so ask again at once; after _CLAIM_ASKS
-                    # refusals, back off (kept as the reason should the deadline pass).
-                    refused = exc
-                    continue
-            return None
+            if deadline <= asyncio.get_running_loop().time():
+                break  # the refusal so far stays the reason
+            refused = await self._ask_claim_once(topic, sub, deadline)
+            if refused is None:
+                return None
         return refused
+
+    async def _ask_claim_once(
+        self, topic: TopicName, sub: str, deadline: float
+    ) -> RemoteError | None:
+        remaining_s = deadline - asyncio.get_running_loop().time()
+        if remaining_s <= 0:
+            return None
+        # No dispatcher up yet, or another one won: the retry finds out.
+        with contextlib.suppress(NoRespondersError, BusTimeoutError):
+            try:
+                await self.bus.request(
+                    self.bus.subjects.subscription_ownership(topic, sub),
+                    b"",
+                    timeout_s=remaining_s,
+                )
+            except RemoteError as exc:
+                return exc if exc.code == ClaimRefusedError.code else None
+        return None
 
 
 def _policy_body(policy: FailurePolicy | Mapping[str, Any] | None) -> dict[str, Any] | None:
