@@ -116,6 +116,11 @@ class ConsumerOptions:
     # the subscription, as the attach names it (docs/client.md, "Direct consume"); off, or
     # when the attach names none, everything goes through the server the client was given.
     direct: bool = True
+    # Keep a delayed message the dispatcher hands over before its time until then, so one
+    # due while the subscription changes dispatcher comes on time (docs/client.md,
+    # "Delayed messages"). Shared subscriptions only: the others deliver delayed messages
+    # at once.
+    hold_delayed: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.name) <= 128:
@@ -165,7 +170,14 @@ class ConsumerOptions:
             body["key_filters"] = list(self.key_filters)
         if self.failure_policy is not None:
             body["failure_policy"] = dict(self.failure_policy)
+        if self.holds_delayed:
+            body["hold_delayed"] = True
         return body
+
+    @property
+    def holds_delayed(self) -> bool:
+        """Whether this consumer keeps delayed messages handed early until their time."""
+        return self.hold_delayed and self.type == "shared"
 
 
 class AsyncConsumer:
@@ -188,7 +200,7 @@ class AsyncConsumer:
         self._http = http
         self._route = ConsumeRoute(http, enabled=options.direct)
         self._consumer_id: str | None = None
-        self._inbox = Inbox(options.receiver_queue_size)
+        self._inbox = Inbox(options.receiver_queue_size, hold=options.holds_delayed)
         self._acks = AckBatcher(
             self._route,
             self,

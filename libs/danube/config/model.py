@@ -325,6 +325,11 @@ class DispatcherConfig(ServiceConfig, DataDoorSettings):
     redelivery_max_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
     max_redeliveries: Annotated[int, Field(ge=0, le=1000)] = 5
     max_held_messages: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
+    # A delayed message is handed this long before its time to consumers that hold it
+    # until then (the SDK's; docs/policies.md, "Delayed delivery"): one due while its
+    # dispatcher is replaced is already in their hands. Held to half the ack timeout; 0:
+    # never early.
+    delay_lookahead_ms: Annotated[int, Field(ge=0, le=10_000)] = 1000
     cursor_flush_acks: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
     cursor_flush_interval_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
     dead_letter_suffix: str = Field(default="-dlq", pattern=r"^[A-Za-z0-9_-]{1,32}$")

@@ -15,6 +15,8 @@ delivers the message at once (as it ignores a bad ``danube.ttl_ms``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 DELIVER_AT_ATTRIBUTE = "danube.deliver_at_ms"
 """The record attribute holding a message's delivery time, Unix ms (a whole number)."""
 DELIVER_AFTER_ATTRIBUTE = "danube.deliver_after_ms"
@@ -51,7 +53,7 @@ def delay_attributes(
     return {}
 
 
-def deliver_at_ms(attributes: dict[str, str], publish_time_ms: int) -> int | None:
+def deliver_at_ms(attributes: Mapping[str, str], publish_time_ms: int) -> int | None:
     """When a record with ``attributes`` is due (Unix ms), None when it is not delayed or
     its value is not a whole number in bounds (then it is delivered at once). A time more
     than ``DELAY_MS_MAX`` after the publish time is held to that bound."""

@@ -43,6 +43,10 @@ class ConsumerOpen(BaseModel):
         list[Annotated[str, Field(min_length=1, max_length=FILTER_CHARS_MAX)]],
         Field(max_length=FILTERS_MAX),
     ] = []
+    # It keeps a delayed message handed to it before its time until then (the SDK does): a
+    # shared subscription hands such consumers delayed messages early (docs/policies.md,
+    # "Delayed delivery"); others are never given one before its time.
+    hold_delayed: bool = False
 
     @model_validator(mode="after")
     def _filters_need_key_shared(self) -> ConsumerOpen:

@@ -6,10 +6,24 @@ entry; once due (``Poll.wall_ms`` / ``Tick.wall_ms``) it becomes an entry like a
 read message, delivered, acked, redelivered and dead-lettered as any other. Exclusive and
 failover subscriptions deliver it at once, in offset order (as Pulsar does): their one
 consumer reads the partition in order, and a hold would stall everything behind it.
+
+**Handed early to consumers that hold.** A consumer that attached with ``hold_delayed``
+(the SDK's) keeps a delayed message it is given until its time, by its own clock. On a
+shared subscription with such a consumer attached, a message becomes an entry
+``delay_lookahead_ms`` before it is due: *early*, taken by holding consumers only (after
+everything due), and joining its partition's fresh queue for everyone at its time. So a
+message due while its dispatcher is killed and replaced is already in its consumer's hands,
+and the timer that gives it out runs in the consumer, not here (docs/policies.md, "Delayed
+delivery"). A consumer that does not hold is never given a message before its time: not
+early, and not as a redelivery of one that was early (taken back from a holding consumer
+that left). Key-shared subscriptions hand nothing early (a key's consumer is decided at
+its time).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Callable, Mapping
 
 from danube.dispatcher.cursor import CursorState, PartitionCursor
@@ -24,6 +38,9 @@ from danube.frame import RawFrame
 
 DELAYING_TYPES = ("shared", "key_shared")
 ExpiryOf = Callable[[object], int | None]
+# Early entries: (due ms, a tie-breaking count, the entry), a heap with stale items left
+# behind (an entry taken, forgotten or seeked away is skipped when it comes up).
+EarlyItem = tuple[int, int, Entry]
 
 
 class DelayHandling:
@@ -34,8 +51,13 @@ class DelayHandling:
     settings: DeliverySettings
     expiry_of: ExpiryOf
     _expiring: bool
+    delivery_type: str
     # Set by the machine for shared and key-shared subscriptions (None: delivered at once).
     delayed: DelayedMessages | None = None
+    # Entries handed out early (module docstring), and the attached consumers that hold.
+    _early: list[EarlyItem]
+    _early_count: itertools.count[int]
+    _holders: int
 
     def _enqueue(self, partition: PartitionQueue, entry: Entry) -> None:
         raise NotImplementedError
@@ -84,17 +106,29 @@ class DelayHandling:
         delayed.file(name, offset, due, payload)
         return True
 
+    def _lookahead_ms(self) -> int:
+        """How long before its time a delayed message becomes an entry: the setting on a
+        shared subscription while a consumer that holds is attached, else 0."""
+        if self._holders and self.delivery_type == "shared":
+            return self.settings.delay_lookahead_ms
+        return 0
+
     def _release_due(self, wall_ms: int | None) -> None:
         """Delayed messages due at ``wall_ms`` become entries, as many as ``max_held``
-        leaves room for (the rest wait filed, late rather than over the bound)."""
+        leaves room for (the rest wait filed, late rather than over the bound); those due
+        within the lookahead become early entries (module docstring)."""
         delayed = self.delayed
-        if delayed is None or wall_ms is None or not delayed.filed:
+        if delayed is None or wall_ms is None:
+            return
+        if self._early:
+            self._early_fall_due(wall_ms)
+        if not delayed.filed:
             return
         room = self.settings.max_held - len(self._entries)
         if room <= 0:
             return
         entries, partitions = self._entries, self._partitions
-        for due in delayed.take_due(wall_ms, room):
+        for due in delayed.take_due(wall_ms + self._lookahead_ms(), room):
             partition = partitions.get(due.partition)
             key = (due.partition, due.offset)
             if partition is None or key in entries:
@@ -106,7 +140,26 @@ class DelayHandling:
             entry = Entry(due.partition, due.offset, due.frame, expires_ms=expires_ms)
             entry.delayed = True
             entries[key] = entry
-            self._enqueue(partition, entry)
+            if due.due_ms > wall_ms:
+                entry.due_ms = due.due_ms
+                heapq.heappush(self._early, (due.due_ms, next(self._early_count), entry))
+            else:
+                self._enqueue(partition, entry)
+
+    def _early_fall_due(self, wall_ms: int) -> None:
+        """Early entries no holding consumer took by their time join the fresh queues."""
+        early, partitions = self._early, self._partitions
+        while early and early[0][0] <= wall_ms:
+            _, _, entry = heapq.heappop(early)
+            if self._is_early(entry):
+                entry.due_ms = 0
+                self._enqueue(partitions[entry.partition], entry)
+
+    def _is_early(self, entry: Entry) -> bool:
+        """Whether a heap item's ``entry`` still waits as an early entry (not taken,
+        forgotten, seeked away or let go since)."""
+        key = (entry.partition, entry.offset)
+        return entry.state == "fresh" and entry.due_ms > 0 and self._entries.get(key) is entry
 
     def _delayed_done(self, entry: Entry) -> None:
         """A delayed message is acked, dead-lettered, expired or dropped: its cursor holds
@@ -139,9 +192,13 @@ class DelayHandling:
         rather than at its usual pace. None when none is filed, and while the subscription
         holds ``max_held`` messages: a due one could not be released, so a wait until it
         would be a loop of empty ticks; the usual tick looks again once acks made room."""
+        early = self._early[0][0] if self._early else None  # due: to the fresh queues
         if self.delayed is None or len(self._entries) >= self.settings.max_held:
-            return None
-        return self.delayed.next_due_ms()
+            return early
+        due = self.delayed.next_due_ms()
+        if due is not None:
+            due -= self._lookahead_ms()
+        return due if early is None or (due is not None and due < early) else early
 
     @property
     def delayed_count(self) -> int:

@@ -30,6 +30,7 @@ order, danube.dispatcher.taking).
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -128,6 +129,9 @@ class SubscriptionMachine(
         self._now_s = 0.0  # the time of the event being handled (polls read it)
         if delivery_type in DELAYING_TYPES:
             self.delayed = DelayedMessages()
+        self._early = []  # delayed messages handed early to holding consumers (delaying.py)
+        self._early_count = itertools.count()
+        self._holders = 0  # attached consumers that hold a delayed message until its time
 
     def add_partitions(self, cursors: Mapping[str, PartitionCursor]) -> None:
         """Read more partitions (the topic grew): each joins the round robin of fresh
@@ -188,7 +192,10 @@ class SubscriptionMachine(
                 f"the exclusive subscription is taken by consumer {holder!r}", holder=holder
             )
         self._detached_slow.forget(event.consumer_id)
-        self._consumers[event.consumer_id] = ConsumerWindow(event.consumer_id, event.name)
+        self._consumers[event.consumer_id] = ConsumerWindow(
+            event.consumer_id, event.name, holds_delayed=event.holds_delayed
+        )
+        self._holders += event.holds_delayed
 
     def _detach(self, event: ConsumerDetached, actions: list[Action]) -> None:
         consumer = self._consumers.get(event.consumer_id)
@@ -202,6 +209,7 @@ class SubscriptionMachine(
             else:
                 self._release(entry)
         del self._consumers[event.consumer_id]
+        self._holders -= consumer.holds_delayed
         for name, partition in self._partitions.items():
             if partition.cursor.dirty:
                 self._flush(name, partition, event.now_s, actions)

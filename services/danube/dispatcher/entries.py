@@ -42,6 +42,10 @@ class Entry:
     # A delayed message that fell due (danube.dispatcher.delaying): its cursor acked it
     # when read; its ack is the delay index's.
     delayed: bool = False
+    # Its delivery time (Unix ms) when it became an entry before it (handed early to
+    # holding consumers: danube.dispatcher.delaying); 0 otherwise. Nobody else is given it
+    # before then, a redelivery included.
+    due_ms: int = 0
 
     def message(self) -> Message:
         """The entry as handed to a consumer."""
@@ -63,6 +67,8 @@ class ConsumerWindow:
 
     consumer_id: str
     name: str
+    # It keeps a delayed message handed early until its time (danube.dispatcher.delaying).
+    holds_delayed: bool = False
     # Its window: given to it and not acked (in flight, or taken back by an ack timeout and
     # not yet delivered again), in delivery order.
     held: dict[Ref, Entry] = field(default_factory=dict)

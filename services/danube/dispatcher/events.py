@@ -30,11 +30,14 @@ class Message:
 @dataclass(frozen=True, slots=True)
 class ConsumerAttached:
     """A consumer joins; refused with ``SubscriptionTakenError`` on a taken exclusive one.
-    ``key_filters`` (key-shared only): glob patterns of the keys it takes; none, every key."""
+    ``key_filters`` (key-shared only): glob patterns of the keys it takes; none, every key.
+    ``holds_delayed``: it keeps a delayed message given early until its time
+    (danube.dispatcher.delaying)."""
 
     consumer_id: str
     name: str
     key_filters: tuple[str, ...] = ()
+    holds_delayed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,9 @@ class DeliverySettings:
       this many messages, and each ack it sends doubles it back (0: windows never shrink);
     - ``slow_detach_timeouts``: a consumer whose messages time out this many times in a row
       with no ack between is detached when another consumer can take over (0: never).
-      Both: danube.dispatcher.slow, docs/dispatcher.md "Fair redelivery".
+      Both: danube.dispatcher.slow, docs/dispatcher.md "Fair redelivery";
+    - ``delay_lookahead_ms``: a delayed message is handed this long before its time to
+      consumers that hold it until then (danube.dispatcher.delaying; 0: never early).
     """
 
     max_unacked_per_consumer: int = 5000
@@ -47,6 +49,7 @@ class DeliverySettings:
     backoff_kind: BackoffKind = "exponential"
     slow_window_min: int = 0
     slow_detach_timeouts: int = 0
+    delay_lookahead_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.max_unacked_per_consumer < 1 or self.max_held < 2:
@@ -57,6 +60,8 @@ class DeliverySettings:
             raise ValueError("max_redeliveries must be >= 0")
         if self.slow_window_min < 0 or self.slow_detach_timeouts < 0:
             raise ValueError("slow_window_min and slow_detach_timeouts must be >= 0")
+        if not 0 <= self.delay_lookahead_ms <= self.ack_timeout_s * 500:
+            raise ValueError("delay_lookahead_ms must be in 0 .. half the ack timeout")
 
     @classmethod
     def from_config(
@@ -76,6 +81,8 @@ class DeliverySettings:
             backoff_kind=resolved.backoff_kind,
             slow_window_min=config.slow_consumer_window_min,
             slow_detach_timeouts=config.slow_consumer_detach_timeouts,
+            # A held message's ack timeout runs from its hand-over: half of it at most.
+            delay_lookahead_ms=min(config.delay_lookahead_ms, resolved.ack_timeout_ms // 2),
         )
 
     def delay_s(self, attempt: int, rng: Callable[[], float]) -> float:

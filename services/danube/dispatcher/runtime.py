@@ -309,7 +309,11 @@ class SubscriptionRuntime:
             )
         policies.check_consumers(limits, len(self._sessions), self._where)
         consumer_id = uuid.uuid4().hex
-        await self.handle(ConsumerAttached(consumer_id, request.name, tuple(request.key_filters)))
+        await self.handle(
+            ConsumerAttached(
+                consumer_id, request.name, tuple(request.key_filters), request.hold_delayed
+            )
+        )
         self._sessions.begin(consumer_id, time.monotonic())
         return consumer_id
 

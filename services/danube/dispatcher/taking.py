@@ -4,7 +4,11 @@ mixes it in; its state and the transitions it uses are the machine's), in this o
 1. the polling consumer's own due redeliveries (already counted in its window), unless
    another consumer can take them (they timed out here: danube.dispatcher.slow);
 2. as its window allows, the subscription's other due redeliveries, lowest offset first;
-3. then fresh messages, round robin over the partitions.
+3. then fresh messages, round robin over the partitions;
+4. then, for a consumer that holds delayed messages until their time, delayed messages due
+   soon, earliest first (danube.dispatcher.delaying, "Handed early").
+
+A consumer that does not hold is never given a message before its delivery time.
 
 Nothing at or past a blocked partition's poison message is taken (danube.dispatcher.poison),
 and an expired message is let go instead of taken (danube.dispatcher.expiring).
@@ -37,6 +41,8 @@ class PollTaking:
     _next_partition: int
     _ready: list[tuple[int, str, int]]
     _blocked: BlockBook
+    _early: list[tuple[int, int, Entry]]
+    _wall_ms: int | None
 
     # The machine's own (danube.dispatcher.delivery, fair, expiring).
     def _send(self, entry: Entry, consumer: ConsumerWindow, stamp: int) -> Entry:
@@ -46,6 +52,9 @@ class PollTaking:
         raise NotImplementedError
 
     def _expire(self, entry: Entry) -> bool:
+        raise NotImplementedError
+
+    def _is_early(self, entry: Entry) -> bool:
         raise NotImplementedError
 
     def _take(self, consumer: ConsumerWindow, wanted: int, stamp: int) -> list[Entry]:
@@ -77,6 +86,9 @@ class PollTaking:
                 continue
             if not self._blocked.passable(entry.partition, entry.offset):
                 held_back.append((self._ready, item))
+            elif entry.due_ms and not consumer.holds_delayed and self._before(entry):
+                held_back.append((self._ready, item))  # early, and this one gives it out now
+                refused += 1
             elif entry.refused_by == consumer.consumer_id and elsewhere():
                 held_back.append((self._ready, item))
                 refused += 1
@@ -99,7 +111,32 @@ class PollTaking:
                 continue
             batch.append(self._send(entry, consumer, stamp))
             room -= 1
+        if room > 0 and self._early and consumer.holds_delayed:
+            batch += self._take_early(consumer, room, stamp)
         return batch
+
+    def _before(self, entry: Entry) -> bool:
+        """Whether ``entry`` (handed out early once) is still before its delivery time."""
+        return self._wall_ms is None or self._wall_ms < entry.due_ms
+
+    def _take_early(self, consumer: ConsumerWindow, room: int, stamp: int) -> list[Entry]:
+        """Up to ``room`` early entries for ``consumer`` (one that holds), earliest due
+        first, each sent with ``stamp``; those past a blocked partition's poison message
+        wait."""
+        early, taken = self._early, list[Entry]()
+        held_back: list[tuple[int, int, Entry]] = []
+        while early and len(taken) < room:
+            item = heapq.heappop(early)
+            entry = item[2]
+            if not self._is_early(entry) or self._expire(entry):
+                continue
+            if not self._blocked.passable(entry.partition, entry.offset):
+                held_back.append(item)
+                continue
+            taken.append(self._send(entry, consumer, stamp))
+        for item in held_back:
+            heapq.heappush(early, item)
+        return taken
 
     def _due(self, item: tuple[int, str, int]) -> Entry | None:
         """The entry a ready-heap item stands for, None when the item is stale."""

@@ -91,13 +91,16 @@ class DispatcherClient:
         start: protocol.StartPosition = "latest",
         key_filters: Sequence[str] = (),
         failure_policy: FailurePolicy | Mapping[str, Any] | None = None,
+        hold_delayed: bool = False,
     ) -> Attached:
         """Attach a consumer: its consumer id, and the consume door of the dispatcher that
         owns the subscription (None: it has none). RemoteError ``subscription_taken`` when an
         exclusive subscription already has its consumer. ``key_filters`` (glob patterns, only
         with ``type="key_shared"``): the keys it takes; none, every key. ``failure_policy``
         is applied when this attach creates the subscription; naming another one than an
-        existing subscription's is refused (RemoteError ``policy_conflict``), None keeps it."""
+        existing subscription's is refused (RemoteError ``policy_conflict``), None keeps it.
+        ``hold_delayed``: the consumer keeps a delayed message handed early until its time
+        (danube.wire.opens.ConsumerOpen)."""
         if isinstance(key_filters, str):
             raise TypeError("key_filters is a sequence of glob patterns, not one string")
         fields: dict[str, object] = {"consumer": consumer, "type": type, "start": start}
@@ -106,6 +109,8 @@ class DispatcherClient:
         policy = _policy_body(failure_policy)
         if policy is not None:
             fields["failure_policy"] = policy
+        if hold_delayed:
+            fields["hold_delayed"] = True
         body = orjson.dumps(fields)
         reply = orjson.loads(
             await self._request(topic, sub, DispatchOp.ATTACH, body, self.timeout_s)

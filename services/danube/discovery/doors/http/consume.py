@@ -64,6 +64,7 @@ async def attach(
         start=start,
         key_filters=body.key_filters,
         failure_policy=policy,
+        hold_delayed=body.hold_delayed,
     )
     return AttachResponse(
         consumer_id=consumer_id(name, sub, attached.consumer_id), url=attached.url
