@@ -60,7 +60,8 @@ def test_a_holding_consumer_is_given_a_delayed_message_ahead_and_another_is_not(
     m.handle(MessagesAvailable("p0", [(0, frame(0, T0 + 1500)), (1, frame(1))], 0, 2))
     assert delivered(m.handle(Poll("plain", 100, 1.0, T0))) == [1]  # not delayed: at once
     next_ms = m.next_due_ms()
-    assert next_ms is not None and next_ms <= T0 + 1500 - AHEAD_MS  # ticks ahead of it
+    assert next_ms is not None
+    assert next_ms <= T0 + 1500 - AHEAD_MS  # ticks ahead of it
     assert delivered(m.handle(Poll("holds", 100, 1.0, T0 + 499))) == []  # not yet ahead
     assert delivered(m.handle(Poll("plain", 100, 1.5, T0 + 600))) == []  # released early
     assert delivered(m.handle(Poll("holds", 100, 1.6, T0 + 600))) == [0]  # ...for it

@@ -38,18 +38,22 @@ async def test_a_message_handed_early_is_kept_until_its_time_in_time_order() -> 
             message(2, {DELIVER_AFTER_ATTRIBUTE: "150"}, publish_ms=start),
         ]
     )
-    assert len(inbox) == 3 and inbox.free == 7  # kept ones take room: no credit for them
+    assert len(inbox) == 3
+    assert inbox.free == 7  # kept ones take room: no credit for them
     first = inbox.take_nowait()
-    assert first is not None and first.offset == 1
+    assert first is not None
+    assert first.offset == 1
     assert inbox.take_nowait() is None
     order: list[tuple[int, int]] = []
     for _ in range(2):
         got = await asyncio.wait_for(inbox.get(), 2)
         order.append((got.offset, now_ms()))
     assert [offset for offset, _ in order] == [2, 0]
-    assert order[0][1] >= start + 150 and order[1][1] >= start + 300  # never early
+    assert order[0][1] >= start + 150  # never early
+    assert order[1][1] >= start + 300
     assert order[1][1] < start + 300 + 100  # and on time
-    assert len(inbox) == 0 and inbox.held_total == 2
+    assert len(inbox) == 0
+    assert inbox.held_total == 2
 
 
 async def test_a_second_copy_of_a_kept_message_is_dropped() -> None:
@@ -57,7 +61,8 @@ async def test_a_second_copy_of_a_kept_message_is_dropped() -> None:
     due = str(now_ms() + 200)
     inbox.put(message(5, {DELIVER_AT_ATTRIBUTE: due}))
     inbox.put_many([message(5, {DELIVER_AT_ATTRIBUTE: due}), message(6, {})])
-    assert len(inbox) == 2 and inbox.copies_dropped == 1
+    assert len(inbox) == 2
+    assert inbox.copies_dropped == 1
     taken = [await asyncio.wait_for(inbox.get(), 2) for _ in range(2)]
     assert [m.offset for m in taken] == [6, 5]
     await asyncio.sleep(0.05)
@@ -77,7 +82,8 @@ async def test_what_is_not_held_is_queued_at_once() -> None:
     plain = Inbox(10)
     plain.put(message(3, {DELIVER_AT_ATTRIBUTE: str(start + 500)}))
     got = plain.take_nowait()
-    assert got is not None and got.offset == 3
+    assert got is not None
+    assert got.offset == 3
 
 
 async def test_a_kept_message_counts_against_the_capacity() -> None:
