@@ -96,3 +96,20 @@ async def test_a_kept_message_counts_against_the_capacity() -> None:
         inbox.put(message(2, {}))
     assert [m.offset for m in inbox.drain()] == [1]
     assert len(inbox) == 0
+
+
+async def test_kept_messages_have_room_of_their_own_then_take_the_queue_s() -> None:
+    from danube.client.errors import ProtocolError
+
+    inbox = Inbox(2, hold=True, hold_room=3)
+    due = str(now_ms() + 1000)
+    inbox.put_many([message(o, {DELIVER_AT_ATTRIBUTE: due}) for o in range(3)])
+    assert inbox.free == 2  # the queue's room is untouched
+    inbox.put(message(3, {DELIVER_AT_ATTRIBUTE: due}))
+    assert inbox.free == 1  # one past the kept room takes a slot of the queue
+    inbox.put(message(4, {}))
+    assert inbox.free == 0
+    assert len(inbox) == 5  # capacity + hold_room: the bound
+    with pytest.raises(ProtocolError):
+        inbox.put(message(5, {}))
+    assert Inbox(2, hold_room=3).free == 2  # no room to keep without holding

@@ -9,7 +9,10 @@ a delayed message up to the dispatcher's ``delay_lookahead_ms`` before its deliv
 machine's clock, then queues it like any other; a second copy of a message it keeps (a new
 owner of the subscription hands out again what the old one had) is dropped. A message due
 more than ``HOLD_MS_MAX`` ahead is queued at once: no dispatcher hands one out that early,
-and a slot of the queue is not kept for longer than that.
+and a slot of the queue is not kept for longer than that. Kept messages have room of their
+own, ``hold_room`` (a second's worth at a high rate is thousands: in the queue's room they
+would leave none for the messages due now); past it they take the queue's room. So the
+inbox never holds more than ``capacity + hold_room`` messages.
 """
 
 from __future__ import annotations
@@ -32,11 +35,12 @@ class Inbox:
     """Messages in delivery order, plus the error that ended their source (if any).
     ``hold``: delayed messages handed early are kept until their time (module docstring)."""
 
-    def __init__(self, capacity: int, *, hold: bool = False) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be at least 1, got {capacity}")
+    def __init__(self, capacity: int, *, hold: bool = False, hold_room: int = 0) -> None:
+        if capacity < 1 or hold_room < 0:
+            raise ValueError(f"need capacity >= 1 and hold_room >= 0: {capacity}, {hold_room}")
         self.capacity = capacity
         self.hold = hold
+        self.hold_room = hold_room if hold else 0
         self._items: deque[ReceivedMessage] = deque()
         self._ready = asyncio.Event()  # set while a message or the failure waits
         self._taken = asyncio.Event()  # set when the application took a message
@@ -55,12 +59,14 @@ class Inbox:
 
     @property
     def free(self) -> int:
-        """Room for this many more messages."""
-        return self.capacity - len(self)
+        """Room for this many more messages: the queue's, less what kept messages take of
+        it past their own room."""
+        over = max(0, len(self._held) - self.hold_room)
+        return max(0, self.capacity - len(self._items) - over)
 
     def put(self, message: ReceivedMessage) -> None:
-        """Queue a delivered message; ProtocolError past the capacity."""
-        if len(self) >= self.capacity:
+        """Queue a delivered message; ProtocolError past the bound."""
+        if len(self) >= self.capacity + self.hold_room:
             raise ProtocolError(
                 f"the server sent more than the {self.capacity} messages there was room for"
             )
@@ -71,7 +77,7 @@ class Inbox:
     def put_many(self, messages: list[ReceivedMessage]) -> None:
         """Queue a delivered batch (one wake-up of the reader for all of it); ProtocolError,
         nothing queued, when it does not fit."""
-        if len(self) + len(messages) > self.capacity:
+        if len(self) + len(messages) > self.capacity + self.hold_room:
             raise ProtocolError(
                 f"the server sent {len(messages)} messages with room for {self.free}"
             )

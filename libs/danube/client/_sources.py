@@ -225,7 +225,7 @@ class StreamSource:
     def taken(self) -> None:
         """The application took a message from the inbox: wake the granting task once
         there is enough room to grant (not on every message: a task switch each)."""
-        if self.inbox.capacity - len(self.inbox) - self.outstanding >= self.threshold:
+        if self.inbox.free - self.outstanding >= self.threshold:
             self._room.set()
 
     async def fill(self, consumer_id: str) -> None:
@@ -277,6 +277,10 @@ class StreamSource:
                     self.inbox.put_many(delivered)
                     if delivered:
                         self.recovery.healthy()
+                        if self.inbox.hold:
+                            # Kept ones (delayed, early) left the queue's room free: the
+                            # credits they spent are granted again now, not at a take.
+                            self.taken()
                     continue
                 try:
                     frame = orjson.loads(raw)
@@ -287,6 +291,8 @@ class StreamSource:
                     self.outstanding -= 1
                     self.inbox.put(decode_message(frame, self.consumer))
                     self.recovery.healthy()
+                    if self.inbox.hold:
+                        self.taken()
                 elif kind == "error" and isinstance(frame.get("error"), dict):
                     last_error = frame["error"]
                     log.info("consumer stream error frame: %s", last_error)
@@ -308,7 +314,7 @@ class StreamSource:
         while True:
             # Cleared before the room is read: a message taken from here on wakes us again.
             self._room.clear()
-            room = min(CREDITS_MAX, self.inbox.capacity - len(self.inbox) - self.outstanding)
+            room = min(CREDITS_MAX, self.inbox.free - self.outstanding)
             if room >= self.threshold:
                 # Counted before the send, so that taken() meanwhile sees them granted.
                 self.outstanding += room

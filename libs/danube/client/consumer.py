@@ -121,6 +121,9 @@ class ConsumerOptions:
     # "Delayed messages"). Shared subscriptions only: the others deliver delayed messages
     # at once.
     hold_delayed: bool = True
+    # Messages kept until their time have this much room besides receiver_queue_size
+    # (past it they take the queue's room): a second's lookahead at 5 000 msg/s.
+    hold_delayed_max: int = 5000
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.name) <= 128:
@@ -145,6 +148,8 @@ class ConsumerOptions:
         position_json(self.start)  # raises for a bad one
         if not 1 <= self.receiver_queue_size <= RECEIVER_QUEUE_MAX:
             raise InvalidArgumentError(f"receiver_queue_size must be in 1..{RECEIVER_QUEUE_MAX}")
+        if not 0 <= self.hold_delayed_max <= RECEIVER_QUEUE_MAX * 10:
+            raise InvalidArgumentError(f"hold_delayed_max must be in 0..{RECEIVER_QUEUE_MAX * 10}")
         if not 0 <= self.poll_wait_ms <= 30_000:
             raise InvalidArgumentError("poll_wait_ms must be in 0..30000")
         if not 0 <= self.ack_interval_ms <= 10_000:
@@ -200,7 +205,11 @@ class AsyncConsumer:
         self._http = http
         self._route = ConsumeRoute(http, enabled=options.direct)
         self._consumer_id: str | None = None
-        self._inbox = Inbox(options.receiver_queue_size, hold=options.holds_delayed)
+        self._inbox = Inbox(
+            options.receiver_queue_size,
+            hold=options.holds_delayed,
+            hold_room=options.hold_delayed_max,
+        )
         self._acks = AckBatcher(
             self._route,
             self,
@@ -241,6 +250,12 @@ class AsyncConsumer:
     def door_fallbacks(self) -> int:
         """Times a consume door failed this consumer and the server it was given took over."""
         return self._route.fallbacks
+
+    @property
+    def delayed_held(self) -> int:
+        """Delayed messages handed over before their time and kept until then, since start
+        (``hold_delayed``)."""
+        return self._inbox.held_total
 
     @property
     def acks_failed(self) -> int:
