@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Hashable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable, Iterable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -75,6 +75,37 @@ def awaited_task(work: Coroutine[Any, Any, T], *, name: str | None = None) -> as
     task = asyncio.get_running_loop().create_task(work, name=name)
     task.add_done_callback(_outcome_read)
     return task
+
+
+class GoneError(Exception):
+    """The peer a request waits on is provably gone (:func:`unless_gone`): no answer will
+    come."""
+
+
+async def unless_gone(
+    work: Coroutine[Any, Any, T],
+    gone: Callable[[], Awaitable[bool]],
+    *,
+    quiet_s: float,
+    every_s: float,
+    name: str | None = None,
+) -> T:
+    """``work``'s outcome (a request with a deadline of its own), unless the peer that
+    should answer it dies under it: once it has been ``quiet_s`` without an answer, and
+    every ``every_s`` after, ``gone()`` is asked, and on yes the wait ends with
+    :class:`GoneError` (``work`` cancelled). A message bus says nothing to a requester
+    whose responder died after taking the request; this bounds the wait by the evidence
+    instead of the deadline."""
+    answer = awaited_task(work, name=name)  # ends by its own deadline
+    try:
+        wait_s = quiet_s
+        while not (await asyncio.wait([answer], timeout=wait_s))[0]:
+            if await gone():
+                raise GoneError(name or "the peer is gone")
+            wait_s = every_s
+        return answer.result()
+    finally:
+        await cancel_and_wait(answer, timeout_s=1.0)
 
 
 def _outcome_read(task: asyncio.Task[Any]) -> None:

@@ -86,10 +86,29 @@ class Run:
     produced: bool = False
     produced_ms: int | None = None  # when the last batch was acknowledged
     complete: asyncio.Event = field(default_factory=asyncio.Event)
+    # This process's own loop, sampled every 10 ms: (wall ms, how late the sample ran).
+    # With the SDK consumers its timers release held messages: its lag is their lateness.
+    lags: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+async def _sample_own_loop(run: Run, done: asyncio.Event) -> None:
+    while not done.is_set():
+        before = time.monotonic()
+        await asyncio.sleep(0.01)
+        run.lags.append((_now_ms(), int((time.monotonic() - before - 0.01) * 1000)))
+
+
+def _own_loop(run: Run, since_ms: int) -> str:
+    lags = [lag for at, lag in run.lags if at >= since_ms]
+    return (
+        f"this process's loop after producing: {len(lags)} samples, late by over 10 ms "
+        f"{sum(lag > 10 for lag in lags)}, over 50 ms {sum(lag > 50 for lag in lags)}, "
+        f"at most {max(lags, default=0)} ms"
+    )
 
 
 def _rss_kib(pid: int) -> int:
@@ -340,6 +359,7 @@ async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
             )
             consumers = [asyncio.create_task(consume(run, f"c{i}", done)) for i in range(CONSUMERS)]
             watcher = asyncio.create_task(_watch(http, run, pids, done))
+            sampler = asyncio.create_task(_sample_own_loop(run, done))
             started = time.monotonic()
 
             async def kill() -> str | None:
@@ -378,7 +398,9 @@ async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
                 async with asyncio.timeout(delay_max_s + 120):
                     await run.complete.wait()
             done.set()
-            for outcome in await asyncio.gather(*consumers, watcher, return_exceptions=True):
+            for outcome in await asyncio.gather(
+                *consumers, watcher, sampler, return_exceptions=True
+            ):
                 if isinstance(outcome, Exception):
                     print(f"a consumer or the watcher failed: {outcome!r}")
             others = [n for n in pids if n.startswith("bench-dispatcher") and n != killed_node]
@@ -405,6 +427,7 @@ async def main(count: int, delay_max_s: float, kill_at_s: float) -> None:
         f"{ {n: f'{k / 1024:.0f} MiB' for n, k in run.rss_kib.items()} }"
     )
     print(_own_gc())
+    print(_own_loop(run, produced_ms))
     print(f"lateness, due before the kill: {_quantiles(before)}")
     print(f"  of which due while producing: {_quantiles(producing)}")
     print(f"  of which due after producing: {_quantiles(steady)}")

@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from danube.aio import awaited_task
 from danube.meta import MetaError, MetaStore, TopicName
 from danube.meta import keys as meta_keys
 from danube.meta.keys import ServiceKind
@@ -69,6 +72,67 @@ async def gone_door(store: MetaStore, kind: ServiceKind, node_id: str, lease_id:
     if record.data_url is None or not await refuses_connections(record.data_url):
         return None
     return record.data_url
+
+
+async def end_lease_if_gone(
+    store: MetaStore, kind: ServiceKind, node_id: str, lease_id: int
+) -> tuple[str, bool] | None:
+    """Revoke ``lease_id``, which holds a key of ``node_id`` (a ``kind`` node), when that
+    node is provably gone (:func:`gone_door`): its registration and every key it held go at
+    once. Its door and whether this call revoked it (False: another claimant was first),
+    or None when there is no evidence (the lease is left to expire). MetaError: etcd."""
+    door = await gone_door(store, kind, node_id, lease_id)
+    if door is None:
+        return None
+    return door, await store.revoke_lease(lease_id)
+
+
+class GoneNodes:
+    """:func:`end_lease_if_gone` for many keys of the same nodes at once (a leader's
+    partitions, each noticing it silent): one probe at a time per node and lease, its
+    answer shared with every asker for ``RECENT_S``. ``on_ended(node_id, door)`` is told
+    once for each lease this process revoked."""
+
+    RECENT_S = 0.5
+
+    def __init__(
+        self,
+        store: MetaStore,
+        kind: ServiceKind,
+        on_ended: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._kind = kind
+        self._on_ended = on_ended
+        self._probes: dict[tuple[str, int], asyncio.Task[str | None]] = {}
+        self._answers: dict[tuple[str, int], tuple[float, str | None]] = {}
+
+    async def gone(self, node_id: str, lease_id: int) -> str | None:
+        """The door of ``node_id`` when it is provably gone and ``lease_id`` is ended now
+        (by this process or another); None: no evidence. MetaError: etcd."""
+        key = (node_id, lease_id)
+        now = time.monotonic()
+        known = self._answers.get(key)
+        if known is not None and now - known[0] < self.RECENT_S:
+            return known[1]
+        probe = self._probes.get(key)
+        if probe is None:
+            probe = awaited_task(self._probe(node_id, lease_id), name=f"probe {node_id}")
+            self._probes[key] = probe
+            probe.add_done_callback(lambda _: self._probes.pop(key, None))
+        door = await asyncio.shield(probe)
+        self._answers = {k: v for k, v in self._answers.items() if now - v[0] < self.RECENT_S}
+        self._answers[key] = (time.monotonic(), door)
+        return door
+
+    async def _probe(self, node_id: str, lease_id: int) -> str | None:
+        ended = await end_lease_if_gone(self._store, self._kind, node_id, lease_id)
+        if ended is None:
+            return None
+        door, revoked = ended
+        if revoked and self._on_ended is not None:
+            self._on_ended(node_id, door)
+        return door
 
 
 async def subscription_owner_gone(store: MetaStore, topic: TopicName, sub: str) -> bool:

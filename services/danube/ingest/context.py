@@ -14,6 +14,7 @@ from danube.ingest.nodelease import NodeLease
 from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import FileOps
 from danube.meta import Lease, MetaStore
+from danube.runtime.liveness import GoneNodes
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,9 @@ class NodeContext:
     on_fatal: Callable[[], None]
     catchup: TokenBucket  # the node's catch-up throttle (ingest.catchup_bytes_s)
     bus_watch: BusWatch | None = None  # the node's bus link (danube.ingest.buswatch)
+    # Leaders provably gone (killed), found by their followers: their leases ended at once
+    # rather than waited out (danube.runtime.liveness; None: never ended early).
+    gone_leaders: GoneNodes | None = None
 
     @property
     def bus_lost(self) -> bool:

@@ -9,6 +9,13 @@
    with the leader's epoch entries written first; mirror the leader's WAL start (retention).
 
 The loop ends when the leader answers that its epoch is over; the replica then reconciles.
+
+**A killed leader.** Its owner key lives on with its lease for up to ``lease_ttl_s``, and a
+fetch it took before it died is never answered (the bus tells the requester nothing). A
+fetch unanswered ``QUIET_S`` past its wait, or failing, asks whether the leader is provably
+gone (danube.runtime.liveness: registered under the owner key's lease, its door refusing
+connections); if so its lease is ended at once and the replica reconciles: an in-sync one
+claims (docs/replication.md, "Failures").
 """
 
 from __future__ import annotations
@@ -21,14 +28,18 @@ from typing import Protocol
 
 import orjson
 
+from danube.aio import GoneError, unless_gone
 from danube.bus import Bus, BusError
 from danube.config import DanubeSettings
 from danube.frame import Frame, decode_frames
 from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory, divergence
 from danube.ingest.wal import DiskFullError, Wal
-from danube.meta import TopicName
+from danube.meta import MetaError, MetaStore, TopicName
+from danube.meta import keys as meta_keys
 from danube.meta.backoff import backoff_s
+from danube.meta.records import Owner
+from danube.runtime.liveness import GoneNodes
 from danube.wire.ingest import protocol, replication
 from danube.wire.sizes import body_limit
 
@@ -46,6 +57,11 @@ old 5 s deadline the new leader shrank its ISR meanwhile and refused produce wit
 not_enough_replicas for ~5 s (docs/chaos.md, isolate_leader)."""
 
 
+# A fetch unanswered this long past its wait asks whether the leader is gone, then again
+# at this pace.
+QUIET_S = 0.25
+
+
 class _Restart(Exception):
     """Find the divergence again (the leader says this follower is past its end)."""
 
@@ -59,6 +75,10 @@ class NodeView(Protocol):
     def node_id(self) -> str: ...
     @property
     def bus(self) -> Bus: ...
+    @property
+    def store(self) -> MetaStore: ...
+    @property
+    def gone_leaders(self) -> GoneNodes | None: ...
 
 
 class Follower(Protocol):
@@ -80,6 +100,7 @@ class Follower(Protocol):
     async def truncate(self, end: int) -> int: ...
     async def store_history(self, history: EpochHistory) -> None: ...
     def follow_ended(self) -> None: ...
+    def kick(self) -> None: ...
 
 
 class Fetcher:
@@ -110,7 +131,30 @@ class Fetcher:
             except (BusError, TimeoutError, protocol.BadRequestError, DiskFullError) as exc:
                 failures += 1
                 log.info("%s: following %s failed: %s", self.replica.name, self.leader, exc)
+                if isinstance(exc, BusError | TimeoutError):
+                    await self._leader_gone()  # a killed leader: its lease ends now
                 await asyncio.sleep(backoff_s(failures - 1, base_s=0.05, cap_s=1.0))
+            except GoneError:
+                await asyncio.sleep(QUIET_S)  # the replica reconciles and ends this loop
+
+    async def _leader_gone(self) -> bool:
+        """Whether this epoch's leader is provably gone; if so its lease is ended (its
+        owner key goes) and the replica is told to reconcile at once."""
+        ctx, name = self.replica.ctx, self.replica.name
+        probes = ctx.gone_leaders
+        if probes is None:
+            return False
+        try:
+            found = await ctx.store.get_model_kv(meta_keys.partition_owner_key(name), Owner)
+            if found is None or (found[0].node_id, found[0].epoch) != (self.leader, self.epoch):
+                return False  # gone already, or another epoch: the replica sees to it
+            if await probes.gone(self.leader, found[1].lease_id) is None:
+                return False
+        except MetaError:
+            return False  # etcd away: the lease is left to expire
+        self.answered_s = None  # no grace to give it (Act.HOLD): it will not come back
+        self.replica.kick()
+        return True
 
     async def _truncate_to_divergence(self) -> None:
         replica = self.replica
@@ -152,8 +196,14 @@ class Fetcher:
                 ctx.node_id,
                 damaged=replica.copy_damaged,  # never handed leadership before it repaired
             )
-            raw = await bus.request(
-                subject, request.encode(), timeout_s=wait_ms / 1000 + _REQUEST_MARGIN_S
+            raw = await unless_gone(
+                bus.request(
+                    subject, request.encode(), timeout_s=wait_ms / 1000 + _REQUEST_MARGIN_S
+                ),
+                self._leader_gone,
+                quiet_s=wait_ms / 1000 + QUIET_S,
+                every_s=QUIET_S,
+                name=f"fetch of {replica.name} from {self.leader}",
             )
             reply = replication.decode_repl_reply(raw.body)
             if reply.status is replication.ReplStatus.WRONG_EPOCH:

@@ -159,6 +159,11 @@ LEASELESS_FENCES = Counter(
     "danube_ingest_leaseless_fences",
     "Leaders without a lease that stopped because an in-sync follower stopped confirming",
 )
+DEAD_LEADER_LEASES_ENDED = Counter(
+    "danube_ingest_dead_leader_leases_ended",
+    "Leases of killed leaders this node's followers ended instead of waiting out their TTL "
+    "(registered under the lease, door refusing connections: danube.runtime.liveness)",
+)
 RECLAIMS = Counter(
     "danube_ingest_reclaims",
     "Owner keys written again under a new node lease by a leader that served through an "

@@ -32,6 +32,7 @@ from danube.meta import keys as meta_keys
 from danube.meta.follow import follow_prefix
 from danube.meta.records import Assignment, NamespacePolicy, Owner, TopicConfig
 from danube.meta.topics import live_nodes
+from danube.runtime.liveness import GoneNodes
 from danube.runtime.owned import Owned
 from danube.tasks import TaskSet
 from danube.wire.ingest import control
@@ -103,6 +104,7 @@ class Node:
             on_fatal=self.failed.set,
             catchup=catchup,
             bus_watch=self.bus_watch,
+            gone_leaders=GoneNodes(store, "ingest", on_ended=_leader_ended),
         )
         metrics.LEASELESS_SECONDS.set_function(self.leases.leaseless_s)
         metrics.OPEN_SEGMENT_FILES.set_function(lambda: ops.open_count)
@@ -409,6 +411,11 @@ class _Kept:
 def _fence_leader(kept: _Kept, reason: str) -> None:
     if kept.replica.partition is not None:
         kept.replica.partition.fence(reason)
+
+
+def _leader_ended(node_id: str, door: str) -> None:
+    metrics.DEAD_LEADER_LEASES_ENDED.inc()
+    log.warning("ingest node %s's door %s refuses connections: ended its lease", node_id, door)
 
 
 def _free_bytes(path: Path) -> float:

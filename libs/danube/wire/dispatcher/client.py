@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import orjson
 
-from danube.aio import awaited_task, cancel_and_wait
+from danube.aio import GoneError, unless_gone
 from danube.bus import Bus, BusTimeoutError, NoRespondersError, RemoteError
 from danube.bus.subjects import DispatchOp
 from danube.meta import TopicName
@@ -289,16 +290,17 @@ class DispatcherClient:
             request = self.bus.request(subject, body, timeout_s=max(remaining_s, 0.001))
             if owner_gone is None:
                 return (await request).body
-            answer = awaited_task(request, name=f"{op} on {topic}/{sub}")  # ends by its deadline
             try:
-                wait_s = quiet_s
-                while not (await asyncio.wait([answer], timeout=wait_s))[0]:
-                    if await owner_gone(topic, sub):  # killed under the request: no reply
-                        raise NoRespondersError(subject)
-                    wait_s = QUIET_S
-                return answer.result().body
-            finally:
-                await cancel_and_wait(answer, timeout_s=1.0)
+                reply = await unless_gone(
+                    request,
+                    partial(owner_gone, topic, sub),
+                    quiet_s=quiet_s,
+                    every_s=QUIET_S,
+                    name=f"{op} on {topic}/{sub}",
+                )
+            except GoneError:  # killed under the request: no reply will come
+                raise NoRespondersError(subject) from None
+            return reply.body
 
         return await request_with_claim(
             attempt,
