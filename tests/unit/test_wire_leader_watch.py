@@ -14,6 +14,7 @@ from danube.bus.subjects import Subjects
 from danube.wire.ingest import control, protocol
 from danube.wire.ingest.client import IngestClient
 from danube.wire.leader_watch import (
+    CLOCKS_MS,
     Leader,
     LeaderMovedError,
     await_watching_leader,
@@ -93,6 +94,24 @@ def test_a_move_is_another_node_another_epoch_or_no_leader() -> None:
     assert moved(A1, A2) == (A1, True)  # same node, new term: it was fenced
     assert moved(A1, NONE) == (A1, True)  # its lease expired
     assert moved(None, NONE) == (None, True)  # gone before the first probe
+
+
+def test_a_first_answer_claimed_after_the_request_was_sent_is_a_move() -> None:
+    """The bus gave the request to the nodes subscribed when it was sent; a leader
+    subscribes after its claim. A term claimed after the send (by its claimant's clock), or
+    less than CLOCKS_MS before it (the clocks differ), cannot be trusted to hold the
+    request: a killed leader replaced before the first probe. One claimed earlier, or a
+    node that does not say, is waited for."""
+    sent = 1_000_000
+    after = Leader("b", 2, since_ms=sent + 50)
+    assert moved(None, after, sent) == (None, True)
+    assert moved(None, Leader("b", 2, since_ms=sent - CLOCKS_MS + 1), sent) == (None, True)
+    before = Leader("b", 2, since_ms=sent - CLOCKS_MS)
+    assert moved(None, before, sent) == (before, False)
+    assert moved(None, Leader("b", 2, since_ms=sent - 5_000), sent) == (Leader("b", 2), False)
+    assert moved(None, Leader("b", 2), sent) == (Leader("b", 2), False)  # not said
+    assert moved(None, after) == (after, False)  # no send time given: as before
+    assert moved(Leader("b", 2), after, sent) == (Leader("b", 2), False)  # a later answer
 
 
 async def test_a_fast_answer_asks_nothing() -> None:
@@ -312,9 +331,17 @@ async def test_slow_requests_of_a_partition_share_a_recent_probe() -> None:
 
 
 def test_probe_replies_decode_and_bad_ones_are_refused() -> None:
-    assert control.decode_probe_reply(control.encode_probe_reply("a", 3)) == ("a", 3)
-    assert control.decode_probe_reply(control.encode_probe_reply(None)) == (None, None)
-    for bad in (b"", b"[]", b'{"epoch": 1}', b'{"leader": "a"}', b'{"leader": 1, "epoch": 1}'):
+    assert control.decode_probe_reply(control.encode_probe_reply("a", 3)) == ("a", 3, None)
+    assert control.decode_probe_reply(control.encode_probe_reply("a", 3, 17)) == ("a", 3, 17)
+    assert control.decode_probe_reply(control.encode_probe_reply(None)) == (None, None, None)
+    for bad in (
+        b"",
+        b"[]",
+        b'{"epoch": 1}',
+        b'{"leader": "a"}',
+        b'{"leader": 1, "epoch": 1}',
+        b'{"leader": "a", "epoch": 1, "since_ms": "x"}',
+    ):
         with pytest.raises(protocol.BadRequestError):
             control.decode_probe_reply(bad)
 

@@ -15,11 +15,18 @@ appended and replicated it before it died, and the new leader then holds it too.
 stores it again. A caller that cannot have duplicates must not retry on ``not_owner``.
 
 Why the first answer, not the owner the request went to: the request names a subject, not a
-node. The first probe runs ``probe_after_s`` after the request was sent, so a leader that
-took over in between (and whose node then also subscribes: the produce subject has no queue
-group, the first reply wins) is what the request waits for. One blind spot remains: a request
-that reached only a frozen old leader in the few milliseconds between a new leader's claim and
-its subscription waits for its deadline (docs/replication.md, "Failure cases").
+node, and the bus delivers it to the nodes subscribed when it was sent. So the first answer
+is compared with when the request was sent: a term claimed after that (``since_ms``, the
+claimant's wall clock) cannot hold the request (a leader subscribes after its claim), and
+the node that took it no longer leads. That is the common case once a killed leader is
+replaced within a second (its followers end its lease: docs/replication.md, "Failure
+cases"): the first probe already names the new leader. Clocks differ, so a term claimed
+less than ``CLOCKS_MS`` before the request was sent counts as claimed after it: such a
+request, unanswered for a whole second by a leader that had just taken over (which answers
+in milliseconds), is taken for lost and sent again (at least once, above). A term claimed
+earlier is the one the request waits for. A node that does not say since when leaves the
+first answer as the reference, as before (a request sent to a leader replaced before the
+first probe then waits for its deadline).
 
 The loop does no I/O of its own: the request is an awaitable, the probe a callable, the clock
 and sleep may be fakes (tests/unit/test_wire_leader_watch.py).
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from danube.bus import RemoteError
@@ -43,15 +50,24 @@ PROBE_AFTER_S = 1.0
 PROBE_EVERY_S = 1.0
 # Probes of one request, at most: each is answered by every ingest node from etcd.
 PROBES_MAX = 60
+# A term claimed less than this before a request was sent (by the two wall clocks) counts
+# as claimed after it: the clocks of a client and a claimant differ, and the request may
+# have reached only the leader before. Clocks further apart than this make such a request
+# wait for its deadline (as before since_ms).
+CLOCKS_MS = 100
 
 
 @dataclass(frozen=True, slots=True)
 class Leader:
     """Who leads a partition, as a probe saw it: ``node_id`` None when nobody does (its
-    lease expired, or it never had a leader); ``epoch`` None then too."""
+    lease expired, or it never had a leader); ``epoch`` None then too. ``since_ms``: when
+    the term was claimed, by the claimant's wall clock (None: not said); not part of the
+    comparison (a leader that wrote its key again after an etcd outage leads the same
+    term)."""
 
     node_id: str | None
     epoch: int | None = None
+    since_ms: int | None = field(default=None, compare=False)
 
 
 class LeaderMovedError(RemoteError):
@@ -74,17 +90,27 @@ class LeaderMovedError(RemoteError):
         self.now = now
 
 
-def moved(first: Leader | None, answer: Leader | None) -> tuple[Leader | None, bool]:
+def moved(
+    first: Leader | None, answer: Leader | None, sent_ms: int | None = None
+) -> tuple[Leader | None, bool]:
     """The decision of one probe answer (pure): ``(first answer kept, the leader moved)``.
     ``answer`` None: nobody answered the probe, nothing learned. No leader: the node holding
     the request lost its lease (a node subscribes only after its claim is written). Another
-    node or epoch than the first answer named: a new term began."""
+    node or epoch than the first answer named: a new term began. A first answer whose term
+    was claimed after the request was sent (``sent_ms``, wall clock; or less than
+    ``CLOCKS_MS`` before it): the request went to an earlier leader."""
     if answer is None:
         return first, False
     if answer.node_id is None:
         return first, True
     if first is None:
-        return answer, False
+        claimed_after = (
+            sent_ms is not None
+            and answer.since_ms is not None
+            and answer.since_ms > sent_ms - CLOCKS_MS
+        )
+        # Claimed after: "moved from the node it was sent to" (no first answer to name).
+        return (None, True) if claimed_after else (answer, False)
     return first, answer != first
 
 
@@ -100,13 +126,15 @@ async def await_watching_leader(
     probes_max: int = PROBES_MAX,
     clock: Callable[[], float] | None = None,
     sleep: Callable[[float], Awaitable[object]] | None = None,
+    sent_ms: int | None = None,
 ) -> T:
     """``request``'s answer; while it is slow, ``probe(deadline)`` about every
     ``probe_every_s`` (the first after ``probe_after_s``, at most ``probes_max``, none
     starting at or past ``deadline``) and raise :class:`LeaderMovedError` when the leader
     moved (:func:`moved`). ``probe`` returns who leads, None when nobody answered, or raises
     the RemoteError a node answered: raised here when its code is in ``give_up_codes``
-    (e.g. ``partition_unavailable``: no leader can come), else nothing learned. ``request``
+    (e.g. ``partition_unavailable``: no leader can come), else nothing learned. ``sent_ms``:
+    when the request was sent, wall clock (the first answer is judged by it). ``request``
     must end by ``deadline`` on its own (a bus request's timeout): once no probe is left it
     is simply awaited. It is cancelled when this raises; the caller's cancel reaches both."""
     now = clock if clock is not None else asyncio.get_running_loop().time
@@ -124,7 +152,7 @@ async def await_watching_leader(
             if pending.done():
                 break
             answer = _answer(asked, give_up_codes)
-            first, leader_moved = moved(first, answer)
+            first, leader_moved = moved(first, answer, sent_ms)
             if leader_moved:
                 assert answer is not None  # moved() says so only on an answer
                 raise LeaderMovedError(subject=subject, was=first, now=answer)

@@ -12,10 +12,10 @@ The loop ends when the leader answers that its epoch is over; the replica then r
 
 **A killed leader.** Its owner key lives on with its lease for up to ``lease_ttl_s``, and a
 fetch it took before it died is never answered (the bus tells the requester nothing). A
-fetch unanswered ``QUIET_S`` past its wait, or failing, asks whether the leader is provably
-gone (danube.runtime.liveness: registered under the owner key's lease, its door refusing
-connections); if so its lease is ended at once and the replica reconciles: an in-sync one
-claims (docs/replication.md, "Failures").
+fetch unanswered ``QUIET_S`` past its wait (then every ``AGAIN_S``), or failing, asks
+whether the leader is provably gone (danube.runtime.liveness: registered under the owner
+key's lease, its door refusing connections); if so its lease is ended at once and the
+replica reconciles: an in-sync one claims (docs/replication.md, "Failure cases").
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ not_enough_replicas for ~5 s (docs/chaos.md, isolate_leader)."""
 
 
 # A fetch unanswered this long past its wait asks whether the leader is gone, then again
-# at this pace.
+# every AGAIN_S (an etcd read per partition: a frozen leader's followers ask that often).
 QUIET_S = 0.25
+AGAIN_S = 1.0
 
 
 class _Restart(Exception):
@@ -202,7 +203,7 @@ class Fetcher:
                 ),
                 self._leader_gone,
                 quiet_s=wait_ms / 1000 + QUIET_S,
-                every_s=QUIET_S,
+                every_s=AGAIN_S,
                 name=f"fetch of {replica.name} from {self.leader}",
             )
             reply = replication.decode_repl_reply(raw.body)

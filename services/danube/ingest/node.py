@@ -322,7 +322,8 @@ class Node:
         name = self.bus.subjects.parse(request.subject).name
         view = await leadership.read(self.store, name)
         if view.owner is not None:
-            return control.encode_probe_reply(view.owner.node_id, view.owner.epoch)
+            owner = view.owner
+            return control.encode_probe_reply(owner.node_id, owner.epoch, owner.assigned_ms)
         if await self._may_get_leader(view) or (await self._replication_of(name))[2]:
             # A non-reliable partition holds nothing to lose: a claim moves it to a live node.
             return control.encode_probe_reply(None)

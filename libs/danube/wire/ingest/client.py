@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -177,6 +178,7 @@ class IngestClient:
         """``request``'s reply body, given up with ``not_owner`` (LeaderMovedError) once
         the partition's leader moved while it was in flight."""
         sent_at = asyncio.get_running_loop().time()
+        sent_ms = int(time.time() * 1000)
         reply = await await_watching_leader(
             request,
             lambda probe_deadline: self._probe(partition, probe_deadline, sent_at=sent_at),
@@ -185,6 +187,7 @@ class IngestClient:
             give_up_codes=_RETRY_LATER_CODES,
             probe_after_s=self.probe_after_s,
             probe_every_s=self.probe_every_s,
+            sent_ms=sent_ms,
         )
         return reply.body
 
@@ -226,11 +229,11 @@ class IngestClient:
         except (NoRespondersError, BusTimeoutError):
             return None
         try:
-            node_id, epoch = control.decode_probe_reply(reply.body)
+            node_id, epoch, since_ms = control.decode_probe_reply(reply.body)
         except protocol.BadRequestError as exc:
             log.warning("%s: %s", partition, exc)
             return None  # nothing learned; the request is still awaited
-        return Leader(node_id, epoch)
+        return Leader(node_id, epoch, since_ms)
 
     async def place(self, partition: TopicName, *, timeout_s: float) -> RemoteError | None:
         """Ask the ``ingest`` queue group to place ``partition`` (its replica set, its

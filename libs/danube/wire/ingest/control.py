@@ -9,8 +9,9 @@ Control replies (claim, stats) are small JSON documents. A stats request is empt
 
 A leader probe (``ctl.probe``, answered by every ingest node from etcd) is empty; its reply::
 
-    probe reply       JSON {"leader": node_id, "epoch": E} | {"leader": null}
-                      (or the error partition_unavailable: no leader can come)
+    probe reply       JSON {"leader": node_id, "epoch": E, "since_ms": T} | {"leader": null}
+                      (or the error partition_unavailable: no leader can come; T: when
+                      the leader claimed the epoch, its wall clock, Unix ms; optional)
 """
 
 from __future__ import annotations
@@ -28,26 +29,35 @@ _U32 = struct.Struct("<I")
 STATS_SEGMENTS_MAX = 4096
 
 
-def encode_probe_reply(node_id: str | None, epoch: int | None = None) -> bytes:
-    """A probe's answer: who leads (``node_id`` None: nobody now, one may come)."""
+def encode_probe_reply(
+    node_id: str | None, epoch: int | None = None, since_ms: int | None = None
+) -> bytes:
+    """A probe's answer: who leads (``node_id`` None: nobody now, one may come), and since
+    when (its claim's wall clock)."""
     if node_id is None:
         return orjson.dumps({"leader": None})
-    return orjson.dumps({"leader": node_id, "epoch": epoch})
+    doc: dict[str, object] = {"leader": node_id, "epoch": epoch}
+    if since_ms is not None:
+        doc["since_ms"] = since_ms
+    return orjson.dumps(doc)
 
 
-def decode_probe_reply(body: bytes) -> tuple[str | None, int | None]:
-    """``(leader node id, its epoch)`` of a probe's answer, ``(None, None)`` for none;
-    BadRequestError when it is not one."""
+def decode_probe_reply(body: bytes) -> tuple[str | None, int | None, int | None]:
+    """``(leader node id, its epoch, since when)`` of a probe's answer, ``(None, None,
+    None)`` for none (``since`` None too from a node that does not say); BadRequestError
+    when it is not one."""
     try:
         doc = orjson.loads(body)
-        node_id, epoch = doc["leader"], doc.get("epoch")
+        node_id, epoch, since_ms = doc["leader"], doc.get("epoch"), doc.get("since_ms")
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise BadRequestError(f"bad probe reply: {exc!r}") from exc
     if node_id is None:
-        return None, None
+        return None, None, None
     if not isinstance(node_id, str) or type(epoch) is not int or epoch < 0:
         raise BadRequestError(f"bad probe reply: leader {node_id!r}, epoch {epoch!r}")
-    return node_id, epoch
+    if since_ms is not None and (type(since_ms) is not int or since_ms < 0):
+        raise BadRequestError(f"bad probe reply: since_ms {since_ms!r}")
+    return node_id, epoch, since_ms
 
 
 def encode_stats_request(max_segments: int = 0) -> bytes:
