@@ -87,7 +87,7 @@ class PollTaking:
             if not self._blocked.passable(entry.partition, entry.offset):
                 held_back.append((self._ready, item))
             elif entry.due_ms and not consumer.holds_delayed and self._before(entry):
-                held_back.append((self._ready, item))  # early, and this one gives it out now
+                held_back.append((self._ready, item))  # early: this consumer would not hold it
                 refused += 1
             elif entry.refused_by == consumer.consumer_id and elsewhere():
                 held_back.append((self._ready, item))
@@ -122,10 +122,10 @@ class PollTaking:
     def _take_early(self, consumer: ConsumerWindow, room: int, stamp: int) -> list[Entry]:
         """Up to ``room`` early entries for ``consumer`` (one that holds), earliest due
         first, each sent with ``stamp``; those past a blocked partition's poison message
-        wait."""
+        wait (at most REFUSED_SKIPPED_MAX passed over a poll)."""
         early, taken = self._early, list[Entry]()
         held_back: list[tuple[int, int, Entry]] = []
-        while early and len(taken) < room:
+        while early and len(taken) < room and len(held_back) < REFUSED_SKIPPED_MAX:
             item = heapq.heappop(early)
             entry = item[2]
             if not self._is_early(entry) or self._expire(entry):
