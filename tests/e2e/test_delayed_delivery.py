@@ -9,8 +9,6 @@ delayed are not held back. The bad inputs of the HTTP fields are refused."""
 from __future__ import annotations
 
 import asyncio
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from delayedrun import now_ms, produce_delayed, sample_loop
 
 from danube.up import ProcessSpec, ServerProcess
 
@@ -28,7 +27,6 @@ SUB = "s"
 PARTITIONS = 2
 DELAYED = 3000
 PLAIN = 300
-BATCH = 500
 DELAY_S = (1.5, 12.0)  # spread of the delivery times after the produce starts
 KILL_AFTER_S = 2.5  # into the run: most messages are still waiting
 LATE_MS_MAX = 50
@@ -42,10 +40,6 @@ class Seen:
     reattached: int = 0
     served_again_ms: int | None = None  # the first delivery by the new dispatcher
     attached: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def _attach(http: httpx.AsyncClient, seen: Seen) -> str:
@@ -70,7 +64,7 @@ async def _consume(http: httpx.AsyncClient, seen: Seen, done: asyncio.Event) -> 
         response = await http.get(
             f"/v1/consumers/{consumer}/messages", params={"max": 1000, "wait_ms": 500}
         )
-        arrived_ms = _now_ms()
+        arrived_ms = now_ms()
         if response.status_code != 200:  # the dispatcher died: it forgot this consumer
             assert response.status_code in (404, 503), response.text
             consumer = await _attach(http, seen)
@@ -91,44 +85,13 @@ async def _ack(http: httpx.AsyncClient, consumer: str, refs: list[dict[str, Any]
     assert response.status_code in (204, 404, 503), response.text  # 404/503: a killed owner
 
 
-async def _produce(http: httpx.AsyncClient, started_ms: int) -> dict[tuple[str, int], int | None]:
-    """Produce every message; returns each one's delivery time (None: not delayed)."""
-    rng = random.Random(34)
-    wanted: list[int | None] = [
-        started_ms + int(rng.uniform(*DELAY_S) * 1000) for _ in range(DELAYED)
-    ]
-    wanted += [None] * PLAIN
-    rng.shuffle(wanted)
-    due: dict[tuple[str, int], int | None] = {}
-    for first in range(0, len(wanted), BATCH):
-        chunk = wanted[first : first + BATCH]
-        messages: list[dict[str, Any]] = [
-            {"payload": f"m{first + i}"} | ({} if at is None else {"deliver_at_ms": at})
-            for i, at in enumerate(chunk)
-        ]
-        response = await http.post(
-            f"/v1/topics/default/{TOPIC}/messages", json={"messages": messages}
-        )
-        assert response.status_code == 200, response.text
-        for at, result in zip(chunk, response.json()["results"], strict=True):
-            due[(result["partition"], result["offset"])] = at
-    return due
-
-
-async def _tick(lags: list[tuple[int, int]], done: asyncio.Event) -> None:
-    while not done.is_set():
-        before = time.monotonic()
-        await asyncio.sleep(0.01)
-        lags.append((_now_ms(), int((time.monotonic() - before - 0.01) * 1000)))
-
-
 async def _refusals(http: httpx.AsyncClient) -> None:
     path = f"/v1/topics/default/{TOPIC}/messages"
-    far = _now_ms() + 11 * 86_400_000
+    far = now_ms() + 11 * 86_400_000
     for bad in (
         {"payload": "x", "deliver_after_ms": -1},
         {"payload": "x", "deliver_at_ms": -5},
-        {"payload": "x", "deliver_at_ms": _now_ms() + 1000, "deliver_after_ms": 1000},
+        {"payload": "x", "deliver_at_ms": now_ms() + 1000, "deliver_after_ms": 1000},
         {"payload": "x", "deliver_at_ms": far},
         {"payload": "x", "deliver_after_ms": 11 * 86_400_000},
     ):
@@ -156,7 +119,7 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
     seen = Seen()
     done = asyncio.Event()
     lags: list[tuple[int, int]] = []  # (when, ms): how late this process's own 10 ms ticks ran
-    observer = asyncio.create_task(_tick(lags, done))
+    observer = asyncio.create_task(sample_loop(lags, done))
     try:
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{discovery.spec.port}", timeout=60
@@ -167,9 +130,11 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
             consumer = asyncio.create_task(_consume(http, seen, done))
             async with asyncio.timeout(30):
                 await seen.attached.wait()
-            started_ms = _now_ms()
-            due = await _produce(http, started_ms)
-            produced_s = (_now_ms() - started_ms) / 1000
+            started_ms = now_ms()
+            due = await produce_delayed(
+                http, TOPIC, started_ms, delayed=DELAYED, plain=PLAIN, delay_s=DELAY_S, seed=34
+            )
+            produced_s = (now_ms() - started_ms) / 1000
             assert produced_s < KILL_AFTER_S, f"producing took {produced_s:.1f} s"
             await asyncio.sleep(KILL_AFTER_S - produced_s)
             listed = (await http.get(f"/v1/topics/default/{TOPIC}/subscriptions")).json()
@@ -178,7 +143,7 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
             spilled = list((tmp_path / "spill").glob("*/*.dly"))
             assert spilled, "nothing went to spill files"
             dispatchers[-1].kill()  # SIGKILL
-            killed_ms = _now_ms()
+            killed_ms = now_ms()
             second = ServerProcess(
                 spec_for("dispatcher", "dispatcher-1", **lease), tmp_path / "d1.log"
             )

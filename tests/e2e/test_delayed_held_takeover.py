@@ -14,16 +14,14 @@ LOOKAHEAD_MS below)."""
 from __future__ import annotations
 
 import asyncio
-import random
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from delayedrun import now_ms, produce_delayed, sample_loop
 
 from danube.client import AsyncDanubeClient
 from danube.up import ProcessSpec, ServerProcess
@@ -35,7 +33,6 @@ TOPIC = "held"
 PARTITIONS = 2
 DELAYED = 3000
 PLAIN = 300
-BATCH = 500
 DELAY_S = (2.0, 9.0)  # spread of the delivery times after the produce starts
 KILL_AFTER_S = 3.5
 LATE_MS_MAX = 50
@@ -47,10 +44,6 @@ ENV = {
     "DANUBE_DISPATCHER__DELAY_LOOKAHEAD_MS": str(LOOKAHEAD_MS),
 }
 _SERVED = re.compile(r'^danube_dispatcher_subscriptions\{dispatch="reliable"\} (\S+)$', re.M)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass
@@ -78,42 +71,12 @@ async def _consume(url: str, seen: Seen, done: asyncio.Event) -> None:
             except TimeoutError:
                 continue
             ref = (message.partition, message.offset)
-            seen.first.setdefault(ref, _now_ms())
+            seen.first.setdefault(ref, now_ms())
             at = message.attributes.get(DELIVER_AT_ATTRIBUTE)
             if at is not None:
                 seen.due[ref] = int(at)
             message.ack()
         seen.held, seen.reattached = consumer.delayed_held, consumer.reattached
-
-
-async def _produce(http: httpx.AsyncClient, started_ms: int) -> dict[tuple[str, int], int | None]:
-    rng = random.Random(35)
-    wanted: list[int | None] = [
-        started_ms + int(rng.uniform(*DELAY_S) * 1000) for _ in range(DELAYED)
-    ]
-    wanted += [None] * PLAIN
-    rng.shuffle(wanted)
-    due: dict[tuple[str, int], int | None] = {}
-    for first in range(0, len(wanted), BATCH):
-        chunk = wanted[first : first + BATCH]
-        messages: list[dict[str, Any]] = [
-            {"payload": f"m{first + i}"} | ({} if at is None else {"deliver_at_ms": at})
-            for i, at in enumerate(chunk)
-        ]
-        response = await http.post(
-            f"/v1/topics/default/{TOPIC}/messages", json={"messages": messages}
-        )
-        assert response.status_code == 200, response.text
-        for at, result in zip(chunk, response.json()["results"], strict=True):
-            due[(result["partition"], result["offset"])] = at
-    return due
-
-
-async def _tick(lags: list[tuple[int, int]], done: asyncio.Event) -> None:
-    while not done.is_set():
-        before = time.monotonic()
-        await asyncio.sleep(0.01)
-        lags.append((_now_ms(), int((time.monotonic() - before - 0.01) * 1000)))
 
 
 def _served(process: ServerProcess) -> float:
@@ -139,7 +102,7 @@ async def test_delayed_messages_held_by_the_sdk_come_on_time_across_a_dispatcher
     seen = Seen()
     done = asyncio.Event()
     lags: list[tuple[int, int]] = []  # (when, ms): how late this process's own 10 ms ticks ran
-    observer = asyncio.create_task(_tick(lags, done))
+    observer = asyncio.create_task(sample_loop(lags, done))
     try:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             topic = await http.put(f"/v1/topics/default/{TOPIC}", json={"partitions": PARTITIONS})
@@ -147,15 +110,17 @@ async def test_delayed_messages_held_by_the_sdk_come_on_time_across_a_dispatcher
             consumer = asyncio.create_task(_consume(url, seen, done))
             async with asyncio.timeout(30):
                 await seen.attached.wait()
-            started_ms = _now_ms()
-            due = await _produce(http, started_ms)
-            produced_s = (_now_ms() - started_ms) / 1000
+            started_ms = now_ms()
+            due = await produce_delayed(
+                http, TOPIC, started_ms, delayed=DELAYED, plain=PLAIN, delay_s=DELAY_S, seed=35
+            )
+            produced_s = (now_ms() - started_ms) / 1000
             assert produced_s < KILL_AFTER_S, f"producing took {produced_s:.1f} s"
             await asyncio.sleep(KILL_AFTER_S - produced_s)
             served = [await asyncio.to_thread(_served, p) for p in dispatchers]
             assert sorted(served) == [0, 1], served
             dispatchers[served.index(1)].kill()  # SIGKILL
-            killed_ms = _now_ms()
+            killed_ms = now_ms()
             async with asyncio.timeout(60):
                 while not due.keys() <= seen.first.keys():
                     await asyncio.sleep(0.05)
