@@ -6,6 +6,7 @@ work over (docs/dispatcher.md, SIGTERM)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -13,11 +14,13 @@ from danube.config import (
     BusConfig,
     DanubeSettings,
     DispatcherConfig,
+    IngestConfig,
     MetadataConfig,
     WalCloudConfig,
 )
 from danube.meta import MetaStore
 from danube.meta.topics import live_nodes
+from danube.runtime.liveness import gone_door
 from danube.runtime.service import NodeSession, node_session
 from danube.up import free_port
 
@@ -65,4 +68,29 @@ async def test_a_node_that_left_is_not_registered_again_when_its_lease_goes(
         await _revoke(session, store)
         await asyncio.sleep(1.0)
         assert await live_nodes(store, "dispatcher") == set()
+        stop.set()
+
+
+async def test_a_node_that_withdrew_its_doors_is_no_evidence_of_death(
+    nats_url: str, etcd_endpoint: str, meta_prefix: str, store: MetaStore
+) -> None:
+    """A stopping ingest node closes its doors while it still hands over: once withdrawn
+    (NodeSession.withdraw_doors) a closed door names nothing, so its followers cannot take
+    it for a killed node's and end its lease (danube.runtime.liveness)."""
+    settings = DanubeSettings(
+        bus=BusConfig(servers=[nats_url]),
+        wal_cloud=WalCloudConfig(
+            metadata=MetadataConfig(etcd_endpoint=etcd_endpoint, prefix=meta_prefix)
+        ),
+        ingest=IngestConfig(metrics_port=free_port()),
+    )
+    stop = asyncio.Event()
+    with socket.socket() as s:  # a port nothing listens on: a closed door
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    async with node_session(settings, "ingest", "stopping", settings.ingest, stop) as session:
+        await session.advertise(closed)
+        assert await gone_door(store, "ingest", "stopping", session.lease.id) == closed
+        await session.withdraw_doors()
+        assert await gone_door(store, "ingest", "stopping", session.lease.id) is None
         stop.set()

@@ -252,6 +252,17 @@ class NodeSession:
             self.grpc_url = grpc_url
         await self._register(self.lease)
 
+    async def withdraw_doors(self) -> None:
+        """Name no data or gRPC door in the registration any more (written again now),
+        before a clean stop closes them: lookups stop naming them, and a peer finding them
+        refuse connections does not take this node for dead (danube.runtime.liveness)
+        while it still hands its work over. Best effort: etcd away, a peer may find out."""
+        self.data_url = self.grpc_url = None
+        try:
+            await self._register(self.lease)
+        except MetaError as exc:
+            log.warning("%s %s: doors still registered: %s", self.kind, self.node_id, exc)
+
     async def leave(self) -> None:
         """Take this node's registration out of ``nodes/<kind>/`` before a clean stop hands
         its work over: peers counting the live nodes (the dispatchers' balancing) count it

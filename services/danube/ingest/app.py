@@ -71,6 +71,10 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
         )
         await wait_for_any(stop, node.failed)
         await cancel_all_and_wait([watcher, reporter, bus_watch, disk])
+        if door is not None or grpc is not None:
+            # Closed doors of a node that still leads would look like a killed node's to
+            # its followers (danube.ingest.fetcher): it names none while it hands over.
+            await s.withdraw_doors()
         if door is not None:
             await door.close()
         if grpc is not None:
