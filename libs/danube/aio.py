@@ -1,5 +1,6 @@
-"""Waiting and cancelling in asyncio, robustly; one lock per key. Standard library only:
-the floor under :mod:`danube.tasks`, :mod:`danube.meta` and the services.
+"""Waiting and cancelling in asyncio, robustly; one lock per key. Standard library and
+:mod:`danube.errors` only: the floor under :mod:`danube.tasks`, :mod:`danube.meta` and the
+services.
 
 Background work has an owner (:class:`danube.tasks.TaskSet`); the futures here are the
 other kind, short-lived and awaited where they start: :func:`wait_any` and
@@ -21,6 +22,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable, Iterable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+
+from danube.errors import DanubeError, ErrorKind
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +80,13 @@ def awaited_task(work: Coroutine[Any, Any, T], *, name: str | None = None) -> as
     return task
 
 
-class GoneError(Exception):
+class GoneError(DanubeError):
     """The peer a request waits on is provably gone (:func:`unless_gone`): no answer will
-    come."""
+    come; another may answer it again."""
+
+    code = "peer_gone"
+    kind = ErrorKind.UNAVAILABLE
+    retriable = True
 
 
 async def unless_gone(
