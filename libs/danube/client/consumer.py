@@ -117,8 +117,8 @@ class ConsumerOptions:
     # when the attach names none, everything goes through the server the client was given.
     direct: bool = True
     # Keep a delayed message the dispatcher hands over before its time until then, so one
-    # due while the subscription changes dispatcher comes on time (docs/client.md,
-    # "Delayed messages"). Shared subscriptions only: the others deliver delayed messages
+    # due while the subscription changes dispatcher comes on time (docs/policies.md,
+    # "Delayed delivery"). Shared subscriptions only: the others deliver delayed messages
     # at once.
     hold_delayed: bool = True
     # Messages kept until their time have this much room besides receiver_queue_size
