@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Collection, Container
 from typing import Any
 
 import httpx
@@ -60,3 +61,18 @@ async def sample_loop(lags: list[tuple[int, int]], done: asyncio.Event) -> None:
         before = time.monotonic()
         await asyncio.sleep(0.01)
         lags.append((now_ms(), int((time.monotonic() - before - 0.01) * 1000)))
+
+
+async def until_arrived(
+    wanted: Collection[tuple[str, int]],
+    arrived: Container[tuple[str, int]],
+    consumer: asyncio.Task[None],
+    *,
+    timeout_s: float = 60.0,
+) -> None:
+    """Wait until every ref of ``wanted`` has ``arrived`` (the consumer task fills it in),
+    failing at once with the consumer task's own failure should it end first."""
+    async with asyncio.timeout(timeout_s):
+        while not all(ref in arrived for ref in wanted):
+            await asyncio.sleep(0.05)
+            assert not consumer.done(), consumer

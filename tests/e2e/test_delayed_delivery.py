@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from delayedrun import now_ms, produce_delayed, sample_loop
+from delayedrun import now_ms, produce_delayed, sample_loop, until_arrived
 
 from danube.up import ProcessSpec, ServerProcess
 
@@ -149,10 +149,7 @@ async def test_delayed_messages_come_at_their_time_across_a_dispatcher_sigkill(
             )
             dispatchers.append(second)
             await asyncio.to_thread(second.start)
-            async with asyncio.timeout(60):
-                while not due.keys() <= seen.arrivals.keys():
-                    await asyncio.sleep(0.05)
-                    assert not consumer.done(), consumer
+            await until_arrived(due.keys(), seen.arrivals, consumer)
             done.set()
             await consumer
     finally:

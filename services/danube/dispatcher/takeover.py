@@ -10,7 +10,7 @@ from danube.dispatcher import metrics
 from danube.meta import MetaError, MetaStore
 from danube.meta.kv import KeyValue
 from danube.meta.records import Owner
-from danube.runtime.liveness import end_lease_if_gone as end_if_gone
+from danube.runtime import liveness
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ async def end_lease_if_gone(store: MetaStore, me: str, owner: Owner, kv: KeyValu
     TTL: its registration and every owner key it held go at once, and their claims go
     through now. True when the key may be free now (``me``: the claimant, for the log)."""
     try:
-        ended = await end_if_gone(store, "dispatcher", owner.node_id, kv.lease_id)
+        ended = await liveness.end_lease_if_gone(store, "dispatcher", owner.node_id, kv.lease_id)
     except MetaError as exc:  # etcd away: the claim waits for the lease as before
         log.info("dispatcher %s: %s's lease not ended: %s", me, owner.node_id, exc)
         return False
