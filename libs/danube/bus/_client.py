@@ -27,6 +27,13 @@ only then the caller's own wake-up. On a loaded machine each wake-up is ~100 µs
   waking the subscription's task; otherwise it is queued as before (so arrival order and the
   bounded pending queue, the back-pressure of :mod:`danube.bus.rpc`, are unchanged).
 
+- **A PONG for a flush that gave up.** nats-py keeps each PING's future in ``_pongs`` and
+  sets the next one's result as a PONG comes, whether or not the flush that made it has
+  timed out or been cancelled: the ``InvalidStateError`` then ends the read loop with
+  only a log line, and the connection, still "connected", receives nothing more (a CI
+  rolling restart saw an ingest node go deaf for 10 s while it handed over). Here a PONG
+  still answers the oldest PING in order, and a future already done is let be.
+
 These override private methods of nats-py 2.16.0 (pinned in pyproject.toml);
 ``tests/integration/test_bus_fast_path.py`` holds their behaviour.
 """
@@ -66,6 +73,16 @@ class FastClient(Client):
         self._reply_prefix_len = 0
         self._wrote_through = False  # in this loop turn
         self._inline: weakref.WeakValueDictionary[int, InlineTarget] = weakref.WeakValueDictionary()
+
+    # --- reading --------------------------------------------------------------------------
+
+    async def _process_pong(self) -> None:
+        if self._pongs:
+            future = self._pongs.pop(0)  # the oldest PING's, answered or not
+            if not future.done():  # its flush may have timed out or been cancelled
+                future.set_result(True)
+            self._pongs_received += 1
+            self._pings_outstanding = 0
 
     # --- writing --------------------------------------------------------------------------
 
