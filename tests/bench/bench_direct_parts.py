@@ -36,10 +36,10 @@ from pathlib import Path
 import uvloop
 
 from danube.client import AsyncDanubeClient
-from danube.client._wire import Http1Pool
 from danube.frame import Record, encode_record
 from danube.frame.produce import frame_for_produce
 from danube.ingest.wal import Durability, Wal, WalOptions
+from danube.wire.http1 import Http1Pool
 
 from mesh import bench_mesh
 

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import cast
 
 from danube.bus import Bus, NoRespondersError, Reply, Request
-from danube.client._wire import Http1Pool
 from danube.config import BusConfig
 from danube.up import ServerProcess, free_port
 from danube.up.servers import ProcessSpec
+from danube.wire.http1 import Http1Pool
 
 _LENGTH = struct.Struct("<I")
 _OFFSET = struct.Struct("<Q")

@@ -1,4 +1,4 @@
-"""The SDK's lean HTTP/1.1 client (danube.client._wire) against its twin, httpx, through
+"""The SDK's lean HTTP/1.1 client (danube.wire.http1) against its twin, httpx, through
 HttpCore on a raw loopback server: the same requests arrive, and every answer (framed by
 length, chunks or the close; damaged, cut or not HTTP at all) ends the same way on both."""
 

@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from danube.client import AsyncDanubeClient
-from danube.client._wire import WireAnswer
 from danube.frame import Record
 from danube.frame.produce import encode_produce_frame
+from danube.wire.http1 import WireAnswer
 from tests.integration.test_discovery_api import (
     MAX_MESSAGES,
     MAX_PAYLOAD,

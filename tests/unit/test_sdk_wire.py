@@ -1,4 +1,4 @@
-"""The SDK's lean HTTP/1.1 client (danube.client._wire) against a fake server on loopback:
+"""The SDK's lean HTTP/1.1 client (danube.wire.http1) against a fake server on loopback:
 an answer that keeps the connection alive leaves it for the next request; one that says
 ``connection: close`` does not."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from danube.client._wire import Http1Pool
+from danube.wire.http1 import Http1Pool
 
 _KEPT = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 _CLOSE = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"

@@ -1,7 +1,7 @@
 """The SDK's one HTTP seam: an ``httpx.AsyncClient``, JSON in and out, and the mapping of
 every failure to :mod:`danube.client.errors`. Tests plug a fake in through ``transport``.
 
-The producer's posts (``lean=True``) go through :mod:`danube.client._wire` instead (a kept-
+The producer's posts (``lean=True``) go through :mod:`danube.wire.http1` instead (a kept-
 alive HTTP/1.1 connection, a fraction of httpx's CPU per request) unless a transport is
 plugged in; their answers and errors map the same way."""
 
@@ -16,7 +16,6 @@ from urllib.parse import urlencode
 
 import orjson
 
-from danube.client._wire import Http1Pool
 from danube.client.errors import (
     ClientError,
     DeadlineExceededError,
@@ -25,6 +24,7 @@ from danube.client.errors import (
     error_from_body,
 )
 from danube.client.retry import RetryPolicy, is_retriable, retrying
+from danube.wire.http1 import Http1Pool
 
 if TYPE_CHECKING:
     # httpx is imported with the client made at the first request that needs it (below).

@@ -75,6 +75,7 @@ async def serve(settings: DanubeSettings, node_id: str, stop: asyncio.Event) -> 
             # Closed doors of a node that still leads would look like a killed node's to
             # its followers (danube.ingest.fetcher): it names none while it hands over.
             await s.withdraw_doors()
+            node.ctx.links.serve_at(None)  # nor offers its followers links to them
         if door is not None:
             await door.close()
         if grpc is not None:

@@ -5,12 +5,13 @@ from the settings."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from danube.bus import Bus
 from danube.config import DanubeSettings
 from danube.ingest.buswatch import BusWatch
 from danube.ingest.nodelease import NodeLease
+from danube.ingest.replica_link import ReplicaLinks
 from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import FileOps
 from danube.meta import Lease, MetaStore
@@ -33,6 +34,9 @@ class NodeContext:
     # Leaders provably gone (killed), found by their followers: their leases ended at once
     # rather than waited out (danube.runtime.liveness; None: never ended early).
     gone_leaders: GoneNodes | None = None
+    # Followers' fetches straight to their leaders' data doors, and the door this node
+    # offers as a leader (danube.ingest.replica_link; nothing offered until its door listens).
+    links: ReplicaLinks = field(default_factory=ReplicaLinks)
 
     @property
     def bus_lost(self) -> bool:

@@ -21,6 +21,10 @@ The checks, in order (the first refusal answers; nothing is stored):
 6. the partition's share of the topic's publish rate and backlog quota, then the append
    (danube.ingest.handlers: the bus's path shares it from here on).
 
+The door also answers the fetches of the partitions' followers,
+``POST /v1/replicas/{ns}/{partition}/fetch`` with the leadership term's ticket
+(danube.ingest.replica_link): 401 without it, 421 where this node does not lead.
+
 At most ``ingest.data_max_inflight`` connections have a produce in progress, counted by the
 listener from its head (the next: 429 at once, before its body is read); each has
 ``ingest.data_timeout_s`` from its head's arrival to be answered (its body's arrival
@@ -54,6 +58,7 @@ from danube.frame.batch import FrameBatch
 from danube.ingest import leadership, metrics
 from danube.ingest.handlers import PartitionHandlers
 from danube.ingest.node import Node
+from danube.ingest.replica_link import CONTENT_TYPE, TICKET_HEADER
 from danube.meta import MetaStore, TopicName
 from danube.meta.doors import node_door
 from danube.names import produce_topic
@@ -79,6 +84,7 @@ from danube.wire.produce_binary import RECORDS_TYPE, parse_binary_params, runs_a
 log = logging.getLogger(__name__)
 
 _PRODUCE_PATH = re.compile(r"/v1/topics/([^/]+)/([^/]+)/messages")
+_REPLICA_PATH = re.compile(r"/v1/replicas/([^/]+)/([^/]+)/fetch")
 _ACTION = "produce (data door)"
 _BODY_SETTING = "ingest.data_body_bytes_max"
 # Admission's refusals on this process: danube_ingest_policy_refusals_total and the like.
@@ -112,11 +118,15 @@ class DataDoor:
 
     async def _answer(self, request: DoorRequest) -> Answer:
         match = _PRODUCE_PATH.fullmatch(request.path)
-        if match is None:
+        replica = None if match is not None else _REPLICA_PATH.fullmatch(request.path)
+        if match is None and replica is None:
             raise NotFoundError(f"no route {request.path} on an ingest data door")
         if request.method != "POST":
             body = orjson.dumps(_code("method_not_allowed", "POST only"))
             return 405, body, JSON, {"Allow": "POST"}
+        if replica is not None:
+            return await self.replica_fetch(request, TopicName(replica[1], replica[2]))
+        assert match is not None
         _check_headers(request.headers)
         async with asyncio.timeout_at(request.deadline):
             return await self.produce(request, match[1], match[2])
@@ -160,6 +170,17 @@ class DataDoor:
         duplicates = [reply.duplicate_at(i) for i in range(count)]
         answer = runs_answer([name], [0] * count, offsets, duplicates, config.partitions)
         return 200, answer, JSON, None
+
+    async def replica_fetch(self, request: DoorRequest, name: TopicName) -> Answer:
+        """A follower's fetch over its link (danube.ingest.replica_link): answered as on
+        the bus, for the partition's leader and the term's ticket only."""
+        handlers = self.leaders.leader_of(name)
+        if handlers is None:
+            raise NotLeaderError(f"this node does not lead {name}")
+        ticket = request.header(TICKET_HEADER.encode("ascii"))
+        answer = await handlers.link_fetch(ticket, request.body)
+        metrics.REPLICA_LINK_FETCHES.inc()
+        return 200, answer, CONTENT_TYPE, None
 
     async def _not_leader(self, name: TopicName) -> DanubeError:
         """The refusal of a produce to a partition this node does not lead: where its
@@ -253,6 +274,7 @@ async def open_door(
     async with asyncio.timeout(DOOR_START_S):
         await listener.start(ingest.host, ingest.data_port)
     url = ingest.data_advertised_url or advertised_url(ingest, listener.port)
+    node.ctx.links.serve_at(url)  # followers fetch here (danube.ingest.replica_link)
     await session.advertise(url)
     log.info("ingest %s: data door at %s", node.node_id, url)
     return listener

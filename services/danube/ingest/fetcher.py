@@ -7,6 +7,8 @@
    asked is the follower's report of what it holds durably, which is what moves the
    leader's high watermark. Append the frames (CRC-checked on arrival) at the same offsets,
    with the leader's epoch entries written first; mirror the leader's WAL start (retention).
+   The fetches go straight to the leader's data door when it offers a link with its epoch
+   history (danube.ingest.replica_link), else over the bus.
 
 The loop ends when the leader answers that its epoch is over; the replica then reconciles.
 
@@ -34,6 +36,7 @@ from danube.config import DanubeSettings
 from danube.frame import Frame, decode_frames
 from danube.ingest import metrics
 from danube.ingest.epochs import EpochHistory, divergence
+from danube.ingest.replica_link import RETRY_S, LinkError, LinkOffer, ReplicaLink, ReplicaLinks
 from danube.ingest.wal import DiskFullError, Wal
 from danube.meta import MetaError, MetaStore, TopicName
 from danube.meta import keys as meta_keys
@@ -80,6 +83,8 @@ class NodeView(Protocol):
     def store(self) -> MetaStore: ...
     @property
     def gone_leaders(self) -> GoneNodes | None: ...
+    @property
+    def links(self) -> ReplicaLinks: ...
 
 
 class Follower(Protocol):
@@ -113,6 +118,8 @@ class Fetcher:
         self.epoch = epoch
         self._leader_history = EpochHistory()
         self.answered_s: float | None = None  # time.monotonic() of the leader's last answer
+        self._link: ReplicaLink | None = None  # fetching straight from the leader's door
+        self._no_link_until_s = 0.0  # time.monotonic() before which the bus is used
 
     def heard_within(self, within_s: float, now_s: float) -> bool:
         """Whether the leader answered a fetch at this epoch within ``within_s``."""
@@ -121,22 +128,49 @@ class Fetcher:
     async def run(self) -> None:
         """Follow until the epoch is over (then tell the replica) or cancelled."""
         failures = 0
-        while True:
-            try:
-                await self._truncate_to_divergence()
-                await self._fetch_loop()
-                self.replica.follow_ended()
-                return
-            except _Restart:
-                continue
-            except (BusError, TimeoutError, protocol.BadRequestError, DiskFullError) as exc:
-                failures += 1
-                log.info("%s: following %s failed: %s", self.replica.name, self.leader, exc)
-                if isinstance(exc, BusError | TimeoutError):
-                    await self._leader_gone()  # a killed leader: its lease ends now
-                await asyncio.sleep(backoff_s(failures - 1, base_s=0.05, cap_s=1.0))
-            except GoneError:
-                await asyncio.sleep(QUIET_S)  # the replica reconciles and ends this loop
+        try:
+            while True:
+                try:
+                    await self._truncate_to_divergence()
+                    await self._fetch_loop()
+                    self.replica.follow_ended()
+                    return
+                except _Restart:
+                    continue
+                except LinkError as exc:
+                    # Over the bus from now on (for RETRY_S); at once, without a backoff:
+                    # the link may have failed for itself. A killed leader's door refuses.
+                    failures += 1
+                    metrics.REPLICA_LINK_FAILURES.inc()
+                    log.info("%s: %s; fetching over the bus", self.replica.name, exc)
+                    self._no_link_until_s = time.monotonic() + RETRY_S
+                    await self._drop_link()
+                    await self._leader_gone()
+                    continue
+                except (BusError, TimeoutError, protocol.BadRequestError, DiskFullError) as exc:
+                    failures += 1
+                    log.info("%s: following %s failed: %s", self.replica.name, self.leader, exc)
+                    if isinstance(exc, BusError | TimeoutError):
+                        await self._leader_gone()  # a killed leader: its lease ends now
+                    await asyncio.sleep(backoff_s(failures - 1, base_s=0.05, cap_s=1.0))
+                except GoneError:
+                    await asyncio.sleep(QUIET_S)  # the replica reconciles and ends this loop
+        finally:
+            await self._drop_link()
+
+    async def _take_link(self, offer: LinkOffer | None) -> None:
+        """Fetch over the link ``offer`` names from now on, if it may (else the bus)."""
+        link = self._link
+        if link is not None and link.offer == offer:
+            return
+        await self._drop_link()
+        if offer is not None and time.monotonic() >= self._no_link_until_s:
+            self._link = self.replica.ctx.links.open(self.leader, offer, self.replica.name)
+
+    async def _drop_link(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            await link.close()
 
     async def _leader_gone(self) -> bool:
         """Whether this epoch's leader is provably gone; if so its lease is ended (its
@@ -170,6 +204,7 @@ class Fetcher:
             raise protocol.BadRequestError(f"leader answered epoch {body.get('epoch')}")
         self._leader_history = EpochHistory.from_json(body["epochs"])
         leader_end = int(body["end"])
+        await self._take_link(LinkOffer.from_json(body.get("link")))
         wal = replica.wal
         assert wal is not None
         mine = replica.history or EpochHistory()
@@ -183,30 +218,36 @@ class Fetcher:
         replica = self.replica
         ctx = replica.ctx
         bus = ctx.bus
-        wait_ms = int(ctx.settings.ingest.replica_fetch_wait_s * 1000)
+        ingest = ctx.settings.ingest
         max_bytes = max(body_limit(bus.max_payload_bytes), 4096)
         subject = bus.subjects.repl_fetch(replica.name)
         while True:
             wal = replica.wal
             assert wal is not None
+            link = self._link
+            # A long poll on the door is answered within its timeout: half of it at most.
+            wait_s = ingest.replica_fetch_wait_s
+            if link is not None:
+                wait_s = min(wait_s, ingest.data_timeout_s / 2)
             request = replication.ReplFetchRequest(
                 self.epoch,
                 wal.durable_next,
                 max_bytes,
-                wait_ms,
+                int(wait_s * 1000),
                 ctx.node_id,
                 damaged=replica.copy_damaged,  # never handed leadership before it repaired
-            )
+            ).encode()
+            timeout_s = wait_s + _REQUEST_MARGIN_S
             raw = await unless_gone(
-                bus.request(
-                    subject, request.encode(), timeout_s=wait_ms / 1000 + _REQUEST_MARGIN_S
-                ),
+                link.fetch(request, timeout_s)
+                if link is not None
+                else _over_bus(bus, subject, request, timeout_s),
                 self._leader_gone,
-                quiet_s=wait_ms / 1000 + QUIET_S,
+                quiet_s=wait_s + QUIET_S,
                 every_s=AGAIN_S,
                 name=f"fetch of {replica.name} from {self.leader}",
             )
-            reply = replication.decode_repl_reply(raw.body)
+            reply = replication.decode_repl_reply(raw)
             if reply.status is replication.ReplStatus.WRONG_EPOCH:
                 return
             self.answered_s = time.monotonic()
@@ -244,3 +285,8 @@ class Fetcher:
             # where it lies: the leader's offsets, so the leader's bytes).
             await wal.append([frame.payload for frame in batch])
         metrics.REPLICATED_MESSAGES.inc(len(frames))
+
+
+async def _over_bus(bus: Bus, subject: str, request: bytes, timeout_s: float) -> bytes:
+    reply = await bus.request(subject, request, timeout_s=timeout_s)
+    return reply.body

@@ -21,10 +21,12 @@ from danube.frame.record import SequenceRun
 from danube.ingest import copies, leadership, metrics, timeseek
 from danube.ingest.quota import BacklogGuard
 from danube.ingest.ratelimit import PublishRate
+from danube.ingest.replica_link import ReplicaLinks, new_ticket, ticket_matches
 from danube.ingest.sequencing import OutOfOrderSequenceError, ProducerFencedError
 from danube.ingest.throttle import TokenBucket
 from danube.ingest.wal import BelowWalStartError, DiskFullError, WalCorruptionError
 from danube.meta import MetaStore
+from danube.security.errors import UnauthenticatedError
 from danube.wire.ingest import control, protocol, replication
 from danube.wire.limits import RATE_LIMITED, PartitionLimits, rate_limited_message
 from danube.wire.sizes import RECORD_OVERHEAD_BYTES, body_limit
@@ -74,8 +76,12 @@ class PartitionHandlers:
         store: MetaStore,
         catchup: TokenBucket | None = None,
         on_damage: Callable[[int], None] = lambda offset: None,
+        links: ReplicaLinks | None = None,
     ) -> None:
         self.partition = partition
+        # Followers may fetch over a link to this node's data door with this term's ticket.
+        self.links = links
+        self.link_ticket = new_ticket()
         # A read found a bad frame of this copy at an offset: the replica repairs it.
         self.on_damage = on_damage
         # Catch-up fetches (followers outside the ISR) draw from the node's bucket and, when
@@ -211,9 +217,20 @@ class PartitionHandlers:
         )
 
     async def repl_fetch(self, request: Request) -> bytes:
+        """A follower's fetch over the bus (:meth:`fetch_frames`)."""
+        return await self.fetch_frames(request.body)
+
+    async def link_fetch(self, ticket: str | None, body: bytes) -> bytes:
+        """A follower's fetch over its link to this node's data door
+        (danube.ingest.replica_link): :meth:`fetch_frames`, for the term's ticket only."""
+        if not ticket_matches(self.link_ticket, ticket):
+            raise UnauthenticatedError(f"{self.partition.name}: not this term's replica ticket")
+        return await self.fetch_frames(body)
+
+    async def fetch_frames(self, body: bytes) -> bytes:
         """A follower's fetch: it holds everything below ``from_offset`` durably; answer
         what follows (waiting up to ``wait_ms`` for it), uncommitted frames included."""
-        fetch = replication.ReplFetchRequest.decode(request.body)
+        fetch = replication.ReplFetchRequest.decode(body)
         partition = self.partition
         wal = partition.wal
         epoch = partition.term.epoch
@@ -374,14 +391,18 @@ class PartitionHandlers:
         return orjson.dumps({"removed": removed})
 
     async def repl_epochs(self, request: Request) -> bytes:
+        """The epoch history and end a follower compares its log with, and the link it may
+        fetch over (danube.ingest.replica_link)."""
         partition = self.partition
-        return orjson.dumps(
-            {
-                "epoch": partition.term.epoch,
-                "end": partition.wal.durable_next,
-                "epochs": partition.history.to_json(),
-            }
-        )
+        answer: dict[str, object] = {
+            "epoch": partition.term.epoch,
+            "end": partition.wal.durable_next,
+            "epochs": partition.history.to_json(),
+        }
+        offer = None if self.links is None else self.links.offer(self.link_ticket)
+        if offer is not None:
+            answer["link"] = offer.to_json()
+        return orjson.dumps(answer)
 
     async def drop_below(self, request: Request) -> bytes:
         # Never past what is committed (retention only asks for uploaded offsets anyway).

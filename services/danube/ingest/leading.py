@@ -121,6 +121,7 @@ class LeaderActs:
             store=ctx.store,
             catchup=ctx.catchup,
             on_damage=self.repairer.report,
+            links=ctx.links,
         )
         responders = await handlers.serve(ctx.bus)
         tasks = partition.tasks  # one that fails fences the partition

@@ -194,3 +194,16 @@ PRODUCER_STATE_REBUILD_SECONDS = Histogram(
     "Rebuilding a partition copy's producers' states at open: its snapshot and the log after it",
     buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0),
 )
+# Followers' fetches straight to their leader's data door (danube.ingest.replica_link).
+REPLICA_LINK_FETCHES = Counter(
+    "danube_ingest_replica_link_fetches",
+    "Follower fetches this node answered, as a leader, on its data door (not over the bus)",
+)
+REPLICA_LINK_FAILURES = Counter(
+    "danube_ingest_replica_link_failures",
+    "Links to a leader's data door this node's followers gave up on (refused, cut, not 200); "
+    "they fetch over the bus for a while",
+)
+REPLICA_LINKS_HELD = Gauge(
+    "danube_ingest_replica_links", "Links this node's followers hold to their leaders' doors"
+)

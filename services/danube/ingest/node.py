@@ -107,6 +107,7 @@ class Node:
             gone_leaders=GoneNodes(store, "ingest", on_ended=_leader_ended),
         )
         metrics.LEASELESS_SECONDS.set_function(self.leases.leaseless_s)
+        metrics.REPLICA_LINKS_HELD.set_function(lambda: self.ctx.links.held)
         metrics.OPEN_SEGMENT_FILES.set_function(lambda: ops.open_count)
         metrics.SEGMENT_FILE_REOPENS.set_function(lambda: ops.reopens)
         metrics.WAL_DISK_FULL.labels(str(wal_root)).set_function(lambda: int(ops.disk_full))

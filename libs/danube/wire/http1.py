@@ -1,6 +1,7 @@
-"""A lean HTTP/1.1 client for the producer's requests: kept-alive connections to one server,
-each request written in one ``write``, its answer parsed by httptools (llhttp, the parser
-uvicorn uses).
+"""A lean HTTP/1.1 client: kept-alive connections to one server, each request written in one
+``write``, its answer parsed by httptools (llhttp, the parser uvicorn uses). The SDK's
+producer posts with it, and an ingest follower fetches from its leader's data door
+(danube.ingest.replica_link).
 
 Why not httpx for these: a produce of one message spent 1.2-2.4 ms of client CPU in httpx
 (its request and response models, header validation, anyio, two socket sends per request)
