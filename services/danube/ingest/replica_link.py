@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from danube.errors import UnavailableError
 from danube.meta import TopicName
 from danube.wire.http1 import Http1Pool
 
@@ -43,8 +44,11 @@ _TICKET_CHARS_MAX = 64
 _URL_CHARS_MAX = 2048
 
 
-class LinkError(Exception):
-    """A fetch over the link failed: refused, cut, timed out, or answered other than 200."""
+class LinkError(UnavailableError):
+    """A fetch over the link failed: refused, cut, timed out, or answered other than 200
+    (the follower fetches over the bus instead)."""
+
+    code = "replica_link_failed"
 
 
 @dataclass(frozen=True, slots=True)
