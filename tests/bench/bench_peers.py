@@ -102,6 +102,9 @@ class Counts:
     e2e_s: float = 5.0
 
 
+E2E_WARMUP_S = 1.0
+
+
 QUICK = Counts(
     batched=5_000,
     batched_js=2_000,
@@ -182,11 +185,18 @@ COMPARISONS = (
     ),
     Comparison("produce→deliver at 1 000 msg/s", "p50 ms", "e2e1000.mesh.p50_ms"),
     Comparison(
-        "produce→deliver at 1 000 msg/s", "p99 ms", "e2e1000.mesh.p99_ms", goal="goal p99 ≤ 10 ms"
+        "produce→deliver at 1 000 msg/s", "p99 ms", "e2e1000.mesh.p99_ms", goal="goal p99 ≤ 5 ms"
     ),
     Comparison("produce→deliver at 5 000 msg/s", "p50 ms", "e2e5000.mesh.p50_ms"),
     Comparison(
-        "produce→deliver at 5 000 msg/s", "p99 ms", "e2e5000.mesh.p99_ms", goal="goal p99 ≤ 25 ms"
+        "produce→deliver at 5 000 msg/s", "p99 ms", "e2e5000.mesh.p99_ms", goal="goal p99 ≤ 10 ms"
+    ),
+    # The first second of those runs, reported apart (danube bench --warmup).
+    Comparison(
+        "produce→deliver at 1 000 msg/s, its first second", "p99 ms", "e2e1000.mesh.warmup_p99_ms"
+    ),
+    Comparison(
+        "produce→deliver at 5 000 msg/s, its first second", "p99 ms", "e2e5000.mesh.warmup_p99_ms"
     ),
 )
 
@@ -474,7 +484,10 @@ class Bench:
             [partial(self._peer, "consume.jetstream", out, partial(js_consume, js, c.consume_js))],
         )
         for rate in (1000, 5000):
-            args = ["--rate", str(rate), "-d", str(c.e2e_s)]
+            # The steady state's latencies: the first second's (the first lookups and
+            # connections, the topic's first leader) are reported apart (--warmup).
+            duration_s = c.e2e_s + E2E_WARMUP_S
+            args = ["--rate", str(rate), "-d", str(duration_s), "--warmup", str(E2E_WARMUP_S)]
             await self._mesh(f"e2e{rate}", "e2e", args, out)
         return out
 
@@ -490,6 +503,9 @@ class Bench:
         if latency:
             out[f"{row}.mesh.p50_ms"] = float(latency["p50"])
             out[f"{row}.mesh.p99_ms"] = float(latency["p99"])
+        warmup = result.get("warmup_latency_ms")
+        if warmup:
+            out[f"{row}.mesh.warmup_p99_ms"] = float(warmup["p99"])
         return result
 
     async def _mesh_batched(self, out: dict[str, float]) -> None:

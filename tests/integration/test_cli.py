@@ -171,6 +171,41 @@ async def test_an_unreachable_server_is_an_error_not_a_traceback() -> None:
     assert "Traceback" not in err
 
 
+async def test_bench_warmup_reports_the_start_apart(consume_http: httpx.AsyncClient) -> None:
+    """--warmup: the messages sent in the first seconds are produced, delivered and counted
+    like any, their latencies reported apart (the first lookups and connections)."""
+    url = _url(consume_http)
+    code, out, err = await _danube(
+        "bench", "e2e", "-s", url, "-d", "1.5", "--rate", "400", "--warmup", "0.5",
+        "--size", "100", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["consumed"] == result["produced"] > 0
+    assert result["warmup_s"] == 0.5
+    warm, steady = result["warmup_latency_ms"], result["latency_ms"]
+    # Paced at 400/s: about a third of the messages were sent in the first half second.
+    assert 0.2 < warm["samples"] / result["consumed"] < 0.45, (warm, steady)
+    assert warm["samples"] + steady["samples"] == result["consumed"]
+    stored = result["produce_latency_ms"]["samples"]
+    assert stored + result["warmup_produce_latency_ms"]["samples"] == result["produced"]
+    # The first message (its lookup and connections) is the warm-up's.
+    assert warm["max"] >= steady["p50"]
+
+    code, out, err = await _danube(
+        "bench", "produce", "-s", url, "-d", "1", "--rate", "200", "--warmup", "0.5", "--json"
+    )
+    assert code == 0, err
+    produced = json.loads(out)
+    warm, steady = produced["warmup_latency_ms"], produced["latency_ms"]
+    assert warm["samples"] + steady["samples"] == produced["messages"]
+    assert 0.3 < warm["samples"] / produced["messages"] < 0.7
+
+    code, out, err = await _danube("bench", "produce", "-s", url, "-n", "50", "--json")
+    assert code == 0, err
+    assert "warmup_latency_ms" not in json.loads(out)  # none asked: none reported
+
+
 async def test_bench_e2e_json_counts_and_latencies(consume_http: httpx.AsyncClient) -> None:
     url = _url(consume_http)
     code, out, err = await _danube(

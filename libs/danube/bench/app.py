@@ -62,6 +62,16 @@ Count = Annotated[
     int | None, typer.Option("--count", "-n", min=1, help="Messages (instead of --duration).")
 ]
 Rate = Annotated[float, typer.Option("--rate", min=0, help="Messages/s in all (0: max).")]
+Warmup = Annotated[
+    float,
+    typer.Option(
+        "--warmup",
+        min=0,
+        max=3600,
+        help="Seconds at the start whose messages' latencies are reported apart "
+        "(warmup_latency_ms): the first lookups and connections.",
+    ),
+]
 Partitions = Annotated[
     int, typer.Option("--partitions", "-p", min=0, max=1024, help="Partitions of a new topic.")
 ]
@@ -140,6 +150,7 @@ def produce(
     duration: Duration = 10.0,
     count: Count = None,
     rate: Rate = 0.0,
+    warmup: Warmup = 0.0,
     partitions: Partitions = 0,
     transport: TransportOption = "binary",
     send_many: Annotated[
@@ -177,6 +188,7 @@ def produce(
         duration_s=duration,
         count=count,
         rate=rate,
+        warmup_s=warmup,
         transport=transport,
         send_many=send_many,
         sync=sync,
@@ -229,6 +241,7 @@ def e2e(
     duration: Duration = 10.0,
     count: Count = None,
     rate: Rate = 0.0,
+    warmup: Warmup = 0.0,
     partitions: Partitions = 0,
     mode: ConsumeMode = "stream",
     consume_direct: ConsumeDirect = True,
@@ -248,6 +261,7 @@ def e2e(
         duration_s=duration,
         count=count,
         rate=rate,
+        warmup_s=warmup,
         mode=mode,
         consume_direct=consume_direct,
         receiver_queue_size=queue,

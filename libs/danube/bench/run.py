@@ -133,6 +133,10 @@ class BenchSpec:
     idempotent: bool = True
     direct: bool = True  # to the leaders' data doors (idempotent producers only)
     consume_direct: bool = True  # the consumer on its subscription owner's consume door
+    # Messages sent in the run's first warmup_s are sent, stored and delivered as any, but
+    # their latencies are reported apart (``warmup_latency_ms``): the first lookups,
+    # connections and the topic's first leader are the start's, not the steady state's.
+    warmup_s: float = 0.0
 
 
 def payload_of(size: int) -> bytes:
@@ -149,6 +153,9 @@ class _Producing:
         self.meter = meter
         self.stamp = stamp
         self.latency = Latencies()
+        self.warmup = Latencies()  # of the messages sent in the warm-up (BenchSpec.warmup_s)
+        self._warm_until_ns = 0  # time.perf_counter_ns() when the warm-up ends
+        self.warm_until_wall_ns = 0  # the same moment by time.time_ns() (the stamps' clock)
         self.last_error: ClientError | None = None
         # By stamp, when the producer heard the answer (e2e; at most SAMPLES_MAX kept).
         self.acked_ns: dict[str, int] = {}
@@ -166,7 +173,7 @@ class _Producing:
                 if stamp is not None and len(self.acked_ns) < SAMPLES_MAX:
                     self.acked_ns[stamp] = time.time_ns()
                 self.meter.produced += 1
-                self.latency.add((time.perf_counter_ns() - started_ns) / 1e9)
+                self.latency_of(started_ns).add((time.perf_counter_ns() - started_ns) / 1e9)
             else:
                 self.meter.errors += 1
                 if isinstance(error, ClientError):
@@ -181,7 +188,7 @@ class _Producing:
             return
         if future.exception() is None:
             self.meter.produced += 1
-            self.latency.add((time.perf_counter_ns() - started_ns) / 1e9)
+            self.latency_of(started_ns).add((time.perf_counter_ns() - started_ns) / 1e9)
         else:
             self._settled(started_ns, None)(future)
 
@@ -193,8 +200,9 @@ class _Producing:
             if error is None:
                 self.meter.produced += count
                 latency_s = (time.perf_counter_ns() - started_ns) / 1e9
+                latency = self.latency_of(started_ns)
                 for _ in range(count):  # each message of the group waited this long
-                    self.latency.add(latency_s)
+                    latency.add(latency_s)
             else:
                 self.meter.errors += count
                 if isinstance(error, ClientError):
@@ -255,9 +263,27 @@ class _Producing:
                         await future
         # close() flushed: every future is settled.
 
+    def latency_of(self, started_ns: int) -> Latencies:
+        """Where the latency of a message sent at ``started_ns`` is counted."""
+        return self.latency if started_ns >= self._warm_until_ns else self.warmup
+
+    def start_warmup(self) -> None:
+        """The run starts now: its warm-up ends ``warmup_s`` from now."""
+        warmup_ns = int(self.spec.warmup_s * 1e9)
+        self._warm_until_ns = time.perf_counter_ns() + warmup_ns
+        self.warm_until_wall_ns = time.time_ns() + warmup_ns
+
+    def warmup_report(self) -> dict[str, Any]:
+        """The warm-up's share of a run's result (nothing without one)."""
+        if not self.spec.warmup_s:
+            return {}
+        return {"warmup_s": self.spec.warmup_s, "warmup_latency_ms": self.warmup.summary_ms()}
+
     async def run_all(self, client: AsyncDanubeClient) -> None:
         """Every producer of the run, concurrently."""
         spec = self.spec
+        if not self._warm_until_ns:  # (an e2e run started it before its consumer)
+            self.start_warmup()
         shares: list[int | None] = [None] * spec.producers
         if spec.count is not None:
             base, extra = divmod(spec.count, spec.producers)
@@ -321,6 +347,7 @@ async def bench_produce(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
         **_rates(meter.produced, spec.size_bytes, elapsed),
         **_cpu(meter.produced, cpu_s, elapsed),
         "latency_ms": producing.latency.summary_ms(),
+        **producing.warmup_report(),
     }
 
 
@@ -391,6 +418,8 @@ class _Deliveries:
         self.seen: set[tuple[str, int]] = set()
         self.duplicates = 0
         self.latency = Latencies()
+        self.warmup = Latencies()  # of messages sent in the warm-up (BenchSpec.warmup_s)
+        self.warm_until_ns = 0  # by time.time_ns(), the stamps' clock
         self.received_ns: dict[str, int] = {}  # by stamp, at most SAMPLES_MAX
 
     def take(self, message: ReceivedMessage) -> None:
@@ -405,9 +434,22 @@ class _Deliveries:
         stamp = message.attributes.get(STAMP)
         if stamp is not None:
             now_ns = time.time_ns()
-            self.latency.add((now_ns - int(stamp)) / 1e9)
+            sent_ns = int(stamp)
+            latency = self.latency if sent_ns >= self.warm_until_ns else self.warmup
+            latency.add((now_ns - sent_ns) / 1e9)
             if len(self.received_ns) < SAMPLES_MAX:
                 self.received_ns[stamp] = now_ns
+
+
+def _e2e_warmup(spec: BenchSpec, delivered: Latencies, stored: Latencies) -> dict[str, Any]:
+    """An e2e run's warm-up (nothing without one): send→delivered and send→stored."""
+    if not spec.warmup_s:
+        return {}
+    return {
+        "warmup_s": spec.warmup_s,
+        "warmup_latency_ms": delivered.summary_ms(),
+        "warmup_produce_latency_ms": stored.summary_ms(),
+    }
 
 
 async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) -> dict[str, Any]:
@@ -443,6 +485,8 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
                 message.ack()
 
         meter.started = time.monotonic()
+        producing.start_warmup()
+        deliveries.warm_until_ns = producing.warm_until_wall_ns
         async with asyncio.TaskGroup() as tg:
             receiving = tg.create_task(consume())
             await producing.run_all(client)
@@ -469,6 +513,7 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
         **_rates(len(seen), spec.size_bytes, elapsed),
         "latency_ms": deliveries.latency.summary_ms(),
         "produce_latency_ms": producing.latency.summary_ms(),
+        **_e2e_warmup(spec, deliveries.warmup, producing.warmup),
         "after_ack_ms": after_ack.summary_ms(),
         "delivered_before_ack": before_ack,
     }
