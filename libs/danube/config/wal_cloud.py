@@ -21,6 +21,9 @@ class FileSyncConfig(Section):
 
     interval_ms: Annotated[int, Field(ge=1, le=3_600_000)] = 5000
     max_batch_bytes: Annotated[int, Field(ge=4096, le=1024 * MiB)] = 10 * MiB
+    # An append that finds the WAL's writer idle is written and synced by the event loop
+    # itself, sparing two thread wake-ups (docs/wal.md, "A lone append on the loop").
+    inline_lone_appends: bool = True
 
 
 class RotationConfig(Section):

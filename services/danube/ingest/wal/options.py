@@ -70,6 +70,9 @@ class WalOptions:
     """The active segment's file is allocated this far ahead of its writes (within
     ``rotation_max_bytes``): a write then leaves the file's size alone, and its fdatasync
     commits less. 0: every write appends."""
+    inline_lone_appends: bool = False
+    """An append that finds the writer idle is written (and synced) on the event loop's
+    thread (danube.ingest.wal.commit); ingest turns it on (``file_sync.inline_lone_appends``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.durability, Durability):
@@ -126,4 +129,5 @@ class WalOptions:
             max_frame_payload_bytes=max_frame_payload_bytes,
             cache_max_bytes=cache_max_bytes,
             io_timeout_s=io_timeout_s,
+            inline_lone_appends=wal.file_sync.inline_lone_appends,
         )

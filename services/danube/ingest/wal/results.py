@@ -49,6 +49,8 @@ class WalStats:
     bytes_written: int
     rotations: int
     failed: bool
+    inline_appends: int = 0
+    """Appends written and synced on the event loop's thread (danube.ingest.wal.commit)."""
 
     def as_dict(self) -> dict[str, int | bool]:
         """The fields by name (for JSON stats replies)."""

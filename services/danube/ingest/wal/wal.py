@@ -185,6 +185,7 @@ class Wal(SegmentUpkeep):
             bytes_written=0 if writer is None else writer.bytes_written,
             rotations=0 if writer is None else writer.rotations,
             failed=self._failure is not None,
+            inline_appends=0 if self._commit is None else self._commit.inline_appends,
         )
 
     def add_durable_listener(self, listener: DurableListener) -> Callable[[], None]:
@@ -277,9 +278,11 @@ class Wal(SegmentUpkeep):
         once durable."""
         first = self._take_offsets(len(frames))
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        commit.submit((first, frames, nbytes, future))
-        if on_queued is not None:
+        if on_queued is not None:  # first: it may tell the durable listeners about it
             on_queued(first, future)
+        item = (first, frames, nbytes, future)
+        if not commit.try_inline(item):  # a lone append: written here, durable (or failed) now
+            commit.submit(item)
         await future
         return first
 
