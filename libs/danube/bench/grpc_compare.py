@@ -16,7 +16,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from danube.bench.run import Latencies, payload_of
+from danube.bench.run import payload_of
+from danube.bench.stats import Latencies
 from danube.cli._common import bearer_token
 from danube.client import AsyncDanubeClient, AsyncProducer, ClientTls
 from danube.tasks import TaskSet

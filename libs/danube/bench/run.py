@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from danube.bench.stats import SAMPLES_MAX, Latencies, cpu_summary, rates
 from danube.client.errors import ClientError, DeadlineExceededError
 
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from danube.client.producer import AsyncProducer
 
 # Latency samples kept per measure (reservoir sampling past it): bounded memory on any run.
-SAMPLES_MAX = 1_000_000
 # A consumer that receives nothing this long ends its run (the rest are reported missing).
 DRAIN_TIMEOUT_S = 30.0
 RECEIVE_STEP_S = 0.2
@@ -45,44 +45,6 @@ STAMP = "bench_ns"
 
 Kind = Literal["produce", "consume", "e2e"]
 Transport = Literal["binary", "json"]
-
-
-class Latencies:
-    """Latency samples in seconds: exact count and max, percentiles over a reservoir."""
-
-    def __init__(self, rng: random.Random | None = None) -> None:
-        self.count = 0
-        self.max_s = 0.0
-        self._samples: list[float] = []
-        self._rng = rng or random.Random(7)
-
-    def add(self, seconds: float) -> None:
-        """Record one latency."""
-        self.count += 1
-        self.max_s = max(self.max_s, seconds)
-        if len(self._samples) < SAMPLES_MAX:
-            self._samples.append(seconds)
-            return
-        slot = self._rng.randrange(self.count)
-        if slot < SAMPLES_MAX:
-            self._samples[slot] = seconds
-
-    def summary_ms(self) -> dict[str, float | int] | None:
-        """p50, p99, p99.9 and max in milliseconds (None without samples)."""
-        if not self._samples:
-            return None
-        ordered = sorted(self._samples)
-
-        def pick(q: float) -> float:
-            return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
-
-        return {
-            "p50": pick(0.50),
-            "p99": pick(0.99),
-            "p999": pick(0.999),
-            "max": round(self.max_s * 1000, 3),
-            "samples": self.count,
-        }
 
 
 @dataclass
@@ -293,24 +255,6 @@ class _Producing:
                 tg.create_task(self.run(client, share, index))
 
 
-def _rates(messages: int, size: int, elapsed_s: float) -> dict[str, float]:
-    elapsed = max(elapsed_s, 1e-9)
-    return {
-        "duration_s": round(elapsed_s, 3),
-        "msgs_per_s": round(messages / elapsed, 1),
-        "mb_per_s": round(messages * size / 1e6 / elapsed, 3),
-    }
-
-
-def _cpu(messages: int, cpu_s: float, elapsed_s: float) -> dict[str, float]:
-    """This process's CPU over a timed part of a run (see the module docstring)."""
-    return {
-        "client_cpu_s": round(cpu_s, 3),
-        "client_cpu_per_wall": round(cpu_s / max(elapsed_s, 1e-9), 3),
-        "client_cpu_us_per_msg": round(cpu_s * 1e6 / max(messages, 1), 2),
-    }
-
-
 def _base(spec: BenchSpec) -> dict[str, Any]:
     return {
         "bench": spec.kind,
@@ -344,8 +288,8 @@ async def bench_produce(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
         "errors": meter.errors,
         "last_error": str(producing.last_error) if producing.last_error else None,
         "bytes": meter.produced * spec.size_bytes,
-        **_rates(meter.produced, spec.size_bytes, elapsed),
-        **_cpu(meter.produced, cpu_s, elapsed),
+        **rates(meter.produced, spec.size_bytes, elapsed),
+        **cpu_summary(meter.produced, cpu_s, elapsed),
         "latency_ms": producing.latency.summary_ms(),
         **producing.warmup_report(),
     }
@@ -390,7 +334,7 @@ async def bench_consume(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter
         "messages": len(seen),
         "errors": meter.errors,
         "bytes": len(seen) * spec.size_bytes,
-        **_rates(len(seen), spec.size_bytes, elapsed),
+        **rates(len(seen), spec.size_bytes, elapsed),
         "latency_ms": None,
     }
 
@@ -510,7 +454,7 @@ async def bench_e2e(client: AsyncDanubeClient, spec: BenchSpec, meter: Meter) ->
         "errors": meter.errors,
         "last_error": str(producing.last_error) if producing.last_error else None,
         "bytes": len(seen) * spec.size_bytes,
-        **_rates(len(seen), spec.size_bytes, elapsed),
+        **rates(len(seen), spec.size_bytes, elapsed),
         "latency_ms": deliveries.latency.summary_ms(),
         "produce_latency_ms": producing.latency.summary_ms(),
         **_e2e_warmup(spec, deliveries.warmup, producing.warmup),
