@@ -114,6 +114,29 @@ async def test_a_failed_sync_on_the_loop_fails_the_wal(tmp_path: Path) -> None:
     await wal.close()
 
 
+async def test_a_bug_under_the_append_on_the_loop_fails_the_wal_and_frees_its_writer(
+    tmp_path: Path,
+) -> None:
+    class BrokenOps(OsFileOps):
+        broken = False
+
+        def write_at(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+            if self.broken:
+                raise RuntimeError("a bug under the writer")
+            super().write_at(fd, data, position)
+
+    ops = BrokenOps()
+    wal = await Wal.open(tmp_path / "p", options(**INLINE), file_ops=ops)
+    assert await wal.append([payload(0)]) == 0
+    ops.broken = True
+    await asyncio.sleep(0)
+    with pytest.raises(WalFailedError, match="crashed"):
+        await wal.append([payload(1)])
+    assert wal.stats().failed
+    async with asyncio.timeout(5):  # the writer thread was not left waiting for its turn
+        await wal.close()
+
+
 async def test_the_thread_and_the_loop_never_write_at_once(tmp_path: Path) -> None:
     """Interval mode: the writer thread syncs on its own cadence while the loop writes lone
     appends; the one segment writer is never in both threads' hands at once."""

@@ -192,11 +192,14 @@ class GroupCommit:
             self._end_inline(started_s)
             self._refuse(batch, exc)
             return True
-        except OSError as exc:
+        except Exception as exc:  # a failed write or sync, or a bug: the writer is given back
+            crashed = not isinstance(exc, OSError)
+            if crashed:
+                log.exception("WAL append on the loop crashed")
             with self._cond:
                 self._halted = True
             self._end_inline(started_s)
-            self._fail(f"write failed: {exc}", batch)
+            self._fail(f"the writer crashed: {exc!r}" if crashed else f"write failed: {exc}", batch)
             return True
         self._end_inline(started_s)
         self._complete(batch, result)
