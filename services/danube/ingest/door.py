@@ -178,7 +178,8 @@ class DataDoor:
         if handlers is None:
             raise NotLeaderError(f"this node does not lead {name}")
         ticket = request.header(TICKET_HEADER.encode("ascii"))
-        answer = await handlers.link_fetch(ticket, request.body)
+        async with asyncio.timeout_at(request.deadline):  # its long poll is shorter
+            answer = await handlers.link_fetch(ticket, request.body)
         metrics.REPLICA_LINK_FETCHES.inc()
         return 200, answer, CONTENT_TYPE, None
 
