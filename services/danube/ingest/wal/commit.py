@@ -23,7 +23,7 @@ segment that reached its maximum age, even when no append comes.
 writer idle — nothing queued, nothing being written or waiting to be told, no other WAL's
 thread writing, no other append written on the loop in this loop step (:class:`_Quiet`) —
 is written (and synced) by the event loop's thread itself: no thread to wake and no loop
-to wake back, ~0.07 ms of a one-at-a-time produce's ~0.6 (docs/wal.md, "A lone append on
+to wake back, ~0.08 ms of a one-at-a-time produce's ~0.6 (docs/wal.md, "A lone append on
 the loop"). The loop is blocked for that write and sync: an append that took longer than
 :data:`INLINE_SLOW_S` turns this off for :data:`INLINE_PAUSE_S` (a slow or failing disk
 must not hold the loop, whose leases and answers wait behind it). Whoever writes holds
