@@ -25,7 +25,7 @@ from danube.config import (
     WalConfig,
 )
 from danube.frame import Record, encode_record
-from danube.ingest import app, replica_link
+from danube.ingest import app, fetcher, replica_link
 from danube.meta import MetaStore
 from danube.meta import keys as meta_keys
 from danube.meta.doors import node_door
@@ -183,3 +183,34 @@ async def test_a_follower_whose_link_fails_fetches_over_the_bus(
         assert [offset for offset, _ in await _copies_equal(tmp_path, 15)] == list(range(15))
         # Not taken for a dead leader: its door accepted the connection.
         assert _sample("danube_ingest_dead_leader_leases_ended_total") == 0
+
+
+async def test_a_leader_that_offered_no_link_is_asked_again(
+    bus: Bus,
+    store: MetaStore,
+    settings_for: Callable[[str], DanubeSettings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node opens its data door after its first terms began (at its start): their
+    followers, told of no link, ask once more a while later and fetch over the link."""
+    real = replica_link.LinkOffer.from_json
+    answers: list[bool] = []
+
+    def first_without(value: object) -> replica_link.LinkOffer | None:
+        answers.append(value is not None)
+        return None if len(answers) == 1 else real(value)
+
+    monkeypatch.setattr(replica_link.LinkOffer, "from_json", staticmethod(first_without))
+    monkeypatch.setattr(fetcher, "OFFER_AGAIN_S", 0.3)
+    client = IngestClient(bus)
+    served_before = _sample("danube_ingest_replica_link_fetches_total")
+    async with _two_nodes(settings_for):
+        assert await client.produce(P, _records(5), timeout_s=15) == 0
+        assert _sample("danube_ingest_replica_link_fetches_total") == served_before  # the bus
+        await asyncio.sleep(0.6)
+        for i in range(5, 15):
+            assert await client.produce(P, _records(1, i), timeout_s=10) == i
+        assert _sample("danube_ingest_replica_link_fetches_total") - served_before >= 10
+        assert len(answers) == 2  # asked once more, and only once
+        assert [offset for offset, _ in await _copies_equal(tmp_path, 15)] == list(range(15))

@@ -64,6 +64,9 @@ not_enough_replicas for ~5 s (docs/chaos.md, isolate_leader)."""
 # every AGAIN_S (an etcd read per partition: a frozen leader's followers ask that often).
 QUIET_S = 0.25
 AGAIN_S = 1.0
+# A leader that offered no link is asked once more this long after: a node opens its data
+# door after its first terms began (at its start), and their followers asked before.
+OFFER_AGAIN_S = 5.0
 
 
 class _Restart(Exception):
@@ -120,6 +123,8 @@ class Fetcher:
         self.answered_s: float | None = None  # time.monotonic() of the leader's last answer
         self._link: ReplicaLink | None = None  # fetching straight from the leader's door
         self._no_link_until_s = 0.0  # time.monotonic() before which the bus is used
+        self._offer_again_s: float | None = None  # when to ask a leader for a link again
+        self._asked_again = False
 
     def heard_within(self, within_s: float, now_s: float) -> bool:
         """Whether the leader answered a fetch at this epoch within ``within_s``."""
@@ -204,7 +209,10 @@ class Fetcher:
             raise protocol.BadRequestError(f"leader answered epoch {body.get('epoch')}")
         self._leader_history = EpochHistory.from_json(body["epochs"])
         leader_end = int(body["end"])
-        await self._take_link(LinkOffer.from_json(body.get("link")))
+        offer = LinkOffer.from_json(body.get("link"))
+        await self._take_link(offer)
+        if offer is None and not self._asked_again:
+            self._offer_again_s = time.monotonic() + OFFER_AGAIN_S
         wal = replica.wal
         assert wal is not None
         mine = replica.history or EpochHistory()
@@ -222,6 +230,10 @@ class Fetcher:
         max_bytes = max(body_limit(bus.max_payload_bytes), 4096)
         subject = bus.subjects.repl_fetch(replica.name)
         while True:
+            again_s = self._offer_again_s
+            if again_s is not None and time.monotonic() >= again_s:
+                self._offer_again_s, self._asked_again = None, True
+                raise _Restart()  # its epochs again, and the link they may offer now
             wal = replica.wal
             assert wal is not None
             link = self._link
