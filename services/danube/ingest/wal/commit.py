@@ -209,7 +209,9 @@ class GroupCommit:
         with self._cond:
             self._writing = False
             self._busy_op, self._current = None, []
-            self._cond.notify()  # the thread may have waited for its turn
+            # The thread waited for its turn, or must see what this write left it to do (an
+            # interval sync, a new segment's age): it recomputes its wait either way.
+            self._cond.notify()
         self.inline_appends += 1
         took_s = time.monotonic() - started_s
         if took_s > INLINE_SLOW_S:
