@@ -91,6 +91,24 @@ def _sample(name: str) -> float:
     return REGISTRY.get_sample_value(name) or 0.0
 
 
+def _change_offers(
+    monkeypatch: pytest.MonkeyPatch,
+    change: Callable[[int, replica_link.LinkOffer | None], replica_link.LinkOffer | None],
+) -> list[replica_link.LinkOffer | None]:
+    """Followers read the leaders' offers through ``change(n, offer)`` (``n``: how many
+    were read so far, this one included); the offers read, as the follower took them."""
+    real = replica_link.LinkOffer.from_json
+    taken: list[replica_link.LinkOffer | None] = []
+
+    def changed(value: object) -> replica_link.LinkOffer | None:
+        taken.append(None)
+        taken[-1] = change(len(taken), real(value))
+        return taken[-1]
+
+    monkeypatch.setattr(replica_link.LinkOffer, "from_json", staticmethod(changed))
+    return taken
+
+
 async def _leader(store: MetaStore) -> str:
     owner = await store.get_model(meta_keys.partition_owner_key(P), Owner)
     assert owner is not None
@@ -164,13 +182,9 @@ async def test_a_follower_whose_link_fails_fetches_over_the_bus(
 ) -> None:
     """The follower's ticket is wrong (as after a leader's term changed under it): its link
     is refused, given up, and every fetch after it goes over the bus."""
-    real = replica_link.LinkOffer.from_json
-
-    def spoiled(value: object) -> replica_link.LinkOffer | None:
-        offer = real(value)
-        return None if offer is None else replica_link.LinkOffer(offer.url, "stale")
-
-    monkeypatch.setattr(replica_link.LinkOffer, "from_json", staticmethod(spoiled))
+    _change_offers(
+        monkeypatch, lambda n, offer: offer and replica_link.LinkOffer(offer.url, "stale")
+    )
     client = IngestClient(bus)
     failures_before = _sample("danube_ingest_replica_link_failures_total")
     served_before = _sample("danube_ingest_replica_link_fetches_total")
@@ -194,21 +208,16 @@ async def test_a_leader_that_offered_no_link_is_asked_again(
 ) -> None:
     """A node opens its data door after its first terms began (at its start): their
     followers, told of no link, ask once more a while later and fetch over the link."""
-    real = replica_link.LinkOffer.from_json
-    answers: list[bool] = []
-
-    def first_without(value: object) -> replica_link.LinkOffer | None:
-        answers.append(value is not None)
-        return None if len(answers) == 1 else real(value)
-
-    monkeypatch.setattr(replica_link.LinkOffer, "from_json", staticmethod(first_without))
+    answers = _change_offers(monkeypatch, lambda n, offer: None if n == 1 else offer)
     monkeypatch.setattr(fetcher, "OFFER_AGAIN_S", 0.3)
     client = IngestClient(bus)
     served_before = _sample("danube_ingest_replica_link_fetches_total")
     async with _two_nodes(settings_for):
         assert await client.produce(P, _records(5), timeout_s=15) == 0
         assert _sample("danube_ingest_replica_link_fetches_total") == served_before  # the bus
-        await asyncio.sleep(0.6)
+        async with asyncio.timeout(COPIED_S):  # asked again: the offer taken this time
+            while len(answers) < 2:  # noqa: ASYNC110  (a count of calls: no event to await)
+                await asyncio.sleep(0.02)
         for i in range(5, 15):
             assert await client.produce(P, _records(1, i), timeout_s=10) == i
         assert _sample("danube_ingest_replica_link_fetches_total") - served_before >= 10

@@ -129,7 +129,8 @@ class ReplicaLinks:
         self._held[leader] += 1
         return ReplicaLink(self, leader, offer, fetch_path(name))
 
-    def _release(self, leader: str) -> None:
+    def release(self, leader: str) -> None:
+        """A link to ``leader`` is closed: its place is free."""
         self._held[leader] -= 1
         if self._held[leader] <= 0:
             del self._held[leader]
@@ -166,6 +167,6 @@ class ReplicaLink:
         if not self._open:
             return
         self._open = False
-        self._links._release(self.leader)
+        self._links.release(self.leader)
         with contextlib.suppress(OSError):
             await self._pool.aclose()
