@@ -195,16 +195,6 @@ async def test_scale_out_then_drain_under_load(
                 f"drain of ingest-2: done in "
                 f"{asyncio.get_running_loop().time() - drain_started:.1f}s, leaders {dict(counts)}"
             )
-            pauses = [
-                _metric(f"http://127.0.0.1:{n.spec.port}/metrics", name)
-                for n in nodes
-                for name in (f"{PAUSE}_sum", f"{PAUSE}_count")
-            ]
-            transfers = sum(pauses[1::2])
-            print(
-                f"leadership transfers: {transfers:.0f}, mean pause to hand-over written "
-                f"{sum(pauses[0::2]) / max(transfers, 1) * 1000:.1f} ms"
-            )
             await asyncio.sleep(1.0)
             stopped = asyncio.get_running_loop().time()
             stop.set()
@@ -225,6 +215,19 @@ async def test_scale_out_then_drain_under_load(
                 await asyncio.sleep(0.1)
             consumed.set()
             await consumer
+            # Scraped once the load is over, off the loop: six blocking scrapes of the nodes'
+            # metrics held this loop, its producer and its consumer, for up to 1.3 s on a
+            # loaded machine (CI measured that as a 1.14 s "stall" of the mesh).
+            pauses = [
+                await asyncio.to_thread(_metric, f"http://127.0.0.1:{n.spec.port}/metrics", name)
+                for n in nodes
+                for name in (f"{PAUSE}_sum", f"{PAUSE}_count")
+            ]
+            transfers = sum(pauses[1::2])
+            print(
+                f"leadership transfers: {transfers:.0f}, mean pause to hand-over written "
+                f"{sum(pauses[0::2]) / max(transfers, 1) * 1000:.1f} ms"
+            )
     finally:
         stop.set()
         consumed.set()
