@@ -184,3 +184,44 @@ async def test_the_thread_and_the_loop_never_write_at_once(tmp_path: Path) -> No
     assert ops.most == 1
     assert await fetch_all(wal, 0) == [(n, payload(n)) for n in range(100)]
     await wal.close()
+
+
+async def test_lone_appends_leave_the_writer_thread_asleep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Always mode: a lone append on the loop brings no sync or rotation sooner, so the
+    thread is not woken for it (each wake would take the GIL from the answer's way)."""
+    wakes = 0
+    idle_timeout_s = commit_module.GroupCommit._idle_timeout_s
+
+    def counted(self: commit_module.GroupCommit, writer: object) -> float | None:
+        nonlocal wakes
+        wakes += 1
+        return idle_timeout_s(self, writer)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(commit_module.GroupCommit, "_idle_timeout_s", counted)
+    wal = await Wal.open(tmp_path / "p", options(**INLINE), file_ops=GatedOps())
+    await asyncio.sleep(0.05)  # the thread waits for its first work
+    before = wakes
+    for n in range(30):
+        assert await wal.append([payload(n)]) == n
+        await asyncio.sleep(0.001)  # the next in a later loop step, and time for a wake
+    assert wal.stats().inline_appends == 30
+    assert wakes - before <= 2
+    await wal.close()
+
+
+async def test_an_interval_sync_owed_by_an_append_on_the_loop_is_kept(tmp_path: Path) -> None:
+    """Interval mode: the thread slept with nothing owed; a lone append on the loop leaves
+    its bytes unsynced, and the thread is woken to sync them on cadence."""
+    ops = GatedOps()
+    interval = options(durability=Durability.INTERVAL, sync_interval_ms=20, **INLINE)
+    wal = await Wal.open(tmp_path / "p", interval, file_ops=ops)
+    await asyncio.sleep(0.1)  # synced, nothing owed: the thread waits without a deadline
+    synced = ops.fdatasyncs_entered
+    assert await wal.append([payload(0)]) == 0
+    assert wal.stats().inline_appends == 1
+    async with asyncio.timeout(2):
+        while ops.fdatasyncs_entered == synced:  # noqa: ASYNC110 - the writer thread syncs
+            await asyncio.sleep(0.005)
+    await wal.close()

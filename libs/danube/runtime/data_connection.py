@@ -8,6 +8,7 @@ import asyncio
 import collections
 import http
 import logging
+import math
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -140,6 +141,10 @@ class Connection(asyncio.Protocol):
         # connection stays open after its answer.
         self.pending: collections.deque[tuple[DoorRequest, bool]] = collections.deque()
         self.running: asyncio.Task[None] | None = None
+        # The deadline of the request being answered, and whether the sweep cancelled it
+        # for being past it (then its answer is the timeout refusal).
+        self.answer_by = math.inf
+        self.overdue = False
         self.paused = False  # reading paused: a request waits its turn
         self.writable: asyncio.Future[None] | None = None  # set while writes are paused
         self.slot = False  # holds one of the listener's inflight (see on_headers_complete)
@@ -304,13 +309,22 @@ class Connection(asyncio.Protocol):
         """Answer ``request``, then each pending one in turn."""
         try:
             while True:
+                self.answer_by = request.deadline
                 try:
                     answer = await self.listener.app(request)
+                except asyncio.CancelledError:
+                    if not self.overdue:
+                        raise  # cut (a stop), not overdue
+                    answer = self._timed_out()
                 except Exception:  # a door answers its errors itself: this is a bug
                     log.exception("a data door failed on %s %s", request.method, request.path)
                     if self.transport is not None:
                         self.transport.abort()
                     return
+                # Answered: nothing is cancelled while the answer waits for the client.
+                self.answer_by = math.inf
+                if self.overdue:  # the door caught the sweep's cancel and answered anyway
+                    self._timed_out()
                 if self.writable is not None:
                     await self.writable  # the client reads its answers again (or left)
                 transport = self.transport
@@ -338,6 +352,16 @@ class Connection(asyncio.Protocol):
         self.since = self.loop.time()
         if self.in_head:
             self._give_slot()
+
+    def _timed_out(self) -> Answer:
+        """The answer of a request the sweep cancelled at its deadline."""
+        self.overdue = False
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # that cancel was this connection's, and it is handled
+        return self.listener.refusal(
+            TimeoutError(f"no answer within the door's {self.limits.timeout_s} s")
+        )
 
     def _give_slot(self) -> None:
         if self.slot:
@@ -380,8 +404,16 @@ class Connection(asyncio.Protocol):
     def check(self, now: float) -> None:
         """Close (or refuse) this connection if what it waits for is overdue at ``now``."""
         transport = self.transport
-        if self.running is not None or transport is None or transport.is_closing():
-            return  # answering: its client may be waiting on us
+        running = self.running
+        if running is not None:
+            # Answering: past its deadline the request is cancelled, and answered as timed
+            # out (one sweep for every request: no timer of its own).
+            if now >= self.answer_by and not self.overdue:
+                self.overdue = True
+                running.cancel()
+            return
+        if transport is None or transport.is_closing():
+            return
         limits = self.limits
         waited = now - self.since
         if self.refused:

@@ -22,6 +22,10 @@ answer — and keeps every guard the mesh's uvicorn listeners have (danube.runti
   chunked): 413, closed; a body not whole within the door's timeout after its head: 503,
   closed. A connection closed after a refusal reads (and drops) what its client still
   sends for ``LINGER_S`` first, so that the client reads the answer rather than a reset;
+- a request the door has not answered by its deadline (its head's arrival plus the door's
+  ``timeout_s``) is cancelled and answered 503 ``timeout`` (the door's own refusal of a
+  ``TimeoutError``), by the same sweep: no timer per request (one was a tenth of an ingest
+  node's Python time on a produce sent one at a time);
 - ``Expect: 100-continue`` is answered when the head is accepted;
 - requests on one connection are answered in order (pipelined ones wait their turn; the
   connection is not read while one waits), and no answer is written while the client does

@@ -50,12 +50,17 @@ class Door:
         self.answer_bytes = answer_bytes
         self.seen: list[DoorRequest] = []
         self.called = asyncio.Event()  # a request came
+        self.cancelled = 0  # requests cut while the door worked on them
 
     async def __call__(self, request: DoorRequest) -> Answer:
         self.seen.append(request)
         self.called.set()
         if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+            try:
+                await asyncio.sleep(self.delay_s)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
         said = {
             "method": request.method,
             "path": request.path,
@@ -294,6 +299,31 @@ async def test_a_body_not_whole_in_time_is_503_and_closed(started: Started) -> N
     assert headers["connection"] == "close"
     assert LIMITS.timeout_s * 0.9 <= after_s < LIMITS.timeout_s + 1 + 1  # + the linger
     assert door.seen == []
+
+
+async def test_a_request_not_answered_by_its_deadline_is_503_and_the_connection_goes_on(
+    started: Started,
+) -> None:
+    listener, door = await started(dataclasses.replace(LIMITS, keep_alive_timeout_s=5))
+    door.delay_s = 30
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    sent_at = time.monotonic()
+    writer.write(_post("/stuck", b"s"))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    took_s = time.monotonic() - sent_at
+    length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
+    body = await reader.readexactly(length)
+    assert head.startswith(b"HTTP/1.1 503 ")
+    assert orjson.loads(body)["error"]["code"] == "timeout"
+    # Cancelled by the listener's sweep (every 0.1 s with these limits), not before.
+    assert LIMITS.timeout_s <= took_s < LIMITS.timeout_s + 0.5
+    assert door.cancelled == 1
+    # The connection is kept: the next request on it is answered as usual.
+    door.delay_s = 0
+    writer.write(_post("/next", b"n"))
+    ((status, _, answer),) = _answers(await asyncio.wait_for(reader.read(65536), 5))
+    assert (status, orjson.loads(answer)["path"]) == (200, "/next")
+    writer.close()
 
 
 def _expect_continue(port: int) -> tuple[bytes, bytes]:

@@ -147,6 +147,7 @@ class GroupCommit:
         self._busy_since_s = 0.0  # time.monotonic() when _busy_op started
         self._current: list[Queued] = []  # the batch in the thread's hands
         self._writing = False  # the writer is in use (by the thread, or by the loop: inline)
+        self._turn_wanted = False  # the thread waits for the loop's write to end
         # The loop's own.
         self._outstanding = 0  # appends submitted, not yet durable, refused or failed
         self._gave_up = False  # failed, or closed before the thread finished: ignore it now
@@ -186,10 +187,12 @@ class GroupCommit:
         QUIET.took_this_step()
         self._outstanding += 1
         batch = [item]
+        writer = self.writer
+        due = self._next_due(writer)
         try:
-            result = self.writer.write_batch([(item[0], item[1])])
+            result = writer.write_batch([(item[0], item[1])])
         except DiskFullError as exc:
-            self._end_inline(started_s)
+            self._end_inline(started_s, wake=True)
             self._refuse(batch, exc)
             return True
         except Exception as exc:  # a failed write or sync, or a bug: the writer is given back
@@ -198,20 +201,21 @@ class GroupCommit:
                 log.exception("WAL append on the loop crashed")
             with self._cond:
                 self._halted = True
-            self._end_inline(started_s)
+            self._end_inline(started_s, wake=True)
             self._fail(f"the writer crashed: {exc!r}" if crashed else f"write failed: {exc}", batch)
             return True
-        self._end_inline(started_s)
+        # The thread sleeps until the next sync or rotation it knew of: woken only when this
+        # write brought one sooner (an interval sync now owed, a new segment's age).
+        self._end_inline(started_s, wake=_sooner(self._next_due(writer), due))
         self._complete(batch, result)
         return True
 
-    def _end_inline(self, started_s: float) -> None:
+    def _end_inline(self, started_s: float, *, wake: bool) -> None:
         with self._cond:
             self._writing = False
             self._busy_op, self._current = None, []
-            # The thread waited for its turn, or must see what this write left it to do (an
-            # interval sync, a new segment's age): it recomputes its wait either way.
-            self._cond.notify()
+            if wake or self._turn_wanted:  # or it waits for its turn
+                self._cond.notify()
         self.inline_appends += 1
         took_s = time.monotonic() - started_s
         if took_s > INLINE_SLOW_S:
@@ -295,7 +299,9 @@ class GroupCommit:
         """Under ``_cond``: the next batch; ``[]`` when housekeeping is due; ``None``: end."""
         while not self._halted:
             if self._writing:  # the loop writes a lone append: it notifies when done
+                self._turn_wanted = True
                 self._cond.wait()
+                self._turn_wanted = False
                 continue
             if self._queue and not self._paused:
                 return self._take_batch()
@@ -366,13 +372,19 @@ class GroupCommit:
 
     def _idle_timeout_s(self, writer: SegmentWriter) -> float | None:
         """Seconds until the next sync or age rotation is due (``None``: nothing scheduled)."""
+        due = self._next_due(writer)
+        return None if due is None else max(due - self._clock(), 0.0)
+
+    def _next_due(self, writer: SegmentWriter) -> float | None:
+        """When the next sync or age rotation is due (on ``clock``; ``None``: none is).
+        Whoever holds the writer asks."""
         due: list[float] = []
         if self._interval and writer.unsynced:
             due.append(writer.last_sync_at + self._options.sync_interval_ms / 1000)
         age_due = writer.age_due()
         if age_due is not None:
             due.append(age_due)
-        return None if not due else max(min(due) - self._clock(), 0.0)
+        return min(due) if due else None
 
     def _post(self, callback: Callable[..., object], *args: Any) -> None:
         assert self._loop is not None
@@ -456,3 +468,8 @@ class GroupCommit:
             if future is not None and not future.done():
                 future.set_exception(error())
         self._on_failed(reason, closed, sum(item[2] for item in pending))
+
+
+def _sooner(due: float | None, before: float | None) -> bool:
+    """Whether ``due`` comes before ``before`` (``None``: never)."""
+    return due is not None and (before is None or due < before)
