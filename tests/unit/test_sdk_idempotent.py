@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from danube.client import AsyncDanubeClient, ConflictError, InvalidMessageError, RetryPolicy
+from danube.client import (
+    AsyncDanubeClient,
+    ConflictError,
+    InvalidMessageError,
+    RetryPolicy,
+    _idempotent,
+)
 from danube.client._records import encode_frame
 from danube.client._sequencing import Router, Sequences, key_of, stamp
 from danube.discovery.produce.routing import RoundRobin, route
@@ -129,13 +135,25 @@ class FakeMesh:
     faults: list[tuple[int, str] | str] = field(default_factory=list)
     gate: Callable[[str, bytes], Awaitable[None]] | None = None
     tell_partitions: bool = True  # answers carry the topic's partition count, as discovery's
+    door: str | None = None  # the data door lookups name for every partition (None: none)
+    # Called before a lookup is answered: an answer of its own (etcd out of reach) or None.
+    lookup_fault: Callable[[], Awaitable[httpx.Response | None]] | None = None
+    lookups: int = 0  # asked
+    hosts: list[str] = field(default_factory=list)  # where each produce was posted
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
         if path.startswith("/v1/lookup/"):
+            self.lookups += 1
+            if self.lookup_fault is not None:
+                answer = await self.lookup_fault()
+                if answer is not None:
+                    return answer
             names = TOPIC.partitions(self.partitions)
+            door = {} if self.door is None else {"url": self.door}
             return httpx.Response(
-                200, json={"name": str(TOPIC), "partitions": [{"name": str(n)} for n in names]}
+                200,
+                json={"name": str(TOPIC), "partitions": [{"name": str(n), **door} for n in names]},
             )
         if path.endswith("/epoch"):
             name = path.split("/")[-2]
@@ -145,6 +163,7 @@ class FakeMesh:
         assert match is not None, path
         partition = f"/default/{match[1]}"
         self.bodies.append((partition, request.content))
+        self.hosts.append(request.url.host)
         if self.gate is not None:
             try:
                 await self.gate(partition, request.content)
@@ -502,3 +521,56 @@ async def test_send_many_stamps_as_it_queues_and_a_bad_message_takes_no_sequence
         (b"last", 4),
     ]
     assert all(r.producer_epoch == 0 for r in mesh.logs["/default/t"])
+
+
+async def test_a_lookup_for_a_missing_door_runs_beside_the_sends_and_its_failure_costs_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A partition with no door known is looked up again in the background: while that
+    lookup hangs (etcd frozen behind discovery) sends go on by the proxy path, no second
+    lookup is asked, and one that fails leaves the producer as it was."""
+    monkeypatch.setattr(_idempotent, "LOOKUP_AGAIN_S", 0.0)
+    mesh = FakeMesh()
+    held = asyncio.Event()
+    release = asyncio.Event()
+
+    async def frozen() -> httpx.Response:
+        held.set()
+        await release.wait()
+        return _error(503, "timeout")
+
+    async with _client(mesh) as client, client.producer(TOPIC, linger_ms=0) as producer:
+        await producer.send_and_wait(b"0")  # the first lookup: the partition count
+        assert mesh.lookups == 1
+        mesh.lookup_fault = frozen
+        async with asyncio.timeout(5):  # a bound on a hang: a send waiting for the lookup
+            for number in range(1, 6):
+                stored = await producer.send_and_wait(str(number).encode())
+                assert stored.offset == number
+            await held.wait()
+        assert mesh.lookups == 2  # one lookup in flight, not one per batch
+        mesh.lookup_fault = None
+        release.set()
+        while mesh.lookups < 3:  # the failed one is over: the next batch asks again
+            await producer.send_and_wait(b"more")
+    assert mesh.payloads()[:6] == [str(n).encode() for n in range(6)]
+    assert set(mesh.hosts) == {"danube.test"}
+
+
+async def test_a_door_that_failed_while_no_lookup_answers_leaves_the_part_to_the_proxy() -> None:
+    """The leader's door answers 503 and discovery cannot look the topic up (etcd out of
+    reach): the part goes the proxy path within its time, stored once."""
+    mesh = FakeMesh(door="http://door.test")
+
+    async def unreachable_etcd() -> httpx.Response:
+        return _error(503, "timeout")
+
+    client = _client(mesh)
+    async with client, client.producer(TOPIC, linger_ms=0, send_timeout_s=1.0) as producer:
+        assert (await producer.send_and_wait(b"a")).offset == 0
+        assert mesh.hosts == ["door.test"]
+        mesh.lookup_fault = unreachable_etcd
+        mesh.faults = [(503, "unavailable")]
+        assert (await producer.send_and_wait(b"b")).offset == 1
+    assert mesh.hosts == ["door.test", "door.test", "danube.test"]
+    assert mesh.payloads() == [b"a", b"b"]

@@ -94,11 +94,12 @@ class HttpCore:
 
     def sibling(self, base_url: str) -> HttpCore:
         """A core for another server of the same cluster (a data door): the same deadline,
-        retry policy, TLS context and token."""
+        retry policy, TLS context, token and transport (a test's)."""
         return HttpCore(
             base_url,
             timeout_s=self.timeout_s,
             retry=self.retry,
+            transport=self._client_options["transport"],
             ssl_context=self.ssl_context,
             token=self._token,
         )

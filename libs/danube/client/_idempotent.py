@@ -27,6 +27,7 @@ asked again and, if it changed, the part routed again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -114,7 +115,8 @@ class IdempotentSender:
         self._router = Router(topic)
         # The leaders' data doors, as the last lookup named them.
         self.doors = DataDoors(http, enabled=direct)
-        self._looked_up_s: float | None = None  # when the last lookup was answered
+        self._looked_up_s: float | None = None  # when the last lookup was asked
+        self._refresh: asyncio.Task[None] | None = None  # a lookup for missing doors
         self._sequences = Sequences()
         self._epoch_known = not named
         self._stale = False  # a part failed: take a new epoch before the next batch
@@ -189,11 +191,33 @@ class IdempotentSender:
 
     async def prepare(self) -> None:
         """Before a batch is planned: the epoch (asked once when named, and again after a
-        failure) and the partition count (asked once)."""
+        failure) and the partition count (asked once). A partition with no door known is
+        looked up again in the background (at most once a second, one lookup at a time):
+        its batches go the proxy path meanwhile, and a lookup that fails (etcd out of
+        reach) costs them nothing."""
         if not self._epoch_known or self._stale:
             await self._new_epoch()
-        if self._router.partitions is None or self._doors_missing():
+        if self._router.partitions is None:
             self._router.partitions = await self._partition_count()
+        elif self._refresh is None and self._doors_missing():
+            self._refresh = asyncio.create_task(self._refresh_doors())
+
+    async def _refresh_doors(self) -> None:
+        try:
+            self._router.partitions = await self._partition_count()
+        except ClientError as exc:
+            log.info("%s: no lookup (%s): the proxy path meanwhile", self.topic, exc)
+        finally:
+            self._refresh = None
+
+    async def aclose(self) -> None:
+        """Stop a lookup in the background and close the doors' connections."""
+        refresh = self._refresh
+        if refresh is not None:
+            refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresh
+        await self.doors.aclose()
 
     def plan(self, frames: list[bytes]) -> list[Part]:
         """Cut a batch into parts, one per partition, each with its next sequences."""
@@ -280,11 +304,12 @@ class IdempotentSender:
             except TransportError as exc:
                 if door is None or loop.time() >= deadline:
                     raise
-                await self._door_failed(part.partition, exc, unreachable=unanswered(exc))
+                left_s = deadline - loop.time()
+                await self._door_failed(part.partition, exc, left_s, unreachable=unanswered(exc))
                 continue
             except ApiError as exc:
                 if door is not None and moved(exc) and loop.time() < deadline:
-                    await self._door_failed(part.partition, exc)
+                    await self._door_failed(part.partition, exc, deadline - loop.time())
                     continue
                 if exc.code == OUT_OF_ORDER_SEQUENCE:
                     earlier = self._earlier(part)
@@ -326,17 +351,26 @@ class IdempotentSender:
         )
 
     async def _door_failed(
-        self, partition: TopicName, exc: ClientError, *, unreachable: bool = False
+        self,
+        partition: TopicName,
+        exc: ClientError,
+        timeout_s: float,
+        *,
+        unreachable: bool = False,
     ) -> None:
         """``partition``'s door failed it (its leader moved or died): forget it and look the
         topic up again, so the part goes at once where the lookup says (a resend of
         sequenced records is stored once). A lookup that names the same door again (the
-        dead leader's claim has not lapsed yet) leaves the part to the proxy path, which
-        waits for the new leader with its retries; the next batch looks up again."""
+        dead leader's claim has not lapsed yet) or fails (etcd out of reach; it has half of
+        the part's time left) leaves the part to the proxy path, which waits for the new
+        leader with its retries; a later batch looks up again."""
         log.info("%s: its data door failed (%s); looking it up again", partition, exc)
         failed = self.doors.url(partition)
         self.doors.failed(partition, unreachable=unreachable)
-        await self._partition_count()
+        try:
+            await self._partition_count(timeout_s / 2)
+        except ClientError as lookup_exc:  # etcd out of reach: no door known, the proxy path
+            log.info("%s: no lookup (%s): the proxy path", partition, lookup_exc)
         if self.doors.url(partition) == failed:
             self.doors.forget(partition)
 
@@ -421,7 +455,7 @@ class IdempotentSender:
         self.generation += 1
         log.info("producer %s of %s: epoch %d", self.name, self.topic, self.epoch)
 
-    async def _partition_count(self) -> int:
+    async def _partition_count(self, timeout_s: float | None = None) -> int:
         """The topic's partitions (0: unpartitioned, or not there yet: the first produce
         creates it unpartitioned), and the data door of each (danube.client._direct). A
         principal without Lookup on the topic sends to the topic itself through the server
@@ -430,7 +464,9 @@ class IdempotentSender:
         self._looked_up_s = time.monotonic()
         try:
             answer = await self._http.request_retrying(
-                "GET", f"/v1/lookup/{topic_path(lookup)}", timeout_s=self._timeout_s
+                "GET",
+                f"/v1/lookup/{topic_path(lookup)}",
+                timeout_s=self._timeout_s if timeout_s is None else timeout_s,
             )
         except NotFoundError:
             return 0

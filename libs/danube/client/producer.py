@@ -382,7 +382,7 @@ class AsyncProducer(Sending):
                 await asyncio.shield(self._sender)
         finally:
             if self._sequenced is not None:
-                await self._sequenced.doors.aclose()
+                await self._sequenced.aclose()
             async with self._opening:
                 session, self._session = self._session, None
             if session is not None:
