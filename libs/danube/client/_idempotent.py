@@ -27,7 +27,6 @@ asked again and, if it changed, the part routed again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -49,6 +48,7 @@ from danube.client.errors import (
 )
 from danube.client.messages import SendResult, topic_path
 from danube.names import TopicName
+from danube.tasks import TaskSet
 from danube.wire import codes
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,8 @@ class IdempotentSender:
         self.doors = DataDoors(http, enabled=direct)
         self._looked_up_s: float | None = None  # when the last lookup was asked
         self._refresh: asyncio.Task[None] | None = None  # a lookup for missing doors
+        self._tasks = TaskSet(f"idempotent sender {topic}")
+        self._closed = False
         self._sequences = Sequences()
         self._epoch_known = not named
         self._stale = False  # a part failed: take a new epoch before the next batch
@@ -199,8 +201,10 @@ class IdempotentSender:
             await self._new_epoch()
         if self._router.partitions is None:
             self._router.partitions = await self._partition_count()
-        elif self._refresh is None and self._doors_missing():
-            self._refresh = asyncio.create_task(self._refresh_doors())
+        elif self._refresh is None and not self._closed and self._doors_missing():
+            self._refresh = self._tasks.spawn(
+                self._refresh_doors(), name="lookup for missing doors", on_failure="log"
+            )
 
     async def _refresh_doors(self) -> None:
         try:
@@ -212,11 +216,8 @@ class IdempotentSender:
 
     async def aclose(self) -> None:
         """Stop a lookup in the background and close the doors' connections."""
-        refresh = self._refresh
-        if refresh is not None:
-            refresh.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await refresh
+        self._closed = True
+        await self._tasks.close()
         await self.doors.aclose()
 
     def plan(self, frames: list[bytes]) -> list[Part]:
