@@ -336,7 +336,8 @@ async def test_etcd_stall_sdk_through_discovery_factor_3(
 ) -> None:
     """The SDK (its producer session and cached lookups) through a discovery process, to a
     factor-3 partition, etcd frozen for 4 lease TTLs: every send stored, none slower than
-    1 s, every acknowledged message read back at its offset."""
+    1 s, every acknowledged message read back at its offset; a lookup during the freeze is
+    answered with the last answer and its age."""
     etcd = free_etcd()
     assert etcd.pid is not None
     endpoint = f"127.0.0.1:{etcd.spec.port}"
@@ -346,6 +347,8 @@ async def test_etcd_stall_sdk_through_discovery_factor_3(
     store = await MetaStore.connect(MetadataConfig(etcd_endpoint=endpoint, prefix=meta_prefix))
     bus, client = await connect(nats_url, "stall-sdk")
     sdk = AsyncDanubeClient(f"http://127.0.0.1:{discovery.spec.port}")
+    lookups = httpx.AsyncClient(base_url=f"http://127.0.0.1:{discovery.spec.port}", timeout=15)
+    lookup_path = "/v1/lookup/default/stall-sdk"
     history = History()
     name = TopicName("default", "stall-sdk-part-0")
     latencies: list[tuple[float, float]] = []  # (sent, seconds)
@@ -367,13 +370,19 @@ async def test_etcd_stall_sdk_through_discovery_factor_3(
             for number in range(10):
                 await send(number)
             await wait_isr(store, name, 3)
+            before = await lookups.get(lookup_path)
+            assert before.status_code == 200, before.text
+            assert "age" not in before.headers
             number = 10
             frozen_at = loop.time()
             os.kill(etcd.pid, signal.SIGSTOP)
             try:
+                # A lookup while etcd does not answer: the last answer, with its age.
+                looking = asyncio.ensure_future(lookups.get(lookup_path))
                 while loop.time() < frozen_at + INGEST_STALL_S:
                     await send(number)
                     number += 1
+                during_lookup = await looking
             finally:
                 os.kill(etcd.pid, signal.SIGCONT)
             thawed_at = loop.time()
@@ -389,12 +398,16 @@ async def test_etcd_stall_sdk_through_discovery_factor_3(
         )
         assert len(during) > 10
         assert slowest[1] <= LATENCY_MAX_S
+        assert during_lookup.status_code == 200, during_lookup.text
+        assert during_lookup.json() == before.json()
+        assert int(during_lookup.headers["age"]) >= 0
         offsets = await read_all(client, name, history)
         assert offsets == list(range(len(offsets)))
         report = history.check(expect_contiguous_from={str(name): 0})
         assert report.ok, report.summary()
     finally:
         os.kill(etcd.pid, signal.SIGCONT)
+        await lookups.aclose()
         await sdk.close()
         await bus.close()
         await store.close()

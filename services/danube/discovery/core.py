@@ -5,7 +5,7 @@ handed to each door: the HTTP API (danube.discovery.doors.http) and Danube's gRP
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from danube.admission import Admission
 from danube.admission.sessions import ProducerSessions
@@ -15,6 +15,7 @@ from danube.discovery.catalog.topic_lists import TopicLists
 from danube.discovery.produce.producer import Producer
 from danube.discovery.schemas.registry import SchemaRegistry
 from danube.meta import MetaStore
+from danube.meta.last_good import LastGood
 from danube.runtime.held import Slots
 from danube.security.gate import SecurityGate
 from danube.storage import ObjectStore
@@ -70,3 +71,6 @@ class Services:
     topic_lists: TopicLists | None = None
     # Authentication and authorization of both front doors (off: everything allowed).
     security: SecurityGate = field(default_factory=SecurityGate.disabled)
+    # The last lookups answered, by door and name, to answer with while etcd is out of
+    # reach (danube.meta.last_good).
+    lookups: LastGood[tuple[str, ...], Any] = field(default_factory=LastGood)

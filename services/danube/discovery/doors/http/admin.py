@@ -12,6 +12,7 @@ import orjson
 from fastapi import APIRouter, Body, Response
 
 from danube.bus import Bus, BusError
+from danube.discovery import metrics
 from danube.discovery.doors.bodies.api import NamespacePatch, NamespaceSpec, TopicSpec
 from danube.discovery.doors.bodies.policies import PoliciesSpec, TopicPatch, check_message_size
 from danube.discovery.doors.http.params import Namespace, Topic
@@ -358,18 +359,35 @@ async def _delete_objects(services: Services, partitions: list[TopicName]) -> No
 
 @router.get("/lookup/{ns}/{topic}", response_model=LookupOut)
 async def lookup(
-    ns: Namespace, topic: Topic, services: ServicesDep, subscription: str | None = None
+    ns: Namespace,
+    topic: Topic,
+    services: ServicesDep,
+    response: Response,
+    subscription: str | None = None,
 ) -> LookupOut:
     """Partitions, dispatch mode and the owner of each partition; with ``subscription``,
-    that subscription's owner and consume door too."""
+    that subscription's owner and consume door too. While etcd does not answer, the last
+    answer given for the same question (at most ten minutes old), with its age in ``Age``."""
     name = user_topic(ns, topic)
+    if subscription is not None:
+        validate_segment("subscription", subscription)
+    key = ("http", str(name), subscription or "")
+    answer, age_s = await services.lookups.read(key, lambda: _lookup(services, name, subscription))
+    if age_s is not None:
+        metrics.LOOKUPS_FROM_LAST_GOOD.labels("http").inc()
+        log.warning("lookup of %s answered from %.1f s ago: etcd does not answer", name, age_s)
+        response.headers["age"] = str(int(age_s))
+    assert isinstance(answer, LookupOut)
+    return answer
+
+
+async def _lookup(services: Services, name: TopicName, subscription: str | None) -> LookupOut:
     config = await services.catalog.get_topic(name)
     names = name.partitions(config.partitions)
     owners = await _owners(services.store, name, names)
     urls = await _data_urls(services.store) if any(owners) else {}
     found = None
     if subscription is not None:
-        validate_segment("subscription", subscription)
         found = await _subscription_owner(services.store, name, subscription)
     return LookupOut(
         name=str(name),
