@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
+from danube.admission.last_good import LastGood
 from danube.discovery.doors.grpc.handlers import leader_door
 from danube.meta import MetaTimeoutError, MetaUnavailableError, TopicName
-from danube.meta.errors import MetaDecodeError
-from danube.meta.last_good import LastGood
 
 PART = TopicName("default", "t-part-0")
 OTHER = TopicName("default", "t-part-1")
@@ -47,9 +46,9 @@ async def test_a_partition_never_read_is_served_here_while_etcd_does_not_answer(
     assert await leader_door(lookups, OTHER, doors.door_of) is None
 
 
-async def test_a_bad_stored_value_is_not_hidden() -> None:
+async def test_a_topic_gone_is_not_hidden() -> None:
     doors, lookups = Doors(), LastGood[tuple[str, ...], Any]()
     await leader_door(lookups, PART, doors.door_of)
-    doors.down = MetaDecodeError(key="k", reason="bad value")
-    with pytest.raises(MetaDecodeError):
+    doors.down = LookupError("gone")
+    with pytest.raises(LookupError):
         await leader_door(lookups, PART, doors.door_of)

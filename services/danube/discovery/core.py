@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from danube.admission import Admission
+from danube.admission.last_good import LastGood
 from danube.admission.sessions import ProducerSessions
 from danube.bus import Bus
 from danube.discovery.catalog.catalog import Catalog
@@ -15,7 +16,6 @@ from danube.discovery.catalog.topic_lists import TopicLists
 from danube.discovery.produce.producer import Producer
 from danube.discovery.schemas.registry import SchemaRegistry
 from danube.meta import MetaStore
-from danube.meta.last_good import LastGood
 from danube.runtime.held import Slots
 from danube.security.gate import SecurityGate
 from danube.storage import ObjectStore
@@ -72,5 +72,5 @@ class Services:
     # Authentication and authorization of both front doors (off: everything allowed).
     security: SecurityGate = field(default_factory=SecurityGate.disabled)
     # The last lookups answered, by door and name, to answer with while etcd is out of
-    # reach (danube.meta.last_good).
+    # reach (danube.admission.last_good).
     lookups: LastGood[tuple[str, ...], Any] = field(default_factory=LastGood)

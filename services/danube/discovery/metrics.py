@@ -63,7 +63,7 @@ REASSIGNMENTS_STARTED = Counter(
     "Reassignments written, by reason: drain, spread, leader (the balancer's), operator, cancel",
     ["reason"],
 )
-# Lookups answered from the last answer given while etcd did not answer (danube.meta.last_good).
+# Lookups answered with the last answer given, etcd not answering (danube.admission.last_good).
 LOOKUPS_FROM_LAST_GOOD = Counter(
     "danube_discovery_lookups_from_last_good",
     "Lookups answered with the last answer given, etcd not answering",

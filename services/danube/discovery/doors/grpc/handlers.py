@@ -8,7 +8,7 @@ partition) exists, has a leader and that leader serves one (``discovery.grpc_red
 else ``Connect`` with ``proxy``, this instance: any instance serves any topic (a topic that
 does not exist yet is created by its first producer here). A partitioned topic's own name
 is answered ``Connect``: the client asks its partitions, then looks each one up. While etcd
-does not answer, the last leader read is named (danube.meta.last_good), else ``Connect``.
+does not answer, the last leader read is named (danube.admission.last_good), else ``Connect``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from danube.admission import Admitted
+from danube.admission.last_good import LastGood
 from danube.admission.sessions import ProducerSessions
 from danube.discovery import metrics
 from danube.discovery.core import Services
@@ -25,7 +26,6 @@ from danube.grpc_door.api import DanubeApi, Lookup
 from danube.grpc_door.clients import Clients
 from danube.grpc_door.leaders import LeaderDoors
 from danube.meta import MetaTimeoutError, MetaUnavailableError, TopicName
-from danube.meta.last_good import LastGood
 from danube.meta.records import Dispatch, TopicConfig
 
 log = logging.getLogger(__name__)

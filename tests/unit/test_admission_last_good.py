@@ -1,13 +1,17 @@
-"""danube.meta.last_good: the last answer read, to answer with while etcd does not answer."""
+"""danube.admission.last_good: the last answer read, to answer with while etcd does not
+answer (fails, or is slower than STALE_WAIT_S)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 
-from danube.meta.errors import MetaDecodeError, MetaTimeoutError, MetaUnavailableError
-from danube.meta.last_good import LastGood
+from danube.admission import refresh
+from danube.admission.last_good import LastGood
+from danube.meta.errors import MetaTimeoutError, MetaUnavailableError
 
 
 class Clock:
@@ -57,13 +61,33 @@ async def test_nothing_kept_or_kept_too_long_raises_the_etcd_error() -> None:
     assert len(kept) == 0  # dropped: a later failure does not find it either
 
 
-async def test_errors_other_than_etcd_not_answering_are_raised_as_they_are() -> None:
+async def test_errors_other_than_etcd_failing_are_raised_as_they_are() -> None:
     kept: LastGood[str, str] = LastGood(clock=Clock())
     await kept.read("t", answers("node-a"))
-    with pytest.raises(MetaDecodeError):
-        await kept.read("t", fails(MetaDecodeError(key="k", reason="bad value")))
     with pytest.raises(LookupError):
         await kept.read("t", fails(LookupError("the topic is gone")))
+
+
+async def test_etcd_slower_than_the_stale_wait_is_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(refresh, "STALE_WAIT_S", 0.05)
+    clock = Clock()
+    kept: LastGood[str, str] = LastGood(clock=clock)
+
+    async def stalled() -> str:
+        await asyncio.sleep(30)
+        return "never"
+
+    await kept.read("t", answers("node-a"))
+    clock.now += 2.0
+    started = time.monotonic()
+    assert await kept.read("t", stalled) == ("node-a", 2.0)
+    assert time.monotonic() - started < 1.0
+    # A key never answered has nothing else to give: it waits for the read.
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await kept.read("other", stalled)
 
 
 async def test_at_most_max_entries_are_kept_the_one_answered_longest_ago_dropped() -> None:

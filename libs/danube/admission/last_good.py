@@ -1,12 +1,14 @@
 """The last answer read from etcd for a key, kept to answer with while etcd is out of reach.
 
 A lookup reads etcd each time (an owner may change at any moment). When etcd does not answer
-(:class:`~danube.meta.errors.MetaTimeoutError`, :class:`~danube.meta.errors.MetaUnavailableError`),
-a key answered before is answered again from its last copy, if that is at most ``max_age_s``
-old: an owner named there that no longer owns costs the client one redirect (the node answers
-``not_leader``), while no answer at all stops a client that looks up before it sends. Any
+within :data:`~danube.admission.refresh.STALE_WAIT_S` or fails with a
+:class:`~danube.meta.MetaError` (:func:`~danube.admission.refresh.read_or_stale`, the rule of
+the produce path's caches), a key answered before is answered again from its last copy, if
+that is at most ``max_age_s`` old: an owner named there that no longer owns costs the client
+one redirect (the node answers ``not_leader``), while no answer at all stops a client that
+looks up before it sends. A key never answered waits for etcd as long as the read does. Any
 other error (the topic is gone, a bad name) is raised as is. At most ``max_entries`` keys are
-kept, the one answered longest ago dropped first. Pure logic; the caller does the read.
+kept, the one answered longest ago dropped first. The caller does the read.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from danube.meta.errors import MetaTimeoutError, MetaUnavailableError
+from danube.admission.refresh import StaleError, read_or_stale
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -46,20 +48,18 @@ class LastGood(Generic[K, V]):
         return len(self._kept)
 
     async def read(self, key: K, read: Callable[[], Awaitable[V]]) -> tuple[V, float | None]:
-        """``read()``'s answer, kept for ``key``, and None; or, when etcd did not answer, the
-        last answer kept for ``key`` and its age in seconds (the error raised when none is
-        kept, or it is older than ``max_age_s``)."""
+        """``read()``'s answer, kept for ``key``, and None; or, when etcd did not answer in
+        time, the last answer kept for ``key`` and its age in seconds. With none kept (or
+        one older than ``max_age_s``), whatever ``read()`` raises."""
+        kept = self._kept.get(key)
+        if kept is not None and self._clock() - kept[1] > self.max_age_s:
+            del self._kept[key]
+            kept = None
         try:
-            value = await read()
-        except (MetaTimeoutError, MetaUnavailableError):
-            kept = self._kept.get(key)
-            if kept is None:
-                raise
-            age_s = self._clock() - kept[1]
-            if age_s > self.max_age_s:
-                del self._kept[key]
-                raise
-            return kept[0], age_s
+            value = await read_or_stale(read, has_stale=kept is not None)
+        except StaleError:
+            assert kept is not None
+            return kept[0], self._clock() - kept[1]
         self._kept[key] = (value, self._clock())
         self._kept.move_to_end(key)
         while len(self._kept) > self.max_entries:
