@@ -103,10 +103,10 @@ async def leader_door(
     try:
         url, age_s = await lookups.read(("grpc", str(topic)), lambda: door_of(topic))
     except (MetaTimeoutError, MetaUnavailableError) as exc:
-        log.warning("lookup of %s: etcd does not answer (%s): served here", topic, exc)
+        log.info("lookup of %s: etcd does not answer (%s): served here", topic, exc)
         return None
     if age_s is not None:
         metrics.LOOKUPS_FROM_LAST_GOOD.labels("grpc").inc()
-        log.warning("lookup of %s answered from %.1f s ago: etcd does not answer", topic, age_s)
+        log.info("lookup of %s answered from %.1f s ago: etcd does not answer", topic, age_s)
     assert url is None or isinstance(url, str)
     return url

@@ -375,7 +375,7 @@ async def lookup(
     answer, age_s = await services.lookups.read(key, lambda: _lookup(services, name, subscription))
     if age_s is not None:
         metrics.LOOKUPS_FROM_LAST_GOOD.labels("http").inc()
-        log.warning("lookup of %s answered from %.1f s ago: etcd does not answer", name, age_s)
+        log.info("lookup of %s answered from %.1f s ago: etcd does not answer", name, age_s)
         response.headers["age"] = str(int(age_s))
     assert isinstance(answer, LookupOut)
     return answer
