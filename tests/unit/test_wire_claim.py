@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from danube.bus import BusTimeoutError, NoRespondersError, RemoteError
-from danube.wire.claim import request_with_claim
+from danube.wire.claim import RETRY_CAP_S, RETRY_MOVED_CAP_S, request_with_claim
 
 pytestmark = pytest.mark.unit
 
@@ -162,3 +162,17 @@ async def test_other_errors_propagate_unretried() -> None:
     with pytest.raises(ValueError, match="bad reply"):
         await _call(server, clock)
     assert server.deadlines == [102.0]
+
+
+async def test_an_owner_handing_over_is_asked_again_at_most_every_moved_cap() -> None:
+    # A live move: the old leader refuses (not_owner) until the new one serves. Retries of a
+    # move stay dense; nobody owning the work at all (no responders) backs off to the full cap.
+    clock, server = FakeClock(), FakeServer([_remote("not_owner")] * 12 + [7])
+    assert await _call(server, clock) == 7
+    assert len(clock.sleeps) == 12
+    assert max(clock.sleeps) <= RETRY_MOVED_CAP_S
+    assert sum(clock.sleeps) < 12 * RETRY_MOVED_CAP_S
+    clock, server = FakeClock(), FakeServer([_remote("unowned")] * 5 + [7])
+    assert await _call(server, clock) == 7
+    assert max(clock.sleeps) > RETRY_MOVED_CAP_S  # doubled past it toward RETRY_CAP_S
+    assert max(clock.sleeps) <= RETRY_CAP_S

@@ -8,6 +8,12 @@ to claim the work and retries with capped, jittered backoff (danube.meta.backoff
 within one deadline; when the deadline cannot be met it raises the last reason the server
 gave (its code says more than a timeout), else ``TimeoutError``.
 
+A refusal that says the work is moving (``not_owner``: a leader handing over, a watched
+request whose leader changed) backs off at most :data:`RETRY_MOVED_CAP_S`: a live move's
+pause is ~10-15 ms (docs/performance.md), and the doubling up to :data:`RETRY_CAP_S` turned
+a move of ~0.5 s under load into a produce that waited ~0.9 s (a retry at 0.6 s missed it,
+the next was 0.5 s later). Nobody owning the work at all (no responders) keeps the full cap.
+
 A claim that answered (no reason given) is followed by the next attempt at once, not after
 a backoff: its owner serves now, and a first produce or attach should not pay a pause for
 the claim it needed (docs/performance.md, "The tail at a light load"). Only the first
@@ -26,11 +32,13 @@ from typing import TypeVar
 
 from danube.bus import BusTimeoutError, NoRespondersError, RemoteError
 from danube.meta.backoff import backoff_s
+from danube.wire.leader_watch import NOT_OWNER
 
 T = TypeVar("T")
 
 RETRY_BASE_S = 0.02
 RETRY_CAP_S = 0.5
+RETRY_MOVED_CAP_S = 0.1
 
 
 async def request_with_claim(
@@ -69,6 +77,7 @@ async def request_with_claim(
     claimed = False  # a claim answered already: later ones back off
     unowned = False  # an attempt found no responder
     while True:
+        moving = False  # the last attempt was refused by an owner handing the work over
         try:
             return await attempt(deadline)
         except NoRespondersError:
@@ -84,6 +93,7 @@ async def request_with_claim(
             if not exc.retriable or exc.code in give_up_codes:
                 raise
             reason = exc
+            moving = exc.code == NOT_OWNER
         except BusTimeoutError:
             if reason is not None:
                 raise reason from None  # the deadline ran out in a retry: the refusal says more
@@ -91,7 +101,9 @@ async def request_with_claim(
                 raise TimeoutError(timeout_message) from None
             raise
         failures += 1
-        delay_s = backoff_s(failures, base_s=base_s, cap_s=cap_s)
+        delay_s = backoff_s(
+            failures, base_s=base_s, cap_s=min(cap_s, RETRY_MOVED_CAP_S) if moving else cap_s
+        )
         if now() + delay_s >= deadline:
             if reason is not None:
                 raise reason
