@@ -23,6 +23,15 @@ pytestmark = pytest.mark.integration
 INLINE = {"inline_lone_appends": True}
 
 
+@pytest.fixture(autouse=True)
+def a_steady_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests count which appends were written on the loop; a real fdatasync past
+    INLINE_SLOW_S (20 ms: common on a disk shared with a loaded test run) would send the
+    next ones through the thread and change the count. The slow-sync rule has its own test,
+    which sets its own threshold."""
+    monkeypatch.setattr(commit_module, "INLINE_SLOW_S", 5.0)
+
+
 async def test_lone_appends_are_written_on_the_loop_and_are_durable(tmp_path: Path) -> None:
     ops = GatedOps()
     wal = await Wal.open(tmp_path / "p", options(**INLINE), file_ops=ops)
@@ -53,11 +62,13 @@ async def test_appends_that_come_together_keep_their_group_commit(tmp_path: Path
 
 
 async def test_a_slow_sync_on_the_loop_sends_the_next_appends_to_the_thread(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(commit_module, "INLINE_SLOW_S", 0.02)
+
     class SlowOps(OsFileOps):
         def fdatasync(self, fd: int) -> None:
-            time.sleep(commit_module.INLINE_SLOW_S * 1.5)
+            time.sleep(0.03)
             super().fdatasync(fd)
 
     wal = await Wal.open(tmp_path / "p", options(**INLINE), file_ops=SlowOps())
