@@ -24,7 +24,10 @@ from danube.meta.records import Owner
 from danube.up import ProcessSpec, ServerProcess
 from tests.history import History
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+# Solo (Makefile): it asserts the mesh's stalls (no consumer gap of 1 s, no produce request of
+# 2 s) through live moves. Beside another mesh on the same two cores it failed twice (a 1.03 s
+# gap in a rehearsal; CI at stop 51); alone or beside two CPU hogs its gap is 0.30-0.40 s.
+pytestmark = [pytest.mark.e2e, pytest.mark.solo, pytest.mark.timeout(400)]
 
 TOPIC = "elastic"
 PARTITIONS = 24
