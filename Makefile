@@ -25,7 +25,7 @@ run: setup
 # Last, the tests marked solo, one at a time: they assert latency (delayed messages within
 # 50 ms of their time, no consumer stall of 1 s through live moves), which a Spark job or
 # another mesh on the same two cores would decide instead (CI saw p50 30 to 33 ms beside one;
-# 11 and 12 alone). All three pytest runs run; any failing fails.
+# 11 and 12 alone). All three pytest runs are made; any failing fails.
 # With ARGS (a marker, a file, -k ...): one pytest run, one worker, as given.
 test: setup setup-interop setup-tools
 ifeq ($(strip $(ARGS)),)
